@@ -1,0 +1,1 @@
+"""The ringfleet compute agent: membership, fenced node ownership, drivers."""

@@ -1,0 +1,311 @@
+"""The consistent hash ring that splits nodes between agents.
+
+Pure computation, no I/O: ``Ring(members, version).owner(node_id)`` is a
+function of the member ids, their weights, the ring version and the node id
+only (invariant 5 in DESIGN.md).  Every process with the same view computes
+the same map, whatever its ``PYTHONHASHSEED`` or the order in which it learnt
+about the members.
+
+How it works, and why this way:
+
+* Each member owns ``round(VNODES_PER_WEIGHT * weight)`` points on a 64-bit
+  circle.  Point *i* of member *m* is the splitmix64 finalizer applied to
+  ``xxh3_64(m, seed=version) + (i + 1) * golden``, i.e. a member's points
+  depend on nothing but its own id, weight and the ring version.  That is
+  what makes movement minimal: adding a member only inserts its points
+  (nodes move only *to* it), removing one only deletes its points (only its
+  nodes move), and nothing ever moves between two members that stayed.
+* A node belongs to the first point at or after ``xxh3_64(node_id)``,
+  wrapping around.  Equal points (a 2**-64 event) are ordered by member id,
+  so ties are deterministic too.
+* With 4096 points per unit of weight the members' shares of the circle vary
+  by about 1.6 %, small next to the sampling noise of hashing 100k nodes
+  (about 3 % at 100 members): the ring balances as well as a uniform hash
+  would (peak/mean about 1.08 at 100 members, 1.12 at 200) where tooz's
+  32-partition ring reaches 1.5.
+* Single lookups bisect a compact ``array('Q')`` (8 bytes a point); bulk
+  assignment hashes in C via ``map`` and resolves all owners with one
+  ``numpy.searchsorted``.
+
+Changing the ring's parameters would remap nodes, so the parameters are
+tied to the ring version: version 1 is the scheme above, and the version is
+the seed of every member's points.  Peers announcing another version must be
+kept out of the ring (the membership adapter does that).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import numbers
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from hashring.exceptions import (
+    EmptyRingError,
+    InvalidMemberError,
+    InvalidRingVersionError,
+)
+
+__all__ = [
+    "MAX_WEIGHT",
+    "VNODES_PER_WEIGHT",
+    "Move",
+    "Ring",
+    "moves",
+]
+
+#: Points on the circle for a member of weight 1.0.
+VNODES_PER_WEIGHT = 4096
+#: Largest accepted weight: bounds a single member's points (and memory).
+MAX_WEIGHT = 64.0
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_hash64 = xxhash.xxh3_64_intdigest
+_bisect_left = bisect.bisect_left
+_BUCKET_BITS = 16
+_BUCKETS = 1 << _BUCKET_BITS
+_BUCKET_SHIFT = 64 - _BUCKET_BITS
+
+
+def _node_hash(node_id: str) -> int:
+    if not isinstance(node_id, str):
+        raise TypeError(f"node id must be a string, got {type(node_id).__name__}")
+    return _hash64(node_id.encode("utf-8"))
+
+
+def _member_points(member_id: str, count: int, version: int) -> npt.NDArray[np.uint64]:
+    """The ``count`` points of one member, a function of its id and the version."""
+    base = np.uint64(_hash64(member_id.encode("utf-8"), seed=version))
+    z = base + np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN
+    # splitmix64 finalizer: full avalanche, so consecutive inputs scatter.
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _vnodes(weight: float) -> int:
+    return max(1, round(VNODES_PER_WEIGHT * weight))
+
+
+def _validate_member_id(member_id: object) -> str:
+    if not isinstance(member_id, str):
+        raise InvalidMemberError(
+            member_id, "id", f"must be a string, got {type(member_id).__name__}"
+        )
+    if not member_id or member_id.strip() != member_id:
+        raise InvalidMemberError(
+            member_id, "id", "must be non-empty, without leading/trailing whitespace"
+        )
+    return member_id
+
+
+def _validate_weight(member_id: str, weight: object) -> float:
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+        raise InvalidMemberError(
+            member_id, "weight", f"must be a number, got {type(weight).__name__}"
+        )
+    value = float(weight)
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidMemberError(member_id, "weight", f"must be > 0, got {weight!r}")
+    if value > MAX_WEIGHT:
+        raise InvalidMemberError(
+            member_id, "weight", f"must be <= {MAX_WEIGHT:g}, got {weight!r}"
+        )
+    return value
+
+
+def _validate_members(members: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
+    if isinstance(members, (str, bytes)):
+        # A lone string is an iterable of characters: almost surely a mistake.
+        raise InvalidMemberError(members, "id", "members must be a collection of ids")
+    weights: dict[str, float] = {}
+    if isinstance(members, Mapping):
+        for member_id, weight in members.items():
+            mid = _validate_member_id(member_id)
+            weights[mid] = _validate_weight(mid, weight)
+    else:
+        for member_id in members:
+            mid = _validate_member_id(member_id)
+            if mid in weights:
+                raise InvalidMemberError(mid, "id", "duplicate member")
+            weights[mid] = 1.0
+    return dict(sorted(weights.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One node changing owner between two rings (``None``: no owner)."""
+
+    node_id: str
+    old_owner: str | None
+    new_owner: str | None
+
+
+class Ring:
+    """A consistent hash ring over weighted members.
+
+    :param members: member ids (each of weight 1.0) or a mapping of member id
+        to weight (a real number in ``(0, MAX_WEIGHT]``).
+    :param version: the ring version, a positive integer; rings of different
+        versions map nodes independently.
+    :raises InvalidMemberError: (a :class:`ValueError`) for an empty,
+        non-string or duplicate id, or a weight that is not a positive number.
+    """
+
+    __slots__ = (
+        "_bucket_start",
+        "_member_names",
+        "_owner_index",
+        "_point_owner",
+        "_points",
+        "_points_compact",
+        "_version",
+        "_weights",
+    )
+
+    def __init__(
+        self, members: Iterable[str] | Mapping[str, float] = (), version: int = 1
+    ) -> None:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidRingVersionError(version)
+        self._version = version
+        self._weights = _validate_members(members)
+        ids = list(self._weights)
+        counts = [_vnodes(w) for w in self._weights.values()]
+        points = np.empty(sum(counts), dtype=np.uint64)
+        start = 0
+        for member_id, count in zip(ids, counts, strict=True):
+            points[start : start + count] = _member_points(member_id, count, version)
+            start += count
+        owners = np.repeat(np.arange(len(ids), dtype=np.int32), counts)
+        # Stable sort over members listed in id order: equal points resolve
+        # to the smaller member id, in every process.
+        order = np.argsort(points, kind="stable")
+        self._points: npt.NDArray[np.uint64] = points[order]
+        self._owner_index: npt.NDArray[np.int32] = owners[order]
+        self._points_compact = array("Q", self._points.tobytes())
+        # Where each of the 2**16 top-bits buckets starts among the points:
+        # a lookup bisects only its bucket (a handful of points) instead of
+        # the whole circle, which keeps it fast for hundreds of members.
+        bucket_edges = np.arange(_BUCKETS + 1, dtype=np.uint64) << np.uint64(
+            _BUCKET_SHIFT
+        )
+        starts = np.searchsorted(self._points, bucket_edges[:-1], side="left")
+        self._bucket_start = array("l", [*starts.tolist(), len(self._points)])
+        self._member_names = np.array(ids, dtype=object)
+        # One entry per point, plus the owner of the first point again at the
+        # end: a hash past the last point wraps around to the first.
+        self._point_owner: list[str] = self._member_names[self._owner_index].tolist()
+        if self._point_owner:
+            self._point_owner.append(self._point_owner[0])
+
+    @property
+    def version(self) -> int:
+        """The ring version this ring was computed for."""
+        return self._version
+
+    @property
+    def members(self) -> Mapping[str, float]:
+        """Read-only mapping of member id to weight, in id order."""
+        return MappingProxyType(self._weights)
+
+    def __len__(self) -> int:
+        return len(self._weights)
+
+    def __contains__(self, member_id: object) -> bool:
+        return member_id in self._weights
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ring):
+            return NotImplemented
+        return self._version == other._version and self._weights == other._weights
+
+    def __hash__(self) -> int:
+        return hash((self._version, tuple(self._weights.items())))
+
+    def __repr__(self) -> str:
+        return f"Ring(version={self._version}, members={len(self._weights)})"
+
+    def owner(self, node_id: str) -> str:
+        """The member that owns ``node_id``.
+
+        :raises EmptyRingError: when the ring has no members.
+        :raises TypeError: when ``node_id`` is not a string.
+        """
+        # The hot path of every routing decision: no helper calls, and the
+        # wrap-around is a sentinel entry rather than a branch.
+        try:
+            h = _hash64(node_id.encode("utf-8"))
+            bucket = h >> _BUCKET_SHIFT
+            lo, hi = self._bucket_start[bucket], self._bucket_start[bucket + 1]
+            return self._point_owner[_bisect_left(self._points_compact, h, lo, hi)]
+        except AttributeError:
+            _node_hash(node_id)  # raises the TypeError naming the type
+            raise
+        except IndexError:
+            raise EmptyRingError(node_id) from None
+
+    def assign(self, node_ids: Sequence[str]) -> list[str]:
+        """Owners of many nodes at once; the same answers as :meth:`owner`."""
+        if not node_ids:
+            return []
+        if not self._weights:
+            raise EmptyRingError()
+        return self._member_names[self._owner_indices(node_ids)].tolist()  # type: ignore[no-any-return]
+
+    def load(self, node_ids: Sequence[str]) -> dict[str, int]:
+        """How many of ``node_ids`` each member owns (members owning none: 0)."""
+        if not self._weights:
+            if node_ids:
+                raise EmptyRingError()
+            return {}
+        counts = np.bincount(
+            self._owner_indices(node_ids), minlength=len(self._weights)
+        ).tolist()
+        return dict(zip(self._weights, counts, strict=True))
+
+    def _owner_indices(self, node_ids: Sequence[str]) -> npt.NDArray[np.int32]:
+        try:
+            # map() keeps hashing in C: no Python frame per node.
+            hashes = np.fromiter(
+                map(_hash64, map(str.encode, node_ids)),
+                dtype=np.uint64,
+                count=len(node_ids),
+            )
+        except TypeError:
+            for node_id in node_ids:
+                _node_hash(node_id)  # raises the TypeError naming the type
+            raise
+        idx = np.searchsorted(self._points, hashes, side="left")
+        idx[idx == len(self._points)] = 0
+        return self._owner_index[idx]
+
+
+def moves(old: Ring, new: Ring, node_ids: Sequence[str]) -> list[Move]:
+    """The nodes of ``node_ids`` whose owner differs between two rings.
+
+    An empty ring owns nothing: its side of a move is ``None``.
+    """
+    before: list[str | None] = (
+        list(old.assign(node_ids)) if len(old) else [None] * len(node_ids)
+    )
+    after: list[str | None] = (
+        list(new.assign(node_ids)) if len(new) else [None] * len(node_ids)
+    )
+    return [
+        Move(node_id, a, b)
+        for node_id, a, b in zip(node_ids, before, after, strict=True)
+        if a != b
+    ]

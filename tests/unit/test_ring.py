@@ -1,0 +1,271 @@
+"""Tests of hashring.ring: determinism, minimal movement, balance, validation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hashring.exceptions import (
+    EmptyRingError,
+    HashRingError,
+    InvalidMemberError,
+    InvalidRingVersionError,
+)
+from hashring.ring import MAX_WEIGHT, Move, Ring, moves
+
+
+def node_ids(count: int, seed: int) -> list[str]:
+    rnd = random.Random(seed)
+    return [f"{rnd.getrandbits(128):032x}" for _ in range(count)]
+
+
+NODES_100K = node_ids(100_000, seed=20261121)
+
+member_ids = st.text(
+    alphabet=st.characters(
+        min_codepoint=33,
+        max_codepoint=0x2FFF,
+        exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp"),
+    ),
+    min_size=1,
+    max_size=20,
+)
+member_sets = st.sets(member_ids, min_size=1, max_size=20)
+
+
+# -- lookups -----------------------------------------------------------------
+
+
+@settings(max_examples=50, deadline=None)
+@given(members=member_sets, seed=st.integers(0, 2**32), version=st.integers(1, 2**31))
+def test_assign_matches_owner(members: set[str], seed: int, version: int) -> None:
+    ring = Ring(members, version=version)
+    ids = [*node_ids(500, seed), "", "é", "node-1", "x" * 300]
+    owners = ring.assign(ids)
+    assert owners == [ring.owner(n) for n in ids]
+    assert set(owners) <= members
+
+
+@settings(max_examples=30, deadline=None)
+@given(members=member_sets, seed=st.integers(0, 2**32))
+def test_member_order_does_not_matter(members: set[str], seed: int) -> None:
+    ordered = sorted(members)
+    shuffled = ordered[:]
+    random.Random(seed).shuffle(shuffled)
+    ids = node_ids(300, seed)
+    assert Ring(ordered).assign(ids) == Ring(shuffled).assign(ids)
+    weights = {m: 1.0 + i % 3 for i, m in enumerate(ordered)}
+    reordered = dict(sorted(weights.items(), reverse=True))
+    assert Ring(weights).assign(ids) == Ring(reordered).assign(ids)
+
+
+_SUBPROCESS = """
+import hashlib, json, sys
+from hashring.ring import Ring
+members, nodes = json.loads(sys.stdin.read())
+owners = Ring(members, version=7).assign(nodes)
+print(hashlib.sha256("\\n".join(owners).encode()).hexdigest())
+"""
+
+
+def test_same_owners_in_every_process() -> None:
+    """The map survives PYTHONHASHSEED and member order, across processes."""
+    members = {f"agent-{i}": 1.0 + (i % 4) / 2 for i in range(25)}
+    nodes = node_ids(5000, seed=1)
+    digests = set()
+    for hashseed, order in (("0", 1), ("1", -1), ("12345", 1), ("random", -1)):
+        payload = json.dumps([dict(list(members.items())[::order]), nodes])
+        env = {**os.environ, "PYTHONHASHSEED": hashseed}
+        out = subprocess.run(
+            [sys.executable, "-c", _SUBPROCESS],
+            input=payload,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        digests.add(out.stdout.strip())
+    local = Ring(members, version=7).assign(nodes)
+    assert digests == {hashlib.sha256("\n".join(local).encode()).hexdigest()}
+
+
+def test_version_changes_the_map_and_only_the_version() -> None:
+    members = [f"agent-{i}" for i in range(10)]
+    ids = node_ids(2000, seed=3)
+    v1, v1_again, v2 = Ring(members, 1), Ring(members, 1), Ring(members, 2)
+    assert v1.assign(ids) == v1_again.assign(ids)
+    changed = sum(a != b for a, b in zip(v1.assign(ids), v2.assign(ids), strict=True))
+    # Independent maps agree on about 1/10 of the nodes.
+    assert changed > 0.8 * len(ids)
+
+
+def test_empty_ring() -> None:
+    ring = Ring([])
+    assert len(ring) == 0
+    assert ring.assign([]) == []
+    with pytest.raises(EmptyRingError) as err:
+        ring.owner("node-1")
+    assert err.value.node_id == "node-1"
+    with pytest.raises(EmptyRingError):
+        ring.assign(["node-1"])
+    assert moves(ring, Ring(["a"]), ["n1"]) == [Move("n1", None, "a")]
+    assert moves(Ring(["a"]), ring, ["n1"]) == [Move("n1", "a", None)]
+
+
+def test_single_member_owns_everything() -> None:
+    ring = Ring(["only"])
+    assert set(ring.assign(node_ids(1000, 5))) == {"only"}
+    assert ring.load(node_ids(10, 5)) == {"only": 10}
+
+
+def test_node_id_must_be_a_string() -> None:
+    ring = Ring(["a", "b"])
+    with pytest.raises(TypeError, match="node id must be a string"):
+        ring.owner(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="node id must be a string"):
+        ring.assign(["ok", b"bytes"])  # type: ignore[list-item]
+
+
+def test_members_and_version_exposed_read_only() -> None:
+    ring = Ring({"b": 2, "a": 1.5}, version=3)
+    assert ring.version == 3
+    assert list(ring.members) == ["a", "b"]
+    assert ring.members["b"] == 2.0
+    assert "a" in ring and "c" not in ring
+    with pytest.raises(TypeError):
+        ring.members["c"] = 1.0  # type: ignore[index]
+    assert ring == Ring({"a": 1.5, "b": 2.0}, version=3)
+    assert ring != Ring({"a": 1.5, "b": 2.0}, version=4)
+
+
+# -- movement ----------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(members=st.sets(member_ids, min_size=1, max_size=20), newcomer=member_ids)
+def test_join_moves_only_to_the_newcomer(members: set[str], newcomer: str) -> None:
+    members.discard(newcomer)
+    if not members:
+        return
+    size = 4000 * (len(members) + 1)
+    ids = node_ids(size, seed=len(members))
+    before, after = Ring(members), Ring(members | {newcomer})
+    moved = moves(before, after, ids)
+    assert all(m.new_owner == newcomer for m in moved)
+    expected = 1 / (len(members) + 1)
+    assert abs(len(moved) / size - expected) <= 0.10 * expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(members=st.sets(member_ids, min_size=2, max_size=20), data=st.data())
+def test_leave_moves_only_the_leavers_nodes(
+    members: set[str], data: st.DataObject
+) -> None:
+    leaver = data.draw(st.sampled_from(sorted(members)))
+    ids = node_ids(3000, seed=len(members))
+    before, after = Ring(members), Ring(members - {leaver})
+    moved = moves(before, after, ids)
+    assert all(m.old_owner == leaver and m.new_owner != leaver for m in moved)
+    # Every node the leaver had moved, nothing else did.
+    assert len(moved) == before.assign(ids).count(leaver)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    weights=st.dictionaries(member_ids, st.floats(0.25, 8), min_size=2, max_size=12),
+    data=st.data(),
+)
+def test_weight_change_moves_only_to_or_from_that_member(
+    weights: dict[str, float], data: st.DataObject
+) -> None:
+    member = data.draw(st.sampled_from(sorted(weights)))
+    factor = data.draw(st.sampled_from([0.5, 2.0, 3.0]))
+    changed = {**weights, member: min(MAX_WEIGHT, weights[member] * factor)}
+    moved = moves(Ring(weights), Ring(changed), node_ids(3000, seed=9))
+    if factor > 1:
+        assert all(m.new_owner == member for m in moved)
+    else:
+        assert all(m.old_owner == member for m in moved)
+
+
+@pytest.mark.parametrize("count", [3, 10, 100, 200])
+def test_join_and_leave_fractions_at_100k(count: int) -> None:
+    members = [f"agent-{i:03d}" for i in range(count)]
+    ring = Ring(members)
+    joined = Ring([*members, "newcomer"])
+    moved = moves(ring, joined, NODES_100K)
+    expected = 1 / (count + 1)
+    assert {m.new_owner for m in moved} == {"newcomer"}
+    assert abs(len(moved) / len(NODES_100K) - expected) <= 0.10 * expected
+    # A member leaving from the middle, not only the last one.
+    leaver = members[count // 2]
+    left = moves(ring, Ring([m for m in members if m != leaver]), NODES_100K)
+    assert {m.old_owner for m in left} == {leaver}
+
+
+# -- balance -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("count", "limit"), [(100, 1.10), (200, 1.15)])
+def test_balance_at_100k_nodes(count: int, limit: float) -> None:
+    ring = Ring([f"agent-{i:03d}" for i in range(count)])
+    load = ring.load(NODES_100K)
+    assert sum(load.values()) == len(NODES_100K)
+    assert max(load.values()) / (len(NODES_100K) / count) <= limit
+
+
+def test_weights_honoured_within_5_percent() -> None:
+    weights = {"small": 0.5, "one": 1.0, "two": 2.0, "three": 3.0, "big": 5.5}
+    load = Ring(weights).load(NODES_100K)
+    total = sum(weights.values())
+    for member, weight in weights.items():
+        expected = len(NODES_100K) * weight / total
+        assert abs(load[member] - expected) <= 0.05 * expected, member
+
+
+# -- validation --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("members", "member", "field"),
+    [
+        (["a", ""], "", "id"),
+        (["a", " b"], " b", "id"),
+        (["a", 7], 7, "id"),
+        (["a", "b", "a"], "a", "id"),
+        ({"a": 1, "b": 0}, "b", "weight"),
+        ({"a": -1.0}, "a", "weight"),
+        ({"a": float("nan")}, "a", "weight"),
+        ({"a": float("inf")}, "a", "weight"),
+        ({"a": True}, "a", "weight"),
+        ({"a": "1"}, "a", "weight"),
+        ({"a": MAX_WEIGHT * 2}, "a", "weight"),
+        ("abc", "abc", "id"),
+    ],
+)
+def test_invalid_members_are_refused(
+    members: object, member: object, field: str
+) -> None:
+    with pytest.raises(InvalidMemberError) as err:
+        Ring(members)  # type: ignore[arg-type]
+    assert isinstance(err.value, ValueError)
+    assert isinstance(err.value, HashRingError)
+    assert err.value.member == member
+    assert err.value.field == field
+    assert repr(member) in str(err.value)
+
+
+@pytest.mark.parametrize("version", [0, -1, 1.0, "1", True, None])
+def test_invalid_version_is_refused(version: object) -> None:
+    with pytest.raises(InvalidRingVersionError) as err:
+        Ring(["a"], version=version)  # type: ignore[arg-type]
+    assert isinstance(err.value, ValueError)
+    assert err.value.version == version

@@ -1,0 +1,535 @@
+#!/usr/bin/env bash
+# Control the private etcd / RabbitMQ / PostgreSQL servers started by
+# tools/with-test-servers.sh, e.g. from a functional test that injects faults.
+#
+# Usage (inside a command run by tools/with-test-servers.sh, which exports
+# RINGFLEET_TEST_SERVERS_DIR):
+#   tools/test-servers-ctl.sh ACTION [ARGS...]
+#
+# Actions (every start-* waits until the server is ready, every stop-*/kill-*
+# waits until the process is gone; all exit non-zero on failure):
+#   start-etcd | stop-etcd | kill-etcd | restart-etcd | wait-etcd
+#       kill-etcd = SIGKILL (no graceful shutdown); start-etcd reuses the same
+#       data dir and the exact command line in $RINGFLEET_TEST_ETCD_CMD.
+#   start-rabbit | stop-rabbit | kill-rabbit | restart-rabbit | wait-rabbit
+#       full broker restart on the same Mnesia dir (durable queues survive).
+#   stop-app-rabbit | start-app-rabbit
+#       rabbitmqctl stop_app / start_app: the Erlang node stays up, AMQP closes.
+#   start-pg | stop-pg | kill-pg | restart-pg | wait-pg
+#   pid etcd|rabbit|pg|epmd    print the current PID (changes on restart)
+#   rabbitmqctl ARGS...        run rabbitmqctl against our node
+#   status                     one line per server: running/stopped, PID
+#   env                        print the RINGFLEET_TEST_* variables
+#
+# This file is also sourced by tools/with-test-servers.sh as a function
+# library (everything prefixed rf_); only the dispatch at the end is skipped.
+
+# ---------------------------------------------------------------- helpers --
+
+rf_msg() { printf '%s: %s\n' "${RF_PROG:-test-servers}" "$*" >&2; }
+rf_die() { rf_msg "error: $*"; exit 1; }
+
+# Microseconds since the epoch (locale-independent).
+rf_now_us() { local t=${EPOCHREALTIME//[!0-9]/}; printf '%s' "$((10#$t))"; }
+
+# Seconds with one decimal since a rf_now_us timestamp.
+rf_elapsed() {
+    local ms=$((($(rf_now_us) - $1) / 1000))
+    printf '%d.%d' "$((ms / 1000))" "$((ms % 1000 / 100))"
+}
+
+# True while PID names a live (non-zombie) process.
+rf_alive() {
+    local pid=${1:-} stat
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
+}
+
+rf_read_pid() { local f=$1 p=''; [[ -s $f ]] && read -r p <"$f"; printf '%s' "${p:-}"; }
+
+# rf_wait_gone PID SECONDS: wait for a process to die; 1 if still alive.
+rf_wait_gone() {
+    local pid=$1 end=$(($(rf_now_us) + $2 * 1000000))
+    while rf_alive "$pid"; do
+        (($(rf_now_us) < end)) || return 1
+        sleep 0.05
+    done
+}
+
+# rf_kill_pid PID NAME [SIGNAL] [SECONDS]: send SIGNAL (TERM), wait, then SIGKILL.
+rf_kill_pid() {
+    local pid=$1 name=$2 sig=${3:-TERM} secs=${4:-20}
+    rf_alive "$pid" || return 0
+    kill "-$sig" "$pid" 2>/dev/null || true
+    rf_wait_gone "$pid" "$secs" && return 0
+    rf_msg "$name (pid $pid) still alive ${secs}s after SIG$sig, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    rf_wait_gone "$pid" 10 || rf_msg "$name (pid $pid) survived SIGKILL"
+}
+
+# True if something accepts TCP connections on 127.0.0.1:PORT.
+rf_tcp_open() {
+    timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null
+}
+
+# rf_wait_for SECONDS FUNC [ARGS...]: retry FUNC until it succeeds or time is up.
+rf_wait_for() {
+    local secs=$1 end
+    shift
+    end=$(($(rf_now_us) + secs * 1000000))
+    until "$@"; do
+        (($(rf_now_us) < end)) || return 1
+        sleep 0.1
+    done
+}
+
+rf_tail() {
+    local f
+    for f in "$@"; do
+        [[ -s $f ]] || continue
+        printf '%s\n' "----- last lines of $f -----" >&2
+        tail -n "${RF_TAIL_LINES:-60}" "$f" >&2
+    done
+}
+
+# ------------------------------------------------------------------ state --
+
+# All paths derive from RF_DIR; ports etc. come from $RF_DIR/state.env.
+rf_paths() {
+    RF_STATE=$RF_DIR/state.env
+    RF_ETCD_DIR=$RF_DIR/etcd
+    RF_ETCD_CMD=$RF_ETCD_DIR/etcd.cmd
+    RF_ETCD_PIDF=$RF_ETCD_DIR/etcd.pid
+    RF_ETCD_LOG=$RF_ETCD_DIR/etcd.log
+    RF_RABBIT_DIR=$RF_DIR/rabbit
+    RF_RABBIT_ENV=$RF_RABBIT_DIR/rabbit.env
+    RF_RABBITMQCTL=$RF_RABBIT_DIR/rabbitmqctl
+    RF_RABBIT_PIDF=$RF_RABBIT_DIR/rabbit.pid
+    RF_RABBIT_LAUNCHER_PIDF=$RF_RABBIT_DIR/launcher.pid
+    RF_RABBIT_LOG=$RF_RABBIT_DIR/stdout.log
+    RF_EPMD_PIDF=$RF_RABBIT_DIR/epmd.pid
+    RF_EPMD_LOG=$RF_RABBIT_DIR/epmd.log
+    RF_PG_DIR=$RF_DIR/pg
+    RF_PG_DATA=$RF_PG_DIR/data
+    RF_PG_SOCK=$RF_PG_DIR/run
+    RF_PG_LOG=$RF_PG_DIR/postgres.log
+}
+
+rf_load_state() {
+    RF_DIR=${RINGFLEET_TEST_SERVERS_DIR:-}
+    [[ -n $RF_DIR ]] || rf_die "RINGFLEET_TEST_SERVERS_DIR is not set (run under tools/with-test-servers.sh)"
+    [[ -r $RF_DIR/state.env ]] || rf_die "$RF_DIR/state.env not found"
+    rf_paths
+    # shellcheck source=/dev/null
+    . "$RF_STATE"
+}
+
+rf_has() { [[ ,$RF_SERVERS, == *,$1,* ]]; }
+
+# ------------------------------------------------------------------- etcd --
+
+rf_etcd_url() { printf 'http://127.0.0.1:%s' "$RF_ETCD_PORT"; }
+
+# Writes the exact command line (shell-quoted, one line; shlex.split() works).
+rf_etcd_write_cmd() {
+    local peer="http://127.0.0.1:$RF_ETCD_PEER_PORT" client
+    client=$(rf_etcd_url)
+    local -a cmd=(
+        "$(command -v etcd)" --name ringfleet-ci --data-dir "$RF_ETCD_DIR/data"
+        --logger=zap --log-level=warn
+        --listen-client-urls "$client" --advertise-client-urls "$client"
+        --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer"
+        --initial-cluster "ringfleet-ci=$peer" --initial-cluster-state new
+    )
+    printf '%q ' "${cmd[@]}" | sed 's/ $//' >"$RF_ETCD_CMD"
+    printf '\n' >>"$RF_ETCD_CMD"
+}
+
+rf_etcd_start_bg() {
+    local pid cmdline
+    pid=$(rf_read_pid "$RF_ETCD_PIDF")
+    if rf_alive "$pid"; then rf_msg "etcd already running (pid $pid)"; return 0; fi
+    cmdline=$(<"$RF_ETCD_CMD")
+    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_ETCD_LOG"
+    eval "setsid $cmdline </dev/null >>\"\$RF_ETCD_LOG\" 2>&1 &"
+    printf '%s\n' "$!" >"$RF_ETCD_PIDF"
+}
+
+rf_etcd_ready() {
+    local pid
+    pid=$(rf_read_pid "$RF_ETCD_PIDF")
+    rf_alive "$pid" || return 2
+    curl -sf --max-time 2 "$(rf_etcd_url)/health" 2>/dev/null | grep -q '"health":"true"'
+}
+
+# rf_etcd_wait SECONDS: 0 when healthy; on failure prints the log tail.
+rf_etcd_wait() {
+    local rc=0
+    rf_wait_for "$1" rf_etcd_ready_or_dead || rc=1
+    if ((rc == 0)) && rf_etcd_ready; then return 0; fi
+    rf_msg "etcd did not become healthy within $1 s (pid $(rf_read_pid "$RF_ETCD_PIDF"))"
+    rf_tail "$RF_ETCD_LOG"
+    return 1
+}
+# Stops waiting early when the process died.
+rf_etcd_ready_or_dead() { local r=0; rf_etcd_ready || r=$?; ((r != 1)); }
+
+rf_etcd_stop() { # [SIGNAL]
+    rf_kill_pid "$(rf_read_pid "$RF_ETCD_PIDF")" etcd "${1:-TERM}" 15
+}
+
+# ------------------------------------------------------------------- epmd --
+
+rf_epmd_start_bg() {
+    local pid
+    pid=$(rf_read_pid "$RF_EPMD_PIDF")
+    if rf_alive "$pid"; then return 0; fi
+    ERL_EPMD_PORT=$RF_EPMD_PORT ERL_EPMD_ADDRESS=127.0.0.1 \
+        setsid epmd -address 127.0.0.1 -port "$RF_EPMD_PORT" </dev/null >>"$RF_EPMD_LOG" 2>&1 &
+    printf '%s\n' "$!" >"$RF_EPMD_PIDF"
+}
+
+rf_epmd_stop() { rf_kill_pid "$(rf_read_pid "$RF_EPMD_PIDF")" epmd TERM 5; }
+
+# ----------------------------------------------------------------- rabbit --
+
+rf_rabbit_url() { printf 'rabbit://guest:guest@127.0.0.1:%s/' "$RF_AMQP_PORT"; }
+
+# One-time setup of the node's files, env file and rabbitmqctl wrapper.
+rf_rabbit_init() {
+    mkdir -p "$RF_RABBIT_DIR/home" "$RF_RABBIT_DIR/mnesia" "$RF_RABBIT_DIR/log"
+    printf '[].\n' >"$RF_RABBIT_DIR/enabled_plugins"
+    cat >"$RF_RABBIT_DIR/rabbitmq.conf" <<'EOF'
+# private test broker (tools/with-test-servers.sh)
+disk_free_limit.absolute = 10MB
+EOF
+    local -a env=(
+        "HOME=$RF_RABBIT_DIR/home"
+        "RABBITMQ_NODENAME=$RF_RABBIT_NODE"
+        "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
+        "RABBITMQ_NODE_PORT=$RF_AMQP_PORT"
+        "RABBITMQ_DIST_PORT=$RF_DIST_PORT"
+        "RABBITMQ_MNESIA_BASE=$RF_RABBIT_DIR/mnesia"
+        "RABBITMQ_LOG_BASE=$RF_RABBIT_DIR/log"
+        "RABBITMQ_PID_FILE=$RF_RABBIT_PIDF"
+        "RABBITMQ_CONF_ENV_FILE=/dev/null"
+        "RABBITMQ_ENABLED_PLUGINS_FILE=$RF_RABBIT_DIR/enabled_plugins"
+        "RABBITMQ_CONFIG_FILE=$RF_RABBIT_DIR/rabbitmq.conf"
+        "RABBITMQ_ADVANCED_CONFIG_FILE=$RF_RABBIT_DIR/advanced.config"
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+        "RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+        "ERL_EPMD_PORT=$RF_EPMD_PORT"
+        "ERL_EPMD_ADDRESS=127.0.0.1"
+    )
+    local kv
+    : >"$RF_RABBIT_ENV"
+    for kv in "${env[@]}"; do
+        printf 'export %s=%q\n' "${kv%%=*}" "${kv#*=}" >>"$RF_RABBIT_ENV"
+    done
+    cat >"$RF_RABBITMQCTL" <<EOF
+#!/usr/bin/env bash
+# rabbitmqctl for the private test broker $RF_RABBIT_NODE (node, cookie, epmd
+# port come from the env file); extra arguments are passed through.
+. $(printf '%q' "$RF_RABBIT_ENV")
+exec /usr/lib/rabbitmq/bin/rabbitmqctl -n "\$RABBITMQ_NODENAME" "\$@"
+EOF
+    chmod +x "$RF_RABBITMQCTL"
+}
+
+rf_rabbit_pid() {
+    local pid
+    pid=$(rf_read_pid "$RF_RABBIT_PIDF")
+    if rf_alive "$pid"; then printf '%s' "$pid"; return 0; fi
+    pid=$(rf_read_pid "$RF_RABBIT_LAUNCHER_PIDF")
+    if rf_alive "$pid"; then printf '%s' "$pid"; fi
+}
+
+rf_rabbit_start_bg() {
+    local pid
+    pid=$(rf_rabbit_pid)
+    if [[ -n $pid ]]; then rf_msg "rabbit already running (pid $pid)"; return 0; fi
+    rf_epmd_start_bg
+    rm -f "$RF_RABBIT_PIDF"
+    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_RABBIT_LOG"
+    (
+        # shellcheck source=/dev/null
+        . "$RF_RABBIT_ENV"
+        exec setsid /usr/lib/rabbitmq/bin/rabbitmq-server </dev/null >>"$RF_RABBIT_LOG" 2>&1
+    ) &
+    printf '%s\n' "$!" >"$RF_RABBIT_LAUNCHER_PIDF"
+}
+
+rf_rabbitmqctl() { timeout "${RF_CTL_TIMEOUT:-60}" "$RF_RABBITMQCTL" "$@"; }
+
+# 0 ready, 1 not yet, 2 process gone.
+rf_rabbit_ready() {
+    [[ -n $(rf_rabbit_pid) ]] || return 2
+    rf_tcp_open "$RF_AMQP_PORT" || return 1
+    rf_rabbitmqctl -q await_startup --timeout 30 >"$RF_RABBIT_DIR/ctl.out" 2>&1 || return 1
+}
+rf_rabbit_ready_or_dead() { local r=0; rf_rabbit_ready || r=$?; ((r != 1)); }
+
+# Real AMQP 0-9-1 login as guest/guest with the stdlib (no client library).
+rf_amqp_login_check() {
+    python3 - "$RF_AMQP_PORT" <<'EOF'
+import socket, struct, sys
+
+def frame(sock):
+    hdr = b""
+    while len(hdr) < 7:
+        chunk = sock.recv(7 - len(hdr))
+        if not chunk:
+            sys.exit("connection closed by broker (login refused?)")
+        hdr += chunk
+    ftype, chan, size = struct.unpack(">BHI", hdr)
+    body = b""
+    while len(body) < size + 1:
+        chunk = sock.recv(size + 1 - len(body))
+        if not chunk:
+            sys.exit("connection closed mid-frame")
+        body += chunk
+    return ftype, body[:-1]
+
+def method(cls, meth, args):
+    payload = struct.pack(">HH", cls, meth) + args
+    return struct.pack(">BHI", 1, 0, len(payload)) + payload + b"\xce"
+
+def sstr(s):
+    return struct.pack(">B", len(s)) + s
+
+def lstr(s):
+    return struct.pack(">I", len(s)) + s
+
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"AMQP\x00\x00\x09\x01")
+ftype, body = frame(s)
+assert body[:4] == struct.pack(">HH", 10, 10), "expected connection.start"
+s.sendall(method(10, 11, lstr(b"") + sstr(b"PLAIN") + lstr(b"\x00guest\x00guest") + sstr(b"en_US")))
+ftype, body = frame(s)
+cls, meth = struct.unpack(">HH", body[:4])
+if (cls, meth) != (10, 30):
+    sys.exit("expected connection.tune, got %d.%d %r" % (cls, meth, body[4:80]))
+chan_max, frame_max, heartbeat = struct.unpack(">HIH", body[4:12])
+s.sendall(method(10, 31, struct.pack(">HIH", chan_max, frame_max, 0)))
+s.sendall(method(10, 40, sstr(b"/") + sstr(b"") + b"\x00"))
+ftype, body = frame(s)
+cls, meth = struct.unpack(">HH", body[:4])
+if (cls, meth) != (10, 41):
+    sys.exit("expected connection.open-ok, got %d.%d %r" % (cls, meth, body[4:80]))
+s.sendall(method(10, 50, struct.pack(">H", 200) + sstr(b"bye") + struct.pack(">HH", 0, 0)))
+s.close()
+EOF
+}
+
+rf_rabbit_wait() {
+    local rc=0
+    rf_wait_for "$1" rf_rabbit_ready_or_dead || rc=1
+    if ((rc == 0)) && rf_rabbit_ready; then
+        if command -v python3 >/dev/null; then
+            rf_amqp_login_check >"$RF_RABBIT_DIR/login.out" 2>&1 && return 0
+            rf_msg "rabbit is up but AMQP login guest/guest failed:"
+            cat "$RF_RABBIT_DIR/login.out" >&2
+        else
+            rf_rabbitmqctl -q authenticate_user guest guest >"$RF_RABBIT_DIR/ctl.out" 2>&1 && return 0
+            rf_msg "rabbit is up but 'authenticate_user guest guest' failed"
+        fi
+    else
+        rf_msg "rabbit did not become ready within $1 s (pid $(rf_rabbit_pid))"
+    fi
+    rf_tail "$RF_EPMD_LOG" "$RF_RABBIT_LOG" "$RF_RABBIT_DIR/log/$RF_RABBIT_NODE.log" \
+        "$RF_RABBIT_DIR/ctl.out"
+    return 1
+}
+
+rf_rabbit_stop() { # [kill]
+    local pid launcher
+    pid=$(rf_read_pid "$RF_RABBIT_PIDF")
+    launcher=$(rf_read_pid "$RF_RABBIT_LAUNCHER_PIDF")
+    if [[ ${1:-} == kill ]]; then
+        rf_kill_pid "$pid" rabbit KILL 5
+    elif rf_alive "$pid" || rf_alive "$launcher"; then
+        if rf_alive "$pid"; then
+            RF_CTL_TIMEOUT=40 rf_rabbitmqctl -q stop >"$RF_RABBIT_DIR/ctl.out" 2>&1 ||
+                rf_msg "rabbitmqctl stop failed: $(tail -n 3 "$RF_RABBIT_DIR/ctl.out" | tr '\n' ' ')"
+        fi
+        rf_kill_pid "$pid" rabbit TERM 20
+    fi
+    rf_kill_pid "$launcher" rabbit-launcher TERM 10
+}
+
+# --------------------------------------------------------------- postgres --
+
+rf_pg_url() {
+    printf 'postgresql+psycopg2://%s:%s@127.0.0.1:%s/%s' \
+        "$RF_DB_USER" "$RF_DB_PASS" "$RF_PG_PORT" "$RF_DB_NAME"
+}
+
+# Run a command as the OS user owning the cluster (postgres when we are root:
+# initdb/postgres refuse to run as root), from a directory it can read.
+rf_pg_as() {
+    if ((EUID == 0)); then
+        (cd "$RF_PG_DIR" && runuser -u "$RF_PG_OSUSER" -- "$@")
+    else
+        (cd "$RF_PG_DIR" && "$@")
+    fi
+}
+
+rf_pg_init() {
+    mkdir -p "$RF_PG_DIR"
+    if ((EUID == 0)); then chown "$RF_PG_OSUSER:" "$RF_PG_DIR"; fi
+    chmod 700 "$RF_PG_DIR"
+    rf_pg_as mkdir -p "$RF_PG_SOCK"
+    if ! rf_pg_as "$RF_PG_BIN/initdb" -D "$RF_PG_DATA" -U postgres --no-sync \
+        --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 \
+        >"$RF_PG_DIR/initdb.log" 2>&1; then
+        rf_msg "initdb failed"
+        rf_tail "$RF_PG_DIR/initdb.log"
+        return 1
+    fi
+    rf_pg_as tee -a "$RF_PG_DATA/postgresql.conf" >/dev/null <<EOF
+# private test server (tools/with-test-servers.sh)
+listen_addresses = '127.0.0.1'
+port = $RF_PG_PORT
+unix_socket_directories = '$RF_PG_SOCK'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 200
+logging_collector = off
+EOF
+}
+
+rf_pg_start_bg() {
+    local pid
+    pid=$(rf_pg_pid)
+    if [[ -n $pid ]]; then rf_msg "postgres already running (pid $pid)"; return 0; fi
+    rf_pg_as "$RF_PG_BIN/pg_ctl" -D "$RF_PG_DATA" -l "$RF_PG_LOG" -W start >/dev/null
+}
+
+rf_pg_pid() {
+    local pid
+    pid=$(rf_read_pid "$RF_PG_DATA/postmaster.pid")
+    if rf_alive "$pid"; then printf '%s' "$pid"; fi
+}
+
+rf_pg_ready() {
+    [[ -n $(rf_pg_pid) ]] || return 1
+    "$RF_PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$RF_PG_PORT" -t 2
+}
+
+# Creates the role and database (first start only) and checks the TCP login
+# with the password, i.e. what the SQLAlchemy URL will do.
+rf_pg_setup_db() {
+    if [[ ! -e $RF_PG_DIR/db-created ]]; then
+        rf_pg_as "$RF_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$RF_PG_SOCK" -p "$RF_PG_PORT" \
+            -U postgres -d postgres \
+            -c "CREATE ROLE $RF_DB_USER LOGIN CREATEDB PASSWORD '$RF_DB_PASS'" \
+            -c "CREATE DATABASE $RF_DB_NAME OWNER $RF_DB_USER" \
+            >"$RF_PG_DIR/setup.log" 2>&1 || return 1
+        rf_pg_as touch "$RF_PG_DIR/db-created"
+    fi
+    PGPASSWORD=$RF_DB_PASS PGCONNECT_TIMEOUT=5 "$RF_PG_BIN/psql" -X -qAt \
+        -h 127.0.0.1 -p "$RF_PG_PORT" -U "$RF_DB_USER" -d "$RF_DB_NAME" \
+        -c 'SELECT 1' >>"$RF_PG_DIR/setup.log" 2>&1
+}
+
+rf_pg_wait() {
+    if rf_wait_for "$1" rf_pg_ready && rf_pg_setup_db; then return 0; fi
+    rf_msg "postgres did not become ready within $1 s (pid $(rf_pg_pid))"
+    rf_tail "$RF_PG_LOG" "$RF_PG_DIR/setup.log"
+    return 1
+}
+
+rf_pg_stop() { # [kill]
+    local pid
+    pid=$(rf_pg_pid)
+    [[ -n $pid ]] || return 0
+    if [[ ${1:-} == kill ]]; then
+        rf_kill_pid "$pid" postgres KILL 5
+        return 0
+    fi
+    # SIGINT = pg_ctl stop -m fast, without needing to switch user.
+    rf_kill_pid "$pid" postgres INT 20
+}
+
+# -------------------------------------------------------------------- env --
+
+rf_print_env() {
+    printf 'RINGFLEET_TEST_SERVERS_DIR=%s\n' "$RF_DIR"
+    if rf_has etcd; then
+        printf 'RINGFLEET_TEST_ETCD_URL=etcd3+%s\n' "$(rf_etcd_url)"
+        printf 'RINGFLEET_TEST_ETCD_PID=%s\n' "$(rf_read_pid "$RF_ETCD_PIDF")"
+        printf 'RINGFLEET_TEST_ETCD_CMD=%s\n' "$RF_ETCD_CMD"
+    fi
+    if rf_has rabbit; then
+        printf 'RINGFLEET_TEST_TRANSPORT_URL=%s\n' "$(rf_rabbit_url)"
+        printf 'RINGFLEET_TEST_RABBIT_PID=%s\n' "$(rf_rabbit_pid)"
+        printf 'RINGFLEET_TEST_RABBIT_NODE=%s\n' "$RF_RABBIT_NODE"
+        printf 'RINGFLEET_TEST_RABBITMQCTL=%s\n' "$RF_RABBITMQCTL"
+    fi
+    if rf_has postgres; then
+        printf 'RINGFLEET_TEST_DB_URL=%s\n' "$(rf_pg_url)"
+        printf 'RINGFLEET_TEST_PG_PID=%s\n' "$(rf_pg_pid)"
+    fi
+}
+
+# --------------------------------------------------------------- dispatch --
+
+rf_main() {
+    set -euo pipefail
+    RF_PROG=test-servers-ctl
+    local action=${1:-} secs=${RINGFLEET_TEST_SERVER_TIMEOUT:-90}
+    [[ -n $action ]] || rf_die "usage: $0 ACTION (see the header of this file)"
+    shift
+    rf_load_state
+    case $action in
+    start-etcd) rf_etcd_start_bg; rf_etcd_wait "$secs" ;;
+    wait-etcd) rf_etcd_wait "$secs" ;;
+    stop-etcd) rf_etcd_stop TERM ;;
+    kill-etcd) rf_etcd_stop KILL ;;
+    restart-etcd) rf_etcd_stop TERM; rf_etcd_start_bg; rf_etcd_wait "$secs" ;;
+    start-rabbit) rf_rabbit_start_bg; rf_rabbit_wait "$secs" ;;
+    wait-rabbit) rf_rabbit_wait "$secs" ;;
+    stop-rabbit) rf_rabbit_stop ;;
+    kill-rabbit) rf_rabbit_stop kill ;;
+    restart-rabbit) rf_rabbit_stop; rf_rabbit_start_bg; rf_rabbit_wait "$secs" ;;
+    stop-app-rabbit) rf_rabbitmqctl -q stop_app ;;
+    start-app-rabbit) rf_rabbitmqctl -q start_app; rf_rabbit_wait "$secs" ;;
+    rabbitmqctl) exec "$RF_RABBITMQCTL" "$@" ;;
+    start-pg) rf_pg_start_bg; rf_pg_wait "$secs" ;;
+    wait-pg) rf_pg_wait "$secs" ;;
+    stop-pg) rf_pg_stop ;;
+    kill-pg) rf_pg_stop kill ;;
+    restart-pg) rf_pg_stop; rf_pg_start_bg; rf_pg_wait "$secs" ;;
+    pid)
+        case ${1:-} in
+        etcd) rf_read_pid "$RF_ETCD_PIDF" ;;
+        rabbit) rf_rabbit_pid ;;
+        pg | postgres) rf_pg_pid ;;
+        epmd) rf_read_pid "$RF_EPMD_PIDF" ;;
+        *) rf_die "usage: pid etcd|rabbit|pg|epmd" ;;
+        esac
+        echo
+        ;;
+    status)
+        local name pid
+        for name in etcd rabbit postgres; do
+            rf_has "$name" || continue
+            case $name in
+            etcd) pid=$(rf_read_pid "$RF_ETCD_PIDF"); rf_alive "$pid" || pid='' ;;
+            rabbit) pid=$(rf_rabbit_pid) ;;
+            postgres) pid=$(rf_pg_pid) ;;
+            esac
+            if [[ -n $pid ]]; then echo "$name running pid $pid"; else echo "$name stopped"; fi
+        done
+        ;;
+    env) rf_print_env ;;
+    *) rf_die "unknown action '$action' (see the header of $0)" ;;
+    esac
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    rf_main "$@"
+fi

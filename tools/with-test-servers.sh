@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# Run a command with private etcd, RabbitMQ and PostgreSQL servers.
+#
+# Usage: tools/with-test-servers.sh COMMAND [ARGS...]
+#
+# Starts the servers (bound to 127.0.0.1 only, all state in a private temp
+# dir), exports RINGFLEET_TEST_* variables to COMMAND, runs it, stops every
+# server by PID, removes the dir and exits with COMMAND's status. Missing
+# Debian packages are installed (as root) without starting their system
+# services; any system-wide instance is left alone (we use our own ports).
+#
+# Environment:
+#   SERVERS=etcd,rabbit,postgres      which servers to start (default: all)
+#   RINGFLEET_TEST_SERVER_TIMEOUT=90  seconds each server may take to be ready
+#   RINGFLEET_TEST_KEEP_DIR=1         keep the private dir (logs) afterwards
+#
+# Exported to COMMAND:
+#   RINGFLEET_TEST_SERVERS_DIR    private dir; state for tools/test-servers-ctl.sh
+#   RINGFLEET_TEST_CTL            absolute path of tools/test-servers-ctl.sh
+#   RINGFLEET_TEST_ETCD_URL       etcd3+http://127.0.0.1:PORT (tooz URL)
+#   RINGFLEET_TEST_ETCD_PID       PID of etcd as started (see `ctl pid etcd`)
+#   RINGFLEET_TEST_ETCD_CMD       file holding etcd's exact command line
+#   RINGFLEET_TEST_TRANSPORT_URL  rabbit://guest:guest@127.0.0.1:PORT/
+#   RINGFLEET_TEST_RABBIT_PID     PID of the broker's beam.smp as started
+#   RINGFLEET_TEST_RABBIT_NODE    Erlang node name of the broker
+#   RINGFLEET_TEST_RABBITMQCTL    executable: rabbitmqctl bound to our node
+#   RINGFLEET_TEST_DB_URL         postgresql+psycopg2://USER:PASS@127.0.0.1:PORT/ringfleet
+#   RINGFLEET_TEST_PG_PID         PID of the postmaster as started
+# (variables of servers not selected by SERVERS are not set).
+
+set -euo pipefail
+
+RF_PROG=with-test-servers
+RF_TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tools/test-servers-ctl.sh
+. "$RF_TOOLS/test-servers-ctl.sh"
+
+RF_TIMEOUT=${RINGFLEET_TEST_SERVER_TIMEOUT:-90}
+RF_DIR=''
+RF_CHILD=''
+RF_CLEANED=0
+
+usage() {
+    sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    exit 2
+}
+
+# ---------------------------------------------------------------- install --
+
+pg_bin_dir() {
+    local d best=''
+    for d in /usr/lib/postgresql/*/bin; do
+        [[ -x $d/postgres && -x $d/initdb ]] && best=$d
+    done
+    # glob order is lexical; pick the highest major version numerically
+    if [[ -n $best ]]; then
+        for d in /usr/lib/postgresql/*/bin; do
+            [[ -x $d/postgres && -x $d/initdb ]] || continue
+            local v=${d#/usr/lib/postgresql/} b=${best#/usr/lib/postgresql/}
+            ((${v%%/*} > ${b%%/*})) && best=$d
+        done
+    fi
+    printf '%s' "$best"
+}
+
+ensure_packages() {
+    local -a pkgs=()
+    if rf_has etcd; then
+        command -v etcd >/dev/null || pkgs+=(etcd-server)
+        command -v curl >/dev/null || pkgs+=(curl)
+    fi
+    if rf_has rabbit; then
+        [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && command -v epmd >/dev/null ||
+            pkgs+=(rabbitmq-server)
+    fi
+    if rf_has postgres; then
+        [[ -n $(pg_bin_dir) ]] || pkgs+=(postgresql)
+    fi
+    ((${#pkgs[@]})) || return 0
+    ((EUID == 0)) || rf_die "missing packages ${pkgs[*]} and not root: install them first"
+    rf_msg "installing ${pkgs[*]}"
+    local policy=/usr/sbin/policy-rc.d backup='' rc=0 log
+    log=$(mktemp /tmp/ringfleet-apt.XXXXXX.log)
+    # Keep the packages from starting their own system services.
+    if [[ -e $policy ]]; then
+        backup=$policy.ringfleet-saved.$$
+        mv "$policy" "$backup"
+    fi
+    printf '#!/bin/sh\n# temporary, tools/with-test-servers.sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    {
+        apt-get -o DPkg::Lock::Timeout=300 update &&
+            DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y \
+                --no-install-recommends "${pkgs[@]}"
+    } >"$log" 2>&1 || rc=$?
+    rm -f "$policy"
+    if [[ -n $backup ]]; then mv "$backup" "$policy"; fi
+    if ((rc != 0)); then
+        tail -n 40 "$log" >&2
+        rf_die "apt-get failed (exit $rc), full log in $log"
+    fi
+    rm -f "$log"
+}
+
+# ------------------------------------------------------------------ ports --
+
+# pick_port DEFAULT: DEFAULT if free on 127.0.0.1 (and not already taken by
+# us), else a random free port below the ephemeral range.
+RF_USED_PORTS=''
+pick_port() {
+    local port
+    port=$(python3 - "$1" "$RF_USED_PORTS" <<'EOF'
+import random, socket, sys
+used = {int(p) for p in sys.argv[2].split()}
+def free(port):
+    if port in used:
+        return False
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+port = int(sys.argv[1])
+while not free(port):
+    port = random.randrange(20000, 32000)
+print(port)
+EOF
+    )
+    RF_USED_PORTS+=" $port"
+    printf '%s' "$port"
+}
+
+# ---------------------------------------------------------------- cleanup --
+
+# Any process still mentioning our private dir on its command line (e.g. an
+# etcd a test restarted itself from RINGFLEET_TEST_ETCD_CMD) is ours too.
+kill_leftovers() {
+    local p cmd
+    local -a pids=()
+    for p in /proc/[0-9]*; do
+        p=${p#/proc/}
+        [[ $p == "$$" || $p == "$BASHPID" ]] && continue
+        cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
+        [[ $cmd == *"$RF_DIR/"* ]] && rf_alive "$p" && pids+=("$p")
+    done
+    ((${#pids[@]})) || return 0
+    rf_msg "stopping leftover processes ${pids[*]}"
+    for p in "${pids[@]}"; do rf_kill_pid "$p" "leftover" TERM 10; done
+}
+
+stop_servers() {
+    [[ -n $RF_DIR && -e $RF_DIR/state.env ]] || return 0
+    # Postgres and etcd stop quickly: signal them first, then the broker.
+    local pgpid etcdpid
+    pgpid=$(rf_pg_pid 2>/dev/null || true)
+    etcdpid=$(rf_read_pid "$RF_ETCD_PIDF")
+    if rf_alive "$pgpid"; then kill -INT "$pgpid" 2>/dev/null || true; fi
+    if rf_alive "$etcdpid"; then kill -TERM "$etcdpid" 2>/dev/null || true; fi
+    if rf_has rabbit; then rf_rabbit_stop; fi
+    rf_kill_pid "$pgpid" postgres INT 20
+    rf_kill_pid "$etcdpid" etcd TERM 15
+    rf_epmd_stop
+    kill_leftovers
+}
+
+cleanup() {
+    local rc=$?
+    ((RF_CLEANED)) && return
+    RF_CLEANED=1
+    set +e
+    trap '' INT TERM
+    if [[ -n $RF_CHILD ]] && rf_alive "$RF_CHILD"; then
+        kill -TERM "$RF_CHILD" 2>/dev/null
+        rf_wait_gone "$RF_CHILD" 10 || kill -KILL "$RF_CHILD" 2>/dev/null
+    fi
+    stop_servers
+    if [[ -n $RF_DIR && -d $RF_DIR ]]; then
+        if [[ ${RINGFLEET_TEST_KEEP_DIR:-} == 1 ]]; then
+            rf_msg "kept $RF_DIR"
+        else
+            rm -rf "$RF_DIR"
+        fi
+    fi
+    exit "$rc"
+}
+
+on_signal() {
+    local sig=$1 code=$2
+    rf_msg "got SIG$sig, stopping"
+    trap '' INT TERM
+    if [[ -n $RF_CHILD ]] && rf_alive "$RF_CHILD"; then
+        kill "-$sig" "$RF_CHILD" 2>/dev/null || true
+        if ! rf_wait_gone "$RF_CHILD" 10; then
+            rf_msg "command still running 10 s after SIG$sig, sending SIGKILL"
+            kill -KILL "$RF_CHILD" 2>/dev/null || true
+        fi
+    fi
+    exit "$code"
+}
+
+# ------------------------------------------------------------------- main --
+
+up() { # NAME URL START_US
+    printf '%s: %-8s up at %s in %s s\n' "$RF_PROG" "$1" "$2" "$(rf_elapsed "$3")" >&2
+}
+
+fail_start() {
+    rf_msg "failed to start $1; the private dir was $RF_DIR"
+    exit 1
+}
+
+main() {
+    (($#)) || usage
+    [[ $1 == -h || $1 == --help ]] && usage
+
+    local s out=''
+    local -a sel
+    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres}"
+    for s in "${sel[@]}"; do
+        case $s in
+        etcd) ;;
+        rabbit | rabbitmq) s=rabbit ;;
+        postgres | postgresql | pg) s=postgres ;;
+        '') continue ;;
+        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres)" ;;
+        esac
+        out+=,$s
+    done
+    RF_SERVERS=${out#,}
+    [[ -n $RF_SERVERS ]] || rf_die "SERVERS is empty"
+
+    ensure_packages
+
+    trap cleanup EXIT
+    trap 'on_signal INT 130' INT
+    trap 'on_signal TERM 143' TERM
+
+    RF_DIR=$(mktemp -d /tmp/ringfleet-servers.XXXXXX)
+    chmod 711 "$RF_DIR" # the postgres user must reach $RF_DIR/pg
+    rf_paths
+
+    RF_ETCD_PORT='' RF_ETCD_PEER_PORT='' RF_AMQP_PORT='' RF_DIST_PORT='' RF_EPMD_PORT=''
+    RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER=''
+    RF_RABBIT_NODE="ringfleet-ci-$$@localhost"
+    RF_DB_USER=ringfleet RF_DB_PASS=ringfleet RF_DB_NAME=ringfleet
+    if rf_has etcd; then
+        RF_ETCD_PORT=$(pick_port 23790)
+        RF_ETCD_PEER_PORT=$(pick_port 23800)
+    fi
+    if rf_has rabbit; then
+        RF_AMQP_PORT=$(pick_port 25672)
+        RF_DIST_PORT=$(pick_port 25673)
+        RF_EPMD_PORT=$(pick_port 24369)
+    fi
+    if rf_has postgres; then
+        RF_PG_PORT=$(pick_port 25432)
+        RF_PG_BIN=$(pg_bin_dir)
+        if ((EUID == 0)); then RF_PG_OSUSER=postgres; else RF_PG_OSUSER=$(id -un); fi
+    fi
+    local v
+    for v in RF_SERVERS RF_ETCD_PORT RF_ETCD_PEER_PORT RF_AMQP_PORT RF_DIST_PORT \
+        RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_RABBIT_NODE \
+        RF_DB_USER RF_DB_PASS RF_DB_NAME; do
+        printf '%s=%q\n' "$v" "${!v}"
+    done >"$RF_STATE"
+
+    # Start everything, slowest first, then wait for each.
+    local t_rabbit t_etcd t_pg
+    if rf_has rabbit; then
+        rf_rabbit_init
+        t_rabbit=$(rf_now_us)
+        rf_epmd_start_bg
+        rf_rabbit_start_bg
+    fi
+    if rf_has etcd; then
+        mkdir -p "$RF_ETCD_DIR"
+        rf_etcd_write_cmd
+        t_etcd=$(rf_now_us)
+        rf_etcd_start_bg
+    fi
+    if rf_has postgres; then
+        t_pg=$(rf_now_us)
+        rf_pg_init || fail_start postgres
+        rf_pg_start_bg || { rf_tail "$RF_PG_LOG"; fail_start postgres; }
+    fi
+
+    if rf_has etcd; then
+        rf_etcd_wait "$RF_TIMEOUT" || fail_start etcd
+        up etcd "etcd3+$(rf_etcd_url)" "$t_etcd"
+    fi
+    if rf_has postgres; then
+        rf_pg_wait "$RF_TIMEOUT" || fail_start postgres
+        up postgres "$(rf_pg_url)" "$t_pg"
+    fi
+    if rf_has rabbit; then
+        rf_rabbit_wait "$RF_TIMEOUT" || fail_start rabbit
+        up rabbit "$(rf_rabbit_url)" "$t_rabbit"
+    fi
+
+    local line
+    while IFS= read -r line; do
+        export "${line?}"
+    done < <(rf_print_env)
+    export RINGFLEET_TEST_CTL="$RF_TOOLS/test-servers-ctl.sh"
+
+    # Not exec: we must clean up. Undo the SIGINT/SIGQUIT ignore bash applies
+    # to background jobs so the command can be interrupted normally.
+    local rc=0
+    (
+        trap - INT QUIT TERM
+        exec "$@"
+    ) &
+    RF_CHILD=$!
+    wait "$RF_CHILD" || rc=$?
+    RF_CHILD=''
+    if ((rc != 0)); then rf_msg "command exited with status $rc"; fi
+    exit "$rc"
+}
+
+main "$@"
