@@ -59,13 +59,18 @@ class EmptyRingError(HashRingError, LookupError):
 
 
 class MembershipError(HashRingError):
-    """The membership adapter was used wrongly or its backend URL is invalid.
+    """The membership adapter was given a bad parameter or used wrongly.
 
     :ivar member_id: the local member id
+    :ivar field: the offending parameter (``"backend_url"``, ``"member_id"``,
+        ``"weight"``, ``"ring_version"``, ``"group"``, ``"watch_interval"``),
+        or ``None`` for a misuse such as starting twice
     :ivar reason: human readable explanation
     """
 
-    def __init__(self, member_id: str, reason: str) -> None:
+    def __init__(self, member_id: str, field: str | None, reason: str) -> None:
         self.member_id = member_id
+        self.field = field
         self.reason = reason
-        super().__init__(f"membership of {member_id!r}: {reason}")
+        where = f" {field}" if field else ""
+        super().__init__(f"membership of {member_id!r}:{where} {reason}")

@@ -71,6 +71,7 @@ rf_kill_pid() {
 
 # True if something accepts TCP connections on 127.0.0.1:PORT.
 rf_tcp_open() {
+    # shellcheck disable=SC2016 # $1 is expanded by the inner bash
     timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null
 }
 
@@ -381,6 +382,7 @@ rf_pg_init() {
     if ((EUID == 0)); then chown "$RF_PG_OSUSER:" "$RF_PG_DIR"; fi
     chmod 700 "$RF_PG_DIR"
     rf_pg_as mkdir -p "$RF_PG_SOCK"
+    # shellcheck disable=SC2153 # RF_PG_BIN comes from state.env
     if ! rf_pg_as "$RF_PG_BIN/initdb" -D "$RF_PG_DATA" -U postgres --no-sync \
         --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 \
         >"$RF_PG_DIR/initdb.log" 2>&1; then

@@ -28,6 +28,9 @@
 #   RINGFLEET_TEST_PG_PID         PID of the postmaster as started
 # (variables of servers not selected by SERVERS are not set).
 
+# Functions below run from traps; shellcheck 0.9 calls them unreachable.
+# shellcheck disable=SC2317
+
 set -euo pipefail
 
 RF_PROG=with-test-servers
@@ -282,10 +285,12 @@ main() {
         t_etcd=$(rf_now_us)
         rf_etcd_start_bg
     fi
+    local pg_starter=''
     if rf_has postgres; then
         t_pg=$(rf_now_us)
-        rf_pg_init || fail_start postgres
-        rf_pg_start_bg || { rf_tail "$RF_PG_LOG"; fail_start postgres; }
+        # initdb takes a second or two: overlap it with waiting for etcd.
+        { rf_pg_init && rf_pg_start_bg; } &
+        pg_starter=$!
     fi
 
     if rf_has etcd; then
@@ -293,6 +298,7 @@ main() {
         up etcd "etcd3+$(rf_etcd_url)" "$t_etcd"
     fi
     if rf_has postgres; then
+        wait "$pg_starter" || { rf_tail "$RF_PG_LOG"; fail_start postgres; }
         rf_pg_wait "$RF_TIMEOUT" || fail_start postgres
         up postgres "$(rf_pg_url)" "$t_pg"
     fi

@@ -1,0 +1,1 @@
+"""Benchmarks of ringfleet; run them with ``python -m benchmarks.<name>``."""

@@ -1,0 +1,48 @@
+"""Options of the ``[coordination]`` group: the membership backend."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+group = cfg.OptGroup(
+    "coordination",
+    title="Coordination options",
+    help="The tooz group that agents join and conductors watch.",
+)
+
+opts = [
+    cfg.StrOpt(
+        "backend_url",
+        secret=True,
+        help=(
+            "tooz backend URL. Production: etcd 3, e.g. "
+            "'etcd3+http://127.0.0.1:2379?membership_timeout=10'. The "
+            "membership_timeout (seconds, default 30) is the lease TTL: a dead "
+            "agent's nodes are taken over about that long after it died, and a "
+            "live agent stops acting after half of it without reaching etcd. "
+            "Lower means faster takeover but more false suspensions on a busy "
+            "etcd; etcd grants no lease under about 2 s. The embedded mode uses "
+            "'file:///some/dir?timeout=5' (one machine only)."
+        ),
+    ),
+    cfg.StrOpt(
+        "group",
+        default="ringfleet-compute",
+        help="Name of the tooz group the compute agents join.",
+    ),
+    cfg.FloatOpt(
+        "watch_interval",
+        default=1.0,
+        min=0.05,
+        max=1.0,
+        help=(
+            "Seconds between two reads of the group. Joins and leaves are "
+            "noticed within this delay (plus the TTL for a crash)."
+        ),
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)

@@ -1,0 +1,16 @@
+"""Option listing for oslo-config-generator (entry point ``oslo.config.opts``)."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from conductor.conf import coordination, default, ring
+
+
+def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
+    """Every option of ringfleet's shared configuration, by group."""
+    return [
+        ("DEFAULT", list(default.opts)),
+        (coordination.group, list(coordination.opts)),
+        (ring.group, list(ring.opts)),
+    ]

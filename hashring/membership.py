@@ -1,0 +1,597 @@
+"""Group membership over tooz: the live member set the ring is computed from.
+
+A :class:`Membership` joins a tooz group (etcd 3 in production, ``file://``
+for the embedded mode and tests), keeps its lease alive, polls the group at
+least once a second and hands every changed :class:`MembershipView` to a
+callback.  It also answers the one question an agent must ask before every
+node action: *am I still certainly a member?*
+
+Connection states, in the manner of kazoo:
+
+``CONNECTED``
+    the last heartbeat that reached the backend started less than half the
+    TTL ago, and the member was last seen present in the group.
+``SUSPENDED``
+    no heartbeat has succeeded for more than half the TTL.  The lease may
+    still be alive, but peers could see it expire before we notice: stop
+    acting on nodes.
+``LOST``
+    the lease has certainly expired (no heartbeat for a full TTL, e.g. the
+    process was paused), the member found itself missing from the group, or
+    it was never joined.  Peers may have taken its nodes over; claims must be
+    re-validated after the re-join.
+
+The state is computed from a monotonic clock each time it is read, not set
+by a background thread, so a process resumed after SIGSTOP sees ``LOST`` on
+its very first read, before any thread has had a chance to run.
+
+Why not tooz's own heart and watchers: tooz renews the lease but never
+re-joins after it expired (the member silently stays absent), and its
+watchers poll ``get_members`` anyway.  We poll
+``get_members_with_capabilities`` ourselves, which is one consistent read of
+the ids *and* their ring version and weight, so a view never mixes two
+moments (the Nova bug 1841481 failure mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from tooz import coordination
+
+from hashring.exceptions import HashRingError, InvalidMemberError, MembershipError
+from hashring.ring import Ring, _validate_member_id, _validate_weight
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "Member",
+    "Membership",
+    "MembershipView",
+    "State",
+    "ttl_from_url",
+]
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_GROUP = "ringfleet-compute"
+
+#: tooz's own defaults when the URL names no timeout.
+_DEFAULT_TTL = {"etcd3+http": 30.0, "etcd3+https": 30.0, "file": 10.0}
+
+
+class State(enum.Enum):
+    """Connection state of a :class:`Membership`."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One live member of the group as it announces itself."""
+
+    member_id: str
+    ring_version: int | None
+    weight: float | None
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MembershipView:
+    """The group as seen by one consistent read.
+
+    :ivar members: the members that belong in the ring (same ring version,
+        well-formed capabilities), by id.
+    :ivar excluded: live members kept out of the ring, by id, with the reason.
+    :ivar ring_version: the ring version of the process that made the view.
+    """
+
+    members: Mapping[str, Member]
+    excluded: Mapping[str, str]
+    ring_version: int
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Member id to weight, for :class:`hashring.ring.Ring`."""
+        return {mid: m.weight or 1.0 for mid, m in self.members.items()}
+
+    def ring(self) -> Ring:
+        """The ring of this view's members."""
+        return Ring(self.weights, version=self.ring_version)
+
+
+def ttl_from_url(backend_url: str, member_id: str = "-") -> float:
+    """The membership TTL (seconds) that a tooz backend URL configures.
+
+    :raises MembershipError: for a backend ringfleet does not support or a
+        timeout that is not a positive number.
+    """
+    parsed = urllib.parse.urlsplit(backend_url)
+    if parsed.scheme not in _DEFAULT_TTL:
+        raise MembershipError(
+            member_id,
+            "backend_url",
+            f"unsupported scheme {parsed.scheme!r}; "
+            f"use one of {', '.join(sorted(_DEFAULT_TTL))}",
+        )
+    query = urllib.parse.parse_qs(parsed.query)
+    values = query.get("membership_timeout") or query.get("timeout")
+    if not values:
+        return _DEFAULT_TTL[parsed.scheme]
+    raw = values[-1]
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = -1.0
+    if not ttl > 0:
+        raise MembershipError(
+            member_id, "backend_url", f"timeout must be a number > 0, got {raw!r}"
+        )
+    return ttl
+
+
+class Membership:
+    """Membership of one process in a tooz group.
+
+    :param backend_url: tooz URL, ``etcd3+http://host:2379?membership_timeout=10``
+        or ``file:///dir?timeout=5``.  The TTL is the URL's
+        ``membership_timeout`` (else ``timeout``).
+    :param member_id: this process's id in the group (the agent's host).
+    :param group: the tooz group name.
+    :param ring_version: the ring version this process computes with; peers
+        announcing another are excluded from the view, loudly.
+    :param weight: this member's ring weight.
+    :param capabilities: extra data published with the membership.
+    :param on_change: called with every new :class:`MembershipView`, from the
+        watcher thread.
+    :param on_state_change: called with ``(old, new)`` on every state change,
+        from the membership's threads.
+    :param watch_interval: seconds between two reads of the group (<= 1).
+    :param join: ``False`` to watch the group without joining it (conductors).
+    :param clock: monotonic clock, replaceable in unit tests.
+    """
+
+    def __init__(
+        self,
+        backend_url: str,
+        member_id: str,
+        *,
+        group: str = DEFAULT_GROUP,
+        ring_version: int = 1,
+        weight: float = 1.0,
+        capabilities: Mapping[str, Any] | None = None,
+        on_change: Callable[[MembershipView], None] | None = None,
+        on_state_change: Callable[[State, State], None] | None = None,
+        watch_interval: float = 1.0,
+        join: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        try:
+            _validate_member_id(member_id)
+        except InvalidMemberError as exc:
+            raise MembershipError(str(member_id), "member_id", exc.reason) from None
+        try:
+            self._weight = _validate_weight(member_id, weight)
+        except InvalidMemberError as exc:
+            raise MembershipError(member_id, "weight", exc.reason) from None
+        try:
+            Ring([], version=ring_version)  # the ring's own rules for versions
+        except HashRingError as exc:
+            raise MembershipError(member_id, "ring_version", str(exc)) from None
+        self._ttl = ttl_from_url(backend_url, member_id)
+        if not 0 < watch_interval <= 1.0:
+            raise MembershipError(
+                member_id,
+                "watch_interval",
+                f"must be in (0, 1] s, got {watch_interval!r}",
+            )
+        if not group:
+            raise MembershipError(member_id, "group", "must not be empty")
+        self._backend_url = backend_url
+        self._member_id = member_id
+        self._group = group.encode("utf-8")
+        self._ring_version = ring_version
+        # Each start of a process is a new incarnation: it tells a stale entry
+        # of our own from another live process that claims the same id.
+        self._incarnation = uuid.uuid4().hex
+        self._capabilities: dict[str, Any] = {
+            **(capabilities or {}),
+            "host": member_id,
+            "ring_version": ring_version,
+            "weight": self._weight,
+            "incarnation": self._incarnation,
+        }
+        self._on_change = on_change
+        self._on_state_change = on_state_change
+        self._watch_interval = watch_interval
+        self._join = join
+        self._clock = clock
+        # A beat every quarter TTL: one failed beat never suspends us.
+        self._beat_interval = max(0.1, self._ttl / 4)
+
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._wake_keeper = threading.Event()
+        self._coordinator: Any = None
+        self._joined = False
+        self._join_generation = 0
+        self._last_beat: float | None = None
+        self._superseded_by: str | None = None
+        self._view: MembershipView | None = None
+        self._reported_state: State | None = None
+        self._excluded_logged: dict[str, str] = {}
+        self._threads: list[threading.Thread] = []
+
+    # -- public API ------------------------------------------------------
+
+    @property
+    def member_id(self) -> str:
+        return self._member_id
+
+    @property
+    def ttl(self) -> float:
+        """The membership TTL in seconds."""
+        return self._ttl
+
+    @property
+    def incarnation(self) -> str:
+        return self._incarnation
+
+    @property
+    def view(self) -> MembershipView | None:
+        """The latest view of the group, ``None`` before the first read."""
+        return self._view
+
+    @property
+    def superseded_by(self) -> str | None:
+        """Incarnation of another live process that took our member id, if any."""
+        return self._superseded_by
+
+    @property
+    def state(self) -> State:
+        """The current state, computed from the clock at each read."""
+        with self._lock:
+            last = self._last_beat
+            present = self._joined or not self._join
+            superseded = self._superseded_by is not None
+        if last is None or superseded:
+            return State.LOST
+        elapsed = self._clock() - last
+        if elapsed > self._ttl or not present:
+            return State.LOST
+        if elapsed > self._ttl / 2:
+            return State.SUSPENDED
+        return State.CONNECTED
+
+    def can_act(self) -> bool:
+        """Whether node actions are safe now (the state is ``CONNECTED``)."""
+        return self.state is State.CONNECTED
+
+    def start(self) -> None:
+        """Start the keeper and watcher threads; they connect and join.
+
+        Returns at once: the backend may be down at start, the threads keep
+        trying.  Use :meth:`wait_connected` to wait for the first join.
+        """
+        if self._threads:
+            raise MembershipError(self._member_id, None, "already started")
+        self._stopping.clear()
+        for name, target in (
+            ("keeper", self._keeper_loop),
+            ("watcher", self._watch_loop),
+        ):
+            thread = threading.Thread(
+                target=target, name=f"membership-{name}-{self._member_id}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait until ``CONNECTED`` and a first view exists; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.state is State.CONNECTED and self._view is not None:
+                return True
+            self._stopping.wait(0.05)
+        return False
+
+    def stop(self, leave: bool = True) -> None:
+        """Stop the threads and, when ``leave``, leave the group at once.
+
+        Not leaving lets the entry expire after the TTL, as if we crashed.
+        """
+        self._stopping.set()
+        self._wake_keeper.set()
+        for thread in self._threads:
+            thread.join(timeout=max(5.0, self._ttl))
+        self._threads = []
+        with self._lock:
+            coordinator, self._coordinator = self._coordinator, None
+            was_joined, self._joined = self._joined, False
+        if coordinator is None:
+            return
+        if leave and was_joined:
+            try:
+                coordinator.leave_group(self._group).get()
+                LOG.info("Member %s left group %s", self._member_id, self._group_name)
+            except coordination.ToozError as exc:
+                LOG.warning(
+                    "Member %s could not leave group %s: %s",
+                    self._member_id,
+                    self._group_name,
+                    exc,
+                )
+        with contextlib.suppress(Exception):
+            coordinator.stop()
+        self._report_state()
+
+    # -- keeper: connect, join, heartbeat, re-join -----------------------
+
+    @property
+    def _group_name(self) -> str:
+        return self._group.decode("utf-8")
+
+    def _keeper_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._keep_once()
+            except Exception:  # a thread boundary: log, and try again
+                LOG.exception("Membership keeper of %s failed", self._member_id)
+            self._report_state()
+            self._wake_keeper.wait(self._beat_interval)
+            self._wake_keeper.clear()
+
+    def _keep_once(self) -> None:
+        if self._coordinator is None:
+            self._connect()
+        started = self._clock()
+        previous = self._last_beat
+        try:
+            self._coordinator.heartbeat()
+        except Exception as exc:  # etcd3gw raises its own, untranslated errors
+            LOG.warning(
+                "Heartbeat of member %s to %s failed: %s",
+                self._member_id,
+                self._redacted_url,
+                exc,
+            )
+            return
+        if previous is not None and started - previous > self._ttl:
+            # Our lease has certainly expired meanwhile (tooz just made a new
+            # one): we are no longer in the group until we join again.
+            LOG.warning(
+                "Member %s went %.1f s without a heartbeat (TTL %.1f s); re-joining",
+                self._member_id,
+                started - previous,
+                self._ttl,
+            )
+            with self._lock:
+                self._joined = False
+        if self._join and not self._joined:
+            if self._superseded_by is not None:
+                return
+            self._join_group()
+        with self._lock:
+            self._last_beat = started
+
+    def _connect(self) -> None:
+        coordinator = coordination.get_coordinator(
+            self._backend_url, self._member_id.encode("utf-8")
+        )
+        coordinator.start(start_heart=False)
+        with contextlib.suppress(coordination.GroupAlreadyExist):
+            coordinator.create_group(self._group).get()
+        with self._lock:
+            self._coordinator = coordinator
+        LOG.info(
+            "Member %s connected to %s (TTL %.1f s)",
+            self._member_id,
+            self._redacted_url,
+            self._ttl,
+        )
+
+    def _join_group(self) -> None:
+        coordinator = self._coordinator
+        try:
+            coordinator.join_group(self._group, self._capabilities).get()
+        except coordination.MemberAlreadyExist:
+            # A fast restart finds its previous incarnation's entry (its lease
+            # has not expired yet): replace it.
+            existing = self._entry_incarnation()
+            LOG.warning(
+                "Member %s already in group %s (incarnation %s); replacing it with "
+                "incarnation %s",
+                self._member_id,
+                self._group_name,
+                existing,
+                self._incarnation,
+            )
+            with contextlib.suppress(coordination.MemberNotJoined):
+                coordinator.leave_group(self._group).get()
+            coordinator.join_group(self._group, self._capabilities).get()
+        except coordination.GroupNotCreated:
+            with contextlib.suppress(coordination.GroupAlreadyExist):
+                coordinator.create_group(self._group).get()
+            coordinator.join_group(self._group, self._capabilities).get()
+        with self._lock:
+            self._joined = True
+            self._join_generation += 1
+        LOG.info(
+            "Member %s joined group %s (ring version %d, weight %g)",
+            self._member_id,
+            self._group_name,
+            self._ring_version,
+            self._weight,
+        )
+
+    def _entry_incarnation(self) -> str | None:
+        try:
+            caps = self._coordinator.get_member_capabilities(
+                self._group, self._member_id.encode("utf-8")
+            ).get()
+        except coordination.ToozError:
+            return None
+        return caps.get("incarnation") if isinstance(caps, dict) else None
+
+    @property
+    def _redacted_url(self) -> str:
+        parsed = urllib.parse.urlsplit(self._backend_url)
+        netloc = parsed.hostname or ""
+        if parsed.port:
+            netloc = f"{netloc}:{parsed.port}"
+        return urllib.parse.urlunsplit((parsed.scheme, netloc, parsed.path, "", ""))
+
+    # -- watcher: read the group, detect our absence, report changes ------
+
+    def _watch_loop(self) -> None:
+        while not self._stopping.is_set():
+            if self._coordinator is not None:
+                try:
+                    self._watch_once()
+                except Exception as exc:  # a thread boundary: log, and try again
+                    LOG.warning(
+                        "Member %s could not read group %s: %s",
+                        self._member_id,
+                        self._group_name,
+                        exc,
+                    )
+            self._report_state()
+            self._stopping.wait(self._watch_interval)
+
+    def _watch_once(self) -> None:
+        with self._lock:
+            generation = self._join_generation
+            coordinator = self._coordinator
+        if coordinator is None:
+            return
+        raw = coordinator.get_members_with_capabilities(self._group).get()
+        members: dict[str, Member] = {}
+        excluded: dict[str, str] = {}
+        for raw_id, caps in raw.items():
+            member_id = raw_id.decode("utf-8", "replace")
+            member, reason = self._parse_member(member_id, caps)
+            if reason is None:
+                members[member_id] = member
+            else:
+                excluded[member_id] = reason
+        self._check_self(raw, generation)
+        self._log_exclusions(excluded)
+        view = MembershipView(
+            members=MappingProxyType(members),
+            excluded=MappingProxyType(excluded),
+            ring_version=self._ring_version,
+        )
+        previous = self._view
+        if (
+            previous is None
+            or dict(previous.members) != members
+            or dict(previous.excluded) != excluded
+        ):
+            self._view = view
+            if previous is not None:
+                LOG.info(
+                    "Group %s seen by %s: %d members (+%s, -%s), %d excluded",
+                    self._group_name,
+                    self._member_id,
+                    len(members),
+                    sorted(members.keys() - previous.members.keys()) or "none",
+                    sorted(previous.members.keys() - members.keys()) or "none",
+                    len(excluded),
+                )
+            if self._on_change is not None:
+                try:
+                    self._on_change(view)
+                except Exception:  # the callback's bug must not stop the watch
+                    LOG.exception(
+                        "Membership change callback of %s failed", self._member_id
+                    )
+
+    def _parse_member(self, member_id: str, caps: Any) -> tuple[Member, str | None]:
+        caps = caps if isinstance(caps, dict) else {}
+        version = caps.get("ring_version")
+        weight = caps.get("weight", 1.0)
+        member = Member(
+            member_id,
+            version if isinstance(version, int) else None,
+            weight if isinstance(weight, (int, float)) else None,
+            MappingProxyType(caps),
+        )
+        if version != self._ring_version:
+            return member, f"ring version {version!r}, expected {self._ring_version}"
+        try:
+            _validate_member_id(member_id)
+            _validate_weight(member_id, weight)
+        except InvalidMemberError as exc:
+            return member, exc.reason
+        return member, None
+
+    def _check_self(self, raw: Mapping[bytes, Any], generation: int) -> None:
+        if not self._join:
+            return
+        entry = raw.get(self._member_id.encode("utf-8"))
+        with self._lock:
+            if not self._joined or generation != self._join_generation:
+                return  # a join is under way, or happened during our read
+            if entry is None:
+                LOG.warning(
+                    "Member %s is missing from group %s (lease expired?); re-joining",
+                    self._member_id,
+                    self._group_name,
+                )
+                self._joined = False
+                self._wake_keeper.set()
+                return
+            incarnation = entry.get("incarnation") if isinstance(entry, dict) else None
+            if incarnation != self._incarnation and self._superseded_by is None:
+                # Another live process joined with our id: it wins, we stop
+                # acting for good rather than take turns evicting each other.
+                self._superseded_by = str(incarnation)
+                LOG.error(
+                    "Member %s was taken over by another process (incarnation %s, "
+                    "ours %s): this process will perform no node action",
+                    self._member_id,
+                    incarnation,
+                    self._incarnation,
+                )
+
+    def _log_exclusions(self, excluded: Mapping[str, str]) -> None:
+        for member_id, reason in excluded.items():
+            if self._excluded_logged.get(member_id) != reason:
+                LOG.error(
+                    "Member %s is excluded from the ring of %s: %s",
+                    member_id,
+                    self._member_id,
+                    reason,
+                )
+        self._excluded_logged = dict(excluded)
+
+    def _report_state(self) -> None:
+        state = self.state
+        with self._lock:
+            old, self._reported_state = self._reported_state, state
+        if old is state:
+            return
+        log = LOG.info if state is State.CONNECTED else LOG.warning
+        log(
+            "Membership of %s in group %s: %s -> %s",
+            self._member_id,
+            self._group_name,
+            old.value if old else "new",
+            state.value,
+        )
+        if self._on_state_change is not None and old is not None:
+            try:
+                self._on_state_change(old, state)
+            except Exception:  # the callback's bug must not stop the keeper
+                LOG.exception("Membership state callback of %s failed", self._member_id)
