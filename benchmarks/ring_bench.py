@@ -378,7 +378,14 @@ def format_report(report: dict[str, Any]) -> str:
     lines += ["", "goals"]
     for goal in report["goals"]:
         value = goal["value"]
-        shown = "n/a" if value is None else f"{value:.3g}"
+        if value is None:
+            shown = "n/a"
+        elif goal["target"].endswith("x"):
+            shown = f"{value:.1f}x"
+        elif isinstance(value, int):
+            shown = str(value)
+        else:
+            shown = f"{value:.3f}"
         lines.append(
             f"  {goal['status']:<5} {goal['name']}: {shown} (target {goal['target']})"
         )

@@ -223,6 +223,7 @@ class Membership:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._wake_keeper = threading.Event()
+        self._wake_watcher = threading.Event()
         self._coordinator: Any = None
         self._joined = False
         self._join_generation = 0
@@ -313,6 +314,7 @@ class Membership:
         """
         self._stopping.set()
         self._wake_keeper.set()
+        self._wake_watcher.set()
         for thread in self._threads:
             thread.join(timeout=max(5.0, self._ttl))
         self._threads = []
@@ -394,6 +396,7 @@ class Membership:
             coordinator.create_group(self._group).get()
         with self._lock:
             self._coordinator = coordinator
+        self._wake_watcher.set()
         LOG.info(
             "Member %s connected to %s (TTL %.1f s)",
             self._member_id,
@@ -427,6 +430,7 @@ class Membership:
         with self._lock:
             self._joined = True
             self._join_generation += 1
+        self._wake_watcher.set()  # publish a view with us in it right away
         LOG.info(
             "Member %s joined group %s (ring version %d, weight %g)",
             self._member_id,
@@ -467,7 +471,8 @@ class Membership:
                         exc,
                     )
             self._report_state()
-            self._stopping.wait(self._watch_interval)
+            self._wake_watcher.wait(self._watch_interval)
+            self._wake_watcher.clear()
 
     def _watch_once(self) -> None:
         with self._lock:
@@ -580,7 +585,7 @@ class Membership:
         state = self.state
         with self._lock:
             old, self._reported_state = self._reported_state, state
-        if old is state:
+        if old is state or old is None:
             return
         log = LOG.info if state is State.CONNECTED else LOG.warning
         log(
@@ -590,7 +595,7 @@ class Membership:
             old.value if old else "new",
             state.value,
         )
-        if self._on_state_change is not None and old is not None:
+        if self._on_state_change is not None:
             try:
                 self._on_state_change(old, state)
             except Exception:  # the callback's bug must not stop the keeper

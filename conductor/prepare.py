@@ -1,0 +1,37 @@
+"""Process start-up shared by every ringfleet command: options, then logging.
+
+Kept out of import time on purpose: a command builds its ``ConfigOpts``,
+calls :func:`prepare_service` with its argv, and only then reads options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oslo_config import cfg
+from oslo_log import log
+
+from conductor import conf as ringfleet_conf
+
+__all__ = ["PROJECT", "prepare_service"]
+
+PROJECT = "ringfleet"
+
+
+def prepare_service(
+    argv: Sequence[str],
+    conf: cfg.ConfigOpts,
+    *,
+    default_config_files: Sequence[str] | None = None,
+) -> None:
+    """Register every option, parse ``argv[1:]`` and config files, set up logging."""
+    log.register_options(conf)
+    ringfleet_conf.register_opts(conf)
+    conf(
+        list(argv[1:]),
+        project=PROJECT,
+        default_config_files=list(default_config_files)
+        if default_config_files is not None
+        else None,
+    )
+    log.setup(conf, PROJECT)

@@ -1,0 +1,50 @@
+"""Fixtures for functional tests: the real servers started by the test script.
+
+``tools/with-test-servers.sh`` starts etcd, RabbitMQ and PostgreSQL and passes
+their URLs in ``RINGFLEET_TEST_*`` variables.  Outside CI a test whose server
+is missing is skipped; with ``CI=true`` it fails, so a broken server start can
+never turn into a silently green run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _require(variable: str, what: str) -> str:
+    value = os.environ.get(variable)
+    if value:
+        return value
+    message = (
+        f"{what} is not running: {variable} is unset "
+        "(run the tests through tools/with-test-servers.sh)"
+    )
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def etcd_url() -> str:
+    """``etcd3+http://127.0.0.1:PORT`` of the test etcd."""
+    return _require("RINGFLEET_TEST_ETCD_URL", "etcd")
+
+
+@pytest.fixture(scope="session")
+def transport_url() -> str:
+    """``rabbit://...`` of the test RabbitMQ."""
+    return _require("RINGFLEET_TEST_TRANSPORT_URL", "RabbitMQ")
+
+
+@pytest.fixture(scope="session")
+def database_url() -> str:
+    """SQLAlchemy URL of the test PostgreSQL database."""
+    return _require("RINGFLEET_TEST_DB_URL", "PostgreSQL")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/functional/" in str(item.path):
+            item.add_marker(pytest.mark.functional)

@@ -1,0 +1,179 @@
+"""Membership against real etcd (and the file backend), members as processes.
+
+Faults are real: kill -9, SIGSTOP/SIGCONT of a member, SIGSTOP of etcd.
+Deadlines come from the protocol: a crash is noticed within the TTL plus the
+watch interval and some slack for a loaded machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.functional.harness import MemberProcess, unique_group
+
+TTL = 3.0  # etcd will not grant much less (DEPENDENCY-FACTS.md)
+SLACK = 4.0  # start-up and scheduling on a shared 2-core machine
+
+Spawn = Callable[..., MemberProcess]
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Spawn]:
+    started: list[MemberProcess] = []
+
+    def _spawn(host: str, url: str, group: str, **kwargs: object) -> MemberProcess:
+        member = MemberProcess(tmp_path, host, url, group=group, **kwargs)  # type: ignore[arg-type]
+        started.append(member)
+        return member.start()
+
+    yield _spawn
+    for member in started:
+        member.cleanup()
+
+
+@pytest.fixture(params=["etcd", "file"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A backend URL with the test TTL, for tests run on both backends."""
+    if request.param == "etcd":
+        etcd: str = request.getfixturevalue("etcd_url")
+        return f"{etcd}?membership_timeout={TTL:g}"
+    directory = tmp_path / "tooz"
+    directory.mkdir()
+    return f"file://{directory}?timeout={TTL:g}"
+
+
+def test_join_and_leave_seen_by_all(spawn: Spawn, backend: str) -> None:
+    group = unique_group("join-leave")
+    # A long TTL here: a graceful leave must be seen without waiting for it.
+    url = backend.replace(f"={TTL:g}", "=20")
+    a, b, c = (spawn(h, url, group) for h in ("a", "b", "c"))
+    for member in (a, b, c):
+        member.wait_members({"a", "b", "c"}, timeout=15)
+        member.wait_for(lambda e: e.get("state") == "connected", timeout=5)
+
+    marks = {m.host: m.mark() for m in (a, b, c)}
+    d = spawn("d", url, group)
+    for member in (a, b, c, d):
+        member.wait_members({"a", "b", "c", "d"}, 15, marks.get(member.host, 0))
+
+    marks = {m.host: m.mark() for m in (a, c, d)}
+    assert b.terminate() == 0
+    assert b.events[-1]["event"] == "stopped"
+    for member in (a, c, d):
+        member.wait_members({"a", "c", "d"}, timeout=10, start=marks[member.host])
+
+
+def test_kill_9_member_disappears_after_the_ttl(spawn: Spawn, backend: str) -> None:
+    group = unique_group("kill")
+    a, b, c = (spawn(h, backend, group) for h in ("a", "b", "c"))
+    for member in (a, b, c):
+        member.wait_members({"a", "b", "c"}, timeout=15)
+    marks = {m.host: m.mark() for m in (a, b)}
+    killed_at = time.time()
+    c.kill()
+    for member in (a, b):
+        seen = member.wait_members({"a", "b"}, TTL + SLACK, marks[member.host])
+        # Gone through lease expiry: not before most of the TTL has passed
+        # (the last heartbeat was at most a quarter TTL before the kill).
+        assert seen - killed_at >= TTL * 0.75 - 0.5
+    # The survivors never stopped being able to act.
+    assert "suspended" not in a.states(marks["a"])
+    assert "lost" not in b.states(marks["b"])
+
+
+def test_sigstop_past_ttl_then_sigcont_rejoins(spawn: Spawn, backend: str) -> None:
+    group = unique_group("pause")
+    a, b, c = (spawn(h, backend, group) for h in ("a", "b", "c"))
+    for member in (a, b, c):
+        member.wait_members({"a", "b", "c"}, timeout=15)
+        member.wait_for(lambda e: e.get("state") == "connected", timeout=5)
+    marks = {m.host: m.mark() for m in (a, b)}
+    c.signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    for member in (a, b):
+        member.wait_members({"a", "b"}, TTL + SLACK, marks[member.host])
+    # Paused well past the TTL: its lease has certainly expired.
+    time.sleep(max(0.0, TTL + 1 - (time.monotonic() - stopped_at)))
+
+    resumed = c.mark()
+    marks = {m.host: m.mark() for m in (a, b)}
+    c.signal(signal.SIGCONT)
+    c.wait_for(lambda e: e.get("state") == "connected", TTL + SLACK, resumed)
+    states = c.states(resumed)
+    # The first thing the resumed process saw was that it may not act.
+    assert states[0] == "lost", states
+    assert states[-1] == "connected", states
+    for member in (a, b, c):
+        member.wait_members(
+            {"a", "b", "c"}, TTL + SLACK, marks.get(member.host, resumed)
+        )
+
+
+def test_fast_restart_with_the_same_id(spawn: Spawn, backend: str) -> None:
+    group = unique_group("restart")
+    url = backend.replace(f"={TTL:g}", "=20")  # the old entry outlives the restart
+    a = spawn("a", url, group)
+    first = spawn("b", url, group)
+    a.wait_members({"a", "b"}, timeout=15)
+    first.kill()
+    second = spawn("b", url, group)
+    second.wait_for(lambda e: e.get("state") == "connected", timeout=15)
+    second.wait_members({"a", "b"}, timeout=10)
+    assert "already in group" in second.log.read_text()
+    # Still one "b", now the new incarnation, and it stays in the group.
+    time.sleep(1)
+    assert a.last_view()["members"] == ["a", "b"]
+    assert second.states()[-1] == "connected"
+
+
+def test_peer_with_another_ring_version_is_excluded(spawn: Spawn, backend: str) -> None:
+    group = unique_group("version")
+    a = spawn("a", backend, group)
+    b = spawn("b", backend, group)
+    odd = spawn("odd", backend, group, ring_version=2)
+    for member in (a, b):
+        event = member.wait_for(
+            lambda e: e["event"] == "view" and "odd" in e["excluded"], timeout=15
+        )
+        assert "ring version 2" in event["excluded"]["odd"]
+        assert "odd" not in member.last_view()["members"]
+    assert "excluded from the ring" in a.log.read_text()
+    # The odd one refuses the majority in the same way.
+    odd.wait_for(
+        lambda e: e["event"] == "view" and {"a", "b"} <= set(e["excluded"]), 15
+    )
+
+
+def test_etcd_paused_suspends_then_recovers(spawn: Spawn, etcd_url: str) -> None:
+    etcd_pid = int(os.environ["RINGFLEET_TEST_ETCD_PID"])
+    group = unique_group("etcd-pause")
+    # A short HTTP timeout so heartbeats fail fast while etcd is paused.
+    url = f"{etcd_url}?membership_timeout={TTL:g}&timeout=1"
+    a, b = spawn("a", url, group), spawn("b", url, group)
+    for member in (a, b):
+        member.wait_members({"a", "b"}, timeout=15)
+        member.wait_for(lambda e: e.get("state") == "connected", timeout=5)
+    marks = {m.host: m.mark() for m in (a, b)}
+    os.kill(etcd_pid, signal.SIGSTOP)
+    try:
+        for member in (a, b):
+            member.wait_for(
+                lambda e: e.get("state") == "suspended", TTL, marks[member.host]
+            )
+            member.wait_for(
+                lambda e: e.get("state") == "lost", TTL + SLACK, marks[member.host]
+            )
+    finally:
+        os.kill(etcd_pid, signal.SIGCONT)
+    for member in (a, b):
+        member.wait_for(lambda e: e.get("state") == "connected", 20, marks[member.host])
+        assert member.states(marks[member.host])[:2] == ["suspended", "lost"]
+        member.wait_for(
+            lambda e: e["event"] == "view" and set(e["members"]) == {"a", "b"}, 20
+        )
