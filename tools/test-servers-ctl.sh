@@ -271,7 +271,7 @@ rf_rabbitmqctl() { timeout "${RF_CTL_TIMEOUT:-60}" "$RF_RABBITMQCTL" "$@"; }
 rf_rabbit_ready() {
     [[ -n $(rf_rabbit_pid) ]] || return 2
     rf_tcp_open "$RF_AMQP_PORT" || return 1
-    rf_rabbitmqctl -q await_startup --timeout 30 >"$RF_RABBIT_DIR/ctl.out" 2>&1 || return 1
+    rf_rabbitmqctl -q await_startup --timeout 10 >"$RF_RABBIT_DIR/ctl.out" 2>&1 || return 1
 }
 rf_rabbit_ready_or_dead() { local r=0; rf_rabbit_ready || r=$?; ((r != 1)); }
 

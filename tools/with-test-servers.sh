@@ -42,6 +42,10 @@ RF_TIMEOUT=${RINGFLEET_TEST_SERVER_TIMEOUT:-90}
 RF_DIR=''
 RF_CHILD=''
 RF_CLEANED=0
+RF_PG_STARTER=''
+# Our stderr, for messages from traps that may fire while a function runs
+# with its stderr redirected to a log file.
+exec {RF_STDERR}>&2
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
@@ -175,11 +179,14 @@ cleanup() {
     ((RF_CLEANED)) && return
     RF_CLEANED=1
     set +e
+    exec 2>&"$RF_STDERR"
     trap '' INT TERM
     if [[ -n $RF_CHILD ]] && rf_alive "$RF_CHILD"; then
         kill -TERM "$RF_CHILD" 2>/dev/null
         rf_wait_gone "$RF_CHILD" 10 || kill -KILL "$RF_CHILD" 2>/dev/null
     fi
+    # Interrupted during initdb: let it finish so postgres stops cleanly.
+    rf_wait_gone "$RF_PG_STARTER" 30
     stop_servers
     if [[ -n $RF_DIR && -d $RF_DIR ]]; then
         if [[ ${RINGFLEET_TEST_KEEP_DIR:-} == 1 ]]; then
@@ -193,6 +200,7 @@ cleanup() {
 
 on_signal() {
     local sig=$1 code=$2
+    exec 2>&"$RF_STDERR"
     rf_msg "got SIG$sig, stopping"
     trap '' INT TERM
     if [[ -n $RF_CHILD ]] && rf_alive "$RF_CHILD"; then
@@ -285,12 +293,11 @@ main() {
         t_etcd=$(rf_now_us)
         rf_etcd_start_bg
     fi
-    local pg_starter=''
     if rf_has postgres; then
         t_pg=$(rf_now_us)
         # initdb takes a second or two: overlap it with waiting for etcd.
         { rf_pg_init && rf_pg_start_bg; } &
-        pg_starter=$!
+        RF_PG_STARTER=$!
     fi
 
     if rf_has etcd; then
@@ -298,7 +305,7 @@ main() {
         up etcd "etcd3+$(rf_etcd_url)" "$t_etcd"
     fi
     if rf_has postgres; then
-        wait "$pg_starter" || { rf_tail "$RF_PG_LOG"; fail_start postgres; }
+        wait "$RF_PG_STARTER" || { rf_tail "$RF_PG_LOG"; fail_start postgres; }
         rf_pg_wait "$RF_TIMEOUT" || fail_start postgres
         up postgres "$(rf_pg_url)" "$t_pg"
     fi

@@ -1,0 +1,138 @@
+"""Tests of the option groups, the sample config and the membership factory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from oslo_config import cfg
+
+from conductor import conf as ringfleet_conf
+from conductor.conf import opts
+from conductor.coordination import membership_from_conf
+from conductor.exception import ConfigurationError, RingfleetError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_conf(tmp_path: Path, text: str) -> cfg.ConfigOpts:
+    path = tmp_path / "ringfleet.conf"
+    path.write_text(text)
+    conf = cfg.ConfigOpts()
+    ringfleet_conf.register_opts(conf)
+    conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
+    return conf
+
+
+def test_every_registered_option_is_listed() -> None:
+    conf = cfg.ConfigOpts()
+    before = set(conf)
+    ringfleet_conf.register_opts(conf)
+    groups = {name for name in conf if isinstance(conf[name], cfg.ConfigOpts.GroupAttr)}
+    registered = {("DEFAULT", name) for name in set(conf) - before - groups}
+    for group in groups:
+        registered |= {(group, name) for name in conf[group]}
+    listed = {
+        (getattr(group, "name", group), opt.dest)
+        for group, group_opts in opts.list_opts()
+        for opt in group_opts
+    }
+    assert listed == registered
+    for _group, group_opts in opts.list_opts():
+        for opt in group_opts:
+            assert opt.help and len(opt.help) > 20, opt.dest
+
+
+def test_defaults(tmp_path: Path) -> None:
+    conf = make_conf(tmp_path, "")
+    assert conf.coordination.backend_url is None
+    assert conf.coordination.group == "ringfleet-compute"
+    assert conf.coordination.watch_interval == 1.0
+    assert conf.ring.version == 1
+    assert conf.ring.weight == 1.0
+    assert conf.host
+
+
+@pytest.mark.parametrize(
+    ("text", "option"),
+    [
+        ("[ring]\nversion = 0\n", "version"),
+        ("[ring]\nweight = 0\n", "weight"),
+        ("[coordination]\nwatch_interval = 5\n", "watch_interval"),
+    ],
+)
+def test_out_of_range_values_name_the_option(
+    tmp_path: Path, text: str, option: str
+) -> None:
+    conf = make_conf(tmp_path, text)
+    with pytest.raises(cfg.ConfigFileValueError, match=option):
+        getattr(conf, "ring" if "ring" in text else "coordination")[option]
+
+
+def test_membership_needs_a_backend_url(tmp_path: Path) -> None:
+    conf = make_conf(tmp_path, "")
+    with pytest.raises(ConfigurationError) as err:
+        membership_from_conf(conf)
+    assert (err.value.group, err.value.option) == ("coordination", "backend_url")
+    assert isinstance(err.value, RingfleetError)
+
+
+@pytest.mark.parametrize(
+    ("text", "group", "option"),
+    [
+        ("[coordination]\nbackend_url = redis://x\n", "coordination", "backend_url"),
+        (
+            "[DEFAULT]\nhost = \n[coordination]\nbackend_url = file:///tmp\n",
+            "DEFAULT",
+            "host",
+        ),
+    ],
+)
+def test_membership_errors_name_the_option(
+    tmp_path: Path, text: str, group: str, option: str
+) -> None:
+    conf = make_conf(tmp_path, text)
+    with pytest.raises(ConfigurationError) as err:
+        membership_from_conf(conf)
+    assert (err.value.group, err.value.option) == (group, option)
+    assert f"[{group}] {option}" in str(err.value)
+
+
+def test_membership_from_conf_uses_the_options(tmp_path: Path) -> None:
+    conf = make_conf(
+        tmp_path,
+        "[DEFAULT]\nhost = agent-7\n"
+        "[coordination]\nbackend_url = file:///tmp/x?timeout=4\ngroup = g1\n"
+        "watch_interval = 0.5\n[ring]\nversion = 3\nweight = 2.5\n",
+    )
+    membership = membership_from_conf(conf, capabilities={"groups": ["rack1"]})
+    assert membership.member_id == "agent-7"
+    assert membership.ttl == 4.0
+    assert membership._capabilities["ring_version"] == 3
+    assert membership._capabilities["weight"] == 2.5
+    assert membership._capabilities["groups"] == ["rack1"]
+
+
+def test_sample_config_is_up_to_date(tmp_path: Path) -> None:
+    """etc/ringfleet/ringfleet.conf.sample is what oslo-config-generator makes."""
+    generated = tmp_path / "sample.conf"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oslo_config.generator",
+            "--config-file",
+            str(REPO / "etc/ringfleet/ringfleet-config-generator.conf"),
+            "--output-file",
+            str(generated),
+        ],
+        cwd=REPO,
+        check=True,
+    )
+    committed = (REPO / "etc/ringfleet/ringfleet.conf.sample").read_text()
+    assert generated.read_text() == committed, (
+        "the sample config is out of date: run oslo-config-generator "
+        "--config-file etc/ringfleet/ringfleet-config-generator.conf"
+    )

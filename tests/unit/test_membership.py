@@ -1,0 +1,322 @@
+"""Unit tests of hashring.membership with a fake tooz coordinator and clock.
+
+The real backends are exercised in tests/functional; here the coordinator
+is scripted so that each state rule can be driven to its edge.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from tooz import coordination
+
+from hashring.exceptions import MembershipError
+from hashring.membership import Membership, MembershipView, State, ttl_from_url
+
+
+class _Result:
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+
+    def get(self) -> Any:
+        return self._fn()
+
+
+class FakeBackend:
+    """One shared group store, standing in for etcd."""
+
+    def __init__(self) -> None:
+        self.groups: dict[bytes, dict[bytes, dict[str, Any]]] = {}
+        self.heartbeat_error: Exception | None = None
+        self.joins = 0
+        self.lock = threading.Lock()
+
+
+class FakeCoordinator:
+    def __init__(self, backend: FakeBackend, member_id: bytes) -> None:
+        self.backend = backend
+        self.member_id = member_id
+
+    def start(self, start_heart: bool = False) -> None:
+        assert not start_heart  # the membership beats by itself
+
+    def stop(self) -> None:
+        pass
+
+    def heartbeat(self) -> float:
+        if self.backend.heartbeat_error is not None:
+            raise self.backend.heartbeat_error
+        return 1.0
+
+    def create_group(self, group: bytes) -> _Result:
+        def run() -> None:
+            if group in self.backend.groups:
+                raise coordination.GroupAlreadyExist(group)
+            self.backend.groups[group] = {}
+
+        return _Result(run)
+
+    def join_group(self, group: bytes, caps: dict[str, Any]) -> _Result:
+        def run() -> None:
+            with self.backend.lock:
+                members = self.backend.groups[group]
+                if self.member_id in members:
+                    raise coordination.MemberAlreadyExist(group, self.member_id)
+                members[self.member_id] = dict(caps)
+                self.backend.joins += 1
+
+        return _Result(run)
+
+    def leave_group(self, group: bytes) -> _Result:
+        def run() -> None:
+            with self.backend.lock:
+                if self.backend.groups[group].pop(self.member_id, None) is None:
+                    raise coordination.MemberNotJoined(group, self.member_id)
+
+        return _Result(run)
+
+    def get_members_with_capabilities(self, group: bytes) -> _Result:
+        return _Result(lambda: dict(self.backend.groups[group]))
+
+    def get_member_capabilities(self, group: bytes, member: bytes) -> _Result:
+        return _Result(lambda: self.backend.groups[group][member])
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def backend(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
+    store = FakeBackend()
+    monkeypatch.setattr(
+        coordination,
+        "get_coordinator",
+        lambda url, member_id: FakeCoordinator(store, member_id),
+    )
+    return store
+
+
+@pytest.fixture
+def started() -> Iterator[list[Membership]]:
+    members: list[Membership] = []
+    yield members
+    for m in members:
+        m.stop()
+
+
+URL = "etcd3+http://127.0.0.1:2379?membership_timeout=8"
+GROUP = b"ringfleet-compute"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+def make(
+    started: list[Membership], member_id: str = "agent-1", **kwargs: Any
+) -> Membership:
+    m = Membership(URL, member_id, watch_interval=0.02, **kwargs)
+    started.append(m)
+    m.start()
+    return m
+
+
+def test_state_follows_the_last_successful_heartbeat(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    clock = FakeClock()
+    transitions: list[tuple[State, State]] = []
+    m = make(
+        started, clock=clock, on_state_change=lambda o, n: transitions.append((o, n))
+    )
+    assert m.wait_connected(5)
+    backend.heartbeat_error = ConnectionError("etcd unreachable")
+    beat = m._last_beat
+    assert beat is not None
+    clock.now = beat + m.ttl / 2  # exactly half the TTL: still fine
+    assert m.state is State.CONNECTED and m.can_act()
+    clock.now = beat + m.ttl / 2 + 0.01
+    assert m.state is State.SUSPENDED and not m.can_act()
+    clock.now = beat + m.ttl + 0.01
+    assert m.state is State.LOST
+    wait_until(
+        lambda: (
+            (State.SUSPENDED, State.LOST) in transitions
+            or (State.CONNECTED, State.LOST) in transitions
+        )
+    )
+    # The backend comes back after the lease expired: the member re-joins.
+    backend.heartbeat_error = None
+    joins = backend.joins
+    wait_until(lambda: m.state is State.CONNECTED)
+    assert backend.joins == joins + 1
+    assert transitions[-1][1] is State.CONNECTED
+
+
+def test_never_joined_is_lost(backend: FakeBackend) -> None:
+    m = Membership(URL, "agent-1")
+    assert m.state is State.LOST
+    assert not m.can_act()
+
+
+def test_missing_from_the_group_rejoins(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    m = make(started)
+    assert m.wait_connected(5)
+    joins = backend.joins
+    with backend.lock:
+        del backend.groups[GROUP][b"agent-1"]  # as if the lease had expired
+    wait_until(lambda: backend.joins == joins + 1)
+    wait_until(
+        lambda: m.state is State.CONNECTED and b"agent-1" in backend.groups[GROUP]
+    )
+
+
+def test_stale_entry_of_a_previous_incarnation_is_replaced(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    backend.groups[GROUP] = {b"agent-1": {"incarnation": "old", "ring_version": 1}}
+    m = make(started)
+    assert m.wait_connected(5)
+    assert backend.groups[GROUP][b"agent-1"]["incarnation"] == m.incarnation
+
+
+def test_superseded_by_another_process_stops_acting_for_good(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    m = make(started)
+    assert m.wait_connected(5)
+    joins = backend.joins
+    with backend.lock:
+        backend.groups[GROUP][b"agent-1"] = {
+            **backend.groups[GROUP][b"agent-1"],
+            "incarnation": "newer",
+        }
+    wait_until(lambda: m.superseded_by == "newer")
+    assert m.state is State.LOST
+    time.sleep(0.2)
+    assert backend.joins == joins  # it does not fight the newer process
+    assert backend.groups[GROUP][b"agent-1"]["incarnation"] == "newer"
+
+
+def test_views_exclude_other_ring_versions_and_bad_weights(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    views: list[MembershipView] = []
+    backend.groups[GROUP] = {
+        b"v2": {"ring_version": 2, "weight": 1.0},
+        b"heavy": {"ring_version": 1, "weight": -3},
+        b"nocaps": None,  # type: ignore[dict-item]
+        b"peer": {"ring_version": 1, "weight": 2.0},
+    }
+    m = make(started, on_change=views.append)
+    wait_until(lambda: bool(views) and "agent-1" in views[-1].members)
+    view = views[-1]
+    assert set(view.members) == {"agent-1", "peer"}
+    assert view.weights == {"agent-1": 1.0, "peer": 2.0}
+    assert set(view.excluded) == {"v2", "heavy", "nocaps"}
+    assert "ring version 2" in view.excluded["v2"]
+    assert "> 0" in view.excluded["heavy"]
+    assert view.ring().members == {"agent-1": 1.0, "peer": 2.0}
+    count = len(views)
+    time.sleep(0.2)
+    assert len(views) == count  # no change, no callback
+    with backend.lock:
+        del backend.groups[GROUP][b"peer"]
+    wait_until(lambda: set(views[-1].members) == {"agent-1"})
+    assert m.view is views[-1]
+
+
+def test_a_failing_callback_does_not_stop_the_watch(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    calls: list[int] = []
+
+    def broken(view: MembershipView) -> None:
+        calls.append(len(view.members))
+        raise RuntimeError("bug in the caller")
+
+    make(started, on_change=broken)
+    wait_until(lambda: calls[-1:] == [1])
+    with backend.lock:
+        backend.groups[GROUP][b"peer"] = {"ring_version": 1, "weight": 1.0}
+    wait_until(lambda: calls[-1:] == [2])
+
+
+def test_observer_does_not_join(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    backend.groups[GROUP] = {b"peer": {"ring_version": 1, "weight": 1.0}}
+    m = make(started, "conductor-1", join=False)
+    assert m.wait_connected(5)
+    assert set(m.view.members) == {"peer"}  # type: ignore[union-attr]
+    assert b"conductor-1" not in backend.groups[GROUP]
+
+
+def test_stop_leaves_the_group(backend: FakeBackend) -> None:
+    m = Membership(URL, "agent-1", watch_interval=0.02)
+    m.start()
+    assert m.wait_connected(5)
+    m.stop()
+    assert b"agent-1" not in backend.groups[GROUP]
+    assert m.state is State.LOST
+
+
+def test_start_twice_is_refused(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    m = make(started)
+    with pytest.raises(MembershipError, match="already started"):
+        m.start()
+
+
+@pytest.mark.parametrize(
+    ("url", "ttl"),
+    [
+        ("etcd3+http://h:2379", 30.0),
+        ("etcd3+https://h:2379?timeout=7", 7.0),
+        ("etcd3+http://h:2379?timeout=7&membership_timeout=3", 3.0),
+        ("file:///tmp/x?timeout=2", 2.0),
+        ("file:///tmp/x", 10.0),
+    ],
+)
+def test_ttl_from_url(url: str, ttl: float) -> None:
+    assert ttl_from_url(url) == ttl
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"backend_url": "redis://h"}, "backend_url"),
+        ({"backend_url": "etcd3+http://h?membership_timeout=0"}, "backend_url"),
+        ({"backend_url": "etcd3+http://h?timeout=soon"}, "backend_url"),
+        ({"member_id": ""}, "member_id"),
+        ({"member_id": " a"}, "member_id"),
+        ({"weight": 0}, "weight"),
+        ({"weight": float("nan")}, "weight"),
+        ({"ring_version": 0}, "ring_version"),
+        ({"watch_interval": 5}, "watch_interval"),
+        ({"watch_interval": 0}, "watch_interval"),
+        ({"group": ""}, "group"),
+    ],
+)
+def test_bad_parameters_name_the_field(kwargs: dict[str, Any], field: str) -> None:
+    args: dict[str, Any] = {"backend_url": URL, "member_id": "agent-1", **kwargs}
+    with pytest.raises(MembershipError) as err:
+        Membership(args.pop("backend_url"), args.pop("member_id"), **args)
+    assert err.value.field == field
+    assert field in str(err.value)
