@@ -122,8 +122,7 @@ def ttl_from_url(backend_url: str, member_id: str = "-") -> float:
         raise MembershipError(
             member_id,
             "backend_url",
-            f"unsupported scheme {parsed.scheme!r}; "
-            f"use one of {', '.join(sorted(_DEFAULT_TTL))}",
+            f"unsupported scheme {parsed.scheme!r}; use one of {', '.join(sorted(_DEFAULT_TTL))}",
         )
     query = urllib.parse.parse_qs(parsed.query)
     values = query.get("membership_timeout") or query.get("timeout")
@@ -334,6 +333,10 @@ class Membership:
                     self._group_name,
                     exc,
                 )
+        if not leave:
+            # tooz's stop() leaves every joined group; forget them so that the
+            # entry stays until its lease expires, as after a crash.
+            coordinator._joined_groups.clear()
         with contextlib.suppress(Exception):
             coordinator.stop()
         self._report_state()
@@ -413,8 +416,7 @@ class Membership:
             # has not expired yet): replace it.
             existing = self._entry_incarnation()
             LOG.warning(
-                "Member %s already in group %s (incarnation %s); replacing it with "
-                "incarnation %s",
+                "Member %s already in group %s (incarnation %s); replacing it with incarnation %s",
                 self._member_id,
                 self._group_name,
                 existing,
@@ -518,9 +520,7 @@ class Membership:
                 try:
                     self._on_change(view)
                 except Exception:  # the callback's bug must not stop the watch
-                    LOG.exception(
-                        "Membership change callback of %s failed", self._member_id
-                    )
+                    LOG.exception("Membership change callback of %s failed", self._member_id)
 
     def _parse_member(self, member_id: str, caps: Any) -> tuple[Member, str | None]:
         caps = caps if isinstance(caps, dict) else {}
@@ -587,7 +587,8 @@ class Membership:
             old, self._reported_state = self._reported_state, state
         if old is state or old is None:
             return
-        log = LOG.info if state is State.CONNECTED else LOG.warning
+        deliberate = state is State.CONNECTED or self._stopping.is_set()
+        log = LOG.info if deliberate else LOG.warning
         log(
             "Membership of %s in group %s: %s -> %s",
             self._member_id,

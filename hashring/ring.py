@@ -120,9 +120,7 @@ def _validate_weight(member_id: str, weight: object) -> float:
     if not math.isfinite(value) or value <= 0:
         raise InvalidMemberError(member_id, "weight", f"must be > 0, got {weight!r}")
     if value > MAX_WEIGHT:
-        raise InvalidMemberError(
-            member_id, "weight", f"must be <= {MAX_WEIGHT:g}, got {weight!r}"
-        )
+        raise InvalidMemberError(member_id, "weight", f"must be <= {MAX_WEIGHT:g}, got {weight!r}")
     return value
 
 
@@ -175,9 +173,7 @@ class Ring:
         "_weights",
     )
 
-    def __init__(
-        self, members: Iterable[str] | Mapping[str, float] = (), version: int = 1
-    ) -> None:
+    def __init__(self, members: Iterable[str] | Mapping[str, float] = (), version: int = 1) -> None:
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise InvalidRingVersionError(version)
         self._version = version
@@ -199,9 +195,7 @@ class Ring:
         # Where each of the 2**16 top-bits buckets starts among the points:
         # a lookup bisects only its bucket (a handful of points) instead of
         # the whole circle, which keeps it fast for hundreds of members.
-        bucket_edges = np.arange(_BUCKETS + 1, dtype=np.uint64) << np.uint64(
-            _BUCKET_SHIFT
-        )
+        bucket_edges = np.arange(_BUCKETS + 1, dtype=np.uint64) << np.uint64(_BUCKET_SHIFT)
         starts = np.searchsorted(self._points, bucket_edges[:-1], side="left")
         self._bucket_start = array("l", [*starts.tolist(), len(self._points)])
         self._member_names = np.array(ids, dtype=object)
@@ -271,9 +265,7 @@ class Ring:
             if node_ids:
                 raise EmptyRingError()
             return {}
-        counts = np.bincount(
-            self._owner_indices(node_ids), minlength=len(self._weights)
-        ).tolist()
+        counts = np.bincount(self._owner_indices(node_ids), minlength=len(self._weights)).tolist()
         return dict(zip(self._weights, counts, strict=True))
 
     def _owner_indices(self, node_ids: Sequence[str]) -> npt.NDArray[np.int32]:
@@ -298,14 +290,8 @@ def moves(old: Ring, new: Ring, node_ids: Sequence[str]) -> list[Move]:
 
     An empty ring owns nothing: its side of a move is ``None``.
     """
-    before: list[str | None] = (
-        list(old.assign(node_ids)) if len(old) else [None] * len(node_ids)
-    )
-    after: list[str | None] = (
-        list(new.assign(node_ids)) if len(new) else [None] * len(node_ids)
-    )
+    before: list[str | None] = list(old.assign(node_ids)) if len(old) else [None] * len(node_ids)
+    after: list[str | None] = list(new.assign(node_ids)) if len(new) else [None] * len(node_ids)
     return [
-        Move(node_id, a, b)
-        for node_id, a, b in zip(node_ids, before, after, strict=True)
-        if a != b
+        Move(node_id, a, b) for node_id, a, b in zip(node_ids, before, after, strict=True) if a != b
     ]

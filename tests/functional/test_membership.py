@@ -110,9 +110,7 @@ def test_sigstop_past_ttl_then_sigcont_rejoins(spawn: Spawn, backend: str) -> No
     assert states[0] == "lost", states
     assert states[-1] == "connected", states
     for member in (a, b, c):
-        member.wait_members(
-            {"a", "b", "c"}, TTL + SLACK, marks.get(member.host, resumed)
-        )
+        member.wait_members({"a", "b", "c"}, TTL + SLACK, marks.get(member.host, resumed))
 
 
 def test_fast_restart_with_the_same_id(spawn: Spawn, backend: str) -> None:
@@ -145,9 +143,7 @@ def test_peer_with_another_ring_version_is_excluded(spawn: Spawn, backend: str) 
         assert "odd" not in member.last_view()["members"]
     assert "excluded from the ring" in a.log.read_text()
     # The odd one refuses the majority in the same way.
-    odd.wait_for(
-        lambda e: e["event"] == "view" and {"a", "b"} <= set(e["excluded"]), 15
-    )
+    odd.wait_for(lambda e: e["event"] == "view" and {"a", "b"} <= set(e["excluded"]), 15)
 
 
 def test_etcd_paused_suspends_then_recovers(spawn: Spawn, etcd_url: str) -> None:
@@ -163,17 +159,11 @@ def test_etcd_paused_suspends_then_recovers(spawn: Spawn, etcd_url: str) -> None
     os.kill(etcd_pid, signal.SIGSTOP)
     try:
         for member in (a, b):
-            member.wait_for(
-                lambda e: e.get("state") == "suspended", TTL, marks[member.host]
-            )
-            member.wait_for(
-                lambda e: e.get("state") == "lost", TTL + SLACK, marks[member.host]
-            )
+            member.wait_for(lambda e: e.get("state") == "suspended", TTL, marks[member.host])
+            member.wait_for(lambda e: e.get("state") == "lost", TTL + SLACK, marks[member.host])
     finally:
         os.kill(etcd_pid, signal.SIGCONT)
     for member in (a, b):
         member.wait_for(lambda e: e.get("state") == "connected", 20, marks[member.host])
         assert member.states(marks[member.host])[:2] == ["suspended", "lost"]
-        member.wait_for(
-            lambda e: e["event"] == "view" and set(e["members"]) == {"a", "b"}, 20
-        )
+        member.wait_for(lambda e: e["event"] == "view" and set(e["members"]) == {"a", "b"}, 20)

@@ -63,9 +63,7 @@ def test_defaults(tmp_path: Path) -> None:
         ("[coordination]\nwatch_interval = 5\n", "watch_interval"),
     ],
 )
-def test_out_of_range_values_name_the_option(
-    tmp_path: Path, text: str, option: str
-) -> None:
+def test_out_of_range_values_name_the_option(tmp_path: Path, text: str, option: str) -> None:
     conf = make_conf(tmp_path, text)
     with pytest.raises(cfg.ConfigFileValueError, match=option):
         getattr(conf, "ring" if "ring" in text else "coordination")[option]

@@ -125,9 +125,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def make(
-    started: list[Membership], member_id: str = "agent-1", **kwargs: Any
-) -> Membership:
+def make(started: list[Membership], member_id: str = "agent-1", **kwargs: Any) -> Membership:
     m = Membership(URL, member_id, watch_interval=0.02, **kwargs)
     started.append(m)
     m.start()
@@ -139,9 +137,7 @@ def test_state_follows_the_last_successful_heartbeat(
 ) -> None:
     clock = FakeClock()
     transitions: list[tuple[State, State]] = []
-    m = make(
-        started, clock=clock, on_state_change=lambda o, n: transitions.append((o, n))
-    )
+    m = make(started, clock=clock, on_state_change=lambda o, n: transitions.append((o, n)))
     assert m.wait_connected(5)
     backend.heartbeat_error = ConnectionError("etcd unreachable")
     beat = m._last_beat
@@ -172,18 +168,14 @@ def test_never_joined_is_lost(backend: FakeBackend) -> None:
     assert not m.can_act()
 
 
-def test_missing_from_the_group_rejoins(
-    backend: FakeBackend, started: list[Membership]
-) -> None:
+def test_missing_from_the_group_rejoins(backend: FakeBackend, started: list[Membership]) -> None:
     m = make(started)
     assert m.wait_connected(5)
     joins = backend.joins
     with backend.lock:
         del backend.groups[GROUP][b"agent-1"]  # as if the lease had expired
     wait_until(lambda: backend.joins == joins + 1)
-    wait_until(
-        lambda: m.state is State.CONNECTED and b"agent-1" in backend.groups[GROUP]
-    )
+    wait_until(lambda: m.state is State.CONNECTED and b"agent-1" in backend.groups[GROUP])
 
 
 def test_stale_entry_of_a_previous_incarnation_is_replaced(
@@ -257,9 +249,7 @@ def test_a_failing_callback_does_not_stop_the_watch(
     wait_until(lambda: calls[-1:] == [2])
 
 
-def test_observer_does_not_join(
-    backend: FakeBackend, started: list[Membership]
-) -> None:
+def test_observer_does_not_join(backend: FakeBackend, started: list[Membership]) -> None:
     backend.groups[GROUP] = {b"peer": {"ring_version": 1, "weight": 1.0}}
     m = make(started, "conductor-1", join=False)
     assert m.wait_connected(5)
@@ -276,9 +266,7 @@ def test_stop_leaves_the_group(backend: FakeBackend) -> None:
     assert m.state is State.LOST
 
 
-def test_start_twice_is_refused(
-    backend: FakeBackend, started: list[Membership]
-) -> None:
+def test_start_twice_is_refused(backend: FakeBackend, started: list[Membership]) -> None:
     m = make(started)
     with pytest.raises(MembershipError, match="already started"):
         m.start()

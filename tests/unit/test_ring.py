@@ -166,9 +166,7 @@ def test_join_moves_only_to_the_newcomer(members: set[str], newcomer: str) -> No
 
 @settings(max_examples=25, deadline=None)
 @given(members=st.sets(member_ids, min_size=2, max_size=20), data=st.data())
-def test_leave_moves_only_the_leavers_nodes(
-    members: set[str], data: st.DataObject
-) -> None:
+def test_leave_moves_only_the_leavers_nodes(members: set[str], data: st.DataObject) -> None:
     leaver = data.draw(st.sampled_from(sorted(members)))
     ids = node_ids(3000, seed=len(members))
     before, after = Ring(members), Ring(members - {leaver})
@@ -251,9 +249,7 @@ def test_weights_honoured_within_5_percent() -> None:
         ("abc", "abc", "id"),
     ],
 )
-def test_invalid_members_are_refused(
-    members: object, member: object, field: str
-) -> None:
+def test_invalid_members_are_refused(members: object, member: object, field: str) -> None:
     with pytest.raises(InvalidMemberError) as err:
         Ring(members)  # type: ignore[arg-type]
     assert isinstance(err.value, ValueError)

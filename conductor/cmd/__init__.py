@@ -1,0 +1,1 @@
+"""Console-script entry points: thin ``main()`` functions, nothing else."""
