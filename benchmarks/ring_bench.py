@@ -281,17 +281,13 @@ def _goals(
     return goals
 
 
-def run(
-    nodes: int, member_counts: Sequence[int], seed: int, repeat: int
-) -> dict[str, Any]:
+def run(nodes: int, member_counts: Sequence[int], seed: int, repeat: int) -> dict[str, Any]:
     """Run the whole benchmark; the JSON-ready report."""
     node_ids = make_node_ids(nodes, seed)
     results: dict[str, dict[str, dict[str, Any]]] = {}
     speedups: dict[str, dict[str, float]] = {}
     for m in member_counts:
-        by_impl = {
-            impl.name: bench_one(impl, m, node_ids, repeat) for impl in IMPLEMENTATIONS
-        }
+        by_impl = {impl.name: bench_one(impl, m, node_ids, repeat) for impl in IMPLEMENTATIONS}
         results[str(m)] = by_impl
         ours, base = by_impl[_OURS], by_impl[_BASELINE]
         speedups[str(m)] = {
@@ -310,8 +306,7 @@ def run(
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "versions": {
-                dist: importlib.metadata.version(dist)
-                for dist in ("numpy", "xxhash", "tooz")
+                dist: importlib.metadata.version(dist) for dist in ("numpy", "xxhash", "tooz")
             },
         },
         "implementations": [impl.name for impl in IMPLEMENTATIONS],
@@ -372,8 +367,7 @@ def format_report(report: dict[str, Any]) -> str:
                 "moves between survivors (leave)",
                 [str(r["leave"]["survivor_moves"]) for r in res],
             ),
-            f"speedup vs tooz-32: bulk {speed['bulk']:.1f}x, "
-            f"single {speed['single']:.1f}x",
+            f"speedup vs tooz-32: bulk {speed['bulk']:.1f}x, single {speed['single']:.1f}x",
         ]
     lines += ["", "goals"]
     for goal in report["goals"]:
@@ -386,9 +380,7 @@ def format_report(report: dict[str, Any]) -> str:
             shown = str(value)
         else:
             shown = f"{value:.3f}"
-        lines.append(
-            f"  {goal['status']:<5} {goal['name']}: {shown} (target {goal['target']})"
-        )
+        lines.append(f"  {goal['status']:<5} {goal['name']}: {shown} (target {goal['target']})")
     return "\n".join(lines)
 
 
@@ -429,15 +421,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[3, 10, 100, 200],
         help="comma-separated member counts (default 3,10,100,200)",
     )
-    parser.add_argument(
-        "--seed", type=int, default=20261121, help="seed of the node ids"
-    )
-    parser.add_argument(
-        "--repeat", type=_positive, default=3, help="timings to take the best of"
-    )
-    parser.add_argument(
-        "--json", metavar="FILE", help="also write the results as JSON to FILE"
-    )
+    parser.add_argument("--seed", type=int, default=20261121, help="seed of the node ids")
+    parser.add_argument("--repeat", type=_positive, default=3, help="timings to take the best of")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     return parser.parse_args(argv)
 
 
