@@ -8,37 +8,18 @@
 # virtualenv in .venv with the pinned versions of constraints.txt, and (via
 # tools/with-test-servers.sh) the Debian server packages. The servers are
 # started on 127.0.0.1 in a private directory and stopped by PID afterwards.
-#
-# Environment:
-#   PYTHON=python3        interpreter to build the virtualenv from
-#   RINGFLEET_VENV=.venv  where the virtualenv lives
+# PYTHON and RINGFLEET_VENV: see tools/venv.sh.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-python=${PYTHON:-python3}
-venv=${RINGFLEET_VENV:-$repo/.venv}
+# shellcheck source=tools/venv.sh
+. "$repo/tools/venv.sh"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-if [[ ! -x $venv/bin/python ]]; then
-    step "creating virtualenv $venv"
-    if ! "$python" -m venv "$venv" 2>/dev/null; then
-        # Debian splits venv out of the interpreter package.
-        ver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "python$ver-venv" >/dev/null \
-            || { apt-get update -q >/dev/null && \
-                 DEBIAN_FRONTEND=noninteractive apt-get install -y -q "python$ver-venv" >/dev/null; }
-        rm -rf "$venv"
-        "$python" -m venv "$venv"
-    fi
-fi
-step "installing ringfleet and its test dependencies (constraints.txt)"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-"$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -c constraints.txt -e ".[test]"
-
-export PATH="$venv/bin:$PATH"
+step "installing ringfleet and its test dependencies (constraints.txt) in .venv"
+ensure_venv "$repo" "[test]"
 
 step "ruff"
 ruff check .
