@@ -16,6 +16,8 @@
 #   stop-app-rabbit | start-app-rabbit
 #       rabbitmqctl stop_app / start_app: the Erlang node stays up, AMQP closes.
 #   start-pg | stop-pg | kill-pg | restart-pg | wait-pg
+#       stop-pg = fast shutdown (SIGINT); kill-pg = SIGKILL of the postmaster
+#       (start-pg then removes its stale lock files and does crash recovery).
 #   pid etcd|rabbit|pg|epmd    print the current PID (changes on restart)
 #   rabbitmqctl ARGS...        run rabbitmqctl against our node
 #   status                     one line per server: running/stopped, PID
@@ -63,6 +65,7 @@ rf_kill_pid() {
     local pid=$1 name=$2 sig=${3:-TERM} secs=${4:-20}
     rf_alive "$pid" || return 0
     kill "-$sig" "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true # a test may have left it SIGSTOPped
     rf_wait_gone "$pid" "$secs" && return 0
     rf_msg "$name (pid $pid) still alive ${secs}s after SIG$sig, sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
@@ -84,6 +87,15 @@ rf_wait_for() {
         (($(rf_now_us) < end)) || return 1
         sleep 0.1
     done
+}
+
+# rf_why_not PID SECONDS: why a server is not ready.
+rf_why_not() {
+    if rf_alive "$1"; then
+        printf 'did not become ready within %s s (pid %s)' "$2" "$1"
+    else
+        printf 'is not running (exited during startup?)'
+    fi
 }
 
 rf_tail() {
@@ -159,6 +171,7 @@ rf_etcd_start_bg() {
     printf '=== start %(%F %T)T ===\n' -1 >>"$RF_ETCD_LOG"
     eval "setsid $cmdline </dev/null >>\"\$RF_ETCD_LOG\" 2>&1 &"
     printf '%s\n' "$!" >"$RF_ETCD_PIDF"
+    disown "$!" # no "Killed" job report when a test kill -9s it
 }
 
 rf_etcd_ready() {
@@ -173,7 +186,7 @@ rf_etcd_wait() {
     local rc=0
     rf_wait_for "$1" rf_etcd_ready_or_dead || rc=1
     if ((rc == 0)) && rf_etcd_ready; then return 0; fi
-    rf_msg "etcd did not become healthy within $1 s (pid $(rf_read_pid "$RF_ETCD_PIDF"))"
+    rf_msg "etcd $(rf_why_not "$(rf_read_pid "$RF_ETCD_PIDF")" "$1")"
     rf_tail "$RF_ETCD_LOG"
     return 1
 }
@@ -193,6 +206,7 @@ rf_epmd_start_bg() {
     ERL_EPMD_PORT=$RF_EPMD_PORT ERL_EPMD_ADDRESS=127.0.0.1 \
         setsid epmd -address 127.0.0.1 -port "$RF_EPMD_PORT" </dev/null >>"$RF_EPMD_LOG" 2>&1 &
     printf '%s\n' "$!" >"$RF_EPMD_PIDF"
+    disown "$!"
 }
 
 rf_epmd_stop() { rf_kill_pid "$(rf_read_pid "$RF_EPMD_PIDF")" epmd TERM 5; }
@@ -205,10 +219,9 @@ rf_rabbit_url() { printf 'rabbit://guest:guest@127.0.0.1:%s/' "$RF_AMQP_PORT"; }
 rf_rabbit_init() {
     mkdir -p "$RF_RABBIT_DIR/home" "$RF_RABBIT_DIR/mnesia" "$RF_RABBIT_DIR/log"
     printf '[].\n' >"$RF_RABBIT_DIR/enabled_plugins"
-    cat >"$RF_RABBIT_DIR/rabbitmq.conf" <<'EOF'
-# private test broker (tools/with-test-servers.sh)
-disk_free_limit.absolute = 10MB
-EOF
+    # No rabbitmq.conf on purpose (a system one must not be read; parsing one
+    # costs boot time): settings go in as Erlang args. A 10 MB disk alarm
+    # threshold keeps a nearly full CI disk from blocking publishers.
     local -a env=(
         "HOME=$RF_RABBIT_DIR/home"
         "RABBITMQ_NODENAME=$RF_RABBIT_NODE"
@@ -222,7 +235,7 @@ EOF
         "RABBITMQ_ENABLED_PLUGINS_FILE=$RF_RABBIT_DIR/enabled_plugins"
         "RABBITMQ_CONFIG_FILE=$RF_RABBIT_DIR/rabbitmq.conf"
         "RABBITMQ_ADVANCED_CONFIG_FILE=$RF_RABBIT_DIR/advanced.config"
-        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1} -rabbit disk_free_limit 10000000"
         "RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
         "ERL_EPMD_PORT=$RF_EPMD_PORT"
         "ERL_EPMD_ADDRESS=127.0.0.1"
@@ -263,6 +276,7 @@ rf_rabbit_start_bg() {
         exec setsid /usr/lib/rabbitmq/bin/rabbitmq-server </dev/null >>"$RF_RABBIT_LOG" 2>&1
     ) &
     printf '%s\n' "$!" >"$RF_RABBIT_LAUNCHER_PIDF"
+    disown "$!"
 }
 
 rf_rabbitmqctl() { timeout "${RF_CTL_TIMEOUT:-60}" "$RF_RABBITMQCTL" "$@"; }
@@ -340,7 +354,7 @@ rf_rabbit_wait() {
             rf_msg "rabbit is up but 'authenticate_user guest guest' failed"
         fi
     else
-        rf_msg "rabbit did not become ready within $1 s (pid $(rf_rabbit_pid))"
+        rf_msg "rabbit $(rf_why_not "$(rf_rabbit_pid)" "$1")"
     fi
     rf_tail "$RF_EPMD_LOG" "$RF_RABBIT_LOG" "$RF_RABBIT_DIR/log/$RF_RABBIT_NODE.log" \
         "$RF_RABBIT_DIR/ctl.out"
@@ -410,7 +424,19 @@ rf_pg_start_bg() {
     local pid
     pid=$(rf_pg_pid)
     if [[ -n $pid ]]; then rf_msg "postgres already running (pid $pid)"; return 0; fi
-    rf_pg_as "$RF_PG_BIN/pg_ctl" -D "$RF_PG_DATA" -l "$RF_PG_LOG" -W start >/dev/null
+    # After a kill -9 the dead postmaster's lock file stays behind, and where
+    # PID 1 does not reap orphans its zombie makes postgres think it is still
+    # running: remove the lock file once the postmaster is really gone.
+    pid=$(rf_read_pid "$RF_PG_DATA/postmaster.pid")
+    if [[ -n $pid ]] && ! rf_alive "$pid"; then
+        rm -f "$RF_PG_DATA/postmaster.pid" "$RF_PG_SOCK"/.s.PGSQL.*
+    fi
+    if ! rf_pg_as "$RF_PG_BIN/pg_ctl" -D "$RF_PG_DATA" -l "$RF_PG_LOG" -W start \
+        >>"$RF_PG_DIR/pg_ctl.log" 2>&1; then
+        rf_msg "pg_ctl start failed"
+        rf_tail "$RF_PG_DIR/pg_ctl.log"
+        return 1
+    fi
 }
 
 rf_pg_pid() {
@@ -442,7 +468,7 @@ rf_pg_setup_db() {
 
 rf_pg_wait() {
     if rf_wait_for "$1" rf_pg_ready && rf_pg_setup_db; then return 0; fi
-    rf_msg "postgres did not become ready within $1 s (pid $(rf_pg_pid))"
+    rf_msg "postgres $(rf_why_not "$(rf_pg_pid)" "$1")"
     rf_tail "$RF_PG_LOG" "$RF_PG_DIR/setup.log"
     return 1
 }
@@ -452,7 +478,18 @@ rf_pg_stop() { # [kill]
     pid=$(rf_pg_pid)
     [[ -n $pid ]] || return 0
     if [[ ${1:-} == kill ]]; then
+        # Backends exit by themselves once the postmaster is gone; wait for
+        # them, or a restart finds the old shared memory still attached.
+        local p st
+        local -a kids=()
+        for p in /proc/[0-9]*/stat; do
+            st=$(cat "$p" 2>/dev/null) || continue
+            st=${st##*) }
+            st=${st#? }
+            [[ ${st%% *} == "$pid" ]] && p=${p#/proc/} && kids+=("${p%/stat}")
+        done
         rf_kill_pid "$pid" postgres KILL 5
+        for p in "${kids[@]}"; do rf_kill_pid "$p" postgres-child QUIT 10; done
         return 0
     fi
     # SIGINT = pg_ctl stop -m fast, without needing to switch user.

@@ -27,6 +27,15 @@
 #   RINGFLEET_TEST_DB_URL         postgresql+psycopg2://USER:PASS@127.0.0.1:PORT/ringfleet
 #   RINGFLEET_TEST_PG_PID         PID of the postmaster as started
 # (variables of servers not selected by SERVERS are not set).
+#
+# Fault injection from a test: "$RINGFLEET_TEST_CTL" ACTION, e.g. kill-etcd,
+# start-etcd, restart-etcd, stop-app-rabbit, start-app-rabbit, restart-rabbit,
+# kill-rabbit, restart-pg, pid etcd (see tools/test-servers-ctl.sh). Starts
+# block until the server is ready. The *_PID variables are the PIDs at
+# startup; after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg`.
+# A test may also start etcd itself: shlex.split(open($..._ETCD_CMD).read());
+# anything left running with the private dir in its command line is stopped
+# at the end.
 
 # Functions below run from traps; shellcheck 0.9 calls them unreachable.
 # shellcheck disable=SC2317
@@ -43,9 +52,10 @@ RF_DIR=''
 RF_CHILD=''
 RF_CLEANED=0
 RF_PG_STARTER=''
+RF_LOCK=/tmp/ringfleet-servers.lock
 # Our stderr, for messages from traps that may fire while a function runs
 # with its stderr redirected to a log file.
-exec {RF_STDERR}>&2
+exec {RF_STDERR}>&2 {RF_STDIN}<&0
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
@@ -54,20 +64,28 @@ usage() {
 
 # ---------------------------------------------------------------- install --
 
+# The newest /usr/lib/postgresql/VERSION/bin with a server in it.
 pg_bin_dir() {
-    local d best=''
+    local d v best='' bestv=0
     for d in /usr/lib/postgresql/*/bin; do
-        [[ -x $d/postgres && -x $d/initdb ]] && best=$d
+        [[ -x $d/postgres && -x $d/initdb ]] || continue
+        v=${d#/usr/lib/postgresql/}
+        v=${v%%[!0-9]*}
+        if ((${v:-0} >= bestv)); then best=$d bestv=${v:-0}; fi
     done
-    # glob order is lexical; pick the highest major version numerically
-    if [[ -n $best ]]; then
-        for d in /usr/lib/postgresql/*/bin; do
-            [[ -x $d/postgres && -x $d/initdb ]] || continue
-            local v=${d#/usr/lib/postgresql/} b=${best#/usr/lib/postgresql/}
-            ((${v%%/*} > ${b%%/*})) && best=$d
-        done
-    fi
     printf '%s' "$best"
+}
+
+RF_POLICY=/usr/sbin/policy-rc.d
+RF_POLICY_BACKUP=''
+RF_POLICY_OURS=0
+
+# Put back the policy-rc.d we found (or none).
+restore_policy() {
+    ((RF_POLICY_OURS)) || return 0
+    rm -f "$RF_POLICY"
+    if [[ -n $RF_POLICY_BACKUP ]]; then mv "$RF_POLICY_BACKUP" "$RF_POLICY"; fi
+    RF_POLICY_OURS=0 RF_POLICY_BACKUP=''
 }
 
 ensure_packages() {
@@ -86,22 +104,23 @@ ensure_packages() {
     ((${#pkgs[@]})) || return 0
     ((EUID == 0)) || rf_die "missing packages ${pkgs[*]} and not root: install them first"
     rf_msg "installing ${pkgs[*]}"
-    local policy=/usr/sbin/policy-rc.d backup='' rc=0 log
+    local rc=0 log
     log=$(mktemp /tmp/ringfleet-apt.XXXXXX.log)
-    # Keep the packages from starting their own system services.
-    if [[ -e $policy ]]; then
-        backup=$policy.ringfleet-saved.$$
-        mv "$policy" "$backup"
+    # Keep the packages from starting their own system services (101 =
+    # action forbidden); cleanup() restores it too if we are interrupted.
+    if [[ -e $RF_POLICY ]]; then
+        RF_POLICY_BACKUP=$RF_POLICY.ringfleet-saved.$$
+        mv "$RF_POLICY" "$RF_POLICY_BACKUP"
     fi
-    printf '#!/bin/sh\n# temporary, tools/with-test-servers.sh\nexit 101\n' >"$policy"
-    chmod 755 "$policy"
+    RF_POLICY_OURS=1
+    printf '#!/bin/sh\n# temporary, tools/with-test-servers.sh\nexit 101\n' >"$RF_POLICY"
+    chmod 755 "$RF_POLICY"
     {
         apt-get -o DPkg::Lock::Timeout=300 update &&
             DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y \
                 --no-install-recommends "${pkgs[@]}"
     } >"$log" 2>&1 || rc=$?
-    rm -f "$policy"
-    if [[ -n $backup ]]; then mv "$backup" "$policy"; fi
+    restore_policy
     if ((rc != 0)); then
         tail -n 40 "$log" >&2
         rf_die "apt-get failed (exit $rc), full log in $log"
@@ -111,14 +130,24 @@ ensure_packages() {
 
 # ------------------------------------------------------------------ ports --
 
-# pick_port DEFAULT: DEFAULT if free on 127.0.0.1 (and not already taken by
-# us), else a random free port below the ephemeral range.
-RF_USED_PORTS=''
-pick_port() {
-    local port
-    port=$(python3 - "$1" "$RF_USED_PORTS" <<'EOF'
+# Ports of other runs on this machine: their servers may not listen yet
+# (RabbitMQ opens its AMQP port only at the end of its boot).
+reserved_ports() {
+    local f
+    for f in /tmp/ringfleet-servers.*/state.env; do
+        [[ -e $f && $f != "$RF_STATE" ]] || continue
+        sed -n 's/^RF_[A-Z_]*PORT=\([0-9][0-9]*\)$/\1/p' "$f" 2>/dev/null || true
+    done
+}
+
+# pick_ports NAME=DEFAULT...: set each NAME to DEFAULT if that is free on
+# 127.0.0.1 and not reserved, else to a random free port in 20000-31999
+# (below the ephemeral range). Call with RF_LOCK held.
+pick_ports() {
+    local out name port
+    out=$(python3 - "$(reserved_ports | tr '\n' ' ')" "$@" <<'EOF'
 import random, socket, sys
-used = {int(p) for p in sys.argv[2].split()}
+used = {int(p) for p in sys.argv[1].split()}
 def free(port):
     if port in used:
         return False
@@ -131,14 +160,18 @@ def free(port):
         return False
     finally:
         s.close()
-port = int(sys.argv[1])
-while not free(port):
-    port = random.randrange(20000, 32000)
-print(port)
+for arg in sys.argv[2:]:
+    name, port = arg.split("=")
+    port = int(port)
+    while not free(port):
+        port = random.randrange(20000, 32000)
+    used.add(port)
+    print("%s=%d" % (name, port))
 EOF
     )
-    RF_USED_PORTS+=" $port"
-    printf '%s' "$port"
+    while IFS='=' read -r name port; do
+        printf -v "$name" '%s' "$port"
+    done <<<"$out"
 }
 
 # ---------------------------------------------------------------- cleanup --
@@ -147,15 +180,15 @@ EOF
 # etcd a test restarted itself from RINGFLEET_TEST_ETCD_CMD) is ours too.
 kill_leftovers() {
     local p cmd
-    local -a pids=()
+    local -a pids=() names=()
     for p in /proc/[0-9]*; do
         p=${p#/proc/}
         [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-        cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
-        [[ $cmd == *"$RF_DIR/"* ]] && rf_alive "$p" && pids+=("$p")
+        cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") || continue
+        [[ $cmd == *"$RF_DIR/"* ]] && rf_alive "$p" && pids+=("$p") && names+=("$p:${cmd%% *}")
     done
     ((${#pids[@]})) || return 0
-    rf_msg "stopping leftover processes ${pids[*]}"
+    rf_msg "stopping leftover processes ${names[*]}"
     for p in "${pids[@]}"; do rf_kill_pid "$p" "leftover" TERM 10; done
 }
 
@@ -181,6 +214,7 @@ cleanup() {
     set +e
     exec 2>&"$RF_STDERR"
     trap '' INT TERM
+    restore_policy
     if [[ -n $RF_CHILD ]] && rf_alive "$RF_CHILD"; then
         kill -TERM "$RF_CHILD" 2>/dev/null
         rf_wait_gone "$RF_CHILD" 10 || kill -KILL "$RF_CHILD" 2>/dev/null
@@ -244,11 +278,11 @@ main() {
     RF_SERVERS=${out#,}
     [[ -n $RF_SERVERS ]] || rf_die "SERVERS is empty"
 
-    ensure_packages
-
     trap cleanup EXIT
     trap 'on_signal INT 130' INT
     trap 'on_signal TERM 143' TERM
+
+    ensure_packages
 
     RF_DIR=$(mktemp -d /tmp/ringfleet-servers.XXXXXX)
     chmod 711 "$RF_DIR" # the postgres user must reach $RF_DIR/pg
@@ -258,45 +292,46 @@ main() {
     RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER=''
     RF_RABBIT_NODE="ringfleet-ci-$$@localhost"
     RF_DB_USER=ringfleet RF_DB_PASS=ringfleet RF_DB_NAME=ringfleet
-    if rf_has etcd; then
-        RF_ETCD_PORT=$(pick_port 23790)
-        RF_ETCD_PEER_PORT=$(pick_port 23800)
-    fi
-    if rf_has rabbit; then
-        RF_AMQP_PORT=$(pick_port 25672)
-        RF_DIST_PORT=$(pick_port 25673)
-        RF_EPMD_PORT=$(pick_port 24369)
-    fi
+    local -a want=()
+    if rf_has etcd; then want+=(RF_ETCD_PORT=23790 RF_ETCD_PEER_PORT=23800); fi
+    if rf_has rabbit; then want+=(RF_AMQP_PORT=25672 RF_DIST_PORT=25673 RF_EPMD_PORT=24369); fi
     if rf_has postgres; then
-        RF_PG_PORT=$(pick_port 25432)
+        want+=(RF_PG_PORT=25432)
         RF_PG_BIN=$(pg_bin_dir)
         if ((EUID == 0)); then RF_PG_OSUSER=postgres; else RF_PG_OSUSER=$(id -un); fi
     fi
-    local v
+    # Concurrent runs: pick ports and publish them in state.env under a lock.
+    local lockfd='' v
+    { : >>"$RF_LOCK"; } 2>/dev/null || true
+    if [[ -r $RF_LOCK ]] && exec {lockfd}<"$RF_LOCK"; then
+        flock -w 60 "$lockfd" || rf_msg "could not lock $RF_LOCK in 60 s, going on"
+    fi
+    pick_ports "${want[@]}"
     for v in RF_SERVERS RF_ETCD_PORT RF_ETCD_PEER_PORT RF_AMQP_PORT RF_DIST_PORT \
         RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_RABBIT_NODE \
         RF_DB_USER RF_DB_PASS RF_DB_NAME; do
         printf '%s=%q\n' "$v" "${!v}"
     done >"$RF_STATE"
+    if [[ -n $lockfd ]]; then exec {lockfd}<&-; fi
 
     # Start everything, slowest first, then wait for each.
     local t_rabbit t_etcd t_pg
     if rf_has rabbit; then
         rf_rabbit_init
         t_rabbit=$(rf_now_us)
-        rf_epmd_start_bg
-        rf_rabbit_start_bg
+        # (servers must not hold our saved stdin/stderr open)
+        { rf_epmd_start_bg && rf_rabbit_start_bg; } {RF_STDERR}>&- {RF_STDIN}<&-
     fi
     if rf_has etcd; then
         mkdir -p "$RF_ETCD_DIR"
         rf_etcd_write_cmd
         t_etcd=$(rf_now_us)
-        rf_etcd_start_bg
+        rf_etcd_start_bg {RF_STDERR}>&- {RF_STDIN}<&-
     fi
     if rf_has postgres; then
         t_pg=$(rf_now_us)
         # initdb takes a second or two: overlap it with waiting for etcd.
-        { rf_pg_init && rf_pg_start_bg; } &
+        { rf_pg_init && rf_pg_start_bg; } {RF_STDERR}>&- {RF_STDIN}<&- &
         RF_PG_STARTER=$!
     fi
 
@@ -320,13 +355,14 @@ main() {
     done < <(rf_print_env)
     export RINGFLEET_TEST_CTL="$RF_TOOLS/test-servers-ctl.sh"
 
-    # Not exec: we must clean up. Undo the SIGINT/SIGQUIT ignore bash applies
-    # to background jobs so the command can be interrupted normally.
+    # Not exec: we must clean up. Undo what bash does to background jobs
+    # (SIGINT/SIGQUIT ignored, stdin from /dev/null) so the command behaves
+    # as in the foreground.
     local rc=0
     (
         trap - INT QUIT TERM
-        exec "$@"
-    ) &
+        exec "$@" {RF_STDERR}>&- {RF_STDIN}<&-
+    ) <&"$RF_STDIN" &
     RF_CHILD=$!
     wait "$RF_CHILD" || rc=$?
     RF_CHILD=''
