@@ -1,0 +1,152 @@
+"""Data objects exchanged between the database, scheduler, RPC and agents.
+
+Plain frozen dataclasses: the database layer returns them, the scheduler
+reads them, and RPC endpoints turn them into primitives with
+:meth:`to_dict`.  Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "Flavor",
+    "Instance",
+    "Node",
+    "Ownership",
+    "PowerState",
+    "ProvisionState",
+    "TaskState",
+    "VmState",
+]
+
+
+class ProvisionState(enum.StrEnum):
+    """Where a node is in its life; only ``available`` nodes are scheduled."""
+
+    ENROLL = "enroll"
+    MANAGEABLE = "manageable"
+    AVAILABLE = "available"
+    DEPLOYING = "deploying"
+    ACTIVE = "active"
+    DELETING = "deleting"
+    CLEANING = "cleaning"
+    ERROR = "error"
+
+
+class PowerState(enum.StrEnum):
+    ON = "power on"
+    OFF = "power off"
+
+
+class VmState(enum.StrEnum):
+    BUILDING = "building"
+    ACTIVE = "active"
+    DELETING = "deleting"
+    DELETED = "deleted"
+    ERROR = "error"
+
+
+class TaskState(enum.StrEnum):
+    SCHEDULING = "scheduling"
+    NETWORKING = "networking"
+    SPAWNING = "spawning"
+    DELETING = "deleting"
+
+
+def _primitive(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: _primitive(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        items = [_primitive(v) for v in value]
+        return sorted(items) if isinstance(value, (set, frozenset)) else items
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly primitives (enums as values, datetimes ISO 8601)."""
+        return {
+            f.name: _primitive(getattr(self, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Node(_Record):
+    """A bare-metal node as stored.
+
+    ``owner``/``owner_epoch`` is the fencing claim: the agent that may act on
+    the node, and the epoch every action must carry.  ``capabilities`` is
+    parsed from ``properties["capabilities"]`` ("k1:v1,k2:v2").
+    """
+
+    uuid: str
+    name: str
+    resource_class: str
+    traits: frozenset[str] = frozenset()
+    properties: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    capabilities: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    group: str = ""
+    provision_state: ProvisionState = ProvisionState.AVAILABLE
+    power_state: PowerState | None = PowerState.OFF
+    maintenance: bool = False
+    maintenance_reason: str | None = None
+    owner: str | None = None
+    owner_epoch: int = 0
+    instance_uuid: str | None = None
+    created_at: datetime.datetime | None = None
+    updated_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flavor(_Record):
+    """What a build asks for: a resource class, traits and capabilities.
+
+    ``extra_specs`` holds ``capabilities:<key>`` entries whose values use the
+    ComputeCapabilitiesFilter operators (``s==``, ``<in>``, ``<or>``, ``>=``,
+    ``<=``, ``==``, ``=``, ...).
+    """
+
+    name: str
+    resource_class: str
+    required_traits: frozenset[str] = frozenset()
+    forbidden_traits: frozenset[str] = frozenset()
+    extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    created_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Instance(_Record):
+    """An instance (a build request from the moment it is stored)."""
+
+    uuid: str
+    name: str
+    flavor: str
+    vm_state: VmState = VmState.BUILDING
+    task_state: TaskState | None = TaskState.SCHEDULING
+    node_uuid: str | None = None
+    host: str | None = None
+    group_hint: str | None = None
+    fault: str | None = None
+    attempts: int = 0
+    created_at: datetime.datetime | None = None
+    updated_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ownership(_Record):
+    """The claim on one node: who owns it, at which epoch."""
+
+    node_uuid: str
+    owner: str | None
+    epoch: int
+    pinned: bool = False
