@@ -6,7 +6,18 @@ serialization, later) never parse messages.
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "RingfleetError"]
+import dataclasses
+import reprlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "ConfigurationError",
+    "FieldError",
+    "InvalidInput",
+    "RingfleetError",
+    "render_value",
+]
 
 
 class RingfleetError(Exception):
@@ -26,3 +37,113 @@ class ConfigurationError(RingfleetError):
         self.option = option
         self.reason = reason
         super().__init__(f"[{group}] {option}: {reason}")
+
+
+# Bounded rendering of offending values: a bad entry may be a 10 MB string or
+# a deeply nested structure, and its rendering ends up in logs and RPC replies.
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxstring = 60
+_REPR.maxother = 60
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = 4
+_REPR.maxdict = 4
+_VALUE_MAX = 80
+
+
+def render_value(value: object) -> str:
+    """A short, safe rendering of *value* for an error message (<= 80 chars)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a hostile __repr__ must not hide the real error
+        text = f"<unrepresentable {type(value).__name__}>"
+    if len(text) > _VALUE_MAX:
+        text = text[: _VALUE_MAX - 3] + "..."
+    return text
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FieldError:
+    """One reason a payload was refused.
+
+    :ivar field: path of the offending field, e.g. ``"resource_class"``,
+        ``"nodes[17].traits[2]"``, ``"extra_specs.capabilities:boot_mode"``;
+        ``""`` is the payload itself
+    :ivar reason: what is wrong with it
+    :ivar value: short rendering of the bad value (see :func:`render_value`),
+        or ``None`` when there is no value to show (a missing field)
+    """
+
+    field: str
+    reason: str
+    value: str | None = None
+
+    @classmethod
+    def about(cls, field: str, reason: str, value: object) -> FieldError:
+        """A field error showing *value*, rendered short and safe."""
+        return cls(field, reason, render_value(value))
+
+    def __str__(self) -> str:
+        where = f"{self.field}: " if self.field else ""
+        got = f" (got {self.value})" if self.value is not None else ""
+        return f"{where}{self.reason}{got}"
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"field": self.field, "reason": self.reason, "value": self.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FieldError:
+        value = data.get("value")
+        return cls(str(data["field"]), str(data["reason"]), None if value is None else str(value))
+
+
+class InvalidInput(RingfleetError, ValueError):
+    """A payload was refused; nothing was changed (design invariant 8).
+
+    Carries every problem found, not only the first, so a client fixes its
+    input in one round trip.
+
+    :ivar errors: the :class:`FieldError` list, in the order found
+
+    Constructible from primitives -- ``InvalidInput(errors=[{"field": ...,
+    "reason": ..., "value": ...}])`` -- and :attr:`kwargs` holds exactly that,
+    which is what oslo.messaging sends to rebuild a remote exception.
+    """
+
+    #: how many errors ``str()`` lists before summarizing the rest
+    MAX_LISTED = 100
+
+    def __init__(self, errors: Iterable[FieldError | Mapping[str, Any]]) -> None:
+        self.errors: list[FieldError] = [
+            e if isinstance(e, FieldError) else FieldError.from_dict(e) for e in errors
+        ]
+        super().__init__()
+
+    @property
+    def fields(self) -> list[str]:
+        """The paths of the offending fields, in the order found."""
+        return [e.field for e in self.errors]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """Primitives that rebuild this exception: ``InvalidInput(**exc.kwargs)``."""
+        return {"errors": [e.to_dict() for e in self.errors]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.kwargs
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InvalidInput:
+        return cls(data["errors"])
+
+    def __str__(self) -> str:
+        listed = "; ".join(str(e) for e in self.errors[: self.MAX_LISTED])
+        more = len(self.errors) - self.MAX_LISTED
+        if more > 0:
+            listed += f"; ... and {more} more"
+        return f"invalid input: {listed}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.errors!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.errors,))

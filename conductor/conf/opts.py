@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import coordination, default, ring
+from conductor.conf import coordination, database, default, ring
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -12,5 +12,6 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
     return [
         ("DEFAULT", list(default.opts)),
         (coordination.group, list(coordination.opts)),
+        (database.group, list(database.opts)),
         (ring.group, list(ring.opts)),
     ]

@@ -1,0 +1,77 @@
+"""What conductors saw of agent membership: when each agent left.
+
+The membership group says who is alive *now*; re-homing pinned nodes needs
+to know for how long an agent has been gone, and that must survive a
+conductor restart and agree between conductors, so it is stored.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from conductor.db.engine import Database
+from conductor.db.models import AgentModel, NodeModel, utcnow
+
+__all__ = ["AgentRecord", "list_agents", "record_membership"]
+
+AgentRecord = AgentModel
+
+
+def record_membership(
+    db: Database, live: Mapping[str, float], now: datetime.datetime | None = None
+) -> None:
+    """Record a membership view: ``live`` maps member id to ring weight.
+
+    Members are (re)marked present; every known agent that is absent, and
+    every node owner never seen as a member, is marked gone since ``now``
+    unless it already was (the earliest departure wins, whichever conductor
+    saw it).
+    """
+    now = now or utcnow()
+    for attempt in range(3):
+        try:
+            _record(db, live, now)
+            return
+        except IntegrityError:
+            # Another conductor inserted the same new agent first: re-read.
+            if attempt == 2:
+                raise
+
+
+def _record(db: Database, live: Mapping[str, float], now: datetime.datetime) -> None:
+    with db.transaction() as session:
+        known = {row.host: row for row in session.scalars(select(AgentModel))}
+        for host, weight in live.items():
+            row = known.get(host)
+            if row is None:
+                session.add(AgentModel(host=host, first_seen=now, last_seen=now, weight=weight))
+            else:
+                row.last_seen = now
+                row.gone_since = None
+                row.weight = weight
+        session.execute(
+            update(AgentModel)
+            .where(AgentModel.host.not_in(list(live)), AgentModel.gone_since.is_(None))
+            .values(gone_since=now)
+            .execution_options(synchronize_session=False)
+        )
+        # Owners that died while no conductor watched: never seen, already gone.
+        strangers = session.scalars(
+            select(NodeModel.owner)
+            .where(NodeModel.owner.is_not(None), NodeModel.owner.not_in(list(live)))
+            .distinct()
+        ).all()
+        for stranger in strangers:
+            if stranger is not None and stranger not in known:
+                session.add(
+                    AgentModel(host=stranger, first_seen=now, last_seen=now, gone_since=now)
+                )
+
+
+def list_agents(db: Database) -> list[AgentModel]:
+    with db.transaction() as session:
+        return list(session.scalars(select(AgentModel).order_by(AgentModel.host)))

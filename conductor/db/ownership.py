@@ -1,0 +1,246 @@
+"""Ownership records: who may act on a node, fenced by epochs.
+
+Every change of a node's ``(owner, owner_epoch)`` happens here, as a
+compare-and-swap ``UPDATE ... WHERE`` on the row itself, so that two agents
+(or two conductors acting for them) racing for one node can never both win:
+the database serializes the two updates and the second one's condition no
+longer holds.  Every successful change bumps the epoch; an agent carries the
+epoch it holds with every action, and a stale epoch is refused.
+
+Rules (DESIGN.md invariants 1 and 3):
+
+* a claim takes a node that is free, or whose owner is not a live member;
+  a *pinned* node (one hosting an instance) only once its owner has been
+  gone longer than ``rehome_grace`` — and then the instance's host moves in
+  the same transaction;
+* a claim of a node the caller already owns succeeds without a new epoch
+  (re-validation after a membership hiccup);
+* a live owner is never robbed: release and transfer are done by the owner,
+  with the epoch it holds.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy import and_, or_, select, true, update
+from sqlalchemy.orm import Session
+
+from conductor.db.engine import Database
+from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
+from conductor.objects import Ownership
+
+__all__ = [
+    "ClaimOutcome",
+    "ReleaseOutcome",
+    "Transfer",
+    "claim_nodes",
+    "owned_by",
+    "ownership_of",
+    "release_nodes",
+    "transfer_nodes",
+]
+
+#: Bound parameters per statement: well under SQLite's limit of 32766.
+CHUNK = 500
+
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """What a batch claim did.
+
+    :ivar granted: every requested node the caller owns now, with its epoch
+        (newly claimed, re-homed or already its own).
+    :ivar rehomed: pinned nodes taken from a departed owner; their
+        instances' host moved to the caller.
+    :ivar refused: node uuid -> the owner that keeps it.
+    :ivar missing: requested uuids with no such node.
+    """
+
+    granted: list[Ownership] = field(default_factory=list)
+    rehomed: list[str] = field(default_factory=list)
+    refused: dict[str, str | None] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReleaseOutcome:
+    """What a batch release or transfer did.
+
+    :ivar done: uuids whose ownership changed, with their new epoch.
+    :ivar refused: uuid -> the current ownership (``None``: no such node),
+        for claims that were stale or nodes that are pinned.
+    """
+
+    done: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, Ownership | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Hand one node held at ``epoch`` to ``new_owner``."""
+
+    node_uuid: str
+    epoch: int
+    new_owner: str
+
+
+def _ownership(row: NodeModel) -> Ownership:
+    return Ownership(
+        node_uuid=row.uuid,
+        owner=row.owner,
+        epoch=row.owner_epoch,
+        pinned=row.instance_uuid is not None,
+    )
+
+
+def _current(session: Session, uuids: Iterable[str]) -> dict[str, Ownership]:
+    result: dict[str, Ownership] = {}
+    for chunk in _chunks(list(uuids)):
+        for row in session.scalars(select(NodeModel).where(NodeModel.uuid.in_(chunk))):
+            result[row.uuid] = _ownership(row)
+    return result
+
+
+def claim_nodes(
+    db: Database,
+    agent: str,
+    node_uuids: Sequence[str],
+    *,
+    live_members: Collection[str],
+    rehome_grace: float,
+    now: datetime.datetime | None = None,
+) -> ClaimOutcome:
+    """Claim many nodes for ``agent`` in one transaction (see module rules).
+
+    :param live_members: the members of the group as the caller's conductor
+        sees them right now; ``agent`` itself must be one of them.
+    :param rehome_grace: seconds a departed owner keeps its pinned nodes.
+    """
+    now = now or utcnow()
+    cutoff = now - datetime.timedelta(seconds=rehome_grace)
+    live = sorted(set(live_members) | {agent})
+    wanted = list(dict.fromkeys(node_uuids))
+    departed_long_enough = select(AgentModel.host).where(
+        AgentModel.gone_since.is_not(None), AgentModel.gone_since <= cutoff
+    )
+    claimable = or_(
+        NodeModel.owner.is_(None),
+        and_(
+            NodeModel.owner.not_in(live),
+            or_(
+                NodeModel.instance_uuid.is_(None),
+                NodeModel.owner.in_(departed_long_enough),
+            ),
+        ),
+    )
+    rehomed: list[str] = []
+    with db.transaction() as session:
+        for chunk in _chunks(wanted):
+            taken = session.execute(
+                update(NodeModel)
+                .where(NodeModel.uuid.in_(chunk), claimable)
+                .values(owner=agent, owner_epoch=NodeModel.owner_epoch + 1, updated_at=now)
+                .returning(NodeModel.uuid, NodeModel.instance_uuid)
+                .execution_options(synchronize_session=False)
+            ).all()
+            rehomed.extend(uuid for uuid, instance in taken if instance is not None)
+        for chunk in _chunks(rehomed):
+            session.execute(
+                update(InstanceModel)
+                .where(InstanceModel.node_uuid.in_(chunk))
+                .values(host=agent, updated_at=now)
+                .execution_options(synchronize_session=False)
+            )
+        current = _current(session, wanted)
+    outcome = ClaimOutcome(rehomed=rehomed)
+    for uuid in wanted:
+        own = current.get(uuid)
+        if own is None:
+            outcome.missing.append(uuid)
+        elif own.owner == agent:
+            outcome.granted.append(own)
+        else:
+            outcome.refused[uuid] = own.owner
+    return outcome
+
+
+def release_nodes(db: Database, agent: str, claims: Mapping[str, int]) -> ReleaseOutcome:
+    """Give up nodes held at the given epochs; pinned nodes are refused.
+
+    A pinned node leaves its owner only by :func:`transfer_nodes` (drain,
+    move) or by re-homing after its owner is gone.
+    """
+    return _change_owner(db, agent, [(u, e, None) for u, e in claims.items()])
+
+
+def transfer_nodes(db: Database, agent: str, transfers: Sequence[Transfer]) -> ReleaseOutcome:
+    """Hand nodes held at the given epochs to other agents (drain, move).
+
+    Pinned nodes move with their instance: its host changes in the same
+    transaction.
+    """
+    return _change_owner(db, agent, [(t.node_uuid, t.epoch, t.new_owner) for t in transfers])
+
+
+def _change_owner(
+    db: Database, agent: str, changes: Sequence[tuple[str, int, str | None]]
+) -> ReleaseOutcome:
+    now = utcnow()
+    outcome = ReleaseOutcome()
+    with db.transaction() as session:
+        for uuid, epoch, new_owner in changes:
+            row = session.execute(
+                update(NodeModel)
+                .where(
+                    NodeModel.uuid == uuid,
+                    NodeModel.owner == agent,
+                    NodeModel.owner_epoch == epoch,
+                    # Releasing a pinned node would strand its instance.
+                    NodeModel.instance_uuid.is_(None) if new_owner is None else true(),
+                )
+                .values(owner=new_owner, owner_epoch=epoch + 1, updated_at=now)
+                .returning(NodeModel.instance_uuid)
+                .execution_options(synchronize_session=False)
+            ).first()
+            if row is None:
+                outcome.refused[uuid] = None
+                continue
+            outcome.done[uuid] = epoch + 1
+            if row.instance_uuid is not None:
+                session.execute(
+                    update(InstanceModel)
+                    .where(InstanceModel.uuid == row.instance_uuid)
+                    .values(host=new_owner, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+        if outcome.refused:
+            current = _current(session, outcome.refused)
+            for uuid in outcome.refused:
+                outcome.refused[uuid] = current.get(uuid)
+    return outcome
+
+
+def ownership_of(db: Database, node_uuids: Sequence[str]) -> dict[str, Ownership]:
+    """The current ownership of the given nodes (absent: no such node)."""
+    with db.transaction() as session:
+        return _current(session, node_uuids)
+
+
+def owned_by(db: Database, agent: str) -> list[Ownership]:
+    """Every node ``agent`` owns, pinned ones included (one consistent read)."""
+    with db.transaction() as session:
+        rows = session.scalars(
+            select(NodeModel).where(NodeModel.owner == agent).order_by(NodeModel.uuid)
+        )
+        return [_ownership(row) for row in rows]

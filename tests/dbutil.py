@@ -1,0 +1,66 @@
+"""Database helpers shared by unit (SQLite) and functional (PostgreSQL) tests."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Sequence
+
+from conductor.db import migration
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, NodeModel
+
+
+def migrated(url: str) -> Database:
+    db = Database(url)
+    migration.upgrade(db)
+    return db
+
+
+def add_nodes(
+    db: Database,
+    count: int,
+    *,
+    owner: str | None = None,
+    resource_class: str = "baremetal",
+    prefix: str = "node",
+) -> list[str]:
+    """Insert ``count`` available nodes straight into the table; their uuids."""
+    uuids = [str(uuidlib.uuid4()) for _ in range(count)]
+    with db.transaction() as session:
+        session.add_all(
+            NodeModel(
+                uuid=u,
+                name=f"{prefix}-{i}-{u[:8]}",
+                resource_class=resource_class,
+                traits=[],
+                properties={},
+                provision_state="available",
+                power_state="power off",
+                owner=owner,
+            )
+            for i, u in enumerate(uuids)
+        )
+    return uuids
+
+
+def pin(db: Database, node_uuids: Sequence[str], host: str) -> list[str]:
+    """Put an ACTIVE instance on each node (owned by ``host``); the instance uuids."""
+    instances = []
+    with db.transaction() as session:
+        for node in node_uuids:
+            instance = str(uuidlib.uuid4())
+            instances.append(instance)
+            session.add(
+                InstanceModel(
+                    uuid=instance,
+                    name=f"vm-{instance[:8]}",
+                    flavor="f",
+                    vm_state="active",
+                    node_uuid=node,
+                    host=host,
+                )
+            )
+            row = session.query(NodeModel).filter_by(uuid=node).one()
+            row.instance_uuid = instance
+            row.provision_state = "active"
+    return instances

@@ -1,0 +1,215 @@
+"""Ownership behaviour, run on SQLite (unit) and PostgreSQL (functional).
+
+Each function takes a migrated :class:`Database` and asserts one rule of
+conductor.db.ownership; the two test modules parametrize over them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import random
+from collections import Counter
+from typing import Any
+
+from conductor.db import agents, ownership
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, utcnow
+from tests.dbutil import add_nodes, pin
+
+GRACE = 60.0
+
+
+def claim_free_nodes_bumps_epochs(db: Database) -> None:
+    nodes = add_nodes(db, 5)
+    out = ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    assert [o.node_uuid for o in out.granted] == nodes
+    assert {o.epoch for o in out.granted} == {1}
+    assert not out.refused and not out.missing and not out.rehomed
+    # Claiming again what it owns: granted, same epoch (re-validation).
+    again = ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    assert {o.epoch for o in again.granted} == {1}
+
+
+def live_owner_is_never_robbed(db: Database) -> None:
+    nodes = add_nodes(db, 3)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1", "a2"}, rehome_grace=GRACE)
+    out = ownership.claim_nodes(db, "a2", nodes, live_members={"a1", "a2"}, rehome_grace=GRACE)
+    assert not out.granted
+    assert out.refused == dict.fromkeys(nodes, "a1")
+    assert {o.epoch for o in ownership.ownership_of(db, nodes).values()} == {1}
+
+
+def dead_owner_unpinned_nodes_taken_at_once(db: Database) -> None:
+    nodes = add_nodes(db, 4)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    out = ownership.claim_nodes(db, "a2", nodes, live_members={"a2"}, rehome_grace=GRACE)
+    assert {o.owner for o in out.granted} == {"a2"}
+    assert {o.epoch for o in out.granted} == {2}
+
+
+def pinned_nodes_wait_for_rehome_grace(db: Database) -> None:
+    nodes = add_nodes(db, 4)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    instances = pin(db, nodes[:2], "a1")
+    left_at = utcnow()
+    agents.record_membership(db, {"a1": 1.0}, now=left_at - datetime.timedelta(seconds=5))
+    agents.record_membership(db, {"a2": 1.0}, now=left_at)  # a1 gone since left_at
+    early = ownership.claim_nodes(
+        db, "a2", nodes, live_members={"a2"}, rehome_grace=GRACE, now=left_at
+    )
+    assert sorted(o.node_uuid for o in early.granted) == sorted(nodes[2:])
+    assert set(early.refused) == set(nodes[:2])
+    late = ownership.claim_nodes(
+        db,
+        "a2",
+        nodes,
+        live_members={"a2"},
+        rehome_grace=GRACE,
+        now=left_at + datetime.timedelta(seconds=GRACE + 1),
+    )
+    assert sorted(late.rehomed) == sorted(nodes[:2])
+    assert {o.owner for o in late.granted} == {"a2"}
+    with db.transaction() as session:
+        hosts = {
+            row.uuid: row.host
+            for row in session.query(InstanceModel).filter(InstanceModel.uuid.in_(instances))
+        }
+    assert hosts == dict.fromkeys(instances, "a2")
+    epochs = ownership.ownership_of(db, nodes[:2])
+    assert {o.epoch for o in epochs.values()} == {2}
+    assert all(o.pinned for o in epochs.values())
+
+
+def owner_never_recorded_counts_as_gone(db: Database) -> None:
+    nodes = add_nodes(db, 2, owner="ghost")
+    pin(db, nodes, "ghost")
+    then = utcnow()
+    agents.record_membership(db, {"a2": 1.0}, now=then)
+    out = ownership.claim_nodes(
+        db,
+        "a2",
+        nodes,
+        live_members={"a2"},
+        rehome_grace=GRACE,
+        now=then + datetime.timedelta(seconds=GRACE + 1),
+    )
+    assert sorted(out.rehomed) == sorted(nodes)
+
+
+def returning_owner_keeps_grace_clock_reset(db: Database) -> None:
+    nodes = add_nodes(db, 1)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    pin(db, nodes, "a1")
+    t0 = utcnow()
+    agents.record_membership(db, {"a2": 1.0}, now=t0)  # a1 gone
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0}, now=t0)  # a1 back
+    out = ownership.claim_nodes(
+        db,
+        "a2",
+        nodes,
+        live_members={"a2"},  # a stale view that misses a1
+        rehome_grace=GRACE,
+        now=t0 + datetime.timedelta(seconds=GRACE * 2),
+    )
+    assert out.refused == {nodes[0]: "a1"}
+
+
+def release_needs_the_current_epoch(db: Database) -> None:
+    nodes = add_nodes(db, 3)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    stale = ownership.release_nodes(db, "a1", {nodes[0]: 0})
+    assert not stale.done
+    assert stale.refused[nodes[0]] is not None
+    assert stale.refused[nodes[0]].epoch == 1  # type: ignore[union-attr]
+    other = ownership.release_nodes(db, "a2", {nodes[1]: 1})
+    assert not other.done
+    good = ownership.release_nodes(db, "a1", {nodes[1]: 1, nodes[2]: 1})
+    assert good.done == {nodes[1]: 2, nodes[2]: 2}
+    current = ownership.ownership_of(db, nodes)
+    assert current[nodes[1]].owner is None and current[nodes[1]].epoch == 2
+
+
+def pinned_node_cannot_be_released_only_transferred(db: Database) -> None:
+    nodes = add_nodes(db, 1)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    [instance] = pin(db, nodes, "a1")
+    refused = ownership.release_nodes(db, "a1", {nodes[0]: 1})
+    assert not refused.done
+    moved = ownership.transfer_nodes(db, "a1", [ownership.Transfer(nodes[0], 1, "a3")])
+    assert moved.done == {nodes[0]: 2}
+    assert ownership.ownership_of(db, nodes)[nodes[0]].owner == "a3"
+    with db.transaction() as session:
+        assert session.query(InstanceModel).filter_by(uuid=instance).one().host == "a3"
+    assert [o.node_uuid for o in ownership.owned_by(db, "a3")] == nodes
+
+
+def missing_nodes_are_reported(db: Database) -> None:
+    out = ownership.claim_nodes(
+        db, "a1", ["00000000-0000-0000-0000-000000000000"], live_members={"a1"}, rehome_grace=1
+    )
+    assert out.missing == ["00000000-0000-0000-0000-000000000000"]
+
+
+def _race_worker(url: str, agent: str, nodes: list[str], barrier: Any, results: Any) -> None:
+    db = Database(url)
+    order = nodes[:]
+    random.Random(agent).shuffle(order)  # each racer in its own order
+    won = []
+    refused = 0
+    barrier.wait()  # all three start claiming at the same moment
+    for start in range(0, len(order), 50):
+        out = ownership.claim_nodes(
+            db,
+            agent,
+            order[start : start + 50],
+            live_members={"r1", "r2", "r3"},
+            rehome_grace=GRACE,
+        )
+        won.extend((o.node_uuid, o.epoch) for o in out.granted)
+        refused += len(out.refused)
+    db.dispose()
+    results.put((agent, (won, refused)))
+
+
+def racing_agents_never_both_win(db: Database) -> None:
+    """Three processes claim the same 600 nodes at once, in different orders."""
+    nodes = add_nodes(db, 600)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    racers = [
+        ctx.Process(target=_race_worker, args=(db.url, agent, nodes, barrier, results))
+        for agent in ("r1", "r2", "r3")
+    ]
+    for racer in racers:
+        racer.start()
+    collected = dict(results.get(timeout=120) for _ in racers)
+    for racer in racers:
+        racer.join(30)
+        assert racer.exitcode == 0
+    winners: dict[str, set[str]] = {}
+    for agent, (won, _refused) in collected.items():
+        for node, epoch in won:
+            assert epoch == 1  # one claim ever succeeded on each node
+            winners.setdefault(node, set()).add(agent)
+    assert set(winners) == set(nodes)
+    assert all(len(agents_) == 1 for agents_ in winners.values())
+    # Every node was asked for three times and granted once.
+    assert sum(refused for _won, refused in collected.values()) == 2 * len(nodes)
+    final = ownership.ownership_of(db, nodes)
+    assert Counter(o.epoch for o in final.values()) == {1: 600}
+    assert all(final[n].owner in winners[n] for n in nodes)
+
+
+CASES = [
+    claim_free_nodes_bumps_epochs,
+    live_owner_is_never_robbed,
+    dead_owner_unpinned_nodes_taken_at_once,
+    pinned_nodes_wait_for_rehome_grace,
+    owner_never_recorded_counts_as_gone,
+    returning_owner_keeps_grace_clock_reset,
+    release_needs_the_current_epoch,
+    pinned_node_cannot_be_released_only_transferred,
+    missing_nodes_are_reported,
+    racing_agents_never_both_win,
+]
