@@ -147,3 +147,68 @@ class InvalidInput(RingfleetError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.errors,))
+
+
+class NotFound(RingfleetError, LookupError):
+    """Something asked for by id or name does not exist.
+
+    :ivar kind: what was looked for ("node", "flavor", "instance")
+    :ivar ident: the id or name given
+    """
+
+    kind = "object"
+
+    def __init__(self, ident: str) -> None:
+        self.ident = ident
+        super().__init__(f"{self.kind} {ident!r} not found")
+
+
+class NodeNotFound(NotFound):
+    kind = "node"
+
+
+class FlavorNotFound(NotFound):
+    kind = "flavor"
+
+
+class InstanceNotFound(NotFound):
+    kind = "instance"
+
+
+class Conflict(RingfleetError):
+    """The request clashes with what is stored; nothing was changed.
+
+    :ivar field: the clashing field (e.g. "name", "uuid")
+    :ivar value: the clashing value, when known
+    :ivar index: position in a batch, when the request was a batch
+    :ivar reason: human readable explanation
+    """
+
+    kind = "object"
+
+    def __init__(
+        self,
+        *,
+        field: str,
+        value: str | None,
+        index: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.field = field
+        self.value = value
+        self.index = index
+        self.reason = reason or f"a {self.kind} with this {field} exists already"
+        where = f"[{index}]" if index is not None else ""
+        super().__init__(f"{self.kind}{where} {field}={value!r}: {self.reason}")
+
+
+class DuplicateNode(Conflict):
+    kind = "node"
+
+
+class DuplicateFlavor(Conflict):
+    kind = "flavor"
+
+
+class DuplicateInstance(Conflict):
+    kind = "instance"

@@ -1,0 +1,111 @@
+"""Putting an instance on a node, and taking it off, by compare-and-swap.
+
+One instance per node (invariant 7) holds however many conductors race:
+the node row is updated only ``WHERE instance_uuid IS NULL`` and both
+``nodes.instance_uuid`` and ``instances.node_uuid`` are unique, so the
+second of two racing allocations finds the condition false and gets
+nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from sqlalchemy import update
+
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.objects import Ownership, ProvisionState, VmState
+
+__all__ = ["allocate", "free"]
+
+
+def allocate(db: Database, node_uuid: str, instance_uuid: str) -> Ownership | None:
+    """Reserve ``node_uuid`` for ``instance_uuid``.
+
+    Succeeds only if the node is available, not in maintenance, hosts
+    nothing and has an owner, and the instance is still being built without
+    a node.  Returns the node's ownership at that moment (the agent to route
+    the build to, and the epoch it must hold), or ``None`` when another
+    allocation won or the node no longer qualifies.
+    """
+    now = utcnow()
+    try:
+        return _allocate(db, node_uuid, instance_uuid, now)
+    except _LostRace:
+        return None
+
+
+class _LostRace(Exception):
+    """Raised inside the transaction so that it rolls back."""
+
+
+def _allocate(
+    db: Database, node_uuid: str, instance_uuid: str, now: datetime.datetime
+) -> Ownership | None:
+    with db.transaction() as session:
+        row = session.execute(
+            update(NodeModel)
+            .where(
+                NodeModel.uuid == node_uuid,
+                NodeModel.instance_uuid.is_(None),
+                NodeModel.provision_state == ProvisionState.AVAILABLE.value,
+                NodeModel.maintenance.is_(False),
+                NodeModel.owner.is_not(None),
+            )
+            .values(
+                instance_uuid=instance_uuid,
+                provision_state=ProvisionState.DEPLOYING.value,
+                updated_at=now,
+            )
+            .returning(NodeModel.owner, NodeModel.owner_epoch)
+            .execution_options(synchronize_session=False)
+        ).first()
+        if row is None:
+            return None
+        claimed = session.execute(
+            update(InstanceModel)
+            .where(
+                InstanceModel.uuid == instance_uuid,
+                InstanceModel.node_uuid.is_(None),
+                InstanceModel.vm_state == VmState.BUILDING.value,
+            )
+            .values(node_uuid=node_uuid, host=row.owner, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if claimed.rowcount != 1:  # type: ignore[attr-defined]
+            # The instance was deleted or placed meanwhile: undo the node half.
+            raise _LostRace
+        return Ownership(node_uuid=node_uuid, owner=row.owner, epoch=row.owner_epoch, pinned=True)
+
+
+def free(
+    db: Database,
+    node_uuid: str,
+    instance_uuid: str,
+    *,
+    provision_state: ProvisionState = ProvisionState.AVAILABLE,
+) -> bool:
+    """Take ``instance_uuid`` off ``node_uuid`` (failed build, or deleted).
+
+    The node goes to ``provision_state`` (``available`` once clean,
+    ``error`` when its state is unknown).  False when the instance was not
+    on that node.
+    """
+    now = utcnow()
+    with db.transaction() as session:
+        node = session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == node_uuid, NodeModel.instance_uuid == instance_uuid)
+            .values(instance_uuid=None, provision_state=provision_state.value, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if node.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        session.execute(
+            update(InstanceModel)
+            .where(InstanceModel.uuid == instance_uuid, InstanceModel.node_uuid == node_uuid)
+            .values(node_uuid=None, host=None, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        return True

@@ -1,0 +1,92 @@
+"""Flavor queries: create, read, list, delete."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
+from conductor.db.engine import Database
+from conductor.db.models import FlavorModel, InstanceModel
+from conductor.exception import Conflict, DuplicateFlavor, FlavorNotFound
+from conductor.objects import Flavor, VmState
+
+__all__ = ["create_flavor", "delete_flavor", "get_flavor", "list_flavors", "to_flavor"]
+
+
+class FlavorSpecLike(Protocol):
+    name: str
+    resource_class: str
+    required_traits: frozenset[str]
+    forbidden_traits: frozenset[str]
+    extra_specs: dict[str, str]
+
+
+def to_flavor(row: FlavorModel) -> Flavor:
+    return Flavor(
+        name=row.name,
+        resource_class=row.resource_class,
+        required_traits=frozenset(row.required_traits or ()),
+        forbidden_traits=frozenset(row.forbidden_traits or ()),
+        extra_specs=dict(row.extra_specs or {}),
+        created_at=row.created_at,
+    )
+
+
+def create_flavor(db: Database, spec: FlavorSpecLike) -> Flavor:
+    """Store a validated flavor.
+
+    :raises DuplicateFlavor: when the name is taken.
+    """
+    try:
+        with db.transaction() as session:
+            if session.scalars(select(FlavorModel).where(FlavorModel.name == spec.name)).first():
+                raise DuplicateFlavor(field="name", value=spec.name)
+            session.add(
+                FlavorModel(
+                    name=spec.name,
+                    resource_class=spec.resource_class,
+                    required_traits=sorted(spec.required_traits),
+                    forbidden_traits=sorted(spec.forbidden_traits),
+                    extra_specs=dict(spec.extra_specs),
+                )
+            )
+    except IntegrityError:
+        raise DuplicateFlavor(field="name", value=spec.name) from None
+    return get_flavor(db, spec.name)
+
+
+def get_flavor(db: Database, name: str) -> Flavor:
+    """:raises FlavorNotFound:"""
+    with db.transaction() as session:
+        row = session.scalars(select(FlavorModel).where(FlavorModel.name == name)).first()
+        if row is None:
+            raise FlavorNotFound(name)
+        return to_flavor(row)
+
+
+def list_flavors(db: Database) -> list[Flavor]:
+    with db.transaction() as session:
+        return [
+            to_flavor(r) for r in session.scalars(select(FlavorModel).order_by(FlavorModel.name))
+        ]
+
+
+def delete_flavor(db: Database, name: str) -> None:
+    """Delete a flavor no live instance uses.
+
+    :raises FlavorNotFound:
+    :raises Conflict: when instances (not deleted) still use it.
+    """
+    with db.transaction() as session:
+        in_use = session.scalars(
+            select(InstanceModel.uuid).where(
+                InstanceModel.flavor == name, InstanceModel.vm_state != VmState.DELETED.value
+            )
+        ).first()
+        if in_use is not None:
+            raise Conflict(field="name", value=name, reason=f"flavor is used by instance {in_use}")
+        result = session.execute(delete(FlavorModel).where(FlavorModel.name == name))
+        if result.rowcount == 0:  # type: ignore[attr-defined]
+            raise FlavorNotFound(name)

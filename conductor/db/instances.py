@@ -1,0 +1,211 @@
+"""Instance records: build requests are stored here before they are routed.
+
+A build request becomes instance rows in state ``building`` at once, so a
+conductor that dies mid-build loses nothing: another one finds the rows and
+resumes them.  Client-chosen instance uuids make a retried request
+idempotent.  State changes are compare-and-swap on the expected state, so a
+late report cannot resurrect a deleted instance.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid as uuidlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, utcnow
+from conductor.exception import DuplicateInstance, InstanceNotFound
+from conductor.objects import Instance, TaskState, VmState
+
+__all__ = [
+    "create_instances",
+    "get_instance",
+    "list_instances",
+    "record_failed_attempt",
+    "set_state",
+    "stuck_builds",
+    "to_instance",
+]
+
+
+class BuildRequestLike(Protocol):
+    flavor: str
+    count: int
+    name: str | None
+    group: str | None
+    instance_uuids: tuple[str, ...] | None
+
+
+def to_instance(row: InstanceModel) -> Instance:
+    return Instance(
+        uuid=row.uuid,
+        name=row.name,
+        flavor=row.flavor,
+        vm_state=VmState(row.vm_state),
+        task_state=TaskState(row.task_state) if row.task_state else None,
+        node_uuid=row.node_uuid,
+        host=row.host,
+        group_hint=row.group_hint,
+        fault=row.fault,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _names(request: BuildRequestLike, uuids: Sequence[str]) -> list[str]:
+    if request.name is None:
+        return [f"instance-{u[:8]}" for u in uuids]
+    if request.count == 1:
+        return [request.name]
+    return [f"{request.name}-{i}" for i in range(1, request.count + 1)]
+
+
+def create_instances(db: Database, request: BuildRequestLike) -> tuple[list[Instance], bool]:
+    """Store a validated build request as ``count`` building instances.
+
+    Returns the instances and whether they were created now (``False``: the
+    same request was stored before — a client retry — and is returned as is).
+
+    :raises DuplicateInstance: when a client-chosen uuid exists with another
+        flavor (a different request reusing an id).
+    """
+    uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
+    try:
+        with db.transaction() as session:
+            existing = {
+                row.uuid: row
+                for row in session.scalars(
+                    select(InstanceModel).where(InstanceModel.uuid.in_(uuids))
+                )
+            }
+            if existing:
+                for index, u in enumerate(uuids):
+                    row = existing.get(u)
+                    if row is None or row.flavor != request.flavor:
+                        raise DuplicateInstance(
+                            field="instance_uuids",
+                            value=u,
+                            index=index,
+                            reason="instance ids were used by another build request",
+                        )
+                return [to_instance(existing[u]) for u in uuids], False
+            now = utcnow()
+            rows = [
+                InstanceModel(
+                    uuid=u,
+                    name=name,
+                    flavor=request.flavor,
+                    vm_state=VmState.BUILDING.value,
+                    task_state=TaskState.SCHEDULING.value,
+                    group_hint=request.group,
+                    attempts=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+                for u, name in zip(uuids, _names(request, uuids), strict=True)
+            ]
+            session.add_all(rows)
+            session.flush()
+            return [to_instance(r) for r in rows], True
+    except IntegrityError:
+        # A concurrent identical request won: it is stored once either way.
+        return create_instances(db, request)
+
+
+def get_instance(db: Database, instance_uuid: str) -> Instance:
+    """:raises InstanceNotFound:"""
+    with db.transaction() as session:
+        row = session.scalars(
+            select(InstanceModel).where(InstanceModel.uuid == instance_uuid)
+        ).first()
+        if row is None:
+            raise InstanceNotFound(instance_uuid)
+        return to_instance(row)
+
+
+def list_instances(
+    db: Database,
+    *,
+    vm_state: VmState | None = None,
+    host: str | None = None,
+    include_deleted: bool = False,
+    limit: int = 1000,
+    marker: str | None = None,
+) -> list[Instance]:
+    query = select(InstanceModel).order_by(InstanceModel.uuid).limit(limit)
+    if vm_state is not None:
+        query = query.where(InstanceModel.vm_state == vm_state.value)
+    elif not include_deleted:
+        query = query.where(InstanceModel.vm_state != VmState.DELETED.value)
+    if host is not None:
+        query = query.where(InstanceModel.host == host)
+    if marker is not None:
+        query = query.where(InstanceModel.uuid > marker)
+    with db.transaction() as session:
+        return [to_instance(r) for r in session.scalars(query)]
+
+
+def set_state(
+    db: Database,
+    instance_uuid: str,
+    *,
+    expected: Sequence[VmState],
+    vm_state: VmState,
+    task_state: TaskState | None,
+    fault: str | None = None,
+) -> bool:
+    """Move an instance to a new state if it is in one of ``expected``."""
+    values: dict[str, Any] = {
+        "vm_state": vm_state.value,
+        "task_state": task_state.value if task_state else None,
+        "updated_at": utcnow(),
+    }
+    if fault is not None:
+        values["fault"] = fault
+    with db.transaction() as session:
+        result = session.execute(
+            update(InstanceModel)
+            .where(
+                InstanceModel.uuid == instance_uuid,
+                InstanceModel.vm_state.in_([s.value for s in expected]),
+            )
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def record_failed_attempt(db: Database, instance_uuid: str, fault: str) -> int:
+    """Count a failed build attempt and append its fault; the attempts so far."""
+    with db.transaction() as session:
+        row = session.scalars(
+            select(InstanceModel).where(InstanceModel.uuid == instance_uuid)
+        ).first()
+        if row is None:
+            raise InstanceNotFound(instance_uuid)
+        row.attempts += 1
+        line = f"attempt {row.attempts}: {fault}"
+        row.fault = f"{row.fault}\n{line}" if row.fault else line
+        row.updated_at = utcnow()
+        return row.attempts
+
+
+def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
+    """Instances still building whose row has not changed since ``older_than``."""
+    query = (
+        select(InstanceModel)
+        .where(
+            InstanceModel.vm_state == VmState.BUILDING.value,
+            InstanceModel.updated_at < older_than,
+        )
+        .order_by(InstanceModel.updated_at)
+        .limit(limit)
+    )
+    with db.transaction() as session:
+        return [to_instance(r) for r in session.scalars(query)]

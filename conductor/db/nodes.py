@@ -1,0 +1,242 @@
+"""Node inventory queries: create, import, read, list, maintenance.
+
+Ownership columns are not written here (see :mod:`conductor.db.ownership`),
+nor the instance a node hosts (see :mod:`conductor.db.allocations`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel, utcnow
+from conductor.exception import DuplicateNode, NodeNotFound
+from conductor.objects import Node, PowerState, ProvisionState
+
+__all__ = [
+    "NodeSpecLike",
+    "changed_since",
+    "count_nodes",
+    "create_nodes",
+    "get_node",
+    "iter_nodes",
+    "list_nodes",
+    "set_maintenance",
+    "to_node",
+]
+
+_IMPORT_CHUNK = 1000
+
+
+class NodeSpecLike(Protocol):
+    """What :func:`create_nodes` needs of a validated node spec."""
+
+    uuid: str
+    name: str
+    resource_class: str
+    traits: frozenset[str]
+    properties: dict[str, Any]
+    group: str
+    maintenance: bool
+    maintenance_reason: str | None
+    provision_state: str
+    power_state: str
+
+
+def to_node(row: NodeModel) -> Node:
+    """The data object of a row (capabilities parsed from the properties)."""
+    capabilities: dict[str, str] = {}
+    raw = (row.properties or {}).get("capabilities")
+    if isinstance(raw, str):
+        for item in raw.split(","):
+            key, sep, value = item.strip().partition(":")
+            if sep and key:
+                capabilities[key] = value
+    return Node(
+        uuid=row.uuid,
+        name=row.name,
+        resource_class=row.resource_class,
+        traits=frozenset(row.traits or ()),
+        properties=dict(row.properties or {}),
+        capabilities=capabilities,
+        group=row.node_group,
+        provision_state=ProvisionState(row.provision_state),
+        power_state=PowerState(row.power_state) if row.power_state else None,
+        maintenance=row.maintenance,
+        maintenance_reason=row.maintenance_reason,
+        owner=row.owner,
+        owner_epoch=row.owner_epoch,
+        instance_uuid=row.instance_uuid,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def create_nodes(db: Database, specs: Sequence[NodeSpecLike]) -> list[Node]:
+    """Insert validated nodes, all or none.
+
+    :raises DuplicateNode: when a name or uuid exists already (nothing is
+        inserted).
+    """
+    now = utcnow()
+    try:
+        with db.transaction() as session:
+            _refuse_existing(session, specs)
+            for start in range(0, len(specs), _IMPORT_CHUNK):
+                session.add_all(
+                    NodeModel(
+                        uuid=spec.uuid,
+                        name=spec.name,
+                        resource_class=spec.resource_class,
+                        traits=sorted(spec.traits),
+                        properties=dict(spec.properties),
+                        node_group=spec.group,
+                        provision_state=str(spec.provision_state),
+                        power_state=str(spec.power_state),
+                        maintenance=spec.maintenance,
+                        maintenance_reason=spec.maintenance_reason,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    for spec in specs[start : start + _IMPORT_CHUNK]
+                )
+                session.flush()
+    except IntegrityError as exc:
+        # A concurrent import won the race for a name or uuid.
+        raise DuplicateNode(field="name", value=None, reason=str(exc.orig)) from None
+    return [to_node(row) for row in _rows_by_uuid(db, [s.uuid for s in specs])]
+
+
+def _refuse_existing(session: Any, specs: Sequence[NodeSpecLike]) -> None:
+    names = [s.name for s in specs]
+    uuids = [s.uuid for s in specs]
+    for start in range(0, len(specs), 500):
+        clash = session.execute(
+            select(NodeModel.name, NodeModel.uuid).where(
+                (NodeModel.name.in_(names[start : start + 500]))
+                | (NodeModel.uuid.in_(uuids[start : start + 500]))
+            )
+        ).first()
+        if clash is not None:
+            field = "name" if clash.name in set(names) else "uuid"
+            value = clash.name if field == "name" else clash.uuid
+            index = (names if field == "name" else uuids).index(value)
+            raise DuplicateNode(field=field, value=value, index=index)
+
+
+def _rows_by_uuid(db: Database, uuids: Sequence[str]) -> list[NodeModel]:
+    rows: dict[str, NodeModel] = {}
+    with db.transaction() as session:
+        for start in range(0, len(uuids), 500):
+            for row in session.scalars(
+                select(NodeModel).where(NodeModel.uuid.in_(uuids[start : start + 500]))
+            ):
+                rows[row.uuid] = row
+    return [rows[u] for u in uuids if u in rows]
+
+
+def get_node(db: Database, ident: str) -> Node:
+    """A node by uuid or name.
+
+    :raises NodeNotFound:
+    """
+    with db.transaction() as session:
+        row = session.scalars(
+            select(NodeModel).where((NodeModel.uuid == ident) | (NodeModel.name == ident))
+        ).first()
+        if row is None:
+            raise NodeNotFound(ident)
+        return to_node(row)
+
+
+def _conditions(
+    *,
+    resource_class: str | None = None,
+    group: str | None = None,
+    owner: str | None = None,
+    provision_state: str | None = None,
+    maintenance: bool | None = None,
+    pinned: bool | None = None,
+) -> list[Any]:
+    conditions: list[Any] = []
+    if resource_class is not None:
+        conditions.append(NodeModel.resource_class == resource_class)
+    if group is not None:
+        conditions.append(NodeModel.node_group == group)
+    if owner is not None:
+        conditions.append(NodeModel.owner == owner)
+    if provision_state is not None:
+        conditions.append(NodeModel.provision_state == provision_state)
+    if maintenance is not None:
+        conditions.append(NodeModel.maintenance == maintenance)
+    if pinned is not None:
+        column = NodeModel.instance_uuid
+        conditions.append(column.is_not(None) if pinned else column.is_(None))
+    return conditions
+
+
+def list_nodes(
+    db: Database, *, limit: int = 1000, marker: str | None = None, **filters: Any
+) -> list[Node]:
+    """Nodes in uuid order, ``limit`` at a time after the ``marker`` uuid."""
+    query = select(NodeModel).where(*_conditions(**filters)).order_by(NodeModel.uuid).limit(limit)
+    if marker is not None:
+        query = query.where(NodeModel.uuid > marker)
+    with db.transaction() as session:
+        return [to_node(row) for row in session.scalars(query)]
+
+
+def iter_nodes(db: Database, *, batch: int = 5000, **filters: Any) -> Iterator[Node]:
+    """Every matching node, read in batches (for index builds and exports)."""
+    marker = None
+    while True:
+        page = list_nodes(db, limit=batch, marker=marker, **filters)
+        yield from page
+        if len(page) < batch:
+            return
+        marker = page[-1].uuid
+
+
+def count_nodes(db: Database, **filters: Any) -> int:
+    query = select(func.count()).select_from(NodeModel).where(*_conditions(**filters))
+    with db.transaction() as session:
+        return int(session.execute(query).scalar_one())
+
+
+def changed_since(db: Database, since: datetime.datetime, *, limit: int = 10000) -> list[Node]:
+    """Nodes whose row changed at or after ``since`` (oldest first).
+
+    The scheduler's index uses it to stay coherent with the database without
+    re-reading every node.
+    """
+    query = (
+        select(NodeModel)
+        .where(NodeModel.updated_at >= since)
+        .order_by(NodeModel.updated_at, NodeModel.uuid)
+        .limit(limit)
+    )
+    with db.transaction() as session:
+        return [to_node(row) for row in session.scalars(query)]
+
+
+def set_maintenance(db: Database, ident: str, maintenance: bool, reason: str | None) -> Node:
+    """Put a node in or out of maintenance (a reason only when entering it)."""
+    with db.transaction() as session:
+        result = session.execute(
+            update(NodeModel)
+            .where((NodeModel.uuid == ident) | (NodeModel.name == ident))
+            .values(
+                maintenance=maintenance,
+                maintenance_reason=reason if maintenance else None,
+                updated_at=utcnow(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 0:  # type: ignore[attr-defined]
+            raise NodeNotFound(ident)
+    return get_node(db, ident)
