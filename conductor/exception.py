@@ -13,15 +13,43 @@ from typing import Any
 
 __all__ = [
     "ConfigurationError",
+    "Conflict",
+    "DuplicateFlavor",
+    "DuplicateInstance",
+    "DuplicateNode",
     "FieldError",
+    "FlavorNotFound",
+    "InstanceNotFound",
     "InvalidInput",
+    "NodeNotFound",
+    "NotFound",
     "RingfleetError",
     "render_value",
 ]
 
 
 class RingfleetError(Exception):
-    """Root of every error raised by ringfleet's services."""
+    """Root of every error raised by ringfleet's services.
+
+    Subclasses hand their constructor's keyword arguments to
+    ``super().__init__(message, **kwargs)``: :attr:`kwargs` is then the recipe
+    oslo.messaging uses to rebuild the very same exception on the caller's
+    side (``klass(**kwargs)``), so they must be primitives.
+    """
+
+    def __init__(self, message: str = "", **kwargs: Any) -> None:
+        # No positional args: oslo.messaging rebuilds with klass(*args, **kwargs).
+        super().__init__()
+        self._message = message
+        self._rpc_kwargs = kwargs
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments that rebuild this exception."""
+        return dict(self._rpc_kwargs)
+
+    def __str__(self) -> str:
+        return self._message
 
 
 class ConfigurationError(RingfleetError):
@@ -36,7 +64,7 @@ class ConfigurationError(RingfleetError):
         self.group = group
         self.option = option
         self.reason = reason
-        super().__init__(f"[{group}] {option}: {reason}")
+        super().__init__(f"[{group}] {option}: {reason}", group=group, option=option, reason=reason)
 
 
 # Bounded rendering of offending values: a bad entry may be a 10 MB string or
@@ -116,7 +144,7 @@ class InvalidInput(RingfleetError, ValueError):
         self.errors: list[FieldError] = [
             e if isinstance(e, FieldError) else FieldError.from_dict(e) for e in errors
         ]
-        super().__init__()
+        super().__init__("invalid input")
 
     @property
     def fields(self) -> list[str]:
@@ -160,7 +188,7 @@ class NotFound(RingfleetError, LookupError):
 
     def __init__(self, ident: str) -> None:
         self.ident = ident
-        super().__init__(f"{self.kind} {ident!r} not found")
+        super().__init__(f"{self.kind} {ident!r} not found", ident=ident)
 
 
 class NodeNotFound(NotFound):
@@ -199,7 +227,13 @@ class Conflict(RingfleetError):
         self.index = index
         self.reason = reason or f"a {self.kind} with this {field} exists already"
         where = f"[{index}]" if index is not None else ""
-        super().__init__(f"{self.kind}{where} {field}={value!r}: {self.reason}")
+        super().__init__(
+            f"{self.kind}{where} {field}={value!r}: {self.reason}",
+            field=field,
+            value=value,
+            index=index,
+            reason=self.reason,
+        )
 
 
 class DuplicateNode(Conflict):
@@ -212,3 +246,47 @@ class DuplicateFlavor(Conflict):
 
 class DuplicateInstance(Conflict):
     kind = "instance"
+
+
+class NoValidNode(RingfleetError):
+    """No node passed the scheduler's filters for a build.
+
+    Says why, as counts: the filters are applied in order to every candidate
+    node, and each node is counted against the first filter that removed it.
+
+    :ivar flavor: the flavor's name
+    :ivar candidates: how many nodes the scheduler knew of
+    :ivar removed: ``(filter name, nodes it removed)`` in filter order,
+        zeros included; the counts add up to ``candidates`` (nodes that
+        passed every filter but were lost to other conductors count as
+        removed by nothing, and the sum is then smaller)
+
+    ``NoValidNode(**exc.kwargs)`` rebuilds it from primitives (RPC).
+    """
+
+    def __init__(
+        self,
+        flavor: str,
+        candidates: int,
+        removed: Iterable[tuple[str, int] | list[Any]],
+    ) -> None:
+        self.flavor = flavor
+        self.candidates = candidates
+        self.removed: list[tuple[str, int]] = [(str(name), int(n)) for name, n in removed]
+        counts = ", ".join(f"{name} removed {n}" for name, n in self.removed if n)
+        super().__init__(
+            f"no valid node for flavor {flavor!r}: {candidates} nodes"
+            + (f"; {counts}" if counts else "")
+        )
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """Primitives that rebuild this exception: ``NoValidNode(**exc.kwargs)``."""
+        return {
+            "flavor": self.flavor,
+            "candidates": self.candidates,
+            "removed": [[name, n] for name, n in self.removed],
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.flavor, self.candidates, self.removed))

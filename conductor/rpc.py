@@ -1,0 +1,84 @@
+"""RPC plumbing shared by the conductor, the agents and the CLI.
+
+One place builds transports, clients and servers so that every process
+agrees on the exchange, the serializer, the access policy and which of our
+exceptions are re-raised as themselves on the caller's side (instead of an
+opaque ``RemoteError``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import oslo_messaging as messaging
+from oslo_config import cfg
+from oslo_messaging import opts as messaging_opts
+from oslo_messaging.rpc import dispatcher
+
+__all__ = [
+    "COMPUTE_TOPIC",
+    "CONDUCTOR_TOPIC",
+    "get_client",
+    "get_server",
+    "get_transport",
+    "register_opts",
+]
+
+LOG = logging.getLogger(__name__)
+
+CONDUCTOR_TOPIC = "ringfleet-conductor"
+COMPUTE_TOPIC = "ringfleet-compute"
+
+#: Modules whose exceptions travel over RPC as themselves.
+ALLOWED_EXMODS = ["conductor.exception", "compute_agent.exception"]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register oslo.messaging's options (transport_url & co) on ``conf``.
+
+    oslo.messaging registers most of them lazily, but a private ConfigOpts
+    also needs the tracing and metrics groups before the first call.
+    """
+    for group, opts in messaging_opts.list_opts():
+        conf.register_opts(opts, group=group)
+
+
+def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
+    """The RPC transport of ``[DEFAULT] transport_url``."""
+    register_opts(conf)
+    return messaging.get_rpc_transport(conf, allowed_remote_exmods=ALLOWED_EXMODS)
+
+
+def get_client(
+    transport: messaging.Transport,
+    topic: str,
+    *,
+    version: str,
+    server: str | None = None,
+    timeout: float | None = None,
+) -> messaging.RPCClient:
+    target = messaging.Target(topic=topic, version=version, server=server)
+    return messaging.get_rpc_client(transport, target, timeout=timeout)
+
+
+def get_server(
+    transport: messaging.Transport,
+    topic: str,
+    server: str,
+    endpoints: Sequence[Any],
+) -> messaging.RPCServer:
+    """An RPC server (threading executor) for ``endpoints``.
+
+    Only methods of the endpoints are callable; names starting with ``_``
+    never are (the default access policy).
+    """
+    target = messaging.Target(topic=topic, server=server)
+    return messaging.get_rpc_server(
+        transport,
+        target,
+        list(endpoints),
+        serializer=messaging.NoOpSerializer(),
+        access_policy=dispatcher.DefaultRPCAccessPolicy,
+    )
