@@ -290,3 +290,34 @@ class NoValidNode(RingfleetError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.flavor, self.candidates, self.removed))
+
+
+class ServiceUnavailable(RingfleetError):
+    """The conductor cannot serve this request right now; retry later.
+
+    :ivar reason: why (e.g. its membership connection is lost)
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"service unavailable: {reason}", reason=reason)
+
+
+class NotOwner(RingfleetError):
+    """An agent acted on a node it does not own, or with a stale epoch.
+
+    :ivar node_uuid: the node
+    :ivar owner: the owner the database knows (``None``: nobody)
+    :ivar epoch: the current epoch
+    """
+
+    def __init__(self, node_uuid: str, owner: str | None, epoch: int) -> None:
+        self.node_uuid = node_uuid
+        self.owner = owner
+        self.epoch = epoch
+        super().__init__(
+            f"node {node_uuid} is owned by {owner!r} at epoch {epoch}",
+            node_uuid=node_uuid,
+            owner=owner,
+            epoch=epoch,
+        )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import coordination, database, default, ring
+from conductor.conf import conductor, coordination, database, default, ring
 
 __all__ = ["register_opts"]
 
@@ -16,6 +16,7 @@ __all__ = ["register_opts"]
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register every option group of ringfleet's shared configuration."""
     default.register_opts(conf)
+    conductor.register_opts(conf)
     coordination.register_opts(conf)
     database.register_opts(conf)
     ring.register_opts(conf)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import coordination, database, default, ring
+from conductor.conf import conductor, coordination, database, default, ring
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
     """Every option of ringfleet's shared configuration, by group."""
     return [
         ("DEFAULT", list(default.opts)),
+        (conductor.group, list(conductor.opts)),
         (coordination.group, list(coordination.opts)),
         (database.group, list(database.opts)),
         (ring.group, list(ring.opts)),

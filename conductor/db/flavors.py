@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
@@ -11,16 +9,9 @@ from conductor.db.engine import Database
 from conductor.db.models import FlavorModel, InstanceModel
 from conductor.exception import Conflict, DuplicateFlavor, FlavorNotFound
 from conductor.objects import Flavor, VmState
+from conductor.validation import FlavorSpec
 
 __all__ = ["create_flavor", "delete_flavor", "get_flavor", "list_flavors", "to_flavor"]
-
-
-class FlavorSpecLike(Protocol):
-    name: str
-    resource_class: str
-    required_traits: frozenset[str]
-    forbidden_traits: frozenset[str]
-    extra_specs: dict[str, str]
 
 
 def to_flavor(row: FlavorModel) -> Flavor:
@@ -34,7 +25,7 @@ def to_flavor(row: FlavorModel) -> Flavor:
     )
 
 
-def create_flavor(db: Database, spec: FlavorSpecLike) -> Flavor:
+def create_flavor(db: Database, spec: FlavorSpec) -> Flavor:
     """Store a validated flavor.
 
     :raises DuplicateFlavor: when the name is taken.

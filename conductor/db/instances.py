@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import uuid as uuidlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -21,6 +21,7 @@ from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, utcnow
 from conductor.exception import DuplicateInstance, InstanceNotFound
 from conductor.objects import Instance, TaskState, VmState
+from conductor.validation import BuildRequest
 
 __all__ = [
     "create_instances",
@@ -31,14 +32,6 @@ __all__ = [
     "stuck_builds",
     "to_instance",
 ]
-
-
-class BuildRequestLike(Protocol):
-    flavor: str
-    count: int
-    name: str | None
-    group: str | None
-    instance_uuids: tuple[str, ...] | None
 
 
 def to_instance(row: InstanceModel) -> Instance:
@@ -58,7 +51,7 @@ def to_instance(row: InstanceModel) -> Instance:
     )
 
 
-def _names(request: BuildRequestLike, uuids: Sequence[str]) -> list[str]:
+def _names(request: BuildRequest, uuids: Sequence[str]) -> list[str]:
     if request.name is None:
         return [f"instance-{u[:8]}" for u in uuids]
     if request.count == 1:
@@ -66,7 +59,7 @@ def _names(request: BuildRequestLike, uuids: Sequence[str]) -> list[str]:
     return [f"{request.name}-{i}" for i in range(1, request.count + 1)]
 
 
-def create_instances(db: Database, request: BuildRequestLike) -> tuple[list[Instance], bool]:
+def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance], bool]:
     """Store a validated build request as ``count`` building instances.
 
     Returns the instances and whether they were created now (``False``: the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -17,9 +17,9 @@ from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.exception import DuplicateNode, NodeNotFound
 from conductor.objects import Node, PowerState, ProvisionState
+from conductor.validation import NodeSpec
 
 __all__ = [
-    "NodeSpecLike",
     "changed_since",
     "count_nodes",
     "create_nodes",
@@ -31,21 +31,6 @@ __all__ = [
 ]
 
 _IMPORT_CHUNK = 1000
-
-
-class NodeSpecLike(Protocol):
-    """What :func:`create_nodes` needs of a validated node spec."""
-
-    uuid: str
-    name: str
-    resource_class: str
-    traits: frozenset[str]
-    properties: dict[str, Any]
-    group: str
-    maintenance: bool
-    maintenance_reason: str | None
-    provision_state: str
-    power_state: str
 
 
 def to_node(row: NodeModel) -> Node:
@@ -77,7 +62,7 @@ def to_node(row: NodeModel) -> Node:
     )
 
 
-def create_nodes(db: Database, specs: Sequence[NodeSpecLike]) -> list[Node]:
+def create_nodes(db: Database, specs: Sequence[NodeSpec]) -> list[Node]:
     """Insert validated nodes, all or none.
 
     :raises DuplicateNode: when a name or uuid exists already (nothing is
@@ -96,8 +81,8 @@ def create_nodes(db: Database, specs: Sequence[NodeSpecLike]) -> list[Node]:
                         traits=sorted(spec.traits),
                         properties=dict(spec.properties),
                         node_group=spec.group,
-                        provision_state=str(spec.provision_state),
-                        power_state=str(spec.power_state),
+                        provision_state=spec.provision_state.value,
+                        power_state=spec.power_state.value,
                         maintenance=spec.maintenance,
                         maintenance_reason=spec.maintenance_reason,
                         created_at=now,
@@ -112,7 +97,7 @@ def create_nodes(db: Database, specs: Sequence[NodeSpecLike]) -> list[Node]:
     return [to_node(row) for row in _rows_by_uuid(db, [s.uuid for s in specs])]
 
 
-def _refuse_existing(session: Any, specs: Sequence[NodeSpecLike]) -> None:
+def _refuse_existing(session: Any, specs: Sequence[NodeSpec]) -> None:
     names = [s.name for s in specs]
     uuids = [s.uuid for s in specs]
     for start in range(0, len(specs), 500):

@@ -1,0 +1,58 @@
+"""Options of the ``[conductor]`` group."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+group = cfg.OptGroup("conductor", title="Conductor options")
+
+opts = [
+    cfg.FloatOpt(
+        "rehome_grace",
+        default=120.0,
+        min=0.0,
+        mutable=True,
+        help=(
+            "Seconds a departed agent keeps the nodes that host its instances "
+            "before another agent takes them over (fenced, with the instance's "
+            "host updated). Longer lets a restarting agent come back to its "
+            "instances without any move; shorter gets a dead agent's instances "
+            "manageable again sooner. Unpinned nodes are taken over as soon as "
+            "the agent's membership expires, whatever this value."
+        ),
+    ),
+    cfg.FloatOpt(
+        "build_timeout",
+        default=1800.0,
+        min=10.0,
+        mutable=True,
+        help=(
+            "Seconds a build may stay BUILDING without progress before the "
+            "sweeper retries it elsewhere or fails it. Set it above the slowest "
+            "real deployment (firmware updates, large images), or healthy builds "
+            "get cut off."
+        ),
+    ),
+    cfg.IntOpt(
+        "max_attempts",
+        default=3,
+        min=1,
+        mutable=True,
+        help=(
+            "Nodes a build is tried on before it goes to ERROR with the fault of "
+            "every attempt. Higher survives more flaky nodes, but a request that "
+            "can never succeed takes longer to fail."
+        ),
+    ),
+    cfg.IntOpt(
+        "workers",
+        default=8,
+        min=1,
+        help="Threads that schedule and route stored build requests.",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)

@@ -1,0 +1,102 @@
+"""Options of the ``[scheduler]`` group: filters, weighers and the node index.
+
+The filters that the in-memory index is organized by (resource class, group,
+availability, live owner, and the reschedule exclusion) are always applied and
+are not listed here; ``enabled_filters`` and ``weighers`` choose the rest,
+including operators' own plugins (see :mod:`conductor.scheduler.plugins`).
+"""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+group = cfg.OptGroup(
+    "scheduler",
+    title="Scheduler options",
+    help="How a conductor picks the node a build lands on.",
+)
+
+DEFAULT_FILTERS = ["TraitsFilter", "CapabilitiesFilter"]
+DEFAULT_WEIGHERS = ["SpreadWeigher"]
+
+opts = [
+    cfg.ListOpt(
+        "enabled_filters",
+        default=list(DEFAULT_FILTERS),
+        help=(
+            "Filters applied, in this order, after the ones that are always "
+            "applied first (ResourceClassFilter, GroupFilter, "
+            "AvailabilityFilter, LiveOwnerFilter, RetryFilter). Names are "
+            "entry points in the 'ringfleet.scheduler.filters' namespace: "
+            "TraitsFilter (required and forbidden traits), CapabilitiesFilter "
+            "(the flavor's 'capabilities:<key>' extra specs, with Nova's "
+            "ComputeCapabilitiesFilter operators), or an operator's own "
+            "subclass of conductor.scheduler.filters.BaseFilter. Removing "
+            "TraitsFilter or CapabilitiesFilter makes the scheduler ignore "
+            "that part of every flavor."
+        ),
+    ),
+    cfg.ListOpt(
+        "weighers",
+        default=list(DEFAULT_WEIGHERS),
+        help=(
+            "Weighers ranking the nodes that passed every filter; the node "
+            "with the highest sum of normalized weights times multipliers "
+            "wins, ties broken at random. Names are entry points in the "
+            "'ringfleet.scheduler.weighers' namespace: SpreadWeigher (prefer "
+            "the agent hosting the fewest instances), or an operator's own "
+            "subclass of conductor.scheduler.weighers.BaseWeigher. An empty "
+            "list picks at random among the nodes that passed."
+        ),
+    ),
+    cfg.DictOpt(
+        "weigher_multipliers",
+        default={},
+        help=(
+            "Multiplier of each weigher's normalized weight, as "
+            "'Name:multiplier' pairs (e.g. 'SpreadWeigher:2.0'). Weighers not "
+            "listed use their own default (1.0 for SpreadWeigher); a negative "
+            "multiplier inverts a weigher's preference."
+        ),
+    ),
+    cfg.FloatOpt(
+        "index_refresh_interval",
+        default=1.0,
+        min=0.0,
+        help=(
+            "Seconds between two incremental refreshes of the in-memory node "
+            "index, each reading only the nodes changed since the previous one. "
+            "A refresh runs before a decision once this much time has passed; "
+            "0 refreshes before every decision. A stale index never causes a "
+            "double allocation (the allocation is a compare-and-swap), only "
+            "retries or a missed free node until the next refresh."
+        ),
+    ),
+    cfg.FloatOpt(
+        "index_refresh_overlap",
+        default=2.0,
+        min=0.0,
+        help=(
+            "Seconds each incremental refresh re-reads before the start of the "
+            "previous one. Must exceed the clock skew between conductors plus "
+            "the longest write transaction on the nodes table, since a row's "
+            "change time is taken when its transaction starts, not when it "
+            "commits."
+        ),
+    ),
+    cfg.FloatOpt(
+        "index_resync_interval",
+        default=600.0,
+        min=0.0,
+        help=(
+            "Seconds between two full rebuilds of the node index, which catch "
+            "what incremental refreshes cannot see (deleted nodes, changes "
+            "older than the overlap). 0 disables them."
+        ),
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)

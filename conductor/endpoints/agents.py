@@ -1,0 +1,161 @@
+"""RPC endpoint for compute agents: ownership claims and state reports.
+
+Every method that touches a node is fenced: the agent sends the epoch it
+holds, and a stale one changes nothing (the reply says who owns the node).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import oslo_messaging as messaging
+from sqlalchemy import update
+
+from conductor.db import ownership
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel, utcnow
+from conductor.endpoints import payload
+from conductor.exception import FieldError, InvalidInput
+from conductor.fleet_view import FleetView
+
+__all__ = ["AgentsEndpoint"]
+
+LOG = logging.getLogger(__name__)
+
+
+class AgentsEndpoint:
+    """Agent-facing methods of the conductor RPC API (since 1.0)."""
+
+    target = messaging.Target(version="1.0")
+
+    def __init__(self, db: Database, fleet: FleetView, rehome_grace: Any) -> None:
+        self._db = db
+        self._fleet = fleet
+        # A callable, so that a SIGHUP'd new value applies to the next claim.
+        self._rehome_grace = rehome_grace
+
+    def claim_nodes(self, ctxt: dict[str, Any], host: Any, node_uuids: Any) -> dict[str, Any]:
+        """Claim nodes for ``host``; see :func:`conductor.db.ownership.claim_nodes`."""
+        agent = payload.check_host(host)
+        wanted = payload.check_uuid_list(node_uuids, "node_uuids")
+        live = self._fleet.live_members()
+        if agent not in live:
+            # An agent the conductor does not see in the group must not take
+            # nodes: it may be the stale half of a partition.
+            raise InvalidInput(
+                [FieldError.about("host", "is not a live member of the group", agent)]
+            )
+        out = ownership.claim_nodes(
+            self._db, agent, wanted, live_members=live, rehome_grace=self._rehome_grace()
+        )
+        if out.rehomed:
+            LOG.warning(
+                "Agent %s re-homed %d pinned nodes: %s",
+                agent,
+                len(out.rehomed),
+                ", ".join(out.rehomed[:20]),
+            )
+        LOG.info(
+            "Agent %s claimed %d of %d nodes (%d refused, %d missing)",
+            agent,
+            len(out.granted),
+            len(wanted),
+            len(out.refused),
+            len(out.missing),
+        )
+        return {
+            "granted": [o.to_dict() for o in out.granted],
+            "rehomed": out.rehomed,
+            "refused": out.refused,
+            "missing": out.missing,
+        }
+
+    def release_nodes(self, ctxt: dict[str, Any], host: Any, claims: Any) -> dict[str, Any]:
+        """Give up nodes held at the given epochs (pinned nodes are refused)."""
+        agent = payload.check_host(host)
+        out = ownership.release_nodes(self._db, agent, payload.check_epoch_map(claims, "claims"))
+        LOG.info("Agent %s released %d nodes (%d refused)", agent, len(out.done), len(out.refused))
+        return _change_result(out)
+
+    def transfer_nodes(self, ctxt: dict[str, Any], host: Any, transfers: Any) -> dict[str, Any]:
+        """Hand nodes (pinned ones too) to other live agents: drain and hand-over."""
+        agent = payload.check_host(host)
+        if not isinstance(transfers, list) or len(transfers) > payload.MAX_BATCH:
+            raise InvalidInput([FieldError.about("transfers", "must be a list", transfers)])
+        live = self._fleet.live_members()
+        checked: list[ownership.Transfer] = []
+        errors: list[FieldError] = []
+        for i, item in enumerate(transfers):
+            path = f"transfers[{i}]"
+            if not isinstance(item, dict) or set(item) != {"node_uuid", "epoch", "new_owner"}:
+                errors.append(
+                    FieldError.about(path, "must have exactly node_uuid, epoch, new_owner", item)
+                )
+                continue
+            try:
+                [uuid] = payload.check_uuid_list([item["node_uuid"]], f"{path}.node_uuid")
+                [epoch] = payload.check_epoch_map({uuid: item["epoch"]}, f"{path}.epoch").values()
+                new_owner = payload.check_host(item["new_owner"], f"{path}.new_owner")
+            except InvalidInput as exc:
+                errors.extend(exc.errors)
+                continue
+            if new_owner not in live:
+                errors.append(
+                    FieldError.about(f"{path}.new_owner", "is not a live agent", new_owner)
+                )
+                continue
+            checked.append(ownership.Transfer(uuid, epoch, new_owner))
+        if errors:
+            raise InvalidInput(errors)
+        out = ownership.transfer_nodes(self._db, agent, checked)
+        LOG.info(
+            "Agent %s handed over %d nodes (%d refused)", agent, len(out.done), len(out.refused)
+        )
+        return _change_result(out)
+
+    def owned_nodes(self, ctxt: dict[str, Any], host: Any) -> list[dict[str, Any]]:
+        """Every node ``host`` owns, with epochs and pins: re-validation after LOST."""
+        agent = payload.check_host(host)
+        return [o.to_dict() for o in ownership.owned_by(self._db, agent)]
+
+    def report_node_states(self, ctxt: dict[str, Any], host: Any, states: Any) -> dict[str, Any]:
+        """Power/provision states of owned nodes, each fenced by its epoch."""
+        agent = payload.check_host(host)
+        reports = payload.check_node_states(states)
+        stale: list[str] = []
+        now = utcnow()
+        with self._db.transaction() as session:
+            for report in reports:
+                values: dict[str, Any] = {"updated_at": now}
+                if report["power_state"] is not None:
+                    values["power_state"] = report["power_state"]
+                if report["provision_state"] is not None:
+                    values["provision_state"] = report["provision_state"]
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == report["node_uuid"],
+                        NodeModel.owner == agent,
+                        NodeModel.owner_epoch == report["epoch"],
+                    )
+                    .values(**values)
+                    .execution_options(synchronize_session=False)
+                )
+                if result.rowcount != 1:  # type: ignore[attr-defined]
+                    stale.append(report["node_uuid"])
+        if stale:
+            LOG.warning(
+                "Agent %s reported %d nodes it does not own at that epoch: %s",
+                agent,
+                len(stale),
+                ", ".join(stale[:20]),
+            )
+        return {"accepted": len(reports) - len(stale), "stale": stale}
+
+
+def _change_result(out: ownership.ReleaseOutcome) -> dict[str, Any]:
+    return {
+        "done": out.done,
+        "refused": {u: (o.to_dict() if o else None) for u, o in out.refused.items()},
+    }

@@ -1,0 +1,107 @@
+"""RPC endpoint: instances (build, list, show, delete).
+
+A build request is stored as instance rows before anything else happens,
+then handed to the build queue; the reply carries the instance ids at once
+and progress is visible through ``show_instance``/``list_instances``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import oslo_messaging as messaging
+
+from conductor.db import flavors, instances
+from conductor.db.engine import Database
+from conductor.endpoints import payload
+from conductor.exception import FieldError, InvalidInput
+from conductor.objects import TaskState, VmState
+from conductor.validation import validate_build_request, validate_uuid
+
+__all__ = ["BuildQueue", "InstancesEndpoint"]
+
+LOG = logging.getLogger(__name__)
+
+
+class BuildQueue(Protocol):
+    """Where stored requests go to be scheduled and routed."""
+
+    def submit(self, instance_uuids: list[str]) -> None: ...
+
+    def delete(self, instance_uuid: str) -> None: ...
+
+
+class InstancesEndpoint:
+    """Instance methods of the conductor RPC API (since 1.0)."""
+
+    target = messaging.Target(version="1.0")
+
+    def __init__(self, db: Database, queue: BuildQueue) -> None:
+        self._db = db
+        self._queue = queue
+
+    def build_instances(self, ctxt: dict[str, Any], request: Any) -> list[dict[str, Any]]:
+        """Store ``count`` instances of a flavor and start building them.
+
+        Idempotent when the request carries ``instance_uuids``: a retry
+        returns the instances stored the first time.
+        """
+        build = validate_build_request(request)
+        flavors.get_flavor(self._db, build.flavor)  # FlavorNotFound before storing
+        stored, created = instances.create_instances(self._db, build)
+        if created:
+            LOG.info(
+                "Build request %s: %d x %s stored",
+                ctxt.get("request_id"),
+                len(stored),
+                build.flavor,
+            )
+            self._queue.submit([i.uuid for i in stored])
+        return [i.to_dict() for i in stored]
+
+    def list_instances(
+        self,
+        ctxt: dict[str, Any],
+        vm_state: Any = None,
+        host: Any = None,
+        limit: Any = 1000,
+        marker: Any = None,
+    ) -> list[dict[str, Any]]:
+        state = None
+        if vm_state is not None:
+            try:
+                state = VmState(vm_state)
+            except ValueError:
+                raise InvalidInput(
+                    [FieldError.about("vm_state", f"one of {[s.value for s in VmState]}", vm_state)]
+                ) from None
+        return [
+            i.to_dict()
+            for i in instances.list_instances(
+                self._db,
+                vm_state=state,
+                host=None if host is None else payload.check_host(host),
+                limit=payload.check_limit(limit),
+                marker=None if marker is None else validate_uuid(marker, "marker"),
+            )
+        ]
+
+    def show_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
+        return instances.get_instance(self._db, validate_uuid(instance, "instance")).to_dict()
+
+    def delete_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
+        """Start deleting an instance: the node is torn down, then freed."""
+        uuid = validate_uuid(instance, "instance")
+        current = instances.get_instance(self._db, uuid)
+        if current.vm_state is not VmState.DELETED:
+            instances.set_state(
+                self._db,
+                uuid,
+                expected=[VmState.BUILDING, VmState.ACTIVE, VmState.ERROR, VmState.DELETING],
+                vm_state=VmState.DELETING,
+                task_state=TaskState.DELETING,
+            )
+            LOG.info("Instance %s delete requested", uuid)
+            self._queue.delete(uuid)
+        return instances.get_instance(self._db, uuid).to_dict()

@@ -1,0 +1,172 @@
+"""RPC endpoint: nodes and flavors (create, import, list, show, maintenance, move)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import oslo_messaging as messaging
+
+from conductor.db import flavors, ownership
+from conductor.db import nodes as node_db
+from conductor.db.engine import Database
+from conductor.endpoints import payload
+from conductor.exception import Conflict, FieldError, InvalidInput
+from conductor.fleet_view import FleetView
+from conductor.validation import (
+    validate_flavor_spec,
+    validate_name,
+    validate_node_spec,
+    validate_node_specs,
+)
+
+__all__ = ["InventoryEndpoint"]
+
+LOG = logging.getLogger(__name__)
+
+_NODE_FILTERS = {"resource_class", "group", "owner", "provision_state", "maintenance", "pinned"}
+
+
+class InventoryEndpoint:
+    """Node and flavor methods of the conductor RPC API (since 1.0)."""
+
+    target = messaging.Target(version="1.0")
+
+    def __init__(self, db: Database, fleet: FleetView) -> None:
+        self._db = db
+        self._fleet = fleet
+
+    # -- nodes ---------------------------------------------------------------
+
+    def create_node(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
+        spec = validate_node_spec(node, path="node")
+        [created] = node_db.create_nodes(self._db, [spec])
+        LOG.info("Node %s (%s) created", created.uuid, created.name)
+        return created.to_dict()
+
+    def import_nodes(self, ctxt: dict[str, Any], nodes: Any) -> dict[str, Any]:
+        """Create many nodes, all or none (every bad entry is reported)."""
+        specs = validate_node_specs(nodes)
+        created = node_db.create_nodes(self._db, specs)
+        LOG.info("Imported %d nodes", len(created))
+        return {"created": len(created), "uuids": [n.uuid for n in created]}
+
+    def list_nodes(
+        self,
+        ctxt: dict[str, Any],
+        filters: Any = None,
+        limit: Any = 1000,
+        marker: Any = None,
+    ) -> list[dict[str, Any]]:
+        checked = self._node_filters(filters)
+        limit = payload.check_limit(limit)
+        if marker is not None:
+            marker = payload.check_ident(marker, "marker")
+        return [
+            n.to_dict() for n in node_db.list_nodes(self._db, limit=limit, marker=marker, **checked)
+        ]
+
+    def show_node(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
+        return node_db.get_node(self._db, payload.check_ident(node, "node")).to_dict()
+
+    def set_node_maintenance(
+        self, ctxt: dict[str, Any], node: Any, maintenance: Any, reason: Any = None
+    ) -> dict[str, Any]:
+        ident = payload.check_ident(node, "node")
+        flag = payload.check_bool(maintenance, "maintenance")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 255):
+            raise InvalidInput([FieldError.about("reason", "must be text of <= 255", reason)])
+        updated = node_db.set_maintenance(self._db, ident, flag, reason)
+        LOG.info("Node %s maintenance %s (%s)", updated.uuid, flag, reason)
+        return updated.to_dict()
+
+    def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
+        """Who owns a node, at which epoch, and who the ring says should."""
+        found = node_db.get_node(self._db, payload.check_ident(node, "node"))
+        ring = self._fleet.ring()
+        return {
+            "node_uuid": found.uuid,
+            "owner": found.owner,
+            "epoch": found.owner_epoch,
+            "pinned": found.instance_uuid is not None,
+            "ring_owner": ring.owner(found.uuid) if len(ring) else None,
+        }
+
+    def move_node(self, ctxt: dict[str, Any], node: Any, host: Any) -> dict[str, Any]:
+        """Move a node whose owner is gone to the live agent ``host``.
+
+        A live owner is never robbed: moving a node away from a live agent is
+        its own drain or hand-over, done by the agent.
+        """
+        found = node_db.get_node(self._db, payload.check_ident(node, "node"))
+        target = payload.check_host(host)
+        live = self._fleet.live_members()
+        if target not in live:
+            raise InvalidInput([FieldError.about("host", "is not a live agent", target)])
+        if found.owner in live and found.owner != target:
+            raise Conflict(
+                field="owner",
+                value=found.owner,
+                reason="the owner is alive; drain it or let it hand the node over",
+            )
+        if found.owner == target:
+            return found.to_dict()
+        result = ownership.transfer_nodes(
+            self._db,
+            found.owner or "",
+            [ownership.Transfer(found.uuid, found.owner_epoch, target)],
+        )
+        if found.owner is None or found.uuid in result.refused:
+            # Free, or changed meanwhile: a plain claim decides.
+            ownership.claim_nodes(
+                self._db, target, [found.uuid], live_members=live, rehome_grace=0.0
+            )
+        moved = node_db.get_node(self._db, found.uuid)
+        LOG.info(
+            "Node %s moved from %s to %s (epoch %d)",
+            moved.uuid,
+            found.owner,
+            moved.owner,
+            moved.owner_epoch,
+        )
+        return moved.to_dict()
+
+    def _node_filters(self, filters: Any) -> dict[str, Any]:
+        if filters is None:
+            return {}
+        if not isinstance(filters, dict):
+            raise InvalidInput([FieldError.about("filters", "must be a mapping", filters)])
+        errors = [
+            FieldError(f"filters.{key}", f"unknown filter; use {sorted(_NODE_FILTERS)}")
+            for key in filters
+            if key not in _NODE_FILTERS
+        ]
+        for key in ("maintenance", "pinned"):
+            if key in filters and not isinstance(filters[key], bool):
+                errors.append(
+                    FieldError.about(f"filters.{key}", "must be true or false", filters[key])
+                )
+        for key in ("resource_class", "group", "owner", "provision_state"):
+            if key in filters and not isinstance(filters[key], str):
+                errors.append(FieldError.about(f"filters.{key}", "must be text", filters[key]))
+        if errors:
+            raise InvalidInput(errors)
+        return dict(filters)
+
+    # -- flavors ---------------------------------------------------------------
+
+    def create_flavor(self, ctxt: dict[str, Any], flavor: Any) -> dict[str, Any]:
+        created = flavors.create_flavor(self._db, validate_flavor_spec(flavor))
+        LOG.info("Flavor %s created", created.name)
+        return created.to_dict()
+
+    def list_flavors(self, ctxt: dict[str, Any]) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in flavors.list_flavors(self._db)]
+
+    def show_flavor(self, ctxt: dict[str, Any], flavor: Any) -> dict[str, Any]:
+        return flavors.get_flavor(self._db, validate_name(flavor, "flavor")).to_dict()
+
+    def delete_flavor(self, ctxt: dict[str, Any], flavor: Any) -> None:
+        name = validate_name(flavor, "flavor")
+        flavors.delete_flavor(self._db, name)
+        LOG.info("Flavor %s deleted", name)

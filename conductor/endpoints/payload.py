@@ -1,0 +1,136 @@
+"""Validation of the small payloads the agent-facing and lookup methods take.
+
+The client-facing specs (nodes, flavors, builds) live in
+:mod:`conductor.validation`; these are the ids, epochs and states that agents
+and lookups send, checked with the same error type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conductor.exception import FieldError, InvalidInput
+from conductor.objects import PowerState, ProvisionState
+from conductor.validation import validate_name, validate_uuid
+
+__all__ = [
+    "MAX_BATCH",
+    "check_bool",
+    "check_epoch_map",
+    "check_host",
+    "check_ident",
+    "check_limit",
+    "check_node_states",
+    "check_uuid_list",
+]
+
+#: Nodes in one agent call: an agent claims hundreds at once, not millions.
+MAX_BATCH = 10_000
+
+
+def check_host(value: object, field: str = "host") -> str:
+    return validate_name(value, field)
+
+
+def check_ident(value: object, field: str) -> str:
+    """A uuid or a name."""
+    if isinstance(value, str) and len(value) == 36 and value.count("-") == 4:
+        return validate_uuid(value, field)
+    return validate_name(value, field)
+
+
+def check_bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput([FieldError.about(field, "must be true or false", value)])
+    return value
+
+
+def check_limit(value: object, field: str = "limit", maximum: int = 10_000) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidInput([FieldError.about(field, f"must be an integer 1..{maximum}", value)])
+    return value
+
+
+def check_uuid_list(value: object, field: str) -> list[str]:
+    if not isinstance(value, list) or len(value) > MAX_BATCH:
+        raise InvalidInput(
+            [FieldError.about(field, f"must be a list of at most {MAX_BATCH} uuids", value)]
+        )
+    errors: list[FieldError] = []
+    result = []
+    for i, item in enumerate(value):
+        try:
+            result.append(validate_uuid(item, f"{field}[{i}]"))
+        except InvalidInput as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise InvalidInput(errors)
+    return result
+
+
+def _check_epoch(value: object, field: str, errors: list[FieldError]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        errors.append(FieldError.about(field, "must be an integer >= 0", value))
+        return None
+    return value
+
+
+def check_epoch_map(value: object, field: str) -> dict[str, int]:
+    """``{node_uuid: epoch}``."""
+    if not isinstance(value, Mapping) or len(value) > MAX_BATCH:
+        raise InvalidInput(
+            [FieldError.about(field, f"must map at most {MAX_BATCH} node uuids to epochs", value)]
+        )
+    errors: list[FieldError] = []
+    result: dict[str, int] = {}
+    for key, epoch in value.items():
+        try:
+            uuid = validate_uuid(key, f"{field}.{key}")
+        except InvalidInput as exc:
+            errors.extend(exc.errors)
+            continue
+        checked = _check_epoch(epoch, f"{field}.{key}", errors)
+        if checked is not None:
+            result[uuid] = checked
+    if errors:
+        raise InvalidInput(errors)
+    return result
+
+
+def check_node_states(value: object, field: str = "states") -> list[dict[str, Any]]:
+    """``[{node_uuid, epoch, power_state, provision_state}]`` from an agent."""
+    if not isinstance(value, list) or len(value) > MAX_BATCH:
+        raise InvalidInput(
+            [FieldError.about(field, f"must be a list of at most {MAX_BATCH} reports", value)]
+        )
+    errors: list[FieldError] = []
+    result = []
+    for i, item in enumerate(value):
+        path = f"{field}[{i}]"
+        if not isinstance(item, Mapping):
+            errors.append(FieldError.about(path, "must be a mapping", item))
+            continue
+        unknown = set(item) - {"node_uuid", "epoch", "power_state", "provision_state"}
+        for key in sorted(map(str, unknown)):
+            errors.append(FieldError(f"{path}.{key}", "unknown field"))
+        try:
+            uuid = validate_uuid(item.get("node_uuid"), f"{path}.node_uuid")
+        except InvalidInput as exc:
+            errors.extend(exc.errors)
+            continue
+        epoch = _check_epoch(item.get("epoch"), f"{path}.epoch", errors)
+        power = item.get("power_state")
+        if power is not None and power not in {p.value for p in PowerState}:
+            errors.append(FieldError.about(f"{path}.power_state", "unknown power state", power))
+        provision = item.get("provision_state")
+        if provision is not None and provision not in {p.value for p in ProvisionState}:
+            errors.append(
+                FieldError.about(f"{path}.provision_state", "unknown provision state", provision)
+            )
+        result.append(
+            {"node_uuid": uuid, "epoch": epoch, "power_state": power, "provision_state": provision}
+        )
+    if errors:
+        raise InvalidInput(errors)
+    return result

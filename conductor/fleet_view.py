@@ -1,0 +1,76 @@
+"""The conductor's view of the agent fleet: who is alive, from the group itself.
+
+Membership comes only from the coordination service (never from a database
+view that differs per host): the conductor watches the group without
+joining it, records departures in the database (for re-homing after the
+grace), and answers "is this agent alive?" for claims and scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from conductor.db import agents
+from conductor.db.engine import Database
+from conductor.exception import ServiceUnavailable
+from hashring.membership import Membership, MembershipView, State
+from hashring.ring import Ring
+
+__all__ = ["FleetView"]
+
+LOG = logging.getLogger(__name__)
+
+
+class FleetView:
+    """Live members as seen by this conductor's observer membership."""
+
+    def __init__(self, membership: Membership, db: Database) -> None:
+        self._membership = membership
+        self._db = db
+        self._lock = threading.Lock()
+        self._view: MembershipView | None = None
+        self._ring = Ring([])
+        self._listeners: list[Callable[[MembershipView], None]] = []
+
+    def add_listener(self, listener: Callable[[MembershipView], None]) -> None:
+        self._listeners.append(listener)
+
+    def on_change(self, view: MembershipView) -> None:
+        """Membership callback: record the view, then tell the listeners."""
+        ring = view.ring()
+        with self._lock:
+            self._view, self._ring = view, ring
+        try:
+            agents.record_membership(self._db, view.weights)
+        except Exception:  # the next change records again; keep watching
+            LOG.exception("Could not record membership of %d agents", len(view.members))
+        for listener in self._listeners:
+            listener(view)
+
+    @property
+    def state(self) -> State:
+        return self._membership.state
+
+    def live_members(self) -> frozenset[str]:
+        """The live agents (ring members) now.
+
+        :raises ServiceUnavailable: when this conductor cannot currently vouch
+            for the membership (its own connection is suspended or lost).
+        """
+        with self._lock:
+            view = self._view
+        if view is None or self._membership.state is not State.CONNECTED:
+            raise ServiceUnavailable(
+                reason=f"membership is {self._membership.state.value}; cannot tell who is alive"
+            )
+        return frozenset(view.members)
+
+    def ring(self) -> Ring:
+        with self._lock:
+            return self._ring
+
+    def view(self) -> MembershipView | None:
+        with self._lock:
+            return self._view
