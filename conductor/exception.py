@@ -276,17 +276,11 @@ class NoValidNode(RingfleetError):
         counts = ", ".join(f"{name} removed {n}" for name, n in self.removed if n)
         super().__init__(
             f"no valid node for flavor {flavor!r}: {candidates} nodes"
-            + (f"; {counts}" if counts else "")
+            + (f"; {counts}" if counts else ""),
+            flavor=flavor,
+            candidates=candidates,
+            removed=[[name, n] for name, n in self.removed],
         )
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """Primitives that rebuild this exception: ``NoValidNode(**exc.kwargs)``."""
-        return {
-            "flavor": self.flavor,
-            "candidates": self.candidates,
-            "removed": [[name, n] for name, n in self.removed],
-        }
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.flavor, self.candidates, self.removed))

@@ -26,13 +26,17 @@ LOG = logging.getLogger(__name__)
 class FleetView:
     """Live members as seen by this conductor's observer membership."""
 
-    def __init__(self, membership: Membership, db: Database) -> None:
-        self._membership = membership
+    def __init__(self, db: Database) -> None:
+        self._membership: Membership | None = None
         self._db = db
         self._lock = threading.Lock()
         self._view: MembershipView | None = None
         self._ring = Ring([])
         self._listeners: list[Callable[[MembershipView], None]] = []
+
+    def attach(self, membership: Membership) -> None:
+        """The membership whose changes call :meth:`on_change` (set once)."""
+        self._membership = membership
 
     def add_listener(self, listener: Callable[[MembershipView], None]) -> None:
         self._listeners.append(listener)
@@ -51,7 +55,7 @@ class FleetView:
 
     @property
     def state(self) -> State:
-        return self._membership.state
+        return self._membership.state if self._membership else State.LOST
 
     def live_members(self) -> frozenset[str]:
         """The live agents (ring members) now.
@@ -61,9 +65,10 @@ class FleetView:
         """
         with self._lock:
             view = self._view
-        if view is None or self._membership.state is not State.CONNECTED:
+        state = self.state
+        if view is None or state is not State.CONNECTED:
             raise ServiceUnavailable(
-                reason=f"membership is {self._membership.state.value}; cannot tell who is alive"
+                reason=f"membership is {state.value}; cannot tell who is alive"
             )
         return frozenset(view.members)
 

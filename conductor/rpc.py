@@ -15,6 +15,8 @@ from typing import Any
 import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_messaging import opts as messaging_opts
+from oslo_messaging._metrics import client as metrics_client
+from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
 __all__ = [
@@ -43,6 +45,9 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     """
     for group, opts in messaging_opts.list_opts():
         conf.register_opts(opts, group=group)
+    # Registered by oslo.messaging on the global CONF only, at import time.
+    conf.register_opts(tracing_client.oslo_messaging_tracing, group="oslo_messaging_tracing")
+    conf.register_opts(metrics_client.oslo_messaging_metrics, group="oslo_messaging_metrics")
 
 
 def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import conductor, coordination, database, default, ring
+from conductor.conf import conductor, coordination, database, default, ring, scheduler
 
 __all__ = ["register_opts"]
 
@@ -20,3 +20,4 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     coordination.register_opts(conf)
     database.register_opts(conf)
     ring.register_opts(conf)
+    scheduler.register_opts(conf)

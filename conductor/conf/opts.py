@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import conductor, coordination, database, default, ring
+from conductor.conf import conductor, coordination, database, default, ring, scheduler
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -15,4 +15,5 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
         (coordination.group, list(coordination.opts)),
         (database.group, list(database.opts)),
         (ring.group, list(ring.opts)),
+        (scheduler.group, list(scheduler.opts)),
     ]

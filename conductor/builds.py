@@ -1,0 +1,194 @@
+"""The build queue: stored requests are scheduled (and, later, routed) by workers.
+
+A request is stored before it reaches the queue (see
+:mod:`conductor.endpoints.instances`), so the queue itself holds only ids:
+on start the conductor re-queues every instance still waiting for a node,
+and a conductor killed mid-build loses nothing.
+
+Routing the build to the owning agent (RPC ``build_instance`` with the
+epoch) plugs in through :class:`Router`; without one, an allocated instance
+waits in ``building``/``spawning`` for its agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from conductor.db import allocations, flavors, instances
+from conductor.db.engine import Database
+from conductor.exception import Conflict, NotFound, NoValidNode, RingfleetError
+from conductor.fleet_view import FleetView
+from conductor.objects import Instance, Node, Ownership, TaskState, VmState
+from conductor.scheduler.scheduler import Scheduler
+
+__all__ = ["BuildWorkers", "Router"]
+
+LOG = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class Router(Protocol):
+    """Hands an allocated build to the agent that owns the node."""
+
+    def route(self, instance: Instance, node: Node, claim: Ownership) -> None: ...
+
+    def destroy(self, instance: Instance) -> bool:
+        """Ask the owner to tear the node down; False when it cannot yet."""
+        ...
+
+
+class BuildWorkers:
+    """Worker threads that schedule stored build requests and deletions."""
+
+    def __init__(
+        self,
+        db: Database,
+        scheduler: Scheduler,
+        fleet: FleetView,
+        *,
+        workers: int,
+        router: Router | None = None,
+        max_attempts: Callable[[], int] = lambda: 3,
+    ) -> None:
+        self._db = db
+        self._scheduler = scheduler
+        self._fleet = fleet
+        self._router = router
+        self._max_attempts = max_attempts
+        self._queue: queue.Queue[tuple[str, str] | object] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"build-worker-{i}", daemon=True)
+            for i in range(workers)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+        self.resume()
+
+    def resume(self) -> int:
+        """Queue every stored instance still waiting for a node (after a restart)."""
+        waiting = [
+            i.uuid
+            for i in instances.list_instances(self._db, vm_state=VmState.BUILDING, limit=10_000)
+            if i.node_uuid is None
+        ]
+        deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
+        self.submit(waiting)
+        for instance in deleting:
+            self.delete(instance.uuid)
+        if waiting or deleting:
+            LOG.info("Resumed %d stored builds and %d deletions", len(waiting), len(deleting))
+        return len(waiting) + len(deleting)
+
+    def submit(self, instance_uuids: list[str]) -> None:
+        for uuid in instance_uuids:
+            self._queue.put(("build", uuid))
+
+    def delete(self, instance_uuid: str) -> None:
+        self._queue.put(("delete", instance_uuid))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop taking work; what is still queued stays stored for the next start."""
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            assert isinstance(item, tuple)
+            action, uuid = item
+            try:
+                if action == "build":
+                    self._build(uuid)
+                else:
+                    self._delete(uuid)
+            except Exception:  # a worker must survive one bad request
+                LOG.exception("Instance %s: %s failed", uuid, action)
+
+    def _build(self, instance_uuid: str) -> None:
+        try:
+            instance = instances.get_instance(self._db, instance_uuid)
+        except NotFound:
+            return
+        if instance.vm_state is not VmState.BUILDING or instance.node_uuid is not None:
+            return
+        try:
+            flavor = flavors.get_flavor(self._db, instance.flavor)
+            node, claim = self._scheduler.select_and_allocate(
+                flavor,
+                instance.uuid,
+                live_members=self._fleet.live_members(),
+                group=instance.group_hint,
+            )
+        except NoValidNode as exc:
+            self._fail(instance, str(exc))
+            return
+        except Conflict:
+            return  # deleted or placed meanwhile
+        except RingfleetError as exc:
+            self._fail(instance, str(exc))
+            return
+        instances.set_state(
+            self._db,
+            instance.uuid,
+            expected=[VmState.BUILDING],
+            vm_state=VmState.BUILDING,
+            task_state=TaskState.SPAWNING,
+        )
+        LOG.info(
+            "Instance %s allocated to node %s of agent %s (epoch %d)",
+            instance.uuid,
+            node.uuid,
+            claim.owner,
+            claim.epoch,
+        )
+        if self._router is not None:
+            self._router.route(instance, node, claim)
+
+    def _fail(self, instance: Instance, fault: str) -> None:
+        instances.record_failed_attempt(self._db, instance.uuid, fault)
+        instances.set_state(
+            self._db,
+            instance.uuid,
+            expected=[VmState.BUILDING],
+            vm_state=VmState.ERROR,
+            task_state=None,
+        )
+        LOG.warning("Instance %s failed: %s", instance.uuid, fault)
+
+    def _delete(self, instance_uuid: str) -> None:
+        try:
+            instance = instances.get_instance(self._db, instance_uuid)
+        except NotFound:
+            return
+        if instance.vm_state is not VmState.DELETING:
+            return
+        if instance.node_uuid is not None:
+            if self._router is not None:
+                # The owner tears the node down and reports; it frees the node.
+                if not self._router.destroy(instance):
+                    LOG.info("Instance %s delete waits for its node's owner", instance.uuid)
+                return
+            # No agent was ever asked to deploy it: nothing to tear down.
+            allocations.free(self._db, instance.node_uuid, instance.uuid)
+        instances.set_state(
+            self._db,
+            instance.uuid,
+            expected=[VmState.DELETING],
+            vm_state=VmState.DELETED,
+            task_state=None,
+        )
+        LOG.info("Instance %s deleted", instance.uuid)

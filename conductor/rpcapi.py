@@ -1,0 +1,133 @@
+"""Client side of the conductor RPC API (topic ``ringfleet-conductor``).
+
+Any oslo.messaging client can call these methods; this class is the
+reference client, used by the CLI and the agents.  Every method is
+documented in ``docs/rpc-api.rst``.
+
+API version history:
+
+* 1.0 - Initial version: nodes (create_node, import_nodes, list_nodes,
+  show_node, set_node_maintenance, node_owner, move_node), flavors
+  (create_flavor, list_flavors, show_flavor, delete_flavor), instances
+  (build_instances, list_instances, show_instance, delete_instance), fleet
+  (fleet_status), agents (claim_nodes, release_nodes, transfer_nodes,
+  owned_nodes, report_node_states).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import oslo_messaging as messaging
+
+from conductor import rpc
+
+__all__ = ["ConductorAPI"]
+
+
+class ConductorAPI:
+    """Calls to the conductors (any of them: they are active-active).
+
+    :param transport: from :func:`conductor.rpc.get_transport`.
+    :param timeout: seconds to wait for a reply (``MessagingTimeout`` after).
+    """
+
+    RPC_API_VERSION = "1.0"
+
+    def __init__(self, transport: messaging.Transport, timeout: float | None = None) -> None:
+        self.client = rpc.get_client(
+            transport, rpc.CONDUCTOR_TOPIC, version=self.RPC_API_VERSION, timeout=timeout
+        )
+
+    def _call(self, method: str, version: str = "1.0", **kwargs: Any) -> Any:
+        # A request id per call: it appears in the conductor's log lines.
+        ctxt = {"request_id": f"req-{uuid.uuid4()}"}
+        return self.client.prepare(version=version).call(ctxt, method, **kwargs)
+
+    # -- nodes -----------------------------------------------------------------
+
+    def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        return self._call("create_node", node=node)  # type: ignore[no-any-return]
+
+    def import_nodes(self, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._call("import_nodes", nodes=nodes)  # type: ignore[no-any-return]
+
+    def list_nodes(
+        self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._call("list_nodes", filters=filters, limit=limit, marker=marker)  # type: ignore[no-any-return]
+
+    def show_node(self, node: str) -> dict[str, Any]:
+        return self._call("show_node", node=node)  # type: ignore[no-any-return]
+
+    def set_node_maintenance(
+        self, node: str, maintenance: bool, reason: str | None = None
+    ) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "set_node_maintenance", node=node, maintenance=maintenance, reason=reason
+        )
+
+    def node_owner(self, node: str) -> dict[str, Any]:
+        return self._call("node_owner", node=node)  # type: ignore[no-any-return]
+
+    def move_node(self, node: str, host: str) -> dict[str, Any]:
+        return self._call("move_node", node=node, host=host)  # type: ignore[no-any-return]
+
+    # -- flavors ---------------------------------------------------------------
+
+    def create_flavor(self, flavor: dict[str, Any]) -> dict[str, Any]:
+        return self._call("create_flavor", flavor=flavor)  # type: ignore[no-any-return]
+
+    def list_flavors(self) -> list[dict[str, Any]]:
+        return self._call("list_flavors")  # type: ignore[no-any-return]
+
+    def show_flavor(self, flavor: str) -> dict[str, Any]:
+        return self._call("show_flavor", flavor=flavor)  # type: ignore[no-any-return]
+
+    def delete_flavor(self, flavor: str) -> None:
+        self._call("delete_flavor", flavor=flavor)
+
+    # -- instances -------------------------------------------------------------
+
+    def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._call("build_instances", request=request)  # type: ignore[no-any-return]
+
+    def list_instances(
+        self,
+        vm_state: str | None = None,
+        host: str | None = None,
+        limit: int = 1000,
+        marker: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return self._call(  # type: ignore[no-any-return]
+            "list_instances", vm_state=vm_state, host=host, limit=limit, marker=marker
+        )
+
+    def show_instance(self, instance: str) -> dict[str, Any]:
+        return self._call("show_instance", instance=instance)  # type: ignore[no-any-return]
+
+    def delete_instance(self, instance: str) -> dict[str, Any]:
+        return self._call("delete_instance", instance=instance)  # type: ignore[no-any-return]
+
+    # -- fleet -----------------------------------------------------------------
+
+    def fleet_status(self) -> dict[str, Any]:
+        return self._call("fleet_status")  # type: ignore[no-any-return]
+
+    # -- agents ----------------------------------------------------------------
+
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]:
+        return self._call("claim_nodes", host=host, node_uuids=node_uuids)  # type: ignore[no-any-return]
+
+    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]:
+        return self._call("release_nodes", host=host, claims=claims)  # type: ignore[no-any-return]
+
+    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._call("transfer_nodes", host=host, transfers=transfers)  # type: ignore[no-any-return]
+
+    def owned_nodes(self, host: str) -> list[dict[str, Any]]:
+        return self._call("owned_nodes", host=host)  # type: ignore[no-any-return]
+
+    def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._call("report_node_states", host=host, states=states)  # type: ignore[no-any-return]

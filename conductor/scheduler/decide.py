@@ -1,0 +1,206 @@
+"""Choosing a node from the index, and explaining why none fits.
+
+:meth:`Chooser.choose` walks the index instead of the fleet: the buckets of
+the flavor's resource class (and the group hint), the profiles in them whose
+cached per-profile verdict passes, the live owners holding free nodes of
+those profiles.  It then ranks the owners with the (per-owner) weighers,
+random tie-break first, and draws a random free node of the best owner that
+passes the per-node checks.  Only when a configured weigher needs to see
+every node does it weigh every candidate node (see
+:mod:`conductor.scheduler.weighers`).
+
+:meth:`Chooser.explain` is the slow path for a failure: it runs the whole
+filter chain over the nodes of the flavor's resource class to count how
+many nodes each filter removed, for :class:`~conductor.exception.NoValidNode`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from conductor.exception import NoValidNode
+from conductor.objects import Node
+from conductor.scheduler.filters import (
+    ALWAYS_APPLIED,
+    BaseFilter,
+    GroupFilter,
+    ResourceClassFilter,
+)
+from conductor.scheduler.index import NodeIndex, NodeSet, Profile
+from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.weighers import BaseWeigher, WeighingContext, total_weights
+
+__all__ = ["Chooser"]
+
+#: random draws from an owner's nodes before scanning them in order (draws
+#: fail only on excluded nodes or per-node filters)
+_RANDOM_DRAWS = 4
+
+
+class Chooser:
+    """The decision procedure for one filter and weigher configuration.
+
+    Not thread-safe: the caller holds the lock of the index it passes.
+    """
+
+    def __init__(
+        self,
+        filters: Sequence[BaseFilter],
+        weighers: Sequence[BaseWeigher],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.always: tuple[BaseFilter, ...] = tuple(cls() for cls in ALWAYS_APPLIED)
+        assert isinstance(self.always[0], ResourceClassFilter)
+        assert isinstance(self.always[1], GroupFilter)
+        self.filters: tuple[BaseFilter, ...] = tuple(filters)
+        self.weighers: tuple[BaseWeigher, ...] = tuple(weighers)
+        self._profile_filters = tuple(f for f in self.filters if f.per_profile)
+        self._node_filters = tuple(f for f in self.filters if not f.per_profile)
+        self._per_owner = all(w.per_owner for w in self.weighers)
+        self._rng = rng or random.Random()
+
+    @property
+    def chain(self) -> tuple[BaseFilter, ...]:
+        """Every filter, in the order they are applied and counted."""
+        return self.always + self.filters
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def choose(self, index: NodeIndex, request: RequestSpec) -> Node | None:
+        """The best free node for *request*, or ``None`` when none passes."""
+        sets_by_owner = self._candidate_sets(index, request)
+        if not sets_by_owner:
+            return None
+        context = WeighingContext(index.allocations)
+        if self._per_owner:
+            return self._choose_by_owner(sets_by_owner, request, context)
+        return self._choose_by_node(sets_by_owner, request, context)
+
+    def _candidate_sets(self, index: NodeIndex, request: RequestSpec) -> dict[str, list[NodeSet]]:
+        """Live owner -> its sets of free nodes in the profiles that pass."""
+        live = request.live_members
+        result: dict[str, list[NodeSet]] = {}
+        for bucket in index.buckets(request.flavor.resource_class, request.group):
+            for profile in bucket.profiles.values():
+                if not self._profile_passes(profile, request):
+                    continue
+                for owner, nodes in profile.by_owner.items():
+                    if owner is None or owner not in live:
+                        continue
+                    sets = result.get(owner)
+                    if sets is None:
+                        result[owner] = [nodes]
+                    else:
+                        sets.append(nodes)
+        return result
+
+    def _profile_passes(self, profile: Profile, request: RequestSpec) -> bool:
+        if not self._profile_filters:
+            return True
+        verdict = profile.verdicts.get(request.flavor_key)
+        if verdict is None:
+            sample = profile.sample
+            verdict = all(f.filter(sample, request) for f in self._profile_filters)
+            profile.remember(request.flavor_key, verdict)
+        return verdict
+
+    def _node_passes(self, node: Node, request: RequestSpec) -> bool:
+        if node.uuid in request.exclude_nodes:
+            return False
+        return all(f.filter(node, request) for f in self._node_filters)
+
+    def _choose_by_owner(
+        self,
+        sets_by_owner: dict[str, list[NodeSet]],
+        request: RequestSpec,
+        context: WeighingContext,
+    ) -> Node | None:
+        owners = list(sets_by_owner)
+        self._rng.shuffle(owners)  # the tie-break: sorting below is stable
+        if self.weighers and len(owners) > 1:
+            # Per-owner weighers give every node of an owner the same weight.
+            samples = [sets_by_owner[owner][0].at(0) for owner in owners]
+            totals = total_weights(self.weighers, samples, request, context)
+            order = sorted(range(len(owners)), key=totals.__getitem__, reverse=True)
+            owners = [owners[i] for i in order]
+        for owner in owners:
+            node = self._draw(sets_by_owner[owner], request)
+            if node is not None:
+                return node
+        return None
+
+    def _draw(self, sets: list[NodeSet], request: RequestSpec) -> Node | None:
+        """A random node of *sets* passing the per-node checks, if any does."""
+        simple = not request.exclude_nodes and not self._node_filters
+        total = sum(len(nodes) for nodes in sets)
+        for _ in range(_RANDOM_DRAWS):
+            position = int(self._rng.random() * total)
+            for nodes in sets:
+                if position < len(nodes):
+                    node = nodes.at(position)
+                    break
+                position -= len(nodes)
+            else:  # pragma: no cover - position < total by construction
+                node = sets[-1].at(len(sets[-1]) - 1)
+            if simple or self._node_passes(node, request):
+                return node
+        for nodes in sets:
+            for node in nodes:
+                if self._node_passes(node, request):
+                    return node
+        return None
+
+    def _choose_by_node(
+        self,
+        sets_by_owner: dict[str, list[NodeSet]],
+        request: RequestSpec,
+        context: WeighingContext,
+    ) -> Node | None:
+        candidates = [
+            node
+            for sets in sets_by_owner.values()
+            for nodes in sets
+            for node in nodes
+            if self._node_passes(node, request)
+        ]
+        if not candidates:
+            return None
+        self._rng.shuffle(candidates)  # the tie-break: max() keeps the first best
+        totals = total_weights(self.weighers, candidates, request, context)
+        best = max(range(len(candidates)), key=totals.__getitem__)
+        return candidates[best]
+
+    # -- explaining -----------------------------------------------------------------------
+
+    def explain(self, index: NodeIndex, request: RequestSpec) -> NoValidNode:
+        """Why no node fits: the nodes each filter removed, counted in chain order.
+
+        The first two filters (resource class, group) are counted from the
+        index's buckets; the others run on every node of the flavor's
+        resource class (and group), each node counted against the first
+        filter that refuses it.
+        """
+        chain = self.chain
+        counts = [0] * len(chain)
+        total = len(index)
+        resource_class = request.flavor.resource_class
+        of_class = index.count_resource_class(resource_class)
+        counts[0] = total - of_class
+        nodes = [
+            node
+            for bucket in index.buckets(resource_class, request.group)
+            for node in bucket.nodes.values()
+        ]
+        counts[1] = of_class - len(nodes)
+        rest = chain[2:]
+        for node in nodes:
+            for position, node_filter in enumerate(rest, start=2):
+                if not node_filter.filter(node, request):
+                    counts[position] += 1
+                    break
+        return NoValidNode(
+            request.flavor.name,
+            total,
+            [(node_filter.name, count) for node_filter, count in zip(chain, counts, strict=True)],
+        )

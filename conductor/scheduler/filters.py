@@ -1,0 +1,173 @@
+"""Scheduler filters: which nodes a build may land on.
+
+A filter answers, for one node and one request, "may this build go there?".
+The chain is the filters that are always applied, in the order of
+:data:`ALWAYS_APPLIED`, followed by the configurable ones named in ``[scheduler]
+enabled_filters``.  The always-applied filters are what the node index is
+organized by (resource class and group are its bucket keys, only free nodes
+are in its buckets, owners are checked once per owner), so the scheduler
+answers them without calling them per node; their ``filter`` methods still
+define the semantics, and are what "no valid node" counts with.
+
+Writing a filter (operators' plugins)
+-------------------------------------
+Subclass :class:`BaseFilter`, implement :meth:`BaseFilter.filter`, and
+register the class as an entry point in the ``ringfleet.scheduler.filters``
+namespace, e.g. in a ``pyproject.toml``::
+
+    [project.entry-points."ringfleet.scheduler.filters"]
+    RackFilter = "mysite.filters:RackFilter"
+
+then add ``RackFilter`` to ``[scheduler] enabled_filters``.  The class is
+instantiated once, without arguments, when the scheduler starts; ``filter``
+is then called from several threads and must not block or do I/O (it runs
+while the index is locked).  ``node`` is a :class:`~conductor.objects.Node`
+as the conductor's index knows it: its ``created_at`` and ``updated_at`` may
+be missing, and its mappings are read-only.
+
+A filter that looks only at ``node.resource_class``, ``node.group``,
+``node.traits``, ``node.capabilities`` and ``request.flavor`` (or
+``request.capabilities``, which comes from the flavor) should set
+``per_profile = True``: it is then called once per distinct combination of
+those node attributes and flavor, not once per node, which keeps a decision
+independent of the fleet size.  Any other filter is called per node, on the
+nodes the scheduler is about to choose from.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from conductor.objects import Node
+from conductor.scheduler.index import is_free
+from conductor.scheduler.request import RequestSpec
+
+__all__ = [
+    "ALWAYS_APPLIED",
+    "BUILTIN_FILTERS",
+    "AvailabilityFilter",
+    "BaseFilter",
+    "CapabilitiesFilter",
+    "GroupFilter",
+    "LiveOwnerFilter",
+    "ResourceClassFilter",
+    "RetryFilter",
+    "TraitsFilter",
+]
+
+
+class BaseFilter:
+    """Base class of every scheduler filter.
+
+    :cvar name: how the configuration and "no valid node" messages name the
+        filter; the class name unless a subclass sets it
+    :cvar per_profile: see the module documentation
+    """
+
+    name: ClassVar[str] = "BaseFilter"
+    per_profile: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        """Whether the build of *request* may go to *node*."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+# -- always applied, in this order ------------------------------------------------
+
+
+class ResourceClassFilter(BaseFilter):
+    """The node's resource class is the flavor's."""
+
+    per_profile = True
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        return node.resource_class == request.flavor.resource_class
+
+
+class GroupFilter(BaseFilter):
+    """With a group hint, only nodes of that group (``""`` is the default group)."""
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        return request.group is None or node.group == request.group
+
+
+class AvailabilityFilter(BaseFilter):
+    """Only ``available`` nodes, not in maintenance, hosting no instance."""
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        return is_free(node)
+
+
+class LiveOwnerFilter(BaseFilter):
+    """Only nodes owned by a live member (the agent the build is routed to)."""
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        return node.owner is not None and node.owner in request.live_members
+
+
+class RetryFilter(BaseFilter):
+    """Not the nodes a reschedule was told to avoid (earlier failed attempts)."""
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        return node.uuid not in request.exclude_nodes
+
+
+#: filter classes applied to every request, first, in this order
+ALWAYS_APPLIED: tuple[type[BaseFilter], ...] = (
+    ResourceClassFilter,
+    GroupFilter,
+    AvailabilityFilter,
+    LiveOwnerFilter,
+    RetryFilter,
+)
+
+
+# -- configurable ------------------------------------------------------------------
+
+
+class TraitsFilter(BaseFilter):
+    """The node has every required trait of the flavor and none of the forbidden."""
+
+    per_profile = True
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        flavor = request.flavor
+        return flavor.required_traits <= node.traits and node.traits.isdisjoint(
+            flavor.forbidden_traits
+        )
+
+
+class CapabilitiesFilter(BaseFilter):
+    """Every ``capabilities:<key>`` extra spec matches the node's capability.
+
+    Nova's ComputeCapabilitiesFilter semantics (see
+    :meth:`conductor.validation.CapabilityExpression.matches`): a node
+    without the capability never matches, ``= N`` means "at least N",
+    ``s==`` compares strings, ``<in>`` looks for a substring, ``<or>``
+    accepts one of several words.
+    """
+
+    per_profile = True
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        capabilities = node.capabilities
+        return all(
+            expression.matches(capabilities.get(key))
+            for key, expression in request.capabilities.items()
+        )
+
+
+#: the configurable filters shipped with ringfleet, by name (also registered
+#: as entry points; used directly when the package's entry points are not
+#: installed, e.g. in a source checkout)
+BUILTIN_FILTERS: dict[str, type[BaseFilter]] = {
+    cls.name: cls for cls in (TraitsFilter, CapabilitiesFilter)
+}

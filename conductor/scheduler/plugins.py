@@ -1,0 +1,193 @@
+"""Loading the configured filters and weighers through stevedore entry points.
+
+Operators extend the scheduler by installing a package that registers
+classes in the ``ringfleet.scheduler.filters`` or
+``ringfleet.scheduler.weighers`` entry-point namespace and naming them in
+``[scheduler] enabled_filters`` / ``weighers``.  ringfleet's own filters and
+weighers are registered the same way; when the package's entry points are not
+installed (a source checkout used without ``pip install``), the built-in
+classes are found by name instead.
+
+Loading is all or nothing: an unknown name, a plugin that fails to import or
+to instantiate, or one that is not a :class:`BaseFilter` /
+:class:`BaseWeigher`, is a :class:`~conductor.exception.ConfigurationError`
+naming the option, so a conductor never starts with fewer filters than
+configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from importlib.metadata import EntryPoint
+from typing import Any, TypeVar
+
+from stevedore import named
+from stevedore.extension import ExtensionManager
+
+from conductor.exception import ConfigurationError
+from conductor.scheduler.filters import ALWAYS_APPLIED, BUILTIN_FILTERS, BaseFilter
+from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
+
+__all__ = ["FILTER_NAMESPACE", "WEIGHER_NAMESPACE", "load_filters", "load_weighers"]
+
+LOG = logging.getLogger(__name__)
+
+FILTER_NAMESPACE = "ringfleet.scheduler.filters"
+WEIGHER_NAMESPACE = "ringfleet.scheduler.weighers"
+
+_GROUP = "scheduler"
+T = TypeVar("T", BaseFilter, BaseWeigher)
+
+
+def load_filters(
+    names: Sequence[str], *, manager: ExtensionManager[Any] | None = None
+) -> list[BaseFilter]:
+    """Instances of the filters *names*, in that order.
+
+    :param manager: the extensions to look names up in; by default a
+        stevedore manager over the ``ringfleet.scheduler.filters`` entry
+        points (tests pass ``ExtensionManager.make_test_instance(...)``)
+    :raises ConfigurationError: about ``[scheduler] enabled_filters``
+    """
+    option = "enabled_filters"
+    always = {cls.name for cls in ALWAYS_APPLIED}
+    for name in names:
+        if name in always:
+            raise ConfigurationError(
+                _GROUP,
+                option,
+                f"{name} is always applied (the node index is organized by it); "
+                "list only the filters applied after "
+                + ", ".join(cls.name for cls in ALWAYS_APPLIED),
+            )
+    plugins = _load(
+        FILTER_NAMESPACE, names, manager, builtins=BUILTIN_FILTERS, base=BaseFilter, option=option
+    )
+    return [_instantiate(plugin, name, BaseFilter, option) for name, plugin in plugins]
+
+
+def load_weighers(
+    names: Sequence[str],
+    multipliers: Mapping[str, Any] | None = None,
+    *,
+    manager: ExtensionManager[Any] | None = None,
+) -> list[BaseWeigher]:
+    """Instances of the weighers *names*, in order, with their multipliers set.
+
+    :param multipliers: weigher name -> multiplier (numbers or their text,
+        as ``[scheduler] weigher_multipliers`` gives them)
+    :raises ConfigurationError: about ``[scheduler] weighers`` or
+        ``weigher_multipliers``
+    """
+    option = "weighers"
+    plugins = _load(
+        WEIGHER_NAMESPACE,
+        names,
+        manager,
+        builtins=BUILTIN_WEIGHERS,
+        base=BaseWeigher,
+        option=option,
+    )
+    weighers = [_instantiate(plugin, name, BaseWeigher, option) for name, plugin in plugins]
+    multipliers = dict(multipliers or {})
+    unknown = sorted(set(multipliers) - set(names))
+    if unknown:
+        raise ConfigurationError(
+            _GROUP, "weigher_multipliers", f"not a configured weigher: {', '.join(unknown)}"
+        )
+    for weigher, name in zip(weighers, names, strict=True):
+        if name in multipliers:
+            weigher.multiplier = _multiplier(name, multipliers[name])
+    return weighers
+
+
+def _multiplier(name: str, value: Any) -> float:
+    try:
+        multiplier = float(value)
+    except (TypeError, ValueError):
+        multiplier = math.nan
+    if not math.isfinite(multiplier):
+        raise ConfigurationError(
+            _GROUP, "weigher_multipliers", f"{name}: {value!r} is not a finite number"
+        )
+    return multiplier
+
+
+def _load(
+    namespace: str,
+    names: Sequence[str],
+    manager: ExtensionManager[Any] | None,
+    *,
+    builtins: Mapping[str, type[T]],
+    base: type[T],
+    option: str,
+) -> list[tuple[str, object]]:
+    duplicates = sorted({name for name in names if list(names).count(name) > 1})
+    if duplicates:
+        raise ConfigurationError(_GROUP, option, f"listed twice: {', '.join(duplicates)}")
+    if manager is None:
+        manager = _entry_points(namespace, names, option)
+    found: dict[str, object] = {}
+    for extension in manager:
+        found.setdefault(extension.name, extension.plugin)
+    plugins: list[tuple[str, object]] = []
+    missing: list[str] = []
+    for name in names:
+        if name in found:
+            plugins.append((name, found[name]))
+        elif name in builtins:
+            LOG.debug("%s %s is not installed as an entry point; using the built-in", option, name)
+            plugins.append((name, builtins[name]))
+        else:
+            missing.append(name)
+    if missing:
+        known = sorted(set(found) | set(builtins))
+        raise ConfigurationError(
+            _GROUP,
+            option,
+            f"unknown {base.__name__[4:].lower()}(s) {', '.join(missing)} "
+            f"(none in entry-point namespace {namespace}; known: {', '.join(known)})",
+        )
+    return plugins
+
+
+def _entry_points(namespace: str, names: Iterable[str], option: str) -> ExtensionManager[Any]:
+    def failed(
+        _manager: ExtensionManager[Any], entry_point: EntryPoint, error: BaseException
+    ) -> None:
+        raise ConfigurationError(
+            _GROUP,
+            option,
+            f"cannot load {entry_point.name} ({entry_point.value}) from {namespace}: "
+            f"{type(error).__name__}: {error}",
+        ) from error
+
+    return named.NamedExtensionManager(
+        namespace,
+        names=list(names),
+        invoke_on_load=False,
+        name_order=True,
+        on_load_failure_callback=failed,
+        on_missing_entrypoints_callback=lambda _missing: None,
+        warn_on_missing_entrypoint=False,
+    )
+
+
+def _instantiate(plugin: object, name: str, base: type[T], option: str) -> T:
+    if not (isinstance(plugin, type) and issubclass(plugin, base)):
+        raise ConfigurationError(
+            _GROUP,
+            option,
+            f"{name} is {plugin!r}, not a subclass of {base.__module__}.{base.__qualname__}",
+        )
+    try:
+        instance = plugin()
+    except Exception as exc:
+        raise ConfigurationError(
+            _GROUP, option, f"{name} failed to start: {type(exc).__name__}: {exc}"
+        ) from exc
+    if instance.name != name:
+        LOG.debug("%s %s is the class named %s", option, name, instance.name)
+    return instance

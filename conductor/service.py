@@ -1,0 +1,123 @@
+"""The conductor service: RPC server, fleet view, scheduler and build workers.
+
+Shaped like a cotyledon service: :meth:`run` starts everything and blocks
+until :meth:`terminate`; :meth:`reload` re-reads the mutable options.  The
+graceful stop is ordered: stop taking RPC requests, let the workers finish
+what they hold (anything still queued is stored and resumed by the next
+conductor), stop watching the group, close the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from oslo_config import cfg
+
+from conductor import rpc, systemd
+from conductor.builds import BuildWorkers
+from conductor.coordination import membership_from_conf
+from conductor.db import migration
+from conductor.db.engine import Database, database_from_conf
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.instances import InstancesEndpoint
+from conductor.endpoints.inventory import InventoryEndpoint
+from conductor.exception import ConfigurationError
+from conductor.fleet_view import FleetView
+from conductor.scheduler.scheduler import Scheduler
+
+__all__ = ["ConductorService"]
+
+LOG = logging.getLogger(__name__)
+
+
+class ConductorService:
+    """One conductor process (several run active-active on one database)."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self._stopped = threading.Event()
+        self._started = threading.Event()
+        self.db: Database | None = None
+        self.fleet: FleetView | None = None
+        self._server: Any = None
+        self._transport: Any = None
+        self._builds: BuildWorkers | None = None
+        self._membership: Any = None
+
+    def run(self) -> None:
+        """Start serving; return after :meth:`terminate`."""
+        conf = self.conf
+        self.db = db = database_from_conf(conf)
+        current, head = migration.current_version(db), migration.head_version()
+        if current != head:
+            raise ConfigurationError(
+                "database",
+                "connection",
+                f"schema is at {current or 'nothing'}, this conductor needs {head}: "
+                "run ringfleet-dbsync upgrade",
+            )
+        self.fleet = fleet = FleetView(db)
+        self._membership = membership_from_conf(
+            conf, join=False, member_id=f"conductor.{conf.host}", on_change=fleet.on_change
+        )
+        fleet.attach(self._membership)
+        scheduler = Scheduler.from_conf(db, conf)
+        self._builds = BuildWorkers(
+            db,
+            scheduler,
+            fleet,
+            workers=conf.conductor.workers,
+            max_attempts=lambda: int(conf.conductor.max_attempts),
+        )
+        endpoints = [
+            InventoryEndpoint(db, fleet),
+            InstancesEndpoint(db, self._builds),
+            FleetEndpoint(db, fleet, conf.host),
+            AgentsEndpoint(db, fleet, lambda: float(conf.conductor.rehome_grace)),
+        ]
+        self._transport = rpc.get_transport(conf)
+        self._server = rpc.get_server(self._transport, rpc.CONDUCTOR_TOPIC, conf.host, endpoints)
+        self._membership.start()
+        if not self._membership.wait_connected(timeout=self._membership.ttl):
+            LOG.warning(
+                "Conductor %s: coordination backend not reachable yet; serving anyway "
+                "(claims wait for it)",
+                conf.host,
+            )
+        self._builds.start()
+        self._server.start()
+        self._started.set()
+        LOG.info("Conductor %s serving topic %s", conf.host, rpc.CONDUCTOR_TOPIC)
+        systemd.notify("READY=1", f"STATUS=serving as {conf.host}")
+        self._stopped.wait()
+
+    def wait_started(self, timeout: float) -> bool:
+        return self._started.wait(timeout)
+
+    def terminate(self) -> None:
+        """Graceful stop, in order (safe to call from another thread, once)."""
+        systemd.notify("STOPPING=1")
+        LOG.info("Conductor %s stopping", self.conf.host)
+        if self._server is not None:
+            self._server.stop()
+            self._server.wait()
+        if self._builds is not None:
+            self._builds.stop()
+        if self._membership is not None:
+            self._membership.stop(leave=False)
+        if self._transport is not None:
+            self._transport.cleanup()
+        if self.db is not None:
+            self.db.dispose()
+        self._stopped.set()
+        LOG.info("Conductor %s stopped", self.conf.host)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the config files; mutable options apply at once."""
+        systemd.notify("RELOADING=1")
+        self.conf.mutate_config_files()
+        LOG.info("Conductor %s reloaded its configuration", self.conf.host)
+        systemd.notify("READY=1")
