@@ -20,7 +20,13 @@ from typing import Protocol
 
 from conductor.db import allocations, flavors, instances
 from conductor.db.engine import Database
-from conductor.exception import Conflict, NotFound, NoValidNode, RingfleetError
+from conductor.exception import (
+    Conflict,
+    NotFound,
+    NoValidNode,
+    RingfleetError,
+    ServiceUnavailable,
+)
 from conductor.fleet_view import FleetView
 from conductor.objects import Instance, Node, Ownership, TaskState, VmState
 from conductor.scheduler.scheduler import Scheduler
@@ -138,6 +144,12 @@ class BuildWorkers:
             return
         except Conflict:
             return  # deleted or placed meanwhile
+        except ServiceUnavailable as exc:
+            # This conductor cannot tell who is alive right now: the request
+            # stays stored and is tried again, it does not fail.
+            LOG.warning("Instance %s waits: %s", instance.uuid, exc)
+            self._retry_later(instance.uuid)
+            return
         except RingfleetError as exc:
             self._fail(instance, str(exc))
             return
@@ -157,6 +169,11 @@ class BuildWorkers:
         )
         if self._router is not None:
             self._router.route(instance, node, claim)
+
+    def _retry_later(self, instance_uuid: str, delay: float = 2.0) -> None:
+        timer = threading.Timer(delay, self.submit, args=([instance_uuid],))
+        timer.daemon = True
+        timer.start()
 
     def _fail(self, instance: Instance, fault: str) -> None:
         instances.record_failed_attempt(self._db, instance.uuid, fault)

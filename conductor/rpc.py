@@ -19,6 +19,8 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
+from conductor.exception import RingfleetError
+
 __all__ = [
     "COMPUTE_TOPIC",
     "CONDUCTOR_TOPIC",
@@ -68,6 +70,26 @@ def get_client(
     return messaging.get_rpc_client(transport, target, timeout=timeout)
 
 
+class _ExpectedErrors:
+    """Serves an endpoint with our exceptions marked as expected outcomes.
+
+    A refused payload or a missing node is the caller's business: the server
+    logs it at debug level instead of an ERROR with a traceback, and the
+    caller still receives the exception itself.  The endpoint objects stay
+    plain (their methods raise our exceptions when called directly).
+    """
+
+    def __init__(self, endpoint: Any) -> None:
+        self._endpoint = endpoint
+        self.target = getattr(endpoint, "target", None)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._endpoint, name)
+        if name.startswith("_") or not callable(attribute):
+            return attribute
+        return messaging.expected_exceptions(RingfleetError)(attribute)
+
+
 def get_server(
     transport: messaging.Transport,
     topic: str,
@@ -83,7 +105,7 @@ def get_server(
     return messaging.get_rpc_server(
         transport,
         target,
-        list(endpoints),
+        [_ExpectedErrors(endpoint) for endpoint in endpoints],
         serializer=messaging.NoOpSerializer(),
         access_policy=dispatcher.DefaultRPCAccessPolicy,
     )

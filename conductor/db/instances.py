@@ -78,14 +78,24 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                 )
             }
             if existing:
+                # A retry of the same request returns what was stored; any
+                # other use of these ids is a different request: refused.
                 for index, u in enumerate(uuids):
                     row = existing.get(u)
-                    if row is None or row.flavor != request.flavor:
+                    if row is None:
+                        continue
+                    same = (
+                        len(existing) == len(uuids)
+                        and row.flavor == request.flavor
+                        and row.group_hint == request.group
+                        and row.name == _names(request, uuids)[index]
+                    )
+                    if not same:
                         raise DuplicateInstance(
                             field="instance_uuids",
                             value=u,
                             index=index,
-                            reason="instance ids were used by another build request",
+                            reason="instance id used by another build request",
                         )
                 return [to_instance(existing[u]) for u in uuids], False
             now = utcnow()

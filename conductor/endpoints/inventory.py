@@ -76,6 +76,10 @@ class InventoryEndpoint:
         flag = payload.check_bool(maintenance, "maintenance")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 255):
             raise InvalidInput([FieldError.about("reason", "must be text of <= 255", reason)])
+        if reason is not None and not flag:
+            raise InvalidInput(
+                [FieldError.about("reason", "only allowed when entering maintenance", reason)]
+            )
         updated = node_db.set_maintenance(self._db, ident, flag, reason)
         LOG.info("Node %s maintenance %s (%s)", updated.uuid, flag, reason)
         return updated.to_dict()
@@ -95,11 +99,14 @@ class InventoryEndpoint:
     def move_node(self, ctxt: dict[str, Any], node: Any, host: Any) -> dict[str, Any]:
         """Move a node whose owner is gone to the live agent ``host``.
 
-        A live owner is never robbed: moving a node away from a live agent is
+        This is the operator's explicit move: a pinned node moves at once,
+        without waiting for ``rehome_grace``, with its instance's host.  A
+        live owner is never robbed: moving a node away from a live agent is
         its own drain or hand-over, done by the agent.
         """
-        found = node_db.get_node(self._db, payload.check_ident(node, "node"))
+        ident = payload.check_ident(node, "node")
         target = payload.check_host(host)
+        found = node_db.get_node(self._db, ident)
         live = self._fleet.live_members()
         if target not in live:
             raise InvalidInput([FieldError.about("host", "is not a live agent", target)])
@@ -122,6 +129,10 @@ class InventoryEndpoint:
                 self._db, target, [found.uuid], live_members=live, rehome_grace=0.0
             )
         moved = node_db.get_node(self._db, found.uuid)
+        if moved.owner != target:
+            raise Conflict(
+                field="owner", value=moved.owner, reason="the node changed hands meanwhile; retry"
+            )
         LOG.info(
             "Node %s moved from %s to %s (epoch %d)",
             moved.uuid,

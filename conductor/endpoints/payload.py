@@ -7,6 +7,7 @@ and lookups send, checked with the same error type.
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,9 +35,14 @@ def check_host(value: object, field: str = "host") -> str:
 
 
 def check_ident(value: object, field: str) -> str:
-    """A uuid or a name."""
-    if isinstance(value, str) and len(value) == 36 and value.count("-") == 4:
-        return validate_uuid(value, field)
+    """A node uuid (any accepted form, normalized) or a name."""
+    if isinstance(value, str):
+        try:
+            return (
+                str(uuidlib.UUID(value)) if len(value) in (32, 36) else validate_name(value, field)
+            )
+        except ValueError:
+            pass
     return validate_name(value, field)
 
 
@@ -70,8 +76,8 @@ def check_uuid_list(value: object, field: str) -> list[str]:
 
 
 def _check_epoch(value: object, field: str, errors: list[FieldError]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        errors.append(FieldError.about(field, "must be an integer >= 0", value))
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31 - 1:
+        errors.append(FieldError.about(field, "must be an integer 0..2147483646", value))
         return None
     return value
 
@@ -121,10 +127,10 @@ def check_node_states(value: object, field: str = "states") -> list[dict[str, An
             continue
         epoch = _check_epoch(item.get("epoch"), f"{path}.epoch", errors)
         power = item.get("power_state")
-        if power is not None and power not in {p.value for p in PowerState}:
+        if power is not None and power not in [p.value for p in PowerState]:
             errors.append(FieldError.about(f"{path}.power_state", "unknown power state", power))
         provision = item.get("provision_state")
-        if provision is not None and provision not in {p.value for p in ProvisionState}:
+        if provision is not None and provision not in [p.value for p in ProvisionState]:
             errors.append(
                 FieldError.about(f"{path}.provision_state", "unknown provision state", provision)
             )

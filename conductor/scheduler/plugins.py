@@ -171,7 +171,6 @@ def _entry_points(namespace: str, names: Iterable[str], option: str) -> Extensio
         name_order=True,
         on_load_failure_callback=failed,
         on_missing_entrypoints_callback=lambda _missing: None,
-        warn_on_missing_entrypoint=False,
     )
 
 
