@@ -1,0 +1,1 @@
+"""Configuration options of the compute agent, one module per option group."""

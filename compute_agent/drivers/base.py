@@ -1,0 +1,272 @@
+"""The driver interface of the compute agent, and loading drivers by entry point.
+
+The agent decides *whether* to act on a node (it owns it, at the epoch it
+holds); a driver only knows *how*.  Every driver call carries an
+:class:`ActionContext` with that epoch so a driver can record or check it:
+this is what lets a test prove, from the drivers' own records, that no two
+agents ever acted on one node with overlapping ownership (design invariant 1).
+
+Back ends (the simulator, and later Ironic or Redfish) register a
+:class:`ComputeDriver` subclass in the ``ringfleet.compute.drivers``
+entry-point namespace and are chosen by name, so adding one never touches the
+agent.  When the package's entry points are not installed (a source checkout
+used without ``pip install``), the built-in drivers are found by name.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+import logging
+from collections.abc import Callable
+from importlib.metadata import EntryPoint
+from typing import Any, Final, Literal, get_args
+
+from oslo_config import cfg
+from stevedore import named
+from stevedore.extension import ExtensionManager
+
+from conductor.exception import ConfigurationError, FieldError, InvalidInput
+from conductor.objects import Node, PowerState
+
+__all__ = [
+    "BUILTIN_DRIVERS",
+    "DRIVER_NAMESPACE",
+    "POWER_TARGETS",
+    "ActionContext",
+    "ComputeDriver",
+    "PowerTarget",
+    "ProgressCallback",
+    "load_driver",
+    "validate_power_target",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: entry-point namespace of compute drivers
+DRIVER_NAMESPACE: Final = "ringfleet.compute.drivers"
+
+#: drivers shipped with ringfleet: name -> "module:Class" (found without entry points)
+BUILTIN_DRIVERS: Final = {"simulated": "compute_agent.drivers.simulated:SimulatedDriver"}
+
+#: what :meth:`ComputeDriver.set_power` can be asked to do
+PowerTarget = Literal["power on", "power off", "reboot"]
+POWER_TARGETS: Final[tuple[str, ...]] = get_args(PowerTarget)
+
+#: called by :meth:`ComputeDriver.deploy` with each provision step's name
+ProgressCallback = Callable[[str], None]
+
+_GROUP = "compute_agent"
+_OPTION = "driver"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActionContext:
+    """Who acts on which node, under which claim.
+
+    :ivar node_uuid: the node acted on
+    :ivar host: the acting agent (its ``[DEFAULT] host``)
+    :ivar epoch: the epoch of the agent's claim on the node; the fencing
+        token every action carries
+    :ivar instance_uuid: the instance the action is for, if any
+    """
+
+    node_uuid: str
+    host: str
+    epoch: int
+    instance_uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.node_uuid:
+            raise ValueError("ActionContext.node_uuid must not be empty")
+        if not self.host:
+            raise ValueError("ActionContext.host must not be empty")
+        if isinstance(self.epoch, bool) or not isinstance(self.epoch, int) or self.epoch < 0:
+            raise ValueError(f"ActionContext.epoch must be an int >= 0, got {self.epoch!r}")
+
+    @classmethod
+    def for_node(cls, node: Node, host: str, instance_uuid: str | None = None) -> ActionContext:
+        """The context of *host* acting on *node* under the claim stored with it.
+
+        :param instance_uuid: defaults to the instance the node hosts
+        """
+        return cls(
+            node_uuid=node.uuid,
+            host=host,
+            epoch=node.owner_epoch,
+            instance_uuid=instance_uuid if instance_uuid is not None else node.instance_uuid,
+        )
+
+
+def validate_power_target(target: object) -> PowerTarget:
+    """*target* if it is a power target, else :class:`InvalidInput` naming ``target``."""
+    if isinstance(target, str) and target in POWER_TARGETS:
+        return target  # type: ignore[return-value]  # narrowed by the membership test
+    raise InvalidInput(
+        [FieldError.about("target", f"must be one of {', '.join(POWER_TARGETS)}", target)]
+    )
+
+
+class ComputeDriver(abc.ABC):
+    """How an agent acts on bare-metal nodes.
+
+    One instance per agent, created with the agent's configuration and host.
+    Methods may be called from several threads at once for different nodes;
+    the agent never runs two actions on one node at the same time, and a
+    driver may refuse one (:class:`~compute_agent.exception.DriverError`)
+    if it does.  Every method receives the :class:`ActionContext` of the
+    action: the agent has checked its claim before calling.
+
+    Failures the hardware reports are raised as
+    :class:`~compute_agent.exception.DriverError`; anything else is a bug.
+    """
+
+    #: the name the driver is registered under
+    name: str = ""
+
+    def __init__(self, conf: cfg.ConfigOpts, host: str) -> None:
+        self.conf = conf
+        self.host = host
+
+    @abc.abstractmethod
+    def deploy(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+        """Provision *node* for ``ctx.instance_uuid``; return when it is active.
+
+        Calls ``progress(step)`` as each provision step starts.  An exception
+        raised by *progress* aborts the deploy before that step and is
+        re-raised unchanged: this is how the agent stops a deploy whose claim
+        it has lost (the node is then left in an error state, to be cleaned
+        by its next owner).
+
+        :raises DriverError: the deploy failed; the node needs a destroy
+        """
+
+    @abc.abstractmethod
+    def destroy(self, ctx: ActionContext, node: Node) -> None:
+        """Tear down whatever *node* runs and clean it.
+
+        The node ends powered off, clean and available.  Destroying a node
+        that is already clean succeeds.
+
+        :raises DriverError: tear-down or cleaning failed
+        """
+
+    @abc.abstractmethod
+    def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:
+        """Power *node* on or off, or reboot it; return the resulting power state.
+
+        :raises InvalidInput: *target* is not a :data:`PowerTarget`
+        :raises DriverError: the power action failed
+        """
+
+    @abc.abstractmethod
+    def get_power_state(self, ctx: ActionContext, node: Node) -> PowerState:
+        """The current power state of *node*, as the hardware reports it.
+
+        :raises DriverError: the power state cannot be read
+        """
+
+    def close(self) -> None:  # noqa: B027  # optional hook, deliberately not abstract
+        """Release the driver's resources (sessions, files); the agent is stopping."""
+
+    def _check_context(self, ctx: ActionContext, node: Node) -> None:
+        """Refuse a context that does not match *node* or this agent: a bug in the caller."""
+        if ctx.node_uuid != node.uuid:
+            raise ValueError(f"context is for node {ctx.node_uuid}, not {node.uuid}")
+        if ctx.host != self.host:
+            raise ValueError(f"context is for agent {ctx.host!r}, this driver is {self.host!r}")
+
+
+def load_driver(
+    name: str,
+    conf: cfg.ConfigOpts,
+    host: str,
+    *,
+    manager: ExtensionManager[Any] | None = None,
+) -> ComputeDriver:
+    """The driver *name*, instantiated with ``(conf, host)``.
+
+    :param manager: the extensions to look *name* up in; by default a
+        stevedore manager over the ``ringfleet.compute.drivers`` entry points
+        (tests pass ``DriverManager.make_test_instance(...)``)
+    :raises ConfigurationError: about ``[compute_agent] driver``: unknown
+        name, a name registered twice, a plugin that fails to import, is not a
+        :class:`ComputeDriver` subclass or fails to start
+    """
+    if manager is None:
+        manager = _entry_points(name)
+    found = [ext for ext in manager if ext.name == name]
+    if len(found) > 1:
+        sources = ", ".join(_source(ext.entry_point) for ext in found)
+        raise ConfigurationError(
+            _GROUP, _OPTION, f"driver {name} is registered more than once ({sources})"
+        )
+    plugin: object
+    if found:
+        plugin = found[0].plugin
+    elif name in BUILTIN_DRIVERS:
+        LOG.debug("Driver %s is not installed as an entry point; using the built-in", name)
+        plugin = _import_builtin(name)
+    else:
+        known = sorted({ext.name for ext in manager} | set(BUILTIN_DRIVERS))
+        raise ConfigurationError(
+            _GROUP,
+            _OPTION,
+            f"unknown driver {name!r} (none in entry-point namespace {DRIVER_NAMESPACE}; "
+            f"known: {', '.join(known)})",
+        )
+    if not (isinstance(plugin, type) and issubclass(plugin, ComputeDriver)):
+        raise ConfigurationError(
+            _GROUP,
+            _OPTION,
+            f"driver {name} is {plugin!r}, not a subclass of "
+            f"{ComputeDriver.__module__}.{ComputeDriver.__qualname__}",
+        )
+    try:
+        driver = plugin(conf, host)
+    except ConfigurationError:
+        raise  # the driver's own options are wrong: that error names them
+    except Exception as exc:
+        raise ConfigurationError(
+            _GROUP, _OPTION, f"driver {name} failed to start: {type(exc).__name__}: {exc}"
+        ) from exc
+    LOG.info("Agent %s uses compute driver %s (%s)", host, name, type(driver).__qualname__)
+    return driver
+
+
+def _source(entry_point: EntryPoint | None) -> str:
+    return entry_point.value if entry_point is not None else "<test extension>"
+
+
+def _import_builtin(name: str) -> object:
+    module_name, _, attribute = BUILTIN_DRIVERS[name].partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except Exception as exc:  # a broken checkout must still name the option
+        raise ConfigurationError(
+            _GROUP,
+            _OPTION,
+            f"cannot load built-in driver {name} ({BUILTIN_DRIVERS[name]}): "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+
+
+def _entry_points(name: str) -> ExtensionManager[Any]:
+    def failed(
+        _manager: ExtensionManager[Any], entry_point: EntryPoint, error: BaseException
+    ) -> None:
+        raise ConfigurationError(
+            _GROUP,
+            _OPTION,
+            f"cannot load driver {entry_point.name} ({entry_point.value}) from "
+            f"{DRIVER_NAMESPACE}: {type(error).__name__}: {error}",
+        ) from error
+
+    return named.NamedExtensionManager(
+        DRIVER_NAMESPACE,
+        names=[name],
+        invoke_on_load=False,
+        on_load_failure_callback=failed,
+        on_missing_entrypoints_callback=lambda _missing: None,
+    )

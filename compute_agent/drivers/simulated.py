@@ -1,0 +1,326 @@
+"""A bare-metal simulator: the default driver of the embedded mode and the tests.
+
+It behaves like hardware where it matters to the agent: deploys go through
+provision steps that take time, some deploys fail, power state changes, and
+a node is busy while an action runs on it.  Each node's state lives in this
+process's memory, seeded from the :class:`~conductor.objects.Node` the agent
+passes on first sight; what the simulator cannot share between processes --
+which agent did what, under which epoch, when -- goes to the shared action
+log (:mod:`compute_agent.drivers.action_log`), which is how the functional
+tests check the single-owner invariant across agent processes.
+
+Failures are reproducible: whether a deploy fails, and at which step, is a
+pure function of ``(seed, node, instance)`` (through SHA-256, since Python's
+``hash()`` of a string differs per process), so a test can force every
+deploy to fail (``failure_rate = 1``), none, or a fixed subset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from oslo_config import cfg
+
+from compute_agent.conf import simulated as simulated_conf
+from compute_agent.drivers.action_log import ActionLog
+from compute_agent.drivers.base import (
+    ActionContext,
+    ComputeDriver,
+    PowerTarget,
+    ProgressCallback,
+    validate_power_target,
+)
+from compute_agent.exception import DriverError
+from conductor.exception import ConfigurationError
+from conductor.objects import Node, PowerState, ProvisionState
+
+__all__ = ["CLEAN_STEP", "DEPLOY_STEPS", "SimulatedDriver", "SimulatedNode"]
+
+LOG = logging.getLogger(__name__)
+
+#: the provision steps of a deploy, in order (the names ``progress`` receives)
+DEPLOY_STEPS: Final = ("power on", "deploying image", "writing config drive", "rebooting")
+#: the step of a destroy that takes ``clean_duration``
+CLEAN_STEP: Final = "cleaning"
+
+_GROUP = simulated_conf.group.name
+_POWER_ACTIONS: Final[Mapping[str, str]] = {
+    "power on": "power_on",
+    "power off": "power_off",
+    "reboot": "reboot",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimulatedNode:
+    """What the simulator knows of one node.
+
+    :ivar last_error: why the last deploy failed or was aborted, until the
+        next deploy or destroy
+    """
+
+    uuid: str
+    power_state: PowerState
+    provision_state: ProvisionState
+    instance_uuid: str | None = None
+    last_error: str | None = None
+
+
+class SimulatedDriver(ComputeDriver):
+    """In-memory bare-metal nodes with timed steps, injected failures and an action log.
+
+    Options are read once, at construction, from ``[simulated_driver]``
+    (registered here if the caller has not).  Thread-safe; a second action on
+    a node while one runs is refused with :class:`DriverError`, as a real
+    conductor refuses a locked node.
+    """
+
+    name = "simulated"
+
+    def __init__(self, conf: cfg.ConfigOpts, host: str) -> None:
+        super().__init__(conf, host)
+        simulated_conf.register_opts(conf)
+        options = conf[_GROUP]
+        self.step_durations: dict[str, float] = _step_durations(
+            options.step_duration, options.step_durations
+        )
+        self.clean_duration: float = options.clean_duration
+        self.power_duration: float = options.power_duration
+        self.failure_rate: float = options.failure_rate
+        self.seed: int = options.seed
+        self.action_log: ActionLog | None = (
+            ActionLog(options.action_log) if options.action_log else None
+        )
+        self._lock = threading.Lock()
+        self._nodes: dict[str, SimulatedNode] = {}
+        self._busy: dict[str, str] = {}
+        LOG.debug(
+            "Simulated driver of %s: steps %s, cleaning %.3fs, failure rate %.3f, "
+            "seed %d, action log %s",
+            host,
+            self.step_durations,
+            self.clean_duration,
+            self.failure_rate,
+            self.seed,
+            options.action_log,
+        )
+
+    # -- the driver interface -------------------------------------------------------------
+
+    def deploy(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+        self._check_context(ctx, node)
+        with self._exclusive(ctx, "deploy"):
+            current = self._current(node)
+            if current.provision_state is ProvisionState.ACTIVE:
+                if ctx.instance_uuid is not None and current.instance_uuid == ctx.instance_uuid:
+                    LOG.info(
+                        "Node %s already hosts instance %s; nothing to deploy",
+                        node.uuid,
+                        ctx.instance_uuid,
+                    )
+                    return
+                raise DriverError(
+                    node.uuid,
+                    "deploy",
+                    f"node is active with instance {current.instance_uuid}; destroy it first",
+                )
+            failing_step = self.planned_failure(node.uuid, ctx.instance_uuid)
+            self._record(ctx, "deploy_start")
+            self._update(
+                node.uuid,
+                provision_state=ProvisionState.DEPLOYING,
+                instance_uuid=ctx.instance_uuid,
+                last_error=None,
+            )
+            for step in DEPLOY_STEPS:
+                try:
+                    progress(step)
+                except BaseException as exc:
+                    # Not an action on the node: nothing is logged, the node
+                    # is left for its next owner to clean.
+                    reason = f"aborted before {step!r}: {type(exc).__name__}: {exc}"
+                    self._update(node.uuid, provision_state=ProvisionState.ERROR, last_error=reason)
+                    LOG.warning("Deploy on node %s %s", node.uuid, reason)
+                    raise
+                self._record(ctx, "deploy_step", step=step)
+                if step in ("power on", "rebooting"):
+                    self._update(node.uuid, power_state=PowerState.ON)
+                _sleep(self.step_durations[step])
+                if step == failing_step:
+                    reason = f"simulated failure during {step!r}"
+                    self._update(node.uuid, provision_state=ProvisionState.ERROR, last_error=reason)
+                    self._record(ctx, "deploy_failed", step=step, reason=reason)
+                    LOG.warning(
+                        "Deploy of instance %s on node %s failed: %s",
+                        ctx.instance_uuid,
+                        node.uuid,
+                        reason,
+                    )
+                    raise DriverError(node.uuid, "deploy", reason)
+            self._update(node.uuid, provision_state=ProvisionState.ACTIVE)
+            self._record(ctx, "deploy_done")
+            LOG.info(
+                "Deployed instance %s on node %s at epoch %d",
+                ctx.instance_uuid,
+                node.uuid,
+                ctx.epoch,
+            )
+
+    def destroy(self, ctx: ActionContext, node: Node) -> None:
+        self._check_context(ctx, node)
+        with self._exclusive(ctx, "destroy"):
+            self._current(node)
+            self._record(ctx, "destroy")
+            self._update(
+                node.uuid, power_state=PowerState.OFF, provision_state=ProvisionState.DELETING
+            )
+            self._update(node.uuid, provision_state=ProvisionState.CLEANING)
+            _sleep(self.clean_duration)
+            self._update(
+                node.uuid,
+                provision_state=ProvisionState.AVAILABLE,
+                instance_uuid=None,
+                last_error=None,
+            )
+            self._record(ctx, "destroy_done")
+            LOG.info("Destroyed and cleaned node %s at epoch %d", node.uuid, ctx.epoch)
+
+    def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:
+        target = validate_power_target(target)
+        self._check_context(ctx, node)
+        with self._exclusive(ctx, "set_power"):
+            self._current(node)
+            self._record(ctx, _POWER_ACTIONS[target])
+            if target == "reboot":
+                self._update(node.uuid, power_state=PowerState.OFF)
+                _sleep(self.power_duration)
+                state = PowerState.ON
+            else:
+                _sleep(self.power_duration)
+                state = PowerState(target)
+            self._update(node.uuid, power_state=state)
+            LOG.info("Node %s: %s done at epoch %d", node.uuid, target, ctx.epoch)
+            return state
+
+    def get_power_state(self, ctx: ActionContext, node: Node) -> PowerState:
+        self._check_context(ctx, node)
+        return self._current(node).power_state
+
+    # -- simulator specifics ----------------------------------------------------------------
+
+    def node_state(self, node_uuid: str) -> SimulatedNode | None:
+        """What the simulator holds for *node_uuid* (``None``: never seen)."""
+        with self._lock:
+            return self._nodes.get(node_uuid)
+
+    @property
+    def deploy_duration(self) -> float:
+        """Seconds a successful deploy takes, all steps together."""
+        return sum(self.step_durations.values())
+
+    def planned_failure(self, node_uuid: str, instance_uuid: str | None) -> str | None:
+        """The step at which deploying *instance_uuid* on *node_uuid* fails, or ``None``.
+
+        Deterministic: the same in every process for the same options.
+        """
+        if self.failure_rate <= 0.0:
+            return None
+        key = f"{self.seed}\0{node_uuid}\0{instance_uuid or ''}".encode()
+        rng = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+        if rng.random() >= self.failure_rate:
+            return None
+        return rng.choice(DEPLOY_STEPS)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _exclusive(self, ctx: ActionContext, action: str) -> Iterator[None]:
+        with self._lock:
+            running = self._busy.get(ctx.node_uuid)
+            if running is not None:
+                raise DriverError(ctx.node_uuid, action, f"node is busy: {running} in progress")
+            self._busy[ctx.node_uuid] = action
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._busy[ctx.node_uuid]
+
+    def _current(self, node: Node) -> SimulatedNode:
+        with self._lock:
+            state = self._nodes.get(node.uuid)
+            if state is None:
+                state = SimulatedNode(
+                    uuid=node.uuid,
+                    power_state=node.power_state or PowerState.OFF,
+                    provision_state=node.provision_state,
+                    instance_uuid=node.instance_uuid,
+                )
+                self._nodes[node.uuid] = state
+            return state
+
+    def _update(self, node_uuid: str, **changes: Any) -> None:
+        with self._lock:
+            self._nodes[node_uuid] = dataclasses.replace(self._nodes[node_uuid], **changes)
+
+    def _record(
+        self,
+        ctx: ActionContext,
+        action: str,
+        *,
+        step: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        if self.action_log is None:
+            return
+        try:
+            self.action_log.append(
+                node=ctx.node_uuid,
+                agent=ctx.host,
+                epoch=ctx.epoch,
+                action=action,
+                instance=ctx.instance_uuid,
+                step=step,
+                reason=reason,
+            )
+        except (OSError, ValueError) as exc:
+            # The log is the evidence of fencing: acting without it is not allowed.
+            raise DriverError(ctx.node_uuid, action, f"cannot write the action log: {exc}") from exc
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _step_durations(default: float, overrides: Mapping[str, str]) -> dict[str, float]:
+    durations = dict.fromkeys(DEPLOY_STEPS, default)
+    for step, text in overrides.items():
+        if step not in durations:
+            raise ConfigurationError(
+                _GROUP,
+                "step_durations",
+                f"unknown step {step!r} (steps: {', '.join(DEPLOY_STEPS)})",
+            )
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and 0.0 <= seconds <= simulated_conf.MAX_DURATION):
+            raise ConfigurationError(
+                _GROUP,
+                "step_durations",
+                f"{step}: {text!r} is not a number of seconds between 0 and "
+                f"{simulated_conf.MAX_DURATION:g}",
+            )
+        durations[step] = seconds
+    return durations
