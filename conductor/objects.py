@@ -138,6 +138,7 @@ class Instance(_Record):
     group_hint: str | None = None
     fault: str | None = None
     attempts: int = 0
+    tried_nodes: tuple[str, ...] = ()
     created_at: datetime.datetime | None = None
     updated_at: datetime.datetime | None = None
 

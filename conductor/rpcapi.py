@@ -11,7 +11,7 @@ API version history:
   (create_flavor, list_flavors, show_flavor, delete_flavor), instances
   (build_instances, list_instances, show_instance, delete_instance), fleet
   (fleet_status), agents (claim_nodes, release_nodes, transfer_nodes,
-  owned_nodes, report_node_states).
+  owned_nodes, list_node_uuids, report_node_states, report_build_result).
 """
 
 from __future__ import annotations
@@ -126,8 +126,41 @@ class ConductorAPI:
     def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call("transfer_nodes", host=host, transfers=transfers)  # type: ignore[no-any-return]
 
+    def list_node_uuids(
+        self,
+        groups: list[str] | None = None,
+        since: str | None = None,
+        marker: str | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "list_node_uuids", groups=groups, since=since, marker=marker, limit=limit
+        )
+
     def owned_nodes(self, host: str) -> list[dict[str, Any]]:
         return self._call("owned_nodes", host=host)  # type: ignore[no-any-return]
 
     def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call("report_node_states", host=host, states=states)  # type: ignore[no-any-return]
+
+    def report_build_result(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        success: bool,
+        fault: str | None = None,
+        node_clean: bool = True,
+    ) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "report_build_result",
+            host=host,
+            instance_uuid=instance_uuid,
+            node_uuid=node_uuid,
+            epoch=epoch,
+            success=success,
+            fault=fault,
+            node_clean=node_clean,
+        )

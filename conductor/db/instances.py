@@ -46,6 +46,7 @@ def to_instance(row: InstanceModel) -> Instance:
         group_hint=row.group_hint,
         fault=row.fault,
         attempts=row.attempts,
+        tried_nodes=tuple(row.tried_nodes or ()),
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -184,8 +185,14 @@ def set_state(
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-def record_failed_attempt(db: Database, instance_uuid: str, fault: str) -> int:
-    """Count a failed build attempt and append its fault; the attempts so far."""
+def record_failed_attempt(
+    db: Database, instance_uuid: str, fault: str, node_uuid: str | None = None
+) -> int:
+    """Count a failed build attempt and append its fault; the attempts so far.
+
+    ``node_uuid``, the node it failed on, is remembered so that a reschedule
+    goes elsewhere.
+    """
     with db.transaction() as session:
         row = session.scalars(
             select(InstanceModel).where(InstanceModel.uuid == instance_uuid)
@@ -193,7 +200,10 @@ def record_failed_attempt(db: Database, instance_uuid: str, fault: str) -> int:
         if row is None:
             raise InstanceNotFound(instance_uuid)
         row.attempts += 1
-        line = f"attempt {row.attempts}: {fault}"
+        if node_uuid is not None:
+            row.tried_nodes = [*(row.tried_nodes or []), node_uuid]
+        where = f" on node {node_uuid}" if node_uuid else ""
+        line = f"attempt {row.attempts}{where}: {fault}"
         row.fault = f"{row.fault}\n{line}" if row.fault else line
         row.updated_at = utcnow()
         return row.attempts

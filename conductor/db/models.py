@@ -102,6 +102,9 @@ class InstanceModel(Base):
     group_hint: Mapped[str | None] = mapped_column(String(80), nullable=True)
     fault: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    tried_nodes: Mapped[list[str]] = mapped_column(
+        JSON, nullable=False, default=list, server_default="[]"
+    )
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
     updated_at: Mapped[datetime.datetime] = mapped_column(
         DateTime, nullable=False, default=utcnow, onupdate=utcnow

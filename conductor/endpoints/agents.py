@@ -6,11 +6,12 @@ holds, and a stale one changes nothing (the reply says who owns the node).
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
 import oslo_messaging as messaging
-from sqlalchemy import update
+from sqlalchemy import or_, select, update
 
 from conductor.db import ownership
 from conductor.db.engine import Database
@@ -114,6 +115,49 @@ class AgentsEndpoint:
         )
         return _change_result(out)
 
+    def list_node_uuids(
+        self,
+        ctxt: dict[str, Any],
+        groups: Any = None,
+        since: Any = None,
+        marker: Any = None,
+        limit: Any = 5000,
+    ) -> dict[str, Any]:
+        """Node uuids and groups, paged: what an agent splits with the ring.
+
+        ``groups`` limits to node groups (``None``: all); ``since`` (ISO 8601,
+        from a previous reply's ``as_of``) returns only nodes changed since,
+        so an agent refreshes its inventory without re-reading the fleet.
+        """
+        group_list = None
+        if groups is not None:
+            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                raise InvalidInput([FieldError.about("groups", "must be a list of names", groups)])
+            group_list = groups
+        changed_after = None
+        if since is not None:
+            try:
+                changed_after = datetime.datetime.fromisoformat(str(since))
+            except ValueError:
+                raise InvalidInput(
+                    [FieldError.about("since", "must be an ISO 8601 time", since)]
+                ) from None
+        page = payload.check_limit(limit, maximum=50_000)
+        as_of = utcnow()
+        query = select(NodeModel.uuid, NodeModel.node_group).order_by(NodeModel.uuid).limit(page)
+        if group_list is not None:
+            query = query.where(NodeModel.node_group.in_(group_list))
+        if changed_after is not None:
+            query = query.where(NodeModel.updated_at >= changed_after)
+        if marker is not None:
+            query = query.where(NodeModel.uuid > payload.check_ident(marker, "marker"))
+        with self._db.transaction() as session:
+            rows = session.execute(query).all()
+        return {
+            "nodes": [{"uuid": u, "group": g} for u, g in rows],
+            "as_of": as_of.isoformat(),
+        }
+
     def owned_nodes(self, ctxt: dict[str, Any], host: Any) -> list[dict[str, Any]]:
         """Every node ``host`` owns, with epochs and pins: re-validation after LOST."""
         agent = payload.check_host(host)
@@ -132,18 +176,30 @@ class AgentsEndpoint:
                     values["power_state"] = report["power_state"]
                 if report["provision_state"] is not None:
                     values["provision_state"] = report["provision_state"]
-                result = session.execute(
-                    update(NodeModel)
-                    .where(
-                        NodeModel.uuid == report["node_uuid"],
-                        NodeModel.owner == agent,
-                        NodeModel.owner_epoch == report["epoch"],
-                    )
-                    .values(**values)
-                    .execution_options(synchronize_session=False)
+                fenced = (
+                    NodeModel.uuid == report["node_uuid"],
+                    NodeModel.owner == agent,
+                    NodeModel.owner_epoch == report["epoch"],
                 )
-                if result.rowcount != 1:  # type: ignore[attr-defined]
+                owned = session.execute(select(NodeModel.id).where(*fenced)).first()
+                if owned is None:
                     stale.append(report["node_uuid"])
+                    continue
+                # Only real changes touch the row: periodic reports of an
+                # unchanged fleet must not look like a fleet of changes to
+                # the schedulers' incremental index refresh.
+                changed = [
+                    getattr(NodeModel, column) != value
+                    for column, value in values.items()
+                    if column != "updated_at"
+                ]
+                if changed:
+                    session.execute(
+                        update(NodeModel)
+                        .where(*fenced, or_(*changed))
+                        .values(**values)
+                        .execution_options(synchronize_session=False)
+                    )
         if stale:
             LOG.warning(
                 "Agent %s reported %d nodes it does not own at that epoch: %s",

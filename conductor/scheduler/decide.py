@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from conductor.exception import NoValidNode
 from conductor.objects import Node
@@ -36,6 +37,8 @@ __all__ = ["Chooser"]
 #: random draws from an owner's nodes before scanning them in order (draws
 #: fail only on excluded nodes or per-node filters)
 _RANDOM_DRAWS = 4
+#: requests (resource class, group, flavor) whose candidate sets are remembered
+_MAX_CACHED = 256
 
 
 class Chooser:
@@ -59,6 +62,10 @@ class Chooser:
         self._node_filters = tuple(f for f in self.filters if not f.per_profile)
         self._per_owner = all(w.per_owner for w in self.weighers)
         self._rng = rng or random.Random()
+        # (resource class, group, flavor key) -> owner -> its free node sets in
+        # the profiles that pass; valid while the index's structure is unchanged.
+        self._sets_cache: dict[tuple[Any, ...], dict[str | None, list[NodeSet]]] = {}
+        self._cached_for: tuple[int, int] = (0, -1)
 
     @property
     def chain(self) -> tuple[BaseFilter, ...]:
@@ -78,21 +85,39 @@ class Chooser:
         return self._choose_by_node(sets_by_owner, request, context)
 
     def _candidate_sets(self, index: NodeIndex, request: RequestSpec) -> dict[str, list[NodeSet]]:
-        """Live owner -> its sets of free nodes in the profiles that pass."""
+        """Live owner -> its (non-empty) sets of free nodes in the profiles that pass."""
         live = request.live_members
-        result: dict[str, list[NodeSet]] = {}
+        return {
+            owner: sets
+            for owner, sets in self._sets_by_owner(index, request).items()
+            if owner is not None and owner in live
+        }
+
+    def _sets_by_owner(
+        self, index: NodeIndex, request: RequestSpec
+    ) -> dict[str | None, list[NodeSet]]:
+        state = (index.serial, index.structure)
+        if state != self._cached_for:
+            self._sets_cache.clear()
+            self._cached_for = state
+        key = (request.flavor.resource_class, request.group, request.flavor_key)
+        cached = self._sets_cache.get(key)
+        if cached is not None:
+            return cached
+        result: dict[str | None, list[NodeSet]] = {}
         for bucket in index.buckets(request.flavor.resource_class, request.group):
             for profile in bucket.profiles.values():
                 if not self._profile_passes(profile, request):
                     continue
                 for owner, nodes in profile.by_owner.items():
-                    if owner is None or owner not in live:
-                        continue
                     sets = result.get(owner)
                     if sets is None:
                         result[owner] = [nodes]
                     else:
                         sets.append(nodes)
+        if len(self._sets_cache) >= _MAX_CACHED:
+            self._sets_cache.clear()
+        self._sets_cache[key] = result
         return result
 
     def _profile_passes(self, profile: Profile, request: RequestSpec) -> bool:

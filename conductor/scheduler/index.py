@@ -23,6 +23,7 @@ local change does not overwrite it with the older row.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = ["Bucket", "NodeIndex", "NodeSet", "Profile", "capabilities_key", "is_
 ProfileKey = tuple[frozenset[str], tuple[tuple[str, str], ...]]
 
 _AVAILABLE = ProvisionState.AVAILABLE
+_SERIALS = itertools.count(1)
 #: how many flavors' verdicts a profile remembers before forgetting them all
 _MAX_VERDICTS = 128
 
@@ -145,6 +147,12 @@ class NodeIndex:
         """agent -> how many of its nodes host an instance (read-only view)"""
         self._generation = 0
         self._touched: dict[str, int] = {}
+        self.serial = next(_SERIALS)
+        """unique per index (ids of objects may be reused)"""
+        self.structure = 0
+        """bumped whenever a bucket, a profile or an owner's node set appears or
+        goes away (not when a set merely grows or shrinks): what the chooser's
+        caches of candidate sets depend on"""
 
     # -- reading --------------------------------------------------------------------
 
@@ -246,6 +254,7 @@ class NodeIndex:
         bucket = by_group.get(node.group)
         if bucket is None:
             bucket = by_group[node.group] = Bucket(node.resource_class, node.group)
+            self.structure += 1
         bucket.nodes[uuid] = node
         if (  # is_free(node), inlined: this is most of an index build
             node.provision_state is _AVAILABLE
@@ -259,6 +268,7 @@ class NodeIndex:
             owned = profile.by_owner.get(node.owner)
             if owned is None:
                 owned = profile.by_owner[node.owner] = NodeSet()
+                self.structure += 1
             owned.add(node)
             profile.size += 1
             self._free_in[uuid] = profile
@@ -290,6 +300,7 @@ class NodeIndex:
             owned.discard(uuid)
             if not owned:
                 del profile.by_owner[old.owner]
+                self.structure += 1
             profile.size -= 1
             if profile.size == 0:
                 del bucket.profiles[profile.key]
@@ -300,6 +311,7 @@ class NodeIndex:
             else:
                 del self._allocations[old.owner]
         if not bucket.nodes:
+            self.structure += 1
             del by_group[old.group]
             if not by_group:
                 del self._buckets[old.resource_class]

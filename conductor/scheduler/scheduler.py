@@ -29,7 +29,6 @@ is given back at once).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import gc
 import logging
@@ -49,6 +48,7 @@ from conductor.exception import Conflict, NodeNotFound
 from conductor.objects import Flavor, Node, Ownership, ProvisionState
 from conductor.scheduler import plugins, source
 from conductor.scheduler.decide import Chooser
+from conductor.scheduler.fastnode import evolve
 from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
 from conductor.scheduler.index import NodeIndex, is_free
 from conductor.scheduler.request import RequestSpec, flavor_key, parse_flavor_capabilities
@@ -160,8 +160,9 @@ class Scheduler:
         :param group: the build's group hint (``None``: any group)
         :param exclude_nodes: nodes not to use (a reschedule's failed attempts)
         :returns: the node as allocated (hosting the instance, ``deploying``,
-            with the owner and epoch of the returned ownership) and the
-            ownership to route the build with
+            with the owner and epoch of the returned ownership; without
+            timestamps, with read-only mappings) and the ownership to route
+            the build with
         :raises NoValidNode: no node passes the filters; says how many each removed
         :raises Conflict: about ``instance_uuid`` when the instance is no
             longer waiting for a node (deleted, or placed by another request)
@@ -188,9 +189,7 @@ class Scheduler:
             if ownership.owner not in request.live_members:
                 self._give_back(node, ownership, request)
                 continue
-            placed = dataclasses.replace(
-                _holding(node, instance_uuid), owner=ownership.owner, owner_epoch=ownership.epoch
-            )
+            placed = _holding(node, instance_uuid, ownership)
             with self._lock:
                 self._index.put(placed, local=True)
             LOG.debug(
@@ -200,7 +199,7 @@ class Scheduler:
                 ownership.owner,
                 ownership.epoch,
             )
-            return _detached(placed), ownership
+            return placed, ownership
 
     def _request(
         self,
@@ -409,20 +408,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _holding(node: Node, instance_uuid: str) -> Node:
-    """*node* as it is once it hosts *instance_uuid*."""
-    return dataclasses.replace(
-        node, instance_uuid=instance_uuid, provision_state=ProvisionState.DEPLOYING
+def _holding(node: Node, instance_uuid: str, ownership: Ownership | None = None) -> Node:
+    """*node* as it is once it hosts *instance_uuid* (with *ownership*'s claim)."""
+    if ownership is None:
+        return evolve(node, instance_uuid=instance_uuid, provision_state=ProvisionState.DEPLOYING)
+    return evolve(
+        node,
+        instance_uuid=instance_uuid,
+        provision_state=ProvisionState.DEPLOYING,
+        owner=ownership.owner,
+        owner_epoch=ownership.epoch,
     )
 
 
 def _allocatable(node: Node | None) -> bool:
     """Whether the node half of the compare-and-swap would pass on *node*."""
     return node is not None and is_free(node) and node.owner is not None
-
-
-def _detached(node: Node) -> Node:
-    """*node* with its own plain mappings (the index's are shared and read-only)."""
-    return dataclasses.replace(
-        node, properties=dict(node.properties), capabilities=dict(node.capabilities)
-    )
