@@ -18,8 +18,9 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from conductor.db import allocations, flavors, instances
+from conductor.db import allocations, flavors, instances, nodes
 from conductor.db.engine import Database
+from conductor.db.ownership import ownership_of
 from conductor.exception import (
     Conflict,
     NotFound,
@@ -28,7 +29,7 @@ from conductor.exception import (
     ServiceUnavailable,
 )
 from conductor.fleet_view import FleetView
-from conductor.objects import Instance, Node, Ownership, TaskState, VmState
+from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildWorkers", "Router"]
@@ -138,6 +139,7 @@ class BuildWorkers:
                 instance.uuid,
                 live_members=self._fleet.live_members(),
                 group=instance.group_hint,
+                exclude_nodes=instance.tried_nodes,
             )
         except NoValidNode as exc:
             self._fail(instance, str(exc))
@@ -174,6 +176,94 @@ class BuildWorkers:
         timer = threading.Timer(delay, self.submit, args=([instance_uuid],))
         timer.daemon = True
         timer.start()
+
+    def report_result(
+        self,
+        host: str,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+        node_clean: bool,
+    ) -> bool:
+        """An agent's report of a build it ran; False when stale (ignored).
+
+        Fenced: only the node's owner, at the epoch it holds, hosting that
+        instance, is heard.  A failure frees the node (``available`` when the
+        agent cleaned it, ``error`` otherwise) and reschedules the build to
+        another node until ``max_attempts``; then the instance is ERROR with
+        the fault of every attempt.
+        """
+        own = ownership_of(self._db, [node_uuid]).get(node_uuid)
+        node = nodes.get_node(self._db, node_uuid) if own else None
+        if (
+            own is None
+            or node is None
+            or own.owner != host
+            or own.epoch != epoch
+            or (node.instance_uuid != instance_uuid)
+        ):
+            LOG.warning(
+                "Instance %s: stale build report from %s for node %s at epoch %d (owner %s/%s)",
+                instance_uuid,
+                host,
+                node_uuid,
+                epoch,
+                own.owner if own else None,
+                own.epoch if own else None,
+            )
+            return False
+        if success:
+            nodes.set_provision_state(self._db, node_uuid, ProvisionState.ACTIVE)
+            if instances.set_state(
+                self._db,
+                instance_uuid,
+                expected=[VmState.BUILDING],
+                vm_state=VmState.ACTIVE,
+                task_state=None,
+            ):
+                LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
+            else:
+                # Deleted while it was being built: tear it down now.
+                self.delete(instance_uuid)
+            return True
+        attempts = instances.record_failed_attempt(
+            self._db, instance_uuid, fault or "unknown failure", node_uuid
+        )
+        allocations.free(
+            self._db,
+            node_uuid,
+            instance_uuid,
+            provision_state=ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR,
+        )
+        self._scheduler.refresh()
+        if attempts >= self._max_attempts():
+            instances.set_state(
+                self._db,
+                instance_uuid,
+                expected=[VmState.BUILDING],
+                vm_state=VmState.ERROR,
+                task_state=None,
+            )
+            LOG.warning("Instance %s ERROR after %d attempts", instance_uuid, attempts)
+        else:
+            LOG.info(
+                "Instance %s failed on node %s (attempt %d): rescheduling",
+                instance_uuid,
+                node_uuid,
+                attempts,
+            )
+            instances.set_state(
+                self._db,
+                instance_uuid,
+                expected=[VmState.BUILDING],
+                vm_state=VmState.BUILDING,
+                task_state=TaskState.SCHEDULING,
+            )
+            self.submit([instance_uuid])
+        return True
 
     def _fail(self, instance: Instance, fault: str) -> None:
         instances.record_failed_attempt(self._db, instance.uuid, fault)

@@ -76,7 +76,9 @@ class ConductorService:
             InventoryEndpoint(db, fleet),
             InstancesEndpoint(db, self._builds),
             FleetEndpoint(db, fleet, conf.host),
-            AgentsEndpoint(db, fleet, lambda: float(conf.conductor.rehome_grace)),
+            AgentsEndpoint(
+                db, fleet, lambda: float(conf.conductor.rehome_grace), results=self._builds
+            ),
         ]
         self._transport = rpc.get_transport(conf)
         self._server = rpc.get_server(self._transport, rpc.CONDUCTOR_TOPIC, conf.host, endpoints)

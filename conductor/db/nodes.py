@@ -27,6 +27,7 @@ __all__ = [
     "iter_nodes",
     "list_nodes",
     "set_maintenance",
+    "set_provision_state",
     "to_node",
 ]
 
@@ -225,3 +226,13 @@ def set_maintenance(db: Database, ident: str, maintenance: bool, reason: str | N
         if result.rowcount == 0:  # type: ignore[attr-defined]
             raise NodeNotFound(ident)
     return get_node(db, ident)
+
+
+def set_provision_state(db: Database, node_uuid: str, state: ProvisionState) -> None:
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == node_uuid)
+            .values(provision_state=state.value, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )

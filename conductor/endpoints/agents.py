@@ -17,7 +17,7 @@ from conductor.db import ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput
+from conductor.exception import FieldError, InvalidInput, ServiceUnavailable
 from conductor.fleet_view import FleetView
 
 __all__ = ["AgentsEndpoint"]
@@ -30,9 +30,13 @@ class AgentsEndpoint:
 
     target = messaging.Target(version="1.0")
 
-    def __init__(self, db: Database, fleet: FleetView, rehome_grace: Any) -> None:
+    def __init__(
+        self, db: Database, fleet: FleetView, rehome_grace: Any, results: Any = None
+    ) -> None:
         self._db = db
         self._fleet = fleet
+        # The build queue, which handles build results (reschedule, ERROR).
+        self._results = results
         # A callable, so that a SIGHUP'd new value applies to the next claim.
         self._rehome_grace = rehome_grace
 
@@ -158,6 +162,31 @@ class AgentsEndpoint:
             "as_of": as_of.isoformat(),
         }
 
+    def report_build_result(
+        self,
+        ctxt: dict[str, Any],
+        *,
+        host: Any,
+        instance_uuid: Any,
+        node_uuid: Any,
+        epoch: Any,
+        success: Any,
+        fault: Any = None,
+        node_clean: Any = True,
+    ) -> dict[str, Any]:
+        """The outcome of a build an agent ran; fenced by the node's epoch."""
+        agent = payload.check_host(host)
+        [instance, node] = payload.check_uuid_list([instance_uuid, node_uuid], "uuids")
+        [held] = payload.check_epoch_map({node: epoch}, "epoch").values()
+        ok = payload.check_bool(success, "success")
+        clean = payload.check_bool(node_clean, "node_clean")
+        if self._results is None:
+            raise ServiceUnavailable(reason="this conductor runs no build workers")
+        accepted = self._results.report_result(
+            agent, instance, node, held, success=ok, fault=_check_fault(fault), node_clean=clean
+        )
+        return {"accepted": accepted}
+
     def owned_nodes(self, ctxt: dict[str, Any], host: Any) -> list[dict[str, Any]]:
         """Every node ``host`` owns, with epochs and pins: re-validation after LOST."""
         agent = payload.check_host(host)
@@ -208,6 +237,14 @@ class AgentsEndpoint:
                 ", ".join(stale[:20]),
             )
         return {"accepted": len(reports) - len(stale), "stale": stale}
+
+
+def _check_fault(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput([FieldError.about("fault", "must be text", value)])
+    return value[:4000]
 
 
 def _change_result(out: ownership.ReleaseOutcome) -> dict[str, Any]:
