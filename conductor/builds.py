@@ -172,8 +172,8 @@ class BuildWorkers:
         if self._router is not None:
             self._router.route(instance, node, claim)
 
-    def _retry_later(self, instance_uuid: str, delay: float = 2.0) -> None:
-        timer = threading.Timer(delay, self.submit, args=([instance_uuid],))
+    def _retry_later(self, instance_uuid: str, delay: float = 2.0, action: str = "build") -> None:
+        timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid)))
         timer.daemon = True
         timer.start()
 
@@ -263,6 +263,45 @@ class BuildWorkers:
                 task_state=TaskState.SCHEDULING,
             )
             self.submit([instance_uuid])
+        return True
+
+    def report_destroyed(
+        self,
+        host: str,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+    ) -> bool:
+        """An agent tore a node down (or failed to); fenced like build results."""
+        own = ownership_of(self._db, [node_uuid]).get(node_uuid)
+        if own is None or own.owner != host or own.epoch != epoch:
+            LOG.warning(
+                "Instance %s: stale destroy report from %s for node %s",
+                instance_uuid,
+                host,
+                node_uuid,
+            )
+            return False
+        if not success:
+            # The node stays allocated and dirty; the delete is retried.
+            LOG.warning(
+                "Instance %s: teardown of node %s failed: %s", instance_uuid, node_uuid, fault
+            )
+            self._retry_later(instance_uuid, delay=10.0, action="delete")
+            return True
+        allocations.free(self._db, node_uuid, instance_uuid)
+        instances.set_state(
+            self._db,
+            instance_uuid,
+            expected=[VmState.DELETING],
+            vm_state=VmState.DELETED,
+            task_state=None,
+        )
+        self._scheduler.refresh()
+        LOG.info("Instance %s deleted; node %s available again", instance_uuid, node_uuid)
         return True
 
     def _fail(self, instance: Instance, fault: str) -> None:

@@ -106,6 +106,26 @@ class Node(_Record):
     created_at: datetime.datetime | None = None
     updated_at: datetime.datetime | None = None
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Node:
+        """The inverse of :meth:`to_dict` (what travels over RPC)."""
+        return cls(
+            uuid=data["uuid"],
+            name=data["name"],
+            resource_class=data["resource_class"],
+            traits=frozenset(data.get("traits") or ()),
+            properties=dict(data.get("properties") or {}),
+            capabilities=dict(data.get("capabilities") or {}),
+            group=data.get("group") or "",
+            provision_state=ProvisionState(data.get("provision_state", "available")),
+            power_state=PowerState(data["power_state"]) if data.get("power_state") else None,
+            maintenance=bool(data.get("maintenance")),
+            maintenance_reason=data.get("maintenance_reason"),
+            owner=data.get("owner"),
+            owner_epoch=int(data.get("owner_epoch") or 0),
+            instance_uuid=data.get("instance_uuid"),
+        )
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Flavor(_Record):

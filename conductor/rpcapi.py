@@ -11,7 +11,8 @@ API version history:
   (create_flavor, list_flavors, show_flavor, delete_flavor), instances
   (build_instances, list_instances, show_instance, delete_instance), fleet
   (fleet_status), agents (claim_nodes, release_nodes, transfer_nodes,
-  owned_nodes, list_node_uuids, report_node_states, report_build_result).
+  owned_nodes, list_node_uuids, report_node_states, report_build_result,
+  report_destroy_result).
 """
 
 from __future__ import annotations
@@ -163,4 +164,24 @@ class ConductorAPI:
             success=success,
             fault=fault,
             node_clean=node_clean,
+        )
+
+    def report_destroy_result(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        success: bool,
+        fault: str | None = None,
+    ) -> dict[str, Any]:
+        return self._call(  # type: ignore[no-any-return]
+            "report_destroy_result",
+            host=host,
+            instance_uuid=instance_uuid,
+            node_uuid=node_uuid,
+            epoch=epoch,
+            success=success,
+            fault=fault,
         )

@@ -187,6 +187,29 @@ class AgentsEndpoint:
         )
         return {"accepted": accepted}
 
+    def report_destroy_result(
+        self,
+        ctxt: dict[str, Any],
+        *,
+        host: Any,
+        instance_uuid: Any,
+        node_uuid: Any,
+        epoch: Any,
+        success: Any,
+        fault: Any = None,
+    ) -> dict[str, Any]:
+        """The outcome of a teardown an agent ran; fenced by the node's epoch."""
+        agent = payload.check_host(host)
+        [instance, node] = payload.check_uuid_list([instance_uuid, node_uuid], "uuids")
+        [held] = payload.check_epoch_map({node: epoch}, "epoch").values()
+        ok = payload.check_bool(success, "success")
+        if self._results is None:
+            raise ServiceUnavailable(reason="this conductor runs no build workers")
+        accepted = self._results.report_destroyed(
+            agent, instance, node, held, success=ok, fault=_check_fault(fault)
+        )
+        return {"accepted": accepted}
+
     def owned_nodes(self, ctxt: dict[str, Any], host: Any) -> list[dict[str, Any]]:
         """Every node ``host`` owns, with epochs and pins: re-validation after LOST."""
         agent = payload.check_host(host)

@@ -1,0 +1,219 @@
+"""Node actions of the agent: deploy, destroy, power — fenced and in the background.
+
+Every action starts with :meth:`OwnershipManager.check` (the epoch held, a
+CONNECTED membership) and every provision step re-checks it, so a deploy
+whose node was taken over (the agent was paused past its TTL, say) stops at
+the next step instead of touching a node another agent now owns.
+
+``build`` is idempotent by instance id: the conductor may retry an accept
+that timed out, and the second call finds the first one running or done.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
+from compute_agent.ownership import OwnershipManager
+from conductor.exception import Conflict, NotOwner, RingfleetError
+from conductor.objects import Node, PowerState
+
+__all__ = ["NodeActions"]
+
+LOG = logging.getLogger(__name__)
+
+
+class NodeActions:
+    """Runs driver actions on owned nodes and reports their outcome."""
+
+    def __init__(
+        self, host: str, driver: ComputeDriver, ownership: OwnershipManager, conductor: Any
+    ) -> None:
+        self._host = host
+        self._driver = driver
+        self._ownership = ownership
+        self._conductor = conductor
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, tuple[str, str]] = {}  # node -> (action, instance)
+        self._done_builds: dict[str, str] = {}  # instance -> node, deployed by us
+        self._threads: set[threading.Thread] = set()
+        self._accepting = True
+
+    def busy_nodes(self) -> set[str]:
+        with self._lock:
+            return set(self._in_flight)
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    def stop_accepting(self) -> None:
+        with self._lock:
+            self._accepting = False
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait for running actions (graceful stop); False if some still run."""
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout)
+        return not any(t.is_alive() for t in threads)
+
+    # -- accept ----------------------------------------------------------------
+
+    def build(self, instance_uuid: str, node: Node, epoch: int) -> str:
+        """Accept a build: ``"accepted"``, ``"in-progress"`` or ``"done"``."""
+        self._ownership.check(node.uuid, epoch)
+        with self._lock:
+            if not self._accepting:
+                raise Conflict(field="host", value=self._host, reason="agent is stopping")
+            running = self._in_flight.get(node.uuid)
+            if running == ("deploy", instance_uuid):
+                return "in-progress"
+            if self._done_builds.get(instance_uuid) == node.uuid:
+                return "done"
+            if running is not None:
+                raise Conflict(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node is busy with {running[0]} of {running[1]}",
+                )
+            self._in_flight[node.uuid] = ("deploy", instance_uuid)
+        self._start(self._deploy, instance_uuid, node, epoch)
+        LOG.info(
+            "Agent %s accepted instance %s on node %s (epoch %d)",
+            self._host,
+            instance_uuid,
+            node.uuid,
+            epoch,
+        )
+        return "accepted"
+
+    def destroy(self, instance_uuid: str, node: Node, epoch: int) -> str:
+        self._ownership.check(node.uuid, epoch)
+        with self._lock:
+            running = self._in_flight.get(node.uuid)
+            if running == ("destroy", instance_uuid):
+                return "in-progress"
+            if running is not None:
+                # Tear down only once the deploy ends: the conductor retries.
+                raise Conflict(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node is busy with {running[0]} of {running[1]}; retry",
+                )
+            self._in_flight[node.uuid] = ("destroy", instance_uuid)
+        self._start(self._destroy, instance_uuid, node, epoch)
+        return "accepted"
+
+    def set_power(self, node: Node, epoch: int, target: PowerTarget) -> PowerState:
+        self._ownership.check(node.uuid, epoch)
+        ctx = ActionContext(node.uuid, self._host, epoch)
+        return self._driver.set_power(ctx, node, target)
+
+    def _start(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(
+            target=target,
+            args=args,
+            daemon=True,
+            name=f"{target.__name__.strip('_')}-{args[1].uuid[:8]}",
+        )
+        with self._lock:
+            self._threads = {t for t in self._threads if t.is_alive()}
+            self._threads.add(thread)
+        thread.start()
+
+    # -- background work -----------------------------------------------------------
+
+    def _deploy(self, instance_uuid: str, node: Node, epoch: int) -> None:
+        ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
+
+        def progress(step: str) -> None:
+            # Re-checked at every step: stop as soon as the node is not ours.
+            self._ownership.check(node.uuid, epoch)
+            LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
+
+        success, fault, clean = True, None, True
+        try:
+            self._driver.deploy(ctx, node, progress)
+            self._ownership.pin(node.uuid)
+            with self._lock:
+                self._done_builds[instance_uuid] = node.uuid
+        except RingfleetError as exc:
+            success, fault = False, str(exc)
+            if isinstance(exc, NotOwner):
+                LOG.warning("Instance %s on node %s abandoned: %s", instance_uuid, node.uuid, exc)
+                self._finish(node.uuid)
+                return  # not ours any more: the new owner deals with it
+            clean = self._clean_after_failure(ctx, node)
+        except Exception as exc:  # a driver bug must not kill the agent
+            LOG.exception("Instance %s on node %s: driver crashed", instance_uuid, node.uuid)
+            success, fault = False, f"driver error: {exc}"
+            clean = self._clean_after_failure(ctx, node)
+        self._finish(node.uuid)
+        self._report_build(
+            instance_uuid, node.uuid, epoch, success=success, fault=fault, clean=clean
+        )
+
+    def _clean_after_failure(self, ctx: ActionContext, node: Node) -> bool:
+        try:
+            self._ownership.check(node.uuid, ctx.epoch)
+            self._driver.destroy(ctx, node)
+            return True
+        except Exception as exc:
+            LOG.warning("Node %s could not be cleaned after a failed deploy: %s", node.uuid, exc)
+            return False
+
+    def _report_build(
+        self,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+        clean: bool,
+    ) -> None:
+        try:
+            self._conductor.report_build_result(
+                self._host,
+                instance_uuid=instance_uuid,
+                node_uuid=node_uuid,
+                epoch=epoch,
+                success=success,
+                fault=fault,
+                node_clean=clean,
+            )
+        except Exception as exc:  # the conductor's sweeper retries the build later
+            LOG.warning("Instance %s: build result not delivered: %s", instance_uuid, exc)
+
+    def _destroy(self, instance_uuid: str, node: Node, epoch: int) -> None:
+        ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
+        success, fault = True, None
+        try:
+            self._ownership.check(node.uuid, epoch)
+            self._driver.destroy(ctx, node)
+            self._ownership.unpin(node.uuid)
+            with self._lock:
+                self._done_builds.pop(instance_uuid, None)
+        except Exception as exc:
+            success, fault = False, str(exc)
+            LOG.warning("Instance %s: destroy on node %s failed: %s", instance_uuid, node.uuid, exc)
+        self._finish(node.uuid)
+        try:
+            self._conductor.report_destroy_result(
+                self._host,
+                instance_uuid=instance_uuid,
+                node_uuid=node.uuid,
+                epoch=epoch,
+                success=success,
+                fault=fault,
+            )
+        except Exception as exc:
+            LOG.warning("Instance %s: destroy result not delivered: %s", instance_uuid, exc)
+
+    def _finish(self, node_uuid: str) -> None:
+        with self._lock:
+            self._in_flight.pop(node_uuid, None)

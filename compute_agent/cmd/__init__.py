@@ -1,0 +1,1 @@
+"""Console-script entry points of the compute agent."""

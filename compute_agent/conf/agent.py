@@ -1,0 +1,79 @@
+"""Options of the ``[compute_agent]`` group."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+group = cfg.OptGroup("compute_agent", title="Compute agent options")
+
+opts = [
+    cfg.ListOpt(
+        "groups",
+        default=[],
+        help=(
+            "Node groups (racks, sites) this agent manages; empty means every "
+            "group. Each group has its own ring among the agents that serve "
+            "it, so one agent can serve several racks and a site can have "
+            "agents of its own."
+        ),
+    ),
+    cfg.StrOpt(
+        "driver",
+        default="simulated",
+        help=(
+            "Bare-metal driver, by its name in the 'ringfleet.compute.drivers' "
+            "entry points ('simulated' is the built-in simulator)."
+        ),
+    ),
+    cfg.FloatOpt(
+        "report_interval",
+        default=30.0,
+        min=1.0,
+        mutable=True,
+        help=(
+            "Seconds between two reports of the owned nodes' power and "
+            "provision states (changes are also reported at once). Shorter "
+            "keeps the conductor's view fresher at the cost of more messages."
+        ),
+    ),
+    cfg.FloatOpt(
+        "reconcile_interval",
+        default=5.0,
+        min=0.5,
+        mutable=True,
+        help=(
+            "Seconds between two retries of the ownership reconciliation when "
+            "nothing changed: claims refused earlier (a pinned node whose owner "
+            "is within its grace, a node another agent still hands over) are "
+            "retried at this pace. Membership changes reconcile at once."
+        ),
+    ),
+    cfg.IntOpt(
+        "claim_batch",
+        default=500,
+        min=1,
+        max=10000,
+        help="Nodes per claim or release call to the conductor.",
+    ),
+    cfg.FloatOpt(
+        "conductor_timeout",
+        default=30.0,
+        min=1.0,
+        help="Seconds to wait for a conductor's reply before retrying.",
+    ),
+    cfg.FloatOpt(
+        "graceful_timeout",
+        default=60.0,
+        min=0.0,
+        help=(
+            "Seconds a SIGTERM waits for in-flight deployments to finish before "
+            "the agent leaves anyway (their nodes stay pinned and are picked up "
+            "again on restart). Keep the systemd stop timeout above it."
+        ),
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)

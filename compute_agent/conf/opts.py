@@ -1,0 +1,15 @@
+"""Option listing for oslo-config-generator (entry point ``oslo.config.opts``)."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from compute_agent.conf import agent, simulated
+
+
+def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
+    """The compute agent's own option groups."""
+    return [
+        (agent.group, list(agent.opts)),
+        (simulated.group, list(simulated.opts)),
+    ]

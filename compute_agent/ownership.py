@@ -1,0 +1,292 @@
+"""Which nodes this agent owns, at which epochs, and keeping that true.
+
+On every membership change (and every ``reconcile_interval``) the agent
+computes its desired set — the nodes the ring of each of its node groups
+gives it, plus the nodes pinned to it (hosting its instances) — then
+releases the nodes it should no longer own once their in-flight work is
+done, and claims the desired nodes it does not hold, in batches, through the
+conductor.  The conductor's compare-and-swap decides: a live owner is never
+robbed, so a node moving from a live agent moves when that agent releases
+it (on its own reconcile).
+
+The epoch of every claim is kept; :meth:`OwnershipManager.check` is called
+before every node action and refuses when the epoch is not the one held or
+when the membership is not CONNECTED.  After the membership was LOST, the
+held set is re-read from the conductor (:meth:`revalidate`) before anything
+else: a peer may have taken nodes over meanwhile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conductor.exception import NotOwner
+from hashring.membership import Member, Membership, MembershipView
+from hashring.ring import Ring
+
+__all__ = ["OwnershipManager", "ReconcileResult", "serves"]
+
+LOG = logging.getLogger(__name__)
+
+#: Re-read this much before the previous inventory refresh: rows committed
+#: while it ran may carry an earlier timestamp.
+_INVENTORY_OVERLAP = datetime.timedelta(seconds=5)
+
+
+def serves(member: Member, group: str) -> bool:
+    """Whether an agent (by its published ``groups``) serves a node group."""
+    groups = member.capabilities.get("groups") or []
+    return not groups or group in groups
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    desired: int
+    held: int
+    claimed: int
+    released: int
+    refused: int
+
+
+class OwnershipManager:
+    """The agent's held nodes and epochs; thread-safe."""
+
+    def __init__(
+        self,
+        host: str,
+        conductor: Any,
+        membership: Membership,
+        *,
+        groups: Sequence[str] = (),
+        claim_batch: int = 500,
+        busy_nodes: Callable[[], set[str]] = set,
+    ) -> None:
+        self.host = host
+        self._conductor = conductor
+        self._membership = membership
+        self._groups = list(groups)
+        self._batch = claim_batch
+        self._busy_nodes = busy_nodes
+        self._lock = threading.Lock()
+        self._reconcile_lock = threading.Lock()
+        self._held: dict[str, int] = {}
+        self._pinned: set[str] = set()
+        self._inventory: dict[str, str] = {}
+        self._since: datetime.datetime | None = None
+
+    # -- the fence -------------------------------------------------------------
+
+    def check(self, node_uuid: str, epoch: int) -> None:
+        """Refuse unless this agent may act on the node at that epoch, now.
+
+        :raises NotOwner: carrying the owner and epoch this agent knows.
+        """
+        with self._lock:
+            held = self._held.get(node_uuid)
+        if held is None or held != epoch or not self._membership.can_act():
+            owner = self.host if held is not None else None
+            raise NotOwner(node_uuid, owner, held if held is not None else -1)
+
+    def epoch(self, node_uuid: str) -> int | None:
+        with self._lock:
+            return self._held.get(node_uuid)
+
+    def held(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._held)
+
+    def pinned(self) -> set[str]:
+        with self._lock:
+            return set(self._pinned)
+
+    def pin(self, node_uuid: str) -> None:
+        with self._lock:
+            self._pinned.add(node_uuid)
+
+    def unpin(self, node_uuid: str) -> None:
+        with self._lock:
+            self._pinned.discard(node_uuid)
+
+    def forget(self, node_uuids: Iterable[str]) -> None:
+        with self._lock:
+            for node in node_uuids:
+                self._held.pop(node, None)
+                self._pinned.discard(node)
+
+    # -- reading the conductor ---------------------------------------------------
+
+    def revalidate(self) -> int:
+        """Replace the held set with what the conductor records (after LOST)."""
+        owned = self._conductor.owned_nodes(self.host)
+        with self._lock:
+            before = dict(self._held)
+            self._held = {o["node_uuid"]: o["epoch"] for o in owned}
+            self._pinned = {o["node_uuid"] for o in owned if o["pinned"]}
+        lost = [n for n, e in before.items() if self._held.get(n) != e]
+        if lost:
+            LOG.warning(
+                "Agent %s lost %d nodes while away (taken over): %s",
+                self.host,
+                len(lost),
+                ", ".join(sorted(lost)[:20]),
+            )
+        return len(self._held)
+
+    def refresh_inventory(self) -> int:
+        """Learn the nodes of our groups (all at first, then only changes)."""
+        since = (self._since - _INVENTORY_OVERLAP).isoformat() if self._since else None
+        marker = None
+        seen = 0
+        as_of = None
+        while True:
+            page = self._conductor.list_node_uuids(
+                groups=self._groups or None, since=since, marker=marker, limit=5000
+            )
+            as_of = as_of or page["as_of"]
+            with self._lock:
+                for item in page["nodes"]:
+                    self._inventory[item["uuid"]] = item["group"]
+            seen += len(page["nodes"])
+            if len(page["nodes"]) < 5000:
+                break
+            marker = page["nodes"][-1]["uuid"]
+        self._since = datetime.datetime.fromisoformat(as_of)
+        return seen
+
+    # -- the desired set -----------------------------------------------------------
+
+    def desired(self, view: MembershipView) -> set[str]:
+        """The ring's share of each of our groups, plus our pins."""
+        with self._lock:
+            by_group: dict[str, list[str]] = {}
+            for node, group in self._inventory.items():
+                by_group.setdefault(group, []).append(node)
+            wanted = set(self._pinned)
+        for group, node_ids in by_group.items():
+            ring = _group_ring(view, group)
+            if self.host not in ring:
+                continue
+            owners = ring.assign(node_ids)
+            wanted.update(
+                n for n, owner in zip(node_ids, owners, strict=True) if owner == self.host
+            )
+        return wanted
+
+    def reconcile(self, view: MembershipView) -> ReconcileResult | None:
+        """Release what we should not own, claim what we should; one pass."""
+        with self._reconcile_lock:
+            if not self._membership.can_act():
+                LOG.info(
+                    "Agent %s: membership %s, reconcile postponed",
+                    self.host,
+                    self._membership.state.value,
+                )
+                return None
+            desired = self.desired(view)
+            busy = self._busy_nodes()
+            with self._lock:
+                releasable = {
+                    n: e
+                    for n, e in self._held.items()
+                    if n not in desired and n not in self._pinned and n not in busy
+                }
+                to_claim = sorted(n for n in desired if n not in self._held)
+            released = self._release(releasable)
+            claimed, refused = self._claim(to_claim)
+            result = ReconcileResult(
+                desired=len(desired),
+                held=len(self.held()),
+                claimed=claimed,
+                released=released,
+                refused=refused,
+            )
+            if claimed or released:
+                LOG.info(
+                    "Agent %s reconciled: %d desired, %d held, +%d claimed, -%d released, "
+                    "%d refused",
+                    self.host,
+                    result.desired,
+                    result.held,
+                    claimed,
+                    released,
+                    refused,
+                )
+            return result
+
+    def _release(self, releasable: Mapping[str, int]) -> int:
+        items = sorted(releasable.items())
+        done = 0
+        for start in range(0, len(items), self._batch):
+            out = self._conductor.release_nodes(self.host, dict(items[start : start + self._batch]))
+            self.forget(out["done"])
+            # Refused: already not ours (taken over while we were away).
+            self.forget(
+                u for u, own in out["refused"].items() if not own or own["owner"] != self.host
+            )
+            done += len(out["done"])
+        return done
+
+    def _claim(self, nodes: list[str]) -> tuple[int, int]:
+        claimed = refused = 0
+        for start in range(0, len(nodes), self._batch):
+            out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
+            with self._lock:
+                for own in out["granted"]:
+                    if own["node_uuid"] not in self._held:
+                        claimed += 1
+                    self._held[own["node_uuid"]] = own["epoch"]
+                    if own["pinned"]:
+                        self._pinned.add(own["node_uuid"])
+            if out["rehomed"]:
+                LOG.warning(
+                    "Agent %s re-homed pinned nodes of a departed agent: %s",
+                    self.host,
+                    ", ".join(out["rehomed"][:20]),
+                )
+            refused += len(out["refused"])
+        return claimed, refused
+
+    # -- drain -------------------------------------------------------------------
+
+    def drain(self, view: MembershipView) -> tuple[int, int]:
+        """Hand every node, pins included, to its ring successor.
+
+        Returns (handed over, refused).  Nodes of a group no other agent
+        serves cannot be handed over and stay ours.
+        """
+        with self._lock:
+            held = dict(self._held)
+            groups = {n: self._inventory.get(n, "") for n in held}
+        transfers = []
+        for node, epoch in sorted(held.items()):
+            ring = _group_ring(view, groups[node], exclude=self.host)
+            if len(ring):
+                transfers.append({"node_uuid": node, "epoch": epoch, "new_owner": ring.owner(node)})
+        handed = refused = 0
+        for start in range(0, len(transfers), self._batch):
+            out = self._conductor.transfer_nodes(self.host, transfers[start : start + self._batch])
+            self.forget(out["done"])
+            handed += len(out["done"])
+            refused += len(out["refused"])
+        LOG.info(
+            "Agent %s drained: %d nodes handed over, %d refused, %d kept",
+            self.host,
+            handed,
+            refused,
+            len(held) - len(transfers),
+        )
+        return handed, refused
+
+
+def _group_ring(view: MembershipView, group: str, exclude: str | None = None) -> Ring:
+    weights = {
+        mid: member.weight or 1.0
+        for mid, member in view.members.items()
+        if serves(member, group) and mid != exclude
+    }
+    return Ring(weights, version=view.ring_version)

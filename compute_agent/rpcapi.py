@@ -1,0 +1,73 @@
+"""Client side of the compute agent RPC API (topic ``ringfleet-compute``).
+
+Each agent listens on ``server=<its host>``: the conductor calls the agent
+that owns a node, with the epoch it read, and the agent refuses with
+:class:`conductor.exception.NotOwner` when that is not (or no longer) true.
+
+API version history:
+
+* 1.0 - Initial version: build_instance, destroy_instance, set_power_state,
+  ping.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import oslo_messaging as messaging
+
+from conductor import rpc
+
+__all__ = ["ComputeAPI"]
+
+
+class ComputeAPI:
+    """Calls to compute agents, each by its host name."""
+
+    RPC_API_VERSION = "1.0"
+
+    def __init__(self, transport: messaging.Transport, timeout: float | None = None) -> None:
+        self.client = rpc.get_client(
+            transport, rpc.COMPUTE_TOPIC, version=self.RPC_API_VERSION, timeout=timeout
+        )
+
+    def _call(self, host: str, method: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        ctxt = {"request_id": f"req-{uuid.uuid4()}"}
+        client = self.client.prepare(server=host, version="1.0", timeout=timeout)
+        return client.call(ctxt, method, **kwargs)
+
+    def build_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: float | None = None,
+    ) -> str:
+        """Ask the owner to deploy; returns at once ("accepted", "in-progress", "done")."""
+        return self._call(  # type: ignore[no-any-return]
+            host, "build_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
+        )
+
+    def destroy_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: float | None = None,
+    ) -> str:
+        return self._call(  # type: ignore[no-any-return]
+            host, "destroy_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
+        )
+
+    def set_power_state(self, host: str, *, node: dict[str, Any], epoch: int, target: str) -> str:
+        return self._call(  # type: ignore[no-any-return]
+            host, "set_power_state", node=node, epoch=epoch, target=target
+        )
+
+    def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:
+        return self._call(host, "ping", timeout)  # type: ignore[no-any-return]

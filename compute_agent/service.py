@@ -1,0 +1,211 @@
+"""The compute agent service: membership, ownership, RPC endpoint, driver.
+
+Shaped like a cotyledon service: :meth:`run` blocks until :meth:`terminate`;
+:meth:`reload` re-reads mutable options.  The graceful stop (SIGTERM) keeps
+pins, because a restart is expected: stop taking work, let in-flight
+deployments finish (up to ``graceful_timeout``), leave the group.  The
+unpinned nodes then move to the other agents at once; the pinned ones wait
+``rehome_grace`` for this host to come back.  :meth:`drain` instead hands
+every node, pins included, to its ring successor before leaving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from oslo_config import cfg
+
+from compute_agent.actions import NodeActions
+from compute_agent.drivers.base import ActionContext, load_driver
+from compute_agent.endpoints import ComputeEndpoint
+from compute_agent.ownership import OwnershipManager
+from conductor import rpc, systemd
+from conductor.coordination import membership_from_conf
+from conductor.objects import Node
+from conductor.rpcapi import ConductorAPI
+from hashring.membership import MembershipView, State
+
+__all__ = ["AgentService"]
+
+LOG = logging.getLogger(__name__)
+
+
+class AgentService:
+    """One compute agent process."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self.host: str = conf.host
+        self._stopped = threading.Event()
+        self._started = threading.Event()
+        self._wake = threading.Event()
+        self._revalidate = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._server: Any = None
+        self._transport: Any = None
+        self.membership: Any = None
+        self.ownership: OwnershipManager | None = None
+        self.actions: NodeActions | None = None
+        self._terminating = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def run(self) -> None:
+        conf, agent_conf = self.conf, self.conf.compute_agent
+        self._transport = rpc.get_transport(conf)
+        conductor = ConductorAPI(self._transport, timeout=agent_conf.conductor_timeout)
+        driver = load_driver(agent_conf.driver, conf, self.host)
+        self.membership = membership_from_conf(
+            conf,
+            capabilities={"groups": list(agent_conf.groups)},
+            on_change=self._on_view,
+            on_state_change=self._on_state,
+        )
+        self.ownership = OwnershipManager(
+            self.host,
+            conductor,
+            self.membership,
+            groups=agent_conf.groups,
+            claim_batch=agent_conf.claim_batch,
+            busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
+        )
+        self.actions = NodeActions(self.host, driver, self.ownership, conductor)
+        self._driver, self._conductor = driver, conductor
+        endpoint = ComputeEndpoint(self.host, self.actions, self.status)
+        self._server = rpc.get_server(self._transport, rpc.COMPUTE_TOPIC, self.host, [endpoint])
+        self.membership.start()
+        if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
+            LOG.warning("Agent %s: not connected to the group yet; it keeps trying", self.host)
+        self._revalidate.set()  # our claims from a previous run, if any
+        self._server.start()
+        for name, target in (("reconciler", self._reconcile_loop), ("reporter", self._report_loop)):
+            thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        self._started.set()
+        LOG.info(
+            "Agent %s serving topic %s (groups: %s, driver %s)",
+            self.host,
+            rpc.COMPUTE_TOPIC,
+            ", ".join(agent_conf.groups) or "all",
+            agent_conf.driver,
+        )
+        systemd.notify("READY=1", f"STATUS=agent {self.host}")
+        self._stopped.wait()
+
+    def wait_started(self, timeout: float) -> bool:
+        return self._started.wait(timeout)
+
+    def terminate(self, *, drain: bool = False) -> None:
+        """Graceful stop (see module doc); ``drain`` hands every node over first."""
+        if not self._terminating.acquire(blocking=False):
+            return
+        systemd.notify("STOPPING=1")
+        LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
+        if self.actions is not None:
+            self.actions.stop_accepting()
+        if self._server is not None:
+            self._server.stop()
+            self._server.wait()
+        if self.actions is not None and not self.actions.wait_idle(
+            self.conf.compute_agent.graceful_timeout
+        ):
+            LOG.warning(
+                "Agent %s leaves with %d actions still running", self.host, self.actions.in_flight()
+            )
+        if drain and self.ownership is not None and self.membership.view is not None:
+            self.ownership.drain(self.membership.view)
+        self._stopped.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(10)
+        if self.membership is not None:
+            self.membership.stop(leave=True)
+        if self._transport is not None:
+            self._transport.cleanup()
+        LOG.info("Agent %s stopped", self.host)
+
+    def reload(self) -> None:
+        systemd.notify("RELOADING=1")
+        self.conf.mutate_config_files()
+        LOG.info("Agent %s reloaded its configuration", self.host)
+        systemd.notify("READY=1")
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        assert self.ownership is not None and self.actions is not None
+        return {
+            "host": self.host,
+            "membership": self.membership.state.value,
+            "groups": list(self.conf.compute_agent.groups),
+            "owned": len(self.ownership.held()),
+            "pinned": len(self.ownership.pinned()),
+            "in_flight": self.actions.in_flight(),
+        }
+
+    # -- membership ------------------------------------------------------------------
+
+    def _on_view(self, view: MembershipView) -> None:
+        self._wake.set()
+
+    def _on_state(self, old: State, new: State) -> None:
+        if new is not State.CONNECTED:
+            LOG.warning("Agent %s membership %s: node actions suspended", self.host, new.value)
+        elif old is State.LOST:
+            # Peers may have taken nodes while we were away: re-read before acting.
+            self._revalidate.set()
+        self._wake.set()
+
+    # -- background loops --------------------------------------------------------------
+
+    def _reconcile_loop(self) -> None:
+        assert self.ownership is not None
+        while not self._stopped.is_set():
+            self._wake.wait(self.conf.compute_agent.reconcile_interval)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            view = self.membership.view
+            if view is None or not self.membership.can_act():
+                continue
+            try:
+                if self._revalidate.is_set():
+                    self.ownership.revalidate()
+                    self._revalidate.clear()
+                self.ownership.refresh_inventory()
+                self.ownership.reconcile(view)
+            except Exception as exc:  # the next wake-up tries again
+                LOG.warning("Agent %s: reconcile failed: %s", self.host, exc)
+
+    def _report_loop(self) -> None:
+        assert self.ownership is not None
+        while not self._stopped.wait(self.conf.compute_agent.report_interval):
+            if not self.membership.can_act():
+                continue
+            states = []
+            for node_uuid, epoch in sorted(self.ownership.held().items()):
+                ctx = ActionContext(node_uuid, self.host, epoch)
+                stub = Node(uuid=node_uuid, name=node_uuid, resource_class="-")
+                try:
+                    power = self._driver.get_power_state(ctx, stub)
+                except Exception as exc:  # reported next time
+                    LOG.debug(
+                        "Agent %s: power state of node %s unknown: %s", self.host, node_uuid, exc
+                    )
+                    continue
+                states.append(
+                    {
+                        "node_uuid": node_uuid,
+                        "epoch": epoch,
+                        "power_state": power.value,
+                        "provision_state": None,
+                    }
+                )
+            for start in range(0, len(states), 1000):
+                try:
+                    self._conductor.report_node_states(self.host, states[start : start + 1000])
+                except Exception as exc:
+                    LOG.warning("Agent %s: state report failed: %s", self.host, exc)
+                    break
