@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -38,11 +39,16 @@ class ComputeEndpoint:
     target = messaging.Target(version="1.0")
 
     def __init__(
-        self, host: str, actions: NodeActions, status: Callable[[], dict[str, Any]]
+        self,
+        host: str,
+        actions: NodeActions,
+        status: Callable[[], dict[str, Any]],
+        drain: Callable[[], None],
     ) -> None:
         self._host = host
         self._actions = actions
         self._status = status
+        self._drain = drain
 
     def build_instance(
         self, ctxt: dict[str, Any], *, instance_uuid: Any, node: Any, epoch: Any
@@ -71,3 +77,12 @@ class ComputeEndpoint:
     def ping(self, ctxt: dict[str, Any]) -> dict[str, Any]:
         """Liveness and a summary: host, membership state, owned, pinned, in flight."""
         return self._status()
+
+    def drain(self, ctxt: dict[str, Any]) -> str:
+        """Hand every node, pins included, to its ring successor, then stop.
+
+        Returns at once; the agent leaves the group when the hand-over is done.
+        """
+        LOG.info("Agent %s asked to drain", self._host)
+        threading.Thread(target=self._drain, name=f"drain-{self._host}", daemon=True).start()
+        return "draining"

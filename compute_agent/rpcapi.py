@@ -7,7 +7,7 @@ that owns a node, with the epoch it read, and the agent refuses with
 API version history:
 
 * 1.0 - Initial version: build_instance, destroy_instance, set_power_state,
-  ping.
+  ping, drain.
 """
 
 from __future__ import annotations
@@ -71,3 +71,7 @@ class ComputeAPI:
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:
         return self._call(host, "ping", timeout)  # type: ignore[no-any-return]
+
+    def drain(self, host: str) -> str:
+        """Ask the agent to hand every node, pins included, to its ring successor and stop."""
+        return self._call(host, "drain")  # type: ignore[no-any-return]

@@ -73,7 +73,9 @@ class AgentService:
         )
         self.actions = NodeActions(self.host, driver, self.ownership, conductor)
         self._driver, self._conductor = driver, conductor
-        endpoint = ComputeEndpoint(self.host, self.actions, self.status)
+        endpoint = ComputeEndpoint(
+            self.host, self.actions, self.status, lambda: self.terminate(drain=True)
+        )
         self._server = rpc.get_server(self._transport, rpc.COMPUTE_TOPIC, self.host, [endpoint])
         self.membership.start()
         if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
@@ -106,7 +108,9 @@ class AgentService:
         LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
         if self.actions is not None:
             self.actions.stop_accepting()
-        if self._server is not None:
+        if self._server is not None and not drain:
+            # (A drain is requested over RPC: its own call must not wait for
+            # the server to stop; the server stops after the hand-over.)
             self._server.stop()
             self._server.wait()
         if self.actions is not None and not self.actions.wait_idle(
@@ -117,6 +121,9 @@ class AgentService:
             )
         if drain and self.ownership is not None and self.membership.view is not None:
             self.ownership.drain(self.membership.view)
+        if drain and self._server is not None:
+            self._server.stop()
+            self._server.wait()
         self._stopped.set()
         self._wake.set()
         for thread in self._threads:

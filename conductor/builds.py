@@ -73,6 +73,10 @@ class BuildWorkers:
             for i in range(workers)
         ]
 
+    def set_router(self, router: Router) -> None:
+        """Route allocated builds to agents (set before :meth:`start`)."""
+        self._router = router
+
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
@@ -120,6 +124,8 @@ class BuildWorkers:
             try:
                 if action == "build":
                     self._build(uuid)
+                elif action == "route":
+                    self._reroute(uuid)
                 else:
                     self._delete(uuid)
             except Exception:  # a worker must survive one bad request
@@ -176,6 +182,23 @@ class BuildWorkers:
         timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid)))
         timer.daemon = True
         timer.start()
+
+    def _reroute(self, instance_uuid: str) -> None:
+        """Route again a build whose node had no reachable owner."""
+        if self._router is None:
+            return
+        try:
+            instance = instances.get_instance(self._db, instance_uuid)
+        except NotFound:
+            return
+        if instance.vm_state is not VmState.BUILDING or instance.node_uuid is None:
+            return
+        node = nodes.get_node(self._db, instance.node_uuid)
+        claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
+        self._router.route(instance, node, claim)
+
+    def retry_later(self, instance_uuid: str, action: str) -> None:
+        self._retry_later(instance_uuid, delay=2.0, action=action)
 
     def report_result(
         self,
@@ -327,6 +350,7 @@ class BuildWorkers:
                 # The owner tears the node down and reports; it frees the node.
                 if not self._router.destroy(instance):
                     LOG.info("Instance %s delete waits for its node's owner", instance.uuid)
+                    self._retry_later(instance.uuid, delay=2.0, action="delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.
             allocations.free(self._db, instance.node_uuid, instance.uuid)

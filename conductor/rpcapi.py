@@ -10,7 +10,7 @@ API version history:
   show_node, set_node_maintenance, node_owner, move_node), flavors
   (create_flavor, list_flavors, show_flavor, delete_flavor), instances
   (build_instances, list_instances, show_instance, delete_instance), fleet
-  (fleet_status), agents (claim_nodes, release_nodes, transfer_nodes,
+  (fleet_status, drain_agent), agents (claim_nodes, release_nodes, transfer_nodes,
   owned_nodes, list_node_uuids, report_node_states, report_build_result,
   report_destroy_result).
 """
@@ -115,6 +115,9 @@ class ConductorAPI:
 
     def fleet_status(self) -> dict[str, Any]:
         return self._call("fleet_status")  # type: ignore[no-any-return]
+
+    def drain_agent(self, host: str) -> dict[str, Any]:
+        return self._call("drain_agent", host=host)  # type: ignore[no-any-return]
 
     # -- agents ----------------------------------------------------------------
 

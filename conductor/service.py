@@ -15,6 +15,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from compute_agent.rpcapi import ComputeAPI
 from conductor import rpc, systemd
 from conductor.builds import BuildWorkers
 from conductor.coordination import membership_from_conf
@@ -26,6 +27,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.exception import ConfigurationError
 from conductor.fleet_view import FleetView
+from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["ConductorService"]
@@ -65,6 +67,7 @@ class ConductorService:
         )
         fleet.attach(self._membership)
         scheduler = Scheduler.from_conf(db, conf)
+        self._transport = rpc.get_transport(conf)
         self._builds = BuildWorkers(
             db,
             scheduler,
@@ -72,15 +75,24 @@ class ConductorService:
             workers=conf.conductor.workers,
             max_attempts=lambda: int(conf.conductor.max_attempts),
         )
+        compute = ComputeAPI(self._transport)
+        self._builds.set_router(
+            AgentRouter(
+                db,
+                fleet,
+                compute,
+                accept_timeout=conf.conductor.accept_timeout,
+                retry_later=self._builds.retry_later,
+            )
+        )
         endpoints = [
             InventoryEndpoint(db, fleet),
             InstancesEndpoint(db, self._builds),
-            FleetEndpoint(db, fleet, conf.host),
+            FleetEndpoint(db, fleet, conf.host, compute),
             AgentsEndpoint(
                 db, fleet, lambda: float(conf.conductor.rehome_grace), results=self._builds
             ),
         ]
-        self._transport = rpc.get_transport(conf)
         self._server = rpc.get_server(self._transport, rpc.CONDUCTOR_TOPIC, conf.host, endpoints)
         self._membership.start()
         if not self._membership.wait_connected(timeout=self._membership.ttl):

@@ -37,7 +37,8 @@ def run_service(service: Service, prog: str) -> int:
             service.run()
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
-            stop.set()
+        finally:
+            stop.set()  # run() also returns by itself (a drained agent)
 
     runner = threading.Thread(target=serve, name=prog, daemon=True)
     runner.start()

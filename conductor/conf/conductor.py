@@ -44,6 +44,17 @@ opts = [
             "can never succeed takes longer to fail."
         ),
     ),
+    cfg.FloatOpt(
+        "accept_timeout",
+        default=10.0,
+        min=1.0,
+        help=(
+            "Seconds to wait for an agent to accept a build or teardown (it "
+            "accepts at once and works in the background). On timeout the call "
+            "is retried while the agent is a live member, else the build waits "
+            "for the node's takeover."
+        ),
+    ),
     cfg.IntOpt(
         "workers",
         default=8,

@@ -9,6 +9,8 @@ from sqlalchemy import func, select
 
 from conductor.db.engine import Database
 from conductor.db.models import AgentModel, NodeModel
+from conductor.endpoints import payload
+from conductor.exception import FieldError, InvalidInput, ServiceUnavailable
 from conductor.fleet_view import FleetView
 
 __all__ = ["FleetEndpoint"]
@@ -19,10 +21,20 @@ class FleetEndpoint:
 
     target = messaging.Target(version="1.0")
 
-    def __init__(self, db: Database, fleet: FleetView, host: str) -> None:
+    def __init__(self, db: Database, fleet: FleetView, host: str, compute: Any = None) -> None:
         self._db = db
         self._fleet = fleet
         self._host = host
+        self._compute = compute  # compute_agent.rpcapi.ComputeAPI
+
+    def drain_agent(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
+        """Ask a live agent to hand all its nodes (pins too) over, then stop."""
+        agent = payload.check_host(host)
+        if agent not in self._fleet.live_members():
+            raise InvalidInput([FieldError.about("host", "is not a live agent", agent)])
+        if self._compute is None:
+            raise ServiceUnavailable(reason="this conductor cannot reach agents")
+        return {"host": agent, "state": self._compute.drain(agent)}
 
     def fleet_status(self, ctxt: dict[str, Any]) -> dict[str, Any]:
         """Members as this conductor sees them, with owned and pinned counts.

@@ -3,11 +3,12 @@
 :meth:`Chooser.choose` walks the index instead of the fleet: the buckets of
 the flavor's resource class (and the group hint), the profiles in them whose
 cached per-profile verdict passes, the live owners holding free nodes of
-those profiles.  It then ranks the owners with the (per-owner) weighers,
-random tie-break first, and draws a random free node of the best owner that
-passes the per-node checks.  Only when a configured weigher needs to see
-every node does it weigh every candidate node (see
-:mod:`conductor.scheduler.weighers`).
+those profiles (this owner -> node sets map is cached per resource class,
+group and flavor until a set appears or empties in the index).  It then
+ranks the owners with the (per-owner) weighers, random tie-break first, and
+draws a random free node of the best owner that passes the per-node checks.
+Only when a configured weigher needs to see every node does it weigh every
+candidate node (see :mod:`conductor.scheduler.weighers`).
 
 :meth:`Chooser.explain` is the slow path for a failure: it runs the whole
 filter chain over the nodes of the flavor's resource class to count how

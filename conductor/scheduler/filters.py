@@ -18,7 +18,9 @@ namespace, e.g. in a ``pyproject.toml``::
     [project.entry-points."ringfleet.scheduler.filters"]
     RackFilter = "mysite.filters:RackFilter"
 
-then add ``RackFilter`` to ``[scheduler] enabled_filters``.  The class is
+then add ``RackFilter`` to ``[scheduler] enabled_filters``.  Register the
+class under its :attr:`BaseFilter.name` (the class name unless it sets
+another): that is what "no valid node" messages call it.  The class is
 instantiated once, without arguments, when the scheduler starts; ``filter``
 is then called from several threads and must not block or do I/O (it runs
 while the index is locked).  ``node`` is a :class:`~conductor.objects.Node`

@@ -1,0 +1,778 @@
+"""Benchmark of ringfleet's scheduler against a Nova-style scheduler, in one run.
+
+Run from the repository root::
+
+    python -m benchmarks.sched_bench [--sizes 10000,100000] [--requests N]
+                                     [--baseline-seconds S] [--synchronous normal|full]
+                                     [--seed S] [--json FILE]
+
+For every fleet size it creates a SQLite database (a temporary file, WAL)
+with that many nodes: about 20 resource classes of uneven sizes, a few
+hardware profiles per class (traits and capabilities), two node groups,
+owners spread over 10 agents, and a realistic background of nodes in
+maintenance, not yet available, or already hosting an instance.  Requests are
+drawn from a few flavors (traits, capability expressions, one group hint).
+Then, each on its own copy of the same database:
+
+``ringfleet``
+    :class:`conductor.scheduler.Scheduler` with its default filters and
+    weighers: index build time and memory per node, then every request
+    decided *and its allocation committed* (``select_and_allocate``).
+``nova-mem``
+    The stronger baseline: every node held in memory (kept up to date with
+    its own allocations), and for each request the same filters run on
+    *every* node, the survivors are weighed with the same weigher (the
+    per-agent counts recomputed from all nodes, as Nova's HostState did),
+    and the best is allocated with the same compare-and-swap.
+``nova-db``
+    What Nova's HostManager did: the same, but reading every node from the
+    database for each request (:func:`conductor.db.nodes.iter_nodes`).
+
+The baselines run for at most ``--baseline-seconds`` each (at least 3
+requests), since one of their decisions costs seconds at 100k nodes.
+
+A benchmark reports, tests check: the goals print PASS/MISS but the exit
+status is 0 either way (non-zero only on bad options, or if a run placed two
+instances on one node, which would make its numbers meaningless).  See
+``benchmarks/README.rst`` for what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid as uuidlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, func, insert, select
+
+from conductor.db import allocations, migration
+from conductor.db import nodes as db_nodes
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.exception import NoValidNode
+from conductor.objects import Flavor, Node, ProvisionState
+from conductor.scheduler import Scheduler, source
+from conductor.scheduler.decide import Chooser
+from conductor.scheduler.filters import BUILTIN_FILTERS
+from conductor.scheduler.index import NodeIndex
+from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.weighers import BUILTIN_WEIGHERS, WeighingContext, total_weights
+
+__all__ = ["FLAVORS", "main", "make_fleet", "parse_args", "run"]
+
+AGENTS = tuple(f"agent-{i:02d}" for i in range(10))
+IMPLEMENTATIONS = ("ringfleet", "nova-mem", "nova-db")
+
+_FAMILIES = ("general", "gpu", "storage", "hpc", "edge")
+_SIZES = ("s", "m", "l", "xl")
+#: 20 resource classes; the first ones hold most nodes (and the flavors' classes)
+RESOURCE_CLASSES = tuple(f"bm-{family}-{size}" for size in _SIZES for family in _FAMILIES)
+_CLASS_WEIGHTS = tuple(8 if i < 8 else 2 for i in range(len(RESOURCE_CLASSES)))
+
+_TRAIT_POOL = (
+    "HW_CPU_X86_AVX2",
+    "HW_CPU_X86_AVX512F",
+    "HW_NIC_SRIOV",
+    "HW_GPU_NVIDIA",
+    "CUSTOM_NVME",
+    "CUSTOM_RAID",
+    "CUSTOM_FPGA",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One build to schedule: a flavor and an optional group hint."""
+
+    flavor: Flavor
+    group: str | None = None
+
+
+#: the flavors requests are drawn from, uniformly
+FLAVORS: tuple[Request, ...] = (
+    Request(Flavor(name="general-s", resource_class="bm-general-s")),
+    Request(
+        Flavor(
+            name="gpu-s",
+            resource_class="bm-gpu-s",
+            required_traits=frozenset({"HW_GPU_NVIDIA"}),
+            extra_specs={"capabilities:cpus": ">= 32"},
+        )
+    ),
+    Request(
+        Flavor(
+            name="storage-s",
+            resource_class="bm-storage-s",
+            required_traits=frozenset({"CUSTOM_NVME"}),
+            forbidden_traits=frozenset({"CUSTOM_FPGA"}),
+            extra_specs={"capabilities:disk_label": "s== gpt"},
+        )
+    ),
+    Request(
+        Flavor(
+            name="hpc-s",
+            resource_class="bm-hpc-s",
+            required_traits=frozenset({"HW_CPU_X86_AVX512F"}),
+            extra_specs={
+                "capabilities:boot_mode": "uefi",
+                "capabilities:cpu_vt": "<or> true <or> True",
+            },
+        )
+    ),
+    Request(Flavor(name="edge-s", resource_class="bm-edge-s"), group="edge"),
+    Request(
+        Flavor(
+            name="general-m-uefi",
+            resource_class="bm-general-m",
+            extra_specs={"capabilities:boot_mode": "s== uefi"},
+        )
+    ),
+    Request(
+        Flavor(
+            name="gpu-m",
+            resource_class="bm-gpu-m",
+            required_traits=frozenset({"HW_CPU_X86_AVX2"}),
+            extra_specs={"capabilities:cpus": "= 16"},
+        )
+    ),
+    Request(
+        Flavor(
+            name="storage-m",
+            resource_class="bm-storage-m",
+            extra_specs={"capabilities:disk_label": "<in> gp"},
+        )
+    ),
+)
+
+
+# -- the fleet ---------------------------------------------------------------------------------
+
+
+def _hardware_profiles(rng: random.Random) -> dict[str, list[tuple[list[str], dict[str, str]]]]:
+    """Per resource class, three hardware SKUs: (traits, capabilities)."""
+    profiles: dict[str, list[tuple[list[str], dict[str, str]]]] = {}
+    for resource_class in RESOURCE_CLASSES:
+        skus = []
+        for _ in range(3):
+            traits = sorted(rng.sample(_TRAIT_POOL, rng.randint(1, 4)))
+            capabilities = {
+                "cpus": rng.choice(("16", "32", "64")),
+                "cpu_vt": rng.choice(("true", "True", "false")),
+                "disk_label": rng.choice(("gpt", "gpt", "msdos")),
+            }
+            skus.append((traits, capabilities))
+        profiles[resource_class] = skus
+    # Two of the three SKUs of the flavors' classes match their flavor.
+    matching = {
+        "bm-gpu-s": (["HW_GPU_NVIDIA", "HW_CPU_X86_AVX2"], {"cpus": "32"}),
+        "bm-storage-s": (["CUSTOM_NVME"], {"disk_label": "gpt", "cpus": "16"}),
+        "bm-hpc-s": (["HW_CPU_X86_AVX512F"], {"cpu_vt": "true", "cpus": "64"}),
+        "bm-gpu-m": (["HW_CPU_X86_AVX2"], {"cpus": "32"}),
+        "bm-storage-m": (["CUSTOM_RAID"], {"disk_label": "gpt"}),
+    }
+    for resource_class, (traits, capabilities) in matching.items():
+        profiles[resource_class][0] = (traits, capabilities)
+        profiles[resource_class][1] = (sorted({*traits, "HW_NIC_SRIOV"}), capabilities)
+    return profiles
+
+
+def make_fleet(db: Database, count: int, seed: int) -> dict[str, int]:
+    """Insert *count* nodes (and the instances of those already hosting one).
+
+    About 10 % of nodes host an instance, 2 % are in maintenance and 3 % are
+    not yet available.  Returns counts by state.
+    """
+    rng = random.Random(seed)
+    profiles = _hardware_profiles(rng)
+    # An existing fleet: its rows changed long before the index is built, so
+    # no incremental refresh during the measurements re-reads them.
+    long_ago = utcnow() - datetime.timedelta(hours=1)
+    node_rows: list[dict[str, Any]] = []
+    instance_rows: list[dict[str, Any]] = []
+    states: Counter[str] = Counter()
+    for i in range(count):
+        node_uuid = str(uuidlib.UUID(int=rng.getrandbits(128), version=4))
+        resource_class = rng.choices(RESOURCE_CLASSES, weights=_CLASS_WEIGHTS)[0]
+        traits, capabilities = rng.choice(profiles[resource_class])
+        capabilities = {**capabilities, "boot_mode": "uefi" if rng.random() < 0.75 else "bios"}
+        owner = AGENTS[rng.randrange(len(AGENTS))]
+        roll = rng.random()
+        state, maintenance, instance = "available", False, None
+        if roll < 0.10:
+            state, instance = "active", str(uuidlib.UUID(int=rng.getrandbits(128), version=4))
+        elif roll < 0.12:
+            maintenance = True
+        elif roll < 0.15:
+            state = rng.choice(("manageable", "enroll", "cleaning"))
+        states["in maintenance" if maintenance else state] += 1
+        node_rows.append(
+            {
+                "uuid": node_uuid,
+                "name": f"node-{i:06d}",
+                "resource_class": resource_class,
+                "traits": traits,
+                "properties": {
+                    "capabilities": ",".join(f"{k}:{v}" for k, v in sorted(capabilities.items())),
+                    "memory_mb": 262144,
+                    "local_gb": 1800,
+                    "cpu_arch": "x86_64",
+                },
+                "node_group": "edge" if rng.random() < 0.5 else "",
+                "provision_state": state,
+                "power_state": "power on" if instance else "power off",
+                "maintenance": maintenance,
+                "maintenance_reason": "disk failure" if maintenance else None,
+                "owner": owner,
+                "owner_epoch": 1,
+                "instance_uuid": instance,
+                "created_at": long_ago,
+                "updated_at": long_ago,
+            }
+        )
+        if instance is not None:
+            instance_rows.append(
+                {
+                    "uuid": instance,
+                    "name": f"vm-{i:06d}",
+                    "flavor": "existing",
+                    "vm_state": "active",
+                    "node_uuid": node_uuid,
+                    "host": owner,
+                }
+            )
+    with db.transaction() as session:
+        for start in range(0, len(node_rows), 5000):
+            session.execute(insert(NodeModel), node_rows[start : start + 5000])
+        for start in range(0, len(instance_rows), 5000):
+            session.execute(insert(InstanceModel), instance_rows[start : start + 5000])
+    return dict(states)
+
+
+def new_instances(db: Database, count: int) -> list[str]:
+    """*count* stored build requests (``building``, no node), as the conductor writes them."""
+    uuids = [str(uuidlib.uuid4()) for _ in range(count)]
+    rows = [
+        {"uuid": u, "name": f"bench-{u[:8]}", "flavor": "bench", "vm_state": "building"}
+        for u in uuids
+    ]
+    with db.transaction() as session:
+        session.execute(insert(InstanceModel), rows)
+    return uuids
+
+
+def open_db(path: Path, synchronous: str) -> Database:
+    db = Database(f"sqlite:///{path}")
+    if synchronous == "normal":
+
+        @event.listens_for(db.engine, "connect")
+        def _normal(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+    return db
+
+
+def _copy_db(source_path: Path, target: Path) -> None:
+    """Copy a closed SQLite database (and its write-ahead log, if any is left)."""
+    shutil.copyfile(source_path, target)
+    wal = Path(f"{source_path}-wal")
+    if wal.exists():
+        shutil.copyfile(wal, Path(f"{target}-wal"))
+
+
+def _double_allocations(db: Database) -> int:
+    """Nodes hosting more than one instance (there must be none)."""
+    with db.transaction() as session:
+        counted = session.execute(
+            select(InstanceModel.node_uuid, func.count())
+            .where(InstanceModel.node_uuid.is_not(None))
+            .group_by(InstanceModel.node_uuid)
+            .having(func.count() > 1)
+        ).all()
+    return len(counted)
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _db_time(spent: list[float]) -> Iterator[None]:
+    """Time spent in :func:`allocations.allocate` (the compare-and-swap and commit)."""
+    real = allocations.allocate
+
+    def timed(db: Database, node_uuid: str, instance_uuid: str) -> Any:
+        start = time.perf_counter()
+        try:
+            return real(db, node_uuid, instance_uuid)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    allocations.allocate = timed  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        allocations.allocate = real  # type: ignore[assignment]
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def _summary(latencies: list[float], db_spent: list[float], wall: float) -> dict[str, Any]:
+    done = len(latencies)
+    return {
+        "decisions": done,
+        "wall_s": wall,
+        "allocations_per_s": done / wall if wall > 0 else float("nan"),
+        "p50_ms": _percentile(latencies, 0.50) * 1e3,
+        "p99_ms": _percentile(latencies, 0.99) * 1e3,
+        "db_share": sum(db_spent) / wall if wall > 0 else float("nan"),
+    }
+
+
+def index_memory(db: Database) -> tuple[int, float]:
+    """Bytes retained by an index of every node (tracemalloc), and per node."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        index = NodeIndex()
+        for node, caps_key in source.load_all(db):
+            index.put(node, caps_key)
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return retained, retained / max(1, len(index))
+
+
+def bench_ours(
+    db: Database, requests: list[Request], instances: list[str], seed: int
+) -> dict[str, Any]:
+    scheduler = Scheduler(db, rng=random.Random(seed))
+    start = time.perf_counter()
+    scheduler.resync()
+    build_s = time.perf_counter() - start
+    latencies: list[float] = []
+    db_spent: list[float] = []
+    no_valid = 0
+    with _db_time(db_spent):
+        start = time.perf_counter()
+        for request, instance in zip(requests, instances, strict=True):
+            began = time.perf_counter()
+            try:
+                scheduler.select_and_allocate(
+                    request.flavor, instance, live_members=AGENTS, group=request.group
+                )
+            except NoValidNode:
+                no_valid += 1
+                continue
+            latencies.append(time.perf_counter() - began)
+        wall = time.perf_counter() - start
+    result = _summary(latencies, db_spent, wall)
+    stats = scheduler.stats()
+    result.update(
+        {
+            "index_build_s": build_s,
+            "index": {k: stats[k] for k in ("nodes", "free", "buckets", "profiles")},
+            "no_valid_node": no_valid,
+            "lost_races": stats["lost_races"],
+        }
+    )
+    return result
+
+
+def _baseline_choose(
+    chooser: Chooser,
+    fleet: Sequence[Node],
+    request: RequestSpec,
+    rng: random.Random,
+) -> list[Node]:
+    """Nova's way: every filter on every node, then weigh the survivors; best first."""
+    chain = chooser.chain
+    passing = [node for node in fleet if all(f.filter(node, request) for f in chain)]
+    load = Counter(n.owner for n in fleet if n.instance_uuid is not None and n.owner is not None)
+    rng.shuffle(passing)
+    weights = total_weights(chooser.weighers, passing, request, WeighingContext(load))
+    order = sorted(range(len(passing)), key=weights.__getitem__, reverse=True)
+    return [passing[i] for i in order]
+
+
+def bench_baseline(
+    db: Database,
+    requests: list[Request],
+    instances: list[str],
+    *,
+    read_every_time: bool,
+    seconds: float,
+    seed: int,
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    chooser = Chooser(
+        [cls() for cls in BUILTIN_FILTERS.values()], [cls() for cls in BUILTIN_WEIGHERS.values()]
+    )
+    fleet: dict[str, Node] = {} if read_every_time else {n.uuid: n for n in db_nodes.iter_nodes(db)}
+    latencies: list[float] = []
+    db_spent: list[float] = []
+    no_valid = 0
+    with _db_time(db_spent):
+        start = time.perf_counter()
+        for done, (request, instance) in enumerate(zip(requests, instances, strict=True)):
+            if done >= 3 and time.perf_counter() - start > seconds:
+                break
+            began = time.perf_counter()
+            nodes = list(db_nodes.iter_nodes(db)) if read_every_time else list(fleet.values())
+            spec = RequestSpec.build(
+                request.flavor, instance, live_members=frozenset(AGENTS), group=request.group
+            )
+            for node in _baseline_choose(chooser, nodes, spec, rng):
+                ownership = allocations.allocate(db, node.uuid, instance)
+                if ownership is not None:
+                    if not read_every_time:
+                        fleet[node.uuid] = dataclasses.replace(
+                            node, instance_uuid=instance, provision_state=ProvisionState.DEPLOYING
+                        )
+                    latencies.append(time.perf_counter() - began)
+                    break
+            else:
+                no_valid += 1
+        wall = time.perf_counter() - start
+    result = _summary(latencies, db_spent, wall)
+    result["no_valid_node"] = no_valid
+    return result
+
+
+def db_floor(db: Database, count: int) -> float:
+    """Allocations per second of the compare-and-swap alone, on free nodes (no decision)."""
+    with db.transaction() as session:
+        free = list(
+            session.scalars(
+                select(NodeModel.uuid)
+                .where(
+                    NodeModel.provision_state == "available",
+                    NodeModel.maintenance.is_(False),
+                    NodeModel.instance_uuid.is_(None),
+                )
+                .limit(count)
+            )
+        )
+    instances = new_instances(db, len(free))
+    start = time.perf_counter()
+    for node_uuid, instance in zip(free, instances, strict=True):
+        allocations.allocate(db, node_uuid, instance)
+    return len(free) / (time.perf_counter() - start)
+
+
+def bench_size(
+    size: int,
+    workdir: Path,
+    *,
+    request_count: int,
+    baseline_seconds: float,
+    synchronous: str,
+    seed: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    pristine = workdir / f"fleet-{size}.db"
+    db = open_db(pristine, synchronous)
+    migration.upgrade(db)
+    start = time.perf_counter()
+    states = make_fleet(db, size, seed)
+    log(f"  {size} nodes created in {time.perf_counter() - start:.1f} s")
+    retained, per_node = index_memory(db)
+    db.dispose()  # closing the last connection checkpoints the log
+
+    rng = random.Random(seed + 1)
+    requests = [rng.choice(FLAVORS) for _ in range(request_count)]
+    result: dict[str, Any] = {
+        "nodes": size,
+        "states": states,
+        "index_memory_bytes": retained,
+        "index_bytes_per_node": per_node,
+    }
+    for name in ("ringfleet", "nova-mem", "nova-db", "db-floor"):
+        copy = workdir / f"run-{size}-{name}.db"
+        _copy_db(pristine, copy)
+        db = open_db(copy, synchronous)
+        try:
+            if name == "db-floor":
+                result["db_floor_per_s"] = db_floor(db, min(request_count, 2000))
+                log(f"  db floor: {result['db_floor_per_s']:.0f} allocations/s")
+                continue
+            instances = new_instances(db, request_count)
+            if name == "ringfleet":
+                measured = bench_ours(db, requests, instances, seed)
+            else:
+                measured = bench_baseline(
+                    db,
+                    requests,
+                    instances,
+                    read_every_time=name == "nova-db",
+                    seconds=baseline_seconds,
+                    seed=seed,
+                )
+            measured["double_allocations"] = _double_allocations(db)
+            if measured["double_allocations"]:
+                raise RuntimeError(f"{name} at {size}: a node got two instances")
+            result[name] = measured
+            log(
+                f"  {name}: {measured['decisions']} decisions, "
+                f"{measured['allocations_per_s']:.1f}/s"
+            )
+        finally:
+            db.dispose()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{copy}{suffix}").unlink(missing_ok=True)
+    result["speedup_vs_nova_mem"] = (
+        result["ringfleet"]["allocations_per_s"] / result["nova-mem"]["allocations_per_s"]
+    )
+    result["speedup_vs_nova_db"] = (
+        result["ringfleet"]["allocations_per_s"] / result["nova-db"]["allocations_per_s"]
+    )
+    return result
+
+
+# -- goals and report --------------------------------------------------------------------------
+
+
+def _goals(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    goals: list[dict[str, Any]] = []
+
+    def add(name: str, target: str, value: float | None, ok: bool | None) -> None:
+        status = "SKIP" if ok is None else ("PASS" if ok else "MISS")
+        goals.append({"name": name, "target": target, "value": value, "status": status})
+
+    def measured(size: str, *keys: str) -> float | None:
+        value: Any = results.get(size)
+        for key in keys:
+            if value is None:
+                return None
+            value = value.get(key)
+        return None if value is None else float(value)
+
+    for size, minimum in (("10000", 2000.0), ("100000", 1000.0)):
+        rate = measured(size, "ringfleet", "allocations_per_s")
+        add(
+            f"committed allocations/s at {int(size):,} nodes",
+            f">= {minimum:,.0f}/s",
+            rate,
+            None if rate is None else rate >= minimum,
+        )
+    speedup = measured("100000", "speedup_vs_nova_mem")
+    add(
+        "speedup vs nova-mem at 100,000 nodes",
+        ">= 10x",
+        speedup,
+        None if speedup is None else speedup >= 10,
+    )
+    build = measured("100000", "ringfleet", "index_build_s")
+    add("index build at 100,000 nodes", "<= 1.0 s", build, None if build is None else build <= 1.0)
+    return goals
+
+
+def run(
+    sizes: Sequence[int],
+    *,
+    request_count: int,
+    baseline_seconds: float,
+    synchronous: str,
+    seed: int,
+    workdir: Path | None = None,
+    log: Callable[[str], None] = lambda _line: None,
+) -> dict[str, Any]:
+    """Run the whole benchmark; the JSON-ready report."""
+    results: dict[str, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sched-bench-")))
+        for size in sizes:
+            log(f"fleet of {size} nodes")
+            results[str(size)] = bench_size(
+                size,
+                workdir,
+                request_count=request_count,
+                baseline_seconds=baseline_seconds,
+                synchronous=synchronous,
+                seed=seed,
+                log=log,
+            )
+    return {
+        "config": {
+            "sizes": list(sizes),
+            "requests": request_count,
+            "baseline_seconds": baseline_seconds,
+            "synchronous": synchronous,
+            "seed": seed,
+            "agents": len(AGENTS),
+            "resource_classes": len(RESOURCE_CLASSES),
+            "flavors": [request.flavor.name for request in FLAVORS],
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "versions": {
+                dist: importlib.metadata.version(dist) for dist in ("SQLAlchemy", "stevedore")
+            },
+        },
+        "implementations": list(IMPLEMENTATIONS),
+        "results": results,
+        "goals": _goals(results),
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable table of a :func:`run` report."""
+    config = report["config"]
+    lines = [
+        f"scheduling benchmark: SQLite (WAL, synchronous={config['synchronous'].upper()}), "
+        f"{config['agents']} agents, {config['resource_classes']} resource classes, "
+        f"{len(config['flavors'])} flavors, seed {config['seed']}, "
+        f"Python {report['environment']['python']}, {report['environment']['cpus']} CPUs",
+        "every decision includes its allocation, committed (compare-and-swap)",
+        "nova-mem: all nodes in memory, every filter on every node per request; "
+        "nova-db: all nodes read from the database per request (Nova's HostManager)",
+    ]
+    width = 12
+    for size, res in report["results"].items():
+        lines += [
+            "",
+            f"{int(size):,} nodes (index: {res['ringfleet']['index']['free']:,} free, "
+            f"{res['ringfleet']['index']['profiles']} profiles in "
+            f"{res['ringfleet']['index']['buckets']} buckets)",
+            f"{'':<32}" + "".join(f"{name:>{width}}" for name in IMPLEMENTATIONS),
+        ]
+
+        def row(label: str, fmt: Callable[[dict[str, Any]], str], res: dict[str, Any] = res) -> str:
+            return f"{label:<32}" + "".join(
+                f"{fmt(res[name]):>{width}}" for name in IMPLEMENTATIONS
+            )
+
+        lines += [
+            row("decisions measured", lambda r: str(r["decisions"])),
+            row("committed allocations/s", lambda r: f"{r['allocations_per_s']:.1f}"),
+            row("latency p50 (ms)", lambda r: f"{r['p50_ms']:.2f}"),
+            row("latency p99 (ms)", lambda r: f"{r['p99_ms']:.2f}"),
+            row("share of time in allocate()", lambda r: f"{r['db_share']:.0%}"),
+            row("no valid node", lambda r: str(r["no_valid_node"])),
+            f"{'index build (s)':<32}{res['ringfleet']['index_build_s']:>{width}.3f}",
+            f"{'index memory per node (bytes)':<32}{res['index_bytes_per_node']:>{width}.0f}",
+            f"{'races lost (stale index)':<32}{res['ringfleet']['lost_races']:>{width}}",
+            f"{'allocate() alone (/s)':<32}{res['db_floor_per_s']:>{width}.0f}"
+            "   the compare-and-swap without any decision: the ceiling",
+            f"speedup: {res['speedup_vs_nova_mem']:.0f}x vs nova-mem, "
+            f"{res['speedup_vs_nova_db']:.0f}x vs nova-db",
+        ]
+    lines += ["", "goals"]
+    for goal in report["goals"]:
+        value = goal["value"]
+        if value is None:
+            shown = "n/a"
+        elif goal["target"].endswith("x"):
+            shown = f"{value:.1f}x"
+        elif goal["target"].endswith("s") and "/s" not in goal["target"]:
+            shown = f"{value:.3f} s"
+        else:
+            shown = f"{value:,.0f}/s"
+        lines.append(f"  {goal['status']:<5} {goal['name']}: {shown} (target {goal['target']})")
+    return "\n".join(lines)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 100:
+        raise argparse.ArgumentTypeError("fleet sizes must be >= 100")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command-line options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.sched_bench",
+        description="ringfleet's scheduler against a Nova-style one, on SQLite.",
+    )
+    parser.add_argument(
+        "--sizes", type=_sizes, default=[10_000, 100_000], help="fleet sizes (10000,100000)"
+    )
+    parser.add_argument(
+        "--requests", type=_positive, default=2000, help="requests per size (default 2000)"
+    )
+    parser.add_argument(
+        "--baseline-seconds",
+        type=_seconds,
+        default=8.0,
+        help="time budget of each baseline run (default 8; at least 3 requests run)",
+    )
+    parser.add_argument(
+        "--synchronous",
+        choices=("normal", "full"),
+        default="normal",
+        help="SQLite synchronous mode in WAL (default normal; the engine's default is full)",
+    )
+    parser.add_argument("--seed", type=int, default=20261121, help="seed of fleet and requests")
+    parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = run(
+        args.sizes,
+        request_count=args.requests,
+        baseline_seconds=args.baseline_seconds,
+        synchronous=args.synchronous,
+        seed=args.seed,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
