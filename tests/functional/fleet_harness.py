@@ -1,0 +1,180 @@
+"""A whole fleet as processes: conductors and compute agents on real servers.
+
+Every process gets its own config file and log; the simulated driver of all
+agents appends to one shared action log, which the tests check for fencing
+violations after every fault.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from compute_agent.drivers.action_log import Action, check_fencing, read_log
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel
+from tests.functional.conductor_harness import client
+from tests.functional.harness import REPO, unique_group
+
+TTL = 3  # membership_timeout: etcd grants no less than ~2.3 s
+REHOME_GRACE = 8.0
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.1f} s: {what}")
+        time.sleep(step)
+
+
+class Proc:
+    """A ringfleet daemon (conductor or agent) as a child process."""
+
+    def __init__(self, module: str, config: Path, log: Path, name: str) -> None:
+        self.module, self.config, self.log_file, self.name = module, config, log, name
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, "--config-file", str(self.config)],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_file.read_text()
+        except OSError:
+            return ""
+
+    def wait_log(self, text: str, timeout: float = 60) -> None:
+        wait_for(lambda: text in self.log() or self._died(), timeout, f"{self.name}: {text!r}")
+        if text not in self.log():
+            raise AssertionError(f"{self.name} exited:\n{self.log()[-3000:]}")
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def terminate(self, timeout: float = 60) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Fleet:
+    """Config, processes and a client for one test's fleet."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        db_url: str,
+        transport_url: str,
+        etcd_url: str,
+        step_duration: float = 0.05,
+        failure_rate: float = 0.0,
+    ) -> None:
+        self.workdir = workdir
+        self.db_url = db_url
+        self.group = unique_group("fleet")
+        self.action_log = workdir / "actions.jsonl"
+        self.common = (
+            f"transport_url = {transport_url}\n"
+            "debug = true\n"
+            "[database]\n"
+            f"connection = {db_url}\n"
+            "[coordination]\n"
+            f"backend_url = {etcd_url}?membership_timeout={TTL}\n"
+            f"group = {self.group}\n"
+            "watch_interval = 0.2\n"
+            "[conductor]\n"
+            f"rehome_grace = {REHOME_GRACE}\n"
+            "accept_timeout = 5\n"
+            "[scheduler]\n"
+            "index_refresh_interval = 0.2\n"
+            "[compute_agent]\n"
+            "reconcile_interval = 1\n"
+            "report_interval = 2\n"
+            "graceful_timeout = 20\n"
+            "[simulated_driver]\n"
+            f"action_log = {self.action_log}\n"
+            f"step_duration = {step_duration}\n"
+            "clean_duration = 0.05\n"
+            f"failure_rate = {failure_rate}\n"
+        )
+        self.procs: dict[str, Proc] = {}
+        self.api, self._transport = client(transport_url)
+        self.db = Database(db_url)
+
+    def _spawn(self, module: str, name: str) -> Proc:
+        config = self.workdir / f"{name}.conf"
+        log = self.workdir / f"{name}.log"
+        config.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {log}\n{self.common}")
+        proc = Proc(module, config, log, name).start()
+        self.procs[name] = proc
+        return proc
+
+    def conductor(self, name: str = "cond-1") -> Proc:
+        proc = self._spawn("conductor.cmd.conductor", name)
+        proc.wait_log("serving topic")
+        return proc
+
+    def agent(self, name: str, wait: bool = True) -> Proc:
+        proc = self._spawn("compute_agent.cmd.agent", name)
+        if wait:
+            proc.wait_log("serving topic")
+        return proc
+
+    def owners(self) -> dict[str, tuple[str | None, int, str | None]]:
+        """node uuid -> (owner, epoch, instance) straight from the database."""
+        with self.db.transaction() as session:
+            rows = session.execute(
+                select(
+                    NodeModel.uuid, NodeModel.owner, NodeModel.owner_epoch, NodeModel.instance_uuid
+                )
+            ).all()
+        return {u: (o, e, i) for u, o, e, i in rows}
+
+    def owned_by(self) -> dict[str | None, set[str]]:
+        result: dict[str | None, set[str]] = {}
+        for node, (owner, _epoch, _inst) in self.owners().items():
+            result.setdefault(owner, set()).add(node)
+        return result
+
+    def actions(self) -> list[Action]:
+        return read_log(self.action_log) if self.action_log.exists() else []
+
+    def fencing_violations(self) -> list[str]:
+        if not self.action_log.exists():
+            return []
+        return check_fencing(read_log(self.action_log))
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.kill()
+        self._transport.cleanup()
+        self.db.dispose()

@@ -1,0 +1,188 @@
+"""Compute agents as processes: partition, join, crash, pause, restart, drain.
+
+Real etcd, RabbitMQ and PostgreSQL; one conductor; agents are separate
+processes running the simulated driver, whose shared action log must never
+show two agents acting on one node with overlapping ownership.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hashring.ring import Ring
+from tests.dbutil import migrated
+from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet, wait_for
+
+NODES = 60
+
+
+@pytest.fixture
+def fleet(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    pg_url: str,
+    transport_url: str,
+    etcd_url: str,
+) -> Iterator[Fleet]:
+    migrated(pg_url).dispose()
+    marker = request.node.get_closest_marker("step_duration")
+    f = Fleet(
+        tmp_path,
+        db_url=pg_url,
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+        step_duration=marker.args[0] if marker else 0.05,
+    )
+    try:
+        f.conductor()
+        f.api.import_nodes(
+            [{"name": f"node-{i:03d}", "resource_class": "baremetal"} for i in range(NODES)]
+        )
+        f.api.create_flavor({"name": "small", "resource_class": "baremetal"})
+        yield f
+        assert f.fencing_violations() == []
+    finally:
+        f.close()
+
+
+def _partitioned(fleet: Fleet, hosts: set[str]) -> dict[str | None, set[str]] | None:
+    """The ownership map once every node is owned by exactly the ring's choice."""
+    owned = fleet.owned_by()
+    if set(owned) - hosts or None in owned:
+        return None
+    ring = Ring(sorted(hosts))
+    owners = fleet.owners()
+    if any(ring.owner(n) != o and inst is None for n, (o, _e, inst) in owners.items()):
+        return None
+    return owned
+
+
+def _build(fleet: Fleet, count: int) -> list[str]:
+    reply = fleet.api.build_instances({"flavor": "small", "count": count})
+    uuids = [i["uuid"] for i in reply]
+    wait_for(
+        lambda: all(fleet.api.show_instance(u)["vm_state"] == "active" for u in uuids),
+        60,
+        f"{count} instances ACTIVE",
+    )
+    return uuids
+
+
+def test_agents_partition_join_and_crash(fleet: Fleet) -> None:
+    for name in ("agent-1", "agent-2", "agent-3"):
+        fleet.agent(name)
+    three = {"agent-1", "agent-2", "agent-3"}
+    owned = wait_for(lambda: _partitioned(fleet, three), 30, "3 agents partition the nodes")
+    assert sum(len(v) for v in owned.values()) == NODES  # disjoint, covering
+    instances = _build(fleet, 6)
+    pins = {n: o for n, (o, _e, i) in fleet.owners().items() if i is not None}
+    assert len(pins) == 6
+
+    # A 4th joins: only nodes moving to it move; pinned nodes stay.
+    before = fleet.owners()
+    fleet.agent("agent-4")
+    four = three | {"agent-4"}
+    wait_for(lambda: _partitioned(fleet, four), 30, "4 agents partition the nodes")
+    after = fleet.owners()
+    for node, (owner, epoch, inst) in after.items():
+        if owner != before[node][0]:
+            assert owner == "agent-4", f"{node} moved {before[node][0]} -> {owner}"
+            assert inst is None
+            assert epoch > before[node][1]
+    assert {n: after[n][0] for n in pins} == pins
+
+    # kill -9 of an agent: its unpinned nodes are owned by survivors within
+    # TTL + 2 s (+ slack for a loaded machine); pins wait for rehome_grace.
+    victim = next(o for o in pins.values())
+    victim_pins = {n for n, o in pins.items() if o == victim}
+    killed_at = time.monotonic()
+    fleet.procs[victim].kill()
+    survivors = four - {victim}
+    wait_for(
+        lambda: (
+            not (fleet.owned_by().get(victim, set()) - victim_pins) and None not in fleet.owned_by()
+        ),
+        TTL + 2 + 6,
+        "the dead agent's unpinned nodes taken over",
+    )
+    taken_after = time.monotonic() - killed_at
+    assert fleet.owned_by()[victim] == victim_pins  # pins still wait
+    wait_for(lambda: victim not in fleet.owned_by(), REHOME_GRACE + TTL + 10, "pins re-homed")
+    rehomed_after = time.monotonic() - killed_at
+    assert rehomed_after >= REHOME_GRACE - 1  # not before the grace
+    final = fleet.owners()
+    for node in victim_pins:
+        owner, epoch, inst = final[node]
+        assert owner in survivors
+        assert epoch > after[node][1]
+        assert fleet.api.show_instance(inst)["host"] == owner
+    assert set(instances) == {i for (_o, _e, i) in final.values() if i}
+    print(f"takeover {taken_after:.1f}s, rehome {rehomed_after:.1f}s")
+
+
+@pytest.mark.step_duration(1.5)
+def test_sigstop_mid_deploy_past_ttl_acts_on_nothing_stale(fleet: Fleet) -> None:
+    """Paused in the middle of a deployment until its nodes, pins included,
+    were taken over: on SIGCONT it must not take one more step on them."""
+    for name in ("agent-1", "agent-2", "agent-3"):
+        fleet.agent(name)
+    three = {"agent-1", "agent-2", "agent-3"}
+    wait_for(lambda: _partitioned(fleet, three), 30, "3 agents partition the nodes")
+    fleet.api.build_instances({"flavor": "small", "count": 3})
+    paused = fleet.procs["agent-2"]
+
+    def agent2_deploying() -> bool:
+        return any(a.agent == "agent-2" and a.action == "deploy_start" for a in fleet.actions())
+
+    wait_for(agent2_deploying, 30, "agent-2 deploying")
+    paused.signal(signal.SIGSTOP)
+    lost = {n for n in fleet.owned_by().get("agent-2", set())}
+    # Everything it had, the node being deployed included, is taken over.
+    wait_for(
+        lambda: "agent-2" not in fleet.owned_by(),
+        TTL + REHOME_GRACE + 15,
+        "agent-2's nodes (pins too) re-homed",
+    )
+    resumed_ns = time.time_ns()
+    paused.signal(signal.SIGCONT)
+    wait_for(lambda: _partitioned(fleet, three), 40, "agent-2 back in the partition")
+    time.sleep(2 * 1.5)  # more than a deploy step: a stale step would have run
+    stale = [
+        a
+        for a in fleet.actions()
+        if a.agent == "agent-2"
+        and a.node in lost
+        and a.ns > resumed_ns
+        and a.epoch < fleet.owners()[a.node][1]
+    ]
+    assert stale == []
+    assert "abandoned" in paused.log()  # its deploy stopped at the next step
+    assert "lost" in paused.log()
+
+
+def test_graceful_restart_keeps_pins_and_drain_hands_over(fleet: Fleet) -> None:
+    for name in ("agent-1", "agent-2"):
+        fleet.agent(name)
+    two = {"agent-1", "agent-2"}
+    wait_for(lambda: _partitioned(fleet, two), 30, "2 agents partition the nodes")
+    _build(fleet, 4)
+    pins = {n: (o, e) for n, (o, e, i) in fleet.owners().items() if i is not None}
+    agent1_pins = {n for n, (o, _e) in pins.items() if o == "agent-1"}
+    assert fleet.procs["agent-1"].terminate() == 0
+    # Restart within the grace: pins back, nothing else of the others moved.
+    fleet.agent("agent-1")
+    wait_for(lambda: _partitioned(fleet, two), 30, "agent-1 back")
+    now = fleet.owners()
+    assert {n for n, (o, _e, i) in now.items() if i and o == "agent-1"} == agent1_pins
+    for node in agent1_pins:
+        assert now[node][1] == pins[node][1]  # never moved: same epoch
+    # Drain agent-2: everything, pins included, goes to agent-1.
+    assert fleet.api.drain_agent("agent-2")["state"] == "draining"
+    wait_for(lambda: "agent-2" not in fleet.owned_by(), 30, "agent-2 drained")
+    assert set(fleet.owned_by()) == {"agent-1"}
+    assert fleet.procs["agent-2"].proc.wait(30) == 0  # type: ignore[union-attr]
