@@ -11,7 +11,6 @@ new owner.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import oslo_messaging as messaging
@@ -48,10 +47,17 @@ class AgentRouter:
         self._retry_later = retry_later
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
-        for _attempt in range(5):
+        """Hand the build to the node's owner; never holds a worker for long.
+
+        ``NotOwner`` is answered by re-reading the claim and routing again at
+        once (a few times); a timeout or an unreachable owner puts the build
+        back on the queue for later, so one slow agent cannot stall the
+        conductor's workers.
+        """
+        for _attempt in range(3):
             owner, epoch = claim.owner, claim.epoch
-            if owner is None:
-                break
+            if owner is None or not self._is_live(owner):
+                break  # wait for the takeover
             try:
                 answer = self._compute.build_instance(
                     owner,
@@ -79,9 +85,10 @@ class AgentRouter:
                     exc,
                 )
             except messaging.MessagingTimeout:
-                LOG.warning("Instance %s: accept from %s timed out", instance.uuid, owner)
-                if not self._is_live(owner):
-                    break  # wait for the takeover
+                LOG.warning(
+                    "Instance %s: accept from %s timed out; retrying later", instance.uuid, owner
+                )
+                break
             except Conflict as exc:
                 LOG.warning("Instance %s: %s refused: %s", instance.uuid, owner, exc)
                 break
@@ -90,8 +97,9 @@ class AgentRouter:
             if node.instance_uuid != instance.uuid:
                 LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
                 return
-            time.sleep(0.2)
-        LOG.info("Instance %s waits for node %s to have a live owner", instance.uuid, node.uuid)
+        LOG.info(
+            "Instance %s waits for node %s to have a reachable owner", instance.uuid, node.uuid
+        )
         if self._retry_later is not None:
             self._retry_later(instance.uuid, "route")
 

@@ -44,6 +44,8 @@ def fleet(
             backend_url=backend,
             group=group,
             log_file=log,
+            # The "agents" here are bare group members: no one accepts builds.
+            extra="[conductor]\naccept_timeout = 1\n",
         )
         conductors.append(ConductorProcess(config, log).start())
     agents = [MemberProcess(tmp_path, f"agent-{i}", backend, group=group).start() for i in (1, 2)]
