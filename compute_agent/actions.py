@@ -72,15 +72,19 @@ class NodeActions:
             running = self._in_flight.get(node.uuid)
             if running == ("deploy", instance_uuid):
                 return "in-progress"
-            if self._done_builds.get(instance_uuid) == node.uuid:
-                return "done"
-            if running is not None:
+            done = self._done_builds.get(instance_uuid) == node.uuid
+            if running is not None and not done:
                 raise Conflict(
                     field="node_uuid",
                     value=node.uuid,
                     reason=f"node is busy with {running[0]} of {running[1]}",
                 )
-            self._in_flight[node.uuid] = ("deploy", instance_uuid)
+            if not done:
+                self._in_flight[node.uuid] = ("deploy", instance_uuid)
+        if done:
+            # The conductor asks again: our result may have been lost.
+            self._start(self._report_done, instance_uuid, node, epoch)
+            return "done"
         self._start(self._deploy, instance_uuid, node, epoch)
         LOG.info(
             "Agent %s accepted instance %s on node %s (epoch %d)",
@@ -156,6 +160,9 @@ class NodeActions:
         self._report_build(
             instance_uuid, node.uuid, epoch, success=success, fault=fault, clean=clean
         )
+
+    def _report_done(self, instance_uuid: str, node: Node, epoch: int) -> None:
+        self._report_build(instance_uuid, node.uuid, epoch, success=True, fault=None, clean=True)
 
     def _clean_after_failure(self, ctx: ActionContext, node: Node) -> bool:
         try:

@@ -12,6 +12,7 @@ waits in ``building``/``spawning`` for its agent.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import queue
 import threading
@@ -20,6 +21,7 @@ from typing import Protocol
 
 from conductor.db import allocations, flavors, instances, nodes
 from conductor.db.engine import Database
+from conductor.db.models import utcnow
 from conductor.db.ownership import ownership_of
 from conductor.exception import (
     Conflict,
@@ -68,6 +70,7 @@ class BuildWorkers:
         self._router = router
         self._max_attempts = max_attempts
         self._queue: queue.Queue[tuple[str, str] | object] = queue.Queue()
+        self._swept: set[str] = set()
         self._threads = [
             threading.Thread(target=self._work, name=f"build-worker-{i}", daemon=True)
             for i in range(workers)
@@ -197,6 +200,41 @@ class BuildWorkers:
         claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
         self._router.route(instance, node, claim)
 
+    def sweep(self, build_timeout: float) -> int:
+        """Nothing stays BUILDING forever: act on builds without progress.
+
+        A stuck build without a node is queued again; one with a node is
+        routed again (the agent de-duplicates; a lost result is re-sent);
+        one still stuck a whole ``build_timeout`` later counts as a failed
+        attempt: the node is freed as ``error`` (its state is unknown) and
+        the build is rescheduled or goes to ERROR.  Returns how many builds
+        it acted on.
+        """
+        older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
+        stuck = instances.stuck_builds(self._db, older_than)
+        for instance in stuck:
+            if instance.node_uuid is None:
+                self.submit([instance.uuid])
+            elif instance.uuid not in self._swept:
+                self._swept.add(instance.uuid)
+                instances.touch(self._db, instance.uuid)
+                self._queue.put(("route", instance.uuid))
+            else:
+                self._swept.discard(instance.uuid)
+                LOG.warning(
+                    "Instance %s: no progress on node %s for %.0f s",
+                    instance.uuid,
+                    instance.node_uuid,
+                    build_timeout,
+                )
+                self._attempt_failed(
+                    instance.uuid,
+                    instance.node_uuid,
+                    f"build timed out after {build_timeout:.0f} s",
+                    clean=False,
+                )
+        return len(stuck)
+
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)
 
@@ -252,14 +290,18 @@ class BuildWorkers:
                 # Deleted while it was being built: tear it down now.
                 self.delete(instance_uuid)
             return True
-        attempts = instances.record_failed_attempt(
-            self._db, instance_uuid, fault or "unknown failure", node_uuid
-        )
+        self._attempt_failed(instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean)
+        return True
+
+    def _attempt_failed(
+        self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool
+    ) -> None:
+        attempts = instances.record_failed_attempt(self._db, instance_uuid, fault, node_uuid)
         allocations.free(
             self._db,
             node_uuid,
             instance_uuid,
-            provision_state=ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR,
+            provision_state=ProvisionState.AVAILABLE if clean else ProvisionState.ERROR,
         )
         self._scheduler.refresh()
         if attempts >= self._max_attempts():
@@ -286,7 +328,6 @@ class BuildWorkers:
                 task_state=TaskState.SCHEDULING,
             )
             self.submit([instance_uuid])
-        return True
 
     def report_destroyed(
         self,

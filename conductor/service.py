@@ -103,10 +103,23 @@ class ConductorService:
             )
         self._builds.start()
         self._server.start()
+        sweeper = threading.Thread(target=self._sweep_loop, name="build-sweeper", daemon=True)
+        sweeper.start()
         self._started.set()
         LOG.info("Conductor %s serving topic %s", conf.host, rpc.CONDUCTOR_TOPIC)
         systemd.notify("READY=1", f"STATUS=serving as {conf.host}")
         self._stopped.wait()
+
+    def _sweep_loop(self) -> None:
+        while True:
+            timeout = float(self.conf.conductor.build_timeout)
+            if self._stopped.wait(min(30.0, timeout / 4)):
+                return
+            try:
+                assert self._builds is not None
+                self._builds.sweep(timeout)
+            except Exception:  # the next sweep tries again
+                LOG.exception("Build sweep failed")
 
     def wait_started(self, timeout: float) -> bool:
         return self._started.wait(timeout)

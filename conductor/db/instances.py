@@ -31,6 +31,7 @@ __all__ = [
     "set_state",
     "stuck_builds",
     "to_instance",
+    "touch",
 ]
 
 
@@ -222,3 +223,14 @@ def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) 
     )
     with db.transaction() as session:
         return [to_instance(r) for r in session.scalars(query)]
+
+
+def touch(db: Database, instance_uuid: str) -> None:
+    """Mark progress on an instance (the sweeper's retry counts as one)."""
+    with db.transaction() as session:
+        session.execute(
+            update(InstanceModel)
+            .where(InstanceModel.uuid == instance_uuid)
+            .values(updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
