@@ -341,7 +341,14 @@ class BuildWorkers:
     ) -> bool:
         """An agent tore a node down (or failed to); fenced like build results."""
         own = ownership_of(self._db, [node_uuid]).get(node_uuid)
-        if own is None or own.owner != host or own.epoch != epoch:
+        node = nodes.get_node(self._db, node_uuid) if own else None
+        if (
+            own is None
+            or node is None
+            or own.owner != host
+            or own.epoch != epoch
+            or node.instance_uuid != instance_uuid
+        ):
             LOG.warning(
                 "Instance %s: stale destroy report from %s for node %s",
                 instance_uuid,

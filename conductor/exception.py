@@ -48,8 +48,16 @@ class RingfleetError(Exception):
         """Keyword arguments that rebuild this exception."""
         return dict(self._rpc_kwargs)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle (multiprocessing, futures) the way RPC rebuilds: from kwargs.
+        return (_rebuild, (type(self), self.kwargs))
+
     def __str__(self) -> str:
         return self._message
+
+
+def _rebuild(cls: type[RingfleetError], kwargs: dict[str, Any]) -> RingfleetError:
+    return cls(**kwargs)
 
 
 class ConfigurationError(RingfleetError):

@@ -393,9 +393,23 @@ def _check_name(value: object, field: str, errors: _Errors) -> str | None:
         errors.add(field, f"must be 1 to {MAX_NAME_LENGTH} characters long", value)
     elif not _NAME_RE.fullmatch(value):
         errors.add(field, f"must match {_NAME_PATTERN}", value)
+    elif _looks_like_uuid(value):
+        # Nodes are looked up by name or uuid: a uuid-shaped name would make
+        # one node answer to another's uuid.
+        errors.add(field, "must not be a UUID (names and uuids share lookups)", value)
     else:
         return value
     return None
+
+
+def _looks_like_uuid(value: str) -> bool:
+    if len(value) not in (32, 36):
+        return False
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_uuid(value: object, field: str, errors: _Errors) -> str | None:

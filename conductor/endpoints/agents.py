@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from functools import partial
 from typing import Any
 
 import oslo_messaging as messaging
@@ -98,10 +99,17 @@ class AgentsEndpoint:
                     FieldError.about(path, "must have exactly node_uuid, epoch, new_owner", item)
                 )
                 continue
+            node_field, epoch_field, owner_field = (
+                item["node_uuid"],
+                item["epoch"],
+                item["new_owner"],
+            )
             try:
-                [uuid] = payload.check_uuid_list([item["node_uuid"]], f"{path}.node_uuid")
-                [epoch] = payload.check_epoch_map({uuid: item["epoch"]}, f"{path}.epoch").values()
-                new_owner = payload.check_host(item["new_owner"], f"{path}.new_owner")
+                uuid, epoch, new_owner = payload.collect(
+                    partial(payload.check_uuid, node_field, f"{path}.node_uuid"),
+                    partial(payload.check_epoch, epoch_field, f"{path}.epoch"),
+                    partial(payload.check_host, owner_field, f"{path}.new_owner"),
+                )
             except InvalidInput as exc:
                 errors.extend(exc.errors)
                 continue
@@ -142,6 +150,8 @@ class AgentsEndpoint:
         if since is not None:
             try:
                 changed_after = datetime.datetime.fromisoformat(str(since))
+                if changed_after.tzinfo is not None:  # stored times are naive UTC
+                    changed_after = changed_after.astimezone(datetime.UTC).replace(tzinfo=None)
             except ValueError:
                 raise InvalidInput(
                     [FieldError.about("since", "must be an ISO 8601 time", since)]
@@ -154,7 +164,7 @@ class AgentsEndpoint:
         if changed_after is not None:
             query = query.where(NodeModel.updated_at >= changed_after)
         if marker is not None:
-            query = query.where(NodeModel.uuid > payload.check_ident(marker, "marker"))
+            query = query.where(NodeModel.uuid > payload.check_uuid(marker, "marker"))
         with self._db.transaction() as session:
             rows = session.execute(query).all()
         return {
@@ -175,15 +185,19 @@ class AgentsEndpoint:
         node_clean: Any = True,
     ) -> dict[str, Any]:
         """The outcome of a build an agent ran; fenced by the node's epoch."""
-        agent = payload.check_host(host)
-        [instance, node] = payload.check_uuid_list([instance_uuid, node_uuid], "uuids")
-        [held] = payload.check_epoch_map({node: epoch}, "epoch").values()
-        ok = payload.check_bool(success, "success")
-        clean = payload.check_bool(node_clean, "node_clean")
+        agent, instance, node, held, ok, clean, text = payload.collect(
+            lambda: payload.check_host(host),
+            lambda: payload.check_uuid(instance_uuid, "instance_uuid"),
+            lambda: payload.check_uuid(node_uuid, "node_uuid"),
+            lambda: payload.check_epoch(epoch, "epoch"),
+            lambda: payload.check_bool(success, "success"),
+            lambda: payload.check_bool(node_clean, "node_clean"),
+            lambda: _check_fault(fault),
+        )
         if self._results is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
         accepted = self._results.report_result(
-            agent, instance, node, held, success=ok, fault=_check_fault(fault), node_clean=clean
+            agent, instance, node, held, success=ok, fault=text, node_clean=clean
         )
         return {"accepted": accepted}
 
@@ -199,14 +213,18 @@ class AgentsEndpoint:
         fault: Any = None,
     ) -> dict[str, Any]:
         """The outcome of a teardown an agent ran; fenced by the node's epoch."""
-        agent = payload.check_host(host)
-        [instance, node] = payload.check_uuid_list([instance_uuid, node_uuid], "uuids")
-        [held] = payload.check_epoch_map({node: epoch}, "epoch").values()
-        ok = payload.check_bool(success, "success")
+        agent, instance, node, held, ok, text = payload.collect(
+            lambda: payload.check_host(host),
+            lambda: payload.check_uuid(instance_uuid, "instance_uuid"),
+            lambda: payload.check_uuid(node_uuid, "node_uuid"),
+            lambda: payload.check_epoch(epoch, "epoch"),
+            lambda: payload.check_bool(success, "success"),
+            lambda: _check_fault(fault),
+        )
         if self._results is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
         accepted = self._results.report_destroyed(
-            agent, instance, node, held, success=ok, fault=_check_fault(fault)
+            agent, instance, node, held, success=ok, fault=text
         )
         return {"accepted": accepted}
 

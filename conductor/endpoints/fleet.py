@@ -34,7 +34,11 @@ class FleetEndpoint:
             raise InvalidInput([FieldError.about("host", "is not a live agent", agent)])
         if self._compute is None:
             raise ServiceUnavailable(reason="this conductor cannot reach agents")
-        return {"host": agent, "state": self._compute.drain(agent)}
+        try:
+            state = self._compute.drain(agent)
+        except messaging.MessagingTimeout:
+            raise ServiceUnavailable(reason=f"agent {agent} did not answer the drain") from None
+        return {"host": agent, "state": state}
 
     def fleet_status(self, ctxt: dict[str, Any]) -> dict[str, Any]:
         """Members as this conductor sees them, with owned and pinned counts.

@@ -61,7 +61,7 @@ class InventoryEndpoint:
         checked = self._node_filters(filters)
         limit = payload.check_limit(limit)
         if marker is not None:
-            marker = payload.check_ident(marker, "marker")
+            marker = payload.check_uuid(marker, "marker")
         return [
             n.to_dict() for n in node_db.list_nodes(self._db, limit=limit, marker=marker, **checked)
         ]

@@ -8,7 +8,7 @@ and lookups send, checked with the same error type.
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from conductor.exception import FieldError, InvalidInput
@@ -18,12 +18,15 @@ from conductor.validation import validate_name, validate_uuid
 __all__ = [
     "MAX_BATCH",
     "check_bool",
+    "check_epoch",
     "check_epoch_map",
     "check_host",
     "check_ident",
     "check_limit",
     "check_node_states",
+    "check_uuid",
     "check_uuid_list",
+    "collect",
 ]
 
 #: Nodes in one agent call: an agent claims hundreds at once, not millions.
@@ -73,6 +76,33 @@ def check_uuid_list(value: object, field: str) -> list[str]:
     if errors:
         raise InvalidInput(errors)
     return result
+
+
+def check_epoch(value: object, field: str) -> int:
+    errors: list[FieldError] = []
+    epoch = _check_epoch(value, field, errors)
+    if epoch is None:
+        raise InvalidInput(errors)
+    return epoch
+
+
+def check_uuid(value: object, field: str) -> str:
+    return validate_uuid(value, field)
+
+
+def collect(*checks: Callable[[], Any]) -> list[Any]:
+    """Run several field checks, raising one InvalidInput naming every bad field."""
+    results: list[Any] = []
+    errors: list[FieldError] = []
+    for check in checks:
+        try:
+            results.append(check())
+        except InvalidInput as exc:
+            errors.extend(exc.errors)
+            results.append(None)
+    if errors:
+        raise InvalidInput(errors)
+    return results
 
 
 def _check_epoch(value: object, field: str, errors: list[FieldError]) -> int | None:

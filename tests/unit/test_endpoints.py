@@ -1,0 +1,1336 @@
+"""The conductor's RPC endpoints, called in-process (no RPC) on SQLite.
+
+The fleet view is a real :class:`conductor.fleet_view.FleetView` fed real
+membership views; only the membership's connection state is a stub.  The
+build queue is a recording stub, except in the tests that run the real build
+workers and scheduler.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor.builds import BuildWorkers
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, NodeModel
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.instances import InstancesEndpoint
+from conductor.endpoints.inventory import InventoryEndpoint
+from conductor.exception import (
+    Conflict,
+    DuplicateFlavor,
+    DuplicateInstance,
+    DuplicateNode,
+    FlavorNotFound,
+    InstanceNotFound,
+    InvalidInput,
+    NodeNotFound,
+    ServiceUnavailable,
+)
+from conductor.fleet_view import FleetView
+from conductor.objects import Instance, Node, Ownership
+from conductor.scheduler.scheduler import Scheduler
+from hashring.membership import Member, MembershipView, State
+from tests.dbutil import add_nodes, migrated, pin
+
+CTXT: dict[str, Any] = {"request_id": "req-test"}
+
+
+# -- fixtures and stubs ---------------------------------------------------------------
+
+
+class StubMembership:
+    """The one thing FleetView asks its membership: the connection state."""
+
+    def __init__(self, state: State = State.CONNECTED) -> None:
+        self.state = state
+
+
+@dataclass
+class RecordingQueue:
+    """A build queue that only records what it was given."""
+
+    submitted: list[list[str]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def submit(self, instance_uuids: list[str]) -> None:
+        self.submitted.append(list(instance_uuids))
+
+    def delete(self, instance_uuid: str) -> None:
+        self.deleted.append(instance_uuid)
+
+
+@dataclass
+class StubCompute:
+    """The one call the fleet endpoint makes to agents: drain."""
+
+    drained: list[str] = field(default_factory=list)
+
+    def drain(self, host: str) -> str:
+        self.drained.append(host)
+        return "draining"
+
+
+@dataclass
+class RecordingRouter:
+    """A router whose agents accept everything and report later (by hand)."""
+
+    routed: list[tuple[str, str, str | None, int]] = field(default_factory=list)
+    destroyed: list[str] = field(default_factory=list)
+
+    def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
+        self.routed.append((instance.uuid, node.uuid, claim.owner, claim.epoch))
+
+    def destroy(self, instance: Instance) -> bool:
+        self.destroyed.append(instance.uuid)
+        return True
+
+
+def view_of(*hosts: str, excluded: dict[str, str] | None = None) -> MembershipView:
+    return MembershipView(
+        members={h: Member(member_id=h, ring_version=1, weight=1.0) for h in hosts},
+        excluded=excluded or {},
+        ring_version=1,
+    )
+
+
+@dataclass
+class Env:
+    db: Database
+    fleet: FleetView
+    membership: StubMembership
+    queue: RecordingQueue
+    inventory: InventoryEndpoint
+    instances: InstancesEndpoint
+    fleet_ep: FleetEndpoint
+    agents: AgentsEndpoint
+    grace: list[float]
+    compute: StubCompute
+
+    def live(self, *hosts: str) -> None:
+        self.fleet.on_change(view_of(*hosts))
+
+    def node(self, ident: str) -> dict[str, Any]:
+        return self.inventory.show_node(CTXT, node=ident)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    fleet = FleetView(db)
+    membership = StubMembership()
+    fleet.attach(membership)  # type: ignore[arg-type]
+    queue = RecordingQueue()
+    grace = [3600.0]
+    compute = StubCompute()
+    yield Env(
+        db=db,
+        fleet=fleet,
+        membership=membership,
+        queue=queue,
+        inventory=InventoryEndpoint(db, fleet),
+        instances=InstancesEndpoint(db, queue),
+        fleet_ep=FleetEndpoint(db, fleet, "cond-1", compute),
+        agents=AgentsEndpoint(db, fleet, lambda: grace[0]),
+        grace=grace,
+        compute=compute,
+    )
+    db.dispose()
+
+
+def _fields(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
+    return exc.value.fields
+
+
+def _node_spec(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "resource_class": "baremetal", **extra}
+
+
+def _flavor(env: Env, name: str = "small", **extra: Any) -> dict[str, Any]:
+    return env.inventory.create_flavor(
+        CTXT, flavor={"name": name, "resource_class": "baremetal", **extra}
+    )
+
+
+def _claim(env: Env, host: str, uuids: list[str]) -> dict[str, int]:
+    out = env.agents.claim_nodes(CTXT, host=host, node_uuids=uuids)
+    return {g["node_uuid"]: g["epoch"] for g in out["granted"]}
+
+
+# -- nodes: create, import, show ----------------------------------------------------
+
+
+def test_create_node_and_show_by_name_and_uuid(env: Env) -> None:
+    created = env.inventory.create_node(
+        CTXT,
+        node=_node_spec(
+            "rack1-n1",
+            traits=["CUSTOM_GPU"],
+            properties={"capabilities": "boot_mode:uefi, cpu_arch:x86_64", "cpus": 64},
+            group="rack1",
+        ),
+    )
+    assert created["name"] == "rack1-n1"
+    assert created["traits"] == ["CUSTOM_GPU"]
+    assert created["capabilities"] == {"boot_mode": "uefi", "cpu_arch": "x86_64"}
+    assert created["properties"]["capabilities"] == "boot_mode:uefi,cpu_arch:x86_64"
+    assert created["group"] == "rack1"
+    assert created["provision_state"] == "available"
+    assert created["owner"] is None and created["owner_epoch"] == 0
+    assert env.node("rack1-n1") == created
+    assert env.node(created["uuid"]) == created
+    assert env.node(created["uuid"].upper()) == created  # uuids are normalized
+
+
+def test_create_node_refuses_bad_and_duplicate_input(env: Env) -> None:
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.create_node(CTXT, node={"name": "n1", "resource_class": "", "colour": 1})
+    assert set(_fields(err)) == {"node.resource_class", "node.colour"}
+    env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    assert dup.value.field == "name"
+    assert len(env.inventory.list_nodes(CTXT)) == 1
+
+
+def test_show_node_errors(env: Env) -> None:
+    with pytest.raises(NodeNotFound):
+        env.inventory.show_node(CTXT, node="nope")
+    with pytest.raises(NodeNotFound):
+        env.inventory.show_node(CTXT, node=str(uuidlib.uuid4()))
+    for bad in (None, 5, "", "-starts-with-dash", ["n1"], "has space"):
+        with pytest.raises(InvalidInput) as err:
+            env.inventory.show_node(CTXT, node=bad)
+        assert _fields(err) == ["node"]
+
+
+def test_import_nodes_all_or_nothing(env: Env) -> None:
+    out = env.inventory.import_nodes(CTXT, nodes=[_node_spec(f"n{i}") for i in range(5)])
+    assert out["created"] == 5 and len(out["uuids"]) == 5
+    assert {n["uuid"] for n in env.inventory.list_nodes(CTXT)} == set(out["uuids"])
+
+    # One bad entry: every problem named, nothing imported.
+    batch = [_node_spec("m0"), {"name": "m1", "resource_class": 7}, _node_spec("m0")]
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.import_nodes(CTXT, nodes=batch)
+    assert _fields(err) == ["nodes[1].resource_class", "nodes[2].name"]
+    # A clash with a stored node: nothing imported either.
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.import_nodes(CTXT, nodes=[_node_spec("fresh"), _node_spec("n3")])
+    assert (dup.value.field, dup.value.index, dup.value.value) == ("name", 1, "n3")
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.import_nodes(CTXT, nodes={"name": "x"})
+    assert _fields(err) == ["nodes"]
+    assert len(env.inventory.list_nodes(CTXT)) == 5
+
+
+def test_import_empty_list(env: Env) -> None:
+    assert env.inventory.import_nodes(CTXT, nodes=[]) == {"created": 0, "uuids": []}
+
+
+# -- nodes: list ---------------------------------------------------------------------
+
+
+def test_list_nodes_filters(env: Env) -> None:
+    env.live("agent-1")
+    env.inventory.import_nodes(
+        CTXT,
+        nodes=[
+            _node_spec("a0", group="g1"),
+            _node_spec("a1", group="g1", maintenance=True, maintenance_reason="disk"),
+            _node_spec("a2", provision_state="manageable"),
+            {"name": "b0", "resource_class": "gold"},
+        ],
+    )
+    a0 = env.node("a0")["uuid"]
+    _claim(env, "agent-1", [a0])
+    pin(env.db, [a0], "agent-1")
+
+    def names(**filters: Any) -> list[str]:
+        return sorted(n["name"] for n in env.inventory.list_nodes(CTXT, filters=filters))
+
+    assert names() == ["a0", "a1", "a2", "b0"]
+    assert names(resource_class="gold") == ["b0"]
+    assert names(group="g1") == ["a0", "a1"]
+    assert names(group="") == ["a2", "b0"]
+    assert names(owner="agent-1") == ["a0"]
+    assert names(provision_state="manageable") == ["a2"]
+    assert names(maintenance=True) == ["a1"]
+    assert names(maintenance=False) == ["a0", "a2", "b0"]
+    assert names(pinned=True) == ["a0"]
+    assert names(pinned=False, resource_class="baremetal") == ["a1", "a2"]
+    assert env.inventory.list_nodes(CTXT, filters=None) == env.inventory.list_nodes(CTXT)
+
+
+def test_list_nodes_pages_by_uuid(env: Env) -> None:
+    env.inventory.import_nodes(CTXT, nodes=[_node_spec(f"n{i:02}") for i in range(12)])
+    every = env.inventory.list_nodes(CTXT)
+    assert [n["uuid"] for n in every] == sorted(n["uuid"] for n in every)
+    pages: list[dict[str, Any]] = []
+    marker = None
+    while True:
+        page = env.inventory.list_nodes(CTXT, limit=5, marker=marker)
+        pages.extend(page)
+        if len(page) < 5:
+            break
+        marker = page[-1]["uuid"]
+    assert pages == every
+    assert len(env.inventory.list_nodes(CTXT, limit=3)) == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"filters": {"colour": "red"}}, ["filters.colour"]),
+        ({"filters": {"maintenance": "yes"}}, ["filters.maintenance"]),
+        ({"filters": {"pinned": 1}}, ["filters.pinned"]),
+        ({"filters": {"owner": 5}}, ["filters.owner"]),
+        ({"filters": {"resource_class": None}}, ["filters.resource_class"]),
+        (
+            {"filters": {"group": ["g"], "provision_state": {}, "x": 1}},
+            ["filters.x", "filters.group", "filters.provision_state"],
+        ),
+        ({"filters": ["resource_class"]}, ["filters"]),
+        ({"filters": "resource_class=gold"}, ["filters"]),
+        ({"limit": 0}, ["limit"]),
+        ({"limit": 10_001}, ["limit"]),
+        ({"limit": True}, ["limit"]),
+        ({"limit": "10"}, ["limit"]),
+        ({"marker": 12}, ["marker"]),
+        ({"marker": ""}, ["marker"]),
+    ],
+)
+def test_list_nodes_bad_arguments_name_the_field(
+    env: Env, kwargs: dict[str, Any], fields: list[str]
+) -> None:
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.list_nodes(CTXT, **kwargs)
+    assert _fields(err) == fields
+
+
+# -- nodes: maintenance, owner, move ----------------------------------------------------
+
+
+def test_set_node_maintenance(env: Env) -> None:
+    node = env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    on = env.inventory.set_node_maintenance(CTXT, node="n1", maintenance=True, reason="fans")
+    assert (on["maintenance"], on["maintenance_reason"]) == (True, "fans")
+    assert on["uuid"] == node["uuid"]
+    off = env.inventory.set_node_maintenance(CTXT, node=node["uuid"], maintenance=False)
+    assert (off["maintenance"], off["maintenance_reason"]) == (False, None)
+    # A reason only goes with entering maintenance.
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.set_node_maintenance(CTXT, node="n1", maintenance=False, reason="x")
+    assert _fields(err) == ["reason"]
+    assert env.node("n1") == off
+    with pytest.raises(NodeNotFound):
+        env.inventory.set_node_maintenance(CTXT, node="n2", maintenance=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"node": "n1", "maintenance": "true"}, ["maintenance"]),
+        ({"node": "n1", "maintenance": None}, ["maintenance"]),
+        ({"node": "n1", "maintenance": True, "reason": 5}, ["reason"]),
+        ({"node": "n1", "maintenance": True, "reason": "x" * 256}, ["reason"]),
+        ({"node": 1, "maintenance": True}, ["node"]),
+    ],
+)
+def test_set_node_maintenance_bad_input_changes_nothing(
+    env: Env, kwargs: dict[str, Any], fields: list[str]
+) -> None:
+    before = env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.set_node_maintenance(CTXT, **kwargs)
+    assert _fields(err) == fields
+    assert env.node("n1") == before
+
+
+def test_node_owner_and_ring_owner(env: Env) -> None:
+    node = env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    # No membership view yet: no ring owner, but the stored facts are shown.
+    assert env.inventory.node_owner(CTXT, node="n1") == {
+        "node_uuid": node["uuid"],
+        "owner": None,
+        "epoch": 0,
+        "pinned": False,
+        "ring_owner": None,
+    }
+    env.live("agent-1", "agent-2", "agent-3")
+    epochs = _claim(env, "agent-2", [node["uuid"]])
+    pin(env.db, [node["uuid"]], "agent-2")
+    owner = env.inventory.node_owner(CTXT, node=node["uuid"])
+    assert owner["owner"] == "agent-2"
+    assert owner["epoch"] == epochs[node["uuid"]] == 1
+    assert owner["pinned"] is True
+    assert owner["ring_owner"] == env.fleet.ring().owner(node["uuid"])
+    assert owner["ring_owner"] in {"agent-1", "agent-2", "agent-3"}
+    with pytest.raises(NodeNotFound):
+        env.inventory.node_owner(CTXT, node="n2")
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.node_owner(CTXT, node=None)
+    assert _fields(err) == ["node"]
+
+
+def test_move_node_from_dead_owner_to_live_agent(env: Env) -> None:
+    env.live("agent-1", "agent-2", "agent-old")
+    free, unpinned, pinned = add_nodes(env.db, 3)
+    _claim(env, "agent-old", [unpinned, pinned])
+    [instance] = pin(env.db, [pinned], "agent-old")
+    env.live("agent-1", "agent-2")  # agent-old is gone
+
+    moved = env.inventory.move_node(CTXT, node=unpinned, host="agent-1")
+    assert (moved["owner"], moved["owner_epoch"]) == ("agent-1", 2)
+    # A pinned node moves too (explicitly), and its instance goes with it.
+    moved = env.inventory.move_node(CTXT, node=pinned, host="agent-2")
+    assert (moved["owner"], moved["owner_epoch"]) == ("agent-2", 2)
+    assert moved["instance_uuid"] == instance
+    assert env.instances.show_instance(CTXT, instance=instance)["host"] == "agent-2"
+    # A free node is simply claimed for the target.
+    moved = env.inventory.move_node(CTXT, node=free, host="agent-2")
+    assert (moved["owner"], moved["owner_epoch"]) == ("agent-2", 1)
+    # Moving a node to its current owner changes nothing.
+    again = env.inventory.move_node(CTXT, node=free, host="agent-2")
+    assert again == moved
+
+
+def test_move_node_never_robs_a_live_owner(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    [node] = add_nodes(env.db, 1)
+    _claim(env, "agent-1", [node])
+    before = env.node(node)
+    with pytest.raises(Conflict) as err:
+        env.inventory.move_node(CTXT, node=node, host="agent-2")
+    assert err.value.field == "owner" and err.value.value == "agent-1"
+    assert env.node(node) == before
+
+
+def test_move_node_to_a_host_that_is_not_live(env: Env) -> None:
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1, owner="agent-gone")
+    before = env.node(node)
+    for bad in ("agent-9", "", None, 7):
+        with pytest.raises(InvalidInput) as err:
+            env.inventory.move_node(CTXT, node=node, host=bad)
+        assert _fields(err) == ["host"]
+    assert env.node(node) == before
+    with pytest.raises(NodeNotFound):
+        env.inventory.move_node(CTXT, node="missing", host="agent-1")
+
+
+def test_move_node_needs_a_trustworthy_membership(env: Env) -> None:
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1, owner="agent-gone")
+    env.membership.state = State.SUSPENDED
+    with pytest.raises(ServiceUnavailable):
+        env.inventory.move_node(CTXT, node=node, host="agent-1")
+    assert env.node(node)["owner"] == "agent-gone"
+
+
+# -- flavors ---------------------------------------------------------------------------
+
+
+def test_flavor_crud(env: Env) -> None:
+    created = _flavor(
+        env,
+        "gold",
+        required_traits=["CUSTOM_GPU"],
+        extra_specs={"capabilities:boot_mode": "s== uefi", "trait:CUSTOM_SLOW": "forbidden"},
+    )
+    assert created["name"] == "gold"
+    assert created["required_traits"] == ["CUSTOM_GPU"]
+    assert created["forbidden_traits"] == ["CUSTOM_SLOW"]
+    assert created["extra_specs"] == {"capabilities:boot_mode": "s== uefi"}
+    _flavor(env, "alpha")
+    assert [f["name"] for f in env.inventory.list_flavors(CTXT)] == ["alpha", "gold"]
+    assert env.inventory.show_flavor(CTXT, flavor="gold") == created
+    with pytest.raises(DuplicateFlavor):
+        _flavor(env, "gold")
+    env.inventory.delete_flavor(CTXT, flavor="gold")
+    with pytest.raises(FlavorNotFound):
+        env.inventory.show_flavor(CTXT, flavor="gold")
+    with pytest.raises(FlavorNotFound):
+        env.inventory.delete_flavor(CTXT, flavor="gold")
+    assert [f["name"] for f in env.inventory.list_flavors(CTXT)] == ["alpha"]
+
+
+def test_flavor_bad_input_names_the_field(env: Env) -> None:
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.create_flavor(
+            CTXT,
+            flavor={
+                "name": "f",
+                "resource_class": "baremetal",
+                "required_traits": ["lower"],
+                "extra_specs": {"capabilities:cpus": ">= many"},
+            },
+        )
+    assert _fields(err) == ["required_traits[0]", "extra_specs.capabilities:cpus"]
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.create_flavor(CTXT, flavor=None)
+    assert _fields(err) == [""]
+    for method in (env.inventory.show_flavor, env.inventory.delete_flavor):
+        with pytest.raises(InvalidInput) as err:
+            method(CTXT, flavor=["f"])
+        assert _fields(err) == ["flavor"]
+    assert env.inventory.list_flavors(CTXT) == []
+
+
+def test_flavor_in_use_cannot_be_deleted(env: Env) -> None:
+    _flavor(env)
+    [instance] = env.instances.build_instances(CTXT, request={"flavor": "small"})
+    with pytest.raises(Conflict) as err:
+        env.inventory.delete_flavor(CTXT, flavor="small")
+    assert instance["uuid"] in str(err.value)
+    assert env.inventory.show_flavor(CTXT, flavor="small")["name"] == "small"
+
+
+# -- instances (with the recording queue) ------------------------------------------------
+
+
+def test_build_instances_stores_then_submits(env: Env) -> None:
+    _flavor(env)
+    built = env.instances.build_instances(
+        CTXT, request={"flavor": "small", "count": 3, "name": "web", "group": "rack1"}
+    )
+    assert [i["name"] for i in built] == ["web-1", "web-2", "web-3"]
+    assert {i["vm_state"] for i in built} == {"building"}
+    assert {i["task_state"] for i in built} == {"scheduling"}
+    assert {i["group_hint"] for i in built} == {"rack1"}
+    assert env.queue.submitted == [[i["uuid"] for i in built]]
+    for instance in built:
+        assert env.instances.show_instance(CTXT, instance=instance["uuid"]) == instance
+
+
+def test_build_instances_is_idempotent_with_instance_uuids(env: Env) -> None:
+    _flavor(env)
+    _flavor(env, "large")
+    ids = [str(uuidlib.uuid4()) for _ in range(2)]
+    request = {"flavor": "small", "count": 2, "instance_uuids": ids}
+    first = env.instances.build_instances(CTXT, request=request)
+    assert [i["uuid"] for i in first] == ids
+    again = env.instances.build_instances(
+        CTXT, request={**request, "instance_uuids": [u.upper() for u in ids]}
+    )
+    assert again == first
+    assert env.queue.submitted == [ids]  # the retry was not submitted again
+    # The same ids for another request are refused.
+    with pytest.raises(DuplicateInstance) as err:
+        env.instances.build_instances(CTXT, request={**request, "flavor": "large"})
+    assert err.value.field == "instance_uuids"
+    assert len(env.instances.list_instances(CTXT)) == 2
+    assert env.queue.submitted == [ids]
+
+
+def test_build_with_unknown_flavor_stores_nothing(env: Env) -> None:
+    ids = [str(uuidlib.uuid4())]
+    with pytest.raises(FlavorNotFound):
+        env.instances.build_instances(CTXT, request={"flavor": "nope", "instance_uuids": ids})
+    assert env.instances.list_instances(CTXT) == []
+    assert env.queue.submitted == []
+    with pytest.raises(InstanceNotFound):
+        env.instances.show_instance(CTXT, instance=ids[0])
+
+
+@pytest.mark.parametrize(
+    ("request_", "fields"),
+    [
+        ({"flavor": "small", "count": 0}, ["count"]),
+        ({"flavor": "small", "count": 1001}, ["count"]),
+        ({"count": 1}, ["flavor"]),
+        ({"flavor": "small", "name": " padded"}, ["name"]),
+        ({"flavor": "small", "group": "no spaces"}, ["group"]),
+        (
+            {"flavor": "small", "count": 2, "instance_uuids": [str(uuidlib.uuid4())]},
+            ["instance_uuids"],
+        ),
+        ({"flavor": "small", "colour": "red"}, ["colour"]),
+        ("small", [""]),
+    ],
+)
+def test_build_bad_request_names_the_field(env: Env, request_: Any, fields: list[str]) -> None:
+    _flavor(env)
+    with pytest.raises(InvalidInput) as err:
+        env.instances.build_instances(CTXT, request=request_)
+    assert _fields(err) == fields
+    assert env.instances.list_instances(CTXT) == []
+    assert env.queue.submitted == []
+
+
+def test_list_instances_filters_and_pages(env: Env) -> None:
+    env.live("agent-1")
+    _flavor(env)
+    built = env.instances.build_instances(CTXT, request={"flavor": "small", "count": 7})
+    [node] = add_nodes(env.db, 1, owner="agent-1")
+    placed = built[0]["uuid"]
+    with env.db.transaction() as session:
+        row = session.query(InstanceModel).filter_by(uuid=placed).one()
+        row.host, row.node_uuid = "agent-1", node
+    env.instances.delete_instance(CTXT, instance=built[1]["uuid"])
+
+    every = env.instances.list_instances(CTXT)
+    assert [i["uuid"] for i in every] == sorted(i["uuid"] for i in built)
+    assert [i["uuid"] for i in env.instances.list_instances(CTXT, host="agent-1")] == [placed]
+    deleting = env.instances.list_instances(CTXT, vm_state="deleting")
+    assert [i["uuid"] for i in deleting] == [built[1]["uuid"]]
+    assert len(env.instances.list_instances(CTXT, vm_state="building")) == 6
+    assert env.instances.list_instances(CTXT, vm_state="active") == []
+    paged: list[dict[str, Any]] = []
+    marker = None
+    while page := env.instances.list_instances(CTXT, limit=3, marker=marker):
+        paged.extend(page)
+        marker = page[-1]["uuid"]
+    assert paged == every
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"vm_state": "running"}, ["vm_state"]),
+        ({"vm_state": ["active"]}, ["vm_state"]),
+        ({"host": ""}, ["host"]),
+        ({"host": 3}, ["host"]),
+        ({"limit": -1}, ["limit"]),
+        ({"marker": "not-a-uuid"}, ["marker"]),
+    ],
+)
+def test_list_instances_bad_arguments(env: Env, kwargs: dict[str, Any], fields: list[str]) -> None:
+    with pytest.raises(InvalidInput) as err:
+        env.instances.list_instances(CTXT, **kwargs)
+    assert _fields(err) == fields
+
+
+def test_show_and_delete_instance_errors(env: Env) -> None:
+    for method in (env.instances.show_instance, env.instances.delete_instance):
+        with pytest.raises(InstanceNotFound):
+            method(CTXT, instance=str(uuidlib.uuid4()))
+        with pytest.raises(InvalidInput) as err:
+            method(CTXT, instance="vm-1")
+        assert _fields(err) == ["instance"]
+    assert env.queue.deleted == []
+
+
+def test_delete_instance_queues_the_teardown(env: Env) -> None:
+    _flavor(env)
+    [instance] = env.instances.build_instances(CTXT, request={"flavor": "small"})
+    deleting = env.instances.delete_instance(CTXT, instance=instance["uuid"])
+    assert (deleting["vm_state"], deleting["task_state"]) == ("deleting", "deleting")
+    assert env.queue.deleted == [instance["uuid"]]
+    # Asking again re-queues (the first attempt may have been lost).
+    env.instances.delete_instance(CTXT, instance=instance["uuid"])
+    assert env.queue.deleted == [instance["uuid"]] * 2
+
+
+def test_delete_of_a_deleted_instance_changes_nothing(env: Env) -> None:
+    _flavor(env)
+    [instance] = env.instances.build_instances(CTXT, request={"flavor": "small"})
+    with env.db.transaction() as session:
+        session.query(InstanceModel).filter_by(uuid=instance["uuid"]).one().vm_state = "deleted"
+    shown = env.instances.show_instance(CTXT, instance=instance["uuid"])
+    assert env.instances.delete_instance(CTXT, instance=instance["uuid"]) == shown
+    assert env.queue.deleted == []
+    assert env.instances.list_instances(CTXT) == []  # deleted ones are hidden by default
+    assert len(env.instances.list_instances(CTXT, vm_state="deleted")) == 1
+
+
+# -- instances with the real build workers and scheduler ------------------------------------
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def workers(env: Env) -> Iterator[tuple[Env, InstancesEndpoint]]:
+    builds = BuildWorkers(env.db, Scheduler(env.db), env.fleet, workers=2)
+    builds.start()
+    try:
+        yield env, InstancesEndpoint(env.db, builds)
+    finally:
+        builds.stop()
+
+
+def test_real_workers_place_a_build_and_fail_a_no_fit_one(
+    workers: tuple[Env, InstancesEndpoint],
+) -> None:
+    env, endpoint = workers
+    env.live("agent-1", "agent-2")
+    out = env.inventory.import_nodes(CTXT, nodes=[_node_spec(f"n{i}") for i in range(3)])
+    _claim(env, "agent-1", out["uuids"][:2])
+    _claim(env, "agent-2", out["uuids"][2:])
+    _flavor(env)
+    _flavor(env, "gold", resource_class="gold")
+
+    [fits] = endpoint.build_instances(CTXT, request={"flavor": "small"})
+    [misfit] = endpoint.build_instances(CTXT, request={"flavor": "gold"})
+
+    def placed() -> bool:
+        shown = endpoint.show_instance(CTXT, instance=fits["uuid"])
+        return bool(shown["task_state"] == "spawning")
+
+    def failed() -> bool:
+        shown = endpoint.show_instance(CTXT, instance=misfit["uuid"])
+        return bool(shown["vm_state"] == "error")
+
+    _wait_for(placed)
+    _wait_for(failed)
+    shown = endpoint.show_instance(CTXT, instance=fits["uuid"])
+    assert shown["node_uuid"] in out["uuids"]
+    assert (shown["vm_state"], shown["task_state"]) == ("building", "spawning")
+    node = env.node(shown["node_uuid"])
+    assert node["instance_uuid"] == fits["uuid"]
+    assert node["provision_state"] == "deploying"
+    assert shown["host"] == node["owner"]
+
+    error = endpoint.show_instance(CTXT, instance=misfit["uuid"])
+    assert error["node_uuid"] is None and error["task_state"] is None
+    assert error["attempts"] == 1
+    assert "no valid node" in error["fault"]
+    assert "gold" in error["fault"]
+
+    # Deleting them: the unplaced one is simply deleted; the placed one (no
+    # agent was ever asked to deploy it) frees its node.
+    endpoint.delete_instance(CTXT, instance=misfit["uuid"])
+    endpoint.delete_instance(CTXT, instance=fits["uuid"])
+
+    def deleted(uuid: str) -> Callable[[], bool]:
+        return lambda: endpoint.show_instance(CTXT, instance=uuid)["vm_state"] == "deleted"
+
+    _wait_for(deleted(misfit["uuid"]))
+    _wait_for(deleted(fits["uuid"]))
+    freed = env.node(shown["node_uuid"])
+    assert freed["instance_uuid"] is None and freed["provision_state"] == "available"
+    assert endpoint.list_instances(CTXT) == []
+
+
+@dataclass
+class Routed:
+    env: Env
+    builds: BuildWorkers
+    router: RecordingRouter
+    instances: InstancesEndpoint
+    agents: AgentsEndpoint
+
+    def wait_routed(self, count: int) -> tuple[str, str, str | None, int]:
+        _wait_for(lambda: len(self.router.routed) >= count)
+        return self.router.routed[count - 1]
+
+    def show(self, instance: str) -> dict[str, Any]:
+        return self.instances.show_instance(CTXT, instance=instance)
+
+
+@pytest.fixture
+def routed(env: Env) -> Iterator[Routed]:
+    """Real build workers and scheduler, agents stubbed by a recording router."""
+    router = RecordingRouter()
+    builds = BuildWorkers(
+        env.db, Scheduler(env.db), env.fleet, workers=2, router=router, max_attempts=lambda: 2
+    )
+    env.live("agent-1", "agent-2")
+    out = env.inventory.import_nodes(CTXT, nodes=[_node_spec(f"n{i}") for i in range(3)])
+    _claim(env, "agent-1", out["uuids"][:2])
+    _claim(env, "agent-2", out["uuids"][2:])
+    _flavor(env)
+    builds.start()
+    try:
+        yield Routed(
+            env=env,
+            builds=builds,
+            router=router,
+            instances=InstancesEndpoint(env.db, builds),
+            agents=AgentsEndpoint(env.db, env.fleet, lambda: env.grace[0], results=builds),
+        )
+    finally:
+        builds.stop()
+
+
+def _result(host: str | None, instance: str, node: str, epoch: int, **extra: Any) -> dict[str, Any]:
+    return {"host": host, "instance_uuid": instance, "node_uuid": node, "epoch": epoch, **extra}
+
+
+def test_build_and_destroy_results_are_fenced_by_the_owner_epoch(routed: Routed) -> None:
+    env, agents = routed.env, routed.agents
+    [built] = routed.instances.build_instances(CTXT, request={"flavor": "small"})
+    instance, node, owner, epoch = routed.wait_routed(1)
+    assert instance == built["uuid"] and owner is not None
+    other = "agent-2" if owner == "agent-1" else "agent-1"
+
+    # Stale reports change nothing: wrong epoch, wrong host, wrong node.
+    for stale in (
+        _result(owner, instance, node, epoch + 1, success=True),
+        _result(other, instance, node, epoch, success=True),
+        _result(owner, instance, str(uuidlib.uuid4()), epoch, success=True),
+    ):
+        assert agents.report_build_result(CTXT, **stale) == {"accepted": False}
+    assert routed.show(instance)["vm_state"] == "building"
+
+    good = _result(owner, instance, node, epoch, success=True)
+    assert agents.report_build_result(CTXT, **good) == {"accepted": True}
+    shown = routed.show(instance)
+    assert (shown["vm_state"], shown["task_state"], shown["node_uuid"]) == ("active", None, node)
+    assert env.node(node)["provision_state"] == "active"
+
+    deleting = routed.instances.delete_instance(CTXT, instance=instance)
+    assert deleting["vm_state"] == "deleting"
+    _wait_for(lambda: routed.router.destroyed == [instance])
+    assert routed.show(instance)["vm_state"] == "deleting"  # waits for the agent's report
+    stale = _result(owner, instance, node, epoch + 1, success=True)
+    assert agents.report_destroy_result(CTXT, **stale) == {"accepted": False}
+    done = _result(owner, instance, node, epoch, success=True)
+    assert agents.report_destroy_result(CTXT, **done) == {"accepted": True}
+    assert routed.show(instance)["vm_state"] == "deleted"
+    freed = env.node(node)
+    assert (freed["instance_uuid"], freed["provision_state"]) == (None, "available")
+
+
+def test_failed_build_is_rescheduled_elsewhere_then_errors(routed: Routed) -> None:
+    env, agents = routed.env, routed.agents
+    [built] = routed.instances.build_instances(CTXT, request={"flavor": "small"})
+    instance, first, owner, epoch = routed.wait_routed(1)
+    failed = _result(owner, instance, first, epoch, success=False, fault="disk on fire")
+    assert agents.report_build_result(CTXT, **failed, node_clean=False) == {"accepted": True}
+    assert env.node(first)["provision_state"] == "error"  # not cleaned: not reused
+
+    instance, second, owner, epoch = routed.wait_routed(2)
+    assert instance == built["uuid"] and second != first
+    shown = routed.show(instance)
+    assert shown["attempts"] == 1 and shown["tried_nodes"] == [first]
+    failed = _result(owner, instance, second, epoch, success=False, fault="bmc timeout")
+    assert agents.report_build_result(CTXT, **failed) == {"accepted": True}
+
+    error = routed.show(instance)
+    assert (error["vm_state"], error["attempts"], error["node_uuid"]) == ("error", 2, None)
+    assert "disk on fire" in error["fault"] and "bmc timeout" in error["fault"]
+    assert env.node(second)["provision_state"] == "available"  # cleaned: reusable
+    assert len(routed.router.routed) == 2  # max_attempts=2: no third try
+
+
+def test_results_without_build_workers_or_with_bad_input(env: Env) -> None:
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1, owner="agent-1")
+    instance = str(uuidlib.uuid4())
+    good = _result("agent-1", instance, node, 0, success=True)
+    with pytest.raises(ServiceUnavailable):
+        env.agents.report_build_result(CTXT, **good)
+    with pytest.raises(ServiceUnavailable):
+        env.agents.report_destroy_result(CTXT, **good)
+    for method in (env.agents.report_build_result, env.agents.report_destroy_result):
+        for bad in (
+            {**good, "host": ""},
+            {**good, "instance_uuid": "x"},
+            {**good, "node_uuid": None},
+            {**good, "epoch": -1},
+            {**good, "epoch": 2**40},
+            {**good, "success": "yes"},
+        ):
+            with pytest.raises(InvalidInput):
+                method(CTXT, **bad)
+
+
+def test_report_result_bad_fault_or_flags(routed: Routed) -> None:
+    [node] = routed.env.inventory.list_nodes(CTXT, limit=1)
+    good = _result("agent-1", str(uuidlib.uuid4()), node["uuid"], 1, success=False)
+    with pytest.raises(InvalidInput) as err:
+        routed.agents.report_build_result(CTXT, **good, fault=["x"])
+    assert _fields(err) == ["fault"]
+    with pytest.raises(InvalidInput) as err:
+        routed.agents.report_build_result(CTXT, **good, node_clean=None)
+    assert _fields(err) == ["node_clean"]
+    with pytest.raises(InvalidInput) as err:
+        routed.agents.report_destroy_result(CTXT, **good, fault=3)
+    assert _fields(err) == ["fault"]
+
+
+def test_report_result_bad_fields_are_named_exactly(routed: Routed) -> None:
+    node = str(uuidlib.uuid4())
+    for method in (routed.agents.report_build_result, routed.agents.report_destroy_result):
+        with pytest.raises(InvalidInput) as err:
+            method(CTXT, **_result("agent-1", "x", "y", 1, success=True))
+        assert _fields(err) == ["instance_uuid", "node_uuid"]
+        with pytest.raises(InvalidInput) as err:
+            method(CTXT, **_result("agent-1", node, node, -1, success=True))
+        assert _fields(err) == ["epoch"]
+
+
+def test_destroy_report_for_another_node_changes_nothing(routed: Routed) -> None:
+    routed.instances.build_instances(CTXT, request={"flavor": "small"})
+    instance, node, owner, epoch = routed.wait_routed(1)
+    routed.agents.report_build_result(CTXT, **_result(owner, instance, node, epoch, success=True))
+    routed.instances.delete_instance(CTXT, instance=instance)
+    _wait_for(lambda: routed.router.destroyed == [instance])
+    # Another node, owned by the same agent or another, that does not host it.
+    [other] = [
+        n for n in routed.env.agents.owned_nodes(CTXT, host="agent-1") if n["node_uuid"] != node
+    ][:1]
+    report = _result("agent-1", instance, other["node_uuid"], other["epoch"], success=True)
+    assert routed.agents.report_destroy_result(CTXT, **report) == {"accepted": False}
+    assert routed.show(instance)["vm_state"] == "deleting"
+    assert routed.env.node(node)["instance_uuid"] == instance
+
+
+# -- drain -------------------------------------------------------------------------
+
+
+def test_drain_agent(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    assert env.fleet_ep.drain_agent(CTXT, host="agent-2") == {
+        "host": "agent-2",
+        "state": "draining",
+    }
+    assert env.compute.drained == ["agent-2"]
+    for bad in ("agent-9", "", None, ["agent-1"]):
+        with pytest.raises(InvalidInput) as err:
+            env.fleet_ep.drain_agent(CTXT, host=bad)
+        assert _fields(err) == ["host"]
+    env.membership.state = State.SUSPENDED
+    with pytest.raises(ServiceUnavailable):
+        env.fleet_ep.drain_agent(CTXT, host="agent-1")
+    env.membership.state = State.CONNECTED
+    with pytest.raises(ServiceUnavailable):
+        FleetEndpoint(env.db, env.fleet, "cond-2").drain_agent(CTXT, host="agent-1")
+    assert env.compute.drained == ["agent-2"]
+
+
+# -- node uuids for agents ----------------------------------------------------------
+
+
+def test_list_node_uuids_groups_since_and_pages(env: Env) -> None:
+    out = env.inventory.import_nodes(
+        CTXT,
+        nodes=[_node_spec(f"a{i}", group="rack1") for i in range(4)]
+        + [_node_spec(f"b{i}") for i in range(3)],
+    )
+    first = env.agents.list_node_uuids(CTXT)
+    assert [n["uuid"] for n in first["nodes"]] == sorted(out["uuids"])
+    by_uuid = {n["uuid"]: n["group"] for n in first["nodes"]}
+    assert sorted(by_uuid.values()) == ["", "", "", "rack1", "rack1", "rack1", "rack1"]
+
+    rack1 = env.agents.list_node_uuids(CTXT, groups=["rack1"])["nodes"]
+    assert {n["group"] for n in rack1} == {"rack1"} and len(rack1) == 4
+    assert len(env.agents.list_node_uuids(CTXT, groups=["", "rack1"])["nodes"]) == 7
+    assert env.agents.list_node_uuids(CTXT, groups=[])["nodes"] == []
+
+    # Only what changed since the previous reply.
+    assert env.agents.list_node_uuids(CTXT, since=first["as_of"])["nodes"] == []
+    env.inventory.set_node_maintenance(CTXT, node="b1", maintenance=True)
+    changed = env.agents.list_node_uuids(CTXT, since=first["as_of"])["nodes"]
+    assert [n["uuid"] for n in changed] == [env.node("b1")["uuid"]]
+
+    pages: list[dict[str, Any]] = []
+    marker = None
+    while page := env.agents.list_node_uuids(CTXT, limit=3, marker=marker)["nodes"]:
+        pages.extend(page)
+        marker = page[-1]["uuid"]
+    assert pages == first["nodes"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"groups": "rack1"}, ["groups"]),
+        ({"groups": ["rack1", 2]}, ["groups"]),
+        ({"since": "yesterday"}, ["since"]),
+        ({"since": 1700000000}, ["since"]),
+        ({"limit": 0}, ["limit"]),
+        ({"limit": 50_001}, ["limit"]),
+        ({"marker": 5}, ["marker"]),
+    ],
+)
+def test_list_node_uuids_bad_arguments(env: Env, kwargs: dict[str, Any], fields: list[str]) -> None:
+    with pytest.raises(InvalidInput) as err:
+        env.agents.list_node_uuids(CTXT, **kwargs)
+    assert _fields(err) == fields
+
+
+# -- fleet status --------------------------------------------------------------------
+
+
+def test_fleet_status_without_a_view(env: Env) -> None:
+    add_nodes(env.db, 2)
+    env.membership.state = State.LOST
+    assert env.fleet_ep.fleet_status(CTXT) == {
+        "conductor": "cond-1",
+        "membership": "lost",
+        "ring_version": None,
+        "agents": [],
+        "excluded": {},
+        "nodes": 2,
+        "unowned": 2,
+    }
+
+
+def test_fleet_status_counts(env: Env) -> None:
+    env.live("agent-1", "agent-2", "agent-3", "agent-gone")
+    a1 = add_nodes(env.db, 3, owner="agent-1", prefix="a1")
+    add_nodes(env.db, 1, owner="agent-2", prefix="a2")
+    gone = add_nodes(env.db, 2, owner="agent-gone", prefix="g")
+    add_nodes(env.db, 2, prefix="free")
+    pin(env.db, a1[:2], "agent-1")
+    pin(env.db, gone[:1], "agent-gone")
+    env.fleet.on_change(view_of("agent-1", "agent-2", "agent-3", excluded={"agent-x": "v2"}))
+
+    status = env.fleet_ep.fleet_status(CTXT)
+    assert status["conductor"] == "cond-1"
+    assert status["membership"] == "connected"
+    assert status["ring_version"] == 1
+    assert status["excluded"] == {"agent-x": "v2"}
+    assert status["nodes"] == 8
+    assert status["unowned"] == 2
+    by_host = {a["host"]: a for a in status["agents"]}
+    assert [a["host"] for a in status["agents"]] == ["agent-1", "agent-2", "agent-3", "agent-gone"]
+    assert {h: (a["state"], a["owned"], a["pinned"]) for h, a in by_host.items()} == {
+        "agent-1": ("up", 3, 2),
+        "agent-2": ("up", 1, 0),
+        "agent-3": ("up", 0, 0),
+        "agent-gone": ("gone", 2, 1),
+    }
+    assert by_host["agent-1"]["weight"] == 1.0
+    assert by_host["agent-gone"]["weight"] is None
+    assert by_host["agent-gone"]["gone_since"]
+
+
+def test_fleet_status_lists_owners_never_seen_as_gone(env: Env) -> None:
+    # An owner that died while no conductor watched is recorded as gone at
+    # the first view.
+    add_nodes(env.db, 2, owner="agent-ghost")
+    env.live("agent-1")
+    status = env.fleet_ep.fleet_status(CTXT)
+    assert [(a["host"], a["state"], a["owned"]) for a in status["agents"]] == [
+        ("agent-1", "up", 0),
+        ("agent-ghost", "gone", 2),
+    ]
+    # A gone agent that owns nothing any more is not listed.
+    with env.db.transaction() as session:
+        session.query(NodeModel).update({"owner": None})
+    assert [a["host"] for a in env.fleet_ep.fleet_status(CTXT)["agents"]] == ["agent-1"]
+
+
+# -- agents: claim ---------------------------------------------------------------------
+
+
+def test_claim_nodes(env: Env) -> None:
+    env.live("agent-1", "agent-2", "agent-old")
+    free = add_nodes(env.db, 2)
+    [theirs] = add_nodes(env.db, 1, owner="agent-2")
+    old_free, old_pinned = add_nodes(env.db, 2, owner="agent-old")
+    [pinned_instance] = pin(env.db, [old_pinned], "agent-old")
+    env.live("agent-1", "agent-2")
+    missing = str(uuidlib.uuid4())
+
+    out = env.agents.claim_nodes(
+        CTXT, host="agent-1", node_uuids=[*free, theirs, old_free, old_pinned, missing]
+    )
+    assert {g["node_uuid"]: g["epoch"] for g in out["granted"]} == {
+        free[0]: 1,
+        free[1]: 1,
+        old_free: 1,
+    }
+    assert all(g["owner"] == "agent-1" for g in out["granted"])
+    assert out["refused"] == {theirs: "agent-2", old_pinned: "agent-old"}  # grace not over
+    assert out["missing"] == [missing]
+    assert out["rehomed"] == []
+
+    # Claiming what one owns already grants it again at the same epoch.
+    again = env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=[free[0], free[0].upper()])
+    assert [(g["node_uuid"], g["epoch"]) for g in again["granted"]] == [(free[0], 1)]
+
+    # After the grace the pinned node is re-homed with its instance.
+    env.grace[0] = 0.0
+    out = env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=[old_pinned])
+    assert out["rehomed"] == [old_pinned]
+    assert [(g["node_uuid"], g["pinned"]) for g in out["granted"]] == [(old_pinned, True)]
+    assert env.instances.show_instance(CTXT, instance=pinned_instance)["host"] == "agent-1"
+
+
+def test_claim_refuses_hosts_that_are_not_live(env: Env) -> None:
+    env.live("agent-1")
+    nodes = add_nodes(env.db, 2)
+    before = [env.node(n) for n in nodes]
+    with pytest.raises(InvalidInput) as err:
+        env.agents.claim_nodes(CTXT, host="agent-2", node_uuids=nodes)
+    assert _fields(err) == ["host"]
+    with pytest.raises(InvalidInput) as err:
+        env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=[nodes[0], "x", 5])
+    assert _fields(err) == ["node_uuids[1]", "node_uuids[2]"]
+    with pytest.raises(InvalidInput) as err:
+        env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=nodes[0])
+    assert _fields(err) == ["node_uuids"]
+    assert [env.node(n) for n in nodes] == before
+
+
+def test_claim_needs_a_connected_membership(env: Env) -> None:
+    nodes = add_nodes(env.db, 1)
+    # No view at all yet.
+    with pytest.raises(ServiceUnavailable):
+        env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=nodes)
+    env.live("agent-1")
+    env.membership.state = State.SUSPENDED
+    with pytest.raises(ServiceUnavailable) as err:
+        env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=nodes)
+    assert "suspended" in err.value.reason
+    assert env.node(nodes[0])["owner"] is None
+    env.membership.state = State.CONNECTED
+    assert _claim(env, "agent-1", nodes) == {nodes[0]: 1}
+
+
+# -- agents: release, transfer, owned ------------------------------------------------------
+
+
+def test_release_nodes(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    a, b, c = add_nodes(env.db, 3)
+    epochs = _claim(env, "agent-1", [a, b, c])
+    pin(env.db, [c], "agent-1")
+    missing = str(uuidlib.uuid4())
+    out = env.agents.release_nodes(
+        CTXT, host="agent-1", claims={a: epochs[a], b: epochs[b] + 5, c: epochs[c], missing: 1}
+    )
+    assert out["done"] == {a: 2}
+    assert set(out["refused"]) == {b, c, missing}
+    assert out["refused"][b] == {"node_uuid": b, "owner": "agent-1", "epoch": 1, "pinned": False}
+    assert out["refused"][c]["pinned"] is True  # a pinned node is never just released
+    assert out["refused"][missing] is None
+    assert (env.node(a)["owner"], env.node(a)["owner_epoch"]) == (None, 2)
+    assert env.node(b)["owner"] == "agent-1"
+    # Another agent cannot release agent-1's node, whatever the epoch.
+    out = env.agents.release_nodes(CTXT, host="agent-2", claims={b: 1})
+    assert out["done"] == {} and out["refused"][b]["owner"] == "agent-1"
+
+
+@pytest.mark.parametrize(
+    ("claims", "field_prefix"),
+    [
+        ("all", "claims"),
+        ([1, 2], "claims"),
+        ({"not-a-uuid": 1}, "claims.not-a-uuid"),
+        ({"UUID": -1}, "claims."),
+        ({"UUID": True}, "claims."),
+        ({"UUID": "1"}, "claims."),
+        ({"UUID": 2**40}, "claims."),
+    ],
+)
+def test_release_bad_claims(env: Env, claims: Any, field_prefix: str) -> None:
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1)
+    _claim(env, "agent-1", [node])
+    if isinstance(claims, dict):
+        claims = {(node if k == "UUID" else k): v for k, v in claims.items()}
+    before = env.node(node)
+    with pytest.raises(InvalidInput) as err:
+        env.agents.release_nodes(CTXT, host="agent-1", claims=claims)
+    [only] = _fields(err)
+    assert only.startswith(field_prefix)
+    assert env.node(node) == before
+
+
+def test_transfer_nodes(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    a, b = add_nodes(env.db, 2)
+    epochs = _claim(env, "agent-1", [a, b])
+    [instance] = pin(env.db, [b], "agent-1")
+    out = env.agents.transfer_nodes(
+        CTXT,
+        host="agent-1",
+        transfers=[
+            {"node_uuid": a, "epoch": epochs[a], "new_owner": "agent-2"},
+            {"node_uuid": b, "epoch": epochs[b], "new_owner": "agent-2"},
+        ],
+    )
+    assert out == {"done": {a: 2, b: 2}, "refused": {}}
+    assert env.node(b)["owner"] == "agent-2"
+    assert env.instances.show_instance(CTXT, instance=instance)["host"] == "agent-2"
+    # The old epoch is stale now.
+    out = env.agents.transfer_nodes(
+        CTXT, host="agent-1", transfers=[{"node_uuid": a, "epoch": 1, "new_owner": "agent-1"}]
+    )
+    assert out["done"] == {}
+    assert out["refused"][a] == {"node_uuid": a, "owner": "agent-2", "epoch": 2, "pinned": False}
+
+
+def test_transfer_to_a_host_that_is_not_live_changes_nothing(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    a, b = add_nodes(env.db, 2)
+    epochs = _claim(env, "agent-1", [a, b])
+    before = [env.node(a), env.node(b)]
+    with pytest.raises(InvalidInput) as err:
+        env.agents.transfer_nodes(
+            CTXT,
+            host="agent-1",
+            transfers=[
+                {"node_uuid": a, "epoch": epochs[a], "new_owner": "agent-2"},
+                {"node_uuid": b, "epoch": epochs[b], "new_owner": "agent-9"},
+            ],
+        )
+    assert _fields(err) == ["transfers[1].new_owner"]
+    assert [env.node(a), env.node(b)] == before
+
+
+def test_transfer_bad_entries_are_all_named(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    [node] = add_nodes(env.db, 1)
+    _claim(env, "agent-1", [node])
+    with pytest.raises(InvalidInput) as err:
+        env.agents.transfer_nodes(
+            CTXT,
+            host="agent-1",
+            transfers=[
+                {"node_uuid": node, "epoch": 1},
+                "node",
+                {"node_uuid": "x", "epoch": 1, "new_owner": "agent-2"},
+                {"node_uuid": node, "epoch": 1, "new_owner": ""},
+                {"node_uuid": node, "epoch": -1, "new_owner": "agent-2"},
+            ],
+        )
+    fields = _fields(err)
+    assert len(fields) == 5
+    assert fields[:2] == ["transfers[0]", "transfers[1]"]
+    assert fields[2].startswith("transfers[2].node_uuid")
+    assert fields[3] == "transfers[3].new_owner"
+    assert fields[4].startswith("transfers[4].epoch")
+    with pytest.raises(InvalidInput) as err:
+        env.agents.transfer_nodes(CTXT, host="agent-1", transfers={"node_uuid": node})
+    assert _fields(err) == ["transfers"]
+    assert env.node(node)["owner"] == "agent-1"
+
+
+def test_transfer_bad_fields_are_named_exactly(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    [node] = add_nodes(env.db, 1)
+    with pytest.raises(InvalidInput) as err:
+        env.agents.transfer_nodes(
+            CTXT,
+            host="agent-1",
+            transfers=[
+                {"node_uuid": "x", "epoch": 1, "new_owner": "agent-2"},
+                {"node_uuid": node, "epoch": -1, "new_owner": "agent-2"},
+            ],
+        )
+    assert _fields(err) == ["transfers[0].node_uuid", "transfers[1].epoch"]
+
+
+def test_owned_nodes(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    mine = sorted(add_nodes(env.db, 3))
+    _claim(env, "agent-1", mine)
+    _claim(env, "agent-2", add_nodes(env.db, 1))
+    pin(env.db, mine[1:2], "agent-1")
+    assert env.agents.owned_nodes(CTXT, host="agent-1") == [
+        {"node_uuid": u, "owner": "agent-1", "epoch": 1, "pinned": u == mine[1]} for u in mine
+    ]
+    assert env.agents.owned_nodes(CTXT, host="agent-3") == []
+    with pytest.raises(InvalidInput) as err:
+        env.agents.owned_nodes(CTXT, host=None)
+    assert _fields(err) == ["host"]
+
+
+# -- agents: node state reports ----------------------------------------------------------
+
+
+def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
+    env.live("agent-1", "agent-2")
+    a, b, c = add_nodes(env.db, 3)
+    epochs = _claim(env, "agent-1", [a, b])
+    _claim(env, "agent-2", [c])
+    missing = str(uuidlib.uuid4())
+    out = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[
+            {"node_uuid": a, "epoch": epochs[a], "power_state": "power on"},
+            {"node_uuid": b, "epoch": epochs[b] - 1, "power_state": "power on"},
+            {"node_uuid": c, "epoch": 1, "provision_state": "error"},
+            {"node_uuid": missing, "epoch": 0, "power_state": None},
+        ],
+    )
+    assert out == {"accepted": 1, "stale": [b, c, missing]}
+    assert env.node(a)["power_state"] == "power on"
+    assert env.node(b)["power_state"] == "power off"  # stale: not applied
+    assert env.node(c)["provision_state"] == "available"  # not agent-1's
+
+    out = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[{"node_uuid": b, "epoch": epochs[b], "provision_state": "manageable"}],
+    )
+    assert out == {"accepted": 1, "stale": []}
+    node = env.node(b)
+    assert (node["provision_state"], node["power_state"]) == ("manageable", "power off")
+
+
+@pytest.mark.parametrize(
+    ("states", "fields"),
+    [
+        ("power on", ["states"]),
+        (["x"], ["states[0]"]),
+        ([{"node_uuid": "x", "epoch": 1}], ["states[0].node_uuid"]),
+        ([{"node_uuid": "NODE"}], ["states[0].epoch"]),
+        ([{"node_uuid": "NODE", "epoch": 1, "power_state": "on"}], ["states[0].power_state"]),
+        ([{"node_uuid": "NODE", "epoch": 1, "power_state": []}], ["states[0].power_state"]),
+        (
+            [{"node_uuid": "NODE", "epoch": 1, "provision_state": {"a": 1}}],
+            ["states[0].provision_state"],
+        ),
+        ([{"node_uuid": "NODE", "epoch": 1, "colour": "red"}], ["states[0].colour"]),
+        ([{"node_uuid": "NODE", "epoch": 2**63}], ["states[0].epoch"]),
+    ],
+)
+def test_report_node_states_bad_input_changes_nothing(
+    env: Env, states: Any, fields: list[str]
+) -> None:
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1)
+    _claim(env, "agent-1", [node])
+    if isinstance(states, list):
+        states = [
+            {k: (node if v == "NODE" else v) for k, v in s.items()} if isinstance(s, dict) else s
+            for s in states
+        ]
+    # A good report in the same batch is not applied either.
+    good = {"node_uuid": node, "epoch": 1, "power_state": "power on"}
+    before = env.node(node)
+    with pytest.raises(InvalidInput) as err:
+        env.agents.report_node_states(
+            CTXT, host="agent-1", states=[good, *states] if isinstance(states, list) else states
+        )
+    expected = (
+        [f.replace("states[0]", "states[1]") for f in fields]
+        if isinstance(states, list)
+        else fields
+    )
+    assert _fields(err) == expected
+    assert env.node(node) == before
+
+
+# -- known lookup ambiguities (see the report) --------------------------------------------
+
+
+def test_lookup_by_names_shaped_like_uuids_and_by_bare_hex_uuids(env: Env) -> None:
+    name = "rack-1-node-2-" + "a" * 22  # 36 characters, 4 dashes, not a uuid
+    assert (len(name), name.count("-")) == (36, 4)
+    created = env.inventory.create_node(CTXT, node=_node_spec(name))
+    assert env.node(name) == created
+    assert env.node(created["uuid"].replace("-", "")) == created  # 32 hex digits
+    assert env.inventory.node_owner(CTXT, node=name)["node_uuid"] == created["uuid"]
+
+
+def test_maintenance_by_uuid_touches_one_node(env: Env) -> None:
+    first = env.inventory.create_node(CTXT, node=_node_spec("first"))
+    try:
+        env.inventory.create_node(CTXT, node=_node_spec(first["uuid"]))
+    except (InvalidInput, Conflict):
+        return  # refusing such a name is a fix too
+    env.inventory.set_node_maintenance(CTXT, node=first["uuid"], maintenance=True)
+    assert [n["maintenance"] for n in env.inventory.list_nodes(CTXT)].count(True) == 1

@@ -1,0 +1,207 @@
+"""A real oslo.messaging round trip, in-process, over ``kombu+memory:////``.
+
+The conductor's endpoints are served as conductor/service.py serves them
+(real build workers and scheduler; the membership is a stub whose state the
+fleet view reads), and called through the reference client
+:class:`conductor.rpcapi.ConductorAPI`.  Our exceptions must arrive as
+themselves, with their attributes, never as an opaque ``RemoteError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import oslo_messaging as messaging
+import pytest
+from oslo_config import cfg
+
+from conductor import rpc
+from conductor.builds import BuildWorkers
+from conductor.db.engine import Database
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.instances import InstancesEndpoint
+from conductor.endpoints.inventory import InventoryEndpoint
+from conductor.exception import (
+    Conflict,
+    DuplicateNode,
+    FlavorNotFound,
+    InvalidInput,
+    NodeNotFound,
+    ServiceUnavailable,
+)
+from conductor.fleet_view import FleetView
+from conductor.rpcapi import ConductorAPI
+from conductor.scheduler.scheduler import Scheduler
+from hashring.membership import Member, MembershipView, State
+from tests.dbutil import migrated
+
+
+class StubMembership:
+    def __init__(self) -> None:
+        self.state = State.CONNECTED
+
+
+def _view(*hosts: str) -> MembershipView:
+    return MembershipView(
+        members={h: Member(member_id=h, ring_version=1, weight=1.0) for h in hosts},
+        excluded={},
+        ring_version=1,
+    )
+
+
+@dataclass
+class Served:
+    api: ConductorAPI
+    db: Database
+    fleet: FleetView
+    membership: StubMembership
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    path: Path = tmp_path_factory.mktemp("rpc") / "ringfleet.db"
+    db = migrated(f"sqlite:///{path}")
+    fleet = FleetView(db)
+    membership = StubMembership()
+    fleet.attach(membership)  # type: ignore[arg-type]
+    fleet.on_change(_view("agent-1", "agent-2"))
+    builds = BuildWorkers(db, Scheduler(db), fleet, workers=2)
+    endpoints = [
+        InventoryEndpoint(db, fleet),
+        InstancesEndpoint(db, builds),
+        FleetEndpoint(db, fleet, "cond-1"),
+        AgentsEndpoint(db, fleet, lambda: 3600.0, results=builds),
+    ]
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    conf.set_override("transport_url", "kombu+memory:////")
+    transport = rpc.get_transport(conf)
+    server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, "cond-1", endpoints)
+    builds.start()
+    server.start()
+    try:
+        yield Served(ConductorAPI(transport, timeout=10), db, fleet, membership)
+    finally:
+        server.stop()
+        server.wait()
+        builds.stop()
+        transport.cleanup()
+        db.dispose()
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+def _spec(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "resource_class": "baremetal", **extra}
+
+
+def test_import_list_and_show_nodes(served: Served) -> None:
+    api = served.api
+    out = api.import_nodes([_spec(f"imp-{i}", group="rpc") for i in range(5)])
+    assert out["created"] == 5
+    listed = api.list_nodes(filters={"group": "rpc"})
+    assert sorted(n["uuid"] for n in listed) == sorted(out["uuids"])
+    shown = api.show_node("imp-3")
+    assert shown["name"] == "imp-3" and shown["uuid"] in out["uuids"]
+    assert api.show_node(shown["uuid"]) == shown
+
+
+def test_invalid_input_arrives_as_itself_with_its_fields(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = served.api
+    before = api.list_nodes()
+    with pytest.raises(InvalidInput) as err:
+        api.import_nodes([_spec("bad-0"), {"name": "bad-1", "resource_class": ""}, _spec("bad-0")])
+    assert not isinstance(err.value, messaging.RemoteError)
+    assert err.value.fields == ["nodes[1].resource_class", "nodes[2].name"]
+    assert err.value.errors[0].reason.startswith("must match")
+    assert "nodes[1].resource_class" in str(err.value)
+    assert api.list_nodes() == before  # nothing imported
+
+    with pytest.raises(InvalidInput) as err:
+        api.list_nodes(filters={"colour": "red", "maintenance": "yes"})
+    assert err.value.fields == ["filters.colour", "filters.maintenance"]
+    # Refused input is the caller's business: no ERROR with a traceback on the server.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_not_found_and_conflicts_arrive_as_themselves(served: Served) -> None:
+    api = served.api
+    with pytest.raises(NodeNotFound) as missing:
+        api.show_node("no-such-node")
+    assert missing.value.ident == "no-such-node"
+    assert not isinstance(missing.value, messaging.RemoteError)
+
+    api.create_node(_spec("dup-1"))
+    with pytest.raises(DuplicateNode) as dup:
+        api.create_node(_spec("dup-1"))
+    assert (dup.value.field, dup.value.value) == ("name", "dup-1")
+
+    with pytest.raises(FlavorNotFound):
+        api.build_instances({"flavor": "no-such-flavor"})
+
+    # move_node never robs a live owner.
+    uuid = api.create_node(_spec("owned-1"))["uuid"]
+    api.claim_nodes("agent-1", [uuid])
+    with pytest.raises(Conflict) as conflict:
+        api.move_node("owned-1", "agent-2")
+    assert conflict.value.field == "owner" and conflict.value.value == "agent-1"
+
+
+def test_service_unavailable_arrives_as_itself(served: Served) -> None:
+    uuid = served.api.create_node(_spec("claim-me"))["uuid"]
+    served.membership.state = State.SUSPENDED
+    try:
+        with pytest.raises(ServiceUnavailable) as err:
+            served.api.claim_nodes("agent-1", [uuid])
+        assert "suspended" in err.value.reason
+    finally:
+        served.membership.state = State.CONNECTED
+    granted = served.api.claim_nodes("agent-1", [uuid])["granted"]
+    assert [(g["node_uuid"], g["epoch"]) for g in granted] == [(uuid, 1)]
+
+
+def test_fleet_status(served: Served) -> None:
+    status = served.api.fleet_status()
+    assert status["conductor"] == "cond-1"
+    assert status["membership"] == "connected"
+    assert status["ring_version"] == 1
+    assert [a["host"] for a in status["agents"]][:2] == ["agent-1", "agent-2"]
+    total = len(served.api.list_nodes())
+    assert status["nodes"] == total
+    owned = sum(a["owned"] for a in status["agents"])
+    assert owned + status["unowned"] == total
+
+
+def test_a_build_over_rpc_gets_a_node(served: Served) -> None:
+    api = served.api
+    uuids = api.import_nodes([_spec(f"build-{i}", group="builds") for i in range(2)])["uuids"]
+    api.claim_nodes("agent-2", uuids)
+    api.create_flavor({"name": "rpc-small", "resource_class": "baremetal"})
+    ids = [str(uuidlib.uuid4())]
+    request = {"flavor": "rpc-small", "group": "builds", "instance_uuids": ids}
+    [built] = api.build_instances(request)
+    # An idempotent retry: the same instance (as it is now), not a second one.
+    assert [i["uuid"] for i in api.build_instances(request)] == [built["uuid"]] == ids
+
+    def placed() -> bool:
+        return bool(api.show_instance(ids[0])["task_state"] == "spawning")
+
+    _wait_for(placed)
+    shown = api.show_instance(ids[0])
+    assert shown["node_uuid"] in uuids and shown["host"] == "agent-2"
+    assert api.node_owner(shown["node_uuid"])["pinned"] is True
