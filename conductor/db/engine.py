@@ -91,10 +91,13 @@ def _configure_sqlite(engine: Engine, *, in_memory: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
+        # Straight to the driver: this runs for every transaction, and the
+        # full statement machinery cost as much as the allocation's UPDATE.
+        driver = connection.connection.driver_connection
         if connection.get_execution_options().get("ringfleet_readonly"):
-            connection.exec_driver_sql("BEGIN")  # deferred: never blocks writers
+            driver.execute("BEGIN")  # deferred: never blocks writers
         else:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            driver.execute("BEGIN IMMEDIATE")
 
 
 def database_from_conf(conf: cfg.ConfigOpts) -> Database:
