@@ -38,6 +38,7 @@ class NodeActions:
         self._lock = threading.Lock()
         self._in_flight: dict[str, tuple[str, str]] = {}  # node -> (action, instance)
         self._done_builds: dict[str, str] = {}  # instance -> node, deployed by us
+        self._deployed: dict[str, str] = {}  # node -> instance, the reverse
         self._threads: set[threading.Thread] = set()
         self._accepting = True
 
@@ -73,6 +74,13 @@ class NodeActions:
             if running == ("deploy", instance_uuid):
                 return "in-progress"
             done = self._done_builds.get(instance_uuid) == node.uuid
+            other = self._deployed.get(node.uuid)
+            if other is not None and other != instance_uuid:
+                raise Conflict(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node hosts instance {other}; destroy it first",
+                )
             if running is not None and not done:
                 raise Conflict(
                     field="node_uuid",
@@ -134,7 +142,10 @@ class NodeActions:
     def _deploy(self, instance_uuid: str, node: Node, epoch: int) -> None:
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
 
+        started: list[str] = []
+
         def progress(step: str) -> None:
+            started.append(step)
             # Re-checked at every step: stop as soon as the node is not ours.
             self._ownership.check(node.uuid, epoch)
             LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
@@ -145,13 +156,16 @@ class NodeActions:
             self._ownership.pin(node.uuid)
             with self._lock:
                 self._done_builds[instance_uuid] = node.uuid
+                self._deployed[node.uuid] = instance_uuid
         except RingfleetError as exc:
             success, fault = False, str(exc)
             if isinstance(exc, NotOwner):
                 LOG.warning("Instance %s on node %s abandoned: %s", instance_uuid, node.uuid, exc)
                 self._finish(node.uuid)
                 return  # not ours any more: the new owner deals with it
-            clean = self._clean_after_failure(ctx, node)
+            # Refused before the first step (e.g. the node hosts something
+            # else): touching it would destroy what is there.
+            clean = self._clean_after_failure(ctx, node) if started else False
         except Exception as exc:  # a driver bug must not kill the agent
             LOG.exception("Instance %s on node %s: driver crashed", instance_uuid, node.uuid)
             success, fault = False, f"driver error: {exc}"
@@ -205,6 +219,7 @@ class NodeActions:
             self._ownership.unpin(node.uuid)
             with self._lock:
                 self._done_builds.pop(instance_uuid, None)
+                self._deployed.pop(node.uuid, None)
         except Exception as exc:
             success, fault = False, str(exc)
             LOG.warning("Instance %s: destroy on node %s failed: %s", instance_uuid, node.uuid, exc)

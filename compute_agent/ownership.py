@@ -78,6 +78,8 @@ class OwnershipManager:
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
         self._since: datetime.datetime | None = None
+        # The membership's join generation our held set was read under.
+        self._validated_generation = -1
 
     # -- the fence -------------------------------------------------------------
 
@@ -88,7 +90,15 @@ class OwnershipManager:
         """
         with self._lock:
             held = self._held.get(node_uuid)
-        if held is None or held != epoch or not self._membership.can_act():
+            validated = self._validated_generation
+        if (
+            held is None
+            or held != epoch
+            or not self._membership.can_act()
+            # Re-joined since our claims were last read: until they are read
+            # again, a peer may own what we think is ours.
+            or validated != self._membership.join_generation
+        ):
             owner = self.host if held is not None else None
             raise NotOwner(node_uuid, owner, held if held is not None else -1)
 
@@ -120,10 +130,15 @@ class OwnershipManager:
 
     # -- reading the conductor ---------------------------------------------------
 
+    def needs_revalidation(self) -> bool:
+        return self._validated_generation != self._membership.join_generation
+
     def revalidate(self) -> int:
         """Replace the held set with what the conductor records (after LOST)."""
+        generation = self._membership.join_generation
         owned = self._conductor.owned_nodes(self.host)
         with self._lock:
+            self._validated_generation = generation
             before = dict(self._held)
             self._held = {o["node_uuid"]: o["epoch"] for o in owned}
             self._pinned = {o["node_uuid"] for o in owned if o["pinned"]}
@@ -187,6 +202,8 @@ class OwnershipManager:
                     self._membership.state.value,
                 )
                 return None
+            if self.needs_revalidation():
+                self.revalidate()
             desired = self.desired(view)
             busy = self._busy_nodes()
             with self._lock:

@@ -41,7 +41,6 @@ class AgentService:
         self._stopped = threading.Event()
         self._started = threading.Event()
         self._wake = threading.Event()
-        self._revalidate = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: Any = None
         self._transport: Any = None
@@ -80,7 +79,6 @@ class AgentService:
         self.membership.start()
         if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
             LOG.warning("Agent %s: not connected to the group yet; it keeps trying", self.host)
-        self._revalidate.set()  # our claims from a previous run, if any
         self._server.start()
         for name, target in (("reconciler", self._reconcile_loop), ("reporter", self._report_loop)):
             thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
@@ -160,9 +158,8 @@ class AgentService:
     def _on_state(self, old: State, new: State) -> None:
         if new is not State.CONNECTED:
             LOG.warning("Agent %s membership %s: node actions suspended", self.host, new.value)
-        elif old is State.LOST:
-            # Peers may have taken nodes while we were away: re-read before acting.
-            self._revalidate.set()
+        # Back from LOST: the ownership manager sees the new join generation
+        # and re-reads its claims before any action (see OwnershipManager).
         self._wake.set()
 
     # -- background loops --------------------------------------------------------------
@@ -178,9 +175,6 @@ class AgentService:
             if view is None or not self.membership.can_act():
                 continue
             try:
-                if self._revalidate.is_set():
-                    self.ownership.revalidate()
-                    self._revalidate.clear()
                 self.ownership.refresh_inventory()
                 self.ownership.reconcile(view)
             except Exception as exc:  # the next wake-up tries again

@@ -70,7 +70,8 @@ class BuildWorkers:
         self._router = router
         self._max_attempts = max_attempts
         self._queue: queue.Queue[tuple[str, str] | object] = queue.Queue()
-        self._swept: set[str] = set()
+        # (instance, node, attempt) already re-routed once by the sweeper
+        self._swept: set[tuple[str, str | None, int]] = set()
         self._threads = [
             threading.Thread(target=self._work, name=f"build-worker-{i}", daemon=True)
             for i in range(workers)
@@ -212,15 +213,16 @@ class BuildWorkers:
         """
         older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
         stuck = instances.stuck_builds(self._db, older_than)
+        self._forget_moved_on(stuck)
         for instance in stuck:
             if instance.node_uuid is None:
                 self.submit([instance.uuid])
-            elif instance.uuid not in self._swept:
-                self._swept.add(instance.uuid)
+            elif (key := (instance.uuid, instance.node_uuid, instance.attempts)) not in self._swept:
+                self._swept.add(key)
                 instances.touch(self._db, instance.uuid)
                 self._queue.put(("route", instance.uuid))
             else:
-                self._swept.discard(instance.uuid)
+                self._swept.discard(key)
                 LOG.warning(
                     "Instance %s: no progress on node %s for %.0f s",
                     instance.uuid,
@@ -234,6 +236,21 @@ class BuildWorkers:
                     clean=False,
                 )
         return len(stuck)
+
+    def _forget_moved_on(self, stuck: list[Instance]) -> None:
+        """Drop sweep marks of builds that progressed (the set stays small)."""
+        current = {(i.uuid, i.node_uuid, i.attempts) for i in stuck}
+        for key in list(self._swept - current):
+            try:
+                now = instances.get_instance(self._db, key[0])
+            except NotFound:
+                self._swept.discard(key)
+                continue
+            if (
+                now.vm_state is not VmState.BUILDING
+                or (now.uuid, now.node_uuid, now.attempts) != key
+            ):
+                self._swept.discard(key)
 
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)
@@ -277,17 +294,12 @@ class BuildWorkers:
             )
             return False
         if success:
-            nodes.set_provision_state(self._db, node_uuid, ProvisionState.ACTIVE)
-            if instances.set_state(
-                self._db,
-                instance_uuid,
-                expected=[VmState.BUILDING],
-                vm_state=VmState.ACTIVE,
-                task_state=None,
-            ):
+            if allocations.complete(self._db, node_uuid, instance_uuid):
                 LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
-            else:
-                # Deleted while it was being built: tear it down now.
+            elif instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
+                # Deleted while it was being built: it is deployed, so it is
+                # torn down now.
+                nodes.set_provision_state(self._db, node_uuid, ProvisionState.ACTIVE)
                 self.delete(instance_uuid)
             return True
         self._attempt_failed(instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean)
@@ -296,13 +308,11 @@ class BuildWorkers:
     def _attempt_failed(
         self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool
     ) -> None:
-        attempts = instances.record_failed_attempt(self._db, instance_uuid, fault, node_uuid)
-        allocations.free(
-            self._db,
-            node_uuid,
-            instance_uuid,
-            provision_state=ProvisionState.AVAILABLE if clean else ProvisionState.ERROR,
+        attempts = allocations.fail_attempt(
+            self._db, node_uuid, instance_uuid, fault, node_clean=clean
         )
+        if attempts is None:
+            return  # the build moved on meanwhile (a success won the race)
         self._scheduler.refresh()
         if attempts >= self._max_attempts():
             instances.set_state(

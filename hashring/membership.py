@@ -254,6 +254,17 @@ class Membership:
         return self._view
 
     @property
+    def join_generation(self) -> int:
+        """How many times this member joined the group (0: never).
+
+        It changes on every re-join, i.e. after every period in which peers
+        may have seen this member gone: whoever keeps claims on the strength
+        of the membership re-validates them when it changes.
+        """
+        with self._lock:
+            return self._join_generation
+
+    @property
     def superseded_by(self) -> str | None:
         """Incarnation of another live process that took our member id, if any."""
         return self._superseded_by
@@ -383,6 +394,10 @@ class Membership:
             )
             with self._lock:
                 self._joined = False
+            # Say LOST before re-joining: callers must see the gap (and
+            # re-validate what they hold), even though the re-join follows
+            # within this very call.
+            self._report_state()
         if self._join and not self._joined:
             if self._superseded_by is not None:
                 return

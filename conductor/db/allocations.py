@@ -9,13 +9,13 @@ nothing.
 
 from __future__ import annotations
 
-from sqlalchemy import Table, bindparam, update
+from sqlalchemy import Table, bindparam, select, update
 
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.objects import Ownership, ProvisionState, VmState
 
-__all__ = ["allocate", "free"]
+__all__ = ["allocate", "complete", "fail_attempt", "free"]
 
 
 # Built once: allocation is the hot path of every build, and compiling two
@@ -122,3 +122,83 @@ def free(
             .execution_options(synchronize_session=False)
         )
         return True
+
+
+def complete(db: Database, node_uuid: str, instance_uuid: str) -> bool:
+    """The build on ``node_uuid`` succeeded: instance ACTIVE, node active.
+
+    One transaction, conditioned on the instance still building on that node,
+    so that it cannot interleave with :func:`fail_attempt` (the sweeper) on
+    the same build: exactly one of them takes effect.
+    """
+    with db.engine.begin() as connection:
+        now = utcnow()
+        done = connection.execute(
+            update(_INSTANCES)
+            .where(
+                _INSTANCES.c.uuid == instance_uuid,
+                _INSTANCES.c.node_uuid == node_uuid,
+                _INSTANCES.c.vm_state == VmState.BUILDING.value,
+            )
+            .values(vm_state=VmState.ACTIVE.value, task_state=None, updated_at=now)
+        )
+        if done.rowcount != 1:
+            return False
+        connection.execute(
+            update(_NODES)
+            .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid)
+            .values(provision_state=ProvisionState.ACTIVE.value, updated_at=now)
+        )
+        return True
+
+
+def fail_attempt(
+    db: Database, node_uuid: str, instance_uuid: str, fault: str, *, node_clean: bool
+) -> int | None:
+    """The build on ``node_uuid`` failed: count it and free the node.
+
+    In one transaction, conditioned on the instance still building on that
+    node: the attempt is counted, its fault appended, the node remembered
+    (a reschedule avoids it) and freed — ``available`` if it was cleaned,
+    ``error`` if its state is unknown.  Returns the attempts so far, or
+    ``None`` when the build had already moved on (a success won).
+    """
+    with db.engine.begin() as connection:
+        now = utcnow()
+        row = connection.execute(
+            select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
+                _INSTANCES.c.uuid == instance_uuid,
+                _INSTANCES.c.node_uuid == node_uuid,
+                _INSTANCES.c.vm_state == VmState.BUILDING.value,
+            )
+        ).first()
+        if row is None:
+            return None
+        attempts = int(row.attempts) + 1
+        line = f"attempt {attempts} on node {node_uuid}: {fault}"
+        updated = connection.execute(
+            update(_INSTANCES)
+            .where(
+                _INSTANCES.c.uuid == instance_uuid,
+                _INSTANCES.c.node_uuid == node_uuid,
+                _INSTANCES.c.vm_state == VmState.BUILDING.value,
+                _INSTANCES.c.attempts == row.attempts,
+            )
+            .values(
+                attempts=attempts,
+                fault=f"{row.fault}\n{line}" if row.fault else line,
+                tried_nodes=[*(row.tried_nodes or []), node_uuid],
+                node_uuid=None,
+                host=None,
+                updated_at=now,
+            )
+        )
+        if updated.rowcount != 1:
+            return None
+        state = ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR
+        connection.execute(
+            update(_NODES)
+            .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid)
+            .values(instance_uuid=None, provision_state=state.value, updated_at=now)
+        )
+        return attempts

@@ -308,3 +308,22 @@ def test_bad_parameters_name_the_field(kwargs: dict[str, Any], field: str) -> No
         Membership(args.pop("backend_url"), args.pop("member_id"), **args)
     assert err.value.field == field
     assert field in str(err.value)
+
+
+def test_a_pause_past_the_ttl_is_reported_as_lost_before_the_rejoin(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    """Even when the keeper sees the gap and re-joins in one go (the other
+    threads still asleep), callers are told LOST and see a new generation."""
+    clock = FakeClock()
+    transitions: list[tuple[State, State]] = []
+    m = make(started, clock=clock, on_state_change=lambda o, n: transitions.append((o, n)))
+    assert m.wait_connected(5)
+    generation = m.join_generation
+    assert generation == 1
+    clock.now += m.ttl * 3  # a SIGSTOP: every heartbeat since then missed
+    wait_until(lambda: m.join_generation == generation + 1)
+    wait_until(lambda: bool(transitions) and transitions[-1][1] is State.CONNECTED)
+    lost = [i for i, (_, new) in enumerate(transitions) if new is State.LOST]
+    assert lost, transitions
+    assert transitions[lost[-1] + 1 :][-1] == (State.LOST, State.CONNECTED)

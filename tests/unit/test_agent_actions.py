@@ -1,0 +1,530 @@
+"""NodeActions: fenced background deploy/destroy/power on the real simulated driver.
+
+The driver is the real :class:`SimulatedDriver` (tiny step durations, its
+action log in ``tmp_path``); the ownership is a real
+:class:`OwnershipManager` whose held epochs come from a fake conductor's
+claim replies; the conductor records the results the agent reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from oslo_config import cfg
+
+from compute_agent.actions import NodeActions
+from compute_agent.conf import simulated as simulated_conf
+from compute_agent.drivers.action_log import Action, check_fencing, read_log
+from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
+from compute_agent.ownership import OwnershipManager
+from conductor.exception import Conflict, NotOwner
+from conductor.objects import Node, PowerState, ProvisionState
+from hashring.membership import Member, MembershipView, State
+
+HOST = "agent-1"
+
+
+# -- fakes -----------------------------------------------------------------------------
+
+
+class StubMembership:
+    def __init__(self) -> None:
+        self.state = State.CONNECTED
+        self.join_generation = 1
+
+    def can_act(self) -> bool:
+        return self.state is State.CONNECTED
+
+
+@dataclass
+class FakeConductor:
+    """Grants every claim at the epoch the test chose; records reported results."""
+
+    epochs: dict[str, int] = field(default_factory=dict)
+    builds: list[dict[str, Any]] = field(default_factory=list)
+    destroys: list[dict[str, Any]] = field(default_factory=list)
+    fail_reports: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def list_node_uuids(self, **_: Any) -> dict[str, Any]:
+        return {
+            "nodes": [{"uuid": u, "group": ""} for u in sorted(self.epochs)],
+            "as_of": "2024-01-01T00:00:00+00:00",
+        }
+
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]:
+        granted = [
+            {"node_uuid": u, "owner": host, "epoch": self.epochs[u], "pinned": False}
+            for u in node_uuids
+        ]
+        return {"granted": granted, "rehomed": [], "refused": {}, "missing": []}
+
+    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]:
+        return {"done": dict(claims), "refused": {}}
+
+    def owned_nodes(self, host: str) -> list[dict[str, Any]]:
+        return []  # a fresh agent: nothing held from before
+
+    def report_build_result(self, host: str, **result: Any) -> dict[str, Any]:
+        with self.lock:
+            self.builds.append({"host": host, **result})
+        if self.fail_reports:
+            raise TimeoutError("conductor unreachable")
+        return {"accepted": True}
+
+    def report_destroy_result(self, host: str, **result: Any) -> dict[str, Any]:
+        with self.lock:
+            self.destroys.append({"host": host, **result})
+        return {"accepted": True}
+
+
+@dataclass
+class Agent:
+    actions: NodeActions
+    ownership: OwnershipManager
+    membership: StubMembership
+    conductor: FakeConductor
+    driver: SimulatedDriver
+    log_path: Path
+    nodes: list[Node]
+
+    def epoch(self, node: Node) -> int:
+        held = self.ownership.epoch(node.uuid)
+        assert held is not None
+        return held
+
+    def log(self) -> list[Action]:
+        return read_log(self.log_path) if self.log_path.exists() else []
+
+    def log_of(self, node: Node) -> list[tuple[str, str | None]]:
+        return [(a.action, a.step) for a in self.log() if a.node == node.uuid]
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.005)
+
+
+def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
+    # A config file, not set_override: overrides of a module-level OptGroup leak.
+    path = directory / f"{uuidlib.uuid4()}.conf"
+    path.write_text(
+        "[simulated_driver]\n" + "".join(f"{key} = {value}\n" for key, value in values.items())
+    )
+    conf = cfg.ConfigOpts()
+    simulated_conf.register_opts(conf)
+    conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
+    return conf
+
+
+def make_agent(tmp_path: Path, *, nodes: int = 3, **driver_options: object) -> Agent:
+    log_path = tmp_path / "actions.log"
+    options: dict[str, object] = {
+        "step_duration": 0.005,
+        "clean_duration": 0.005,
+        "power_duration": 0,
+        "action_log": log_path,
+        **driver_options,
+    }
+    driver = SimulatedDriver(make_conf(tmp_path, **options), HOST)
+    node_objs = [
+        Node(uuid=str(uuidlib.uuid4()), name=f"n{i}", resource_class="baremetal")
+        for i in range(nodes)
+    ]
+    conductor = FakeConductor(epochs={n.uuid: 3 + i for i, n in enumerate(node_objs)})
+    membership = StubMembership()
+    holder: list[NodeActions] = []
+    ownership = OwnershipManager(
+        HOST,
+        conductor,
+        membership,  # type: ignore[arg-type]
+        busy_nodes=lambda: holder[0].busy_nodes() if holder else set(),
+    )
+    actions = NodeActions(HOST, driver, ownership, conductor)
+    holder.append(actions)
+    view = MembershipView(members={HOST: Member(HOST, 1, 1.0, {})}, excluded={}, ring_version=1)
+    ownership.refresh_inventory()
+    result = ownership.reconcile(view)
+    assert result is not None and result.claimed == nodes
+    return Agent(actions, ownership, membership, conductor, driver, log_path, node_objs)
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Agent]:
+    made = make_agent(tmp_path)
+    yield made
+    made.actions.stop_accepting()
+    assert made.actions.wait_idle(5.0)
+
+
+def instance_id() -> str:
+    return str(uuidlib.uuid4())
+
+
+FULL_DEPLOY = [
+    ("deploy_start", None),
+    *[("deploy_step", step) for step in DEPLOY_STEPS],
+    ("deploy_done", None),
+]
+
+
+# -- build -----------------------------------------------------------------------------
+
+
+def test_build_is_accepted_deployed_reported_and_pinned(agent: Agent) -> None:
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    assert agent.actions.build(instance, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.conductor.builds == [
+        {
+            "host": HOST,
+            "instance_uuid": instance,
+            "node_uuid": node.uuid,
+            "epoch": epoch,
+            "success": True,
+            "fault": None,
+            "node_clean": True,
+        }
+    ]
+    assert agent.ownership.pinned() == {node.uuid}
+    assert agent.actions.busy_nodes() == set() and agent.actions.in_flight() == 0
+    assert agent.log_of(node) == FULL_DEPLOY
+    assert {(a.agent, a.epoch, a.instance) for a in agent.log()} == {(HOST, epoch, instance)}
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.ACTIVE
+    assert state.instance_uuid == instance
+
+
+def test_same_instance_again_is_in_progress_then_done_and_re_reported(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, step_duration=0.1)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    assert agent.actions.build(instance, node, epoch) == "accepted"
+    assert agent.actions.build(instance, node, epoch) == "in-progress"
+    assert agent.actions.busy_nodes() == {node.uuid}
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.actions.wait_idle(5.0)
+
+    # The conductor asks again (its accept or our report was lost): no second
+    # deploy, the result is sent again.
+    assert agent.actions.build(instance, node, epoch) == "done"
+    wait_for(lambda: len(agent.conductor.builds) == 2)
+    first, second = agent.conductor.builds
+    assert first == second and second["success"] is True
+    assert agent.log_of(node) == FULL_DEPLOY  # deployed once
+    assert agent.actions.wait_idle(5.0)
+
+
+def test_a_lost_report_is_sent_again_when_the_conductor_asks(agent: Agent) -> None:
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    agent.conductor.fail_reports = True  # the first report does not arrive
+    agent.actions.build(instance, node, epoch)
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.actions.wait_idle(5.0)  # the failed report does not kill the thread
+    agent.conductor.fail_reports = False
+    assert agent.actions.build(instance, node, epoch) == "done"
+    wait_for(lambda: len(agent.conductor.builds) == 2)
+    assert agent.conductor.builds[1]["success"] is True
+    assert agent.log_of(node) == FULL_DEPLOY
+
+
+def test_another_instance_on_a_busy_node_is_a_conflict(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, step_duration=0.1)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    first = instance_id()
+    agent.actions.build(first, node, epoch)
+    with pytest.raises(Conflict) as err:
+        agent.actions.build(instance_id(), node, epoch)
+    assert err.value.field == "node_uuid" and err.value.value == node.uuid
+    assert first in str(err.value)
+    with pytest.raises(Conflict):  # nor a teardown while it deploys
+        agent.actions.destroy(first, node, epoch)
+    assert agent.actions.wait_idle(5.0)
+    assert [b["instance_uuid"] for b in agent.conductor.builds] == [first]
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_a_stale_epoch_is_refused_and_nothing_is_done(agent: Agent, delta: int) -> None:
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    with pytest.raises(NotOwner) as err:
+        agent.actions.build(instance_id(), node, epoch + delta)
+    assert (err.value.owner, err.value.epoch) == (HOST, epoch)
+    with pytest.raises(NotOwner):
+        agent.actions.destroy(instance_id(), node, epoch + delta)
+    with pytest.raises(NotOwner):
+        agent.actions.set_power(node, epoch + delta, "power on")
+    stranger = Node(uuid=str(uuidlib.uuid4()), name="x", resource_class="baremetal")
+    with pytest.raises(NotOwner) as unknown:
+        agent.actions.build(instance_id(), stranger, 1)
+    assert unknown.value.owner is None
+    assert agent.actions.wait_idle(1.0)
+    assert agent.log() == [] and agent.actions.in_flight() == 0
+    assert agent.conductor.builds == [] and agent.conductor.destroys == []
+
+
+def test_nothing_is_accepted_unless_connected(agent: Agent) -> None:
+    node = agent.nodes[0]
+    agent.membership.state = State.SUSPENDED
+    with pytest.raises(NotOwner):
+        agent.actions.build(instance_id(), node, agent.epoch(node))
+    assert agent.log() == []
+
+
+def _lose_the_node(agent: Agent, node: Node) -> None:
+    agent.ownership.forget([node.uuid])
+
+
+def _suspend(agent: Agent, node: Node) -> None:
+    agent.membership.state = State.SUSPENDED
+
+
+@pytest.mark.parametrize("lose", [_lose_the_node, _suspend], ids=["taken-over", "suspended"])
+def test_a_deploy_whose_node_is_lost_stops_at_the_next_step(
+    tmp_path: Path, lose: Callable[[Agent, Node], None]
+) -> None:
+    agent = make_agent(tmp_path, step_durations="deploying image:0.4")
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    assert agent.actions.build(instance_id(), node, epoch) == "accepted"
+    wait_for(lambda: ("deploy_step", "deploying image") in agent.log_of(node))
+    lose(agent, node)  # during the slow step
+    assert agent.actions.wait_idle(5.0)
+    assert agent.log_of(node) == [
+        ("deploy_start", None),
+        ("deploy_step", "power on"),
+        ("deploy_step", "deploying image"),
+    ]
+    assert agent.conductor.builds == []  # the new owner deals with it
+    assert agent.actions.busy_nodes() == set()
+    assert node.uuid not in agent.ownership.pinned()
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.ERROR
+    assert check_fencing(agent.log()) == []
+
+
+def test_a_failed_deploy_is_cleaned_and_reported(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, failure_rate=1.0)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    planned = agent.driver.planned_failure(node.uuid, instance)
+    assert planned is not None
+    assert agent.actions.build(instance, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    [report] = agent.conductor.builds
+    assert (report["success"], report["node_clean"], report["epoch"]) == (False, True, epoch)
+    assert f"simulated failure during {planned!r}" in report["fault"]
+    actions = [a for a, _ in agent.log_of(node)]
+    assert actions[0] == "deploy_start"
+    assert actions[-3:] == ["deploy_failed", "destroy", "destroy_done"]
+    assert agent.ownership.pinned() == set()
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.AVAILABLE
+    # Not remembered as done: a retry of that instance deploys again.
+    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.build(instance, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 2)
+
+
+class CrashingDriver(SimulatedDriver):
+    def deploy(self, ctx: Any, node: Node, progress: Any) -> None:
+        raise RuntimeError("driver bug")
+
+
+def test_a_driver_crash_is_cleaned_and_reported_as_a_failure(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    crashing = CrashingDriver(
+        make_conf(tmp_path, clean_duration=0, action_log=agent.log_path), HOST
+    )
+    actions = NodeActions(HOST, crashing, agent.ownership, agent.conductor)
+    node = agent.nodes[0]
+    actions.build(instance_id(), node, agent.epoch(node))
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    [report] = agent.conductor.builds
+    assert report["success"] is False and report["node_clean"] is True
+    assert "driver error: driver bug" in report["fault"]
+    assert actions.wait_idle(5.0) and actions.in_flight() == 0
+
+
+def test_a_failed_deploy_whose_cleaning_is_fenced_off_reports_a_dirty_node(
+    tmp_path: Path,
+) -> None:
+    agent = make_agent(tmp_path, failure_rate=1.0, step_durations="power on:0.3")
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    # An instance whose deploy fails at the first (slow) step.
+    instance = next(
+        i
+        for i in iter(instance_id, None)
+        if agent.driver.planned_failure(node.uuid, i) == "power on"
+    )
+    agent.actions.build(instance, node, epoch)
+    wait_for(lambda: ("deploy_step", "power on") in agent.log_of(node))
+    agent.membership.state = State.SUSPENDED  # the step fails after this: no cleaning
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    [report] = agent.conductor.builds
+    assert (report["success"], report["node_clean"]) == (False, False)
+    assert [a for a, _ in agent.log_of(node)] == ["deploy_start", "deploy_step", "deploy_failed"]
+    assert agent.actions.wait_idle(5.0)
+
+
+# -- destroy ---------------------------------------------------------------------------
+
+
+def test_destroy_tears_down_unpins_and_reports(agent: Agent) -> None:
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    agent.actions.build(instance, node, epoch)
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.actions.wait_idle(5.0)
+    assert agent.ownership.pinned() == {node.uuid}
+
+    assert agent.actions.destroy(instance, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.destroys) == 1)
+    assert agent.conductor.destroys == [
+        {
+            "host": HOST,
+            "instance_uuid": instance,
+            "node_uuid": node.uuid,
+            "epoch": epoch,
+            "success": True,
+            "fault": None,
+        }
+    ]
+    assert agent.ownership.pinned() == set()
+    assert agent.log_of(node)[-2:] == [("destroy", None), ("destroy_done", None)]
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.AVAILABLE
+    assert state.instance_uuid is None and state.power_state is PowerState.OFF
+    # The instance is no longer "done" here: a build of it deploys again.
+    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.build(instance, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 2)
+
+
+def test_destroy_same_instance_again_is_in_progress(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, clean_duration=0.2)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    assert agent.actions.destroy(instance, node, epoch) == "accepted"
+    assert agent.actions.destroy(instance, node, epoch) == "in-progress"
+    with pytest.raises(Conflict):
+        agent.actions.build(instance_id(), node, epoch)
+    wait_for(lambda: len(agent.conductor.destroys) == 1)
+    assert agent.actions.wait_idle(5.0)
+    assert [a for a, _ in agent.log_of(node)] == ["destroy", "destroy_done"]
+
+
+def test_destroy_with_the_membership_lost_meanwhile_reports_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path, step_duration=0.1)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    # Accepted while connected; the background check fails once suspended.
+    gate = threading.Event()
+    original = agent.ownership.check
+
+    def check(node_uuid: str, held: int) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            gate.wait(5.0)
+        original(node_uuid, held)
+
+    monkeypatch.setattr(agent.ownership, "check", check)
+    instance = instance_id()
+    assert agent.actions.destroy(instance, node, epoch) == "accepted"
+    agent.membership.state = State.LOST
+    gate.set()
+    wait_for(lambda: len(agent.conductor.destroys) == 1)
+    [report] = agent.conductor.destroys
+    assert report["success"] is False and "owned by" in report["fault"]
+    assert agent.log_of(node) == []
+    assert agent.actions.wait_idle(5.0) and agent.actions.in_flight() == 0
+
+
+# -- power -----------------------------------------------------------------------------
+
+
+def test_power_actions_are_fenced_and_logged(agent: Agent) -> None:
+    node = agent.nodes[1]
+    epoch = agent.epoch(node)
+    assert agent.actions.set_power(node, epoch, "power on") is PowerState.ON
+    assert agent.actions.set_power(node, epoch, "reboot") is PowerState.ON
+    assert agent.actions.set_power(node, epoch, "power off") is PowerState.OFF
+    assert [a for a, _ in agent.log_of(node)] == ["power_on", "reboot", "power_off"]
+    assert {a.epoch for a in agent.log()} == {epoch}
+
+
+# -- lifecycle -------------------------------------------------------------------------
+
+
+def test_stop_accepting_refuses_new_builds(agent: Agent) -> None:
+    node = agent.nodes[0]
+    agent.actions.stop_accepting()
+    with pytest.raises(Conflict) as err:
+        agent.actions.build(instance_id(), node, agent.epoch(node))
+    assert err.value.field == "host" and "stopping" in str(err.value)
+    assert agent.log() == [] and agent.actions.in_flight() == 0
+
+
+def test_wait_idle_waits_for_running_actions(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, step_duration=0.1)
+    started = [instance_id() for _ in agent.nodes]
+    for instance, node in zip(started, agent.nodes, strict=True):
+        agent.actions.build(instance, node, agent.epoch(node))
+    assert agent.actions.in_flight() == 3
+    assert agent.actions.busy_nodes() == {n.uuid for n in agent.nodes}
+    assert agent.actions.wait_idle(0.01) is False
+    assert agent.actions.wait_idle(5.0) is True
+    assert agent.actions.in_flight() == 0
+    assert sorted(b["instance_uuid"] for b in agent.conductor.builds) == sorted(started)
+    assert agent.ownership.pinned() == {n.uuid for n in agent.nodes}
+    assert check_fencing(agent.log()) == []
+
+
+def test_busy_nodes_are_not_released_by_reconcile(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, step_duration=0.1)
+    node = agent.nodes[0]
+    agent.actions.build(instance_id(), node, agent.epoch(node))
+    # Nobody wants the node any more (the agent left the ring): it is busy, so kept.
+    empty = MembershipView(members={}, excluded={}, ring_version=1)
+    result = agent.ownership.reconcile(empty)
+    assert result is not None and result.released == 2
+    assert set(agent.ownership.held()) == {node.uuid}
+    assert agent.actions.wait_idle(5.0)
+    assert agent.conductor.builds[0]["success"] is True
+
+
+def test_a_build_never_tears_down_another_instance_deployed_on_the_node(agent: Agent) -> None:
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    hosted = instance_id()
+    agent.actions.build(hosted, node, epoch)
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.actions.wait_idle(5.0)
+    with contextlib.suppress(Conflict):  # refusing at accept would be right too
+        agent.actions.build(instance_id(), node, epoch)
+    assert agent.actions.wait_idle(5.0)
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.instance_uuid == hosted
+    assert ("destroy", None) not in agent.log_of(node)

@@ -1,0 +1,518 @@
+"""The agent's OwnershipManager against the REAL conductor agents endpoint on SQLite.
+
+The conductor side is :class:`conductor.endpoints.agents.AgentsEndpoint`
+with a real :class:`conductor.fleet_view.FleetView` fed membership views, so
+the compare-and-swap rules of :mod:`conductor.db.ownership` decide every
+claim, release and transfer.  Only the RPC hop (a thin recording adapter)
+and the agent's own membership connection state are stubbed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid as uuidlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from compute_agent.ownership import OwnershipManager, serves
+from conductor.db import instances, nodes, ownership
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel, utcnow
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.exception import NotOwner
+from conductor.fleet_view import FleetView
+from conductor.validation import validate_node_specs
+from hashring.membership import Member, MembershipView, State
+from hashring.ring import Ring
+from tests.dbutil import add_nodes, migrated, pin
+
+CTXT: dict[str, Any] = {"request_id": "req-test"}
+
+
+# -- stubs ----------------------------------------------------------------------------
+
+
+class StubMembership:
+    """A membership whose connection state the test sets (agent or conductor side)."""
+
+    def __init__(self, state: State = State.CONNECTED) -> None:
+        self.state = state
+        self.join_generation = 1
+
+    def can_act(self) -> bool:
+        return self.state is State.CONNECTED
+
+
+@dataclass
+class ConductorAdapter:
+    """What ConductorAPI does over RPC, done in-process on the real endpoint; records calls."""
+
+    endpoint: AgentsEndpoint
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]:
+        self.calls.append(("claim", list(node_uuids)))
+        return self.endpoint.claim_nodes(CTXT, host, list(node_uuids))
+
+    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]:
+        self.calls.append(("release", dict(claims)))
+        return self.endpoint.release_nodes(CTXT, host, dict(claims))
+
+    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]:
+        self.calls.append(("transfer", list(transfers)))
+        return self.endpoint.transfer_nodes(CTXT, host, list(transfers))
+
+    def owned_nodes(self, host: str) -> list[dict[str, Any]]:
+        self.calls.append(("owned", host))
+        return self.endpoint.owned_nodes(CTXT, host)
+
+    def list_node_uuids(
+        self,
+        groups: list[str] | None = None,
+        since: str | None = None,
+        marker: str | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any]:
+        self.calls.append(("list", {"groups": groups, "since": since, "marker": marker}))
+        return self.endpoint.list_node_uuids(
+            CTXT, groups=groups, since=since, marker=marker, limit=limit
+        )
+
+    def of(self, kind: str) -> list[Any]:
+        return [args for name, args in self.calls if name == kind]
+
+
+def view_of(agents: dict[str, Sequence[str]]) -> MembershipView:
+    """A view of agents, each with the node groups it serves ([] = all)."""
+    return MembershipView(
+        members={
+            host: Member(host, 1, 1.0, {"groups": list(groups)}) for host, groups in agents.items()
+        },
+        excluded={},
+        ring_version=1,
+    )
+
+
+@dataclass
+class Fleet:
+    db: Database
+    fleet: FleetView
+    conductor: ConductorAdapter
+    grace: list[float]
+    agents: dict[str, OwnershipManager] = field(default_factory=dict)
+    memberships: dict[str, StubMembership] = field(default_factory=dict)
+    busy: dict[str, set[str]] = field(default_factory=dict)
+    view: MembershipView = field(default_factory=lambda: view_of({}))
+
+    def live(self, agents: dict[str, Sequence[str]]) -> MembershipView:
+        """The group now has these agents (conductor and agents see the same view)."""
+        self.view = view_of(agents)
+        self.fleet.on_change(self.view)
+        return self.view
+
+    def agent(
+        self, host: str, groups: Sequence[str] = (), claim_batch: int = 500
+    ) -> OwnershipManager:
+        membership = StubMembership()
+        self.memberships[host] = membership
+        self.busy[host] = set()
+        manager = OwnershipManager(
+            host,
+            self.conductor,
+            membership,  # type: ignore[arg-type]
+            groups=groups,
+            claim_batch=claim_batch,
+            busy_nodes=lambda: set(self.busy[host]),
+        )
+        self.agents[host] = manager
+        return manager
+
+    def owners(self) -> dict[str, tuple[str | None, int]]:
+        return {n.uuid: (n.owner, n.owner_epoch) for n in nodes.iter_nodes(self.db)}
+
+    def owner(self, node: str) -> str | None:
+        return ownership.ownership_of(self.db, [node])[node].owner
+
+    def settle(self, rounds: int = 3) -> None:
+        """Every agent refreshes and reconciles, a few rounds (releases then claims)."""
+        for _ in range(rounds):
+            for manager in self.agents.values():
+                manager.refresh_inventory()
+                manager.reconcile(self.view)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Fleet]:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    fleet = FleetView(db)
+    fleet.attach(StubMembership())  # type: ignore[arg-type]
+    grace = [3600.0]
+    endpoint = AgentsEndpoint(db, fleet, lambda: grace[0])
+    try:
+        yield Fleet(db=db, fleet=fleet, conductor=ConductorAdapter(endpoint), grace=grace)
+    finally:
+        db.dispose()
+
+
+def grouped_nodes(db: Database, group: str, count: int) -> list[str]:
+    tag = uuidlib.uuid4().hex[:8]
+    specs = validate_node_specs(
+        [
+            {"name": f"{group}-{tag}-n{i}", "resource_class": "baremetal", "group": group}
+            for i in range(count)
+        ]
+    )
+    return [n.uuid for n in nodes.create_nodes(db, specs)]
+
+
+def ring_share(members: Sequence[str], node_ids: Sequence[str], host: str) -> set[str]:
+    ring = Ring(dict.fromkeys(members, 1.0), version=1)
+    return {n for n, owner in zip(node_ids, ring.assign(node_ids), strict=True) if owner == host}
+
+
+def age_nodes(db: Database, node_uuids: Sequence[str], hours: float = 1.0) -> None:
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid.in_(list(node_uuids)))
+            .values(updated_at=utcnow() - datetime.timedelta(hours=hours))
+        )
+
+
+# -- the desired set -------------------------------------------------------------------
+
+
+def test_serves_a_group_when_listed_or_when_serving_all() -> None:
+    assert serves(Member("a", 1, 1.0, {"groups": ["rack1"]}), "rack1")
+    assert not serves(Member("a", 1, 1.0, {"groups": ["rack1"]}), "rack2")
+    assert serves(Member("a", 1, 1.0, {"groups": []}), "rack2")
+    assert serves(Member("a", 1, 1.0, {}), "")
+
+
+def test_desired_is_the_ring_share_of_each_served_group_plus_pins(env: Fleet) -> None:
+    rack1 = grouped_nodes(env.db, "rack1", 30)
+    rack2 = grouped_nodes(env.db, "rack2", 30)
+    lonely = grouped_nodes(env.db, "rack3", 10)  # only the all-groups agent serves it
+    view = env.live({"a1": ["rack1"], "a2": [], "a3": ["rack2"]})
+    a1, a2, a3 = env.agent("a1", ["rack1"]), env.agent("a2"), env.agent("a3", ["rack2"])
+    assert a1.refresh_inventory() == 30  # only its own groups
+    assert a2.refresh_inventory() == 70
+    assert a3.refresh_inventory() == 30
+
+    want1 = ring_share(["a1", "a2"], rack1, "a1")
+    want3 = ring_share(["a2", "a3"], rack2, "a3")
+    want2 = (
+        ring_share(["a1", "a2"], rack1, "a2") | ring_share(["a2", "a3"], rack2, "a2") | set(lonely)
+    )
+    assert a1.desired(view) == want1
+    assert a3.desired(view) == want3
+    assert a2.desired(view) == want2
+    assert want1 and want3 and want2 - set(lonely)  # the rings really split the groups
+    # A partition: disjoint, and together every node.
+    assert not (want1 & want2) and not (want1 & want3) and not (want2 & want3)
+    assert want1 | want2 | want3 == set(rack1 + rack2 + lonely)
+
+    # A pin is desired whatever the ring says (even of a group the agent does not serve).
+    foreign = next(n for n in rack2 if n not in want1)
+    a1.pin(foreign)
+    assert a1.desired(view) == want1 | {foreign}
+    a1.unpin(foreign)
+    assert a1.desired(view) == want1
+
+
+def test_an_agent_outside_the_view_desires_only_its_pins(env: Fleet) -> None:
+    rack1 = grouped_nodes(env.db, "rack1", 10)
+    view = env.live({"a2": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    assert a1.desired(view) == set()
+    a1.pin(rack1[0])
+    assert a1.desired(view) == {rack1[0]}
+
+
+# -- reconcile -------------------------------------------------------------------------
+
+
+def test_reconcile_claims_in_batches_and_partitions_the_fleet(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 40)
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1", claim_batch=7)
+    a1.refresh_inventory()
+    want = a1.desired(view)
+    result = a1.reconcile(view)
+    assert result is not None
+    assert (result.desired, result.claimed, result.released, result.refused) == (
+        len(want),
+        len(want),
+        0,
+        0,
+    )
+    claims = env.conductor.of("claim")
+    assert [len(c) for c in claims] == [7] * (len(want) // 7) + (
+        [len(want) % 7] if len(want) % 7 else []
+    )
+    assert sorted(n for c in claims for n in c) == sorted(want)
+    owners = env.owners()
+    assert a1.held() == {n: owners[n][1] for n in want}
+    assert all(owners[n][0] == "a1" for n in want)
+
+    # A second pass changes nothing and asks for nothing.
+    env.conductor.calls.clear()
+    again = a1.reconcile(view)
+    assert again is not None and (again.claimed, again.released) == (0, 0)
+    assert env.conductor.of("claim") == [] and env.conductor.of("release") == []
+
+    a2 = env.agent("a2", claim_batch=7)
+    env.settle()
+    assert set(a1.held()) | set(a2.held()) == set(uuids)
+    assert not set(a1.held()) & set(a2.held())
+    assert set(a2.held()) == a2.desired(view)
+
+
+def test_a_join_moves_only_unpinned_idle_nodes_and_never_robs_a_live_owner(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 40)
+    env.live({"a1": []})
+    a1 = env.agent("a1", claim_batch=7)
+    env.settle(1)
+    assert set(a1.held()) == set(uuids)
+
+    view = env.live({"a1": [], "a2": []})
+    a2 = env.agent("a2", claim_batch=7)
+    a2.refresh_inventory()
+    moving = sorted(a2.desired(view))
+    assert len(moving) >= 3
+    pinned, busy = moving[0], moving[1]
+    pin(env.db, [pinned], "a1")
+    a1.revalidate()  # learns the pin from the conductor
+    assert a1.pinned() == {pinned}
+    env.busy["a1"].add(busy)
+    epochs_before = env.owners()
+
+    # The newcomer first: every claim of a node a live agent holds is refused.
+    first = a2.reconcile(view)
+    assert first is not None
+    assert (first.claimed, first.refused, first.held) == (0, len(moving), 0)
+    assert env.owners() == epochs_before  # nothing moved, no epoch bumped
+
+    # The old owner releases what it should no longer own: not the pin, not the busy one.
+    env.conductor.calls.clear()
+    out = a1.reconcile(view)
+    assert out is not None and out.released == len(moving) - 2
+    released = {n for claims in env.conductor.of("release") for n in claims}
+    assert released == set(moving) - {pinned, busy}
+    assert all(len(c) <= 7 for c in env.conductor.of("release"))
+    assert set(a1.held()) == (set(uuids) - set(moving)) | {pinned, busy}
+
+    second = a2.reconcile(view)
+    assert second is not None and (second.claimed, second.refused) == (len(moving) - 2, 2)
+    assert set(a2.held()) == set(moving) - {pinned, busy}
+    # Nodes that stayed with a1 kept their epoch (minimal movement).
+    owners = env.owners()
+    for node in set(uuids) - set(moving):
+        assert owners[node] == epochs_before[node]
+
+    # Once the deploy ends, the busy node moves too; the pinned one never does.
+    env.busy["a1"].clear()
+    env.settle()
+    assert busy in a2.held() and env.owner(busy) == "a2"
+    assert pinned in a1.held() and env.owner(pinned) == "a1"
+    assert pinned not in a2.held()
+
+
+def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:
+    add_nodes(env.db, 10)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    env.conductor.calls.clear()
+    for state in (State.SUSPENDED, State.LOST):
+        env.memberships["a1"].state = state
+        assert a1.reconcile(view) is None
+    assert env.conductor.calls == [] and a1.held() == {}
+    env.memberships["a1"].state = State.CONNECTED
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 10
+
+
+def test_a_claim_by_an_agent_the_conductor_does_not_see_fails_and_holds_nothing(
+    env: Fleet,
+) -> None:
+    add_nodes(env.db, 5)
+    env.live({"a2": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    a1.pin(add_nodes(env.db, 1)[0])  # desired: its pin
+    with pytest.raises(Exception, match="not a live member"):
+        a1.reconcile(view_of({"a1": []}))  # the agent believes it is in; the conductor not
+    assert a1.held() == {}
+
+
+# -- the fence -------------------------------------------------------------------------
+
+
+def test_check_refuses_wrong_epoch_unknown_node_and_unless_connected(env: Fleet) -> None:
+    [node, other] = add_nodes(env.db, 2)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    a1.reconcile(env.view)
+    epoch = a1.epoch(node)
+    assert epoch is not None and epoch == env.owners()[node][1]
+    a1.check(node, epoch)  # ours, at that epoch, connected: fine
+
+    with pytest.raises(NotOwner) as stale:
+        a1.check(node, epoch + 1)
+    assert (stale.value.node_uuid, stale.value.owner, stale.value.epoch) == (node, "a1", epoch)
+    with pytest.raises(NotOwner):
+        a1.check(node, epoch - 1)
+
+    a1.forget([other])
+    with pytest.raises(NotOwner) as unknown:
+        a1.check(other, 1)
+    assert (unknown.value.owner, unknown.value.epoch) == (None, -1)
+    assert a1.epoch(other) is None
+
+    for state in (State.SUSPENDED, State.LOST):
+        env.memberships["a1"].state = state
+        with pytest.raises(NotOwner) as suspended:
+            a1.check(node, epoch)
+        assert suspended.value.owner == "a1" and suspended.value.epoch == epoch
+    env.memberships["a1"].state = State.CONNECTED
+    a1.check(node, epoch)
+
+
+def test_forget_drops_held_and_pinned(env: Fleet) -> None:
+    [node] = add_nodes(env.db, 1)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    a1.pin(node)
+    a1.forget([node])
+    assert a1.held() == {} and a1.pinned() == set()
+
+
+# -- revalidation ----------------------------------------------------------------------
+
+
+def test_revalidate_replaces_held_epochs_after_a_takeover(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 12)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    pinned = uuids[0]
+    pin(env.db, [pinned], "a1")
+    old = a1.held()
+    assert set(old) == set(uuids)
+
+    # a1 is LOST: a2 alone in the group takes every unpinned node (the pin
+    # waits for rehome_grace); then hands one back to a1, at a new epoch.
+    env.memberships["a1"].state = State.LOST
+    view = env.live({"a2": []})
+    a2 = env.agent("a2")
+    a2.refresh_inventory()
+    out = a2.reconcile(view)
+    assert out is not None and out.claimed == 11 and out.refused == 1
+    env.live({"a1": [], "a2": []})
+    returned = uuids[1]
+    moved = env.conductor.transfer_nodes(
+        "a2", [{"node_uuid": returned, "epoch": a2.held()[returned], "new_owner": "a1"}]
+    )
+    assert list(moved["done"]) == [returned]
+
+    # Back and connected, a1 re-reads before acting: only what the conductor records.
+    env.memberships["a1"].state = State.CONNECTED
+    assert a1.revalidate() == 2
+    held = a1.held()
+    owners = env.owners()
+    assert held == {pinned: owners[pinned][1], returned: owners[returned][1]}
+    assert held[returned] == old[returned] + 2  # claimed by a2, then transferred back
+    assert a1.pinned() == {pinned}
+    with pytest.raises(NotOwner):
+        a1.check(returned, old[returned])
+    a1.check(returned, held[returned])
+    for node in uuids[2:]:
+        with pytest.raises(NotOwner):
+            a1.check(node, old[node])
+
+
+# -- inventory -------------------------------------------------------------------------
+
+
+def test_inventory_is_read_whole_then_only_changes(env: Fleet) -> None:
+    first = grouped_nodes(env.db, "rack1", 5)
+    grouped_nodes(env.db, "rack2", 5)
+    age_nodes(env.db, first)
+    env.live({"a1": ["rack1"]})
+    a1 = env.agent("a1", ["rack1"])
+    assert a1.refresh_inventory() == 5
+    [call] = env.conductor.of("list")
+    assert call == {"groups": ["rack1"], "since": None, "marker": None}
+    assert a1.desired(env.view) == set(first)
+
+    later = grouped_nodes(env.db, "rack1", 3)
+    grouped_nodes(env.db, "rack2", 3)
+    env.conductor.calls.clear()
+    assert a1.refresh_inventory() == 3  # only the new ones of its group
+    [call] = env.conductor.of("list")
+    assert call["since"] is not None and call["groups"] == ["rack1"]
+    assert a1.desired(env.view) == set(first + later)
+
+
+def test_inventory_pages_through_a_large_fleet(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 5003)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    assert a1.refresh_inventory() == 5003
+    lists = env.conductor.of("list")
+    assert len(lists) == 2 and lists[0]["marker"] is None
+    assert lists[1]["marker"] == sorted(uuids)[4999]
+    assert a1.desired(env.view) == set(uuids)
+
+
+# -- drain -----------------------------------------------------------------------------
+
+
+def test_drain_hands_every_node_pins_included_to_its_ring_successor(env: Fleet) -> None:
+    rack1 = grouped_nodes(env.db, "rack1", 20)
+    lonely = grouped_nodes(env.db, "rack9", 3)  # nobody but a1 serves it
+    env.live({"a1": []})
+    a1 = env.agent("a1", claim_batch=7)
+    env.settle(1)
+    assert set(a1.held()) == set(rack1 + lonely)
+    pinned = rack1[:2]
+    [instance, _] = pin(env.db, pinned, "a1")
+    a1.revalidate()
+    assert a1.pinned() == set(pinned)
+    epochs = a1.held()
+
+    view = env.live({"a1": [], "a2": ["rack1"], "a3": ["rack1"]})
+    env.conductor.calls.clear()
+    handed, refused = a1.drain(view)
+    assert (handed, refused) == (20, 0)
+    assert all(len(t) <= 7 for t in env.conductor.of("transfer"))
+    successor = Ring({"a2": 1.0, "a3": 1.0}, version=1)
+    owners = env.owners()
+    for node in rack1:
+        assert owners[node] == (successor.owner(node), epochs[node] + 1)
+    # The instance moved with its node, in the same transaction.
+    assert instances.get_instance(env.db, instance).host == successor.owner(pinned[0])
+    # What nobody else serves stays; the rest is forgotten, pins too.
+    assert a1.held() == {n: epochs[n] for n in lonely}
+    assert a1.pinned() == set()
+    for node in lonely:
+        assert owners[node] == ("a1", epochs[node])
+
+
+def test_drain_with_no_peer_keeps_everything(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 4)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    assert a1.drain(view) == (0, 0)
+    assert set(a1.held()) == set(uuids)
+    assert env.conductor.of("transfer") == []

@@ -1,0 +1,720 @@
+"""The conductor's build flow: BuildWorkers with the real Scheduler on SQLite, and AgentRouter.
+
+Agents are not involved: a recording router stands for them in the build
+worker tests (results are reported by hand, as the agent would), and a fake
+ComputeAPI stands for the RPC client in the router tests.  Delays of the
+retry timers are recorded and compressed, so nothing sleeps for seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import oslo_messaging as messaging
+import pytest
+from sqlalchemy import update
+
+from conductor.builds import BuildWorkers
+from conductor.db import allocations, flavors, instances, nodes, ownership
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, utcnow
+from conductor.exception import Conflict, NotOwner
+from conductor.fleet_view import FleetView
+from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
+from conductor.routing import AgentRouter
+from conductor.scheduler.scheduler import Scheduler
+from conductor.validation import validate_build_request, validate_flavor_spec
+from hashring.membership import Member, MembershipView, State
+from tests.dbutil import add_nodes, migrated
+
+AGENTS = ("a1", "a2")
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+class StubMembership:
+    """What FleetView asks its membership: the connection state."""
+
+    def __init__(self) -> None:
+        self.state = State.CONNECTED
+
+
+def view_of(*hosts: str) -> MembershipView:
+    return MembershipView(
+        members={h: Member(h, 1, 1.0) for h in hosts}, excluded={}, ring_version=1
+    )
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.005)
+
+
+@dataclass
+class RecordingRouter:
+    """Agents that accept every build and report later (by the test)."""
+
+    routed: list[tuple[str, str, str | None, int]] = field(default_factory=list)
+    destroyed: list[str] = field(default_factory=list)
+    destroy_answers: list[bool] = field(default_factory=list)  # then True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
+        with self.lock:
+            self.routed.append((instance.uuid, node.uuid, claim.owner, claim.epoch))
+
+    def destroy(self, instance: Instance) -> bool:
+        with self.lock:
+            self.destroyed.append(instance.uuid)
+            return self.destroy_answers.pop(0) if self.destroy_answers else True
+
+    def routes_of(self, instance: str) -> list[tuple[str, str | None, int]]:
+        with self.lock:
+            return [(n, o, e) for i, n, o, e in self.routed if i == instance]
+
+
+@dataclass
+class Flow:
+    db: Database
+    fleet: FleetView
+    membership: StubMembership
+    scheduler: Scheduler
+    router: RecordingRouter
+    builds: BuildWorkers
+    nodes: list[str]
+    delays: list[tuple[float, str]]
+
+    def build(self) -> str:
+        [instance], _ = instances.create_instances(
+            self.db, validate_build_request({"flavor": "small"})
+        )
+        self.builds.submit([instance.uuid])
+        return instance.uuid
+
+    def instance(self, uuid: str) -> Instance:
+        return instances.get_instance(self.db, uuid)
+
+    def node(self, uuid: str) -> Node:
+        return nodes.get_node(self.db, uuid)
+
+    def wait_routes(self, instance: str, count: int) -> tuple[str, str | None, int]:
+        wait_for(lambda: len(self.router.routes_of(instance)) >= count)
+        return self.router.routes_of(instance)[count - 1]
+
+    def age(self, instance: str, seconds: float = 3600.0) -> None:
+        with self.db.transaction() as session:
+            session.execute(
+                update(InstanceModel)
+                .where(InstanceModel.uuid == instance)
+                .values(updated_at=utcnow() - datetime.timedelta(seconds=seconds))
+            )
+
+
+@pytest.fixture
+def fast_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
+    """Retry timers of the build queue fire 50x sooner; their (delay, action) are recorded."""
+    recorded: list[tuple[float, str]] = []
+    real = threading.Timer
+
+    def timer(delay: float, function: Callable[[], None]) -> threading.Timer:
+        action = "?"
+        cell = getattr(function, "__closure__", None) or ()
+        for c in cell:
+            if isinstance(c.cell_contents, str) and c.cell_contents in (
+                "build",
+                "route",
+                "delete",
+            ):
+                action = c.cell_contents
+        recorded.append((delay, action))
+        return real(delay / 50, function)
+
+    monkeypatch.setattr(threading, "Timer", timer)  # as conductor.builds uses it
+    return recorded
+
+
+@contextlib.contextmanager
+def make_flow(
+    tmp_path: Path,
+    delays: list[tuple[float, str]],
+    *,
+    node_count: int = 4,
+    max_attempts: int = 3,
+) -> Iterator[Flow]:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    membership = StubMembership()
+    fleet = FleetView(db)
+    fleet.attach(membership)  # type: ignore[arg-type]
+    fleet.on_change(view_of(*AGENTS))
+    uuids = add_nodes(db, node_count)
+    half = node_count // 2
+    for agent, share in (("a1", uuids[:half]), ("a2", uuids[half:])):
+        ownership.claim_nodes(db, agent, share, live_members=AGENTS, rehome_grace=60)
+    flavors.create_flavor(
+        db, validate_flavor_spec({"name": "small", "resource_class": "baremetal"})
+    )
+    scheduler = Scheduler(db, refresh_interval=0)
+    router = RecordingRouter()
+    workers = BuildWorkers(
+        db, scheduler, fleet, workers=2, router=router, max_attempts=lambda: max_attempts
+    )
+    workers.start()
+    try:
+        yield Flow(db, fleet, membership, scheduler, router, workers, uuids, delays)
+    finally:
+        workers.stop()
+        db.dispose()
+
+
+@pytest.fixture
+def flow(tmp_path: Path, fast_timers: list[tuple[float, str]]) -> Iterator[Flow]:
+    with make_flow(tmp_path, fast_timers) as made:
+        yield made
+
+
+# -- build, route, report --------------------------------------------------------------
+
+
+def test_builds_are_allocated_and_routed_with_the_owners_claim(flow: Flow) -> None:
+    built = [flow.build() for _ in range(3)]
+    routes = [flow.wait_routes(uuid, 1) for uuid in built]
+    assert len({node for node, _, _ in routes}) == 3  # one instance per node
+    for uuid, (node, owner, epoch) in zip(built, routes, strict=True):
+        own = ownership.ownership_of(flow.db, [node])[node]
+        assert (owner, epoch) == (own.owner, own.epoch)
+        instance = flow.instance(uuid)
+        assert (instance.vm_state, instance.task_state) == (VmState.BUILDING, TaskState.SPAWNING)
+        assert (instance.node_uuid, instance.host) == (node, owner)
+        placed = flow.node(node)
+        assert placed.instance_uuid == uuid
+        assert placed.provision_state is ProvisionState.DEPLOYING
+    assert len(flow.router.routed) == 3  # each routed once
+
+
+def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    ok = flow.builds.report_result(
+        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
+    assert ok is True
+    instance = flow.instance(uuid)
+    assert (instance.vm_state, instance.task_state, instance.node_uuid) == (
+        VmState.ACTIVE,
+        None,
+        node,
+    )
+    assert flow.node(node).provision_state is ProvisionState.ACTIVE
+    # A re-sent result (the agent's answer to a re-route) changes nothing.
+    again = flow.builds.report_result(
+        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
+    assert again is True
+    time.sleep(0.05)  # (the queue must not tear an ACTIVE instance down)
+    assert flow.instance(uuid).vm_state is VmState.ACTIVE
+    assert flow.router.destroyed == []
+
+
+def test_stale_reports_are_ignored(flow: Flow) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    other = "a2" if owner == "a1" else "a1"
+    spare = next(n for n in flow.nodes if n != node)
+    for host, reported_node, held in (
+        (owner, node, epoch + 1),  # wrong epoch
+        (owner, node, epoch - 1),
+        (other, node, epoch),  # wrong host
+        (owner, spare, epoch),  # a node that does not host the instance
+        (owner, str(uuidlib.uuid4()), epoch),  # no such node
+    ):
+        for success in (True, False):
+            accepted = flow.builds.report_result(
+                host, uuid, reported_node, held, success=success, fault="x", node_clean=False
+            )
+            assert accepted is False
+    instance = flow.instance(uuid)
+    assert (instance.vm_state, instance.attempts, instance.fault) == (VmState.BUILDING, 0, None)
+    assert flow.node(node).provision_state is ProvisionState.DEPLOYING
+    assert flow.node(spare).provision_state is ProvisionState.AVAILABLE
+    assert len(flow.router.routed) == 1
+
+
+def test_failures_are_rescheduled_to_other_nodes_until_max_attempts(flow: Flow) -> None:
+    uuid = flow.build()
+    tried: list[str] = []
+    faults = ["disk on fire", "bmc timeout", "pxe failed"]
+    for attempt, fault in enumerate(faults, start=1):
+        node, owner, epoch = flow.wait_routes(uuid, attempt)
+        assert owner is not None
+        assert node not in tried  # never the same node twice
+        tried.append(node)
+        clean = attempt != 1
+        assert flow.builds.report_result(
+            owner, uuid, node, epoch, success=False, fault=fault, node_clean=clean
+        )
+        freed = flow.node(node)
+        assert freed.instance_uuid is None
+        assert freed.provision_state is (
+            ProvisionState.AVAILABLE if clean else ProvisionState.ERROR
+        )
+        instance = flow.instance(uuid)
+        assert instance.attempts == attempt
+        assert list(instance.tried_nodes) == tried
+    error = flow.instance(uuid)
+    assert (error.vm_state, error.task_state, error.node_uuid) == (VmState.ERROR, None, None)
+    assert error.fault is not None
+    for attempt, (node, fault) in enumerate(zip(tried, faults, strict=True), start=1):
+        assert f"attempt {attempt} on node {node}: {fault}" in error.fault
+    time.sleep(0.05)
+    assert len(flow.router.routed) == 3  # max_attempts=3: no fourth try
+
+
+def test_reschedule_runs_out_of_untried_nodes_and_errors(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    with make_flow(tmp_path, fast_timers, node_count=2) as flow:
+        uuid = flow.build()
+        for attempt in (1, 2):
+            node, owner, epoch = flow.wait_routes(uuid, attempt)
+            assert owner is not None
+            flow.builds.report_result(
+                owner, uuid, node, epoch, success=False, fault=f"f{attempt}", node_clean=True
+            )
+        wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
+        error = flow.instance(uuid)
+        assert error.attempts == 3 and error.fault is not None
+        assert "no valid node" in error.fault
+        assert len(flow.router.routed) == 2
+
+
+# -- delete ----------------------------------------------------------------------------
+
+
+def _active(flow: Flow) -> tuple[str, str, str, int]:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    flow.builds.report_result(owner, uuid, node, epoch, success=True, fault=None, node_clean=True)
+    return uuid, node, owner, epoch
+
+
+def _request_delete(flow: Flow, uuid: str) -> None:
+    instances.set_state(
+        flow.db,
+        uuid,
+        expected=[VmState.BUILDING, VmState.ACTIVE, VmState.ERROR],
+        vm_state=VmState.DELETING,
+        task_state=TaskState.DELETING,
+    )
+    flow.builds.delete(uuid)
+
+
+def test_delete_asks_the_owner_and_frees_the_node_on_its_report(flow: Flow) -> None:
+    uuid, node, owner, epoch = _active(flow)
+    _request_delete(flow, uuid)
+    wait_for(lambda: flow.router.destroyed == [uuid])
+    assert flow.instance(uuid).vm_state is VmState.DELETING  # waits for the agent
+    other = "a2" if owner == "a1" else "a1"
+    for host, held in ((owner, epoch + 1), (other, epoch)):
+        assert not flow.builds.report_destroyed(host, uuid, node, held, success=True, fault=None)
+    assert flow.instance(uuid).vm_state is VmState.DELETING
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    deleted = flow.instance(uuid)
+    assert (deleted.vm_state, deleted.node_uuid, deleted.host) == (VmState.DELETED, None, None)
+    freed = flow.node(node)
+    assert (freed.instance_uuid, freed.provision_state) == (None, ProvisionState.AVAILABLE)
+    # The freed node is schedulable again.
+    again = flow.build()
+    wait_for(lambda: bool(flow.router.routes_of(again)))
+
+
+def test_a_refused_destroy_is_retried_later(flow: Flow) -> None:
+    uuid, node, owner, epoch = _active(flow)
+    flow.router.destroy_answers[:] = [False, False]
+    _request_delete(flow, uuid)
+    wait_for(lambda: flow.router.destroyed == [uuid] * 3)
+    assert flow.delays.count((2.0, "delete")) == 2
+    time.sleep(0.1)
+    assert flow.router.destroyed == [uuid] * 3  # accepted the third time: no more retries
+    assert flow.instance(uuid).vm_state is VmState.DELETING
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.instance(uuid).vm_state is VmState.DELETED
+
+
+def test_a_failed_teardown_keeps_the_node_and_retries_the_delete(flow: Flow) -> None:
+    uuid, node, owner, epoch = _active(flow)
+    _request_delete(flow, uuid)
+    wait_for(lambda: flow.router.destroyed == [uuid])
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=False, fault="bmc")
+    assert flow.node(node).instance_uuid == uuid  # still allocated, not dirty-and-free
+    assert (10.0, "delete") in flow.delays
+    wait_for(lambda: flow.router.destroyed == [uuid, uuid])
+
+
+def test_delete_of_a_build_never_routed_frees_its_node_without_an_agent(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    with make_flow(tmp_path, fast_timers) as flow:
+        flow.builds.set_router(None)  # type: ignore[arg-type]
+        uuid = flow.build()
+        wait_for(lambda: flow.instance(uuid).node_uuid is not None)
+        node = flow.instance(uuid).node_uuid
+        assert node is not None
+        _request_delete(flow, uuid)
+        wait_for(lambda: flow.instance(uuid).vm_state is VmState.DELETED)
+        assert flow.node(node).instance_uuid is None
+        assert flow.router.destroyed == []
+
+
+def test_a_success_reported_after_delete_was_requested_tears_the_node_down(flow: Flow) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    flow.router.destroy_answers[:] = [False] * 1000  # the owner is still deploying
+    _request_delete(flow, uuid)
+    wait_for(lambda: len(flow.router.destroyed) >= 1)
+    flow.router.destroy_answers.clear()
+    assert flow.builds.report_result(
+        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
+    assert flow.instance(uuid).vm_state is VmState.DELETING
+    assert flow.node(node).provision_state is ProvisionState.ACTIVE
+    wait_for(lambda: flow.router.destroyed[-1:] == [uuid] and not flow.router.destroy_answers)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.instance(uuid).vm_state is VmState.DELETED
+
+
+# -- the sweeper -----------------------------------------------------------------------
+
+
+def test_sweep_requeues_a_stuck_build_without_a_node(flow: Flow) -> None:
+    [instance], _ = instances.create_instances(flow.db, validate_build_request({"flavor": "small"}))
+    uuid = instance.uuid  # stored, but its queue entry was lost (conductor killed)
+    assert flow.builds.sweep(60) == 0  # not old enough yet
+    flow.age(uuid)
+    assert flow.builds.sweep(60) == 1
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert (owner, epoch) == (flow.node(node).owner, flow.node(node).owner_epoch)
+
+
+def test_sweep_reroutes_a_stuck_placed_build_then_fails_it_over(flow: Flow) -> None:
+    uuid = flow.build()
+    first = flow.wait_routes(uuid, 1)
+    flow.age(uuid)
+
+    # First sweep: routed again, same node and claim (the agent de-duplicates).
+    assert flow.builds.sweep(60) == 1
+    assert flow.wait_routes(uuid, 2) == first
+    assert flow.builds.sweep(60) == 0  # the re-route counted as progress
+    assert flow.instance(uuid).attempts == 0
+
+    # Still no result a whole build_timeout later: a failed attempt.
+    flow.age(uuid)
+    assert flow.builds.sweep(60) == 1
+    node = first[0]
+    freed = flow.node(node)
+    assert (freed.instance_uuid, freed.provision_state) == (None, ProvisionState.ERROR)
+    second = flow.wait_routes(uuid, 3)
+    assert second[0] != node
+    instance = flow.instance(uuid)
+    assert instance.attempts == 1 and list(instance.tried_nodes) == [node]
+    assert instance.fault is not None and "build timed out after 60 s" in instance.fault
+    # The late result of the first attempt is stale now.
+    assert not flow.builds.report_result(
+        first[1] or "", uuid, node, first[2], success=True, fault=None, node_clean=True
+    )
+
+
+def test_sweep_of_the_last_attempt_puts_the_build_in_error(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    with make_flow(tmp_path, fast_timers, max_attempts=1) as flow:
+        uuid = flow.build()
+        flow.wait_routes(uuid, 1)
+        for _ in range(2):
+            flow.age(uuid)
+            flow.builds.sweep(60)
+            time.sleep(0.02)
+        wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
+        assert "build timed out" in (flow.instance(uuid).fault or "")
+
+
+def test_a_build_waits_while_the_fleet_view_is_unavailable(flow: Flow) -> None:
+    flow.membership.state = State.SUSPENDED
+    uuid = flow.build()
+    wait_for(lambda: (2.0, "build") in flow.delays)
+    time.sleep(0.1)  # a few retries
+    instance = flow.instance(uuid)
+    assert instance.vm_state is VmState.BUILDING and instance.fault is None
+    assert instance.attempts == 0 and instance.node_uuid is None
+    assert flow.router.routed == []
+    flow.membership.state = State.CONNECTED
+    flow.wait_routes(uuid, 1)
+    assert flow.instance(uuid).vm_state is VmState.BUILDING
+
+
+def test_resume_queues_stored_builds_and_deletions(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    with make_flow(tmp_path, fast_timers) as flow:
+        flow.builds.stop()
+        [waiting], _ = instances.create_instances(
+            flow.db, validate_build_request({"flavor": "small"})
+        )
+        restarted = BuildWorkers(flow.db, flow.scheduler, flow.fleet, workers=1, router=flow.router)
+        restarted.start()
+        try:
+            flow.wait_routes(waiting.uuid, 1)
+        finally:
+            restarted.stop()
+
+
+# -- AgentRouter -----------------------------------------------------------------------
+
+
+@dataclass
+class FakeCompute:
+    """The agents' RPC client: per host, an answer or an exception to raise."""
+
+    behaviour: dict[str, Any] = field(default_factory=dict)
+    builds: list[tuple[str, str, int, float | None]] = field(default_factory=list)
+    destroys: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def _answer(self, host: str, default: str) -> str:
+        answer = self.behaviour.get(host, default)
+        if isinstance(answer, list):
+            answer = answer.pop(0) if answer else default
+        if isinstance(answer, BaseException):
+            raise answer
+        return str(answer)
+
+    def build_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: float | None = None,
+    ) -> str:
+        self.builds.append((host, node["uuid"], epoch, timeout))
+        return self._answer(host, "accepted")
+
+    def destroy_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: float | None = None,
+    ) -> str:
+        self.destroys.append((host, node["uuid"], epoch))
+        return self._answer(host, "accepted")
+
+
+@dataclass
+class Routing:
+    db: Database
+    fleet: FleetView
+    membership: StubMembership
+    compute: FakeCompute
+    router: AgentRouter
+    retries: list[tuple[str, str]]
+    node: str
+    instance: str
+    claim: Ownership
+
+    def live(self, *hosts: str) -> None:
+        self.fleet.on_change(view_of(*hosts))
+
+    def args(self) -> tuple[Instance, Node, Ownership]:
+        return (
+            instances.get_instance(self.db, self.instance),
+            nodes.get_node(self.db, self.node),
+            self.claim,
+        )
+
+    def hand_to(self, new_owner: str) -> int:
+        own = ownership.ownership_of(self.db, [self.node])[self.node]
+        assert own.owner is not None
+        out = ownership.transfer_nodes(
+            self.db, own.owner, [ownership.Transfer(self.node, own.epoch, new_owner)]
+        )
+        return out.done[self.node]
+
+
+@pytest.fixture
+def routing(tmp_path: Path) -> Iterator[Routing]:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    membership = StubMembership()
+    fleet = FleetView(db)
+    fleet.attach(membership)  # type: ignore[arg-type]
+    fleet.on_change(view_of(*AGENTS))
+    [node] = add_nodes(db, 1)
+    ownership.claim_nodes(db, "a1", [node], live_members=AGENTS, rehome_grace=60)
+    flavors.create_flavor(
+        db, validate_flavor_spec({"name": "small", "resource_class": "baremetal"})
+    )
+    [instance], _ = instances.create_instances(db, validate_build_request({"flavor": "small"}))
+    claim = allocations.allocate(db, node, instance.uuid)
+    assert claim is not None and claim.owner == "a1"
+    compute = FakeCompute()
+    retries: list[tuple[str, str]] = []
+    router = AgentRouter(
+        db,
+        fleet,
+        compute,  # type: ignore[arg-type]
+        accept_timeout=3.0,
+        retry_later=lambda uuid, action: retries.append((uuid, action)),
+    )
+    try:
+        yield Routing(db, fleet, membership, compute, router, retries, node, instance.uuid, claim)
+    finally:
+        db.dispose()
+
+
+def test_route_calls_the_owner_with_its_epoch(routing: Routing) -> None:
+    routing.router.route(*routing.args())
+    assert routing.compute.builds == [("a1", routing.node, routing.claim.epoch, 3.0)]
+    assert routing.retries == []
+
+
+def test_not_owner_re_reads_the_node_and_routes_to_the_new_owner(routing: Routing) -> None:
+    new_epoch = routing.hand_to("a2")
+    routing.compute.behaviour["a1"] = NotOwner(routing.node, "a2", new_epoch)
+    routing.router.route(*routing.args())  # with the claim read before the hand-over
+    assert [(h, e) for h, _, e, _ in routing.compute.builds] == [
+        ("a1", routing.claim.epoch),
+        ("a2", new_epoch),
+    ]
+    assert routing.retries == []
+
+
+def test_not_owner_again_and_again_goes_back_to_the_queue(routing: Routing) -> None:
+    routing.compute.behaviour["a1"] = NotOwner(routing.node, "a1", 99)
+    routing.router.route(*routing.args())
+    assert len(routing.compute.builds) == 3
+    assert routing.retries == [(routing.instance, "route")]
+
+
+def test_not_owner_for_a_node_the_instance_lost_stops_routing(routing: Routing) -> None:
+    routing.compute.behaviour["a1"] = NotOwner(routing.node, "a1", 99)
+    allocations.free(routing.db, routing.node, routing.instance)
+    instance, node, claim = routing.args()
+    routing.router.route(instance, node, claim)
+    assert len(routing.compute.builds) == 1
+    assert routing.retries == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [messaging.MessagingTimeout("no reply"), Conflict(field="host", value="a1", reason="stop")],
+    ids=["timeout", "conflict"],
+)
+def test_timeouts_and_refusals_are_retried_later(routing: Routing, error: Exception) -> None:
+    routing.compute.behaviour["a1"] = error
+    routing.router.route(*routing.args())
+    assert len(routing.compute.builds) == 1
+    assert routing.retries == [(routing.instance, "route")]
+
+
+def test_an_owner_that_is_not_live_is_not_called(routing: Routing) -> None:
+    routing.live("a2")
+    routing.router.route(*routing.args())
+    assert routing.compute.builds == []
+    assert routing.retries == [(routing.instance, "route")]
+    # Nobody owns it at all: the same.
+    instance, node, _ = routing.args()
+    routing.router.route(instance, node, Ownership(node.uuid, None, 0))
+    assert routing.compute.builds == []
+    assert routing.retries == [(routing.instance, "route")] * 2
+
+
+def test_an_unknown_membership_assumes_the_owner_alive(routing: Routing) -> None:
+    routing.membership.state = State.LOST
+    routing.router.route(*routing.args())
+    assert [h for h, *_ in routing.compute.builds] == ["a1"]
+
+
+def test_destroy_goes_to_the_live_owner_only(routing: Routing) -> None:
+    instance, node, _ = routing.args()
+    assert routing.router.destroy(instance) is True
+    assert routing.compute.destroys == [("a1", routing.node, node.owner_epoch)]
+
+    routing.live("a2")
+    assert routing.router.destroy(instance) is False  # waits for the re-homing
+    assert len(routing.compute.destroys) == 1
+
+    routing.live(*AGENTS)
+    for error in (
+        NotOwner(routing.node, "a2", 9),
+        messaging.MessagingTimeout("no reply"),
+        Conflict(field="node_uuid", value=routing.node, reason="busy"),
+    ):
+        routing.compute.behaviour["a1"] = error
+        assert routing.router.destroy(instance) is False
+    assert len(routing.compute.destroys) == 4
+
+    # An instance without a node has nothing to tear down.
+    unplaced = Instance(uuid=str(uuidlib.uuid4()), name="x", flavor="small")
+    assert routing.router.destroy(unplaced) is True
+    assert len(routing.compute.destroys) == 4
+
+
+def test_a_result_arriving_during_a_sweep_is_not_undone(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    flow.age(uuid)
+    assert flow.builds.sweep(60) == 1  # re-routed
+    flow.wait_routes(uuid, 2)
+    flow.age(uuid)
+    read = instances.stuck_builds
+
+    def stuck_then_reported(*args: Any, **kwargs: Any) -> list[Instance]:
+        stuck = read(*args, **kwargs)
+        # The agent's result arrives right after the sweeper's read.
+        flow.builds.report_result(
+            owner, uuid, node, epoch, success=True, fault=None, node_clean=True
+        )
+        return stuck
+
+    monkeypatch.setattr(instances, "stuck_builds", stuck_then_reported)
+    flow.builds.sweep(60)
+    instance = flow.instance(uuid)
+    assert (instance.vm_state, instance.node_uuid, instance.attempts) == (VmState.ACTIVE, node, 0)
+    placed = flow.node(node)
+    assert (placed.instance_uuid, placed.provision_state) == (uuid, ProvisionState.ACTIVE)
+
+
+def test_each_attempt_is_rerouted_once_before_the_sweeper_fails_it(flow: Flow) -> None:
+    uuid = flow.build()
+    first, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    flow.age(uuid)
+    assert flow.builds.sweep(60) == 1
+    flow.wait_routes(uuid, 2)  # attempt 1 re-routed ...
+    flow.builds.report_result(owner, uuid, first, epoch, success=False, fault="x", node_clean=True)
+    second = flow.wait_routes(uuid, 3)  # ... then failed and rescheduled
+    assert second[0] != first
+    flow.age(uuid)  # attempt 2 stuck in turn
+    assert flow.builds.sweep(60) == 1
+    assert flow.wait_routes(uuid, 4) == second  # re-routed, not failed
+    assert flow.instance(uuid).attempts == 1
