@@ -29,8 +29,15 @@ class NodeActions:
     """Runs driver actions on owned nodes and reports their outcome."""
 
     def __init__(
-        self, host: str, driver: ComputeDriver, ownership: OwnershipManager, conductor: Any
+        self,
+        host: str,
+        driver: ComputeDriver,
+        ownership: OwnershipManager,
+        conductor: Any,
+        *,
+        suspend_wait: float = 10.0,
     ) -> None:
+        self._suspend_wait = suspend_wait
         self._host = host
         self._driver = driver
         self._ownership = ownership
@@ -106,6 +113,10 @@ class NodeActions:
     def destroy(self, instance_uuid: str, node: Node, epoch: int) -> str:
         self._ownership.check(node.uuid, epoch)
         with self._lock:
+            if not self._accepting:
+                # Stopping or draining: the nodes are about to move; the
+                # conductor retries with whoever owns the node next.
+                raise Conflict(field="host", value=self._host, reason="agent is stopping")
             running = self._in_flight.get(node.uuid)
             if running == ("destroy", instance_uuid):
                 return "in-progress"
@@ -122,8 +133,20 @@ class NodeActions:
 
     def set_power(self, node: Node, epoch: int, target: PowerTarget) -> PowerState:
         self._ownership.check(node.uuid, epoch)
-        ctx = ActionContext(node.uuid, self._host, epoch)
-        return self._driver.set_power(ctx, node, target)
+        with self._lock:
+            running = self._in_flight.get(node.uuid)
+            if running is not None:
+                raise Conflict(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node is busy with {running[0]}; retry",
+                )
+            self._in_flight[node.uuid] = ("power", target)
+        try:
+            ctx = ActionContext(node.uuid, self._host, epoch)
+            return self._driver.set_power(ctx, node, target)
+        finally:
+            self._finish(node.uuid)
 
     def _start(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(
@@ -146,8 +169,9 @@ class NodeActions:
 
         def progress(step: str) -> None:
             started.append(step)
-            # Re-checked at every step: stop as soon as the node is not ours.
-            self._ownership.check(node.uuid, epoch)
+            # Re-checked at every step: stop as soon as the node is not ours
+            # (a SUSPENDED membership is waited out, up to its TTL).
+            self._ownership.wait_can_act(node.uuid, epoch, self._suspend_wait)
             LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
 
         success, fault, clean = True, None, True

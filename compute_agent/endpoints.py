@@ -25,8 +25,8 @@ def _node(value: object) -> Node:
     if not isinstance(value, dict):
         raise InvalidInput([FieldError.about("node", "must be a node object", value)])
     try:
-        validate_uuid(value.get("uuid"), "node.uuid")
-        return Node.from_dict(value)
+        uuid = validate_uuid(value.get("uuid"), "node.uuid")
+        return Node.from_dict({**value, "uuid": uuid})
     except (KeyError, ValueError, TypeError) as exc:
         if isinstance(exc, InvalidInput):
             raise
@@ -56,7 +56,7 @@ class ComputeEndpoint:
         """Accept a build (quickly) and deploy in the background; idempotent."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
-        [held] = payload.check_epoch_map({target.uuid: epoch}, "epoch").values()
+        held = payload.check_epoch(epoch, "epoch")
         return self._actions.build(instance, target, held)
 
     def destroy_instance(
@@ -65,12 +65,12 @@ class ComputeEndpoint:
         """Tear the node down and clean it, in the background."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
-        [held] = payload.check_epoch_map({target.uuid: epoch}, "epoch").values()
+        held = payload.check_epoch(epoch, "epoch")
         return self._actions.destroy(instance, target, held)
 
     def set_power_state(self, ctxt: dict[str, Any], *, node: Any, epoch: Any, target: Any) -> str:
         found = _node(node)
-        [held] = payload.check_epoch_map({found.uuid: epoch}, "epoch").values()
+        held = payload.check_epoch(epoch, "epoch")
         state = self._actions.set_power(found, held, validate_power_target(target))
         return state.value
 

@@ -21,27 +21,21 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from conductor.exception import NotOwner
-from hashring.membership import Member, Membership, MembershipView
-from hashring.ring import Ring
+from hashring.membership import Membership, MembershipView, State
 
-__all__ = ["OwnershipManager", "ReconcileResult", "serves"]
+__all__ = ["OwnershipManager", "ReconcileResult"]
 
 LOG = logging.getLogger(__name__)
 
 #: Re-read this much before the previous inventory refresh: rows committed
 #: while it ran may carry an earlier timestamp.
 _INVENTORY_OVERLAP = datetime.timedelta(seconds=5)
-
-
-def serves(member: Member, group: str) -> bool:
-    """Whether an agent (by its published ``groups``) serves a node group."""
-    groups = member.capabilities.get("groups") or []
-    return not groups or group in groups
 
 
 @dataclass(frozen=True)
@@ -101,6 +95,31 @@ class OwnershipManager:
         ):
             owner = self.host if held is not None else None
             raise NotOwner(node_uuid, owner, held if held is not None else -1)
+
+    def wait_can_act(self, node_uuid: str, epoch: int, timeout: float) -> None:
+        """Like :meth:`check`, but rides out a SUSPENDED membership.
+
+        A heartbeat hiccup (SUSPENDED) may clear up within the TTL: an
+        in-flight deployment waits for it rather than abandon the build.
+        LOST, a new join generation or a changed epoch end the wait at once.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.check(node_uuid, epoch)
+                return
+            except NotOwner:
+                with self._lock:
+                    same = self._held.get(node_uuid) == epoch
+                    validated = self._validated_generation
+                recoverable = (
+                    same
+                    and self._membership.state is State.SUSPENDED
+                    and validated == self._membership.join_generation
+                )
+                if not recoverable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def epoch(self, node_uuid: str) -> int | None:
         with self._lock:
@@ -165,13 +184,38 @@ class OwnershipManager:
             as_of = as_of or page["as_of"]
             with self._lock:
                 for item in page["nodes"]:
-                    self._inventory[item["uuid"]] = item["group"]
+                    self._learn(item)
             seen += len(page["nodes"])
             if len(page["nodes"]) < 5000:
                 break
             marker = page["nodes"][-1]["uuid"]
         self._since = datetime.datetime.fromisoformat(as_of)
         return seen
+
+    def _learn(self, item: Mapping[str, Any]) -> None:
+        """One inventory entry (under the lock): its group, and its claim.
+
+        A node recorded as ours that we do not hold was handed to us (a
+        drain, an operator's move): adopt it at its epoch.  A node we hold
+        that is recorded as someone else's, or at another epoch, was taken
+        over: forget it.
+        """
+        uuid = item["uuid"]
+        self._inventory[uuid] = item["group"]
+        owner, epoch = item.get("owner"), item.get("epoch")
+        if epoch is None:
+            return
+        held = self._held.get(uuid)
+        if owner == self.host and held != epoch:
+            if held is None:
+                LOG.info("Agent %s adopts node %s at epoch %d", self.host, uuid, epoch)
+            self._held[uuid] = epoch
+            if item.get("pinned"):
+                self._pinned.add(uuid)
+        elif owner != self.host and held is not None:
+            LOG.warning("Agent %s lost node %s to %s (epoch %d)", self.host, uuid, owner, epoch)
+            self._held.pop(uuid, None)
+            self._pinned.discard(uuid)
 
     # -- the desired set -----------------------------------------------------------
 
@@ -183,7 +227,7 @@ class OwnershipManager:
                 by_group.setdefault(group, []).append(node)
             wanted = set(self._pinned)
         for group, node_ids in by_group.items():
-            ring = _group_ring(view, group)
+            ring = view.ring(group)
             if self.host not in ring:
                 continue
             owners = ring.assign(node_ids)
@@ -281,7 +325,7 @@ class OwnershipManager:
             groups = {n: self._inventory.get(n, "") for n in held}
         transfers = []
         for node, epoch in sorted(held.items()):
-            ring = _group_ring(view, groups[node], exclude=self.host)
+            ring = view.ring(groups[node], exclude=self.host)
             if len(ring):
                 transfers.append({"node_uuid": node, "epoch": epoch, "new_owner": ring.owner(node)})
         handed = refused = 0
@@ -298,12 +342,3 @@ class OwnershipManager:
             len(held) - len(transfers),
         )
         return handed, refused
-
-
-def _group_ring(view: MembershipView, group: str, exclude: str | None = None) -> Ring:
-    weights = {
-        mid: member.weight or 1.0
-        for mid, member in view.members.items()
-        if serves(member, group) and mid != exclude
-    }
-    return Ring(weights, version=view.ring_version)

@@ -70,7 +70,9 @@ class AgentService:
             claim_batch=agent_conf.claim_batch,
             busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
         )
-        self.actions = NodeActions(self.host, driver, self.ownership, conductor)
+        self.actions = NodeActions(
+            self.host, driver, self.ownership, conductor, suspend_wait=self.membership.ttl
+        )
         self._driver, self._conductor = driver, conductor
         endpoint = ComputeEndpoint(
             self.host, self.actions, self.status, lambda: self.terminate(drain=True)

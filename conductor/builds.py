@@ -6,8 +6,9 @@ on start the conductor re-queues every instance still waiting for a node,
 and a conductor killed mid-build loses nothing.
 
 Routing the build to the owning agent (RPC ``build_instance`` with the
-epoch) plugs in through :class:`Router`; without one, an allocated instance
-waits in ``building``/``spawning`` for its agent.
+epoch) goes through a :class:`Router` (:class:`conductor.routing.AgentRouter`
+in the service); without one, an allocated instance waits in
+``building``/``spawning``.
 """
 
 from __future__ import annotations
@@ -88,18 +89,23 @@ class BuildWorkers:
 
     def resume(self) -> int:
         """Queue every stored instance still waiting for a node (after a restart)."""
-        waiting = [
-            i.uuid
-            for i in instances.list_instances(self._db, vm_state=VmState.BUILDING, limit=10_000)
-            if i.node_uuid is None
-        ]
+        building = instances.list_instances(self._db, vm_state=VmState.BUILDING, limit=10_000)
+        waiting = [i.uuid for i in building if i.node_uuid is None]
+        placed = [i.uuid for i in building if i.node_uuid is not None]
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
         self.submit(waiting)
+        for uuid in placed:
+            self._queue.put(("route", uuid))  # the agent de-duplicates
         for instance in deleting:
             self.delete(instance.uuid)
-        if waiting or deleting:
-            LOG.info("Resumed %d stored builds and %d deletions", len(waiting), len(deleting))
-        return len(waiting) + len(deleting)
+        if building or deleting:
+            LOG.info(
+                "Resumed %d stored builds (%d already placed) and %d deletions",
+                len(waiting) + len(placed),
+                len(placed),
+                len(deleting),
+            )
+        return len(building) + len(deleting)
 
     def submit(self, instance_uuids: list[str]) -> None:
         for uuid in instance_uuids:
@@ -214,8 +220,12 @@ class BuildWorkers:
         older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
         stuck = instances.stuck_builds(self._db, older_than)
         self._forget_moved_on(stuck)
+        for deleting in instances.stuck_deletes(self._db, older_than):
+            instances.touch(self._db, deleting.uuid)
+            self.delete(deleting.uuid)
         for instance in stuck:
             if instance.node_uuid is None:
+                instances.touch(self._db, instance.uuid)
                 self.submit([instance.uuid])
             elif (key := (instance.uuid, instance.node_uuid, instance.attempts)) not in self._swept:
                 self._swept.add(key)
@@ -251,6 +261,16 @@ class BuildWorkers:
                 or (now.uuid, now.node_uuid, now.attempts) != key
             ):
                 self._swept.discard(key)
+
+    def rehomed(self, node_uuids: list[str]) -> None:
+        """Pinned nodes changed owner: builds still running there go to the new owner."""
+        for instance in instances.building_on(self._db, node_uuids):
+            LOG.info(
+                "Instance %s: node %s re-homed, routing the build to its new owner",
+                instance.uuid,
+                instance.node_uuid,
+            )
+            self._queue.put(("route", instance.uuid))
 
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)

@@ -21,9 +21,12 @@ __all__ = [
     "FlavorNotFound",
     "InstanceNotFound",
     "InvalidInput",
+    "NoValidNode",
     "NodeNotFound",
     "NotFound",
+    "NotOwner",
     "RingfleetError",
+    "ServiceUnavailable",
     "render_value",
 ]
 

@@ -92,6 +92,9 @@ class AgentRouter:
             except Conflict as exc:
                 LOG.warning("Instance %s: %s refused: %s", instance.uuid, owner, exc)
                 break
+            except Exception as exc:  # any other failure: never drop the build
+                LOG.warning("Instance %s: routing to %s failed: %s", instance.uuid, owner, exc)
+                break
             node = nodes.get_node(self._db, node.uuid)
             claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
             if node.instance_uuid != instance.uuid:
@@ -117,7 +120,7 @@ class AgentRouter:
                 epoch=node.owner_epoch,
                 timeout=self._accept_timeout,
             )
-        except (NotOwner, Conflict, messaging.MessagingTimeout) as exc:
+        except Exception as exc:  # the delete is retried, whatever failed
             LOG.info(
                 "Instance %s: teardown by %s not accepted yet: %s", instance.uuid, node.owner, exc
             )

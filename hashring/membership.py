@@ -86,6 +86,12 @@ class Member:
     weight: float | None
     capabilities: Mapping[str, Any] = field(default_factory=dict)
 
+    def serves(self, group: str) -> bool:
+        """Whether the member serves a node group (capability ``groups``:
+        the groups it serves; absent or empty means every group)."""
+        groups = self.capabilities.get("groups") or []
+        return not groups or group in groups
+
 
 @dataclass(frozen=True)
 class MembershipView:
@@ -106,9 +112,18 @@ class MembershipView:
         """Member id to weight, for :class:`hashring.ring.Ring`."""
         return {mid: m.weight or 1.0 for mid, m in self.members.items()}
 
-    def ring(self) -> Ring:
-        """The ring of this view's members."""
-        return Ring(self.weights, version=self.ring_version)
+    def ring(self, group: str | None = None, exclude: str | None = None) -> Ring:
+        """The ring of this view's members; of those serving ``group`` if given.
+
+        Each node group has its own ring among the members that serve it,
+        so a member limited to some racks never receives nodes of others.
+        """
+        weights = {
+            mid: m.weight or 1.0
+            for mid, m in self.members.items()
+            if mid != exclude and (group is None or m.serves(group))
+        }
+        return Ring(weights, version=self.ring_version)
 
 
 def ttl_from_url(backend_url: str, member_id: str = "-") -> float:

@@ -27,12 +27,17 @@ ruff format --check .
 step "mypy"
 mypy
 step "shell scripts"
-bash -n tools/*.sh .ci/run
+for script in tools/*.sh .ci/run devstack/plugin.sh devstack/settings; do
+    bash -n "$script"  # one at a time: further names would be the script's arguments
+done
 if ! command -v shellcheck >/dev/null && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck >/dev/null 2>&1 \
         || echo "shellcheck could not be installed; skipping it" >&2
 fi
-if command -v shellcheck >/dev/null; then shellcheck tools/*.sh .ci/run; fi
+if command -v shellcheck >/dev/null; then
+    shellcheck tools/*.sh .ci/run
+    shellcheck -s bash devstack/plugin.sh devstack/settings
+fi
 
 step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL)"
 tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra "$@"

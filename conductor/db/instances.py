@@ -24,12 +24,14 @@ from conductor.objects import Instance, TaskState, VmState
 from conductor.validation import BuildRequest
 
 __all__ = [
+    "building_on",
     "create_instances",
     "get_instance",
     "list_instances",
     "record_failed_attempt",
     "set_state",
     "stuck_builds",
+    "stuck_deletes",
     "to_instance",
     "touch",
 ]
@@ -210,6 +212,21 @@ def record_failed_attempt(
         return row.attempts
 
 
+def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
+    """Instances still deleting whose row has not changed since ``older_than``."""
+    query = (
+        select(InstanceModel)
+        .where(
+            InstanceModel.vm_state == VmState.DELETING.value,
+            InstanceModel.updated_at < older_than,
+        )
+        .order_by(InstanceModel.updated_at)
+        .limit(limit)
+    )
+    with db.transaction() as session:
+        return [to_instance(r) for r in session.scalars(query)]
+
+
 def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
     """Instances still building whose row has not changed since ``older_than``."""
     query = (
@@ -234,3 +251,15 @@ def touch(db: Database, instance_uuid: str) -> None:
             .values(updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
+
+
+def building_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
+    """Instances still building on the given nodes."""
+    with db.transaction() as session:
+        rows = session.scalars(
+            select(InstanceModel).where(
+                InstanceModel.node_uuid.in_(list(node_uuids)),
+                InstanceModel.vm_state == VmState.BUILDING.value,
+            )
+        )
+        return [to_instance(r) for r in rows]

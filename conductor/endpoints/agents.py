@@ -55,6 +55,8 @@ class AgentsEndpoint:
         out = ownership.claim_nodes(
             self._db, agent, wanted, live_members=live, rehome_grace=self._rehome_grace()
         )
+        if out.rehomed and self._results is not None:
+            self._results.rehomed(out.rehomed)
         if out.rehomed:
             LOG.warning(
                 "Agent %s re-homed %d pinned nodes: %s",
@@ -135,7 +137,11 @@ class AgentsEndpoint:
         marker: Any = None,
         limit: Any = 5000,
     ) -> dict[str, Any]:
-        """Node uuids and groups, paged: what an agent splits with the ring.
+        """Node uuids, groups and claims, paged: what an agent splits with the ring.
+
+        Each entry also carries the node's ``owner``, ``epoch`` and ``pinned``,
+        so an agent learns of nodes handed to it (a drain, an operator's move)
+        and of nodes it lost, from the same incremental read.
 
         ``groups`` limits to node groups (``None``: all); ``since`` (ISO 8601,
         from a previous reply's ``as_of``) returns only nodes changed since,
@@ -143,11 +149,23 @@ class AgentsEndpoint:
         """
         group_list = None
         if groups is not None:
-            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-                raise InvalidInput([FieldError.about("groups", "must be a list of names", groups)])
+            if (
+                not isinstance(groups, list)
+                or len(groups) > 1000
+                or not all(isinstance(g, str) and len(g) <= 80 for g in groups)
+            ):
+                raise InvalidInput(
+                    [
+                        FieldError.about(
+                            "groups", "must be a list of at most 1000 group names", groups
+                        )
+                    ]
+                )
             group_list = groups
         changed_after = None
         if since is not None:
+            if not isinstance(since, str):
+                raise InvalidInput([FieldError.about("since", "must be an ISO 8601 time", since)])
             try:
                 changed_after = datetime.datetime.fromisoformat(str(since))
                 if changed_after.tzinfo is not None:  # stored times are naive UTC
@@ -158,7 +176,17 @@ class AgentsEndpoint:
                 ) from None
         page = payload.check_limit(limit, maximum=50_000)
         as_of = utcnow()
-        query = select(NodeModel.uuid, NodeModel.node_group).order_by(NodeModel.uuid).limit(page)
+        query = (
+            select(
+                NodeModel.uuid,
+                NodeModel.node_group,
+                NodeModel.owner,
+                NodeModel.owner_epoch,
+                NodeModel.instance_uuid,
+            )
+            .order_by(NodeModel.uuid)
+            .limit(page)
+        )
         if group_list is not None:
             query = query.where(NodeModel.node_group.in_(group_list))
         if changed_after is not None:
@@ -168,7 +196,10 @@ class AgentsEndpoint:
         with self._db.transaction() as session:
             rows = session.execute(query).all()
         return {
-            "nodes": [{"uuid": u, "group": g} for u, g in rows],
+            "nodes": [
+                {"uuid": u, "group": g, "owner": o, "epoch": e, "pinned": i is not None}
+                for u, g, o, e, i in rows
+            ],
             "as_of": as_of.isoformat(),
         }
 

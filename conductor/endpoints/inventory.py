@@ -87,7 +87,8 @@ class InventoryEndpoint:
     def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
         """Who owns a node, at which epoch, and who the ring says should."""
         found = node_db.get_node(self._db, payload.check_ident(node, "node"))
-        ring = self._fleet.ring()
+        view = self._fleet.view()
+        ring = view.ring(found.group) if view is not None else self._fleet.ring()
         return {
             "node_uuid": found.uuid,
             "owner": found.owner,

@@ -280,6 +280,24 @@ def test_a_stale_epoch_is_refused_and_nothing_is_done(agent: Agent, delta: int) 
     assert agent.conductor.builds == [] and agent.conductor.destroys == []
 
 
+def test_a_brief_suspension_is_ridden_out(tmp_path: Path) -> None:
+    """SUSPENDED (a heartbeat hiccup) pauses a deployment; it goes on once
+    CONNECTED again, rather than abandon the build."""
+    agent = make_agent(tmp_path, step_durations="deploying image:0.4")
+    node = agent.nodes[0]
+    instance = instance_id()
+    assert agent.actions.build(instance, node, agent.epoch(node)) == "accepted"
+    wait_for(lambda: ("deploy_step", "deploying image") in agent.log_of(node))
+    agent.membership.state = State.SUSPENDED
+    time.sleep(0.8)  # the next step is due meanwhile: it must wait, not run
+    steps = agent.log_of(node)
+    assert ("deploy_step", "writing config drive") not in steps
+    agent.membership.state = State.CONNECTED
+    assert agent.actions.wait_idle(5.0)
+    assert ("deploy_done", None) in agent.log_of(node)
+    assert [b["success"] for b in agent.conductor.builds] == [True]
+
+
 def test_nothing_is_accepted_unless_connected(agent: Agent) -> None:
     node = agent.nodes[0]
     agent.membership.state = State.SUSPENDED
@@ -292,11 +310,13 @@ def _lose_the_node(agent: Agent, node: Node) -> None:
     agent.ownership.forget([node.uuid])
 
 
-def _suspend(agent: Agent, node: Node) -> None:
-    agent.membership.state = State.SUSPENDED
+def _lose_membership(agent: Agent, node: Node) -> None:
+    agent.membership.state = State.LOST
 
 
-@pytest.mark.parametrize("lose", [_lose_the_node, _suspend], ids=["taken-over", "suspended"])
+@pytest.mark.parametrize(
+    "lose", [_lose_the_node, _lose_membership], ids=["taken-over", "membership-lost"]
+)
 def test_a_deploy_whose_node_is_lost_stops_at_the_next_step(
     tmp_path: Path, lose: Callable[[Agent, Node], None]
 ) -> None:

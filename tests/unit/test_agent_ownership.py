@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from compute_agent.ownership import OwnershipManager, serves
+from compute_agent.ownership import OwnershipManager
 from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
@@ -188,10 +188,10 @@ def age_nodes(db: Database, node_uuids: Sequence[str], hours: float = 1.0) -> No
 
 
 def test_serves_a_group_when_listed_or_when_serving_all() -> None:
-    assert serves(Member("a", 1, 1.0, {"groups": ["rack1"]}), "rack1")
-    assert not serves(Member("a", 1, 1.0, {"groups": ["rack1"]}), "rack2")
-    assert serves(Member("a", 1, 1.0, {"groups": []}), "rack2")
-    assert serves(Member("a", 1, 1.0, {}), "")
+    assert Member("a", 1, 1.0, {"groups": ["rack1"]}).serves("rack1")
+    assert not Member("a", 1, 1.0, {"groups": ["rack1"]}).serves("rack2")
+    assert Member("a", 1, 1.0, {"groups": []}).serves("rack2")
+    assert Member("a", 1, 1.0, {}).serves("")
 
 
 def test_desired_is_the_ring_share_of_each_served_group_plus_pins(env: Fleet) -> None:

@@ -84,9 +84,9 @@ def parse_unit(path: Path) -> Unit:
             current = sections.setdefault(line[1:-1], {})
             continue
         assert current is not None, f"{path.name}: {line!r} before any section"
-        key, sep, value = line.partition("=")
+        key, sep, setting = line.partition("=")
         assert sep, f"{path.name}: not an assignment: {line!r}"
-        current.setdefault(key.strip(), []).append(value.strip())
+        current.setdefault(key.strip(), []).append(setting.strip())
     return sections
 
 
@@ -134,7 +134,9 @@ def console_scripts() -> dict[str, str]:
 
 def test_parser_handles_continuations_comments_and_repeats(tmp_path: Path) -> None:
     path = tmp_path / "x.service"
-    path.write_text("# c\n[Unit]\nAfter=a\n; c\nAfter=b \\\n  c\n[Service]\nCapabilityBoundingSet=\n")
+    path.write_text(
+        "# c\n[Unit]\nAfter=a\n; c\nAfter=b \\\n  c\n[Service]\nCapabilityBoundingSet=\n"
+    )
     unit = parse_unit(path)
     assert words(unit, "Unit", "After") == ["a", "b", "c"]
     assert value(unit, "Service", "CapabilityBoundingSet") == ""
@@ -235,7 +237,8 @@ def test_units_run_as_ringfleet_with_hardening(units: dict[str, Unit], name: str
     assert service["PrivateTmp"][-1] == "yes"
     # SQLite's documented place and the drivers' state: /var/lib/ringfleet.
     assert service["StateDirectory"][-1] == "ringfleet"
-    assert "/var/lib/ringfleet" in ringfleet_conf.database.opts[0].help
+    connection_help = ringfleet_conf.database.opts[0].help
+    assert connection_help and "/var/lib/ringfleet" in connection_help
 
 
 @pytest.mark.parametrize("name", (*DAEMONS, DBSYNC))
@@ -252,8 +255,9 @@ def test_template_adds_its_own_config_file_after_the_shared_one(units: dict[str,
     unit = units[AGENT_TEMPLATE]
     argv = shlex.split(value(unit, "Service", "ExecStart"))
     # The later file wins: the instance's host overrides the shared defaults.
-    assert argv[1:] == ["--config-file", SHARED_CONF, "--config-file", "/etc/ringfleet/agent-%i.conf"]
-    assert value(unit, "Unit", "AssertPathExists") == "/etc/ringfleet/agent-%i.conf"
+    own = "/etc/ringfleet/agent-%i.conf"
+    assert argv[1:] == ["--config-file", SHARED_CONF, "--config-file", own]
+    assert value(unit, "Unit", "AssertPathExists") == own
 
 
 def test_conductor_runs_dbsync_first_without_requiring_it(units: dict[str, Unit]) -> None:
@@ -454,7 +458,8 @@ class Devstack:
         return [line.split("\t") for line in self.record.read_text().splitlines()]
 
     def ini(self, name: str) -> configparser.ConfigParser:
-        parser = configparser.ConfigParser(interpolation=None)
+        # [DEFAULT] as a section like the others: no inheritance into the rest.
+        parser = configparser.ConfigParser(interpolation=None, default_section="(none)")
         parser.optionxform = str  # type: ignore[assignment,method-assign]
         assert parser.read(self.conf_dir / name), name
         return parser
@@ -513,6 +518,12 @@ def test_devstack_stack_configures_and_starts_the_fleet(tmp_path: Path) -> None:
     assert hosts == [f"{_hostname()}-agent-{i}" for i in (1, 2, 3)]
 
 
+def _registered(conf: cfg.ConfigOpts, section: str, option: str) -> bool:
+    if section == "DEFAULT":
+        return option in conf and not isinstance(conf[option], cfg.ConfigOpts.GroupAttr)
+    return section in conf and option in conf[section]
+
+
 def test_devstack_config_uses_only_registered_options(tmp_path: Path) -> None:
     """Every option the plugin writes exists: a typo would be silently ignored."""
     devstack = Devstack(tmp_path)
@@ -520,23 +531,20 @@ def test_devstack_config_uses_only_registered_options(tmp_path: Path) -> None:
     conductor_conf, agent = _cli_conf("ringfleet-conductor"), _cli_conf("ringfleet-compute-agent")
     for name in ("ringfleet.conf", "agent-1.conf"):
         ini = devstack.ini(name)
-        for section in ["DEFAULT", *ini.sections()]:
-            options = ini.defaults() if section == "DEFAULT" else ini[section]
-            for option in options:
-                known = [
-                    c
-                    for c in (conductor_conf, agent)
-                    if option in (c if section == "DEFAULT" else c.get(section, {}))
-                ]
-                assert known, f"{name}: [{section}] {option} is not a ringfleet option"
+        for section in ini.sections():
+            for option in ini[section]:
+                known = [_registered(c, section, option) for c in (conductor_conf, agent)]
+                assert any(known), f"{name}: [{section}] {option} is not a ringfleet option"
 
 
 def test_devstack_subnode_runs_agents_only(tmp_path: Path) -> None:
     devstack = Devstack(tmp_path)
     # A subnode: etcd3 and the conductor run on the controller (SERVICE_HOST).
+    # local.conf there: `disable_service ringfleet-conductor` (and no etcd3).
     devstack.run(
         *STACK,
-        ENABLED_SERVICES="rabbit,ringfleet-agent",
+        ENABLED_SERVICES="ringfleet-agent",
+        DISABLED_SERVICES="ringfleet-conductor",
         HOST_IP="10.0.0.6",
         RINGFLEET_AGENTS="2",
     )
@@ -546,6 +554,13 @@ def test_devstack_subnode_runs_agents_only(tmp_path: Path) -> None:
     conf = devstack.ini("ringfleet.conf")
     assert not conf.has_section("database")
     assert conf["coordination"]["backend_url"].startswith("etcd3+http://10.0.0.5:2379")
+
+
+def test_devstack_one_agent_can_be_disabled(tmp_path: Path) -> None:
+    devstack = Devstack(tmp_path)
+    devstack.run(*STACK, DISABLED_SERVICES="ringfleet-agent-2")
+    names = [c[1] for c in devstack.calls() if c[0] == "run_process"]
+    assert names == ["ringfleet-conductor", "ringfleet-agent-1", "ringfleet-agent-3"]
 
 
 def test_devstack_needs_etcd_or_a_coordination_url(tmp_path: Path) -> None:

@@ -1,0 +1,192 @@
+#!/bin/bash
+# devstack/plugin.sh - devstack plugin for ringfleet.
+#
+# Enable it in local.conf with
+#     enable_plugin ringfleet <git URL of ringfleet> [branch]
+# (devstack/README.rst has a complete local.conf). devstack sources this file
+# once per phase, with the phase as arguments, after devstack/settings.
+# The plugin contract: https://docs.openstack.org/devstack/latest/plugins.html
+#
+# What it does: installs ringfleet from the checkout (setup_develop: pip
+# install -e), writes /etc/ringfleet/ringfleet.conf for devstack's RabbitMQ,
+# database and etcd3, creates the schema with ringfleet-dbsync, and runs the
+# conductor and RINGFLEET_AGENTS compute agents under systemd with run_process
+# (units devstack@ringfleet-conductor and devstack@ringfleet-agent-N).
+
+# Console scripts go where devstack's pip installs them (its global virtualenv,
+# or /usr/local/bin).
+RINGFLEET_BIN_DIR=${RINGFLEET_BIN_DIR:-$(get_python_exec_prefix)}
+
+
+# Helpers
+# -------
+
+# A host for a URL: an IPv6 literal needs brackets.
+function _ringfleet_url_host {
+    local host=$1
+    if [[ "$host" == *:* && "$host" != \[* ]]; then
+        host="[$host]"
+    fi
+    echo "$host"
+}
+
+# The tooz URL of the membership group: RINGFLEET_COORDINATION_URL, else
+# devstack's etcd3 (on this node, or on the controller for a subnode).
+function _ringfleet_coordination_url {
+    if [[ -n "$RINGFLEET_COORDINATION_URL" ]]; then
+        echo "$RINGFLEET_COORDINATION_URL"
+        return
+    fi
+    local host
+    host=$(_ringfleet_url_host "${ETCD_HOST:-$SERVICE_HOST}")
+    echo "etcd3+http://$host:${ETCD_PORT:-2379}?membership_timeout=$RINGFLEET_MEMBERSHIP_TIMEOUT"
+}
+
+function _ringfleet_agent_conf {
+    echo "$RINGFLEET_CONF_DIR/agent-$1.conf"
+}
+
+# Numbers of the agents to stop: 1..RINGFLEET_AGENTS, and any other agent a
+# previous run configured (RINGFLEET_AGENTS may have been lowered since).
+function _ringfleet_configured_agents {
+    local i conf
+    {
+        for ((i = 1; i <= RINGFLEET_AGENTS; i++)); do
+            echo "$i"
+        done
+        for conf in "$RINGFLEET_CONF_DIR"/agent-*.conf; do
+            [[ -e "$conf" ]] || continue
+            i=${conf##*/agent-}
+            i=${i%.conf}
+            if [[ "$i" =~ ^[0-9]+$ ]]; then
+                echo "$i"
+            fi
+        done
+    } | sort -n -u
+}
+
+
+# Entry points
+# ------------
+
+# install_ringfleet - pip install -e the checkout (and its requirements,
+# within devstack's upper constraints).
+function install_ringfleet {
+    if ! "${PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        die $LINENO "ringfleet needs Python 3.11 or newer; set PYTHON3_VERSION in local.conf"
+    fi
+    setup_develop "$RINGFLEET_DIR"
+}
+
+# configure_ringfleet - write ringfleet.conf and one agent-N.conf per agent.
+function configure_ringfleet {
+    if ! [[ "$RINGFLEET_MEMBERSHIP_TIMEOUT" =~ ^[0-9]+$ ]]; then
+        die $LINENO "RINGFLEET_MEMBERSHIP_TIMEOUT must be whole seconds, got '$RINGFLEET_MEMBERSHIP_TIMEOUT'"
+    fi
+    if [[ -z "$RINGFLEET_COORDINATION_URL" ]] && ! is_service_enabled etcd3 \
+            && [[ "$SERVICE_HOST" == "$HOST_IP" ]]; then
+        die $LINENO "ringfleet needs etcd: enable the etcd3 service or set RINGFLEET_COORDINATION_URL"
+    fi
+    local transport_url
+    transport_url=$(get_transport_url)
+    if [[ -z "$transport_url" ]]; then
+        die $LINENO "ringfleet needs RabbitMQ: enable the rabbit service"
+    fi
+
+    sudo install -d -o "$STACK_USER" -m 0755 "$RINGFLEET_CONF_DIR"
+    sudo install -d -o "$STACK_USER" -m 0750 "$RINGFLEET_STATE_DIR"
+    rm -f "$RINGFLEET_CONF" "$RINGFLEET_CONF_DIR"/agent-*.conf
+
+    iniset "$RINGFLEET_CONF" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
+    iniset "$RINGFLEET_CONF" DEFAULT transport_url "$transport_url"
+    iniset "$RINGFLEET_CONF" coordination backend_url "$(_ringfleet_coordination_url)"
+    if is_service_enabled ringfleet-conductor; then
+        # Only the conductors use the database; agent-only subnodes need none.
+        iniset "$RINGFLEET_CONF" database connection "$(database_connection_url ringfleet)"
+    fi
+    iniset "$RINGFLEET_CONF" compute_agent driver "$RINGFLEET_DRIVER"
+    if [[ "$RINGFLEET_DRIVER" == "simulated" ]]; then
+        # One JSON line per simulated action, shared by this node's agents.
+        iniset "$RINGFLEET_CONF" simulated_driver action_log "$RINGFLEET_STATE_DIR/actions.jsonl"
+    fi
+
+    # Each agent: the shared file plus its own, which names it in the fleet
+    # (unique and stable: its pinned nodes are found again by this name).
+    local i
+    for ((i = 1; i <= RINGFLEET_AGENTS; i++)); do
+        iniset "$(_ringfleet_agent_conf "$i")" DEFAULT host "$RINGFLEET_AGENT_HOST_PREFIX-$i"
+    done
+}
+
+# init_ringfleet - create the database and bring the schema to the newest
+# version (on the node that runs the conductor).
+function init_ringfleet {
+    recreate_database ringfleet
+    "$RINGFLEET_BIN_DIR/ringfleet-dbsync" --config-file "$RINGFLEET_CONF" upgrade \
+        || die $LINENO "ringfleet-dbsync upgrade failed"
+}
+
+# start_ringfleet - the conductor first, then the agents (each agent retries
+# its calls until the conductor answers, so no wait is needed in between).
+# run_process starts only the services that are enabled.
+function start_ringfleet {
+    run_process ringfleet-conductor \
+        "$RINGFLEET_BIN_DIR/ringfleet-conductor --config-file $RINGFLEET_CONF"
+    local i
+    for ((i = 1; i <= RINGFLEET_AGENTS; i++)); do
+        run_process "ringfleet-agent-$i" \
+            "$RINGFLEET_BIN_DIR/ringfleet-compute-agent --config-file $RINGFLEET_CONF --config-file $(_ringfleet_agent_conf "$i")"
+    done
+}
+
+# stop_ringfleet - the agents first (a stopping agent still reports to the
+# conductor), then the conductor. stop_process acts on enabled services only,
+# so an agent left over from a larger RINGFLEET_AGENTS is enabled first.
+function stop_ringfleet {
+    local i
+    for i in $(_ringfleet_configured_agents); do
+        enable_service "ringfleet-agent-$i"
+        stop_process "ringfleet-agent-$i"
+    done
+    stop_process ringfleet-conductor
+}
+
+# cleanup_ringfleet - remove what configure_ringfleet created.
+function cleanup_ringfleet {
+    sudo rm -rf "$RINGFLEET_CONF_DIR" "$RINGFLEET_STATE_DIR"
+}
+
+
+# Dispatch
+# --------
+
+if is_service_enabled ringfleet-conductor ringfleet-agent; then
+    if [[ "$1" == "stack" && "$2" == "install" ]]; then
+        # After devstack installed its own projects and their dependencies.
+        echo_summary "Installing ringfleet"
+        install_ringfleet
+
+    elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
+        # The servers (database, RabbitMQ, etcd) are configured: write ours.
+        echo_summary "Configuring ringfleet"
+        configure_ringfleet
+
+    elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
+        # The servers run: create the schema, start the services.
+        if is_service_enabled ringfleet-conductor; then
+            echo_summary "Initializing the ringfleet database"
+            init_ringfleet
+        fi
+        echo_summary "Starting ringfleet"
+        start_ringfleet
+    fi
+
+    if [[ "$1" == "unstack" ]]; then
+        stop_ringfleet
+    fi
+
+    if [[ "$1" == "clean" ]]; then
+        # clean.sh runs unstack.sh first, so the services are stopped.
+        cleanup_ringfleet
+    fi
+fi
