@@ -36,6 +36,8 @@ LOG = logging.getLogger(__name__)
 #: Re-read this much before the previous inventory refresh: rows committed
 #: while it ran may carry an earlier timestamp.
 _INVENTORY_OVERLAP = datetime.timedelta(seconds=5)
+#: Seconds an adopted node is kept even if our view says it belongs elsewhere.
+_ADOPTION_SETTLE = 5.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class OwnershipManager:
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
         self._since: datetime.datetime | None = None
+        # When we adopted nodes handed to us: a drained agent hands its nodes
+        # over just before it leaves, and our view may still show it for a
+        # moment; releasing them back to it meanwhile would only churn.
+        self._adopted_at: dict[str, float] = {}
         # The membership's join generation our held set was read under.
         self._validated_generation = -1
 
@@ -209,6 +215,7 @@ class OwnershipManager:
         if owner == self.host and held != epoch:
             if held is None:
                 LOG.info("Agent %s adopts node %s at epoch %d", self.host, uuid, epoch)
+                self._adopted_at[uuid] = time.monotonic()
             self._held[uuid] = epoch
             if item.get("pinned"):
                 self._pinned.add(uuid)
@@ -251,10 +258,15 @@ class OwnershipManager:
             desired = self.desired(view)
             busy = self._busy_nodes()
             with self._lock:
+                settle = time.monotonic() - _ADOPTION_SETTLE
+                self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
                 releasable = {
                     n: e
                     for n, e in self._held.items()
-                    if n not in desired and n not in self._pinned and n not in busy
+                    if n not in desired
+                    and n not in self._pinned
+                    and n not in busy
+                    and n not in self._adopted_at
                 }
                 to_claim = sorted(n for n in desired if n not in self._held)
             released = self._release(releasable)

@@ -186,3 +186,8 @@ def test_graceful_restart_keeps_pins_and_drain_hands_over(fleet: Fleet) -> None:
     wait_for(lambda: "agent-2" not in fleet.owned_by(), 30, "agent-2 drained")
     assert set(fleet.owned_by()) == {"agent-1"}
     assert fleet.procs["agent-2"].proc.wait(30) == 0  # type: ignore[union-attr]
+    # agent-1 knows it owns what it was handed: builds there succeed.
+    before = fleet.owned_by()["agent-1"]
+    for uuid in _build(fleet, 6):
+        node = fleet.api.show_instance(uuid)["node_uuid"]
+        assert node in before
