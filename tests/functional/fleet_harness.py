@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +178,48 @@ class Fleet:
             proc.kill()
         self._transport.cleanup()
         self.db.dispose()
+
+
+def start_processes(
+    fleet: Fleet,
+    conductors: Sequence[str] = ("cond-1",),
+    agents: Sequence[str] = (),
+    timeout: float = 60,
+) -> None:
+    """Start the conductors together, then the agents together; wait until each serves.
+
+    (:meth:`Fleet.conductor` and :meth:`Fleet.agent` wait for one process
+    after the other; on a 2-core machine starting them together saves
+    seconds per test.)  Conductors come first: an agent's first call to a
+    conductor topic that nobody consumes yet is dropped by the broker and
+    waits for its whole ``conductor_timeout``.
+    """
+    for group, module in (
+        (conductors, "conductor.cmd.conductor"),
+        (agents, "compute_agent.cmd.agent"),
+    ):
+        procs = [fleet._spawn(module, name) for name in group]
+        for proc in procs:
+            proc.wait_log("serving topic", timeout)
+
+
+def log_tails(
+    fleet: Fleet, lines: int = 30, mentioning: Iterable[str] = (), per_match: int = 8
+) -> str:
+    """For a failure message: the end of every process log, DEBUG lines left
+    out, and the lines that mention any of ``mentioning`` (e.g. the ids of
+    stuck instances), at most ``per_match`` per id and process."""
+    wanted = list(mentioning)
+    out: list[str] = []
+    for name, proc in sorted(fleet.procs.items()):
+        text = proc.log().splitlines()
+        state = "not started" if proc.proc is None else f"exit {proc.proc.poll()}"
+        out.append(f"===== {name} ({state}, {proc.log_file}) =====")
+        for item in wanted:
+            hits = [line for line in text if item in line]
+            if hits:
+                out.append(f"--- lines mentioning {item} ({len(hits)}):")
+                out.extend(hits[:per_match])
+        out.append(f"--- last {lines} lines above DEBUG:")
+        out.extend([line for line in text if " DEBUG " not in line][-lines:])
+    return "\n".join(out)

@@ -1,0 +1,530 @@
+"""Chaos suite: faults injected under a steady stream of builds and deletes.
+
+Two conductors and three agents (processes) on real etcd, RabbitMQ and
+PostgreSQL.  A background thread keeps issuing ``build_instances`` of 1-3
+instances and deleting ACTIVE ones (bounded in count and time) while one
+fault is injected per test:
+
+* ``agent-kill9``: kill -9 of the agent holding the most instances;
+* ``agent-sigstop``: SIGSTOP of an agent for longer than the membership TTL
+  (but shorter than ``rehome_grace``), then SIGCONT;
+* ``rabbit-restart``: full RabbitMQ restart (``restart-rabbit``);
+* ``etcd-restart``: etcd restart (``restart-etcd``);
+* ``conductor-kill9``: kill -9 of one conductor (not restarted: the other
+  one must resume its work);
+* ``agent-join``: a fourth agent joins mid-load.
+
+Once the fault is over and the load has stopped, within :data:`SETTLE`:
+
+* every requested instance is ACTIVE, ERROR with a fault, or DELETED (the
+  ones the test deleted, and only those); none is left building/deleting;
+* no node hosts two instances, and both sides of every allocation agree
+  (``nodes.instance_uuid`` <-> ``instances.node_uuid``, the instance's host
+  is the node's owner, no node is left deploying/active without an
+  instance);
+* every schedulable node (not in maintenance) is owned by a live agent,
+  i.e. a running agent process that the conductors see in the group;
+* the simulated driver's action log shows no fencing violation;
+* builds requested after the fault succeeded (the fleet recovered).
+
+Deadlines (the options are set short for the test in :data:`EXTRA_CONFIG`):
+``build_timeout`` cannot go below 10 s (``[conductor] build_timeout`` has
+``min=10``), so the sweeper looks every 2.5 s (``build_timeout / 4``).  The
+slowest legitimate recovery is a build accepted by an agent that then died
+or lost its result: the sweeper re-routes it after one ``build_timeout``
+(+ a sweep period) and, if it still made no progress, fails that attempt
+after a second one and reschedules it; meanwhile the dead agent's pinned
+nodes (an allocated node is pinned) wait ``membership_timeout +
+rehome_grace`` before a survivor re-homes them.  Hence
+``SETTLE = TTL + REHOME_GRACE + 2 * (BUILD_TIMEOUT + SWEEP) + SLACK`` =
+3 + 8 + 25 + 10 = 46 s, counted from the moment the load stopped (after
+the fault); ``SLACK`` covers a loaded 2-core CI machine.  A passing run
+usually settles in a few seconds.
+
+On failure the message lists every problem, with the tail of each process
+log and the log lines mentioning the instances concerned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import uuid as uuidlib
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from conductor.db.models import InstanceModel, NodeModel
+from tests.dbutil import migrated
+from tests.functional.conductor_harness import client
+from tests.functional.fleet_harness import (
+    REHOME_GRACE,
+    TTL,
+    Fleet,
+    log_tails,
+    start_processes,
+    wait_for,
+)
+
+NODES = 48
+#: at most this many nodes busy with our instances: the rest keeps the
+#: scheduler from running out of nodes (NoValidNode) during a fault
+OCCUPANCY_CAP = 28
+STEP_DURATION = 0.1  # 4 steps: a deploy takes 0.4 s
+BUILD_TIMEOUT = 10.0  # the minimum [conductor] build_timeout allows
+SWEEP = BUILD_TIMEOUT / 4  # conductor.service: the sweeper's period
+AGENT_CONDUCTOR_TIMEOUT = 5.0  # an agent's call to a killed conductor
+SLACK = 10.0
+SETTLE = TTL + REHOME_GRACE + 2 * (BUILD_TIMEOUT + SWEEP) + SLACK
+#: the load: one operation every LOAD_PERIOD s, before and after the fault
+LOAD_PERIOD = 0.35
+WARMUP = 5.0
+AFTER_FAULT = 6.0  # at least, and until AFTER_FAULT_BUILDS requests went through
+AFTER_FAULT_BUILDS = 3
+AFTER_FAULT_DEADLINE = 40.0  # clients reconnect to a restarted broker within ~10 s
+MAX_BUILD_REQUESTS = 60
+MAX_LOAD_SECONDS = 60.0
+#: how long an unanswered build/delete call may be retried once the load stopped
+CONFIRM_DEADLINE = 40.0
+CLIENT_TIMEOUT = 10.0
+SIGSTOP_PAUSE = TTL + 3.0  # past the TTL, well within rehome_grace
+
+EXTRA_CONFIG = (
+    "[conductor]\n"
+    f"build_timeout = {BUILD_TIMEOUT}\n"
+    "max_attempts = 3\n"
+    "[compute_agent]\n"
+    f"conductor_timeout = {AGENT_CONDUCTOR_TIMEOUT}\n"
+)
+
+AGENTS = ("agent-1", "agent-2", "agent-3")
+CONDUCTORS = ("cond-1", "cond-2")
+
+
+# -- the load ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Request:
+    uuids: list[str]
+    at: float  # time.monotonic() of the first attempt
+    confirmed: bool = False
+
+
+class Load:
+    """Builds of 1-3 instances and deletes of ACTIVE ones, until stopped.
+
+    Every call uses client-chosen instance ids, so one that failed (broker
+    down, conductor killed) is retried with the same ids: the conductor
+    de-duplicates.  What happens to the instances is read from the database.
+    """
+
+    def __init__(self, fleet: Fleet, transport_url: str, seed: int) -> None:
+        self.fleet = fleet
+        self.thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
+        self.api, self._transport = client(transport_url, timeout=CLIENT_TIMEOUT)
+        self.rng = random.Random(seed)
+        self.requests: list[Request] = []
+        self.delete_asked: dict[str, float] = {}  # instance -> monotonic time
+        self.delete_confirmed: set[str] = set()
+        self.rpc_errors: list[str] = []
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- reading -------------------------------------------------------------------
+
+    def states(self) -> dict[str, str]:
+        with self.fleet.db.transaction() as session:
+            return dict(session.execute(select(InstanceModel.uuid, InstanceModel.vm_state)).all())
+
+    def requested(self) -> list[str]:
+        with self._lock:
+            return [u for r in self.requests for u in r.uuids]
+
+    def confirmed_after(self, moment: float) -> int:
+        """Build requests first sent after ``moment`` that a conductor acknowledged."""
+        with self._lock:
+            return sum(1 for r in self.requests if r.at >= moment and r.confirmed)
+
+    def requested_after(self, moment: float) -> list[str]:
+        with self._lock:
+            return [u for r in self.requests if r.at >= moment for u in r.uuids]
+
+    # -- acting --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._halt.is_set():
+            if time.monotonic() - started > MAX_LOAD_SECONDS:
+                break
+            self._retry_unconfirmed()
+            states = self.states()
+            with self._lock:
+                mine = [u for r in self.requests for u in r.uuids]
+                builds = len(self.requests)
+            busy = sum(
+                1
+                for u in mine
+                if states.get(u) in (None, "building", "active") and u not in self.delete_asked
+            )
+            active = [u for u in mine if states.get(u) == "active" and u not in self.delete_asked]
+            count = self.rng.randint(1, 3)
+            must_delete = busy + count > OCCUPANCY_CAP or builds >= MAX_BUILD_REQUESTS
+            if active and (must_delete or self.rng.random() < 0.3):
+                for victim in self.rng.sample(active, min(len(active), self.rng.randint(1, 2))):
+                    self._delete(victim)
+            elif builds < MAX_BUILD_REQUESTS and not must_delete:
+                self._build(count)
+            elif builds >= MAX_BUILD_REQUESTS and not active:
+                break
+            self._halt.wait(LOAD_PERIOD)
+
+    def _build(self, count: int) -> None:
+        request = Request([str(uuidlib.uuid4()) for _ in range(count)], time.monotonic())
+        with self._lock:
+            self.requests.append(request)
+        self._send_build(request)
+
+    def _send_build(self, request: Request) -> None:
+        try:
+            self.api.build_instances(
+                {"flavor": "small", "count": len(request.uuids), "instance_uuids": request.uuids}
+            )
+            request.confirmed = True
+        except Exception as exc:  # retried with the same ids
+            self.rpc_errors.append(f"build {request.uuids[0][:8]}: {type(exc).__name__}: {exc}")
+
+    def _delete(self, instance: str) -> None:
+        self.delete_asked.setdefault(instance, time.monotonic())
+        try:
+            self.api.delete_instance(instance)
+            self.delete_confirmed.add(instance)
+        except Exception as exc:  # retried: a delete is idempotent
+            self.rpc_errors.append(f"delete {instance[:8]}: {type(exc).__name__}: {exc}")
+
+    def _retry_unconfirmed(self) -> int:
+        with self._lock:
+            builds = [r for r in self.requests if not r.confirmed]
+        for request in builds:
+            self._send_build(request)
+        for instance in set(self.delete_asked) - self.delete_confirmed:
+            self._delete(instance)
+        with self._lock:
+            left = sum(1 for r in self.requests if not r.confirmed)
+        return left + len(set(self.delete_asked) - self.delete_confirmed)
+
+    def finish(self) -> None:
+        """Stop issuing new work; make sure every request was received."""
+        self._halt.set()
+        self.thread.join(CLIENT_TIMEOUT * 3 + 10)
+        assert not self.thread.is_alive(), "the load thread did not stop"
+        wait_for(
+            lambda: self._retry_unconfirmed() == 0,
+            CONFIRM_DEADLINE,
+            "every build and delete request acknowledged by a conductor",
+            step=1.0,
+        )
+
+    def close(self) -> None:
+        self._halt.set()
+        self._transport.cleanup()
+
+
+# -- the checks ---------------------------------------------------------------------
+
+
+def live_agents(fleet: Fleet) -> set[str]:
+    """Running agent processes that the conductors see in the group."""
+    running = {
+        name
+        for name, proc in fleet.procs.items()
+        if name.startswith("agent-") and proc.proc is not None and proc.proc.poll() is None
+    }
+    status = fleet.api.fleet_status()
+    members = {a["host"] for a in status["agents"] if a["state"] == "up"}
+    return running & members
+
+
+def problems(fleet: Fleet, load: Load) -> tuple[list[str], list[str]]:
+    """What is still wrong, and the instance ids concerned."""
+    found: list[str] = []
+    concerned: list[str] = []
+    with fleet.db.transaction() as session:
+        instances = {row.uuid: row for row in session.scalars(select(InstanceModel))}
+        nodes = {row.uuid: row for row in session.scalars(select(NodeModel))}
+        # detach what we read
+        inst = {
+            u: (r.vm_state, r.node_uuid, r.host, r.fault, r.task_state)
+            for u, r in instances.items()
+        }
+        node = {
+            u: (r.instance_uuid, r.owner, r.provision_state, r.maintenance)
+            for u, r in nodes.items()
+        }
+    deleted = set(load.delete_asked)
+    for uuid in load.requested():
+        if uuid not in inst:
+            found.append(f"instance {uuid}: requested (and acknowledged) but not stored")
+            concerned.append(uuid)
+            continue
+        state, node_uuid, host, fault, task = inst[uuid]
+        bad = None
+        if uuid in deleted:
+            if state != "deleted":
+                bad = f"deleted by the test but {state}/{task}"
+        elif state == "error":
+            if not fault:
+                bad = "ERROR without a fault"
+        elif state != "active":
+            bad = f"{state}/{task} (expected active or error)"
+        if bad:
+            found.append(f"instance {uuid}: {bad} (node {node_uuid}, host {host})")
+            concerned.append(uuid)
+    # One instance per node, both sides agreeing.
+    hosting: dict[str, list[str]] = {}
+    for uuid, (state, node_uuid, host, _fault, _task) in inst.items():
+        if node_uuid is None:
+            continue
+        hosting.setdefault(node_uuid, []).append(uuid)
+        row = node.get(node_uuid)
+        if row is None or row[0] != uuid:
+            found.append(f"instance {uuid} says node {node_uuid}, the node hosts {row and row[0]}")
+            concerned.append(uuid)
+        elif state == "active" and (row[1] != host or row[2] != "active"):
+            found.append(
+                f"instance {uuid} active with host {host}, its node {node_uuid} is "
+                f"owned by {row[1]} in state {row[2]}"
+            )
+            concerned.append(uuid)
+        if state == "deleted":
+            found.append(f"instance {uuid} is deleted but still holds node {node_uuid}")
+            concerned.append(uuid)
+    found.extend(
+        f"node {n} hosts {len(us)} instances: {us}" for n, us in hosting.items() if len(us) > 1
+    )
+    for uuid, (instance, owner, provision, _maint) in node.items():
+        if instance is not None and inst.get(instance, (None, None))[1] != uuid:
+            found.append(f"node {uuid} hosts {instance}, which does not point back to it")
+            concerned.append(instance)
+        if instance is None and provision in ("deploying", "active"):
+            found.append(f"node {uuid} is {provision} without an instance (owner {owner})")
+    # Every schedulable node has a live owner.
+    try:
+        live = live_agents(fleet)
+    except Exception as exc:
+        found.append(f"fleet_status failed: {type(exc).__name__}: {exc}")
+        live = set()
+    orphans = {
+        uuid: owner
+        for uuid, (_i, owner, _p, maintenance) in node.items()
+        if not maintenance and owner not in live
+    }
+    if orphans:
+        owners = sorted({str(o) for o in orphans.values()})
+        found.append(
+            f"{len(orphans)} schedulable nodes without a live owner (owners {owners}, "
+            f"live agents {sorted(live)})"
+        )
+    return found, concerned
+
+
+def summary(load: Load) -> str:
+    states = load.states()
+    counts: dict[str, int] = {}
+    for uuid in load.requested():
+        counts[states.get(uuid, "missing")] = counts.get(states.get(uuid, "missing"), 0) + 1
+    return (
+        f"{len(load.requests)} build requests, {len(load.requested())} instances, "
+        f"{len(load.delete_asked)} deletes; final states {dict(sorted(counts.items()))}; "
+        f"{len(load.rpc_errors)} client call errors"
+    )
+
+
+# -- faults --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Fault:
+    """What a fault did: the agents/conductors it took away for good."""
+
+    gone: set[str] = dataclasses.field(default_factory=set)
+    note: str = ""
+
+
+def _ctl(action: str) -> None:
+    ctl = os.environ.get("RINGFLEET_TEST_CTL")
+    if not ctl:
+        pytest.skip("RINGFLEET_TEST_CTL is unset (run through tools/with-test-servers.sh)")
+    subprocess.run([ctl, action], check=True, timeout=180)
+
+
+def _busiest_agent(fleet: Fleet) -> str:
+    pins: dict[str, int] = dict.fromkeys(AGENTS, 0)
+    for owner, _epoch, instance in fleet.owners().values():
+        if instance is not None and owner in pins:
+            pins[owner] += 1
+    return max(sorted(pins), key=lambda a: pins[a])
+
+
+def agent_kill9(fleet: Fleet) -> Fault:
+    victim = _busiest_agent(fleet)
+    fleet.procs[victim].kill()
+    return Fault(gone={victim}, note=f"killed {victim}")
+
+
+def agent_sigstop(fleet: Fleet) -> Fault:
+    victim = _busiest_agent(fleet)
+    fleet.procs[victim].signal(signal.SIGSTOP)
+    time.sleep(SIGSTOP_PAUSE)
+    fleet.procs[victim].signal(signal.SIGCONT)
+    return Fault(note=f"paused {victim} for {SIGSTOP_PAUSE:.0f} s")
+
+
+def rabbit_restart(fleet: Fleet) -> Fault:
+    _ctl("restart-rabbit")
+    return Fault(note="restarted RabbitMQ")
+
+
+def etcd_restart(fleet: Fleet) -> Fault:
+    _ctl("restart-etcd")
+    return Fault(note="restarted etcd")
+
+
+def conductor_kill9(fleet: Fleet) -> Fault:
+    fleet.procs["cond-1"].kill()
+    return Fault(gone={"cond-1"}, note="killed cond-1")
+
+
+def agent_join(fleet: Fleet) -> Fault:
+    fleet.agent("agent-4")
+    return Fault(note="agent-4 joined")
+
+
+FAULTS: dict[str, Callable[[Fleet], Fault]] = {
+    "agent-kill9": agent_kill9,
+    "agent-sigstop": agent_sigstop,
+    "rabbit-restart": rabbit_restart,
+    "etcd-restart": etcd_restart,
+    "conductor-kill9": conductor_kill9,
+    "agent-join": agent_join,
+}
+
+
+# -- the test ------------------------------------------------------------------------
+
+
+def _collect_dropped_sockets() -> None:
+    """Collect the sockets of connections the broker dropped, warnings off.
+
+    After a broker restart kombu/py-amqp reconnect but leave the old
+    connection's socket for the garbage collector, whose ResourceWarning
+    would otherwise surface (as an error, under ``-W error``) in whichever
+    test happens to collect it.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
+
+@pytest.fixture
+def fleet(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> Iterator[Fleet]:
+    migrated(pg_url).dispose()
+    f = Fleet(
+        tmp_path,
+        db_url=pg_url,
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+        step_duration=STEP_DURATION,
+    )
+    # A later value of an option overrides an earlier one.
+    f.common += EXTRA_CONFIG
+    try:
+        start_processes(f, CONDUCTORS, AGENTS)
+        f.api.import_nodes(
+            [{"name": f"node-{i:03d}", "resource_class": "baremetal"} for i in range(NODES)]
+        )
+        f.api.create_flavor({"name": "small", "resource_class": "baremetal"})
+        wait_for(
+            lambda: set(f.owned_by()) == set(AGENTS),
+            30,
+            "the agents partition the nodes",
+        )
+        yield f
+    finally:
+        f.close()
+        callspec = getattr(request.node, "callspec", None)
+        if callspec is not None and callspec.params.get("fault_name") == "rabbit-restart":
+            _collect_dropped_sockets()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault_name", list(FAULTS))
+def test_chaos(fleet: Fleet, transport_url: str, fault_name: str) -> None:
+    load = Load(fleet, transport_url, seed=sum(map(ord, fault_name)))
+    concerned: list[str] = []
+    try:
+        load.start()
+        time.sleep(WARMUP)
+        fault_at = time.monotonic()
+        fault = FAULTS[fault_name](fleet)
+        fault_over = time.monotonic()
+        time.sleep(AFTER_FAULT)
+        wait_for(
+            lambda: load.confirmed_after(fault_over) >= AFTER_FAULT_BUILDS,
+            AFTER_FAULT_DEADLINE,
+            f"{AFTER_FAULT_BUILDS} build requests acknowledged after the fault",
+            step=0.5,
+        )
+        load.finish()
+        stopped = time.monotonic()
+
+        last: list[str] = []
+
+        def settled() -> bool:
+            nonlocal last, concerned
+            last, concerned = problems(fleet, load)
+            return not last
+
+        try:
+            wait_for(settled, SETTLE, "settled", step=0.5)
+        except AssertionError:
+            raise AssertionError(
+                f"not settled {SETTLE:.0f} s after the load stopped ({fault.note}):\n  "
+                + "\n  ".join(last)
+            ) from None
+        settled_in = time.monotonic() - stopped
+        violations = fleet.fencing_violations()
+        assert violations == [], "fencing violations:\n" + "\n".join(violations)
+        states = load.states()
+        after = [u for u in load.requested_after(fault_over) if u not in load.delete_asked]
+        assert any(states.get(u) == "active" for u in after), (
+            "no build requested after the fault became ACTIVE"
+        )
+        for host in fault.gone:
+            assert host not in fleet.owned_by(), f"{host} is gone but still owns nodes"
+        print(
+            f"\n{fault_name}: {fault.note} in {fault_over - fault_at:.1f} s; "
+            f"settled {settled_in:.1f} s after the load stopped (deadline {SETTLE:.0f} s); "
+            f"{summary(load)}"
+        )
+    except BaseException:
+        print(f"\n{fault_name}: {summary(load)}")
+        print("client call errors (last 10):\n  " + "\n  ".join(load.rpc_errors[-10:]))
+        print(log_tails(fleet, mentioning=concerned[:5]))
+        raise
+    finally:
+        load.close()
