@@ -47,6 +47,9 @@ class ReconcileResult:
     claimed: int
     released: int
     refused: int
+    #: Some refusals came from owners our view says are gone: the conductor
+    #: has not seen them leave yet; try again in a moment, not an interval.
+    retry_soon: bool = False
 
 
 class OwnershipManager:
@@ -270,13 +273,14 @@ class OwnershipManager:
                 }
                 to_claim = sorted(n for n in desired if n not in self._held)
             released = self._release(releasable)
-            claimed, refused = self._claim(to_claim)
+            claimed, refused, owners = self._claim(to_claim)
             result = ReconcileResult(
                 desired=len(desired),
                 held=len(self.held()),
                 claimed=claimed,
                 released=released,
                 refused=refused,
+                retry_soon=any(o is not None and o not in view.members for o in owners),
             )
             if claimed or released:
                 LOG.info(
@@ -304,8 +308,9 @@ class OwnershipManager:
             done += len(out["done"])
         return done
 
-    def _claim(self, nodes: list[str]) -> tuple[int, int]:
+    def _claim(self, nodes: list[str]) -> tuple[int, int, set[str | None]]:
         claimed = refused = 0
+        owners: set[str | None] = set()
         for start in range(0, len(nodes), self._batch):
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
             with self._lock:
@@ -322,7 +327,8 @@ class OwnershipManager:
                     ", ".join(out["rehomed"][:20]),
                 )
             refused += len(out["refused"])
-        return claimed, refused
+            owners.update(out["refused"].values())
+        return claimed, refused, owners
 
     # -- drain -------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ __all__ = ["AgentService"]
 
 LOG = logging.getLogger(__name__)
 
+#: Seconds before retrying a reconcile the conductors' view was behind for.
+_RETRY_SOON = 0.5
+
 
 class AgentService:
     """One compute agent process."""
@@ -168,9 +171,11 @@ class AgentService:
 
     def _reconcile_loop(self) -> None:
         assert self.ownership is not None
+        delay = self.conf.compute_agent.reconcile_interval
         while not self._stopped.is_set():
-            self._wake.wait(self.conf.compute_agent.reconcile_interval)
+            self._wake.wait(delay)
             self._wake.clear()
+            delay = self.conf.compute_agent.reconcile_interval
             if self._stopped.is_set():
                 return
             view = self.membership.view
@@ -178,9 +183,14 @@ class AgentService:
                 continue
             try:
                 self.ownership.refresh_inventory()
-                self.ownership.reconcile(view)
-            except Exception as exc:  # the next wake-up tries again
-                LOG.warning("Agent %s: reconcile failed: %s", self.host, exc)
+                result = self.ownership.reconcile(view)
+                if result is not None and result.retry_soon:
+                    delay = _RETRY_SOON
+            except Exception as exc:  # the next wake-up tries again, soon
+                LOG.warning("Agent %s: reconcile failed: %s", self.host, str(exc).splitlines()[0])
+                # E.g. the conductors have not seen us join yet: a moment,
+                # not a whole interval (invariant 2: no orphans for long).
+                delay = _RETRY_SOON
 
     def _report_loop(self) -> None:
         assert self.ownership is not None

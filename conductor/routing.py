@@ -76,13 +76,14 @@ class AgentRouter:
                 )
                 return
             except NotOwner as exc:
+                # A remote exception's text carries its traceback: first line only.
                 LOG.info(
-                    "Instance %s: %s is not the owner of node %s at epoch %d (%s); re-reading",
+                    "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
                     instance.uuid,
                     owner,
                     node.uuid,
                     epoch,
-                    exc,
+                    str(exc).splitlines()[0],
                 )
             except messaging.MessagingTimeout:
                 LOG.warning(
@@ -90,10 +91,17 @@ class AgentRouter:
                 )
                 break
             except Conflict as exc:
-                LOG.warning("Instance %s: %s refused: %s", instance.uuid, owner, exc)
+                LOG.warning(
+                    "Instance %s: %s refused: %s", instance.uuid, owner, str(exc).splitlines()[0]
+                )
                 break
             except Exception as exc:  # any other failure: never drop the build
-                LOG.warning("Instance %s: routing to %s failed: %s", instance.uuid, owner, exc)
+                LOG.warning(
+                    "Instance %s: routing to %s failed: %s",
+                    instance.uuid,
+                    owner,
+                    str(exc).splitlines()[0],
+                )
                 break
             node = nodes.get_node(self._db, node.uuid)
             claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)

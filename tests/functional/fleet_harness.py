@@ -208,7 +208,7 @@ def log_tails(
 ) -> str:
     """For a failure message: the end of every process log, DEBUG lines left
     out, and the lines that mention any of ``mentioning`` (e.g. the ids of
-    stuck instances), at most ``per_match`` per id and process."""
+    stuck instances), the last ``per_match`` per id and process."""
     wanted = list(mentioning)
     out: list[str] = []
     for name, proc in sorted(fleet.procs.items()):
@@ -218,8 +218,8 @@ def log_tails(
         for item in wanted:
             hits = [line for line in text if item in line]
             if hits:
-                out.append(f"--- lines mentioning {item} ({len(hits)}):")
-                out.extend(hits[:per_match])
+                out.append(f"--- lines mentioning {item} ({len(hits)}, the last {per_match}):")
+                out.extend(hits[-per_match:])
         out.append(f"--- last {lines} lines above DEBUG:")
         out.extend([line for line in text if " DEBUG " not in line][-lines:])
     return "\n".join(out)
