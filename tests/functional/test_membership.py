@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,7 +155,15 @@ def test_peer_with_another_ring_version_is_excluded(spawn: Spawn, backend: str) 
 
 
 def test_etcd_paused_suspends_then_recovers(spawn: Spawn, etcd_url: str) -> None:
-    etcd_pid = int(os.environ["RINGFLEET_TEST_ETCD_PID"])
+    # The current pid: an earlier test may have restarted etcd.
+    etcd_pid = int(
+        subprocess.run(
+            [os.environ["RINGFLEET_TEST_CTL"], "pid", "etcd"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     group = unique_group("etcd-pause")
     # A short HTTP timeout so heartbeats fail fast while etcd is paused.
     url = f"{etcd_url}?membership_timeout={TTL:g}&timeout=1"
