@@ -62,6 +62,7 @@ from oslo_config import cfg
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from benchmarks import argtypes
 from compute_agent.drivers.action_log import check_fencing, read_log
 from conductor import rpc
 from conductor.db import migration
@@ -81,6 +82,13 @@ Log = Callable[[str], None]
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+_positive = argtypes.at_least(1)
+
+_non_negative = argtypes.at_least(0)
+
+_seconds = argtypes.seconds(allow_zero=True)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -684,36 +692,6 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 # -- command line ----------------------------------------------------------------------------
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -41,6 +41,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
     from tooz.hashring import HashRing
 
+from benchmarks import argtypes
 from hashring.ring import Ring, moves
 
 __all__ = ["IMPLEMENTATIONS", "Impl", "main", "make_node_ids", "run"]
@@ -65,6 +66,9 @@ class Impl:
     keys: Callable[[list[str]], list[Any]]
     bulk: Callable[[Any, list[Any]], list[str]]
     lookup: Callable[[Any], Callable[[Any], object]]
+
+
+_positive = argtypes.at_least(1)
 
 
 def _ours_build(members: Sequence[str]) -> Ring:
@@ -394,16 +398,6 @@ def _member_counts(text: str) -> list[int]:
     if not counts or counts[0] < 2:
         raise argparse.ArgumentTypeError("member counts must be >= 2 (one leaves)")
     return counts
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

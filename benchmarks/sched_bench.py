@@ -62,6 +62,7 @@ from typing import Any
 
 from sqlalchemy import event, func, insert, select
 
+from benchmarks import argtypes
 from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
@@ -163,6 +164,11 @@ FLAVORS: tuple[Request, ...] = (
 
 
 # -- the fleet ---------------------------------------------------------------------------------
+
+
+_positive = argtypes.at_least(1)
+
+_seconds = argtypes.seconds(allow_zero=False)
 
 
 def _hardware_profiles(rng: random.Random) -> dict[str, list[tuple[list[str], dict[str, str]]]]:
@@ -707,26 +713,6 @@ def _sizes(text: str) -> list[int]:
     if not sizes or min(sizes) < 100:
         raise argparse.ArgumentTypeError("fleet sizes must be >= 100")
     return sizes
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -23,7 +23,6 @@ from typing import Protocol
 from conductor.db import allocations, flavors, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
-from conductor.db.ownership import ownership_of
 from conductor.exception import (
     Conflict,
     NotFound,
@@ -294,24 +293,7 @@ class BuildWorkers:
         another node until ``max_attempts``; then the instance is ERROR with
         the fault of every attempt.
         """
-        own = ownership_of(self._db, [node_uuid]).get(node_uuid)
-        node = nodes.get_node(self._db, node_uuid) if own else None
-        if (
-            own is None
-            or node is None
-            or own.owner != host
-            or own.epoch != epoch
-            or (node.instance_uuid != instance_uuid)
-        ):
-            LOG.warning(
-                "Instance %s: stale build report from %s for node %s at epoch %d (owner %s/%s)",
-                instance_uuid,
-                host,
-                node_uuid,
-                epoch,
-                own.owner if own else None,
-                own.epoch if own else None,
-            )
+        if not self._is_current(host, node_uuid, epoch, instance_uuid, "build"):
             return False
         if success:
             if allocations.complete(self._db, node_uuid, instance_uuid):
@@ -324,6 +306,34 @@ class BuildWorkers:
             return True
         self._attempt_failed(instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean)
         return True
+
+    def _is_current(
+        self, host: str, node_uuid: str, epoch: int, instance_uuid: str, what: str
+    ) -> bool:
+        """The fence of agent reports: from the node's owner, at its epoch,
+        about the instance the node hosts (one read of the node row)."""
+        try:
+            node = nodes.get_node(self._db, node_uuid)
+        except NotFound:
+            node = None
+        if (
+            node is not None
+            and node.owner == host
+            and node.owner_epoch == epoch
+            and node.instance_uuid == instance_uuid
+        ):
+            return True
+        LOG.warning(
+            "Instance %s: stale %s report from %s for node %s at epoch %d (owner %s/%s)",
+            instance_uuid,
+            what,
+            host,
+            node_uuid,
+            epoch,
+            node.owner if node else None,
+            node.owner_epoch if node else None,
+        )
+        return False
 
     def _attempt_failed(
         self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool
@@ -370,21 +380,7 @@ class BuildWorkers:
         fault: str | None,
     ) -> bool:
         """An agent tore a node down (or failed to); fenced like build results."""
-        own = ownership_of(self._db, [node_uuid]).get(node_uuid)
-        node = nodes.get_node(self._db, node_uuid) if own else None
-        if (
-            own is None
-            or node is None
-            or own.owner != host
-            or own.epoch != epoch
-            or node.instance_uuid != instance_uuid
-        ):
-            LOG.warning(
-                "Instance %s: stale destroy report from %s for node %s",
-                instance_uuid,
-                host,
-                node_uuid,
-            )
+        if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
             return False
         if not success:
             # The node stays allocated and dirty; the delete is retried.
