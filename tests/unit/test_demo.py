@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import subprocess
 import sys
@@ -9,13 +10,13 @@ import sys
 import pytest
 
 from conductor.cmd import cli
-from conductor.demo import run_demo
+from conductor.demo import add_arguments, run_demo
 
 
 def test_demo_checks_hold_and_numbers_add_up() -> None:
-    args = cli.build_parser().parse_args(
-        ["demo", "--agents", "3", "--nodes", "600", "--ttl", "2", "--seed", "4"]
-    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--agents", "3", "--nodes", "600", "--ttl", "2", "--seed", "4"])
     out = io.StringIO()
     result = run_demo(args, out)
     assert result.violations == []

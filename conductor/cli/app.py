@@ -1,0 +1,93 @@
+"""The ``ringfleet`` cliff application.
+
+The configuration is read only when a command first asks for the conductor
+client, so ``ringfleet demo`` and ``ringfleet help`` never need a config file,
+and a bad option in one fails only the commands that talk to the conductor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+from cliff.app import App
+from cliff.commandmanager import CommandManager
+
+from conductor.cli.client import build_client
+
+__all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
+
+# Entry point namespace of the CLI's commands (pyproject.toml).
+COMMAND_NAMESPACE = "ringfleet.cli"
+
+
+class RingfleetApp(App):
+    """``ringfleet``: operate a ringfleet bare-metal fleet."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            description="Operate a ringfleet bare-metal fleet.",
+            version=metadata.version("ringfleet"),
+            command_manager=CommandManager(COMMAND_NAMESPACE),
+            deferred_help=True,
+        )
+        self._client: Any = None
+        self._transport: Any = None
+
+    def build_option_parser(
+        self,
+        description: str | None,
+        version: str | None,
+        argparse_kwargs: dict[str, Any] | None = None,
+    ) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().build_option_parser(
+            description, version, argparse_kwargs
+        )
+        parser.add_argument(
+            "--config-file",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="ringfleet configuration file (repeatable; default: "
+            "/etc/ringfleet/ringfleet.conf when it exists)",
+        )
+        parser.add_argument(
+            "--rpc-timeout",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="how long to wait for the conductor to answer (60)",
+        )
+        return parser
+
+    def configure_logging(self) -> None:
+        # cliff logs INFO to the console by default; an operator's command
+        # should print its result and only warnings: -v for INFO, -vv DEBUG.
+        super().configure_logging()
+        level = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(
+            self.options.verbose_level, logging.DEBUG
+        )
+        for handler in logging.getLogger().handlers:
+            if getattr(handler, "stream", None) is self.stderr:
+                handler.setLevel(logging.DEBUG if self.options.debug else level)
+
+    def conductor_client(self) -> Any:
+        """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""
+        if self._client is None:
+            self._transport, self._client = build_client(
+                self.options.config_file, self.options.rpc_timeout
+            )
+        return self._client
+
+    def clean_up(self, cmd: Any, result: int, err: BaseException | None) -> None:
+        if self._transport is not None:
+            self._transport.cleanup()
+            self._transport = self._client = None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return int(RingfleetApp().run(list(sys.argv[1:] if argv is None else argv)))
