@@ -75,6 +75,14 @@ class RingfleetApp(App):
             if getattr(handler, "stream", None) is self.stderr:
                 handler.setLevel(logging.DEBUG if self.options.debug else level)
 
+    def run_subcommand(self, argv: list[str]) -> int:
+        # argparse ends a bad command line with SystemExit(2) (and --help
+        # with 0); an embedding caller of run() wants the status, not an exit.
+        try:
+            return int(super().run_subcommand(argv))
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 2
+
     def conductor_client(self) -> Any:
         """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""
         if self._client is None:
