@@ -176,7 +176,7 @@ def _row_errors(errors: Sequence[FieldError], lines: Sequence[int]) -> list[tupl
     return out
 
 
-class NodeImport(ConductorCommand, ShowOne):
+class NodeImport(ConductorCommand, Command):
     """Import nodes from a YAML, JSON or CSV file: every row, or none.
 
     Every row is validated first; every bad row is reported with its line
@@ -187,6 +187,9 @@ class NodeImport(ConductorCommand, ShowOne):
     name, uuid, resource_class, traits (space/comma/semicolon separated),
     group, maintenance, maintenance_reason, provision_state, power_state,
     capabilities, and properties.<name> for any other property.
+
+    (A plain command, not a ShowOne: ``--format`` is the file's format
+    here, and the result is one summary line.)
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -214,9 +217,7 @@ class NodeImport(ConductorCommand, ShowOne):
         )
         return parser
 
-    def take_action(
-        self, parsed_args: argparse.Namespace
-    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         if not 1 <= parsed_args.batch_size <= 10_000:
             raise InvalidInput(
                 [FieldError.about("--batch-size", "must be 1..10000", parsed_args.batch_size)]
@@ -254,13 +255,10 @@ class NodeImport(ConductorCommand, ShowOne):
         imported = self._import(specs, lines, parsed_args.batch_size, progress, path)
         progress.done()
         batches = (len(specs) + parsed_args.batch_size - 1) // parsed_args.batch_size
-        return ("file", "format", "rows", "imported", "batches"), (
-            path,
-            fmt,
-            len(rows),
-            imported,
-            batches,
+        self.app.stdout.write(
+            f"Imported {imported} nodes from {path} ({fmt}) in {batches} batches\n"
         )
+        return 0
 
     def _read(self, path: str) -> str:
         if path == "-":
