@@ -181,7 +181,8 @@ def allocation_mismatches(db: Database, sample: int = 50) -> tuple[int, list[All
                 if not n_uuid:  # outer join: no such node
                     reason = f"instance is placed on node {i_node}, which does not exist"
                 else:
-                    reason = f"instance is placed on node {i_node}, which hosts {n_inst}"
+                    hosted = n_inst or "nothing"
+                    reason = f"instance is placed on node {i_node}, which hosts {hosted}"
                 found.append(AllocationMismatch(i_node, i_uuid, reason))
         hosts = (
             select(node.uuid, inst.uuid, node.owner, inst.host)
