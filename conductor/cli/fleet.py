@@ -40,7 +40,8 @@ def _status_row(agent: dict[str, Any]) -> tuple[Any, ...]:
     return (
         agent["host"],
         state,
-        ",".join(groups) if groups else "(all)",
+        # Only a ring member serves groups; an empty list there means all.
+        (",".join(groups) if groups else "(all)") if agent["state"] == "up" else "-",
         agent["owned"],
         agent["pinned"],
         agent.get("in_flight", 0),
