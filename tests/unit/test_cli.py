@@ -583,6 +583,7 @@ def test_fleet_status_ring_show_and_check(fleet: Embedded) -> None:
     drawn = fleet.run("ring", "show", "--group", "rack-b")
     assert "#" * 40 in drawn.out and "#" * 20 + " " in drawn.out
 
+    _nodes(fleet, ["ring-free"], group="rack-b")  # an unowned schedulable node
     check = fleet.run("fleet", "check")
     assert check.code == 1
     assert "EXCLUDED: agent agent-old is excluded from the ring: ring version 2" in check.out
