@@ -13,6 +13,11 @@ API version history:
   (fleet_status, drain_agent), agents (claim_nodes, release_nodes, transfer_nodes,
   owned_nodes, list_node_uuids, report_node_states, report_build_result,
   report_destroy_result).
+* 1.1 - Operator reports and node changes: set_node (properties, traits,
+  resource class), ring_status (nodes per group and owner against the
+  ring), fleet_check (orphans, allocation mismatches, excluded peers);
+  fleet_status replies also carry per-agent groups, in_flight, last_seen
+  and ring_version, and excluded_agents.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ class ConductorAPI:
     :param timeout: seconds to wait for a reply (``MessagingTimeout`` after).
     """
 
-    RPC_API_VERSION = "1.0"
+    RPC_API_VERSION = "1.1"
 
     def __init__(self, transport: messaging.Transport, timeout: float | None = None) -> None:
         self.client = rpc.get_client(
@@ -68,6 +73,10 @@ class ConductorAPI:
         return self._call(  # type: ignore[no-any-return]
             "set_node_maintenance", node=node, maintenance=maintenance, reason=reason
         )
+
+    def set_node(self, node: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Since 1.1: see :class:`conductor.validation.NodeUpdate`."""
+        return self._call("set_node", version="1.1", node=node, changes=changes)  # type: ignore[no-any-return]
 
     def node_owner(self, node: str) -> dict[str, Any]:
         return self._call("node_owner", node=node)  # type: ignore[no-any-return]
@@ -115,6 +124,17 @@ class ConductorAPI:
 
     def fleet_status(self) -> dict[str, Any]:
         return self._call("fleet_status")  # type: ignore[no-any-return]
+
+    def fleet_status_details(self) -> dict[str, Any]:
+        """``fleet_status`` asked at 1.1: refused by a 1.0 conductor, whose
+        reply would lack the per-agent details."""
+        return self._call("fleet_status", version="1.1")  # type: ignore[no-any-return]
+
+    def ring_status(self) -> dict[str, Any]:
+        return self._call("ring_status", version="1.1")  # type: ignore[no-any-return]
+
+    def fleet_check(self) -> dict[str, Any]:
+        return self._call("fleet_check", version="1.1")  # type: ignore[no-any-return]
 
     def drain_agent(self, host: str) -> dict[str, Any]:
         return self._call("drain_agent", host=host)  # type: ignore[no-any-return]

@@ -50,6 +50,7 @@ __all__ = [
     "CapabilityExpression",
     "FlavorSpec",
     "NodeSpec",
+    "NodeUpdate",
     "PropertyValue",
     "parse_capabilities",
     "parse_capability_expression",
@@ -58,6 +59,7 @@ __all__ = [
     "validate_name",
     "validate_node_spec",
     "validate_node_specs",
+    "validate_node_update",
     "validate_uuid",
 ]
 
@@ -146,6 +148,9 @@ _NODE_FIELDS: Final = frozenset(
         "provision_state",
         "power_state",
     }
+)
+_NODE_UPDATE_FIELDS: Final = frozenset(
+    {"properties", "remove_properties", "add_traits", "remove_traits", "resource_class"}
 )
 _FLAVOR_FIELDS: Final = frozenset(
     {"name", "resource_class", "required_traits", "forbidden_traits", "extra_specs"}
@@ -242,6 +247,34 @@ class NodeSpec:
             "maintenance_reason": self.maintenance_reason,
             "provision_state": self.provision_state.value,
             "power_state": self.power_state.value,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeUpdate:
+    """A validated change to an existing node's description.
+
+    ``properties`` are set (merged over the stored ones; a ``capabilities``
+    text is normalized as for a new node), then ``remove_properties`` are
+    removed; ``add_traits`` and ``remove_traits`` change the trait set; a
+    ``resource_class`` replaces the stored one.  Ownership, allocation and
+    states are not descriptions and are changed by their own methods.
+    """
+
+    properties: Mapping[str, PropertyValue] = dataclasses.field(default_factory=dict)
+    remove_properties: frozenset[str] = frozenset()
+    add_traits: frozenset[str] = frozenset()
+    remove_traits: frozenset[str] = frozenset()
+    resource_class: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The payload form: ``validate_node_update(u.to_dict()) == u``."""
+        return {
+            "properties": dict(self.properties),
+            "remove_properties": sorted(self.remove_properties),
+            "add_traits": sorted(self.add_traits),
+            "remove_traits": sorted(self.remove_traits),
+            "resource_class": self.resource_class,
         }
 
 
@@ -835,6 +868,71 @@ def validate_node_specs(specs: object) -> list[NodeSpec]:
             nodes.append(node)
     errors.raise_if_any()
     return nodes
+
+
+def _check_property_names(value: object, field: str, errors: _Errors) -> frozenset[str] | None:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, (list, tuple)):
+        errors.add(field, "must be a list of property names", value)
+        return None
+    ok = True
+    for i, key in enumerate(value):
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_PROPERTY_KEY_LENGTH:
+            errors.add(
+                f"{field}[{i}]",
+                f"property names must be strings of 1 to {MAX_PROPERTY_KEY_LENGTH} characters",
+                key,
+            )
+            ok = False
+    return frozenset(value) if ok else None
+
+
+def validate_node_update(spec: object) -> NodeUpdate:
+    """Validate a change to a node (``set_node``); see :class:`NodeUpdate`.
+
+    Fields, all optional: ``properties`` (flat, as for a new node),
+    ``remove_properties`` (names), ``add_traits``, ``remove_traits`` and
+    ``resource_class``.  A change must change something, and may not both
+    set and remove one property, nor both add and remove one trait.
+
+    :raises InvalidInput: naming every bad or unknown field
+    """
+    errors = _Errors()
+    if not isinstance(spec, Mapping):
+        errors.add("changes", "must be a mapping", spec)
+        errors.raise_if_any()
+    assert isinstance(spec, Mapping)
+    _unknown_fields(spec, _NODE_UPDATE_FIELDS, "changes.", errors)
+    props = _check_properties(spec.get("properties"), "changes.properties", errors)
+    removed = _check_property_names(
+        spec.get("remove_properties"), "changes.remove_properties", errors
+    )
+    added_traits = _check_traits(spec.get("add_traits"), "changes.add_traits", errors)
+    removed_traits = _check_traits(spec.get("remove_traits"), "changes.remove_traits", errors)
+    resource_class = _optional_field(
+        spec, "resource_class", "changes.", errors, _check_resource_class
+    )
+    if props is not None and removed is not None:
+        for key in sorted(removed & set(props[0])):
+            errors.add("changes.remove_properties", "is also set in properties", key)
+    if added_traits is not None and removed_traits is not None:
+        for trait in sorted(added_traits & removed_traits):
+            errors.add("changes.remove_traits", "is also in add_traits", trait)
+    if not errors and not (
+        (props and props[0]) or removed or added_traits or removed_traits or resource_class
+    ):
+        errors.add("changes", "must change at least one field")
+    errors.raise_if_any()
+    assert props is not None and removed is not None
+    assert added_traits is not None and removed_traits is not None
+    return NodeUpdate(
+        properties=props[0],
+        remove_properties=removed,
+        add_traits=added_traits,
+        remove_traits=removed_traits,
+        resource_class=resource_class,
+    )
 
 
 # -- flavors ----------------------------------------------------------------------

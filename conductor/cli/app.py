@@ -21,6 +21,9 @@ from conductor.cli.client import build_client
 
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
 
+# Libraries whose warnings are shown only with -v.
+_QUIET_LIBRARIES = ("kombu", "oslo.messaging", "oslo_messaging", "amqp")
+
 # Entry point namespace of the CLI's commands (pyproject.toml).
 COMMAND_NAMESPACE = "ringfleet.cli"
 
@@ -74,6 +77,20 @@ class RingfleetApp(App):
         for handler in logging.getLogger().handlers:
             if getattr(handler, "stream", None) is self.stderr:
                 handler.setLevel(logging.DEBUG if self.options.debug else level)
+        if self.options.verbose_level < 2 and not self.options.debug:
+            # The messaging libraries warn about their own setup (a broker
+            # URL without host, heartbeats unsupported by the memory
+            # driver): noise in an operator's output unless asked for.
+            for name in _QUIET_LIBRARIES:
+                logging.getLogger(name).setLevel(logging.ERROR)
+
+    def run_subcommand(self, argv: list[str]) -> int:
+        # argparse ends a bad command line with SystemExit(2) (and --help
+        # with 0); an embedding caller of run() wants the status, not an exit.
+        try:
+            return int(super().run_subcommand(argv))
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 2
 
     def conductor_client(self) -> Any:
         """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""

@@ -15,9 +15,9 @@ from sqlalchemy.exc import IntegrityError
 
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
-from conductor.exception import DuplicateNode, NodeNotFound
+from conductor.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.objects import Node, PowerState, ProvisionState
-from conductor.validation import NodeSpec
+from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
 
 __all__ = [
     "changed_since",
@@ -29,6 +29,7 @@ __all__ = [
     "set_maintenance",
     "set_provision_state",
     "to_node",
+    "update_node",
 ]
 
 _IMPORT_CHUNK = 1000
@@ -226,6 +227,48 @@ def set_maintenance(db: Database, ident: str, maintenance: bool, reason: str | N
         if result.rowcount == 0:  # type: ignore[attr-defined]
             raise NodeNotFound(ident)
     return get_node(db, ident)
+
+
+def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
+    """Apply a validated :class:`NodeUpdate` to the node ``ident`` (uuid or name).
+
+    Read and written in one transaction with the row locked (``FOR UPDATE``
+    where the database has it), so two concurrent changes both apply.  The
+    ``updated_at`` bump makes the schedulers' index refresh pick it up.
+
+    :raises NodeNotFound:
+    :raises InvalidInput: when the traits would exceed the maximum
+    """
+    with db.transaction() as session:
+        row = session.scalars(
+            select(NodeModel)
+            .where((NodeModel.uuid == ident) | (NodeModel.name == ident))
+            .with_for_update()
+        ).first()
+        if row is None:
+            raise NodeNotFound(ident)
+        properties = dict(row.properties or {})
+        properties.update(changes.properties)
+        for key in changes.remove_properties:
+            properties.pop(key, None)
+        traits = (set(row.traits or ()) | changes.add_traits) - changes.remove_traits
+        if len(traits) > MAX_TRAITS:
+            raise InvalidInput(
+                [
+                    FieldError.about(
+                        "changes.add_traits",
+                        f"node would have more than {MAX_TRAITS} traits",
+                        len(traits),
+                    )
+                ]
+            )
+        row.properties = properties
+        row.traits = sorted(traits)
+        if changes.resource_class is not None:
+            row.resource_class = changes.resource_class
+        row.updated_at = utcnow()
+        session.flush()
+        return to_node(row)
 
 
 def set_provision_state(db: Database, node_uuid: str, state: ProvisionState) -> None:

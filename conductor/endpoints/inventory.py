@@ -18,6 +18,7 @@ from conductor.validation import (
     validate_name,
     validate_node_spec,
     validate_node_specs,
+    validate_node_update,
 )
 
 __all__ = ["InventoryEndpoint"]
@@ -28,9 +29,9 @@ _NODE_FILTERS = {"resource_class", "group", "owner", "provision_state", "mainten
 
 
 class InventoryEndpoint:
-    """Node and flavor methods of the conductor RPC API (since 1.0)."""
+    """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node`` 1.1)."""
 
-    target = messaging.Target(version="1.0")
+    target = messaging.Target(version="1.1")
 
     def __init__(self, db: Database, fleet: FleetView) -> None:
         self._db = db
@@ -82,6 +83,18 @@ class InventoryEndpoint:
             )
         updated = node_db.set_maintenance(self._db, ident, flag, reason)
         LOG.info("Node %s maintenance %s (%s)", updated.uuid, flag, reason)
+        return updated.to_dict()
+
+    def set_node(self, ctxt: dict[str, Any], node: Any, changes: Any) -> dict[str, Any]:
+        """Change a node's properties, traits or resource class (since 1.1)."""
+        ident, update = payload.collect(
+            lambda: payload.check_ident(node, "node"),
+            lambda: validate_node_update(changes),
+        )
+        updated = node_db.update_node(self._db, ident, update)
+        LOG.info(
+            "Node %s updated: %s", updated.uuid, sorted(k for k, v in update.to_dict().items() if v)
+        )
         return updated.to_dict()
 
     def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:

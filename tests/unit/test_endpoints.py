@@ -967,6 +967,7 @@ def test_fleet_status_without_a_view(env: Env) -> None:
         "ring_version": None,
         "agents": [],
         "excluded": {},
+        "excluded_agents": [],
         "nodes": 2,
         "unowned": 2,
     }
@@ -1334,3 +1335,168 @@ def test_maintenance_by_uuid_touches_one_node(env: Env) -> None:
         return  # refusing such a name is a fix too
     env.inventory.set_node_maintenance(CTXT, node=first["uuid"], maintenance=True)
     assert [n["maintenance"] for n in env.inventory.list_nodes(CTXT)].count(True) == 1
+
+
+# -- 1.1: fleet details, ring status, fleet check, set_node ------------------------------
+
+
+def test_fleet_status_1_1_details(env: Env) -> None:
+    members = {
+        "agent-1": Member(member_id="agent-1", ring_version=1, weight=1.0),
+        "agent-2": Member(
+            member_id="agent-2", ring_version=1, weight=2.0, capabilities={"groups": ["r2"]}
+        ),
+    }
+    env.fleet.on_change(
+        MembershipView(members=members, excluded={"agent-x": "ring version 2"}, ring_version=1)
+    )
+    owned = add_nodes(env.db, 3, owner="agent-1")
+    add_nodes(env.db, 1, owner="agent-x", prefix="x")
+    [instance] = pin(env.db, owned[:1], "agent-1")
+    with env.db.transaction() as session:
+        session.query(InstanceModel).filter(InstanceModel.uuid == instance).update(
+            {"vm_state": "building"}
+        )
+    status = env.fleet_ep.fleet_status(CTXT)
+    by_host = {a["host"]: a for a in status["agents"]}
+    assert by_host["agent-1"]["in_flight"] == 1 and by_host["agent-2"]["in_flight"] == 0
+    assert by_host["agent-1"]["groups"] == [] and by_host["agent-2"]["groups"] == ["r2"]
+    assert by_host["agent-2"]["ring_version"] == 1 and by_host["agent-2"]["last_seen"]
+    [excluded] = status["excluded_agents"]
+    assert excluded["host"] == "agent-x" and excluded["state"] == "excluded"
+    assert excluded["owned"] == 1 and excluded["reason"] == "ring version 2"
+
+
+def test_ring_status_counts_per_group_against_weights(env: Env) -> None:
+    members = {
+        "agent-1": Member(member_id="agent-1", ring_version=1, weight=1.0),
+        "agent-2": Member(member_id="agent-2", ring_version=1, weight=3.0),
+    }
+    env.fleet.on_change(MembershipView(members=members, excluded={}, ring_version=1))
+    add_nodes(env.db, 6, owner="agent-1", prefix="a")
+    add_nodes(env.db, 2, owner="agent-2", prefix="b")
+    add_nodes(env.db, 1, owner="agent-dead", prefix="c")
+    add_nodes(env.db, 3, prefix="d")
+    status = env.fleet_ep.ring_status(CTXT)
+    [group] = status["groups"]
+    assert group["group"] == "" and group["nodes"] == 12 and group["unowned"] == 3
+    by_host = {a["host"]: a for a in group["agents"]}
+    assert by_host["agent-1"] == {
+        "host": "agent-1",
+        "member": True,
+        "weight": 1.0,
+        "nodes": 6,
+        "expected": 3.0,
+    }
+    assert by_host["agent-2"]["expected"] == 9.0
+    assert by_host["agent-dead"] == {
+        "host": "agent-dead",
+        "member": False,
+        "weight": None,
+        "nodes": 1,
+        "expected": 0.0,
+    }
+
+
+def test_fleet_check_finds_each_kind_of_problem(env: Env) -> None:
+    env.fleet.on_change(view_of("agent-1", excluded={"agent-x": "ring version 2"}))
+    good = add_nodes(env.db, 2, owner="agent-1", prefix="good")
+    pin(env.db, good[:1], "agent-1")
+    dead = add_nodes(env.db, 2, owner="agent-dead", prefix="dead")
+    pin(env.db, dead[:1], "agent-dead")
+    [free] = add_nodes(env.db, 1, prefix="free")
+    # An instance whose node hosts nothing; a host that disagrees with the owner.
+    [twin] = add_nodes(env.db, 1, owner="agent-1", prefix="twin")
+    [moved] = add_nodes(env.db, 1, owner="agent-1", prefix="moved")
+    [half] = pin(env.db, [twin], "agent-1")
+    [wrong_host] = pin(env.db, [moved], "agent-2")
+    with env.db.transaction() as session:
+        session.query(NodeModel).filter(NodeModel.uuid == twin).update({"instance_uuid": None})
+    report = env.fleet_ep.fleet_check(CTXT)
+    assert report["ok"] is False
+    kinds = [(p["kind"], p.get("host"), p.get("node_uuid")) for p in report["problems"]]
+    assert ("orphaned", "agent-dead", None) in kinds
+    assert ("excluded", "agent-x", None) in kinds
+    unowned = next(p for p in report["problems"] if p["kind"] == "orphaned" and not p["host"])
+    assert unowned["nodes"] == 1 and unowned["node_uuids"] == [free]
+    doubles = {
+        p["node_uuid"]: p["message"] for p in report["problems"] if p["kind"] == "double-claimed"
+    }
+    assert doubles[twin] == (
+        f"node {twin}, instance {half}: instance is placed on node {twin}, which hosts nothing"
+    )
+    assert "instance host is agent-2, node owner is agent-1" in doubles[moved]
+    assert wrong_host in doubles[moved]
+    assert len(doubles) == 2
+
+    env.membership.state = State.SUSPENDED
+    [problem] = env.fleet_ep.fleet_check(CTXT)["problems"][:1]
+    assert problem["kind"] == "membership" and "suspended" in problem["message"]
+
+
+def test_fleet_check_ok(env: Env) -> None:
+    env.live("agent-1")
+    pin(env.db, add_nodes(env.db, 2, owner="agent-1"), "agent-1")
+    assert env.fleet_ep.fleet_check(CTXT) == {
+        "conductor": "cond-1",
+        "membership": "connected",
+        "ring_version": 1,
+        "ok": True,
+        "problems": [],
+    }
+
+
+def test_set_node_merges_and_refuses_whole(env: Env) -> None:
+    created = env.inventory.create_node(
+        CTXT,
+        node={
+            "name": "n1",
+            "resource_class": "baremetal",
+            "traits": ["A"],
+            "properties": {"x": 1, "cpus": 4},
+        },
+    )
+    updated = env.inventory.set_node(
+        CTXT,
+        node="n1",
+        changes={
+            "properties": {"capabilities": "b:2, a:1", "cpus": 8},
+            "remove_properties": ["x", "absent"],
+            "add_traits": ["B"],
+            "remove_traits": ["A"],
+            "resource_class": "gold",
+        },
+    )
+    assert updated["properties"] == {"cpus": 8, "capabilities": "b:2,a:1"}
+    assert updated["capabilities"] == {"a": "1", "b": "2"}
+    assert updated["traits"] == ["B"] and updated["resource_class"] == "gold"
+    assert updated["updated_at"] >= created["updated_at"]
+
+    before = env.node("n1")
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.set_node(
+            CTXT,
+            node="n1",
+            changes={
+                "properties": {"cpus": [1]},
+                "add_traits": ["C"],
+                "remove_traits": ["C"],
+                "colour": "red",
+            },
+        )
+    assert err.value.fields == [
+        "changes.colour",
+        "changes.properties.cpus",
+        "changes.remove_traits",
+    ]
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.set_node(CTXT, node="n1", changes={})
+    assert err.value.fields == ["changes"]
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.set_node(
+            CTXT, node="n1", changes={"add_traits": [f"T{i}" for i in range(64)]}
+        )
+    assert err.value.fields == ["changes.add_traits"]
+    assert env.node("n1") == before
+    with pytest.raises(NodeNotFound):
+        env.inventory.set_node(CTXT, node="nope", changes={"add_traits": ["A"]})

@@ -235,6 +235,22 @@ NODE_SPEC = st.fixed_dictionaries(
         "power_state": _maybe_junk(st.sampled_from(["power on", "power off", "on"])),
     },
 )
+NODE_UPDATE = st.fixed_dictionaries(
+    {},
+    optional={
+        "properties": _maybe_junk(
+            st.dictionaries(
+                st.sampled_from(["cpus", "capabilities", "x"]),
+                st.integers() | st.text(max_size=20) | st.sampled_from(["boot_mode:uefi"]),
+                max_size=3,
+            )
+        ),
+        "remove_properties": _maybe_junk(st.lists(st.sampled_from(["cpus", "x", ""]), max_size=2)),
+        "add_traits": _maybe_junk(TRAITS),
+        "remove_traits": _maybe_junk(TRAITS),
+        "resource_class": _maybe_junk(RESOURCE_CLASS),
+    },
+)
 FLAVOR_SPEC = st.fixed_dictionaries(
     {"name": _maybe_junk(NAMES | st.sampled_from(FLAVORS)), "resource_class": RESOURCE_CLASS},
     optional={
@@ -344,6 +360,7 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
         ),
     ),
     "node_owner": ("inventory", kwargs({"node": fuzz(NODE_IDENT)})),
+    "set_node": ("inventory", kwargs({"node": fuzz(NODE_IDENT), "changes": fuzz(NODE_UPDATE)})),
     "move_node": ("inventory", kwargs({"node": fuzz(NODE_IDENT), "host": fuzz(HOST)})),
     "create_flavor": ("inventory", kwargs({"flavor": fuzz(FLAVOR_SPEC)})),
     "list_flavors": ("inventory", kwargs({})),
@@ -365,6 +382,8 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
     "show_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
     "delete_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
     "fleet_status": ("fleet", kwargs({})),
+    "ring_status": ("fleet", kwargs({})),
+    "fleet_check": ("fleet", kwargs({})),
     "drain_agent": ("fleet", kwargs({"host": fuzz(HOST)})),
     "list_node_uuids": (
         "agents",

@@ -1,0 +1,115 @@
+"""What every conductor-calling command shares: the client, errors, exit codes.
+
+An error the conductor raises on purpose (bad input, not found, conflict,
+no valid node, unavailable) reaches the CLI as the exception itself, but its
+``str()`` carries the remote traceback.  :func:`describe_error` rebuilds the
+local message from the exception's attributes instead, so the operator sees
+one line per problem, naming the field; a command then exits 1.  Usage
+errors (argparse) exit 2, in :class:`conductor.cli.app.RingfleetApp`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+import oslo_messaging as messaging
+from oslo_config import cfg
+
+from conductor.exception import InvalidInput, RingfleetError
+
+__all__ = [
+    "ConductorCommand",
+    "describe_error",
+    "key_value",
+]
+
+LOG = logging.getLogger(__name__)
+
+
+def _local(exc: RingfleetError) -> RingfleetError:
+    """The exception as raised on the conductor (not its ``*_Remote`` twin)."""
+    cls: type[RingfleetError] = type(exc)
+    if cls.__name__.endswith("_Remote"):
+        # oslo.messaging subclasses the original class; rebuild the original
+        # from the same primitives the remote side sent.
+        for base in cls.__mro__[1:]:
+            if issubclass(base, RingfleetError):
+                try:
+                    return base(**exc.kwargs)
+                except TypeError:
+                    break
+    return exc
+
+
+def _remote_error(exc: messaging.RemoteError) -> str:
+    if exc.exc_type in ("UnsupportedVersion", "NoSuchMethod"):
+        # The conductor runs an older RPC API than this client.
+        return f"the conductor is too old for this command ({exc.exc_type}: {exc.value})"
+    return f"the conductor failed: {exc.exc_type}: {exc.value}"
+
+
+def describe_error(exc: BaseException) -> list[str]:
+    """One line per problem, for the operator (no traceback)."""
+    if isinstance(exc, InvalidInput):
+        return [str(error) for error in exc.errors] or ["invalid input"]
+    if isinstance(exc, RingfleetError):
+        line = str(_local(exc))
+    elif isinstance(exc, messaging.MessagingTimeout):
+        line = (
+            "no conductor answered in time (is a conductor running, and is "
+            "[DEFAULT] transport_url the one it uses?)"
+        )
+    elif isinstance(exc, messaging.RemoteError):
+        line = _remote_error(exc)
+    elif isinstance(exc, cfg.Error):
+        line = f"configuration: {exc}"
+    else:
+        line = str(exc) or type(exc).__name__
+    return [line.splitlines()[0] if line else type(exc).__name__]
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """argparse type of ``KEY=VALUE`` options (a bad one is a usage error)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+class ConductorCommand:
+    """Mixin for cliff commands that call the conductor.
+
+    Put it first in the bases (``class NodeList(ConductorCommand, Lister)``):
+    its :meth:`run` turns expected failures into one line per problem on
+    stderr and exit status 1.  A command sets :attr:`exit_code` when it
+    succeeded in talking to the conductor but the outcome is a failure
+    (``fleet check`` found problems, a waited-for build ended in ERROR).
+    """
+
+    app: Any
+    cmd_name: str | None
+    exit_code = 0
+
+    _EXPECTED = (
+        RingfleetError,
+        messaging.MessagingTimeout,
+        messaging.MessagingException,
+        cfg.Error,
+    )
+
+    @property
+    def client(self) -> Any:
+        """The :class:`conductor.rpcapi.ConductorAPI` of the app."""
+        return self.app.conductor_client()
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        try:
+            result = int(super().run(parsed_args) or 0)  # type: ignore[misc]
+        except self._EXPECTED as exc:
+            LOG.debug("ringfleet %s failed", self.cmd_name, exc_info=True)
+            for line in describe_error(exc):
+                self.app.stderr.write(f"ringfleet {self.cmd_name or ''}: error: {line}\n")
+            return 1
+        return result or self.exit_code

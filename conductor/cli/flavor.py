@@ -1,0 +1,103 @@
+"""``ringfleet flavor create|list|show|delete``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+from cliff.show import ShowOne
+
+from conductor.cli.command import ConductorCommand, key_value
+
+__all__ = ["FlavorCreate", "FlavorDelete", "FlavorList", "FlavorShow"]
+
+_FIELDS = (
+    "name",
+    "resource_class",
+    "required_traits",
+    "forbidden_traits",
+    "extra_specs",
+    "created_at",
+)
+
+
+def _show(flavor: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    return _FIELDS, tuple(flavor.get(f) for f in _FIELDS)
+
+
+class FlavorCreate(ConductorCommand, ShowOne):
+    """Create a flavor: what a build asks of a node."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME")
+        parser.add_argument("--resource-class", required=True, metavar="CLASS")
+        parser.add_argument("--required-trait", action="append", metavar="TRAIT", help="repeatable")
+        parser.add_argument(
+            "--forbidden-trait", action="append", metavar="TRAIT", help="repeatable"
+        )
+        parser.add_argument(
+            "--extra-spec",
+            action="append",
+            type=key_value,
+            metavar="KEY=VALUE",
+            help="repeatable: 'capabilities:boot_mode=s== uefi', 'trait:CUSTOM_X=required'",
+        )
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        spec: dict[str, Any] = {
+            "name": parsed_args.name,
+            "resource_class": parsed_args.resource_class,
+        }
+        if parsed_args.required_trait:
+            spec["required_traits"] = parsed_args.required_trait
+        if parsed_args.forbidden_trait:
+            spec["forbidden_traits"] = parsed_args.forbidden_trait
+        if parsed_args.extra_spec:
+            spec["extra_specs"] = dict(parsed_args.extra_spec)
+        return _show(self.client.create_flavor(spec))
+
+
+class FlavorList(ConductorCommand, Lister):
+    """List flavors."""
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
+        columns = ("Name", "Resource class", "Required traits", "Forbidden traits", "Extra specs")
+        keys = ("name", "resource_class", "required_traits", "forbidden_traits", "extra_specs")
+        return columns, [tuple(f.get(k) for k in keys) for f in self.client.list_flavors()]
+
+
+class FlavorShow(ConductorCommand, ShowOne):
+    """Show one flavor."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        return _show(self.client.show_flavor(parsed_args.name))
+
+
+class FlavorDelete(ConductorCommand, Command):
+    """Delete flavors (instances built from them keep their flavor name)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("names", metavar="NAME", nargs="+")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        for name in parsed_args.names:
+            self.client.delete_flavor(name)
+        return 0

@@ -1,0 +1,92 @@
+"""``ringfleet fleet status`` and ``ringfleet fleet check``.
+
+``status`` is the per-agent table; ``check`` is meant for monitoring: it
+prints every problem the conductor finds (orphaned nodes, double claims,
+agents on another ring version) and exits 1, or prints ``OK`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+
+from conductor.cli.command import ConductorCommand
+
+__all__ = ["FleetCheck", "FleetStatus"]
+
+_STATUS_COLUMNS = (
+    "Host",
+    "State",
+    "Groups",
+    "Owned",
+    "Pinned",
+    "In-flight",
+    "Last seen",
+    "Ring version",
+)
+
+
+def _status_row(agent: dict[str, Any]) -> tuple[Any, ...]:
+    groups = agent.get("groups") or []
+    state = agent["state"]
+    if state == "gone" and agent.get("gone_since"):
+        state = f"gone since {agent['gone_since']}"
+    elif state == "excluded" and agent.get("reason"):
+        state = f"excluded: {agent['reason']}"
+    return (
+        agent["host"],
+        state,
+        # Only a ring member serves groups; an empty list there means all.
+        (",".join(groups) if groups else "(all)") if agent["state"] == "up" else "-",
+        agent["owned"],
+        agent["pinned"],
+        agent.get("in_flight", 0),
+        agent.get("last_seen"),
+        agent.get("ring_version"),
+    )
+
+
+class FleetStatus(ConductorCommand, Lister):
+    """Every agent as the answering conductor sees it, with its node counts.
+
+    Ring members first, then live agents excluded from the ring (another
+    ring version), then departed agents that still own nodes.
+    """
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
+        status = self.client.fleet_status_details()
+        agents = list(status["agents"]) + list(status.get("excluded_agents") or [])
+        # Ring members, then excluded, then departed: the order of concern.
+        order = {"up": 0, "excluded": 1, "gone": 2}
+        agents.sort(key=lambda a: (order.get(a["state"], 3), a["host"]))
+        return _STATUS_COLUMNS, [_status_row(a) for a in agents]
+
+
+class FleetCheck(ConductorCommand, Command):
+    """Check the fleet for monitoring: exit 1 and list the problems, or print OK.
+
+    Problems: nodes whose owner is not a live agent, schedulable nodes with
+    no owner, allocations whose node and instance disagree (a double
+    claim), live agents excluded from the ring (another ring version), and
+    a conductor that cannot tell who is alive.
+    """
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        report = self.client.fleet_check()
+        problems = report["problems"]
+        if not problems:
+            self.app.stdout.write(
+                f"OK: no problems seen by conductor {report['conductor']} "
+                f"(ring version {report['ring_version']})\n"
+            )
+            return 0
+        for problem in problems:
+            self.app.stdout.write(f"{problem['kind'].upper()}: {problem['message']}\n")
+        self.exit_code = 1
+        return 1

@@ -1,0 +1,204 @@
+"""``ringfleet instance create|list|show|delete``.
+
+``instance create --wait`` follows the builds until every instance is
+ACTIVE or ERROR (progress on stderr) and exits 1 if any ended in ERROR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid as uuidlib
+from collections.abc import Iterable
+from typing import Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+from cliff.show import ShowOne
+
+from conductor.cli.command import ConductorCommand
+from conductor.exception import FieldError, InvalidInput
+from conductor.objects import VmState
+
+__all__ = ["InstanceCreate", "InstanceDelete", "InstanceList", "InstanceShow"]
+
+_FIELDS = (
+    "uuid",
+    "name",
+    "flavor",
+    "vm_state",
+    "task_state",
+    "node_uuid",
+    "host",
+    "group_hint",
+    "fault",
+    "attempts",
+    "created_at",
+    "updated_at",
+)
+_LIST_COLUMNS = (
+    ("UUID", "uuid"),
+    ("Name", "name"),
+    ("Flavor", "flavor"),
+    ("State", "vm_state"),
+    ("Task", "task_state"),
+    ("Node", "node_uuid"),
+    ("Host", "host"),
+    ("Fault", "fault"),
+)
+_FINAL = frozenset({VmState.ACTIVE.value, VmState.ERROR.value})
+_PAGE = 1000
+
+
+def _rows(instances: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [tuple(i.get(key) for _, key in _LIST_COLUMNS) for i in instances]
+
+
+def _titles() -> tuple[str, ...]:
+    return tuple(title for title, _ in _LIST_COLUMNS)
+
+
+class InstanceCreate(ConductorCommand, Lister):
+    """Build instances of a flavor (``--count`` of them)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("--flavor", required=True, metavar="FLAVOR")
+        parser.add_argument("--count", type=int, default=1, metavar="N", help="(default 1)")
+        parser.add_argument("--name", metavar="NAME", help="name (NAME-1..NAME-N for N > 1)")
+        parser.add_argument("--group", metavar="GROUP", help="node group to build in")
+        parser.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait until every instance is ACTIVE or ERROR; exit 1 if any is ERROR",
+        )
+        parser.add_argument(
+            "--wait-timeout",
+            type=float,
+            default=3600.0,
+            metavar="SECONDS",
+            help="give up waiting after this long, exit 1 (default 3600)",
+        )
+        parser.add_argument(
+            "--poll-interval", type=float, default=1.0, metavar="SECONDS", help=argparse.SUPPRESS
+        )
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
+        request: dict[str, Any] = {
+            "flavor": parsed_args.flavor,
+            "count": parsed_args.count,
+            # Our own ids: a retry after a timeout returns the same instances.
+            "instance_uuids": [str(uuidlib.uuid4()) for _ in range(max(parsed_args.count, 0))],
+        }
+        if parsed_args.name is not None:
+            request["name"] = parsed_args.name
+        if parsed_args.group is not None:
+            request["group"] = parsed_args.group
+        if not 1 <= parsed_args.count <= 1000:
+            request.pop("instance_uuids")  # let the conductor name the bad count
+        instances = self.client.build_instances(request)
+        if parsed_args.wait:
+            instances = self._wait(instances, parsed_args.wait_timeout, parsed_args.poll_interval)
+        return _titles(), _rows(instances)
+
+    def _wait(
+        self, instances: list[dict[str, Any]], timeout: float, interval: float
+    ) -> list[dict[str, Any]]:
+        current = {i["uuid"]: i for i in instances}
+        deadline = time.monotonic() + timeout
+        tty = self.app.stderr.isatty()
+        while True:
+            states = [i["vm_state"] for i in current.values()]
+            line = (
+                f"{states.count(VmState.ACTIVE.value)} active, "
+                f"{states.count(VmState.ERROR.value)} error, "
+                f"{sum(s not in _FINAL for s in states)} building, of {len(states)}"
+            )
+            self.app.stderr.write(f"\r{line}\x1b[K" if tty else f"{line}\n")
+            self.app.stderr.flush()
+            pending = [u for u, i in current.items() if i["vm_state"] not in _FINAL]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                if tty:
+                    self.app.stderr.write("\n")
+                self.app.stderr.write(
+                    f"ringfleet {self.cmd_name}: error: {len(pending)} instances not "
+                    f"ACTIVE or ERROR after {timeout:g} s\n"
+                )
+                self.exit_code = 1
+                return list(current.values())
+            time.sleep(interval)
+            for uuid in pending:
+                current[uuid] = self.client.show_instance(uuid)
+        if tty:
+            self.app.stderr.write("\n")
+        if any(i["vm_state"] == VmState.ERROR.value for i in current.values()):
+            self.exit_code = 1
+        return list(current.values())
+
+
+class InstanceList(ConductorCommand, Lister):
+    """List instances (all of them, unless --limit)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("--state", choices=list(VmState), help="only this vm_state")
+        parser.add_argument("--host", metavar="HOST", help="only on this agent")
+        parser.add_argument("--limit", type=int, metavar="N", help="at most N instances")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
+        if parsed_args.limit is not None and parsed_args.limit < 1:
+            raise InvalidInput(
+                [FieldError.about("--limit", "must be at least 1", parsed_args.limit)]
+            )
+        state = None if parsed_args.state is None else str(parsed_args.state)
+        found: list[dict[str, Any]] = []
+        marker = None
+        while parsed_args.limit is None or len(found) < parsed_args.limit:
+            page = (
+                _PAGE if parsed_args.limit is None else min(_PAGE, parsed_args.limit - len(found))
+            )
+            got = self.client.list_instances(
+                vm_state=state, host=parsed_args.host, limit=page, marker=marker
+            )
+            found.extend(got)
+            if len(got) < page:
+                break
+            marker = got[-1]["uuid"]
+        return _titles(), _rows(found)
+
+
+class InstanceShow(ConductorCommand, ShowOne):
+    """Show one instance."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("instance", metavar="UUID")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        found = self.client.show_instance(parsed_args.instance)
+        return _FIELDS, tuple(found.get(f) for f in _FIELDS)
+
+
+class InstanceDelete(ConductorCommand, Command):
+    """Delete instances: each node is torn down, then freed."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("instances", metavar="UUID", nargs="+")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        for instance in parsed_args.instances:
+            self.client.delete_instance(instance)
+        return 0

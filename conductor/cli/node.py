@@ -1,0 +1,472 @@
+"""``ringfleet node create|import|list|show|set|move|owner``.
+
+``node import`` validates every row locally with the conductor's own
+validation (:func:`conductor.validation.validate_node_specs`) before it
+sends anything, reports every bad row with its file line, and imports
+nothing unless every row is good; then it imports in batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+from cliff.show import ShowOne
+
+from conductor.cli import node_files
+from conductor.cli.command import ConductorCommand, describe_error, key_value
+from conductor.exception import Conflict, FieldError, InvalidInput
+from conductor.objects import PowerState, ProvisionState
+from conductor.validation import NodeSpec, validate_node_specs
+
+__all__ = [
+    "NodeCreate",
+    "NodeImport",
+    "NodeList",
+    "NodeMove",
+    "NodeOwner",
+    "NodeSet",
+    "NodeShow",
+]
+
+_SHOW_FIELDS = (
+    "uuid",
+    "name",
+    "resource_class",
+    "group",
+    "traits",
+    "properties",
+    "provision_state",
+    "power_state",
+    "maintenance",
+    "maintenance_reason",
+    "owner",
+    "owner_epoch",
+    "instance_uuid",
+    "created_at",
+    "updated_at",
+)
+_LIST_COLUMNS = (
+    ("UUID", "uuid"),
+    ("Name", "name"),
+    ("Resource class", "resource_class"),
+    ("Group", "group"),
+    ("Provision state", "provision_state"),
+    ("Power state", "power_state"),
+    ("Maintenance", "maintenance"),
+    ("Owner", "owner"),
+    ("Epoch", "owner_epoch"),
+    ("Instance", "instance_uuid"),
+)
+_LONG_COLUMNS = (("Traits", "traits"), ("Properties", "properties"))
+_PAGE = 1000
+
+
+def _show(node: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    return _SHOW_FIELDS, tuple(node.get(field) for field in _SHOW_FIELDS)
+
+
+# -- create -------------------------------------------------------------------------
+
+
+class NodeCreate(ConductorCommand, ShowOne):
+    """Enroll one node."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="unique node name")
+        parser.add_argument("--resource-class", required=True, metavar="CLASS")
+        parser.add_argument("--uuid", metavar="UUID", help="node uuid (generated if absent)")
+        parser.add_argument("--group", metavar="GROUP", help="node group (default: '')")
+        parser.add_argument(
+            "--trait", dest="traits", action="append", metavar="TRAIT", help="repeatable"
+        )
+        parser.add_argument(
+            "--property",
+            dest="properties",
+            action="append",
+            type=key_value,
+            metavar="KEY=VALUE",
+            help="repeatable; 'capabilities=k1:v1,k2:v2' sets the capabilities",
+        )
+        parser.add_argument("--maintenance", action="store_true", default=None)
+        parser.add_argument("--maintenance-reason", metavar="TEXT")
+        parser.add_argument(
+            "--provision-state",
+            choices=[ProvisionState.ENROLL, ProvisionState.MANAGEABLE, ProvisionState.AVAILABLE],
+        )
+        parser.add_argument("--power-state", choices=list(PowerState))
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        spec: dict[str, Any] = {"name": parsed_args.name}
+        for field in (
+            "resource_class",
+            "uuid",
+            "group",
+            "traits",
+            "maintenance",
+            "maintenance_reason",
+            "provision_state",
+            "power_state",
+        ):
+            value = getattr(parsed_args, field)
+            if value is not None:
+                spec[field] = (
+                    str(value) if isinstance(value, ProvisionState | PowerState) else value
+                )
+        if parsed_args.properties:
+            spec["properties"] = dict(parsed_args.properties)
+        return _show(self.client.create_node(spec))
+
+
+# -- import -------------------------------------------------------------------------
+
+_INDEX = re.compile(r"nodes\[(\d+)\]\.?")
+
+
+class _Progress:
+    """Progress lines on stderr: rewritten in place on a terminal."""
+
+    def __init__(self, stream: IO[str], enabled: bool) -> None:
+        self._stream = stream
+        self._enabled = enabled
+        self._tty = enabled and stream.isatty()
+
+    def update(self, text: str) -> None:
+        if not self._enabled:
+            return
+        if self._tty:
+            self._stream.write(f"\r{text}\x1b[K")
+        else:
+            self._stream.write(f"{text}\n")
+        self._stream.flush()
+
+    def done(self) -> None:
+        if self._tty:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+def _row_errors(errors: Sequence[FieldError], lines: Sequence[int]) -> list[tuple[int, str]]:
+    """``(line, message)`` for validation errors on ``nodes[i]`` paths."""
+
+    def line_of(match: re.Match[str]) -> str:
+        return f"line {lines[int(match.group(1))]} "
+
+    out: list[tuple[int, str]] = []
+    for error in errors:
+        match = _INDEX.match(error.field)
+        if match is None:
+            out.append((0, str(error)))
+            continue
+        field = error.field[match.end() :]
+        # "duplicate of nodes[3].name" -> "duplicate of line 5 name"
+        reason = _INDEX.sub(line_of, error.reason)
+        where = f"{field}: " if field else ""
+        got = f" (got {error.value})" if error.value is not None else ""
+        out.append((lines[int(match.group(1))], f"{where}{reason}{got}"))
+    return out
+
+
+class NodeImport(ConductorCommand, Command):
+    """Import nodes from a YAML, JSON or CSV file: every row, or none.
+
+    Every row is validated first; every bad row is reported with its line
+    and field, and then nothing is imported.  Good files are imported in
+    batches (each batch all or nothing on the conductor).  YAML and JSON
+    files hold a list of node specs (or a mapping whose ``nodes`` is that
+    list); see ``ringfleet node create`` for the fields.  CSV columns:
+    name, uuid, resource_class, traits (space/comma/semicolon separated),
+    group, maintenance, maintenance_reason, provision_state, power_state,
+    capabilities, and properties.<name> for any other property.
+
+    (A plain command, not a ShowOne: ``--format`` is the file's format
+    here, and the result is one summary line.)
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.description = self.__doc__
+        parser.add_argument("file", metavar="FILE", help="the file ('-' reads stdin)")
+        parser.add_argument(
+            "--format",
+            dest="file_format",
+            choices=node_files.FORMATS,
+            help="file format (default: from the extension)",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            metavar="N",
+            help="nodes per import call (1..10000, default 1000)",
+        )
+        parser.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="show progress on stderr (default: only when stderr is a terminal)",
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if not 1 <= parsed_args.batch_size <= 10_000:
+            raise InvalidInput(
+                [FieldError.about("--batch-size", "must be 1..10000", parsed_args.batch_size)]
+            )
+        path = parsed_args.file
+        fmt = node_files.detect_format("" if path == "-" else path, parsed_args.file_format)
+        text = self._read(path)
+        enabled = parsed_args.progress
+        progress = _Progress(
+            self.app.stderr, self.app.stderr.isatty() if enabled is None else enabled
+        )
+        rows, bad_rows = node_files.read_nodes(text, fmt)
+        progress.update(f"read {len(rows)} rows from {path}; validating")
+        lines = [line for line, _ in rows]
+        problems = [(int(e.field.split()[1]), e.reason) for e in bad_rows]
+        specs: list[NodeSpec] = []
+        try:
+            specs = validate_node_specs([spec for _, spec in rows])
+        except InvalidInput as exc:
+            problems.extend(_row_errors(exc.errors, lines))
+        if problems:
+            progress.done()
+            for line, message in sorted(problems, key=lambda p: p[0]):
+                where = f"line {line}: " if line else ""
+                self.app.stderr.write(f"{path}: {where}{message}\n")
+            bad = len({line for line, _ in problems})
+            raise InvalidInput(
+                [
+                    FieldError(
+                        "FILE",
+                        f"{bad} of {len(rows) + len(bad_rows)} rows are bad; nothing imported",
+                    )
+                ]
+            )
+        imported = self._import(specs, lines, parsed_args.batch_size, progress, path)
+        progress.done()
+        batches = (len(specs) + parsed_args.batch_size - 1) // parsed_args.batch_size
+        self.app.stdout.write(
+            f"Imported {imported} nodes from {path} ({fmt}) in {batches} batches\n"
+        )
+        return 0
+
+    def _read(self, path: str) -> str:
+        if path == "-":
+            return sys.stdin.read()
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput([FieldError("FILE", f"cannot read {path}: {exc}")]) from None
+
+    def _import(
+        self,
+        specs: Sequence[NodeSpec],
+        lines: Sequence[int],
+        size: int,
+        progress: _Progress,
+        path: str,
+    ) -> int:
+        imported = 0
+        for start in range(0, len(specs), size):
+            batch = specs[start : start + size]
+            try:
+                self.client.import_nodes([spec.to_dict() for spec in batch])
+            except Conflict as exc:
+                # Validated rows can still clash with nodes already stored.
+                progress.done()
+                line = lines[start + exc.index] if exc.index is not None else None
+                where = f"line {line}: " if line is not None else ""
+                first = lines[start] if start < len(lines) else 0
+                self.app.stderr.write(f"{path}: {where}{describe_error(exc)[0]}\n")
+                raise InvalidInput(
+                    [
+                        FieldError(
+                            "FILE",
+                            f"{imported} nodes imported, before the batch starting at "
+                            f"line {first}; that batch and the rest were not",
+                        )
+                    ]
+                ) from None
+            imported += len(batch)
+            progress.update(f"imported {imported}/{len(specs)} nodes")
+        return imported
+
+
+# -- list, show ---------------------------------------------------------------------
+
+
+class NodeList(ConductorCommand, Lister):
+    """List nodes (all of them, in uuid order, unless --limit)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("--resource-class", metavar="CLASS")
+        parser.add_argument("--group", metavar="GROUP")
+        parser.add_argument("--owner", metavar="HOST")
+        parser.add_argument("--provision-state", choices=list(ProvisionState))
+        parser.add_argument("--maintenance", action=argparse.BooleanOptionalAction)
+        parser.add_argument(
+            "--pinned",
+            action=argparse.BooleanOptionalAction,
+            help="only nodes hosting (--pinned) or not hosting (--no-pinned) an instance",
+        )
+        parser.add_argument("--limit", type=int, metavar="N", help="at most N nodes")
+        parser.add_argument("--marker", metavar="UUID", help="start after this node uuid")
+        parser.add_argument("--long", action="store_true", help="also traits and properties")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
+        if parsed_args.limit is not None and parsed_args.limit < 1:
+            raise InvalidInput(
+                [FieldError.about("--limit", "must be at least 1", parsed_args.limit)]
+            )
+        filters = {
+            key: value
+            for key in (
+                "resource_class",
+                "group",
+                "owner",
+                "provision_state",
+                "maintenance",
+                "pinned",
+            )
+            if (value := getattr(parsed_args, key)) is not None
+        }
+        if "provision_state" in filters:
+            filters["provision_state"] = str(filters["provision_state"])
+        columns = _LIST_COLUMNS + (_LONG_COLUMNS if parsed_args.long else ())
+        nodes: list[dict[str, Any]] = []
+        marker = parsed_args.marker
+        while parsed_args.limit is None or len(nodes) < parsed_args.limit:
+            page = (
+                _PAGE if parsed_args.limit is None else min(_PAGE, parsed_args.limit - len(nodes))
+            )
+            got = self.client.list_nodes(filters=filters or None, limit=page, marker=marker)
+            nodes.extend(got)
+            if len(got) < page:
+                break
+            marker = got[-1]["uuid"]
+        return (
+            tuple(title for title, _ in columns),
+            [tuple(node.get(key) for _, key in columns) for node in nodes],
+        )
+
+
+class NodeShow(ConductorCommand, ShowOne):
+    """Show one node (by uuid or name)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("node", metavar="NODE", help="uuid or name")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        return _show(self.client.show_node(parsed_args.node))
+
+
+# -- set, move, owner ---------------------------------------------------------------
+
+
+class NodeSet(ConductorCommand, Command):
+    """Change a node: properties, traits, resource class, maintenance."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("node", metavar="NODE", help="uuid or name")
+        parser.add_argument(
+            "--property",
+            dest="properties",
+            action="append",
+            type=key_value,
+            metavar="KEY=VALUE",
+            help="set a property (repeatable)",
+        )
+        parser.add_argument(
+            "--unset-property",
+            action="append",
+            metavar="KEY",
+            help="remove a property (repeatable)",
+        )
+        parser.add_argument("--add-trait", action="append", metavar="TRAIT", help="repeatable")
+        parser.add_argument("--remove-trait", action="append", metavar="TRAIT", help="repeatable")
+        parser.add_argument("--resource-class", metavar="CLASS")
+        parser.add_argument(
+            "--maintenance",
+            action=argparse.BooleanOptionalAction,
+            help="enter (--maintenance) or leave (--no-maintenance) maintenance",
+        )
+        parser.add_argument("--reason", metavar="TEXT", help="why, with --maintenance")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        changes: dict[str, Any] = {}
+        if parsed_args.properties:
+            changes["properties"] = dict(parsed_args.properties)
+        for option, field in (
+            ("unset_property", "remove_properties"),
+            ("add_trait", "add_traits"),
+            ("remove_trait", "remove_traits"),
+        ):
+            if getattr(parsed_args, option):
+                changes[field] = getattr(parsed_args, option)
+        if parsed_args.resource_class is not None:
+            changes["resource_class"] = parsed_args.resource_class
+        if parsed_args.reason is not None and parsed_args.maintenance is not True:
+            raise InvalidInput(
+                [FieldError.about("--reason", "only with --maintenance", parsed_args.reason)]
+            )
+        if not changes and parsed_args.maintenance is None:
+            raise InvalidInput([FieldError("NODE", "nothing to change: give at least one option")])
+        if changes:
+            self.client.set_node(parsed_args.node, changes)
+        if parsed_args.maintenance is not None:
+            self.client.set_node_maintenance(
+                parsed_args.node, parsed_args.maintenance, parsed_args.reason
+            )
+        return 0
+
+
+class NodeMove(ConductorCommand, ShowOne):
+    """Move a node whose owner is gone to a live agent (pinned nodes at once)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("node", metavar="NODE", help="uuid or name")
+        parser.add_argument("host", metavar="HOST", help="the live agent to move it to")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        return _show(self.client.move_node(parsed_args.node, parsed_args.host))
+
+
+class NodeOwner(ConductorCommand, ShowOne):
+    """Who owns a node, at which epoch, and who the ring says should."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("node", metavar="NODE", help="uuid or name")
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        owner = self.client.node_owner(parsed_args.node)
+        fields = ("node_uuid", "owner", "epoch", "pinned", "ring_owner")
+        return fields, tuple(owner.get(f) for f in fields)

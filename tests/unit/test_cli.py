@@ -1,0 +1,674 @@
+"""The ``ringfleet`` CLI against an embedded conductor, in-process, no servers.
+
+A real :class:`conductor.service.ConductorService` runs in a thread on
+``kombu+memory:////``, SQLite and a tooz ``file://`` group; "agents" are
+plain memberships in that group (one announcing another ring version), and
+nodes are claimed for them through the agents' RPC method.  Every command is
+driven through ``RingfleetApp().run([...])`` with ``--config-file``, as an
+operator would type it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from oslo_config import cfg
+
+from conductor import conf as ringfleet_conf
+from conductor import rpc
+from conductor.cli import node_files
+from conductor.cli.app import RingfleetApp
+from conductor.cli.ring import bar
+from conductor.db import nodes as node_db
+from conductor.db.models import InstanceModel, NodeModel
+from conductor.exception import InvalidInput
+from conductor.rpcapi import ConductorAPI
+from conductor.service import ConductorService
+from hashring.membership import Membership
+from tests.dbutil import migrated
+
+GROUP = "cli-test"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@dataclass
+class Embedded:
+    config: Path
+    service: ConductorService
+    api: ConductorAPI
+    workdir: Path
+
+    def run(self, *argv: str) -> Result:
+        app = RingfleetApp()
+        out, err = io.StringIO(), io.StringIO()
+        app.stdout, app.stderr = out, err
+        code = app.run(["--config-file", str(self.config), *argv])
+        return Result(code, out.getvalue(), err.getvalue())
+
+
+def _wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
+    workdir = tmp_path_factory.mktemp("cli")
+    db_url = f"sqlite:///{workdir / 'ringfleet.db'}"
+    migrated(db_url).dispose()
+    coordination = workdir / "tooz"
+    coordination.mkdir()
+    url = f"file://{coordination}?timeout=5"
+    config = workdir / "ringfleet.conf"
+    config.write_text(
+        "[DEFAULT]\n"
+        "host = cond-1\n"
+        "transport_url = kombu+memory:////\n"
+        "[database]\n"
+        f"connection = {db_url}\n"
+        "[coordination]\n"
+        f"backend_url = {url}\n"
+        f"group = {GROUP}\n"
+        "watch_interval = 0.1\n"
+        "[scheduler]\n"
+        "index_refresh_interval = 0.1\n"
+    )
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    ringfleet_conf.register_opts(conf)
+    conf(["--config-file", str(config)], project="ringfleet")
+    service = ConductorService(conf)
+    thread = threading.Thread(target=service.run, name="conductor", daemon=True)
+    thread.start()
+    assert service.wait_started(30)
+    agents = [
+        Membership(url, "agent-1", group=GROUP, watch_interval=0.1),
+        Membership(
+            url, "agent-2", group=GROUP, watch_interval=0.1, capabilities={"groups": ["rack-b"]}
+        ),
+        # Another ring version: excluded from every view.
+        Membership(url, "agent-old", group=GROUP, watch_interval=0.1, ring_version=2),
+    ]
+    for agent in agents:
+        agent.start()
+    transport = rpc.get_transport(conf)
+    api = ConductorAPI(transport, timeout=30)
+    embedded = Embedded(config, service, api, workdir)
+    try:
+
+        def sees_all() -> bool:
+            view = service.fleet.view() if service.fleet else None
+            return (
+                view is not None
+                and set(view.members) == {"agent-1", "agent-2"}
+                and bool(view.excluded)
+            )
+
+        _wait_for(sees_all)
+        yield embedded
+    finally:
+        for agent in agents:
+            agent.stop()
+        transport.cleanup()
+        service.terminate()
+        thread.join(30)
+
+
+def _nodes(fleet: Embedded, names: list[str], group: str = "") -> list[str]:
+    out = fleet.api.import_nodes(
+        [{"name": n, "resource_class": "baremetal", "group": group} for n in names]
+    )
+    return list(out["uuids"])
+
+
+# -- app-level behaviour ------------------------------------------------------------
+
+
+def test_usage_error_exits_2(fleet: Embedded, capsys: pytest.CaptureFixture[str]) -> None:
+    result = fleet.run("node", "show")  # NODE missing
+    assert result.code == 2
+    # argparse writes usage errors to the process's stderr.
+    assert "the following arguments are required: NODE" in capsys.readouterr().err
+
+
+def test_bad_key_value_is_a_usage_error(
+    fleet: Embedded, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = fleet.run("node", "create", "n", "--resource-class", "x", "--property", "novalue")
+    assert result.code == 2
+    assert "expected KEY=VALUE, got 'novalue'" in capsys.readouterr().err
+
+
+# -- nodes --------------------------------------------------------------------------
+
+
+def test_node_create_show_and_json(fleet: Embedded) -> None:
+    result = fleet.run(
+        "node",
+        "create",
+        "cli-node-1",
+        "--resource-class",
+        "baremetal",
+        "--trait",
+        "CUSTOM_GPU",
+        "--property",
+        "capabilities=boot_mode:uefi",
+        "--group",
+        "rack-a",
+        "-f",
+        "json",
+    )
+    assert result.code == 0, result.err
+    created = result.json()
+    assert created["name"] == "cli-node-1" and created["traits"] == ["CUSTOM_GPU"]
+    assert created["properties"] == {"capabilities": "boot_mode:uefi"}
+
+    shown = fleet.run("node", "show", "cli-node-1")  # table render
+    assert shown.code == 0
+    assert "| name " in shown.out and "cli-node-1" in shown.out and "+--" in shown.out
+
+    value = fleet.run("node", "show", "cli-node-1", "-f", "value", "-c", "group")
+    assert value.out.strip() == "rack-a"
+
+
+def test_node_create_bad_input_names_the_field(fleet: Embedded) -> None:
+    result = fleet.run("node", "create", "cli-bad", "--resource-class", "bad class!")
+    assert result.code == 1
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("ringfleet node create: error: node.resource_class: must match")
+    assert "Traceback" not in result.err
+    assert fleet.run("node", "show", "cli-bad").code == 1  # nothing created
+
+
+def test_node_not_found_is_one_line(fleet: Embedded) -> None:
+    result = fleet.run("node", "show", "no-such-node")
+    assert result.code == 1
+    assert result.err == "ringfleet node show: error: node 'no-such-node' not found\n"
+
+
+def test_node_list_filters_and_paging(fleet: Embedded) -> None:
+    uuids = _nodes(fleet, [f"list-{i}" for i in range(5)], group="listing")
+    listed = fleet.run("node", "list", "--group", "listing", "-f", "json")
+    assert listed.code == 0
+    assert sorted(row["UUID"] for row in listed.json()) == sorted(uuids)
+    limited = fleet.run("node", "list", "--group", "listing", "--limit", "2", "-f", "json")
+    assert [r["UUID"] for r in limited.json()] == sorted(uuids)[:2]
+    long = fleet.run("node", "list", "--group", "listing", "--long", "-f", "json")
+    assert "Traits" in long.json()[0]
+    assert fleet.run("node", "list", "--limit", "0").code == 1
+
+
+def test_node_set_properties_traits_and_maintenance(fleet: Embedded) -> None:
+    _nodes(fleet, ["set-1"])
+    result = fleet.run(
+        "node",
+        "set",
+        "set-1",
+        "--property",
+        "rack=r1",
+        "--property",
+        "capabilities=boot_mode:bios",
+        "--add-trait",
+        "CUSTOM_A",
+        "--resource-class",
+        "gold",
+        "--maintenance",
+        "--reason",
+        "disk swap",
+    )
+    assert result.code == 0, result.err
+    node = fleet.run("node", "show", "set-1", "-f", "json").json()
+    assert node["properties"] == {"rack": "r1", "capabilities": "boot_mode:bios"}
+    assert node["traits"] == ["CUSTOM_A"] and node["resource_class"] == "gold"
+    assert node["maintenance"] is True and node["maintenance_reason"] == "disk swap"
+
+    result = fleet.run(
+        "node",
+        "set",
+        "set-1",
+        "--unset-property",
+        "rack",
+        "--remove-trait",
+        "CUSTOM_A",
+        "--no-maintenance",
+    )
+    assert result.code == 0, result.err
+    node = fleet.run("node", "show", "set-1", "-f", "json").json()
+    assert node["properties"] == {"capabilities": "boot_mode:bios"}
+    assert node["traits"] == [] and node["maintenance"] is False
+
+
+def test_node_set_refuses_bad_changes_whole(fleet: Embedded) -> None:
+    _nodes(fleet, ["set-2"])
+    before = fleet.run("node", "show", "set-2", "-f", "json").json()
+    result = fleet.run("node", "set", "set-2", "--property", "rack=r2", "--add-trait", "lowercase")
+    assert result.code == 1
+    assert "changes.add_traits[0]: must match" in result.err
+    assert fleet.run("node", "show", "set-2", "-f", "json").json() == before
+    nothing = fleet.run("node", "set", "set-2")
+    assert nothing.code == 1 and "nothing to change" in nothing.err
+
+
+def test_node_owner_and_move(fleet: Embedded) -> None:
+    [uuid] = _nodes(fleet, ["own-1"])
+    owner = fleet.run("node", "owner", "own-1", "-f", "json").json()
+    assert owner["node_uuid"] == uuid and owner["owner"] is None
+    assert owner["ring_owner"] in {"agent-1", "agent-2"}
+
+    moved = fleet.run("node", "move", "own-1", "agent-1", "-f", "json")
+    assert moved.code == 0, moved.err
+    assert moved.json()["owner"] == "agent-1"
+    refused = fleet.run("node", "move", "own-1", "agent-2")
+    assert refused.code == 1
+    assert "the owner is alive" in refused.err
+    not_live = fleet.run("node", "move", "own-1", "agent-9")
+    assert not_live.code == 1 and "host: is not a live agent" in not_live.err
+
+
+# -- import -------------------------------------------------------------------------
+
+
+def test_import_reports_every_bad_row_with_its_line_and_imports_nothing(
+    fleet: Embedded, tmp_path: Path
+) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text(
+        "name,resource_class,traits,maintenance,properties.rack\n"  # line 1
+        "imp-ok-1,baremetal,CUSTOM_A;CUSTOM_B,false,r1\n"  # 2
+        "imp-bad-2,,,,r1\n"  # 3: no resource class
+        "imp-ok-3,baremetal,,,\n"  # 4
+        '"imp-bad\n-4",baremetal,,,\n'  # 5-6: bad name over two lines
+        "imp-ok-1,baremetal,,,\n"  # 7: duplicate of line 2
+        "imp-bad-8,baremetal,lower,maybe,\n"  # 8: bad trait, bad maintenance
+        "only,two\n"  # 9: wrong number of cells
+    )
+    before = fleet.api.list_nodes(limit=10000)
+    result = fleet.run("node", "import", str(path))
+    assert result.code == 1
+    lines = result.err.splitlines()
+    assert f"{path}: line 3: resource_class: is required" in lines
+    assert any(line.startswith(f"{path}: line 5: name: must match") for line in lines)
+    assert any(line.startswith(f"{path}: line 7: name: duplicate of line 2 name") for line in lines)
+    assert any(line.startswith(f"{path}: line 8: traits[0]: must match") for line in lines)
+    assert any(line.startswith(f"{path}: line 8: maintenance:") for line in lines)
+    assert f"{path}: line 9: has 2 cells, the header has 5" in lines
+    assert lines[-1] == (
+        "ringfleet node import: error: FILE: 5 of 7 rows are bad; nothing imported"
+    )
+    assert fleet.api.list_nodes(limit=10000) == before
+
+
+def test_import_yaml_and_json_report_the_item_line(fleet: Embedded, tmp_path: Path) -> None:
+    yaml_file = tmp_path / "nodes.yaml"
+    yaml_file.write_text(
+        "nodes:\n"
+        "  - name: y-1\n"  # line 2
+        "    resource_class: baremetal\n"
+        "  - name: y-2\n"  # line 4
+        "    resource_class: baremetal\n"
+        "    power_state: sideways\n"
+    )
+    result = fleet.run("node", "import", str(yaml_file))
+    assert result.code == 1
+    assert f"{yaml_file}: line 4: power_state: must be one of" in result.err
+
+    json_file = tmp_path / "nodes.txt"
+    json_file.write_text(
+        '[\n  {"name": "j-1", "resource_class": "baremetal"},\n'
+        '  {"name": "j-2", "resource_class": "baremetal", "colour": "red"}\n]\n'
+    )
+    result = fleet.run("node", "import", "--format", "json", str(json_file))
+    assert result.code == 1
+    assert f"{json_file}: line 3: colour: unknown field" in result.err
+
+    json_file.write_text('[{"name": "j-1", "resource_class": "baremetal"},\n  {"name": ]')
+    result = fleet.run("node", "import", "--format", "json", str(json_file))
+    assert result.code == 1 and "line 2: bad JSON" in result.err
+    assert fleet.run("node", "show", "j-1").code == 1
+
+    unknown = fleet.run("node", "import", str(tmp_path / "nodes.xml"))
+    assert unknown.code == 1 and "FILE: unknown extension" in unknown.err
+
+
+def test_import_yaml_and_json_succeed(fleet: Embedded, tmp_path: Path) -> None:
+    yaml_file = tmp_path / "good.yml"
+    yaml_file.write_text(
+        yaml.safe_dump(
+            [{"name": f"gy-{i}", "resource_class": "baremetal", "group": "gy"} for i in range(3)]
+        )
+    )
+    result = fleet.run("node", "import", str(yaml_file))
+    assert result.code == 0, result.err
+    assert result.out == f"Imported 3 nodes from {yaml_file} (yaml) in 1 batches\n"
+    json_file = tmp_path / "good.json"
+    json_file.write_text(
+        json.dumps({"nodes": [{"name": "gj-1", "resource_class": "baremetal"}], "x": 1})
+    )
+    result = fleet.run("node", "import", str(json_file))
+    assert result.code == 0, result.err
+    assert fleet.run("node", "show", "gj-1").code == 0
+
+
+def test_import_10k_csv_rows_in_batches_with_progress(fleet: Embedded, tmp_path: Path) -> None:
+    path = tmp_path / "big.csv"
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["name", "uuid", "resource_class", "group", "traits", "capabilities"])
+    wanted = {}
+    for i in range(10_000):
+        uuid = str(uuidlib.UUID(int=i + 1))
+        wanted[uuid] = f"big-{i:05d}"
+        writer.writerow([f"big-{i:05d}", uuid, "baremetal", "big", "CUSTOM_X", "boot_mode:uefi"])
+    path.write_text(buffer.getvalue())
+
+    result = fleet.run("node", "import", str(path), "--batch-size", "2500", "--progress")
+    assert result.code == 0, result.err
+    assert result.out == f"Imported 10000 nodes from {path} (csv) in 4 batches\n"
+    progress = result.err.splitlines()
+    assert progress[0].startswith("read 10000 rows")
+    assert progress[1:] == [f"imported {n}/10000 nodes" for n in (2500, 5000, 7500, 10000)]
+    db = fleet.service.db
+    assert db is not None
+    stored = {n.uuid: n.name for n in node_db.iter_nodes(db, group="big")}
+    assert stored == wanted
+
+    # Again: every row now clashes with a stored node; the first batch says so.
+    again = fleet.run("node", "import", str(path))
+    assert again.code == 1
+    assert f"{path}: line 2: node[0] name='big-00000'" in again.err
+    assert "0 nodes imported" in again.err
+
+
+def test_no_progress_without_a_terminal(fleet: Embedded, tmp_path: Path) -> None:
+    path = tmp_path / "quiet.csv"
+    path.write_text("name,resource_class\nquiet-1,baremetal\n")
+    result = fleet.run("node", "import", str(path))
+    assert result.code == 0 and result.err == ""
+
+
+# -- flavors and instances ----------------------------------------------------------
+
+
+def test_flavor_commands(fleet: Embedded) -> None:
+    created = fleet.run(
+        "flavor",
+        "create",
+        "cli-flavor",
+        "--resource-class",
+        "baremetal",
+        "--required-trait",
+        "CUSTOM_X",
+        "--extra-spec",
+        "capabilities:boot_mode=s== uefi",
+        "-f",
+        "json",
+    )
+    assert created.code == 0, created.err
+    assert created.json()["extra_specs"] == {"capabilities:boot_mode": "s== uefi"}
+    listed = fleet.run("flavor", "list", "-f", "json").json()
+    assert "cli-flavor" in [f["Name"] for f in listed]
+    table = fleet.run("flavor", "list")
+    assert "| Name" in table.out and "cli-flavor" in table.out
+    shown = fleet.run("flavor", "show", "cli-flavor", "-f", "value", "-c", "resource_class")
+    assert shown.out.strip() == "baremetal"
+    bad = fleet.run(
+        "flavor",
+        "create",
+        "bad-flavor",
+        "--resource-class",
+        "x",
+        "--extra-spec",
+        "capabilities:boot_mode=s==uefi",
+    )
+    assert bad.code == 1 and "extra_specs.capabilities:boot_mode" in bad.err
+    dup = fleet.run("flavor", "create", "cli-flavor", "--resource-class", "baremetal")
+    assert dup.code == 1 and "exists already" in dup.err
+    assert fleet.run("flavor", "delete", "cli-flavor").code == 0
+    gone = fleet.run("flavor", "show", "cli-flavor")
+    assert gone.code == 1 and "flavor 'cli-flavor' not found" in gone.err
+
+
+def test_instance_create_wait_error_exits_1(fleet: Embedded) -> None:
+    # No node of this class exists: the build ends in ERROR (no valid node).
+    assert (
+        fleet.run("flavor", "create", "nothing-fits", "--resource-class", "unobtainium").code == 0
+    )
+    result = fleet.run(
+        "instance",
+        "create",
+        "--flavor",
+        "nothing-fits",
+        "--count",
+        "2",
+        "--wait",
+        "--poll-interval",
+        "0.05",
+        "-f",
+        "json",
+    )
+    assert result.code == 1
+    rows = result.json()
+    assert len(rows) == 2 and {r["State"] for r in rows} == {"error"}
+    assert "0 active, 2 error, 0 building, of 2" in result.err
+
+    uuid = rows[0]["UUID"]
+    shown = fleet.run("instance", "show", uuid, "-f", "json").json()
+    assert shown["vm_state"] == "error" and shown["fault"]
+    listed = fleet.run("instance", "list", "--state", "error", "-f", "json").json()
+    assert uuid in [r["UUID"] for r in listed]
+    assert fleet.run("instance", "delete", uuid).code == 0
+    assert fleet.run("instance", "show", uuid, "-f", "json").json()["vm_state"] in {
+        "deleting",
+        "deleted",
+    }
+
+
+def test_instance_create_wait_active(fleet: Embedded) -> None:
+    """A build that an agent completes: ACTIVE, exit 0."""
+    db = fleet.service.db
+    assert db is not None
+    [node] = _nodes(fleet, ["inst-node"], group="builds")
+    assert fleet.api.claim_nodes("agent-1", [node])["granted"]
+    assert fleet.run("flavor", "create", "builds", "--resource-class", "baremetal").code == 0
+
+    # No agent process serves the build: play the agent's part, reporting
+    # success for whatever lands on our node.
+    stop = threading.Event()
+
+    def agent() -> None:
+        while not stop.is_set():
+            with db.reading() as session:
+                row = session.get(NodeModel, db_id(node))
+                instance = row.instance_uuid if row else None
+                epoch = row.owner_epoch if row else 0
+            if instance:
+                fleet.api.report_build_result(
+                    "agent-1", instance_uuid=instance, node_uuid=node, epoch=epoch, success=True
+                )
+                return
+            time.sleep(0.05)
+
+    def db_id(uuid: str) -> int:
+        with db.reading() as session:
+            return int(session.query(NodeModel.id).filter(NodeModel.uuid == uuid).scalar())
+
+    thread = threading.Thread(target=agent, daemon=True)
+    thread.start()
+    try:
+        result = fleet.run(
+            "instance",
+            "create",
+            "--flavor",
+            "builds",
+            "--group",
+            "builds",
+            "--wait",
+            "--poll-interval",
+            "0.05",
+            "--wait-timeout",
+            "60",
+            "-f",
+            "json",
+        )
+    finally:
+        stop.set()
+        thread.join(10)
+    assert result.code == 0, result.err
+    [row] = result.json()
+    assert row["State"] == "active" and row["Node"] == node and row["Host"] == "agent-1"
+    with db.reading() as session:
+        assert session.query(InstanceModel).filter(InstanceModel.uuid == row["UUID"]).count() == 1
+
+
+def test_instance_bad_input(fleet: Embedded) -> None:
+    missing = fleet.run("instance", "create", "--flavor", "no-such-flavor")
+    assert missing.code == 1 and "flavor 'no-such-flavor' not found" in missing.err
+    count = fleet.run("instance", "create", "--flavor", "builds", "--count", "0")
+    assert count.code == 1 and "count:" in count.err
+    bad_uuid = fleet.run("instance", "show", "not-a-uuid")
+    assert bad_uuid.code == 1 and "instance: must be a UUID" in bad_uuid.err
+
+
+# -- fleet, ring, agents ------------------------------------------------------------
+
+
+def test_fleet_status_ring_show_and_check(fleet: Embedded) -> None:
+    uuids = _nodes(fleet, [f"ring-{i}" for i in range(6)], group="rack-b")
+    assert fleet.api.claim_nodes("agent-1", uuids[:4])["granted"]
+    assert fleet.api.claim_nodes("agent-2", uuids[4:])["granted"]
+
+    status = fleet.run("fleet", "status", "-f", "json")
+    assert status.code == 0, status.err
+    rows = {row["Host"]: row for row in status.json()}
+    assert rows["agent-1"]["State"] == "up" and rows["agent-1"]["Groups"] == "(all)"
+    assert rows["agent-2"]["Groups"] == "rack-b" and rows["agent-2"]["Ring version"] == 1
+    assert rows["agent-1"]["Owned"] >= 4 and rows["agent-2"]["Owned"] >= 2
+    assert rows["agent-old"]["State"].startswith("excluded: ring version 2")
+    table = fleet.run("fleet", "status")
+    assert "| Host" in table.out and "In-flight" in table.out
+
+    ring = fleet.run("ring", "show", "--group", "rack-b", "-f", "json")
+    assert ring.code == 0, ring.err
+    by_host = {r["Host"]: r for r in ring.json()}
+    assert by_host["agent-1"]["Nodes"] == 4 and by_host["agent-2"]["Nodes"] == 2
+    assert by_host["agent-1"]["Expected"] == 3.0 and by_host["agent-1"]["Deviation"] == "+33%"
+    assert "Nodes bar" not in ring.json()[0]
+    drawn = fleet.run("ring", "show", "--group", "rack-b")
+    assert "#" * 40 in drawn.out and "#" * 20 + " " in drawn.out
+
+    _nodes(fleet, ["ring-free"], group="rack-b")  # an unowned schedulable node
+    check = fleet.run("fleet", "check")
+    assert check.code == 1
+    assert "EXCLUDED: agent agent-old is excluded from the ring: ring version 2" in check.out
+    # Every unowned schedulable node is an orphan.
+    assert "ORPHANED:" in check.out and "schedulable nodes have no owner" in check.out
+
+
+def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = fleet.service.db
+    fleet_view = fleet.service.fleet
+    assert db is not None and fleet_view is not None
+    # Give every node an owner, and hide the excluded peer: a healthy fleet.
+    unowned = [n.uuid for n in node_db.iter_nodes(db) if n.owner is None]
+    for start in range(0, len(unowned), 5000):
+        fleet.api.claim_nodes("agent-1", unowned[start : start + 5000])
+    view = fleet_view.view()
+    assert view is not None
+    healthy = type(view)(members=view.members, excluded={}, ring_version=view.ring_version)
+    monkeypatch.setattr(fleet_view, "view", lambda: healthy)
+    result = fleet.run("fleet", "check")
+    assert result.code == 0, result.out
+    assert result.out.startswith("OK")
+
+    # A node whose owner is not a live agent, and a broken allocation.
+    [orphan] = _nodes(fleet, ["orphan-1"])
+    [broken] = _nodes(fleet, ["broken-1"])
+    with db.transaction() as session:
+        session.query(NodeModel).filter(NodeModel.uuid == orphan).update(
+            {"owner": "agent-dead", "owner_epoch": 3}
+        )
+        session.query(NodeModel).filter(NodeModel.uuid == broken).update(
+            {"owner": "agent-1", "owner_epoch": 1, "instance_uuid": str(uuidlib.uuid4())}
+        )
+    result = fleet.run("fleet", "check")
+    assert result.code == 1
+    assert (
+        "ORPHANED: 1 nodes (0 pinned) owned by agent-dead, which is not a live agent" in result.out
+    )
+    assert f"DOUBLE-CLAIMED: node {broken}" in result.out and "does not exist" in result.out
+    with db.transaction() as session:
+        session.query(NodeModel).filter(NodeModel.uuid.in_([orphan, broken])).delete()
+
+
+def test_agent_drain_of_unknown_agent(fleet: Embedded) -> None:
+    result = fleet.run("agent", "drain", "agent-9")
+    assert result.code == 1
+    assert result.err == "ringfleet agent drain: error: host: is not a live agent (got 'agent-9')\n"
+
+
+def test_conductor_unreachable_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "other.conf"
+    # Same in-memory broker, another exchange: nobody consumes the topic.
+    config.write_text("[DEFAULT]\ntransport_url = kombu+memory:////\ncontrol_exchange = nobody\n")
+    app = RingfleetApp()
+    app.stdout, app.stderr = io.StringIO(), io.StringIO()
+    code = app.run(["--config-file", str(config), "--rpc-timeout", "0.5", "fleet", "status"])
+    assert code == 1
+    assert app.stderr.getvalue().startswith("ringfleet fleet status: error: no conductor answered")
+
+
+# -- pure helpers -------------------------------------------------------------------
+
+
+def test_bar_is_proportional_and_visible() -> None:
+    assert bar(0, 10) == "" and bar(5, 0) == ""
+    assert bar(10, 10, width=20) == "#" * 20
+    assert bar(5, 10, width=20) == "#" * 10
+    assert bar(1, 1000, width=20) == "#"
+
+
+def test_csv_reader_maps_columns() -> None:
+    text = "name,traits,maintenance,properties.cpus,capabilities\nn1,A B;C,yes,8,k:v\n"
+    rows, errors = node_files.read_nodes(text, "csv")
+    assert errors == []
+    assert rows == [
+        (
+            2,
+            {
+                "name": "n1",
+                "traits": ["A", "B", "C"],
+                "maintenance": True,
+                "properties": {"cpus": "8", "capabilities": "k:v"},
+            },
+        )
+    ]
+    with pytest.raises(InvalidInput) as err:
+        node_files.read_nodes("name,colour\nx,red\n", "csv")
+    assert err.value.fields == ["line 1"]
