@@ -96,8 +96,8 @@ def check_single_owner(state: FleetState) -> list[str]:
     violations: list[str] = []
     holders: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for host, claims in state.held.items():
-        for node, epoch in claims.items():
-            holders[node].append((host, epoch))
+        for node_uuid, epoch in claims.items():
+            holders[node_uuid].append((host, epoch))
     for uuid, node in sorted(state.nodes.items()):
         held_by = sorted(holders.pop(uuid, []))
         if node.owner is None:
@@ -111,9 +111,8 @@ def check_single_owner(state: FleetState) -> list[str]:
                 f"but held by {seen}"
             )
     for uuid, held_by in sorted(holders.items()):
-        violations.append(
-            f"node {uuid} is held by {', '.join(h for h, _ in held_by)} but unknown to the conductor"
-        )
+        hosts = ", ".join(h for h, _ in held_by)
+        violations.append(f"node {uuid} is held by {hosts} but unknown to the conductor")
     return violations
 
 
@@ -151,9 +150,9 @@ def check_allocations(state: FleetState) -> list[str]:
     for uuid, node in sorted(state.nodes.items()):
         if node.instance_uuid is None:
             continue
-        instance = state.instances.get(node.instance_uuid)
-        if instance is None or instance.node_uuid != uuid:
-            where = "missing" if instance is None else f"on node {instance.node_uuid}"
+        hosted = state.instances.get(node.instance_uuid)
+        if hosted is None or hosted.node_uuid != uuid:
+            where = "missing" if hosted is None else f"on node {hosted.node_uuid}"
             violations.append(
                 f"node {uuid} records instance {node.instance_uuid}, which is {where}"
             )

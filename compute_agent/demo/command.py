@@ -18,7 +18,9 @@ from compute_agent.demo import scenario
 __all__ = ["Demo"]
 
 
-def _number(kind: type[int] | type[float], minimum: float, maximum: float | None = None) -> Callable[[str], float]:
+def _number(
+    kind: type[int] | type[float], minimum: float, maximum: float | None = None
+) -> Callable[[str], float]:
     """An argparse ``type=`` accepting ``kind`` in [minimum, maximum]."""
 
     def convert(text: str) -> float:
@@ -79,7 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_number(float, 0.0, 5.0),
         default=defaults.step_duration,
         metavar="SECONDS",
-        help=f"seconds per simulated deploy step, 4 steps a deploy (0-5; {defaults.step_duration:g})",
+        help=(
+            f"seconds per simulated deploy step, 4 steps a deploy (0-5; {defaults.step_duration:g})"
+        ),
     )
     parser.add_argument(
         "--failure-rate",
@@ -144,9 +148,7 @@ class Demo(Command):
             yield
             return
         handlers = [
-            h
-            for h in logging.getLogger().handlers
-            if getattr(h, "stream", None) is self.app.stderr
+            h for h in logging.getLogger().handlers if getattr(h, "stream", None) is self.app.stderr
         ]
         levels = [h.level for h in handlers]
         for handler in handlers:

@@ -11,6 +11,7 @@ along the way and at the end, and :func:`run_demo` returns what it measured.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -102,7 +103,9 @@ def run_demo(options: DemoOptions, out: TextIO) -> DemoResult:
     except FleetError as exc:
         result.violations.append(f"embedded fleet: {exc}")
     print_summary(result, out)
-    LOG.info("Demo done in %.1f s, %d violations", time.monotonic() - started, len(result.violations))
+    LOG.info(
+        "Demo done in %.1f s, %d violations", time.monotonic() - started, len(result.violations)
+    )
     return result
 
 
@@ -141,7 +144,9 @@ class _Scenario:
 
     # -- reading the fleet ---------------------------------------------------------
 
-    def _pages(self, fetch: Callable[[str | None], list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    def _pages(
+        self, fetch: Callable[[str | None], list[dict[str, Any]]]
+    ) -> Iterator[dict[str, Any]]:
         marker = None
         while True:
             page = fetch(marker)
@@ -158,7 +163,9 @@ class _Scenario:
 
     def read_instances(self) -> dict[str, InstanceRecord]:
         return {
-            i["uuid"]: InstanceRecord(i["uuid"], i["vm_state"], i["node_uuid"], i["host"], i["fault"])
+            i["uuid"]: InstanceRecord(
+                i["uuid"], i["vm_state"], i["node_uuid"], i["host"], i["fault"]
+            )
             for i in self._pages(lambda m: self.api.list_instances(limit=_PAGE, marker=m))
             if i["vm_state"] != VmState.DELETED
         }
@@ -375,10 +382,9 @@ class _Scenario:
             violations = check_single_owner(self.read_state())
             return not violations
 
-        try:
+        # Not settled in time: reported below, with the last reading's details.
+        with contextlib.suppress(_StepFailed):
             self.wait("one live owner per node", settled, timeout=5.0)
-        except _StepFailed:
-            pass  # reported below, with the last reading's details
         state = self.read_state()
         self.result.violations.extend(violations)
         self.result.violations.extend(check_allocations(state))
