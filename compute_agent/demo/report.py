@@ -46,6 +46,7 @@ class DemoResult:
     moved_on_crash: int = 0
     pins_rehomed: int = 0
     moved_on_join: int = 0
+    moved_to_newcomer: int = 0
     expected_on_join: int = 0
     takeover_seconds: float | None = None
     rehome_seconds: float | None = None
@@ -137,7 +138,8 @@ def print_summary(result: DemoResult, out: TextIO) -> None:
         )
     if result.joined is not None:
         out.write(
-            f"  join of {result.joined}:  {result.moved_on_join} nodes moved, all to it "
+            f"  join of {result.joined}:  {result.moved_on_join} nodes moved, "
+            f"{result.moved_to_newcomer} of them to it "
             f"(its ring share without the pinned ones: {result.expected_on_join})\n"
         )
     if result.violations:

@@ -368,9 +368,13 @@ class _Scenario:
         after = self.read_state()
         old, new = before.owners(), after.owners()
         moved = {n for n in old if new.get(n) != old[n]}
-        self.result.moved_on_join = len({n for n in moved if new[n] == newcomer})
+        self.result.moved_on_join = len(moved)
+        self.result.moved_to_newcomer = len({n for n in moved if new[n] == newcomer})
         self.result.violations.extend(check_moves(old, new, stayed=stayed, step="join"))
-        self.say(f"{self.result.moved_on_join} nodes moved to {newcomer} in {seconds:.1f} s")
+        self.say(
+            f"{self.result.moved_to_newcomer} nodes moved to {newcomer} in {seconds:.1f} s, "
+            f"{len(moved) - self.result.moved_to_newcomer} elsewhere"
+        )
         self.table("After the join:")
 
     def final_checks(self) -> None:

@@ -69,7 +69,9 @@ def test_the_join_moved_only_the_newcomers_share(ran: Ran) -> None:
     assert result.joined == "agent-4"
     # About a quarter of the nodes, less the pinned ones (they stay).
     assert 0 < result.moved_on_join == result.expected_on_join < OPTIONS.nodes / 2
-    assert f"nodes moved to {result.joined}" in ran.text
+    assert result.moved_to_newcomer == result.moved_on_join
+    assert f"nodes moved to {result.joined} in" in ran.text
+    assert "0 elsewhere" in ran.text
 
 
 def test_tables_and_plain_progress_lines_are_printed(ran: Ran) -> None:
