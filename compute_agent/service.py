@@ -137,6 +137,33 @@ class AgentService:
             self._transport.cleanup()
         LOG.info("Agent %s stopped", self.host)
 
+    def crash(self) -> None:
+        """Stop the way ``kill -9`` would, for agents run as threads (the demo).
+
+        No goodbye: the RPC server stops serving at once, the heartbeats stop
+        but the group entry stays until its lease expires (peers see a crash,
+        not a leave), no in-flight work is waited for and nothing is handed
+        over.  A deployment still running in the background refuses its next
+        step, since the membership is no longer CONNECTED (as a dead process
+        would not act).  :meth:`run` returns.
+        """
+        if not self._terminating.acquire(blocking=False):
+            return
+        LOG.warning("Agent %s crashing on purpose (no leave, no hand-over)", self.host)
+        if self.actions is not None:
+            self.actions.stop_accepting()
+        if self.membership is not None:
+            self.membership.stop(leave=False)
+        if self._server is not None:
+            self._server.stop()
+            self._server.wait()
+        self._stopped.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(10)
+        if self._transport is not None:
+            self._transport.cleanup()
+
     def reload(self) -> None:
         systemd.notify("RELOADING=1")
         self.conf.mutate_config_files()

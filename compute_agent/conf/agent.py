@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from conductor.conf.groups import register_group_opts
+
 group = cfg.OptGroup("compute_agent", title="Compute agent options")
 
 opts = [
@@ -75,5 +77,4 @@ opts = [
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(group)
-    conf.register_opts(opts, group=group)
+    register_group_opts(conf, group, opts)

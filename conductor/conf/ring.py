@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from conductor.conf.groups import register_group_opts
 from hashring.ring import MAX_WEIGHT
 
 group = cfg.OptGroup(
@@ -39,5 +40,4 @@ opts = [
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(group)
-    conf.register_opts(opts, group=group)
+    register_group_opts(conf, group, opts)

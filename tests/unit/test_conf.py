@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from oslo_config import cfg
 
+from compute_agent import conf as agent_conf
 from conductor import conf as ringfleet_conf
 from conductor.conf import opts
 from conductor.coordination import membership_from_conf
@@ -134,3 +135,23 @@ def test_sample_config_is_up_to_date(tmp_path: Path) -> None:
         "the sample config is out of date: run oslo-config-generator "
         "--config-file etc/ringfleet/ringfleet-config-generator.conf"
     )
+
+
+def test_overrides_stay_with_their_own_conf() -> None:
+    """Several services in one process (the embedded demo) each have a ConfigOpts:
+    an override on one must not show through another (oslo.config shares a
+    registered OptGroup's option table between every ConfigOpts it is given to)."""
+    first, second = cfg.ConfigOpts(), cfg.ConfigOpts()
+    for conf in (first, second):
+        ringfleet_conf.register_opts(conf)
+        agent_conf.register_opts(conf)
+    first.set_override("backend_url", "file:///tmp/first?timeout=2", group="coordination")
+    first.set_override("rehome_grace", 1.0, group="conductor")
+    first.set_override("step_duration", 0.0, group="simulated_driver")
+    assert second.coordination.backend_url is None
+    assert second.conductor.rehome_grace == 120.0
+    assert second.simulated_driver.step_duration == 0.2
+    assert first.coordination.backend_url == "file:///tmp/first?timeout=2"
+    # Registering again (the simulated driver does) keeps the override.
+    agent_conf.register_opts(first)
+    assert first.simulated_driver.step_duration == 0.0

@@ -1,0 +1,13 @@
+"""``ringfleet demo``: a whole fleet in one process, no servers, at work.
+
+A real conductor and real compute agents run as threads of the command on the
+embedded backends (SQLite in a temp dir, oslo.messaging ``kombu+memory:////``,
+tooz ``file://``): :mod:`.fleet` runs them, :mod:`.scenario` drives them
+through the conductor's RPC API (enroll, build, crash, re-home, join),
+:mod:`.checks` verifies the design's invariants on what it reads back,
+:mod:`.report` prints the tables, the progress bar and the summary, and
+:mod:`.command` is the cliff command.
+
+It lives in ``compute_agent`` because it starts agents, and only
+``compute_agent`` may import both sides (see DESIGN.md).
+"""
