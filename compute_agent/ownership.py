@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compute_agent.metrics import AgentMetrics, group_counts
 from conductor.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
 
@@ -64,8 +65,10 @@ class OwnershipManager:
         groups: Sequence[str] = (),
         claim_batch: int = 500,
         busy_nodes: Callable[[], set[str]] = set,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self.host = host
+        self._metrics = metrics if metrics is not None else AgentMetrics(host)
         self._conductor = conductor
         self._membership = membership
         self._groups = list(groups)
@@ -76,6 +79,9 @@ class OwnershipManager:
         self._held: dict[str, int] = {}
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
+        # Nodes hosting another agent's instance: in our ring share maybe,
+        # but never ours while that agent lives (not "unconverged").
+        self._pinned_elsewhere: set[str] = set()
         self._since: datetime.datetime | None = None
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -171,6 +177,7 @@ class OwnershipManager:
             self._held = {o["node_uuid"]: o["epoch"] for o in owned}
             self._pinned = {o["node_uuid"] for o in owned if o["pinned"]}
         lost = [n for n, e in before.items() if self._held.get(n) != e]
+        self._metrics.lost(len(lost))
         if lost:
             LOG.warning(
                 "Agent %s lost %d nodes while away (taken over): %s",
@@ -184,7 +191,7 @@ class OwnershipManager:
         """Learn the nodes of our groups (all at first, then only changes)."""
         since = (self._since - _INVENTORY_OVERLAP).isoformat() if self._since else None
         marker = None
-        seen = 0
+        seen = lost = 0
         as_of = None
         while True:
             page = self._conductor.list_node_uuids(
@@ -193,27 +200,32 @@ class OwnershipManager:
             as_of = as_of or page["as_of"]
             with self._lock:
                 for item in page["nodes"]:
-                    self._learn(item)
+                    lost += self._learn(item)
             seen += len(page["nodes"])
             if len(page["nodes"]) < 5000:
                 break
             marker = page["nodes"][-1]["uuid"]
         self._since = datetime.datetime.fromisoformat(as_of)
+        self._metrics.lost(lost)
         return seen
 
-    def _learn(self, item: Mapping[str, Any]) -> None:
+    def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory entry (under the lock): its group, and its claim.
 
         A node recorded as ours that we do not hold was handed to us (a
         drain, an operator's move): adopt it at its epoch.  A node we hold
         that is recorded as someone else's, or at another epoch, was taken
-        over: forget it.
+        over: forget it.  Returns 1 for a node lost that way, else 0.
         """
         uuid = item["uuid"]
         self._inventory[uuid] = item["group"]
         owner, epoch = item.get("owner"), item.get("epoch")
+        if item.get("pinned") and owner not in (None, self.host):
+            self._pinned_elsewhere.add(uuid)
+        else:
+            self._pinned_elsewhere.discard(uuid)
         if epoch is None:
-            return
+            return 0
         held = self._held.get(uuid)
         if owner == self.host and held != epoch:
             if held is None:
@@ -226,6 +238,8 @@ class OwnershipManager:
             LOG.warning("Agent %s lost node %s to %s (epoch %d)", self.host, uuid, owner, epoch)
             self._held.pop(uuid, None)
             self._pinned.discard(uuid)
+            return 1
+        return 0
 
     # -- the desired set -----------------------------------------------------------
 
@@ -274,9 +288,17 @@ class OwnershipManager:
                 to_claim = sorted(n for n in desired if n not in self._held)
             released = self._release(releasable)
             claimed, refused, owners = self._claim(to_claim)
+            with self._lock:
+                held_now = len(self._held)
+                # Converged: we own our share and pins, nothing more, except
+                # what stays with another agent's instances.
+                converged = self._held.keys() == desired - self._pinned_elsewhere
+                counts = group_counts(self._held, self._inventory, self._pinned)
+            self._metrics.owned(counts)
+            self._metrics.reconciled(view, converged)
             result = ReconcileResult(
                 desired=len(desired),
-                held=len(self.held()),
+                held=held_now,
                 claimed=claimed,
                 released=released,
                 refused=refused,
@@ -300,6 +322,7 @@ class OwnershipManager:
         done = 0
         for start in range(0, len(items), self._batch):
             out = self._conductor.release_nodes(self.host, dict(items[start : start + self._batch]))
+            self._metrics.released(len(out["done"]))
             self.forget(out["done"])
             # Refused: already not ours (taken over while we were away).
             self.forget(
@@ -313,13 +336,17 @@ class OwnershipManager:
         owners: set[str | None] = set()
         for start in range(0, len(nodes), self._batch):
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
+            new = 0
             with self._lock:
                 for own in out["granted"]:
                     if own["node_uuid"] not in self._held:
-                        claimed += 1
+                        new += 1
                     self._held[own["node_uuid"]] = own["epoch"]
                     if own["pinned"]:
                         self._pinned.add(own["node_uuid"])
+            claimed += new
+            self._metrics.claimed(new, len(out["refused"]))
+            self._metrics.rehomed(len(out["rehomed"]))
             if out["rehomed"]:
                 LOG.warning(
                     "Agent %s re-homed pinned nodes of a departed agent: %s",
