@@ -436,7 +436,11 @@ class BuildWorkers:
             if self._router is not None:
                 # The owner tears the node down and reports; it frees the node.
                 if not self._router.destroy(instance):
-                    LOG.info("Instance %s delete waits for its node's owner", instance.uuid)
+                    LOG.info(
+                        "Instance %s delete waits for the owner of node %s",
+                        instance.uuid,
+                        instance.node_uuid,
+                    )
                     self._retry_later(instance.uuid, delay=2.0, action="delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.

@@ -137,15 +137,15 @@ class _ExpectedErrors:
         attribute = getattr(self._endpoint, name)
         if name.startswith("_") or not callable(attribute):
             return attribute
-        method = messaging.expected_exceptions(RingfleetError)(attribute)
         observe = self._observe
 
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
             _set_request_context(ctxt)
+            # Timed inside expected_exceptions: it re-raises ours wrapped.
             with observed(observe, name):
-                return method(ctxt, *args, **kwargs)
+                return attribute(ctxt, *args, **kwargs)
 
-        return served
+        return messaging.expected_exceptions(RingfleetError)(served)
 
 
 def _set_request_context(ctxt: Any) -> None:
