@@ -32,7 +32,7 @@ from compute_agent.service import AgentService
 from conductor import conf as ringfleet_conf
 from conductor import rpc
 from conductor.exception import ConfigurationError
-from conductor.metrics import ALL_GROUPS, MetricsServer
+from conductor.metrics import ALL_GROUPS, ConductorMetrics, MetricsServer
 from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
 from hashring.membership import Member, MembershipView
@@ -359,3 +359,13 @@ def test_json_logging_carries_the_request_id_and_the_node(tmp_path: Path) -> Non
     assert created["context"]["request_id"] == "req-json-test"
     node_uuid = created["args"][0]
     assert node_uuid in created["message"]
+
+
+def test_every_metric_is_documented() -> None:
+    text = (REPO / "docs" / "metrics.rst").read_text()
+    names = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for metrics in (AgentMetrics("a"), ConductorMetrics("c"))
+        for family in metrics.registry.collect()
+    }
+    assert names and {n for n in names if f"``{n}``" not in text} == set()
