@@ -51,6 +51,12 @@ class ReconcileResult:
     #: Some refusals came from owners our view says are gone: the conductor
     #: has not seen them leave yet; try again in a moment, not an interval.
     retry_soon: bool = False
+    #: Pinned nodes of a departed agent taken over by this pass.
+    rehomed: int = 0
+    #: Nodes found taken over by a peer (re-validation after LOST).
+    lost: int = 0
+    #: We own exactly our share and pins, less the nodes pinned elsewhere.
+    converged: bool = False
 
 
 class OwnershipManager:
@@ -169,6 +175,12 @@ class OwnershipManager:
 
     def revalidate(self) -> int:
         """Replace the held set with what the conductor records (after LOST)."""
+        held, lost = self._revalidate()
+        self._metrics.lost(lost)
+        return held
+
+    def _revalidate(self) -> tuple[int, int]:
+        """:meth:`revalidate`, without metrics: (held, lost)."""
         generation = self._membership.join_generation
         owned = self._conductor.owned_nodes(self.host)
         with self._lock:
@@ -177,7 +189,6 @@ class OwnershipManager:
             self._held = {o["node_uuid"]: o["epoch"] for o in owned}
             self._pinned = {o["node_uuid"] for o in owned if o["pinned"]}
         lost = [n for n, e in before.items() if self._held.get(n) != e]
-        self._metrics.lost(len(lost))
         if lost:
             LOG.warning(
                 "Agent %s lost %d nodes while away (taken over): %s",
@@ -185,7 +196,7 @@ class OwnershipManager:
                 len(lost),
                 ", ".join(sorted(lost)[:20]),
             )
-        return len(self._held)
+        return len(self._held), len(lost)
 
     def refresh_inventory(self) -> int:
         """Learn the nodes of our groups (all at first, then only changes)."""
@@ -263,66 +274,81 @@ class OwnershipManager:
     def reconcile(self, view: MembershipView) -> ReconcileResult | None:
         """Release what we should not own, claim what we should; one pass."""
         with self._reconcile_lock:
-            if not self._membership.can_act():
-                LOG.info(
-                    "Agent %s: membership %s, reconcile postponed",
-                    self.host,
-                    self._membership.state.value,
-                )
-                return None
-            if self.needs_revalidation():
-                self.revalidate()
-            desired = self.desired(view)
-            busy = self._busy_nodes()
-            with self._lock:
-                settle = time.monotonic() - _ADOPTION_SETTLE
-                self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
-                releasable = {
-                    n: e
-                    for n, e in self._held.items()
-                    if n not in desired
-                    and n not in self._pinned
-                    and n not in busy
-                    and n not in self._adopted_at
-                }
-                to_claim = sorted(n for n in desired if n not in self._held)
-            released = self._release(releasable)
-            claimed, refused, owners = self._claim(to_claim)
-            with self._lock:
-                held_now = len(self._held)
-                # Converged: we own our share and pins, nothing more, except
-                # what stays with another agent's instances.
-                converged = self._held.keys() == desired - self._pinned_elsewhere
-                counts = group_counts(self._held, self._inventory, self._pinned)
-            self._metrics.owned(counts)
-            self._metrics.reconciled(view, converged)
-            result = ReconcileResult(
-                desired=len(desired),
-                held=held_now,
-                claimed=claimed,
-                released=released,
-                refused=refused,
-                retry_soon=any(o is not None and o not in view.members for o in owners),
+            outcome = self._reconcile(view)
+        if outcome is None:
+            return None
+        # Metrics after the pass, none of our locks held.
+        result, counts = outcome
+        self._metrics.claimed(result.claimed, result.refused)
+        self._metrics.released(result.released)
+        self._metrics.rehomed(result.rehomed)
+        self._metrics.lost(result.lost)
+        self._metrics.owned(counts)
+        self._metrics.reconciled(view, result.converged)
+        return result
+
+    def _reconcile(
+        self, view: MembershipView
+    ) -> tuple[ReconcileResult, dict[str, tuple[int, int]]] | None:
+        """One pass (under the reconcile lock): the result and (owned, pinned) per group."""
+        if not self._membership.can_act():
+            LOG.info(
+                "Agent %s: membership %s, reconcile postponed",
+                self.host,
+                self._membership.state.value,
             )
-            if claimed or released:
-                LOG.info(
-                    "Agent %s reconciled: %d desired, %d held, +%d claimed, -%d released, "
-                    "%d refused",
-                    self.host,
-                    result.desired,
-                    result.held,
-                    claimed,
-                    released,
-                    refused,
-                )
-            return result
+            return None
+        lost = self._revalidate()[1] if self.needs_revalidation() else 0
+        desired = self.desired(view)
+        busy = self._busy_nodes()
+        with self._lock:
+            settle = time.monotonic() - _ADOPTION_SETTLE
+            self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
+            releasable = {
+                n: e
+                for n, e in self._held.items()
+                if n not in desired
+                and n not in self._pinned
+                and n not in busy
+                and n not in self._adopted_at
+            }
+            to_claim = sorted(n for n in desired if n not in self._held)
+        released = self._release(releasable)
+        claimed, refused, rehomed, owners = self._claim(to_claim)
+        with self._lock:
+            held_now = len(self._held)
+            # Converged: we own our share and pins, nothing more, except
+            # what stays with another agent's instances.
+            converged = self._held.keys() == desired - self._pinned_elsewhere
+            counts = group_counts(self._held, self._inventory, self._pinned)
+        result = ReconcileResult(
+            desired=len(desired),
+            held=held_now,
+            claimed=claimed,
+            released=released,
+            refused=refused,
+            retry_soon=any(o is not None and o not in view.members for o in owners),
+            rehomed=rehomed,
+            lost=lost,
+            converged=converged,
+        )
+        if claimed or released:
+            LOG.info(
+                "Agent %s reconciled: %d desired, %d held, +%d claimed, -%d released, %d refused",
+                self.host,
+                result.desired,
+                result.held,
+                claimed,
+                released,
+                refused,
+            )
+        return result, counts
 
     def _release(self, releasable: Mapping[str, int]) -> int:
         items = sorted(releasable.items())
         done = 0
         for start in range(0, len(items), self._batch):
             out = self._conductor.release_nodes(self.host, dict(items[start : start + self._batch]))
-            self._metrics.released(len(out["done"]))
             self.forget(out["done"])
             # Refused: already not ours (taken over while we were away).
             self.forget(
@@ -331,22 +357,20 @@ class OwnershipManager:
             done += len(out["done"])
         return done
 
-    def _claim(self, nodes: list[str]) -> tuple[int, int, set[str | None]]:
-        claimed = refused = 0
+    def _claim(self, nodes: list[str]) -> tuple[int, int, int, set[str | None]]:
+        """Claim in batches: (newly claimed, refused, re-homed, refusing owners)."""
+        claimed = refused = rehomed = 0
         owners: set[str | None] = set()
         for start in range(0, len(nodes), self._batch):
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
-            new = 0
             with self._lock:
                 for own in out["granted"]:
                     if own["node_uuid"] not in self._held:
-                        new += 1
+                        claimed += 1
                     self._held[own["node_uuid"]] = own["epoch"]
                     if own["pinned"]:
                         self._pinned.add(own["node_uuid"])
-            claimed += new
-            self._metrics.claimed(new, len(out["refused"]))
-            self._metrics.rehomed(len(out["rehomed"]))
+            rehomed += len(out["rehomed"])
             if out["rehomed"]:
                 LOG.warning(
                     "Agent %s re-homed pinned nodes of a departed agent: %s",
@@ -355,7 +379,7 @@ class OwnershipManager:
                 )
             refused += len(out["refused"])
             owners.update(out["refused"].values())
-        return claimed, refused, owners
+        return claimed, refused, rehomed, owners
 
     # -- drain -------------------------------------------------------------------
 
