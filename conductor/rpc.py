@@ -140,26 +140,35 @@ class _ExpectedErrors:
         observe = self._observe
 
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
-            _set_request_context(ctxt)
             # Timed inside expected_exceptions: it re-raises ours wrapped.
-            with observed(observe, name):
+            with _request_context(ctxt), observed(observe, name):
                 return attribute(ctxt, *args, **kwargs)
 
         return messaging.expected_exceptions(RingfleetError)(served)
 
 
-def _set_request_context(ctxt: Any) -> None:
-    """Make the caller's request id the thread's current logging context.
+@contextlib.contextmanager
+def _request_context(ctxt: Any) -> Iterator[None]:
+    """The caller's request id as the thread's current logging context, for the block.
 
-    The store is per thread and every served call sets its own, so a
-    previous call's id never shows on this one.  A caller without a
-    (well-formed) request id gets a fresh one: this call's lines still
-    belong together.
+    A caller without a (well-formed) request id gets a fresh one: the
+    call's lines still belong together.  The thread's previous context is
+    put back afterwards, so the id never shows on lines outside the call.
     """
     request_id = ctxt.get("request_id") if isinstance(ctxt, dict) else None
     if not isinstance(request_id, str) or not request_id.startswith("req-"):
         request_id = None
+    previous = request_context.get_current()
     request_context.RequestContext(request_id=request_id, overwrite=True)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            previous.update_store()
+        else:
+            # oslo.context has no public way to clear the thread's context;
+            # this is what its own ClearRequestContext fixture does.
+            vars(request_context._request_store).pop("context", None)
 
 
 def get_server(

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from oslo_config import cfg
+from oslo_context import context as request_context
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -324,6 +325,7 @@ def test_ring_members_drops_groups_that_went_away() -> None:
 _JSON_LOGGING = """
 import sys
 from oslo_config import cfg
+from oslo_context import context as request_context
 from conductor import rpc
 from conductor.db.engine import Database
 from conductor.endpoints.inventory import InventoryEndpoint
@@ -369,3 +371,20 @@ def test_every_metric_is_documented() -> None:
         for family in metrics.registry.collect()
     }
     assert names and {n for n in names if f"``{n}``" not in text} == set()
+
+
+def test_served_calls_run_under_the_callers_request_id() -> None:
+    seen: list[str | None] = []
+
+    class Endpoint:
+        def ping(self, ctxt: dict[str, Any]) -> str:
+            current = request_context.get_current()
+            seen.append(current.request_id if current else None)
+            return "pong"
+
+    served = rpc._ExpectedErrors(Endpoint())
+    assert served.ping({"request_id": "req-1"}) == "pong"
+    served.ping({})  # no id from the caller: a fresh one
+    assert seen[0] == "req-1"
+    assert seen[1] is not None and seen[1].startswith("req-") and seen[1] != "req-1"
+    assert request_context.get_current() is None  # nothing left on the thread
