@@ -208,7 +208,12 @@ class NodeActions:
             self._driver.destroy(ctx, node)
             return True
         except Exception as exc:
-            LOG.warning("Node %s could not be cleaned after a failed deploy: %s", node.uuid, exc)
+            LOG.warning(
+                "Node %s could not be cleaned after a failed deploy of instance %s: %s",
+                node.uuid,
+                ctx.instance_uuid,
+                exc,
+            )
             return False
 
     def _report_build(
@@ -232,7 +237,12 @@ class NodeActions:
                 node_clean=clean,
             )
         except Exception as exc:  # the conductor's sweeper retries the build later
-            LOG.warning("Instance %s: build result not delivered: %s", instance_uuid, exc)
+            LOG.warning(
+                "Instance %s: build result for node %s not delivered: %s",
+                instance_uuid,
+                node_uuid,
+                exc,
+            )
 
     def _destroy(self, instance_uuid: str, node: Node, epoch: int) -> None:
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
@@ -258,7 +268,12 @@ class NodeActions:
                 fault=fault,
             )
         except Exception as exc:
-            LOG.warning("Instance %s: destroy result not delivered: %s", instance_uuid, exc)
+            LOG.warning(
+                "Instance %s: destroy result for node %s not delivered: %s",
+                instance_uuid,
+                node.uuid,
+                exc,
+            )
 
     def _finish(self, node_uuid: str) -> None:
         with self._lock:

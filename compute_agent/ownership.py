@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compute_agent.metrics import AgentMetrics, group_counts
 from conductor.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
 
@@ -50,6 +51,12 @@ class ReconcileResult:
     #: Some refusals came from owners our view says are gone: the conductor
     #: has not seen them leave yet; try again in a moment, not an interval.
     retry_soon: bool = False
+    #: Pinned nodes of a departed agent taken over by this pass.
+    rehomed: int = 0
+    #: Nodes found taken over by a peer (re-validation after LOST).
+    lost: int = 0
+    #: We own exactly our share and pins, less the nodes pinned elsewhere.
+    converged: bool = False
 
 
 class OwnershipManager:
@@ -64,8 +71,10 @@ class OwnershipManager:
         groups: Sequence[str] = (),
         claim_batch: int = 500,
         busy_nodes: Callable[[], set[str]] = set,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self.host = host
+        self._metrics = metrics if metrics is not None else AgentMetrics(host)
         self._conductor = conductor
         self._membership = membership
         self._groups = list(groups)
@@ -76,6 +85,9 @@ class OwnershipManager:
         self._held: dict[str, int] = {}
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
+        # Nodes hosting another agent's instance: in our ring share maybe,
+        # but never ours while that agent lives (not "unconverged").
+        self._pinned_elsewhere: set[str] = set()
         self._since: datetime.datetime | None = None
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -163,6 +175,12 @@ class OwnershipManager:
 
     def revalidate(self) -> int:
         """Replace the held set with what the conductor records (after LOST)."""
+        held, lost = self._revalidate()
+        self._metrics.lost(lost)
+        return held
+
+    def _revalidate(self) -> tuple[int, int]:
+        """:meth:`revalidate`, without metrics: (held, lost)."""
         generation = self._membership.join_generation
         owned = self._conductor.owned_nodes(self.host)
         with self._lock:
@@ -178,13 +196,13 @@ class OwnershipManager:
                 len(lost),
                 ", ".join(sorted(lost)[:20]),
             )
-        return len(self._held)
+        return len(self._held), len(lost)
 
     def refresh_inventory(self) -> int:
         """Learn the nodes of our groups (all at first, then only changes)."""
         since = (self._since - _INVENTORY_OVERLAP).isoformat() if self._since else None
         marker = None
-        seen = 0
+        seen = lost = 0
         as_of = None
         while True:
             page = self._conductor.list_node_uuids(
@@ -193,27 +211,32 @@ class OwnershipManager:
             as_of = as_of or page["as_of"]
             with self._lock:
                 for item in page["nodes"]:
-                    self._learn(item)
+                    lost += self._learn(item)
             seen += len(page["nodes"])
             if len(page["nodes"]) < 5000:
                 break
             marker = page["nodes"][-1]["uuid"]
         self._since = datetime.datetime.fromisoformat(as_of)
+        self._metrics.lost(lost)
         return seen
 
-    def _learn(self, item: Mapping[str, Any]) -> None:
+    def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory entry (under the lock): its group, and its claim.
 
         A node recorded as ours that we do not hold was handed to us (a
         drain, an operator's move): adopt it at its epoch.  A node we hold
         that is recorded as someone else's, or at another epoch, was taken
-        over: forget it.
+        over: forget it.  Returns 1 for a node lost that way, else 0.
         """
         uuid = item["uuid"]
         self._inventory[uuid] = item["group"]
         owner, epoch = item.get("owner"), item.get("epoch")
+        if item.get("pinned") and owner not in (None, self.host):
+            self._pinned_elsewhere.add(uuid)
+        else:
+            self._pinned_elsewhere.discard(uuid)
         if epoch is None:
-            return
+            return 0
         held = self._held.get(uuid)
         if owner == self.host and held != epoch:
             if held is None:
@@ -226,6 +249,8 @@ class OwnershipManager:
             LOG.warning("Agent %s lost node %s to %s (epoch %d)", self.host, uuid, owner, epoch)
             self._held.pop(uuid, None)
             self._pinned.discard(uuid)
+            return 1
+        return 0
 
     # -- the desired set -----------------------------------------------------------
 
@@ -249,51 +274,75 @@ class OwnershipManager:
     def reconcile(self, view: MembershipView) -> ReconcileResult | None:
         """Release what we should not own, claim what we should; one pass."""
         with self._reconcile_lock:
-            if not self._membership.can_act():
-                LOG.info(
-                    "Agent %s: membership %s, reconcile postponed",
-                    self.host,
-                    self._membership.state.value,
-                )
-                return None
-            if self.needs_revalidation():
-                self.revalidate()
-            desired = self.desired(view)
-            busy = self._busy_nodes()
-            with self._lock:
-                settle = time.monotonic() - _ADOPTION_SETTLE
-                self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
-                releasable = {
-                    n: e
-                    for n, e in self._held.items()
-                    if n not in desired
-                    and n not in self._pinned
-                    and n not in busy
-                    and n not in self._adopted_at
-                }
-                to_claim = sorted(n for n in desired if n not in self._held)
-            released = self._release(releasable)
-            claimed, refused, owners = self._claim(to_claim)
-            result = ReconcileResult(
-                desired=len(desired),
-                held=len(self.held()),
-                claimed=claimed,
-                released=released,
-                refused=refused,
-                retry_soon=any(o is not None and o not in view.members for o in owners),
+            outcome = self._reconcile(view)
+        if outcome is None:
+            return None
+        # Metrics after the pass, none of our locks held.
+        result, counts = outcome
+        self._metrics.claimed(result.claimed, result.refused)
+        self._metrics.released(result.released)
+        self._metrics.rehomed(result.rehomed)
+        self._metrics.lost(result.lost)
+        self._metrics.owned(counts)
+        self._metrics.reconciled(view, result.converged)
+        return result
+
+    def _reconcile(
+        self, view: MembershipView
+    ) -> tuple[ReconcileResult, dict[str, tuple[int, int]]] | None:
+        """One pass (under the reconcile lock): the result and (owned, pinned) per group."""
+        if not self._membership.can_act():
+            LOG.info(
+                "Agent %s: membership %s, reconcile postponed",
+                self.host,
+                self._membership.state.value,
             )
-            if claimed or released:
-                LOG.info(
-                    "Agent %s reconciled: %d desired, %d held, +%d claimed, -%d released, "
-                    "%d refused",
-                    self.host,
-                    result.desired,
-                    result.held,
-                    claimed,
-                    released,
-                    refused,
-                )
-            return result
+            return None
+        lost = self._revalidate()[1] if self.needs_revalidation() else 0
+        desired = self.desired(view)
+        busy = self._busy_nodes()
+        with self._lock:
+            settle = time.monotonic() - _ADOPTION_SETTLE
+            self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
+            releasable = {
+                n: e
+                for n, e in self._held.items()
+                if n not in desired
+                and n not in self._pinned
+                and n not in busy
+                and n not in self._adopted_at
+            }
+            to_claim = sorted(n for n in desired if n not in self._held)
+        released = self._release(releasable)
+        claimed, refused, rehomed, owners = self._claim(to_claim)
+        with self._lock:
+            held_now = len(self._held)
+            # Converged: we own our share and pins, nothing more, except
+            # what stays with another agent's instances.
+            converged = self._held.keys() == desired - self._pinned_elsewhere
+            counts = group_counts(self._held, self._inventory, self._pinned)
+        result = ReconcileResult(
+            desired=len(desired),
+            held=held_now,
+            claimed=claimed,
+            released=released,
+            refused=refused,
+            retry_soon=any(o is not None and o not in view.members for o in owners),
+            rehomed=rehomed,
+            lost=lost,
+            converged=converged,
+        )
+        if claimed or released:
+            LOG.info(
+                "Agent %s reconciled: %d desired, %d held, +%d claimed, -%d released, %d refused",
+                self.host,
+                result.desired,
+                result.held,
+                claimed,
+                released,
+                refused,
+            )
+        return result, counts
 
     def _release(self, releasable: Mapping[str, int]) -> int:
         items = sorted(releasable.items())
@@ -308,8 +357,9 @@ class OwnershipManager:
             done += len(out["done"])
         return done
 
-    def _claim(self, nodes: list[str]) -> tuple[int, int, set[str | None]]:
-        claimed = refused = 0
+    def _claim(self, nodes: list[str]) -> tuple[int, int, int, set[str | None]]:
+        """Claim in batches: (newly claimed, refused, re-homed, refusing owners)."""
+        claimed = refused = rehomed = 0
         owners: set[str | None] = set()
         for start in range(0, len(nodes), self._batch):
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
@@ -320,6 +370,7 @@ class OwnershipManager:
                     self._held[own["node_uuid"]] = own["epoch"]
                     if own["pinned"]:
                         self._pinned.add(own["node_uuid"])
+            rehomed += len(out["rehomed"])
             if out["rehomed"]:
                 LOG.warning(
                     "Agent %s re-homed pinned nodes of a departed agent: %s",
@@ -328,7 +379,7 @@ class OwnershipManager:
                 )
             refused += len(out["refused"])
             owners.update(out["refused"].values())
-        return claimed, refused, owners
+        return claimed, refused, rehomed, owners
 
     # -- drain -------------------------------------------------------------------
 

@@ -27,15 +27,27 @@ class ComputeAPI:
 
     RPC_API_VERSION = "1.0"
 
-    def __init__(self, transport: messaging.Transport, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        transport: messaging.Transport,
+        timeout: float | None = None,
+        *,
+        observe: rpc.RpcObserver | None = None,
+    ) -> None:
+        """``observe`` is told of every call made (method, outcome, seconds)."""
         self.client = rpc.get_client(
             transport, rpc.COMPUTE_TOPIC, version=self.RPC_API_VERSION, timeout=timeout
         )
+        self._observe = observe
 
     def _call(self, host: str, method: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        # A request id per call: every agent log line of the call carries it.
         ctxt = {"request_id": f"req-{uuid.uuid4()}"}
         client = self.client.prepare(server=host, version="1.0", timeout=timeout)
-        return client.call(ctxt, method, **kwargs)
+        if self._observe is None:
+            return client.call(ctxt, method, **kwargs)
+        with rpc.observed(self._observe, method):
+            return client.call(ctxt, method, **kwargs)
 
     def build_instance(
         self,

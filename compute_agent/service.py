@@ -20,9 +20,12 @@ from oslo_config import cfg
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import ActionContext, load_driver
 from compute_agent.endpoints import ComputeEndpoint
+from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from conductor import rpc, systemd
+from conductor.conf.metrics import AGENT_PORT
 from conductor.coordination import membership_from_conf
+from conductor.metrics import MetricsServer
 from conductor.objects import Node
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import MembershipView, State
@@ -51,13 +54,18 @@ class AgentService:
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
         self._terminating = threading.Lock()
+        self.metrics = AgentMetrics(self.host)
+        self.metrics_server = MetricsServer(self.metrics.registry)
 
     # -- lifecycle -----------------------------------------------------------------
 
     def run(self) -> None:
         conf, agent_conf = self.conf, self.conf.compute_agent
+        self.metrics_server.start(conf, AGENT_PORT, self.host)
         self._transport = rpc.get_transport(conf)
-        conductor = ConductorAPI(self._transport, timeout=agent_conf.conductor_timeout)
+        conductor = ConductorAPI(
+            self._transport, timeout=agent_conf.conductor_timeout, observe=self.metrics.rpc_made
+        )
         driver = load_driver(agent_conf.driver, conf, self.host)
         self.membership = membership_from_conf(
             conf,
@@ -72,6 +80,7 @@ class AgentService:
             groups=agent_conf.groups,
             claim_batch=agent_conf.claim_batch,
             busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
+            metrics=self.metrics,
         )
         self.actions = NodeActions(
             self.host, driver, self.ownership, conductor, suspend_wait=self.membership.ttl
@@ -80,10 +89,17 @@ class AgentService:
         endpoint = ComputeEndpoint(
             self.host, self.actions, self.status, lambda: self.terminate(drain=True)
         )
-        self._server = rpc.get_server(self._transport, rpc.COMPUTE_TOPIC, self.host, [endpoint])
+        self._server = rpc.get_server(
+            self._transport,
+            rpc.COMPUTE_TOPIC,
+            self.host,
+            [endpoint],
+            observe=self.metrics.rpc_served,
+        )
         self.membership.start()
         if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
             LOG.warning("Agent %s: not connected to the group yet; it keeps trying", self.host)
+        self.metrics.membership_state(self.membership.state)
         self._server.start()
         for name, target in (("reconciler", self._reconcile_loop), ("reporter", self._report_loop)):
             thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
@@ -135,6 +151,7 @@ class AgentService:
             self.membership.stop(leave=True)
         if self._transport is not None:
             self._transport.cleanup()
+        self.metrics_server.stop()
         LOG.info("Agent %s stopped", self.host)
 
     def crash(self) -> None:
@@ -185,9 +202,12 @@ class AgentService:
     # -- membership ------------------------------------------------------------------
 
     def _on_view(self, view: MembershipView) -> None:
+        self.metrics.view_changed(view)
+        self.metrics.ring_members(view, self.conf.compute_agent.groups)
         self._wake.set()
 
     def _on_state(self, old: State, new: State) -> None:
+        self.metrics.membership_state(new)
         if new is not State.CONNECTED:
             LOG.warning("Agent %s membership %s: node actions suspended", self.host, new.value)
         # Back from LOST: the ownership manager sees the new join generation

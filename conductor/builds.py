@@ -31,6 +31,7 @@ from conductor.exception import (
     ServiceUnavailable,
 )
 from conductor.fleet_view import FleetView
+from conductor.metrics import ConductorMetrics
 from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.scheduler.scheduler import Scheduler
 
@@ -63,8 +64,10 @@ class BuildWorkers:
         workers: int,
         router: Router | None = None,
         max_attempts: Callable[[], int] = lambda: 3,
+        metrics: ConductorMetrics | None = None,
     ) -> None:
         self._db = db
+        self._metrics = metrics if metrics is not None else ConductorMetrics("-")
         self._scheduler = scheduler
         self._fleet = fleet
         self._router = router
@@ -297,6 +300,7 @@ class BuildWorkers:
             return False
         if success:
             if allocations.complete(self._db, node_uuid, instance_uuid):
+                self._metrics.build_ended("active")
                 LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
             elif instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
                 # Deleted while it was being built: it is deployed, so it is
@@ -352,8 +356,16 @@ class BuildWorkers:
                 vm_state=VmState.ERROR,
                 task_state=None,
             )
-            LOG.warning("Instance %s ERROR after %d attempts", instance_uuid, attempts)
+            self._metrics.build_ended("error")
+            LOG.warning(
+                "Instance %s ERROR after %d attempts (last on node %s): %s",
+                instance_uuid,
+                attempts,
+                node_uuid,
+                fault,
+            )
         else:
+            self._metrics.build_ended("rescheduled")
             LOG.info(
                 "Instance %s failed on node %s (attempt %d): rescheduling",
                 instance_uuid,
@@ -410,6 +422,7 @@ class BuildWorkers:
             vm_state=VmState.ERROR,
             task_state=None,
         )
+        self._metrics.build_ended("error")
         LOG.warning("Instance %s failed: %s", instance.uuid, fault)
 
     def _delete(self, instance_uuid: str) -> None:
@@ -423,7 +436,11 @@ class BuildWorkers:
             if self._router is not None:
                 # The owner tears the node down and reports; it frees the node.
                 if not self._router.destroy(instance):
-                    LOG.info("Instance %s delete waits for its node's owner", instance.uuid)
+                    LOG.info(
+                        "Instance %s delete waits for the owner of node %s",
+                        instance.uuid,
+                        instance.node_uuid,
+                    )
                     self._retry_later(instance.uuid, delay=2.0, action="delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.

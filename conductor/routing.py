@@ -87,19 +87,27 @@ class AgentRouter:
                 )
             except messaging.MessagingTimeout:
                 LOG.warning(
-                    "Instance %s: accept from %s timed out; retrying later", instance.uuid, owner
+                    "Instance %s: accept from %s for node %s timed out; retrying later",
+                    instance.uuid,
+                    owner,
+                    node.uuid,
                 )
                 break
             except Conflict as exc:
                 LOG.warning(
-                    "Instance %s: %s refused: %s", instance.uuid, owner, str(exc).splitlines()[0]
+                    "Instance %s: %s refused node %s: %s",
+                    instance.uuid,
+                    owner,
+                    node.uuid,
+                    str(exc).splitlines()[0],
                 )
                 break
             except Exception as exc:  # any other failure: never drop the build
                 LOG.warning(
-                    "Instance %s: routing to %s failed: %s",
+                    "Instance %s: routing to %s for node %s failed: %s",
                     instance.uuid,
                     owner,
+                    node.uuid,
                     str(exc).splitlines()[0],
                 )
                 break
@@ -130,7 +138,11 @@ class AgentRouter:
             )
         except Exception as exc:  # the delete is retried, whatever failed
             LOG.info(
-                "Instance %s: teardown by %s not accepted yet: %s", instance.uuid, node.owner, exc
+                "Instance %s: teardown of node %s by %s not accepted yet: %s",
+                instance.uuid,
+                node.uuid,
+                node.owner,
+                str(exc).splitlines()[0],
             )
             return False
         return True

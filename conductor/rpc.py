@@ -8,12 +8,15 @@ opaque ``RemoteError``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import oslo_messaging as messaging
 from oslo_config import cfg
+from oslo_context import context as request_context
 from oslo_messaging import opts as messaging_opts
 from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
@@ -24,9 +27,12 @@ from conductor.exception import RingfleetError
 __all__ = [
     "COMPUTE_TOPIC",
     "CONDUCTOR_TOPIC",
+    "RpcObserver",
     "get_client",
     "get_server",
     "get_transport",
+    "observed",
+    "outcome_of",
     "register_opts",
 ]
 
@@ -37,6 +43,43 @@ COMPUTE_TOPIC = "ringfleet-compute"
 
 #: Modules whose exceptions travel over RPC as themselves.
 ALLOWED_EXMODS = ["conductor.exception", "compute_agent.exception"]
+
+#: Told of every RPC call made or served: (method, outcome, seconds).
+RpcObserver = Callable[[str, str, float], None]
+
+
+def _ignore(method: str, outcome: str, seconds: float) -> None:
+    """The default :data:`RpcObserver`: calls are not measured."""
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """The ``outcome`` label of a call: a handful of values, never the error text.
+
+    ``refused`` is one of our exceptions (bad input, not the owner, a
+    conflict: the caller's business); ``timeout`` is no reply in time;
+    ``error`` is anything else.
+    """
+    if exc is None:
+        return "ok"
+    if isinstance(exc, messaging.MessagingTimeout):
+        return "timeout"
+    if isinstance(exc, RingfleetError):
+        return "refused"
+    return "error"
+
+
+@contextlib.contextmanager
+def observed(observe: RpcObserver, method: str) -> Iterator[None]:
+    """Time the block as one call of ``method`` and tell ``observe`` how it ended."""
+    start = time.monotonic()
+    failure: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        observe(method, outcome_of(failure), time.monotonic() - start)
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
@@ -77,17 +120,55 @@ class _ExpectedErrors:
     logs it at debug level instead of an ERROR with a traceback, and the
     caller still receives the exception itself.  The endpoint objects stay
     plain (their methods raise our exceptions when called directly).
+
+    Each call also runs under the caller's request id (the ``request_id``
+    of the RPC context, see :meth:`conductor.rpcapi.ConductorAPI._call`),
+    made the thread's current oslo.context, so that every log line of the
+    call carries it (oslo.log's ``logging_context_format_string``, and the
+    ``context`` of ``use_json`` records), and is timed for ``observe``.
     """
 
-    def __init__(self, endpoint: Any) -> None:
+    def __init__(self, endpoint: Any, observe: RpcObserver = _ignore) -> None:
         self._endpoint = endpoint
+        self._observe = observe
         self.target = getattr(endpoint, "target", None)
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._endpoint, name)
         if name.startswith("_") or not callable(attribute):
             return attribute
-        return messaging.expected_exceptions(RingfleetError)(attribute)
+        observe = self._observe
+
+        def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
+            # Timed inside expected_exceptions: it re-raises ours wrapped.
+            with _request_context(ctxt), observed(observe, name):
+                return attribute(ctxt, *args, **kwargs)
+
+        return messaging.expected_exceptions(RingfleetError)(served)
+
+
+@contextlib.contextmanager
+def _request_context(ctxt: Any) -> Iterator[None]:
+    """The caller's request id as the thread's current logging context, for the block.
+
+    A caller without a (well-formed) request id gets a fresh one: the
+    call's lines still belong together.  The thread's previous context is
+    put back afterwards, so the id never shows on lines outside the call.
+    """
+    request_id = ctxt.get("request_id") if isinstance(ctxt, dict) else None
+    if not isinstance(request_id, str) or not request_id.startswith("req-"):
+        request_id = None
+    previous = request_context.get_current()
+    request_context.RequestContext(request_id=request_id, overwrite=True)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            previous.update_store()
+        else:
+            # oslo.context has no public way to clear the thread's context;
+            # this is what its own ClearRequestContext fixture does.
+            vars(request_context._request_store).pop("context", None)
 
 
 def get_server(
@@ -95,17 +176,20 @@ def get_server(
     topic: str,
     server: str,
     endpoints: Sequence[Any],
+    *,
+    observe: RpcObserver = _ignore,
 ) -> messaging.RPCServer:
     """An RPC server (threading executor) for ``endpoints``.
 
     Only methods of the endpoints are callable; names starting with ``_``
-    never are (the default access policy).
+    never are (the default access policy).  ``observe`` is told of every
+    call served (method, outcome, seconds).
     """
     target = messaging.Target(topic=topic, server=server)
     return messaging.get_rpc_server(
         transport,
         target,
-        [_ExpectedErrors(endpoint) for endpoint in endpoints],
+        [_ExpectedErrors(endpoint, observe) for endpoint in endpoints],
         serializer=messaging.NoOpSerializer(),
         access_policy=dispatcher.DefaultRPCAccessPolicy,
     )

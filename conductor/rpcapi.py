@@ -37,19 +37,32 @@ class ConductorAPI:
 
     :param transport: from :func:`conductor.rpc.get_transport`.
     :param timeout: seconds to wait for a reply (``MessagingTimeout`` after).
+    :param observe: told of every call made (method, outcome, seconds).
     """
 
     RPC_API_VERSION = "1.1"
 
-    def __init__(self, transport: messaging.Transport, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        transport: messaging.Transport,
+        timeout: float | None = None,
+        *,
+        observe: rpc.RpcObserver | None = None,
+    ) -> None:
         self.client = rpc.get_client(
             transport, rpc.CONDUCTOR_TOPIC, version=self.RPC_API_VERSION, timeout=timeout
         )
+        self._observe = observe
 
     def _call(self, method: str, version: str = "1.0", **kwargs: Any) -> Any:
-        # A request id per call: it appears in the conductor's log lines.
+        # A request id per call: every conductor log line of the call carries
+        # it (see conductor.rpc._ExpectedErrors).
         ctxt = {"request_id": f"req-{uuid.uuid4()}"}
-        return self.client.prepare(version=version).call(ctxt, method, **kwargs)
+        client = self.client.prepare(version=version)
+        if self._observe is None:
+            return client.call(ctxt, method, **kwargs)
+        with rpc.observed(self._observe, method):
+            return client.call(ctxt, method, **kwargs)
 
     # -- nodes -----------------------------------------------------------------
 

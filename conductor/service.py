@@ -18,6 +18,7 @@ from oslo_config import cfg
 from compute_agent.rpcapi import ComputeAPI
 from conductor import rpc, systemd
 from conductor.builds import BuildWorkers
+from conductor.conf.metrics import CONDUCTOR_PORT
 from conductor.coordination import membership_from_conf
 from conductor.db import migration
 from conductor.db.engine import Database, database_from_conf
@@ -27,6 +28,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.exception import ConfigurationError
 from conductor.fleet_view import FleetView
+from conductor.metrics import ConductorMetrics, MetricsServer
 from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
 
@@ -48,10 +50,13 @@ class ConductorService:
         self._transport: Any = None
         self._builds: BuildWorkers | None = None
         self._membership: Any = None
+        self.metrics = ConductorMetrics(conf.host)
+        self.metrics_server = MetricsServer(self.metrics.registry)
 
     def run(self) -> None:
         """Start serving; return after :meth:`terminate`."""
         conf = self.conf
+        self.metrics_server.start(conf, CONDUCTOR_PORT, conf.host)
         self.db = db = database_from_conf(conf)
         current, head = migration.current_version(db), migration.head_version()
         if current != head:
@@ -63,9 +68,14 @@ class ConductorService:
             )
         self.fleet = fleet = FleetView(db)
         self._membership = membership_from_conf(
-            conf, join=False, member_id=f"conductor.{conf.host}", on_change=fleet.on_change
+            conf,
+            join=False,
+            member_id=f"conductor.{conf.host}",
+            on_change=fleet.on_change,
+            on_state_change=lambda _old, new: self.metrics.membership_state(new),
         )
         fleet.attach(self._membership)
+        fleet.add_listener(self.metrics.ring_members)
         scheduler = Scheduler.from_conf(db, conf)
         self._transport = rpc.get_transport(conf)
         self._builds = BuildWorkers(
@@ -74,8 +84,9 @@ class ConductorService:
             fleet,
             workers=conf.conductor.workers,
             max_attempts=lambda: int(conf.conductor.max_attempts),
+            metrics=self.metrics,
         )
-        compute = ComputeAPI(self._transport)
+        compute = ComputeAPI(self._transport, observe=self.metrics.rpc_made)
         self._builds.set_router(
             AgentRouter(
                 db,
@@ -93,7 +104,13 @@ class ConductorService:
                 db, fleet, lambda: float(conf.conductor.rehome_grace), results=self._builds
             ),
         ]
-        self._server = rpc.get_server(self._transport, rpc.CONDUCTOR_TOPIC, conf.host, endpoints)
+        self._server = rpc.get_server(
+            self._transport,
+            rpc.CONDUCTOR_TOPIC,
+            conf.host,
+            endpoints,
+            observe=self.metrics.rpc_served,
+        )
         self._membership.start()
         if not self._membership.wait_connected(timeout=self._membership.ttl):
             LOG.warning(
@@ -101,6 +118,7 @@ class ConductorService:
                 "(claims wait for it)",
                 conf.host,
             )
+        self.metrics.membership_state(self._membership.state)
         self._builds.start()
         self._server.start()
         sweeper = threading.Thread(target=self._sweep_loop, name="build-sweeper", daemon=True)
@@ -139,6 +157,7 @@ class ConductorService:
             self._transport.cleanup()
         if self.db is not None:
             self.db.dispose()
+        self.metrics_server.stop()
         self._stopped.set()
         LOG.info("Conductor %s stopped", self.conf.host)
 

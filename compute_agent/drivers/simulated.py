@@ -149,7 +149,9 @@ class SimulatedDriver(ComputeDriver):
                     # is left for its next owner to clean.
                     reason = f"aborted before {step!r}: {type(exc).__name__}: {exc}"
                     self._update(node.uuid, provision_state=ProvisionState.ERROR, last_error=reason)
-                    LOG.warning("Deploy on node %s %s", node.uuid, reason)
+                    LOG.warning(
+                        "Deploy of instance %s on node %s %s", ctx.instance_uuid, node.uuid, reason
+                    )
                     raise
                 self._record(ctx, "deploy_step", step=step)
                 if step in ("power on", "rebooting"):
@@ -192,7 +194,12 @@ class SimulatedDriver(ComputeDriver):
                 last_error=None,
             )
             self._record(ctx, "destroy_done")
-            LOG.info("Destroyed and cleaned node %s at epoch %d", node.uuid, ctx.epoch)
+            LOG.info(
+                "Destroyed instance %s and cleaned node %s at epoch %d",
+                ctx.instance_uuid,
+                node.uuid,
+                ctx.epoch,
+            )
 
     def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:
         target = validate_power_target(target)

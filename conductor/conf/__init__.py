@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import conductor, coordination, database, default, ring, scheduler
+from conductor.conf import (
+    conductor,
+    coordination,
+    database,
+    default,
+    metrics,
+    ring,
+    scheduler,
+)
 
 __all__ = ["register_opts"]
 
@@ -19,5 +27,6 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conductor.register_opts(conf)
     coordination.register_opts(conf)
     database.register_opts(conf)
+    metrics.register_opts(conf)
     ring.register_opts(conf)
     scheduler.register_opts(conf)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import conductor, coordination, database, default, ring, scheduler
+from conductor.conf import (
+    conductor,
+    coordination,
+    database,
+    default,
+    metrics,
+    ring,
+    scheduler,
+)
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -14,6 +22,7 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
         (conductor.group, list(conductor.opts)),
         (coordination.group, list(coordination.opts)),
         (database.group, list(database.opts)),
+        (metrics.group, list(metrics.opts)),
         (ring.group, list(ring.opts)),
         (scheduler.group, list(scheduler.opts)),
     ]

@@ -130,21 +130,22 @@ class Fleet:
         self.api, self._transport = client(transport_url)
         self.db = Database(db_url)
 
-    def _spawn(self, module: str, name: str) -> Proc:
+    def _spawn(self, module: str, name: str, extra: str = "") -> Proc:
+        """Start a daemon; ``extra`` is appended to its config file (whole groups)."""
         config = self.workdir / f"{name}.conf"
         log = self.workdir / f"{name}.log"
-        config.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {log}\n{self.common}")
+        config.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {log}\n{self.common}{extra}")
         proc = Proc(module, config, log, name).start()
         self.procs[name] = proc
         return proc
 
-    def conductor(self, name: str = "cond-1") -> Proc:
-        proc = self._spawn("conductor.cmd.conductor", name)
+    def conductor(self, name: str = "cond-1", extra: str = "") -> Proc:
+        proc = self._spawn("conductor.cmd.conductor", name, extra)
         proc.wait_log("serving topic")
         return proc
 
-    def agent(self, name: str, wait: bool = True) -> Proc:
-        proc = self._spawn("compute_agent.cmd.agent", name)
+    def agent(self, name: str, wait: bool = True, extra: str = "") -> Proc:
+        proc = self._spawn("compute_agent.cmd.agent", name, extra)
         if wait:
             proc.wait_log("serving topic")
         return proc

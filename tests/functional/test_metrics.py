@@ -1,0 +1,119 @@
+"""Metrics endpoints of real processes: agents and a conductor on real servers.
+
+Each daemon serves its metrics on 127.0.0.1 with a port the system picks
+(``[metrics] port = 0``), found in its log; the test scrapes them as
+Prometheus would and checks what the fleet did shows up there.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.dbutil import migrated
+from tests.functional.fleet_harness import Fleet, Proc, wait_for
+
+NODES = 40
+METRICS = "[metrics]\nenabled = true\nlisten_address = 127.0.0.1\nport = 0\n"
+
+
+def _port(proc: Proc) -> int:
+    found = wait_for(
+        lambda: re.search(r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics", proc.log()),
+        30,
+        f"{proc.name} logs its metrics port",
+    )
+    return int(found.group(1))
+
+
+def _samples(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _value(port: int, name: str, **labels: str) -> float | None:
+    return _samples(port).get((name, frozenset(labels.items())))
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Iterator[Fleet]:
+    migrated(pg_url).dispose()
+    f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    try:
+        f.conductor(extra=METRICS)
+        f.api.import_nodes(
+            [{"name": f"mnode-{i:03d}", "resource_class": "baremetal"} for i in range(NODES)]
+        )
+        f.api.create_flavor({"name": "small", "resource_class": "baremetal"})
+        yield f
+        assert f.fencing_violations() == []
+    finally:
+        f.close()
+
+
+def test_agent_metrics_show_owned_nodes_and_a_connected_membership(fleet: Fleet) -> None:
+    agents = {name: fleet.agent(name, extra=METRICS) for name in ("magent-1", "magent-2")}
+    ports = {name: _port(proc) for name, proc in agents.items()}
+    assert len(set(ports.values())) == 2  # one endpoint each, on one host
+
+    def owned(name: str) -> float:
+        # Summed over the node groups (these nodes are all in the default one).
+        return sum(
+            v
+            for (metric, labels), v in _samples(ports[name]).items()
+            if metric == "ringfleet_agent_nodes_owned" and ("host", name) in labels
+        )
+
+    # Both agents own their share, and between them every node.
+    wait_for(
+        lambda: all(owned(n) > 0 for n in ports) and sum(owned(n) for n in ports) == NODES,
+        60,
+        "every node owned, by both agents",
+    )
+    for name, port in ports.items():
+        assert _value(port, "ringfleet_membership_state", host=name, state="connected") == 1
+        assert _value(port, "ringfleet_membership_state", host=name, state="suspended") == 0
+        assert _value(port, "ringfleet_ring_members", host=name, group="*") == 2
+        granted = _value(port, "ringfleet_agent_claims_total", host=name, outcome="granted")
+        assert granted is not None and granted >= owned(name)
+        made = _value(
+            port,
+            "ringfleet_rpc_client_duration_seconds_count",
+            host=name,
+            method="claim_nodes",
+            outcome="ok",
+        )
+        assert made is not None and made >= 1
+    # Someone converged after the second agent joined (the join is a view change).
+    wait_for(
+        lambda: any(
+            (_value(p, "ringfleet_agent_convergence_seconds_count", host=n) or 0) >= 1
+            for n, p in ports.items()
+        ),
+        30,
+        "a convergence observed",
+    )
+
+    # A build through the conductor is counted there as active.
+    conductor_port = _port(fleet.procs["cond-1"])
+    [instance] = fleet.api.build_instances({"flavor": "small"})
+    wait_for(
+        lambda: fleet.api.show_instance(instance["uuid"])["vm_state"] == "active",
+        60,
+        "instance ACTIVE",
+    )
+    assert (
+        _value(conductor_port, "ringfleet_conductor_builds_total", host="cond-1", outcome="active")
+        == 1
+    )
+    assert _value(conductor_port, "ringfleet_ring_members", host="cond-1", group="*") == 2
