@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from conductor.conf.groups import register_group_opts
+
 group = cfg.OptGroup(
     "metrics",
     title="Metrics options",
@@ -64,5 +66,4 @@ opts = [
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(group)
-    conf.register_opts(opts, group=group)
+    register_group_opts(conf, group, opts)
