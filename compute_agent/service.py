@@ -180,6 +180,8 @@ class AgentService:
             thread.join(10)
         if self._transport is not None:
             self._transport.cleanup()
+        # A dead process serves no metrics either.
+        self.metrics_server.stop()
 
     def reload(self) -> None:
         systemd.notify("RELOADING=1")
