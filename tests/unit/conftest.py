@@ -1,0 +1,36 @@
+"""Fixtures shared by the unit tests."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Undo what a command run in-process did to the process's logging.
+
+    cliff's ``App.run`` configures logging for a whole process: it adds
+    handlers to the root logger bound to the test's captured stderr and sets
+    library log levels.  Left in place, the handlers outlive the capture and
+    a later test's background thread (a membership watcher logging a state
+    change) hits "I/O operation on closed file".
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {
+        name: logger.level
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+    for name, logger in logging.root.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger):
+            logger.setLevel(levels.get(name, logging.NOTSET))
