@@ -20,11 +20,12 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from conductor.db import allocations, flavors, instances, nodes
+from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.exception import (
     Conflict,
+    FlavorNotFound,
     NotFound,
     NoValidNode,
     RingfleetError,
@@ -142,13 +143,15 @@ class BuildWorkers:
 
     def _build(self, instance_uuid: str) -> None:
         try:
-            instance = instances.get_instance(self._db, instance_uuid)
+            instance, flavor = instances.get_build(self._db, instance_uuid)
         except NotFound:
             return
         if instance.vm_state is not VmState.BUILDING or instance.node_uuid is not None:
             return
         try:
-            flavor = flavors.get_flavor(self._db, instance.flavor)
+            if flavor is None:
+                raise FlavorNotFound(instance.flavor)
+            # Allocating also sets the task state to spawning (one transaction).
             node, claim = self._scheduler.select_and_allocate(
                 flavor,
                 instance.uuid,
@@ -170,13 +173,6 @@ class BuildWorkers:
         except RingfleetError as exc:
             self._fail(instance, str(exc))
             return
-        instances.set_state(
-            self._db,
-            instance.uuid,
-            expected=[VmState.BUILDING],
-            vm_state=VmState.BUILDING,
-            task_state=TaskState.SPAWNING,
-        )
         LOG.info(
             "Instance %s allocated to node %s of agent %s (epoch %d)",
             instance.uuid,
@@ -293,12 +289,16 @@ class BuildWorkers:
         another node until ``max_attempts``; then the instance is ERROR with
         the fault of every attempt.
         """
+        if success and allocations.complete(
+            self._db, node_uuid, instance_uuid, owner=host, epoch=epoch
+        ):
+            # The usual case in one transaction: fenced and completed.
+            LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
+            return True
         if not self._is_current(host, node_uuid, epoch, instance_uuid, "build"):
             return False
         if success:
-            if allocations.complete(self._db, node_uuid, instance_uuid):
-                LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
-            elif instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
+            if instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
                 # Deleted while it was being built: it is deployed, so it is
                 # torn down now.
                 nodes.set_provision_state(self._db, node_uuid, ProvisionState.ACTIVE)

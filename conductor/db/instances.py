@@ -14,18 +14,20 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from conductor.db.engine import Database
+from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, utcnow
 from conductor.exception import DuplicateInstance, InstanceNotFound
-from conductor.objects import Instance, TaskState, VmState
+from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.validation import BuildRequest
 
 __all__ = [
     "building_on",
     "create_instances",
+    "get_build",
     "get_instance",
     "list_instances",
     "record_failed_attempt",
@@ -37,7 +39,17 @@ __all__ = [
 ]
 
 
-def to_instance(row: InstanceModel) -> Instance:
+# Core statements built once: reading and storing instances is on the path of
+# every build, and the ORM's per-call work cost more than the SQL.
+_INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
+_INSTANCE_BY_UUID = select(_INSTANCES).where(_INSTANCES.c.uuid == bindparam("uuid"))
+_INSTANCES_BY_UUIDS = select(_INSTANCES).where(
+    _INSTANCES.c.uuid.in_(bindparam("uuids", expanding=True))
+)
+_INSERT_INSTANCE = insert(_INSTANCES)
+
+
+def to_instance(row: InstanceModel | Row[Any]) -> Instance:
     return Instance(
         uuid=row.uuid,
         name=row.name,
@@ -73,13 +85,11 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
         flavor (a different request reusing an id).
     """
     uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
+    names = _names(request, uuids)
     try:
-        with db.transaction() as session:
+        with db.engine.begin() as connection:
             existing = {
-                row.uuid: row
-                for row in session.scalars(
-                    select(InstanceModel).where(InstanceModel.uuid.in_(uuids))
-                )
+                row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})
             }
             if existing:
                 # A retry of the same request returns what was stored; any
@@ -92,7 +102,7 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                         len(existing) == len(uuids)
                         and row.flavor == request.flavor
                         and row.group_hint == request.group
-                        and row.name == _names(request, uuids)[index]
+                        and row.name == names[index]
                     )
                     if not same:
                         raise DuplicateInstance(
@@ -103,23 +113,40 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                         )
                 return [to_instance(existing[u]) for u in uuids], False
             now = utcnow()
-            rows = [
-                InstanceModel(
+            stored = [
+                Instance(
                     uuid=u,
                     name=name,
                     flavor=request.flavor,
-                    vm_state=VmState.BUILDING.value,
-                    task_state=TaskState.SCHEDULING.value,
+                    vm_state=VmState.BUILDING,
+                    task_state=TaskState.SCHEDULING,
                     group_hint=request.group,
                     attempts=0,
+                    tried_nodes=(),
                     created_at=now,
                     updated_at=now,
                 )
-                for u, name in zip(uuids, _names(request, uuids), strict=True)
+                for u, name in zip(uuids, names, strict=True)
             ]
-            session.add_all(rows)
-            session.flush()
-            return [to_instance(r) for r in rows], True
+            connection.execute(
+                _INSERT_INSTANCE,
+                [
+                    {
+                        "uuid": i.uuid,
+                        "name": i.name,
+                        "flavor": i.flavor,
+                        "vm_state": i.vm_state.value,
+                        "task_state": TaskState.SCHEDULING.value,
+                        "group_hint": i.group_hint,
+                        "attempts": 0,
+                        "tried_nodes": [],
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for i in stored
+                ],
+            )
+            return stored, True
     except IntegrityError:
         # A concurrent identical request won: it is stored once either way.
         return create_instances(db, request)
@@ -127,13 +154,26 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
 
 def get_instance(db: Database, instance_uuid: str) -> Instance:
     """:raises InstanceNotFound:"""
-    with db.transaction() as session:
-        row = session.scalars(
-            select(InstanceModel).where(InstanceModel.uuid == instance_uuid)
-        ).first()
+    with db.read() as connection:
+        row = connection.execute(_INSTANCE_BY_UUID, {"uuid": instance_uuid}).first()
+    if row is None:
+        raise InstanceNotFound(instance_uuid)
+    return to_instance(row)
+
+
+def get_build(db: Database, instance_uuid: str) -> tuple[Instance, Flavor | None]:
+    """An instance and its flavor (``None`` if the flavor is gone), in one read.
+
+    What a build worker needs to schedule a stored request.
+
+    :raises InstanceNotFound:
+    """
+    with db.read() as connection:
+        row = connection.execute(_INSTANCE_BY_UUID, {"uuid": instance_uuid}).first()
         if row is None:
             raise InstanceNotFound(instance_uuid)
-        return to_instance(row)
+        flavor = connection.execute(FLAVOR_BY_NAME, {"name": row.flavor}).first()
+    return to_instance(row), None if flavor is None else to_flavor(flavor)
 
 
 def list_instances(
