@@ -21,6 +21,7 @@ from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import ActionContext, load_driver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
+from compute_agent.reporting import BuildReporter
 from conductor import rpc, systemd
 from conductor.coordination import membership_from_conf
 from conductor.objects import Node
@@ -50,6 +51,7 @@ class AgentService:
         self.membership: Any = None
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
+        self._reporter: BuildReporter | None = None
         self._terminating = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -73,8 +75,15 @@ class AgentService:
             claim_batch=agent_conf.claim_batch,
             busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
         )
+        self._reporter = BuildReporter(self.host, conductor)
+        self._reporter.start()
         self.actions = NodeActions(
-            self.host, driver, self.ownership, conductor, suspend_wait=self.membership.ttl
+            self.host,
+            driver,
+            self.ownership,
+            conductor,
+            suspend_wait=self.membership.ttl,
+            report=self._reporter.report,
         )
         self._driver, self._conductor = driver, conductor
         endpoint = ComputeEndpoint(
@@ -122,6 +131,10 @@ class AgentService:
             LOG.warning(
                 "Agent %s leaves with %d actions still running", self.host, self.actions.in_flight()
             )
+        if self._reporter is not None and not self._reporter.stop(
+            self.conf.compute_agent.conductor_timeout
+        ):
+            LOG.warning("Agent %s leaves with build results not yet delivered", self.host)
         if drain and self.ownership is not None and self.membership.view is not None:
             self.ownership.drain(self.membership.view)
         if drain and self._server is not None:

@@ -13,6 +13,7 @@ API version history:
   (fleet_status, drain_agent), agents (claim_nodes, release_nodes, transfer_nodes,
   owned_nodes, list_node_uuids, report_node_states, report_build_result,
   report_destroy_result).
+* 1.1 - report_build_results: several build results of one agent in one call.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class ConductorAPI:
     :param timeout: seconds to wait for a reply (``MessagingTimeout`` after).
     """
 
-    RPC_API_VERSION = "1.0"
+    RPC_API_VERSION = "1.1"
 
     def __init__(self, transport: messaging.Transport, timeout: float | None = None) -> None:
         self.client = rpc.get_client(
@@ -167,6 +168,12 @@ class ConductorAPI:
             success=success,
             fault=fault,
             node_clean=node_clean,
+        )
+
+    def report_build_results(self, host: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """Since 1.1: ``results`` as the keyword arguments of report_build_result."""
+        return self._call(  # type: ignore[no-any-return]
+            "report_build_results", version="1.1", host=host, results=results
         )
 
     def report_destroy_result(
