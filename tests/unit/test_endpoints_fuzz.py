@@ -385,6 +385,29 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
             {"fault": fuzz(st.text(max_size=50)), "node_clean": fuzz(st.booleans())},
         ),
     ),
+    "report_build_results": (
+        "agents",
+        kwargs(
+            {
+                "host": fuzz(HOST),
+                "results": fuzz(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                **{k: v for k, v in RESULT.items() if k != "host"},
+                                "node_uuid": fuzz(RESULT_NODE),
+                            },
+                            optional={
+                                "fault": fuzz(st.text(max_size=50)),
+                                "node_clean": fuzz(st.booleans()),
+                            },
+                        ),
+                        max_size=3,
+                    )
+                ),
+            }
+        ),
+    ),
     "report_destroy_result": (
         "agents",
         kwargs({**RESULT, "node_uuid": fuzz(RESULT_NODE)}, {"fault": fuzz(st.text(max_size=50))}),
