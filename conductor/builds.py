@@ -17,7 +17,7 @@ import datetime
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from conductor.db import allocations, instances, nodes
@@ -32,7 +32,15 @@ from conductor.exception import (
     ServiceUnavailable,
 )
 from conductor.fleet_view import FleetView
-from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
+from conductor.objects import (
+    Flavor,
+    Instance,
+    Node,
+    Ownership,
+    ProvisionState,
+    TaskState,
+    VmState,
+)
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildWorkers", "Router"]
@@ -40,6 +48,9 @@ __all__ = ["BuildWorkers", "Router"]
 LOG = logging.getLogger(__name__)
 
 _STOP = object()
+
+# An instance as build_instances just stored it, and its flavor.
+_Stored = tuple[Instance, Flavor]
 
 
 class Router(Protocol):
@@ -70,7 +81,8 @@ class BuildWorkers:
         self._fleet = fleet
         self._router = router
         self._max_attempts = max_attempts
-        self._queue: queue.Queue[tuple[str, str] | object] = queue.Queue()
+        # (action, instance uuid, what build_instances just stored, if known)
+        self._queue: queue.Queue[tuple[str, str, _Stored | None] | object] = queue.Queue()
         # (instance, node, attempt) already re-routed once by the sweeper
         self._swept: set[tuple[str, str | None, int]] = set()
         self._threads = [
@@ -95,7 +107,7 @@ class BuildWorkers:
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
         self.submit(waiting)
         for uuid in placed:
-            self._queue.put(("route", uuid))  # the agent de-duplicates
+            self._queue.put(("route", uuid, None))  # the agent de-duplicates
         for instance in deleting:
             self.delete(instance.uuid)
         if building or deleting:
@@ -109,10 +121,19 @@ class BuildWorkers:
 
     def submit(self, instance_uuids: list[str]) -> None:
         for uuid in instance_uuids:
-            self._queue.put(("build", uuid))
+            self._queue.put(("build", uuid, None))
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        """Queue instances just stored, as stored: the worker need not read them again.
+
+        Safe however stale the copy gets in the queue: the allocation is a
+        compare-and-swap on the instance still building without a node.
+        """
+        for instance in stored:
+            self._queue.put(("build", instance.uuid, (instance, flavor)))
 
     def delete(self, instance_uuid: str) -> None:
-        self._queue.put(("delete", instance_uuid))
+        self._queue.put(("delete", instance_uuid, None))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work; what is still queued stays stored for the next start."""
@@ -130,10 +151,10 @@ class BuildWorkers:
             if item is _STOP:
                 return
             assert isinstance(item, tuple)
-            action, uuid = item
+            action, uuid, stored = item
             try:
                 if action == "build":
-                    self._build(uuid)
+                    self._build(uuid, stored)
                 elif action == "route":
                     self._reroute(uuid)
                 else:
@@ -141,11 +162,15 @@ class BuildWorkers:
             except Exception:  # a worker must survive one bad request
                 LOG.exception("Instance %s: %s failed", uuid, action)
 
-    def _build(self, instance_uuid: str) -> None:
-        try:
-            instance, flavor = instances.get_build(self._db, instance_uuid)
-        except NotFound:
-            return
+    def _build(self, instance_uuid: str, stored: _Stored | None = None) -> None:
+        flavor: Flavor | None
+        if stored is not None:
+            instance, flavor = stored
+        else:
+            try:
+                instance, flavor = instances.get_build(self._db, instance_uuid)
+            except NotFound:
+                return
         if instance.vm_state is not VmState.BUILDING or instance.node_uuid is not None:
             return
         try:
@@ -184,7 +209,7 @@ class BuildWorkers:
             self._router.route(instance, node, claim)
 
     def _retry_later(self, instance_uuid: str, delay: float = 2.0, action: str = "build") -> None:
-        timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid)))
+        timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid, None)))
         timer.daemon = True
         timer.start()
 
@@ -225,7 +250,7 @@ class BuildWorkers:
             elif (key := (instance.uuid, instance.node_uuid, instance.attempts)) not in self._swept:
                 self._swept.add(key)
                 instances.touch(self._db, instance.uuid)
-                self._queue.put(("route", instance.uuid))
+                self._queue.put(("route", instance.uuid, None))
             else:
                 self._swept.discard(key)
                 LOG.warning(
@@ -265,7 +290,7 @@ class BuildWorkers:
                 instance.uuid,
                 instance.node_uuid,
             )
-            self._queue.put(("route", instance.uuid))
+            self._queue.put(("route", instance.uuid, None))
 
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)

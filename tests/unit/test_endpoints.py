@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from conductor.exception import (
     ServiceUnavailable,
 )
 from conductor.fleet_view import FleetView
-from conductor.objects import Instance, Node, Ownership
+from conductor.objects import Flavor, Instance, Node, Ownership
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
@@ -63,6 +63,9 @@ class RecordingQueue:
 
     def submit(self, instance_uuids: list[str]) -> None:
         self.submitted.append(list(instance_uuids))
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        self.submit([i.uuid for i in stored])
 
     def delete(self, instance_uuid: str) -> None:
         self.deleted.append(instance_uuid)
