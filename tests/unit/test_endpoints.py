@@ -1273,6 +1273,33 @@ def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
     assert (node["provision_state"], node["power_state"]) == ("manageable", "power off")
 
 
+def test_report_node_states_of_many_nodes_touches_only_the_changed(env: Env) -> None:
+    env.live("agent-1")
+    uuids = add_nodes(env.db, 1200)  # more than one read chunk
+    epochs = _claim(env, "agent-1", uuids)
+    before = {u: env.node(u)["updated_at"] for u in uuids}
+    time.sleep(0.01)  # (a changed row gets a later timestamp)
+    changed = set(uuids[::250])
+    out = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[
+            {
+                "node_uuid": u,
+                "epoch": epochs[u],
+                "power_state": "power on" if u in changed else "power off",
+                "provision_state": "available",
+            }
+            for u in uuids
+        ],
+    )
+    assert out == {"accepted": 1200, "stale": []}
+    for u in uuids:
+        node = env.node(u)
+        assert node["power_state"] == ("power on" if u in changed else "power off")
+        assert (node["updated_at"] != before[u]) == (u in changed)
+
+
 @pytest.mark.parametrize(
     ("states", "fields"),
     [
