@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from conductor.db.engine import Database
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, utcnow
-from conductor.exception import DuplicateInstance, InstanceNotFound
+from conductor.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
 from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.validation import BuildRequest
 
@@ -32,6 +32,7 @@ __all__ = [
     "list_instances",
     "record_failed_attempt",
     "set_state",
+    "store_build_request",
     "stuck_builds",
     "stuck_deletes",
     "to_instance",
@@ -84,10 +85,36 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
     :raises DuplicateInstance: when a client-chosen uuid exists with another
         flavor (a different request reusing an id).
     """
+    _flavor, stored, created = _store(db, request, with_flavor=False)
+    return stored, created
+
+
+def store_build_request(db: Database, request: BuildRequest) -> tuple[Flavor, list[Instance], bool]:
+    """:func:`create_instances` for a flavor that must exist, in one transaction.
+
+    Returns the flavor too (what the build workers schedule with).
+
+    :raises FlavorNotFound: before anything is stored
+    :raises DuplicateInstance: as :func:`create_instances`
+    """
+    flavor, stored, created = _store(db, request, with_flavor=True)
+    assert flavor is not None
+    return flavor, stored, created
+
+
+def _store(
+    db: Database, request: BuildRequest, *, with_flavor: bool
+) -> tuple[Flavor | None, list[Instance], bool]:
     uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
     names = _names(request, uuids)
+    flavor: Flavor | None = None
     try:
         with db.engine.begin() as connection:
+            if with_flavor:
+                row = connection.execute(FLAVOR_BY_NAME, {"name": request.flavor}).first()
+                if row is None:
+                    raise FlavorNotFound(request.flavor)
+                flavor = to_flavor(row)
             existing = {
                 row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})
             }
@@ -111,7 +138,7 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                             index=index,
                             reason="instance id used by another build request",
                         )
-                return [to_instance(existing[u]) for u in uuids], False
+                return flavor, [to_instance(existing[u]) for u in uuids], False
             now = utcnow()
             stored = [
                 Instance(
@@ -146,10 +173,10 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                     for i in stored
                 ],
             )
-            return stored, True
+            return flavor, stored, True
     except IntegrityError:
         # A concurrent identical request won: it is stored once either way.
-        return create_instances(db, request)
+        return _store(db, request, with_flavor=with_flavor)
 
 
 def get_instance(db: Database, instance_uuid: str) -> Instance:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
-from conductor.db import flavors, instances
+from conductor.db import instances
 from conductor.db.engine import Database
 from conductor.endpoints import payload
 from conductor.exception import FieldError, InvalidInput
@@ -53,8 +53,8 @@ class InstancesEndpoint:
         returns the instances stored the first time.
         """
         build = validate_build_request(request)
-        flavor = flavors.get_flavor(self._db, build.flavor)  # FlavorNotFound before storing
-        stored, created = instances.create_instances(self._db, build)
+        # FlavorNotFound before anything is stored; one transaction.
+        flavor, stored, created = instances.store_build_request(self._db, build)
         if created:
             LOG.info(
                 "Build request %s: %d x %s stored",
