@@ -427,7 +427,14 @@ class BuildWorkers:
         return True
 
     def _fail(self, instance: Instance, fault: str) -> None:
-        instances.record_failed_attempt(self._db, instance.uuid, fault)
+        # Only while it is still building: the copy scheduled may be older
+        # than a delete (a queued copy is not read again).
+        if (
+            instances.record_failed_attempt(self._db, instance.uuid, fault, building_only=True)
+            is None
+        ):
+            LOG.info("Instance %s is no longer building; not failed: %s", instance.uuid, fault)
+            return
         instances.set_state(
             self._db,
             instance.uuid,

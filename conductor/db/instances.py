@@ -256,12 +256,18 @@ def set_state(
 
 
 def record_failed_attempt(
-    db: Database, instance_uuid: str, fault: str, node_uuid: str | None = None
-) -> int:
+    db: Database,
+    instance_uuid: str,
+    fault: str,
+    node_uuid: str | None = None,
+    *,
+    building_only: bool = False,
+) -> int | None:
     """Count a failed build attempt and append its fault; the attempts so far.
 
     ``node_uuid``, the node it failed on, is remembered so that a reschedule
-    goes elsewhere.
+    goes elsewhere.  With ``building_only``, an instance no longer
+    ``building`` (deleted meanwhile) is left alone and ``None`` returned.
     """
     with db.transaction() as session:
         row = session.scalars(
@@ -269,6 +275,8 @@ def record_failed_attempt(
         ).first()
         if row is None:
             raise InstanceNotFound(instance_uuid)
+        if building_only and row.vm_state != VmState.BUILDING.value:
+            return None
         row.attempts += 1
         if node_uuid is not None:
             row.tried_nodes = [*(row.tried_nodes or []), node_uuid]
