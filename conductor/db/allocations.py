@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, case, select, update
 
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
@@ -154,7 +154,20 @@ def free(
         session.execute(
             update(InstanceModel)
             .where(InstanceModel.uuid == instance_uuid, InstanceModel.node_uuid == node_uuid)
-            .values(node_uuid=None, host=None, updated_at=now)
+            .values(
+                node_uuid=None,
+                host=None,
+                # A build that loses its node waits for another one again
+                # (the allocation had made it spawning).
+                task_state=case(
+                    (
+                        InstanceModel.vm_state == VmState.BUILDING.value,
+                        TaskState.SCHEDULING.value,
+                    ),
+                    else_=InstanceModel.task_state,
+                ),
+                updated_at=now,
+            )
             .execution_options(synchronize_session=False)
         )
         return True
