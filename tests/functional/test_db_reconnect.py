@@ -18,14 +18,14 @@ from conductor.db.engine import Database
 
 
 def test_dead_pooled_connections_are_replaced_after_a_restart(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ctl = os.environ.get("RINGFLEET_TEST_CTL")
     if not ctl:
         pytest.skip("RINGFLEET_TEST_CTL is unset (run through tools/with-test-servers.sh)")
     # Every checkout counts as idle: the test need not wait out the threshold.
     monkeypatch.setattr(engine, "_PING_IDLE_S", 0.0)
-    db = Database(pg_url, pool_size=3)
+    db = Database(database_url, pool_size=3)
     try:
         with db.read() as a, db.read() as b, db.read() as c:  # three pooled connections
             pids = {conn.execute(text("SELECT pg_backend_pid()")).scalar() for conn in (a, b, c)}
