@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import oslo_messaging as messaging
+import psutil
 from oslo_config import cfg
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
@@ -471,7 +472,10 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
             reconcile_interval=args.reconcile_interval,
             action_log=action_log,
         )
-        daemons = [Daemon("conductor.cmd.conductor", CONDUCTOR, workdir, common)]
+        daemons = [
+            Daemon("conductor.cmd.conductor", _conductor_name(i, args.conductors), workdir, common)
+            for i in range(args.conductors)
+        ]
         daemons += [Daemon("compute_agent.cmd.agent", name, workdir, common) for name in AGENTS]
         stack.callback(stop_all, daemons, log)
         try:
@@ -496,13 +500,18 @@ def _measure(
     workdir: Path,
 ) -> dict[str, Any]:
     started = time.monotonic()
-    log(f"starting 1 conductor and {len(AGENTS)} agents (logs in {workdir})")
-    # The conductor first: an agent's first call to a conductor topic nobody
+    conductors = daemons[: args.conductors]
+    agent_daemons = daemons[args.conductors :]
+    log(f"starting {len(conductors)} conductor(s) and {len(AGENTS)} agents (logs in {workdir})")
+    # The conductors first: an agent's first call to a conductor topic nobody
     # consumes yet is dropped and waits for its whole timeout (30 s).
-    daemons[0].start().wait_serving(90)
-    for daemon in daemons[1:]:
+    for daemon in conductors:
         daemon.start()
-    for daemon in daemons[1:]:
+    for daemon in conductors:
+        daemon.wait_serving(90)
+    for daemon in agent_daemons:
+        daemon.start()
+    for daemon in agent_daemons:
         daemon.wait_serving(90)
     transport = _transport(args.transport_url)
     try:
@@ -532,8 +541,13 @@ def _measure(
         log(f"routing latency: {args.latency_requests} sequential one-instance builds")
         routing = routing_latency(api, db, action_log, args.latency_requests, args.latency_interval)
         log(f"throughput: {args.builds} builds, {args.clients} clients, {args.batch} per request")
+        cpu_before = _cpu_seconds(daemons)
         rate = throughput(args.transport_url, db, args.builds, args.batch, args.clients)
-        victim = daemons[1 + len(AGENTS) // 2]
+        cpu_after = _cpu_seconds(daemons)
+        rate["cpu_ms_per_build"] = {
+            role: (cpu_after[role] - cpu_before[role]) * 1000 / args.builds for role in cpu_before
+        }
+        victim = agent_daemons[len(AGENTS) // 2]
         log(f"failover: kill -9 of {victim.name}")
         fail = failover(db, victim, agents - {victim.name}, args.ttl, args.ttl + 30)
         violations = _fencing(action_log)
@@ -554,7 +568,7 @@ def _measure(
             "conductor_workers": args.conductor_workers,
             "reconcile_interval_s": args.reconcile_interval,
             "rehome_grace_s": 0.0,
-            "conductors": 1,
+            "conductors": args.conductors,
             "agents": len(AGENTS),
             "deploy_time_s": 0.0,
         },
@@ -578,6 +592,21 @@ def _measure(
     }
     report["goals"] = _goals(report["results"])
     return report
+
+
+def _conductor_name(index: int, count: int) -> str:
+    return CONDUCTOR if count == 1 else f"{CONDUCTOR}-{index}"
+
+
+def _cpu_seconds(daemons: Sequence[Daemon]) -> dict[str, float]:
+    """User + system CPU used so far by the conductors and by the agents (s)."""
+    used = {"conductors": 0.0, "agents": 0.0}
+    for daemon in daemons:
+        assert daemon.proc is not None
+        times = psutil.Process(daemon.proc.pid).cpu_times()
+        role = "agents" if daemon.module.startswith("compute_agent") else "conductors"
+        used[role] += times.user + times.system
+    return used
 
 
 def _fencing(action_log: Path) -> list[str]:
@@ -655,6 +684,8 @@ def format_report(report: dict[str, Any]) -> str:
         ("end-to-end builds/s", f"{rate['builds_per_s']:.1f}"),
         (f"  {rate['builds']} builds stored after (s)", f"{rate['stored_s']:.2f}"),
         (f"  {rate['builds']} builds ACTIVE after (s)", f"{rate['elapsed_s']:.2f}"),
+        ("  conductor CPU per build (ms)", f"{rate['cpu_ms_per_build']['conductors']:.2f}"),
+        ("  agent CPU per build (ms)", f"{rate['cpu_ms_per_build']['agents']:.2f}"),
         ("builds in ERROR", str(rate["errors"] + routing["errors"])),
         (
             f"failover, unpinned nodes (s) [{fail['nodes_owned']} nodes]",
@@ -669,7 +700,7 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     width = max(len(label) for label, _v in rows) + 2
     lines = [
-        "end-to-end benchmark: 1 conductor, "
+        f"end-to-end benchmark: {config['conductors']} conductor process(es), "
         f"{config['agents']} agent processes, {config['nodes']:,} nodes, deploy time 0, "
         f"RabbitMQ / etcd / PostgreSQL on this machine; Python {env['python']}, "
         f"{env['cpus']} CPUs; oslo.messaging {env['versions'].get('oslo.messaging')}",
@@ -752,6 +783,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_positive,
         default=8,
         help="[conductor] workers: build threads of the conductor (8, the default)",
+    )
+    parser.add_argument(
+        "--conductors",
+        type=_positive,
+        default=1,
+        help="conductor processes, active-active on the same topic and database (1)",
     )
     parser.add_argument("--db-url", default=env("RINGFLEET_TEST_DB_URL"))
     parser.add_argument("--transport-url", default=env("RINGFLEET_TEST_TRANSPORT_URL"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
@@ -36,8 +37,12 @@ class NodeActions:
         conductor: Any,
         *,
         suspend_wait: float = 10.0,
+        report: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._suspend_wait = suspend_wait
+        # Where build results go: a batching reporter in the service
+        # (compute_agent.reporting); without one, a call per result.
+        self._report = report
         self._host = host
         self._driver = driver
         self._ownership = ownership
@@ -226,16 +231,19 @@ class NodeActions:
         fault: str | None,
         clean: bool,
     ) -> None:
+        result = {
+            "instance_uuid": instance_uuid,
+            "node_uuid": node_uuid,
+            "epoch": epoch,
+            "success": success,
+            "fault": fault,
+            "node_clean": clean,
+        }
+        if self._report is not None:
+            self._report(result)
+            return
         try:
-            self._conductor.report_build_result(
-                self._host,
-                instance_uuid=instance_uuid,
-                node_uuid=node_uuid,
-                epoch=epoch,
-                success=success,
-                fault=fault,
-                node_clean=clean,
-            )
+            self._conductor.report_build_result(self._host, **result)
         except Exception as exc:  # the conductor's sweeper retries the build later
             LOG.warning(
                 "Instance %s: build result for node %s not delivered: %s",

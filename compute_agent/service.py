@@ -22,6 +22,7 @@ from compute_agent.drivers.base import ActionContext, load_driver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
+from compute_agent.reporting import BuildReporter
 from conductor import rpc, systemd
 from conductor.conf.metrics import AGENT_PORT
 from conductor.coordination import membership_from_conf
@@ -53,6 +54,7 @@ class AgentService:
         self.membership: Any = None
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
+        self._reporter: BuildReporter | None = None
         self._terminating = threading.Lock()
         self.metrics = AgentMetrics(self.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
@@ -82,8 +84,15 @@ class AgentService:
             busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
             metrics=self.metrics,
         )
+        self._reporter = BuildReporter(self.host, conductor)
+        self._reporter.start()
         self.actions = NodeActions(
-            self.host, driver, self.ownership, conductor, suspend_wait=self.membership.ttl
+            self.host,
+            driver,
+            self.ownership,
+            conductor,
+            suspend_wait=self.membership.ttl,
+            report=self._reporter.report,
         )
         self._driver, self._conductor = driver, conductor
         endpoint = ComputeEndpoint(
@@ -138,6 +147,10 @@ class AgentService:
             LOG.warning(
                 "Agent %s leaves with %d actions still running", self.host, self.actions.in_flight()
             )
+        if self._reporter is not None and not self._reporter.stop(
+            self.conf.compute_agent.conductor_timeout
+        ):
+            LOG.warning("Agent %s leaves with build results not yet delivered", self.host)
         if drain and self.ownership is not None and self.membership.view is not None:
             self.ownership.drain(self.membership.view)
         if drain and self._server is not None:

@@ -17,14 +17,15 @@ import datetime
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from conductor.db import allocations, flavors, instances, nodes
+from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.exception import (
     Conflict,
+    FlavorNotFound,
     NotFound,
     NoValidNode,
     RingfleetError,
@@ -32,7 +33,15 @@ from conductor.exception import (
 )
 from conductor.fleet_view import FleetView
 from conductor.metrics import ConductorMetrics
-from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
+from conductor.objects import (
+    Flavor,
+    Instance,
+    Node,
+    Ownership,
+    ProvisionState,
+    TaskState,
+    VmState,
+)
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildWorkers", "Router"]
@@ -40,6 +49,9 @@ __all__ = ["BuildWorkers", "Router"]
 LOG = logging.getLogger(__name__)
 
 _STOP = object()
+
+# An instance as build_instances just stored it, and its flavor.
+_Stored = tuple[Instance, Flavor]
 
 
 class Router(Protocol):
@@ -72,7 +84,8 @@ class BuildWorkers:
         self._fleet = fleet
         self._router = router
         self._max_attempts = max_attempts
-        self._queue: queue.Queue[tuple[str, str] | object] = queue.Queue()
+        # (action, instance uuid, what build_instances just stored, if known)
+        self._queue: queue.Queue[tuple[str, str, _Stored | None] | object] = queue.Queue()
         # (instance, node, attempt) already re-routed once by the sweeper
         self._swept: set[tuple[str, str | None, int]] = set()
         self._threads = [
@@ -97,7 +110,7 @@ class BuildWorkers:
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
         self.submit(waiting)
         for uuid in placed:
-            self._queue.put(("route", uuid))  # the agent de-duplicates
+            self._queue.put(("route", uuid, None))  # the agent de-duplicates
         for instance in deleting:
             self.delete(instance.uuid)
         if building or deleting:
@@ -111,10 +124,19 @@ class BuildWorkers:
 
     def submit(self, instance_uuids: list[str]) -> None:
         for uuid in instance_uuids:
-            self._queue.put(("build", uuid))
+            self._queue.put(("build", uuid, None))
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        """Queue instances just stored, as stored: the worker need not read them again.
+
+        Safe however stale the copy gets in the queue: the allocation is a
+        compare-and-swap on the instance still building without a node.
+        """
+        for instance in stored:
+            self._queue.put(("build", instance.uuid, (instance, flavor)))
 
     def delete(self, instance_uuid: str) -> None:
-        self._queue.put(("delete", instance_uuid))
+        self._queue.put(("delete", instance_uuid, None))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work; what is still queued stays stored for the next start."""
@@ -132,10 +154,10 @@ class BuildWorkers:
             if item is _STOP:
                 return
             assert isinstance(item, tuple)
-            action, uuid = item
+            action, uuid, stored = item
             try:
                 if action == "build":
-                    self._build(uuid)
+                    self._build(uuid, stored)
                 elif action == "route":
                     self._reroute(uuid)
                 else:
@@ -143,15 +165,21 @@ class BuildWorkers:
             except Exception:  # a worker must survive one bad request
                 LOG.exception("Instance %s: %s failed", uuid, action)
 
-    def _build(self, instance_uuid: str) -> None:
-        try:
-            instance = instances.get_instance(self._db, instance_uuid)
-        except NotFound:
-            return
+    def _build(self, instance_uuid: str, stored: _Stored | None = None) -> None:
+        flavor: Flavor | None
+        if stored is not None:
+            instance, flavor = stored
+        else:
+            try:
+                instance, flavor = instances.get_build(self._db, instance_uuid)
+            except NotFound:
+                return
         if instance.vm_state is not VmState.BUILDING or instance.node_uuid is not None:
             return
         try:
-            flavor = flavors.get_flavor(self._db, instance.flavor)
+            if flavor is None:
+                raise FlavorNotFound(instance.flavor)
+            # Allocating also sets the task state to spawning (one transaction).
             node, claim = self._scheduler.select_and_allocate(
                 flavor,
                 instance.uuid,
@@ -173,13 +201,6 @@ class BuildWorkers:
         except RingfleetError as exc:
             self._fail(instance, str(exc))
             return
-        instances.set_state(
-            self._db,
-            instance.uuid,
-            expected=[VmState.BUILDING],
-            vm_state=VmState.BUILDING,
-            task_state=TaskState.SPAWNING,
-        )
         LOG.info(
             "Instance %s allocated to node %s of agent %s (epoch %d)",
             instance.uuid,
@@ -191,7 +212,7 @@ class BuildWorkers:
             self._router.route(instance, node, claim)
 
     def _retry_later(self, instance_uuid: str, delay: float = 2.0, action: str = "build") -> None:
-        timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid)))
+        timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid, None)))
         timer.daemon = True
         timer.start()
 
@@ -232,7 +253,7 @@ class BuildWorkers:
             elif (key := (instance.uuid, instance.node_uuid, instance.attempts)) not in self._swept:
                 self._swept.add(key)
                 instances.touch(self._db, instance.uuid)
-                self._queue.put(("route", instance.uuid))
+                self._queue.put(("route", instance.uuid, None))
             else:
                 self._swept.discard(key)
                 LOG.warning(
@@ -272,7 +293,7 @@ class BuildWorkers:
                 instance.uuid,
                 instance.node_uuid,
             )
-            self._queue.put(("route", instance.uuid))
+            self._queue.put(("route", instance.uuid, None))
 
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)
@@ -296,13 +317,17 @@ class BuildWorkers:
         another node until ``max_attempts``; then the instance is ERROR with
         the fault of every attempt.
         """
+        if success and allocations.complete(
+            self._db, node_uuid, instance_uuid, owner=host, epoch=epoch
+        ):
+            # The usual case in one transaction: fenced and completed.
+            self._metrics.build_ended("active")
+            LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
+            return True
         if not self._is_current(host, node_uuid, epoch, instance_uuid, "build"):
             return False
         if success:
-            if allocations.complete(self._db, node_uuid, instance_uuid):
-                self._metrics.build_ended("active")
-                LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
-            elif instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
+            if instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
                 # Deleted while it was being built: it is deployed, so it is
                 # torn down now.
                 nodes.set_provision_state(self._db, node_uuid, ProvisionState.ACTIVE)
@@ -414,7 +439,14 @@ class BuildWorkers:
         return True
 
     def _fail(self, instance: Instance, fault: str) -> None:
-        instances.record_failed_attempt(self._db, instance.uuid, fault)
+        # Only while it is still building: the copy scheduled may be older
+        # than a delete (a queued copy is not read again).
+        if (
+            instances.record_failed_attempt(self._db, instance.uuid, fault, building_only=True)
+            is None
+        ):
+            LOG.info("Instance %s is no longer building; not failed: %s", instance.uuid, fault)
+            return
         instances.set_state(
             self._db,
             instance.uuid,

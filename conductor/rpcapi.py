@@ -18,6 +18,7 @@ API version history:
   ring), fleet_check (orphans, allocation mismatches, excluded peers);
   fleet_status replies also carry per-agent groups, in_flight, last_seen
   and ring_version, and excluded_agents.
+* 1.2 - report_build_results: several build results of one agent in one call.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class ConductorAPI:
     :param observe: told of every call made (method, outcome, seconds).
     """
 
-    RPC_API_VERSION = "1.1"
+    RPC_API_VERSION = "1.2"
 
     def __init__(
         self,
@@ -200,6 +201,12 @@ class ConductorAPI:
             success=success,
             fault=fault,
             node_clean=node_clean,
+        )
+
+    def report_build_results(self, host: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """Since 1.2: ``results`` as the keyword arguments of report_build_result."""
+        return self._call(  # type: ignore[no-any-return]
+            "report_build_results", version="1.2", host=host, results=results
         )
 
     def report_destroy_result(

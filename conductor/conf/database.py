@@ -25,6 +25,20 @@ opts = [
         default=False,
         help="Log every SQL statement (very verbose; for debugging only).",
     ),
+    cfg.IntOpt(
+        "max_pool_size",
+        default=20,
+        min=1,
+        help=(
+            "Connections each process keeps open to the database (not used "
+            "with SQLite). Size it to the threads that use the database at "
+            "once: [conductor] workers plus the RPC executor threads busy with "
+            "agent reports. Up to 10 more are opened under bursts, but each of "
+            "those is closed again after use, and opening one costs far more "
+            "than a transaction. Mind the server's max_connections times the "
+            "number of conductors."
+        ),
+    ),
 ]
 
 

@@ -9,11 +9,13 @@ nothing.
 
 from __future__ import annotations
 
-from sqlalchemy import Table, bindparam, select, update
+from typing import Any
+
+from sqlalchemy import Table, bindparam, case, select, update
 
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.objects import Ownership, ProvisionState, VmState
+from conductor.objects import Ownership, ProvisionState, TaskState, VmState
 
 __all__ = ["allocate", "complete", "fail_attempt", "free"]
 
@@ -47,7 +49,41 @@ _PLACE_INSTANCE = (
         _INSTANCES.c.node_uuid.is_(None),
         _INSTANCES.c.vm_state == VmState.BUILDING.value,
     )
-    .values(node_uuid=bindparam("node"), host=bindparam("owner"), updated_at=bindparam("now"))
+    .values(
+        node_uuid=bindparam("node"),
+        host=bindparam("owner"),
+        # Spawning from here on: the build is routed next.  Part of the
+        # allocation, not a transaction of its own.
+        task_state=TaskState.SPAWNING.value,
+        updated_at=bindparam("now"),
+    )
+)
+_COMPLETE_INSTANCE = (
+    update(_INSTANCES)
+    .where(
+        _INSTANCES.c.uuid == bindparam("instance"),
+        _INSTANCES.c.node_uuid == bindparam("node"),
+        _INSTANCES.c.vm_state == VmState.BUILDING.value,
+    )
+    .values(vm_state=VmState.ACTIVE.value, task_state=None, updated_at=bindparam("now"))
+)
+_COMPLETE_NODE_WHERE = (
+    _NODES.c.uuid == bindparam("node"),
+    _NODES.c.instance_uuid == bindparam("instance"),
+)
+_COMPLETE_NODE = (
+    update(_NODES)
+    .where(*_COMPLETE_NODE_WHERE)
+    .values(provision_state=ProvisionState.ACTIVE.value, updated_at=bindparam("now"))
+)
+_COMPLETE_NODE_FENCED = (
+    update(_NODES)
+    .where(
+        *_COMPLETE_NODE_WHERE,
+        _NODES.c.owner == bindparam("fence_owner"),
+        _NODES.c.owner_epoch == bindparam("fence_epoch"),
+    )
+    .values(provision_state=ProvisionState.ACTIVE.value, updated_at=bindparam("now"))
 )
 
 
@@ -118,38 +154,69 @@ def free(
         session.execute(
             update(InstanceModel)
             .where(InstanceModel.uuid == instance_uuid, InstanceModel.node_uuid == node_uuid)
-            .values(node_uuid=None, host=None, updated_at=now)
+            .values(
+                node_uuid=None,
+                host=None,
+                # A build that loses its node waits for another one again
+                # (the allocation had made it spawning).
+                task_state=case(
+                    (
+                        InstanceModel.vm_state == VmState.BUILDING.value,
+                        TaskState.SCHEDULING.value,
+                    ),
+                    else_=InstanceModel.task_state,
+                ),
+                updated_at=now,
+            )
             .execution_options(synchronize_session=False)
         )
         return True
 
 
-def complete(db: Database, node_uuid: str, instance_uuid: str) -> bool:
+def complete(
+    db: Database,
+    node_uuid: str,
+    instance_uuid: str,
+    *,
+    owner: str | None = None,
+    epoch: int | None = None,
+) -> bool:
     """The build on ``node_uuid`` succeeded: instance ACTIVE, node active.
 
     One transaction, conditioned on the instance still building on that node,
     so that it cannot interleave with :func:`fail_attempt` (the sweeper) on
-    the same build: exactly one of them takes effect.
+    the same build: exactly one of them takes effect.  With ``owner`` and
+    ``epoch`` (an agent's report) it is also fenced: nothing changes unless
+    the node is still owned by ``owner`` at ``epoch`` when the transaction
+    commits — the fence and the change in one transaction, where a separate
+    read of the node would cost one more.  False when nothing changed; the
+    caller tells why from the rows if it needs to.
     """
-    with db.engine.begin() as connection:
-        now = utcnow()
-        done = connection.execute(
-            update(_INSTANCES)
-            .where(
-                _INSTANCES.c.uuid == instance_uuid,
-                _INSTANCES.c.node_uuid == node_uuid,
-                _INSTANCES.c.vm_state == VmState.BUILDING.value,
+    if (owner is None) != (epoch is None):
+        raise ValueError("owner and epoch go together")
+    params: dict[str, Any] = {
+        "node": node_uuid,
+        "instance": instance_uuid,
+        "fence_owner": owner,
+        "fence_epoch": epoch,
+    }
+    try:
+        # The instance first, as fail_attempt does: the same lock order on
+        # the same build, so the two can only wait for each other, never
+        # deadlock.
+        with db.engine.begin() as connection:
+            params["now"] = utcnow()
+            done = connection.execute(_COMPLETE_INSTANCE, params)
+            if done.rowcount != 1:
+                return False
+            fenced = connection.execute(
+                _COMPLETE_NODE if owner is None else _COMPLETE_NODE_FENCED, params
             )
-            .values(vm_state=VmState.ACTIVE.value, task_state=None, updated_at=now)
-        )
-        if done.rowcount != 1:
-            return False
-        connection.execute(
-            update(_NODES)
-            .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid)
-            .values(provision_state=ProvisionState.ACTIVE.value, updated_at=now)
-        )
-        return True
+            if owner is not None and fenced.rowcount != 1:
+                raise _LostRace  # a stale report: roll the instance back
+            return True
+    except _LostRace:
+        return False
 
 
 def fail_attempt(

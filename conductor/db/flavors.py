@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from typing import Any
+
+from sqlalchemy import Row, Table, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 
 from conductor.db.engine import Database
@@ -11,10 +13,21 @@ from conductor.exception import Conflict, DuplicateFlavor, FlavorNotFound
 from conductor.objects import Flavor, VmState
 from conductor.validation import FlavorSpec
 
-__all__ = ["create_flavor", "delete_flavor", "get_flavor", "list_flavors", "to_flavor"]
+__all__ = [
+    "FLAVOR_BY_NAME",
+    "create_flavor",
+    "delete_flavor",
+    "get_flavor",
+    "list_flavors",
+    "to_flavor",
+]
+
+_FLAVORS: Table = FlavorModel.__table__  # type: ignore[assignment]
+# Built once: every build request and every build reads its flavor.
+FLAVOR_BY_NAME = select(_FLAVORS).where(_FLAVORS.c.name == bindparam("name"))
 
 
-def to_flavor(row: FlavorModel) -> Flavor:
+def to_flavor(row: FlavorModel | Row[Any]) -> Flavor:
     return Flavor(
         name=row.name,
         resource_class=row.resource_class,
@@ -50,11 +63,11 @@ def create_flavor(db: Database, spec: FlavorSpec) -> Flavor:
 
 def get_flavor(db: Database, name: str) -> Flavor:
     """:raises FlavorNotFound:"""
-    with db.transaction() as session:
-        row = session.scalars(select(FlavorModel).where(FlavorModel.name == name)).first()
-        if row is None:
-            raise FlavorNotFound(name)
-        return to_flavor(row)
+    with db.read() as connection:
+        row = connection.execute(FLAVOR_BY_NAME, {"name": name}).first()
+    if row is None:
+        raise FlavorNotFound(name)
+    return to_flavor(row)
 
 
 def list_flavors(db: Database) -> list[Flavor]:

@@ -14,22 +14,25 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from conductor.db.engine import Database
+from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, utcnow
-from conductor.exception import DuplicateInstance, InstanceNotFound
-from conductor.objects import Instance, TaskState, VmState
+from conductor.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
+from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.validation import BuildRequest
 
 __all__ = [
     "building_on",
     "create_instances",
+    "get_build",
     "get_instance",
     "list_instances",
     "record_failed_attempt",
     "set_state",
+    "store_build_request",
     "stuck_builds",
     "stuck_deletes",
     "to_instance",
@@ -37,7 +40,17 @@ __all__ = [
 ]
 
 
-def to_instance(row: InstanceModel) -> Instance:
+# Core statements built once: reading and storing instances is on the path of
+# every build, and the ORM's per-call work cost more than the SQL.
+_INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
+_INSTANCE_BY_UUID = select(_INSTANCES).where(_INSTANCES.c.uuid == bindparam("uuid"))
+_INSTANCES_BY_UUIDS = select(_INSTANCES).where(
+    _INSTANCES.c.uuid.in_(bindparam("uuids", expanding=True))
+)
+_INSERT_INSTANCE = insert(_INSTANCES)
+
+
+def to_instance(row: InstanceModel | Row[Any]) -> Instance:
     return Instance(
         uuid=row.uuid,
         name=row.name,
@@ -72,14 +85,38 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
     :raises DuplicateInstance: when a client-chosen uuid exists with another
         flavor (a different request reusing an id).
     """
+    _flavor, stored, created = _store(db, request, with_flavor=False)
+    return stored, created
+
+
+def store_build_request(db: Database, request: BuildRequest) -> tuple[Flavor, list[Instance], bool]:
+    """:func:`create_instances` for a flavor that must exist, in one transaction.
+
+    Returns the flavor too (what the build workers schedule with).
+
+    :raises FlavorNotFound: before anything is stored
+    :raises DuplicateInstance: as :func:`create_instances`
+    """
+    flavor, stored, created = _store(db, request, with_flavor=True)
+    assert flavor is not None
+    return flavor, stored, created
+
+
+def _store(
+    db: Database, request: BuildRequest, *, with_flavor: bool
+) -> tuple[Flavor | None, list[Instance], bool]:
     uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
+    names = _names(request, uuids)
+    flavor: Flavor | None = None
     try:
-        with db.transaction() as session:
+        with db.engine.begin() as connection:
+            if with_flavor:
+                row = connection.execute(FLAVOR_BY_NAME, {"name": request.flavor}).first()
+                if row is None:
+                    raise FlavorNotFound(request.flavor)
+                flavor = to_flavor(row)
             existing = {
-                row.uuid: row
-                for row in session.scalars(
-                    select(InstanceModel).where(InstanceModel.uuid.in_(uuids))
-                )
+                row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})
             }
             if existing:
                 # A retry of the same request returns what was stored; any
@@ -92,7 +129,7 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                         len(existing) == len(uuids)
                         and row.flavor == request.flavor
                         and row.group_hint == request.group
-                        and row.name == _names(request, uuids)[index]
+                        and row.name == names[index]
                     )
                     if not same:
                         raise DuplicateInstance(
@@ -101,39 +138,69 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
                             index=index,
                             reason="instance id used by another build request",
                         )
-                return [to_instance(existing[u]) for u in uuids], False
+                return flavor, [to_instance(existing[u]) for u in uuids], False
             now = utcnow()
-            rows = [
-                InstanceModel(
+            stored = [
+                Instance(
                     uuid=u,
                     name=name,
                     flavor=request.flavor,
-                    vm_state=VmState.BUILDING.value,
-                    task_state=TaskState.SCHEDULING.value,
+                    vm_state=VmState.BUILDING,
+                    task_state=TaskState.SCHEDULING,
                     group_hint=request.group,
                     attempts=0,
+                    tried_nodes=(),
                     created_at=now,
                     updated_at=now,
                 )
-                for u, name in zip(uuids, _names(request, uuids), strict=True)
+                for u, name in zip(uuids, names, strict=True)
             ]
-            session.add_all(rows)
-            session.flush()
-            return [to_instance(r) for r in rows], True
+            connection.execute(
+                _INSERT_INSTANCE,
+                [
+                    {
+                        "uuid": i.uuid,
+                        "name": i.name,
+                        "flavor": i.flavor,
+                        "vm_state": i.vm_state.value,
+                        "task_state": TaskState.SCHEDULING.value,
+                        "group_hint": i.group_hint,
+                        "attempts": 0,
+                        "tried_nodes": [],
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for i in stored
+                ],
+            )
+            return flavor, stored, True
     except IntegrityError:
         # A concurrent identical request won: it is stored once either way.
-        return create_instances(db, request)
+        return _store(db, request, with_flavor=with_flavor)
 
 
 def get_instance(db: Database, instance_uuid: str) -> Instance:
     """:raises InstanceNotFound:"""
-    with db.transaction() as session:
-        row = session.scalars(
-            select(InstanceModel).where(InstanceModel.uuid == instance_uuid)
-        ).first()
+    with db.read() as connection:
+        row = connection.execute(_INSTANCE_BY_UUID, {"uuid": instance_uuid}).first()
+    if row is None:
+        raise InstanceNotFound(instance_uuid)
+    return to_instance(row)
+
+
+def get_build(db: Database, instance_uuid: str) -> tuple[Instance, Flavor | None]:
+    """An instance and its flavor (``None`` if the flavor is gone), in one read.
+
+    What a build worker needs to schedule a stored request.
+
+    :raises InstanceNotFound:
+    """
+    with db.read() as connection:
+        row = connection.execute(_INSTANCE_BY_UUID, {"uuid": instance_uuid}).first()
         if row is None:
             raise InstanceNotFound(instance_uuid)
-        return to_instance(row)
+        flavor = connection.execute(FLAVOR_BY_NAME, {"name": row.flavor}).first()
+    return to_instance(row), None if flavor is None else to_flavor(flavor)
 
 
 def list_instances(
@@ -189,12 +256,18 @@ def set_state(
 
 
 def record_failed_attempt(
-    db: Database, instance_uuid: str, fault: str, node_uuid: str | None = None
-) -> int:
+    db: Database,
+    instance_uuid: str,
+    fault: str,
+    node_uuid: str | None = None,
+    *,
+    building_only: bool = False,
+) -> int | None:
     """Count a failed build attempt and append its fault; the attempts so far.
 
     ``node_uuid``, the node it failed on, is remembered so that a reschedule
-    goes elsewhere.
+    goes elsewhere.  With ``building_only``, an instance no longer
+    ``building`` (deleted meanwhile) is left alone and ``None`` returned.
     """
     with db.transaction() as session:
         row = session.scalars(
@@ -202,6 +275,8 @@ def record_failed_attempt(
         ).first()
         if row is None:
             raise InstanceNotFound(instance_uuid)
+        if building_only and row.vm_state != VmState.BUILDING.value:
+            return None
         row.attempts += 1
         if node_uuid is not None:
             row.tried_nodes = [*(row.tried_nodes or []), node_uuid]

@@ -8,15 +8,16 @@ and progress is visible through ``show_instance``/``list_instances``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
-from conductor.db import flavors, instances
+from conductor.db import instances
 from conductor.db.engine import Database
 from conductor.endpoints import payload
 from conductor.exception import FieldError, InvalidInput
-from conductor.objects import TaskState, VmState
+from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.validation import validate_build_request, validate_uuid
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
@@ -28,6 +29,10 @@ class BuildQueue(Protocol):
     """Where stored requests go to be scheduled and routed."""
 
     def submit(self, instance_uuids: list[str]) -> None: ...
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        """Queue instances just stored, with their flavor (no re-read)."""
+        ...
 
     def delete(self, instance_uuid: str) -> None: ...
 
@@ -48,8 +53,8 @@ class InstancesEndpoint:
         returns the instances stored the first time.
         """
         build = validate_build_request(request)
-        flavors.get_flavor(self._db, build.flavor)  # FlavorNotFound before storing
-        stored, created = instances.create_instances(self._db, build)
+        # FlavorNotFound before anything is stored; one transaction.
+        flavor, stored, created = instances.store_build_request(self._db, build)
         if created:
             LOG.info(
                 "Build request %s: %d x %s stored",
@@ -57,7 +62,7 @@ class InstancesEndpoint:
                 len(stored),
                 build.flavor,
             )
-            self._queue.submit([i.uuid for i in stored])
+            self._queue.submit_stored(stored, flavor)
         return [i.to_dict() for i in stored]
 
     def list_instances(

@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,21 @@ ARGS = {
 }
 
 
+def _bench(
+    out_dir: Path, servers: tuple[str, str, str], extra: dict[str, str]
+) -> tuple[str, dict[str, Any]]:
+    out = out_dir / "e2e.json"
+    argv = [sys.executable, "-m", "benchmarks.e2e_bench", "--json", str(out)]
+    for option, value in {**ARGS, **extra}.items():
+        argv += [option, value]
+    database_url, transport_url, etcd_url = servers
+    argv += ["--db-url", database_url, "--transport-url", transport_url, "--etcd-url", etcd_url]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-5000:]}"
+    report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return done.stdout, report
+
+
 @pytest.fixture(scope="module")
 def run(
     tmp_path_factory: pytest.TempPathFactory,
@@ -38,15 +54,8 @@ def run(
     transport_url: str,
     etcd_url: str,
 ) -> tuple[str, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("e2e_bench") / "e2e.json"
-    argv = [sys.executable, "-m", "benchmarks.e2e_bench", "--json", str(out)]
-    for option, value in ARGS.items():
-        argv += [option, value]
-    argv += ["--db-url", database_url, "--transport-url", transport_url, "--etcd-url", etcd_url]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-5000:]}"
-    report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    return done.stdout, report
+    servers = (database_url, transport_url, etcd_url)
+    return _bench(tmp_path_factory.mktemp("e2e_bench"), servers, {})
 
 
 def _number(value: Any) -> bool:
@@ -61,6 +70,8 @@ def test_table(run: tuple[str, dict[str, Any]]) -> None:
         "routing latency p50 (ms)",
         "routing latency p99 (ms)",
         "end-to-end builds/s",
+        "conductor CPU per build (ms)",
+        "agent CPU per build (ms)",
         "failover, all nodes (s)",
         "membership_timeout (s)",
     ):
@@ -95,6 +106,9 @@ def test_report(run: tuple[str, dict[str, Any]]) -> None:
     assert rate["builds"] == 20
     assert _number(rate["builds_per_s"]) and rate["builds_per_s"] > 0
     assert rate["errors"] == 0 and res["routing"]["errors"] == 0
+    cpu = rate["cpu_ms_per_build"]
+    assert set(cpu) == {"conductors", "agents"}
+    assert all(_number(v) and v > 0 for v in cpu.values())
     fail = res["failover"]
     assert fail["nodes_owned"] > 0
     assert _number(fail["all_s"]), "the dead agent's nodes were not all taken over"
@@ -102,3 +116,20 @@ def test_report(run: tuple[str, dict[str, Any]]) -> None:
     assert res["fencing_violations"] == 0
     assert [g["status"] in ("PASS", "MISS") for g in report["goals"]] == [True] * 3
     assert set(report["environment"]["versions"]) >= {"oslo.messaging", "kombu", "tooz"}
+
+
+def test_two_conductors(
+    tmp_path: Path, database_url: str, transport_url: str, etcd_url: str
+) -> None:
+    """Active-active conductors: every build ends ACTIVE, with no fencing violation."""
+    table, report = _bench(
+        tmp_path,
+        (database_url, transport_url, etcd_url),
+        {"--conductors": "2", "--latency-requests": "3", "--bare-calls": "5"},
+    )
+    assert "2 conductor process(es)" in table
+    assert report["config"]["conductors"] == 2
+    res = report["results"]
+    assert res["throughput"]["errors"] == 0 and res["routing"]["errors"] == 0
+    assert res["routing"]["accept"]["count"] == 3
+    assert res["fencing_violations"] == 0

@@ -228,6 +228,64 @@ def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
     assert flow.router.destroyed == []
 
 
+def test_a_just_stored_build_is_scheduled_without_reading_it_again(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [stored], _ = instances.create_instances(flow.db, validate_build_request({"flavor": "small"}))
+    flavor = flavors.get_flavor(flow.db, "small")
+
+    def no_read(*_args: Any) -> None:
+        raise AssertionError("the stored instance was read again")
+
+    monkeypatch.setattr(instances, "get_build", no_read)
+    flow.builds.submit_stored([stored], flavor)
+    node, owner, _epoch = flow.wait_routes(stored.uuid, 1)
+    placed = flow.instance(stored.uuid)
+    assert (placed.node_uuid, placed.host, placed.task_state) == (node, owner, TaskState.SPAWNING)
+
+
+def test_a_stale_stored_copy_allocates_nothing(flow: Flow) -> None:
+    """Deleted after it was queued: the allocation's compare-and-swap refuses it."""
+    [stored], _ = instances.create_instances(flow.db, validate_build_request({"flavor": "small"}))
+    instances.set_state(
+        flow.db,
+        stored.uuid,
+        expected=[VmState.BUILDING],
+        vm_state=VmState.DELETING,
+        task_state=TaskState.DELETING,
+    )
+    flow.builds.submit_stored([stored], flavors.get_flavor(flow.db, "small"))
+    flow.builds.stop()  # the queue is FIFO: the copy has been handled
+    assert flow.router.routed == []
+    assert flow.instance(stored.uuid).node_uuid is None
+    assert all(flow.node(n).instance_uuid is None for n in flow.nodes)
+    assert all(flow.node(n).provision_state is ProvisionState.AVAILABLE for n in flow.nodes)
+
+
+def test_a_stale_stored_copy_without_a_valid_node_does_not_fail_a_deleted_instance(
+    flow: Flow,
+) -> None:
+    flavors.create_flavor(
+        flow.db, validate_flavor_spec({"name": "none-fit", "resource_class": "nothing"})
+    )
+    request = validate_build_request({"flavor": "none-fit"})
+    [stored], _ = instances.create_instances(flow.db, request)
+    instances.set_state(
+        flow.db,
+        stored.uuid,
+        expected=[VmState.BUILDING],
+        vm_state=VmState.DELETING,
+        task_state=TaskState.DELETING,
+    )
+    flow.builds.submit_stored([stored], flavors.get_flavor(flow.db, "none-fit"))
+    flow.builds.stop()
+    after = flow.instance(stored.uuid)
+    assert (after.vm_state, after.attempts, after.fault) == (VmState.DELETING, 0, None)
+    # The same request still building fails with the reason.
+    [building], _ = instances.create_instances(flow.db, request)
+    assert instances.record_failed_attempt(flow.db, building.uuid, "x", building_only=True) == 1
+
+
 def test_stale_reports_are_ignored(flow: Flow) -> None:
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)

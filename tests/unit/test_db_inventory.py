@@ -19,7 +19,7 @@ from conductor.exception import (
     InstanceNotFound,
     NodeNotFound,
 )
-from conductor.objects import ProvisionState, VmState
+from conductor.objects import ProvisionState, TaskState, VmState
 from conductor.validation import (
     validate_build_request,
     validate_flavor_spec,
@@ -172,12 +172,16 @@ def test_allocate_and_free(db: Database) -> None:
     assert claim is not None and claim.owner == "agent-1" and claim.epoch == 1
     stored = instances.get_instance(db, inst.uuid)
     assert stored.node_uuid == node and stored.host == "agent-1"
+    assert stored.task_state is TaskState.SPAWNING  # set by the allocation itself
     assert nodes.get_node(db, node).instance_uuid == inst.uuid
     [second], _ = instances.create_instances(db, validate_build_request({"flavor": "f"}))
     assert allocations.allocate(db, node, second.uuid) is None  # one instance per node
-    assert instances.get_instance(db, second.uuid).node_uuid is None
+    lost = instances.get_instance(db, second.uuid)
+    assert (lost.node_uuid, lost.task_state) == (None, TaskState.SCHEDULING)
     assert allocations.free(db, node, inst.uuid)
     assert nodes.get_node(db, node).provision_state is ProvisionState.AVAILABLE
+    freed = instances.get_instance(db, inst.uuid)
+    assert (freed.node_uuid, freed.host, freed.task_state) == (None, None, TaskState.SCHEDULING)
     assert not allocations.free(db, node, inst.uuid)
 
 

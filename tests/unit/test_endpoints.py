@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from conductor.exception import (
     ServiceUnavailable,
 )
 from conductor.fleet_view import FleetView
-from conductor.objects import Instance, Node, Ownership
+from conductor.objects import Flavor, Instance, Node, Ownership
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
@@ -63,6 +63,9 @@ class RecordingQueue:
 
     def submit(self, instance_uuids: list[str]) -> None:
         self.submitted.append(list(instance_uuids))
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        self.submit([i.uuid for i in stored])
 
     def delete(self, instance_uuid: str) -> None:
         self.deleted.append(instance_uuid)
@@ -1271,6 +1274,33 @@ def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
     assert (node["provision_state"], node["power_state"]) == ("manageable", "power off")
 
 
+def test_report_node_states_of_many_nodes_touches_only_the_changed(env: Env) -> None:
+    env.live("agent-1")
+    uuids = add_nodes(env.db, 1200)  # more than one read chunk
+    epochs = _claim(env, "agent-1", uuids)
+    before = {u: env.node(u)["updated_at"] for u in uuids}
+    time.sleep(0.01)  # (a changed row gets a later timestamp)
+    changed = set(uuids[::250])
+    out = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[
+            {
+                "node_uuid": u,
+                "epoch": epochs[u],
+                "power_state": "power on" if u in changed else "power off",
+                "provision_state": "available",
+            }
+            for u in uuids
+        ],
+    )
+    assert out == {"accepted": 1200, "stale": []}
+    for u in uuids:
+        node = env.node(u)
+        assert node["power_state"] == ("power on" if u in changed else "power off")
+        assert (node["updated_at"] != before[u]) == (u in changed)
+
+
 @pytest.mark.parametrize(
     ("states", "fields"),
     [
@@ -1500,3 +1530,103 @@ def test_set_node_merges_and_refuses_whole(env: Env) -> None:
     assert env.node("n1") == before
     with pytest.raises(NodeNotFound):
         env.inventory.set_node(CTXT, node="nope", changes={"add_traits": ["A"]})
+
+
+def _item(instance: str, node: str, epoch: int, **extra: Any) -> dict[str, Any]:
+    return {"instance_uuid": instance, "node_uuid": node, "epoch": epoch, **extra}
+
+
+def _routed_to(routed: Routed, count: int, owner: str) -> list[tuple[str, str, int]]:
+    """Build ``count`` instances; the (instance, node, epoch) of those on ``owner``."""
+    routed.instances.build_instances(CTXT, request={"flavor": "small", "count": count})
+    routed.wait_routed(count)
+    return [(i, n, e) for i, n, o, e in routed.router.routed if o == owner]
+
+
+def test_batched_results_apply_each_item_on_its_own(routed: Routed) -> None:
+    """A stale item and a duplicate in one batch: the others still apply, once."""
+    owner = "agent-1"
+    (first, node1, epoch1), (second, node2, epoch2) = _routed_to(routed, 3, owner)
+    reply = routed.agents.report_build_results(
+        CTXT,
+        host=owner,
+        results=[
+            _item(first, node1, epoch1 + 1, success=True),  # stale epoch
+            _item(second, node2, epoch2, success=True),
+            _item(second, node2, epoch2, success=True),  # a resent duplicate
+        ],
+    )
+    assert reply == {"results": [{"accepted": False}, {"accepted": True}, {"accepted": True}]}
+    assert routed.show(first)["vm_state"] == "building"
+    assert routed.show(second)["vm_state"] == "active"
+    assert routed.env.node(node2)["provision_state"] == "active"
+    # The stale one, reported right, is heard.
+    again = routed.agents.report_build_results(
+        CTXT, host=owner, results=[_item(first, node1, epoch1, success=True)]
+    )
+    assert again == {"results": [{"accepted": True}]}
+    assert routed.show(first)["vm_state"] == "active"
+
+
+def test_batched_results_one_failing_item_does_not_lose_the_others(
+    routed: Routed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = "agent-1"
+    (first, node1, epoch1), (second, node2, epoch2) = _routed_to(routed, 3, owner)
+    real = routed.builds.report_result
+
+    def flaky(host: str, instance_uuid: str, *args: Any, **kwargs: Any) -> bool:
+        if instance_uuid == first:
+            raise RuntimeError("database went away")
+        return real(host, instance_uuid, *args, **kwargs)
+
+    monkeypatch.setattr(routed.builds, "report_result", flaky)
+    reply = routed.agents.report_build_results(
+        CTXT,
+        host=owner,
+        results=[
+            _item(first, node1, epoch1, success=True),
+            _item(second, node2, epoch2, success=False, fault="bmc", node_clean=True),
+        ],
+    )
+    [failed, applied] = reply["results"]
+    assert failed["accepted"] is False and "database went away" in failed["error"]
+    assert applied == {"accepted": True}
+    assert routed.show(first)["vm_state"] == "building"  # the sweeper will route it again
+    rescheduled = routed.show(second)
+    assert rescheduled["attempts"] == 1 and rescheduled["tried_nodes"] == [node2]
+
+
+def test_batched_results_with_a_malformed_item_are_refused_whole(routed: Routed) -> None:
+    owner = "agent-1"
+    [(instance, node, epoch), *_] = _routed_to(routed, 3, owner)
+    good = _item(instance, node, epoch, success=True)
+    for results, fields in (
+        ([good, {**good, "epoch": -1}], ["results[1].epoch"]),
+        (
+            [good, {**good, "instance_uuid": "x", "extra": 1}],
+            ["results[1].instance_uuid", "results[1].extra"],
+        ),
+        ([good, "not a mapping"], ["results[1]"]),
+        (
+            [{**good, "fault": 3}, {**good, "node_clean": None}],
+            ["results[0].fault", "results[1].node_clean"],
+        ),
+        ([], ["results"]),
+        ({"not": "a list"}, ["results"]),
+    ):
+        with pytest.raises(InvalidInput) as err:
+            routed.agents.report_build_results(CTXT, host=owner, results=results)
+        assert _fields(err) == fields
+    with pytest.raises(InvalidInput) as err:
+        routed.agents.report_build_results(CTXT, host="", results=[good])
+    assert _fields(err) == ["host"]
+    assert routed.show(instance)["vm_state"] == "building"  # nothing applied
+
+
+def test_batched_results_without_build_workers(env: Env) -> None:
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1, owner="agent-1")
+    item = _item(str(uuidlib.uuid4()), node, 0, success=True)
+    with pytest.raises(ServiceUnavailable):
+        env.agents.report_build_results(CTXT, host="agent-1", results=[item])

@@ -20,7 +20,7 @@ import inspect
 import json
 import sys
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.exception import FieldError, InvalidInput, RingfleetError
 from conductor.fleet_view import FleetView
+from conductor.objects import Flavor, Instance
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
@@ -70,6 +71,9 @@ class RecordingQueue:
 
     def submit(self, instance_uuids: list[str]) -> None:
         self.submitted.append(list(instance_uuids))
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        self.submit([i.uuid for i in stored])
 
     def delete(self, instance_uuid: str) -> None:
         self.deleted.append(instance_uuid)
@@ -402,6 +406,29 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
         kwargs(
             {**RESULT, "node_uuid": fuzz(RESULT_NODE)},
             {"fault": fuzz(st.text(max_size=50)), "node_clean": fuzz(st.booleans())},
+        ),
+    ),
+    "report_build_results": (
+        "agents",
+        kwargs(
+            {
+                "host": fuzz(HOST),
+                "results": fuzz(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                **{k: v for k, v in RESULT.items() if k != "host"},
+                                "node_uuid": fuzz(RESULT_NODE),
+                            },
+                            optional={
+                                "fault": fuzz(st.text(max_size=50)),
+                                "node_clean": fuzz(st.booleans()),
+                            },
+                        ),
+                        max_size=3,
+                    )
+                ),
+            }
         ),
     ),
     "report_destroy_result": (

@@ -1,0 +1,58 @@
+"""The connection pool's ping of idle connections (conductor.db.engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, event, text
+
+from conductor.db.engine import _ping_when_idle
+
+
+def _engine(
+    tmp_path: Path, idle: float, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, dict[str, int]]:
+    eng = create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}", pool_size=2)
+    counts = {"pings": 0, "connects": 0, "fail": 0}
+
+    def ping(_dbapi_connection: Any) -> bool:
+        counts["pings"] += 1
+        if counts["fail"]:
+            counts["fail"] -= 1
+            raise OSError("server closed the connection")
+        return True
+
+    monkeypatch.setattr(eng.dialect, "do_ping", ping)
+
+    @event.listens_for(eng, "connect")
+    def _count(_dbapi_connection: Any, _record: Any) -> None:
+        counts["connects"] += 1
+
+    _ping_when_idle(eng, idle)
+    return eng, counts
+
+
+def test_a_recently_used_connection_is_not_pinged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng, counts = _engine(tmp_path, 3600.0, monkeypatch)
+    for _ in range(5):
+        with eng.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    assert counts == {"pings": 0, "connects": 1, "fail": 0}
+
+
+def test_an_idle_connection_is_pinged_and_replaced_when_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng, counts = _engine(tmp_path, 0.0, monkeypatch)
+    with eng.connect() as connection:
+        connection.execute(text("SELECT 1"))
+    assert counts["pings"] == 1 and counts["connects"] == 1
+    counts["fail"] = 1  # the pooled connection died while idle
+    with eng.connect() as connection:
+        assert connection.execute(text("SELECT 1")).scalar() == 1
+    # Pinged, found dead, replaced by a new connection (pinged in turn).
+    assert counts["connects"] == 2 and counts["pings"] == 3
