@@ -46,6 +46,7 @@ class BuildReporter:
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._batched = True  # False once a conductor did not know the batched call
+        self._abandoned = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"results-{host}", daemon=True)
         self.calls = 0  # RPC calls made (for status and tests)
 
@@ -64,6 +65,18 @@ class BuildReporter:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def abandon(self, timeout: float) -> None:
+        """Stop without sending what is queued (an agent that crashes on purpose)."""
+        self._abandoned.set()
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._queue.put(None)
+        # A call already under way ends with its timeout at worst.
+        self._thread.join(timeout)
+
     def _run(self) -> None:
         stopping = False
         while not stopping:
@@ -80,6 +93,8 @@ class BuildReporter:
                     stopping = True
                     break
                 batch.append(item)
+            if self._abandoned.is_set():
+                return
             try:
                 self.send(batch)
             except Exception:  # the reporter thread must survive anything

@@ -187,6 +187,10 @@ class AgentService:
         if self._server is not None:
             self._server.stop()
             self._server.wait()
+        # A dead process delivers no more results (the sweeper re-routes
+        # the builds; their new owner reports them).
+        if self._reporter is not None:
+            self._reporter.abandon(self.conf.compute_agent.conductor_timeout)
         self._stopped.set()
         self._wake.set()
         for thread in self._threads:

@@ -83,6 +83,20 @@ def test_stop_sends_what_is_queued() -> None:
     ]
 
 
+def test_abandon_drops_what_is_queued_and_stops() -> None:
+    conductor = Conductor()
+    reporter = BuildReporter("agent-1", conductor)
+    reporter.start()
+    reporter.report(_result(0))
+    assert conductor.entered.wait(10)  # a call under way
+    for n in range(1, 4):
+        reporter.report(_result(n))
+    conductor.release.set()
+    reporter.abandon(10)
+    assert not reporter._thread.is_alive()
+    assert [[r["instance_uuid"] for r in b] for b in conductor.batches] == [["instance-0"]]
+
+
 def test_an_older_conductor_gets_one_call_per_result() -> None:
     conductor = Conductor(batched=False)
     reporter = BuildReporter("agent-1", conductor)
