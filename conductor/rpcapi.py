@@ -19,6 +19,8 @@ API version history:
   fleet_status replies also carry per-agent groups, in_flight, last_seen
   and ring_version, and excluded_agents.
 * 1.2 - report_build_results: several build results of one agent in one call.
+* 1.3 - import_nodes(dry_run=True): check a whole import, every entry whose
+  name or uuid is stored already reported, nothing written.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class ConductorAPI:
     :param observe: told of every call made (method, outcome, seconds).
     """
 
-    RPC_API_VERSION = "1.2"
+    RPC_API_VERSION = "1.3"
 
     def __init__(
         self,
@@ -70,7 +72,10 @@ class ConductorAPI:
     def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
         return self._call("create_node", node=node)  # type: ignore[no-any-return]
 
-    def import_nodes(self, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
+        """``dry_run`` since 1.3: check only (see the endpoint)."""
+        if dry_run:
+            return self._call("import_nodes", version="1.3", nodes=nodes, dry_run=True)  # type: ignore[no-any-return]
         return self._call("import_nodes", nodes=nodes)  # type: ignore[no-any-return]
 
     def list_nodes(

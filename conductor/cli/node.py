@@ -179,9 +179,11 @@ def _row_errors(errors: Sequence[FieldError], lines: Sequence[int]) -> list[tupl
 class NodeImport(ConductorCommand, Command):
     """Import nodes from a YAML, JSON or CSV file: every row, or none.
 
-    Every row is validated first; every bad row is reported with its line
-    and field, and then nothing is imported.  Good files are imported in
-    batches (each batch all or nothing on the conductor).  YAML and JSON
+    Every row is validated first, and checked against the nodes stored
+    already; every bad row is reported with its line and field, and then
+    nothing is imported.  Good files are imported in batches (each batch all
+    or nothing on the conductor; a concurrent import of the same names can
+    still make a later batch fail, and the message says what was imported).  YAML and JSON
     files hold a list of node specs (or a mapping whose ``nodes`` is that
     list); see ``ringfleet node create`` for the fields.  CSV columns:
     name, uuid, resource_class, traits (space/comma/semicolon separated),
@@ -238,6 +240,10 @@ class NodeImport(ConductorCommand, Command):
             specs = validate_node_specs([spec for _, spec in rows])
         except InvalidInput as exc:
             problems.extend(_row_errors(exc.errors, lines))
+        if not problems:
+            # Rows can also clash with nodes stored already: check the whole
+            # file before importing any of it.
+            problems = self._stored_clashes(specs, lines, parsed_args.batch_size, progress)
         if problems:
             progress.done()
             for line, message in sorted(problems, key=lambda p: p[0]):
@@ -268,6 +274,20 @@ class NodeImport(ConductorCommand, Command):
                 return handle.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput([FieldError("FILE", f"cannot read {path}: {exc}")]) from None
+
+    def _stored_clashes(
+        self, specs: Sequence[NodeSpec], lines: Sequence[int], size: int, progress: _Progress
+    ) -> list[tuple[int, str]]:
+        """``(line, message)`` for every row whose name or uuid is stored already."""
+        problems: list[tuple[int, str]] = []
+        for start in range(0, len(specs), size):
+            batch = specs[start : start + size]
+            try:
+                self.client.import_nodes([spec.to_dict() for spec in batch], dry_run=True)
+            except InvalidInput as exc:
+                problems.extend(_row_errors(exc.errors, lines[start : start + size]))
+            progress.update(f"checked {start + len(batch)}/{len(specs)} nodes")
+        return problems
 
     def _import(
         self,

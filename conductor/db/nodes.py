@@ -99,6 +99,33 @@ def create_nodes(db: Database, specs: Sequence[NodeSpec]) -> list[Node]:
     return [to_node(row) for row in _rows_by_uuid(db, [s.uuid for s in specs])]
 
 
+def existing_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[FieldError]:
+    """Every spec whose name or uuid is stored already, as ``nodes[i]`` errors.
+
+    For checking a whole import before any of it is written (the insert
+    itself re-checks, in its transaction: another import may come between).
+    """
+    index_of_name = {s.name: i for i, s in enumerate(specs)}
+    index_of_uuid = {s.uuid: i for i, s in enumerate(specs)}
+    errors: list[FieldError] = []
+    with db.reading() as session:
+        for start in range(0, len(specs), 500):
+            chunk = specs[start : start + 500]
+            for row in session.execute(
+                select(NodeModel.name, NodeModel.uuid).where(
+                    NodeModel.name.in_([s.name for s in chunk])
+                    | NodeModel.uuid.in_([s.uuid for s in chunk])
+                )
+            ):
+                if row.name in index_of_name:
+                    i = index_of_name[row.name]
+                    errors.append(FieldError.about(f"nodes[{i}].name", "exists already", row.name))
+                if row.uuid in index_of_uuid:
+                    i = index_of_uuid[row.uuid]
+                    errors.append(FieldError.about(f"nodes[{i}].uuid", "exists already", row.uuid))
+    return sorted(errors, key=lambda e: e.field)
+
+
 def _refuse_existing(session: Any, specs: Sequence[NodeSpec]) -> None:
     names = [s.name for s in specs]
     uuids = [s.uuid for s in specs]

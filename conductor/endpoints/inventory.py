@@ -29,9 +29,10 @@ _NODE_FILTERS = {"resource_class", "group", "owner", "provision_state", "mainten
 
 
 class InventoryEndpoint:
-    """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node`` 1.1)."""
+    """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node``
+    1.1; ``import_nodes(dry_run=)`` 1.3)."""
 
-    target = messaging.Target(version="1.1")
+    target = messaging.Target(version="1.3")
 
     def __init__(self, db: Database, fleet: FleetView) -> None:
         self._db = db
@@ -45,9 +46,21 @@ class InventoryEndpoint:
         LOG.info("Node %s (%s) created", created.uuid, created.name)
         return created.to_dict()
 
-    def import_nodes(self, ctxt: dict[str, Any], nodes: Any) -> dict[str, Any]:
-        """Create many nodes, all or none (every bad entry is reported)."""
+    def import_nodes(
+        self, ctxt: dict[str, Any], nodes: Any, dry_run: Any = False
+    ) -> dict[str, Any]:
+        """Create many nodes, all or none (every bad entry is reported).
+
+        ``dry_run`` (1.3) checks the entries and reports *every* one whose
+        name or uuid is stored already, writing nothing: a client importing
+        a large file in several calls checks all of it first.
+        """
         specs = validate_node_specs(nodes)
+        if payload.check_bool(dry_run, "dry_run"):
+            clashes = node_db.existing_clashes(self._db, specs)
+            if clashes:
+                raise InvalidInput(clashes)
+            return {"created": 0, "checked": len(specs), "uuids": []}
         created = node_db.create_nodes(self._db, specs)
         LOG.info("Imported %d nodes", len(created))
         return {"created": len(created), "uuids": [n.uuid for n in created]}

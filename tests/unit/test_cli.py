@@ -393,17 +393,45 @@ def test_import_10k_csv_rows_in_batches_with_progress(fleet: Embedded, tmp_path:
     assert result.out == f"Imported 10000 nodes from {path} (csv) in 4 batches\n"
     progress = result.err.splitlines()
     assert progress[0].startswith("read 10000 rows")
-    assert progress[1:] == [f"imported {n}/10000 nodes" for n in (2500, 5000, 7500, 10000)]
+    assert progress[1:] == [f"checked {n}/10000 nodes" for n in (2500, 5000, 7500, 10000)] + [
+        f"imported {n}/10000 nodes" for n in (2500, 5000, 7500, 10000)
+    ]
     db = fleet.service.db
     assert db is not None
     stored = {n.uuid: n.name for n in node_db.iter_nodes(db, group="big")}
     assert stored == wanted
 
-    # Again: every row now clashes with a stored node; the first batch says so.
+    # Again: every row now clashes with a stored node; each one is reported
+    # (name and uuid), with its line, before anything is written.
     again = fleet.run("node", "import", str(path))
     assert again.code == 1
-    assert f"{path}: line 2: node[0] name='big-00000'" in again.err
-    assert "0 nodes imported" in again.err
+    assert f"{path}: line 2: name: exists already (got 'big-00000')" in again.err
+    last_uuid = uuidlib.UUID(int=10000)
+    assert f"{path}: line 10001: uuid: exists already (got '{last_uuid}')" in again.err
+    assert again.err.rstrip().endswith("10000 of 10000 rows are bad; nothing imported")
+
+
+def test_import_refuses_the_whole_file_when_some_rows_are_stored_already(
+    fleet: Embedded, tmp_path: Path
+) -> None:
+    fleet.run("node", "create", "--resource-class", "baremetal", "stored-1")
+    fleet.run("node", "create", "--resource-class", "baremetal", "stored-2")
+    path = tmp_path / "mixed.csv"
+    path.write_text(
+        "name,resource_class\n"
+        "fresh-1,baremetal\n"
+        "stored-1,baremetal\n"  # line 3
+        "fresh-2,baremetal\n"
+        "stored-2,baremetal\n"  # line 5
+    )
+    # Batches of one: the clashes are in other calls than the fresh rows.
+    result = fleet.run("node", "import", str(path), "--batch-size", "1")
+    assert result.code == 1
+    assert f"{path}: line 3: name: exists already (got 'stored-1')" in result.err
+    assert f"{path}: line 5: name: exists already (got 'stored-2')" in result.err
+    assert "2 of 4 rows are bad; nothing imported" in result.err
+    listed = fleet.run("node", "list", "-f", "json").json()
+    assert not {"fresh-1", "fresh-2"} & {n["Name"] for n in listed}
 
 
 def test_no_progress_without_a_terminal(fleet: Embedded, tmp_path: Path) -> None:

@@ -204,6 +204,28 @@ def test_create_node_refuses_bad_and_duplicate_input(env: Env) -> None:
     assert len(env.inventory.list_nodes(CTXT)) == 1
 
 
+def test_import_dry_run_reports_every_stored_clash_and_writes_nothing(env: Env) -> None:
+    stored = env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    env.inventory.create_node(CTXT, node=_node_spec("n3"))
+    batch = [_node_spec("n1"), _node_spec("n2"), _node_spec("n3"), _node_spec("n4")]
+    batch[1]["uuid"] = stored["uuid"]  # n2 reuses n1's uuid
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.import_nodes(CTXT, nodes=batch, dry_run=True)
+    assert _fields(err) == ["nodes[0].name", "nodes[1].uuid", "nodes[2].name"]
+    assert len(env.inventory.list_nodes(CTXT)) == 2
+    fresh = [_node_spec("n5"), _node_spec("n6")]
+    assert env.inventory.import_nodes(CTXT, nodes=fresh, dry_run=True) == {
+        "created": 0,
+        "checked": 2,
+        "uuids": [],
+    }
+    assert len(env.inventory.list_nodes(CTXT)) == 2
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.import_nodes(CTXT, nodes=fresh, dry_run="yes please")
+    assert _fields(err) == ["dry_run"]
+    assert len(env.inventory.list_nodes(CTXT)) == 2
+
+
 def test_show_node_errors(env: Env) -> None:
     with pytest.raises(NodeNotFound):
         env.inventory.show_node(CTXT, node="nope")
