@@ -8,9 +8,11 @@ agents on another ring version) and exits 1, or prints ``OK`` and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Iterable
 from typing import Any
 
+import yaml
 from cliff.command import Command
 from cliff.lister import Lister
 
@@ -75,11 +77,35 @@ class FleetCheck(ConductorCommand, Command):
     no owner, allocations whose node and instance disagree (a double
     claim), live agents excluded from the ring (another ring version), and
     a conductor that cannot tell who is alive.
+
+    (A plain command: its text output is one ``KIND: message`` line per
+    problem, as monitoring plugins expect; ``-f json|yaml`` gives the
+    conductor's whole report, with the same exit status.)
     """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument(
+            "-f",
+            "--format",
+            dest="output_format",
+            choices=("text", "json", "yaml"),
+            default="text",
+            help="output format (default: text, one line per problem)",
+        )
+        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         report = self.client.fleet_check()
         problems = report["problems"]
+        self.exit_code = 1 if problems else 0
+        if parsed_args.output_format != "text":
+            document = {"ok": not problems, **report}
+            if parsed_args.output_format == "json":
+                self.app.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+            else:
+                self.app.stdout.write(yaml.safe_dump(document, sort_keys=True))
+            return self.exit_code
         if not problems:
             self.app.stdout.write(
                 f"OK: no problems seen by conductor {report['conductor']} "

@@ -634,6 +634,8 @@ def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyP
     result = fleet.run("fleet", "check")
     assert result.code == 0, result.out
     assert result.out.startswith("OK")
+    ok = fleet.run("fleet", "check", "-f", "json")
+    assert ok.code == 0 and ok.json()["ok"] is True and ok.json()["problems"] == []
 
     # A node whose owner is not a live agent, and a broken allocation.
     [orphan] = _nodes(fleet, ["orphan-1"])
@@ -651,6 +653,13 @@ def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyP
         "ORPHANED: 1 nodes (0 pinned) owned by agent-dead, which is not a live agent" in result.out
     )
     assert f"DOUBLE-CLAIMED: node {broken}" in result.out and "does not exist" in result.out
+    as_json = fleet.run("fleet", "check", "-f", "json")
+    assert as_json.code == 1
+    report = as_json.json()
+    assert report["ok"] is False
+    assert {p["kind"] for p in report["problems"]} == {"orphaned", "double-claimed"}
+    as_yaml = fleet.run("fleet", "check", "-f", "yaml")
+    assert as_yaml.code == 1 and yaml.safe_load(as_yaml.out) == report
     with db.transaction() as session:
         session.query(NodeModel).filter(NodeModel.uuid.in_([orphan, broken])).delete()
 
