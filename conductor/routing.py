@@ -125,7 +125,7 @@ class AgentRouter:
             with self._lock:
                 left = batch + self._waiting.pop(owner, [])
             for accept in left:
-                self._later(accept.instance.uuid)
+                self._later(accept.instance, accept.node)
             raise
 
     def _batched(self, owner: str) -> bool:
@@ -174,7 +174,7 @@ class AgentRouter:
                 batch = batch + left
                 left.clear()
             for accept in batch:
-                self._later(accept.instance.uuid)
+                self._later(accept.instance, accept.node)
             return
         except Exception as exc:  # any other failure: never drop a build
             self._batch_failed(owner, batch, exc)
@@ -186,7 +186,7 @@ class AgentRouter:
                 "Agent %s: unexpected reply to %d accepts; retrying later", owner, len(batch)
             )
             for accept in batch:
-                self._later(accept.instance.uuid)
+                self._later(accept.instance, accept.node)
             return
         for accept, result in zip(batch, results, strict=True):
             try:
@@ -197,7 +197,7 @@ class AgentRouter:
                     accept.instance.uuid,
                     owner,
                 )
-                self._later(accept.instance.uuid)
+                self._later(accept.instance, accept.node)
 
     def _batch_item_done(self, owner: str, accept: _Accept, result: Any) -> None:
         instance, node, epoch = accept.instance, accept.node, accept.claim.epoch
@@ -230,7 +230,7 @@ class AgentRouter:
             error,
             reason,
         )
-        self._later(instance.uuid)
+        self._later(instance, node)
 
     def _batch_failed(self, owner: str, batch: list[_Accept], exc: Exception) -> None:
         LOG.warning(
@@ -241,21 +241,29 @@ class AgentRouter:
             " ".join(a.instance.uuid for a in batch),
         )
         for accept in batch:
-            self._later(accept.instance.uuid)
+            self._later(accept.instance, accept.node)
 
-    def _later(self, instance_uuid: str) -> None:
+    def _later(self, instance: Instance, node: Node) -> None:
+        """Back on the queue: routed again in a while, to whoever owns the node then."""
+        LOG.info(
+            "Instance %s waits for node %s to have a reachable owner",
+            instance.uuid,
+            node.uuid,
+        )
         if self._retry_later is not None:
-            self._retry_later(instance_uuid, "route")
+            self._retry_later(instance.uuid, "route")
 
     @staticmethod
     def _log_accepted(instance: Instance, node: Node, owner: str, epoch: int, answer: Any) -> None:
-        # One line per build for operators (with the ACTIVE line of its
-        # result): where it was allocated and what the owner answered.
-        LOG.info(
-            "Instance %s allocated to node %s of agent %s (epoch %d): %s",
+        # The build workers logged the allocation (node, owner, epoch) at
+        # INFO already: the usual answer adds nothing an operator needs, and
+        # an INFO line per build is a few percent of a busy conductor's CPU.
+        LOG.log(
+            logging.DEBUG if answer == "accepted" else logging.INFO,
+            "Instance %s routed to %s for node %s (epoch %d): %s",
             instance.uuid,
-            node.uuid,
             owner,
+            node.uuid,
             epoch,
             answer,
         )
@@ -320,10 +328,7 @@ class AgentRouter:
             if node.instance_uuid != instance.uuid:
                 LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
                 return
-        LOG.info(
-            "Instance %s waits for node %s to have a reachable owner", instance.uuid, node.uuid
-        )
-        self._later(instance.uuid)
+        self._later(instance, node)
 
     def destroy(self, instance: Instance) -> bool:
         if instance.node_uuid is None:
