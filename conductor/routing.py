@@ -94,7 +94,9 @@ class AgentRouter:
         back on the queue for later, so one slow agent cannot stall the
         conductor's workers.  While another worker's call to the same owner
         is in flight, the build is left to that worker, which sends it with
-        the others that queued up when its call returns.
+        the others that queued up when its call returns, and goes on while
+        more queue up (under a steady load one worker per agent sends, the
+        others schedule).
         """
         owner = claim.owner
         if owner is None or not self._is_live(owner):
