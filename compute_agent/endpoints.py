@@ -12,7 +12,7 @@ import oslo_messaging as messaging
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import validate_power_target
 from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput
+from conductor.exception import FieldError, InvalidInput, RingfleetError
 from conductor.objects import Node
 from conductor.validation import validate_uuid
 
@@ -20,23 +20,68 @@ __all__ = ["ComputeEndpoint"]
 
 LOG = logging.getLogger(__name__)
 
+#: Builds in one ``build_instances`` call: a conductor sends what queued up
+#: for one agent during its previous call, tens at most.
+MAX_BUILDS = 1000
 
-def _node(value: object) -> Node:
+_BUILD_KEYS = frozenset({"instance_uuid", "node", "epoch"})
+
+
+def _node(value: object, field: str = "node") -> Node:
     if not isinstance(value, dict):
-        raise InvalidInput([FieldError.about("node", "must be a node object", value)])
+        raise InvalidInput([FieldError.about(field, "must be a node object", value)])
     try:
-        uuid = validate_uuid(value.get("uuid"), "node.uuid")
+        uuid = validate_uuid(value.get("uuid"), f"{field}.uuid")
         return Node.from_dict({**value, "uuid": uuid})
     except (KeyError, ValueError, TypeError) as exc:
         if isinstance(exc, InvalidInput):
             raise
-        raise InvalidInput([FieldError.about("node", f"malformed: {exc}", value)]) from None
+        raise InvalidInput([FieldError.about(field, f"malformed: {exc}", value)]) from None
+
+
+def _check_builds(value: object) -> list[tuple[str, Node, int]]:
+    """``[{instance_uuid, node, epoch}]``, validated whole: every bad field named."""
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_BUILDS:
+        raise InvalidInput(
+            [FieldError.about("builds", f"must be a list of 1..{MAX_BUILDS} builds", value)]
+        )
+    errors: list[FieldError] = []
+    checked: list[tuple[str, Node, int]] = []
+    for index, item in enumerate(value):
+        try:
+            checked.append(_check_build(item, f"builds[{index}]"))
+        except InvalidInput as exc:
+            errors += exc.errors
+    if errors:
+        raise InvalidInput(errors)
+    return checked
+
+
+def _check_build(item: object, path: str) -> tuple[str, Node, int]:
+    if not isinstance(item, dict):
+        raise InvalidInput([FieldError.about(path, "must be a mapping", item)])
+    unknown = [
+        FieldError.about(f"{path}.{key}", "unknown field", item[key])
+        for key in sorted(item, key=str)
+        if key not in _BUILD_KEYS
+    ]
+    try:
+        instance, node, epoch = payload.collect(
+            lambda: validate_uuid(item.get("instance_uuid"), f"{path}.instance_uuid"),
+            lambda: _node(item.get("node"), f"{path}.node"),
+            lambda: payload.check_epoch(item.get("epoch"), f"{path}.epoch"),
+        )
+    except InvalidInput as exc:
+        raise InvalidInput(exc.errors + unknown) from None
+    if unknown:
+        raise InvalidInput(unknown)
+    return instance, node, epoch
 
 
 class ComputeEndpoint:
-    """Methods of the compute agent RPC API (since 1.0)."""
+    """Methods of the compute agent RPC API (1.1; see compute_agent/rpcapi.py)."""
 
-    target = messaging.Target(version="1.0")
+    target = messaging.Target(version="1.1")
 
     def __init__(
         self,
@@ -58,6 +103,33 @@ class ComputeEndpoint:
         target = _node(node)
         held = payload.check_epoch(epoch, "epoch")
         return self._actions.build(instance, target, held)
+
+    def build_instances(self, ctxt: dict[str, Any], *, builds: Any) -> dict[str, Any]:
+        """Several builds in one call (since 1.1), each accepted or refused on its own.
+
+        The call is validated whole first (a malformed item refuses it and
+        nothing starts).  Then each build goes through exactly what
+        ``build_instance`` does: a stale epoch (``NotOwner``) or a busy node
+        for one item does not affect the others.  The reply has one entry per
+        build, in order: ``{"answer": "accepted" | "in-progress" | "done"}``
+        or ``{"error": <exception class>, "reason": <its first line>}``.
+        """
+        checked = _check_builds(builds)
+        results: list[dict[str, Any]] = []
+        for instance, node, epoch in checked:
+            try:
+                results.append({"answer": self._actions.build(instance, node, epoch)})
+            except Exception as exc:  # one refused build must not refuse the others
+                if not isinstance(exc, RingfleetError):
+                    LOG.exception(
+                        "Agent %s: accepting instance %s on node %s failed",
+                        self._host,
+                        instance,
+                        node.uuid,
+                    )
+                reason = str(exc).splitlines()[0] if str(exc) else ""
+                results.append({"error": type(exc).__name__, "reason": reason})
+        return {"results": results}
 
     def destroy_instance(
         self, ctxt: dict[str, Any], *, instance_uuid: Any, node: Any, epoch: Any

@@ -8,6 +8,8 @@ API version history:
 
 * 1.0 - Initial version: build_instance, destroy_instance, set_power_state,
   ping, drain.
+* 1.1 - build_instances: several builds in one call, each accepted or
+  refused on its own.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ __all__ = ["ComputeAPI"]
 class ComputeAPI:
     """Calls to compute agents, each by its host name."""
 
-    RPC_API_VERSION = "1.0"
+    RPC_API_VERSION = "1.1"
 
     def __init__(
         self,
@@ -40,10 +42,19 @@ class ComputeAPI:
         )
         self._observe = observe
 
-    def _call(self, host: str, method: str, timeout: float | None = None, **kwargs: Any) -> Any:
+    def _call(
+        self,
+        host: str,
+        method: str,
+        timeout: float | None = None,
+        *,
+        version: str = "1.0",
+        **kwargs: Any,
+    ) -> Any:
         # A request id per call: every agent log line of the call carries it.
         ctxt = {"request_id": f"req-{uuid.uuid4()}"}
-        client = self.client.prepare(server=host, version="1.0", timeout=timeout)
+        # The lowest version that has the method: an older agent still serves it.
+        client = self.client.prepare(server=host, version=version, timeout=timeout)
         if self._observe is None:
             return client.call(ctxt, method, **kwargs)
         with rpc.observed(self._observe, method):
@@ -61,6 +72,26 @@ class ComputeAPI:
         """Ask the owner to deploy; returns at once ("accepted", "in-progress", "done")."""
         return self._call(  # type: ignore[no-any-return]
             host, "build_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
+        )
+
+    def build_instances(
+        self,
+        host: str,
+        builds: list[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Several builds for one owner in one call (1.1).
+
+        ``builds``: ``{"instance_uuid", "node", "epoch"}`` mappings, each
+        accepted or refused on its own; the reply is ``{"results": [...]}``,
+        one entry per build in order: ``{"answer": <build_instance's>}`` or
+        ``{"error": <exception class name>, "reason": <first line>}``.  An
+        agent older than 1.1 raises a ``RemoteError`` whose ``exc_type`` is
+        ``UnsupportedVersion`` (or ``NoSuchMethod``).
+        """
+        return self._call(  # type: ignore[no-any-return]
+            host, "build_instances", timeout, version="1.1", builds=builds
         )
 
     def destroy_instance(

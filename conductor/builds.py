@@ -201,6 +201,8 @@ class BuildWorkers:
         except RingfleetError as exc:
             self._fail(instance, str(exc))
             return
+        # The operator's line for the allocation, logged before the owner
+        # answers; the router adds a line only when the answer is unusual.
         LOG.info(
             "Instance %s allocated to node %s of agent %s (epoch %d)",
             instance.uuid,

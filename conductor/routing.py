@@ -6,11 +6,24 @@ conductor re-reads and routes again.  An accept that times out is retried
 while the owner is a live member (the agent de-duplicates by instance id);
 when the owner is gone, the build waits for the takeover and goes to the
 new owner.
+
+Accepts are batched per agent the way agents batch their results
+(:mod:`compute_agent.reporting`): a build for an agent no call is in flight
+to goes out at once, alone (``build_instance``, nothing waits for a batch to
+fill); builds for that agent that become ready while the call is in flight
+are queued, and the worker that made the call sends them together when it
+returns (``build_instances``, compute API 1.1).  The other workers go back
+to scheduling at once, so under load one worker per agent talks to it and a
+slow agent holds one worker, not all of them.  An agent older than 1.1 gets
+one call per build (re-probed every :data:`_REPROBE_AFTER` seconds).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import oslo_messaging as messaging
@@ -26,6 +39,22 @@ __all__ = ["AgentRouter"]
 
 LOG = logging.getLogger(__name__)
 
+#: How an agent without ``build_instances`` (API < 1.1) refuses it.
+_NOT_SERVED = ("UnsupportedVersion", "NoSuchMethod")
+
+#: Seconds before an agent that refused ``build_instances`` is asked again
+#: (it may have been upgraded and restarted meanwhile).
+_REPROBE_AFTER = 300.0
+
+
+@dataclass(frozen=True)
+class _Accept:
+    """A build waiting for its owner's accept."""
+
+    instance: Instance
+    node: Node
+    claim: Ownership
+
 
 class AgentRouter:
     """Implements :class:`conductor.builds.Router` over the agents' RPC API."""
@@ -38,13 +67,24 @@ class AgentRouter:
         *,
         accept_timeout: float = 10.0,
         retry_later: Any = None,
+        max_batch: int = 50,
     ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, not {max_batch}")
         self._db = db
         self._fleet = fleet
         self._compute = compute
         self._accept_timeout = accept_timeout
         # Called with (instance_uuid, action) to try again later.
         self._retry_later = retry_later
+        self._max_batch = max_batch
+        self._lock = threading.Lock()
+        # owner -> builds that became ready while a call to it was in flight;
+        # an owner is a key exactly while one worker is sending to it.
+        self._waiting: dict[str, list[_Accept]] = {}
+        # owner -> when it refused build_instances (an agent older than 1.1)
+        self._unbatched: dict[str, float] = {}
+        self.calls = 0  # accept calls made (for tests)
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
         """Hand the build to the node's owner; never holds a worker for long.
@@ -52,13 +92,194 @@ class AgentRouter:
         ``NotOwner`` is answered by re-reading the claim and routing again at
         once (a few times); a timeout or an unreachable owner puts the build
         back on the queue for later, so one slow agent cannot stall the
-        conductor's workers.
+        conductor's workers.  While another worker's call to the same owner
+        is in flight, the build is left to that worker, which sends it with
+        the others that queued up when its call returns, and goes on while
+        more queue up (under a steady load one worker per agent sends, the
+        others schedule).
         """
-        for _attempt in range(3):
+        owner = claim.owner
+        if owner is None or not self._is_live(owner):
+            self._route_one(instance, node, claim)  # waits for the takeover
+            return
+        with self._lock:
+            waiting = self._waiting.get(owner)
+            if waiting is not None:
+                waiting.append(_Accept(instance, node, claim))
+                return
+            self._waiting[owner] = []
+        batch = [_Accept(instance, node, claim)]
+        try:
+            while batch:
+                if len(batch) == 1 or not self._batched(owner):
+                    for accept in batch:
+                        self._route_one(accept.instance, accept.node, accept.claim)
+                else:
+                    self._route_batch(owner, batch)
+                with self._lock:
+                    waiting = self._waiting[owner]
+                    batch = waiting[: self._max_batch]
+                    del waiting[: self._max_batch]
+                    if not batch:
+                        del self._waiting[owner]
+        except BaseException:
+            # Never strand a queued build: whatever is left goes back on the queue.
+            with self._lock:
+                left = batch + self._waiting.pop(owner, [])
+            for accept in left:
+                self._later(accept.instance, accept.node)
+            raise
+
+    def _batched(self, owner: str) -> bool:
+        refused = self._unbatched.get(owner)
+        return refused is None or time.monotonic() - refused > _REPROBE_AFTER
+
+    def _route_batch(self, owner: str, batch: list[_Accept]) -> None:
+        """One ``build_instances`` call; each build's refusal handled on its own."""
+        try:
+            self.calls += 1
+            reply = self._compute.build_instances(
+                owner,
+                [
+                    {
+                        "instance_uuid": a.instance.uuid,
+                        "node": a.node.to_dict(),
+                        "epoch": a.claim.epoch,
+                    }
+                    for a in batch
+                ],
+                timeout=self._accept_timeout,
+            )
+        except messaging.RemoteError as exc:
+            if exc.exc_type not in _NOT_SERVED:
+                self._batch_failed(owner, batch, exc)
+                return
+            LOG.warning(
+                "Agent %s has no build_instances (%s): one accept call per build",
+                owner,
+                exc.exc_type,
+            )
+            self._unbatched[owner] = time.monotonic()
+            for accept in batch:
+                self._route_one(accept.instance, accept.node, accept.claim)
+            return
+        except messaging.MessagingTimeout:
+            LOG.warning(
+                "Accept of %d builds from %s timed out; retrying later: %s",
+                len(batch),
+                owner,
+                " ".join(a.instance.uuid for a in batch),
+            )
+            # What queued up meanwhile would wait as long: back on the queue too.
+            with self._lock:
+                left = self._waiting.get(owner, [])
+                batch = batch + left
+                left.clear()
+            for accept in batch:
+                self._later(accept.instance, accept.node)
+            return
+        except Exception as exc:  # any other failure: never drop a build
+            self._batch_failed(owner, batch, exc)
+            return
+        self._unbatched.pop(owner, None)
+        results = reply.get("results") if isinstance(reply, dict) else None
+        if not isinstance(results, list) or len(results) != len(batch):
+            LOG.warning(
+                "Agent %s: unexpected reply to %d accepts; retrying later", owner, len(batch)
+            )
+            for accept in batch:
+                self._later(accept.instance, accept.node)
+            return
+        for accept, result in zip(batch, results, strict=True):
+            try:
+                self._batch_item_done(owner, accept, result)
+            except Exception:  # one build's trouble (a database error) must not lose the rest
+                LOG.exception(
+                    "Instance %s: handling the accept from %s failed; retrying later",
+                    accept.instance.uuid,
+                    owner,
+                )
+                self._later(accept.instance, accept.node)
+
+    def _batch_item_done(self, owner: str, accept: _Accept, result: Any) -> None:
+        instance, node, epoch = accept.instance, accept.node, accept.claim.epoch
+        error = result.get("error") if isinstance(result, dict) else "malformed reply"
+        if error is None:
+            self._log_accepted(instance, node, owner, epoch, result.get("answer"))
+            return
+        reason = result.get("reason") if isinstance(result, dict) else result
+        if error == "NotOwner":
+            LOG.info(
+                "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
+                instance.uuid,
+                owner,
+                node.uuid,
+                epoch,
+                reason,
+            )
+            node = nodes.get_node(self._db, node.uuid)
+            if node.instance_uuid != instance.uuid:
+                LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
+                return
+            claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
+            self._route_one(instance, node, claim, attempts=2)
+            return
+        LOG.warning(
+            "Instance %s: %s refused node %s: %s: %s; retrying later",
+            instance.uuid,
+            owner,
+            node.uuid,
+            error,
+            reason,
+        )
+        self._later(instance, node)
+
+    def _batch_failed(self, owner: str, batch: list[_Accept], exc: Exception) -> None:
+        LOG.warning(
+            "Accept of %d builds from %s failed (%s); retrying later: %s",
+            len(batch),
+            owner,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            " ".join(a.instance.uuid for a in batch),
+        )
+        for accept in batch:
+            self._later(accept.instance, accept.node)
+
+    def _later(self, instance: Instance, node: Node) -> None:
+        """Back on the queue: routed again in a while, to whoever owns the node then."""
+        LOG.info(
+            "Instance %s waits for node %s to have a reachable owner",
+            instance.uuid,
+            node.uuid,
+        )
+        if self._retry_later is not None:
+            self._retry_later(instance.uuid, "route")
+
+    @staticmethod
+    def _log_accepted(instance: Instance, node: Node, owner: str, epoch: int, answer: Any) -> None:
+        # The build workers logged the allocation (node, owner, epoch) at
+        # INFO already: the usual answer adds nothing an operator needs, and
+        # an INFO line per build is a few percent of a busy conductor's CPU.
+        LOG.log(
+            logging.DEBUG if answer == "accepted" else logging.INFO,
+            "Instance %s routed to %s for node %s (epoch %d): %s",
+            instance.uuid,
+            owner,
+            node.uuid,
+            epoch,
+            answer,
+        )
+
+    def _route_one(
+        self, instance: Instance, node: Node, claim: Ownership, attempts: int = 3
+    ) -> None:
+        """One ``build_instance`` call, re-read and repeated on ``NotOwner``."""
+        for _attempt in range(attempts):
             owner, epoch = claim.owner, claim.epoch
             if owner is None or not self._is_live(owner):
                 break  # wait for the takeover
             try:
+                self.calls += 1
                 answer = self._compute.build_instance(
                     owner,
                     instance_uuid=instance.uuid,
@@ -66,14 +287,7 @@ class AgentRouter:
                     epoch=epoch,
                     timeout=self._accept_timeout,
                 )
-                LOG.info(
-                    "Instance %s routed to %s for node %s (epoch %d): %s",
-                    instance.uuid,
-                    owner,
-                    node.uuid,
-                    epoch,
-                    answer,
-                )
+                self._log_accepted(instance, node, owner, epoch, answer)
                 return
             except NotOwner as exc:
                 # A remote exception's text carries its traceback: first line only.
@@ -116,11 +330,7 @@ class AgentRouter:
             if node.instance_uuid != instance.uuid:
                 LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
                 return
-        LOG.info(
-            "Instance %s waits for node %s to have a reachable owner", instance.uuid, node.uuid
-        )
-        if self._retry_later is not None:
-            self._retry_later(instance.uuid, "route")
+        self._later(instance, node)
 
     def destroy(self, instance: Instance) -> bool:
         if instance.node_uuid is None:

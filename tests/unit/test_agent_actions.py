@@ -24,8 +24,9 @@ from compute_agent.actions import NodeActions
 from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers.action_log import Action, check_fencing, read_log
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
+from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
-from conductor.exception import Conflict, NotOwner
+from conductor.exception import Conflict, InvalidInput, NotOwner
 from conductor.objects import Node, PowerState, ProvisionState
 from hashring.membership import Member, MembershipView, State
 
@@ -548,3 +549,90 @@ def test_a_build_never_tears_down_another_instance_deployed_on_the_node(agent: A
     state = agent.driver.node_state(node.uuid)
     assert state is not None and state.instance_uuid == hosted
     assert ("destroy", None) not in agent.log_of(node)
+
+
+# -- build_instances (the RPC endpoint, API 1.1) -----------------------------------------
+
+
+def _endpoint(agent: Agent) -> ComputeEndpoint:
+    return ComputeEndpoint(HOST, agent.actions, status=dict, drain=lambda: None)
+
+
+def _item(instance: str, node: Node, epoch: int) -> dict[str, Any]:
+    return {"instance_uuid": instance, "node": node.to_dict(), "epoch": epoch}
+
+
+def test_build_instances_accepts_each_build_on_its_own(agent: Agent) -> None:
+    """A stale epoch, a node taken over and a busy node refuse their own items only."""
+    fresh, stale, lost = agent.nodes
+    first, second = instance_id(), instance_id()
+    _lose_the_node(agent, lost)  # the conductor's claim predates a takeover
+    reply = _endpoint(agent).build_instances(
+        {},
+        builds=[
+            _item(first, fresh, agent.epoch(fresh)),
+            _item(instance_id(), stale, agent.epoch(stale) - 1),
+            _item(instance_id(), lost, 7),
+            _item(second, fresh, agent.epoch(fresh)),  # another instance, same node
+            _item(first, fresh, agent.epoch(fresh)),  # the first one again
+        ],
+    )
+    results = reply["results"]
+    assert results[0] == {"answer": "accepted"}
+    assert results[1]["error"] == "NotOwner" and stale.uuid in results[1]["reason"]
+    assert results[2]["error"] == "NotOwner" and lost.uuid in results[2]["reason"]
+    assert results[3]["error"] == "Conflict" and "busy" in results[3]["reason"]
+    assert results[4] == {"answer": "in-progress"}
+    assert len(results) == 5
+    assert agent.actions.wait_idle(5.0)
+    # Only the accepted build ran, once, and only on its node.
+    assert [(b["instance_uuid"], b["success"]) for b in agent.conductor.builds] == [(first, True)]
+    assert {a.node for a in agent.log()} == {fresh.uuid}
+    assert check_fencing(agent.log()) == []
+
+
+def test_build_instances_is_idempotent_by_instance(agent: Agent) -> None:
+    node = agent.nodes[0]
+    instance = instance_id()
+    endpoint = _endpoint(agent)
+    batch = [_item(instance, node, agent.epoch(node))]
+    assert endpoint.build_instances({}, builds=batch) == {"results": [{"answer": "accepted"}]}
+    assert agent.actions.wait_idle(5.0)
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    # Sent again after it was deployed: not deployed again, the result is re-sent.
+    assert endpoint.build_instances({}, builds=batch) == {"results": [{"answer": "done"}]}
+    wait_for(lambda: len(agent.conductor.builds) == 2)
+    assert agent.actions.wait_idle(5.0)
+    assert [a.action for a in agent.log()].count("deploy_start") == 1
+
+
+def test_build_instances_refuses_a_malformed_batch_whole(agent: Agent) -> None:
+    node = agent.nodes[0]
+    good = _item(instance_id(), node, agent.epoch(node))
+    endpoint = _endpoint(agent)
+    with pytest.raises(InvalidInput) as err:
+        endpoint.build_instances(
+            {},
+            builds=[
+                good,
+                {**good, "instance_uuid": "nope", "epoch": -1},
+                {**good, "extra": 1},
+                "x",
+                {"epoch": 1},
+            ],
+        )
+    fields = [e.field for e in err.value.errors]
+    assert fields == [
+        "builds[1].instance_uuid",
+        "builds[1].epoch",
+        "builds[2].extra",
+        "builds[3]",
+        "builds[4].instance_uuid",
+        "builds[4].node",
+    ]
+    for bad in ([], None, [good] * 1001):
+        with pytest.raises(InvalidInput) as whole:
+            endpoint.build_instances({}, builds=bad)
+        assert [e.field for e in whole.value.errors] == ["builds"]
+    assert agent.actions.wait_idle(1.0)
+    assert agent.log() == [] and agent.actions.in_flight() == 0

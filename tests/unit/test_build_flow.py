@@ -551,6 +551,12 @@ class FakeCompute:
     behaviour: dict[str, Any] = field(default_factory=dict)
     builds: list[tuple[str, str, int, float | None]] = field(default_factory=list)
     destroys: list[tuple[str, str, int]] = field(default_factory=list)
+    # build_instances: per host, a reply (or an exception) to give; the calls made
+    batch_behaviour: dict[str, Any] = field(default_factory=dict)
+    batches: list[tuple[str, list[str], float | None]] = field(default_factory=list)
+    # Set: build_instance waits until it is set again (a call in flight).
+    gate: threading.Event | None = None
+    in_call: threading.Event = field(default_factory=threading.Event)
 
     def _answer(self, host: str, default: str) -> str:
         answer = self.behaviour.get(host, default)
@@ -570,7 +576,21 @@ class FakeCompute:
         timeout: float | None = None,
     ) -> str:
         self.builds.append((host, node["uuid"], epoch, timeout))
+        if self.gate is not None:
+            self.in_call.set()
+            assert self.gate.wait(5.0)
         return self._answer(host, "accepted")
+
+    def build_instances(
+        self, host: str, builds: list[dict[str, Any]], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        self.batches.append((host, [b["node"]["uuid"] for b in builds], timeout))
+        reply = self.batch_behaviour.get(host)
+        if isinstance(reply, BaseException):
+            raise reply
+        if callable(reply):
+            return reply(builds)  # type: ignore[no-any-return]
+        return {"results": [{"answer": "accepted"} for _ in builds]}
 
     def destroy_instance(
         self,
@@ -776,3 +796,176 @@ def test_each_attempt_is_rerouted_once_before_the_sweeper_fails_it(flow: Flow) -
     assert flow.builds.sweep(60) == 1
     assert flow.wait_routes(uuid, 4) == second  # re-routed, not failed
     assert flow.instance(uuid).attempts == 1
+
+
+# -- AgentRouter: batched accepts (compute API 1.1) ---------------------------------------
+
+
+def _more_builds(routing: Routing, count: int) -> list[tuple[Instance, Node, Ownership]]:
+    """``count`` more builds allocated on new nodes of a1, as the workers would route them."""
+    made = []
+    for node_uuid in add_nodes(routing.db, count):
+        ownership.claim_nodes(routing.db, "a1", [node_uuid], live_members=AGENTS, rehome_grace=60)
+        [instance], _ = instances.create_instances(
+            routing.db, validate_build_request({"flavor": "small"})
+        )
+        claim = allocations.allocate(routing.db, node_uuid, instance.uuid)
+        assert claim is not None and claim.owner == "a1"
+        made.append(
+            (
+                instances.get_instance(routing.db, instance.uuid),
+                nodes.get_node(routing.db, node_uuid),
+                claim,
+            )
+        )
+    return made
+
+
+def _with_a_call_in_flight(
+    routing: Routing, while_in_flight: Callable[[], None]
+) -> threading.Thread:
+    """Route the fixture's build in a thread, held in its call while ``while_in_flight`` runs."""
+    routing.compute.gate = threading.Event()
+    first = threading.Thread(target=routing.router.route, args=routing.args())
+    first.start()
+    assert routing.compute.in_call.wait(5.0)
+    routing.compute.gate, gate = None, routing.compute.gate
+    try:
+        while_in_flight()
+    finally:
+        gate.set()
+    first.join(5.0)
+    assert not first.is_alive()
+    return first
+
+
+def test_a_lone_build_goes_out_at_once_in_its_own_call(routing: Routing) -> None:
+    routing.router.route(*routing.args())
+    assert len(routing.compute.builds) == 1
+    assert routing.compute.batches == []
+
+
+def test_builds_ready_during_a_call_go_to_the_owner_in_one_call(routing: Routing) -> None:
+    more = _more_builds(routing, 3)
+
+    def route_more() -> None:
+        for build in more:
+            routing.router.route(*build)  # returns at once: queued for the sender
+        assert routing.compute.batches == []
+
+    _with_a_call_in_flight(routing, route_more)
+    assert [h for h, *_ in routing.compute.builds] == ["a1"]
+    assert routing.compute.batches == [("a1", [n.uuid for _, n, _ in more], 3.0)]
+    assert routing.retries == []
+    assert routing.router.calls == 2
+
+
+def test_a_batch_refusal_affects_its_own_build_only(routing: Routing) -> None:
+    """NotOwner for one item: re-read and routed to the new owner; a busy node:
+    that build retried later; a node the instance lost: dropped; the rest accepted."""
+    ok, moved, busy, lost = _more_builds(routing, 4)
+    new_epoch = ownership.transfer_nodes(
+        routing.db, "a1", [ownership.Transfer(moved[1].uuid, moved[2].epoch, "a2")]
+    ).done[moved[1].uuid]
+    allocations.free(routing.db, lost[1].uuid, lost[0].uuid)
+
+    def reply(builds: list[dict[str, Any]]) -> dict[str, Any]:
+        answers = {
+            ok[1].uuid: {"answer": "accepted"},
+            moved[1].uuid: {"error": "NotOwner", "reason": "not the owner"},
+            busy[1].uuid: {"error": "Conflict", "reason": "node is busy"},
+            lost[1].uuid: {"error": "NotOwner", "reason": "not the owner"},
+        }
+        return {"results": [answers[b["node"]["uuid"]] for b in builds]}
+
+    routing.compute.batch_behaviour["a1"] = reply
+
+    def route_more() -> None:
+        for build in (ok, moved, busy, lost):
+            routing.router.route(*build)
+
+    _with_a_call_in_flight(routing, route_more)
+    assert [nodes for _, nodes, _ in routing.compute.batches] == [
+        [ok[1].uuid, moved[1].uuid, busy[1].uuid, lost[1].uuid]
+    ]
+    # The fixture's own build alone, then the moved one to its new owner at its epoch.
+    assert [(h, n, e) for h, n, e, _ in routing.compute.builds] == [
+        ("a1", routing.node, routing.claim.epoch),
+        ("a2", moved[1].uuid, new_epoch),
+    ]
+    assert routing.retries == [(busy[0].uuid, "route")]
+
+
+@pytest.mark.parametrize("refusal", ["UnsupportedVersion", "NoSuchMethod"])
+def test_an_agent_without_build_instances_gets_one_call_per_build(
+    routing: Routing, refusal: str
+) -> None:
+    more = _more_builds(routing, 4)
+    routing.compute.batch_behaviour["a1"] = messaging.RemoteError(refusal, "too old")
+
+    def route_two() -> None:
+        for build in more[:2]:
+            routing.router.route(*build)
+
+    _with_a_call_in_flight(routing, route_two)
+    assert len(routing.compute.batches) == 1  # asked once, refused
+    assert [n for _, n, _, _ in routing.compute.builds] == [
+        routing.node,
+        more[0][1].uuid,
+        more[1][1].uuid,
+    ]
+    # From then on, per-build calls without asking again.
+    routing.compute.in_call.clear()
+    gate = threading.Event()
+    routing.compute.gate = gate
+    first = threading.Thread(target=routing.router.route, args=more[2])
+    first.start()
+    assert routing.compute.in_call.wait(5.0)
+    routing.compute.gate = None
+    routing.router.route(*more[3])
+    gate.set()
+    first.join(5.0)
+    assert len(routing.compute.batches) == 1
+    assert [n for _, n, _, _ in routing.compute.builds][3:] == [more[2][1].uuid, more[3][1].uuid]
+    assert routing.retries == []
+
+
+def test_a_batch_that_times_out_goes_back_on_the_queue_with_what_waits(
+    routing: Routing,
+) -> None:
+    more = _more_builds(routing, 2)
+    routing.compute.batch_behaviour["a1"] = messaging.MessagingTimeout("no reply")
+
+    def route_more() -> None:
+        for build in more:
+            routing.router.route(*build)
+
+    _with_a_call_in_flight(routing, route_more)
+    assert len(routing.compute.batches) == 1
+    assert sorted(routing.retries) == sorted((i.uuid, "route") for i, _, _ in more)
+    # Nothing is left waiting: the next build goes out at once again.
+    routing.compute.batch_behaviour.clear()
+    routing.router.route(*more[0])
+    assert [n for _, n, _, _ in routing.compute.builds][-1] == more[0][1].uuid
+
+
+def test_a_failure_while_sending_strands_nothing(
+    routing: Routing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    more = _more_builds(routing, 2)
+
+    def database_down(*_: Any) -> Node:
+        raise RuntimeError("database down")
+
+    routing.compute.batch_behaviour["a1"] = lambda builds: {
+        "results": [{"error": "NotOwner", "reason": "moved"} for _ in builds]
+    }
+
+    def route_more() -> None:
+        for build in more:
+            routing.router.route(*build)
+        # Re-reading the refused builds' nodes will fail.
+        monkeypatch.setattr(nodes, "get_node", database_down)
+
+    _with_a_call_in_flight(routing, route_more)
+    assert sorted(routing.retries) == sorted((i.uuid, "route") for i, _, _ in more)
