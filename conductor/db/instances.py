@@ -103,8 +103,17 @@ def store_build_request(db: Database, request: BuildRequest) -> tuple[Flavor, li
 
 
 def _store(
-    db: Database, request: BuildRequest, *, with_flavor: bool
+    db: Database, request: BuildRequest, *, with_flavor: bool, check_first: bool = False
 ) -> tuple[Flavor | None, list[Instance], bool]:
+    """One transaction; ``check_first`` reads the ids before inserting them.
+
+    The first attempt inserts at once: a new request (the usual case) then
+    costs no read of its ids, a statement that was about a tenth of the
+    routing latency.  An id already stored makes the insert fail
+    (``uniq_instances0uuid``) and roll back whole; the request is then tried
+    again reading first, which tells a client's retry (answered with what
+    was stored) from an id reused by another request (refused).
+    """
     uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
     names = _names(request, uuids)
     flavor: Flavor | None = None
@@ -115,9 +124,11 @@ def _store(
                 if row is None:
                     raise FlavorNotFound(request.flavor)
                 flavor = to_flavor(row)
-            existing = {
-                row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})
-            }
+            existing = (
+                {row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})}
+                if check_first
+                else {}
+            )
             if existing:
                 # A retry of the same request returns what was stored; any
                 # other use of these ids is a different request: refused.
@@ -175,8 +186,9 @@ def _store(
             )
             return flavor, stored, True
     except IntegrityError:
-        # A concurrent identical request won: it is stored once either way.
-        return _store(db, request, with_flavor=with_flavor)
+        # An id is stored already (a retry, a reused id, or a concurrent
+        # identical request that won): read first this time.
+        return _store(db, request, with_flavor=with_flavor, check_first=True)
 
 
 def get_instance(db: Database, instance_uuid: str) -> Instance:

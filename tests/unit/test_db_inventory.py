@@ -136,6 +136,23 @@ def test_build_requests_are_idempotent_by_instance_uuid(db: Database) -> None:
         instances.get_instance(db, "33333333-3333-4333-8333-333333333333")
 
 
+def test_a_request_reusing_one_stored_id_stores_none_of_its_instances(db: Database) -> None:
+    # A new request is inserted without reading its ids first: the clash must
+    # roll the whole insert back, the new id included, and name the reused id.
+    stored = "11111111-1111-4111-8111-111111111111"
+    fresh = "33333333-3333-4333-8333-333333333333"
+    instances.create_instances(
+        db, validate_build_request({"flavor": "f", "instance_uuids": [stored]})
+    )
+    mixed = validate_build_request({"flavor": "f", "count": 2, "instance_uuids": [fresh, stored]})
+    with pytest.raises(DuplicateInstance) as err:
+        instances.create_instances(db, mixed)
+    assert err.value.value == stored
+    with pytest.raises(InstanceNotFound):
+        instances.get_instance(db, fresh)
+    assert [i.uuid for i in instances.list_instances(db)] == [stored]
+
+
 def test_state_changes_are_compare_and_swap(db: Database) -> None:
     [inst], _ = instances.create_instances(db, validate_build_request({"flavor": "f"}))
     assert instances.set_state(
