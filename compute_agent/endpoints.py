@@ -12,7 +12,7 @@ import oslo_messaging as messaging
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import validate_power_target
 from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput, RingfleetError
+from conductor.exception import FieldError, InvalidInput, RingfleetError, first_line
 from conductor.objects import Node
 from conductor.validation import validate_uuid
 
@@ -127,7 +127,7 @@ class ComputeEndpoint:
                         instance,
                         node.uuid,
                     )
-                reason = str(exc).splitlines()[0] if str(exc) else ""
+                reason = first_line(exc, default="")
                 results.append({"error": type(exc).__name__, "reason": reason})
         return {"results": results}
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import oslo_messaging as messaging
 
+from conductor import rpc
+from conductor.exception import first_line
+
 __all__ = ["BuildReporter"]
 
 LOG = logging.getLogger(__name__)
-
-#: How a conductor without ``report_build_results`` (API < 1.2) refuses it.
-_NOT_SERVED = ("UnsupportedVersion", "NoSuchMethod")
 
 
 class BuildReporter:
@@ -107,7 +107,7 @@ class BuildReporter:
                 self.calls += 1
                 reply = self._conductor.report_build_results(self._host, batch)
             except messaging.RemoteError as exc:
-                if exc.exc_type not in _NOT_SERVED:
+                if exc.exc_type not in rpc.NOT_SERVED:
                     self._not_delivered(batch, exc)
                     return
                 LOG.warning(
@@ -146,7 +146,7 @@ class BuildReporter:
 
     def _not_delivered(self, batch: list[dict[str, Any]], exc: Exception) -> None:
         # A remote exception's text carries its traceback: first line only.
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = first_line(exc)
         for result in batch:
             LOG.warning(
                 "Instance %s: build result not delivered: %s", result.get("instance_uuid"), reason

@@ -14,7 +14,6 @@ API version history:
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import oslo_messaging as messaging
@@ -51,14 +50,9 @@ class ComputeAPI:
         version: str = "1.0",
         **kwargs: Any,
     ) -> Any:
-        # A request id per call: every agent log line of the call carries it.
-        ctxt = {"request_id": f"req-{uuid.uuid4()}"}
         # The lowest version that has the method: an older agent still serves it.
         client = self.client.prepare(server=host, version=version, timeout=timeout)
-        if self._observe is None:
-            return client.call(ctxt, method, **kwargs)
-        with rpc.observed(self._observe, method):
-            return client.call(ctxt, method, **kwargs)
+        return rpc.call(client, method, self._observe, **kwargs)
 
     def build_instance(
         self,

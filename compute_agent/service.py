@@ -26,6 +26,7 @@ from compute_agent.reporting import BuildReporter
 from conductor import rpc, systemd
 from conductor.conf.metrics import AGENT_PORT
 from conductor.coordination import membership_from_conf
+from conductor.exception import first_line
 from conductor.metrics import MetricsServer
 from conductor.objects import Node
 from conductor.rpcapi import ConductorAPI
@@ -253,7 +254,7 @@ class AgentService:
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
             except Exception as exc:  # the next wake-up tries again, soon
-                LOG.warning("Agent %s: reconcile failed: %s", self.host, str(exc).splitlines()[0])
+                LOG.warning("Agent %s: reconcile failed: %s", self.host, first_line(exc))
                 # E.g. the conductors have not seen us join yet: a moment,
                 # not a whole interval (invariant 2: no orphans for long).
                 delay = _RETRY_SOON

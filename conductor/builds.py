@@ -245,47 +245,45 @@ class BuildWorkers:
         older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
         stuck = instances.stuck_builds(self._db, older_than)
         self._forget_moved_on(stuck)
-        for deleting in instances.stuck_deletes(self._db, older_than):
-            instances.touch(self._db, deleting.uuid)
-            self.delete(deleting.uuid)
+        deletes = instances.stuck_deletes(self._db, older_than)
+        unplaced: list[str] = []
+        reroute: list[str] = []
+        timed_out: list[tuple[str, str]] = []
         for instance in stuck:
             if instance.node_uuid is None:
-                instances.touch(self._db, instance.uuid)
-                self.submit([instance.uuid])
+                unplaced.append(instance.uuid)
             elif (key := (instance.uuid, instance.node_uuid, instance.attempts)) not in self._swept:
                 self._swept.add(key)
-                instances.touch(self._db, instance.uuid)
-                self._queue.put(("route", instance.uuid, None))
+                reroute.append(instance.uuid)
             else:
                 self._swept.discard(key)
-                LOG.warning(
-                    "Instance %s: no progress on node %s for %.0f s",
-                    instance.uuid,
-                    instance.node_uuid,
-                    build_timeout,
-                )
-                self._attempt_failed(
-                    instance.uuid,
-                    instance.node_uuid,
-                    f"build timed out after {build_timeout:.0f} s",
-                    clean=False,
-                )
+                timed_out.append((instance.uuid, instance.node_uuid))
+        # The retries count as progress: one write for all, before acting.
+        instances.touch(self._db, [d.uuid for d in deletes] + unplaced + reroute)
+        for deleting in deletes:
+            self.delete(deleting.uuid)
+        self.submit(unplaced)
+        for uuid in reroute:
+            self._queue.put(("route", uuid, None))
+        for uuid, node_uuid in timed_out:
+            LOG.warning(
+                "Instance %s: no progress on node %s for %.0f s", uuid, node_uuid, build_timeout
+            )
+            self._attempt_failed(
+                uuid, node_uuid, f"build timed out after {build_timeout:.0f} s", clean=False
+            )
         return len(stuck)
 
     def _forget_moved_on(self, stuck: list[Instance]) -> None:
         """Drop sweep marks of builds that progressed (the set stays small)."""
         current = {(i.uuid, i.node_uuid, i.attempts) for i in stuck}
-        for key in list(self._swept - current):
-            try:
-                now = instances.get_instance(self._db, key[0])
-            except NotFound:
-                self._swept.discard(key)
-                continue
-            if (
-                now.vm_state is not VmState.BUILDING
-                or (now.uuid, now.node_uuid, now.attempts) != key
-            ):
-                self._swept.discard(key)
+        others = self._swept - current
+        still = {
+            (i.uuid, i.node_uuid, i.attempts)
+            for i in instances.get_instances(self._db, [key[0] for key in others])
+            if i.vm_state is VmState.BUILDING
+        }
+        self._swept -= others - still
 
     def rehomed(self, node_uuids: list[str]) -> None:
         """Pinned nodes changed owner: builds still running there go to the new owner."""

@@ -27,6 +27,7 @@ __all__ = [
     "NotOwner",
     "RingfleetError",
     "ServiceUnavailable",
+    "first_line",
     "render_value",
 ]
 
@@ -87,6 +88,20 @@ _REPR.maxother = 60
 _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = 4
 _REPR.maxdict = 4
 _VALUE_MAX = 80
+
+
+def first_line(exc: BaseException, default: str | None = None) -> str:
+    """The first line of ``exc``'s message, for a log line or a fault.
+
+    A remote error's message ends with the remote traceback; only its first
+    line says what happened.  An exception without a message gives
+    ``default`` (its class name when None) -- never an IndexError inside the
+    caller's ``except`` block.
+    """
+    lines = str(exc).splitlines()
+    if lines:
+        return lines[0]
+    return type(exc).__name__ if default is None else default
 
 
 def render_value(value: object) -> str:

@@ -31,7 +31,6 @@ class FleetView:
         self._db = db
         self._lock = threading.Lock()
         self._view: MembershipView | None = None
-        self._ring = Ring([])
         self._listeners: list[Callable[[MembershipView], None]] = []
 
     def attach(self, membership: Membership) -> None:
@@ -43,9 +42,8 @@ class FleetView:
 
     def on_change(self, view: MembershipView) -> None:
         """Membership callback: record the view, then tell the listeners."""
-        ring = view.ring()
         with self._lock:
-            self._view, self._ring = view, ring
+            self._view = view
         try:
             agents.record_membership(self._db, view.weights)
         except Exception:  # the next change records again; keep watching
@@ -72,9 +70,12 @@ class FleetView:
             )
         return frozenset(view.members)
 
-    def ring(self) -> Ring:
+    def ring(self, group: str | None = None) -> Ring:
+        """The ring of the latest view (of ``group``'s members if given);
+        empty before the first view.  Built on demand: few callers need it."""
         with self._lock:
-            return self._ring
+            view = self._view
+        return view.ring(group) if view is not None else Ring([])
 
     def view(self) -> MembershipView | None:
         with self._lock:

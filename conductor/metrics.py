@@ -113,7 +113,8 @@ class ServiceMetrics:
                 wanted.update(member.capabilities.get("groups") or [])
         else:
             wanted = set(groups)
-        sizes = {g: len(view.ring(g)) for g in wanted}
+        # Counted, not built: a ring costs 4096 points per member.
+        sizes = {g: len(view.weights_for(g)) for g in wanted}
         sizes[ALL_GROUPS] = len(view.members)
         # Called by the membership's one watcher thread: no lock needed.
         for gone in self._ring_groups - sizes.keys():

@@ -29,9 +29,10 @@ from typing import Any
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor import rpc
 from conductor.db import nodes
 from conductor.db.engine import Database
-from conductor.exception import Conflict, NotOwner, ServiceUnavailable
+from conductor.exception import Conflict, NotOwner, ServiceUnavailable, first_line
 from conductor.fleet_view import FleetView
 from conductor.objects import Instance, Node, Ownership
 
@@ -40,7 +41,6 @@ __all__ = ["AgentRouter"]
 LOG = logging.getLogger(__name__)
 
 #: How an agent without ``build_instances`` (API < 1.1) refuses it.
-_NOT_SERVED = ("UnsupportedVersion", "NoSuchMethod")
 
 #: Seconds before an agent that refused ``build_instances`` is asked again
 #: (it may have been upgraded and restarted meanwhile).
@@ -151,7 +151,7 @@ class AgentRouter:
                 timeout=self._accept_timeout,
             )
         except messaging.RemoteError as exc:
-            if exc.exc_type not in _NOT_SERVED:
+            if exc.exc_type not in rpc.NOT_SERVED:
                 self._batch_failed(owner, batch, exc)
                 return
             LOG.warning(
@@ -239,7 +239,7 @@ class AgentRouter:
             "Accept of %d builds from %s failed (%s); retrying later: %s",
             len(batch),
             owner,
-            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            first_line(exc),
             " ".join(a.instance.uuid for a in batch),
         )
         for accept in batch:
@@ -297,7 +297,7 @@ class AgentRouter:
                     owner,
                     node.uuid,
                     epoch,
-                    str(exc).splitlines()[0],
+                    first_line(exc),
                 )
             except messaging.MessagingTimeout:
                 LOG.warning(
@@ -313,7 +313,7 @@ class AgentRouter:
                     instance.uuid,
                     owner,
                     node.uuid,
-                    str(exc).splitlines()[0],
+                    first_line(exc),
                 )
                 break
             except Exception as exc:  # any other failure: never drop the build
@@ -322,7 +322,7 @@ class AgentRouter:
                     instance.uuid,
                     owner,
                     node.uuid,
-                    str(exc).splitlines()[0],
+                    first_line(exc),
                 )
                 break
             node = nodes.get_node(self._db, node.uuid)
@@ -352,7 +352,7 @@ class AgentRouter:
                 instance.uuid,
                 node.uuid,
                 node.owner,
-                str(exc).splitlines()[0],
+                first_line(exc),
             )
             return False
         return True

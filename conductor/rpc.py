@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -27,7 +28,9 @@ from conductor.exception import RingfleetError
 __all__ = [
     "COMPUTE_TOPIC",
     "CONDUCTOR_TOPIC",
+    "NOT_SERVED",
     "RpcObserver",
+    "call",
     "get_client",
     "get_server",
     "get_transport",
@@ -37,6 +40,10 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
+
+#: ``RemoteError.exc_type`` of a call the server does not know (an older
+#: peer): callers fall back to an older method.
+NOT_SERVED = ("UnsupportedVersion", "NoSuchMethod")
 
 CONDUCTOR_TOPIC = "ringfleet-conductor"
 COMPUTE_TOPIC = "ringfleet-compute"
@@ -80,6 +87,20 @@ def observed(observe: RpcObserver, method: str) -> Iterator[None]:
         raise
     finally:
         observe(method, outcome_of(failure), time.monotonic() - start)
+
+
+def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -> Any:
+    """``client.call`` (a prepared RPC client) with a fresh request id, timed
+    by ``observe`` when given: what both RPC API clients do for each call.
+
+    The request id appears in every log line the callee writes for the call
+    (see :class:`_ExpectedErrors`).
+    """
+    ctxt = {"request_id": f"req-{uuid.uuid4()}"}
+    if observe is None:
+        return client.call(ctxt, method, **kwargs)
+    with observed(observe, method):
+        return client.call(ctxt, method, **kwargs)
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -25,7 +25,6 @@ API version history:
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import oslo_messaging as messaging
@@ -58,14 +57,7 @@ class ConductorAPI:
         self._observe = observe
 
     def _call(self, method: str, version: str = "1.0", **kwargs: Any) -> Any:
-        # A request id per call: every conductor log line of the call carries
-        # it (see conductor.rpc._ExpectedErrors).
-        ctxt = {"request_id": f"req-{uuid.uuid4()}"}
-        client = self.client.prepare(version=version)
-        if self._observe is None:
-            return client.call(ctxt, method, **kwargs)
-        with rpc.observed(self._observe, method):
-            return client.call(ctxt, method, **kwargs)
+        return rpc.call(self.client.prepare(version=version), method, self._observe, **kwargs)
 
     # -- nodes -----------------------------------------------------------------
 

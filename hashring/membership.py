@@ -110,7 +110,16 @@ class MembershipView:
     @property
     def weights(self) -> dict[str, float]:
         """Member id to weight, for :class:`hashring.ring.Ring`."""
-        return {mid: m.weight or 1.0 for mid, m in self.members.items()}
+        return self.weights_for()
+
+    def weights_for(self, group: str | None = None, exclude: str | None = None) -> dict[str, float]:
+        """Member id to weight of the members serving ``group`` (all if None),
+        without ``exclude``: the members of that group's ring."""
+        return {
+            mid: m.weight or 1.0
+            for mid, m in self.members.items()
+            if mid != exclude and (group is None or m.serves(group))
+        }
 
     def ring(self, group: str | None = None, exclude: str | None = None) -> Ring:
         """The ring of this view's members; of those serving ``group`` if given.
@@ -118,12 +127,7 @@ class MembershipView:
         Each node group has its own ring among the members that serve it,
         so a member limited to some racks never receives nodes of others.
         """
-        weights = {
-            mid: m.weight or 1.0
-            for mid, m in self.members.items()
-            if mid != exclude and (group is None or m.serves(group))
-        }
-        return Ring(weights, version=self.ring_version)
+        return Ring(self.weights_for(group, exclude), version=self.ring_version)
 
 
 def ttl_from_url(backend_url: str, member_id: str = "-") -> float:

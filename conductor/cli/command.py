@@ -17,6 +17,7 @@ from typing import Any
 import oslo_messaging as messaging
 from oslo_config import cfg
 
+from conductor import rpc
 from conductor.exception import InvalidInput, RingfleetError
 
 __all__ = [
@@ -44,7 +45,7 @@ def _local(exc: RingfleetError) -> RingfleetError:
 
 
 def _remote_error(exc: messaging.RemoteError) -> str:
-    if exc.exc_type in ("UnsupportedVersion", "NoSuchMethod"):
+    if exc.exc_type in rpc.NOT_SERVED:
         # The conductor runs an older RPC API than this client.
         return f"the conductor is too old for this command ({exc.exc_type}: {exc.value})"
     return f"the conductor failed: {exc.exc_type}: {exc.value}"

@@ -67,19 +67,11 @@ _COMPLETE_INSTANCE = (
     )
     .values(vm_state=VmState.ACTIVE.value, task_state=None, updated_at=bindparam("now"))
 )
-_COMPLETE_NODE_WHERE = (
-    _NODES.c.uuid == bindparam("node"),
-    _NODES.c.instance_uuid == bindparam("instance"),
-)
-_COMPLETE_NODE = (
-    update(_NODES)
-    .where(*_COMPLETE_NODE_WHERE)
-    .values(provision_state=ProvisionState.ACTIVE.value, updated_at=bindparam("now"))
-)
 _COMPLETE_NODE_FENCED = (
     update(_NODES)
     .where(
-        *_COMPLETE_NODE_WHERE,
+        _NODES.c.uuid == bindparam("node"),
+        _NODES.c.instance_uuid == bindparam("instance"),
         _NODES.c.owner == bindparam("fence_owner"),
         _NODES.c.owner_epoch == bindparam("fence_epoch"),
     )
@@ -178,22 +170,20 @@ def complete(
     node_uuid: str,
     instance_uuid: str,
     *,
-    owner: str | None = None,
-    epoch: int | None = None,
+    owner: str,
+    epoch: int,
 ) -> bool:
     """The build on ``node_uuid`` succeeded: instance ACTIVE, node active.
 
     One transaction, conditioned on the instance still building on that node,
     so that it cannot interleave with :func:`fail_attempt` (the sweeper) on
-    the same build: exactly one of them takes effect.  With ``owner`` and
-    ``epoch`` (an agent's report) it is also fenced: nothing changes unless
+    the same build: exactly one of them takes effect.  It is also fenced by
+    the reporting agent's ``owner`` and ``epoch``: nothing changes unless
     the node is still owned by ``owner`` at ``epoch`` when the transaction
     commits — the fence and the change in one transaction, where a separate
     read of the node would cost one more.  False when nothing changed; the
     caller tells why from the rows if it needs to.
     """
-    if (owner is None) != (epoch is None):
-        raise ValueError("owner and epoch go together")
     params: dict[str, Any] = {
         "node": node_uuid,
         "instance": instance_uuid,
@@ -209,10 +199,8 @@ def complete(
             done = connection.execute(_COMPLETE_INSTANCE, params)
             if done.rowcount != 1:
                 return False
-            fenced = connection.execute(
-                _COMPLETE_NODE if owner is None else _COMPLETE_NODE_FENCED, params
-            )
-            if owner is not None and fenced.rowcount != 1:
+            fenced = connection.execute(_COMPLETE_NODE_FENCED, params)
+            if fenced.rowcount != 1:
                 raise _LostRace  # a stale report: roll the instance back
             return True
     except _LostRace:

@@ -301,48 +301,52 @@ def record_failed_attempt(
 
 def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
     """Instances still deleting whose row has not changed since ``older_than``."""
-    query = (
-        select(InstanceModel)
-        .where(
-            InstanceModel.vm_state == VmState.DELETING.value,
-            InstanceModel.updated_at < older_than,
-        )
-        .order_by(InstanceModel.updated_at)
-        .limit(limit)
-    )
-    with db.transaction() as session:
-        return [to_instance(r) for r in session.scalars(query)]
+    return _unchanged_since(db, VmState.DELETING, older_than, limit)
 
 
 def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
     """Instances still building whose row has not changed since ``older_than``."""
+    return _unchanged_since(db, VmState.BUILDING, older_than, limit)
+
+
+def _unchanged_since(
+    db: Database, state: VmState, older_than: datetime.datetime, limit: int
+) -> list[Instance]:
     query = (
         select(InstanceModel)
-        .where(
-            InstanceModel.vm_state == VmState.BUILDING.value,
-            InstanceModel.updated_at < older_than,
-        )
+        .where(InstanceModel.vm_state == state.value, InstanceModel.updated_at < older_than)
         .order_by(InstanceModel.updated_at)
         .limit(limit)
     )
-    with db.transaction() as session:
+    with db.reading() as session:
         return [to_instance(r) for r in session.scalars(query)]
 
 
-def touch(db: Database, instance_uuid: str) -> None:
-    """Mark progress on an instance (the sweeper's retry counts as one)."""
+def touch(db: Database, instance_uuids: Sequence[str]) -> None:
+    """Mark progress on instances (the sweeper's retry counts as one)."""
+    if not instance_uuids:
+        return
     with db.transaction() as session:
         session.execute(
             update(InstanceModel)
-            .where(InstanceModel.uuid == instance_uuid)
+            .where(InstanceModel.uuid.in_(list(instance_uuids)))
             .values(updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
 
 
+def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]:
+    """The stored instances among ``instance_uuids`` (missing ones left out), one read."""
+    if not instance_uuids:
+        return []
+    with db.read() as connection:
+        rows = connection.execute(_INSTANCES_BY_UUIDS, {"uuids": list(instance_uuids)})
+        return [to_instance(row) for row in rows]
+
+
 def building_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
     """Instances still building on the given nodes."""
-    with db.transaction() as session:
+    with db.reading() as session:
         rows = session.scalars(
             select(InstanceModel).where(
                 InstanceModel.node_uuid.in_(list(node_uuids)),

@@ -60,10 +60,12 @@ class FleetEndpoint:
         now = utcnow().isoformat()
         owned = fleet_report.owner_counts(self._db)
         in_flight = fleet_report.in_flight_by_host(self._db)
-        with self._db.transaction() as session:
-            known = {
+        with self._db.reading() as session:
+            departed = {
                 row.host: (row.last_seen, row.gone_since)
-                for row in session.scalars(select(AgentModel))
+                for row in session.scalars(
+                    select(AgentModel).where(AgentModel.gone_since.is_not(None))
+                )
             }
         agents: list[dict[str, Any]] = []
         members = view.members if view else {}
@@ -87,8 +89,8 @@ class FleetEndpoint:
             | {"reason": reason, "last_seen": now, "ring_version": None, "groups": []}
             for host, reason in sorted(excluded.items())
         ]
-        for host, (last_seen, since) in sorted(known.items()):
-            if since is not None and host in owned:
+        for host, (last_seen, since) in sorted(departed.items()):
+            if since is not None and host in owned:  # (the query's filter, for mypy)
                 agents.append(
                     _agent_row(host, "gone", owned, in_flight)
                     | {
@@ -123,11 +125,7 @@ class FleetEndpoint:
         for group in sorted(counts):
             by_owner = counts[group]
             total = sum(by_owner.values())
-            serving = {
-                host: member.weight or 1.0
-                for host, member in members.items()
-                if member.serves(group)
-            }
+            serving = view.weights_for(group) if view else {}
             weight_sum = sum(serving.values()) or 1.0
             owners = sorted(set(serving) | {o for o in by_owner if o is not None})
             groups.append(

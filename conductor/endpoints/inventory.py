@@ -113,8 +113,7 @@ class InventoryEndpoint:
     def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
         """Who owns a node, at which epoch, and who the ring says should."""
         found = node_db.get_node(self._db, payload.check_ident(node, "node"))
-        view = self._fleet.view()
-        ring = view.ring(found.group) if view is not None else self._fleet.ring()
+        ring = self._fleet.ring(found.group)
         return {
             "node_uuid": found.uuid,
             "owner": found.owner,

@@ -8,15 +8,14 @@ Prometheus would and checks what the fleet did shows up there.
 from __future__ import annotations
 
 import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import Fleet, Proc, wait_for
+from tests.metricsutil import scrape, value
 
 NODES = 40
 METRICS = "[metrics]\nenabled = true\nlisten_address = 127.0.0.1\nport = 0\n"
@@ -29,20 +28,6 @@ def _port(proc: Proc) -> int:
         f"{proc.name} logs its metrics port",
     )
     return int(found.group(1))
-
-
-def _samples(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def _value(port: int, name: str, **labels: str) -> float | None:
-    return _samples(port).get((name, frozenset(labels.items())))
 
 
 @pytest.fixture
@@ -70,7 +55,7 @@ def test_agent_metrics_show_owned_nodes_and_a_connected_membership(fleet: Fleet)
         # Summed over the node groups (these nodes are all in the default one).
         return sum(
             v
-            for (metric, labels), v in _samples(ports[name]).items()
+            for (metric, labels), v in scrape(ports[name]).items()
             if metric == "ringfleet_agent_nodes_owned" and ("host", name) in labels
         )
 
@@ -81,12 +66,12 @@ def test_agent_metrics_show_owned_nodes_and_a_connected_membership(fleet: Fleet)
         "every node owned, by both agents",
     )
     for name, port in ports.items():
-        assert _value(port, "ringfleet_membership_state", host=name, state="connected") == 1
-        assert _value(port, "ringfleet_membership_state", host=name, state="suspended") == 0
-        assert _value(port, "ringfleet_ring_members", host=name, group="*") == 2
-        granted = _value(port, "ringfleet_agent_claims_total", host=name, outcome="granted")
+        assert value(port, "ringfleet_membership_state", host=name, state="connected") == 1
+        assert value(port, "ringfleet_membership_state", host=name, state="suspended") == 0
+        assert value(port, "ringfleet_ring_members", host=name, group="*") == 2
+        granted = value(port, "ringfleet_agent_claims_total", host=name, outcome="granted")
         assert granted is not None and granted >= owned(name)
-        made = _value(
+        made = value(
             port,
             "ringfleet_rpc_client_duration_seconds_count",
             host=name,
@@ -97,7 +82,7 @@ def test_agent_metrics_show_owned_nodes_and_a_connected_membership(fleet: Fleet)
     # Someone converged after the second agent joined (the join is a view change).
     wait_for(
         lambda: any(
-            (_value(p, "ringfleet_agent_convergence_seconds_count", host=n) or 0) >= 1
+            (value(p, "ringfleet_agent_convergence_seconds_count", host=n) or 0) >= 1
             for n, p in ports.items()
         ),
         30,
@@ -113,7 +98,7 @@ def test_agent_metrics_show_owned_nodes_and_a_connected_membership(fleet: Fleet)
         "instance ACTIVE",
     )
     assert (
-        _value(conductor_port, "ringfleet_conductor_builds_total", host="cond-1", outcome="active")
+        value(conductor_port, "ringfleet_conductor_builds_total", host="cond-1", outcome="active")
         == 1
     )
-    assert _value(conductor_port, "ringfleet_ring_members", host="cond-1", group="*") == 2
+    assert value(conductor_port, "ringfleet_ring_members", host="cond-1", group="*") == 2

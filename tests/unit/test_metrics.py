@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ import pytest
 from oslo_config import cfg
 from oslo_context import context as request_context
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from compute_agent import conf as agent_conf
 from compute_agent.metrics import AgentMetrics
@@ -38,25 +36,11 @@ from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
 from hashring.membership import Member, MembershipView
 from tests.dbutil import migrated
+from tests.metricsutil import value
 
 REPO = Path(__file__).resolve().parents[2]
 OWNED = "ringfleet_agent_nodes_owned"
 PINNED = "ringfleet_agent_nodes_pinned"
-
-
-def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of the endpoint: (name, labels) -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(port: int, name: str, **labels: str) -> float | None:
-    return scrape(port).get((name, frozenset(labels.items())))
 
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:

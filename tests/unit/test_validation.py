@@ -22,6 +22,7 @@ from conductor.exception import (
     InvalidInput,
     NodeNotFound,
     RingfleetError,
+    first_line,
 )
 from conductor.objects import PowerState, ProvisionState
 
@@ -1181,3 +1182,11 @@ def test_exceptions_rebuild_from_their_kwargs(exc: RingfleetError) -> None:
     rebuilt = type(exc)(*exc.args, **exc.kwargs)
     assert str(rebuilt) == str(exc)
     assert rebuilt.kwargs == exc.kwargs
+
+
+def test_first_line_of_an_exception_never_fails() -> None:
+    assert first_line(RuntimeError("boom\nTraceback (most recent call last): ...")) == "boom"
+    # No message: the class name, or the caller's default -- never an
+    # IndexError inside the caller's except block.
+    assert first_line(ConnectionError()) == "ConnectionError"
+    assert first_line(AssertionError(), default="") == ""
