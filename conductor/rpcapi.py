@@ -25,13 +25,38 @@ API version history:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import oslo_messaging as messaging
 
 from conductor import rpc
 
-__all__ = ["ConductorAPI"]
+__all__ = ["ConductorAPI", "pages"]
+
+
+def pages(
+    fetch: Callable[[int, str | None], list[dict[str, Any]]],
+    limit: int | None = None,
+    page_size: int = 1000,
+) -> Iterator[dict[str, Any]]:
+    """Every item of a paged list call, in pages of ``page_size``, at most ``limit``.
+
+    ``fetch(limit, marker)`` is one call, e.g.
+    ``lambda n, m: api.list_nodes(limit=n, marker=m)``; the marker is the
+    last item's uuid.
+    """
+    marker: str | None = None
+    left = limit
+    while left is None or left > 0:
+        size = page_size if left is None else min(page_size, left)
+        page = fetch(size, marker)
+        yield from page
+        if len(page) < size:
+            return
+        if left is not None:
+            left -= len(page)
+        marker = page[-1]["uuid"]
 
 
 class ConductorAPI:

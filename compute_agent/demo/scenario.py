@@ -16,9 +16,9 @@ import logging
 import random
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO
 
 from compute_agent.demo.checks import (
     FINAL_STATES,
@@ -40,7 +40,7 @@ from compute_agent.demo.report import (
     print_table,
 )
 from conductor.objects import VmState
-from conductor.rpcapi import ConductorAPI
+from conductor.rpcapi import ConductorAPI, pages
 from conductor.validation import MAX_COUNT
 from hashring.ring import Ring
 
@@ -150,21 +150,18 @@ class _Scenario:
 
     # -- reading the fleet ---------------------------------------------------------
 
-    def _pages(
-        self, fetch: Callable[[str | None], list[dict[str, Any]]]
-    ) -> Iterator[dict[str, Any]]:
-        marker = None
-        while True:
-            page = fetch(marker)
-            yield from page
-            if len(page) < _PAGE:
-                return
-            marker = page[-1]["uuid"]
+    def owned_by(self, host: str) -> set[str]:
+        """The nodes ``host`` owns: one filtered listing, not the whole fleet."""
+        listing = pages(
+            lambda n, m: self.api.list_nodes(filters={"owner": host}, limit=n, marker=m),
+            page_size=_PAGE,
+        )
+        return {n["uuid"] for n in listing}
 
     def read_nodes(self) -> dict[str, NodeRecord]:
         return {
             n["uuid"]: NodeRecord(n["uuid"], n["owner"], n["owner_epoch"], n["instance_uuid"])
-            for n in self._pages(lambda m: self.api.list_nodes(limit=_PAGE, marker=m))
+            for n in pages(lambda n, m: self.api.list_nodes(limit=n, marker=m), page_size=_PAGE)
         }
 
     def read_instances(self) -> dict[str, InstanceRecord]:
@@ -172,7 +169,7 @@ class _Scenario:
             i["uuid"]: InstanceRecord(
                 i["uuid"], i["vm_state"], i["node_uuid"], i["host"], i["fault"]
             )
-            for i in self._pages(lambda m: self.api.list_instances(limit=_PAGE, marker=m))
+            for i in pages(lambda n, m: self.api.list_instances(limit=n, marker=m), page_size=_PAGE)
             if i["vm_state"] != VmState.DELETED
         }
 
@@ -369,7 +366,7 @@ class _Scenario:
         self.fleet.start_agent(newcomer)
         seconds = self.wait(
             f"{newcomer} owning its share",
-            lambda: {u for u, n in self.read_nodes().items() if n.owner == newcomer} >= expected,
+            lambda: self.owned_by(newcomer) >= expected,
             self.options.ttl + self.slack,
         )
         after = self.read_state()

@@ -19,6 +19,7 @@ from cliff.show import ShowOne
 from conductor.cli.command import ConductorCommand
 from conductor.exception import FieldError, InvalidInput
 from conductor.objects import VmState
+from conductor.rpcapi import pages
 
 __all__ = ["InstanceCreate", "InstanceDelete", "InstanceList", "InstanceShow"]
 
@@ -159,19 +160,13 @@ class InstanceList(ConductorCommand, Lister):
                 [FieldError.about("--limit", "must be at least 1", parsed_args.limit)]
             )
         state = None if parsed_args.state is None else str(parsed_args.state)
-        found: list[dict[str, Any]] = []
-        marker = None
-        while parsed_args.limit is None or len(found) < parsed_args.limit:
-            page = (
-                _PAGE if parsed_args.limit is None else min(_PAGE, parsed_args.limit - len(found))
-            )
-            got = self.client.list_instances(
-                vm_state=state, host=parsed_args.host, limit=page, marker=marker
-            )
-            found.extend(got)
-            if len(got) < page:
-                break
-            marker = got[-1]["uuid"]
+        found = pages(
+            lambda n, m: self.client.list_instances(
+                vm_state=state, host=parsed_args.host, limit=n, marker=m
+            ),
+            parsed_args.limit,
+            _PAGE,
+        )
         return _titles(), _rows(found)
 
 

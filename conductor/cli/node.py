@@ -22,6 +22,7 @@ from conductor.cli import node_files
 from conductor.cli.command import ConductorCommand, describe_error, key_value
 from conductor.exception import Conflict, FieldError, InvalidInput
 from conductor.objects import PowerState, ProvisionState
+from conductor.rpcapi import pages
 from conductor.validation import NodeSpec, validate_node_specs
 
 __all__ = [
@@ -368,17 +369,16 @@ class NodeList(ConductorCommand, Lister):
         if "provision_state" in filters:
             filters["provision_state"] = str(filters["provision_state"])
         columns = _LIST_COLUMNS + (_LONG_COLUMNS if parsed_args.long else ())
-        nodes: list[dict[str, Any]] = []
-        marker = parsed_args.marker
-        while parsed_args.limit is None or len(nodes) < parsed_args.limit:
-            page = (
-                _PAGE if parsed_args.limit is None else min(_PAGE, parsed_args.limit - len(nodes))
+        start = parsed_args.marker
+        nodes = list(
+            pages(
+                lambda n, m: self.client.list_nodes(
+                    filters=filters or None, limit=n, marker=m or start
+                ),
+                parsed_args.limit,
+                _PAGE,
             )
-            got = self.client.list_nodes(filters=filters or None, limit=page, marker=marker)
-            nodes.extend(got)
-            if len(got) < page:
-                break
-            marker = got[-1]["uuid"]
+        )
         return (
             tuple(title for title, _ in columns),
             [tuple(node.get(key) for _, key in columns) for node in nodes],

@@ -33,7 +33,7 @@ from conductor.cli.ring import bar
 from conductor.db import nodes as node_db
 from conductor.db.models import InstanceModel, NodeModel
 from conductor.exception import InvalidInput
-from conductor.rpcapi import ConductorAPI
+from conductor.rpcapi import ConductorAPI, pages
 from conductor.service import ConductorService
 from hashring.membership import Membership
 from tests.dbutil import migrated
@@ -709,3 +709,19 @@ def test_csv_reader_maps_columns() -> None:
     with pytest.raises(InvalidInput) as err:
         node_files.read_nodes("name,colour\nx,red\n", "csv")
     assert err.value.fields == ["line 1"]
+
+
+def test_pages_follows_markers_and_stops_at_the_limit() -> None:
+    items = [{"uuid": f"u{i:02d}"} for i in range(25)]
+    calls: list[tuple[int, str | None]] = []
+
+    def fetch(limit: int, marker: str | None) -> list[dict[str, Any]]:
+        calls.append((limit, marker))
+        start = 0 if marker is None else int(marker[1:]) + 1
+        return items[start : start + limit]
+
+    assert list(pages(fetch, page_size=10)) == items
+    assert calls == [(10, None), (10, "u09"), (10, "u19")]
+    calls.clear()
+    assert list(pages(fetch, limit=12, page_size=10)) == items[:12]
+    assert calls == [(10, None), (2, "u09")]
