@@ -52,6 +52,7 @@ __all__ = [
     "NodeSpec",
     "NodeUpdate",
     "PropertyValue",
+    "looks_like_uuid",
     "parse_capabilities",
     "parse_capability_expression",
     "validate_build_request",
@@ -426,7 +427,7 @@ def _check_name(value: object, field: str, errors: _Errors) -> str | None:
         errors.add(field, f"must be 1 to {MAX_NAME_LENGTH} characters long", value)
     elif not _NAME_RE.fullmatch(value):
         errors.add(field, f"must match {_NAME_PATTERN}", value)
-    elif _looks_like_uuid(value):
+    elif looks_like_uuid(value):
         # Nodes are looked up by name or uuid: a uuid-shaped name would make
         # one node answer to another's uuid.
         errors.add(field, "must not be a UUID (names and uuids share lookups)", value)
@@ -435,7 +436,8 @@ def _check_name(value: object, field: str, errors: _Errors) -> str | None:
     return None
 
 
-def _looks_like_uuid(value: str) -> bool:
+def looks_like_uuid(value: str) -> bool:
+    """A uuid in any form ``uuid.UUID`` accepts with 32 or 36 characters."""
     if len(value) not in (32, 36):
         return False
     try:

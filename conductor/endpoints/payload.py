@@ -13,7 +13,7 @@ from typing import Any
 
 from conductor.exception import FieldError, InvalidInput
 from conductor.objects import PowerState, ProvisionState
-from conductor.validation import validate_name, validate_uuid
+from conductor.validation import looks_like_uuid, validate_name, validate_uuid
 
 __all__ = [
     "MAX_BATCH",
@@ -39,13 +39,8 @@ def check_host(value: object, field: str = "host") -> str:
 
 def check_ident(value: object, field: str) -> str:
     """A node uuid (any accepted form, normalized) or a name."""
-    if isinstance(value, str):
-        try:
-            return (
-                str(uuidlib.UUID(value)) if len(value) in (32, 36) else validate_name(value, field)
-            )
-        except ValueError:
-            pass
+    if isinstance(value, str) and looks_like_uuid(value):
+        return str(uuidlib.UUID(value))
     return validate_name(value, field)
 
 
