@@ -217,19 +217,30 @@ class AgentsEndpoint:
         node_clean: Any = True,
     ) -> dict[str, Any]:
         """The outcome of a build an agent ran; fenced by the node's epoch."""
-        agent, instance, node, held, ok, clean, text = payload.collect(
+        agent, result = payload.collect(
             lambda: payload.check_host(host),
-            lambda: payload.check_uuid(instance_uuid, "instance_uuid"),
-            lambda: payload.check_uuid(node_uuid, "node_uuid"),
-            lambda: payload.check_epoch(epoch, "epoch"),
-            lambda: payload.check_bool(success, "success"),
-            lambda: payload.check_bool(node_clean, "node_clean"),
-            lambda: _check_fault(fault),
+            lambda: _check_result_fields(
+                {
+                    "instance_uuid": instance_uuid,
+                    "node_uuid": node_uuid,
+                    "epoch": epoch,
+                    "success": success,
+                    "node_clean": node_clean,
+                    "fault": fault,
+                },
+                prefix="",
+            ),
         )
         if self._results is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
         accepted = self._results.report_result(
-            agent, instance, node, held, success=ok, fault=text, node_clean=clean
+            agent,
+            result["instance_uuid"],
+            result["node_uuid"],
+            result["epoch"],
+            success=result["success"],
+            fault=result["fault"],
+            node_clean=result["node_clean"],
         )
         return {"accepted": accepted}
 
@@ -400,18 +411,25 @@ def _check_build_result(item: object, path: str) -> dict[str, Any]:
         FieldError(f"{path}.{k}", "unknown field") for k in sorted(map(str, item)) if k not in known
     ]
     try:
-        instance, node, epoch, success, clean, fault = payload.collect(
-            lambda: payload.check_uuid(item.get("instance_uuid"), f"{path}.instance_uuid"),
-            lambda: payload.check_uuid(item.get("node_uuid"), f"{path}.node_uuid"),
-            lambda: payload.check_epoch(item.get("epoch"), f"{path}.epoch"),
-            lambda: payload.check_bool(item.get("success"), f"{path}.success"),
-            lambda: payload.check_bool(item.get("node_clean", True), f"{path}.node_clean"),
-            lambda: _check_fault(item.get("fault"), f"{path}.fault"),
-        )
+        checked = _check_result_fields(item, prefix=f"{path}.")
     except InvalidInput as exc:
         raise InvalidInput([*exc.errors, *unknown]) from None
     if unknown:
         raise InvalidInput(unknown)
+    return checked
+
+
+def _check_result_fields(item: dict[Any, Any], prefix: str) -> dict[str, Any]:
+    """The fields of one build result (``report_build_result``'s keywords, or
+    one item of ``report_build_results`` with ``prefix`` ``results[i].``)."""
+    instance, node, epoch, success, clean, fault = payload.collect(
+        lambda: payload.check_uuid(item.get("instance_uuid"), f"{prefix}instance_uuid"),
+        lambda: payload.check_uuid(item.get("node_uuid"), f"{prefix}node_uuid"),
+        lambda: payload.check_epoch(item.get("epoch"), f"{prefix}epoch"),
+        lambda: payload.check_bool(item.get("success"), f"{prefix}success"),
+        lambda: payload.check_bool(item.get("node_clean", True), f"{prefix}node_clean"),
+        lambda: _check_fault(item.get("fault"), f"{prefix}fault"),
+    )
     return {
         "instance_uuid": instance,
         "node_uuid": node,
