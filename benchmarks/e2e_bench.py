@@ -250,6 +250,7 @@ def _common_config(
         f"reconcile_interval = {reconcile_interval:g}\n"
         "[simulated_driver]\n"
         f"action_log = {action_log}\n"
+        f"node_store = {action_log.with_name('nodes.sqlite')}\n"
         "step_duration = 0\n"
         "clean_duration = 0\n"
     )

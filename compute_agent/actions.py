@@ -7,6 +7,13 @@ the next step instead of touching a node another agent now owns.
 
 ``build`` is idempotent by instance id: the conductor may retry an accept
 that timed out, and the second call finds the first one running or done.
+
+Nothing about a node is remembered between actions but the work running
+on it now: whether a node already hosts the instance, or another one, is
+read from the back end (:meth:`ComputeDriver.inspect`) at every accept.
+An agent that acquired the node a moment ago (a takeover, a re-home, its
+own restart) therefore sees what the previous owner left, never a stale
+copy of what it once did there itself.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from typing import Any
 
 from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
 from compute_agent.ownership import OwnershipManager
-from conductor.exception import Conflict, NotOwner, RingfleetError
-from conductor.objects import Node, PowerState
+from conductor.exception import Conflict, NodeNotBuildable, NotOwner, RingfleetError
+from conductor.objects import Node, PowerState, ProvisionState
 
 __all__ = ["NodeActions"]
 
 LOG = logging.getLogger(__name__)
+
+#: Provision states of the back end no deploy starts from.
+_NOT_BUILDABLE = frozenset({ProvisionState.ENROLL, ProvisionState.MANAGEABLE})
 
 
 class NodeActions:
@@ -49,8 +59,6 @@ class NodeActions:
         self._conductor = conductor
         self._lock = threading.Lock()
         self._in_flight: dict[str, tuple[str, str]] = {}  # node -> (action, instance)
-        self._done_builds: dict[str, str] = {}  # instance -> node, deployed by us
-        self._deployed: dict[str, str] = {}  # node -> instance, the reverse
         self._threads: set[threading.Thread] = set()
         self._accepting = True
 
@@ -77,7 +85,13 @@ class NodeActions:
     # -- accept ----------------------------------------------------------------
 
     def build(self, instance_uuid: str, node: Node, epoch: int) -> str:
-        """Accept a build: ``"accepted"``, ``"in-progress"`` or ``"done"``."""
+        """Accept a build: ``"accepted"``, ``"in-progress"`` or ``"done"``.
+
+        :raises NotOwner: the epoch is not the one held (re-read and retry)
+        :raises Conflict: the node is busy or the agent stopping (retry)
+        :raises NodeNotBuildable: the back end shows the node hosting another
+            instance, or not deployable (reschedule; retrying cannot help)
+        """
         self._ownership.check(node.uuid, epoch)
         with self._lock:
             if not self._accepting:
@@ -85,33 +99,54 @@ class NodeActions:
             running = self._in_flight.get(node.uuid)
             if running == ("deploy", instance_uuid):
                 return "in-progress"
-            done = self._done_builds.get(instance_uuid) == node.uuid
-            other = self._deployed.get(node.uuid)
-            if other is not None and other != instance_uuid:
-                raise Conflict(
-                    field="node_uuid",
-                    value=node.uuid,
-                    reason=f"node hosts instance {other}; destroy it first",
-                )
-            if running is not None and not done:
+            if running is not None:
                 raise Conflict(
                     field="node_uuid",
                     value=node.uuid,
                     reason=f"node is busy with {running[0]} of {running[1]}",
                 )
-            if not done:
-                self._in_flight[node.uuid] = ("deploy", instance_uuid)
-        if done:
-            # The conductor asks again: our result may have been lost.
+            # Held while the back end is read: a second accept of the same
+            # build answers "in-progress", another action waits.
+            self._in_flight[node.uuid] = ("deploy", instance_uuid)
+        try:
+            found = self._driver.inspect(
+                ActionContext(node.uuid, self._host, epoch, instance_uuid), node
+            )
+            if found.instance_uuid not in (None, instance_uuid):
+                raise NodeNotBuildable(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=(
+                        f"node hosts instance {found.instance_uuid} "
+                        f"({found.provision_state.value}); destroy it first"
+                    ),
+                )
+            if found.provision_state in _NOT_BUILDABLE:
+                raise NodeNotBuildable(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node is {found.provision_state.value}, not deployable",
+                )
+        except BaseException:
+            self._finish(node.uuid)
+            raise
+        if found.instance_uuid == instance_uuid and found.provision_state is ProvisionState.ACTIVE:
+            # Deployed already (by us or a previous owner): the conductor
+            # asks again because the result was lost.
+            self._finish(node.uuid)
+            self._ownership.pin(node.uuid)
             self._start(self._report_done, instance_uuid, node, epoch)
             return "done"
         self._start(self._deploy, instance_uuid, node, epoch)
         LOG.info(
-            "Agent %s accepted instance %s on node %s (epoch %d)",
+            "Agent %s accepted instance %s on node %s (epoch %d%s)",
             self._host,
             instance_uuid,
             node.uuid,
             epoch,
+            f"; resuming from {found.provision_state.value}"
+            if found.instance_uuid == instance_uuid
+            else "",
         )
         return "accepted"
 
@@ -183,9 +218,6 @@ class NodeActions:
         try:
             self._driver.deploy(ctx, node, progress)
             self._ownership.pin(node.uuid)
-            with self._lock:
-                self._done_builds[instance_uuid] = node.uuid
-                self._deployed[node.uuid] = instance_uuid
         except RingfleetError as exc:
             success, fault = False, str(exc)
             if isinstance(exc, NotOwner):
@@ -259,9 +291,6 @@ class NodeActions:
             self._ownership.check(node.uuid, epoch)
             self._driver.destroy(ctx, node)
             self._ownership.unpin(node.uuid)
-            with self._lock:
-                self._done_builds.pop(instance_uuid, None)
-                self._deployed.pop(node.uuid, None)
         except Exception as exc:
             success, fault = False, str(exc)
             LOG.warning("Instance %s: destroy on node %s failed: %s", instance_uuid, node.uuid, exc)

@@ -88,6 +88,11 @@ class OwnershipManager:
         # Nodes hosting another agent's instance: in our ring share maybe,
         # but never ours while that agent lives (not "unconverged").
         self._pinned_elsewhere: set[str] = set()
+        # Nodes a claim was refused for, and the owner that keeps each: not
+        # asked for again while that owner is in our view and the node's
+        # record is unchanged (a live owner is never robbed; asking every
+        # reconcile only loads the conductor).
+        self._refused_by: dict[str, str] = {}
         self._since: datetime.datetime | None = None
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -170,6 +175,12 @@ class OwnershipManager:
 
     # -- reading the conductor ---------------------------------------------------
 
+    @property
+    def validated_generation(self) -> int:
+        """The membership join generation the held set was last read under."""
+        with self._lock:
+            return self._validated_generation
+
     def needs_revalidation(self) -> bool:
         return self._validated_generation != self._membership.join_generation
 
@@ -231,6 +242,9 @@ class OwnershipManager:
         uuid = item["uuid"]
         self._inventory[uuid] = item["group"]
         owner, epoch = item.get("owner"), item.get("epoch")
+        if self._refused_by.get(uuid, owner) != owner:
+            # Its owner changed (released, handed over): worth asking again.
+            del self._refused_by[uuid]
         if item.get("pinned") and owner not in (None, self.host):
             self._pinned_elsewhere.add(uuid)
         else:
@@ -312,22 +326,32 @@ class OwnershipManager:
                 and n not in busy
                 and n not in self._adopted_at
             }
-            to_claim = sorted(n for n in desired if n not in self._held)
+            members = view.members
+            to_claim = sorted(
+                n for n in desired if n not in self._held and self._refused_by.get(n) not in members
+            )
         released = self._release(releasable)
-        claimed, refused, rehomed, owners = self._claim(to_claim)
+        claimed, refused, rehomed, refusals = self._claim(to_claim)
         with self._lock:
             held_now = len(self._held)
             # Converged: we own our share and pins, nothing more, except
             # what stays with another agent's instances.
             converged = self._held.keys() == desired - self._pinned_elsewhere
             counts = group_counts(self._held, self._inventory, self._pinned)
+            # Owners our view says are gone that the conductor still saw:
+            # it will in a moment, so ask again soon -- but not for pinned
+            # nodes, which wait for rehome_grace whatever we do.
+            retry_soon = any(
+                owner is not None and owner not in members and node not in self._pinned_elsewhere
+                for node, owner in refusals.items()
+            )
         result = ReconcileResult(
             desired=len(desired),
             held=held_now,
             claimed=claimed,
             released=released,
             refused=refused,
-            retry_soon=any(o is not None and o not in view.members for o in owners),
+            retry_soon=retry_soon,
             rehomed=rehomed,
             lost=lost,
             converged=converged,
@@ -357,10 +381,10 @@ class OwnershipManager:
             done += len(out["done"])
         return done
 
-    def _claim(self, nodes: list[str]) -> tuple[int, int, int, set[str | None]]:
-        """Claim in batches: (newly claimed, refused, re-homed, refusing owners)."""
-        claimed = refused = rehomed = 0
-        owners: set[str | None] = set()
+    def _claim(self, nodes: list[str]) -> tuple[int, int, int, dict[str, str | None]]:
+        """Claim in batches: (newly claimed, refused, re-homed, refused node -> owner)."""
+        claimed = rehomed = 0
+        refusals: dict[str, str | None] = {}
         for start in range(0, len(nodes), self._batch):
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
             with self._lock:
@@ -368,8 +392,12 @@ class OwnershipManager:
                     if own["node_uuid"] not in self._held:
                         claimed += 1
                     self._held[own["node_uuid"]] = own["epoch"]
+                    self._refused_by.pop(own["node_uuid"], None)
                     if own["pinned"]:
                         self._pinned.add(own["node_uuid"])
+                for node, owner in out["refused"].items():
+                    if owner is not None:
+                        self._refused_by[node] = owner
             rehomed += len(out["rehomed"])
             if out["rehomed"]:
                 LOG.warning(
@@ -377,9 +405,8 @@ class OwnershipManager:
                     self.host,
                     ", ".join(out["rehomed"][:20]),
                 )
-            refused += len(out["refused"])
-            owners.update(out["refused"].values())
-        return claimed, refused, rehomed, owners
+            refusals.update(out["refused"])
+        return claimed, len(refusals), rehomed, refusals
 
     # -- drain -------------------------------------------------------------------
 

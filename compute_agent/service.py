@@ -15,6 +15,7 @@ import logging
 import threading
 from typing import Any
 
+import oslo_messaging as messaging
 from oslo_config import cfg
 
 from compute_agent.actions import NodeActions
@@ -57,6 +58,9 @@ class AgentService:
         self.actions: NodeActions | None = None
         self._reporter: BuildReporter | None = None
         self._terminating = threading.Lock()
+        # The join generation whose in-flight work the conductors were last
+        # asked to route to us again (see _resume_work).
+        self._resumed_generation = -1
         self.metrics = AgentMetrics(self.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
 
@@ -253,11 +257,47 @@ class AgentService:
                 result = self.ownership.reconcile(view)
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
+                self._resume_work()
             except Exception as exc:  # the next wake-up tries again, soon
                 LOG.warning("Agent %s: reconcile failed: %s", self.host, first_line(exc))
                 # E.g. the conductors have not seen us join yet: a moment,
                 # not a whole interval (invariant 2: no orphans for long).
                 delay = _RETRY_SOON
+
+    def _resume_work(self) -> None:
+        """Once per validation of our claims: have our in-flight work routed to us.
+
+        A new process (a restart under the same host) or a re-joined one
+        (after LOST) holds its nodes but knows nothing of the builds and
+        teardowns accepted before: the conductor routes them again, and
+        :class:`NodeActions` resumes each from what the back end shows.
+        Failures are retried on the next pass.
+        """
+        assert self.ownership is not None
+        generation = self.ownership.validated_generation
+        if generation < 0 or generation == self._resumed_generation:
+            return
+        try:
+            out = self._conductor.resume_work(self.host)
+        except messaging.RemoteError as exc:
+            if exc.exc_type not in rpc.NOT_SERVED:
+                raise
+            LOG.warning(
+                "Agent %s: the conductor cannot resume work (%s); in-flight builds wait "
+                "for its sweeper",
+                self.host,
+                exc.exc_type,
+            )
+        else:
+            if out.get("builds") or out.get("teardowns"):
+                LOG.info(
+                    "Agent %s: %s builds and %s teardowns in flight on its nodes routed to it "
+                    "again",
+                    self.host,
+                    out.get("builds"),
+                    out.get("teardowns"),
+                )
+        self._resumed_generation = generation
 
     def _report_loop(self) -> None:
         assert self.ownership is not None

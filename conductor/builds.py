@@ -295,8 +295,43 @@ class BuildWorkers:
             )
             self._queue.put(("route", instance.uuid, None))
 
+    def resume_agent(self, host: str) -> tuple[int, int]:
+        """An agent (re)started or re-joined: what it was doing is routed to it again.
+
+        A process killed and restarted under the same host keeps its nodes
+        (and a re-joined one may too), but not the builds and teardowns its
+        previous incarnation had accepted: each is routed again now, to
+        whoever owns the node, rather than wait for ``build_timeout``.  The
+        agent de-duplicates by instance id and resumes from what the back
+        end shows.  Returns (builds, teardowns) re-driven.
+        """
+        builds = teardowns = 0
+        for instance in instances.in_flight_on_owner(self._db, host):
+            if instance.vm_state is VmState.DELETING:
+                teardowns += 1
+                self.delete(instance.uuid)
+            else:
+                builds += 1
+                self._queue.put(("route", instance.uuid, None))
+        if builds or teardowns:
+            LOG.info(
+                "Agent %s resumed: routing %d builds and %d teardowns on its nodes again",
+                host,
+                builds,
+                teardowns,
+            )
+        return builds, teardowns
+
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)
+
+    def refused(self, instance_uuid: str, node_uuid: str, fault: str) -> None:
+        """The node's owner refused the build for good: reschedule it now.
+
+        The node is freed as ``error``: its back end shows something the
+        record does not (another instance), which an operator must look at.
+        """
+        self._attempt_failed(instance_uuid, node_uuid, fault, clean=False)
 
     def report_result(
         self,

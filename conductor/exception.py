@@ -22,6 +22,7 @@ __all__ = [
     "InstanceNotFound",
     "InvalidInput",
     "NoValidNode",
+    "NodeNotBuildable",
     "NodeNotFound",
     "NotFound",
     "NotOwner",
@@ -272,6 +273,18 @@ class DuplicateFlavor(Conflict):
 
 class DuplicateInstance(Conflict):
     kind = "instance"
+
+
+class NodeNotBuildable(Conflict):
+    """An agent refuses a build on a node for a reason retrying cannot fix.
+
+    The back end shows the node hosting another instance, or in a state no
+    deploy starts from.  Unlike a busy node or a stopping agent (a plain
+    :class:`Conflict`, retried), the conductor frees the allocation and
+    reschedules the build at once.
+    """
+
+    kind = "node"
 
 
 class NoValidNode(RingfleetError):

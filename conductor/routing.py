@@ -5,7 +5,10 @@ it; the agent refuses (``NotOwner``) when the claim moved meanwhile, and the
 conductor re-reads and routes again.  An accept that times out is retried
 while the owner is a live member (the agent de-duplicates by instance id);
 when the owner is gone, the build waits for the takeover and goes to the
-new owner.
+new owner.  A refusal retrying cannot fix (:class:`NodeNotBuildable`: the
+back end shows the node hosting another instance) is not retried: the
+attempt fails at once and the build is rescheduled, with the agent's reason
+as its fault.
 
 Accepts are batched per agent the way agents batch their results
 (:mod:`compute_agent.reporting`): a build for an agent no call is in flight
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +36,13 @@ from compute_agent.rpcapi import ComputeAPI
 from conductor import rpc
 from conductor.db import nodes
 from conductor.db.engine import Database
-from conductor.exception import Conflict, NotOwner, ServiceUnavailable, first_line
+from conductor.exception import (
+    Conflict,
+    NodeNotBuildable,
+    NotOwner,
+    ServiceUnavailable,
+    first_line,
+)
 from conductor.fleet_view import FleetView
 from conductor.objects import Instance, Node, Ownership
 
@@ -67,6 +77,7 @@ class AgentRouter:
         *,
         accept_timeout: float = 10.0,
         retry_later: Any = None,
+        refused: Callable[[str, str, str], None] | None = None,
         max_batch: int = 50,
     ) -> None:
         if max_batch < 1:
@@ -77,6 +88,9 @@ class AgentRouter:
         self._accept_timeout = accept_timeout
         # Called with (instance_uuid, action) to try again later.
         self._retry_later = retry_later
+        # Called with (instance_uuid, node_uuid, fault) when the owner
+        # refused the build for good: the attempt fails, the build moves on.
+        self._refused = refused
         self._max_batch = max_batch
         self._lock = threading.Lock()
         # owner -> builds that became ready while a call to it was in flight;
@@ -224,6 +238,9 @@ class AgentRouter:
             claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
             self._route_one(instance, node, claim, attempts=2)
             return
+        if error == NodeNotBuildable.__name__:
+            self._not_buildable(instance, node, owner, str(reason))
+            return
         LOG.warning(
             "Instance %s: %s refused node %s: %s: %s; retrying later",
             instance.uuid,
@@ -244,6 +261,20 @@ class AgentRouter:
         )
         for accept in batch:
             self._later(accept.instance, accept.node)
+
+    def _not_buildable(self, instance: Instance, node: Node, owner: str, reason: str) -> None:
+        """The owner refused for good: fail this attempt now, never retry it."""
+        LOG.warning(
+            "Instance %s: %s refused node %s for good (%s); rescheduling",
+            instance.uuid,
+            owner,
+            node.uuid,
+            reason,
+        )
+        if self._refused is not None:
+            self._refused(instance.uuid, node.uuid, f"refused by agent {owner}: {reason}")
+        else:
+            self._later(instance, node)
 
     def _later(self, instance: Instance, node: Node) -> None:
         """Back on the queue: routed again in a while, to whoever owns the node then."""
@@ -299,6 +330,9 @@ class AgentRouter:
                     epoch,
                     first_line(exc),
                 )
+            except NodeNotBuildable as exc:
+                self._not_buildable(instance, node, owner, _reason(exc))
+                return
             except messaging.MessagingTimeout:
                 LOG.warning(
                     "Instance %s: accept from %s for node %s timed out; retrying later",
@@ -362,3 +396,8 @@ class AgentRouter:
             return host in self._fleet.live_members()
         except ServiceUnavailable:
             return True  # cannot tell: assume alive, never act as if it died
+
+
+def _reason(exc: NodeNotBuildable) -> str:
+    # Rebuilt from its kwargs on this side: the reason, without the traceback.
+    return exc.reason or first_line(exc)

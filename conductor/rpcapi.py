@@ -21,6 +21,8 @@ API version history:
 * 1.2 - report_build_results: several build results of one agent in one call.
 * 1.3 - import_nodes(dry_run=True): check a whole import, every entry whose
   name or uuid is stored already reported, nothing written.
+* 1.4 - resume_work: an agent that (re)started or re-joined asks for the
+  builds and teardowns in flight on its nodes to be routed to it again.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class ConductorAPI:
     :param observe: told of every call made (method, outcome, seconds).
     """
 
-    RPC_API_VERSION = "1.3"
+    RPC_API_VERSION = "1.4"
 
     def __init__(
         self,
@@ -199,6 +201,9 @@ class ConductorAPI:
 
     def owned_nodes(self, host: str) -> list[dict[str, Any]]:
         return self._call("owned_nodes", host=host)  # type: ignore[no-any-return]
+
+    def resume_work(self, host: str) -> dict[str, Any]:
+        return self._call("resume_work", version="1.4", host=host)  # type: ignore[no-any-return]
 
     def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call("report_node_states", host=host, states=states)  # type: ignore[no-any-return]

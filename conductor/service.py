@@ -94,6 +94,7 @@ class ConductorService:
                 compute,
                 accept_timeout=conf.conductor.accept_timeout,
                 retry_later=self._builds.retry_later,
+                refused=self._builds.refused,
             )
         )
         endpoints = [

@@ -16,8 +16,8 @@ group = cfg.OptGroup(
     "simulated_driver",
     title="Simulated bare-metal driver options",
     help=(
-        "The in-memory bare-metal simulator (driver 'simulated'): provision "
-        "step durations, failure injection and the shared action log."
+        "The bare-metal simulator (driver 'simulated'): provision step "
+        "durations, failure injection, the shared node store and action log."
     ),
 )
 
@@ -33,6 +33,18 @@ opts = [
             "(node, agent, epoch, action, instance, time). Several agent "
             "processes may share one file; each line is appended by a single "
             "write, so no locking is needed. Unset: no log is written."
+        ),
+    ),
+    cfg.StrOpt(
+        "node_store",
+        default=None,
+        help=(
+            "Path of the SQLite file holding the simulated nodes' state "
+            "(power, provision state, deployed instance). Every agent process "
+            "of a fleet must name the same file: real hardware is one machine "
+            "seen by all, so a node torn down by one agent is clean when the "
+            "next one acquires it. Unset: each driver keeps its nodes in its "
+            "own memory (one agent only)."
         ),
     ),
     cfg.FloatOpt(

@@ -155,6 +155,9 @@ class EmbeddedFleet:
             },
             "simulated_driver": {
                 "action_log": str(self.action_log),
+                # One simulated machine room for the agents: a node torn
+                # down by one is clean when another acquires it.
+                "node_store": str(self.action_log.with_name("nodes.sqlite")),
                 "step_duration": settings.step_duration,
                 "clean_duration": 0.0,
                 "failure_rate": settings.failure_rate,

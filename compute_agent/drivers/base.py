@@ -28,13 +28,14 @@ from stevedore import named
 from stevedore.extension import ExtensionManager
 
 from conductor.exception import ConfigurationError, FieldError, InvalidInput
-from conductor.objects import Node, PowerState
+from conductor.objects import Node, PowerState, ProvisionState
 
 __all__ = [
     "BUILTIN_DRIVERS",
     "DRIVER_NAMESPACE",
     "POWER_TARGETS",
     "ActionContext",
+    "BackendNode",
     "ComputeDriver",
     "PowerTarget",
     "ProgressCallback",
@@ -97,6 +98,27 @@ class ActionContext:
             epoch=node.owner_epoch,
             instance_uuid=instance_uuid if instance_uuid is not None else node.instance_uuid,
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackendNode:
+    """What the back end (the hardware, Ironic) shows of a node right now.
+
+    The agent reads it whenever it is about to act on a node it may know
+    nothing of -- after a takeover, a re-home, a restart -- instead of
+    trusting anything it remembered: memory is a cache of the record.
+
+    :ivar provision_state: where the node is in its life cycle
+    :ivar power_state: its power, ``None`` when unknown
+    :ivar instance_uuid: the instance the back end has it deployed for (or
+        being deployed for), ``None`` when it hosts nothing
+    :ivar last_error: the back end's last error about the node, if any
+    """
+
+    provision_state: ProvisionState
+    power_state: PowerState | None
+    instance_uuid: str | None
+    last_error: str | None = None
 
 
 def validate_power_target(target: object) -> PowerTarget:
@@ -165,6 +187,13 @@ class ComputeDriver(abc.ABC):
         """The current power state of *node*, as the hardware reports it.
 
         :raises DriverError: the power state cannot be read
+        """
+
+    @abc.abstractmethod
+    def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
+        """What the back end shows of *node* now (read, never changed).
+
+        :raises DriverError: the back end cannot be read
         """
 
     def close(self) -> None:  # noqa: B027  # optional hook, deliberately not abstract

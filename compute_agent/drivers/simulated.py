@@ -2,12 +2,14 @@
 
 It behaves like hardware where it matters to the agent: deploys go through
 provision steps that take time, some deploys fail, power state changes, and
-a node is busy while an action runs on it.  Each node's state lives in this
-process's memory, seeded from the :class:`~conductor.objects.Node` the agent
-passes on first sight; what the simulator cannot share between processes --
-which agent did what, under which epoch, when -- goes to the shared action
-log (:mod:`compute_agent.drivers.action_log`), which is how the functional
-tests check the single-owner invariant across agent processes.
+a node is busy while an action runs on it.  Each node's state lives in a
+:class:`~compute_agent.drivers.node_store.NodeStore` -- with ``[simulated_driver]
+node_store`` set, one SQLite file shared by every agent process of a fleet,
+as real hardware is one machine seen by all -- seeded from the
+:class:`~conductor.objects.Node` the agent passes on first sight.  Which
+agent did what, under which epoch, when, goes to the shared action log
+(:mod:`compute_agent.drivers.action_log`), which is how the functional tests
+check the single-owner invariant across agent processes.
 
 Failures are reproducible: whether a deploy fails, and at which step, is a
 pure function of ``(seed, node, instance)`` (through SHA-256, since Python's
@@ -18,7 +20,6 @@ deploy to fail (``failure_rate = 1``), none, or a fixed subset.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import math
@@ -34,11 +35,13 @@ from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers.action_log import ActionLog
 from compute_agent.drivers.base import (
     ActionContext,
+    BackendNode,
     ComputeDriver,
     PowerTarget,
     ProgressCallback,
     validate_power_target,
 )
+from compute_agent.drivers.node_store import SimulatedNode, open_store
 from compute_agent.exception import DriverError
 from conductor.exception import ConfigurationError
 from conductor.objects import Node, PowerState, ProvisionState
@@ -58,21 +61,6 @@ _POWER_ACTIONS: Final[Mapping[str, str]] = {
     "power off": "power_off",
     "reboot": "reboot",
 }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SimulatedNode:
-    """What the simulator knows of one node.
-
-    :ivar last_error: why the last deploy failed or was aborted, until the
-        next deploy or destroy
-    """
-
-    uuid: str
-    power_state: PowerState
-    provision_state: ProvisionState
-    instance_uuid: str | None = None
-    last_error: str | None = None
 
 
 class SimulatedDriver(ComputeDriver):
@@ -100,18 +88,19 @@ class SimulatedDriver(ComputeDriver):
         self.action_log: ActionLog | None = (
             ActionLog(options.action_log) if options.action_log else None
         )
+        self._store = open_store(options.node_store)
         self._lock = threading.Lock()
-        self._nodes: dict[str, SimulatedNode] = {}
         self._busy: dict[str, str] = {}
         LOG.debug(
             "Simulated driver of %s: steps %s, cleaning %.3fs, failure rate %.3f, "
-            "seed %d, action log %s",
+            "seed %d, action log %s, node store %s",
             host,
             self.step_durations,
             self.clean_duration,
             self.failure_rate,
             self.seed,
             options.action_log,
+            options.node_store or "(this driver's memory)",
         )
 
     # -- the driver interface -------------------------------------------------------------
@@ -222,12 +211,25 @@ class SimulatedDriver(ComputeDriver):
         self._check_context(ctx, node)
         return self._current(node).power_state
 
+    def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
+        self._check_context(ctx, node)
+        # Read, never seeded: a node the hardware never saw is as recorded.
+        state = self._store.get(node.uuid) or _initial(node)
+        return BackendNode(
+            provision_state=state.provision_state,
+            power_state=state.power_state,
+            instance_uuid=state.instance_uuid,
+            last_error=state.last_error,
+        )
+
+    def close(self) -> None:
+        self._store.close()
+
     # -- simulator specifics ----------------------------------------------------------------
 
     def node_state(self, node_uuid: str) -> SimulatedNode | None:
         """What the simulator holds for *node_uuid* (``None``: never seen)."""
-        with self._lock:
-            return self._nodes.get(node_uuid)
+        return self._store.get(node_uuid)
 
     @property
     def deploy_duration(self) -> float:
@@ -263,21 +265,10 @@ class SimulatedDriver(ComputeDriver):
                 del self._busy[ctx.node_uuid]
 
     def _current(self, node: Node) -> SimulatedNode:
-        with self._lock:
-            state = self._nodes.get(node.uuid)
-            if state is None:
-                state = SimulatedNode(
-                    uuid=node.uuid,
-                    power_state=node.power_state or PowerState.OFF,
-                    provision_state=node.provision_state,
-                    instance_uuid=node.instance_uuid,
-                )
-                self._nodes[node.uuid] = state
-            return state
+        return self._store.get(node.uuid) or self._store.seed(_initial(node))
 
     def _update(self, node_uuid: str, **changes: Any) -> None:
-        with self._lock:
-            self._nodes[node_uuid] = dataclasses.replace(self._nodes[node_uuid], **changes)
+        self._store.update(node_uuid, **changes)
 
     def _record(
         self,
@@ -302,6 +293,16 @@ class SimulatedDriver(ComputeDriver):
         except (OSError, ValueError) as exc:
             # The log is the evidence of fencing: acting without it is not allowed.
             raise DriverError(ctx.node_uuid, action, f"cannot write the action log: {exc}") from exc
+
+
+def _initial(node: Node) -> SimulatedNode:
+    """A node the hardware has not seen yet: as the conductor records it."""
+    return SimulatedNode(
+        uuid=node.uuid,
+        power_state=node.power_state or PowerState.OFF,
+        provision_state=node.provision_state,
+        instance_uuid=node.instance_uuid,
+    )
 
 
 def _sleep(seconds: float) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from conductor.db.engine import Database
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
-from conductor.db.models import InstanceModel, utcnow
+from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
 from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.validation import BuildRequest
@@ -29,6 +29,7 @@ __all__ = [
     "create_instances",
     "get_build",
     "get_instance",
+    "in_flight_on_owner",
     "list_instances",
     "record_failed_attempt",
     "set_state",
@@ -342,6 +343,21 @@ def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]
     with db.read() as connection:
         rows = connection.execute(_INSTANCES_BY_UUIDS, {"uuids": list(instance_uuids)})
         return [to_instance(row) for row in rows]
+
+
+def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
+    """Instances building or being deleted on nodes ``owner`` holds (one read)."""
+    with db.reading() as session:
+        rows = session.scalars(
+            select(InstanceModel)
+            .join(NodeModel, NodeModel.uuid == InstanceModel.node_uuid)
+            .where(
+                NodeModel.owner == owner,
+                InstanceModel.vm_state.in_([VmState.BUILDING.value, VmState.DELETING.value]),
+            )
+            .order_by(InstanceModel.uuid)
+        )
+        return [to_instance(r) for r in rows]
 
 
 def building_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:

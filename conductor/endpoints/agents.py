@@ -28,9 +28,9 @@ LOG = logging.getLogger(__name__)
 
 class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
-    ``report_build_results``)."""
+    ``report_build_results``, 1.4 ``resume_work``)."""
 
-    target = messaging.Target(version="1.2")
+    target = messaging.Target(version="1.4")
 
     def __init__(
         self, db: Database, fleet: FleetView, rehome_grace: Any, results: Any = None
@@ -79,6 +79,18 @@ class AgentsEndpoint:
             "refused": out.refused,
             "missing": out.missing,
         }
+
+    def resume_work(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
+        """Route again the builds and teardowns in flight on ``host``'s nodes (since 1.4).
+
+        Called by an agent after it (re)started or re-validated its claims:
+        its previous incarnation's accepted work is gone with it.
+        """
+        agent = payload.check_host(host)
+        if self._results is None:
+            raise ServiceUnavailable("this conductor routes no builds")
+        builds, teardowns = self._results.resume_agent(agent)
+        return {"builds": builds, "teardowns": teardowns}
 
     def release_nodes(self, ctxt: dict[str, Any], host: Any, claims: Any) -> dict[str, Any]:
         """Give up nodes held at the given epochs (pinned nodes are refused)."""

@@ -122,6 +122,7 @@ class Fleet:
             "graceful_timeout = 20\n"
             "[simulated_driver]\n"
             f"action_log = {self.action_log}\n"
+            f"node_store = {workdir / 'nodes.sqlite'}\n"
             f"step_duration = {step_duration}\n"
             "clean_duration = 0.05\n"
             f"failure_rate = {failure_rate}\n"

@@ -22,11 +22,12 @@ from oslo_config import cfg
 
 from compute_agent.actions import NodeActions
 from compute_agent.conf import simulated as simulated_conf
+from compute_agent.drivers import ActionContext
 from compute_agent.drivers.action_log import Action, check_fencing, read_log
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
-from conductor.exception import Conflict, InvalidInput, NotOwner
+from conductor.exception import Conflict, InvalidInput, NodeNotBuildable, NotOwner
 from conductor.objects import Node, PowerState, ProvisionState
 from hashring.membership import Member, MembershipView, State
 
@@ -636,3 +637,83 @@ def test_build_instances_refuses_a_malformed_batch_whole(agent: Agent) -> None:
         assert [e.field for e in whole.value.errors] == ["builds"]
     assert agent.actions.wait_idle(1.0)
     assert agent.log() == [] and agent.actions.in_flight() == 0
+
+
+# -- what the agent knows of a node comes from the back end, never from memory ----------
+
+
+def _other_driver(tmp_path: Path, store: Path, host: str = "agent-b") -> SimulatedDriver:
+    """A second agent process's driver on the same simulated hardware."""
+    return SimulatedDriver(
+        make_conf(tmp_path, node_store=store, step_duration=0.005, clean_duration=0.005), host
+    )
+
+
+def test_a_node_torn_down_by_another_agent_takes_a_new_build_at_once(tmp_path: Path) -> None:
+    store = tmp_path / "nodes.sqlite"
+    agent = make_agent(tmp_path, node_store=store)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    first = instance_id()
+    assert agent.actions.build(first, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.actions.wait_idle(5.0)
+    # Meanwhile (this agent partitioned away) another agent owned the node
+    # and tore the instance down, on the same hardware.
+    other = _other_driver(tmp_path, store)
+    other.destroy(ActionContext(node.uuid, "agent-b", epoch + 1, first), node)
+    # Back with this agent: a new build is accepted, not refused as if the
+    # node still hosted the first instance.
+    second = instance_id()
+    assert agent.actions.build(second, node, epoch) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 2)
+    assert agent.conductor.builds[1]["success"] is True
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.instance_uuid == second
+
+
+def test_a_node_hosting_another_instance_is_refused_for_good(tmp_path: Path) -> None:
+    store = tmp_path / "nodes.sqlite"
+    agent = make_agent(tmp_path, node_store=store)
+    node = agent.nodes[0]
+    hosted = instance_id()
+    _other_driver(tmp_path, store).deploy(
+        ActionContext(node.uuid, "agent-b", 1, hosted), node, lambda _step: None
+    )
+    with pytest.raises(NodeNotBuildable) as caught:
+        agent.actions.build(instance_id(), node, agent.epoch(node))
+    assert caught.value.field == "node_uuid" and hosted in str(caught.value)
+    assert agent.actions.in_flight() == 0  # nothing left reserved
+    assert agent.log_of(node) == []  # this agent touched nothing
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.instance_uuid == hosted
+
+
+def test_a_restarted_agent_resumes_a_deploy_its_previous_process_left(tmp_path: Path) -> None:
+    store = tmp_path / "nodes.sqlite"
+    node = Node(uuid=str(uuidlib.uuid4()), name="n0", resource_class="baremetal")
+    build = instance_id()
+
+    def crash(step: str) -> None:
+        if step == DEPLOY_STEPS[1]:
+            raise SystemExit("killed")  # the process dies mid-deploy
+
+    with contextlib.suppress(SystemExit):
+        _other_driver(tmp_path, store, HOST).deploy(
+            ActionContext(node.uuid, HOST, 3, build), node, crash
+        )
+    agent = make_agent(tmp_path, node_store=store)  # the new process, nothing in memory
+    agent.conductor.epochs[node.uuid] = 3
+    agent.ownership.refresh_inventory()
+    agent.ownership.reconcile(
+        MembershipView(members={HOST: Member(HOST, 1, 1.0, {})}, excluded={}, ring_version=1)
+    )
+    assert agent.actions.build(build, node, 3) == "accepted"
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.conductor.builds[0]["success"] is True
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.ACTIVE
+    # Asked again (its result was lost): done, nothing deployed twice.
+    assert agent.actions.build(build, node, 3) == "done"
+    assert agent.actions.wait_idle(5.0)
+    assert [a for a, _s in agent.log_of(node)].count("deploy_done") == 1

@@ -308,8 +308,11 @@ def test_a_join_moves_only_unpinned_idle_nodes_and_never_robs_a_live_owner(env: 
     assert all(len(c) <= 7 for c in env.conductor.of("release"))
     assert set(a1.held()) == (set(uuids) - set(moving)) | {pinned, busy}
 
+    # The newcomer learns of the releases from its inventory read, claims
+    # them, and asks nothing more of the two the live owner keeps.
+    a2.refresh_inventory()
     second = a2.reconcile(view)
-    assert second is not None and (second.claimed, second.refused) == (len(moving) - 2, 2)
+    assert second is not None and (second.claimed, second.refused) == (len(moving) - 2, 0)
     assert set(a2.held()) == set(moving) - {pinned, busy}
     # Nodes that stayed with a1 kept their epoch (minimal movement).
     owners = env.owners()
@@ -322,6 +325,43 @@ def test_a_join_moves_only_unpinned_idle_nodes_and_never_robs_a_live_owner(env: 
     assert busy in a2.held() and env.owner(busy) == "a2"
     assert pinned in a1.held() and env.owner(pinned) == "a1"
     assert pinned not in a2.held()
+
+
+def test_a_node_a_live_owner_keeps_is_not_asked_for_again_until_view_or_record_change(
+    env: Fleet,
+) -> None:
+    uuids = add_nodes(env.db, 30)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    view = env.live({"a1": [], "a2": []})
+    a2 = env.agent("a2")
+    a2.refresh_inventory()
+    moving = sorted(a2.desired(view))
+    pinned = moving[0]
+    pin(env.db, [pinned], "a1")
+    a1.revalidate()
+    a1.reconcile(view)  # releases all but the pinned node
+    a2.refresh_inventory()
+    first = a2.reconcile(view)
+    assert first is not None and first.refused == 1
+
+    # The pinned node's record does not change and a1 stays: no more asking.
+    env.conductor.calls.clear()
+    for _ in range(3):
+        a2.refresh_inventory()
+        again = a2.reconcile(view)
+        assert again is not None and again.refused == 0
+    assert pinned not in {n for batch in env.conductor.of("claim") for n in batch}
+
+    # Its owner leaves: the node is asked for again (and re-homed once the
+    # grace is over; here it is refused, the owner still counts as live at
+    # the conductor).
+    alone = env.live({"a2": []})
+    env.conductor.calls.clear()
+    a2.reconcile(alone)
+    assert pinned in {n for batch in env.conductor.of("claim") for n in batch}
+    assert set(uuids) >= set(a2.held())
 
 
 def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:

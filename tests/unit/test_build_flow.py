@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import threading
 import time
 import uuid as uuidlib
@@ -26,7 +27,7 @@ from conductor.builds import BuildWorkers
 from conductor.db import allocations, flavors, instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, utcnow
-from conductor.exception import Conflict, NotOwner
+from conductor.exception import Conflict, NodeNotBuildable, NotOwner
 from conductor.fleet_view import FleetView
 from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.routing import AgentRouter
@@ -201,6 +202,38 @@ def test_builds_are_allocated_and_routed_with_the_owners_claim(flow: Flow) -> No
         assert placed.instance_uuid == uuid
         assert placed.provision_state is ProvisionState.DEPLOYING
     assert len(flow.router.routed) == 3  # each routed once
+
+
+def test_a_definitive_refusal_reschedules_at_once_with_the_reason(flow: Flow) -> None:
+    uuid = flow.build()
+    node, _owner, _epoch = flow.wait_routes(uuid, 1)
+    flow.builds.refused(uuid, node, "refused by agent a1: node hosts instance X")
+    second, _, _ = flow.wait_routes(uuid, 2)  # rescheduled, not waiting for a timeout
+    assert second != node
+    instance = flow.instance(uuid)
+    assert instance.attempts == 1 and "node hosts instance X" in (instance.fault or "")
+    assert flow.node(node).provision_state is ProvisionState.ERROR  # for an operator to see
+    assert flow.node(node).instance_uuid is None
+
+
+def test_a_resumed_agent_gets_its_in_flight_builds_and_teardowns_routed_again(
+    flow: Flow,
+) -> None:
+    built = [flow.build() for _ in range(4)]
+    routes = {uuid: flow.wait_routes(uuid, 1) for uuid in built}
+    on_a1 = sorted(u for u, (_n, owner, _e) in routes.items() if owner == "a1")
+    assert on_a1
+    deleting = on_a1[0]
+    instances.set_state(
+        flow.db, deleting, expected=[VmState.BUILDING], vm_state=VmState.DELETING, task_state=None
+    )
+    flow.router.destroy_answers.clear()
+    assert flow.builds.resume_agent("a1") == (len(on_a1) - 1, 1)
+    for uuid in on_a1[1:]:
+        flow.wait_routes(uuid, 2)  # routed again
+    wait_for(lambda: deleting in flow.router.destroyed)
+    others = [u for u in built if u not in on_a1]
+    assert all(len(flow.router.routes_of(u)) == 1 for u in others)
 
 
 def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
@@ -616,6 +649,7 @@ class Routing:
     node: str
     instance: str
     claim: Ownership
+    refusals: list[tuple[str, str, str]] = field(default_factory=list)
 
     def live(self, *hosts: str) -> None:
         self.fleet.on_change(view_of(*hosts))
@@ -653,15 +687,19 @@ def routing(tmp_path: Path) -> Iterator[Routing]:
     assert claim is not None and claim.owner == "a1"
     compute = FakeCompute()
     retries: list[tuple[str, str]] = []
+    refusals: list[tuple[str, str, str]] = []
     router = AgentRouter(
         db,
         fleet,
         compute,  # type: ignore[arg-type]
         accept_timeout=3.0,
         retry_later=lambda uuid, action: retries.append((uuid, action)),
+        refused=lambda uuid, node, fault: refusals.append((uuid, node, fault)),
     )
     try:
-        yield Routing(db, fleet, membership, compute, router, retries, node, instance.uuid, claim)
+        yield Routing(
+            db, fleet, membership, compute, router, retries, node, instance.uuid, claim, refusals
+        )
     finally:
         db.dispose()
 
@@ -709,6 +747,44 @@ def test_timeouts_and_refusals_are_retried_later(routing: Routing, error: Except
     routing.router.route(*routing.args())
     assert len(routing.compute.builds) == 1
     assert routing.retries == [(routing.instance, "route")]
+
+
+def test_a_definitive_refusal_is_not_retried_but_reported_once(
+    routing: Routing, caplog: pytest.LogCaptureFixture
+) -> None:
+    routing.compute.behaviour["a1"] = NodeNotBuildable(
+        field="node_uuid", value=routing.node, reason="node hosts instance X; destroy it first"
+    )
+    with caplog.at_level(logging.WARNING, logger="conductor.routing"):
+        routing.router.route(*routing.args())
+    assert len(routing.compute.builds) == 1
+    assert routing.retries == []
+    [(instance, node, fault)] = routing.refusals
+    assert (instance, node) == (routing.instance, routing.node)
+    assert "a1" in fault and "node hosts instance X" in fault
+    assert len(caplog.records) == 1 and "for good" in caplog.records[0].getMessage()
+
+
+def test_a_definitive_refusal_in_a_batch_is_not_retried(routing: Routing) -> None:
+    refused, accepted = _more_builds(routing, 2)
+
+    def reply(builds: list[dict[str, Any]]) -> dict[str, Any]:
+        answers = {
+            refused[1].uuid: {"error": "NodeNotBuildable", "reason": "node hosts instance X"},
+            accepted[1].uuid: {"answer": "accepted"},
+        }
+        return {"results": [answers[b["node"]["uuid"]] for b in builds]}
+
+    routing.compute.batch_behaviour["a1"] = reply
+
+    def route_more() -> None:
+        routing.router.route(*refused)
+        routing.router.route(*accepted)
+
+    _with_a_call_in_flight(routing, route_more)
+    assert len(routing.compute.batches) == 1
+    assert routing.retries == []
+    assert [(i, n) for i, n, _ in routing.refusals] == [(refused[0].uuid, refused[1].uuid)]
 
 
 def test_an_owner_that_is_not_live_is_not_called(routing: Routing) -> None:

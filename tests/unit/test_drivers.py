@@ -27,6 +27,7 @@ from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers import (
     DRIVER_NAMESPACE,
     ActionContext,
+    BackendNode,
     ComputeDriver,
     PowerTarget,
     ProgressCallback,
@@ -155,6 +156,9 @@ class FakeDriver(ComputeDriver):
 
     def get_power_state(self, ctx: ActionContext, node: Node) -> PowerState:
         return PowerState.ON
+
+    def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
+        return BackendNode(ProvisionState.AVAILABLE, PowerState.ON, None)
 
 
 class BrokenDriver(FakeDriver):

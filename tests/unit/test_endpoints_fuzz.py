@@ -442,6 +442,7 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
     "release_nodes": ("agents", kwargs({"host": fuzz(HOST), "claims": fuzz(CLAIMS)})),
     "transfer_nodes": ("agents", kwargs({"host": fuzz(HOST), "transfers": fuzz(TRANSFERS)})),
     "owned_nodes": ("agents", kwargs({"host": fuzz(HOST)})),
+    "resume_work": ("agents", kwargs({"host": fuzz(HOST)})),
     "report_node_states": ("agents", kwargs({"host": fuzz(HOST), "states": fuzz(STATES)})),
 }
 
@@ -524,6 +525,7 @@ for _conflict in (
     exception.DuplicateNode,
     exception.DuplicateFlavor,
     exception.DuplicateInstance,
+    exception.NodeNotBuildable,
 ):
     EXCEPTIONS[_conflict] = st.builds(
         _conflict,

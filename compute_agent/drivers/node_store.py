@@ -1,0 +1,203 @@
+"""The simulated hardware: what each simulated node is doing, seen by every agent.
+
+Real bare metal is one machine seen by all: a node torn down by one agent
+is clean when the next agent looks at it, whichever process that agent
+runs in.  The simulator must behave the same, or an agent that acquires a
+node (a takeover, a re-home, a restart) would trust a stale copy of it.  So
+the simulated nodes' state lives in one store shared by the agent processes
+of a fleet, not in each driver's memory:
+
+* :class:`SqliteNodeStore`, a SQLite file (``[simulated_driver] node_store``)
+  beside the action log, which several processes open at once (WAL journal,
+  every read-modify-write in one ``BEGIN IMMEDIATE`` transaction);
+* :class:`MemoryNodeStore`, one driver's private dictionary, when no file is
+  configured (unit tests, a single agent).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from conductor.objects import PowerState, ProvisionState
+
+__all__ = ["MemoryNodeStore", "NodeStore", "SimulatedNode", "SqliteNodeStore", "open_store"]
+
+#: Seconds a writer waits for another process's transaction on the file.
+_BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimulatedNode:
+    """What the simulated hardware shows of one node.
+
+    :ivar last_error: why the last deploy failed or was aborted, until the
+        next deploy or destroy
+    """
+
+    uuid: str
+    power_state: PowerState
+    provision_state: ProvisionState
+    instance_uuid: str | None = None
+    last_error: str | None = None
+
+
+class NodeStore(abc.ABC):
+    """The state of simulated nodes; thread-safe."""
+
+    @abc.abstractmethod
+    def get(self, uuid: str) -> SimulatedNode | None:
+        """The node's state, ``None`` if the hardware never saw it."""
+
+    @abc.abstractmethod
+    def seed(self, initial: SimulatedNode) -> SimulatedNode:
+        """The node's state, stored as ``initial`` first if it is not known yet."""
+
+    @abc.abstractmethod
+    def update(self, uuid: str, **changes: Any) -> SimulatedNode:
+        """Change fields of a known node; returns the new state.
+
+        :raises KeyError: the node is not known (seed it first)
+        """
+
+    def close(self) -> None:  # noqa: B027  # optional hook
+        """Release the store's resources."""
+
+
+class MemoryNodeStore(NodeStore):
+    """Nodes in this process's memory, private to one driver."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, SimulatedNode] = {}
+
+    def get(self, uuid: str) -> SimulatedNode | None:
+        with self._lock:
+            return self._nodes.get(uuid)
+
+    def seed(self, initial: SimulatedNode) -> SimulatedNode:
+        with self._lock:
+            return self._nodes.setdefault(initial.uuid, initial)
+
+    def update(self, uuid: str, **changes: Any) -> SimulatedNode:
+        with self._lock:
+            state = dataclasses.replace(self._nodes[uuid], **changes)
+            self._nodes[uuid] = state
+            return state
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+    uuid TEXT PRIMARY KEY,
+    power_state TEXT NOT NULL,
+    provision_state TEXT NOT NULL,
+    instance_uuid TEXT,
+    last_error TEXT
+)
+"""
+_SELECT = (
+    "SELECT uuid, power_state, provision_state, instance_uuid, last_error FROM nodes WHERE uuid = ?"
+)
+
+
+class SqliteNodeStore(NodeStore):
+    """Nodes in a SQLite file shared by every agent process that opens it.
+
+    One connection per store, used under a lock (SQLite serialises writers
+    anyway); ``synchronous=NORMAL`` in WAL mode: a simulated machine need not
+    survive a power cut of the test host, only the crash of an agent.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            str(self.path),
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,  # explicit transactions only
+            check_same_thread=False,
+        )
+        with self._lock:
+            self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute(_SCHEMA)
+
+    def get(self, uuid: str) -> SimulatedNode | None:
+        with self._lock:
+            return self._read(uuid)
+
+    def seed(self, initial: SimulatedNode) -> SimulatedNode:
+        with self._lock, self._immediate():
+            self._conn.execute("INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, ?, ?)", _row(initial))
+            found = self._read(initial.uuid)
+        assert found is not None
+        return found
+
+    def update(self, uuid: str, **changes: Any) -> SimulatedNode:
+        with self._lock, self._immediate():
+            current = self._read(uuid)
+            if current is None:
+                raise KeyError(uuid)
+            state = dataclasses.replace(current, **changes)
+            self._conn.execute(
+                "UPDATE nodes SET power_state = ?, provision_state = ?, instance_uuid = ?, "
+                "last_error = ? WHERE uuid = ?",
+                (*_row(state)[1:], uuid),
+            )
+        return state
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _read(self, uuid: str) -> SimulatedNode | None:
+        row = self._conn.execute(_SELECT, (uuid,)).fetchone()
+        if row is None:
+            return None
+        return SimulatedNode(
+            uuid=row[0],
+            power_state=PowerState(row[1]),
+            provision_state=ProvisionState(row[2]),
+            instance_uuid=row[3],
+            last_error=row[4],
+        )
+
+    def _immediate(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on an exception).
+
+    IMMEDIATE takes the write lock at the start, so a read-modify-write of
+    one process never interleaves with another's.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
+        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _row(node: SimulatedNode) -> tuple[str, str, str, str | None, str | None]:
+    return (
+        node.uuid,
+        node.power_state.value,
+        node.provision_state.value,
+        node.instance_uuid,
+        node.last_error,
+    )
+
+
+def open_store(path: str | None) -> NodeStore:
+    """The store at ``path`` (a SQLite file), or a private in-memory one."""
+    return SqliteNodeStore(path) if path else MemoryNodeStore()
