@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,7 @@ def start_processes(
     conductors: Sequence[str] = ("cond-1",),
     agents: Sequence[str] = (),
     timeout: float = 60,
+    extra: Mapping[str, str] | None = None,
 ) -> None:
     """Start the conductors together, then the agents together; wait until each serves.
 
@@ -194,13 +195,14 @@ def start_processes(
     after the other; on a 2-core machine starting them together saves
     seconds per test.)  Conductors come first: an agent's first call to a
     conductor topic that nobody consumes yet is dropped by the broker and
-    waits for its whole ``conductor_timeout``.
+    waits for its whole ``conductor_timeout``.  ``extra`` maps a process
+    name to config appended to its file (whole groups).
     """
     for group, module in (
         (conductors, "conductor.cmd.conductor"),
         (agents, "compute_agent.cmd.agent"),
     ):
-        procs = [fleet._spawn(module, name) for name in group]
+        procs = [fleet._spawn(module, name, (extra or {}).get(name, "")) for name in group]
         for proc in procs:
             proc.wait_log("serving topic", timeout)
 

@@ -74,6 +74,7 @@ from tests.functional.fleet_harness import (
     start_processes,
     wait_for,
 )
+from tests.functional.tcp_proxy import TcpProxy
 
 NODES = 48
 #: at most this many nodes busy with our instances: the rest keeps the
@@ -128,8 +129,18 @@ class Load:
     de-duplicates.  What happens to the instances is read from the database.
     """
 
-    def __init__(self, fleet: Fleet, transport_url: str, seed: int) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        transport_url: str,
+        seed: int,
+        *,
+        max_builds: int = MAX_BUILD_REQUESTS,
+        max_seconds: float = MAX_LOAD_SECONDS,
+    ) -> None:
         self.fleet = fleet
+        self.max_builds = max_builds
+        self.max_seconds = max_seconds
         self.thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
         self.api, self._transport = client(transport_url, timeout=CLIENT_TIMEOUT)
         self.rng = random.Random(seed)
@@ -167,7 +178,7 @@ class Load:
     def _run(self) -> None:
         started = time.monotonic()
         while not self._halt.is_set():
-            if time.monotonic() - started > MAX_LOAD_SECONDS:
+            if time.monotonic() - started > self.max_seconds:
                 break
             self._retry_unconfirmed()
             states = self.states()
@@ -181,13 +192,13 @@ class Load:
             )
             active = [u for u in mine if states.get(u) == "active" and u not in self.delete_asked]
             count = self.rng.randint(1, 3)
-            must_delete = busy + count > OCCUPANCY_CAP or builds >= MAX_BUILD_REQUESTS
+            must_delete = busy + count > OCCUPANCY_CAP or builds >= self.max_builds
             if active and (must_delete or self.rng.random() < 0.3):
                 for victim in self.rng.sample(active, min(len(active), self.rng.randint(1, 2))):
                     self._delete(victim)
-            elif builds < MAX_BUILD_REQUESTS and not must_delete:
+            elif builds < self.max_builds and not must_delete:
                 self._build(count)
-            elif builds >= MAX_BUILD_REQUESTS and not active:
+            elif builds >= self.max_builds and not active:
                 break
             self._halt.wait(LOAD_PERIOD)
 
@@ -438,10 +449,14 @@ def _collect_dropped_sockets() -> None:
         gc.collect()
 
 
-@pytest.fixture
-def fleet(
-    request: pytest.FixtureRequest, tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
-) -> Iterator[Fleet]:
+def _start_fleet(
+    tmp_path: Path,
+    pg_url: str,
+    transport_url: str,
+    etcd_url: str,
+    extra: str,
+    agent_extra: dict[str, str] | None = None,
+) -> Fleet:
     migrated(pg_url).dispose()
     f = Fleet(
         tmp_path,
@@ -451,9 +466,9 @@ def fleet(
         step_duration=STEP_DURATION,
     )
     # A later value of an option overrides an earlier one.
-    f.common += EXTRA_CONFIG
+    f.common += extra
     try:
-        start_processes(f, CONDUCTORS, AGENTS)
+        start_processes(f, CONDUCTORS, AGENTS, extra=agent_extra or {})
         f.api.import_nodes(
             [{"name": f"node-{i:03d}", "resource_class": "baremetal"} for i in range(NODES)]
         )
@@ -463,6 +478,18 @@ def fleet(
             30,
             "the agents partition the nodes",
         )
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+@pytest.fixture
+def fleet(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> Iterator[Fleet]:
+    f = _start_fleet(tmp_path, pg_url, transport_url, etcd_url, EXTRA_CONFIG)
+    try:
         yield f
     finally:
         f.close()
@@ -519,6 +546,184 @@ def test_chaos(fleet: Fleet, transport_url: str, fault_name: str) -> None:
         print(
             f"\n{fault_name}: {fault.note} in {fault_over - fault_at:.1f} s; "
             f"settled {settled_in:.1f} s after the load stopped (deadline {SETTLE:.0f} s); "
+            f"{summary(load)}"
+        )
+    except BaseException:
+        print(f"\n{fault_name}: {summary(load)}")
+        print("client call errors (last 10):\n  " + "\n  ".join(load.rpc_errors[-10:]))
+        print(log_tails(fleet, mentioning=concerned[:5]))
+        raise
+    finally:
+        load.close()
+
+
+# -- prompt recovery: nothing waits for build_timeout ----------------------------------
+#
+# The faults below are cleared well before build_timeout, which is set far
+# out of reach (the sweeper cannot mask a stall), and every in-flight build
+# and teardown must end within TTL + rehome_grace + 10 s after the load
+# stopped (design invariant 9).
+
+RECOVERY_BUILD_TIMEOUT = 600.0
+RECOVERY_SETTLE = TTL + REHOME_GRACE + 10.0
+RECOVERY_CONFIG = EXTRA_CONFIG + f"[conductor]\nbuild_timeout = {RECOVERY_BUILD_TIMEOUT}\n"
+#: agent-1 reaches etcd through a proxy the partition cuts
+PARTITIONED = "agent-1"
+#: long enough for the survivors to re-home the partitioned agent's pins
+PARTITION = TTL + REHOME_GRACE + 4.0
+#: kill -9 and restart of one host, every few seconds, for this long
+RESTART_LOOP = 60.0
+RESTART_EVERY = 5.0
+
+
+@dataclasses.dataclass
+class Recovery:
+    fleet: Fleet
+    etcd_proxy: TcpProxy
+
+
+def etcd_partition(recovery: Recovery, load: Load) -> Fault:
+    """agent-1 loses etcd only (RabbitMQ and the database stay reachable).
+
+    Its pinned nodes are re-homed to the survivors; the test deletes
+    instances on them meanwhile, which the interim owners tear down; after
+    the partition heals those nodes come back to agent-1, which must build
+    on them at once (it once refused them, remembering the deleted
+    instances).
+    """
+    fleet = recovery.fleet
+    pinned = {
+        node: instance
+        for node, (owner, _e, instance) in fleet.owners().items()
+        if owner == PARTITIONED and instance is not None
+    }
+    recovery.etcd_proxy.cut()
+    wait_for(
+        lambda: all(fleet.owners()[n][0] != PARTITIONED for n in pinned),
+        PARTITION + 10,
+        f"{PARTITIONED}'s pinned nodes re-homed",
+    )
+    # Delete what was built on them: the interim owners tear it down.
+    states = load.states()
+    for instance in pinned.values():
+        if instance is not None and states.get(instance) == "active":
+            load._delete(instance)
+    time.sleep(max(0.0, PARTITION - (TTL + REHOME_GRACE)))
+    recovery.etcd_proxy.heal()
+    return Fault(note=f"{PARTITIONED} cut from etcd; {len(pinned)} pinned nodes re-homed")
+
+
+def agent_restart_loop(recovery: Recovery, load: Load) -> Fault:
+    """kill -9 of one agent and a restart with the same host, again and again."""
+    fleet = recovery.fleet
+    victim = _busiest_agent(fleet)
+    kills = 0
+    ends = time.monotonic() + RESTART_LOOP
+    while time.monotonic() < ends:
+        fleet.procs[victim].kill()
+        kills += 1
+        fleet.agent(victim, extra=_agent_extra(recovery).get(victim, ""))  # what Restart= does
+        time.sleep(RESTART_EVERY)
+    return Fault(note=f"{victim} killed and restarted {kills} times")
+
+
+RECOVERY_FAULTS: dict[str, Callable[[Recovery, Load], Fault]] = {
+    "etcd-partition": etcd_partition,
+    "agent-restart-loop": agent_restart_loop,
+}
+
+
+def _agent_extra(recovery: Recovery) -> dict[str, str]:
+    return {
+        PARTITIONED: (
+            "[coordination]\n"
+            f"backend_url = etcd3+http://{recovery.etcd_proxy.url}?membership_timeout={TTL}\n"
+        )
+    }
+
+
+@pytest.fixture
+def recovery(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Iterator[Recovery]:
+    port = int(etcd_url.rsplit(":", 1)[1].split("?", maxsplit=1)[0].strip("/"))
+    proxy = TcpProxy(port)
+    try:
+        partial = Recovery(None, proxy)  # type: ignore[arg-type]  # fleet set below
+        f = _start_fleet(
+            tmp_path, pg_url, transport_url, etcd_url, RECOVERY_CONFIG, _agent_extra(partial)
+        )
+        try:
+            yield Recovery(f, proxy)
+        finally:
+            f.close()
+    finally:
+        proxy.close()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault_name", list(RECOVERY_FAULTS))
+def test_recovery_does_not_wait_for_build_timeout(
+    recovery: Recovery, transport_url: str, fault_name: str
+) -> None:
+    fleet = recovery.fleet
+    # Long faults: a load that lasts through them and still builds after.
+    load = Load(
+        fleet,
+        transport_url,
+        seed=sum(map(ord, fault_name)),
+        max_builds=3 * MAX_BUILD_REQUESTS,
+        max_seconds=WARMUP + RESTART_LOOP + AFTER_FAULT_DEADLINE,
+    )
+    concerned: list[str] = []
+    try:
+        load.start()
+        time.sleep(WARMUP)
+        fault = RECOVERY_FAULTS[fault_name](recovery, load)
+        fault_over = time.monotonic()
+        time.sleep(AFTER_FAULT)
+        wait_for(
+            lambda: load.confirmed_after(fault_over) >= AFTER_FAULT_BUILDS,
+            AFTER_FAULT_DEADLINE,
+            f"{AFTER_FAULT_BUILDS} build requests acknowledged after the fault",
+            step=0.5,
+        )
+        load.finish()
+        stopped = time.monotonic()
+        last: list[str] = []
+
+        def settled() -> bool:
+            nonlocal last, concerned
+            last, concerned = problems(fleet, load)
+            return not last
+
+        try:
+            wait_for(settled, RECOVERY_SETTLE, "settled", step=0.5)
+        except AssertionError:
+            raise AssertionError(
+                f"not settled {RECOVERY_SETTLE:.0f} s after the load stopped with build_timeout "
+                f"{RECOVERY_BUILD_TIMEOUT:.0f} s ({fault.note}):\n  " + "\n  ".join(last)
+            ) from None
+        settled_in = time.monotonic() - stopped
+        violations = fleet.fencing_violations()
+        assert violations == [], "fencing violations:\n" + "\n".join(violations)
+        states = load.states()
+        after = [u for u in load.requested_after(fault_over) if u not in load.delete_asked]
+        assert any(states.get(u) == "active" for u in after), (
+            "no build requested after the fault became ACTIVE"
+        )
+        # A refusal retrying cannot fix is never retried (once per attempt at most).
+        for name, proc in fleet.procs.items():
+            if name.startswith("cond-"):
+                retried = sum(
+                    1
+                    for line in proc.log().splitlines()
+                    if "refused node" in line
+                    and "destroy it first" in line
+                    and "for good" not in line
+                )
+                assert retried == 0, f"{name} retried a definitive refusal {retried} times"
+        print(
+            f"\n{fault_name}: {fault.note}; settled {settled_in:.1f} s after the load stopped "
+            f"(deadline {RECOVERY_SETTLE:.0f} s, build_timeout {RECOVERY_BUILD_TIMEOUT:.0f} s); "
             f"{summary(load)}"
         )
     except BaseException:
