@@ -11,6 +11,7 @@ import oslo_messaging as messaging
 
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import validate_power_target
+from compute_agent.rpcapi import API_VERSION
 from conductor.endpoints import payload
 from conductor.exception import FieldError, InvalidInput, RingfleetError, first_line
 from conductor.objects import Node
@@ -81,7 +82,7 @@ def _check_build(item: object, path: str) -> tuple[str, Node, int]:
 class ComputeEndpoint:
     """Methods of the compute agent RPC API (1.1; see compute_agent/rpcapi.py)."""
 
-    target = messaging.Target(version="1.1")
+    target = messaging.Target(version=API_VERSION)
 
     def __init__(
         self,

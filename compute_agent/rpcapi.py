@@ -20,13 +20,17 @@ import oslo_messaging as messaging
 
 from conductor import rpc
 
-__all__ = ["ComputeAPI"]
+__all__ = ["API_VERSION", "ComputeAPI"]
+
+# The version the agent's endpoint serves and the newest the client speaks:
+# one version per API.  Bump it with a line in the history above.
+API_VERSION = "1.1"
 
 
 class ComputeAPI:
     """Calls to compute agents, each by its host name."""
 
-    RPC_API_VERSION = "1.1"
+    RPC_API_VERSION = API_VERSION
 
     def __init__(
         self,

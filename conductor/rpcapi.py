@@ -34,7 +34,12 @@ import oslo_messaging as messaging
 
 from conductor import rpc
 
-__all__ = ["ConductorAPI", "pages"]
+__all__ = ["API_VERSION", "ConductorAPI", "pages"]
+
+# The version every endpoint of this API serves and the newest the client
+# speaks: one version per API (a client pinned at any earlier version reaches
+# every method that version had).  Bump it with a line in the history above.
+API_VERSION = "1.4"
 
 
 def pages(
@@ -69,7 +74,7 @@ class ConductorAPI:
     :param observe: told of every call made (method, outcome, seconds).
     """
 
-    RPC_API_VERSION = "1.4"
+    RPC_API_VERSION = API_VERSION
 
     def __init__(
         self,

@@ -20,6 +20,7 @@ from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints import payload
 from conductor.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.fleet_view import FleetView
+from conductor.rpcapi import API_VERSION
 
 __all__ = ["AgentsEndpoint"]
 
@@ -30,7 +31,7 @@ class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
     ``report_build_results``, 1.4 ``resume_work``)."""
 
-    target = messaging.Target(version="1.4")
+    target = messaging.Target(version=API_VERSION)
 
     def __init__(
         self, db: Database, fleet: FleetView, rehome_grace: Any, results: Any = None

@@ -18,6 +18,7 @@ from conductor.db.models import AgentModel, utcnow
 from conductor.endpoints import payload
 from conductor.exception import FieldError, InvalidInput, ServiceUnavailable
 from conductor.fleet_view import FleetView
+from conductor.rpcapi import API_VERSION
 from hashring.membership import State
 
 __all__ = ["FleetEndpoint"]
@@ -27,7 +28,7 @@ class FleetEndpoint:
     """Fleet methods of the conductor RPC API (since 1.0; 1.1 adds the
     per-agent details of ``fleet_status``, ``ring_status`` and ``fleet_check``)."""
 
-    target = messaging.Target(version="1.1")
+    target = messaging.Target(version=API_VERSION)
 
     def __init__(self, db: Database, fleet: FleetView, host: str, compute: Any = None) -> None:
         self._db = db

@@ -18,6 +18,7 @@ from conductor.db.engine import Database
 from conductor.endpoints import payload
 from conductor.exception import FieldError, InvalidInput
 from conductor.objects import Flavor, Instance, TaskState, VmState
+from conductor.rpcapi import API_VERSION
 from conductor.validation import validate_build_request, validate_uuid
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
@@ -40,7 +41,7 @@ class BuildQueue(Protocol):
 class InstancesEndpoint:
     """Instance methods of the conductor RPC API (since 1.0)."""
 
-    target = messaging.Target(version="1.0")
+    target = messaging.Target(version=API_VERSION)
 
     def __init__(self, db: Database, queue: BuildQueue) -> None:
         self._db = db

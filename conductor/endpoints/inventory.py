@@ -13,6 +13,7 @@ from conductor.db.engine import Database
 from conductor.endpoints import payload
 from conductor.exception import Conflict, FieldError, InvalidInput
 from conductor.fleet_view import FleetView
+from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     validate_flavor_spec,
     validate_name,
@@ -32,7 +33,7 @@ class InventoryEndpoint:
     """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node``
     1.1; ``import_nodes(dry_run=)`` 1.3)."""
 
-    target = messaging.Target(version="1.3")
+    target = messaging.Target(version=API_VERSION)
 
     def __init__(self, db: Database, fleet: FleetView) -> None:
         self._db = db

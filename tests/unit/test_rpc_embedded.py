@@ -205,3 +205,17 @@ def test_a_build_over_rpc_gets_a_node(served: Served) -> None:
     shown = api.show_instance(ids[0])
     assert shown["node_uuid"] in uuids and shown["host"] == "agent-2"
     assert api.node_owner(shown["node_uuid"])["pinned"] is True
+
+
+@pytest.mark.parametrize("pinned", ["1.0", "1.1", "1.2", "1.3", ConductorAPI.RPC_API_VERSION])
+def test_a_client_pinned_at_any_version_reaches_every_method_of_that_version(
+    served: Served, pinned: str
+) -> None:
+    """One version per API: every endpoint serves the newest, so a client pinned
+    at the documented current version (or any earlier one) reaches the 1.0
+    methods of every endpoint, not ``NoSuchMethod``."""
+    client = served.api.client.prepare(version=pinned)
+    assert isinstance(client.call({}, "list_flavors"), list)  # inventory
+    assert isinstance(client.call({}, "list_instances"), list)  # instances
+    assert "agents" in client.call({}, "fleet_status")  # fleet
+    assert isinstance(client.call({}, "owned_nodes", host="agent-1"), list)  # agents
