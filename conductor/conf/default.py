@@ -4,18 +4,40 @@ from __future__ import annotations
 
 import socket
 
-from oslo_config import cfg
+from oslo_config import cfg, types
+
+__all__ = ["HostName", "opts", "register_opts"]
+
+
+class HostName(types.HostDomain):
+    """A DNS host name (or IP address), normalised to lower case.
+
+    Host names are DNS names, which are case-insensitive: ``Agent-1`` and
+    ``agent-1`` are one host.  Lower-casing at the one place a host name
+    enters (this option, and ``check_host`` for RPC arguments) keeps them
+    one ring member, one RPC server and one owner in the database.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(type_name="host name")
+
+    def __call__(self, value: object) -> str:
+        return str(super().__call__(value)).lower()
+
 
 opts = [
-    cfg.StrOpt(
+    cfg.Opt(
         "host",
+        type=HostName(),
         default=socket.gethostname(),
         sample_default="localhost",
         help=(
             "Name of this service in the fleet: the agent's member id in the "
             "coordination group and the RPC server name. It must be unique per "
             "agent and stable across restarts, since nodes pinned to an agent "
-            "are found again by this name after a restart."
+            "are found again by this name after a restart. A DNS host name (or "
+            "an IP address); host names are case-insensitive, so it is "
+            "lower-cased (Agent-1 and agent-1 are the same host)."
         ),
     ),
 ]

@@ -189,6 +189,8 @@ class InventoryEndpoint:
                 errors.append(FieldError.about(f"filters.{key}", "must be text", filters[key]))
         if errors:
             raise InvalidInput(errors)
+        if "owner" in filters:  # host names are case-insensitive (check_host)
+            return {**filters, "owner": filters["owner"].lower()}
         return dict(filters)
 
     # -- flavors ---------------------------------------------------------------

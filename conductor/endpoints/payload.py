@@ -34,7 +34,9 @@ MAX_BATCH = 10_000
 
 
 def check_host(value: object, field: str = "host") -> str:
-    return validate_name(value, field)
+    """A host name, lower-cased: DNS names are case-insensitive (see
+    :class:`conductor.conf.default.HostName`, the ``[DEFAULT] host`` type)."""
+    return validate_name(value, field).lower()
 
 
 def check_ident(value: object, field: str) -> str:

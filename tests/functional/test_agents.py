@@ -191,3 +191,24 @@ def test_graceful_restart_keeps_pins_and_drain_hands_over(fleet: Fleet) -> None:
     for uuid in _build(fleet, 6):
         node = fleet.api.show_instance(uuid)["node_uuid"]
         assert node in before
+
+
+def test_host_names_are_case_insensitive(fleet: Fleet) -> None:
+    """``Agent-A`` is the DNS name ``agent-a``: one ring member, one owner, one RPC
+    server, whatever case the operator or a client uses; a host that is no
+    DNS name stops the agent at start with one line naming the option."""
+    fleet.agent("Agent-A")
+    fleet.agent("agent-b")
+    two = {"agent-a", "agent-b"}
+    owned = wait_for(lambda: _partitioned(fleet, two), 30, "agent-a and agent-b own the nodes")
+    assert set(owned) == two
+    assert {n["uuid"] for n in fleet.api.list_nodes(filters={"owner": "AGENT-A"})} == owned[
+        "agent-a"
+    ]
+    _build(fleet, 4)  # routed to agent-a's RPC server by its lower-case name
+    assert set(fleet.owned_by()) == two
+
+    bad = fleet.agent("Bad_Host!", wait=False)
+    assert bad.proc is not None
+    assert bad.proc.wait(30) != 0
+    assert set(fleet.owned_by()) == two

@@ -14,6 +14,7 @@ from conductor import conf as ringfleet_conf
 from conductor.conf import opts
 from conductor.coordination import membership_from_conf
 from conductor.exception import ConfigurationError, RingfleetError
+from conductor.prepare import prepare_service
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,11 +83,7 @@ def test_membership_needs_a_backend_url(tmp_path: Path) -> None:
     ("text", "group", "option"),
     [
         ("[coordination]\nbackend_url = redis://x\n", "coordination", "backend_url"),
-        (
-            "[DEFAULT]\nhost = \n[coordination]\nbackend_url = file:///tmp\n",
-            "DEFAULT",
-            "host",
-        ),
+        # An empty [DEFAULT] host no longer gets this far: its type refuses it.
     ],
 )
 def test_membership_errors_name_the_option(
@@ -155,3 +152,25 @@ def test_overrides_stay_with_their_own_conf() -> None:
     # Registering again (the simulated driver does) keeps the override.
     agent_conf.register_opts(first)
     assert first.simulated_driver.step_duration == 0.0
+
+
+@pytest.mark.parametrize(
+    ("given", "host"),
+    [
+        ("Agent-1", "agent-1"),
+        ("AGENT-1.Example.ORG", "agent-1.example.org"),
+        ("10.0.0.7", "10.0.0.7"),
+    ],
+)
+def test_host_is_a_dns_name_in_lower_case(tmp_path: Path, given: str, host: str) -> None:
+    assert make_conf(tmp_path, f"[DEFAULT]\nhost = {given}\n").host == host
+
+
+@pytest.mark.parametrize("bad", ["agent 1", "", "agent-1!"])
+def test_a_host_that_is_no_dns_name_stops_the_service_at_start(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "ringfleet.conf"
+    path.write_text(f"[DEFAULT]\nhost = {bad}\n")
+    with pytest.raises(SystemExit) as stopped:
+        prepare_service(["ringfleet-compute-agent", "--config-file", str(path)], cfg.ConfigOpts())
+    assert str(stopped.value).startswith("ringfleet-compute-agent: [DEFAULT] host: ")
+    assert "is not a valid host address" in str(stopped.value)

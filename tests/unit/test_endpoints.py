@@ -916,6 +916,9 @@ def test_drain_agent(env: Env) -> None:
         "state": "draining",
     }
     assert env.compute.drained == ["agent-2"]
+    # Host names are DNS names: the case a client uses does not matter.
+    assert env.fleet_ep.drain_agent(CTXT, host="Agent-1")["host"] == "agent-1"
+    assert env.compute.drained == ["agent-2", "agent-1"]
     for bad in ("agent-9", "", None, ["agent-1"]):
         with pytest.raises(InvalidInput) as err:
             env.fleet_ep.drain_agent(CTXT, host=bad)
@@ -926,7 +929,7 @@ def test_drain_agent(env: Env) -> None:
     env.membership.state = State.CONNECTED
     with pytest.raises(ServiceUnavailable):
         FleetEndpoint(env.db, env.fleet, "cond-2").drain_agent(CTXT, host="agent-1")
-    assert env.compute.drained == ["agent-2"]
+    assert env.compute.drained == ["agent-2", "agent-1"]
 
 
 # -- node uuids for agents ----------------------------------------------------------
