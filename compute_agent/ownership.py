@@ -57,6 +57,9 @@ class ReconcileResult:
     lost: int = 0
     #: We own exactly our share and pins, less the nodes pinned elsewhere.
     converged: bool = False
+    #: Seconds until the earliest restart hold on nodes we want ends (then
+    #: reconcile again: they may be claimed), None when no hold is known.
+    retry_in: float | None = None
 
 
 class OwnershipManager:
@@ -93,6 +96,9 @@ class OwnershipManager:
         # record is unchanged (a live owner is never robbed; asking every
         # reconcile only loads the conductor).
         self._refused_by: dict[str, str] = {}
+        # Owners stopped for a restart (conductor's restart_grace): their
+        # nodes are not asked for before the hold ends (monotonic deadline).
+        self._restart_holds: dict[str, float] = {}
         self._since: datetime.datetime | None = None
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -327,8 +333,11 @@ class OwnershipManager:
                 and n not in self._adopted_at
             }
             members = view.members
+            now = time.monotonic()
+            self._restart_holds = {h: t for h, t in self._restart_holds.items() if t > now}
+            keepers = members.keys() | self._restart_holds.keys()
             to_claim = sorted(
-                n for n in desired if n not in self._held and self._refused_by.get(n) not in members
+                n for n in desired if n not in self._held and self._refused_by.get(n) not in keepers
             )
         released = self._release(releasable)
         claimed, refused, rehomed, refusals = self._claim(to_claim)
@@ -341,10 +350,16 @@ class OwnershipManager:
             # Owners our view says are gone that the conductor still saw:
             # it will in a moment, so ask again soon -- but not for pinned
             # nodes, which wait for rehome_grace whatever we do.
+            # (Nor for owners stopped for a restart: their hold has a deadline.)
             retry_soon = any(
-                owner is not None and owner not in members and node not in self._pinned_elsewhere
+                owner is not None
+                and owner not in members
+                and owner not in self._restart_holds
+                and node not in self._pinned_elsewhere
                 for node, owner in refusals.items()
             )
+            now = time.monotonic()
+            retry_in = min((t - now for t in self._restart_holds.values()), default=None)
         result = ReconcileResult(
             desired=len(desired),
             held=held_now,
@@ -355,6 +370,7 @@ class OwnershipManager:
             rehomed=rehomed,
             lost=lost,
             converged=converged,
+            retry_in=None if retry_in is None else max(retry_in, 0.0),
         )
         if claimed or released:
             LOG.info(
@@ -398,6 +414,9 @@ class OwnershipManager:
                 for node, owner in out["refused"].items():
                     if owner is not None:
                         self._refused_by[node] = owner
+                # (Replies of conductors before API 1.5 carry no holds.)
+                for owner, seconds in out.get("restarting", {}).items():
+                    self._restart_holds[owner] = time.monotonic() + float(seconds)
             rehomed += len(out["rehomed"])
             if out["rehomed"]:
                 LOG.warning(

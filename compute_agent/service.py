@@ -53,6 +53,7 @@ class AgentService:
         self._threads: list[threading.Thread] = []
         self._server: Any = None
         self._transport: Any = None
+        self._conductor: ConductorAPI | None = None
         self.membership: Any = None
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
@@ -165,12 +166,41 @@ class AgentService:
         self._wake.set()
         for thread in self._threads:
             thread.join(10)
+        if not drain:
+            self._hold_for_restart()
         if self.membership is not None:
             self.membership.stop(leave=True)
         if self._transport is not None:
             self._transport.cleanup()
         self.metrics_server.stop()
         LOG.info("Agent %s stopped", self.host)
+
+    def _hold_for_restart(self) -> None:
+        """Before leaving: ask that none of our nodes move while we restart.
+
+        systemd restarts an agent with SIGTERM; back within the conductors'
+        ``restart_grace`` it finds every node still its own (no handover
+        twice, no epoch bump).  Best effort: without the hold (the
+        conductors are unreachable, or older), the nodes move as before.
+        """
+        if self._conductor is None or self.membership is None or not self.membership.can_act():
+            return
+        try:
+            out = self._conductor.hold_for_restart(self.host)
+        except Exception as exc:  # never block a stop on it
+            LOG.warning(
+                "Agent %s: no restart hold (%s); its nodes move to its peers now",
+                self.host,
+                first_line(exc),
+            )
+            return
+        if out.get("seconds"):
+            LOG.info(
+                "Agent %s: its nodes stay its own for %.0f s, until %s",
+                self.host,
+                out["seconds"],
+                out.get("until"),
+            )
 
     def crash(self) -> None:
         """Stop the way ``kill -9`` would, for agents run as threads (the demo).
@@ -257,6 +287,9 @@ class AgentService:
                 result = self.ownership.reconcile(view)
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
+                elif result is not None and result.retry_in is not None:
+                    # A peer's restart hold ends: its nodes may be claimed then.
+                    delay = min(delay, result.retry_in + _RETRY_SOON)
                 self._resume_work()
             except Exception as exc:  # the next wake-up tries again, soon
                 LOG.warning("Agent %s: reconcile failed: %s", self.host, first_line(exc))
@@ -273,7 +306,7 @@ class AgentService:
         :class:`NodeActions` resumes each from what the back end shows.
         Failures are retried on the next pass.
         """
-        assert self.ownership is not None
+        assert self.ownership is not None and self._conductor is not None
         generation = self.ownership.validated_generation
         if generation < 0 or generation == self._resumed_generation:
             return
@@ -300,7 +333,7 @@ class AgentService:
         self._resumed_generation = generation
 
     def _report_loop(self) -> None:
-        assert self.ownership is not None
+        assert self.ownership is not None and self._conductor is not None
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             if not self.membership.can_act():
                 continue

@@ -23,6 +23,9 @@ API version history:
   name or uuid is stored already reported, nothing written.
 * 1.4 - resume_work: an agent that (re)started or re-joined asks for the
   builds and teardowns in flight on its nodes to be routed to it again.
+* 1.5 - hold_for_restart: an agent stopping for a restart keeps its nodes
+  for restart_grace; claim_nodes replies carry ``restarting`` (owners of
+  refused nodes that are held, with the seconds left).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.4"
+API_VERSION = "1.5"
 
 
 def pages(
@@ -209,6 +212,9 @@ class ConductorAPI:
 
     def resume_work(self, host: str) -> dict[str, Any]:
         return self._call("resume_work", version="1.4", host=host)  # type: ignore[no-any-return]
+
+    def hold_for_restart(self, host: str) -> dict[str, Any]:
+        return self._call("hold_for_restart", version="1.5", host=host)  # type: ignore[no-any-return]
 
     def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call("report_node_states", host=host, states=states)  # type: ignore[no-any-return]

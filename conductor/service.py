@@ -102,7 +102,11 @@ class ConductorService:
             InstancesEndpoint(db, self._builds),
             FleetEndpoint(db, fleet, conf.host, compute),
             AgentsEndpoint(
-                db, fleet, lambda: float(conf.conductor.rehome_grace), results=self._builds
+                db,
+                fleet,
+                lambda: float(conf.conductor.rehome_grace),
+                results=self._builds,
+                restart_grace=lambda: float(conf.conductor.restart_grace),
             ),
         ]
         self._server = rpc.get_server(

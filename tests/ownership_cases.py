@@ -115,6 +115,64 @@ def returning_owner_keeps_grace_clock_reset(db: Database) -> None:
     assert out.refused == {nodes[0]: "a1"}
 
 
+def restart_hold_keeps_every_node_until_its_deadline(db: Database) -> None:
+    nodes = add_nodes(db, 4)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1", "a2"}, rehome_grace=GRACE)
+    pin(db, nodes[:1], "a1")
+    t0 = utcnow()
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0}, now=t0)
+    until = agents.hold_for_restart(db, "a1", 30.0, now=t0)  # a1 stops for a restart
+    agents.record_membership(db, {"a2": 1.0}, now=t0)  # and leaves the group
+    # Within the hold nothing moves, pinned (even past rehome_grace) or not.
+    for later in (1.0, 20.0, 29.0):
+        out = ownership.claim_nodes(
+            db,
+            "a2",
+            nodes,
+            live_members={"a2"},
+            rehome_grace=1.0,
+            now=t0 + datetime.timedelta(seconds=later),
+        )
+        assert not out.granted and out.refused == dict.fromkeys(nodes, "a1")
+        assert out.restarting == {"a1": (until - t0).total_seconds() - later}
+    assert {o.epoch for o in ownership.ownership_of(db, nodes).values()} == {1}
+    # Past the deadline, a longer absence behaves as without the hold.
+    out = ownership.claim_nodes(
+        db,
+        "a2",
+        nodes,
+        live_members={"a2"},
+        rehome_grace=1.0,
+        now=t0 + datetime.timedelta(seconds=31),
+    )
+    assert {o.owner for o in out.granted} == {"a2"} and out.rehomed == nodes[:1]
+    assert not out.restarting
+
+
+def returning_agent_ends_its_restart_hold(db: Database) -> None:
+    nodes = add_nodes(db, 4)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    t0 = utcnow()
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0}, now=t0)
+    agents.hold_for_restart(db, "a1", 600.0, now=t0)
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0}, now=t0)  # still there: hold kept
+    agents.record_membership(db, {"a2": 1.0}, now=t0)  # gone ...
+    held = ownership.claim_nodes(db, "a2", nodes[:1], live_members={"a2"}, rehome_grace=GRACE)
+    assert held.refused == {nodes[0]: "a1"} and set(held.restarting) == {"a1"}
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0}, now=t0)  # ... and back: hold served
+    # If a1 now dies, its nodes move as usual (here: a view that misses it).
+    out = ownership.claim_nodes(db, "a2", nodes[:2], live_members={"a2"}, rehome_grace=GRACE)
+    assert {o.owner for o in out.granted} == {"a2"} and not out.restarting
+    # A restart so quick that no conductor saw a1 leave: resume_work ends the hold.
+    agents.hold_for_restart(db, "a1", 600.0, now=t0)
+    assert ownership.claim_nodes(
+        db, "a2", nodes[2:], live_members={"a2"}, rehome_grace=GRACE
+    ).refused == dict.fromkeys(nodes[2:], "a1")
+    agents.end_restart_hold(db, "a1")
+    out = ownership.claim_nodes(db, "a2", nodes[2:], live_members={"a2"}, rehome_grace=GRACE)
+    assert {o.owner for o in out.granted} == {"a2"}
+
+
 def release_needs_the_current_epoch(db: Database) -> None:
     nodes = add_nodes(db, 3)
     ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
@@ -208,6 +266,8 @@ CASES = [
     pinned_nodes_wait_for_rehome_grace,
     owner_never_recorded_counts_as_gone,
     returning_owner_keeps_grace_clock_reset,
+    restart_hold_keeps_every_node_until_its_deadline,
+    returning_agent_ends_its_restart_hold,
     release_needs_the_current_epoch,
     pinned_node_cannot_be_released_only_transferred,
     missing_nodes_are_reported,

@@ -24,6 +24,23 @@ opts = [
         ),
     ),
     cfg.FloatOpt(
+        "restart_grace",
+        default=60.0,
+        min=0.0,
+        max=3600.0,
+        mutable=True,
+        help=(
+            "Seconds an agent stopped with SIGTERM keeps all its nodes, pinned "
+            "or not, before other agents may take them over: an agent restarted "
+            "within this time (systemctl restart, a package upgrade) moves no "
+            "node at all (static membership, as Kafka's). Meanwhile its nodes "
+            "take no new builds (the scheduler places them elsewhere). An agent "
+            "that dies (kill -9, a crash) is not covered: its nodes move as "
+            "soon as its membership expires. To take an agent away for longer, "
+            "drain it. 0 turns the hold off."
+        ),
+    ),
+    cfg.FloatOpt(
         "build_timeout",
         default=1800.0,
         min=10.0,

@@ -16,7 +16,13 @@ from sqlalchemy.exc import IntegrityError
 from conductor.db.engine import Database
 from conductor.db.models import AgentModel, NodeModel, utcnow
 
-__all__ = ["AgentRecord", "list_agents", "record_membership"]
+__all__ = [
+    "AgentRecord",
+    "end_restart_hold",
+    "hold_for_restart",
+    "list_agents",
+    "record_membership",
+]
 
 AgentRecord = AgentModel
 
@@ -50,6 +56,9 @@ def _record(db: Database, live: Mapping[str, float], now: datetime.datetime) -> 
             if row is None:
                 session.add(AgentModel(host=host, first_seen=now, last_seen=now, weight=weight))
             else:
+                if row.gone_since is not None:
+                    # Back after a departure: a restart hold has served.
+                    row.restart_until = None
                 row.last_seen = now
                 row.gone_since = None
                 row.weight = weight
@@ -70,6 +79,36 @@ def _record(db: Database, live: Mapping[str, float], now: datetime.datetime) -> 
                 session.add(
                     AgentModel(host=stranger, first_seen=now, last_seen=now, gone_since=now)
                 )
+
+
+def hold_for_restart(
+    db: Database, host: str, seconds: float, now: datetime.datetime | None = None
+) -> datetime.datetime:
+    """``host`` stops for a restart: none of its nodes moves for ``seconds``.
+
+    Called by the agent before it leaves the group, so that no peer claims
+    its nodes in between.  Returns the deadline.
+    """
+    now = now or utcnow()
+    until = now + datetime.timedelta(seconds=seconds)
+    with db.transaction() as session:
+        row = session.get(AgentModel, host)
+        if row is None:
+            session.add(AgentModel(host=host, first_seen=now, last_seen=now, restart_until=until))
+        else:
+            row.restart_until = until
+    return until
+
+
+def end_restart_hold(db: Database, host: str) -> None:
+    """``host`` is back (or will not come back): its nodes move as usual again."""
+    with db.transaction() as session:
+        session.execute(
+            update(AgentModel)
+            .where(AgentModel.host == host, AgentModel.restart_until.is_not(None))
+            .values(restart_until=None)
+            .execution_options(synchronize_session=False)
+        )
 
 
 def list_agents(db: Database) -> list[AgentModel]:

@@ -117,7 +117,9 @@ class AgentModel(Base):
     ``gone_since`` is when an agent was first seen missing from the group
     (NULL while it is a member): pinned nodes move only once it is older
     than ``rehome_grace``.  Several conductors write the same facts; the
-    earliest departure time wins.
+    earliest departure time wins.  ``restart_until`` is set by an agent
+    stopping for a restart (SIGTERM, ``restart_grace``): until then none of
+    its nodes is taken over; it is cleared when the agent is back.
     """
 
     __tablename__ = "agents"
@@ -126,4 +128,5 @@ class AgentModel(Base):
     first_seen: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
     last_seen: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
     gone_since: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
+    restart_until: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
     weight: Mapped[float] = mapped_column(Float, nullable=False, default=1.0)

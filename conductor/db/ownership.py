@@ -13,6 +13,8 @@ Rules (DESIGN.md invariants 1 and 3):
   a *pinned* node (one hosting an instance) only once its owner has been
   gone longer than ``rehome_grace`` — and then the instance's host moves in
   the same transaction;
+* no node of an owner stopped for a restart (``agents.restart_until`` in the
+  future) is taken, pinned or not: a restart moves nothing;
 * a claim of a node the caller already owns succeeds without a new epoch
   (re-validation after a membership hiccup);
 * a live owner is never robbed: release and transfer are done by the owner,
@@ -65,12 +67,15 @@ class ClaimOutcome:
         instances' host moved to the caller.
     :ivar refused: node uuid -> the owner that keeps it.
     :ivar missing: requested uuids with no such node.
+    :ivar restarting: owners among ``refused`` that are stopped for a
+        restart, with the seconds left until their nodes may be claimed.
     """
 
     granted: list[Ownership] = field(default_factory=list)
     rehomed: list[str] = field(default_factory=list)
     refused: dict[str, str | None] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    restarting: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,10 +139,12 @@ def claim_nodes(
     departed_long_enough = select(AgentModel.host).where(
         AgentModel.gone_since.is_not(None), AgentModel.gone_since <= cutoff
     )
+    held_for_restart = select(AgentModel.host).where(AgentModel.restart_until > now)
     claimable = or_(
         NodeModel.owner.is_(None),
         and_(
             NodeModel.owner.not_in(live),
+            NodeModel.owner.not_in(held_for_restart),
             or_(
                 NodeModel.instance_uuid.is_(None),
                 NodeModel.owner.in_(departed_long_enough),
@@ -163,6 +170,14 @@ def claim_nodes(
                 .execution_options(synchronize_session=False)
             )
         current = _current(session, wanted)
+        holds: dict[str, datetime.datetime | None] = {
+            host: until
+            for host, until in session.execute(
+                select(AgentModel.host, AgentModel.restart_until).where(
+                    AgentModel.restart_until > now
+                )
+            )
+        }
     outcome = ClaimOutcome(rehomed=rehomed)
     for uuid in wanted:
         own = current.get(uuid)
@@ -172,6 +187,9 @@ def claim_nodes(
             outcome.granted.append(own)
         else:
             outcome.refused[uuid] = own.owner
+            until = holds.get(own.owner) if own.owner is not None else None
+            if until is not None and own.owner is not None:
+                outcome.restarting[own.owner] = (until - now).total_seconds()
     return outcome
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import oslo_messaging as messaging
 from sqlalchemy import or_, select, update
 
+from conductor.db import agents as agents_db
 from conductor.db import ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
@@ -29,19 +31,25 @@ LOG = logging.getLogger(__name__)
 
 class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
-    ``report_build_results``, 1.4 ``resume_work``)."""
+    ``report_build_results``, 1.4 ``resume_work``, 1.5 ``hold_for_restart``)."""
 
     target = messaging.Target(version=API_VERSION)
 
     def __init__(
-        self, db: Database, fleet: FleetView, rehome_grace: Any, results: Any = None
+        self,
+        db: Database,
+        fleet: FleetView,
+        rehome_grace: Callable[[], float],
+        results: Any = None,
+        restart_grace: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._db = db
         self._fleet = fleet
         # The build queue, which handles build results (reschedule, ERROR).
         self._results = results
-        # A callable, so that a SIGHUP'd new value applies to the next claim.
+        # Callables, so that a SIGHUP'd new value applies to the next call.
         self._rehome_grace = rehome_grace
+        self._restart_grace = restart_grace
 
     def claim_nodes(self, ctxt: dict[str, Any], host: Any, node_uuids: Any) -> dict[str, Any]:
         """Claim nodes for ``host``; see :func:`conductor.db.ownership.claim_nodes`."""
@@ -79,7 +87,29 @@ class AgentsEndpoint:
             "rehomed": out.rehomed,
             "refused": out.refused,
             "missing": out.missing,
+            "restarting": out.restarting,
         }
+
+    def hold_for_restart(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
+        """``host`` stops for a restart: none of its nodes moves meanwhile (since 1.5).
+
+        Called by an agent stopped with SIGTERM, before it leaves the group:
+        for ``[conductor] restart_grace`` seconds no peer may claim its nodes,
+        so an agent restarted within that time moves nothing.  ``seconds`` 0
+        in the reply: no hold (the option is 0), its nodes move as before.
+        """
+        agent = payload.check_host(host)
+        if agent not in self._fleet.live_members():
+            # Only a member may hold its nodes: not the stale half of a partition.
+            raise InvalidInput(
+                [FieldError.about("host", "is not a live member of the group", agent)]
+            )
+        seconds = self._restart_grace()
+        if seconds <= 0:
+            return {"host": agent, "seconds": 0.0, "until": None}
+        until = agents_db.hold_for_restart(self._db, agent, seconds)
+        LOG.info("Agent %s stops for a restart: its nodes stay for %.0f s", agent, seconds)
+        return {"host": agent, "seconds": seconds, "until": until.isoformat()}
 
     def resume_work(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
         """Route again the builds and teardowns in flight on ``host``'s nodes (since 1.4).
@@ -88,6 +118,8 @@ class AgentsEndpoint:
         its previous incarnation's accepted work is gone with it.
         """
         agent = payload.check_host(host)
+        # Back from a restart: its nodes move as usual again if it dies now.
+        agents_db.end_restart_hold(self._db, agent)
         if self._results is None:
             raise ServiceUnavailable("this conductor routes no builds")
         builds, teardowns = self._results.resume_agent(agent)

@@ -97,6 +97,7 @@ class Fleet:
         etcd_url: str,
         step_duration: float = 0.05,
         failure_rate: float = 0.0,
+        restart_grace: float = 60.0,
     ) -> None:
         self.workdir = workdir
         self.db_url = db_url
@@ -113,6 +114,7 @@ class Fleet:
             "watch_interval = 0.2\n"
             "[conductor]\n"
             f"rehome_grace = {REHOME_GRACE}\n"
+            f"restart_grace = {restart_grace}\n"
             "accept_timeout = 5\n"
             "[scheduler]\n"
             "index_refresh_interval = 0.2\n"

@@ -31,12 +31,14 @@ def fleet(
 ) -> Iterator[Fleet]:
     migrated(pg_url).dispose()
     marker = request.node.get_closest_marker("step_duration")
+    restart = request.node.get_closest_marker("restart_grace")
     f = Fleet(
         tmp_path,
         db_url=pg_url,
         transport_url=transport_url,
         etcd_url=etcd_url,
         step_duration=marker.args[0] if marker else 0.05,
+        restart_grace=restart.args[0] if restart else 60.0,
     )
     try:
         f.conductor()
@@ -212,3 +214,45 @@ def test_host_names_are_case_insensitive(fleet: Fleet) -> None:
     assert bad.proc is not None
     assert bad.proc.wait(30) != 0
     assert set(fleet.owned_by()) == two
+
+
+def _claims(fleet: Fleet) -> dict[str, tuple[str | None, int]]:
+    return {n: (o, e) for n, (o, e, _i) in fleet.owners().items()}
+
+
+def test_a_rolling_restart_moves_no_node(fleet: Fleet) -> None:
+    """SIGTERM and start again, one agent after the other, builds going on:
+    within restart_grace no node changes hands, not even for a moment (same
+    owner, same epoch), and builds meanwhile land on the other agents."""
+    hosts = ["agent-1", "agent-2", "agent-3"]
+    for host in hosts:
+        fleet.agent(host)
+    wait_for(lambda: _partitioned(fleet, set(hosts)), 30, "3 agents partition the nodes")
+    _build(fleet, 3)
+    before = _claims(fleet)
+    for host in hosts:
+        away = {n for n, (o, _e) in before.items() if o == host}
+        assert fleet.procs[host].terminate() == 0
+        assert fleet.procs[host].log().count("its nodes stay its own") == 1
+        for uuid in _build(fleet, 2):  # while it is away: placed elsewhere, not waiting
+            assert fleet.api.show_instance(uuid)["node_uuid"] not in away
+        assert {n: c for n, c in _claims(fleet).items() if n in away} == {
+            n: before[n] for n in away
+        }
+        fleet.agent(host)
+    wait_for(lambda: _partitioned(fleet, set(hosts)), 30, "every agent back")
+    assert _claims(fleet) == before
+
+
+@pytest.mark.restart_grace(3.0)
+def test_a_longer_absence_than_restart_grace_moves_nodes_as_before(fleet: Fleet) -> None:
+    fleet.agent("agent-1")
+    fleet.agent("agent-2")
+    two = {"agent-1", "agent-2"}
+    wait_for(lambda: _partitioned(fleet, two), 30, "2 agents partition the nodes")
+    away = {n for n, (o, _e) in _claims(fleet).items() if o == "agent-1"}
+    stopped = time.monotonic()  # the hold starts after SIGTERM, before the exit
+    assert fleet.procs["agent-1"].terminate() == 0
+    wait_for(lambda: fleet.owned_by().get("agent-2", set()) >= away, 30, "agent-2 takes over")
+    assert time.monotonic() - stopped >= 3.0  # not before the hold ended
+    assert set(fleet.owned_by()) == {"agent-2"}

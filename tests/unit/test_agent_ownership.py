@@ -24,7 +24,7 @@ from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
-from conductor.exception import NotOwner
+from conductor.exception import InvalidInput, NotOwner
 from conductor.fleet_view import FleetView
 from conductor.validation import validate_node_specs
 from hashring.membership import Member, MembershipView, State
@@ -66,6 +66,10 @@ class ConductorAdapter:
     def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]:
         self.calls.append(("transfer", list(transfers)))
         return self.endpoint.transfer_nodes(CTXT, host, list(transfers))
+
+    def hold_for_restart(self, host: str) -> dict[str, Any]:
+        self.calls.append(("hold", host))
+        return self.endpoint.hold_for_restart(CTXT, host)
 
     def owned_nodes(self, host: str) -> list[dict[str, Any]]:
         self.calls.append(("owned", host))
@@ -152,7 +156,7 @@ def env(tmp_path: Path) -> Iterator[Fleet]:
     fleet = FleetView(db)
     fleet.attach(StubMembership())  # type: ignore[arg-type]
     grace = [3600.0]
-    endpoint = AgentsEndpoint(db, fleet, lambda: grace[0])
+    endpoint = AgentsEndpoint(db, fleet, lambda: grace[0], restart_grace=lambda: 60.0)
     try:
         yield Fleet(db=db, fleet=fleet, conductor=ConductorAdapter(endpoint), grace=grace)
     finally:
@@ -362,6 +366,43 @@ def test_a_node_a_live_owner_keeps_is_not_asked_for_again_until_view_or_record_c
     a2.reconcile(alone)
     assert pinned in {n for batch in env.conductor.of("claim") for n in batch}
     assert set(uuids) >= set(a2.held())
+
+
+def test_an_agent_stopped_for_a_restart_keeps_every_node_and_is_not_asked(
+    env: Fleet,
+) -> None:
+    add_nodes(env.db, 40)
+    both = env.live({"a1": [], "a2": []})
+    a1, a2 = env.agent("a1"), env.agent("a2")
+    env.settle()
+    before = env.owners()
+    a1_nodes = set(a1.held())
+    assert a1_nodes and set(a2.held()) == set(before) - a1_nodes
+
+    with pytest.raises(InvalidInput) as refused:  # only a member may hold its nodes
+        env.conductor.hold_for_restart("a9")
+    assert refused.value.fields == ["host"]
+    reply = env.conductor.hold_for_restart("A1")  # SIGTERM: a1 asks, then leaves
+    assert reply["host"] == "a1"
+    assert reply["seconds"] == 60.0
+    alone = env.live({"a2": []})
+    a2.refresh_inventory()
+    first = a2.reconcile(alone)
+    assert first is not None and first.claimed == 0 and first.refused == len(a1_nodes)
+    assert not first.retry_soon  # the hold has a deadline: no asking every 0.5 s ...
+    assert first.retry_in is not None and 55.0 < first.retry_in <= 60.0  # ... but then
+    env.conductor.calls.clear()
+    for _ in range(3):
+        again = a2.reconcile(alone)
+        assert again is not None and again.refused == 0
+    assert not {n for batch in env.conductor.of("claim") for n in batch} & a1_nodes
+
+    # a1 is back (a new process): every node where it was, at the same epoch.
+    env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    env.settle()
+    assert env.owners() == before
+    assert a1.reconcile(both) is not None and set(a1.held()) == a1_nodes
 
 
 def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:
