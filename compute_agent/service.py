@@ -262,7 +262,10 @@ class AgentService:
 
     def _on_state(self, old: State, new: State) -> None:
         self.metrics.membership_state(new)
-        if new is not State.CONNECTED:
+        if new is not State.CONNECTED and self._terminating.locked():
+            # Our own leave on a stop: expected, not a fault to look into.
+            LOG.info("Agent %s left the group (membership %s)", self.host, new.value)
+        elif new is not State.CONNECTED:
             LOG.warning("Agent %s membership %s: node actions suspended", self.host, new.value)
         # Back from LOST: the ownership manager sees the new join generation
         # and re-reads its claims before any action (see OwnershipManager).
