@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "ConfigurationError",
     "Conflict",
+    "DatabaseUnavailable",
     "DuplicateFlavor",
     "DuplicateInstance",
     "DuplicateNode",
@@ -334,6 +335,22 @@ class ServiceUnavailable(RingfleetError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"service unavailable: {reason}", reason=reason)
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database cannot be reached right now; retry later.
+
+    Raised instead of the driver's error, which names the server's address:
+    callers learn what to do, the conductor's log says what happened.
+
+    :ivar retry_safe: (this process only, not sent over RPC) the transaction
+        failed on a dead connection before its commit: it changed nothing and
+        may run once more on a fresh connection.
+    """
+
+    def __init__(self, reason: str = "the database is unreachable") -> None:
+        super().__init__(reason)
+        self.retry_safe = False
 
 
 class NotOwner(RingfleetError):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, NodeModel, utcnow
 
 __all__ = [
@@ -48,6 +48,7 @@ def record_membership(
                 raise
 
 
+@retry_on_dead_connection
 def _record(db: Database, live: Mapping[str, float], now: datetime.datetime) -> None:
     with db.transaction() as session:
         known = {row.host: row for row in session.scalars(select(AgentModel))}
@@ -81,6 +82,7 @@ def _record(db: Database, live: Mapping[str, float], now: datetime.datetime) -> 
                 )
 
 
+@retry_on_dead_connection
 def hold_for_restart(
     db: Database, host: str, seconds: float, now: datetime.datetime | None = None
 ) -> datetime.datetime:
@@ -100,6 +102,7 @@ def hold_for_restart(
     return until
 
 
+@retry_on_dead_connection
 def end_restart_hold(db: Database, host: str) -> None:
     """``host`` is back (or will not come back): its nodes move as usual again."""
     with db.transaction() as session:
@@ -111,6 +114,7 @@ def end_restart_hold(db: Database, host: str) -> None:
         )
 
 
+@retry_on_dead_connection
 def list_agents(db: Database) -> list[AgentModel]:
     with db.transaction() as session:
         return list(session.scalars(select(AgentModel).order_by(AgentModel.host)))

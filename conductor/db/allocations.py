@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Table, bindparam, case, select, update
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.objects import Ownership, ProvisionState, TaskState, VmState
 
@@ -98,10 +98,11 @@ class _LostRace(Exception):
     """Raised inside the transaction so that it rolls back."""
 
 
+@retry_on_dead_connection
 def _allocate(db: Database, node_uuid: str, instance_uuid: str) -> Ownership | None:
     # A bare Connection, not a Session: nothing here needs the ORM, and its
     # per-transaction bookkeeping was a third of the cost.
-    with db.engine.begin() as connection:
+    with db.writing() as connection:
         # Taken once the transaction holds its lock: an index refresh keyed
         # on updated_at must never see a change stamped before it committed.
         now = utcnow()
@@ -120,6 +121,7 @@ def _allocate(db: Database, node_uuid: str, instance_uuid: str) -> Ownership | N
         return Ownership(node_uuid=node_uuid, owner=row.owner, epoch=row.owner_epoch, pinned=True)
 
 
+@retry_on_dead_connection
 def free(
     db: Database,
     node_uuid: str,
@@ -165,6 +167,7 @@ def free(
         return True
 
 
+@retry_on_dead_connection
 def complete(
     db: Database,
     node_uuid: str,
@@ -194,7 +197,7 @@ def complete(
         # The instance first, as fail_attempt does: the same lock order on
         # the same build, so the two can only wait for each other, never
         # deadlock.
-        with db.engine.begin() as connection:
+        with db.writing() as connection:
             params["now"] = utcnow()
             done = connection.execute(_COMPLETE_INSTANCE, params)
             if done.rowcount != 1:
@@ -207,6 +210,7 @@ def complete(
         return False
 
 
+@retry_on_dead_connection
 def fail_attempt(
     db: Database, node_uuid: str, instance_uuid: str, fault: str, *, node_clean: bool
 ) -> int | None:
@@ -218,7 +222,7 @@ def fail_attempt(
     ``error`` if its state is unknown.  Returns the attempts so far, or
     ``None`` when the build had already moved on (a success won).
     """
-    with db.engine.begin() as connection:
+    with db.writing() as connection:
         now = utcnow()
         row = connection.execute(
             select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(

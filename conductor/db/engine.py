@@ -4,15 +4,30 @@ SQLite (the embedded default) gets the settings that make it safe with
 several threads and processes: WAL, a busy timeout, foreign keys, and
 ``BEGIN IMMEDIATE`` so that a transaction takes the write lock up front
 instead of failing half-way with "database is locked".
+
+A database that cannot be reached (stopped, restarting, a dead pooled
+connection, the pool exhausted) is :class:`DatabaseUnavailable` to every
+caller: a retryable error without the server's address.  The process logs
+one WARNING when the database becomes unreachable and one INFO when it is
+back, however many transactions fail in between.  A transaction that failed
+on a dead connection before its commit changed nothing: functions decorated
+with :func:`retry_on_dead_connection` run it once more on a fresh one.
+
+oslo.db offers the same pieces (``wrap_db_retry``, ``DBConnectionError``,
+its engine facade); it is not used because its exception filters come with
+its own engine factory and options, which would replace this module's
+SQLite and pool settings, and the three pieces here are a few lines each.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 from oslo_config import cfg
 from sqlalchemy import create_engine, event, exc
@@ -20,9 +35,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from conductor.exception import ConfigurationError
+from conductor.exception import ConfigurationError, DatabaseUnavailable, first_line
 
-__all__ = ["Database", "database_from_conf"]
+__all__ = ["Database", "database_from_conf", "retry_on_dead_connection"]
 
 LOG = logging.getLogger(__name__)
 
@@ -30,6 +45,14 @@ _SQLITE_BUSY_TIMEOUT_S = 30
 # A pooled connection unused for longer than this is pinged before use.
 _PING_IDLE_S = 1.0
 _DEFAULT_POOL_SIZE = 20
+
+# Errors that say "the database cannot be used right now", not "this
+# request is wrong": connection refused or lost, a server shutting down,
+# SQLite busy past its timeout, no pooled connection free in time.
+_UNAVAILABLE = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class Database:
@@ -69,21 +92,31 @@ class Database:
         self._read_engine = self.engine.execution_options(ringfleet_readonly=True)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
+        self._health_lock = threading.Lock()
+        self._down_since: float | None = None  # monotonic; None while reachable
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def reachable(self) -> bool:
+        """False from a failure to reach the database until a transaction succeeds."""
+        return self._down_since is None
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Session]:
-        """A session in one transaction: committed on success, rolled back on error."""
-        with self._sessions.begin() as session:
+        """A session in one transaction: committed on success, rolled back on error.
+
+        :raises DatabaseUnavailable: the database could not be used.
+        """
+        with self._guarded(self._sessions.begin) as session:
             yield session
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Session]:
         """A session for reads only (on SQLite it does not take the write lock)."""
-        with self._read_sessions.begin() as session:
+        with self._guarded(self._read_sessions.begin) as session:
             yield session
 
     @contextlib.contextmanager
@@ -93,11 +126,81 @@ class Database:
         For the hot paths: without a Session's bookkeeping a read costs about
         half as much; on SQLite it does not take the write lock.
         """
-        with self._read_engine.begin() as connection:
+        with self._guarded(self._read_engine.begin) as connection:
             yield connection
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """A Core connection in one transaction that may write (the hot writes)."""
+        with self._guarded(self.engine.begin) as connection:
+            yield connection
+
+    @contextlib.contextmanager
+    def _guarded(self, begin: Callable[[], contextlib.AbstractContextManager[_T]]) -> Iterator[_T]:
+        committing = False
+        try:
+            with begin() as handle:
+                yield handle
+                committing = True  # the with-block's exit commits
+        except _UNAVAILABLE as error:
+            raise self._unavailable(error, committing=committing) from error
+        if self._down_since is not None:
+            self._back()
+
+    def _unavailable(self, error: BaseException, *, committing: bool) -> DatabaseUnavailable:
+        with self._health_lock:
+            first = self._down_since is None
+            if first:
+                self._down_since = time.monotonic()
+        if first:
+            # One line for the operator, not one per failed transaction.
+            LOG.warning(
+                "Database (%s) unreachable: %s; requests get ServiceUnavailable until it is back",
+                self.dialect,
+                first_line(error),
+            )
+        unavailable = DatabaseUnavailable()
+        # A connection that died before the commit was sent: the server rolls
+        # the transaction back, so running it again changes nothing twice.
+        # A failed commit may have been applied: never run again.
+        unavailable.retry_safe = bool(getattr(error, "connection_invalidated", False)) and not (
+            committing
+        )
+        return unavailable
+
+    def _back(self) -> None:
+        with self._health_lock:
+            since, self._down_since = self._down_since, None
+        if since is not None:
+            LOG.info(
+                "Database (%s) reachable again after %.1f s", self.dialect, time.monotonic() - since
+            )
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def retry_on_dead_connection(function: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Run ``function`` once more when it failed on a dead pooled connection.
+
+    After a database restart every pooled connection is dead; SQLAlchemy
+    discards the whole pool on the first failure, so one more try gets a
+    fresh connection.  Only for functions that are one transaction and act on
+    nothing but the database: the retry is safe because the failed
+    transaction was never committed (see ``DatabaseUnavailable.retry_safe``).
+    """
+
+    @functools.wraps(function)
+    def retrying(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return function(*args, **kwargs)
+        except DatabaseUnavailable as error:
+            if not error.retry_safe:
+                raise
+            LOG.info("%s: database connection lost; trying once more", function.__qualname__)
+            return function(*args, **kwargs)
+
+    return retrying
 
 
 def _ping_when_idle(engine: Engine, idle: float) -> None:

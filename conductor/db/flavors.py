@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Row, Table, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import FlavorModel, InstanceModel
 from conductor.exception import Conflict, DuplicateFlavor, FlavorNotFound
 from conductor.objects import Flavor, VmState
@@ -38,6 +38,7 @@ def to_flavor(row: FlavorModel | Row[Any]) -> Flavor:
     )
 
 
+@retry_on_dead_connection
 def create_flavor(db: Database, spec: FlavorSpec) -> Flavor:
     """Store a validated flavor.
 
@@ -61,6 +62,7 @@ def create_flavor(db: Database, spec: FlavorSpec) -> Flavor:
     return get_flavor(db, spec.name)
 
 
+@retry_on_dead_connection
 def get_flavor(db: Database, name: str) -> Flavor:
     """:raises FlavorNotFound:"""
     with db.read() as connection:
@@ -70,6 +72,7 @@ def get_flavor(db: Database, name: str) -> Flavor:
     return to_flavor(row)
 
 
+@retry_on_dead_connection
 def list_flavors(db: Database) -> list[Flavor]:
     with db.transaction() as session:
         return [
@@ -77,6 +80,7 @@ def list_flavors(db: Database) -> list[Flavor]:
         ]
 
 
+@retry_on_dead_connection
 def delete_flavor(db: Database, name: str) -> None:
     """Delete a flavor no live instance uses.
 

@@ -13,7 +13,7 @@ from collections.abc import Collection
 
 from sqlalchemy import and_, func, or_, select
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel
 from conductor.objects import ProvisionState, VmState
 
@@ -31,6 +31,7 @@ __all__ = [
 _IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
 
 
+@retry_on_dead_connection
 def owner_counts(db: Database) -> dict[str | None, tuple[int, int]]:
     """Owner (``None``: nobody) -> (nodes owned, nodes pinned by an instance)."""
     with db.reading() as session:
@@ -42,6 +43,7 @@ def owner_counts(db: Database) -> dict[str | None, tuple[int, int]]:
     return {owner: (int(total), int(pinned)) for owner, total, pinned in rows}
 
 
+@retry_on_dead_connection
 def in_flight_by_host(db: Database) -> dict[str, int]:
     """Agent -> instances being built or torn down on its nodes."""
     with db.reading() as session:
@@ -53,6 +55,7 @@ def in_flight_by_host(db: Database) -> dict[str, int]:
     return {host: int(count) for host, count in rows if host is not None}
 
 
+@retry_on_dead_connection
 def group_owner_counts(db: Database) -> dict[str, dict[str | None, int]]:
     """Node group -> owner (``None``: nobody) -> node count."""
     with db.reading() as session:
@@ -82,6 +85,7 @@ class Orphans:
     samples: list[str]
 
 
+@retry_on_dead_connection
 def orphans(db: Database, live: Collection[str], sample: int = 10) -> Orphans:
     """Nodes whose owner is not in ``live``, and schedulable nodes with no owner."""
     schedulable_free = and_(
@@ -124,6 +128,7 @@ class AllocationMismatch:
         }
 
 
+@retry_on_dead_connection
 def allocation_mismatches(db: Database, sample: int = 50) -> tuple[int, list[AllocationMismatch]]:
     """Allocations whose node and instance sides disagree: (count, first ``sample``).
 

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
@@ -103,6 +103,7 @@ def store_build_request(db: Database, request: BuildRequest) -> tuple[Flavor, li
     return flavor, stored, created
 
 
+@retry_on_dead_connection
 def _store(
     db: Database, request: BuildRequest, *, with_flavor: bool, check_first: bool = False
 ) -> tuple[Flavor | None, list[Instance], bool]:
@@ -119,7 +120,7 @@ def _store(
     names = _names(request, uuids)
     flavor: Flavor | None = None
     try:
-        with db.engine.begin() as connection:
+        with db.writing() as connection:
             if with_flavor:
                 row = connection.execute(FLAVOR_BY_NAME, {"name": request.flavor}).first()
                 if row is None:
@@ -192,6 +193,7 @@ def _store(
         return _store(db, request, with_flavor=with_flavor, check_first=True)
 
 
+@retry_on_dead_connection
 def get_instance(db: Database, instance_uuid: str) -> Instance:
     """:raises InstanceNotFound:"""
     with db.read() as connection:
@@ -201,6 +203,7 @@ def get_instance(db: Database, instance_uuid: str) -> Instance:
     return to_instance(row)
 
 
+@retry_on_dead_connection
 def get_build(db: Database, instance_uuid: str) -> tuple[Instance, Flavor | None]:
     """An instance and its flavor (``None`` if the flavor is gone), in one read.
 
@@ -216,6 +219,7 @@ def get_build(db: Database, instance_uuid: str) -> tuple[Instance, Flavor | None
     return to_instance(row), None if flavor is None else to_flavor(flavor)
 
 
+@retry_on_dead_connection
 def list_instances(
     db: Database,
     *,
@@ -238,6 +242,7 @@ def list_instances(
         return [to_instance(r) for r in session.scalars(query)]
 
 
+@retry_on_dead_connection
 def set_state(
     db: Database,
     instance_uuid: str,
@@ -268,6 +273,7 @@ def set_state(
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
+@retry_on_dead_connection
 def record_failed_attempt(
     db: Database,
     instance_uuid: str,
@@ -310,6 +316,7 @@ def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) 
     return _unchanged_since(db, VmState.BUILDING, older_than, limit)
 
 
+@retry_on_dead_connection
 def _unchanged_since(
     db: Database, state: VmState, older_than: datetime.datetime, limit: int
 ) -> list[Instance]:
@@ -323,6 +330,7 @@ def _unchanged_since(
         return [to_instance(r) for r in session.scalars(query)]
 
 
+@retry_on_dead_connection
 def touch(db: Database, instance_uuids: Sequence[str]) -> None:
     """Mark progress on instances (the sweeper's retry counts as one)."""
     if not instance_uuids:
@@ -336,6 +344,7 @@ def touch(db: Database, instance_uuids: Sequence[str]) -> None:
         )
 
 
+@retry_on_dead_connection
 def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]:
     """The stored instances among ``instance_uuids`` (missing ones left out), one read."""
     if not instance_uuids:
@@ -345,6 +354,7 @@ def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]
         return [to_instance(row) for row in rows]
 
 
+@retry_on_dead_connection
 def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
     """Instances building or being deleted on nodes ``owner`` holds (one read)."""
     with db.reading() as session:
@@ -360,6 +370,7 @@ def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
         return [to_instance(r) for r in rows]
 
 
+@retry_on_dead_connection
 def building_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
     """Instances still building on the given nodes."""
     with db.reading() as session:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import NodeModel, utcnow
 from conductor.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.objects import Node, PowerState, ProvisionState
@@ -99,6 +99,7 @@ def create_nodes(db: Database, specs: Sequence[NodeSpec]) -> list[Node]:
     return [to_node(row) for row in _rows_by_uuid(db, [s.uuid for s in specs])]
 
 
+@retry_on_dead_connection
 def existing_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[FieldError]:
     """Every spec whose name or uuid is stored already, as ``nodes[i]`` errors.
 
@@ -143,6 +144,7 @@ def _refuse_existing(session: Any, specs: Sequence[NodeSpec]) -> None:
             raise DuplicateNode(field=field, value=value, index=index)
 
 
+@retry_on_dead_connection
 def _rows_by_uuid(db: Database, uuids: Sequence[str]) -> list[NodeModel]:
     rows: dict[str, NodeModel] = {}
     with db.transaction() as session:
@@ -154,6 +156,7 @@ def _rows_by_uuid(db: Database, uuids: Sequence[str]) -> list[NodeModel]:
     return [rows[u] for u in uuids if u in rows]
 
 
+@retry_on_dead_connection
 def get_node(db: Database, ident: str) -> Node:
     """A node by uuid or name.
 
@@ -194,6 +197,7 @@ def _conditions(
     return conditions
 
 
+@retry_on_dead_connection
 def list_nodes(
     db: Database, *, limit: int = 1000, marker: str | None = None, **filters: Any
 ) -> list[Node]:
@@ -216,12 +220,14 @@ def iter_nodes(db: Database, *, batch: int = 5000, **filters: Any) -> Iterator[N
         marker = page[-1].uuid
 
 
+@retry_on_dead_connection
 def count_nodes(db: Database, **filters: Any) -> int:
     query = select(func.count()).select_from(NodeModel).where(*_conditions(**filters))
     with db.transaction() as session:
         return int(session.execute(query).scalar_one())
 
 
+@retry_on_dead_connection
 def changed_since(db: Database, since: datetime.datetime, *, limit: int = 10000) -> list[Node]:
     """Nodes whose row changed at or after ``since`` (oldest first).
 
@@ -238,6 +244,7 @@ def changed_since(db: Database, since: datetime.datetime, *, limit: int = 10000)
         return [to_node(row) for row in session.scalars(query)]
 
 
+@retry_on_dead_connection
 def set_maintenance(db: Database, ident: str, maintenance: bool, reason: str | None) -> Node:
     """Put a node in or out of maintenance (a reason only when entering it)."""
     with db.transaction() as session:
@@ -256,6 +263,7 @@ def set_maintenance(db: Database, ident: str, maintenance: bool, reason: str | N
     return get_node(db, ident)
 
 
+@retry_on_dead_connection
 def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
     """Apply a validated :class:`NodeUpdate` to the node ``ident`` (uuid or name).
 
@@ -298,6 +306,7 @@ def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
         return to_node(row)
 
 
+@retry_on_dead_connection
 def set_provision_state(db: Database, node_uuid: str, state: ProvisionState) -> None:
     with db.transaction() as session:
         session.execute(

@@ -31,7 +31,7 @@ from typing import TypeVar
 from sqlalchemy import and_, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
 from conductor.objects import Ownership
 
@@ -117,6 +117,7 @@ def _current(session: Session, uuids: Iterable[str]) -> dict[str, Ownership]:
     return result
 
 
+@retry_on_dead_connection
 def claim_nodes(
     db: Database,
     agent: str,
@@ -211,6 +212,7 @@ def transfer_nodes(db: Database, agent: str, transfers: Sequence[Transfer]) -> R
     return _change_owner(db, agent, [(t.node_uuid, t.epoch, t.new_owner) for t in transfers])
 
 
+@retry_on_dead_connection
 def _change_owner(
     db: Database, agent: str, changes: Sequence[tuple[str, int, str | None]]
 ) -> ReleaseOutcome:
@@ -249,12 +251,14 @@ def _change_owner(
     return outcome
 
 
+@retry_on_dead_connection
 def ownership_of(db: Database, node_uuids: Sequence[str]) -> dict[str, Ownership]:
     """The current ownership of the given nodes (absent: no such node)."""
     with db.transaction() as session:
         return _current(session, node_uuids)
 
 
+@retry_on_dead_connection
 def owned_by(db: Database, agent: str) -> list[Ownership]:
     """Every node ``agent`` owns, pinned ones included (one consistent read)."""
     with db.transaction() as session:

@@ -1,4 +1,4 @@
-"""The conductor's connection pool survives a PostgreSQL restart.
+"""The conductor's connection pool survives a PostgreSQL restart and outage.
 
 Pooled connections are pinged before use once idle (instead of on every
 checkout, see :func:`conductor.db.engine._ping_when_idle`); a dead one is
@@ -7,14 +7,18 @@ replaced transparently, as ``pool_pre_ping`` did.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from conductor.db import engine
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
+from conductor.exception import DatabaseUnavailable, ServiceUnavailable
+from tests.functional.tcp_proxy import TcpProxy
 
 
 def test_dead_pooled_connections_are_replaced_after_a_restart(
@@ -37,4 +41,79 @@ def test_dead_pooled_connections_are_replaced_after_a_restart(
         with db.read() as conn:
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar() not in pids
     finally:
+        db.dispose()
+
+
+def _through(proxy: TcpProxy, database_url: str) -> str:
+    url = make_url(database_url).set(host="127.0.0.1", port=proxy.port)
+    return url.render_as_string(hide_password=False)
+
+
+def test_a_transaction_on_a_dead_connection_runs_once_more(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No idle ping: the dead connection is used, as one used less than a
+    # second before the server dropped it would be.
+    monkeypatch.setattr(engine, "_PING_IDLE_S", 3600.0)
+    db, admin = Database(database_url, pool_size=1), Database(database_url, pool_size=1)
+    runs: list[int] = []
+
+    def backend_pid(database: Database) -> int:
+        runs.append(1)
+        with database.read() as conn:
+            return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+    retried = retry_on_dead_connection(backend_pid)
+    try:
+        for kill_then_call, expected_runs in ((backend_pid, 1), (retried, 2)):
+            runs.clear()
+            pid = backend_pid(db)
+            with admin.writing() as conn:
+                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            runs.clear()
+            if expected_runs == 1:
+                with pytest.raises(DatabaseUnavailable) as caught:
+                    kill_then_call(db)
+                assert caught.value.retry_safe  # died before its commit
+                assert isinstance(caught.value, ServiceUnavailable)
+            else:
+                assert kill_then_call(db) != pid  # on a fresh connection
+            assert len(runs) == expected_runs
+    finally:
+        db.dispose()
+        admin.dispose()
+
+
+def test_an_unreachable_database_is_one_retryable_error_and_two_log_lines(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = TcpProxy(make_url(database_url).port or 5432)
+    db = Database(_through(proxy, database_url), pool_size=2)
+    caplog.set_level(logging.INFO, logger="conductor.db.engine")
+    try:
+        with db.read() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+        proxy.cut()
+        errors = []
+        for _ in range(5):
+            with pytest.raises(DatabaseUnavailable) as caught, db.transaction() as session:
+                session.execute(text("SELECT 1"))
+            errors.append(caught.value)
+        assert not db.reachable
+        for error in errors:
+            # Retryable, says what is down, and not where it is.
+            assert isinstance(error, ServiceUnavailable)
+            assert "database" in str(error)
+            assert "127.0.0.1" not in str(error) and str(proxy.port) not in str(error)
+            assert not error.retry_safe or error is errors[0]
+        proxy.heal()
+        with db.read() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+        assert db.reachable
+        lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+        assert [level for level, _ in lines if level == "WARNING"] == ["WARNING"], lines
+        assert [m for level, m in lines if level == "INFO" and "reachable again" in m], lines
+        assert all(level in ("INFO", "WARNING") for level, _ in lines), lines
+    finally:
+        proxy.cut()
         db.dispose()

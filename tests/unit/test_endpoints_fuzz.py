@@ -508,6 +508,7 @@ EXCEPTIONS: dict[type[RingfleetError], st.SearchStrategy[RingfleetError]] = {
         st.lists(st.tuples(TEXT, st.integers(0, 10**6)), max_size=4),
     ),
     exception.ServiceUnavailable: st.builds(exception.ServiceUnavailable, TEXT),
+    exception.DatabaseUnavailable: st.builds(exception.DatabaseUnavailable, TEXT),
     exception.NotOwner: st.builds(exception.NotOwner, TEXT, OPT_TEXT, st.integers(0, 2**31)),
     agent_exception.DriverError: st.builds(agent_exception.DriverError, TEXT, TEXT, TEXT),
     agent_exception.ActionLogError: st.builds(
