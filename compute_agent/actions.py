@@ -48,11 +48,14 @@ class NodeActions:
         *,
         suspend_wait: float = 10.0,
         report: Callable[[dict[str, Any]], None] | None = None,
+        report_destroy: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._suspend_wait = suspend_wait
-        # Where build results go: a batching reporter in the service
-        # (compute_agent.reporting); without one, a call per result.
+        # Where build and teardown results go: the service's reporter
+        # (compute_agent.reporting), which retries them until the conductor
+        # takes them; without one, a call per result.
         self._report = report
+        self._report_destroy = report_destroy
         self._host = host
         self._driver = driver
         self._ownership = ownership
@@ -295,15 +298,18 @@ class NodeActions:
             success, fault = False, str(exc)
             LOG.warning("Instance %s: destroy on node %s failed: %s", instance_uuid, node.uuid, exc)
         self._finish(node.uuid)
+        result = {
+            "instance_uuid": instance_uuid,
+            "node_uuid": node.uuid,
+            "epoch": epoch,
+            "success": success,
+            "fault": fault,
+        }
+        if self._report_destroy is not None:
+            self._report_destroy(result)
+            return
         try:
-            self._conductor.report_destroy_result(
-                self._host,
-                instance_uuid=instance_uuid,
-                node_uuid=node.uuid,
-                epoch=epoch,
-                success=success,
-                fault=fault,
-            )
+            self._conductor.report_destroy_result(self._host, **result)
         except Exception as exc:
             LOG.warning(
                 "Instance %s: destroy result for node %s not delivered: %s",

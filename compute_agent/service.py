@@ -23,7 +23,7 @@ from compute_agent.drivers.base import ActionContext, load_driver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
-from compute_agent.reporting import BuildReporter
+from compute_agent.reporting import ResultReporter
 from conductor import rpc, systemd
 from conductor.conf.metrics import AGENT_PORT
 from conductor.coordination import membership_from_conf
@@ -57,7 +57,7 @@ class AgentService:
         self.membership: Any = None
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
-        self._reporter: BuildReporter | None = None
+        self._reporter: ResultReporter | None = None
         self._terminating = threading.Lock()
         # The join generation whose in-flight work the conductors were last
         # asked to route to us again (see _resume_work).
@@ -90,7 +90,7 @@ class AgentService:
             busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
             metrics=self.metrics,
         )
-        self._reporter = BuildReporter(self.host, conductor)
+        self._reporter = ResultReporter(self.host, conductor)
         self._reporter.start()
         self.actions = NodeActions(
             self.host,
@@ -99,6 +99,7 @@ class AgentService:
             conductor,
             suspend_wait=self.membership.ttl,
             report=self._reporter.report,
+            report_destroy=self._reporter.report_destroy,
         )
         self._driver, self._conductor = driver, conductor
         endpoint = ComputeEndpoint(

@@ -25,6 +25,7 @@ from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.exception import (
     Conflict,
+    DatabaseUnavailable,
     FlavorNotFound,
     NotFound,
     NoValidNode,
@@ -49,6 +50,9 @@ __all__ = ["BuildWorkers", "Router"]
 LOG = logging.getLogger(__name__)
 
 _STOP = object()
+
+# How soon work that met an unreachable database is tried again.
+_DATABASE_RETRY_S = 2.0
 
 # An instance as build_instances just stored it, and its flavor.
 _Stored = tuple[Instance, Flavor]
@@ -160,8 +164,18 @@ class BuildWorkers:
                     self._build(uuid, stored)
                 elif action == "route":
                     self._reroute(uuid)
+                elif action == "resume":
+                    self._resume(uuid)
                 else:
                     self._delete(uuid)
+            except DatabaseUnavailable:
+                # Back on the queue, never dropped; the database logged once
+                # that it is down.  The request is stored: it is re-read.
+                # A build may have failed after its allocation: "resume"
+                # routes it if it has a node by then, allocates it if not.
+                LOG.debug("Instance %s: %s waits for the database", uuid, action)
+                again = "resume" if action in ("build", "resume") else action
+                self._retry_later(uuid, delay=_DATABASE_RETRY_S, action=again)
             except Exception:  # a worker must survive one bad request
                 LOG.exception("Instance %s: %s failed", uuid, action)
 
@@ -193,9 +207,11 @@ class BuildWorkers:
         except Conflict:
             return  # deleted or placed meanwhile
         except ServiceUnavailable as exc:
-            # This conductor cannot tell who is alive right now: the request
-            # stays stored and is tried again, it does not fail.
-            LOG.warning("Instance %s waits: %s", instance.uuid, exc)
+            # This conductor cannot tell who is alive right now, or cannot
+            # reach the database: the request stays stored and is tried
+            # again, it does not fail.  The database says once that it is down.
+            if not isinstance(exc, DatabaseUnavailable):
+                LOG.warning("Instance %s waits: %s", instance.uuid, exc)
             self._retry_later(instance.uuid)
             return
         except RingfleetError as exc:
@@ -217,6 +233,17 @@ class BuildWorkers:
         timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid, None)))
         timer.daemon = True
         timer.start()
+
+    def _resume(self, instance_uuid: str) -> None:
+        """Allocate a build that has no node yet, route one that has."""
+        try:
+            instance = instances.get_instance(self._db, instance_uuid)
+        except NotFound:
+            return
+        if instance.node_uuid is None:
+            self._build(instance_uuid)
+        else:
+            self._reroute(instance_uuid)
 
     def _reroute(self, instance_uuid: str) -> None:
         """Route again a build whose node had no reachable owner."""

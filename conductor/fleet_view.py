@@ -14,13 +14,16 @@ from collections.abc import Callable
 
 from conductor.db import agents
 from conductor.db.engine import Database
-from conductor.exception import ServiceUnavailable
+from conductor.exception import DatabaseUnavailable, ServiceUnavailable
 from hashring.membership import Membership, MembershipView, State
 from hashring.ring import Ring
 
 __all__ = ["FleetView"]
 
 LOG = logging.getLogger(__name__)
+
+# How soon a view that could not be recorded (database down) is tried again.
+_RECORD_RETRY_S = 1.0
 
 
 class FleetView:
@@ -32,6 +35,7 @@ class FleetView:
         self._lock = threading.Lock()
         self._view: MembershipView | None = None
         self._listeners: list[Callable[[MembershipView], None]] = []
+        self._record_retry: threading.Timer | None = None
 
     def attach(self, membership: Membership) -> None:
         """The membership whose changes call :meth:`on_change` (set once)."""
@@ -44,12 +48,35 @@ class FleetView:
         """Membership callback: record the view, then tell the listeners."""
         with self._lock:
             self._view = view
-        try:
-            agents.record_membership(self._db, view.weights)
-        except Exception:  # the next change records again; keep watching
-            LOG.exception("Could not record membership of %d agents", len(view.members))
+        self._record(view)
         for listener in self._listeners:
             listener(view)
+
+    def _record(self, view: MembershipView) -> None:
+        try:
+            agents.record_membership(self._db, view.weights)
+        except DatabaseUnavailable:
+            # Departures in this view start their re-homing grace only once
+            # recorded: waiting for the next change could strand their nodes.
+            # The database's own WARNING says it is down; try again soon.
+            LOG.debug("Membership of %d agents not recorded: database down", len(view.members))
+            self._record_later()
+        except Exception:  # the next change records again; keep watching
+            LOG.exception("Could not record membership of %d agents", len(view.members))
+
+    def _record_later(self) -> None:
+        with self._lock:
+            if self._record_retry is not None:
+                return
+            self._record_retry = threading.Timer(_RECORD_RETRY_S, self._record_newest)
+            self._record_retry.daemon = True
+            self._record_retry.start()
+
+    def _record_newest(self) -> None:
+        with self._lock:
+            self._record_retry, view = None, self._view
+        if view is not None:
+            self._record(view)
 
     @property
     def state(self) -> State:

@@ -38,6 +38,7 @@ from conductor.db import nodes
 from conductor.db.engine import Database
 from conductor.exception import (
     Conflict,
+    DatabaseUnavailable,
     NodeNotBuildable,
     NotOwner,
     ServiceUnavailable,
@@ -207,7 +208,9 @@ class AgentRouter:
         for accept, result in zip(batch, results, strict=True):
             try:
                 self._batch_item_done(owner, accept, result)
-            except Exception:  # one build's trouble (a database error) must not lose the rest
+            except DatabaseUnavailable:  # logged once by the database
+                self._later(accept.instance, accept.node)
+            except Exception:  # one build's trouble must not lose the rest
                 LOG.exception(
                     "Instance %s: handling the accept from %s failed; retrying later",
                     accept.instance.uuid,

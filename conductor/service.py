@@ -26,7 +26,7 @@ from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
-from conductor.exception import ConfigurationError
+from conductor.exception import ConfigurationError, DatabaseUnavailable
 from conductor.fleet_view import FleetView
 from conductor.metrics import ConductorMetrics, MetricsServer
 from conductor.routing import AgentRouter
@@ -141,6 +141,8 @@ class ConductorService:
             try:
                 assert self._builds is not None
                 self._builds.sweep(timeout)
+            except DatabaseUnavailable:  # logged once by the database; next sweep
+                LOG.debug("Build sweep skipped: database unreachable")
             except Exception:  # the next sweep tries again
                 LOG.exception("Build sweep failed")
 

@@ -300,8 +300,9 @@ class AgentsEndpoint:
         would: a stale item, or one whose processing fails (a database error,
         say), does not affect the others.  The reply has one entry per item,
         in order: ``{"accepted": bool}``, plus ``"error"`` (text) when its
-        processing failed; the agent logs those, and the conductor's sweeper
-        routes that build again later.
+        processing failed, and ``"retry": true`` when it failed for a reason
+        that may pass (the database is unreachable): the agent sends that
+        item again later; it logs the others.
         """
         agent = payload.check_host(host)
         items = _check_build_results(results)
@@ -311,6 +312,9 @@ class AgentsEndpoint:
         for item in items:
             try:
                 accepted = self._results.report_result(agent, **item)
+            except ServiceUnavailable as exc:
+                # Neither applied nor refused: the agent sends it again.
+                replies.append({"accepted": False, "error": str(exc), "retry": True})
             except Exception as exc:  # one failed item must not lose the others
                 if not isinstance(exc, RingfleetError):
                     LOG.exception(

@@ -1,14 +1,16 @@
-"""The agent's batching build reporter: batches, partial failures, fallback."""
+"""The agent's result reporter: batches, retries until taken, refusals, fallback."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import oslo_messaging as messaging
 import pytest
 
-from compute_agent.reporting import BuildReporter
+from compute_agent.reporting import ResultReporter
+from conductor.exception import FieldError, InvalidInput, ServiceUnavailable
 
 
 def _result(n: int, **extra: Any) -> dict[str, Any]:
@@ -54,7 +56,7 @@ class Conductor:
 
 def test_results_queued_during_a_call_go_together_in_the_next() -> None:
     conductor = Conductor()
-    reporter = BuildReporter("agent-1", conductor, max_batch=3)
+    reporter = ResultReporter("agent-1", conductor, max_batch=3)
     reporter.start()
     reporter.report(_result(0))
     assert conductor.entered.wait(10)  # the first result is sent alone, at once
@@ -73,7 +75,7 @@ def test_results_queued_during_a_call_go_together_in_the_next() -> None:
 def test_stop_sends_what_is_queued() -> None:
     conductor = Conductor()
     conductor.release.set()
-    reporter = BuildReporter("agent-1", conductor)
+    reporter = ResultReporter("agent-1", conductor)
     reporter.start()
     for n in range(4):
         reporter.report(_result(n))
@@ -85,7 +87,7 @@ def test_stop_sends_what_is_queued() -> None:
 
 def test_abandon_drops_what_is_queued_and_stops() -> None:
     conductor = Conductor()
-    reporter = BuildReporter("agent-1", conductor)
+    reporter = ResultReporter("agent-1", conductor)
     reporter.start()
     reporter.report(_result(0))
     assert conductor.entered.wait(10)  # a call under way
@@ -99,7 +101,7 @@ def test_abandon_drops_what_is_queued_and_stops() -> None:
 
 def test_an_older_conductor_gets_one_call_per_result() -> None:
     conductor = Conductor(batched=False)
-    reporter = BuildReporter("agent-1", conductor)
+    reporter = ResultReporter("agent-1", conductor)
     reporter.send([_result(0), _result(1)])
     reporter.send([_result(2)])
     assert [r["instance_uuid"] for r in conductor.singles] == [
@@ -111,23 +113,86 @@ def test_an_older_conductor_gets_one_call_per_result() -> None:
     assert reporter.calls == 1 + 3
 
 
-def test_a_failed_call_is_logged_and_the_reporter_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_undelivered_result_is_sent_again_until_taken(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="compute_agent.reporting")
     conductor = Conductor()
     conductor.release.set()
     conductor.fail_with = messaging.MessagingTimeout("no reply")
-    reporter = BuildReporter("agent-1", conductor)
+    reporter = ResultReporter("agent-1", conductor, first_retry=0.01, max_retry=0.05)
     reporter.start()
     reporter.report(_result(0))
-    _wait(lambda: len(conductor.batches) == 1)
+    _wait(lambda: len(conductor.batches) >= 3)  # sent again, and again
     conductor.fail_with = None
+    _wait(lambda: reporter.pending() == 0)
     reporter.report(_result(1))
     assert reporter.stop(10)
-    assert [[r["instance_uuid"] for r in b] for b in conductor.batches] == [
-        ["instance-0"],
-        ["instance-1"],
-    ]
-    assert "Instance instance-0: build result not delivered: no reply" in caplog.text
-    assert "instance-1: build result not delivered" not in caplog.text
+    sent = [[r["instance_uuid"] for r in b] for b in conductor.batches]
+    assert all(b == ["instance-0"] for b in sent[:-1]) and sent[-1] == ["instance-1"]
+    # One line when results stop getting through, one when they pass again.
+    assert caplog.text.count("results not delivered (no reply)") == 1
+    assert caplog.text.count("results delivered again") == 1
+
+
+def test_a_conductor_without_its_database_gets_the_result_again() -> None:
+    conductor = Conductor()
+    conductor.release.set()
+    conductor.fail_with = ServiceUnavailable("the database is unreachable")
+    reporter = ResultReporter("agent-1", conductor, first_retry=0.01)
+    reporter.start()
+    reporter.report(_result(0))
+    _wait(lambda: len(conductor.batches) >= 2)
+    conductor.fail_with = None
+    _wait(lambda: reporter.pending() == 0 and conductor.entered.is_set())
+    assert reporter.stop(10)
+    assert conductor.batches[-1][0]["instance_uuid"] == "instance-0"
+
+
+def test_an_item_the_conductor_could_not_apply_now_is_sent_again() -> None:
+    conductor = Conductor()
+    conductor.release.set()
+    conductor.reply = {
+        "results": [
+            {"accepted": False, "error": "service unavailable: db", "retry": True},
+            {"accepted": True},
+        ]
+    }
+    reporter = ResultReporter("agent-1", conductor, first_retry=0.01)
+    reporter.start()
+    reporter.report(_result(0))
+    reporter.report(_result(1))
+    _wait(lambda: len(conductor.batches) >= 2)
+    conductor.reply = None
+    assert reporter.stop(10)
+    assert [r["instance_uuid"] for r in conductor.batches[1]] == ["instance-0"]
+
+
+def test_a_refused_result_is_not_sent_again(caplog: pytest.LogCaptureFixture) -> None:
+    conductor = Conductor()
+    conductor.release.set()
+    conductor.fail_with = InvalidInput([FieldError.about("epoch", "must be >= 0", -1)])
+    reporter = ResultReporter("agent-1", conductor, first_retry=0.01)
+    reporter.send([_result(0)])
+    assert reporter.pending() == 0 and len(conductor.batches) == 1
+    assert "Instance instance-0: build result refused by the conductor" in caplog.text
+
+
+def test_teardown_results_are_retried_too() -> None:
+    calls: list[dict[str, Any]] = []
+
+    class Destroys(Conductor):
+        def report_destroy_result(self, host: str, **result: Any) -> dict[str, Any]:
+            calls.append(result)
+            if len(calls) < 3:
+                raise messaging.MessagingTimeout("no reply")
+            return {"accepted": True}
+
+    reporter = ResultReporter("agent-1", Destroys(), first_retry=0.01)
+    reporter.start()
+    reporter.report_destroy({"instance_uuid": "i", "node_uuid": "n", "epoch": 1, "success": True})
+    _wait(lambda: len(calls) == 3)
+    assert reporter.stop(10) and reporter.pending() == 0
 
 
 def test_a_refused_item_is_logged_the_others_are_not(caplog: pytest.LogCaptureFixture) -> None:
@@ -136,7 +201,7 @@ def test_a_refused_item_is_logged_the_others_are_not(caplog: pytest.LogCaptureFi
     conductor.reply = {
         "results": [{"accepted": False, "error": "RuntimeError: db"}, {"accepted": True}]
     }
-    reporter = BuildReporter("agent-1", conductor)
+    reporter = ResultReporter("agent-1", conductor)
     reporter.send([_result(0), _result(1)])
     assert "Instance instance-0: build result on node node-0 not applied" in caplog.text
     assert "instance-1" not in caplog.text
@@ -144,7 +209,7 @@ def test_a_refused_item_is_logged_the_others_are_not(caplog: pytest.LogCaptureFi
 
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
-        BuildReporter("agent-1", Conductor(), max_batch=0)
+        ResultReporter("agent-1", Conductor(), max_batch=0)
 
 
 def _wait(predicate: Any, timeout: float = 10.0) -> None:

@@ -26,6 +26,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.exception import (
     Conflict,
+    DatabaseUnavailable,
     DuplicateFlavor,
     DuplicateInstance,
     DuplicateNode,
@@ -1620,6 +1621,34 @@ def test_batched_results_one_failing_item_does_not_lose_the_others(
     assert routed.show(first)["vm_state"] == "building"  # the sweeper will route it again
     rescheduled = routed.show(second)
     assert rescheduled["attempts"] == 1 and rescheduled["tried_nodes"] == [node2]
+
+
+def test_batched_results_an_item_the_database_could_not_take_is_marked_retry(
+    routed: Routed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = "agent-1"
+    (first, node1, epoch1), (second, node2, epoch2) = _routed_to(routed, 3, owner)
+    real = routed.builds.report_result
+
+    def database_down_for_first(host: str, instance_uuid: str, *args: Any, **kwargs: Any) -> bool:
+        if instance_uuid == first:
+            raise DatabaseUnavailable()
+        return real(host, instance_uuid, *args, **kwargs)
+
+    monkeypatch.setattr(routed.builds, "report_result", database_down_for_first)
+    reply = routed.agents.report_build_results(
+        CTXT,
+        host=owner,
+        results=[
+            _item(first, node1, epoch1, success=True),
+            _item(second, node2, epoch2, success=True),
+        ],
+    )
+    [later, applied] = reply["results"]
+    assert later["retry"] is True and later["accepted"] is False
+    assert "database" in later["error"]
+    assert applied == {"accepted": True}
+    assert routed.show(first)["vm_state"] == "building"
 
 
 def test_batched_results_with_a_malformed_item_are_refused_whole(routed: Routed) -> None:
