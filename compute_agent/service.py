@@ -58,6 +58,7 @@ class AgentService:
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None
+        self._reconcile_failure: str | None = None  # why the last reconcile failed
         self._terminating = threading.Lock()
         # The join generation whose in-flight work the conductors were last
         # asked to route to us again (see _resume_work).
@@ -296,10 +297,27 @@ class AgentService:
                     delay = min(delay, result.retry_in + _RETRY_SOON)
                 self._resume_work()
             except Exception as exc:  # the next wake-up tries again, soon
-                LOG.warning("Agent %s: reconcile failed: %s", self.host, first_line(exc))
+                self._reconcile_failed(first_line(exc))
                 # E.g. the conductors have not seen us join yet: a moment,
                 # not a whole interval (invariant 2: no orphans for long).
                 delay = _RETRY_SOON
+            else:
+                self._reconcile_failed(None)
+
+    def _reconcile_failed(self, reason: str | None) -> None:
+        """One WARNING per new reason a reconcile fails, one INFO when it works again.
+
+        While the conductor's database is down every try (two a second)
+        fails alike: the operator needs to know once, not 7,000 times.
+        """
+        previous, self._reconcile_failure = self._reconcile_failure, reason
+        if reason is None:
+            if previous is not None:
+                LOG.info("Agent %s: reconcile works again", self.host)
+        elif reason != previous:
+            LOG.warning("Agent %s: reconcile failed: %s; retrying", self.host, reason)
+        else:
+            LOG.debug("Agent %s: reconcile failed again: %s", self.host, reason)
 
     def _resume_work(self) -> None:
         """Once per validation of our claims: have our in-flight work routed to us.

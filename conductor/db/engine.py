@@ -143,7 +143,9 @@ class Database:
                 yield handle
                 committing = True  # the with-block's exit commits
         except _UNAVAILABLE as error:
-            raise self._unavailable(error, committing=committing) from error
+            # Not chained: a remote caller would get the driver's error (and the
+            # server's address) in the traceback text sent with it.
+            raise self._unavailable(error, committing=committing) from None
         if self._down_since is not None:
             self._back()
 

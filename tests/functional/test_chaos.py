@@ -41,6 +41,14 @@ rehome_grace`` before a survivor re-homes them.  Hence
 the fault); ``SLACK`` covers a loaded 2-core CI machine.  A passing run
 usually settles in a few seconds.
 
+The recovery tests (``test_recovery_does_not_wait_for_build_timeout``) set
+``build_timeout`` out of reach and must settle within ``TTL + rehome_grace +
+10 s``: an etcd-only partition of one agent (``etcd-partition``), kill -9
+and restart of one host every 5 s for a minute (``agent-restart-loop``), and
+PostgreSQL stopped for 15 s (``postgres-stop``; clients must see a retryable
+error without the database's address, conductors at most a few ERROR lines
+and no traceback).
+
 On failure the message lists every problem, with the tail of each process
 log and the log lines mentioning the instances concerned.
 """
@@ -62,8 +70,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from conductor.db.models import InstanceModel, NodeModel
+from conductor.exception import ServiceUnavailable
 from tests.dbutil import migrated
 from tests.functional.conductor_harness import client
 from tests.functional.fleet_harness import (
@@ -177,11 +187,15 @@ class Load:
 
     def _run(self) -> None:
         started = time.monotonic()
+        last_states: dict[str, str] = {}
         while not self._halt.is_set():
             if time.monotonic() - started > self.max_seconds:
                 break
             self._retry_unconfirmed()
-            states = self.states()
+            try:
+                states = last_states = self.states()
+            except ServiceUnavailable:  # the database is down: go on as last seen
+                states = last_states
             with self._lock:
                 mine = [u for r in self.requests for u in r.uuids]
                 builds = len(self.requests)
@@ -574,12 +588,17 @@ PARTITION = TTL + REHOME_GRACE + 4.0
 #: kill -9 and restart of one host, every few seconds, for this long
 RESTART_LOOP = 60.0
 RESTART_EVERY = 5.0
+#: how long PostgreSQL is stopped
+DATABASE_OUTAGE = 15.0
+#: ERROR lines a conductor may log for one database outage (it logged ~9,000)
+DATABASE_OUTAGE_ERRORS = 5
 
 
 @dataclasses.dataclass
 class Recovery:
     fleet: Fleet
     etcd_proxy: TcpProxy
+    pg_url: str = ""
 
 
 def etcd_partition(recovery: Recovery, load: Load) -> Fault:
@@ -627,10 +646,48 @@ def agent_restart_loop(recovery: Recovery, load: Load) -> Fault:
     return Fault(note=f"{victim} killed and restarted {kills} times")
 
 
+def postgres_stop(recovery: Recovery, load: Load) -> Fault:
+    """PostgreSQL stopped (fast shutdown) under load, started again 15 s later.
+
+    Results the agents report meanwhile, and builds the workers take from
+    their queue, must not wait for the sweeper; clients get a retryable
+    error naming the database, without its address; the conductors log one
+    WARNING and one INFO, not a traceback per failed transaction.
+    """
+    _ctl("stop-pg")
+    time.sleep(DATABASE_OUTAGE)
+    _ctl("start-pg")
+    return Fault(note=f"PostgreSQL stopped for {DATABASE_OUTAGE:.0f} s")
+
+
 RECOVERY_FAULTS: dict[str, Callable[[Recovery, Load], Fault]] = {
     "etcd-partition": etcd_partition,
     "agent-restart-loop": agent_restart_loop,
+    "postgres-stop": postgres_stop,
 }
+
+
+def _check_database_outage(fleet: Fleet, load: Load, pg_url: str) -> None:
+    """What clients and the operator saw of a database outage."""
+    address = make_url(pg_url)
+    for error in load.rpc_errors:
+        assert "OperationalError" not in error and "psycopg2" not in error, error
+        assert f"{address.host}:{address.port}" not in error and f"port {address.port}" not in (
+            error
+        ), error
+    assert any("DatabaseUnavailable" in e and "database" in e for e in load.rpc_errors), (
+        "no client call met the outage: " + "; ".join(load.rpc_errors[-5:])
+    )
+    for name, proc in fleet.procs.items():
+        if not name.startswith("cond-"):
+            continue
+        log = proc.log()
+        errors = [line for line in log.splitlines() if " ERROR " in line]
+        assert len(errors) <= DATABASE_OUTAGE_ERRORS, f"{name}: {len(errors)} ERROR lines:\n" + (
+            "\n".join(errors[:10])
+        )
+        assert "Traceback" not in log, f"{name} logged a traceback"
+        assert log.count("unreachable: ") >= 1 and "reachable again after" in log, name
 
 
 def _agent_extra(recovery: Recovery) -> dict[str, str]:
@@ -647,12 +704,12 @@ def recovery(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> 
     port = int(etcd_url.rsplit(":", 1)[1].split("?", maxsplit=1)[0].strip("/"))
     proxy = TcpProxy(port)
     try:
-        partial = Recovery(None, proxy)  # type: ignore[arg-type]  # fleet set below
+        partial = Recovery(None, proxy, pg_url)  # type: ignore[arg-type]  # fleet set below
         f = _start_fleet(
             tmp_path, pg_url, transport_url, etcd_url, RECOVERY_CONFIG, _agent_extra(partial)
         )
         try:
-            yield Recovery(f, proxy)
+            yield Recovery(f, proxy, pg_url)
         finally:
             f.close()
     finally:
@@ -721,6 +778,8 @@ def test_recovery_does_not_wait_for_build_timeout(
                     and "for good" not in line
                 )
                 assert retried == 0, f"{name} retried a definitive refusal {retried} times"
+        if fault_name == "postgres-stop":
+            _check_database_outage(fleet, load, recovery.pg_url)
         print(
             f"\n{fault_name}: {fault.note}; settled {settled_in:.1f} s after the load stopped "
             f"(deadline {RECOVERY_SETTLE:.0f} s, build_timeout {RECOVERY_BUILD_TIMEOUT:.0f} s); "
