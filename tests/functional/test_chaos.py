@@ -667,9 +667,10 @@ RECOVERY_FAULTS: dict[str, Callable[[Recovery, Load], Fault]] = {
 }
 
 
-def _check_database_outage(fleet: Fleet, load: Load, pg_url: str) -> None:
-    """What clients and the operator saw of a database outage."""
+def _check_database_outage(fleet: Fleet, load: Load, pg_url: str) -> str:
+    """What clients and the operator saw of a database outage (checked, and told)."""
     address = make_url(pg_url)
+    seen: list[str] = []
     for error in load.rpc_errors:
         assert "OperationalError" not in error and "psycopg2" not in error, error
         assert f"{address.host}:{address.port}" not in error and f"port {address.port}" not in (
@@ -688,6 +689,8 @@ def _check_database_outage(fleet: Fleet, load: Load, pg_url: str) -> None:
         )
         assert "Traceback" not in log, f"{name} logged a traceback"
         assert log.count("unreachable: ") >= 1 and "reachable again after" in log, name
+        seen.append(f"{name}: {len(errors)} ERROR, {log.count(' WARNING ')} WARNING lines")
+    return "; ".join(seen)
 
 
 def _agent_extra(recovery: Recovery) -> dict[str, str]:
@@ -779,7 +782,7 @@ def test_recovery_does_not_wait_for_build_timeout(
                 )
                 assert retried == 0, f"{name} retried a definitive refusal {retried} times"
         if fault_name == "postgres-stop":
-            _check_database_outage(fleet, load, recovery.pg_url)
+            fault.note += " (" + _check_database_outage(fleet, load, recovery.pg_url) + ")"
         print(
             f"\n{fault_name}: {fault.note}; settled {settled_in:.1f} s after the load stopped "
             f"(deadline {RECOVERY_SETTLE:.0f} s, build_timeout {RECOVERY_BUILD_TIMEOUT:.0f} s); "
