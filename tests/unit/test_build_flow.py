@@ -27,7 +27,7 @@ from conductor.builds import BuildWorkers
 from conductor.db import allocations, flavors, instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, utcnow
-from conductor.exception import Conflict, NodeNotBuildable, NotOwner
+from conductor.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
 from conductor.fleet_view import FleetView
 from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.routing import AgentRouter
@@ -137,6 +137,7 @@ def fast_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
                 "build",
                 "route",
                 "delete",
+                "resume",
             ):
                 action = c.cell_contents
         recorded.append((delay, action))
@@ -556,6 +557,27 @@ def test_a_build_waits_while_the_fleet_view_is_unavailable(flow: Flow) -> None:
     flow.membership.state = State.CONNECTED
     flow.wait_routes(uuid, 1)
     assert flow.instance(uuid).vm_state is VmState.BUILDING
+
+
+def test_a_build_that_meets_a_database_outage_goes_back_on_the_queue(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = flow.router.route
+    failed: list[tuple[str, str]] = []
+
+    def route_with_database_down_once(instance: Instance, node: Node, claim: Ownership) -> None:
+        if not failed:  # allocated, then the database went away
+            failed.append((instance.uuid, node.uuid))
+            raise DatabaseUnavailable()
+        real(instance, node, claim)
+
+    monkeypatch.setattr(flow.router, "route", route_with_database_down_once)
+    uuid = flow.build()
+    node, _owner, _epoch = flow.wait_routes(uuid, 1)
+    assert failed == [(uuid, node)]  # routed to the node it had, not allocated again
+    assert (2.0, "resume") in flow.delays
+    instance = flow.instance(uuid)
+    assert instance.vm_state is VmState.BUILDING and instance.attempts == 0
 
 
 def test_resume_queues_stored_builds_and_deletions(
