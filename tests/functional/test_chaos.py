@@ -512,53 +512,74 @@ def fleet(
             _collect_dropped_sockets()
 
 
+def _fault_under_load(
+    fleet: Fleet,
+    load: Load,
+    inject: Callable[[], Fault],
+    settle: float,
+    context: str,
+    concerned: list[str],
+) -> tuple[Fault, float, float]:
+    """Inject one fault under the load, stop the load, wait until all settled.
+
+    Checks what every fault must leave: settled within ``settle`` seconds
+    of the load's stop, no fencing violation, a build requested after the
+    fault ACTIVE.  ``concerned`` receives the instances the last check
+    found wrong (their log lines are printed on failure).  Returns the
+    fault, how long injecting it took, and how soon all settled.
+    """
+    load.start()
+    time.sleep(WARMUP)
+    fault_at = time.monotonic()
+    fault = inject()
+    fault_over = time.monotonic()
+    time.sleep(AFTER_FAULT)
+    wait_for(
+        lambda: load.confirmed_after(fault_over) >= AFTER_FAULT_BUILDS,
+        AFTER_FAULT_DEADLINE,
+        f"{AFTER_FAULT_BUILDS} build requests acknowledged after the fault",
+        step=0.5,
+    )
+    load.finish()
+    stopped = time.monotonic()
+    last: list[str] = []
+
+    def settled() -> bool:
+        nonlocal last
+        last, concerned[:] = problems(fleet, load)
+        return not last
+
+    try:
+        wait_for(settled, settle, "settled", step=0.5)
+    except AssertionError:
+        raise AssertionError(
+            f"not settled {settle:.0f} s after the load stopped{context} ({fault.note}):\n  "
+            + "\n  ".join(last)
+        ) from None
+    settled_in = time.monotonic() - stopped
+    violations = fleet.fencing_violations()
+    assert violations == [], "fencing violations:\n" + "\n".join(violations)
+    states = load.states()
+    after = [u for u in load.requested_after(fault_over) if u not in load.delete_asked]
+    assert any(states.get(u) == "active" for u in after), (
+        "no build requested after the fault became ACTIVE"
+    )
+    return fault, fault_over - fault_at, settled_in
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault_name", list(FAULTS))
 def test_chaos(fleet: Fleet, transport_url: str, fault_name: str) -> None:
     load = Load(fleet, transport_url, seed=sum(map(ord, fault_name)))
     concerned: list[str] = []
     try:
-        load.start()
-        time.sleep(WARMUP)
-        fault_at = time.monotonic()
-        fault = FAULTS[fault_name](fleet)
-        fault_over = time.monotonic()
-        time.sleep(AFTER_FAULT)
-        wait_for(
-            lambda: load.confirmed_after(fault_over) >= AFTER_FAULT_BUILDS,
-            AFTER_FAULT_DEADLINE,
-            f"{AFTER_FAULT_BUILDS} build requests acknowledged after the fault",
-            step=0.5,
-        )
-        load.finish()
-        stopped = time.monotonic()
-
-        last: list[str] = []
-
-        def settled() -> bool:
-            nonlocal last, concerned
-            last, concerned = problems(fleet, load)
-            return not last
-
-        try:
-            wait_for(settled, SETTLE, "settled", step=0.5)
-        except AssertionError:
-            raise AssertionError(
-                f"not settled {SETTLE:.0f} s after the load stopped ({fault.note}):\n  "
-                + "\n  ".join(last)
-            ) from None
-        settled_in = time.monotonic() - stopped
-        violations = fleet.fencing_violations()
-        assert violations == [], "fencing violations:\n" + "\n".join(violations)
-        states = load.states()
-        after = [u for u in load.requested_after(fault_over) if u not in load.delete_asked]
-        assert any(states.get(u) == "active" for u in after), (
-            "no build requested after the fault became ACTIVE"
+        fault, took, settled_in = _fault_under_load(
+            fleet, load, lambda: FAULTS[fault_name](fleet), SETTLE, "", concerned
         )
         for host in fault.gone:
             assert host not in fleet.owned_by(), f"{host} is gone but still owns nodes"
         print(
-            f"\n{fault_name}: {fault.note} in {fault_over - fault_at:.1f} s; "
+            f"\n{fault_name}: {fault.note} in {took:.1f} s; "
             f"settled {settled_in:.1f} s after the load stopped (deadline {SETTLE:.0f} s); "
             f"{summary(load)}"
         )
@@ -735,40 +756,13 @@ def test_recovery_does_not_wait_for_build_timeout(
     )
     concerned: list[str] = []
     try:
-        load.start()
-        time.sleep(WARMUP)
-        fault = RECOVERY_FAULTS[fault_name](recovery, load)
-        fault_over = time.monotonic()
-        time.sleep(AFTER_FAULT)
-        wait_for(
-            lambda: load.confirmed_after(fault_over) >= AFTER_FAULT_BUILDS,
-            AFTER_FAULT_DEADLINE,
-            f"{AFTER_FAULT_BUILDS} build requests acknowledged after the fault",
-            step=0.5,
-        )
-        load.finish()
-        stopped = time.monotonic()
-        last: list[str] = []
-
-        def settled() -> bool:
-            nonlocal last, concerned
-            last, concerned = problems(fleet, load)
-            return not last
-
-        try:
-            wait_for(settled, RECOVERY_SETTLE, "settled", step=0.5)
-        except AssertionError:
-            raise AssertionError(
-                f"not settled {RECOVERY_SETTLE:.0f} s after the load stopped with build_timeout "
-                f"{RECOVERY_BUILD_TIMEOUT:.0f} s ({fault.note}):\n  " + "\n  ".join(last)
-            ) from None
-        settled_in = time.monotonic() - stopped
-        violations = fleet.fencing_violations()
-        assert violations == [], "fencing violations:\n" + "\n".join(violations)
-        states = load.states()
-        after = [u for u in load.requested_after(fault_over) if u not in load.delete_asked]
-        assert any(states.get(u) == "active" for u in after), (
-            "no build requested after the fault became ACTIVE"
+        fault, _took, settled_in = _fault_under_load(
+            fleet,
+            load,
+            lambda: RECOVERY_FAULTS[fault_name](recovery, load),
+            RECOVERY_SETTLE,
+            f" with build_timeout {RECOVERY_BUILD_TIMEOUT:.0f} s",
+            concerned,
         )
         # A refusal retrying cannot fix is never retried (once per attempt at most).
         for name, proc in fleet.procs.items():
