@@ -310,6 +310,45 @@ def test_bad_parameters_name_the_field(kwargs: dict[str, Any], field: str) -> No
     assert field in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("etcd3+http://127.0.0.1:2379,127.0.0.1:22379", "etcd gateway start --endpoints="),
+        ("etcd3+http://a:2379,b:2379?membership_timeout=3", "several etcd endpoints"),
+        ("etcd3+https://a:2379;b:2379", "several etcd endpoints"),
+        ("etcd3+http://h:99999", "1..65535"),
+        ("etcd3+http://h:0", "1..65535"),
+        ("etcd3+http://h:port", "1..65535"),
+        ("etcd3+http://user:secret@h:2379", "credentials"),
+        ("etcd3+http://h:2379?membership_timeout=2.5", "whole number"),
+        ("etcd3+http://h:2379?lock_timeout=x", "whole number"),
+        ("etcd3://h:2379", "unsupported scheme"),
+        ("etcd3gw://h:2379", "unsupported scheme"),
+        ("file://", "needs a directory"),
+    ],
+)
+def test_an_unusable_backend_url_is_refused_at_construction(url: str, says: str) -> None:
+    """tooz would accept these and fail at every connection attempt, forever."""
+    with pytest.raises(MembershipError) as err:
+        Membership(url, "agent-1")
+    assert err.value.field == "backend_url"
+    assert says in err.value.reason
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "etcd3+http://127.0.0.1:2379?membership_timeout=10",
+        "etcd3+https://etcd.example.org:2379",
+        "etcd3+http://[::1]:2379",
+        "etcd3+http://localhost",
+        "file:///tmp/x?timeout=2",
+    ],
+)
+def test_a_usable_backend_url_is_accepted(url: str) -> None:
+    Membership(url, "agent-1")
+
+
 def test_a_pause_past_the_ttl_is_reported_as_lost_before_the_rejoin(
     backend: FakeBackend, started: list[Membership]
 ) -> None:
