@@ -318,6 +318,16 @@ class OwnershipManager:
                 self._membership.state.value,
             )
             return None
+        if self.host not in view.members:
+            # Not a view to act on: we are CONNECTED, so it was read while we
+            # were (re-)joining.  Acting on it would release every unpinned
+            # node we own, to claim them back on the next view.
+            LOG.warning(
+                "Agent %s: view of %d members does not contain this agent, reconcile postponed",
+                self.host,
+                len(view.members),
+            )
+            return None
         lost = self._revalidate()[1] if self.needs_revalidation() else 0
         desired = self.desired(view)
         busy = self._busy_nodes()

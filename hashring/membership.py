@@ -591,6 +591,19 @@ class Membership:
             else:
                 excluded[member_id] = reason
         self._check_self(raw, generation)
+        if self._join and self._member_id not in members:
+            # A view without us is never published.  It is read while we are
+            # joining (at start, or re-joining after the lease expired while
+            # the backend was away) or it sees our lease gone: either way the
+            # join follows within a beat, and an agent acting on this view
+            # would release every unpinned node it owns only to claim them
+            # back a moment later (agent -> none -> agent).
+            LOG.debug(
+                "Member %s: view of group %s without this member not published (joining)",
+                self._member_id,
+                self._group_name,
+            )
+            return
         self._log_exclusions(excluded)
         view = MembershipView(
             members=MappingProxyType(members),

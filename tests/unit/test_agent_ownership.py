@@ -420,6 +420,25 @@ def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:
     assert result is not None and result.claimed == 10
 
 
+def test_a_view_without_this_agent_is_not_acted_on(env: Fleet) -> None:
+    """Such a view is read while the agent re-joins (its lease expired while
+    the etcd member in use was away): acting on it released every unpinned
+    node only to claim them back on the next view."""
+    add_nodes(env.db, 12)
+    env.live({"a1": [], "a2": []})
+    a1, a2 = env.agent("a1"), env.agent("a2")
+    env.settle()
+    before = env.owners()
+    assert {owner for owner, _ in before.values()} == {"a1", "a2"}
+    held = a1.held()
+    env.conductor.calls.clear()
+    # CONNECTED again (re-joined), but the view was read before the join.
+    assert a1.reconcile(view_of({"a2": []})) is None
+    assert env.conductor.of("release") == [] and env.conductor.of("claim") == []
+    assert a1.held() == held and env.owners() == before
+    assert a2.reconcile(view_of({"a2": []})) is not None  # a peer's view is fine
+
+
 def test_a_claim_by_an_agent_the_conductor_does_not_see_fails_and_holds_nothing(
     env: Fleet,
 ) -> None:
