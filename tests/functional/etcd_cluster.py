@@ -165,6 +165,10 @@ class EtcdCluster:
         """The tooz URL of the gateway (without options)."""
         return f"etcd3+http://127.0.0.1:{self.gateway_port}"
 
+    def member_url(self, i: int) -> str:
+        """The tooz URL of member ``i`` itself (what the gateway replaces)."""
+        return f"etcd3+http://127.0.0.1:{self.client_ports[i]}"
+
     def _healthy(self, port: int) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
