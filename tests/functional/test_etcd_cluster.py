@@ -245,8 +245,9 @@ def test_services_on_one_member_come_back_with_it_and_nothing_moves(
     so every service is LOST and re-joins when m0 is back.  Agents must not
     act on the group as read before their own re-join (it lacks them: they
     released all their unpinned nodes and claimed them back 0.6 s later),
-    and the conductor must not fail builds because no owner has re-joined
-    yet ("no valid node ... LiveOwnerFilter removed N"): they wait.
+    nor take the nodes of peers that re-join a heartbeat after them, and
+    the conductor must not fail builds because no owner has re-joined yet
+    ("no valid node ... LiveOwnerFilter removed N"): they wait.
     """
     load = Load(fleet, transport_url, seed=11, max_seconds=LOAD_SECONDS)
     concerned: list[str] = []
