@@ -57,8 +57,9 @@ class ReconcileResult:
     lost: int = 0
     #: We own exactly our share and pins, less the nodes pinned elsewhere.
     converged: bool = False
-    #: Seconds until the earliest restart hold on nodes we want ends (then
-    #: reconcile again: they may be claimed), None when no hold is known.
+    #: Seconds until the earliest restart hold on nodes we want ends, or
+    #: the settle after a re-join (then reconcile again: they may be
+    #: claimed), None when there is neither.
     retry_in: float | None = None
 
 
@@ -75,6 +76,7 @@ class OwnershipManager:
         claim_batch: int = 500,
         busy_nodes: Callable[[], set[str]] = set,
         metrics: AgentMetrics | None = None,
+        rejoin_settle: float = 0.0,
     ) -> None:
         self.host = host
         self._metrics = metrics if metrics is not None else AgentMetrics(host)
@@ -106,6 +108,12 @@ class OwnershipManager:
         self._adopted_at: dict[str, float] = {}
         # The membership's join generation our held set was read under.
         self._validated_generation = -1
+        # After a re-join, no claim before this (monotonic): peers that were
+        # cut off with us (the etcd member we all use was away past the TTL)
+        # re-join within a heartbeat of us, and until then our view lacks
+        # them -- claiming their nodes would move them away and back.
+        self._rejoin_settle = rejoin_settle
+        self._claims_after = 0.0
 
     # -- the fence -------------------------------------------------------------
 
@@ -318,7 +326,21 @@ class OwnershipManager:
                 self._membership.state.value,
             )
             return None
-        lost = self._revalidate()[1] if self.needs_revalidation() else 0
+        if self.host not in view.members:
+            # Not a view to act on: we are CONNECTED, so it was read while we
+            # were (re-)joining.  Acting on it would release every unpinned
+            # node we own, to claim them back on the next view.
+            LOG.warning(
+                "Agent %s: view of %d members does not contain this agent, reconcile postponed",
+                self.host,
+                len(view.members),
+            )
+            return None
+        lost = 0
+        if self.needs_revalidation():
+            lost = self._revalidate()[1]
+            if self._validated_generation > 1:  # a re-join, not our first join
+                self._claims_after = time.monotonic() + self._rejoin_settle
         desired = self.desired(view)
         busy = self._busy_nodes()
         with self._lock:
@@ -339,6 +361,15 @@ class OwnershipManager:
             to_claim = sorted(
                 n for n in desired if n not in self._held and self._refused_by.get(n) not in keepers
             )
+            settling = self._claims_after - now
+            if settling > 0 and to_claim:
+                LOG.info(
+                    "Agent %s re-joined: %d claims wait %.1f s for peers re-joining too",
+                    self.host,
+                    len(to_claim),
+                    settling,
+                )
+                to_claim = []
         released = self._release(releasable)
         claimed, refused, rehomed, refusals = self._claim(to_claim)
         with self._lock:
@@ -359,7 +390,10 @@ class OwnershipManager:
                 for node, owner in refusals.items()
             )
             now = time.monotonic()
-            retry_in = min((t - now for t in self._restart_holds.values()), default=None)
+            waits = [t - now for t in self._restart_holds.values()]
+            if self._claims_after > now:
+                waits.append(self._claims_after - now)
+            retry_in = min(waits, default=None)
         result = ReconcileResult(
             desired=len(desired),
             held=held_now,

@@ -90,6 +90,9 @@ class AgentService:
             claim_batch=agent_conf.claim_batch,
             busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
             metrics=self.metrics,
+            # Peers cut off with us re-join within a heartbeat (TTL/4) of us,
+            # and we see them at the next read of the group.
+            rejoin_settle=self.membership.ttl / 2 + conf.coordination.watch_interval,
         )
         self._reporter = ResultReporter(self.host, conductor)
         self._reporter.start()

@@ -17,6 +17,7 @@ import datetime
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -80,6 +81,7 @@ class BuildWorkers:
         workers: int,
         router: Router | None = None,
         max_attempts: Callable[[], int] = lambda: 3,
+        owner_wait: Callable[[], float] = lambda: 0.0,
         metrics: ConductorMetrics | None = None,
     ) -> None:
         self._db = db
@@ -88,6 +90,11 @@ class BuildWorkers:
         self._fleet = fleet
         self._router = router
         self._max_attempts = max_attempts
+        self._owner_wait = owner_wait
+        # Instance -> when (monotonic) it first found no node but for a live
+        # owner; it waits for one up to owner_wait() from then.
+        self._owner_waits: dict[str, float] = {}
+        self._owner_waits_lock = threading.Lock()
         # (action, instance uuid, what build_instances just stored, if known)
         self._queue: queue.Queue[tuple[str, str, _Stored | None] | object] = queue.Queue()
         # (instance, node, attempt) already re-routed once by the sweeper
@@ -189,6 +196,7 @@ class BuildWorkers:
             except NotFound:
                 return
         if instance.vm_state is not VmState.BUILDING or instance.node_uuid is not None:
+            self._end_owner_wait(instance.uuid)
             return
         try:
             if flavor is None:
@@ -202,9 +210,10 @@ class BuildWorkers:
                 exclude_nodes=instance.tried_nodes,
             )
         except NoValidNode as exc:
-            self._fail(instance, str(exc))
+            self._no_valid_node(instance, exc)
             return
         except Conflict:
+            self._end_owner_wait(instance.uuid)
             return  # deleted or placed meanwhile
         except ServiceUnavailable as exc:
             # This conductor cannot tell who is alive right now, or cannot
@@ -217,6 +226,7 @@ class BuildWorkers:
         except RingfleetError as exc:
             self._fail(instance, str(exc))
             return
+        self._end_owner_wait(instance.uuid)
         # The operator's line for the allocation, logged before the owner
         # answers; the router adds a line only when the answer is unusual.
         LOG.info(
@@ -228,6 +238,45 @@ class BuildWorkers:
         )
         if self._router is not None:
             self._router.route(instance, node, claim)
+
+    def _no_valid_node(self, instance: Instance, exc: NoValidNode) -> None:
+        """Fail the build, unless it fits nodes that lack only a live owner (it waits)."""
+        if exc.awaiting_owner and self._waits_for_owner(instance.uuid, exc):
+            return
+        waited = self._end_owner_wait(instance.uuid)
+        fault = str(exc)
+        if waited is not None:
+            fault += f"; waited {waited:.0f} s for a live owner"
+        self._fail(instance, fault)
+
+    def _waits_for_owner(self, instance_uuid: str, exc: NoValidNode) -> bool:
+        """Whether a build that fits only nodes without a live owner waits (retried later).
+
+        Owners are missing for a moment when agents re-join after their
+        etcd member came back, or before a peer takes a dead agent's free
+        nodes over (within the membership TTL): failing the build then
+        would turn a blip into an ERROR.  The wait is bounded by
+        ``owner_wait``; past it the build fails as before.
+        """
+        limit = self._owner_wait()
+        now = time.monotonic()
+        with self._owner_waits_lock:
+            since = self._owner_waits.get(instance_uuid, now)
+            if now - since >= limit:
+                return False
+            self._owner_waits[instance_uuid] = since
+        if since == now:
+            LOG.info(
+                "Instance %s waits up to %.0f s for a live owner: %s", instance_uuid, limit, exc
+            )
+        self._retry_later(instance_uuid)
+        return True
+
+    def _end_owner_wait(self, instance_uuid: str) -> float | None:
+        """Forget the build's wait for an owner; how long it waited, if it did."""
+        with self._owner_waits_lock:
+            since = self._owner_waits.pop(instance_uuid, None)
+        return None if since is None else time.monotonic() - since
 
     def _retry_later(self, instance_uuid: str, delay: float = 2.0, action: str = "build") -> None:
         timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid, None)))

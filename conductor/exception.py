@@ -300,6 +300,10 @@ class NoValidNode(RingfleetError):
         zeros included; the counts add up to ``candidates`` (nodes that
         passed every filter but were lost to other conductors count as
         removed by nothing, and the sum is then smaller)
+    :ivar awaiting_owner: nodes removed only because their owner is not a
+        live member right now: each passes every other filter.  Non-zero
+        means the build may fit in a moment (the owner re-joins, or a peer
+        takes its nodes over), not that it never will.
 
     ``NoValidNode(**exc.kwargs)`` rebuilds it from primitives (RPC).
     """
@@ -309,21 +313,30 @@ class NoValidNode(RingfleetError):
         flavor: str,
         candidates: int,
         removed: Iterable[tuple[str, int] | list[Any]],
+        awaiting_owner: int = 0,
     ) -> None:
         self.flavor = flavor
         self.candidates = candidates
         self.removed: list[tuple[str, int]] = [(str(name), int(n)) for name, n in removed]
+        self.awaiting_owner = int(awaiting_owner)
         counts = ", ".join(f"{name} removed {n}" for name, n in self.removed if n)
+        waiting = (
+            f" ({self.awaiting_owner} of them would fit with a live owner)"
+            if self.awaiting_owner
+            else ""
+        )
         super().__init__(
             f"no valid node for flavor {flavor!r}: {candidates} nodes"
-            + (f"; {counts}" if counts else ""),
+            + (f"; {counts}" if counts else "")
+            + waiting,
             flavor=flavor,
             candidates=candidates,
             removed=[[name, n] for name, n in self.removed],
+            awaiting_owner=self.awaiting_owner,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.flavor, self.candidates, self.removed))
+        return (type(self), (self.flavor, self.candidates, self.removed, self.awaiting_owner))
 
 
 class ServiceUnavailable(RingfleetError):

@@ -84,6 +84,13 @@ class ConductorService:
             fleet,
             workers=conf.conductor.workers,
             max_attempts=lambda: int(conf.conductor.max_attempts),
+            # A node without a live owner gets one within the TTL (a peer
+            # takes it over), or once a restart hold ends; builds that fit
+            # only such nodes wait that long before NoValidNode.
+            owner_wait=lambda: (
+                self._membership.ttl
+                + max(float(conf.conductor.rehome_grace), float(conf.conductor.restart_grace))
+            ),
             metrics=self.metrics,
         )
         compute = ComputeAPI(self._transport, observe=self.metrics.rpc_made)

@@ -30,16 +30,42 @@ function _ringfleet_url_host {
     echo "$host"
 }
 
-# The tooz URL of the membership group: RINGFLEET_COORDINATION_URL, else
-# devstack's etcd3 (on this node, or on the controller for a subnode).
+# The tooz URL of the membership group: RINGFLEET_COORDINATION_URL, else this
+# node's etcd gateway (RINGFLEET_ETCD_GATEWAY), else devstack's etcd3 (on
+# this node, or on the controller for a subnode).
 function _ringfleet_coordination_url {
     if [[ -n "$RINGFLEET_COORDINATION_URL" ]]; then
         echo "$RINGFLEET_COORDINATION_URL"
         return
     fi
+    if is_service_enabled ringfleet-etcd-gateway; then
+        echo "etcd3+http://127.0.0.1:$RINGFLEET_ETCD_GATEWAY_PORT?membership_timeout=$RINGFLEET_MEMBERSHIP_TIMEOUT"
+        return
+    fi
     local host
     host=$(_ringfleet_url_host "${ETCD_HOST:-$SERVICE_HOST}")
     echo "etcd3+http://$host:${ETCD_PORT:-2379}?membership_timeout=$RINGFLEET_MEMBERSHIP_TIMEOUT"
+}
+
+# The etcd members the gateway forwards to: RINGFLEET_ETCD_ENDPOINTS, else
+# devstack's etcd3.
+function _ringfleet_etcd_endpoints {
+    if [[ -n "$RINGFLEET_ETCD_ENDPOINTS" ]]; then
+        echo "$RINGFLEET_ETCD_ENDPOINTS"
+        return
+    fi
+    echo "$(_ringfleet_url_host "${ETCD_HOST:-$SERVICE_HOST}"):${ETCD_PORT:-2379}"
+}
+
+# The etcd binary that runs the gateway.
+function _ringfleet_etcd_bin {
+    if [[ -n "$RINGFLEET_ETCD_BIN" ]]; then
+        echo "$RINGFLEET_ETCD_BIN"
+    elif [[ -x "${ETCD_BIN_DIR:-/nonexistent}/etcd" ]]; then
+        echo "$ETCD_BIN_DIR/etcd"
+    else
+        command -v etcd || die $LINENO "the etcd gateway needs the etcd binary: set RINGFLEET_ETCD_BIN"
+    fi
 }
 
 function _ringfleet_agent_conf {
@@ -84,8 +110,16 @@ function configure_ringfleet {
         die $LINENO "RINGFLEET_MEMBERSHIP_TIMEOUT must be whole seconds, got '$RINGFLEET_MEMBERSHIP_TIMEOUT'"
     fi
     if [[ -z "$RINGFLEET_COORDINATION_URL" ]] && ! is_service_enabled etcd3 \
-            && [[ "$SERVICE_HOST" == "$HOST_IP" ]]; then
+            && [[ -z "$RINGFLEET_ETCD_ENDPOINTS" && "$SERVICE_HOST" == "$HOST_IP" ]]; then
         die $LINENO "ringfleet needs etcd: enable the etcd3 service or set RINGFLEET_COORDINATION_URL"
+    fi
+    if is_service_enabled ringfleet-etcd-gateway; then
+        if [[ -n "$RINGFLEET_COORDINATION_URL" ]]; then
+            die $LINENO "set RINGFLEET_ETCD_GATEWAY or RINGFLEET_COORDINATION_URL, not both"
+        fi
+        if ! [[ "$RINGFLEET_ETCD_GATEWAY_PORT" =~ ^[0-9]+$ ]]; then
+            die $LINENO "RINGFLEET_ETCD_GATEWAY_PORT must be a port number, got '$RINGFLEET_ETCD_GATEWAY_PORT'"
+        fi
     fi
     local transport_url
     transport_url=$(get_transport_url)
@@ -126,10 +160,16 @@ function init_ringfleet {
         || die $LINENO "ringfleet-dbsync upgrade failed"
 }
 
-# start_ringfleet - the conductor first, then the agents (each agent retries
-# its calls until the conductor answers, so no wait is needed in between).
+# start_ringfleet - the etcd gateway (if enabled), the conductor, then the
+# agents (each agent retries its calls until the conductor answers, so no wait
+# is needed in between).
 # run_process starts only the services that are enabled.
 function start_ringfleet {
+    # The etcd gateway first: the services' backend_url is this node's gateway.
+    if is_service_enabled ringfleet-etcd-gateway; then
+        run_process ringfleet-etcd-gateway \
+            "$(_ringfleet_etcd_bin) gateway start --endpoints=$(_ringfleet_etcd_endpoints) --listen-addr=127.0.0.1:$RINGFLEET_ETCD_GATEWAY_PORT"
+    fi
     run_process ringfleet-conductor \
         "$RINGFLEET_BIN_DIR/ringfleet-conductor --config-file $RINGFLEET_CONF"
     local i
@@ -140,7 +180,8 @@ function start_ringfleet {
 }
 
 # stop_ringfleet - the agents first (a stopping agent still reports to the
-# conductor), then the conductor. stop_process acts on enabled services only,
+# conductor), then the conductor, then the etcd gateway (a stopping agent
+# leaves the group through it). stop_process acts on enabled services only,
 # so an agent left over from a larger RINGFLEET_AGENTS is enabled first.
 function stop_ringfleet {
     local i
@@ -149,6 +190,7 @@ function stop_ringfleet {
         stop_process "ringfleet-agent-$i"
     done
     stop_process ringfleet-conductor
+    stop_process ringfleet-etcd-gateway
 }
 
 # cleanup_ringfleet - remove what configure_ringfleet created.

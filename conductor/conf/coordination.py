@@ -23,8 +23,13 @@ opts = [
             "agent's nodes are taken over about that long after it died, and a "
             "live agent stops acting after half of it without reaching etcd. "
             "Lower means faster takeover but more false suspensions on a busy "
-            "etcd; etcd grants no lease under about 2 s. The embedded mode uses "
-            "'file:///some/dir?timeout=5' (one machine only)."
+            "etcd; etcd grants no lease under about 2 s; TTL/2 should exceed an "
+            "etcd leader election. The URL names exactly one etcd endpoint "
+            "(tooz talks to one): for an etcd cluster, run 'etcd gateway start "
+            "--endpoints=A,B,C --listen-addr=127.0.0.1:23790' on each host and "
+            "use 'etcd3+http://127.0.0.1:23790?membership_timeout=10'. A URL "
+            "listing several endpoints is refused at start. The embedded mode "
+            "uses 'file:///some/dir?timeout=5' (one machine only)."
         ),
     ),
     cfg.StrOpt(

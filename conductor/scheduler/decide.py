@@ -12,7 +12,8 @@ candidate node (see :mod:`conductor.scheduler.weighers`).
 
 :meth:`Chooser.explain` is the slow path for a failure: it runs the whole
 filter chain over the nodes of the flavor's resource class to count how
-many nodes each filter removed, for :class:`~conductor.exception.NoValidNode`.
+many nodes each filter removed, for :class:`~conductor.exception.NoValidNode`,
+and how many of them lack only a live owner (the build may wait for one).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from conductor.scheduler.filters import (
     ALWAYS_APPLIED,
     BaseFilter,
     GroupFilter,
+    LiveOwnerFilter,
     ResourceClassFilter,
 )
 from conductor.scheduler.index import NodeIndex, NodeSet, Profile
@@ -220,13 +222,21 @@ class Chooser:
         ]
         counts[1] = of_class - len(nodes)
         rest = chain[2:]
+        awaiting_owner = 0
         for node in nodes:
             for position, node_filter in enumerate(rest, start=2):
                 if not node_filter.filter(node, request):
                     counts[position] += 1
+                    if isinstance(node_filter, LiveOwnerFilter) and all(
+                        later.filter(node, request) for later in chain[position + 1 :]
+                    ):
+                        # Only its owner is missing: an agent re-joining, or
+                        # a peer about to take the node over, makes it fit.
+                        awaiting_owner += 1
                     break
         return NoValidNode(
             request.flavor.name,
             total,
             [(node_filter.name, count) for node_filter, count in zip(chain, counts, strict=True)],
+            awaiting_owner,
         )

@@ -528,9 +528,17 @@ def test_busy_nodes_are_not_released_by_reconcile(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, step_duration=0.1)
     node = agent.nodes[0]
     agent.actions.build(instance_id(), node, agent.epoch(node))
-    # Nobody wants the node any more (the agent left the ring): it is busy, so kept.
-    empty = MembershipView(members={}, excluded={}, ring_version=1)
-    result = agent.ownership.reconcile(empty)
+    # The agent no longer wants the node (it now serves another rack only,
+    # another agent serves this one): it is busy, so kept.
+    elsewhere = MembershipView(
+        members={
+            HOST: Member(HOST, 1, 1.0, {"groups": ["other-rack"]}),
+            "agent-2": Member("agent-2", 1, 1.0, {}),
+        },
+        excluded={},
+        ring_version=1,
+    )
+    result = agent.ownership.reconcile(elsewhere)
     assert result is not None and result.released == 2
     assert set(agent.ownership.held()) == {node.uuid}
     assert agent.actions.wait_idle(5.0)

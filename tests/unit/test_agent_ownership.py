@@ -10,6 +10,7 @@ and the agent's own membership connection state are stubbed.
 from __future__ import annotations
 
 import datetime
+import time
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -120,7 +121,11 @@ class Fleet:
         return self.view
 
     def agent(
-        self, host: str, groups: Sequence[str] = (), claim_batch: int = 500
+        self,
+        host: str,
+        groups: Sequence[str] = (),
+        claim_batch: int = 500,
+        rejoin_settle: float = 0.0,
     ) -> OwnershipManager:
         membership = StubMembership()
         self.memberships[host] = membership
@@ -132,6 +137,7 @@ class Fleet:
             groups=groups,
             claim_batch=claim_batch,
             busy_nodes=lambda: set(self.busy[host]),
+            rejoin_settle=rejoin_settle,
         )
         self.agents[host] = manager
         return manager
@@ -418,6 +424,66 @@ def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:
     env.memberships["a1"].state = State.CONNECTED
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 10
+
+
+def test_a_view_without_this_agent_is_not_acted_on(env: Fleet) -> None:
+    """Such a view is read while the agent re-joins (its lease expired while
+    the etcd member in use was away): acting on it released every unpinned
+    node only to claim them back on the next view."""
+    add_nodes(env.db, 12)
+    env.live({"a1": [], "a2": []})
+    a1, a2 = env.agent("a1"), env.agent("a2")
+    env.settle()
+    before = env.owners()
+    assert {owner for owner, _ in before.values()} == {"a1", "a2"}
+    held = a1.held()
+    env.conductor.calls.clear()
+    # CONNECTED again (re-joined), but the view was read before the join.
+    assert a1.reconcile(view_of({"a2": []})) is None
+    assert env.conductor.of("release") == [] and env.conductor.of("claim") == []
+    assert a1.held() == held and env.owners() == before
+    assert a2.reconcile(view_of({"a2": []})) is not None  # a peer's view is fine
+
+
+def test_after_a_re_join_peers_missing_from_the_view_get_time_to_re_join(env: Fleet) -> None:
+    """The etcd member every service used was away past the TTL: every lease
+    expired, and the agents re-join one after the other.  The first one back
+    must not take the nodes of peers that re-join a heartbeat later."""
+    add_nodes(env.db, 12)
+    env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1", rejoin_settle=0.3)
+    a2 = env.agent("a2")
+    env.settle()
+    before = env.owners()
+    theirs = {n for n, (owner, _epoch) in before.items() if owner == "a2"}
+    assert theirs and a1.held().keys() == before.keys() - theirs
+    # a1 re-joined (a new join generation); a2 has not yet.
+    env.memberships["a1"].join_generation = 2
+    view = env.live({"a1": []})
+    env.conductor.calls.clear()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0
+    assert result.retry_in is not None and 0 < result.retry_in <= 0.3
+    assert env.conductor.of("claim") == [] and env.owners() == before
+    # a2 re-joins meanwhile: nothing moved, nothing will.
+    view = env.live({"a1": [], "a2": []})
+    time.sleep(0.3)
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0 and env.owners() == before
+    assert a2.reconcile(view) is not None and env.owners() == before
+    # A peer that stays away past the settle is gone: its nodes are taken.
+    view = env.live({"a1": []})
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == len(theirs)
+
+
+def test_a_first_join_claims_at_once(env: Fleet) -> None:
+    add_nodes(env.db, 6)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1", rejoin_settle=60.0)
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 6 and result.retry_in is None
 
 
 def test_a_claim_by_an_agent_the_conductor_does_not_see_fails_and_holds_nothing(

@@ -154,6 +154,7 @@ def make_flow(
     *,
     node_count: int = 4,
     max_attempts: int = 3,
+    owner_wait: float = 0.0,
 ) -> Iterator[Flow]:
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     membership = StubMembership()
@@ -170,7 +171,13 @@ def make_flow(
     scheduler = Scheduler(db, refresh_interval=0)
     router = RecordingRouter()
     workers = BuildWorkers(
-        db, scheduler, fleet, workers=2, router=router, max_attempts=lambda: max_attempts
+        db,
+        scheduler,
+        fleet,
+        workers=2,
+        router=router,
+        max_attempts=lambda: max_attempts,
+        owner_wait=lambda: owner_wait,
     )
     workers.start()
     try:
@@ -578,6 +585,59 @@ def test_a_build_that_meets_a_database_outage_goes_back_on_the_queue(
     assert (2.0, "resume") in flow.delays
     instance = flow.instance(uuid)
     assert instance.vm_state is VmState.BUILDING and instance.attempts == 0
+
+
+def test_a_build_that_fits_only_nodes_without_a_live_owner_waits_for_one(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    """Every agent re-joining at once (the etcd member in use came back):
+    for a moment no node has a live owner.  Not a reason to fail builds."""
+    with make_flow(tmp_path, fast_timers, owner_wait=60.0) as flow:
+        flow.fleet.on_change(view_of())  # the agents are not back yet
+        uuid = flow.build()
+        wait_for(lambda: fast_timers.count((2.0, "build")) >= 3)  # retried, again and again
+        instance = flow.instance(uuid)
+        assert instance.vm_state is VmState.BUILDING and instance.fault is None
+        assert instance.attempts == 0 and flow.router.routed == []
+        flow.fleet.on_change(view_of(*AGENTS))  # they re-joined
+        node, owner, _ = flow.wait_routes(uuid, 1)
+        assert owner in AGENTS and flow.instance(uuid).node_uuid == node
+        assert flow.instance(uuid).vm_state is VmState.BUILDING
+
+
+def test_a_build_waits_for_a_live_owner_only_so_long(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    with make_flow(tmp_path, fast_timers, owner_wait=0.3) as flow:
+        flow.fleet.on_change(view_of())
+        uuid = flow.build()
+        wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
+        assert (2.0, "build") in fast_timers  # it did wait
+        fault = flow.instance(uuid).fault
+        assert fault is not None
+        assert "LiveOwnerFilter removed 4" in fault and "waited 0 s for a live owner" in fault
+        assert flow.router.routed == []
+
+
+def test_a_build_that_no_node_fits_fails_at_once_even_while_owners_are_missing(
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
+) -> None:
+    with make_flow(tmp_path, fast_timers, owner_wait=60.0) as flow:
+        flow.fleet.on_change(view_of())
+        flavors.create_flavor(
+            flow.db,
+            validate_flavor_spec(
+                {"name": "gpu", "resource_class": "baremetal", "required_traits": ["CUSTOM_GPU"]}
+            ),
+        )
+        [instance], _ = instances.create_instances(
+            flow.db, validate_build_request({"flavor": "gpu"})
+        )
+        flow.builds.submit([instance.uuid])
+        wait_for(lambda: flow.instance(instance.uuid).vm_state is VmState.ERROR)
+        assert fast_timers == []  # no wait, no retry
+        fault = flow.instance(instance.uuid).fault
+        assert fault is not None and "no valid node" in fault and "live owner" not in fault
 
 
 def test_resume_queues_stored_builds_and_deletions(

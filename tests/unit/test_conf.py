@@ -83,6 +83,11 @@ def test_membership_needs_a_backend_url(tmp_path: Path) -> None:
     ("text", "group", "option"),
     [
         ("[coordination]\nbackend_url = redis://x\n", "coordination", "backend_url"),
+        (
+            "[coordination]\nbackend_url = etcd3+http://127.0.0.1:2379,127.0.0.1:22379\n",
+            "coordination",
+            "backend_url",
+        ),
         # An empty [DEFAULT] host no longer gets this far: its type refuses it.
     ],
 )

@@ -33,6 +33,10 @@ class FakeBackend:
         self.groups: dict[bytes, dict[bytes, dict[str, Any]]] = {}
         self.heartbeat_error: Exception | None = None
         self.joins = 0
+        self.reads = 0
+        # When set, joins wait for it: a join that takes a while (a slow or
+        # just restarted etcd member), during which the group is read.
+        self.join_gate: threading.Event | None = None
         self.lock = threading.Lock()
 
 
@@ -62,6 +66,9 @@ class FakeCoordinator:
 
     def join_group(self, group: bytes, caps: dict[str, Any]) -> _Result:
         def run() -> None:
+            gate = self.backend.join_gate
+            if gate is not None:
+                assert gate.wait(10)
             with self.backend.lock:
                 members = self.backend.groups[group]
                 if self.member_id in members:
@@ -80,7 +87,12 @@ class FakeCoordinator:
         return _Result(run)
 
     def get_members_with_capabilities(self, group: bytes) -> _Result:
-        return _Result(lambda: dict(self.backend.groups[group]))
+        def run() -> dict[bytes, dict[str, Any]]:
+            with self.backend.lock:
+                self.backend.reads += 1
+                return dict(self.backend.groups[group])
+
+        return _Result(run)
 
     def get_member_capabilities(self, group: bytes, member: bytes) -> _Result:
         return _Result(lambda: self.backend.groups[group][member])
@@ -176,6 +188,36 @@ def test_missing_from_the_group_rejoins(backend: FakeBackend, started: list[Memb
         del backend.groups[GROUP][b"agent-1"]  # as if the lease had expired
     wait_until(lambda: backend.joins == joins + 1)
     wait_until(lambda: m.state is State.CONNECTED and b"agent-1" in backend.groups[GROUP])
+
+
+def test_no_view_without_this_member_is_published_while_it_re_joins(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    """The etcd member in use came back after longer than the TTL: our lease
+    is gone and we re-join.  The group read meanwhile lacks us; an agent
+    acting on it released all its unpinned nodes (agent -> none -> agent)."""
+    clock = FakeClock()
+    views: list[MembershipView] = []
+    with backend.lock:
+        backend.groups[GROUP] = {b"peer": {"ring_version": 1, "weight": 1.0}}
+    m = make(started, clock=clock, on_change=views.append)
+    assert m.wait_connected(5)
+    assert views and "agent-1" in views[-1].members
+    generation = m.join_generation
+    gate = threading.Event()
+    backend.join_gate = gate
+    with backend.lock:
+        del backend.groups[GROUP][b"agent-1"]  # the lease expired in etcd
+        reads = backend.reads
+    clock.now += m.ttl * 2  # no heartbeat got through for two TTLs
+    # The group is read several times while the re-join is under way.
+    wait_until(lambda: backend.reads >= reads + 5)
+    gate.set()
+    wait_until(lambda: m.join_generation == generation + 1 and m.can_act())
+    wait_until(lambda: backend.reads >= reads + 10)  # views after the re-join too
+    absent = [sorted(v.members) for v in views if "agent-1" not in v.members]
+    assert absent == []
+    assert m.view is not None and set(m.view.members) == {"agent-1", "peer"}
 
 
 def test_stale_entry_of_a_previous_incarnation_is_replaced(
@@ -308,6 +350,45 @@ def test_bad_parameters_name_the_field(kwargs: dict[str, Any], field: str) -> No
         Membership(args.pop("backend_url"), args.pop("member_id"), **args)
     assert err.value.field == field
     assert field in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("etcd3+http://127.0.0.1:2379,127.0.0.1:22379", "etcd gateway start --endpoints="),
+        ("etcd3+http://a:2379,b:2379?membership_timeout=3", "several etcd endpoints"),
+        ("etcd3+https://a:2379;b:2379", "several etcd endpoints"),
+        ("etcd3+http://h:99999", "1..65535"),
+        ("etcd3+http://h:0", "1..65535"),
+        ("etcd3+http://h:port", "1..65535"),
+        ("etcd3+http://user:secret@h:2379", "credentials"),
+        ("etcd3+http://h:2379?membership_timeout=2.5", "whole number"),
+        ("etcd3+http://h:2379?lock_timeout=x", "whole number"),
+        ("etcd3://h:2379", "unsupported scheme"),
+        ("etcd3gw://h:2379", "unsupported scheme"),
+        ("file://", "needs a directory"),
+    ],
+)
+def test_an_unusable_backend_url_is_refused_at_construction(url: str, says: str) -> None:
+    """tooz would accept these and fail at every connection attempt, forever."""
+    with pytest.raises(MembershipError) as err:
+        Membership(url, "agent-1")
+    assert err.value.field == "backend_url"
+    assert says in err.value.reason
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "etcd3+http://127.0.0.1:2379?membership_timeout=10",
+        "etcd3+https://etcd.example.org:2379",
+        "etcd3+http://[::1]:2379",
+        "etcd3+http://localhost",
+        "file:///tmp/x?timeout=2",
+    ],
+)
+def test_a_usable_backend_url_is_accepted(url: str) -> None:
+    Membership(url, "agent-1")
 
 
 def test_a_pause_past_the_ttl_is_reported_as_lost_before_the_rejoin(

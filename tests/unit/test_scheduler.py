@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import pickle
 import threading
 import uuid as uuidlib
 from collections import Counter
@@ -234,6 +235,38 @@ def test_no_valid_node_says_what_each_filter_removed(db: Database) -> None:
         "RetryFilter removed 1, TraitsFilter removed 5, CapabilitiesFilter removed 7"
     )
     assert instance_row(db, instance).node_uuid is None
+
+
+def test_no_valid_node_counts_the_nodes_that_lack_only_a_live_owner(db: Database) -> None:
+    """Those may fit in a moment (an agent re-joins, a peer takes its nodes
+    over): the build waits for them instead of failing (see BuildWorkers)."""
+    insert_nodes(db, 3, owner="agent-gone")
+    insert_nodes(db, 2, owner=None)  # not claimed yet
+    insert_nodes(db, 4, owner="agent-gone", traits=["CUSTOM_FORBIDDEN"])  # never fit
+    insert_nodes(db, 1, owner="agent-gone", resource_class="silver")
+    insert_nodes(db, 2, owner="agent-1", maintenance=True)
+    sched = scheduler(db)
+    flavor = Flavor(
+        name="gold-plain", resource_class="gold", forbidden_traits=frozenset({"CUSTOM_FORBIDDEN"})
+    )
+    with pytest.raises(NoValidNode) as excinfo:
+        sched.select_and_allocate(flavor, new_instances(db, 1)[0], live_members={"agent-1"})
+    error = excinfo.value
+    assert dict(error.removed)["LiveOwnerFilter"] == 9
+    assert error.awaiting_owner == 5
+    assert str(error).endswith("(5 of them would fit with a live owner)")
+    assert NoValidNode(**error.kwargs).awaiting_owner == 5  # as rebuilt over RPC
+    assert pickle.loads(pickle.dumps(error)).awaiting_owner == 5
+
+    # Nodes that would not fit even with a live owner: no reason to wait.
+    uefi = Flavor(
+        name="uefi", resource_class="gold", extra_specs={"capabilities:boot_mode": "uefi"}
+    )
+    with pytest.raises(NoValidNode) as excinfo:
+        sched.select_and_allocate(uefi, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert dict(excinfo.value.removed)["LiveOwnerFilter"] == 9
+    assert excinfo.value.awaiting_owner == 0
+    assert "live owner" not in str(excinfo.value)
 
 
 # -- coherence with the database -----------------------------------------------------------------

@@ -605,3 +605,77 @@ def test_devstack_unstack_stops_every_configured_agent_then_clean(tmp_path: Path
     devstack.run("clean")
     assert not devstack.conf_dir.exists()
     assert not (tmp_path / "data" / "ringfleet").exists()
+
+
+CLUSTER = "10.0.0.5:2379,10.0.0.6:2379,10.0.0.7:2379"
+
+
+def test_devstack_etcd_gateway_fronts_an_etcd_cluster(tmp_path: Path) -> None:
+    """tooz talks to one etcd endpoint: a local gateway makes it any live member."""
+    devstack = Devstack(tmp_path)
+    etcd = tmp_path / "etcd"
+    etcd.write_text("#!/bin/sh\n")
+    etcd.chmod(0o755)
+    gateway = {
+        "RINGFLEET_ETCD_GATEWAY": "True",
+        "RINGFLEET_ETCD_ENDPOINTS": CLUSTER,
+        "RINGFLEET_ETCD_BIN": str(etcd),
+    }
+    devstack.run(*STACK, **gateway)
+    url = devstack.ini("ringfleet.conf")["coordination"]["backend_url"]
+    assert url == "etcd3+http://127.0.0.1:23790?membership_timeout=10"
+    assert ttl_from_url(url) == 10.0  # and it passes the start-up check
+    started = [c[1:] for c in devstack.calls() if c[0] == "run_process"]
+    assert [name for name, _cmd in started] == [
+        "ringfleet-etcd-gateway",  # before anything uses it
+        "ringfleet-conductor",
+        "ringfleet-agent-1",
+        "ringfleet-agent-2",
+        "ringfleet-agent-3",
+    ]
+    assert shlex.split(started[0][1]) == [
+        str(etcd),
+        "gateway",
+        "start",
+        f"--endpoints={CLUSTER}",
+        "--listen-addr=127.0.0.1:23790",
+    ]
+    devstack.record.unlink()
+    devstack.run("unstack", **gateway)
+    assert devstack.calls()[-2:] == [
+        ["stop_process", "ringfleet-conductor"],
+        ["stop_process", "ringfleet-etcd-gateway"],  # after whatever leaves through it
+    ]
+
+
+def test_devstack_etcd_gateway_defaults_and_refusals(tmp_path: Path) -> None:
+    devstack = Devstack(tmp_path)
+    etcd = tmp_path / "etcd"
+    etcd.write_text("#!/bin/sh\n")
+    etcd.chmod(0o755)
+    devstack.run(
+        *STACK,
+        RINGFLEET_ETCD_GATEWAY="yes",
+        RINGFLEET_ETCD_GATEWAY_PORT="2399",
+        RINGFLEET_ETCD_BIN=str(etcd),
+    )
+    [gateway] = [c[2] for c in devstack.calls() if c[1:2] == ["ringfleet-etcd-gateway"]]
+    assert "--endpoints=10.0.0.5:2379" in shlex.split(gateway)  # devstack's etcd3
+    url = devstack.ini("ringfleet.conf")["coordination"]["backend_url"]
+    assert url.startswith("etcd3+http://127.0.0.1:2399?")
+    for env, says in (
+        ({"RINGFLEET_ETCD_GATEWAY": "maybe"}, "RINGFLEET_ETCD_GATEWAY must be True or False"),
+        (
+            {"RINGFLEET_ETCD_GATEWAY": "True", "RINGFLEET_COORDINATION_URL": "etcd3+http://h"},
+            "not both",
+        ),
+        (
+            {"RINGFLEET_ETCD_GATEWAY": "True", "RINGFLEET_ETCD_GATEWAY_PORT": "x"},
+            "RINGFLEET_ETCD_GATEWAY_PORT",
+        ),
+    ):
+        root = tmp_path / f"refused-{len(list(tmp_path.glob('refused-*')))}"
+        root.mkdir()
+        done = Devstack(root).run("stack post-config", check=False, **env)
+        assert done.returncode != 0, env
+        assert says in done.stderr
