@@ -1620,7 +1620,11 @@ def test_batched_results_one_failing_item_does_not_lose_the_others(
     assert applied == {"accepted": True}
     assert routed.show(first)["vm_state"] == "building"  # the sweeper will route it again
     rescheduled = routed.show(second)
-    assert rescheduled["attempts"] == 1 and rescheduled["tried_nodes"] == [node2]
+    # Applied: the attempt on node2 counted and the build rescheduled.  No
+    # node is free for it, so a worker may already have failed it for good
+    # (a second attempt counted) by the time we look: both are right.
+    assert rescheduled["attempts"] in (1, 2) and rescheduled["tried_nodes"] == [node2]
+    assert "bmc" in (rescheduled["fault"] or "")
 
 
 def test_batched_results_an_item_the_database_could_not_take_is_marked_retry(
