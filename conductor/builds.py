@@ -24,6 +24,7 @@ from typing import Protocol
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
+from conductor.db.ownership import Fence
 from conductor.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -40,7 +41,6 @@ from conductor.objects import (
     Instance,
     Node,
     Ownership,
-    ProvisionState,
     TaskState,
     VmState,
 )
@@ -345,8 +345,13 @@ class BuildWorkers:
             LOG.warning(
                 "Instance %s: no progress on node %s for %.0f s", uuid, node_uuid, build_timeout
             )
+            # The conductor's own decision, not a report: no fence.
             self._attempt_failed(
-                uuid, node_uuid, f"build timed out after {build_timeout:.0f} s", clean=False
+                uuid,
+                node_uuid,
+                f"build timed out after {build_timeout:.0f} s",
+                clean=False,
+                fence=None,
             )
         return len(stuck)
 
@@ -401,13 +406,13 @@ class BuildWorkers:
     def retry_later(self, instance_uuid: str, action: str) -> None:
         self._retry_later(instance_uuid, delay=2.0, action=action)
 
-    def refused(self, instance_uuid: str, node_uuid: str, fault: str) -> None:
-        """The node's owner refused the build for good: reschedule it now.
+    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None:
+        """The node's owner (``fence``) refused the build for good: reschedule it now.
 
         The node is freed as ``error``: its back end shows something the
         record does not (another instance), which an operator must look at.
         """
-        self._attempt_failed(instance_uuid, node_uuid, fault, clean=False)
+        self._attempt_failed(instance_uuid, node_uuid, fault, clean=False, fence=fence)
 
     def report_result(
         self,
@@ -428,30 +433,37 @@ class BuildWorkers:
         another node until ``max_attempts``; then the instance is ERROR with
         the fault of every attempt.
         """
-        if success and allocations.complete(
-            self._db, node_uuid, instance_uuid, owner=host, epoch=epoch
-        ):
-            # The usual case in one transaction: fenced and completed.
-            self._metrics.build_ended("active")
-            LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
-            return True
-        if not self._is_current(host, node_uuid, epoch, instance_uuid, "build"):
-            return False
+        fence = Fence(host, epoch)
         if success:
-            if instances.get_instance(self._db, instance_uuid).vm_state is VmState.DELETING:
+            if allocations.complete(self._db, node_uuid, instance_uuid, fence=fence):
+                # The usual case in one transaction: fenced and completed.
+                self._metrics.build_ended("active")
+                LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
+                return True
+            if allocations.deployed_while_deleting(self._db, node_uuid, instance_uuid, fence):
                 # Deleted while it was being built: it is deployed, so it is
                 # torn down now.
-                nodes.set_provision_state(self._db, node_uuid, ProvisionState.ACTIVE)
                 self.delete(instance_uuid)
+                return True
+        elif self._attempt_failed(
+            instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean, fence=fence
+        ):
             return True
-        self._attempt_failed(instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean)
-        return True
+        # Nothing changed: a stale report, or one about a build that has
+        # moved on (a duplicate).  Read only to answer and to log: every
+        # write above was fenced in its own statement.
+        return self._is_current(host, node_uuid, epoch, instance_uuid, "build")
 
     def _is_current(
         self, host: str, node_uuid: str, epoch: int, instance_uuid: str, what: str
     ) -> bool:
-        """The fence of agent reports: from the node's owner, at its epoch,
-        about the instance the node hosts (one read of the node row)."""
+        """Whether a report is from the node's owner, at its epoch, about the
+        instance the node hosts; a stale one is logged.
+
+        Only to answer and to log: a read followed by a write is no fence (a
+        takeover can come between them); the writes carry their own
+        (:func:`conductor.db.ownership.holds`).
+        """
         try:
             node = nodes.get_node(self._db, node_uuid)
         except NotFound:
@@ -476,13 +488,18 @@ class BuildWorkers:
         return False
 
     def _attempt_failed(
-        self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool
-    ) -> None:
+        self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool, fence: Fence | None
+    ) -> bool:
+        """Count a failed attempt, free the node, reschedule or fail the build.
+
+        False when nothing changed: the build moved on meanwhile (a success
+        won the race) or ``fence`` (the reporting agent's) no longer holds.
+        """
         attempts = allocations.fail_attempt(
-            self._db, node_uuid, instance_uuid, fault, node_clean=clean
+            self._db, node_uuid, instance_uuid, fault, node_clean=clean, fence=fence
         )
         if attempts is None:
-            return  # the build moved on meanwhile (a success won the race)
+            return False
         self._scheduler.refresh()
         if attempts >= self._max_attempts():
             instances.set_state(
@@ -516,6 +533,7 @@ class BuildWorkers:
                 task_state=TaskState.SCHEDULING,
             )
             self.submit([instance_uuid])
+        return True
 
     def report_destroyed(
         self,
@@ -528,16 +546,19 @@ class BuildWorkers:
         fault: str | None,
     ) -> bool:
         """An agent tore a node down (or failed to); fenced like build results."""
-        if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
-            return False
         if not success:
-            # The node stays allocated and dirty; the delete is retried.
+            # The node stays allocated and dirty (nothing is written); the
+            # delete is retried.
+            if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
+                return False
             LOG.warning(
                 "Instance %s: teardown of node %s failed: %s", instance_uuid, node_uuid, fault
             )
             self._retry_later(instance_uuid, delay=10.0, action="delete")
             return True
-        allocations.free(self._db, node_uuid, instance_uuid)
+        if not allocations.free(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
+            # Stale, or a duplicate of a report already applied.
+            return self._is_current(host, node_uuid, epoch, instance_uuid, "destroy")
         instances.set_state(
             self._db,
             instance_uuid,
@@ -587,7 +608,7 @@ class BuildWorkers:
                     self._retry_later(instance.uuid, delay=2.0, action="delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.
-            allocations.free(self._db, instance.node_uuid, instance.uuid)
+            allocations.free(self._db, instance.node_uuid, instance.uuid, fence=None)
         instances.set_state(
             self._db,
             instance.uuid,

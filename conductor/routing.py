@@ -36,6 +36,7 @@ from compute_agent.rpcapi import ComputeAPI
 from conductor import rpc
 from conductor.db import nodes
 from conductor.db.engine import Database
+from conductor.db.ownership import Fence
 from conductor.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -78,7 +79,7 @@ class AgentRouter:
         *,
         accept_timeout: float = 10.0,
         retry_later: Any = None,
-        refused: Callable[[str, str, str], None] | None = None,
+        refused: Callable[[str, str, str, Fence], None] | None = None,
         max_batch: int = 50,
     ) -> None:
         if max_batch < 1:
@@ -89,8 +90,9 @@ class AgentRouter:
         self._accept_timeout = accept_timeout
         # Called with (instance_uuid, action) to try again later.
         self._retry_later = retry_later
-        # Called with (instance_uuid, node_uuid, fault) when the owner
-        # refused the build for good: the attempt fails, the build moves on.
+        # Called with (instance_uuid, node_uuid, fault, the owner's fence)
+        # when the owner refused the build for good: the attempt fails (if
+        # the refusal still holds), the build moves on.
         self._refused = refused
         self._max_batch = max_batch
         self._lock = threading.Lock()
@@ -242,7 +244,7 @@ class AgentRouter:
             self._route_one(instance, node, claim, attempts=2)
             return
         if error == NodeNotBuildable.__name__:
-            self._not_buildable(instance, node, owner, str(reason))
+            self._not_buildable(instance, node, Fence(owner, epoch), str(reason))
             return
         LOG.warning(
             "Instance %s: %s refused node %s: %s: %s; retrying later",
@@ -265,8 +267,9 @@ class AgentRouter:
         for accept in batch:
             self._later(accept.instance, accept.node)
 
-    def _not_buildable(self, instance: Instance, node: Node, owner: str, reason: str) -> None:
+    def _not_buildable(self, instance: Instance, node: Node, fence: Fence, reason: str) -> None:
         """The owner refused for good: fail this attempt now, never retry it."""
+        owner = fence.owner
         LOG.warning(
             "Instance %s: %s refused node %s for good (%s); rescheduling",
             instance.uuid,
@@ -275,7 +278,7 @@ class AgentRouter:
             reason,
         )
         if self._refused is not None:
-            self._refused(instance.uuid, node.uuid, f"refused by agent {owner}: {reason}")
+            self._refused(instance.uuid, node.uuid, f"refused by agent {owner}: {reason}", fence)
         else:
             self._later(instance, node)
 
@@ -334,7 +337,7 @@ class AgentRouter:
                     first_line(exc),
                 )
             except NodeNotBuildable as exc:
-                self._not_buildable(instance, node, owner, _reason(exc))
+                self._not_buildable(instance, node, Fence(owner, epoch), _reason(exc))
                 return
             except messaging.MessagingTimeout:
                 LOG.warning(

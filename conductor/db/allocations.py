@@ -4,20 +4,23 @@ One instance per node (invariant 7) holds however many conductors race:
 the node row is updated only ``WHERE instance_uuid IS NULL`` and both
 ``nodes.instance_uuid`` and ``instances.node_uuid`` are unique, so the
 second of two racing allocations finds the condition false and gets
-nothing.
+nothing.  What an agent's report changes is fenced in the same statement
+(:func:`conductor.db.ownership.holds`): a report from an owner that lost
+the node, however late, changes nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, select, update
+from sqlalchemy import Table, bindparam, case, exists, select, update
 
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.db.ownership import Fence, holds
 from conductor.objects import Ownership, ProvisionState, TaskState, VmState
 
-__all__ = ["allocate", "complete", "fail_attempt", "free"]
+__all__ = ["allocate", "complete", "deployed_while_deleting", "fail_attempt", "free"]
 
 
 # Built once: allocation is the hot path of every build, and compiling two
@@ -67,13 +70,16 @@ _COMPLETE_INSTANCE = (
     )
     .values(vm_state=VmState.ACTIVE.value, task_state=None, updated_at=bindparam("now"))
 )
+# The reporting agent's fence as bind parameters, for statements built once.
+_REPORTER = Fence(
+    owner=cast(str, bindparam("fence_owner")), epoch=cast(int, bindparam("fence_epoch"))
+)
 _COMPLETE_NODE_FENCED = (
     update(_NODES)
     .where(
         _NODES.c.uuid == bindparam("node"),
         _NODES.c.instance_uuid == bindparam("instance"),
-        _NODES.c.owner == bindparam("fence_owner"),
-        _NODES.c.owner_epoch == bindparam("fence_epoch"),
+        holds(_REPORTER),
     )
     .values(provision_state=ProvisionState.ACTIVE.value, updated_at=bindparam("now"))
 )
@@ -127,19 +133,23 @@ def free(
     node_uuid: str,
     instance_uuid: str,
     *,
+    fence: Fence | None,
     provision_state: ProvisionState = ProvisionState.AVAILABLE,
 ) -> bool:
     """Take ``instance_uuid`` off ``node_uuid`` (failed build, or deleted).
 
     The node goes to ``provision_state`` (``available`` once clean,
-    ``error`` when its state is unknown).  False when the instance was not
-    on that node.
+    ``error`` when its state is unknown).  ``fence``: the reporting agent's,
+    when an agent's teardown report causes this; ``None`` only for the
+    conductor's own decisions (a build no agent was ever asked to deploy).
+    False when the instance was not on that node or the fence did not hold.
     """
     now = utcnow()
+    fenced = [holds(fence)] if fence is not None else []
     with db.transaction() as session:
         node = session.execute(
             update(NodeModel)
-            .where(NodeModel.uuid == node_uuid, NodeModel.instance_uuid == instance_uuid)
+            .where(NodeModel.uuid == node_uuid, NodeModel.instance_uuid == instance_uuid, *fenced)
             .values(instance_uuid=None, provision_state=provision_state.value, updated_at=now)
             .execution_options(synchronize_session=False)
         )
@@ -173,16 +183,15 @@ def complete(
     node_uuid: str,
     instance_uuid: str,
     *,
-    owner: str,
-    epoch: int,
+    fence: Fence,
 ) -> bool:
     """The build on ``node_uuid`` succeeded: instance ACTIVE, node active.
 
     One transaction, conditioned on the instance still building on that node,
     so that it cannot interleave with :func:`fail_attempt` (the sweeper) on
     the same build: exactly one of them takes effect.  It is also fenced by
-    the reporting agent's ``owner`` and ``epoch``: nothing changes unless
-    the node is still owned by ``owner`` at ``epoch`` when the transaction
+    the reporting agent's ``fence``: nothing changes unless the node is
+    still owned by ``fence.owner`` at ``fence.epoch`` when the transaction
     commits — the fence and the change in one transaction, where a separate
     read of the node would cost one more.  False when nothing changed; the
     caller tells why from the rows if it needs to.
@@ -190,8 +199,8 @@ def complete(
     params: dict[str, Any] = {
         "node": node_uuid,
         "instance": instance_uuid,
-        "fence_owner": owner,
-        "fence_epoch": epoch,
+        "fence_owner": fence.owner,
+        "fence_epoch": fence.epoch,
     }
     try:
         # The instance first, as fail_attempt does: the same lock order on
@@ -210,18 +219,44 @@ def complete(
         return False
 
 
-@retry_on_dead_connection
 def fail_attempt(
-    db: Database, node_uuid: str, instance_uuid: str, fault: str, *, node_clean: bool
+    db: Database,
+    node_uuid: str,
+    instance_uuid: str,
+    fault: str,
+    *,
+    node_clean: bool,
+    fence: Fence | None,
 ) -> int | None:
     """The build on ``node_uuid`` failed: count it and free the node.
 
     In one transaction, conditioned on the instance still building on that
     node: the attempt is counted, its fault appended, the node remembered
     (a reschedule avoids it) and freed — ``available`` if it was cleaned,
-    ``error`` if its state is unknown.  Returns the attempts so far, or
-    ``None`` when the build had already moved on (a success won).
+    ``error`` if its state is unknown.  ``fence``: the reporting agent's
+    when its report (a failure, a definitive refusal) causes this; ``None``
+    only for the conductor's own decision (the build timed out).  Returns
+    the attempts so far, or ``None`` when nothing changed: the build had
+    moved on (a success won) or the fence did not hold.
     """
+    try:
+        return _fail_attempt(
+            db, node_uuid, instance_uuid, fault, node_clean=node_clean, fence=fence
+        )
+    except _LostRace:
+        return None
+
+
+@retry_on_dead_connection
+def _fail_attempt(
+    db: Database,
+    node_uuid: str,
+    instance_uuid: str,
+    fault: str,
+    *,
+    node_clean: bool,
+    fence: Fence | None,
+) -> int | None:
     with db.writing() as connection:
         now = utcnow()
         row = connection.execute(
@@ -255,9 +290,38 @@ def fail_attempt(
         if updated.rowcount != 1:
             return None
         state = ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR
-        connection.execute(
+        fenced = [holds(fence)] if fence is not None else []
+        freed = connection.execute(
             update(_NODES)
-            .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid)
+            .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid, *fenced)
             .values(instance_uuid=None, provision_state=state.value, updated_at=now)
         )
+        if fence is not None and freed.rowcount != 1:
+            raise _LostRace  # a stale report: roll the instance back too
         return attempts
+
+
+@retry_on_dead_connection
+def deployed_while_deleting(db: Database, node_uuid: str, instance_uuid: str, fence: Fence) -> bool:
+    """A deploy succeeded on an instance deleted meanwhile: the node is ``active``.
+
+    The caller then tears it down.  Fenced like every report: False when
+    the instance is not being deleted on that node, or the fence did not
+    hold.
+    """
+    with db.writing() as connection:
+        marked = connection.execute(
+            update(_NODES)
+            .where(
+                _NODES.c.uuid == node_uuid,
+                _NODES.c.instance_uuid == instance_uuid,
+                holds(fence),
+                exists().where(
+                    _INSTANCES.c.uuid == instance_uuid,
+                    _INSTANCES.c.node_uuid == node_uuid,
+                    _INSTANCES.c.vm_state == VmState.DELETING.value,
+                ),
+            )
+            .values(provision_state=ProvisionState.ACTIVE.value, updated_at=utcnow())
+        )
+        return bool(marked.rowcount == 1)

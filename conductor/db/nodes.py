@@ -27,7 +27,6 @@ __all__ = [
     "iter_nodes",
     "list_nodes",
     "set_maintenance",
-    "set_provision_state",
     "to_node",
     "update_node",
 ]
@@ -304,14 +303,3 @@ def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
         row.updated_at = utcnow()
         session.flush()
         return to_node(row)
-
-
-@retry_on_dead_connection
-def set_provision_state(db: Database, node_uuid: str, state: ProvisionState) -> None:
-    with db.transaction() as session:
-        session.execute(
-            update(NodeModel)
-            .where(NodeModel.uuid == node_uuid)
-            .values(provision_state=state.value, updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )

@@ -19,6 +19,13 @@ Rules (DESIGN.md invariants 1 and 3):
   (re-validation after a membership hiccup);
 * a live owner is never robbed: release and transfer are done by the owner,
   with the epoch it holds.
+
+The conductor's side of the fence is here too: every write an agent's
+report causes (a build's success or failure, a teardown, power and
+provision states, a definitive refusal) carries :func:`holds` in the
+``WHERE`` of its node ``UPDATE``, in the transaction that makes the change.
+A report is never checked first and applied after: between the two a
+takeover could bump the epoch, and the stale report would still act.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sqlalchemy import and_, or_, select, true, update
+from sqlalchemy import ColumnElement, and_, or_, select, true, update
 from sqlalchemy.orm import Session
 
 from conductor.db.engine import Database, retry_on_dead_connection
@@ -37,9 +44,11 @@ from conductor.objects import Ownership
 
 __all__ = [
     "ClaimOutcome",
+    "Fence",
     "ReleaseOutcome",
     "Transfer",
     "claim_nodes",
+    "holds",
     "owned_by",
     "ownership_of",
     "release_nodes",
@@ -98,6 +107,26 @@ class Transfer:
     node_uuid: str
     epoch: int
     new_owner: str
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What an agent's report is fenced by: the node's owner and epoch it acted under."""
+
+    owner: str
+    epoch: int
+
+
+def holds(fence: Fence) -> ColumnElement[bool]:
+    """The compare-and-swap condition on a node row: still ``fence.owner``'s at ``fence.epoch``.
+
+    Put it in the ``WHERE`` of the node ``UPDATE`` that a report causes, and
+    let the transaction change nothing else when that ``UPDATE`` matched no
+    row: the check and the write are then one, and no takeover can come
+    between them.
+    """
+    nodes = NodeModel.__table__.c
+    return and_(nodes.owner == fence.owner, nodes.owner_epoch == fence.epoch)
 
 
 def _ownership(row: NodeModel) -> Ownership:

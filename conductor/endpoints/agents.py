@@ -402,14 +402,13 @@ class AgentsEndpoint:
                 # the schedulers' incremental index refresh.
                 if not values:
                     continue
-                # Fenced and conditioned again: the row may have changed
-                # since it was read.
+                # The read above only skips what cannot apply; the write
+                # carries the fence itself: the row may have changed since.
                 session.execute(
                     update(NodeModel)
                     .where(
                         NodeModel.uuid == report["node_uuid"],
-                        NodeModel.owner == agent,
-                        NodeModel.owner_epoch == report["epoch"],
+                        ownership.holds(ownership.Fence(agent, report["epoch"])),
                         or_(*(getattr(NodeModel, c) != v for c, v in values.items())),
                     )
                     .values(**values, updated_at=now)

@@ -281,8 +281,13 @@ class Scheduler:
             request.instance_uuid,
             ownership.owner,
         )
+        # The conductor's own undo of its allocation, not an agent's report: no fence.
         allocations.free(
-            self._db, node.uuid, request.instance_uuid, provision_state=ProvisionState.AVAILABLE
+            self._db,
+            node.uuid,
+            request.instance_uuid,
+            fence=None,
+            provision_state=ProvisionState.AVAILABLE,
         )
         self._learn(node.uuid, self._read(node.uuid))
 

@@ -26,7 +26,8 @@ from sqlalchemy import update
 from conductor.builds import BuildWorkers
 from conductor.db import allocations, flavors, instances, nodes, ownership
 from conductor.db.engine import Database
-from conductor.db.models import InstanceModel, utcnow
+from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.db.ownership import Fence
 from conductor.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
 from conductor.fleet_view import FleetView
 from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
@@ -214,14 +215,110 @@ def test_builds_are_allocated_and_routed_with_the_owners_claim(flow: Flow) -> No
 
 def test_a_definitive_refusal_reschedules_at_once_with_the_reason(flow: Flow) -> None:
     uuid = flow.build()
-    node, _owner, _epoch = flow.wait_routes(uuid, 1)
-    flow.builds.refused(uuid, node, "refused by agent a1: node hosts instance X")
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    flow.builds.refused(
+        uuid, node, "refused by agent a1: node hosts instance X", Fence(owner, epoch)
+    )
     second, _, _ = flow.wait_routes(uuid, 2)  # rescheduled, not waiting for a timeout
     assert second != node
     instance = flow.instance(uuid)
     assert instance.attempts == 1 and "node hosts instance X" in (instance.fault or "")
     assert flow.node(node).provision_state is ProvisionState.ERROR  # for an operator to see
     assert flow.node(node).instance_uuid is None
+
+
+# -- the conductor's fence: no report acts after a takeover ---------------------------
+
+
+def _take_over(flow: Flow, node: str, instance: str) -> tuple[str, int]:
+    """What a re-home does: another agent owns the pinned node at a new epoch."""
+    current = flow.node(node)
+    other = "a2" if current.owner == "a1" else "a1"
+    with flow.db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == node)
+            .values(owner=other, owner_epoch=current.owner_epoch + 1)
+        )
+        session.execute(
+            update(InstanceModel).where(InstanceModel.uuid == instance).values(host=other)
+        )
+    return other, current.owner_epoch + 1
+
+
+def _racing_a_takeover(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch, write: str, node: str, instance: str
+) -> None:
+    """The node is taken over just before ``allocations.<write>`` runs.
+
+    That is the window of a check-then-write fence: the report was checked
+    against the old owner, then written after the takeover.
+    """
+    real = getattr(allocations, write)
+
+    def after_a_takeover(*args: Any, **kwargs: Any) -> Any:
+        _take_over(flow, node, instance)
+        monkeypatch.setattr(allocations, write, real)  # once
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(allocations, write, after_a_takeover)
+
+
+def test_a_failure_report_racing_a_takeover_changes_nothing(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    _racing_a_takeover(flow, monkeypatch, "fail_attempt", node, uuid)
+    assert not flow.builds.report_result(
+        owner, uuid, node, epoch, success=False, fault="bmc", node_clean=True
+    )
+    # The new owner's build goes on: the node is still the instance's.
+    instance = flow.instance(uuid)
+    assert (instance.node_uuid, instance.attempts, instance.fault) == (node, 0, None)
+    assert flow.node(node).instance_uuid == uuid
+    assert len(flow.router.routes_of(uuid)) == 1  # not rescheduled
+
+
+def test_a_definitive_refusal_racing_a_takeover_changes_nothing(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    _racing_a_takeover(flow, monkeypatch, "fail_attempt", node, uuid)
+    flow.builds.refused(uuid, node, "refused by agent: node hosts instance X", Fence(owner, epoch))
+    instance = flow.instance(uuid)
+    assert (instance.node_uuid, instance.attempts) == (node, 0)
+    assert flow.node(node).provision_state is ProvisionState.DEPLOYING
+
+
+def test_a_teardown_report_racing_a_takeover_changes_nothing(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uuid, node, owner, epoch = _active(flow)
+    _request_delete(flow, uuid)
+    _racing_a_takeover(flow, monkeypatch, "free", node, uuid)
+    assert not flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    # The new owner has not torn it down: the node still hosts the instance.
+    assert flow.node(node).instance_uuid == uuid
+    assert flow.instance(uuid).vm_state is VmState.DELETING
+
+
+def test_a_late_success_for_a_deleted_build_racing_a_takeover_changes_nothing(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    assert owner is not None
+    _request_delete(flow, uuid)
+    _take_over(flow, node, uuid)
+    assert not flow.builds.report_result(
+        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
+    assert flow.node(node).provision_state is ProvisionState.DEPLOYING
 
 
 def test_a_resumed_agent_gets_its_in_flight_builds_and_teardowns_routed_again(
@@ -776,7 +873,7 @@ def routing(tmp_path: Path) -> Iterator[Routing]:
         compute,  # type: ignore[arg-type]
         accept_timeout=3.0,
         retry_later=lambda uuid, action: retries.append((uuid, action)),
-        refused=lambda uuid, node, fault: refusals.append((uuid, node, fault)),
+        refused=lambda uuid, node, fault, _fence: refusals.append((uuid, node, fault)),
     )
     try:
         yield Routing(
@@ -812,7 +909,7 @@ def test_not_owner_again_and_again_goes_back_to_the_queue(routing: Routing) -> N
 
 def test_not_owner_for_a_node_the_instance_lost_stops_routing(routing: Routing) -> None:
     routing.compute.behaviour["a1"] = NotOwner(routing.node, "a1", 99)
-    allocations.free(routing.db, routing.node, routing.instance)
+    allocations.free(routing.db, routing.node, routing.instance, fence=None)
     instance, node, claim = routing.args()
     routing.router.route(instance, node, claim)
     assert len(routing.compute.builds) == 1
@@ -1025,7 +1122,7 @@ def test_a_batch_refusal_affects_its_own_build_only(routing: Routing) -> None:
     new_epoch = ownership.transfer_nodes(
         routing.db, "a1", [ownership.Transfer(moved[1].uuid, moved[2].epoch, "a2")]
     ).done[moved[1].uuid]
-    allocations.free(routing.db, lost[1].uuid, lost[0].uuid)
+    allocations.free(routing.db, lost[1].uuid, lost[0].uuid, fence=None)
 
     def reply(builds: list[dict[str, Any]]) -> dict[str, Any]:
         answers = {

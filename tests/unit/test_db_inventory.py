@@ -195,11 +195,11 @@ def test_allocate_and_free(db: Database) -> None:
     assert allocations.allocate(db, node, second.uuid) is None  # one instance per node
     lost = instances.get_instance(db, second.uuid)
     assert (lost.node_uuid, lost.task_state) == (None, TaskState.SCHEDULING)
-    assert allocations.free(db, node, inst.uuid)
+    assert allocations.free(db, node, inst.uuid, fence=None)
     assert nodes.get_node(db, node).provision_state is ProvisionState.AVAILABLE
     freed = instances.get_instance(db, inst.uuid)
     assert (freed.node_uuid, freed.host, freed.task_state) == (None, None, TaskState.SCHEDULING)
-    assert not allocations.free(db, node, inst.uuid)
+    assert not allocations.free(db, node, inst.uuid, fence=None)
 
 
 def test_allocation_refuses_unowned_and_maintenance_nodes(db: Database) -> None:
