@@ -64,6 +64,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from benchmarks import argtypes
+from benchmarks.report import Goals, format_goals, percentile
 from compute_agent.drivers.action_log import check_fencing, read_log
 from conductor import rpc
 from conductor.db import migration
@@ -90,17 +91,6 @@ _positive = argtypes.at_least(1)
 _non_negative = argtypes.at_least(0)
 
 _seconds = argtypes.seconds(allow_zero=True)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), linear between the closest ranks."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def _stats_ms(values_ms: Sequence[float]) -> dict[str, float]:
@@ -627,13 +617,10 @@ def _version(dist: str) -> str | None:
 
 
 def _goals(results: dict[str, Any]) -> list[dict[str, Any]]:
-    goals: list[dict[str, Any]] = []
+    goals = Goals()
 
     def add(name: str, target: str, value: float | None, detail: str, ok: bool | None) -> None:
-        status = "SKIP" if ok is None else ("PASS" if ok else "MISS")
-        goals.append(
-            {"name": name, "target": target, "value": value, "detail": detail, "status": status}
-        )
+        goals.add(name, target, value, ok, detail=detail)
 
     rate = results["throughput"]["builds_per_s"]
     add("end-to-end builds/s", ">= 200/s", rate, f"{rate:,.0f}/s", rate >= 200)
@@ -657,7 +644,7 @@ def _goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         "not within the benchmark's wait" if seconds is None else f"{seconds:.2f} s",
         seconds is not None and seconds <= limit,
     )
-    return goals
+    return goals.items
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -715,11 +702,7 @@ def format_report(report: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"{label:<{width}}{value:>10}" for label, value in rows]
-    lines += ["", "goals"]
-    lines += [
-        f"  {g['status']:<5} {g['name']}: {g['detail']} (target {g['target']})"
-        for g in report["goals"]
-    ]
+    lines += format_goals(report["goals"])
     return "\n".join(lines)
 
 

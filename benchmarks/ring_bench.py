@@ -42,6 +42,7 @@ with warnings.catch_warnings():
     from tooz.hashring import HashRing
 
 from benchmarks import argtypes
+from benchmarks.report import Goals, format_goals
 from hashring.ring import Ring, moves
 
 __all__ = ["IMPLEMENTATIONS", "Impl", "main", "make_node_ids", "run"]
@@ -255,11 +256,8 @@ def _goals(
     speedups: dict[str, dict[str, float]],
 ) -> list[dict[str, Any]]:
     """The targets from DEPENDENCY-FACTS.md, each PASS, MISS or SKIP."""
-    goals: list[dict[str, Any]] = []
-
-    def add(name: str, target: str, value: float | None, ok: bool | None) -> None:
-        status = "SKIP" if ok is None else ("PASS" if ok else "MISS")
-        goals.append({"name": name, "target": target, "value": value, "status": status})
+    goals = Goals()
+    add = goals.add
 
     s100 = speedups.get("100")
     for kind, minimum in (("bulk", 15.0), ("single", 4.0)):
@@ -282,7 +280,7 @@ def _goals(
         survivor_moves,
         survivor_moves == 0,
     )
-    return goals
+    return goals.items
 
 
 def run(nodes: int, member_counts: Sequence[int], seed: int, repeat: int) -> dict[str, Any]:
@@ -373,18 +371,7 @@ def format_report(report: dict[str, Any]) -> str:
             ),
             f"speedup vs tooz-32: bulk {speed['bulk']:.1f}x, single {speed['single']:.1f}x",
         ]
-    lines += ["", "goals"]
-    for goal in report["goals"]:
-        value = goal["value"]
-        if value is None:
-            shown = "n/a"
-        elif goal["target"].endswith("x"):
-            shown = f"{value:.1f}x"
-        elif isinstance(value, int):
-            shown = str(value)
-        else:
-            shown = f"{value:.3f}"
-        lines.append(f"  {goal['status']:<5} {goal['name']}: {shown} (target {goal['target']})")
+    lines += format_goals(report["goals"])
     return "\n".join(lines)
 
 

@@ -63,6 +63,7 @@ from typing import Any
 from sqlalchemy import event, func, insert, select
 
 from benchmarks import argtypes
+from benchmarks.report import Goals, format_goals, percentile
 from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
@@ -336,21 +337,14 @@ def _db_time(spent: list[float]) -> Iterator[None]:
         allocations.allocate = real  # type: ignore[assignment]
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
 def _summary(latencies: list[float], db_spent: list[float], wall: float) -> dict[str, Any]:
     done = len(latencies)
     return {
         "decisions": done,
         "wall_s": wall,
         "allocations_per_s": done / wall if wall > 0 else float("nan"),
-        "p50_ms": _percentile(latencies, 0.50) * 1e3,
-        "p99_ms": _percentile(latencies, 0.99) * 1e3,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
         "db_share": sum(db_spent) / wall if wall > 0 else float("nan"),
     }
 
@@ -561,11 +555,8 @@ def bench_size(
 
 
 def _goals(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    goals: list[dict[str, Any]] = []
-
-    def add(name: str, target: str, value: float | None, ok: bool | None) -> None:
-        status = "SKIP" if ok is None else ("PASS" if ok else "MISS")
-        goals.append({"name": name, "target": target, "value": value, "status": status})
+    goals = Goals()
+    add = goals.add
 
     def measured(size: str, *keys: str) -> float | None:
         value: Any = results.get(size)
@@ -592,7 +583,7 @@ def _goals(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     )
     build = measured("100000", "ringfleet", "index_build_s")
     add("index build at 100,000 nodes", "<= 1.0 s", build, None if build is None else build <= 1.0)
-    return goals
+    return goals.items
 
 
 def run(
@@ -688,19 +679,19 @@ def format_report(report: dict[str, Any]) -> str:
             f"speedup: {res['speedup_vs_nova_mem']:.0f}x vs nova-mem, "
             f"{res['speedup_vs_nova_db']:.0f}x vs nova-db",
         ]
-    lines += ["", "goals"]
-    for goal in report["goals"]:
-        value = goal["value"]
-        if value is None:
-            shown = "n/a"
-        elif goal["target"].endswith("x"):
-            shown = f"{value:.1f}x"
-        elif goal["target"].endswith("s") and "/s" not in goal["target"]:
-            shown = f"{value:.3f} s"
-        else:
-            shown = f"{value:,.0f}/s"
-        lines.append(f"  {goal['status']:<5} {goal['name']}: {shown} (target {goal['target']})")
+    lines += format_goals(report["goals"], _shown)
     return "\n".join(lines)
+
+
+def _shown(goal: dict[str, Any]) -> str:
+    value, target = goal["value"], goal["target"]
+    if value is None:
+        return "n/a"
+    if target.endswith("x"):
+        return f"{value:.1f}x"
+    if target.endswith("s") and "/s" not in target:
+        return f"{value:.3f} s"
+    return f"{value:,.0f}/s"
 
 
 def _sizes(text: str) -> list[int]:
