@@ -9,5 +9,6 @@ through the conductor's RPC API (enroll, build, crash, re-home, join),
 :mod:`.command` is the cliff command.
 
 It lives in ``compute_agent`` because it starts agents, and only
-``compute_agent`` may import both sides (see DESIGN.md).
+``compute_agent`` may import both sides (``docs/architecture.rst``, "Packages
+and what may import what").
 """
