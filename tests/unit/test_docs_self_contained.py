@@ -31,7 +31,8 @@ _OUTSIDE = re.compile(
             re.escape("DESIGN" + ".md"),
             re.escape("DEPENDENCY" + "-FACTS"),
             re.escape("IRONIC" + "-FACTS"),
-            # an absolute path under /work (not "a/work/b" or a URL's path)
+            # an absolute path into the build machine's top-level "work" directory,
+            # not the middle of a longer path or of a URL
             r"(?<![\w.:/-])/" + "work/",
             re.escape("../" + "shared"),
         )
