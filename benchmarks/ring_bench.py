@@ -255,7 +255,11 @@ def _goals(
     results: dict[str, dict[str, dict[str, Any]]],
     speedups: dict[str, dict[str, float]],
 ) -> list[dict[str, Any]]:
-    """The targets from DEPENDENCY-FACTS.md, each PASS, MISS or SKIP."""
+    """The goals (benchmarks/README.rst "Goals"), each PASS, MISS or SKIP.
+
+    They were set from the numbers in docs/dependency-facts.rst, "The hash
+    ring's targets".
+    """
     goals = Goals()
     add = goals.add
 

@@ -1,4 +1,4 @@
-"""The build queue: stored requests are scheduled (and, later, routed) by workers.
+"""The build queue: workers schedule stored requests, then route them.
 
 A request is stored before it reaches the queue (see
 :mod:`conductor.endpoints.instances`), so the queue itself holds only ids:

@@ -1,9 +1,10 @@
 """Validation of every payload the conductor accepts from clients.
 
-Why this module exists: design invariant 8, *bad input is refused whole*.  A
-malformed node spec, flavor or build request must get a clear error naming
-the field, and must change nothing.  So validation happens here, before any
-database transaction or RPC cast, as pure functions (no I/O) that
+Why this module exists: invariant 8 (``docs/architecture.rst``, "The
+invariants"), *bad input is refused whole*.  A malformed node spec, flavor
+or build request must get a clear error naming the field, and must change
+nothing.  So validation happens here, before any database transaction or RPC
+cast, as pure functions (no I/O) that
 
 * accept anything (payloads arrive as untyped JSON-like primitives over
   oslo.messaging, so every parameter is typed ``object`` and checked),

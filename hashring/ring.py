@@ -2,9 +2,9 @@
 
 Pure computation, no I/O: ``Ring(members, version).owner(node_id)`` is a
 function of the member ids, their weights, the ring version and the node id
-only (invariant 5 in DESIGN.md).  Every process with the same view computes
-the same map, whatever its ``PYTHONHASHSEED`` or the order in which it learnt
-about the members.
+only (invariant 5, ``docs/architecture.rst`` "The invariants").  Every
+process with the same view computes the same map, whatever its
+``PYTHONHASHSEED`` or the order in which it learnt about the members.
 
 How it works, and why this way:
 

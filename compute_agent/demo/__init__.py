@@ -4,10 +4,12 @@ A real conductor and real compute agents run as threads of the command on the
 embedded backends (SQLite in a temp dir, oslo.messaging ``kombu+memory:////``,
 tooz ``file://``): :mod:`.fleet` runs them, :mod:`.scenario` drives them
 through the conductor's RPC API (enroll, build, crash, re-home, join),
-:mod:`.checks` verifies the design's invariants on what it reads back,
+:mod:`.checks` verifies the invariants (``docs/architecture.rst``, "The
+invariants") on what it reads back,
 :mod:`.report` prints the tables, the progress bar and the summary, and
 :mod:`.command` is the cliff command.
 
 It lives in ``compute_agent`` because it starts agents, and only
-``compute_agent`` may import both sides (see DESIGN.md).
+``compute_agent`` may import both sides (``docs/architecture.rst``, "Packages
+and what may import what").
 """

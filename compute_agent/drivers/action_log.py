@@ -1,8 +1,9 @@
 """The append-only action log, and the fencing check that reads it.
 
-Design invariant 1 (single owner) is only believable if something outside
-the agents' own bookkeeping records what they actually did.  Every action a
-simulated node undergoes is appended to one shared file as a JSON line
+Invariant 1 (single owner, ``docs/architecture.rst`` "The invariants") is
+only believable if something outside the agents' own bookkeeping records
+what they actually did.  Every action a simulated node undergoes is appended
+to one shared file as a JSON line
 ``{"node", "agent", "epoch", "action", "instance", "t", "ns", "pid", ...}``,
 by whichever agent process performed it.  The functional tests then kill,
 pause and restart agents, read the file back and run :func:`check_fencing`.

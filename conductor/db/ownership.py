@@ -7,7 +7,7 @@ the database serializes the two updates and the second one's condition no
 longer holds.  Every successful change bumps the epoch; an agent carries the
 epoch it holds with every action, and a stale epoch is refused.
 
-Rules (DESIGN.md invariants 1 and 3):
+Rules (invariants 1 and 3, ``docs/architecture.rst`` "The invariants"):
 
 * a claim takes a node that is free, or whose owner is not a live member;
   a *pinned* node (one hosting an instance) only once its owner has been

@@ -292,7 +292,7 @@ class AgentsEndpoint:
     def report_build_results(
         self, ctxt: dict[str, Any], *, host: Any, results: Any
     ) -> dict[str, Any]:
-        """Several build outcomes of one agent in one call (since 1.1).
+        """Several build outcomes of one agent in one call (since 1.2).
 
         The batch is validated whole first: a malformed item refuses the call
         (``InvalidInput`` naming every bad field) and changes nothing.  Then

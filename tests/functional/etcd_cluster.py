@@ -87,7 +87,8 @@ class EtcdCluster:
             for name, port in zip(self.names, self.peer_ports, strict=True)
         )
         # etcd's default heartbeat and election timeouts (100 ms, 1 s): the
-        # numbers of DEPENDENCY-FACTS.md were measured with them.
+        # numbers of docs/dependency-facts.rst ("An etcd cluster and the gateway") were
+        # measured with them.
         return [
             self.etcd,
             "--name",

@@ -18,7 +18,7 @@ import pytest
 
 from tests.functional.harness import MemberProcess, unique_group
 
-TTL = 3.0  # etcd will not grant much less (DEPENDENCY-FACTS.md)
+TTL = 3.0  # etcd will not grant much less (docs/dependency-facts.rst, "tooz and etcd")
 SLACK = 4.0  # start-up and scheduling on a shared 2-core machine
 
 Spawn = Callable[..., MemberProcess]
