@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -71,10 +70,10 @@ from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
 from conductor.rpcapi import ConductorAPI
+from tests.harness import ServiceProcess, wait_for
 
 __all__ = ["format_report", "main", "parse_args", "run"]
 
-REPO = Path(__file__).resolve().parents[1]
 AGENTS = ("bench-agent-1", "bench-agent-2", "bench-agent-3")
 CONDUCTOR = "bench-conductor"
 FLAVOR = "bench"
@@ -108,17 +107,6 @@ def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
-def _wait(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(step)
-
-
 def _transport(transport_url: str) -> Any:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
@@ -142,51 +130,7 @@ def private_database(admin_url: str) -> Iterator[str]:
         admin.dispose()
 
 
-class Daemon:
-    """A conductor or agent process with its own config file and log."""
-
-    def __init__(self, module: str, name: str, workdir: Path, common: str) -> None:
-        self.name = name
-        self.module = module
-        self.log_file = workdir / f"{name}.log"
-        self.config = workdir / f"{name}.conf"
-        self.config.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {self.log_file}\n{common}")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Daemon:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--config-file", str(self.config)],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        return self
-
-    def log(self) -> str:
-        try:
-            return self.log_file.read_text()
-        except OSError:
-            return ""
-
-    def wait_serving(self, timeout: float) -> None:
-        def serving() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                tail = "\n".join(self.log().splitlines()[-20:])
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
-            return "serving topic" in self.log()
-
-        _wait(serving, timeout, f"{self.name} serving", step=0.1)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-def stop_all(daemons: Sequence[Daemon], log: Log, timeout: float = 15.0) -> None:
+def stop_all(daemons: Sequence[ServiceProcess], log: Log, timeout: float = 15.0) -> None:
     """Graceful stop (SIGTERM), SIGKILL after ``timeout``: the agents together,
     then the conductors (an agent's last calls need a conductor to answer)."""
     started = time.monotonic()
@@ -303,8 +247,9 @@ def _wait_built(db: Database, uuids: Sequence[str], timeout: float) -> dict[str,
         finished = sum(1 for s, _t in states.values() if s in ("active", "error"))
         return states if finished == len(uuids) else None
 
-    states: dict[str, tuple[str, datetime.datetime]] = _wait(
-        done, timeout, f"{len(uuids)} builds ACTIVE or ERROR"
+    # Polled often: the throughput is measured to when the last one ended.
+    states: dict[str, tuple[str, datetime.datetime]] = wait_for(
+        done, timeout, f"{len(uuids)} builds ACTIVE or ERROR", step=0.05
     )
     return states
 
@@ -400,7 +345,7 @@ def _owners(db: Database) -> list[tuple[str | None, bool, bool]]:
 
 
 def failover(
-    db: Database, victim: Daemon, survivors: set[str], ttl: float, timeout: float
+    db: Database, victim: ServiceProcess, survivors: set[str], ttl: float, timeout: float
 ) -> dict[str, Any]:
     """kill -9 ``victim``; seconds until its nodes are all owned by survivors."""
     pinned_on_victim = sum(1 for o, p, _m in _owners(db) if o == victim.name and p)
@@ -464,10 +409,15 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
             action_log=action_log,
         )
         daemons = [
-            Daemon("conductor.cmd.conductor", _conductor_name(i, args.conductors), workdir, common)
+            ServiceProcess.configured(
+                "conductor.cmd.conductor", _conductor_name(i, args.conductors), workdir, common
+            )
             for i in range(args.conductors)
         ]
-        daemons += [Daemon("compute_agent.cmd.agent", name, workdir, common) for name in AGENTS]
+        daemons += [
+            ServiceProcess.configured("compute_agent.cmd.agent", name, workdir, common)
+            for name in AGENTS
+        ]
         stack.callback(stop_all, daemons, log)
         try:
             return _measure(args, log, database, daemons, action_log, workdir)
@@ -486,7 +436,7 @@ def _measure(
     args: argparse.Namespace,
     log: Log,
     db: Database,
-    daemons: list[Daemon],
+    daemons: list[ServiceProcess],
     action_log: Path,
     workdir: Path,
 ) -> dict[str, Any]:
@@ -516,7 +466,7 @@ def _measure(
             )
         api.create_flavor({"name": FLAVOR, "resource_class": "baremetal"})
         agents = set(AGENTS)
-        _wait(
+        wait_for(
             lambda: all(o in agents for o, _p, _m in _owners(db)),
             60,
             f"{args.nodes} nodes owned by the agents",
@@ -589,7 +539,7 @@ def _conductor_name(index: int, count: int) -> str:
     return CONDUCTOR if count == 1 else f"{CONDUCTOR}-{index}"
 
 
-def _cpu_seconds(daemons: Sequence[Daemon]) -> dict[str, float]:
+def _cpu_seconds(daemons: Sequence[ServiceProcess]) -> dict[str, float]:
     """User + system CPU used so far by the conductors and by the agents (s)."""
     used = {"conductors": 0.0, "agents": 0.0}
     for daemon in daemons:
@@ -811,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         report = run(args, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except RuntimeError as exc:
+    except (RuntimeError, AssertionError) as exc:  # a failed run, or a deadline passed
         print(f"e2e_bench: {exc}", file=sys.stderr)
         return 1
     print(format_report(report))

@@ -1,10 +1,7 @@
-"""Conductor processes for functional tests, and an RPC client to drive them."""
+"""Conductor configs for functional tests, and an RPC client to drive them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +9,6 @@ from oslo_config import cfg
 
 from conductor import rpc
 from conductor.rpcapi import ConductorAPI
-from tests.functional.harness import REPO
 
 
 def write_config(
@@ -43,52 +39,6 @@ def write_config(
         f"{extra}"
     )
     return path
-
-
-class ConductorProcess:
-    def __init__(self, config: Path, log_file: Path) -> None:
-        self.config = config
-        self.log_file = log_file
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ConductorProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "conductor.cmd.conductor", "--config-file", str(self.config)],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        return self
-
-    def log(self) -> str:
-        try:
-            return self.log_file.read_text()
-        except OSError:
-            return ""
-
-    def wait_serving(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if "serving topic" in self.log():
-                return
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"conductor exited {self.proc.returncode}:\n{self.log()[-3000:]}"
-                )
-            time.sleep(0.1)
-        raise AssertionError(f"conductor not serving after {timeout}s:\n{self.log()[-3000:]}")
-
-    def stop(self, timeout: float = 30) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 def client(transport_url: str, timeout: float = 30) -> tuple[ConductorAPI, Any]:

@@ -7,14 +7,8 @@ violations after every fault.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 
@@ -22,67 +16,11 @@ from compute_agent.drivers.action_log import Action, check_fencing, read_log
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
 from tests.functional.conductor_harness import client
-from tests.functional.harness import REPO, unique_group
+from tests.functional.harness import unique_group
+from tests.harness import ServiceProcess
 
 TTL = 3  # membership_timeout: etcd grants no less than ~2.3 s
 REHOME_GRACE = 8.0
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.1f} s: {what}")
-        time.sleep(step)
-
-
-class Proc:
-    """A ringfleet daemon (conductor or agent) as a child process."""
-
-    def __init__(self, module: str, config: Path, log: Path, name: str) -> None:
-        self.module, self.config, self.log_file, self.name = module, config, log, name
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--config-file", str(self.config)],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        return self
-
-    def log(self) -> str:
-        try:
-            return self.log_file.read_text()
-        except OSError:
-            return ""
-
-    def wait_log(self, text: str, timeout: float = 60) -> None:
-        wait_for(lambda: text in self.log() or self._died(), timeout, f"{self.name}: {text!r}")
-        if text not in self.log():
-            raise AssertionError(f"{self.name} exited:\n{self.log()[-3000:]}")
-
-    def _died(self) -> bool:
-        return self.proc is not None and self.proc.poll() is not None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def terminate(self, timeout: float = 60) -> int:
-        assert self.proc is not None
-        self.proc.terminate()
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 class Fleet:
@@ -129,28 +67,28 @@ class Fleet:
             "clean_duration = 0.05\n"
             f"failure_rate = {failure_rate}\n"
         )
-        self.procs: dict[str, Proc] = {}
+        self.procs: dict[str, ServiceProcess] = {}
         self.api, self._transport = client(transport_url)
         self.db = Database(db_url)
 
-    def _spawn(self, module: str, name: str, extra: str = "") -> Proc:
+    def _spawn(self, module: str, name: str, extra: str = "") -> ServiceProcess:
         """Start a daemon; ``extra`` is appended to its config file (whole groups)."""
         config = self.workdir / f"{name}.conf"
         log = self.workdir / f"{name}.log"
         config.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {log}\n{self.common}{extra}")
-        proc = Proc(module, config, log, name).start()
+        proc = ServiceProcess(module, name, config, log).start()
         self.procs[name] = proc
         return proc
 
-    def conductor(self, name: str = "cond-1", extra: str = "") -> Proc:
+    def conductor(self, name: str = "cond-1", extra: str = "") -> ServiceProcess:
         proc = self._spawn("conductor.cmd.conductor", name, extra)
-        proc.wait_log("serving topic")
+        proc.wait_serving()
         return proc
 
-    def agent(self, name: str, wait: bool = True, extra: str = "") -> Proc:
+    def agent(self, name: str, wait: bool = True, extra: str = "") -> ServiceProcess:
         proc = self._spawn("compute_agent.cmd.agent", name, extra)
         if wait:
-            proc.wait_log("serving topic")
+            proc.wait_serving()
         return proc
 
     def owners(self) -> dict[str, tuple[str | None, int, str | None]]:

@@ -16,7 +16,8 @@ import pytest
 
 from hashring.ring import Ring
 from tests.dbutil import migrated
-from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet, wait_for
+from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet
+from tests.harness import wait_for
 
 NODES = 60
 

@@ -57,10 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import random
-import signal
-import subprocess
 import threading
 import time
 import uuid as uuidlib
@@ -83,9 +80,9 @@ from tests.functional.fleet_harness import (
     Fleet,
     log_tails,
     start_processes,
-    wait_for,
 )
 from tests.functional.tcp_proxy import TcpProxy
+from tests.harness import server_ctl, wait_for
 
 NODES = 48
 #: at most this many nodes busy with our instances: the rest keeps the
@@ -381,13 +378,6 @@ class Fault:
     note: str = ""
 
 
-def _ctl(action: str) -> None:
-    ctl = os.environ.get("RINGFLEET_TEST_CTL")
-    if not ctl:
-        pytest.skip("RINGFLEET_TEST_CTL is unset (run through tools/with-test-servers.sh)")
-    subprocess.run([ctl, action], check=True, timeout=180)
-
-
 def _busiest_agent(fleet: Fleet) -> str:
     pins: dict[str, int] = dict.fromkeys(AGENTS, 0)
     for owner, _epoch, instance in fleet.owners().values():
@@ -404,19 +394,19 @@ def agent_kill9(fleet: Fleet) -> Fault:
 
 def agent_sigstop(fleet: Fleet) -> Fault:
     victim = _busiest_agent(fleet)
-    fleet.procs[victim].signal(signal.SIGSTOP)
+    fleet.procs[victim].pause()
     time.sleep(SIGSTOP_PAUSE)
-    fleet.procs[victim].signal(signal.SIGCONT)
+    fleet.procs[victim].resume()
     return Fault(note=f"paused {victim} for {SIGSTOP_PAUSE:.0f} s")
 
 
 def rabbit_restart(fleet: Fleet) -> Fault:
-    _ctl("restart-rabbit")
+    server_ctl("restart-rabbit")
     return Fault(note="restarted RabbitMQ")
 
 
 def etcd_restart(fleet: Fleet) -> Fault:
-    _ctl("restart-etcd")
+    server_ctl("restart-etcd")
     return Fault(note="restarted etcd")
 
 
@@ -668,9 +658,9 @@ def postgres_stop(recovery: Recovery, load: Load) -> Fault:
     error naming the database, without its address; the conductors log one
     WARNING and one INFO, not a traceback per failed transaction.
     """
-    _ctl("stop-pg")
+    server_ctl("stop-pg")
     time.sleep(DATABASE_OUTAGE)
-    _ctl("start-pg")
+    server_ctl("start-pg")
     return Fault(note=f"PostgreSQL stopped for {DATABASE_OUTAGE:.0f} s")
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.dbutil import migrated
-from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet, start_processes, wait_for
+from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet, start_processes
+from tests.harness import wait_for
 
 NODES = 24
 RINGFLEET = Path(sys.executable).with_name("ringfleet")

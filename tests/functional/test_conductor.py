@@ -8,7 +8,6 @@ comes with the compute agent).
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +21,11 @@ from conductor.db.models import InstanceModel, NodeModel
 from conductor.exception import FlavorNotFound, InvalidInput, NodeNotFound
 from conductor.validation import validate_build_request
 from tests.dbutil import migrated
-from tests.functional.conductor_harness import ConductorProcess, client, write_config
+from tests.functional.conductor_harness import client, write_config
 from tests.functional.harness import MemberProcess, unique_group
+from tests.harness import ServiceProcess, wait_for
+
+CONDUCTOR = "conductor.cmd.conductor"
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def fleet(
             # The "agents" here are bare group members: no one accepts builds.
             extra="[conductor]\naccept_timeout = 1\n",
         )
-        conductors.append(ConductorProcess(config, log).start())
+        conductors.append(ServiceProcess(CONDUCTOR, config.stem, config, log).start())
     agents = [MemberProcess(tmp_path, f"agent-{i}", backend, group=group).start() for i in (1, 2)]
     api, transport = client(transport_url)
     try:
@@ -65,19 +67,11 @@ def fleet(
         db.dispose()
 
 
-def _wait(predicate: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.2)
-
-
 def _claim_all(api: Any, node_uuids: list[str]) -> None:
     """Split the nodes between the two agents through the agents' RPC methods."""
     half = len(node_uuids) // 2
     for host, part in (("agent-1", node_uuids[:half]), ("agent-2", node_uuids[half:])):
-        _wait(lambda: api.fleet_status()["membership"] == "connected")
+        wait_for(lambda: api.fleet_status()["membership"] == "connected", 30)
         result = api.claim_nodes(host, part)
         assert len(result["granted"]) == len(part)
 
@@ -150,7 +144,7 @@ def test_two_conductors_never_double_allocate(fleet: dict[str, Any]) -> None:
             ).all()
         return bool(states) and len(placed) + len(errors) == 80
 
-    _wait(settled, timeout=60)
+    wait_for(settled, 60)
     with db.transaction() as session:
         placed = session.execute(
             select(InstanceModel.uuid, InstanceModel.node_uuid, InstanceModel.host).where(
@@ -188,14 +182,14 @@ def test_conductor_restart_resumes_stored_builds(fleet: dict[str, Any]) -> None:
         db, validate_build_request({"flavor": "small", "count": 4})
     )
     assert created
-    restarted = ConductorProcess(first.config, first.log_file).start()
+    restarted = ServiceProcess(CONDUCTOR, first.name, first.config, first.log_file).start()
     fleet["conductors"].append(restarted)
     restarted.wait_serving()
 
     def all_placed() -> bool:
         return all(api.show_instance(i.uuid)["node_uuid"] for i in stored)
 
-    _wait(all_placed, timeout=30)
+    wait_for(all_placed, 30)
     placed = [api.show_instance(i.uuid) for i in stored]
     assert len({p["node_uuid"] for p in placed}) == 4
     assert {p["task_state"] for p in placed} == {"spawning"}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.functional.harness import REPO
+from tests.harness import REPO
 
 ARGS = {
     "--nodes": "40",

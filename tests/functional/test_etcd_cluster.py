@@ -45,8 +45,9 @@ import pytest
 
 from tests.dbutil import migrated
 from tests.functional.etcd_cluster import EtcdCluster
-from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes, wait_for
+from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
 from tests.functional.test_chaos import EXTRA_CONFIG, SETTLE, STEP_DURATION, Load, problems, summary
+from tests.harness import wait_for
 
 NODES = 36
 AGENTS = ("agent-1", "agent-2", "agent-3")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.functional.harness import MemberProcess, unique_group
+from tests.harness import server_ctl
 
 TTL = 3.0  # etcd will not grant much less (docs/dependency-facts.rst, "tooz and etcd")
 SLACK = 4.0  # start-up and scheduling on a shared 2-core machine
@@ -156,14 +156,7 @@ def test_peer_with_another_ring_version_is_excluded(spawn: Spawn, backend: str) 
 
 def test_etcd_paused_suspends_then_recovers(spawn: Spawn, etcd_url: str) -> None:
     # The current pid: an earlier test may have restarted etcd.
-    etcd_pid = int(
-        subprocess.run(
-            [os.environ["RINGFLEET_TEST_CTL"], "pid", "etcd"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
+    etcd_pid = int(server_ctl("pid etcd").strip())
     group = unique_group("etcd-pause")
     # A short HTTP timeout so heartbeats fail fast while etcd is paused.
     url = f"{etcd_url}?membership_timeout={TTL:g}&timeout=1"

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.dbutil import migrated
-from tests.functional.fleet_harness import Fleet, Proc, wait_for
+from tests.functional.fleet_harness import Fleet
+from tests.harness import ServiceProcess, wait_for
 from tests.metricsutil import scrape, value
 
 NODES = 40
 METRICS = "[metrics]\nenabled = true\nlisten_address = 127.0.0.1\nport = 0\n"
 
 
-def _port(proc: Proc) -> int:
+def _port(proc: ServiceProcess) -> int:
     found = wait_for(
         lambda: re.search(r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics", proc.log()),
         30,
