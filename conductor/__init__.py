@@ -4,7 +4,9 @@ The conductor service (:mod:`conductor.service`): the database
 (:mod:`conductor.db`), the scheduler (:mod:`conductor.scheduler`), the RPC
 endpoints (:mod:`conductor.endpoints`) and their reference client
 (:mod:`conductor.rpcapi`), the build queue and its workers
-(:mod:`conductor.builds`), routing to the owning agent
+(:mod:`conductor.builds`), the agents' reports applied
+(:mod:`conductor.build_results`), the sweeper
+(:mod:`conductor.build_sweeper`), routing to the owning agent
 (:mod:`conductor.routing`) and the view of the agent fleet
 (:mod:`conductor.fleet_view`).
 

@@ -1,5 +1,8 @@
 """The build queue: workers schedule stored requests, then route them.
 
+What agents report back is applied by :mod:`conductor.build_results`; what
+makes no progress is found by :mod:`conductor.build_sweeper`.
+
 A request is stored before it reaches the queue (see
 :mod:`conductor.endpoints.instances`), so the queue itself holds only ids:
 on start the conductor re-queues every instance still waiting for a node,
@@ -13,7 +16,6 @@ in the service); without one, an allocated instance waits in
 
 from __future__ import annotations
 
-import datetime
 import logging
 import queue
 import threading
@@ -21,10 +23,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from conductor.build_results import BuildResults
+from conductor.build_sweeper import BuildSweeper
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
-from conductor.db.models import utcnow
-from conductor.db.ownership import Fence
 from conductor.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -41,7 +43,6 @@ from conductor.objects import (
     Instance,
     Node,
     Ownership,
-    TaskState,
     VmState,
 )
 from conductor.scheduler.scheduler import Scheduler
@@ -97,8 +98,12 @@ class BuildWorkers:
         self._owner_waits_lock = threading.Lock()
         # (action, instance uuid, what build_instances just stored, if known)
         self._queue: queue.Queue[tuple[str, str, _Stored | None] | object] = queue.Queue()
-        # (instance, node, attempt) already re-routed once by the sweeper
-        self._swept: set[tuple[str, str | None, int]] = set()
+        #: Agents' reports, applied (fenced) to the record.
+        self.results = BuildResults(
+            db, scheduler, self, max_attempts=max_attempts, metrics=self._metrics
+        )
+        #: The last resort for builds that make no progress.
+        self.sweeper = BuildSweeper(db, self, self.results)
         self._threads = [
             threading.Thread(target=self._work, name=f"build-worker-{i}", daemon=True)
             for i in range(workers)
@@ -121,7 +126,7 @@ class BuildWorkers:
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
         self.submit(waiting)
         for uuid in placed:
-            self._queue.put(("route", uuid, None))  # the agent de-duplicates
+            self.reroute(uuid)  # the agent de-duplicates
         for instance in deleting:
             self.delete(instance.uuid)
         if building or deleting:
@@ -308,64 +313,6 @@ class BuildWorkers:
         claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
         self._router.route(instance, node, claim)
 
-    def sweep(self, build_timeout: float) -> int:
-        """Nothing stays BUILDING forever: act on builds without progress.
-
-        A stuck build without a node is queued again; one with a node is
-        routed again (the agent de-duplicates; a lost result is re-sent);
-        one still stuck a whole ``build_timeout`` later counts as a failed
-        attempt: the node is freed as ``error`` (its state is unknown) and
-        the build is rescheduled or goes to ERROR.  Returns how many builds
-        it acted on.
-        """
-        older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
-        stuck = instances.stuck_builds(self._db, older_than)
-        self._forget_moved_on(stuck)
-        deletes = instances.stuck_deletes(self._db, older_than)
-        unplaced: list[str] = []
-        reroute: list[str] = []
-        timed_out: list[tuple[str, str]] = []
-        for instance in stuck:
-            if instance.node_uuid is None:
-                unplaced.append(instance.uuid)
-            elif (key := (instance.uuid, instance.node_uuid, instance.attempts)) not in self._swept:
-                self._swept.add(key)
-                reroute.append(instance.uuid)
-            else:
-                self._swept.discard(key)
-                timed_out.append((instance.uuid, instance.node_uuid))
-        # The retries count as progress: one write for all, before acting.
-        instances.touch(self._db, [d.uuid for d in deletes] + unplaced + reroute)
-        for deleting in deletes:
-            self.delete(deleting.uuid)
-        self.submit(unplaced)
-        for uuid in reroute:
-            self._queue.put(("route", uuid, None))
-        for uuid, node_uuid in timed_out:
-            LOG.warning(
-                "Instance %s: no progress on node %s for %.0f s", uuid, node_uuid, build_timeout
-            )
-            # The conductor's own decision, not a report: no fence.
-            self._attempt_failed(
-                uuid,
-                node_uuid,
-                f"build timed out after {build_timeout:.0f} s",
-                clean=False,
-                fence=None,
-            )
-        return len(stuck)
-
-    def _forget_moved_on(self, stuck: list[Instance]) -> None:
-        """Drop sweep marks of builds that progressed (the set stays small)."""
-        current = {(i.uuid, i.node_uuid, i.attempts) for i in stuck}
-        others = self._swept - current
-        still = {
-            (i.uuid, i.node_uuid, i.attempts)
-            for i in instances.get_instances(self._db, [key[0] for key in others])
-            if i.vm_state is VmState.BUILDING
-        }
-        self._swept -= others - still
-
     def rehomed(self, node_uuids: list[str]) -> None:
         """Pinned nodes changed owner: builds still running there go to the new owner."""
         for instance in instances.building_on(self._db, node_uuids):
@@ -374,7 +321,7 @@ class BuildWorkers:
                 instance.uuid,
                 instance.node_uuid,
             )
-            self._queue.put(("route", instance.uuid, None))
+            self.reroute(instance.uuid)
 
     def resume_agent(self, host: str) -> tuple[int, int]:
         """An agent (re)started or re-joined: what it was doing is routed to it again.
@@ -393,7 +340,7 @@ class BuildWorkers:
                 self.delete(instance.uuid)
             else:
                 builds += 1
-                self._queue.put(("route", instance.uuid, None))
+                self.reroute(instance.uuid)
         if builds or teardowns:
             LOG.info(
                 "Agent %s resumed: routing %d builds and %d teardowns on its nodes again",
@@ -403,172 +350,13 @@ class BuildWorkers:
             )
         return builds, teardowns
 
-    def retry_later(self, instance_uuid: str, action: str) -> None:
-        self._retry_later(instance_uuid, delay=2.0, action=action)
+    def retry_later(self, instance_uuid: str, action: str, delay: float = 2.0) -> None:
+        """Queue ``action`` ("build", "route", "delete") for the instance in ``delay`` s."""
+        self._retry_later(instance_uuid, delay=delay, action=action)
 
-    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None:
-        """The node's owner (``fence``) refused the build for good: reschedule it now.
-
-        The node is freed as ``error``: its back end shows something the
-        record does not (another instance), which an operator must look at.
-        """
-        self._attempt_failed(instance_uuid, node_uuid, fault, clean=False, fence=fence)
-
-    def report_result(
-        self,
-        host: str,
-        instance_uuid: str,
-        node_uuid: str,
-        epoch: int,
-        *,
-        success: bool,
-        fault: str | None,
-        node_clean: bool,
-    ) -> bool:
-        """An agent's report of a build it ran; False when stale (ignored).
-
-        Fenced: only the node's owner, at the epoch it holds, hosting that
-        instance, is heard.  A failure frees the node (``available`` when the
-        agent cleaned it, ``error`` otherwise) and reschedules the build to
-        another node until ``max_attempts``; then the instance is ERROR with
-        the fault of every attempt.
-        """
-        fence = Fence(host, epoch)
-        if success:
-            if allocations.complete(self._db, node_uuid, instance_uuid, fence=fence):
-                # The usual case in one transaction: fenced and completed.
-                self._metrics.build_ended("active")
-                LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
-                return True
-            if allocations.deployed_while_deleting(self._db, node_uuid, instance_uuid, fence):
-                # Deleted while it was being built: it is deployed, so it is
-                # torn down now.
-                self.delete(instance_uuid)
-                return True
-        elif self._attempt_failed(
-            instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean, fence=fence
-        ):
-            return True
-        # Nothing changed: a stale report, or one about a build that has
-        # moved on (a duplicate).  Read only to answer and to log: every
-        # write above was fenced in its own statement.
-        return self._is_current(host, node_uuid, epoch, instance_uuid, "build")
-
-    def _is_current(
-        self, host: str, node_uuid: str, epoch: int, instance_uuid: str, what: str
-    ) -> bool:
-        """Whether a report is from the node's owner, at its epoch, about the
-        instance the node hosts; a stale one is logged.
-
-        Only to answer and to log: a read followed by a write is no fence (a
-        takeover can come between them); the writes carry their own
-        (:func:`conductor.db.ownership.holds`).
-        """
-        try:
-            node = nodes.get_node(self._db, node_uuid)
-        except NotFound:
-            node = None
-        if (
-            node is not None
-            and node.owner == host
-            and node.owner_epoch == epoch
-            and node.instance_uuid == instance_uuid
-        ):
-            return True
-        LOG.warning(
-            "Instance %s: stale %s report from %s for node %s at epoch %d (owner %s/%s)",
-            instance_uuid,
-            what,
-            host,
-            node_uuid,
-            epoch,
-            node.owner if node else None,
-            node.owner_epoch if node else None,
-        )
-        return False
-
-    def _attempt_failed(
-        self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool, fence: Fence | None
-    ) -> bool:
-        """Count a failed attempt, free the node, reschedule or fail the build.
-
-        False when nothing changed: the build moved on meanwhile (a success
-        won the race) or ``fence`` (the reporting agent's) no longer holds.
-        """
-        attempts = allocations.fail_attempt(
-            self._db, node_uuid, instance_uuid, fault, node_clean=clean, fence=fence
-        )
-        if attempts is None:
-            return False
-        self._scheduler.refresh()
-        if attempts >= self._max_attempts():
-            instances.set_state(
-                self._db,
-                instance_uuid,
-                expected=[VmState.BUILDING],
-                vm_state=VmState.ERROR,
-                task_state=None,
-            )
-            self._metrics.build_ended("error")
-            LOG.warning(
-                "Instance %s ERROR after %d attempts (last on node %s): %s",
-                instance_uuid,
-                attempts,
-                node_uuid,
-                fault,
-            )
-        else:
-            self._metrics.build_ended("rescheduled")
-            LOG.info(
-                "Instance %s failed on node %s (attempt %d): rescheduling",
-                instance_uuid,
-                node_uuid,
-                attempts,
-            )
-            instances.set_state(
-                self._db,
-                instance_uuid,
-                expected=[VmState.BUILDING],
-                vm_state=VmState.BUILDING,
-                task_state=TaskState.SCHEDULING,
-            )
-            self.submit([instance_uuid])
-        return True
-
-    def report_destroyed(
-        self,
-        host: str,
-        instance_uuid: str,
-        node_uuid: str,
-        epoch: int,
-        *,
-        success: bool,
-        fault: str | None,
-    ) -> bool:
-        """An agent tore a node down (or failed to); fenced like build results."""
-        if not success:
-            # The node stays allocated and dirty (nothing is written); the
-            # delete is retried.
-            if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
-                return False
-            LOG.warning(
-                "Instance %s: teardown of node %s failed: %s", instance_uuid, node_uuid, fault
-            )
-            self._retry_later(instance_uuid, delay=10.0, action="delete")
-            return True
-        if not allocations.free(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
-            # Stale, or a duplicate of a report already applied.
-            return self._is_current(host, node_uuid, epoch, instance_uuid, "destroy")
-        instances.set_state(
-            self._db,
-            instance_uuid,
-            expected=[VmState.DELETING],
-            vm_state=VmState.DELETED,
-            task_state=None,
-        )
-        self._scheduler.refresh()
-        LOG.info("Instance %s deleted; node %s available again", instance_uuid, node_uuid)
-        return True
+    def reroute(self, instance_uuid: str) -> None:
+        """Route an allocated build again, to whoever owns its node now."""
+        self._queue.put(("route", instance_uuid, None))
 
     def _fail(self, instance: Instance, fault: str) -> None:
         # Only while it is still building: the copy scheduled may be older

@@ -101,7 +101,7 @@ class ConductorService:
                 compute,
                 accept_timeout=conf.conductor.accept_timeout,
                 retry_later=self._builds.retry_later,
-                refused=self._builds.refused,
+                refused=self._builds.results.refused,
             )
         )
         endpoints = [
@@ -112,7 +112,7 @@ class ConductorService:
                 db,
                 fleet,
                 lambda: float(conf.conductor.rehome_grace),
-                results=self._builds,
+                builds=self._builds,
                 restart_grace=lambda: float(conf.conductor.restart_grace),
             ),
         ]
@@ -147,7 +147,7 @@ class ConductorService:
                 return
             try:
                 assert self._builds is not None
-                self._builds.sweep(timeout)
+                self._builds.sweeper.sweep(timeout)
             except DatabaseUnavailable:  # logged once by the database; next sweep
                 LOG.debug("Build sweep skipped: database unreachable")
             except Exception:  # the next sweep tries again

@@ -15,6 +15,7 @@ from typing import Any
 import oslo_messaging as messaging
 from sqlalchemy import or_, select, update
 
+from conductor.builds import BuildWorkers
 from conductor.db import agents as agents_db
 from conductor.db import ownership
 from conductor.db.engine import Database
@@ -40,13 +41,15 @@ class AgentsEndpoint:
         db: Database,
         fleet: FleetView,
         rehome_grace: Callable[[], float],
-        results: Any = None,
+        builds: BuildWorkers | None = None,
         restart_grace: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._db = db
         self._fleet = fleet
-        # The build queue, which handles build results (reschedule, ERROR).
-        self._results = results
+        # The build queue (re-routing after a re-home or a restart) and the
+        # results it applies (reschedule, ERROR); None: a conductor without
+        # build workers.
+        self._builds = builds
         # Callables, so that a SIGHUP'd new value applies to the next call.
         self._rehome_grace = rehome_grace
         self._restart_grace = restart_grace
@@ -65,8 +68,8 @@ class AgentsEndpoint:
         out = ownership.claim_nodes(
             self._db, agent, wanted, live_members=live, rehome_grace=self._rehome_grace()
         )
-        if out.rehomed and self._results is not None:
-            self._results.rehomed(out.rehomed)
+        if out.rehomed and self._builds is not None:
+            self._builds.rehomed(out.rehomed)
         if out.rehomed:
             LOG.warning(
                 "Agent %s re-homed %d pinned nodes: %s",
@@ -120,9 +123,9 @@ class AgentsEndpoint:
         agent = payload.check_host(host)
         # Back from a restart: its nodes move as usual again if it dies now.
         agents_db.end_restart_hold(self._db, agent)
-        if self._results is None:
+        if self._builds is None:
             raise ServiceUnavailable("this conductor routes no builds")
-        builds, teardowns = self._results.resume_agent(agent)
+        builds, teardowns = self._builds.resume_agent(agent)
         return {"builds": builds, "teardowns": teardowns}
 
     def release_nodes(self, ctxt: dict[str, Any], host: Any, claims: Any) -> dict[str, Any]:
@@ -276,9 +279,9 @@ class AgentsEndpoint:
                 prefix="",
             ),
         )
-        if self._results is None:
+        if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
-        accepted = self._results.report_result(
+        accepted = self._builds.results.report_result(
             agent,
             result["instance_uuid"],
             result["node_uuid"],
@@ -306,12 +309,12 @@ class AgentsEndpoint:
         """
         agent = payload.check_host(host)
         items = _check_build_results(results)
-        if self._results is None:
+        if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
         replies: list[dict[str, Any]] = []
         for item in items:
             try:
-                accepted = self._results.report_result(agent, **item)
+                accepted = self._builds.results.report_result(agent, **item)
             except ServiceUnavailable as exc:
                 # Neither applied nor refused: the agent sends it again.
                 replies.append({"accepted": False, "error": str(exc), "retry": True})
@@ -348,9 +351,9 @@ class AgentsEndpoint:
             lambda: payload.check_bool(success, "success"),
             lambda: _check_fault(fault),
         )
-        if self._results is None:
+        if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
-        accepted = self._results.report_destroyed(
+        accepted = self._builds.results.report_destroyed(
             agent, instance, node, held, success=ok, fault=text
         )
         return {"accepted": accepted}
@@ -434,7 +437,7 @@ _MAX_RESULTS = 1000
 
 def _check_build_results(value: object) -> list[dict[str, Any]]:
     """``[{instance_uuid, node_uuid, epoch, success, fault?, node_clean?}]``,
-    as keyword arguments of :meth:`conductor.builds.BuildWorkers.report_result`."""
+    as keyword arguments of :meth:`conductor.build_results.BuildResults.report_result`."""
     if not isinstance(value, list) or not 0 < len(value) <= _MAX_RESULTS:
         raise InvalidInput(
             [FieldError.about("results", f"must be a list of 1..{_MAX_RESULTS} results", value)]

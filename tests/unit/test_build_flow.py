@@ -217,7 +217,7 @@ def test_a_definitive_refusal_reschedules_at_once_with_the_reason(flow: Flow) ->
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
-    flow.builds.refused(
+    flow.builds.results.refused(
         uuid, node, "refused by agent a1: node hosts instance X", Fence(owner, epoch)
     )
     second, _, _ = flow.wait_routes(uuid, 2)  # rescheduled, not waiting for a timeout
@@ -272,7 +272,7 @@ def test_a_failure_report_racing_a_takeover_changes_nothing(
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     _racing_a_takeover(flow, monkeypatch, "fail_attempt", node, uuid)
-    assert not flow.builds.report_result(
+    assert not flow.builds.results.report_result(
         owner, uuid, node, epoch, success=False, fault="bmc", node_clean=True
     )
     # The new owner's build goes on: the node is still the instance's.
@@ -289,7 +289,9 @@ def test_a_definitive_refusal_racing_a_takeover_changes_nothing(
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     _racing_a_takeover(flow, monkeypatch, "fail_attempt", node, uuid)
-    flow.builds.refused(uuid, node, "refused by agent: node hosts instance X", Fence(owner, epoch))
+    flow.builds.results.refused(
+        uuid, node, "refused by agent: node hosts instance X", Fence(owner, epoch)
+    )
     instance = flow.instance(uuid)
     assert (instance.node_uuid, instance.attempts) == (node, 0)
     assert flow.node(node).provision_state is ProvisionState.DEPLOYING
@@ -301,7 +303,9 @@ def test_a_teardown_report_racing_a_takeover_changes_nothing(
     uuid, node, owner, epoch = _active(flow)
     _request_delete(flow, uuid)
     _racing_a_takeover(flow, monkeypatch, "free", node, uuid)
-    assert not flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert not flow.builds.results.report_destroyed(
+        owner, uuid, node, epoch, success=True, fault=None
+    )
     # The new owner has not torn it down: the node still hosts the instance.
     assert flow.node(node).instance_uuid == uuid
     assert flow.instance(uuid).vm_state is VmState.DELETING
@@ -315,7 +319,7 @@ def test_a_late_success_for_a_deleted_build_racing_a_takeover_changes_nothing(
     assert owner is not None
     _request_delete(flow, uuid)
     _take_over(flow, node, uuid)
-    assert not flow.builds.report_result(
+    assert not flow.builds.results.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert flow.node(node).provision_state is ProvisionState.DEPLOYING
@@ -345,7 +349,7 @@ def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
-    ok = flow.builds.report_result(
+    ok = flow.builds.results.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert ok is True
@@ -357,7 +361,7 @@ def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
     )
     assert flow.node(node).provision_state is ProvisionState.ACTIVE
     # A re-sent result (the agent's answer to a re-route) changes nothing.
-    again = flow.builds.report_result(
+    again = flow.builds.results.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert again is True
@@ -438,7 +442,7 @@ def test_stale_reports_are_ignored(flow: Flow) -> None:
         (owner, str(uuidlib.uuid4()), epoch),  # no such node
     ):
         for success in (True, False):
-            accepted = flow.builds.report_result(
+            accepted = flow.builds.results.report_result(
                 host, uuid, reported_node, held, success=success, fault="x", node_clean=False
             )
             assert accepted is False
@@ -459,7 +463,7 @@ def test_failures_are_rescheduled_to_other_nodes_until_max_attempts(flow: Flow) 
         assert node not in tried  # never the same node twice
         tried.append(node)
         clean = attempt != 1
-        assert flow.builds.report_result(
+        assert flow.builds.results.report_result(
             owner, uuid, node, epoch, success=False, fault=fault, node_clean=clean
         )
         freed = flow.node(node)
@@ -487,7 +491,7 @@ def test_reschedule_runs_out_of_untried_nodes_and_errors(
         for attempt in (1, 2):
             node, owner, epoch = flow.wait_routes(uuid, attempt)
             assert owner is not None
-            flow.builds.report_result(
+            flow.builds.results.report_result(
                 owner, uuid, node, epoch, success=False, fault=f"f{attempt}", node_clean=True
             )
         wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
@@ -504,7 +508,9 @@ def _active(flow: Flow) -> tuple[str, str, str, int]:
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
-    flow.builds.report_result(owner, uuid, node, epoch, success=True, fault=None, node_clean=True)
+    flow.builds.results.report_result(
+        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
     return uuid, node, owner, epoch
 
 
@@ -526,9 +532,11 @@ def test_delete_asks_the_owner_and_frees_the_node_on_its_report(flow: Flow) -> N
     assert flow.instance(uuid).vm_state is VmState.DELETING  # waits for the agent
     other = "a2" if owner == "a1" else "a1"
     for host, held in ((owner, epoch + 1), (other, epoch)):
-        assert not flow.builds.report_destroyed(host, uuid, node, held, success=True, fault=None)
+        assert not flow.builds.results.report_destroyed(
+            host, uuid, node, held, success=True, fault=None
+        )
     assert flow.instance(uuid).vm_state is VmState.DELETING
-    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     deleted = flow.instance(uuid)
     assert (deleted.vm_state, deleted.node_uuid, deleted.host) == (VmState.DELETED, None, None)
     freed = flow.node(node)
@@ -547,7 +555,7 @@ def test_a_refused_destroy_is_retried_later(flow: Flow) -> None:
     time.sleep(0.1)
     assert flow.router.destroyed == [uuid] * 3  # accepted the third time: no more retries
     assert flow.instance(uuid).vm_state is VmState.DELETING
-    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
@@ -555,7 +563,9 @@ def test_a_failed_teardown_keeps_the_node_and_retries_the_delete(flow: Flow) -> 
     uuid, node, owner, epoch = _active(flow)
     _request_delete(flow, uuid)
     wait_for(lambda: flow.router.destroyed == [uuid])
-    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=False, fault="bmc")
+    assert flow.builds.results.report_destroyed(
+        owner, uuid, node, epoch, success=False, fault="bmc"
+    )
     assert flow.node(node).instance_uuid == uuid  # still allocated, not dirty-and-free
     assert (10.0, "delete") in flow.delays
     wait_for(lambda: flow.router.destroyed == [uuid, uuid])
@@ -584,13 +594,13 @@ def test_a_success_reported_after_delete_was_requested_tears_the_node_down(flow:
     _request_delete(flow, uuid)
     wait_for(lambda: len(flow.router.destroyed) >= 1)
     flow.router.destroy_answers.clear()
-    assert flow.builds.report_result(
+    assert flow.builds.results.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert flow.instance(uuid).vm_state is VmState.DELETING
     assert flow.node(node).provision_state is ProvisionState.ACTIVE
     wait_for(lambda: flow.router.destroyed[-1:] == [uuid] and not flow.router.destroy_answers)
-    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
@@ -600,9 +610,9 @@ def test_a_success_reported_after_delete_was_requested_tears_the_node_down(flow:
 def test_sweep_requeues_a_stuck_build_without_a_node(flow: Flow) -> None:
     [instance], _ = instances.create_instances(flow.db, validate_build_request({"flavor": "small"}))
     uuid = instance.uuid  # stored, but its queue entry was lost (conductor killed)
-    assert flow.builds.sweep(60) == 0  # not old enough yet
+    assert flow.builds.sweeper.sweep(60) == 0  # not old enough yet
     flow.age(uuid)
-    assert flow.builds.sweep(60) == 1
+    assert flow.builds.sweeper.sweep(60) == 1
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert (owner, epoch) == (flow.node(node).owner, flow.node(node).owner_epoch)
 
@@ -613,14 +623,14 @@ def test_sweep_reroutes_a_stuck_placed_build_then_fails_it_over(flow: Flow) -> N
     flow.age(uuid)
 
     # First sweep: routed again, same node and claim (the agent de-duplicates).
-    assert flow.builds.sweep(60) == 1
+    assert flow.builds.sweeper.sweep(60) == 1
     assert flow.wait_routes(uuid, 2) == first
-    assert flow.builds.sweep(60) == 0  # the re-route counted as progress
+    assert flow.builds.sweeper.sweep(60) == 0  # the re-route counted as progress
     assert flow.instance(uuid).attempts == 0
 
     # Still no result a whole build_timeout later: a failed attempt.
     flow.age(uuid)
-    assert flow.builds.sweep(60) == 1
+    assert flow.builds.sweeper.sweep(60) == 1
     node = first[0]
     freed = flow.node(node)
     assert (freed.instance_uuid, freed.provision_state) == (None, ProvisionState.ERROR)
@@ -630,7 +640,7 @@ def test_sweep_reroutes_a_stuck_placed_build_then_fails_it_over(flow: Flow) -> N
     assert instance.attempts == 1 and list(instance.tried_nodes) == [node]
     assert instance.fault is not None and "build timed out after 60 s" in instance.fault
     # The late result of the first attempt is stale now.
-    assert not flow.builds.report_result(
+    assert not flow.builds.results.report_result(
         first[1] or "", uuid, node, first[2], success=True, fault=None, node_clean=True
     )
 
@@ -643,7 +653,7 @@ def test_sweep_of_the_last_attempt_puts_the_build_in_error(
         flow.wait_routes(uuid, 1)
         for _ in range(2):
             flow.age(uuid)
-            flow.builds.sweep(60)
+            flow.builds.sweeper.sweep(60)
             time.sleep(0.02)
         wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
         assert "build timed out" in (flow.instance(uuid).fault or "")
@@ -1016,7 +1026,7 @@ def test_a_result_arriving_during_a_sweep_is_not_undone(
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     flow.age(uuid)
-    assert flow.builds.sweep(60) == 1  # re-routed
+    assert flow.builds.sweeper.sweep(60) == 1  # re-routed
     flow.wait_routes(uuid, 2)
     flow.age(uuid)
     read = instances.stuck_builds
@@ -1024,13 +1034,13 @@ def test_a_result_arriving_during_a_sweep_is_not_undone(
     def stuck_then_reported(*args: Any, **kwargs: Any) -> list[Instance]:
         stuck = read(*args, **kwargs)
         # The agent's result arrives right after the sweeper's read.
-        flow.builds.report_result(
+        flow.builds.results.report_result(
             owner, uuid, node, epoch, success=True, fault=None, node_clean=True
         )
         return stuck
 
     monkeypatch.setattr(instances, "stuck_builds", stuck_then_reported)
-    flow.builds.sweep(60)
+    flow.builds.sweeper.sweep(60)
     instance = flow.instance(uuid)
     assert (instance.vm_state, instance.node_uuid, instance.attempts) == (VmState.ACTIVE, node, 0)
     placed = flow.node(node)
@@ -1042,13 +1052,15 @@ def test_each_attempt_is_rerouted_once_before_the_sweeper_fails_it(flow: Flow) -
     first, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     flow.age(uuid)
-    assert flow.builds.sweep(60) == 1
+    assert flow.builds.sweeper.sweep(60) == 1
     flow.wait_routes(uuid, 2)  # attempt 1 re-routed ...
-    flow.builds.report_result(owner, uuid, first, epoch, success=False, fault="x", node_clean=True)
+    flow.builds.results.report_result(
+        owner, uuid, first, epoch, success=False, fault="x", node_clean=True
+    )
     second = flow.wait_routes(uuid, 3)  # ... then failed and rescheduled
     assert second[0] != first
     flow.age(uuid)  # attempt 2 stuck in turn
-    assert flow.builds.sweep(60) == 1
+    assert flow.builds.sweeper.sweep(60) == 1
     assert flow.wait_routes(uuid, 4) == second  # re-routed, not failed
     assert flow.instance(uuid).attempts == 1
 

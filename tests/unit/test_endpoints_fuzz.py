@@ -139,7 +139,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     )
     # Real build workers, never started: results are handled, queued work waits.
     builds = BuildWorkers(db, Scheduler(db), fleet, workers=1)
-    agents = AgentsEndpoint(db, fleet, lambda: 3600.0, results=builds, restart_grace=lambda: 60.0)
+    agents = AgentsEndpoint(db, fleet, lambda: 3600.0, builds=builds, restart_grace=lambda: 60.0)
     agents.claim_nodes(CTXT, host="agent-1", node_uuids=NODE_UUIDS[:2])
     agents.claim_nodes(CTXT, host="agent-2", node_uuids=NODE_UUIDS[2:3])
     agents.claim_nodes(CTXT, host="agent-gone", node_uuids=NODE_UUIDS[3:5])

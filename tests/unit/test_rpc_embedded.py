@@ -77,7 +77,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         InventoryEndpoint(db, fleet),
         InstancesEndpoint(db, builds),
         FleetEndpoint(db, fleet, "cond-1"),
-        AgentsEndpoint(db, fleet, lambda: 3600.0, results=builds),
+        AgentsEndpoint(db, fleet, lambda: 3600.0, builds=builds),
     ]
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)

@@ -1,0 +1,222 @@
+"""Agents' build and teardown reports, applied to the record.
+
+Every write a report causes is fenced in its own statement by the
+reporting agent's ``(owner, epoch)`` (:func:`conductor.db.ownership.holds`):
+a report from an agent that lost the node, however late, changes nothing.
+A failure frees the node and reschedules the build (through the build
+queue) until ``max_attempts``; then the instance is ERROR with the fault of
+every attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from conductor.db import allocations, instances, nodes
+from conductor.db.engine import Database
+from conductor.db.ownership import Fence
+from conductor.exception import NotFound
+from conductor.metrics import ConductorMetrics
+from conductor.objects import TaskState, VmState
+from conductor.scheduler.scheduler import Scheduler
+
+__all__ = ["BuildQueue", "BuildResults"]
+
+LOG = logging.getLogger(__name__)
+
+
+class BuildQueue(Protocol):
+    """What reports and the sweeper put back on the build queue."""
+
+    def submit(self, instance_uuids: list[str]) -> None: ...
+
+    def delete(self, instance_uuid: str) -> None: ...
+
+    def reroute(self, instance_uuid: str) -> None: ...
+
+    def retry_later(self, instance_uuid: str, action: str, delay: float = 2.0) -> None: ...
+
+
+class BuildResults:
+    """Applies what agents report about the builds and teardowns they ran."""
+
+    def __init__(
+        self,
+        db: Database,
+        scheduler: Scheduler,
+        queue: BuildQueue,
+        *,
+        max_attempts: Callable[[], int],
+        metrics: ConductorMetrics,
+    ) -> None:
+        self._db = db
+        self._scheduler = scheduler
+        self._queue = queue
+        self._max_attempts = max_attempts
+        self._metrics = metrics
+
+    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None:
+        """The node's owner (``fence``) refused the build for good: reschedule it now.
+
+        The node is freed as ``error``: its back end shows something the
+        record does not (another instance), which an operator must look at.
+        """
+        self.attempt_failed(instance_uuid, node_uuid, fault, clean=False, fence=fence)
+
+    def report_result(
+        self,
+        host: str,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+        node_clean: bool,
+    ) -> bool:
+        """An agent's report of a build it ran; False when stale (ignored).
+
+        Fenced: only the node's owner, at the epoch it holds, hosting that
+        instance, is heard.  A failure frees the node (``available`` when the
+        agent cleaned it, ``error`` otherwise) and reschedules the build to
+        another node until ``max_attempts``; then the instance is ERROR with
+        the fault of every attempt.
+        """
+        fence = Fence(host, epoch)
+        if success:
+            if allocations.complete(self._db, node_uuid, instance_uuid, fence=fence):
+                # The usual case in one transaction: fenced and completed.
+                self._metrics.build_ended("active")
+                LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
+                return True
+            if allocations.deployed_while_deleting(self._db, node_uuid, instance_uuid, fence):
+                # Deleted while it was being built: it is deployed, so it is
+                # torn down now.
+                self._queue.delete(instance_uuid)
+                return True
+        elif self.attempt_failed(
+            instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean, fence=fence
+        ):
+            return True
+        # Nothing changed: a stale report, or one about a build that has
+        # moved on (a duplicate).  Read only to answer and to log: every
+        # write above was fenced in its own statement.
+        return self._is_current(host, node_uuid, epoch, instance_uuid, "build")
+
+    def _is_current(
+        self, host: str, node_uuid: str, epoch: int, instance_uuid: str, what: str
+    ) -> bool:
+        """Whether a report is from the node's owner, at its epoch, about the
+        instance the node hosts; a stale one is logged.
+
+        Only to answer and to log: a read followed by a write is no fence (a
+        takeover can come between them); the writes carry their own
+        (:func:`conductor.db.ownership.holds`).
+        """
+        try:
+            node = nodes.get_node(self._db, node_uuid)
+        except NotFound:
+            node = None
+        if (
+            node is not None
+            and node.owner == host
+            and node.owner_epoch == epoch
+            and node.instance_uuid == instance_uuid
+        ):
+            return True
+        LOG.warning(
+            "Instance %s: stale %s report from %s for node %s at epoch %d (owner %s/%s)",
+            instance_uuid,
+            what,
+            host,
+            node_uuid,
+            epoch,
+            node.owner if node else None,
+            node.owner_epoch if node else None,
+        )
+        return False
+
+    def attempt_failed(
+        self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool, fence: Fence | None
+    ) -> bool:
+        """Count a failed attempt, free the node, reschedule or fail the build.
+
+        False when nothing changed: the build moved on meanwhile (a success
+        won the race) or ``fence`` (the reporting agent's) no longer holds.
+        """
+        attempts = allocations.fail_attempt(
+            self._db, node_uuid, instance_uuid, fault, node_clean=clean, fence=fence
+        )
+        if attempts is None:
+            return False
+        self._scheduler.refresh()
+        if attempts >= self._max_attempts():
+            instances.set_state(
+                self._db,
+                instance_uuid,
+                expected=[VmState.BUILDING],
+                vm_state=VmState.ERROR,
+                task_state=None,
+            )
+            self._metrics.build_ended("error")
+            LOG.warning(
+                "Instance %s ERROR after %d attempts (last on node %s): %s",
+                instance_uuid,
+                attempts,
+                node_uuid,
+                fault,
+            )
+        else:
+            self._metrics.build_ended("rescheduled")
+            LOG.info(
+                "Instance %s failed on node %s (attempt %d): rescheduling",
+                instance_uuid,
+                node_uuid,
+                attempts,
+            )
+            instances.set_state(
+                self._db,
+                instance_uuid,
+                expected=[VmState.BUILDING],
+                vm_state=VmState.BUILDING,
+                task_state=TaskState.SCHEDULING,
+            )
+            self._queue.submit([instance_uuid])
+        return True
+
+    def report_destroyed(
+        self,
+        host: str,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+    ) -> bool:
+        """An agent tore a node down (or failed to); fenced like build results."""
+        if not success:
+            # The node stays allocated and dirty (nothing is written); the
+            # delete is retried.
+            if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
+                return False
+            LOG.warning(
+                "Instance %s: teardown of node %s failed: %s", instance_uuid, node_uuid, fault
+            )
+            self._queue.retry_later(instance_uuid, "delete", delay=10.0)
+            return True
+        if not allocations.free(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
+            # Stale, or a duplicate of a report already applied.
+            return self._is_current(host, node_uuid, epoch, instance_uuid, "destroy")
+        instances.set_state(
+            self._db,
+            instance_uuid,
+            expected=[VmState.DELETING],
+            vm_state=VmState.DELETED,
+            task_state=None,
+        )
+        self._scheduler.refresh()
+        LOG.info("Instance %s deleted; node %s available again", instance_uuid, node_uuid)
+        return True
