@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from compute_agent.conductor_client import ResultCalls
 from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
 from compute_agent.ownership import OwnershipManager
 from conductor.exception import Conflict, NodeNotBuildable, NotOwner, RingfleetError
@@ -44,7 +45,7 @@ class NodeActions:
         host: str,
         driver: ComputeDriver,
         ownership: OwnershipManager,
-        conductor: Any,
+        conductor: ResultCalls,
         *,
         suspend_wait: float = 10.0,
         report: Callable[[dict[str, Any]], None] | None = None,
@@ -266,7 +267,7 @@ class NodeActions:
         fault: str | None,
         clean: bool,
     ) -> None:
-        result = {
+        result: dict[str, Any] = {
             "instance_uuid": instance_uuid,
             "node_uuid": node_uuid,
             "epoch": epoch,
@@ -298,7 +299,7 @@ class NodeActions:
             success, fault = False, str(exc)
             LOG.warning("Instance %s: destroy on node %s failed: %s", instance_uuid, node.uuid, exc)
         self._finish(node.uuid)
-        result = {
+        result: dict[str, Any] = {
             "instance_uuid": instance_uuid,
             "node_uuid": node.uuid,
             "epoch": epoch,

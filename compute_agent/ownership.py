@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.metrics import AgentMetrics, group_counts
 from conductor.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
@@ -69,7 +70,7 @@ class OwnershipManager:
     def __init__(
         self,
         host: str,
-        conductor: Any,
+        conductor: OwnershipCalls,
         membership: Membership,
         *,
         groups: Sequence[str] = (),

@@ -31,6 +31,7 @@ from typing import Any
 
 import oslo_messaging as messaging
 
+from compute_agent.conductor_client import ResultCalls
 from conductor import rpc
 from conductor.exception import RingfleetError, ServiceUnavailable, first_line
 
@@ -75,7 +76,7 @@ class ResultReporter:
     def __init__(
         self,
         host: str,
-        conductor: Any,
+        conductor: ResultCalls,
         *,
         max_batch: int = 100,
         first_retry: float = 0.5,

@@ -54,7 +54,7 @@ class AgentService:
         self._server: Any = None
         self._transport: Any = None
         self._conductor: ConductorAPI | None = None
-        self.membership: Any = None
+        self.membership: Any = None  # a Membership once run() joined
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None

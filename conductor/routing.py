@@ -78,7 +78,7 @@ class AgentRouter:
         compute: ComputeAPI,
         *,
         accept_timeout: float = 10.0,
-        retry_later: Any = None,
+        retry_later: Callable[[str, str], None] | None = None,
         refused: Callable[[str, str, str, Fence], None] | None = None,
         max_batch: int = 50,
     ) -> None:

@@ -31,6 +31,7 @@ from conductor.fleet_view import FleetView
 from conductor.metrics import ConductorMetrics, MetricsServer
 from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
+from hashring.membership import Membership
 
 __all__ = ["ConductorService"]
 
@@ -49,7 +50,7 @@ class ConductorService:
         self._server: Any = None
         self._transport: Any = None
         self._builds: BuildWorkers | None = None
-        self._membership: Any = None
+        self._membership: Membership | None = None
         self.metrics = ConductorMetrics(conf.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
 
@@ -67,7 +68,7 @@ class ConductorService:
                 "run ringfleet-dbsync upgrade",
             )
         self.fleet = fleet = FleetView(db)
-        self._membership = membership_from_conf(
+        self._membership = membership = membership_from_conf(
             conf,
             join=False,
             member_id=f"conductor.{conf.host}",
@@ -88,7 +89,7 @@ class ConductorService:
             # takes it over), or once a restart hold ends; builds that fit
             # only such nodes wait that long before NoValidNode.
             owner_wait=lambda: (
-                self._membership.ttl
+                membership.ttl
                 + max(float(conf.conductor.rehome_grace), float(conf.conductor.restart_grace))
             ),
             metrics=self.metrics,

@@ -12,6 +12,7 @@ from typing import Any
 import oslo_messaging as messaging
 from sqlalchemy import select
 
+from compute_agent.rpcapi import ComputeAPI
 from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.db.models import AgentModel, utcnow
@@ -30,7 +31,9 @@ class FleetEndpoint:
 
     target = messaging.Target(version=API_VERSION)
 
-    def __init__(self, db: Database, fleet: FleetView, host: str, compute: Any = None) -> None:
+    def __init__(
+        self, db: Database, fleet: FleetView, host: str, compute: ComputeAPI | None = None
+    ) -> None:
         self._db = db
         self._fleet = fleet
         self._host = host

@@ -1,0 +1,61 @@
+"""What the agent calls on the conductor, as Protocols.
+
+The service passes :class:`conductor.rpcapi.ConductorAPI`, which satisfies
+all of them; tests pass small fakes.  Typed here rather than ``Any`` so
+that mypy checks every call the agent makes against the reference client.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["OwnershipCalls", "ResultCalls"]
+
+
+class OwnershipCalls(Protocol):
+    """Claims and releases of nodes, and the inventory (compute_agent.ownership)."""
+
+    def owned_nodes(self, host: str) -> list[dict[str, Any]]: ...
+
+    def list_node_uuids(
+        self,
+        groups: list[str] | None = None,
+        since: str | None = None,
+        marker: str | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any]: ...
+
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]: ...
+
+    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]: ...
+
+    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+
+class ResultCalls(Protocol):
+    """Outcomes of builds and teardowns (compute_agent.actions, compute_agent.reporting)."""
+
+    def report_build_result(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        success: bool,
+        fault: str | None = None,
+        node_clean: bool = True,
+    ) -> dict[str, Any]: ...
+
+    def report_build_results(self, host: str, results: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+    def report_destroy_result(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        success: bool,
+        fault: str | None = None,
+    ) -> dict[str, Any]: ...
