@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_agent.metrics import AgentMetrics, group_counts
-from conductor.exception import NotOwner
+from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
 
 __all__ = ["OwnershipManager", "ReconcileResult"]

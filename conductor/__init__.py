@@ -1,5 +1,5 @@
-"""The ringfleet conductor: database, scheduler, RPC service and shared plumbing.
+"""The ringfleet conductor: database, scheduler, RPC service and operator CLI.
 
-Also home of what every ringfleet service shares: the configuration option
-groups (:mod:`conductor.conf`) and, later, the RPC plumbing and data objects.
+What the compute agent shares with it (RPC plumbing, exceptions, data
+objects, the shared option groups) lives in :mod:`conductor.common`.
 """

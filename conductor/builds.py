@@ -21,10 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from conductor.db import allocations, instances, nodes
-from conductor.db.engine import Database
-from conductor.db.models import utcnow
-from conductor.exception import (
+from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
     FlavorNotFound,
@@ -33,9 +30,7 @@ from conductor.exception import (
     RingfleetError,
     ServiceUnavailable,
 )
-from conductor.fleet_view import FleetView
-from conductor.metrics import ConductorMetrics
-from conductor.objects import (
+from conductor.common.objects import (
     Flavor,
     Instance,
     Node,
@@ -44,6 +39,11 @@ from conductor.objects import (
     TaskState,
     VmState,
 )
+from conductor.db import allocations, instances, nodes
+from conductor.db.engine import Database
+from conductor.db.models import utcnow
+from conductor.fleet_view import FleetView
+from conductor.metrics import ConductorMetrics
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildWorkers", "Router"]

@@ -13,9 +13,9 @@ from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
-from conductor import rpc
-from conductor.cmd.runner import run_service
-from conductor.prepare import prepare_service
+from conductor.common import rpc
+from conductor.common.prepare import prepare_service
+from conductor.common.runner import run_service
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,7 +39,7 @@ from compute_agent.demo.report import (
     print_summary,
     print_table,
 )
-from conductor.objects import VmState
+from conductor.common.objects import VmState
 from conductor.rpcapi import ConductorAPI, pages
 from conductor.validation import MAX_COUNT
 from hashring.ring import Ring

@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import Table, bindparam, case, select, update
 
+from conductor.common.objects import Ownership, ProvisionState, TaskState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.objects import Ownership, ProvisionState, TaskState, VmState
 
 __all__ = ["allocate", "complete", "fail_attempt", "free"]
 
