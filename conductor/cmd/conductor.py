@@ -17,11 +17,18 @@ from conductor.common.runner import run_service
 from conductor.service import ConductorService
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
+    """A conductor's configuration: the options it reads registered, ``argv[1:]``
+    and the config files parsed, logging set up."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     conductor_conf.register_opts(conf)
-    prepare_service(list(argv) if argv is not None else sys.argv, conf)
+    prepare_service(argv, conf)
+    return conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    conf = configure(list(argv) if argv is not None else sys.argv)
     return run_service(ConductorService(conf), "ringfleet-conductor")
 
 

@@ -11,9 +11,10 @@ import pytest
 from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
+from compute_agent.cmd import agent as agent_cmd
 from compute_agent.conf import opts as agent_opts
 from conductor import conf as conductor_conf
-from conductor.common import rpc
+from conductor.cmd import conductor as conductor_cmd
 from conductor.common.conf import opts as common_opts
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, RingfleetError
@@ -71,27 +72,25 @@ def test_every_registered_option_is_listed(role: str) -> None:
 CONDUCTOR_GROUPS = {"conductor", "database", "scheduler"}
 
 
-def test_an_agent_registers_no_conductor_option_group() -> None:
+def test_an_agent_registers_no_conductor_option_group(tmp_path: Path) -> None:
     """An agent carries only what it reads: the shared groups and its own, never
     the conductor's [conductor], [database] and [scheduler]."""
-    conf = cfg.ConfigOpts()
-    rpc.register_opts(conf)
-    agent_conf.register_opts(conf)  # as ringfleet-compute-agent does
-    prepare_service(["ringfleet-compute-agent"], conf, default_config_files=[])
+    empty = tmp_path / "ringfleet.conf"
+    empty.write_text("")
+    conf = agent_cmd.configure(["ringfleet-compute-agent", "--config-file", str(empty)])
     assert not CONDUCTOR_GROUPS & set(conf)
-    assert {"compute_agent", "coordination", "ring", "metrics"} <= set(conf)
+    assert {"compute_agent", "simulated_driver", "coordination", "ring", "metrics"} <= set(conf)
     assert {group for group, _ in registered_options(agent_conf.register_opts)}.isdisjoint(
         CONDUCTOR_GROUPS
     )
 
 
-def test_a_conductor_registers_its_option_groups() -> None:
-    conf = cfg.ConfigOpts()
-    rpc.register_opts(conf)
-    conductor_conf.register_opts(conf)  # as ringfleet-conductor does
-    prepare_service(["ringfleet-conductor"], conf, default_config_files=[])
+def test_a_conductor_registers_its_option_groups(tmp_path: Path) -> None:
+    empty = tmp_path / "ringfleet.conf"
+    empty.write_text("")
+    conf = conductor_cmd.configure(["ringfleet-conductor", "--config-file", str(empty)])
     assert CONDUCTOR_GROUPS | {"coordination", "ring", "metrics"} <= set(conf)
-    assert "compute_agent" not in conf
+    assert not {"compute_agent", "simulated_driver"} & set(conf)
 
 
 def test_defaults(tmp_path: Path) -> None:
