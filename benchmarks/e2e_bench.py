@@ -65,7 +65,7 @@ from sqlalchemy.engine import make_url
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, percentile
 from compute_agent.drivers.action_log import check_fencing, read_log
-from conductor import rpc
+from conductor.common import rpc
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel

@@ -64,12 +64,12 @@ from sqlalchemy import event, func, insert, select
 
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, percentile
+from conductor.common.exception import NoValidNode
+from conductor.common.objects import Flavor, Node, ProvisionState
 from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.exception import NoValidNode
-from conductor.objects import Flavor, Node, ProvisionState
 from conductor.scheduler import Scheduler, source
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.filters import BUILTIN_FILTERS

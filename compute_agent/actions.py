@@ -26,8 +26,8 @@ from typing import Any
 from compute_agent.conductor_client import ResultCalls
 from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
 from compute_agent.ownership import OwnershipManager
-from conductor.exception import Conflict, NodeNotBuildable, NotOwner, RingfleetError
-from conductor.objects import Node, PowerState, ProvisionState
+from conductor.common.exception import Conflict, NodeNotBuildable, NotOwner, RingfleetError
+from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = ["NodeActions"]
 

@@ -12,10 +12,10 @@ import oslo_messaging as messaging
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import validate_power_target
 from compute_agent.rpcapi import API_VERSION
-from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput, RingfleetError, first_line
-from conductor.objects import Node
-from conductor.validation import validate_uuid
+from conductor.common import checks
+from conductor.common.checks import validate_uuid
+from conductor.common.exception import FieldError, InvalidInput, RingfleetError, first_line
+from conductor.common.objects import Node
 
 __all__ = ["ComputeEndpoint"]
 
@@ -67,10 +67,10 @@ def _check_build(item: object, path: str) -> tuple[str, Node, int]:
         if key not in _BUILD_KEYS
     ]
     try:
-        instance, node, epoch = payload.collect(
+        instance, node, epoch = checks.collect(
             lambda: validate_uuid(item.get("instance_uuid"), f"{path}.instance_uuid"),
             lambda: _node(item.get("node"), f"{path}.node"),
-            lambda: payload.check_epoch(item.get("epoch"), f"{path}.epoch"),
+            lambda: checks.check_epoch(item.get("epoch"), f"{path}.epoch"),
         )
     except InvalidInput as exc:
         raise InvalidInput(exc.errors + unknown) from None
@@ -102,7 +102,7 @@ class ComputeEndpoint:
         """Accept a build (quickly) and deploy in the background; idempotent."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
-        held = payload.check_epoch(epoch, "epoch")
+        held = checks.check_epoch(epoch, "epoch")
         return self._actions.build(instance, target, held)
 
     def build_instances(self, ctxt: dict[str, Any], *, builds: Any) -> dict[str, Any]:
@@ -138,12 +138,12 @@ class ComputeEndpoint:
         """Tear the node down and clean it, in the background."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
-        held = payload.check_epoch(epoch, "epoch")
+        held = checks.check_epoch(epoch, "epoch")
         return self._actions.destroy(instance, target, held)
 
     def set_power_state(self, ctxt: dict[str, Any], *, node: Any, epoch: Any, target: Any) -> str:
         found = _node(node)
-        held = payload.check_epoch(epoch, "epoch")
+        held = checks.check_epoch(epoch, "epoch")
         state = self._actions.set_power(found, held, validate_power_target(target))
         return state.value
 

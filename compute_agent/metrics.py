@@ -1,7 +1,7 @@
 """A compute agent's Prometheus metrics: ownership, claims, convergence.
 
 The common ones (RPC latency, membership state, ring members) and the HTTP
-endpoint come from :mod:`conductor.metrics`.  The ownership manager reports
+endpoint come from :mod:`conductor.common.metrics`.  The ownership manager reports
 to an :class:`AgentMetrics` at the end of each reconcile pass (counts per
 group are computed there, from the copy it already makes, never per claim),
 and the service tells it of every membership view change.
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from conductor.metrics import ServiceMetrics
+from conductor.common.metrics import ServiceMetrics
 from hashring.membership import MembershipView
 
 __all__ = ["AgentMetrics", "group_counts"]
@@ -27,7 +27,7 @@ CONVERGENCE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 12
 
 
 class AgentMetrics(ServiceMetrics):
-    """An agent's metrics (see :class:`conductor.metrics.ServiceMetrics` for the arguments)."""
+    """An agent's metrics (arguments: see :class:`conductor.common.metrics.ServiceMetrics`)."""
 
     def __init__(self, host: str, registry: CollectorRegistry | None = None) -> None:
         super().__init__(host, registry)

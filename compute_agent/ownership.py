@@ -28,7 +28,7 @@ from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.metrics import AgentMetrics, group_counts
-from conductor.exception import NotOwner
+from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
 
 __all__ = ["OwnershipManager", "ReconcileResult"]

@@ -32,8 +32,8 @@ from typing import Any
 import oslo_messaging as messaging
 
 from compute_agent.conductor_client import ResultCalls
-from conductor import rpc
-from conductor.exception import RingfleetError, ServiceUnavailable, first_line
+from conductor.common import rpc
+from conductor.common.exception import RingfleetError, ServiceUnavailable, first_line
 
 __all__ = ["ResultReporter"]
 

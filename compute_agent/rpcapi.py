@@ -2,7 +2,7 @@
 
 Each agent listens on ``server=<its host>``: the conductor calls the agent
 that owns a node, with the epoch it read, and the agent refuses with
-:class:`conductor.exception.NotOwner` when that is not (or no longer) true.
+:class:`conductor.common.exception.NotOwner` when that is not (or no longer) true.
 
 API version history:
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import oslo_messaging as messaging
 
-from conductor import rpc
+from conductor.common import rpc
 
 __all__ = ["API_VERSION", "ComputeAPI"]
 

@@ -24,12 +24,12 @@ from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.reporting import ResultReporter
-from conductor import rpc, systemd
-from conductor.conf.metrics import AGENT_PORT
-from conductor.coordination import membership_from_conf
-from conductor.exception import first_line
-from conductor.metrics import MetricsServer
-from conductor.objects import Node
+from conductor.common import rpc, systemd
+from conductor.common.conf.metrics import AGENT_PORT
+from conductor.common.coordination import membership_from_conf
+from conductor.common.exception import first_line
+from conductor.common.metrics import MetricsServer
+from conductor.common.objects import Node
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import MembershipView, State
 

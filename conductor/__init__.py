@@ -1,4 +1,4 @@
-"""The ringfleet conductor, and what every ringfleet service shares.
+"""The ringfleet conductor: database, scheduler, RPC service and operator CLI.
 
 The conductor service (:mod:`conductor.service`): the database
 (:mod:`conductor.db`), the scheduler (:mod:`conductor.scheduler`), the RPC
@@ -7,17 +7,12 @@ endpoints (:mod:`conductor.endpoints`) and their reference client
 (:mod:`conductor.builds`), the agents' reports applied
 (:mod:`conductor.build_results`), the sweeper
 (:mod:`conductor.build_sweeper`), routing to the owning agent
-(:mod:`conductor.routing`) and the view of the agent fleet
-(:mod:`conductor.fleet_view`).
+(:mod:`conductor.routing`), the view of the agent fleet
+(:mod:`conductor.fleet_view`) and the operator CLI ``ringfleet``
+(:mod:`conductor.cli`).
 
-Shared with the agents and the operator CLI: the configuration option
-groups (:mod:`conductor.conf`), the RPC plumbing (:mod:`conductor.rpc`),
-data objects (:mod:`conductor.objects`), exceptions
-(:mod:`conductor.exception`), payload validation
-(:mod:`conductor.validation`), Prometheus metrics (:mod:`conductor.metrics`),
-process start-up, systemd notification and the service runner
-(:mod:`conductor.prepare`, :mod:`conductor.systemd`, :mod:`conductor.cmd`),
-the membership set-up (:mod:`conductor.coordination`), and the operator CLI
-``ringfleet`` (:mod:`conductor.cli`).  What may import what:
-``docs/architecture.rst``, "Packages and what may import what".
+What the compute agent shares with it (RPC plumbing, exceptions, data
+objects, the shared option groups) lives in :mod:`conductor.common`.  What
+may import what: ``docs/architecture.rst``, "Packages and what may import
+what", enforced by ``tests/unit/test_layering.py``.
 """

@@ -14,12 +14,12 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from conductor.common.exception import NotFound
+from conductor.common.objects import TaskState, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
-from conductor.exception import NotFound
 from conductor.metrics import ConductorMetrics
-from conductor.objects import TaskState, VmState
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildQueue", "BuildResults"]

@@ -12,10 +12,10 @@ import datetime
 import logging
 
 from conductor.build_results import BuildQueue, BuildResults
+from conductor.common.objects import Instance, VmState
 from conductor.db import instances
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
-from conductor.objects import Instance, VmState
 
 __all__ = ["BuildSweeper"]
 

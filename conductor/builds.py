@@ -25,9 +25,7 @@ from typing import Protocol
 
 from conductor.build_results import BuildResults
 from conductor.build_sweeper import BuildSweeper
-from conductor.db import allocations, instances, nodes
-from conductor.db.engine import Database
-from conductor.exception import (
+from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
     FlavorNotFound,
@@ -36,15 +34,17 @@ from conductor.exception import (
     RingfleetError,
     ServiceUnavailable,
 )
-from conductor.fleet_view import FleetView
-from conductor.metrics import ConductorMetrics
-from conductor.objects import (
+from conductor.common.objects import (
     Flavor,
     Instance,
     Node,
     Ownership,
     VmState,
 )
+from conductor.db import allocations, instances, nodes
+from conductor.db.engine import Database
+from conductor.fleet_view import FleetView
+from conductor.metrics import ConductorMetrics
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildWorkers", "Router"]

@@ -12,9 +12,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from conductor.common.exception import DatabaseUnavailable, ServiceUnavailable
 from conductor.db import agents
 from conductor.db.engine import Database
-from conductor.exception import DatabaseUnavailable, ServiceUnavailable
 from hashring.membership import Membership, MembershipView, State
 from hashring.ring import Ring
 

@@ -33,11 +33,8 @@ from typing import Any
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor import rpc
-from conductor.db import nodes
-from conductor.db.engine import Database
-from conductor.db.ownership import Fence
-from conductor.exception import (
+from conductor.common import rpc
+from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
     NodeNotBuildable,
@@ -45,8 +42,11 @@ from conductor.exception import (
     ServiceUnavailable,
     first_line,
 )
+from conductor.common.objects import Instance, Node, Ownership
+from conductor.db import nodes
+from conductor.db.engine import Database
+from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
-from conductor.objects import Instance, Node, Ownership
 
 __all__ = ["AgentRouter"]
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import oslo_messaging as messaging
 
-from conductor import rpc
+from conductor.common import rpc
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 
@@ -72,7 +72,7 @@ def pages(
 class ConductorAPI:
     """Calls to the conductors (any of them: they are active-active).
 
-    :param transport: from :func:`conductor.rpc.get_transport`.
+    :param transport: from :func:`conductor.common.rpc.get_transport`.
     :param timeout: seconds to wait for a reply (``MessagingTimeout`` after).
     :param observe: told of every call made (method, outcome, seconds).
     """

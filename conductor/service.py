@@ -16,19 +16,20 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor import rpc, systemd
 from conductor.builds import BuildWorkers
-from conductor.conf.metrics import CONDUCTOR_PORT
-from conductor.coordination import membership_from_conf
+from conductor.common import rpc, systemd
+from conductor.common.conf.metrics import CONDUCTOR_PORT
+from conductor.common.coordination import membership_from_conf
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable
+from conductor.common.metrics import MetricsServer
 from conductor.db import migration
 from conductor.db.engine import Database, database_from_conf
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
-from conductor.exception import ConfigurationError, DatabaseUnavailable
 from conductor.fleet_view import FleetView
-from conductor.metrics import ConductorMetrics, MetricsServer
+from conductor.metrics import ConductorMetrics
 from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Membership

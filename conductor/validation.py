@@ -10,7 +10,7 @@ cast, as pure functions (no I/O) that
   oslo.messaging, so every parameter is typed ``object`` and checked),
 * return frozen, typed, normalized values (lower-case UUIDs, trait
   frozensets, parsed capabilities) that the rest of the conductor can trust,
-* and otherwise raise one :class:`~conductor.exception.InvalidInput` listing
+* and otherwise raise one :class:`~conductor.common.exception.InvalidInput` listing
   *every* problem found -- for a bulk import of 10,000 nodes, every problem of
   every entry -- so a client fixes its input in one round trip, and an import
   with one bad entry imports nothing.
@@ -39,8 +39,9 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
-from conductor.exception import FieldError, InvalidInput, render_value
-from conductor.objects import PowerState, ProvisionState
+from conductor.common.checks import MAX_NAME_LENGTH, UUID_REASON, name_problem, normalized_uuid
+from conductor.common.exception import FieldError, InvalidInput, render_value
+from conductor.common.objects import PowerState, ProvisionState
 
 __all__ = [
     "CAPABILITY_OPERATORS",
@@ -53,22 +54,18 @@ __all__ = [
     "NodeSpec",
     "NodeUpdate",
     "PropertyValue",
-    "looks_like_uuid",
     "parse_capabilities",
     "parse_capability_expression",
     "validate_build_request",
     "validate_flavor_spec",
-    "validate_name",
     "validate_node_spec",
     "validate_node_specs",
     "validate_node_update",
-    "validate_uuid",
 ]
 
 #: the value types a node property may have (no nesting)
 PropertyValue = str | int | float | bool
 
-MAX_NAME_LENGTH: Final = 255
 MAX_TRAITS: Final = 64
 MAX_BATCH: Final = 100_000
 MAX_COUNT: Final = 1000
@@ -78,20 +75,14 @@ MAX_EXTRA_SPEC_VALUE_LENGTH: Final = 255
 
 # Every pattern is matched with fullmatch(): "$" alone would accept a
 # trailing newline.
-_NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 _RESOURCE_CLASS_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
 _TRAIT_PATTERN: Final = r"^[A-Z][A-Z0-9_]{0,254}$"
 _GROUP_PATTERN: Final = r"^[A-Za-z0-9._-]{0,80}$"
 _CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
-_NAME_RE: Final = re.compile(_NAME_PATTERN)
 _RESOURCE_CLASS_RE: Final = re.compile(_RESOURCE_CLASS_PATTERN)
 _TRAIT_RE: Final = re.compile(_TRAIT_PATTERN)
 _GROUP_RE: Final = re.compile(_GROUP_PATTERN)
 _CAPABILITY_KEY_RE: Final = re.compile(_CAPABILITY_KEY_PATTERN)
-_UUID_RE: Final = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r"|[0-9a-fA-F]{32}"
-)
 # C0 controls and DEL: they break log lines and table output.
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -422,37 +413,19 @@ def _check_choice(
 
 
 def _check_name(value: object, field: str, errors: _Errors) -> str | None:
-    if not isinstance(value, str):
-        errors.add(field, "must be a string", value)
-    elif not 1 <= len(value) <= MAX_NAME_LENGTH:
-        errors.add(field, f"must be 1 to {MAX_NAME_LENGTH} characters long", value)
-    elif not _NAME_RE.fullmatch(value):
-        errors.add(field, f"must match {_NAME_PATTERN}", value)
-    elif looks_like_uuid(value):
-        # Nodes are looked up by name or uuid: a uuid-shaped name would make
-        # one node answer to another's uuid.
-        errors.add(field, "must not be a UUID (names and uuids share lookups)", value)
-    else:
-        return value
-    return None
-
-
-def looks_like_uuid(value: str) -> bool:
-    """A uuid in any form ``uuid.UUID`` accepts with 32 or 36 characters."""
-    if len(value) not in (32, 36):
-        return False
-    try:
-        uuidlib.UUID(value)
-    except ValueError:
-        return False
-    return True
+    problem = name_problem(value)
+    if problem is not None:
+        errors.add(field, problem, value)
+        return None
+    assert isinstance(value, str)
+    return value
 
 
 def _check_uuid(value: object, field: str, errors: _Errors) -> str | None:
-    if isinstance(value, str) and _UUID_RE.fullmatch(value):
-        return str(uuidlib.UUID(value))
-    errors.add(field, "must be a UUID like 8-4-4-4-12 hex digits", value)
-    return None
+    normalized = normalized_uuid(value)
+    if normalized is None:
+        errors.add(field, UUID_REASON, value)
+    return normalized
 
 
 def _check_pattern(
@@ -1096,30 +1069,3 @@ def validate_build_request(spec: object) -> BuildRequest:
     return BuildRequest(
         flavor=flavor, count=count, name=name, group=group, instance_uuids=instance_uuids
     )
-
-
-# -- helpers for the other RPC methods -------------------------------------------
-
-
-def validate_uuid(value: object, field: str) -> str:
-    """A UUID (hyphenated or 32 hex digits, any case) as lower-case hyphenated.
-
-    :raises InvalidInput: naming *field*
-    """
-    errors = _Errors()
-    normalized = _check_uuid(value, field, errors)
-    errors.raise_if_any()
-    assert normalized is not None
-    return normalized
-
-
-def validate_name(value: object, field: str) -> str:
-    """A node or flavor name: 1 to 255 of ``[A-Za-z0-9._:-]``, alphanumeric first.
-
-    :raises InvalidInput: naming *field*
-    """
-    errors = _Errors()
-    name = _check_name(value, field, errors)
-    errors.raise_if_any()
-    assert name is not None
-    return name

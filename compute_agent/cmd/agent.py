@@ -13,16 +13,23 @@ from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
-from conductor import rpc
-from conductor.cmd.runner import run_service
-from conductor.prepare import prepare_service
+from conductor.common import rpc
+from conductor.common.prepare import prepare_service
+from conductor.common.runner import run_service
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
+    """An agent's configuration: the options it reads (and no others) registered,
+    ``argv[1:]`` and the config files parsed, logging set up."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     agent_conf.register_opts(conf)
-    prepare_service(list(argv) if argv is not None else sys.argv, conf)
+    prepare_service(argv, conf)
+    return conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    conf = configure(list(argv) if argv is not None else sys.argv)
     return run_service(AgentService(conf), "ringfleet-compute-agent")
 
 

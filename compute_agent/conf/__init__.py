@@ -1,7 +1,9 @@
 """Configuration options of the compute agent, one module per option group.
 
-:func:`register_opts` registers the agent's groups on top of the shared ones
-(``[DEFAULT]``, ``[coordination]``, ``[ring]``, ... from :mod:`conductor.conf`).
+:func:`register_opts` registers everything an agent reads: the shared groups
+of :mod:`conductor.common.conf` (``[DEFAULT]``, ``[coordination]``,
+``[ring]``, ``[metrics]``) and the agent's own.  The conductor's groups
+(``[conductor]``, ``[database]``, ``[scheduler]``) are never registered here.
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from compute_agent.conf import agent, simulated
+from conductor.common import conf as common_conf
 
 __all__ = ["register_opts"]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register every option group a compute agent reads."""
+    common_conf.register_opts(conf)
     agent.register_opts(conf)
     simulated.register_opts(conf)

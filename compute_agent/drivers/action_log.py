@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from compute_agent.exception import ActionLogError
+from conductor.common.exception import ActionLogError
 
 __all__ = [
     "ACTIONS",

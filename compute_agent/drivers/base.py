@@ -27,8 +27,8 @@ from oslo_config import cfg
 from stevedore import named
 from stevedore.extension import ExtensionManager
 
-from conductor.exception import ConfigurationError, FieldError, InvalidInput
-from conductor.objects import Node, PowerState, ProvisionState
+from conductor.common.exception import ConfigurationError, FieldError, InvalidInput
+from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = [
     "BUILTIN_DRIVERS",
@@ -136,12 +136,12 @@ class ComputeDriver(abc.ABC):
     One instance per agent, created with the agent's configuration and host.
     Methods may be called from several threads at once for different nodes;
     the agent never runs two actions on one node at the same time, and a
-    driver may refuse one (:class:`~compute_agent.exception.DriverError`)
+    driver may refuse one (:class:`~conductor.common.exception.DriverError`)
     if it does.  Every method receives the :class:`ActionContext` of the
     action: the agent has checked its claim before calling.
 
     Failures the hardware reports are raised as
-    :class:`~compute_agent.exception.DriverError`; anything else is a bug.
+    :class:`~conductor.common.exception.DriverError`; anything else is a bug.
     """
 
     #: the name the driver is registered under

@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from conductor.objects import PowerState, ProvisionState
+from conductor.common.objects import PowerState, ProvisionState
 
 __all__ = ["MemoryNodeStore", "NodeStore", "SimulatedNode", "SqliteNodeStore", "open_store"]
 

@@ -6,7 +6,7 @@ a node is busy while an action runs on it.  Each node's state lives in a
 :class:`~compute_agent.drivers.node_store.NodeStore` -- with ``[simulated_driver]
 node_store`` set, one SQLite file shared by every agent process of a fleet,
 as real hardware is one machine seen by all -- seeded from the
-:class:`~conductor.objects.Node` the agent passes on first sight.  Which
+:class:`~conductor.common.objects.Node` the agent passes on first sight.  Which
 agent did what, under which epoch, when, goes to the shared action log
 (:mod:`compute_agent.drivers.action_log`), which is how the functional tests
 check the single-owner invariant across agent processes.
@@ -42,9 +42,8 @@ from compute_agent.drivers.base import (
     validate_power_target,
 )
 from compute_agent.drivers.node_store import SimulatedNode, open_store
-from compute_agent.exception import DriverError
-from conductor.exception import ConfigurationError
-from conductor.objects import Node, PowerState, ProvisionState
+from conductor.common.exception import ConfigurationError, DriverError
+from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = ["CLEAN_STEP", "DEPLOY_STEPS", "SimulatedDriver", "SimulatedNode"]
 

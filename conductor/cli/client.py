@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import oslo_messaging as messaging
 from oslo_config import cfg
 
-from conductor import conf as ringfleet_conf
-from conductor import rpc
+from conductor import conf as conductor_conf
+from conductor.common import rpc
 from conductor.rpcapi import ConductorAPI
 
 __all__ = ["DEFAULT_CONFIG_FILE", "build_client"]
@@ -23,7 +23,7 @@ def build_client(
     """Parse the config files and return (transport, client) for the conductors."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    ringfleet_conf.register_opts(conf)
+    conductor_conf.register_opts(conf)
     files = list(config_files)
     if not files and os.path.exists(DEFAULT_CONFIG_FILE):
         files = [DEFAULT_CONFIG_FILE]

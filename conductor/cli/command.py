@@ -17,8 +17,8 @@ from typing import Any
 import oslo_messaging as messaging
 from oslo_config import cfg
 
-from conductor import rpc
-from conductor.exception import InvalidInput, RingfleetError
+from conductor.common import rpc
+from conductor.common.exception import InvalidInput, RingfleetError
 
 __all__ = [
     "ConductorCommand",

@@ -17,8 +17,8 @@ from cliff.lister import Lister
 from cliff.show import ShowOne
 
 from conductor.cli.command import ConductorCommand
-from conductor.exception import FieldError, InvalidInput
-from conductor.objects import VmState
+from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.objects import VmState
 from conductor.rpcapi import pages
 
 __all__ = ["InstanceCreate", "InstanceDelete", "InstanceList", "InstanceShow"]

@@ -20,8 +20,8 @@ from cliff.show import ShowOne
 
 from conductor.cli import node_files
 from conductor.cli.command import ConductorCommand, describe_error, key_value
-from conductor.exception import Conflict, FieldError, InvalidInput
-from conductor.objects import PowerState, ProvisionState
+from conductor.common.exception import Conflict, FieldError, InvalidInput
+from conductor.common.objects import PowerState, ProvisionState
 from conductor.rpcapi import pages
 from conductor.validation import NodeSpec, validate_node_specs
 

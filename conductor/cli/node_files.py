@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from conductor.exception import FieldError, InvalidInput
+from conductor.common.exception import FieldError, InvalidInput
 
 __all__ = ["FORMATS", "LineSpec", "detect_format", "read_nodes"]
 

@@ -10,16 +10,25 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from conductor import rpc
-from conductor.cmd.runner import run_service
-from conductor.prepare import prepare_service
+from conductor import conf as conductor_conf
+from conductor.common import rpc
+from conductor.common.prepare import prepare_service
+from conductor.common.runner import run_service
 from conductor.service import ConductorService
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
+    """A conductor's configuration: the options it reads registered, ``argv[1:]``
+    and the config files parsed, logging set up."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    prepare_service(list(argv) if argv is not None else sys.argv, conf)
+    conductor_conf.register_opts(conf)
+    prepare_service(argv, conf)
+    return conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    conf = configure(list(argv) if argv is not None else sys.argv)
     return run_service(ConductorService(conf), "ringfleet-conductor")
 
 

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
+from conductor import conf as conductor_conf
+from conductor.common.exception import ConfigurationError
+from conductor.common.prepare import prepare_service
 from conductor.db import migration
 from conductor.db.engine import database_from_conf
-from conductor.exception import ConfigurationError
-from conductor.prepare import prepare_service
 
 
 def _add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conf.register_cli_opt(
         cfg.SubCommandOpt("command", title="Commands", handler=_add_commands, dest="command")
     )
+    conductor_conf.register_opts(conf)
     prepare_service(list(argv) if argv is not None else sys.argv, conf)
     try:
         db = database_from_conf(conf)

@@ -1,4 +1,9 @@
-"""Configuration options of ringfleet, one module per option group.
+"""Configuration options of the conductor, one module per option group.
+
+:func:`register_opts` registers everything a conductor (and the operator
+CLI) reads: the shared groups of :mod:`conductor.common.conf` and the
+conductor's own ``[conductor]``, ``[database]`` and ``[scheduler]``, which a
+compute agent never registers.
 
 Nothing here reads configuration at import time: callers build or receive a
 ``cfg.ConfigOpts`` and call :func:`register_opts` on it before parsing.
@@ -8,25 +13,15 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import (
-    conductor,
-    coordination,
-    database,
-    default,
-    metrics,
-    ring,
-    scheduler,
-)
+from conductor.common import conf as common_conf
+from conductor.conf import conductor, database, scheduler
 
 __all__ = ["register_opts"]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    """Register every option group of ringfleet's shared configuration."""
-    default.register_opts(conf)
+    """Register every option group a conductor reads."""
+    common_conf.register_opts(conf)
     conductor.register_opts(conf)
-    coordination.register_opts(conf)
     database.register_opts(conf)
-    metrics.register_opts(conf)
-    ring.register_opts(conf)
     scheduler.register_opts(conf)

@@ -1,28 +1,17 @@
-"""Option listing for oslo-config-generator (entry point ``oslo.config.opts``)."""
+"""Option listing for oslo-config-generator (entry point ``oslo.config.opts``,
+namespace ``ringfleet.conductor``)."""
 
 from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf import (
-    conductor,
-    coordination,
-    database,
-    default,
-    metrics,
-    ring,
-    scheduler,
-)
+from conductor.conf import conductor, database, scheduler
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
-    """Every option of ringfleet's shared configuration, by group."""
+    """The conductor's own option groups (the shared ones: ``ringfleet.common``)."""
     return [
-        ("DEFAULT", list(default.opts)),
         (conductor.group, list(conductor.opts)),
-        (coordination.group, list(coordination.opts)),
         (database.group, list(database.opts)),
-        (metrics.group, list(metrics.opts)),
-        (ring.group, list(ring.opts)),
         (scheduler.group, list(scheduler.opts)),
     ]

@@ -15,10 +15,10 @@ from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, case, exists, select, update
 
+from conductor.common.objects import Ownership, ProvisionState, TaskState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence, holds
-from conductor.objects import Ownership, ProvisionState, TaskState, VmState
 
 __all__ = ["allocate", "complete", "deployed_while_deleting", "fail_attempt", "free"]
 

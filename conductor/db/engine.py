@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from conductor.exception import ConfigurationError, DatabaseUnavailable, first_line
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable, first_line
 
 __all__ = ["Database", "database_from_conf", "retry_on_dead_connection"]
 

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import Row, Table, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 
+from conductor.common.exception import Conflict, DuplicateFlavor, FlavorNotFound
+from conductor.common.objects import Flavor, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import FlavorModel, InstanceModel
-from conductor.exception import Conflict, DuplicateFlavor, FlavorNotFound
-from conductor.objects import Flavor, VmState
 from conductor.validation import FlavorSpec
 
 __all__ = [

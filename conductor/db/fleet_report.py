@@ -13,9 +13,9 @@ from collections.abc import Collection
 
 from sqlalchemy import and_, func, or_, select
 
+from conductor.common.objects import ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel
-from conductor.objects import ProvisionState, VmState
 
 __all__ = [
     "AllocationMismatch",

@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from conductor.common.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
+from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
-from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.validation import BuildRequest
 
 __all__ = [

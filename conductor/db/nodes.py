@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
+from conductor.common.objects import Node, PowerState, ProvisionState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import NodeModel, utcnow
-from conductor.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
-from conductor.objects import Node, PowerState, ProvisionState
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
 
 __all__ = [

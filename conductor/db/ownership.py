@@ -38,9 +38,9 @@ from typing import TypeVar
 from sqlalchemy import ColumnElement, and_, or_, select, true, update
 from sqlalchemy.orm import Session
 
+from conductor.common.objects import Ownership
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
-from conductor.objects import Ownership
 
 __all__ = [
     "ClaimOutcome",

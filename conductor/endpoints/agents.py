@@ -16,12 +16,13 @@ import oslo_messaging as messaging
 from sqlalchemy import or_, select, update
 
 from conductor.builds import BuildWorkers
+from conductor.common import checks
+from conductor.common.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.db import agents as agents_db
 from conductor.db import ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION
 
@@ -156,9 +157,9 @@ class AgentsEndpoint:
                 item["new_owner"],
             )
             try:
-                uuid, epoch, new_owner = payload.collect(
+                uuid, epoch, new_owner = checks.collect(
                     partial(payload.check_uuid, node_field, f"{path}.node_uuid"),
-                    partial(payload.check_epoch, epoch_field, f"{path}.epoch"),
+                    partial(checks.check_epoch, epoch_field, f"{path}.epoch"),
                     partial(payload.check_host, owner_field, f"{path}.new_owner"),
                 )
             except InvalidInput as exc:
@@ -265,7 +266,7 @@ class AgentsEndpoint:
         node_clean: Any = True,
     ) -> dict[str, Any]:
         """The outcome of a build an agent ran; fenced by the node's epoch."""
-        agent, result = payload.collect(
+        agent, result = checks.collect(
             lambda: payload.check_host(host),
             lambda: _check_result_fields(
                 {
@@ -343,11 +344,11 @@ class AgentsEndpoint:
         fault: Any = None,
     ) -> dict[str, Any]:
         """The outcome of a teardown an agent ran; fenced by the node's epoch."""
-        agent, instance, node, held, ok, text = payload.collect(
+        agent, instance, node, held, ok, text = checks.collect(
             lambda: payload.check_host(host),
             lambda: payload.check_uuid(instance_uuid, "instance_uuid"),
             lambda: payload.check_uuid(node_uuid, "node_uuid"),
-            lambda: payload.check_epoch(epoch, "epoch"),
+            lambda: checks.check_epoch(epoch, "epoch"),
             lambda: payload.check_bool(success, "success"),
             lambda: _check_fault(fault),
         )
@@ -473,10 +474,10 @@ def _check_build_result(item: object, path: str) -> dict[str, Any]:
 def _check_result_fields(item: dict[Any, Any], prefix: str) -> dict[str, Any]:
     """The fields of one build result (``report_build_result``'s keywords, or
     one item of ``report_build_results`` with ``prefix`` ``results[i].``)."""
-    instance, node, epoch, success, clean, fault = payload.collect(
+    instance, node, epoch, success, clean, fault = checks.collect(
         lambda: payload.check_uuid(item.get("instance_uuid"), f"{prefix}instance_uuid"),
         lambda: payload.check_uuid(item.get("node_uuid"), f"{prefix}node_uuid"),
-        lambda: payload.check_epoch(item.get("epoch"), f"{prefix}epoch"),
+        lambda: checks.check_epoch(item.get("epoch"), f"{prefix}epoch"),
         lambda: payload.check_bool(item.get("success"), f"{prefix}success"),
         lambda: payload.check_bool(item.get("node_clean", True), f"{prefix}node_clean"),
         lambda: _check_fault(item.get("fault"), f"{prefix}fault"),

@@ -13,11 +13,11 @@ import oslo_messaging as messaging
 from sqlalchemy import select
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.common.exception import FieldError, InvalidInput, ServiceUnavailable
 from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.db.models import AgentModel, utcnow
 from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput, ServiceUnavailable
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION
 from hashring.membership import State

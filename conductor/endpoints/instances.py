@@ -13,13 +13,14 @@ from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
+from conductor.common.checks import validate_uuid
+from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db import instances
 from conductor.db.engine import Database
 from conductor.endpoints import payload
-from conductor.exception import FieldError, InvalidInput
-from conductor.objects import Flavor, Instance, TaskState, VmState
 from conductor.rpcapi import API_VERSION
-from conductor.validation import validate_build_request, validate_uuid
+from conductor.validation import validate_build_request
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
 

@@ -7,16 +7,17 @@ from typing import Any
 
 import oslo_messaging as messaging
 
+from conductor.common import checks
+from conductor.common.checks import validate_name
+from conductor.common.exception import Conflict, FieldError, InvalidInput
 from conductor.db import flavors, ownership
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.endpoints import payload
-from conductor.exception import Conflict, FieldError, InvalidInput
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     validate_flavor_spec,
-    validate_name,
     validate_node_spec,
     validate_node_specs,
     validate_node_update,
@@ -101,7 +102,7 @@ class InventoryEndpoint:
 
     def set_node(self, ctxt: dict[str, Any], node: Any, changes: Any) -> dict[str, Any]:
         """Change a node's properties, traits or resource class (since 1.1)."""
-        ident, update = payload.collect(
+        ident, update = checks.collect(
             lambda: payload.check_ident(node, "node"),
             lambda: validate_node_update(changes),
         )

@@ -1,24 +1,25 @@
-"""Validation of the small payloads the agent-facing and lookup methods take.
+"""Validation of the small payloads the conductor's agent-facing and lookup methods take.
 
 The client-facing specs (nodes, flavors, builds) live in
 :mod:`conductor.validation`; these are the ids, epochs and states that agents
-and lookups send, checked with the same error type.
+and lookups send, checked with the same error type.  The single-value checks
+the agent's endpoints use too (uuid, name, epoch, :func:`collect`) are in
+:mod:`conductor.common.checks`.
 """
 
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from conductor.exception import FieldError, InvalidInput
-from conductor.objects import PowerState, ProvisionState
-from conductor.validation import looks_like_uuid, validate_name, validate_uuid
+from conductor.common.checks import check_epoch, looks_like_uuid, validate_name, validate_uuid
+from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.objects import PowerState, ProvisionState
 
 __all__ = [
     "MAX_BATCH",
     "check_bool",
-    "check_epoch",
     "check_epoch_map",
     "check_host",
     "check_ident",
@@ -26,7 +27,6 @@ __all__ = [
     "check_node_states",
     "check_uuid",
     "check_uuid_list",
-    "collect",
 ]
 
 #: Nodes in one agent call: an agent claims hundreds at once, not millions.
@@ -35,7 +35,7 @@ MAX_BATCH = 10_000
 
 def check_host(value: object, field: str = "host") -> str:
     """A host name, lower-cased: DNS names are case-insensitive (see
-    :class:`conductor.conf.default.HostName`, the ``[DEFAULT] host`` type)."""
+    :class:`conductor.common.conf.default.HostName`, the ``[DEFAULT] host`` type)."""
     return validate_name(value, field).lower()
 
 
@@ -75,38 +75,17 @@ def check_uuid_list(value: object, field: str) -> list[str]:
     return result
 
 
-def check_epoch(value: object, field: str) -> int:
-    errors: list[FieldError] = []
-    epoch = _check_epoch(value, field, errors)
-    if epoch is None:
-        raise InvalidInput(errors)
-    return epoch
-
-
 def check_uuid(value: object, field: str) -> str:
     return validate_uuid(value, field)
 
 
-def collect(*checks: Callable[[], Any]) -> list[Any]:
-    """Run several field checks, raising one InvalidInput naming every bad field."""
-    results: list[Any] = []
-    errors: list[FieldError] = []
-    for check in checks:
-        try:
-            results.append(check())
-        except InvalidInput as exc:
-            errors.extend(exc.errors)
-            results.append(None)
-    if errors:
-        raise InvalidInput(errors)
-    return results
-
-
 def _check_epoch(value: object, field: str, errors: list[FieldError]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31 - 1:
-        errors.append(FieldError.about(field, "must be an integer 0..2147483646", value))
+    """:func:`check_epoch`, collecting its error instead of raising it."""
+    try:
+        return check_epoch(value, field)
+    except InvalidInput as exc:
+        errors.extend(exc.errors)
         return None
-    return value
 
 
 def check_epoch_map(value: object, field: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ candidate node (see :mod:`conductor.scheduler.weighers`).
 
 :meth:`Chooser.explain` is the slow path for a failure: it runs the whole
 filter chain over the nodes of the flavor's resource class to count how
-many nodes each filter removed, for :class:`~conductor.exception.NoValidNode`,
+many nodes each filter removed, for :class:`~conductor.common.exception.NoValidNode`,
 and how many of them lack only a live owner (the build may wait for one).
 """
 
@@ -22,8 +22,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from conductor.exception import NoValidNode
-from conductor.objects import Node
+from conductor.common.exception import NoValidNode
+from conductor.common.objects import Node
 from conductor.scheduler.filters import (
     ALWAYS_APPLIED,
     BaseFilter,

@@ -1,4 +1,4 @@
-"""Fast construction of :class:`~conductor.objects.Node` objects for the hot paths.
+"""Fast construction of :class:`~conductor.common.objects.Node` objects for the hot paths.
 
 ``Node`` is a frozen, slotted dataclass: its ``__init__`` assigns every field
 through ``object.__setattr__`` and ``dataclasses.replace`` goes through
@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conductor.objects import Node
+from conductor.common.objects import Node
 
 __all__ = ["FIELDS", "evolve", "new_node"]
 

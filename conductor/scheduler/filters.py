@@ -23,7 +23,7 @@ class under its :attr:`BaseFilter.name` (the class name unless it sets
 another): that is what "no valid node" messages call it.  The class is
 instantiated once, without arguments, when the scheduler starts; ``filter``
 is then called from several threads and must not block or do I/O (it runs
-while the index is locked).  ``node`` is a :class:`~conductor.objects.Node`
+while the index is locked).  ``node`` is a :class:`~conductor.common.objects.Node`
 as the conductor's index knows it: its ``created_at`` and ``updated_at`` may
 be missing, and its mappings are read-only.
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from conductor.objects import Node
+from conductor.common.objects import Node
 from conductor.scheduler.index import is_free
 from conductor.scheduler.request import RequestSpec
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from conductor.objects import Node, ProvisionState
+from conductor.common.objects import Node, ProvisionState
 
 __all__ = ["Bucket", "NodeIndex", "NodeSet", "Profile", "capabilities_key", "is_free"]
 

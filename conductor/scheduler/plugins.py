@@ -10,7 +10,7 @@ classes are found by name instead.
 
 Loading is all or nothing: an unknown name, a plugin that fails to import or
 to instantiate, or one that is not a :class:`BaseFilter` /
-:class:`BaseWeigher`, is a :class:`~conductor.exception.ConfigurationError`
+:class:`BaseWeigher`, is a :class:`~conductor.common.exception.ConfigurationError`
 naming the option, so a conductor never starts with fewer filters than
 configured.
 """
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from stevedore import named
 from stevedore.extension import ExtensionManager
 
-from conductor.exception import ConfigurationError
+from conductor.common.exception import ConfigurationError
 from conductor.scheduler.filters import ALWAYS_APPLIED, BUILTIN_FILTERS, BaseFilter
 from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
 

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 
-from conductor.objects import Flavor
+from conductor.common.objects import Flavor
 from conductor.validation import CapabilityExpression, parse_capability_expression
 
 __all__ = ["CAPABILITIES_SCOPE", "RequestSpec", "flavor_key", "parse_flavor_capabilities"]

@@ -27,9 +27,9 @@ from typing import Any
 
 from sqlalchemy import Text, and_, cast, or_, select
 
+from conductor.common.objects import Node, PowerState, ProvisionState
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
-from conductor.objects import Node, PowerState, ProvisionState
 from conductor.scheduler.fastnode import new_node
 
 __all__ = ["CapabilitiesKey", "NodeDecoder", "load_all", "load_changed"]

@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from conductor.objects import Node
+from conductor.common.objects import Node
 from conductor.scheduler.request import RequestSpec
 
 __all__ = [

@@ -7,7 +7,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from conductor import rpc
+from conductor.common import rpc
 from conductor.rpcapi import ConductorAPI
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from oslo_config import cfg
 
-from conductor.coordination import membership_from_conf
-from conductor.prepare import prepare_service
+from conductor.common.coordination import membership_from_conf
+from conductor.common.prepare import prepare_service
 from hashring.membership import MembershipView
 
 _print_lock = threading.Lock()

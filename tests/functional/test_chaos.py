@@ -69,9 +69,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
+from conductor.common.exception import ServiceUnavailable
 from conductor.db import fleet_report
 from conductor.db.models import InstanceModel, NodeModel
-from conductor.exception import ServiceUnavailable
 from tests.dbutil import migrated
 from tests.functional.conductor_harness import client
 from tests.functional.fleet_harness import (

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from conductor.common.exception import FlavorNotFound, InvalidInput, NodeNotFound
 from conductor.db import instances
 from conductor.db.models import InstanceModel, NodeModel
-from conductor.exception import FlavorNotFound, InvalidInput, NodeNotFound
 from conductor.validation import validate_build_request
 from tests.dbutil import migrated
 from tests.functional.conductor_harness import client, write_config

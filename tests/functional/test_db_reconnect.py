@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from conductor.common.exception import DatabaseUnavailable, ServiceUnavailable
 from conductor.db import engine
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.exception import DatabaseUnavailable, ServiceUnavailable
 from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import server_ctl
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from conductor.common.exception import NoValidNode
+from conductor.common.objects import Flavor
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
-from conductor.exception import NoValidNode
-from conductor.objects import Flavor
 from conductor.scheduler import Scheduler
 from tests.dbutil import add_nodes, migrated
 

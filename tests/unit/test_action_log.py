@@ -14,8 +14,8 @@ from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers import ActionContext
 from compute_agent.drivers.action_log import Action, ActionLog, check_fencing, read_log
 from compute_agent.drivers.simulated import SimulatedDriver
-from compute_agent.exception import ActionLogError
-from conductor.objects import Node
+from conductor.common.exception import ActionLogError
+from conductor.common.objects import Node
 
 NODE = "9b1c1b9e-2f0a-4d5e-8a57-0d3c3f6a1b01"
 OTHER = "0f6e4c1a-7d2b-4c3e-9b8a-5e4d3c2b1a00"

@@ -27,8 +27,8 @@ from compute_agent.drivers.action_log import Action, check_fencing, read_log
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
-from conductor.exception import Conflict, InvalidInput, NodeNotBuildable, NotOwner
-from conductor.objects import Node, PowerState, ProvisionState
+from conductor.common.exception import Conflict, InvalidInput, NodeNotBuildable, NotOwner
+from conductor.common.objects import Node, PowerState, ProvisionState
 from hashring.membership import Member, MembershipView, State
 
 HOST = "agent-1"

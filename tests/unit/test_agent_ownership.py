@@ -21,11 +21,11 @@ import pytest
 from sqlalchemy import update
 
 from compute_agent.ownership import OwnershipManager
+from conductor.common.exception import InvalidInput, NotOwner
 from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
-from conductor.exception import InvalidInput, NotOwner
 from conductor.fleet_view import FleetView
 from conductor.validation import validate_node_specs
 from hashring.membership import Member, MembershipView, State

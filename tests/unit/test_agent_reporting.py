@@ -10,7 +10,7 @@ import oslo_messaging as messaging
 import pytest
 
 from compute_agent.reporting import ResultReporter
-from conductor.exception import FieldError, InvalidInput, ServiceUnavailable
+from conductor.common.exception import FieldError, InvalidInput, ServiceUnavailable
 
 
 def _result(n: int, **extra: Any) -> dict[str, Any]:

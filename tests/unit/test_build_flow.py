@@ -24,13 +24,13 @@ import pytest
 from sqlalchemy import update
 
 from conductor.builds import BuildWorkers
+from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
+from conductor.common.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.db import allocations, flavors, instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence
-from conductor.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
 from conductor.fleet_view import FleetView
-from conductor.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
 from conductor.validation import validate_build_request, validate_flavor_spec

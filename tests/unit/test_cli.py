@@ -25,14 +25,14 @@ import pytest
 import yaml
 from oslo_config import cfg
 
-from conductor import conf as ringfleet_conf
-from conductor import rpc
+from conductor import conf as conductor_conf
 from conductor.cli import node_files
 from conductor.cli.app import RingfleetApp
 from conductor.cli.ring import bar
+from conductor.common import rpc
+from conductor.common.exception import InvalidInput
 from conductor.db import nodes as node_db
 from conductor.db.models import InstanceModel, NodeModel
-from conductor.exception import InvalidInput
 from conductor.rpcapi import ConductorAPI, pages
 from conductor.service import ConductorService
 from hashring.membership import Membership
@@ -101,7 +101,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     )
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    ringfleet_conf.register_opts(conf)
+    conductor_conf.register_opts(conf)
     conf(["--config-file", str(config)], project="ringfleet")
     service = ConductorService(conf)
     thread = threading.Thread(target=service.run, name="conductor", daemon=True)

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
-from conductor import conf as ringfleet_conf
-from conductor.conf import opts
-from conductor.coordination import membership_from_conf
-from conductor.exception import ConfigurationError, RingfleetError
-from conductor.prepare import prepare_service
+from compute_agent.cmd import agent as agent_cmd
+from compute_agent.conf import opts as agent_opts
+from conductor import conf as conductor_conf
+from conductor.cmd import conductor as conductor_cmd
+from conductor.common.conf import opts as common_opts
+from conductor.common.coordination import membership_from_conf
+from conductor.common.exception import ConfigurationError, RingfleetError
+from conductor.common.prepare import prepare_service
+from conductor.conf import opts as conductor_opts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,28 +28,69 @@ def make_conf(tmp_path: Path, text: str) -> cfg.ConfigOpts:
     path = tmp_path / "ringfleet.conf"
     path.write_text(text)
     conf = cfg.ConfigOpts()
-    ringfleet_conf.register_opts(conf)
+    conductor_conf.register_opts(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 
 
-def test_every_registered_option_is_listed() -> None:
+ListedOpts = list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]
+ROLES: dict[str, tuple[Callable[[cfg.ConfigOpts], None], Callable[[], ListedOpts]]] = {
+    "conductor": (conductor_conf.register_opts, conductor_opts.list_opts),
+    "compute_agent": (agent_conf.register_opts, agent_opts.list_opts),
+}
+
+
+def registered_options(register: Callable[[cfg.ConfigOpts], None]) -> set[tuple[str, str]]:
+    """(group, option) of every option ``register`` puts on a fresh ConfigOpts."""
     conf = cfg.ConfigOpts()
     before = set(conf)
-    ringfleet_conf.register_opts(conf)
+    register(conf)
     groups = {name for name in conf if isinstance(conf[name], cfg.ConfigOpts.GroupAttr)}
     registered = {("DEFAULT", name) for name in set(conf) - before - groups}
     for group in groups:
         registered |= {(group, name) for name in conf[group]}
+    return registered
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_every_registered_option_is_listed(role: str) -> None:
+    """A role registers the shared options and its own: exactly what the config
+    generator lists for it (namespaces ringfleet.common and ringfleet.<role>)."""
+    register, list_opts = ROLES[role]
+    listing = common_opts.list_opts() + list_opts()
     listed = {
         (getattr(group, "name", group), opt.dest)
-        for group, group_opts in opts.list_opts()
+        for group, group_opts in listing
         for opt in group_opts
     }
-    assert listed == registered
-    for _group, group_opts in opts.list_opts():
+    assert listed == registered_options(register)
+    for _group, group_opts in listing:
         for opt in group_opts:
             assert opt.help and len(opt.help) > 20, opt.dest
+
+
+CONDUCTOR_GROUPS = {"conductor", "database", "scheduler"}
+
+
+def test_an_agent_registers_no_conductor_option_group(tmp_path: Path) -> None:
+    """An agent carries only what it reads: the shared groups and its own, never
+    the conductor's [conductor], [database] and [scheduler]."""
+    empty = tmp_path / "ringfleet.conf"
+    empty.write_text("")
+    conf = agent_cmd.configure(["ringfleet-compute-agent", "--config-file", str(empty)])
+    assert not CONDUCTOR_GROUPS & set(conf)
+    assert {"compute_agent", "simulated_driver", "coordination", "ring", "metrics"} <= set(conf)
+    assert {group for group, _ in registered_options(agent_conf.register_opts)}.isdisjoint(
+        CONDUCTOR_GROUPS
+    )
+
+
+def test_a_conductor_registers_its_option_groups(tmp_path: Path) -> None:
+    empty = tmp_path / "ringfleet.conf"
+    empty.write_text("")
+    conf = conductor_cmd.configure(["ringfleet-conductor", "--config-file", str(empty)])
+    assert CONDUCTOR_GROUPS | {"coordination", "ring", "metrics"} <= set(conf)
+    assert not {"compute_agent", "simulated_driver"} & set(conf)
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -145,7 +191,7 @@ def test_overrides_stay_with_their_own_conf() -> None:
     registered OptGroup's option table between every ConfigOpts it is given to)."""
     first, second = cfg.ConfigOpts(), cfg.ConfigOpts()
     for conf in (first, second):
-        ringfleet_conf.register_opts(conf)
+        conductor_conf.register_opts(conf)
         agent_conf.register_opts(conf)
     first.set_override("backend_url", "file:///tmp/first?timeout=2", group="coordination")
     first.set_override("rehome_grace", 1.0, group="conductor")

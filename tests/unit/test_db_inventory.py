@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor.db import allocations, flavors, instances, migration, nodes, ownership
-from conductor.db.engine import Database
-from conductor.exception import (
+from conductor.common.exception import (
     Conflict,
     DuplicateFlavor,
     DuplicateInstance,
@@ -19,7 +17,9 @@ from conductor.exception import (
     InstanceNotFound,
     NodeNotFound,
 )
-from conductor.objects import ProvisionState, TaskState, VmState
+from conductor.common.objects import ProvisionState, TaskState, VmState
+from conductor.db import allocations, flavors, instances, migration, nodes, ownership
+from conductor.db.engine import Database
 from conductor.validation import (
     validate_build_request,
     validate_flavor_spec,

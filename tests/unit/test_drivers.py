@@ -35,10 +35,15 @@ from compute_agent.drivers import (
 )
 from compute_agent.drivers.action_log import MAX_LINE, ActionLog, check_fencing, read_log
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
-from compute_agent.exception import ActionLogError, DriverError
-from conductor import rpc
-from conductor.exception import ConfigurationError, InvalidInput, RingfleetError
-from conductor.objects import Node, PowerState, ProvisionState
+from conductor.common import rpc
+from conductor.common.exception import (
+    ActionLogError,
+    ConfigurationError,
+    DriverError,
+    InvalidInput,
+    RingfleetError,
+)
+from conductor.common.objects import Node, PowerState, ProvisionState
 
 HOST = "agent-1"
 FAST = {"step_duration": 0, "clean_duration": 0, "power_duration": 0}

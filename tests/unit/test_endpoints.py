@@ -18,13 +18,7 @@ from typing import Any
 import pytest
 
 from conductor.builds import BuildWorkers
-from conductor.db.engine import Database
-from conductor.db.models import InstanceModel, NodeModel
-from conductor.endpoints.agents import AgentsEndpoint
-from conductor.endpoints.fleet import FleetEndpoint
-from conductor.endpoints.instances import InstancesEndpoint
-from conductor.endpoints.inventory import InventoryEndpoint
-from conductor.exception import (
+from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
     DuplicateFlavor,
@@ -36,8 +30,14 @@ from conductor.exception import (
     NodeNotFound,
     ServiceUnavailable,
 )
+from conductor.common.objects import Flavor, Instance, Node, Ownership
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, NodeModel
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.instances import InstancesEndpoint
+from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
-from conductor.objects import Flavor, Instance, Node, Ownership
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin

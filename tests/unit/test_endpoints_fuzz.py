@@ -2,9 +2,9 @@
 
 For arbitrary JSON-like payloads (and, mixed in, valid-looking ones so that the
 deeper code runs) every call either returns primitives or raises one of our
-:class:`~conductor.exception.RingfleetError` subclasses -- never a
+:class:`~conductor.common.exception.RingfleetError` subclasses -- never a
 ``TypeError``, ``KeyError``, ``OverflowError`` or an SQLAlchemy error -- and a
-call refused with :class:`~conductor.exception.InvalidInput` changed nothing
+call refused with :class:`~conductor.common.exception.InvalidInput` changed nothing
 (design invariant 8).
 
 Also: every RingfleetError subclass survives the rebuild oslo.messaging does on
@@ -31,18 +31,17 @@ from hypothesis import strategies as st
 from oslo_messaging._drivers import common as rpc_common
 from sqlalchemy import text
 
-from compute_agent import exception as agent_exception
-from conductor import exception, rpc
 from conductor.builds import BuildWorkers
+from conductor.common import exception, rpc
+from conductor.common.exception import FieldError, InvalidInput, RingfleetError
+from conductor.common.objects import Flavor, Instance
 from conductor.db import allocations
 from conductor.db.engine import Database
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
-from conductor.exception import FieldError, InvalidInput, RingfleetError
 from conductor.fleet_view import FleetView
-from conductor.objects import Flavor, Instance
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
@@ -510,9 +509,9 @@ EXCEPTIONS: dict[type[RingfleetError], st.SearchStrategy[RingfleetError]] = {
     exception.ServiceUnavailable: st.builds(exception.ServiceUnavailable, TEXT),
     exception.DatabaseUnavailable: st.builds(exception.DatabaseUnavailable, TEXT),
     exception.NotOwner: st.builds(exception.NotOwner, TEXT, OPT_TEXT, st.integers(0, 2**31)),
-    agent_exception.DriverError: st.builds(agent_exception.DriverError, TEXT, TEXT, TEXT),
-    agent_exception.ActionLogError: st.builds(
-        agent_exception.ActionLogError, TEXT, st.integers(1, 10**6), TEXT
+    exception.DriverError: st.builds(exception.DriverError, TEXT, TEXT, TEXT),
+    exception.ActionLogError: st.builds(
+        exception.ActionLogError, TEXT, st.integers(1, 10**6), TEXT
     ),
 }
 for _cls in (

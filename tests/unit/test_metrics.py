@@ -28,10 +28,11 @@ from prometheus_client import CollectorRegistry
 from compute_agent import conf as agent_conf
 from compute_agent.metrics import AgentMetrics
 from compute_agent.service import AgentService
-from conductor import conf as ringfleet_conf
-from conductor import rpc
-from conductor.exception import ConfigurationError
-from conductor.metrics import ALL_GROUPS, ConductorMetrics, MetricsServer
+from conductor import conf as conductor_conf
+from conductor.common import rpc
+from conductor.common.exception import ConfigurationError
+from conductor.common.metrics import ALL_GROUPS, MetricsServer
+from conductor.metrics import ConductorMetrics
 from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
 from hashring.membership import Member, MembershipView
@@ -84,7 +85,7 @@ def make_conf(tmp: Path, host: str, metrics: bool = True) -> cfg.ConfigOpts:
     )
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    ringfleet_conf.register_opts(conf)
+    conductor_conf.register_opts(conf)
     agent_conf.register_opts(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
@@ -310,11 +311,11 @@ _JSON_LOGGING = """
 import sys
 from oslo_config import cfg
 from oslo_context import context as request_context
-from conductor import rpc
+from conductor.common import rpc
 from conductor.db.engine import Database
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
-from conductor.prepare import prepare_service
+from conductor.common.prepare import prepare_service
 
 conf = cfg.ConfigOpts()
 rpc.register_opts(conf)

@@ -21,14 +21,9 @@ import oslo_messaging as messaging
 import pytest
 from oslo_config import cfg
 
-from conductor import rpc
 from conductor.builds import BuildWorkers
-from conductor.db.engine import Database
-from conductor.endpoints.agents import AgentsEndpoint
-from conductor.endpoints.fleet import FleetEndpoint
-from conductor.endpoints.instances import InstancesEndpoint
-from conductor.endpoints.inventory import InventoryEndpoint
-from conductor.exception import (
+from conductor.common import rpc
+from conductor.common.exception import (
     Conflict,
     DuplicateNode,
     FlavorNotFound,
@@ -36,6 +31,11 @@ from conductor.exception import (
     NodeNotFound,
     ServiceUnavailable,
 )
+from conductor.db.engine import Database
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.instances import InstancesEndpoint
+from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import ConductorAPI
 from conductor.scheduler.scheduler import Scheduler

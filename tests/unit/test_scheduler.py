@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select, update
 
+from conductor.common.exception import Conflict, NoValidNode
+from conductor.common.objects import Flavor, ProvisionState
 from conductor.db import allocations, nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.exception import Conflict, NoValidNode
-from conductor.objects import Flavor, ProvisionState
 from conductor.scheduler import Scheduler, source
 from tests.dbutil import migrated, pin
 

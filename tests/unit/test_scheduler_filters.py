@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from conductor.exception import InvalidInput
-from conductor.objects import Flavor, Node, ProvisionState
+from conductor.common.exception import InvalidInput
+from conductor.common.objects import Flavor, Node, ProvisionState
 from conductor.scheduler.filters import (
     ALWAYS_APPLIED,
     BUILTIN_FILTERS,

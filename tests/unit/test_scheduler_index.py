@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conductor.exception import NoValidNode
-from conductor.objects import Flavor, Node, ProvisionState
+from conductor.common.exception import NoValidNode
+from conductor.common.objects import Flavor, Node, ProvisionState
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import FIELDS, evolve, new_node
 from conductor.scheduler.filters import BaseFilter, CapabilitiesFilter, TraitsFilter

@@ -14,11 +14,11 @@ from oslo_config import cfg
 from stevedore import _cache
 from stevedore.extension import Extension, ExtensionManager
 
+from conductor.common.exception import ConfigurationError
+from conductor.common.objects import Flavor, Node
 from conductor.conf import scheduler as scheduler_conf
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel
-from conductor.exception import ConfigurationError
-from conductor.objects import Flavor, Node
 from conductor.scheduler import BaseFilter, RequestSpec, Scheduler
 from conductor.scheduler.filters import CapabilitiesFilter, TraitsFilter
 from conductor.scheduler.plugins import (

@@ -28,10 +28,11 @@ from oslo_messaging import opts as messaging_opts
 
 from compute_agent import conf as agent_conf
 from compute_agent.conf import agent as agent_opts
-from conductor import conf as ringfleet_conf
-from conductor import rpc
+from conductor import conf as conductor_conf
 from conductor.builds import BuildWorkers
 from conductor.cmd import dbsync
+from conductor.common import conf as common_conf
+from conductor.common import rpc
 from hashring.membership import ttl_from_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,10 +152,10 @@ def test_parser_handles_continuations_comments_and_repeats(tmp_path: Path) -> No
 @pytest.mark.parametrize("name", DAEMONS)
 def test_daemons_notify_systemd_and_reload_on_hup(units: dict[str, Unit], name: str) -> None:
     unit = units[name]
-    # conductor/systemd.py sends READY/STOPPING/RELOADING from the main process.
+    # conductor/common/systemd.py sends READY/STOPPING/RELOADING from the main process.
     assert value(unit, "Service", "Type") == "notify"
     assert value(unit, "Service", "NotifyAccess") == "main"
-    # conductor/cmd/runner.py reloads on SIGHUP.
+    # conductor/common/runner.py reloads on SIGHUP.
     reload = value(unit, "Service", "ExecReload")
     assert re.fullmatch(r"(/usr)?/bin/kill -(HUP|SIGHUP|s HUP) \$MAINPID", reload), reload
     # SIGTERM to the main process for the ordered stop, SIGKILL to all at the end.
@@ -203,12 +204,12 @@ def test_daemons_restart_on_failure_only(units: dict[str, Unit], name: str) -> N
 
 
 def test_exit_status_2_means_configuration_error() -> None:
-    """What RestartPreventExitStatus=2 relies on (conductor/cmd/runner.py)."""
+    """What RestartPreventExitStatus=2 relies on (conductor/common/runner.py)."""
     code = textwrap.dedent(
         """
         import sys
-        from conductor.cmd.runner import run_service
-        from conductor.exception import ConfigurationError
+        from conductor.common.runner import run_service
+        from conductor.common.exception import ConfigurationError
 
         class Broken:
             def run(self):
@@ -237,7 +238,7 @@ def test_units_run_as_ringfleet_with_hardening(units: dict[str, Unit], name: str
     assert service["PrivateTmp"][-1] == "yes"
     # SQLite's documented place and the drivers' state: /var/lib/ringfleet.
     assert service["StateDirectory"][-1] == "ringfleet"
-    connection_help = ringfleet_conf.database.opts[0].help
+    connection_help = conductor_conf.database.opts[0].help
     assert connection_help and "/var/lib/ringfleet" in connection_help
 
 
@@ -277,12 +278,15 @@ def _cli_conf(script: str) -> cfg.ConfigOpts:
         rpc.register_opts(conf)
     if script == "ringfleet-compute-agent":
         agent_conf.register_opts(conf)
+    else:
+        conductor_conf.register_opts(conf)
     if script == "ringfleet-dbsync":
         conf.register_cli_opt(
             cfg.SubCommandOpt("command", handler=dbsync._add_commands, dest="command")
         )
+    # What prepare_service adds.
     oslo_log.register_options(conf)
-    ringfleet_conf.register_opts(conf)
+    common_conf.register_opts(conf)
     return conf
 
 
@@ -528,12 +532,12 @@ def test_devstack_config_uses_only_registered_options(tmp_path: Path) -> None:
     """Every option the plugin writes exists: a typo would be silently ignored."""
     devstack = Devstack(tmp_path)
     devstack.run("stack post-config")
-    conductor_conf, agent = _cli_conf("ringfleet-conductor"), _cli_conf("ringfleet-compute-agent")
+    conductor, agent = _cli_conf("ringfleet-conductor"), _cli_conf("ringfleet-compute-agent")
     for name in ("ringfleet.conf", "agent-1.conf"):
         ini = devstack.ini(name)
         for section in ini.sections():
             for option in ini[section]:
-                known = [_registered(c, section, option) for c in (conductor_conf, agent)]
+                known = [_registered(c, section, option) for c in (conductor, agent)]
                 assert any(known), f"{name}: [{section}] {option} is not a ringfleet option"
 
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conductor import validation as v
-from conductor.exception import (
+from conductor.common import checks
+from conductor.common.exception import (
     ConfigurationError,
     DuplicateNode,
     FieldError,
@@ -24,7 +25,7 @@ from conductor.exception import (
     RingfleetError,
     first_line,
 )
-from conductor.objects import PowerState, ProvisionState
+from conductor.common.objects import PowerState, ProvisionState
 
 DELETE = object()  # a table value meaning "leave this field out"
 UUID_A = "0b6f5f4e-3c1d-4e2a-9f8b-7a6c5d4e3f21"
@@ -339,7 +340,7 @@ def test_null_means_absent() -> None:
 )
 def test_uuid_normalized(given: str, normalized: str) -> None:
     assert v.validate_node_spec({**NODE, "uuid": given}).uuid == normalized
-    assert v.validate_uuid(given, "id") == normalized
+    assert checks.validate_uuid(given, "id") == normalized
 
 
 def test_node_full_spec_normalized() -> None:
@@ -889,17 +890,17 @@ def test_build_collects_all_errors() -> None:
 
 @pytest.mark.parametrize("value", [None, "", "x", 5, UUID_A + "\n", " " + UUID_A, [UUID_A]])
 def test_validate_uuid_refuses(value: object) -> None:
-    assert refused(v.validate_uuid, value, "node_id").fields == ["node_id"]
+    assert refused(checks.validate_uuid, value, "node_id").fields == ["node_id"]
 
 
 @pytest.mark.parametrize("value", [None, "", "a b", "-a", "n" * 256, 7, b"node"])
 def test_validate_name_refuses(value: object) -> None:
-    assert refused(v.validate_name, value, "flavor").fields == ["flavor"]
+    assert refused(checks.validate_name, value, "flavor").fields == ["flavor"]
 
 
 def test_validate_name_accepts() -> None:
-    assert v.validate_name("rack-1:node_2.a", "name") == "rack-1:node_2.a"
-    assert v.validate_name("n" * 255, "name") == "n" * 255
+    assert checks.validate_name("rack-1:node_2.a", "name") == "rack-1:node_2.a"
+    assert checks.validate_name("n" * 255, "name") == "n" * 255
 
 
 # -- fuzzing: anything in, a valid object or InvalidInput out --------------------
@@ -1017,8 +1018,8 @@ def test_fuzz_arbitrary_values(value: object) -> None:
         only_invalid_input(func, value, kind)
     only_invalid_input(v.validate_node_specs, value, list)
     only_invalid_input(v.validate_node_specs, [value, value], list)
-    only_invalid_input(lambda x: v.validate_uuid(x, "id"), value, str)
-    only_invalid_input(lambda x: v.validate_name(x, "name"), value, str)
+    only_invalid_input(lambda x: checks.validate_uuid(x, "id"), value, str)
+    only_invalid_input(lambda x: checks.validate_name(x, "name"), value, str)
     only_invalid_input(v.parse_capabilities, value, dict)
     only_invalid_input(v.parse_capability_expression, value, v.CapabilityExpression)
 

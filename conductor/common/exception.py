@@ -1,7 +1,11 @@
-"""Exceptions of ringfleet's services, all rooted at :class:`RingfleetError`.
+"""Exceptions of both ringfleet services, all rooted at :class:`RingfleetError`.
 
-Each carries the values it is about as attributes, so callers (and RPC
-serialization, later) never parse messages.
+Each carries the values it is about as attributes, so callers never parse
+messages.  They travel over RPC as themselves: this module is the one entry
+of oslo.messaging's ``allowed_remote_exmods`` (see
+:data:`conductor.common.rpc.ALLOWED_EXMODS`), so the conductor's and the
+agent's exceptions live here together, and a process rebuilds a peer's
+exception without importing the peer's service code.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "ActionLogError",
     "ConfigurationError",
     "Conflict",
     "DatabaseUnavailable",
+    "DriverError",
     "DuplicateFlavor",
     "DuplicateInstance",
     "DuplicateNode",
@@ -384,3 +390,48 @@ class NotOwner(RingfleetError):
             owner=owner,
             epoch=epoch,
         )
+
+
+# -- raised by the compute agent -----------------------------------------------
+
+
+class DriverError(RingfleetError):
+    """A driver could not carry out an action on a node.
+
+    An expected outcome, not a bug: a failed deploy is rescheduled, a failed
+    power action is reported.
+
+    :ivar node_uuid: the node
+    :ivar action: what was attempted ("deploy", "destroy", "set_power", ...)
+    :ivar reason: what went wrong, for operators
+    """
+
+    def __init__(self, node_uuid: str, action: str, reason: str) -> None:
+        self.node_uuid = node_uuid
+        self.action = action
+        self.reason = reason
+        super().__init__(
+            f"{action} failed on node {node_uuid}: {reason}",
+            node_uuid=node_uuid,
+            action=action,
+            reason=reason,
+        )
+
+
+class ActionLogError(RingfleetError, ValueError):
+    """The action log holds a line that is not a whole, valid action record.
+
+    Writers append one whole line per ``os.write``, so a torn or malformed
+    line means the log cannot be trusted as evidence, and reading it fails
+    instead of skipping the line.
+
+    :ivar path: the log file
+    :ivar line: the 1-based line number
+    :ivar reason: what is wrong with the line
+    """
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{path}:{line}: {reason}", path=path, line=line, reason=reason)

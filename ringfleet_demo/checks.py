@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compute_agent.drivers.action_log import check_fencing, read_log
-from compute_agent.exception import ActionLogError
-from conductor.objects import VmState
+from conductor.common.exception import ActionLogError
+from conductor.common.objects import VmState
 
 __all__ = [
     "FleetState",

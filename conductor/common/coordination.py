@@ -12,7 +12,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from conductor.exception import ConfigurationError
+from conductor.common.exception import ConfigurationError
 from hashring.exceptions import MembershipError
 from hashring.membership import Membership, MembershipView, State
 

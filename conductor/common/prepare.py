@@ -1,7 +1,9 @@
 """Process start-up shared by every ringfleet command: options, then logging.
 
 Kept out of import time on purpose: a command builds its ``ConfigOpts``,
-calls :func:`prepare_service` with its argv, and only then reads options.
+registers its own role's options on it (:mod:`conductor.conf` or
+:mod:`compute_agent.conf`), calls :func:`prepare_service` with its argv, and
+only then reads options.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from oslo_config import cfg
 from oslo_log import log
 
-from conductor import conf as ringfleet_conf
+from conductor.common import conf as common_conf
 
 __all__ = ["PROJECT", "prepare_service"]
 
@@ -24,9 +26,10 @@ def prepare_service(
     *,
     default_config_files: Sequence[str] | None = None,
 ) -> None:
-    """Register every option, parse ``argv[1:]`` and config files, set up logging."""
+    """Register the logging and shared options, parse ``argv[1:]`` and config
+    files, set up logging.  The role's own options must be registered before."""
     log.register_options(conf)
-    ringfleet_conf.register_opts(conf)
+    common_conf.register_opts(conf)
     conf(
         list(argv[1:]),
         project=PROJECT,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.conf.groups import register_group_opts
+from conductor.common.conf.groups import register_group_opts
 
 group = cfg.OptGroup(
     "metrics",

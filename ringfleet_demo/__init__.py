@@ -9,7 +9,8 @@ invariants") on what it reads back,
 :mod:`.report` prints the tables, the progress bar and the summary, and
 :mod:`.command` is the cliff command.
 
-It lives in ``compute_agent`` because it starts agents, and only
-``compute_agent`` may import both sides (``docs/architecture.rst``, "Packages
-and what may import what").
+A package of its own because it runs both services: the conductor and the
+compute agent never import each other's service code (only the RPC clients
+and :mod:`conductor.common`, see ``tests/unit/test_layering.py``), while the
+demo sits above both and is the one place that imports the two.
 """

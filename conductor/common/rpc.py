@@ -23,7 +23,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.exception import RingfleetError
+from conductor.common.exception import RingfleetError
 
 __all__ = [
     "COMPUTE_TOPIC",
@@ -48,8 +48,8 @@ NOT_SERVED = ("UnsupportedVersion", "NoSuchMethod")
 CONDUCTOR_TOPIC = "ringfleet-conductor"
 COMPUTE_TOPIC = "ringfleet-compute"
 
-#: Modules whose exceptions travel over RPC as themselves.
-ALLOWED_EXMODS = ["conductor.exception", "compute_agent.exception"]
+#: Modules whose exceptions travel over RPC as themselves (one: both services' exceptions).
+ALLOWED_EXMODS = ["conductor.common.exception"]
 
 #: Told of every RPC call made or served: (method, outcome, seconds).
 RpcObserver = Callable[[str, str, float], None]

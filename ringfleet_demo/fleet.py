@@ -28,8 +28,8 @@ from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
-from conductor import conf as ringfleet_conf
-from conductor import rpc
+from conductor import conf as conductor_conf
+from conductor.common import rpc
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import ConductorAPI
@@ -134,7 +134,7 @@ class EmbeddedFleet:
         settings = self.settings
         conf = cfg.ConfigOpts()
         rpc.register_opts(conf)
-        ringfleet_conf.register_opts(conf)
+        conductor_conf.register_opts(conf)
         agent_conf.register_opts(conf)
         overrides: dict[str | None, dict[str, Any]] = {
             None: {"host": host, "transport_url": TRANSPORT_URL},

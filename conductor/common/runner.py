@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Protocol
 
-from conductor.exception import ConfigurationError
+from conductor.common.exception import ConfigurationError
 
 __all__ = ["Service", "run_service"]
 

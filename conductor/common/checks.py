@@ -1,0 +1,126 @@
+"""Checks of the small RPC argument values both services take: uuids, names, epochs.
+
+The conductor's payload validation (:mod:`conductor.validation`,
+:mod:`conductor.endpoints.payload`) and the agent's endpoints refuse a bad
+value the same way, with an :class:`~conductor.common.exception.InvalidInput`
+naming the field (design invariant 8, *bad input is refused whole*), so
+these checks are shared rather than written twice.  Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid as uuidlib
+from collections.abc import Callable
+from typing import Any, Final
+
+from conductor.common.exception import FieldError, InvalidInput
+
+__all__ = [
+    "MAX_EPOCH",
+    "MAX_NAME_LENGTH",
+    "NAME_PATTERN",
+    "UUID_REASON",
+    "check_epoch",
+    "collect",
+    "looks_like_uuid",
+    "name_problem",
+    "normalized_uuid",
+    "validate_name",
+    "validate_uuid",
+]
+
+MAX_NAME_LENGTH: Final = 255
+#: Matched with fullmatch(): "$" alone would accept a trailing newline.
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+#: The largest epoch: the database stores it in a signed 32-bit column.
+MAX_EPOCH: Final = 2**31 - 2
+
+_NAME_RE: Final = re.compile(NAME_PATTERN)
+_UUID_RE: Final = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|[0-9a-fA-F]{32}"
+)
+UUID_REASON: Final = "must be a UUID like 8-4-4-4-12 hex digits"
+
+
+def looks_like_uuid(value: str) -> bool:
+    """A uuid in any form ``uuid.UUID`` accepts with 32 or 36 characters."""
+    if len(value) not in (32, 36):
+        return False
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def normalized_uuid(value: object) -> str | None:
+    """``value`` as a lower-case hyphenated UUID; None if it is no UUID
+    (hyphenated or 32 hex digits, any case)."""
+    if isinstance(value, str) and _UUID_RE.fullmatch(value):
+        return str(uuidlib.UUID(value))
+    return None
+
+
+def name_problem(value: object) -> str | None:
+    """Why ``value`` is no node or flavor name (a field error's reason), or None."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if not 1 <= len(value) <= MAX_NAME_LENGTH:
+        return f"must be 1 to {MAX_NAME_LENGTH} characters long"
+    if not _NAME_RE.fullmatch(value):
+        return f"must match {NAME_PATTERN}"
+    if looks_like_uuid(value):
+        # Nodes are looked up by name or uuid: a uuid-shaped name would make
+        # one node answer to another's uuid.
+        return "must not be a UUID (names and uuids share lookups)"
+    return None
+
+
+def validate_uuid(value: object, field: str) -> str:
+    """A UUID (hyphenated or 32 hex digits, any case) as lower-case hyphenated.
+
+    :raises InvalidInput: naming *field*
+    """
+    normalized = normalized_uuid(value)
+    if normalized is None:
+        raise InvalidInput([FieldError.about(field, UUID_REASON, value)])
+    return normalized
+
+
+def validate_name(value: object, field: str) -> str:
+    """A node or flavor name: 1 to 255 of ``[A-Za-z0-9._:-]``, alphanumeric first.
+
+    :raises InvalidInput: naming *field*
+    """
+    problem = name_problem(value)
+    if problem is not None:
+        raise InvalidInput([FieldError.about(field, problem, value)])
+    assert isinstance(value, str)
+    return value
+
+
+def check_epoch(value: object, field: str) -> int:
+    """An ownership epoch: an integer 0..:data:`MAX_EPOCH`.
+
+    :raises InvalidInput: naming *field*
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
+        raise InvalidInput([FieldError.about(field, f"must be an integer 0..{MAX_EPOCH}", value)])
+    return value
+
+
+def collect(*checks: Callable[[], Any]) -> list[Any]:
+    """Run several field checks, raising one InvalidInput naming every bad field."""
+    results: list[Any] = []
+    errors: list[FieldError] = []
+    for check in checks:
+        try:
+            results.append(check())
+        except InvalidInput as exc:
+            errors.extend(exc.errors)
+            results.append(None)
+    if errors:
+        raise InvalidInput(errors)
+    return results

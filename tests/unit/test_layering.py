@@ -1,0 +1,160 @@
+"""The import rule between ringfleet's packages, checked on every module's AST.
+
+The layers, bottom up::
+
+    hashring                imports nothing of ours
+    conductor.common        hashring only: what both services share
+    conductor, compute_agent
+                            conductor.common and hashring; of the other
+                            service only its RPC client (conductor.rpcapi,
+                            compute_agent.rpcapi)
+    ringfleet_demo          anything: it runs both services in one process
+
+An RPC client is imported by the other service, so it imports nothing but
+the shared layer itself: otherwise importing it would pull the rest of its
+service into the other one.  Imports inside functions and ``TYPE_CHECKING``
+blocks count too: the rule is about which code depends on which.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("hashring", "conductor", "compute_agent", "ringfleet_demo")
+
+#: The modules one service may import of the other.
+RPC_CLIENTS = ("conductor.rpcapi", "compute_agent.rpcapi")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def our_modules() -> dict[str, Path]:
+    """Every module of our packages, by dotted name."""
+    return {
+        module_name(path): path
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+    }
+
+
+MODULES = our_modules()
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def imported(module: str, source: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import of ours in ``source``, of module ``module``.
+
+    ``from a import b`` counts as an import of ``a.b`` when that is a module,
+    else of ``a``; relative imports are resolved against ``module``.
+    """
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")
+                if not is_package:
+                    package.pop()
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield node.lineno, full if full in MODULES else base
+
+
+def forbidden(importer: str, target: str) -> str | None:
+    """Why ``importer`` may not import ``target`` (both dotted names), or None."""
+    if not any(_within(target, package) for package in PACKAGES):
+        return None  # the standard library or a third-party library
+    if _within(importer, "ringfleet_demo"):
+        return None
+    if _within(importer, "hashring"):
+        return None if _within(target, "hashring") else "hashring imports nothing of ours"
+    shared = _within(target, "hashring") or _within(target, "conductor.common")
+    if _within(importer, "conductor.common") or importer in RPC_CLIENTS:
+        if shared:
+            return None
+        what = "conductor.common" if _within(importer, "conductor.common") else "an RPC client"
+        return f"{what} imports only conductor.common and hashring"
+    if _within(target, "ringfleet_demo"):
+        return "only the demo imports both services, nothing imports the demo"
+    if shared or target in RPC_CLIENTS:
+        return None
+    own = "conductor" if _within(importer, "conductor") else "compute_agent"
+    if _within(target, own):
+        return None
+    return f"{own} imports of the other service only its RPC client"
+
+
+def violations(module: str, source: str, is_package: bool = False) -> list[str]:
+    return [
+        f"{module}:{line} imports {target}: {reason}"
+        for line, target in imported(module, source, is_package)
+        if (reason := forbidden(module, target)) is not None
+    ]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_respects_the_layers(module: str) -> None:
+    path = MODULES[module]
+    assert violations(module, path.read_text(), path.name == "__init__.py") == []
+
+
+def test_the_layers_are_all_there() -> None:
+    """The walk sees every package (a moved package would pass vacuously)."""
+    for name in ("conductor.common", "conductor.common.rpc", "conductor.rpcapi", "compute_agent"):
+        assert name in MODULES, name
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("compute_agent.service", "from conductor.db import engine"),
+        ("compute_agent.service", "import conductor.service"),
+        ("compute_agent.service", "from conductor import conf"),
+        ("compute_agent.conf.agent", "from conductor.conf import groups"),
+        ("conductor.routing", "from compute_agent.service import AgentService"),
+        ("conductor.routing", "from ringfleet_demo import fleet"),
+        ("conductor.common.rpc", "from conductor.exception import RingfleetError"),
+        ("conductor.common.rpc", "from conductor import validation"),
+        ("conductor.common.rpc", "from compute_agent.rpcapi import ComputeAPI"),
+        ("conductor.common.conf", "from ... import validation"),
+        ("conductor.rpcapi", "from conductor.db import engine"),
+        ("compute_agent.rpcapi", "from compute_agent import service"),
+        ("hashring.ring", "from conductor.common import rpc"),
+    ],
+)
+def test_a_forbidden_import_is_found(module: str, source: str) -> None:
+    """The checker itself: each of these breaks the rule."""
+    assert violations(module, source, module == "conductor.common.conf")
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("compute_agent.service", "from conductor.common import rpc, systemd"),
+        ("compute_agent.service", "from conductor.rpcapi import ConductorAPI"),
+        ("conductor.routing", "from compute_agent.rpcapi import ComputeAPI"),
+        ("conductor.common.rpc", "from conductor.common.exception import RingfleetError"),
+        ("conductor.common.conf.ring", "from hashring.ring import MAX_WEIGHT"),
+        ("conductor.common.conf", "from . import coordination"),
+        ("ringfleet_demo.fleet", "from conductor.service import ConductorService"),
+    ],
+)
+def test_an_allowed_import_passes(module: str, source: str) -> None:
+    assert violations(module, source, module == "conductor.common.conf") == []
