@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from compute_agent.demo import checks, scenario
+from compute_agent.demo.checks import FleetState, InstanceRecord, NodeRecord
+from compute_agent.demo.report import DemoResult, ProgressBar
 from conductor.cmd import cli
-from ringfleet_demo import checks, scenario
-from ringfleet_demo.checks import FleetState, InstanceRecord, NodeRecord
-from ringfleet_demo.report import DemoResult, ProgressBar
 
 OPTIONS = scenario.DemoOptions(
     agents=3, nodes=90, instances=30, ttl=2.0, rehome_grace=1.0, step_duration=0.0, seed=7

@@ -8,7 +8,8 @@ The layers, bottom up::
                             conductor.common and hashring; of the other
                             service only its RPC client (conductor.rpcapi,
                             compute_agent.rpcapi)
-    ringfleet_demo          anything: it runs both services in one process
+    compute_agent.demo      anything: ``ringfleet demo`` runs both services in
+                            one process; nothing else imports it
 
 An RPC client is imported by the other service, so it imports nothing but
 the shared layer itself: otherwise importing it would pull the rest of its
@@ -25,7 +26,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("hashring", "conductor", "compute_agent", "ringfleet_demo")
+PACKAGES = ("hashring", "conductor", "compute_agent")
+
+#: Runs a conductor and agents in one process (the README's first command):
+#: above both services, though it lives in the agent's package (the
+#: project's top-level layout stays hashring/, conductor/, compute_agent/).
+DEMO = "compute_agent.demo"
 
 #: The modules one service may import of the other.
 RPC_CLIENTS = ("conductor.rpcapi", "compute_agent.rpcapi")
@@ -81,7 +87,7 @@ def forbidden(importer: str, target: str) -> str | None:
     """Why ``importer`` may not import ``target`` (both dotted names), or None."""
     if not any(_within(target, package) for package in PACKAGES):
         return None  # the standard library or a third-party library
-    if _within(importer, "ringfleet_demo"):
+    if _within(importer, DEMO):
         return None
     if _within(importer, "hashring"):
         return None if _within(target, "hashring") else "hashring imports nothing of ours"
@@ -91,7 +97,7 @@ def forbidden(importer: str, target: str) -> str | None:
             return None
         what = "conductor.common" if _within(importer, "conductor.common") else "an RPC client"
         return f"{what} imports only conductor.common and hashring"
-    if _within(target, "ringfleet_demo"):
+    if _within(target, DEMO):
         return "only the demo imports both services, nothing imports the demo"
     if shared or target in RPC_CLIENTS:
         return None
@@ -129,7 +135,8 @@ def test_the_layers_are_all_there() -> None:
         ("compute_agent.service", "from conductor import conf"),
         ("compute_agent.conf.agent", "from conductor.conf import groups"),
         ("conductor.routing", "from compute_agent.service import AgentService"),
-        ("conductor.routing", "from ringfleet_demo import fleet"),
+        ("conductor.routing", "from compute_agent.demo import fleet"),
+        ("compute_agent.service", "from compute_agent.demo import fleet"),
         ("conductor.common.rpc", "from conductor.exception import RingfleetError"),
         ("conductor.common.rpc", "from conductor import validation"),
         ("conductor.common.rpc", "from compute_agent.rpcapi import ComputeAPI"),
@@ -153,7 +160,7 @@ def test_a_forbidden_import_is_found(module: str, source: str) -> None:
         ("conductor.common.rpc", "from conductor.common.exception import RingfleetError"),
         ("conductor.common.conf.ring", "from hashring.ring import MAX_WEIGHT"),
         ("conductor.common.conf", "from . import coordination"),
-        ("ringfleet_demo.fleet", "from conductor.service import ConductorService"),
+        ("compute_agent.demo.fleet", "from conductor.service import ConductorService"),
     ],
 )
 def test_an_allowed_import_passes(module: str, source: str) -> None:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from cliff.command import Command
 
-from ringfleet_demo import scenario
+from compute_agent.demo import scenario
 
 __all__ = ["Demo"]
 

@@ -20,11 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from conductor.common.objects import VmState
-from conductor.rpcapi import ConductorAPI, pages
-from conductor.validation import MAX_COUNT
-from hashring.ring import Ring
-from ringfleet_demo.checks import (
+from compute_agent.demo.checks import (
     FINAL_STATES,
     FleetState,
     InstanceRecord,
@@ -35,14 +31,18 @@ from ringfleet_demo.checks import (
     check_moves,
     check_single_owner,
 )
-from ringfleet_demo.fleet import EmbeddedFleet, FleetError, FleetSettings
-from ringfleet_demo.report import (
+from compute_agent.demo.fleet import EmbeddedFleet, FleetError, FleetSettings
+from compute_agent.demo.report import (
     AgentRow,
     DemoResult,
     ProgressBar,
     print_summary,
     print_table,
 )
+from conductor.common.objects import VmState
+from conductor.rpcapi import ConductorAPI, pages
+from conductor.validation import MAX_COUNT
+from hashring.ring import Ring
 
 __all__ = ["RESOURCE_CLASSES", "DemoOptions", "run_demo"]
 

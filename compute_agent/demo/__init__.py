@@ -9,8 +9,9 @@ invariants") on what it reads back,
 :mod:`.report` prints the tables, the progress bar and the summary, and
 :mod:`.command` is the cliff command.
 
-A package of its own because it runs both services: the conductor and the
-compute agent never import each other's service code (only the RPC clients
-and :mod:`conductor.common`, see ``tests/unit/test_layering.py``), while the
-demo sits above both and is the one place that imports the two.
+It runs both services, so it sits above both: the conductor and the agent
+never import each other's service code (only the RPC clients and
+:mod:`conductor.common`), and this is the one place that imports the two,
+exempt from that rule and imported by nothing (``tests/unit/test_layering.py``).
+It lives in ``compute_agent/`` to keep the project's top-level layout.
 """
