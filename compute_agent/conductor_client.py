@@ -35,6 +35,8 @@ class OwnershipCalls(Protocol):
 class ResultCalls(Protocol):
     """Outcomes of builds and teardowns (compute_agent.actions, compute_agent.reporting)."""
 
+    def can_send_version(self, version: str) -> bool: ...
+
     def report_build_result(
         self,
         host: str,

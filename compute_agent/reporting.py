@@ -191,7 +191,8 @@ class ResultReporter:
     def _send_builds(self, batch: list[_Result]) -> None:
         if not batch:
             return
-        if self._batched:
+        # report_build_results is API 1.2: not while pinned below it.
+        if self._batched and self._conductor.can_send_version("1.2"):
             try:
                 self.calls += 1
                 reply = self._conductor.report_build_results(self._host, [r.fields for r in batch])

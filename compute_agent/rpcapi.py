@@ -38,12 +38,22 @@ class ComputeAPI:
         timeout: float | None = None,
         *,
         observe: rpc.RpcObserver | None = None,
+        version_cap: str | None = None,
     ) -> None:
-        """``observe`` is told of every call made (method, outcome, seconds)."""
+        """``observe`` is told of every call made (method, outcome, seconds);
+        ``version_cap``: ``[upgrade_levels] compute`` during a rolling upgrade."""
         self.client = rpc.get_client(
-            transport, rpc.COMPUTE_TOPIC, version=self.RPC_API_VERSION, timeout=timeout
+            transport,
+            rpc.COMPUTE_TOPIC,
+            version=self.RPC_API_VERSION,
+            timeout=timeout,
+            version_cap=version_cap,
         )
         self._observe = observe
+
+    def can_send_version(self, version: str) -> bool:
+        """Whether calls of API ``version`` may be sent (within the pin, if any)."""
+        return bool(self.client.can_send_version(version))
 
     def _call(
         self,

@@ -73,7 +73,10 @@ class AgentService:
         self.metrics_server.start(conf, AGENT_PORT, self.host)
         self._transport = rpc.get_transport(conf)
         conductor = ConductorAPI(
-            self._transport, timeout=agent_conf.conductor_timeout, observe=self.metrics.rpc_made
+            self._transport,
+            timeout=agent_conf.conductor_timeout,
+            observe=self.metrics.rpc_made,
+            version_cap=conf.upgrade_levels.conductor,
         )
         driver = load_driver(agent_conf.driver, conf, self.host)
         self.membership = membership_from_conf(
@@ -189,6 +192,13 @@ class AgentService:
         conductors are unreachable, or older), the nodes move as before.
         """
         if self._conductor is None or self.membership is None or not self.membership.can_act():
+            return
+        if not self._conductor.can_send_version("1.5"):
+            LOG.info(
+                "Agent %s: conductors pinned below 1.5 ([upgrade_levels] conductor): "
+                "no restart hold, its nodes move to its peers now",
+                self.host,
+            )
             return
         try:
             out = self._conductor.hold_for_restart(self.host)
@@ -334,6 +344,10 @@ class AgentService:
         assert self.ownership is not None and self._conductor is not None
         generation = self.ownership.validated_generation
         if generation < 0 or generation == self._resumed_generation:
+            return
+        if not self._conductor.can_send_version("1.4"):
+            # Pinned below resume_work: the sweeper re-drives, as before.
+            self._resumed_generation = generation
             return
         try:
             out = self._conductor.resume_work(self.host)

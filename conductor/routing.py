@@ -17,15 +17,16 @@ fill); builds for that agent that become ready while the call is in flight
 are queued, and the worker that made the call sends them together when it
 returns (``build_instances``, compute API 1.1).  The other workers go back
 to scheduling at once, so under load one worker per agent talks to it and a
-slow agent holds one worker, not all of them.  An agent older than 1.1 gets
-one call per build (re-probed every :data:`_REPROBE_AFTER` seconds).
+slow agent holds one worker, not all of them.  While ``[upgrade_levels]
+compute`` pins the agents' API below 1.1 (a rolling upgrade from a release
+without ``build_instances``), every build gets a call of its own; nothing
+is probed.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,11 +53,8 @@ __all__ = ["AgentRouter"]
 
 LOG = logging.getLogger(__name__)
 
-#: How an agent without ``build_instances`` (API < 1.1) refuses it.
-
-#: Seconds before an agent that refused ``build_instances`` is asked again
-#: (it may have been upgraded and restarted meanwhile).
-_REPROBE_AFTER = 300.0
+#: The compute API version that has ``build_instances``.
+_BATCHED_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -99,8 +97,9 @@ class AgentRouter:
         # owner -> builds that became ready while a call to it was in flight;
         # an owner is a key exactly while one worker is sending to it.
         self._waiting: dict[str, list[_Accept]] = {}
-        # owner -> when it refused build_instances (an agent older than 1.1)
-        self._unbatched: dict[str, float] = {}
+        # Agents that refused build_instances although not pinned below it:
+        # said once each (the fix is the pin, not a retry).
+        self._told_to_pin: set[str] = set()
         self.calls = 0  # accept calls made (for tests)
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
@@ -128,7 +127,7 @@ class AgentRouter:
         batch = [_Accept(instance, node, claim)]
         try:
             while batch:
-                if len(batch) == 1 or not self._batched(owner):
+                if len(batch) == 1 or not self._compute.can_send_version(_BATCHED_VERSION):
                     for accept in batch:
                         self._route_one(accept.instance, accept.node, accept.claim)
                 else:
@@ -146,10 +145,6 @@ class AgentRouter:
             for accept in left:
                 self._later(accept.instance, accept.node)
             raise
-
-    def _batched(self, owner: str) -> bool:
-        refused = self._unbatched.get(owner)
-        return refused is None or time.monotonic() - refused > _REPROBE_AFTER
 
     def _route_batch(self, owner: str, batch: list[_Accept]) -> None:
         """One ``build_instances`` call; each build's refusal handled on its own."""
@@ -171,12 +166,16 @@ class AgentRouter:
             if exc.exc_type not in rpc.NOT_SERVED:
                 self._batch_failed(owner, batch, exc)
                 return
-            LOG.warning(
-                "Agent %s has no build_instances (%s): one accept call per build",
-                owner,
-                exc.exc_type,
-            )
-            self._unbatched[owner] = time.monotonic()
+            # An agent of an older release, and no pin: these builds go one
+            # by one now; the operator is told once how to stop the refusals.
+            if owner not in self._told_to_pin:
+                self._told_to_pin.add(owner)
+                LOG.warning(
+                    "Agent %s has no build_instances (%s): set [upgrade_levels] compute = "
+                    "1.0 on the conductors until every agent is upgraded",
+                    owner,
+                    exc.exc_type,
+                )
             for accept in batch:
                 self._route_one(accept.instance, accept.node, accept.claim)
             return
@@ -198,7 +197,6 @@ class AgentRouter:
         except Exception as exc:  # any other failure: never drop a build
             self._batch_failed(owner, batch, exc)
             return
-        self._unbatched.pop(owner, None)
         results = reply.get("results") if isinstance(reply, dict) else None
         if not isinstance(results, list) or len(results) != len(batch):
             LOG.warning(

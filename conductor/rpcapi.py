@@ -85,11 +85,21 @@ class ConductorAPI:
         timeout: float | None = None,
         *,
         observe: rpc.RpcObserver | None = None,
+        version_cap: str | None = None,
     ) -> None:
+        """``version_cap``: ``[upgrade_levels] conductor`` during a rolling upgrade."""
         self.client = rpc.get_client(
-            transport, rpc.CONDUCTOR_TOPIC, version=self.RPC_API_VERSION, timeout=timeout
+            transport,
+            rpc.CONDUCTOR_TOPIC,
+            version=self.RPC_API_VERSION,
+            timeout=timeout,
+            version_cap=version_cap,
         )
         self._observe = observe
+
+    def can_send_version(self, version: str) -> bool:
+        """Whether calls of API ``version`` may be sent (within the pin, if any)."""
+        return bool(self.client.can_send_version(version))
 
     def _call(self, method: str, version: str = "1.0", **kwargs: Any) -> Any:
         return rpc.call(self.client.prepare(version=version), method, self._observe, **kwargs)

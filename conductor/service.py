@@ -95,7 +95,11 @@ class ConductorService:
             ),
             metrics=self.metrics,
         )
-        compute = ComputeAPI(self._transport, observe=self.metrics.rpc_made)
+        compute = ComputeAPI(
+            self._transport,
+            observe=self.metrics.rpc_made,
+            version_cap=conf.upgrade_levels.compute,
+        )
         self._builds.set_router(
             AgentRouter(
                 db,

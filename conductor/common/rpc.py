@@ -129,9 +129,11 @@ def get_client(
     version: str,
     server: str | None = None,
     timeout: float | None = None,
+    version_cap: str | None = None,
 ) -> messaging.RPCClient:
+    """A client of ``topic`` speaking up to ``version``, or ``version_cap`` when pinned."""
     target = messaging.Target(topic=topic, version=version, server=server)
-    return messaging.get_rpc_client(transport, target, timeout=timeout)
+    return messaging.get_rpc_client(transport, target, timeout=timeout, version_cap=version_cap)
 
 
 class _ExpectedErrors:

@@ -53,6 +53,11 @@ class Conductor:
         self.singles.append(result)
         return {"accepted": True}
 
+    def can_send_version(self, version: str) -> bool:
+        return version <= self.pinned_at
+
+    pinned_at = "1.5"
+
 
 def test_results_queued_during_a_call_go_together_in_the_next() -> None:
     conductor = Conductor()

@@ -779,6 +779,11 @@ class FakeCompute:
     # Set: build_instance waits until it is set again (a call in flight).
     gate: threading.Event | None = None
     in_call: threading.Event = field(default_factory=threading.Event)
+    # [upgrade_levels] compute: the highest version the conductor may send
+    pinned_at: str = "1.1"
+
+    def can_send_version(self, version: str) -> bool:
+        return version <= self.pinned_at
 
     def _answer(self, host: str, default: str) -> str:
         answer = self.behaviour.get(host, default)
@@ -1164,36 +1169,43 @@ def test_a_batch_refusal_affects_its_own_build_only(routing: Routing) -> None:
 
 
 @pytest.mark.parametrize("refusal", ["UnsupportedVersion", "NoSuchMethod"])
-def test_an_agent_without_build_instances_gets_one_call_per_build(
-    routing: Routing, refusal: str
+def test_an_agent_without_build_instances_gets_the_batch_one_by_one(
+    routing: Routing, refusal: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    more = _more_builds(routing, 4)
+    more = _more_builds(routing, 2)
     routing.compute.batch_behaviour["a1"] = messaging.RemoteError(refusal, "too old")
 
     def route_two() -> None:
-        for build in more[:2]:
+        for build in more:
             routing.router.route(*build)
 
     _with_a_call_in_flight(routing, route_two)
-    assert len(routing.compute.batches) == 1  # asked once, refused
+    assert len(routing.compute.batches) == 1  # asked, refused
+    assert [n for _, n, _, _ in routing.compute.builds] == [
+        routing.node,
+        more[0][1].uuid,
+        more[1][1].uuid,
+    ]  # then one by one, nothing lost
+    assert routing.retries == []
+    # The operator is told how to stop it: pin the API (said once).
+    assert caplog.text.count("set [upgrade_levels] compute = 1.0") == 1
+
+
+def test_a_compute_api_pinned_below_1_1_gets_no_batched_call(routing: Routing) -> None:
+    routing.compute.pinned_at = "1.0"
+    more = _more_builds(routing, 2)
+
+    def route_two() -> None:
+        for build in more:
+            routing.router.route(*build)
+
+    _with_a_call_in_flight(routing, route_two)
+    assert routing.compute.batches == []  # never asked: the pin says it is not there
     assert [n for _, n, _, _ in routing.compute.builds] == [
         routing.node,
         more[0][1].uuid,
         more[1][1].uuid,
     ]
-    # From then on, per-build calls without asking again.
-    routing.compute.in_call.clear()
-    gate = threading.Event()
-    routing.compute.gate = gate
-    first = threading.Thread(target=routing.router.route, args=more[2])
-    first.start()
-    assert routing.compute.in_call.wait(5.0)
-    routing.compute.gate = None
-    routing.router.route(*more[3])
-    gate.set()
-    first.join(5.0)
-    assert len(routing.compute.batches) == 1
-    assert [n for _, n, _, _ in routing.compute.builds][3:] == [more[2][1].uuid, more[3][1].uuid]
     assert routing.retries == []
 
 

@@ -117,6 +117,18 @@ def test_out_of_range_values_name_the_option(tmp_path: Path, text: str, option: 
         getattr(conf, "ring" if "ring" in text else "coordination")[option]
 
 
+@pytest.mark.parametrize("bad", ["latest", "1", "1.x", "v1.1", "0.9"])
+def test_an_upgrade_level_is_a_version(tmp_path: Path, bad: str) -> None:
+    conf = make_conf(tmp_path, f"[upgrade_levels]\ncompute = {bad}\n")
+    with pytest.raises(cfg.ConfigFileValueError, match="compute"):
+        conf.upgrade_levels.compute  # noqa: B018 (the read is the check)
+
+
+def test_upgrade_levels_pin_nothing_by_default(tmp_path: Path) -> None:
+    conf = make_conf(tmp_path, "[upgrade_levels]\nconductor = 1.3\n")
+    assert (conf.upgrade_levels.compute, conf.upgrade_levels.conductor) == (None, "1.3")
+
+
 def test_membership_needs_a_backend_url(tmp_path: Path) -> None:
     conf = make_conf(tmp_path, "")
     with pytest.raises(ConfigurationError) as err:

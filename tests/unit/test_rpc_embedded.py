@@ -21,6 +21,7 @@ import oslo_messaging as messaging
 import pytest
 from oslo_config import cfg
 
+from compute_agent.rpcapi import ComputeAPI
 from conductor.builds import BuildWorkers
 from conductor.common import rpc
 from conductor.common.exception import (
@@ -37,7 +38,7 @@ from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
-from conductor.rpcapi import ConductorAPI
+from conductor.rpcapi import API_VERSION, ConductorAPI
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import migrated
@@ -219,3 +220,17 @@ def test_a_client_pinned_at_any_version_reaches_every_method_of_that_version(
     assert isinstance(client.call({}, "list_instances"), list)  # instances
     assert "agents" in client.call({}, "fleet_status")  # fleet
     assert isinstance(client.call({}, "owned_nodes", host="agent-1"), list)  # agents
+
+
+def test_a_client_capped_by_upgrade_levels_sends_nothing_newer(served: Served) -> None:
+    """``[upgrade_levels] conductor = 1.1``: a 1.2 call is not sent at all (it
+    would reach an older conductor as NoSuchMethod), 1.1 and older are."""
+    transport = served.api.client.transport
+    capped = ConductorAPI(transport, timeout=10, version_cap="1.1")
+    assert capped.can_send_version("1.1") and not capped.can_send_version("1.2")
+    assert served.api.can_send_version(API_VERSION)  # unpinned: the newest
+    assert "agents" in capped.fleet_status()  # a 1.1 method still works
+    with pytest.raises(messaging.RPCVersionCapError):
+        capped.report_build_results("agent-1", [])
+    compute = ComputeAPI(transport, version_cap="1.0")
+    assert not compute.can_send_version("1.1")

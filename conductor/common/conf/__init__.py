@@ -1,6 +1,7 @@
 """Option groups that both services read, one module per group.
 
-``[DEFAULT] host``, ``[coordination]``, ``[ring]`` and ``[metrics]``: every
+``[DEFAULT] host``, ``[coordination]``, ``[ring]``, ``[metrics]`` and
+``[upgrade_levels]``: every
 conductor and compute agent registers them (:func:`register_opts`, called by
 :func:`conductor.common.prepare.prepare_service`); each service registers its
 own groups on top (:mod:`conductor.conf`, :mod:`compute_agent.conf`), so a
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.common.conf import coordination, default, metrics, ring
+from conductor.common.conf import coordination, default, metrics, ring, upgrade_levels
 
 __all__ = ["register_opts"]
 
@@ -25,3 +26,4 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     coordination.register_opts(conf)
     metrics.register_opts(conf)
     ring.register_opts(conf)
+    upgrade_levels.register_opts(conf)

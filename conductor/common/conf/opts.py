@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.common.conf import coordination, default, metrics, ring
+from conductor.common.conf import coordination, default, metrics, ring, upgrade_levels
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -15,4 +15,5 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
         (coordination.group, list(coordination.opts)),
         (metrics.group, list(metrics.opts)),
         (ring.group, list(ring.opts)),
+        (upgrade_levels.group, list(upgrade_levels.opts)),
     ]
