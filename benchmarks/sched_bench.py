@@ -15,7 +15,7 @@ drawn from a few flavors (traits, capability expressions, one group hint).
 Then, each on its own copy of the same database:
 
 ``ringfleet``
-    :class:`conductor.scheduler.Scheduler` with its default filters and
+    :class:`conductor.scheduler.scheduler.Scheduler` with its default filters and
     weighers: index build time and memory per node, then every request
     decided *and its allocation committed* (``select_and_allocate``).
 ``nova-mem``
@@ -70,11 +70,12 @@ from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.scheduler import Scheduler, source
+from conductor.scheduler import source
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.filters import BUILTIN_FILTERS
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.scheduler import Scheduler
 from conductor.scheduler.weighers import BUILTIN_WEIGHERS, WeighingContext, total_weights
 
 __all__ = ["FLAVORS", "main", "make_fleet", "parse_args", "run"]

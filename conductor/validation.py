@@ -20,12 +20,9 @@ or ``extra_specs.capabilities:boot_mode``; the empty path is the payload
 itself.  For every optional field an explicit ``None`` (JSON ``null``) means
 the same as leaving the field out.
 
-The capability expressions of flavors follow Nova's ComputeCapabilitiesFilter
-(``nova/scheduler/filters/extra_specs_ops.py``):
-:meth:`CapabilityExpression.matches` has exactly its semantics, while
-:func:`parse_capability_expression` refuses expressions Nova would accept
-but that cannot mean what their author wanted (a missing or non-numeric
-operand, extra words Nova silently ignores, ``s==uefi`` without the space).
+The capability expressions of flavors (Nova's ComputeCapabilitiesFilter
+language) are parsed by :mod:`conductor.scheduler.capabilities`, next to
+the scheduler that evaluates them.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import operator
 import re
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
@@ -42,21 +38,19 @@ from typing import Any, Final, TypeVar
 from conductor.common.checks import MAX_NAME_LENGTH, UUID_REASON, name_problem, normalized_uuid
 from conductor.common.exception import FieldError, InvalidInput, render_value
 from conductor.common.objects import PowerState, ProvisionState
+from conductor.scheduler.capabilities import CapabilityExpression, expression_or_reason
 
 __all__ = [
-    "CAPABILITY_OPERATORS",
     "MAX_BATCH",
     "MAX_COUNT",
     "MAX_TRAITS",
     "BuildRequest",
-    "CapabilityExpression",
     "FlavorSpec",
     "NodeSpec",
     "NodeUpdate",
     "PropertyValue",
-    "parse_capabilities",
-    "parse_capability_expression",
     "validate_build_request",
+    "validate_capabilities",
     "validate_flavor_spec",
     "validate_node_spec",
     "validate_node_specs",
@@ -85,37 +79,6 @@ _GROUP_RE: Final = re.compile(_GROUP_PATTERN)
 _CAPABILITY_KEY_RE: Final = re.compile(_CAPABILITY_KEY_PATTERN)
 # C0 controls and DEL: they break log lines and table output.
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
-
-_NUMERIC_OPERATORS: Final = frozenset({"=", "==", "!=", ">=", "<="})
-_STRING_OPERATORS: Final = frozenset({"s==", "s!=", "s>=", "s<=", "s>", "s<"})
-_OR: Final = "<or>"
-_IN: Final = "<in>"
-_ALL_IN: Final = "<all-in>"
-#: every operator a capability expression may start with
-CAPABILITY_OPERATORS: Final = _NUMERIC_OPERATORS | _STRING_OPERATORS | {_IN, _ALL_IN, _OR}
-# Longest first, to name the operator a glued word ("s==uefi") starts with.
-_OPERATORS_BY_LENGTH: Final = sorted(CAPABILITY_OPERATORS, key=len, reverse=True)
-# How each operator tests a node's value against the operands (Nova's
-# semantics: "=" means "at least"; <or> compares whole words; <in> and
-# <all-in> look for substrings; string operators compare lexically).
-_TEXT_TESTS: Final[Mapping[str, Callable[[str, tuple[str, ...]], bool]]] = {
-    _OR: lambda actual, operands: actual in operands,
-    _ALL_IN: lambda actual, operands: all(word in actual for word in operands),
-    _IN: lambda actual, operands: operands[0] in actual,
-    "s==": lambda actual, operands: actual == operands[0],
-    "s!=": lambda actual, operands: actual != operands[0],
-    "s>=": lambda actual, operands: actual >= operands[0],
-    "s<=": lambda actual, operands: actual <= operands[0],
-    "s>": lambda actual, operands: actual > operands[0],
-    "s<": lambda actual, operands: actual < operands[0],
-}
-_NUMBER_TESTS: Final[Mapping[str, Callable[[float, float], bool]]] = {
-    "=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    ">=": operator.ge,
-    "<=": operator.le,
-}
 
 _CAPABILITIES_SCOPE: Final = "capabilities:"
 _TRAIT_SCOPE: Final = "trait:"
@@ -157,53 +120,6 @@ _E = TypeVar("_E", bound=enum.Enum)
 
 
 # -- the results ----------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CapabilityExpression:
-    """A parsed flavor capability requirement (a ``capabilities:<key>`` value).
-
-    :ivar op: the operator (one of :data:`CAPABILITY_OPERATORS`), or ``None``
-        for a plain string that must equal the node's value exactly
-    :ivar operands: the words after the operator: one for the comparison
-        operators and ``<in>``, one or more for ``<all-in>``, the alternatives
-        for ``<or>``, and the whole text for a plain string
-    """
-
-    op: str | None
-    operands: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if self.op is not None and self.op not in CAPABILITY_OPERATORS:
-            raise ValueError(f"unknown capability operator {self.op!r}")
-
-    def matches(self, actual: str | None) -> bool:
-        """Whether a node's capability value *actual* satisfies this requirement.
-
-        Exactly the semantics of Nova's ``extra_specs_ops.match``, except that
-        a non-numeric value for a numeric operator is ``False`` instead of an
-        exception.  A node without the capability (``None``) never matches.
-        """
-        if actual is None or not self.operands:
-            return False
-        if self.op is None:
-            return actual == self.operands[0]
-        text_test = _TEXT_TESTS.get(self.op)
-        if text_test is not None:
-            return text_test(actual, self.operands)
-        try:
-            have, want = float(actual), float(self.operands[0])
-        except ValueError:
-            return False
-        return _NUMBER_TESTS[self.op](have, want)
-
-    def __str__(self) -> str:
-        """The canonical text form, which parses back to an equal expression."""
-        if self.op is None:
-            return self.operands[0] if self.operands else ""
-        if self.op == _OR:
-            return f"{_OR} " + f" {_OR} ".join(self.operands)
-        return " ".join((self.op, *self.operands))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -561,7 +477,7 @@ def _format_capabilities(capabilities: Mapping[str, str]) -> str:
     return ",".join(f"{k}:{v}" for k, v in capabilities.items())
 
 
-def parse_capabilities(text: object) -> dict[str, str]:
+def validate_capabilities(text: object) -> dict[str, str]:
     """Parse a node's ``properties["capabilities"]`` in the Ironic form.
 
     ``"boot_mode:uefi, cpu_vt:true"`` -> ``{"boot_mode": "uefi", "cpu_vt":
@@ -583,91 +499,15 @@ def parse_capabilities(text: object) -> dict[str, str]:
     return parsed
 
 
-# -- flavor capability expressions ------------------------------------------------
-
-
-def _plain_or_reason(text: str, first_word: str) -> CapabilityExpression | str:
-    glued = next((op for op in _OPERATORS_BY_LENGTH if first_word.startswith(op)), None)
-    if glued is not None:
-        return f"operator {glued!r} must be followed by whitespace"
-    if first_word in (">", "<"):
-        return f"{first_word!r} is not an operator (use '{first_word}=' or 's{first_word}')"
-    if text != text.strip():
-        # Node capability values are stripped: this could never match.
-        return "a plain value must not start or end with whitespace"
-    return CapabilityExpression(None, (text,))
-
-
-def _alternatives_or_reason(operands: tuple[str, ...]) -> CapabilityExpression | str:
-    alternatives, separators = operands[0::2], operands[1::2]
-    if any(s != _OR for s in separators) or len(operands) % 2 == 0 or _OR in alternatives:
-        return "must be '<or> a <or> b ...' with one word per alternative, none empty"
-    if len(alternatives) < 2:
-        return "'<or>' needs at least two alternatives"
-    return CapabilityExpression(_OR, alternatives)
-
-
-def _operands_problem(op: str, operands: tuple[str, ...]) -> str | None:
-    if not operands:
-        return f"operator {op!r} needs an operand"
-    if op == _ALL_IN:
-        return None
-    if len(operands) > 1:
-        return f"operator {op!r} takes exactly one word (Nova would ignore the rest)"
-    if op in _NUMERIC_OPERATORS and not _is_finite_number(operands[0]):
-        return f"operator {op!r} needs a finite number"
-    return None
-
-
-def _is_finite_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
-def _expression_or_reason(text: str) -> CapabilityExpression | str:
-    words = text.split()
-    if not words:
-        return "must not be empty"
-    op, operands = words[0], tuple(words[1:])
-    if op not in CAPABILITY_OPERATORS:
-        return _plain_or_reason(text, op)
-    if op == _OR:
-        return _alternatives_or_reason(operands)
-    problem = _operands_problem(op, operands)
-    return CapabilityExpression(op, operands) if problem is None else problem
+# -- flavor capability expressions (conductor.scheduler.capabilities) -----------
 
 
 def _parse_expression(text: str, field: str, errors: _Errors) -> CapabilityExpression | None:
-    result = _expression_or_reason(text)
+    result = expression_or_reason(text)
     if isinstance(result, str):
         errors.add(field, result, text)
         return None
     return result
-
-
-def parse_capability_expression(text: object, *, field: str = "expression") -> CapabilityExpression:
-    """Parse a flavor capability requirement (ComputeCapabilitiesFilter syntax).
-
-    Either a plain string, matched exactly, or an operator, whitespace and
-    its operands: ``= N`` (at least N), ``== N``, ``!= N``, ``>= N``,
-    ``<= N`` (numeric), ``s== w``, ``s!= w``, ``s>= w``, ``s<= w``, ``s> w``,
-    ``s< w`` (string), ``<in> w`` (substring), ``<all-in> w1 w2 ...`` (every
-    word a substring), ``<or> a <or> b ...`` (one of at least two words).
-
-    :raises InvalidInput: naming *field*: empty text, a missing, extra or
-        (for numeric operators) non-numeric or non-finite operand, an operator
-        glued to its operand, ``>``/``<``, or a plain value with surrounding
-        whitespace (which no node capability value could equal)
-    """
-    errors = _Errors()
-    if not isinstance(text, str):
-        raise InvalidInput([FieldError.about(field, "must be a string", text)])
-    expression = _parse_expression(text, field, errors)
-    errors.raise_if_any()
-    assert expression is not None
-    return expression
 
 
 # -- nodes ------------------------------------------------------------------------

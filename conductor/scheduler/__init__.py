@@ -11,14 +11,21 @@ Modules, by responsibility:
 * :mod:`~conductor.scheduler.filters` and :mod:`~conductor.scheduler.weighers`
   -- the plugin interfaces and ringfleet's own filters and weighers;
 * :mod:`~conductor.scheduler.plugins` -- loading them through stevedore;
-* :mod:`~conductor.scheduler.request` -- what a decision is about.
+* :mod:`~conductor.scheduler.request` -- what a decision is about;
+* :mod:`~conductor.scheduler.capabilities` -- the flavors' capability
+  expressions (Nova's ComputeCapabilitiesFilter language) and how a node
+  matches one.
+
+The package exports what filter and weigher plugins are written against;
+:class:`~conductor.scheduler.scheduler.Scheduler` is imported from its
+module (importing it here would make every user of the plugin interface, or
+of the capability language, import the database layer too).
 """
 
 from __future__ import annotations
 
 from conductor.scheduler.filters import BaseFilter
 from conductor.scheduler.request import RequestSpec
-from conductor.scheduler.scheduler import Scheduler
 from conductor.scheduler.weighers import BaseWeigher, WeighingContext
 
-__all__ = ["BaseFilter", "BaseWeigher", "RequestSpec", "Scheduler", "WeighingContext"]
+__all__ = ["BaseFilter", "BaseWeigher", "RequestSpec", "WeighingContext"]

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 
 from conductor.common.objects import Flavor
-from conductor.validation import CapabilityExpression, parse_capability_expression
+from conductor.scheduler.capabilities import CapabilityExpression, parse_capability_expression
 
 __all__ = ["CAPABILITIES_SCOPE", "RequestSpec", "flavor_key", "parse_flavor_capabilities"]
 

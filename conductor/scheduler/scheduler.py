@@ -47,13 +47,13 @@ from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.scheduler import plugins, source
+from conductor.scheduler.capabilities import CapabilityExpression
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import evolve
 from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
 from conductor.scheduler.index import NodeIndex, is_free
 from conductor.scheduler.request import RequestSpec, flavor_key, parse_flavor_capabilities
 from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
-from conductor.validation import CapabilityExpression
 
 __all__ = ["Scheduler"]
 

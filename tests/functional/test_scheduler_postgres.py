@@ -20,7 +20,7 @@ from conductor.common.exception import NoValidNode
 from conductor.common.objects import Flavor
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
-from conductor.scheduler import Scheduler
+from conductor.scheduler.scheduler import Scheduler
 from tests.dbutil import add_nodes, migrated
 
 AGENTS = ("agent-1", "agent-2", "agent-3")

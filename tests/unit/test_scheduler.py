@@ -20,7 +20,8 @@ from conductor.common.objects import Flavor, ProvisionState
 from conductor.db import allocations, nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.scheduler import Scheduler, source
+from conductor.scheduler import source
+from conductor.scheduler.scheduler import Scheduler
 from tests.dbutil import migrated, pin
 
 GOLD = Flavor(name="gold", resource_class="gold")

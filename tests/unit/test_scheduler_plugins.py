@@ -19,7 +19,7 @@ from conductor.common.objects import Flavor, Node
 from conductor.conf import scheduler as scheduler_conf
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel
-from conductor.scheduler import BaseFilter, RequestSpec, Scheduler
+from conductor.scheduler import BaseFilter, RequestSpec
 from conductor.scheduler.filters import CapabilitiesFilter, TraitsFilter
 from conductor.scheduler.plugins import (
     FILTER_NAMESPACE,
@@ -27,6 +27,7 @@ from conductor.scheduler.plugins import (
     load_filters,
     load_weighers,
 )
+from conductor.scheduler.scheduler import Scheduler
 from conductor.scheduler.weighers import SpreadWeigher
 from tests.dbutil import add_nodes, migrated
 

@@ -26,6 +26,7 @@ from conductor.common.exception import (
     first_line,
 )
 from conductor.common.objects import PowerState, ProvisionState
+from conductor.scheduler import capabilities
 
 DELETE = object()  # a table value meaning "leave this field out"
 UUID_A = "0b6f5f4e-3c1d-4e2a-9f8b-7a6c5d4e3f21"
@@ -231,20 +232,20 @@ def test_maintenance_reason_rules(overrides: dict[str, Any], expected: list[str]
     ],
 )
 def test_bad_capabilities_text(text: str) -> None:
-    exc = refused(v.parse_capabilities, text)
+    exc = refused(v.validate_capabilities, text)
     assert exc.fields == ["properties.capabilities"]
     exc = refused(v.validate_node_spec, {**NODE, "properties": {"capabilities": text}}, path="n")
     assert exc.fields == ["n.properties.capabilities"]
 
 
 def test_every_bad_capability_item_is_reported() -> None:
-    exc = refused(v.parse_capabilities, "a,b:,c:d,:e")
+    exc = refused(v.validate_capabilities, "a,b:,c:d,:e")
     assert exc.fields == ["properties.capabilities"] * 3
     assert [e.value for e in exc.errors] == ["'a'", "'b:'", "':e'"]
 
 
-def test_parse_capabilities_refuses_non_text() -> None:
-    assert refused(v.parse_capabilities, 5).fields == ["properties.capabilities"]
+def test_validate_capabilities_refuses_non_text() -> None:
+    assert refused(v.validate_capabilities, 5).fields == ["properties.capabilities"]
 
 
 def test_node_collects_all_errors() -> None:
@@ -390,8 +391,8 @@ def test_node_full_spec_normalized() -> None:
         ("k1:v1,k2:v2", {"k1": "v1", "k2": "v2"}),
     ],
 )
-def test_parse_capabilities(text: str, parsed: dict[str, str]) -> None:
-    assert v.parse_capabilities(text) == parsed
+def test_validate_capabilities(text: str, parsed: dict[str, str]) -> None:
+    assert v.validate_capabilities(text) == parsed
 
 
 def test_provision_state_choices() -> None:
@@ -586,9 +587,9 @@ def test_flavor_normalized() -> None:
         "capabilities:cpu_arch": "<or> x86_64 <or> aarch64",
     }
     assert flavor.capabilities == {
-        "boot_mode": v.CapabilityExpression(None, ("uefi",)),
-        "memory_mb": v.CapabilityExpression(">=", ("4096",)),
-        "cpu_arch": v.CapabilityExpression("<or>", ("x86_64", "aarch64")),
+        "boot_mode": capabilities.CapabilityExpression(None, ("uefi",)),
+        "memory_mb": capabilities.CapabilityExpression(">=", ("4096",)),
+        "cpu_arch": capabilities.CapabilityExpression("<or>", ("x86_64", "aarch64")),
     }
 
 
@@ -630,9 +631,9 @@ def test_flavor_defaults() -> None:
     ],
 )
 def test_parse_capability_expression(text: str, op: str | None, operands: tuple[str, ...]) -> None:
-    expression = v.parse_capability_expression(text)
-    assert expression == v.CapabilityExpression(op, operands)
-    assert v.parse_capability_expression(str(expression)) == expression
+    expression = capabilities.parse_capability_expression(text)
+    assert expression == capabilities.CapabilityExpression(op, operands)
+    assert capabilities.parse_capability_expression(str(expression)) == expression
 
 
 @pytest.mark.parametrize(
@@ -670,18 +671,18 @@ def test_parse_capability_expression(text: str, op: str | None, operands: tuple[
     ],
 )
 def test_bad_capability_expression(text: str) -> None:
-    assert refused(v.parse_capability_expression, text).fields == ["expression"]
+    assert refused(capabilities.parse_capability_expression, text).fields == ["expression"]
     exc = refused(v.validate_flavor_spec, {**FLAVOR, "extra_specs": {"capabilities:k": text}})
     assert exc.fields == ["extra_specs.capabilities:k"]
 
 
 def test_parse_capability_expression_field_and_type() -> None:
-    assert refused(v.parse_capability_expression, 5, field="x").fields == ["x"]
+    assert refused(capabilities.parse_capability_expression, 5, field="x").fields == ["x"]
 
 
 def test_capability_expression_refuses_unknown_operator() -> None:
     with pytest.raises(ValueError, match="unknown capability operator"):
-        v.CapabilityExpression(">", ("1",))
+        capabilities.CapabilityExpression(">", ("1",))
 
 
 # -- capability expressions: Nova's matching semantics --------------------------
@@ -766,31 +767,35 @@ MATCHES: list[tuple[str, str | None, bool]] = [
 
 @pytest.mark.parametrize(("text", "actual", "expected"), MATCHES)
 def test_capability_matching(text: str, actual: str | None, expected: bool) -> None:
-    assert v.parse_capability_expression(text).matches(actual) is expected
+    assert capabilities.parse_capability_expression(text).matches(actual) is expected
 
 
 @pytest.mark.parametrize("text", sorted({text for text, _, _ in MATCHES}))
 def test_missing_capability_never_matches(text: str) -> None:
-    assert v.parse_capability_expression(text).matches(None) is False
+    assert capabilities.parse_capability_expression(text).matches(None) is False
 
 
 def test_every_operator_is_covered_by_the_matching_table() -> None:
-    covered = {v.parse_capability_expression(text).op for text, _, _ in MATCHES}
-    assert covered == {None, *v.CAPABILITY_OPERATORS}
+    covered = {capabilities.parse_capability_expression(text).op for text, _, _ in MATCHES}
+    assert covered == {None, *capabilities.CAPABILITY_OPERATORS}
 
 
 @pytest.mark.parametrize(
     ("expression", "actual", "expected"),
     [
         # Built directly (not parsed): still never raises.
-        (v.CapabilityExpression("=", ("abc",)), "5", False),
-        (v.CapabilityExpression("s==", ()), "x", False),
-        (v.CapabilityExpression(None, ()), "", False),
-        (v.CapabilityExpression("<in>", ("a", "zzz")), "abc", True),  # Nova: first word only
+        (capabilities.CapabilityExpression("=", ("abc",)), "5", False),
+        (capabilities.CapabilityExpression("s==", ()), "x", False),
+        (capabilities.CapabilityExpression(None, ()), "", False),
+        (
+            capabilities.CapabilityExpression("<in>", ("a", "zzz")),
+            "abc",
+            True,
+        ),  # Nova: first word only
     ],
 )
 def test_matching_of_constructed_expressions(
-    expression: v.CapabilityExpression, actual: str, expected: bool
+    expression: capabilities.CapabilityExpression, actual: str, expected: bool
 ) -> None:
     assert expression.matches(actual) is expected
 
@@ -1020,8 +1025,10 @@ def test_fuzz_arbitrary_values(value: object) -> None:
     only_invalid_input(v.validate_node_specs, [value, value], list)
     only_invalid_input(lambda x: checks.validate_uuid(x, "id"), value, str)
     only_invalid_input(lambda x: checks.validate_name(x, "name"), value, str)
-    only_invalid_input(v.parse_capabilities, value, dict)
-    only_invalid_input(v.parse_capability_expression, value, v.CapabilityExpression)
+    only_invalid_input(v.validate_capabilities, value, dict)
+    only_invalid_input(
+        capabilities.parse_capability_expression, value, capabilities.CapabilityExpression
+    )
 
 
 @FUZZ
@@ -1047,24 +1054,24 @@ def test_fuzz_build_requests(spec: dict[str, Any]) -> None:
 @given(text=st.text(max_size=30) | expressions, actual=st.none() | st.text(max_size=10))
 def test_fuzz_capability_expressions(text: str, actual: str | None) -> None:
     try:
-        expression = v.parse_capability_expression(text)
+        expression = capabilities.parse_capability_expression(text)
     except InvalidInput as exc:
         assert exc.fields == ["expression"]
         return
     assert isinstance(expression.matches(actual), bool)
-    assert v.parse_capability_expression(str(expression)) == expression
+    assert capabilities.parse_capability_expression(str(expression)) == expression
 
 
 @FUZZ
 @given(text=st.text(max_size=40))
 def test_fuzz_capabilities_text(text: str) -> None:
     try:
-        parsed = v.parse_capabilities(text)
+        parsed = v.validate_capabilities(text)
     except InvalidInput as exc:
         assert set(exc.fields) == {"properties.capabilities"}
         return
     text_again = ",".join(f"{k}:{val}" for k, val in parsed.items())
-    assert v.parse_capabilities(text_again) == parsed
+    assert v.validate_capabilities(text_again) == parsed
 
 
 # -- round trips: to_dict() validates to an equal object -------------------------
