@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
+
 __all__ = ["OwnershipCalls", "ResultCalls"]
 
 
 class OwnershipCalls(Protocol):
     """Claims and releases of nodes, and the inventory (compute_agent.ownership)."""
 
-    def owned_nodes(self, host: str) -> list[dict[str, Any]]: ...
+    def owned_nodes(self, host: str) -> list[Ownership]: ...
 
     def list_node_uuids(
         self,
@@ -25,11 +27,11 @@ class OwnershipCalls(Protocol):
         limit: int = 5000,
     ) -> dict[str, Any]: ...
 
-    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]: ...
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome: ...
 
-    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]: ...
+    def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome: ...
 
-    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]: ...
+    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> ReleaseOutcome: ...
 
 
 class ResultCalls(Protocol):

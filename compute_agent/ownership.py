@@ -212,8 +212,8 @@ class OwnershipManager:
         with self._lock:
             self._validated_generation = generation
             before = dict(self._held)
-            self._held = {o["node_uuid"]: o["epoch"] for o in owned}
-            self._pinned = {o["node_uuid"] for o in owned if o["pinned"]}
+            self._held = {o.node_uuid: o.epoch for o in owned}
+            self._pinned = {o.node_uuid for o in owned if o.pinned}
         lost = [n for n, e in before.items() if self._held.get(n) != e]
         if lost:
             LOG.warning(
@@ -424,12 +424,10 @@ class OwnershipManager:
         done = 0
         for start in range(0, len(items), self._batch):
             out = self._conductor.release_nodes(self.host, dict(items[start : start + self._batch]))
-            self.forget(out["done"])
+            self.forget(out.done)
             # Refused: already not ours (taken over while we were away).
-            self.forget(
-                u for u, own in out["refused"].items() if not own or own["owner"] != self.host
-            )
-            done += len(out["done"])
+            self.forget(u for u, own in out.refused.items() if not own or own.owner != self.host)
+            done += len(out.done)
         return done
 
     def _claim(self, nodes: list[str]) -> tuple[int, int, int, dict[str, str | None]]:
@@ -439,27 +437,27 @@ class OwnershipManager:
         for start in range(0, len(nodes), self._batch):
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
             with self._lock:
-                for own in out["granted"]:
-                    if own["node_uuid"] not in self._held:
+                for own in out.granted:
+                    if own.node_uuid not in self._held:
                         claimed += 1
-                    self._held[own["node_uuid"]] = own["epoch"]
-                    self._refused_by.pop(own["node_uuid"], None)
-                    if own["pinned"]:
-                        self._pinned.add(own["node_uuid"])
-                for node, owner in out["refused"].items():
+                    self._held[own.node_uuid] = own.epoch
+                    self._refused_by.pop(own.node_uuid, None)
+                    if own.pinned:
+                        self._pinned.add(own.node_uuid)
+                for node, owner in out.refused.items():
                     if owner is not None:
                         self._refused_by[node] = owner
                 # (Replies of conductors before API 1.5 carry no holds.)
-                for owner, seconds in out.get("restarting", {}).items():
-                    self._restart_holds[owner] = time.monotonic() + float(seconds)
-            rehomed += len(out["rehomed"])
-            if out["rehomed"]:
+                for owner, seconds in out.restarting.items():
+                    self._restart_holds[owner] = time.monotonic() + seconds
+            rehomed += len(out.rehomed)
+            if out.rehomed:
                 LOG.warning(
                     "Agent %s re-homed pinned nodes of a departed agent: %s",
                     self.host,
-                    ", ".join(out["rehomed"][:20]),
+                    ", ".join(out.rehomed[:20]),
                 )
-            refusals.update(out["refused"])
+            refusals.update(out.refused)
         return claimed, len(refusals), rehomed, refusals
 
     # -- drain -------------------------------------------------------------------
@@ -481,9 +479,9 @@ class OwnershipManager:
         handed = refused = 0
         for start in range(0, len(transfers), self._batch):
             out = self._conductor.transfer_nodes(self.host, transfers[start : start + self._batch])
-            self.forget(out["done"])
-            handed += len(out["done"])
-            refused += len(out["refused"])
+            self.forget(out.done)
+            handed += len(out.done)
+            refused += len(out.refused)
         LOG.info(
             "Agent %s drained: %d nodes handed over, %d refused, %d kept",
             self.host,

@@ -36,6 +36,7 @@ from typing import Any
 import oslo_messaging as messaging
 
 from conductor.common import rpc
+from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 
@@ -197,14 +198,16 @@ class ConductorAPI:
 
     # -- agents ----------------------------------------------------------------
 
-    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]:
-        return self._call("claim_nodes", host=host, node_uuids=node_uuids)  # type: ignore[no-any-return]
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
+        return ClaimOutcome.from_dict(self._call("claim_nodes", host=host, node_uuids=node_uuids))
 
-    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]:
-        return self._call("release_nodes", host=host, claims=claims)  # type: ignore[no-any-return]
+    def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome:
+        return ReleaseOutcome.from_dict(self._call("release_nodes", host=host, claims=claims))
 
-    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._call("transfer_nodes", host=host, transfers=transfers)  # type: ignore[no-any-return]
+    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> ReleaseOutcome:
+        return ReleaseOutcome.from_dict(
+            self._call("transfer_nodes", host=host, transfers=transfers)
+        )
 
     def list_node_uuids(
         self,
@@ -217,8 +220,8 @@ class ConductorAPI:
             "list_node_uuids", groups=groups, since=since, marker=marker, limit=limit
         )
 
-    def owned_nodes(self, host: str) -> list[dict[str, Any]]:
-        return self._call("owned_nodes", host=host)  # type: ignore[no-any-return]
+    def owned_nodes(self, host: str) -> list[Ownership]:
+        return [Ownership.from_dict(o) for o in self._call("owned_nodes", host=host)]
 
     def resume_work(self, host: str) -> dict[str, Any]:
         return self._call("resume_work", version="1.4", host=host)  # type: ignore[no-any-return]

@@ -171,3 +171,83 @@ class Ownership(_Record):
     owner: str | None
     epoch: int
     pinned: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ownership:
+        """The inverse of :meth:`to_dict` (what travels over RPC)."""
+        return cls(
+            node_uuid=data["node_uuid"],
+            owner=data.get("owner"),
+            epoch=int(data["epoch"]),
+            pinned=bool(data.get("pinned", False)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimOutcome:
+    """What a batch claim did (``claim_nodes``).
+
+    :ivar granted: every requested node the caller owns now, with its epoch
+        (newly claimed, re-homed or already its own).
+    :ivar rehomed: pinned nodes taken from a departed owner; their
+        instances' host moved to the caller.
+    :ivar refused: node uuid -> the owner that keeps it.
+    :ivar missing: requested uuids with no such node.
+    :ivar restarting: owners among ``refused`` that are stopped for a
+        restart, with the seconds left until their nodes may be claimed.
+    """
+
+    granted: list[Ownership] = dataclasses.field(default_factory=list)
+    rehomed: list[str] = dataclasses.field(default_factory=list)
+    refused: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    restarting: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "granted": [o.to_dict() for o in self.granted],
+            "rehomed": list(self.rehomed),
+            "refused": dict(self.refused),
+            "missing": list(self.missing),
+            "restarting": dict(self.restarting),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClaimOutcome:
+        """The inverse of :meth:`to_dict`; a reply before API 1.5 has no ``restarting``."""
+        return cls(
+            granted=[Ownership.from_dict(o) for o in data["granted"]],
+            rehomed=list(data["rehomed"]),
+            refused=dict(data["refused"]),
+            missing=list(data["missing"]),
+            restarting={k: float(v) for k, v in data.get("restarting", {}).items()},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseOutcome:
+    """What a batch release or transfer did (``release_nodes``, ``transfer_nodes``).
+
+    :ivar done: uuids whose ownership changed, with their new epoch.
+    :ivar refused: uuid -> the current ownership (``None``: no such node),
+        for claims that were stale or nodes that are pinned.
+    """
+
+    done: dict[str, int] = dataclasses.field(default_factory=dict)
+    refused: dict[str, Ownership | None] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "done": dict(self.done),
+            "refused": {u: (o.to_dict() if o else None) for u, o in self.refused.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReleaseOutcome:
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            done={u: int(e) for u, e in data["done"].items()},
+            refused={
+                u: (Ownership.from_dict(o) if o else None) for u, o in data["refused"].items()
+            },
+        )

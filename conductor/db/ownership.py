@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from sqlalchemy import ColumnElement, and_, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from conductor.common.objects import Ownership
+from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
 
@@ -64,40 +64,6 @@ T = TypeVar("T")
 def _chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-@dataclass(frozen=True)
-class ClaimOutcome:
-    """What a batch claim did.
-
-    :ivar granted: every requested node the caller owns now, with its epoch
-        (newly claimed, re-homed or already its own).
-    :ivar rehomed: pinned nodes taken from a departed owner; their
-        instances' host moved to the caller.
-    :ivar refused: node uuid -> the owner that keeps it.
-    :ivar missing: requested uuids with no such node.
-    :ivar restarting: owners among ``refused`` that are stopped for a
-        restart, with the seconds left until their nodes may be claimed.
-    """
-
-    granted: list[Ownership] = field(default_factory=list)
-    rehomed: list[str] = field(default_factory=list)
-    refused: dict[str, str | None] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-    restarting: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ReleaseOutcome:
-    """What a batch release or transfer did.
-
-    :ivar done: uuids whose ownership changed, with their new epoch.
-    :ivar refused: uuid -> the current ownership (``None``: no such node),
-        for claims that were stale or nodes that are pinned.
-    """
-
-    done: dict[str, int] = field(default_factory=dict)
-    refused: dict[str, Ownership | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,7 @@ class AgentsEndpoint:
             len(out.refused),
             len(out.missing),
         )
-        return {
-            "granted": [o.to_dict() for o in out.granted],
-            "rehomed": out.rehomed,
-            "refused": out.refused,
-            "missing": out.missing,
-            "restarting": out.restarting,
-        }
+        return out.to_dict()
 
     def hold_for_restart(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
         """``host`` stops for a restart: none of its nodes moves meanwhile (since 1.5).
@@ -134,7 +128,7 @@ class AgentsEndpoint:
         agent = payload.check_host(host)
         out = ownership.release_nodes(self._db, agent, payload.check_epoch_map(claims, "claims"))
         LOG.info("Agent %s released %d nodes (%d refused)", agent, len(out.done), len(out.refused))
-        return _change_result(out)
+        return out.to_dict()
 
     def transfer_nodes(self, ctxt: dict[str, Any], host: Any, transfers: Any) -> dict[str, Any]:
         """Hand nodes (pinned ones too) to other live agents: drain and hand-over."""
@@ -177,7 +171,7 @@ class AgentsEndpoint:
         LOG.info(
             "Agent %s handed over %d nodes (%d refused)", agent, len(out.done), len(out.refused)
         )
-        return _change_result(out)
+        return out.to_dict()
 
     def list_node_uuids(
         self,
@@ -498,10 +492,3 @@ def _check_fault(value: object, field: str = "fault") -> str | None:
     if not isinstance(value, str):
         raise InvalidInput([FieldError.about(field, "must be text", value)])
     return value[:4000]
-
-
-def _change_result(out: ownership.ReleaseOutcome) -> dict[str, Any]:
-    return {
-        "done": out.done,
-        "refused": {u: (o.to_dict() if o else None) for u, o in out.refused.items()},
-    }

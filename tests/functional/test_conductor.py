@@ -73,7 +73,7 @@ def _claim_all(api: Any, node_uuids: list[str]) -> None:
     for host, part in (("agent-1", node_uuids[:half]), ("agent-2", node_uuids[half:])):
         wait_for(lambda: api.fleet_status()["membership"] == "connected", 30)
         result = api.claim_nodes(host, part)
-        assert len(result["granted"]) == len(part)
+        assert len(result.granted) == len(part)
 
 
 def test_inventory_and_validation_over_rpc(fleet: dict[str, Any]) -> None:

@@ -28,7 +28,14 @@ from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import Conflict, InvalidInput, NodeNotBuildable, NotOwner
-from conductor.common.objects import Node, PowerState, ProvisionState
+from conductor.common.objects import (
+    ClaimOutcome,
+    Node,
+    Ownership,
+    PowerState,
+    ProvisionState,
+    ReleaseOutcome,
+)
 from hashring.membership import Member, MembershipView, State
 
 HOST = "agent-1"
@@ -62,17 +69,13 @@ class FakeConductor:
             "as_of": "2024-01-01T00:00:00+00:00",
         }
 
-    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]:
-        granted = [
-            {"node_uuid": u, "owner": host, "epoch": self.epochs[u], "pinned": False}
-            for u in node_uuids
-        ]
-        return {"granted": granted, "rehomed": [], "refused": {}, "missing": []}
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
+        return ClaimOutcome(granted=[Ownership(u, host, self.epochs[u]) for u in node_uuids])
 
-    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]:
-        return {"done": dict(claims), "refused": {}}
+    def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome:
+        return ReleaseOutcome(done=dict(claims))
 
-    def owned_nodes(self, host: str) -> list[dict[str, Any]]:
+    def owned_nodes(self, host: str) -> list[Ownership]:
         return []  # a fresh agent: nothing held from before
 
     def report_build_result(self, host: str, **result: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from sqlalchemy import update
 
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner
+from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
 from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
@@ -56,25 +57,25 @@ class ConductorAdapter:
     endpoint: AgentsEndpoint
     calls: list[tuple[str, Any]] = field(default_factory=list)
 
-    def claim_nodes(self, host: str, node_uuids: list[str]) -> dict[str, Any]:
+    def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
         self.calls.append(("claim", list(node_uuids)))
-        return self.endpoint.claim_nodes(CTXT, host, list(node_uuids))
+        return ClaimOutcome.from_dict(self.endpoint.claim_nodes(CTXT, host, list(node_uuids)))
 
-    def release_nodes(self, host: str, claims: dict[str, int]) -> dict[str, Any]:
+    def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome:
         self.calls.append(("release", dict(claims)))
-        return self.endpoint.release_nodes(CTXT, host, dict(claims))
+        return ReleaseOutcome.from_dict(self.endpoint.release_nodes(CTXT, host, dict(claims)))
 
-    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> dict[str, Any]:
+    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> ReleaseOutcome:
         self.calls.append(("transfer", list(transfers)))
-        return self.endpoint.transfer_nodes(CTXT, host, list(transfers))
+        return ReleaseOutcome.from_dict(self.endpoint.transfer_nodes(CTXT, host, list(transfers)))
 
     def hold_for_restart(self, host: str) -> dict[str, Any]:
         self.calls.append(("hold", host))
         return self.endpoint.hold_for_restart(CTXT, host)
 
-    def owned_nodes(self, host: str) -> list[dict[str, Any]]:
+    def owned_nodes(self, host: str) -> list[Ownership]:
         self.calls.append(("owned", host))
-        return self.endpoint.owned_nodes(CTXT, host)
+        return [Ownership.from_dict(o) for o in self.endpoint.owned_nodes(CTXT, host)]
 
     def list_node_uuids(
         self,
@@ -569,7 +570,7 @@ def test_revalidate_replaces_held_epochs_after_a_takeover(env: Fleet) -> None:
     moved = env.conductor.transfer_nodes(
         "a2", [{"node_uuid": returned, "epoch": a2.held()[returned], "new_owner": "a1"}]
     )
-    assert list(moved["done"]) == [returned]
+    assert list(moved.done) == [returned]
 
     # Back and connected, a1 re-reads before acting: only what the conductor records.
     env.memberships["a1"].state = State.CONNECTED

@@ -523,7 +523,7 @@ def test_instance_create_wait_active(fleet: Embedded) -> None:
     db = fleet.service.db
     assert db is not None
     [node] = _nodes(fleet, ["inst-node"], group="builds")
-    assert fleet.api.claim_nodes("agent-1", [node])["granted"]
+    assert fleet.api.claim_nodes("agent-1", [node]).granted
     assert fleet.run("flavor", "create", "builds", "--resource-class", "baremetal").code == 0
 
     # No agent process serves the build: play the agent's part, reporting
@@ -589,8 +589,8 @@ def test_instance_bad_input(fleet: Embedded) -> None:
 
 def test_fleet_status_ring_show_and_check(fleet: Embedded) -> None:
     uuids = _nodes(fleet, [f"ring-{i}" for i in range(6)], group="rack-b")
-    assert fleet.api.claim_nodes("agent-1", uuids[:4])["granted"]
-    assert fleet.api.claim_nodes("agent-2", uuids[4:])["granted"]
+    assert fleet.api.claim_nodes("agent-1", uuids[:4]).granted
+    assert fleet.api.claim_nodes("agent-2", uuids[4:]).granted
 
     status = fleet.run("fleet", "status", "-f", "json")
     assert status.code == 0, status.err

@@ -172,8 +172,8 @@ def test_service_unavailable_arrives_as_itself(served: Served) -> None:
         assert "suspended" in err.value.reason
     finally:
         served.membership.state = State.CONNECTED
-    granted = served.api.claim_nodes("agent-1", [uuid])["granted"]
-    assert [(g["node_uuid"], g["epoch"]) for g in granted] == [(uuid, 1)]
+    granted = served.api.claim_nodes("agent-1", [uuid]).granted
+    assert [(g.node_uuid, g.epoch) for g in granted] == [(uuid, 1)]  # typed, not a dict
 
 
 def test_fleet_status(served: Served) -> None:
