@@ -4,7 +4,9 @@ A :class:`FleetState` is one reading of the fleet: the nodes and instances
 as the conductor records them (over its RPC API) and the claims every live
 agent holds in memory.  Each ``check_*`` function returns human-readable
 violations naming the node, instance or agent, empty when the invariant
-holds, so a test can feed it a fabricated state and see it fail.
+holds, so a test can feed it a fabricated state and see it fail.  The
+allocation check is the conductor's own (``fleet_check``): it reads the
+reply, it does not check a second time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from compute_agent.drivers.action_log import check_fencing, read_log
 from conductor.common.exception import ActionLogError
@@ -116,47 +119,19 @@ def check_single_owner(state: FleetState) -> list[str]:
     return violations
 
 
-def check_allocations(state: FleetState) -> list[str]:
-    """Nodes and instances agree: one instance per node, both sides pointing at each other.
+def check_allocations(fleet_check: Mapping[str, Any]) -> list[str]:
+    """Nodes and instances agree: one instance per node, both sides pointing at
+    each other, the instance's host the node's owner.
 
-    An instance placed on a node is recorded on the node, and its ``host``
-    is the node's owner (so a re-homed instance moved with its node).
+    Checked by the conductor itself (``fleet_check``, the same check as
+    ``ringfleet fleet check`` and the chaos suite's), not a second time here:
+    *fleet_check* is its reply; its allocation problems are the violations.
     """
-    violations: list[str] = []
-    on_node: dict[str, list[str]] = defaultdict(list)
-    for uuid, instance in sorted(state.instances.items()):
-        if instance.node_uuid is not None:
-            on_node[instance.node_uuid].append(uuid)
-    for node_uuid, instances in sorted(on_node.items()):
-        if len(instances) > 1:
-            violations.append(f"node {node_uuid} hosts {len(instances)} instances: {instances}")
-    for uuid, instance in sorted(state.instances.items()):
-        if instance.vm_state != VmState.ACTIVE:
-            continue
-        node = state.nodes.get(instance.node_uuid or "")
-        if node is None:
-            violations.append(f"active instance {uuid} is on no known node ({instance.node_uuid})")
-            continue
-        if node.instance_uuid != uuid:
-            violations.append(
-                f"instance {uuid} is on node {node.uuid}, but the node records "
-                f"instance {node.instance_uuid}"
-            )
-        if instance.host != node.owner:
-            violations.append(
-                f"instance {uuid} has host {instance.host}, but its node {node.uuid} "
-                f"is owned by {node.owner}"
-            )
-    for uuid, node in sorted(state.nodes.items()):
-        if node.instance_uuid is None:
-            continue
-        hosted = state.instances.get(node.instance_uuid)
-        if hosted is None or hosted.node_uuid != uuid:
-            where = "missing" if hosted is None else f"on node {hosted.node_uuid}"
-            violations.append(
-                f"node {uuid} records instance {node.instance_uuid}, which is {where}"
-            )
-    return violations
+    return [
+        f"allocation: {problem.get('message')}"
+        for problem in fleet_check.get("problems", [])
+        if problem.get("kind") == "double-claimed"
+    ]
 
 
 def check_builds(state: FleetState, instance_uuids: Iterable[str]) -> list[str]:

@@ -406,7 +406,7 @@ class _Scenario:
                     f"join: {len(beyond)} nodes moved that are not the newcomer's unpinned "
                     f"ring share: {', '.join(beyond[:5])}"
                 )
-        self.result.violations.extend(check_allocations(state))
+        self.result.violations.extend(check_allocations(self.api.fleet_check()))
         self.result.violations.extend(check_builds(state, self.instance_uuids))
         self.result.violations.extend(check_fencing_log(self.fleet.action_log))
         finished = [i for i in state.instances.values() if i.vm_state in FINAL_STATES]

@@ -211,25 +211,23 @@ def test_single_owner_check_catches(
     assert expected in violation
 
 
-def test_allocation_check_catches_a_node_with_two_instances_and_a_stale_host() -> None:
-    state = _state(
-        [NodeRecord("n1", "a1", 1, "i1"), NodeRecord("n2", "a2", 1, "i3")],
-        [
-            InstanceRecord("i1", "active", "n1", "a1", None),
-            InstanceRecord("i2", "active", "n1", "a1", None),
-            InstanceRecord("i3", "active", "n2", "a1", None),
+def test_allocation_violations_are_the_conductors_fleet_check_allocation_problems() -> None:
+    reply = {
+        "ok": False,
+        "problems": [
+            {"kind": "orphaned", "message": "3 nodes (0 pinned) owned by a9"},
+            {
+                "kind": "double-claimed",
+                "node_uuid": "n1",
+                "instance_uuid": "i2",
+                "message": "node n1, instance i2: instance is placed on node n1, which hosts i1",
+            },
         ],
-    )
-    violations = checks.check_allocations(state)
-    assert any("node n1 hosts 2 instances" in v for v in violations)
-    assert any(
-        "instance i2 is on node n1, but the node records instance i1" in v for v in violations
-    )
-    assert any("instance i3 has host a1, but its node n2 is owned by a2" in v for v in violations)
-    good = _state(
-        [NodeRecord("n1", "a1", 1, "i1")], [InstanceRecord("i1", "active", "n1", "a1", None)]
-    )
-    assert checks.check_allocations(good) == []
+    }
+    assert checks.check_allocations(reply) == [
+        "allocation: node n1, instance i2: instance is placed on node n1, which hosts i1"
+    ]
+    assert checks.check_allocations({"ok": True, "problems": []}) == []
 
 
 def test_build_check_catches_stuck_and_unexplained_builds() -> None:
