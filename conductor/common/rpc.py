@@ -9,6 +9,7 @@ opaque ``RemoteError``).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import time
 import uuid
@@ -170,6 +171,21 @@ class _ExpectedErrors:
         return messaging.expected_exceptions(RingfleetError)(served)
 
 
+class _ApiMethodsOnly(dispatcher.RPCAccessPolicyBase):  # type: ignore[misc]
+    """Only the API's methods are callable: functions the endpoint's class defines.
+
+    oslo.messaging's default policy refuses only names starting with ``_``:
+    an endpoint's ``target`` attribute was then "callable" over RPC and
+    answered a ``TypeError``.  Anything else asked for is ``NoSuchMethod``.
+    """
+
+    def is_allowed(self, endpoint: Any, method: str) -> bool:
+        if method.startswith("_"):
+            return False
+        served = getattr(endpoint, "_endpoint", endpoint)  # unwrap _ExpectedErrors
+        return inspect.isfunction(getattr(type(served), method, None))
+
+
 @contextlib.contextmanager
 def _request_context(ctxt: Any) -> Iterator[None]:
     """The caller's request id as the thread's current logging context, for the block.
@@ -204,9 +220,9 @@ def get_server(
 ) -> messaging.RPCServer:
     """An RPC server (threading executor) for ``endpoints``.
 
-    Only methods of the endpoints are callable; names starting with ``_``
-    never are (the default access policy).  ``observe`` is told of every
-    call served (method, outcome, seconds).
+    Only the API methods of the endpoints are callable (functions their class
+    defines, not starting with ``_``): not an attribute such as ``target``.
+    ``observe`` is told of every call served (method, outcome, seconds).
     """
     target = messaging.Target(topic=topic, server=server)
     return messaging.get_rpc_server(
@@ -214,5 +230,5 @@ def get_server(
         target,
         [_ExpectedErrors(endpoint, observe) for endpoint in endpoints],
         serializer=messaging.NoOpSerializer(),
-        access_policy=dispatcher.DefaultRPCAccessPolicy,
+        access_policy=_ApiMethodsOnly,
     )

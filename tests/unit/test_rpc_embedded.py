@@ -234,3 +234,12 @@ def test_a_client_capped_by_upgrade_levels_sends_nothing_newer(served: Served) -
         capped.report_build_results("agent-1", [])
     compute = ComputeAPI(transport, version_cap="1.0")
     assert not compute.can_send_version("1.1")
+
+
+@pytest.mark.parametrize("name", ["target", "_db", "__init__", "_fleet"])
+def test_only_api_methods_are_reachable(served: Served, name: str) -> None:
+    """An endpoint attribute (``target``) or a private name is no method: NoSuchMethod,
+    the same answer as for a name that does not exist (it once answered TypeError)."""
+    with pytest.raises(messaging.RemoteError) as err:
+        served.api.client.prepare(version="1.0").call({}, name)
+    assert err.value.exc_type == "NoSuchMethod"
