@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from compute_agent.conductor_client import ResultCalls
 from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import Conflict, NodeNotBuildable, NotOwner, RingfleetError
@@ -37,6 +35,18 @@ LOG = logging.getLogger(__name__)
 _NOT_BUILDABLE = frozenset({ProvisionState.ENROLL, ProvisionState.MANAGEABLE})
 
 
+class ResultSink(Protocol):
+    """Where build and teardown outcomes go (:class:`compute_agent.reporting.ResultReporter`).
+
+    One way only: the reporter keeps a result until the conductor takes it,
+    so no outcome depends on the sweeper.
+    """
+
+    def report(self, result: dict[str, Any]) -> None: ...
+
+    def report_destroy(self, result: dict[str, Any]) -> None: ...
+
+
 class NodeActions:
     """Runs driver actions on owned nodes and reports their outcome."""
 
@@ -45,22 +55,15 @@ class NodeActions:
         host: str,
         driver: ComputeDriver,
         ownership: OwnershipManager,
-        conductor: ResultCalls,
+        results: ResultSink,
         *,
         suspend_wait: float = 10.0,
-        report: Callable[[dict[str, Any]], None] | None = None,
-        report_destroy: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._suspend_wait = suspend_wait
-        # Where build and teardown results go: the service's reporter
-        # (compute_agent.reporting), which retries them until the conductor
-        # takes them; without one, a call per result.
-        self._report = report
-        self._report_destroy = report_destroy
+        self._results = results
         self._host = host
         self._driver = driver
         self._ownership = ownership
-        self._conductor = conductor
         self._lock = threading.Lock()
         self._in_flight: dict[str, tuple[str, str]] = {}  # node -> (action, instance)
         self._threads: set[threading.Thread] = set()
@@ -275,18 +278,7 @@ class NodeActions:
             "fault": fault,
             "node_clean": clean,
         }
-        if self._report is not None:
-            self._report(result)
-            return
-        try:
-            self._conductor.report_build_result(self._host, **result)
-        except Exception as exc:  # the conductor's sweeper retries the build later
-            LOG.warning(
-                "Instance %s: build result for node %s not delivered: %s",
-                instance_uuid,
-                node_uuid,
-                exc,
-            )
+        self._results.report(result)
 
     def _destroy(self, instance_uuid: str, node: Node, epoch: int) -> None:
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
@@ -306,18 +298,7 @@ class NodeActions:
             "success": success,
             "fault": fault,
         }
-        if self._report_destroy is not None:
-            self._report_destroy(result)
-            return
-        try:
-            self._conductor.report_destroy_result(self._host, **result)
-        except Exception as exc:
-            LOG.warning(
-                "Instance %s: destroy result for node %s not delivered: %s",
-                instance_uuid,
-                node.uuid,
-                exc,
-            )
+        self._results.report_destroy(result)
 
     def _finish(self, node_uuid: str) -> None:
         with self._lock:

@@ -103,10 +103,8 @@ class AgentService:
             self.host,
             driver,
             self.ownership,
-            conductor,
+            self._reporter,
             suspend_wait=self.membership.ttl,
-            report=self._reporter.report,
-            report_destroy=self._reporter.report_destroy,
         )
         self._driver, self._conductor = driver, conductor
         endpoint = ComputeEndpoint(

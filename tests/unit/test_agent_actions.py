@@ -92,6 +92,22 @@ class FakeConductor:
 
 
 @dataclass
+class DirectResults:
+    """The results sink, synchronous: each outcome is one call to the conductor at
+    once; a call that fails is lost (the reporter's retries are its own tests')."""
+
+    conductor: FakeConductor
+
+    def report(self, result: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):
+            self.conductor.report_build_result(HOST, **result)
+
+    def report_destroy(self, result: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):
+            self.conductor.report_destroy_result(HOST, **result)
+
+
+@dataclass
 class Agent:
     actions: NodeActions
     ownership: OwnershipManager
@@ -156,7 +172,7 @@ def make_agent(tmp_path: Path, *, nodes: int = 3, **driver_options: object) -> A
         membership,  # type: ignore[arg-type]
         busy_nodes=lambda: holder[0].busy_nodes() if holder else set(),
     )
-    actions = NodeActions(HOST, driver, ownership, conductor)
+    actions = NodeActions(HOST, driver, ownership, DirectResults(conductor))
     holder.append(actions)
     view = MembershipView(members={HOST: Member(HOST, 1, 1.0, {})}, excluded={}, ring_version=1)
     ownership.refresh_inventory()
@@ -379,7 +395,7 @@ def test_a_driver_crash_is_cleaned_and_reported_as_a_failure(tmp_path: Path) -> 
     crashing = CrashingDriver(
         make_conf(tmp_path, clean_duration=0, action_log=agent.log_path), HOST
     )
-    actions = NodeActions(HOST, crashing, agent.ownership, agent.conductor)
+    actions = NodeActions(HOST, crashing, agent.ownership, DirectResults(agent.conductor))
     node = agent.nodes[0]
     actions.build(instance_id(), node, agent.epoch(node))
     wait_for(lambda: len(agent.conductor.builds) == 1)
