@@ -219,6 +219,7 @@ def complete(
         return False
 
 
+@retry_on_dead_connection
 def fail_attempt(
     db: Database,
     node_uuid: str,
@@ -240,65 +241,51 @@ def fail_attempt(
     moved on (a success won) or the fence did not hold.
     """
     try:
-        return _fail_attempt(
-            db, node_uuid, instance_uuid, fault, node_clean=node_clean, fence=fence
-        )
-    except _LostRace:
+        with db.writing() as connection:
+            now = utcnow()
+            row = connection.execute(
+                select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
+                    _INSTANCES.c.uuid == instance_uuid,
+                    _INSTANCES.c.node_uuid == node_uuid,
+                    _INSTANCES.c.vm_state == VmState.BUILDING.value,
+                )
+            ).first()
+            if row is None:
+                return None
+            attempts = int(row.attempts) + 1
+            line = f"attempt {attempts} on node {node_uuid}: {fault}"
+            updated = connection.execute(
+                update(_INSTANCES)
+                .where(
+                    _INSTANCES.c.uuid == instance_uuid,
+                    _INSTANCES.c.node_uuid == node_uuid,
+                    _INSTANCES.c.vm_state == VmState.BUILDING.value,
+                    _INSTANCES.c.attempts == row.attempts,
+                )
+                .values(
+                    attempts=attempts,
+                    fault=f"{row.fault}\n{line}" if row.fault else line,
+                    tried_nodes=[*(row.tried_nodes or []), node_uuid],
+                    node_uuid=None,
+                    host=None,
+                    updated_at=now,
+                )
+            )
+            if updated.rowcount != 1:
+                return None
+            state = ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR
+            fenced = [holds(fence)] if fence is not None else []
+            freed = connection.execute(
+                update(_NODES)
+                .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid, *fenced)
+                .values(instance_uuid=None, provision_state=state.value, updated_at=now)
+            )
+            if fence is not None and freed.rowcount != 1:
+                raise _LostRace  # a stale report: roll the instance back too
+            return attempts
+
+    except _LostRace:  # a stale report: the instance's update rolled back too
         return None
-
-
-@retry_on_dead_connection
-def _fail_attempt(
-    db: Database,
-    node_uuid: str,
-    instance_uuid: str,
-    fault: str,
-    *,
-    node_clean: bool,
-    fence: Fence | None,
-) -> int | None:
-    with db.writing() as connection:
-        now = utcnow()
-        row = connection.execute(
-            select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
-                _INSTANCES.c.uuid == instance_uuid,
-                _INSTANCES.c.node_uuid == node_uuid,
-                _INSTANCES.c.vm_state == VmState.BUILDING.value,
-            )
-        ).first()
-        if row is None:
-            return None
-        attempts = int(row.attempts) + 1
-        line = f"attempt {attempts} on node {node_uuid}: {fault}"
-        updated = connection.execute(
-            update(_INSTANCES)
-            .where(
-                _INSTANCES.c.uuid == instance_uuid,
-                _INSTANCES.c.node_uuid == node_uuid,
-                _INSTANCES.c.vm_state == VmState.BUILDING.value,
-                _INSTANCES.c.attempts == row.attempts,
-            )
-            .values(
-                attempts=attempts,
-                fault=f"{row.fault}\n{line}" if row.fault else line,
-                tried_nodes=[*(row.tried_nodes or []), node_uuid],
-                node_uuid=None,
-                host=None,
-                updated_at=now,
-            )
-        )
-        if updated.rowcount != 1:
-            return None
-        state = ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR
-        fenced = [holds(fence)] if fence is not None else []
-        freed = connection.execute(
-            update(_NODES)
-            .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid, *fenced)
-            .values(instance_uuid=None, provision_state=state.value, updated_at=now)
-        )
-        if fence is not None and freed.rowcount != 1:
-            raise _LostRace  # a stale report: roll the instance back too
-        return attempts
 
 
 @retry_on_dead_connection
