@@ -137,6 +137,42 @@ def fleet(
 
 
 @pytest.mark.timeout(180)
+def _settled_and_nothing_moved(
+    fleet: Fleet,
+    load: Load,
+    before: dict[str, tuple[str | None, int]],
+    since: float,
+    what: str,
+    concerned: list[str],
+) -> None:
+    """Builds are acknowledged again after ``since``; once the load stopped, all
+    settles within SETTLE and no node changed owner or epoch since ``before``.
+    ``concerned`` receives the instances the last check found wrong."""
+    wait_for(
+        lambda: load.confirmed_after(since) >= 1 or not load.thread.is_alive(),
+        30,
+        what,
+        step=0.5,
+    )
+    load.finish()
+    last: list[str] = []
+
+    def settled() -> bool:
+        nonlocal last
+        last, concerned[:] = problems(fleet, load)
+        return not last
+
+    try:
+        wait_for(settled, SETTLE, "settled", step=0.5)
+    except AssertionError:
+        raise AssertionError(
+            f"not settled {SETTLE:.0f} s after the load stopped:\n  " + "\n  ".join(last)
+        ) from None
+    after = {node: (owner, epoch) for node, (owner, epoch, _) in fleet.owners().items()}
+    moved = {n: (before[n], after.get(n)) for n in before if after.get(n) != before[n]}
+    assert moved == {}, f"{len(moved)} nodes changed owner or epoch: {moved}"
+
+
 def test_losing_any_one_etcd_member_behind_a_gateway_changes_nothing(
     cluster: EtcdCluster, fleet: Fleet, transport_url: str
 ) -> None:
@@ -171,30 +207,14 @@ def test_losing_any_one_etcd_member_behind_a_gateway_changes_nothing(
         cluster.wait_healthy(leader)
         faults_over = time.monotonic()
 
-        wait_for(
-            lambda: load.confirmed_after(faults_over) >= 1 or not load.thread.is_alive(),
-            30,
+        _settled_and_nothing_moved(
+            fleet,
+            load,
+            before,
+            faults_over,
             "a build request acknowledged after the faults",
-            step=0.5,
+            concerned,
         )
-        load.finish()
-        last: list[str] = []
-
-        def settled() -> bool:
-            nonlocal last, concerned
-            last, concerned = problems(fleet, load)
-            return not last
-
-        try:
-            wait_for(settled, SETTLE, "settled", step=0.5)
-        except AssertionError:
-            raise AssertionError(
-                f"not settled {SETTLE:.0f} s after the load stopped:\n  " + "\n  ".join(last)
-            ) from None
-
-        after = {node: (owner, epoch) for node, (owner, epoch, _) in fleet.owners().items()}
-        moved = {n: (before[n], after.get(n)) for n in before if after.get(n) != before[n]}
-        assert moved == {}, f"{len(moved)} nodes changed owner or epoch: {moved}"
 
         states = load.states()
         requested = load.requested()
@@ -261,29 +281,9 @@ def test_services_on_one_member_come_back_with_it_and_nothing_moves(
         cluster.start_member(0)
         cluster.wait_healthy(0)
         back = time.monotonic()
-        wait_for(
-            lambda: load.confirmed_after(back) >= 1 or not load.thread.is_alive(),
-            30,
-            "a build request acknowledged after m0 came back",
-            step=0.5,
+        _settled_and_nothing_moved(
+            fleet, load, before, back, "a build request acknowledged after m0 came back", concerned
         )
-        load.finish()
-        last: list[str] = []
-
-        def settled() -> bool:
-            nonlocal last, concerned
-            last, concerned = problems(fleet, load)
-            return not last
-
-        try:
-            wait_for(settled, SETTLE, "settled", step=0.5)
-        except AssertionError:
-            raise AssertionError(
-                f"not settled {SETTLE:.0f} s after the load stopped:\n  " + "\n  ".join(last)
-            ) from None
-        after = {node: (owner, epoch) for node, (owner, epoch, _) in fleet.owners().items()}
-        moved = {n: (before[n], after.get(n)) for n in before if after.get(n) != before[n]}
-        assert moved == {}, f"{len(moved)} nodes changed owner or epoch: {moved}"
         states = load.states()
         errors = [u for u in load.requested() if states.get(u) == "error"]
         concerned = errors
