@@ -451,13 +451,18 @@ rf_pg_ready() {
 }
 
 # Creates the role and database (first start only) and checks the TCP login
-# with the password, i.e. what the SQLAlchemy URL will do.
+# with the password, i.e. what the SQLAlchemy URL will do. The role may signal
+# other backends: the tests drop their per-test databases WITH (FORCE), and an
+# autovacuum worker that happens to be in one of them runs as no role, so
+# without pg_signal_backend the drop fails ("must be a member of the role whose
+# process is being terminated") — seen once in CI.
 rf_pg_setup_db() {
     if [[ ! -e $RF_PG_DIR/db-created ]]; then
         rf_pg_as "$RF_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$RF_PG_SOCK" -p "$RF_PG_PORT" \
             -U postgres -d postgres \
             -c "CREATE ROLE $RF_DB_USER LOGIN CREATEDB PASSWORD '$RF_DB_PASS'" \
             -c "CREATE DATABASE $RF_DB_NAME OWNER $RF_DB_USER" \
+            -c "GRANT pg_signal_backend TO $RF_DB_USER" \
             >"$RF_PG_DIR/setup.log" 2>&1 || return 1
         rf_pg_as touch "$RF_PG_DIR/db-created"
     fi
