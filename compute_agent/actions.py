@@ -212,14 +212,16 @@ class NodeActions:
     def _deploy(self, instance_uuid: str, node: Node, epoch: int) -> None:
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
 
-        started: list[str] = []
+        steps: list[str] = []  # each step once, as the driver reports it
 
         def progress(step: str) -> None:
-            started.append(step)
-            # Re-checked at every step: stop as soon as the node is not ours
-            # (a SUSPENDED membership is waited out, up to its TTL).
+            # Re-checked at every call: stop as soon as the node is not ours
+            # (a SUSPENDED membership is waited out, up to its TTL).  A driver
+            # following a long transition calls it before every read.
             self._ownership.wait_can_act(node.uuid, epoch, self._suspend_wait)
-            LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
+            if not steps or steps[-1] != step:
+                steps.append(step)
+                LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
 
         success, fault, clean = True, None, True
         try:
@@ -231,9 +233,11 @@ class NodeActions:
                 LOG.warning("Instance %s on node %s abandoned: %s", instance_uuid, node.uuid, exc)
                 self._finish(node.uuid)
                 return  # not ours any more: the new owner deals with it
-            # Refused before the first step (e.g. the node hosts something
-            # else): touching it would destroy what is there.
-            clean = self._clean_after_failure(ctx, node) if started else False
+            # Refused (the node hosts something else, or cannot deploy) or
+            # failed before the first step: touching it would destroy what
+            # is there.
+            refused = isinstance(exc, NodeNotBuildable) or not steps
+            clean = False if refused else self._clean_after_failure(ctx, node)
         except Exception as exc:  # a driver bug must not kill the agent
             LOG.exception("Instance %s on node %s: driver crashed", instance_uuid, node.uuid)
             success, fault = False, f"driver error: {exc}"

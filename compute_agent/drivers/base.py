@@ -49,7 +49,10 @@ LOG = logging.getLogger(__name__)
 DRIVER_NAMESPACE: Final = "ringfleet.compute.drivers"
 
 #: drivers shipped with ringfleet: name -> "module:Class" (found without entry points)
-BUILTIN_DRIVERS: Final = {"simulated": "compute_agent.drivers.simulated:SimulatedDriver"}
+BUILTIN_DRIVERS: Final = {
+    "simulated": "compute_agent.drivers.simulated:SimulatedDriver",
+    "ironic": "compute_agent.drivers.ironic:IronicDriver",
+}
 
 #: what :meth:`ComputeDriver.set_power` can be asked to do
 PowerTarget = Literal["power on", "power off", "reboot"]

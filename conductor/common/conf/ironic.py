@@ -1,0 +1,147 @@
+"""Options of the ``[ironic]`` group: how ringfleet reaches OpenStack Ironic.
+
+Read by the compute agents that use the ``ironic`` driver (they act on the
+nodes) and by the conductors (they import Ironic's inventory).  Neither
+registers the group unless it uses Ironic: an agent of the simulated driver
+carries no Ironic options.
+
+Authentication and the endpoint are keystoneauth's own options, so an
+operator configures them as for any OpenStack service: ``auth_type = none``
+with ``endpoint_override`` for a standalone Ironic, ``password`` or
+``v3applicationcredential`` with ``auth_url`` for one behind Keystone.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+from conductor.common.conf.groups import register_group_opts
+
+__all__ = ["API_VERSION", "group", "list_opts", "opts", "register_opts"]
+
+group = cfg.OptGroup(
+    "ironic",
+    title="OpenStack Ironic options",
+    help=(
+        "The Ironic service ringfleet drives bare metal through (compute "
+        "driver 'ironic') and imports nodes from (the conductors' inventory "
+        "sync). Authentication, endpoint and TLS are keystoneauth's options."
+    ),
+)
+
+#: The Ironic API microversion every request is pinned to: 1.82 brings node
+#: shards (listing ``?shard=``), the newest feature ringfleet reads; pinning
+#: it keeps the fields and states ringfleet parses the same whatever the
+#: server's newest version is.
+API_VERSION: Final = "1.82"
+
+opts = [
+    cfg.FloatOpt(
+        "poll_interval",
+        default=0.1,
+        min=0.01,
+        max=60.0,
+        help=(
+            "Seconds between the first two reads of a node whose provision or "
+            "power state ringfleet is following; the interval then doubles up "
+            "to 'poll_max_interval'. Short, so that a transition that takes "
+            "100 ms is seen in about that time (openstacksdk's own waits poll "
+            "every 2 s)."
+        ),
+    ),
+    cfg.FloatOpt(
+        "poll_max_interval",
+        default=2.0,
+        min=0.05,
+        max=300.0,
+        help="Longest interval between two reads of a node being followed, in seconds.",
+    ),
+    cfg.IntOpt(
+        "deploy_timeout",
+        default=3600,
+        min=1,
+        help=(
+            "Seconds a deploy may stay in a transitional state (deploying, "
+            "wait call-back) before the agent gives up on it: the build fails "
+            "and the node is torn down. A last resort against a hung Ironic "
+            "conductor, never the normal path: keep it above the slowest "
+            "real deploy."
+        ),
+    ),
+    cfg.IntOpt(
+        "teardown_timeout",
+        default=3600,
+        min=1,
+        help=(
+            "Seconds a tear-down (deleting, cleaning) may take before the "
+            "agent reports it failed. Cleaning real disks takes long: keep it "
+            "above the slowest cleaning."
+        ),
+    ),
+    cfg.IntOpt(
+        "sync_interval",
+        default=0,
+        min=0,
+        help=(
+            "Seconds between two imports of Ironic's inventory by each "
+            "conductor (new nodes created, maintenance and provision states "
+            "mirrored, nodes removed from Ironic retired). 0 disables the "
+            "periodic import; 'ringfleet node sync' runs one at any time."
+        ),
+    ),
+    cfg.ListOpt(
+        "shards",
+        default=[],
+        help=(
+            "Import only the Ironic nodes of these shards (empty: every node). "
+            "For an Ironic shared with other consumers, or one fleet per shard."
+        ),
+    ),
+    cfg.StrOpt(
+        "node_group_from",
+        default="shard",
+        choices=[
+            ("shard", "the node's Ironic shard"),
+            ("conductor_group", "the node's Ironic conductor group"),
+            ("none", "no group: every node in the default group"),
+        ],
+        help=(
+            "Which Ironic field becomes the ringfleet node group of an "
+            "imported node. Node groups partition scheduling and ownership; "
+            "an empty shard or conductor group maps to the default group."
+        ),
+    ),
+]
+
+
+def _keystoneauth_opts() -> list[cfg.Opt]:
+    """keystoneauth's session, adapter and auth options (password plugin shown)."""
+    listed = (
+        ks_loading.get_session_conf_options()
+        + ks_loading.get_adapter_conf_options(include_deprecated=False)
+        + ks_loading.get_auth_common_conf_options()
+        + ks_loading.get_auth_plugin_conf_options("password")
+    )
+    unique: dict[str, cfg.Opt] = {}
+    for opt in listed:
+        unique.setdefault(opt.dest, opt)
+    return list(unique.values())
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register ``[ironic]``: ringfleet's options and keystoneauth's (idempotent)."""
+    register_group_opts(conf, group, opts)
+    ks_loading.register_session_conf_options(conf, group.name)
+    ks_loading.register_auth_conf_options(conf, group.name)
+    ks_loading.register_adapter_conf_options(conf, group.name, include_deprecated=False)
+    # The service this group's adapter finds in the catalog.
+    conf.set_default("service_type", "baremetal", group.name)
+    conf.set_default("valid_interfaces", ["internal", "public"], group.name)
+
+
+def list_opts() -> list[cfg.Opt]:
+    """Every option of ``[ironic]``, for the sample configuration."""
+    return list(opts) + _keystoneauth_opts()

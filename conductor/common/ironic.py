@@ -1,0 +1,327 @@
+"""A small client of the Ironic API, shared by the ``ironic`` driver and the inventory sync.
+
+Both services talk to Ironic the same way, so the rules live here once:
+
+* every request is pinned to :data:`~conductor.common.conf.ironic.API_VERSION`;
+* no status-code retries: a lost claim (409) must fail in milliseconds, not
+  after openstacksdk's default five retries (15.8 s measured);
+* Ironic's answers become ringfleet's errors here and nowhere else: an
+  unreachable Ironic is :class:`ServiceUnavailable` (retryable), a node
+  Ironic does not know or refuses to change is :class:`DriverError`;
+* nodes are read into :class:`IronicNode`, a frozen view of the fields
+  ringfleet uses, with Ironic's provision states mapped onto ringfleet's
+  (:func:`provision_state_of`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import openstack.connection
+import openstack.exceptions
+from keystoneauth1 import exceptions as ks_exceptions
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+from conductor.common.conf import ironic as ironic_conf
+from conductor.common.exception import ConfigurationError, DriverError, ServiceUnavailable
+from conductor.common.objects import PowerState, ProvisionState
+
+__all__ = [
+    "NODE_FIELDS",
+    "BaremetalClient",
+    "IronicClaimConflict",
+    "IronicNode",
+    "power_state_of",
+    "provision_state_of",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: Fields read of a node (``?fields=``: a listing costs a third of a detailed one).
+NODE_FIELDS: Final = (
+    "uuid",
+    "name",
+    "resource_class",
+    "traits",
+    "properties",
+    "conductor_group",
+    "shard",
+    "maintenance",
+    "maintenance_reason",
+    "power_state",
+    "target_power_state",
+    "provision_state",
+    "target_provision_state",
+    "instance_uuid",
+    "instance_info",
+    "last_error",
+)
+
+_PS = ProvisionState
+#: Ironic's provision states, as ringfleet sees them.  A node hosting an
+#: instance (rescue, servicing) is active to ringfleet; one Ironic is still
+#: preparing (enroll, verifying) or an operator manages (inspection,
+#: adoption) is not schedulable; failures are errors.
+_PROVISION_STATES: Final[Mapping[str, ProvisionState]] = {
+    "enroll": _PS.ENROLL,
+    "verifying": _PS.ENROLL,
+    "manageable": _PS.MANAGEABLE,
+    "inspecting": _PS.MANAGEABLE,
+    "inspect wait": _PS.MANAGEABLE,
+    "inspect failed": _PS.MANAGEABLE,
+    "adopting": _PS.MANAGEABLE,
+    "adopt failed": _PS.MANAGEABLE,
+    "available": _PS.AVAILABLE,
+    "deploying": _PS.DEPLOYING,
+    "wait call-back": _PS.DEPLOYING,
+    "deploy hold": _PS.DEPLOYING,
+    "active": _PS.ACTIVE,
+    "rescuing": _PS.ACTIVE,
+    "rescue wait": _PS.ACTIVE,
+    "rescue": _PS.ACTIVE,
+    "rescue failed": _PS.ACTIVE,
+    "unrescuing": _PS.ACTIVE,
+    "unrescue failed": _PS.ACTIVE,
+    "servicing": _PS.ACTIVE,
+    "service wait": _PS.ACTIVE,
+    "service hold": _PS.ACTIVE,
+    "service failed": _PS.ACTIVE,
+    "deleting": _PS.DELETING,
+    "cleaning": _PS.CLEANING,
+    "clean wait": _PS.CLEANING,
+    "clean hold": _PS.CLEANING,
+    "deploy failed": _PS.ERROR,
+    "clean failed": _PS.ERROR,
+    "error": _PS.ERROR,
+}
+
+_POWER_STATES: Final[Mapping[str, PowerState]] = {
+    "power on": PowerState.ON,
+    "power off": PowerState.OFF,
+}
+
+
+def provision_state_of(ironic_state: str | None) -> ProvisionState:
+    """Ringfleet's provision state for Ironic's *ironic_state*.
+
+    A state this release does not know (a newer Ironic) is an error: the
+    node is then never scheduled until someone looks, instead of guessed at.
+    """
+    if ironic_state is None:  # Ironic before 1.2 called enroll "None"
+        return ProvisionState.AVAILABLE
+    return _PROVISION_STATES.get(ironic_state, ProvisionState.ERROR)
+
+
+def power_state_of(ironic_power: str | None) -> PowerState | None:
+    """Ringfleet's power state for Ironic's; ``None`` when unknown (fake nodes never powered)."""
+    if ironic_power is None:
+        return None
+    return _POWER_STATES.get(ironic_power)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IronicNode:
+    """What ringfleet reads of one Ironic node (Ironic's own state names)."""
+
+    uuid: str
+    name: str | None
+    resource_class: str | None
+    traits: tuple[str, ...]
+    properties: Mapping[str, Any]
+    conductor_group: str
+    shard: str | None
+    maintenance: bool
+    maintenance_reason: str | None
+    power_state: str | None
+    target_power_state: str | None
+    provision_state: str | None
+    target_provision_state: str | None
+    instance_uuid: str | None
+    instance_info: Mapping[str, Any]
+    last_error: str | None
+
+    @classmethod
+    def from_sdk(cls, node: Any) -> IronicNode:
+        return cls(
+            uuid=node.id,
+            name=node.name,
+            resource_class=node.resource_class,
+            traits=tuple(node.traits or ()),
+            properties=dict(node.properties or {}),
+            conductor_group=node.conductor_group or "",
+            shard=node.shard,
+            maintenance=bool(node.is_maintenance),
+            maintenance_reason=node.maintenance_reason,
+            power_state=node.power_state,
+            target_power_state=node.target_power_state,
+            provision_state=node.provision_state,
+            target_provision_state=node.target_provision_state,
+            instance_uuid=node.instance_id,
+            instance_info=dict(node.instance_info or {}),
+            last_error=node.last_error,
+        )
+
+
+class IronicClaimConflict(Exception):
+    """Ironic refused a claim (409): another instance holds the node, or it is locked.
+
+    Internal to the ``ironic`` driver, which re-reads the node to tell the two
+    apart; never crosses RPC.
+    """
+
+
+class BaremetalClient:
+    """The Ironic API, through openstacksdk, with ringfleet's rules (module docstring).
+
+    Thread-safe: openstacksdk's proxy is shared by the agent's action threads
+    (keystoneauth sessions are).  One :class:`ServiceUnavailable` WARNING is
+    logged when Ironic becomes unreachable and one INFO when it answers again.
+    """
+
+    def __init__(self, proxy: Any, endpoint: str) -> None:
+        self._proxy = proxy
+        self.endpoint = endpoint
+        self._down = False
+        self._down_lock = threading.Lock()
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> BaremetalClient:
+        """A client configured by ``[ironic]`` (registered here if needed).
+
+        :raises ConfigurationError: the authentication options are incomplete
+        """
+        ironic_conf.register_opts(conf)
+        group = ironic_conf.group.name
+        try:
+            auth = ks_loading.load_auth_from_conf_options(conf, group)
+        except ks_exceptions.MissingRequiredOptions as exc:
+            names = ", ".join(opt.dest for opt in exc.options)
+            raise ConfigurationError(group, "auth_type", f"missing options: {names}") from exc
+        except ks_exceptions.NoMatchingPlugin as exc:
+            raise ConfigurationError(group, "auth_type", str(exc)) from exc
+        if auth is None:
+            raise ConfigurationError(
+                group,
+                "auth_type",
+                "not set: use 'none' with endpoint_override for a standalone Ironic, "
+                "or a Keystone plugin such as 'password'",
+            )
+        session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+        connection = openstack.connection.Connection(session=session, oslo_conf=conf)
+        proxy = connection.baremetal
+        proxy.default_microversion = ironic_conf.API_VERSION
+        proxy.status_code_retries = 0
+        proxy.retriable_status_codes = []
+        endpoint = conf[group].endpoint_override or "the catalog's baremetal endpoint"
+        return cls(proxy, endpoint)
+
+    # -- reads -----------------------------------------------------------------
+
+    def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
+        """The node as Ironic shows it now.
+
+        :raises DriverError: Ironic does not know the node
+        :raises ServiceUnavailable: Ironic cannot be reached
+        """
+        with self._translated(node_uuid, action):
+            return IronicNode.from_sdk(self._proxy.get_node(node_uuid, fields=list(NODE_FIELDS)))
+
+    def list_nodes(
+        self, *, shard: str | None = None, page_size: int = 1000
+    ) -> Iterator[IronicNode]:
+        """Every node (of *shard*), a page at a time, with :data:`NODE_FIELDS` only."""
+        query: dict[str, Any] = {"fields": list(NODE_FIELDS), "limit": page_size}
+        if shard is not None:
+            query["shard"] = shard
+        with self._translated("-", "list nodes"):
+            for node in self._proxy.nodes(**query):
+                yield IronicNode.from_sdk(node)
+
+    # -- writes ----------------------------------------------------------------
+
+    def claim(self, node_uuid: str, instance_uuid: str, info: Mapping[str, Any]) -> None:
+        """Set the node's ``instance_uuid`` (and ``instance_info``) in one atomic PATCH.
+
+        :raises IronicClaimConflict: Ironic answered 409 (held or locked)
+        """
+        patch = [
+            {"op": "add", "path": "/instance_uuid", "value": instance_uuid},
+            {"op": "add", "path": "/instance_info", "value": dict(info)},
+        ]
+        with self._translated(node_uuid, "claim"):
+            try:
+                self._proxy.patch_node(node_uuid, patch, retry_on_conflict=False)
+            except openstack.exceptions.ConflictException as exc:
+                raise IronicClaimConflict(str(exc)) from exc
+
+    def release(self, node_uuid: str) -> None:
+        """Clear the node's ``instance_uuid`` and ``instance_info``."""
+        patch = [
+            {"op": "remove", "path": "/instance_uuid"},
+            {"op": "remove", "path": "/instance_info"},
+        ]
+        with self._translated(node_uuid, "release claim"):
+            self._proxy.patch_node(node_uuid, patch, retry_on_conflict=True)
+
+    def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
+        """Ask Ironic to move the node to *target* (``active``, ``deleted``...); no wait."""
+        with self._translated(node_uuid, action):
+            self._proxy.set_node_provision_state(node_uuid, target, wait=False)
+
+    def set_power_state(self, node_uuid: str, target: str) -> None:
+        """Ask Ironic for *target* (``power on``, ``power off``, ``rebooting``); no wait."""
+        with self._translated(node_uuid, "set_power"):
+            self._proxy.set_node_power_state(node_uuid, target, wait=False)
+
+    # -- errors ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translated(self, node_uuid: str, action: str) -> Iterator[None]:
+        try:
+            yield
+        except IronicClaimConflict:
+            self._up()
+            raise
+        except openstack.exceptions.NotFoundException as exc:
+            self._up()
+            raise DriverError(node_uuid, action, "Ironic has no such node") from exc
+        except openstack.exceptions.HttpException as exc:
+            status = exc.status_code
+            if status is not None and status >= 500 and status != 501:
+                raise self._unavailable(f"Ironic answered {status}: {_details(exc)}") from exc
+            self._up()
+            raise DriverError(
+                node_uuid, action, f"Ironic refused ({status}): {_details(exc)}"
+            ) from exc
+        except (ks_exceptions.ConnectFailure, ks_exceptions.ConnectTimeout) as exc:
+            raise self._unavailable(f"Ironic at {self.endpoint} unreachable: {exc}") from exc
+        except (ks_exceptions.ClientException, openstack.exceptions.SDKException) as exc:
+            raise self._unavailable(f"Ironic request failed: {exc}") from exc
+        else:
+            self._up()
+
+    def _unavailable(self, reason: str) -> ServiceUnavailable:
+        with self._down_lock:
+            first, self._down = not self._down, True
+        if first:
+            LOG.warning("Ironic unavailable: %s", reason)
+        return ServiceUnavailable(reason)
+
+    def _up(self) -> None:
+        if not self._down:
+            return
+        with self._down_lock:
+            was, self._down = self._down, False
+        if was:
+            LOG.info("Ironic at %s answers again", self.endpoint)
+
+
+def _details(exc: openstack.exceptions.HttpException) -> str:
+    """Ironic's own explanation (its ``faultstring``), not the SDK's URL preamble."""
+    return str(exc.details or exc.message or exc).strip()
