@@ -196,7 +196,7 @@ def test_load_through_a_stevedore_test_manager(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "plugin", "message"),
     [
-        ("other", FakeDriver, "unknown driver 'other'.*known: fake, simulated"),
+        ("other", FakeDriver, "unknown driver 'other'.*known: fake, ironic, simulated"),
         ("fake", NotADriver, "not a subclass of compute_agent.drivers.base.ComputeDriver"),
         ("fake", FakeDriver(cfg.ConfigOpts(), HOST), "not a subclass"),
         ("fake", BrokenDriver, "fake failed to start: RuntimeError: no BMC credentials"),
