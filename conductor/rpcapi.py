@@ -26,6 +26,8 @@ API version history:
 * 1.5 - hold_for_restart: an agent stopping for a restart keeps its nodes
   for restart_grace; claim_nodes replies carry ``restarting`` (owners of
   refused nodes that are held, with the seconds left).
+* 1.6 - (reserved: scheduler hints of build requests, in review)
+* 1.7 - sync_ironic_nodes: one pass of the Ironic inventory import, now.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.5"
+API_VERSION = "1.7"
 
 
 def pages(
@@ -140,6 +142,10 @@ class ConductorAPI:
 
     def move_node(self, node: str, host: str) -> dict[str, Any]:
         return self._call("move_node", node=node, host=host)  # type: ignore[no-any-return]
+
+    def sync_ironic_nodes(self) -> dict[str, Any]:
+        """Import Ironic's inventory now (one pass); what it did."""
+        return self._call("sync_ironic_nodes", version="1.7")  # type: ignore[no-any-return]
 
     # -- flavors ---------------------------------------------------------------
 

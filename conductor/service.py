@@ -20,7 +20,7 @@ from conductor.builds import BuildWorkers
 from conductor.common import rpc, systemd
 from conductor.common.conf.metrics import CONDUCTOR_PORT
 from conductor.common.coordination import membership_from_conf
-from conductor.common.exception import ConfigurationError, DatabaseUnavailable
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable, ServiceUnavailable
 from conductor.common.metrics import MetricsServer
 from conductor.db import migration
 from conductor.db.engine import Database, database_from_conf
@@ -29,6 +29,7 @@ from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
+from conductor.ironic_sync import IronicInventorySync
 from conductor.metrics import ConductorMetrics
 from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
@@ -52,6 +53,7 @@ class ConductorService:
         self._transport: Any = None
         self._builds: BuildWorkers | None = None
         self._membership: Membership | None = None
+        self._ironic_sync: IronicInventorySync | None = None
         self.metrics = ConductorMetrics(conf.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
 
@@ -110,8 +112,9 @@ class ConductorService:
                 refused=self._builds.results.refused,
             )
         )
+        self._ironic_sync = IronicInventorySync.from_conf(db, conf)
         endpoints = [
-            InventoryEndpoint(db, fleet),
+            InventoryEndpoint(db, fleet, self._ironic_sync),
             InstancesEndpoint(db, self._builds),
             FleetEndpoint(db, fleet, conf.host, compute),
             AgentsEndpoint(
@@ -141,10 +144,24 @@ class ConductorService:
         self._server.start()
         sweeper = threading.Thread(target=self._sweep_loop, name="build-sweeper", daemon=True)
         sweeper.start()
+        if self._ironic_sync is not None and conf.ironic.sync_interval:
+            threading.Thread(target=self._ironic_sync_loop, name="ironic-sync", daemon=True).start()
         self._started.set()
         LOG.info("Conductor %s serving topic %s", conf.host, rpc.CONDUCTOR_TOPIC)
         systemd.notify("READY=1", f"STATUS=serving as {conf.host}")
         self._stopped.wait()
+
+    def _ironic_sync_loop(self) -> None:
+        assert self._ironic_sync is not None
+        while True:
+            try:
+                self._ironic_sync.run()
+            except ServiceUnavailable as exc:  # Ironic or the database: logged once there
+                LOG.debug("Ironic sync skipped: %s", exc)
+            except Exception:  # the next pass tries again
+                LOG.exception("Ironic sync failed")
+            if self._stopped.wait(float(self.conf.ironic.sync_interval)):
+                return
 
     def _sweep_loop(self) -> None:
         while True:

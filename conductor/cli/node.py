@@ -1,4 +1,4 @@
-"""``ringfleet node create|import|list|show|set|move|owner``.
+"""``ringfleet node create|import|list|show|set|move|owner|sync``.
 
 ``node import`` validates every row locally with the conductor's own
 validation (:func:`conductor.validation.validate_node_specs`) before it
@@ -33,6 +33,7 @@ __all__ = [
     "NodeOwner",
     "NodeSet",
     "NodeShow",
+    "NodeSync",
 ]
 
 _SHOW_FIELDS = (
@@ -490,3 +491,18 @@ class NodeOwner(ConductorCommand, ShowOne):
         owner = self.client.node_owner(parsed_args.node)
         fields = ("node_uuid", "owner", "epoch", "pinned", "ring_owner")
         return fields, tuple(owner.get(f) for f in fields)
+
+
+class NodeSync(ConductorCommand, ShowOne):
+    """Import Ironic's inventory now: new nodes, changed states, removed nodes retired.
+
+    A conductor runs one pass (the same as its periodic ``[ironic]
+    sync_interval`` pass) and answers what it did.
+    """
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        summary = self.client.sync_ironic_nodes()
+        fields = ("listed", "created", "updated", "retired", "invalid", "invalid_nodes", "seconds")
+        return fields, tuple(summary.get(f) for f in fields)

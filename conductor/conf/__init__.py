@@ -3,7 +3,7 @@
 :func:`register_opts` registers everything a conductor (and the operator
 CLI) reads: the shared groups of :mod:`conductor.common.conf` and the
 conductor's own ``[conductor]``, ``[database]`` and ``[scheduler]``, which a
-compute agent never registers.
+compute agent never registers, and ``[ironic]`` for the inventory sync.
 
 Nothing here reads configuration at import time: callers build or receive a
 ``cfg.ConfigOpts`` and call :func:`register_opts` on it before parsing.
@@ -14,6 +14,7 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from conductor.common import conf as common_conf
+from conductor.common.conf import ironic
 from conductor.conf import conductor, database, scheduler
 
 __all__ = ["register_opts"]
@@ -25,3 +26,6 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conductor.register_opts(conf)
     database.register_opts(conf)
     scheduler.register_opts(conf)
+    # The inventory sync reads [ironic] (agents register it only with the
+    # ironic driver).
+    ironic.register_opts(conf)

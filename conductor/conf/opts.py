@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from conductor.common.conf import ironic
 from conductor.conf import conductor, database, scheduler
 
 
@@ -14,4 +15,6 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
         (conductor.group, list(conductor.opts)),
         (database.group, list(database.opts)),
         (scheduler.group, list(scheduler.opts)),
+        # Shared with the agents of the ironic driver, listed once, here.
+        (ironic.group, ironic.list_opts()),
     ]

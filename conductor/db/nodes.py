@@ -6,6 +6,7 @@ nor the instance a node hosts (see :mod:`conductor.db.allocations`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,18 +21,37 @@ from conductor.db.models import NodeModel, utcnow
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
 
 __all__ = [
+    "BackEndState",
     "changed_since",
     "count_nodes",
     "create_nodes",
     "get_node",
     "iter_nodes",
     "list_nodes",
+    "mirror_back_end_states",
     "set_maintenance",
     "to_node",
     "update_node",
 ]
 
 _IMPORT_CHUNK = 1000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackEndState:
+    """Changes to one node that its back end's state calls for (see
+    :func:`mirror_back_end_states`).
+
+    :ivar provision_state: ``(stored, wanted)``, or ``None`` for no change
+    :ivar set_power: whether to store :attr:`power_state` (``None``: unknown)
+    :ivar maintenance: ``((stored flag, stored reason), (flag, reason))``
+    """
+
+    uuid: str
+    provision_state: tuple[ProvisionState, ProvisionState] | None = None
+    set_power: bool = False
+    power_state: PowerState | None = None
+    maintenance: tuple[tuple[bool, str | None], tuple[bool, str | None]] | None = None
 
 
 def to_node(row: NodeModel) -> Node:
@@ -303,3 +323,62 @@ def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
         row.updated_at = utcnow()
         session.flush()
         return to_node(row)
+
+
+@retry_on_dead_connection
+def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> int:
+    """Apply what the back end (Ironic) shows of nodes; how many rows changed.
+
+    Three kinds of change, each a compare-and-swap on what the caller read,
+    so none can undo a concurrent allocation or an operator's change:
+
+    * ``provision_state`` only of a node hosting nothing in ringfleet, and
+      only between the states of an idle node (available, enroll,
+      manageable, cleaning, error): deploying, active and deleting belong to
+      the build and teardown flows;
+    * ``power_state`` as observed;
+    * ``maintenance`` set or cleared with its reason, only when the stored
+      flag and reason are still those read (the sync decides, from the
+      reason's prefix, whether a maintenance is its own to clear).
+    """
+    changed = 0
+    now = utcnow()
+    with db.transaction() as session:
+        for item in observed:
+            if item.provision_state is not None:
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid,
+                        NodeModel.instance_uuid.is_(None),
+                        NodeModel.provision_state == item.provision_state[0].value,
+                    )
+                    .values(provision_state=item.provision_state[1].value, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
+            if item.set_power:
+                power = item.power_state.value if item.power_state else None
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid, NodeModel.power_state.is_distinct_from(power)
+                    )
+                    .values(power_state=power, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
+            if item.maintenance is not None:
+                (was, was_reason), (now_on, now_reason) = item.maintenance
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid,
+                        NodeModel.maintenance == was,
+                        NodeModel.maintenance_reason.is_not_distinct_from(was_reason),
+                    )
+                    .values(maintenance=now_on, maintenance_reason=now_reason, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
+    return changed

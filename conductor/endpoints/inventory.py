@@ -9,12 +9,13 @@ import oslo_messaging as messaging
 
 from conductor.common import checks
 from conductor.common.checks import validate_name
-from conductor.common.exception import Conflict, FieldError, InvalidInput
+from conductor.common.exception import ConfigurationError, Conflict, FieldError, InvalidInput
 from conductor.db import flavors, ownership
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
+from conductor.ironic_sync import IronicInventorySync
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     validate_flavor_spec,
@@ -32,13 +33,16 @@ _NODE_FILTERS = {"resource_class", "group", "owner", "provision_state", "mainten
 
 class InventoryEndpoint:
     """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node``
-    1.1; ``import_nodes(dry_run=)`` 1.3)."""
+    1.1; ``import_nodes(dry_run=)`` 1.3; ``sync_ironic_nodes`` 1.7)."""
 
     target = messaging.Target(version=API_VERSION)
 
-    def __init__(self, db: Database, fleet: FleetView) -> None:
+    def __init__(
+        self, db: Database, fleet: FleetView, ironic_sync: IronicInventorySync | None = None
+    ) -> None:
         self._db = db
         self._fleet = fleet
+        self._ironic_sync = ironic_sync
 
     # -- nodes ---------------------------------------------------------------
 
@@ -66,6 +70,17 @@ class InventoryEndpoint:
         created = node_db.create_nodes(self._db, specs)
         LOG.info("Imported %d nodes", len(created))
         return {"created": len(created), "uuids": [n.uuid for n in created]}
+
+    def sync_ironic_nodes(self, ctxt: dict[str, Any]) -> dict[str, Any]:
+        """One pass of the Ironic inventory import (1.7); its summary."""
+        if self._ironic_sync is None:
+            raise ConfigurationError(
+                "ironic",
+                "auth_type",
+                "this conductor is not configured to reach Ironic: set [ironic] auth_type "
+                "(and endpoint_override or auth_url)",
+            )
+        return self._ironic_sync.run().to_dict()
 
     def list_nodes(
         self,
