@@ -36,7 +36,11 @@ class Fleet:
         step_duration: float = 0.05,
         failure_rate: float = 0.0,
         restart_grace: float = 60.0,
+        driver: str = "simulated",
+        common_extra: str = "",
     ) -> None:
+        """``driver`` is every agent's compute driver; ``common_extra`` is
+        appended to every process's config (whole groups, e.g. ``[ironic]``)."""
         self.workdir = workdir
         self.db_url = db_url
         self.group = unique_group("fleet")
@@ -57,6 +61,7 @@ class Fleet:
             "[scheduler]\n"
             "index_refresh_interval = 0.2\n"
             "[compute_agent]\n"
+            f"driver = {driver}\n"
             "reconcile_interval = 1\n"
             "report_interval = 2\n"
             "graceful_timeout = 20\n"
@@ -66,6 +71,7 @@ class Fleet:
             f"step_duration = {step_duration}\n"
             "clean_duration = 0.05\n"
             f"failure_rate = {failure_rate}\n"
+            f"{common_extra}"
         )
         self.procs: dict[str, ServiceProcess] = {}
         self.api, self._transport = client(transport_url)
