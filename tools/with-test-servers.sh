@@ -18,8 +18,9 @@
 #   RINGFLEET_TEST_KEEP_DIR=1         keep the private dir (logs) afterwards
 #   RINGFLEET_IRONIC_VENV=DIR         Ironic's virtualenv (default
 #       ${XDG_CACHE_HOME:-~/.cache}/ringfleet/ironic-39.0.0-pyX.Y); built if missing
-#   RINGFLEET_TEST_IRONIC_DEPLOY_DELAY=2,3  fake deploy time (min,max seconds),
-#       so a test can catch a node mid-deploy
+#   RINGFLEET_TEST_IRONIC_DEPLOY_DELAY=1,2  [fake] deploy_delay (min,max s) of each
+#       fake deploy step; a deploy or undeploy takes two (2-4 s), so a test
+#       can catch a node mid-deploy
 #
 # Exported to COMMAND:
 #   RINGFLEET_TEST_SERVERS_DIR    private dir; state for tools/test-servers-ctl.sh
@@ -340,7 +341,7 @@ main() {
     local pyver
     pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     RF_IRONIC_VENV=${RINGFLEET_IRONIC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ringfleet/ironic-$RF_IRONIC_VERSION-py$pyver}
-    RF_IRONIC_DEPLOY_DELAY=${RINGFLEET_TEST_IRONIC_DEPLOY_DELAY:-2,3}
+    RF_IRONIC_DEPLOY_DELAY=${RINGFLEET_TEST_IRONIC_DEPLOY_DELAY:-1,2}
 
     trap cleanup EXIT
     trap 'on_signal INT 130' INT
