@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Control the private etcd / RabbitMQ / PostgreSQL servers started by
+# Control the private etcd / RabbitMQ / PostgreSQL / Ironic servers started by
 # tools/with-test-servers.sh, e.g. from a functional test that injects faults.
 #
 # Usage (inside a command run by tools/with-test-servers.sh, which exports
@@ -18,7 +18,11 @@
 #   start-pg | stop-pg | kill-pg | restart-pg | wait-pg
 #       stop-pg = fast shutdown (SIGINT); kill-pg = SIGKILL of the postmaster
 #       (start-pg then removes its stale lock files and does crash recovery).
-#   pid etcd|rabbit|pg|epmd    print the current PID (changes on restart)
+#   start-ironic | stop-ironic | kill-ironic | restart-ironic | wait-ironic
+#       the all-in-one ironic (API + conductor, fake hardware) on the same
+#       SQLite file, so nodes survive; kill-ironic = SIGKILL of its process
+#       group (master and workers).
+#   pid etcd|rabbit|pg|epmd|ironic    print the current PID (changes on restart)
 #   rabbitmqctl ARGS...        run rabbitmqctl against our node
 #   status                     one line per server: running/stopped, PID
 #   env                        print the RINGFLEET_TEST_* variables
@@ -128,6 +132,10 @@ rf_paths() {
     RF_PG_DATA=$RF_PG_DIR/data
     RF_PG_SOCK=$RF_PG_DIR/run
     RF_PG_LOG=$RF_PG_DIR/postgres.log
+    RF_IRONIC_DIR=$RF_DIR/ironic
+    RF_IRONIC_CONF=$RF_IRONIC_DIR/ironic.conf
+    RF_IRONIC_PIDF=$RF_IRONIC_DIR/ironic.pid
+    RF_IRONIC_LOG=$RF_IRONIC_DIR/stdout.log
 }
 
 rf_load_state() {
@@ -501,6 +509,109 @@ rf_pg_stop() { # [kill]
     rf_kill_pid "$pid" postgres INT 20
 }
 
+# ----------------------------------------------------------------- ironic --
+
+rf_ironic_url() { printf 'http://127.0.0.1:%s' "$RF_IRONIC_PORT"; }
+
+# Config and schema (first start only); RF_IRONIC_VENV comes from state.env.
+rf_ironic_init() {
+    mkdir -p "$RF_IRONIC_DIR/locks"
+    local iface
+    cat >"$RF_IRONIC_CONF" <<EOF
+# private test server (tools/with-test-servers.sh)
+[DEFAULT]
+host = ringfleet-ci
+auth_strategy = noauth
+rpc_transport = none
+log_file = $RF_IRONIC_DIR/ironic.log
+enabled_hardware_types = fake-hardware
+EOF
+    for iface in bios console firmware inspect raid rescue vendor; do
+        printf 'enabled_%s_interfaces = fake,no-%s\n' "$iface" "$iface" >>"$RF_IRONIC_CONF"
+    done
+    for iface in boot deploy management power; do
+        printf 'enabled_%s_interfaces = fake\n' "$iface" >>"$RF_IRONIC_CONF"
+    done
+    cat >>"$RF_IRONIC_CONF" <<EOF
+enabled_network_interfaces = noop
+enabled_storage_interfaces = noop
+default_network_interface = noop
+[api]
+host_ip = 127.0.0.1
+port = $RF_IRONIC_PORT
+[database]
+connection = sqlite:///$RF_IRONIC_DIR/ironic.sqlite
+[dhcp]
+dhcp_provider = none
+[fake]
+deploy_delay = $RF_IRONIC_DEPLOY_DELAY
+[oslo_concurrency]
+lock_path = $RF_IRONIC_DIR/locks
+EOF
+    if ! "$RF_IRONIC_VENV/bin/ironic-dbsync" --config-file "$RF_IRONIC_CONF" create_schema \
+        >"$RF_IRONIC_DIR/dbsync.log" 2>&1; then
+        rf_msg "ironic-dbsync create_schema failed"
+        rf_tail "$RF_IRONIC_DIR/dbsync.log"
+        return 1
+    fi
+}
+
+rf_ironic_start_bg() {
+    local pid
+    pid=$(rf_read_pid "$RF_IRONIC_PIDF")
+    if rf_alive "$pid"; then rf_msg "ironic already running (pid $pid)"; return 0; fi
+    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_IRONIC_LOG"
+    # Its own session and process group: stop/kill reach the forked workers.
+    setsid "$RF_IRONIC_VENV/bin/ironic" --config-file "$RF_IRONIC_CONF" \
+        </dev/null >>"$RF_IRONIC_LOG" 2>&1 &
+    printf '%s\n' "$!" >"$RF_IRONIC_PIDF"
+    disown "$!"
+}
+
+# 0 ready, 1 not yet, 2 process gone.
+rf_ironic_ready() {
+    rf_alive "$(rf_read_pid "$RF_IRONIC_PIDF")" || return 2
+    curl -sf --max-time 2 -H 'X-OpenStack-Ironic-API-Version: 1.82' \
+        "$(rf_ironic_url)/v1/drivers" 2>/dev/null | grep -q '"fake-hardware"' || return 1
+}
+rf_ironic_ready_or_dead() { local r=0; rf_ironic_ready || r=$?; ((r != 1)); }
+
+rf_ironic_wait() {
+    local rc=0
+    rf_wait_for "$1" rf_ironic_ready_or_dead || rc=1
+    if ((rc == 0)) && rf_ironic_ready; then return 0; fi
+    rf_msg "ironic $(rf_why_not "$(rf_read_pid "$RF_IRONIC_PIDF")" "$1")"
+    rf_tail "$RF_IRONIC_LOG" "$RF_IRONIC_DIR/ironic.log"
+    return 1
+}
+
+# Live processes in ironic's process group (the master and its workers).
+rf_ironic_group() {
+    local p st
+    for p in /proc/[0-9]*/stat; do
+        st=$(cat "$p" 2>/dev/null) || continue
+        st=${st##*) }
+        read -r _ _ st _ <<<"$st"
+        p=${p#/proc/}
+        p=${p%/stat}
+        [[ $st == "$1" ]] && rf_alive "$p" && printf '%s\n' "$p"
+    done
+    return 0
+}
+
+rf_ironic_stop() { # [SIGNAL]
+    local pid sig=${1:-TERM} p
+    pid=$(rf_read_pid "$RF_IRONIC_PIDF")
+    [[ $pid =~ ^[0-9]+$ ]] || return 0
+    local -a group
+    mapfile -t group < <(rf_ironic_group "$pid")
+    ((${#group[@]})) || return 0
+    kill "-$sig" -- "-$pid" 2>/dev/null || true
+    rf_kill_pid "$pid" ironic "$sig" 15
+    # Workers left by a SIGKILLed master would keep the port.
+    for p in "${group[@]}"; do rf_kill_pid "$p" ironic-worker "$sig" 5; done
+}
+
 # -------------------------------------------------------------------- env --
 
 rf_print_env() {
@@ -519,6 +630,10 @@ rf_print_env() {
     if rf_has postgres; then
         printf 'RINGFLEET_TEST_DB_URL=%s\n' "$(rf_pg_url)"
         printf 'RINGFLEET_TEST_PG_PID=%s\n' "$(rf_pg_pid)"
+    fi
+    if rf_has ironic; then
+        printf 'RINGFLEET_TEST_IRONIC_URL=%s\n' "$(rf_ironic_url)"
+        printf 'RINGFLEET_TEST_IRONIC_PID=%s\n' "$(rf_read_pid "$RF_IRONIC_PIDF")"
     fi
 }
 
@@ -550,24 +665,31 @@ rf_main() {
     stop-pg) rf_pg_stop ;;
     kill-pg) rf_pg_stop kill ;;
     restart-pg) rf_pg_stop; rf_pg_start_bg; rf_pg_wait "$secs" ;;
+    start-ironic) rf_ironic_start_bg; rf_ironic_wait "$secs" ;;
+    wait-ironic) rf_ironic_wait "$secs" ;;
+    stop-ironic) rf_ironic_stop TERM ;;
+    kill-ironic) rf_ironic_stop KILL ;;
+    restart-ironic) rf_ironic_stop TERM; rf_ironic_start_bg; rf_ironic_wait "$secs" ;;
     pid)
         case ${1:-} in
         etcd) rf_read_pid "$RF_ETCD_PIDF" ;;
         rabbit) rf_rabbit_pid ;;
         pg | postgres) rf_pg_pid ;;
         epmd) rf_read_pid "$RF_EPMD_PIDF" ;;
-        *) rf_die "usage: pid etcd|rabbit|pg|epmd" ;;
+        ironic) rf_read_pid "$RF_IRONIC_PIDF" ;;
+        *) rf_die "usage: pid etcd|rabbit|pg|epmd|ironic" ;;
         esac
         echo
         ;;
     status)
         local name pid
-        for name in etcd rabbit postgres; do
+        for name in etcd rabbit postgres ironic; do
             rf_has "$name" || continue
             case $name in
             etcd) pid=$(rf_read_pid "$RF_ETCD_PIDF"); rf_alive "$pid" || pid='' ;;
             rabbit) pid=$(rf_rabbit_pid) ;;
             postgres) pid=$(rf_pg_pid) ;;
+            ironic) pid=$(rf_read_pid "$RF_IRONIC_PIDF"); rf_alive "$pid" || pid='' ;;
             esac
             if [[ -n $pid ]]; then echo "$name running pid $pid"; else echo "$name stopped"; fi
         done

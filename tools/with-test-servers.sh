@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run a command with private etcd, RabbitMQ and PostgreSQL servers.
+# Run a command with private etcd, RabbitMQ, PostgreSQL and Ironic servers.
 #
 # Usage: tools/with-test-servers.sh COMMAND [ARGS...]
 #
@@ -8,11 +8,19 @@
 # server by PID, removes the dir and exits with COMMAND's status. Missing
 # Debian packages are installed (as root) without starting their system
 # services; any system-wide instance is left alone (we use our own ports).
+# Ironic (standalone: API and conductor in one process, no Keystone, fake
+# hardware, SQLite) is pip-installed into its own virtualenv, cached outside
+# the clone and reused by later runs.
 #
 # Environment:
-#   SERVERS=etcd,rabbit,postgres      which servers to start (default: all)
+#   SERVERS=etcd,rabbit,postgres,ironic  which servers to start (default: all)
 #   RINGFLEET_TEST_SERVER_TIMEOUT=90  seconds each server may take to be ready
 #   RINGFLEET_TEST_KEEP_DIR=1         keep the private dir (logs) afterwards
+#   RINGFLEET_IRONIC_VENV=DIR         Ironic's virtualenv (default
+#       ${XDG_CACHE_HOME:-~/.cache}/ringfleet/ironic-39.0.0-pyX.Y); built if missing
+#   RINGFLEET_TEST_IRONIC_DEPLOY_DELAY=1,2  [fake] deploy_delay (min,max s) of each
+#       fake deploy step; a deploy or undeploy takes two (2-4 s), so a test
+#       can catch a node mid-deploy
 #
 # Exported to COMMAND:
 #   RINGFLEET_TEST_SERVERS_DIR    private dir; state for tools/test-servers-ctl.sh
@@ -26,13 +34,16 @@
 #   RINGFLEET_TEST_RABBITMQCTL    executable: rabbitmqctl bound to our node
 #   RINGFLEET_TEST_DB_URL         postgresql+psycopg2://USER:PASS@127.0.0.1:PORT/ringfleet
 #   RINGFLEET_TEST_PG_PID         PID of the postmaster as started
+#   RINGFLEET_TEST_IRONIC_URL     http://127.0.0.1:PORT (Ironic API, noauth)
+#   RINGFLEET_TEST_IRONIC_PID     PID of the ironic process as started
 # (variables of servers not selected by SERVERS are not set).
 #
 # Fault injection from a test: "$RINGFLEET_TEST_CTL" ACTION, e.g. kill-etcd,
 # start-etcd, restart-etcd, stop-app-rabbit, start-app-rabbit, restart-rabbit,
-# kill-rabbit, restart-pg, pid etcd (see tools/test-servers-ctl.sh). Starts
+# kill-rabbit, restart-pg, kill-ironic, start-ironic, restart-ironic, pid
+# etcd (see tools/test-servers-ctl.sh). Starts
 # block until the server is ready. The *_PID variables are the PIDs at
-# startup; after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg`.
+# startup; after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg|ironic`.
 # A test may also start etcd itself: shlex.split(open($..._ETCD_CMD).read());
 # anything left running with the private dir in its command line is stopped
 # at the end.
@@ -52,6 +63,7 @@ RF_DIR=''
 RF_CHILD=''
 RF_CLEANED=0
 RF_PG_STARTER=''
+RF_IRONIC_STARTER=''
 RF_LOCK=/tmp/ringfleet-servers.lock
 # Our stderr, for messages from traps that may fire while a function runs
 # with its stderr redirected to a log file.
@@ -101,6 +113,11 @@ ensure_packages() {
     if rf_has postgres; then
         [[ -n $(pg_bin_dir) ]] || pkgs+=(postgresql)
     fi
+    if rf_has ironic && [[ ! -x $RF_IRONIC_VENV/bin/ironic ]]; then
+        # Debian's python3 has venv without ensurepip until python3-venv is in.
+        python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs+=(python3-venv)
+        command -v curl >/dev/null || pkgs+=(curl)
+    fi
     ((${#pkgs[@]})) || return 0
     ((EUID == 0)) || rf_die "missing packages ${pkgs[*]} and not root: install them first"
     rf_msg "installing ${pkgs[*]}"
@@ -126,6 +143,32 @@ ensure_packages() {
         rf_die "apt-get failed (exit $rc), full log in $log"
     fi
     rm -f "$log"
+}
+
+# Ironic's virtualenv: built beside its final place and renamed into it, so
+# an interrupted install is never taken for a finished one. Logs to $1.
+RF_IRONIC_VERSION=39.0.0
+ironic_venv_install() {
+    local log=$1 venv=$RF_IRONIC_VENV tmp
+    [[ -x $venv/bin/ironic ]] && return 0
+    mkdir -p "$(dirname "$venv")"
+    # Left by interrupted runs long ago.
+    find "$(dirname "$venv")" -maxdepth 1 -name "${venv##*/}.tmp.*" -mmin +120 \
+        -exec rm -rf {} + 2>/dev/null || true
+    tmp=$(mktemp -d "$venv.tmp.XXXXXX")
+    if ! { python3 -m venv "$tmp" &&
+        "$tmp/bin/pip" install -q "ironic==$RF_IRONIC_VERSION"; } >"$log" 2>&1; then
+        rm -rf "$tmp"
+        rf_msg "installing ironic==$RF_IRONIC_VERSION failed"
+        rf_tail "$log"
+        return 1
+    fi
+    # A venv's scripts name its python by absolute path: build the venv at
+    # the temp path, then point them at the final one before the rename.
+    grep -rlI --null -F "$tmp" "$tmp/bin" | xargs -0 -r sed -i "s|$tmp|$venv|g"
+    # Another run may have finished first: keep theirs.
+    mv -T "$tmp" "$venv" 2>/dev/null || rm -rf "$tmp"
+    [[ -x $venv/bin/ironic ]]
 }
 
 # ------------------------------------------------------------------ ports --
@@ -187,6 +230,13 @@ kill_leftovers() {
         cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") || continue
         [[ $cmd == *"$RF_DIR/"* ]] && rf_alive "$p" && pids+=("$p") && names+=("$p:${cmd%% *}")
     done
+    # Ironic's forked workers are named "ironic: ServiceWrapper worker(N)":
+    # they are found by the process group of the ironic we started.
+    if rf_has ironic && [[ -n $(rf_read_pid "$RF_IRONIC_PIDF") ]]; then
+        for p in $(rf_ironic_group "$(rf_read_pid "$RF_IRONIC_PIDF")"); do
+            [[ " ${pids[*]} " == *" $p "* ]] || { pids+=("$p") && names+=("$p:ironic"); }
+        done
+    fi
     ((${#pids[@]})) || return 0
     rf_msg "stopping leftover processes ${names[*]}"
     for p in "${pids[@]}"; do rf_kill_pid "$p" "leftover" TERM 10; done
@@ -200,7 +250,9 @@ stop_servers() {
     etcdpid=$(rf_read_pid "$RF_ETCD_PIDF")
     if rf_alive "$pgpid"; then kill -INT "$pgpid" 2>/dev/null || true; fi
     if rf_alive "$etcdpid"; then kill -TERM "$etcdpid" 2>/dev/null || true; fi
+    if rf_has ironic; then kill -TERM -- "-$(rf_read_pid "$RF_IRONIC_PIDF")" 2>/dev/null || true; fi
     if rf_has rabbit; then rf_rabbit_stop; fi
+    if rf_has ironic; then rf_ironic_stop TERM; fi
     rf_kill_pid "$pgpid" postgres INT 20
     rf_kill_pid "$etcdpid" etcd TERM 15
     rf_epmd_stop
@@ -221,6 +273,13 @@ cleanup() {
     fi
     # Interrupted during initdb: let it finish so postgres stops cleanly.
     rf_wait_gone "$RF_PG_STARTER" 30
+    # Interrupted during the Ironic install: stop pip (its temp dir is left
+    # beside the venv, never used).
+    if rf_alive "$RF_IRONIC_STARTER"; then
+        pkill -TERM -P "$RF_IRONIC_STARTER" 2>/dev/null
+        kill -TERM "$RF_IRONIC_STARTER" 2>/dev/null
+        rf_wait_gone "$RF_IRONIC_STARTER" 10
+    fi
     stop_servers
     if [[ -n $RF_DIR && -d $RF_DIR ]]; then
         if [[ ${RINGFLEET_TEST_KEEP_DIR:-} == 1 ]]; then
@@ -264,19 +323,25 @@ main() {
 
     local s out=''
     local -a sel
-    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres}"
+    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,ironic}"
     for s in "${sel[@]}"; do
         case $s in
         etcd) ;;
         rabbit | rabbitmq) s=rabbit ;;
         postgres | postgresql | pg) s=postgres ;;
+        ironic) ;;
         '') continue ;;
-        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres)" ;;
+        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, ironic)" ;;
         esac
         out+=,$s
     done
     RF_SERVERS=${out#,}
     [[ -n $RF_SERVERS ]] || rf_die "SERVERS is empty"
+
+    local pyver
+    pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    RF_IRONIC_VENV=${RINGFLEET_IRONIC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ringfleet/ironic-$RF_IRONIC_VERSION-py$pyver}
+    RF_IRONIC_DEPLOY_DELAY=${RINGFLEET_TEST_IRONIC_DEPLOY_DELAY:-1,2}
 
     trap cleanup EXIT
     trap 'on_signal INT 130' INT
@@ -288,8 +353,17 @@ main() {
     chmod 711 "$RF_DIR" # the postgres user must reach $RF_DIR/pg
     rf_paths
 
+    # The Ironic install (~20 s when not cached) overlaps the others' startup.
+    local t_ironic
+    if rf_has ironic; then
+        t_ironic=$(rf_now_us)
+        mkdir -p "$RF_IRONIC_DIR"
+        ironic_venv_install "$RF_IRONIC_DIR/install.log" {RF_STDERR}>&- {RF_STDIN}<&- &
+        RF_IRONIC_STARTER=$!
+    fi
+
     RF_ETCD_PORT='' RF_ETCD_PEER_PORT='' RF_AMQP_PORT='' RF_DIST_PORT='' RF_EPMD_PORT=''
-    RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER=''
+    RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER='' RF_IRONIC_PORT=''
     RF_RABBIT_NODE="ringfleet-ci-$$@localhost"
     RF_DB_USER=ringfleet RF_DB_PASS=ringfleet RF_DB_NAME=ringfleet
     local -a want=()
@@ -300,6 +374,7 @@ main() {
         RF_PG_BIN=$(pg_bin_dir)
         if ((EUID == 0)); then RF_PG_OSUSER=postgres; else RF_PG_OSUSER=$(id -un); fi
     fi
+    if rf_has ironic; then want+=(RF_IRONIC_PORT=26385); fi
     # Concurrent runs: pick ports and publish them in state.env under a lock.
     local lockfd='' v
     { : >>"$RF_LOCK"; } 2>/dev/null || true
@@ -309,7 +384,8 @@ main() {
     pick_ports "${want[@]}"
     for v in RF_SERVERS RF_ETCD_PORT RF_ETCD_PEER_PORT RF_AMQP_PORT RF_DIST_PORT \
         RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_RABBIT_NODE \
-        RF_DB_USER RF_DB_PASS RF_DB_NAME; do
+        RF_DB_USER RF_DB_PASS RF_DB_NAME RF_IRONIC_PORT RF_IRONIC_VENV \
+        RF_IRONIC_DEPLOY_DELAY; do
         printf '%s=%q\n' "$v" "${!v}"
     done >"$RF_STATE"
     if [[ -n $lockfd ]]; then exec {lockfd}<&-; fi
@@ -344,9 +420,21 @@ main() {
         rf_pg_wait "$RF_TIMEOUT" || fail_start postgres
         up postgres "$(rf_pg_url)" "$t_pg"
     fi
+    if rf_has ironic; then
+        wait "$RF_IRONIC_STARTER" || fail_start ironic
+        RF_IRONIC_STARTER=''
+        up ironic-venv "$RF_IRONIC_VENV" "$t_ironic"
+        t_ironic=$(rf_now_us)
+        rf_ironic_init || fail_start ironic
+        rf_ironic_start_bg {RF_STDERR}>&- {RF_STDIN}<&-
+    fi
     if rf_has rabbit; then
         rf_rabbit_wait "$RF_TIMEOUT" || fail_start rabbit
         up rabbit "$(rf_rabbit_url)" "$t_rabbit"
+    fi
+    if rf_has ironic; then
+        rf_ironic_wait "$RF_TIMEOUT" || fail_start ironic
+        up ironic "$(rf_ironic_url)" "$t_ironic"
     fi
 
     local line

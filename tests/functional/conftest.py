@@ -1,6 +1,6 @@
 """Fixtures for functional tests: the real servers started by the test script.
 
-``tools/with-test-servers.sh`` starts etcd, RabbitMQ and PostgreSQL and passes
+``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL and Ironic and passes
 their URLs in ``RINGFLEET_TEST_*`` variables.  Outside CI a test whose server
 is missing is skipped; with ``CI=true`` it fails, so a broken server start can
 never turn into a silently green run.
@@ -46,6 +46,12 @@ def transport_url() -> str:
 def database_url() -> str:
     """SQLAlchemy URL of the test PostgreSQL database."""
     return _require("RINGFLEET_TEST_DB_URL", "PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def ironic_url() -> str:
+    """``http://127.0.0.1:PORT`` of the test Ironic (noauth, fake hardware)."""
+    return _require("RINGFLEET_TEST_IRONIC_URL", "Ironic")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

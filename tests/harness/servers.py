@@ -1,4 +1,4 @@
-"""Faults on the servers ``tools/with-test-servers.sh`` started (etcd, RabbitMQ, PostgreSQL)."""
+"""Faults on the servers of ``tools/with-test-servers.sh`` (etcd, RabbitMQ, PostgreSQL, Ironic)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = ["server_ctl"]
 
 def server_ctl(action: str, timeout: float = 180) -> str:
     """Run one ``tools/test-servers-ctl.sh`` action (``restart-rabbit``, ``stop-pg``,
-    ``start-pg``, ``restart-etcd``, ``pid etcd``...); its output.
+    ``start-pg``, ``restart-etcd``, ``kill-ironic``, ``pid etcd``...); its output.
 
     Starts block until the server is ready.  Skips the calling test when the
     servers were not started by ``tools/with-test-servers.sh``.

@@ -1,0 +1,235 @@
+"""A tiny client for the test Ironic, to set up and check its nodes from tests.
+
+``tools/with-test-servers.sh`` starts a real standalone Ironic (fake
+hardware, no Keystone) at ``RINGFLEET_TEST_IRONIC_URL``.  Tests enroll nodes
+with :class:`IronicHarness` and check Ironic's own records with it: it speaks
+plain HTTP through ``requests`` rather than openstacksdk, so what it sees does
+not depend on the code under test (which talks to Ironic through the SDK).
+
+Each test should use its own shard (:func:`unique_shard`): tests sharing one
+Ironic then never see each other's nodes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import requests
+
+__all__ = ["API_VERSION", "IronicError", "IronicHarness", "unique_shard"]
+
+#: Microversion sent with every request (shards need 1.82).
+API_VERSION = "1.82"
+#: Nodes created at this version are born ``available`` (no enroll/manage/provide).
+_BORN_AVAILABLE_VERSION = "1.10"
+_TIMEOUT = 30.0
+
+
+class IronicError(AssertionError):
+    """Ironic answered with an unexpected status."""
+
+
+def unique_shard(prefix: str = "rf-test") -> str:
+    """A shard name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _check(response: requests.Response, *expected: int) -> requests.Response:
+    if response.status_code not in expected:
+        raise IronicError(
+            f"{response.request.method} {response.url}: {response.status_code} "
+            f"(expected {', '.join(map(str, expected))}): {response.text[:500]}"
+        )
+    return response
+
+
+def _locked(response: requests.Response) -> bool:
+    """SQLite's "database is locked", which Ironic returns as a 500."""
+    return response.status_code == 500 and "database is locked" in response.text
+
+
+class IronicHarness:
+    """Enroll, inspect, change and delete fake-hardware nodes of the test Ironic."""
+
+    def __init__(self, url: str, *, api_version: str = API_VERSION) -> None:
+        self.url = url.rstrip("/")
+        self.api_version = api_version
+        self._session = requests.Session()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> IronicHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ requests --
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        version: str | None = None,
+        retry_locked: float = 10.0,
+        session: requests.Session | None = None,
+    ) -> requests.Response:
+        """One API call at ``version`` (default :data:`API_VERSION`), unchecked.
+
+        A 500 "database is locked" (SQLite under concurrent writes) is retried
+        for up to ``retry_locked`` s.
+        """
+        headers = {"X-OpenStack-Ironic-API-Version": version or self.api_version}
+        deadline = time.monotonic() + retry_locked
+        while True:
+            response = (session or self._session).request(
+                method, f"{self.url}{path}", json=json, headers=headers, timeout=_TIMEOUT
+            )
+            if not _locked(response) or time.monotonic() > deadline:
+                return response
+            time.sleep(0.05)
+
+    def _patch(self, node: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = _check(
+            self.request("PATCH", f"/v1/nodes/{node}", json=ops), 200
+        ).json()
+        return result
+
+    # --------------------------------------------------------------- nodes --
+
+    def enroll(
+        self,
+        count: int,
+        *,
+        shard: str,
+        resource_class: str = "baremetal",
+        properties: Mapping[str, Any] | None = None,
+        traits: Iterable[str] = (),
+        name_prefix: str | None = None,
+        timeout: float = 60.0,
+    ) -> list[str]:
+        """Create ``count`` fake-hardware nodes in ``shard``; their UUIDs.
+
+        They are returned ``available`` and powered on (Ironic and Nova treat a
+        node without a power state as unusable).  Created at API 1.10, where
+        nodes are born ``available`` (no manage/provide/cleaning), then given
+        shard, resource class and properties at :data:`API_VERSION`, traits
+        one at a time, and powered on; the power actions overlap, and the
+        wait is for all of them at the end.
+        """
+        prefix = name_prefix or shard
+        props = dict(properties or {"cpus": 4, "memory_mb": 8192, "local_gb": 100})
+        wanted_traits = list(traits)
+        uuids: list[str] = []
+        for index in range(count):
+            body = {"driver": "fake-hardware", "name": f"{prefix}-{index}"}
+            created = _check(
+                self.request("POST", "/v1/nodes", json=body, version=_BORN_AVAILABLE_VERSION),
+                201,
+            ).json()
+            node = created["uuid"]
+            uuids.append(node)
+            self._patch(
+                node,
+                [
+                    {"op": "add", "path": "/shard", "value": shard},
+                    {"op": "add", "path": "/resource_class", "value": resource_class},
+                    {"op": "add", "path": "/properties", "value": props},
+                ],
+            )
+            # Traits before the power action: while it holds the node's lock
+            # a trait PUT waits about a second for it.
+            for trait in wanted_traits:
+                _check(self.request("PUT", f"/v1/nodes/{node}/traits/{trait}"), 204)
+            self.set_power(node, on=True, wait=False)
+        for node in uuids:
+            self.wait_for(
+                node,
+                lambda n: n["power_state"] == "power on" and n["target_power_state"] is None,
+                timeout,
+                what="powered on",
+            )
+            self.wait_for(node, lambda n: n["provision_state"] == "available", timeout)
+        return uuids
+
+    def node(self, node: str) -> dict[str, Any]:
+        """The node's full record (``GET /v1/nodes/{node}``)."""
+        result: dict[str, Any] = _check(self.request("GET", f"/v1/nodes/{node}"), 200).json()
+        return result
+
+    def nodes(self, shard: str) -> list[dict[str, Any]]:
+        """Detailed records of all nodes in ``shard``."""
+        found: list[dict[str, Any]] = []
+        path: str | None = f"/v1/nodes/detail?shard={shard}&limit=1000"
+        while path:
+            page = _check(self.request("GET", path), 200).json()
+            found.extend(page["nodes"])
+            following = page.get("next")
+            path = following[following.index("/v1/") :] if following else None
+        return found
+
+    def set_power(self, node: str, *, on: bool, wait: bool = True, timeout: float = 30) -> None:
+        """Power the node on or off (and wait for the new power state)."""
+        target = "power on" if on else "power off"
+        _check(self.request("PUT", f"/v1/nodes/{node}/states/power", json={"target": target}), 202)
+        if wait:
+            self.wait_for(
+                node,
+                lambda n: n["power_state"] == target and n["target_power_state"] is None,
+                timeout,
+                what=target,
+            )
+
+    def set_maintenance(self, node: str, on: bool, reason: str | None = None) -> None:
+        """Set or clear maintenance mode (synchronous)."""
+        path = f"/v1/nodes/{node}/maintenance"
+        if on:
+            body = {"reason": reason} if reason else None
+            _check(self.request("PUT", path, json=body), 202)
+        else:
+            _check(self.request("DELETE", path), 202)
+
+    def delete(self, node: str) -> None:
+        """Delete the node (it must not be in maintenance-blocking states)."""
+        _check(self.request("DELETE", f"/v1/nodes/{node}"), 204)
+
+    def wait_for(
+        self,
+        node: str,
+        predicate: Callable[[dict[str, Any]], object],
+        timeout: float,
+        *,
+        what: str = "condition",
+        step: float = 0.05,
+    ) -> dict[str, Any]:
+        """Poll the node every ``step`` s until ``predicate(record)`` is true; the record.
+
+        :raises AssertionError: when ``timeout`` s passed first (with the last record).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.node(node)
+            if predicate(record):
+                return record
+            if time.monotonic() > deadline:
+                state = {
+                    k: record.get(k)
+                    for k in (
+                        "provision_state",
+                        "target_provision_state",
+                        "power_state",
+                        "target_power_state",
+                        "maintenance",
+                        "last_error",
+                    )
+                }
+                raise AssertionError(
+                    f"node {node}: not within {timeout:.1f} s: {what}; last seen {state}"
+                )
+            time.sleep(step)
