@@ -280,13 +280,15 @@ def test_two_agents_racing_for_one_ironic_node_make_exactly_one_claim(
     outcome: dict[str, str] = {}
 
     def deploy(host: str) -> None:
-        ctx = ActionContext(node_uuid, host, 1, contenders[host])
-        start.wait()
         try:
+            ctx = ActionContext(node_uuid, host, 1, contenders[host])
+            start.wait()
             drivers[host].deploy(ctx, node, lambda _step: None)
             outcome[host] = "deployed"
         except NodeNotBuildable as exc:
             outcome[host] = f"refused: {exc}"
+        except Exception as exc:  # shown by the assertions below
+            outcome[host] = f"failed: {exc!r}"
 
     threads = [threading.Thread(target=deploy, args=(h,)) for h in contenders]
     for thread in threads:
