@@ -151,11 +151,18 @@ RF_IRONIC_VERSION=39.0.0
 ironic_venv_install() {
     local log=$1 venv=$RF_IRONIC_VENV tmp
     [[ -x $venv/bin/ironic ]] && return 0
+    local t0
+    t0=$(rf_now_us)
+    rf_msg "installing ironic==$RF_IRONIC_VERSION in $venv"
     mkdir -p "$(dirname "$venv")"
     # Left by interrupted runs long ago.
     find "$(dirname "$venv")" -maxdepth 1 -name "${venv##*/}.tmp.*" -mmin +120 \
         -exec rm -rf {} + 2>/dev/null || true
     tmp=$(mktemp -d "$venv.tmp.XXXXXX")
+    chmod 755 "$tmp"
+    # (runs in the background starter; cleanup() TERMs it when interrupted)
+    # shellcheck disable=SC2064 # $tmp is meant to expand now
+    trap "rm -rf -- '$tmp'; exit 143" TERM
     if ! { python3 -m venv "$tmp" &&
         "$tmp/bin/pip" install -q "ironic==$RF_IRONIC_VERSION"; } >"$log" 2>&1; then
         rm -rf "$tmp"
@@ -168,7 +175,9 @@ ironic_venv_install() {
     grep -rlI --null -F "$tmp" "$tmp/bin" | xargs -0 -r sed -i "s|$tmp|$venv|g"
     # Another run may have finished first: keep theirs.
     mv -T "$tmp" "$venv" 2>/dev/null || rm -rf "$tmp"
-    [[ -x $venv/bin/ironic ]]
+    trap - TERM
+    [[ -x $venv/bin/ironic ]] || return 1
+    rf_msg "installed ironic==$RF_IRONIC_VERSION in $(rf_elapsed "$t0") s"
 }
 
 # ------------------------------------------------------------------ ports --
@@ -273,8 +282,8 @@ cleanup() {
     fi
     # Interrupted during initdb: let it finish so postgres stops cleanly.
     rf_wait_gone "$RF_PG_STARTER" 30
-    # Interrupted during the Ironic install: stop pip (its temp dir is left
-    # beside the venv, never used).
+    # Interrupted during the Ironic install: stop pip (the starter then
+    # removes its half-built venv).
     if rf_alive "$RF_IRONIC_STARTER"; then
         pkill -TERM -P "$RF_IRONIC_STARTER" 2>/dev/null
         kill -TERM "$RF_IRONIC_STARTER" 2>/dev/null
@@ -353,13 +362,10 @@ main() {
     chmod 711 "$RF_DIR" # the postgres user must reach $RF_DIR/pg
     rf_paths
 
-    # The Ironic install (~20 s when not cached) overlaps the others' startup.
     local t_ironic
     if rf_has ironic; then
         t_ironic=$(rf_now_us)
         mkdir -p "$RF_IRONIC_DIR"
-        ironic_venv_install "$RF_IRONIC_DIR/install.log" {RF_STDERR}>&- {RF_STDIN}<&- &
-        RF_IRONIC_STARTER=$!
     fi
 
     RF_ETCD_PORT='' RF_ETCD_PEER_PORT='' RF_AMQP_PORT='' RF_DIST_PORT='' RF_EPMD_PORT=''
@@ -404,6 +410,15 @@ main() {
         t_etcd=$(rf_now_us)
         rf_etcd_start_bg {RF_STDERR}>&- {RF_STDIN}<&-
     fi
+    if rf_has ironic; then
+        # Install (~30 s when not cached), schema (~1.5 s) and start overlap
+        # the others' startup.
+        {
+            ironic_venv_install "$RF_IRONIC_DIR/install.log" &&
+                rf_ironic_init && rf_ironic_start_bg
+        } {RF_STDERR}>&- {RF_STDIN}<&- &
+        RF_IRONIC_STARTER=$!
+    fi
     if rf_has postgres; then
         t_pg=$(rf_now_us)
         # initdb takes a second or two: overlap it with waiting for etcd.
@@ -420,19 +435,13 @@ main() {
         rf_pg_wait "$RF_TIMEOUT" || fail_start postgres
         up postgres "$(rf_pg_url)" "$t_pg"
     fi
-    if rf_has ironic; then
-        wait "$RF_IRONIC_STARTER" || fail_start ironic
-        RF_IRONIC_STARTER=''
-        up ironic-venv "$RF_IRONIC_VENV" "$t_ironic"
-        t_ironic=$(rf_now_us)
-        rf_ironic_init || fail_start ironic
-        rf_ironic_start_bg {RF_STDERR}>&- {RF_STDIN}<&-
-    fi
     if rf_has rabbit; then
         rf_rabbit_wait "$RF_TIMEOUT" || fail_start rabbit
         up rabbit "$(rf_rabbit_url)" "$t_rabbit"
     fi
     if rf_has ironic; then
+        wait "$RF_IRONIC_STARTER" || fail_start ironic
+        RF_IRONIC_STARTER=''
         rf_ironic_wait "$RF_TIMEOUT" || fail_start ironic
         up ironic "$(rf_ironic_url)" "$t_ironic"
     fi
