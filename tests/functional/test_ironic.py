@@ -220,6 +220,8 @@ def test_kill_of_the_agent_mid_deploy_is_adopted_by_the_new_owner(
     record = ironic.node(node)
     assert (record["provision_state"], record["instance_uuid"]) == ("active", instance)
     assert fleet.owners()[node][0] == survivor
+    # The node hosts a build, so it is pinned: re-homed after the TTL and
+    # rehome_grace (an agent restarting in time keeps it), then adopted.
     print(f"kill -9 mid-deploy: ACTIVE {settled_after:.1f} s after the kill")
 
 
