@@ -254,8 +254,18 @@ class IronicDriver(ComputeDriver):
                 found = self._follow(ctx, None, deadline, "destroy", _busy_or(state))
                 continue
             if state == "clean failed":
-                raise DriverError(
-                    node.uuid, "destroy", f"cleaning failed: {found.last_error or 'no error'}"
+                # The instance is gone (Ironic tore it down and cleared the
+                # claim before cleaning): the delete succeeds, and retrying
+                # it could not fix the node.  The node stays unschedulable:
+                # a build routed to it is refused as not buildable, and the
+                # inventory sync marks it so, until an operator fixes it in
+                # Ironic.
+                LOG.warning(
+                    "Ironic node %s: cleaning failed after the teardown of instance %s: %s; "
+                    "the node stays out of scheduling until it is fixed in Ironic",
+                    node.uuid,
+                    ctx.instance_uuid,
+                    found.last_error or "no error",
                 )
             break
         if found.instance_uuid is not None:
