@@ -26,6 +26,9 @@ API version history:
 * 1.5 - hold_for_restart: an agent stopping for a restart keeps its nodes
   for restart_grace; claim_nodes replies carry ``restarting`` (owners of
   refused nodes that are held, with the seconds left).
+* 1.6 - build_instances requests may carry ``scheduler_hints`` (a mapping
+  of names to JSON primitives, for scheduler filters such as Nova's
+  JsonFilter); instances show them.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.5"
+API_VERSION = "1.6"
 
 
 def pages(
@@ -158,7 +161,10 @@ class ConductorAPI:
     # -- instances -------------------------------------------------------------
 
     def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        return self._call("build_instances", request=request)  # type: ignore[no-any-return]
+        """A request with ``scheduler_hints`` is sent at 1.6: an older
+        conductor refuses it (UnsupportedVersion) rather than ignore them."""
+        version = "1.6" if request.get("scheduler_hints") else "1.0"
+        return self._call("build_instances", version=version, request=request)  # type: ignore[no-any-return]
 
     def list_instances(
         self,
