@@ -34,6 +34,9 @@ A filter that looks only at ``node.resource_class``, ``node.group``,
 those node attributes and flavor, not once per node, which keeps a decision
 independent of the fleet size.  Any other filter is called per node, on the
 nodes the scheduler is about to choose from.
+
+Filters written for Nova (``host_passes(host_state, spec_obj)``) need no
+rewrite: name them by import path (:mod:`conductor.scheduler.nova`).
 """
 
 from __future__ import annotations
