@@ -396,6 +396,8 @@ class NovaFilter(BaseFilter):
     """
 
     nova_class: ClassVar[type[Any]]
+    # Nova filters may read spec_obj.scheduler_hints (JsonFilter does).
+    reads_hints = True
 
     def __init__(self) -> None:
         self.nova_filter: Any = self.nova_class()

@@ -42,8 +42,9 @@ class RequestSpec:
     :ivar capabilities: the flavor's capability requirements, parsed:
         capability key (without the ``capabilities:`` scope) -> expression
     :ivar flavor_key: a hashable identity of everything per-profile filters
-        may read of the request: the flavor and the scheduler hints (see
-        :func:`request_key`); the scheduler caches their results under it
+        may read of the request: the flavor, and the scheduler hints when a
+        per-profile filter reads them (see :func:`request_key`); the
+        scheduler caches their results under it
     :ivar scheduler_hints: the build's scheduler hints: name -> a string,
         number, boolean or ``None`` (read by Nova filters such as JsonFilter,
         :mod:`conductor.scheduler.nova`)

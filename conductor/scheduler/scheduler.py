@@ -108,6 +108,8 @@ class Scheduler:
         if weighers is None:
             weighers = [cls() for cls in BUILTIN_WEIGHERS.values()]
         self._chooser = Chooser(filters, weighers, rng)
+        # Hints split the verdict caches only when a cached verdict may depend on them.
+        self._hints_in_key = any(f.per_profile and f.reads_hints for f in filters)
         self._refresh_interval = refresh_interval
         self._overlap = datetime.timedelta(seconds=refresh_overlap)
         self._resync_interval = resync_interval
@@ -242,7 +244,7 @@ class Scheduler:
             group=group,
             exclude_nodes=frozenset(exclude_nodes),
             capabilities=capabilities,
-            flavor_key=request_key(key, hints),
+            flavor_key=request_key(key, hints if self._hints_in_key else {}),
             scheduler_hints=hints,
         )
 

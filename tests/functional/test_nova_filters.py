@@ -11,6 +11,8 @@ capabilities.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import Fleet
 from tests.harness import wait_for
+from tests.harness.process import REPO
 
 CCF = "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
 RACK = "tests.nova_filters.RackHintFilter"
@@ -107,3 +110,39 @@ def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
     assert f"{CCF} removed 6" in failed["fault"]
     assert RACK not in failed["fault"]  # it removed nothing this time
     assert "Traceback" not in fleet.procs["cond-1"].log()
+
+
+@pytest.mark.parametrize(
+    ("filters", "reason"),
+    [
+        (
+            "TraitsFilter,tests.nova_filters.NotAFilter",
+            "tests.nova_filters.NotAFilter is <class 'tests.nova_filters.NotAFilter'>, "
+            "not a subclass of nova.scheduler.filters.BaseHostFilter",
+        ),
+        ("mycompany.filters.RackFilter", "cannot import mycompany.filters"),
+    ],
+)
+def test_a_conductor_refuses_to_start_with_a_bad_nova_filter(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str, filters: str, reason: str
+) -> None:
+    migrated(pg_url).dispose()
+    f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    try:
+        config = tmp_path / "cond-bad.conf"
+        config.write_text(
+            f"[DEFAULT]\nhost = cond-bad\n{f.common}[scheduler]\nenabled_filters = {filters}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "conductor.cmd.conductor", "--config-file", str(config)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        f.close()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "ringfleet-conductor: [scheduler] enabled_filters: " in done.stderr
+    assert reason in done.stderr

@@ -254,6 +254,28 @@ def test_nova_filter_is_called_once_per_profile_and_request() -> None:
     assert chooser.choose(index, make_request(hints={"rack": "r9"})) is None
 
 
+def test_hints_are_in_the_cache_key_only_when_a_cached_filter_reads_them(
+    tmp_path: Path,
+) -> None:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    flavor = Flavor(name="f", resource_class="gold")
+    try:
+        keys = {}
+        for config in (["TraitsFilter", "CapabilitiesFilter"], ["TraitsFilter", RACK]):
+            sched = Scheduler(db, filters=load_filters(config))
+            keys[config[-1]] = [
+                sched._request(flavor, "i", OWNERS, None, (), scheduler_hints=hints).flavor_key
+                for hints in ({"rack": "r1"}, {"rack": "r2"}, None)
+            ]
+    finally:
+        db.dispose()
+    ours = keys["CapabilitiesFilter"]
+    assert ours[0] == ours[1] == ours[2]  # no filter reads hints: one cache entry
+    theirs = keys[RACK]
+    assert len(set(theirs)) == 3
+    assert theirs[2] == ours[2]  # without hints, the flavor's key as before
+
+
 def test_per_node_nova_filter_sees_nodes_and_decides_per_node() -> None:
     nodes = [make_node(i) for i in range(40)]
     index = index_of(nodes)
