@@ -301,6 +301,18 @@ def test_no_valid_node_names_the_nova_filter() -> None:
     assert "ResourceClassFilter removed 5" in str(error)
 
 
+def test_explain_calls_a_per_profile_nova_filter_once_per_profile() -> None:
+    nodes = [make_node(i, capabilities={"rack": f"r{i % 3}"}) for i in range(600)]
+    nodes += [make_node(600 + i, instance_uuid=f"i-{i}") for i in range(50)]  # not free
+    index = index_of(nodes)
+    chooser = Chooser(load_filters([COUNTING, RACK]), [SpreadWeigher()])
+    request = make_request(hints={"rack": "r7"})
+    error = chooser.explain(index, request)
+    assert dict(error.removed)[RACK] == 600
+    assert dict(error.removed)["AvailabilityFilter"] == 50
+    assert len(nova_filters.CountingFilter.calls) == 3  # 3 profiles, not 600 nodes
+
+
 # -- failures -------------------------------------------------------------------------------
 
 
@@ -319,7 +331,7 @@ def test_a_raising_filter_fails_only_its_nodes_and_is_logged_once(
     error = chooser.explain(index, make_request(Flavor(name="g", resource_class="gold")))
     assert dict(error.removed)[BROKEN] == 25
     assert isinstance(broken, nova.NovaFilter)
-    assert broken.failures.count >= 6  # 6 failing profiles, then every node in explain
+    assert broken.failures.count >= 6  # 6 failing profiles
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert BROKEN in warnings[0].getMessage()
