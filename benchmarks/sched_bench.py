@@ -18,6 +18,14 @@ Then, each on its own copy of the same database:
     :class:`conductor.scheduler.scheduler.Scheduler` with its default filters and
     weighers: index build time and memory per node, then every request
     decided *and its allocation committed* (``select_and_allocate``).
+``ringfleet+nova``
+    The same scheduler with Nova's own ``ComputeCapabilitiesFilter`` (by
+    import path, through :mod:`conductor.scheduler.nova`) in place of
+    ringfleet's ``CapabilitiesFilter``: what an operator keeping their Nova
+    filters gets.  Skipped when Nova (the ``nova-filters`` extra) is not
+    installed.  With the same seed it must place every request on the same
+    node as ``ringfleet`` (the filters agree, so the random draws do too):
+    the report counts the placements that differ.
 ``nova-mem``
     The stronger baseline: every node held in memory (kept up to date with
     its own allocations), and for each request the same filters run on
@@ -64,15 +72,15 @@ from sqlalchemy import event, func, insert, select
 
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, percentile
-from conductor.common.exception import NoValidNode
+from conductor.common.exception import ConfigurationError, NoValidNode
 from conductor.common.objects import Flavor, Node, ProvisionState
 from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.scheduler import source
+from conductor.scheduler import plugins, source
 from conductor.scheduler.decide import Chooser
-from conductor.scheduler.filters import BUILTIN_FILTERS
+from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.request import RequestSpec
 from conductor.scheduler.scheduler import Scheduler
@@ -81,7 +89,11 @@ from conductor.scheduler.weighers import BUILTIN_WEIGHERS, WeighingContext, tota
 __all__ = ["FLAVORS", "main", "make_fleet", "parse_args", "run"]
 
 AGENTS = tuple(f"agent-{i:02d}" for i in range(10))
-IMPLEMENTATIONS = ("ringfleet", "nova-mem", "nova-db")
+IMPLEMENTATIONS = ("ringfleet", "ringfleet+nova", "nova-mem", "nova-db")
+#: Nova's filter, in place of ringfleet's CapabilitiesFilter in "ringfleet+nova"
+NOVA_CAPABILITIES_FILTER = (
+    "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
+)
 
 _FAMILIES = ("general", "gpu", "storage", "hpc", "edge")
 _SIZES = ("s", "m", "l", "xl")
@@ -366,28 +378,43 @@ def index_memory(db: Database) -> tuple[int, float]:
     return retained, retained / max(1, len(index))
 
 
+def nova_filters() -> list[BaseFilter] | None:
+    """TraitsFilter and Nova's ComputeCapabilitiesFilter, or ``None`` without Nova."""
+    try:
+        return plugins.load_filters(["TraitsFilter", NOVA_CAPABILITIES_FILTER])
+    except ConfigurationError:
+        return None
+
+
 def bench_ours(
-    db: Database, requests: list[Request], instances: list[str], seed: int
+    db: Database,
+    requests: list[Request],
+    instances: list[str],
+    seed: int,
+    filters: Sequence[BaseFilter] | None = None,
 ) -> dict[str, Any]:
-    scheduler = Scheduler(db, rng=random.Random(seed))
+    scheduler = Scheduler(db, filters=filters, rng=random.Random(seed))
     start = time.perf_counter()
     scheduler.resync()
     build_s = time.perf_counter() - start
     latencies: list[float] = []
     db_spent: list[float] = []
+    placements: list[str | None] = []
     no_valid = 0
     with _db_time(db_spent):
         start = time.perf_counter()
         for request, instance in zip(requests, instances, strict=True):
             began = time.perf_counter()
             try:
-                scheduler.select_and_allocate(
+                node, _claim = scheduler.select_and_allocate(
                     request.flavor, instance, live_members=AGENTS, group=request.group
                 )
             except NoValidNode:
                 no_valid += 1
+                placements.append(None)
                 continue
             latencies.append(time.perf_counter() - began)
+            placements.append(node.uuid)
         wall = time.perf_counter() - start
     result = _summary(latencies, db_spent, wall)
     stats = scheduler.stats()
@@ -397,6 +424,7 @@ def bench_ours(
             "index": {k: stats[k] for k in ("nodes", "free", "buckets", "profiles")},
             "no_valid_node": no_valid,
             "lost_races": stats["lost_races"],
+            "placements": placements,
         }
     )
     return result
@@ -510,7 +538,12 @@ def bench_size(
         "index_memory_bytes": retained,
         "index_bytes_per_node": per_node,
     }
-    for name in ("ringfleet", "nova-mem", "nova-db", "db-floor"):
+    with_nova = nova_filters()
+    if with_nova is None:
+        log("  ringfleet+nova: skipped (Nova is not installed: the nova-filters extra)")
+    for name in ("ringfleet", "ringfleet+nova", "nova-mem", "nova-db", "db-floor"):
+        if name == "ringfleet+nova" and with_nova is None:
+            continue
         copy = workdir / f"run-{size}-{name}.db"
         _copy_db(pristine, copy)
         db = open_db(copy, synchronous)
@@ -522,6 +555,8 @@ def bench_size(
             instances = new_instances(db, request_count)
             if name == "ringfleet":
                 measured = bench_ours(db, requests, instances, seed)
+            elif name == "ringfleet+nova":
+                measured = bench_ours(db, requests, instances, seed, filters=with_nova)
             else:
                 measured = bench_baseline(
                     db,
@@ -543,6 +578,12 @@ def bench_size(
             db.dispose()
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{copy}{suffix}").unlink(missing_ok=True)
+    ours = result["ringfleet"].pop("placements")
+    if "ringfleet+nova" in result:
+        theirs = result["ringfleet+nova"].pop("placements")
+        result["ringfleet+nova"]["placements_differing"] = sum(
+            1 for a, b in zip(ours, theirs, strict=True) if a != b
+        )
     result["speedup_vs_nova_mem"] = (
         result["ringfleet"]["allocations_per_s"] / result["nova-mem"]["allocations_per_s"]
     )
@@ -575,6 +616,13 @@ def _goals(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             rate,
             None if rate is None else rate >= minimum,
         )
+    rate = measured("100000", "ringfleet+nova", "allocations_per_s")
+    add(
+        "with Nova's ComputeCapabilitiesFilter at 100,000 nodes",
+        ">= 1,000/s",
+        rate,
+        None if rate is None else rate >= 1000.0,
+    )
     speedup = measured("100000", "speedup_vs_nova_mem")
     add(
         "speedup vs nova-mem at 100,000 nodes",
@@ -629,13 +677,27 @@ def run(
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "versions": {
-                dist: importlib.metadata.version(dist) for dist in ("SQLAlchemy", "stevedore")
+                dist: importlib.metadata.version(dist)
+                for dist in ("SQLAlchemy", "stevedore", "nova")
+                if _installed(dist)
             },
         },
-        "implementations": list(IMPLEMENTATIONS),
+        "implementations": [
+            name
+            for name in IMPLEMENTATIONS
+            if name != "ringfleet+nova" or any(name in res for res in results.values())
+        ],
         "results": results,
         "goals": _goals(results),
     }
+
+
+def _installed(dist: str) -> bool:
+    try:
+        importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -647,23 +709,23 @@ def format_report(report: dict[str, Any]) -> str:
         f"{len(config['flavors'])} flavors, seed {config['seed']}, "
         f"Python {report['environment']['python']}, {report['environment']['cpus']} CPUs",
         "every decision includes its allocation, committed (compare-and-swap)",
+        "ringfleet+nova: ringfleet's scheduler running Nova's ComputeCapabilitiesFilter; "
         "nova-mem: all nodes in memory, every filter on every node per request; "
         "nova-db: all nodes read from the database per request (Nova's HostManager)",
     ]
-    width = 12
+    names = report["implementations"]
+    width = 15
     for size, res in report["results"].items():
         lines += [
             "",
             f"{int(size):,} nodes (index: {res['ringfleet']['index']['free']:,} free, "
             f"{res['ringfleet']['index']['profiles']} profiles in "
             f"{res['ringfleet']['index']['buckets']} buckets)",
-            f"{'':<32}" + "".join(f"{name:>{width}}" for name in IMPLEMENTATIONS),
+            f"{'':<32}" + "".join(f"{name:>{width}}" for name in names),
         ]
 
         def row(label: str, fmt: Callable[[dict[str, Any]], str], res: dict[str, Any] = res) -> str:
-            return f"{label:<32}" + "".join(
-                f"{fmt(res[name]):>{width}}" for name in IMPLEMENTATIONS
-            )
+            return f"{label:<32}" + "".join(f"{fmt(res[name]):>{width}}" for name in names)
 
         lines += [
             row("decisions measured", lambda r: str(r["decisions"])),
@@ -680,6 +742,11 @@ def format_report(report: dict[str, Any]) -> str:
             f"speedup: {res['speedup_vs_nova_mem']:.0f}x vs nova-mem, "
             f"{res['speedup_vs_nova_db']:.0f}x vs nova-db",
         ]
+        if "ringfleet+nova" in res:
+            lines.append(
+                f"ringfleet+nova placed {res['ringfleet+nova']['placements_differing']} of "
+                f"{config['requests']} requests differently from ringfleet (expected: 0)"
+            )
     lines += format_goals(report["goals"], _shown)
     return "\n".join(lines)
 

@@ -213,6 +213,7 @@ class BuildWorkers:
                 live_members=self._fleet.live_members(),
                 group=instance.group_hint,
                 exclude_nodes=instance.tried_nodes,
+                scheduler_hints=instance.scheduler_hints,
             )
         except NoValidNode as exc:
             self._no_valid_node(instance, exc)

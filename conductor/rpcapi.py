@@ -26,7 +26,9 @@ API version history:
 * 1.5 - hold_for_restart: an agent stopping for a restart keeps its nodes
   for restart_grace; claim_nodes replies carry ``restarting`` (owners of
   refused nodes that are held, with the seconds left).
-* 1.6 - (reserved: scheduler hints of build requests, in review)
+* 1.6 - build_instances requests may carry ``scheduler_hints`` (a mapping
+  of names to JSON primitives, for scheduler filters such as Nova's
+  JsonFilter); instances show them.
 * 1.7 - sync_ironic_nodes: one pass of the Ironic inventory import, now.
 """
 
@@ -164,7 +166,10 @@ class ConductorAPI:
     # -- instances -------------------------------------------------------------
 
     def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        return self._call("build_instances", request=request)  # type: ignore[no-any-return]
+        """A request with ``scheduler_hints`` is sent at 1.6: an older
+        conductor refuses it (UnsupportedVersion) rather than ignore them."""
+        version = "1.6" if request.get("scheduler_hints") else "1.0"
+        return self._call("build_instances", version=version, request=request)  # type: ignore[no-any-return]
 
     def list_instances(
         self,

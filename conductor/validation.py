@@ -59,6 +59,8 @@ __all__ = [
 
 #: the value types a node property may have (no nesting)
 PropertyValue = str | int | float | bool
+#: the value types a scheduler hint may have (JSON primitives)
+HintValue = str | int | float | bool | None
 
 MAX_TRAITS: Final = 64
 MAX_BATCH: Final = 100_000
@@ -66,6 +68,10 @@ MAX_COUNT: Final = 1000
 MAX_REASON_LENGTH: Final = 255
 MAX_PROPERTY_KEY_LENGTH: Final = 255
 MAX_EXTRA_SPEC_VALUE_LENGTH: Final = 255
+MAX_SCHEDULER_HINTS: Final = 64
+MAX_HINT_NAME_LENGTH: Final = 255
+# Long enough for a JsonFilter query.
+MAX_HINT_VALUE_LENGTH: Final = 4096
 
 # Every pattern is matched with fullmatch(): "$" alone would accept a
 # trailing newline.
@@ -111,7 +117,9 @@ _NODE_UPDATE_FIELDS: Final = frozenset(
 _FLAVOR_FIELDS: Final = frozenset(
     {"name", "resource_class", "required_traits", "forbidden_traits", "extra_specs"}
 )
-_BUILD_FIELDS: Final = frozenset({"flavor", "count", "name", "group", "instance_uuids"})
+_BUILD_FIELDS: Final = frozenset(
+    {"flavor", "count", "name", "group", "instance_uuids", "scheduler_hints"}
+)
 
 _NO_VALUE: Final = object()
 
@@ -225,6 +233,8 @@ class BuildRequest:
         for the default group
     :ivar instance_uuids: client-chosen instance ids (one per instance, which
         makes retries idempotent), or ``None`` to let the conductor choose
+    :ivar scheduler_hints: hint name -> a JSON primitive (string, number,
+        boolean, null), for scheduler filters that read hints (since API 1.6)
     """
 
     flavor: str
@@ -232,6 +242,7 @@ class BuildRequest:
     name: str | None = None
     group: str | None = None
     instance_uuids: tuple[str, ...] | None = None
+    scheduler_hints: Mapping[str, HintValue] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The payload form: ``validate_build_request(req.to_dict()) == req``."""
@@ -241,6 +252,7 @@ class BuildRequest:
             "name": self.name,
             "group": self.group,
             "instance_uuids": None if self.instance_uuids is None else list(self.instance_uuids),
+            "scheduler_hints": dict(self.scheduler_hints),
         }
 
 
@@ -867,13 +879,44 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
 # -- build requests ---------------------------------------------------------------
 
 
+def _check_scheduler_hints(value: object, field: str, errors: _Errors) -> dict[str, HintValue]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        errors.add(field, "must be a mapping of hint names to strings, numbers or booleans", value)
+        return {}
+    if len(value) > MAX_SCHEDULER_HINTS:
+        errors.add(field, f"must have at most {MAX_SCHEDULER_HINTS} hints", len(value))
+        return {}
+    hints: dict[str, HintValue] = {}
+    for key, item in value.items():
+        item_field = _join(field, key)
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_HINT_NAME_LENGTH:
+            errors.add(
+                item_field, f"hint names must be strings of 1 to {MAX_HINT_NAME_LENGTH} characters"
+            )
+        elif isinstance(item, str) and len(item) > MAX_HINT_VALUE_LENGTH:
+            errors.add(item_field, f"must be at most {MAX_HINT_VALUE_LENGTH} characters", item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            errors.add(item_field, "must be a finite number", item)
+        elif item is None or isinstance(item, (str, bool, int, float)):
+            hints[key] = item
+        else:
+            errors.add(item_field, "must be a string, number, boolean or null (no nesting)", item)
+    return hints
+
+
 def validate_build_request(spec: object) -> BuildRequest:
     """Validate a request to build instances.
 
     Fields: ``flavor`` (required, a flavor name), ``count`` (1 to
     :data:`MAX_COUNT`, default 1), ``name`` (at most 255 characters including
     the ``-N`` suffix added when ``count > 1``), ``group`` (a node group
-    hint), ``instance_uuids`` (unique, exactly ``count`` of them).
+    hint), ``instance_uuids`` (unique, exactly ``count`` of them),
+    ``scheduler_hints`` (a mapping of at most :data:`MAX_SCHEDULER_HINTS`
+    names to JSON primitives: strings of at most
+    :data:`MAX_HINT_VALUE_LENGTH` characters, finite numbers, booleans,
+    null).
 
     :raises InvalidInput: naming every bad, missing or unknown field
     """
@@ -904,8 +947,14 @@ def validate_build_request(spec: object) -> BuildRequest:
     instance_uuids = None
     if spec.get("instance_uuids") is not None:
         instance_uuids = _check_uuid_list(spec["instance_uuids"], "instance_uuids", errors, count)
+    hints = _check_scheduler_hints(spec.get("scheduler_hints"), "scheduler_hints", errors)
     errors.raise_if_any()
     assert flavor is not None and count is not None
     return BuildRequest(
-        flavor=flavor, count=count, name=name, group=group, instance_uuids=instance_uuids
+        flavor=flavor,
+        count=count,
+        name=name,
+        group=group,
+        instance_uuids=instance_uuids,
+        scheduler_hints=hints,
     )

@@ -19,7 +19,8 @@ cd "$repo"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing ringfleet and its test dependencies (constraints.txt) in .venv"
+# The test extra includes nova-filters: the tests run Nova's real filters.
+step "installing ringfleet and its test dependencies (constraints.txt, Nova included) in .venv"
 ensure_venv "$repo" "[test]"
 
 step "ruff"

@@ -59,6 +59,13 @@ def _titles() -> tuple[str, ...]:
     return tuple(title for title, _ in _LIST_COLUMNS)
 
 
+def _hint(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (``--count`` of them)."""
 
@@ -68,6 +75,16 @@ class InstanceCreate(ConductorCommand, Lister):
         parser.add_argument("--count", type=int, default=1, metavar="N", help="(default 1)")
         parser.add_argument("--name", metavar="NAME", help="name (NAME-1..NAME-N for N > 1)")
         parser.add_argument("--group", metavar="GROUP", help="node group to build in")
+        parser.add_argument(
+            "--hint",
+            dest="hints",
+            type=_hint,
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="scheduler hint for the scheduler's filters, e.g. Nova's JsonFilter "
+            "query=...; the value is a string, as with 'nova boot --hint' (repeatable)",
+        )
         parser.add_argument(
             "--wait",
             action="store_true",
@@ -98,6 +115,8 @@ class InstanceCreate(ConductorCommand, Lister):
             request["name"] = parsed_args.name
         if parsed_args.group is not None:
             request["group"] = parsed_args.group
+        if parsed_args.hints:
+            request["scheduler_hints"] = dict(parsed_args.hints)
         if not 1 <= parsed_args.count <= 1000:
             request.pop("instance_uuids")  # let the conductor name the bad count
         instances = self.client.build_instances(request)

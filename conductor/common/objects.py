@@ -161,6 +161,8 @@ class Instance(_Record):
     tried_nodes: tuple[str, ...] = ()
     created_at: datetime.datetime | None = None
     updated_at: datetime.datetime | None = None
+    scheduler_hints: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """the build's scheduler hints: name -> JSON primitive (since API 1.6)"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -33,9 +33,28 @@ opts = [
             "TraitsFilter (required and forbidden traits), CapabilitiesFilter "
             "(the flavor's 'capabilities:<key>' extra specs, with Nova's "
             "ComputeCapabilitiesFilter operators), or an operator's own "
-            "subclass of conductor.scheduler.filters.BaseFilter. Removing "
-            "TraitsFilter or CapabilitiesFilter makes the scheduler ignore "
-            "that part of every flavor."
+            "subclass of conductor.scheduler.filters.BaseFilter. A name with "
+            "a dot is the import path of a Nova filter class (a subclass of "
+            "nova.scheduler.filters.BaseHostFilter, e.g. "
+            "nova.scheduler.filters.compute_capabilities_filter."
+            "ComputeCapabilitiesFilter), run unchanged; this needs the "
+            "ringfleet[nova-filters] extra. Removing TraitsFilter or "
+            "CapabilitiesFilter makes the scheduler ignore that part of "
+            "every flavor."
+        ),
+    ),
+    cfg.ListOpt(
+        "per_node_filters",
+        default=[],
+        help=(
+            "Import paths, among enabled_filters, of Nova filters that read "
+            "per-node state (the host state's host, nodename, uuid, name or "
+            "sizes): they are called for each node the scheduler is about to "
+            "choose. Every other Nova filter is called once per node profile "
+            "(resource class, group, traits, capabilities) and flavor and "
+            "scheduler hints, its verdict cached, and sees those per-node "
+            "attributes as None. A filter class may instead set "
+            "ringfleet_per_node = True."
         ),
     ),
     cfg.ListOpt(
@@ -47,7 +66,11 @@ opts = [
             "wins, ties broken at random. Names are entry points in the "
             "'ringfleet.scheduler.weighers' namespace: SpreadWeigher (prefer "
             "the agent hosting the fewest instances), or an operator's own "
-            "subclass of conductor.scheduler.weighers.BaseWeigher. An empty "
+            "subclass of conductor.scheduler.weighers.BaseWeigher. A name with "
+            "a dot is the import path of a Nova weigher class (a subclass of "
+            "nova.scheduler.weights.BaseHostWeigher; its multiplier comes from "
+            "weigher_multipliers, not nova.conf); it weighs every candidate "
+            "node, so decisions cost more on large fleets. An empty "
             "list picks at random among the nodes that passed."
         ),
     ),

@@ -66,6 +66,7 @@ def to_instance(row: InstanceModel | Row[Any]) -> Instance:
         tried_nodes=tuple(row.tried_nodes or ()),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        scheduler_hints=row.scheduler_hints or {},
     )
 
 
@@ -142,6 +143,7 @@ def _store(
                         len(existing) == len(uuids)
                         and row.flavor == request.flavor
                         and row.group_hint == request.group
+                        and (row.scheduler_hints or {}) == dict(request.scheduler_hints)
                         and row.name == names[index]
                     )
                     if not same:
@@ -165,6 +167,7 @@ def _store(
                     tried_nodes=(),
                     created_at=now,
                     updated_at=now,
+                    scheduler_hints=dict(request.scheduler_hints),
                 )
                 for u, name in zip(uuids, names, strict=True)
             ]
@@ -180,6 +183,7 @@ def _store(
                         "group_hint": i.group_hint,
                         "attempts": 0,
                         "tried_nodes": [],
+                        "scheduler_hints": dict(i.scheduler_hints),
                         "created_at": now,
                         "updated_at": now,
                     }

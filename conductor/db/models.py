@@ -105,6 +105,9 @@ class InstanceModel(Base):
     tried_nodes: Mapped[list[str]] = mapped_column(
         JSON, nullable=False, default=list, server_default="[]"
     )
+    scheduler_hints: Mapped[dict[str, Any]] = mapped_column(
+        JSON, nullable=False, default=dict, server_default="{}"
+    )
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
     updated_at: Mapped[datetime.datetime] = mapped_column(
         DateTime, nullable=False, default=utcnow, onupdate=utcnow

@@ -207,7 +207,10 @@ class Chooser:
         The first two filters (resource class, group) are counted from the
         index's buckets; the others run on every node of the flavor's
         resource class (and group), each node counted against the first
-        filter that refuses it.
+        filter that refuses it.  A per-profile filter is called once per
+        profile of the index here too: at 100,000 nodes
+        Nova's ComputeCapabilitiesFilter on every node held the index's lock
+        for about 0.5 s.
         """
         chain = self.chain
         counts = [0] * len(chain)
@@ -223,12 +226,26 @@ class Chooser:
         counts[1] = of_class - len(nodes)
         rest = chain[2:]
         awaiting_owner = 0
+        memo: dict[tuple[int, int], bool] = {}
+
+        def passes(node_filter: BaseFilter, node: Node) -> bool:
+            # Only free nodes get past AvailabilityFilter to the configured
+            # filters, and each is in a profile of the index.
+            profile = index.profile_of(node.uuid) if node_filter.per_profile else None
+            if profile is None:
+                return node_filter.filter(node, request)
+            key = (id(node_filter), id(profile))
+            verdict = memo.get(key)
+            if verdict is None:
+                verdict = memo[key] = node_filter.filter(node, request)
+            return verdict
+
         for node in nodes:
             for position, node_filter in enumerate(rest, start=2):
-                if not node_filter.filter(node, request):
+                if not passes(node_filter, node):
                     counts[position] += 1
                     if isinstance(node_filter, LiveOwnerFilter) and all(
-                        later.filter(node, request) for later in chain[position + 1 :]
+                        passes(later, node) for later in chain[position + 1 :]
                     ):
                         # Only its owner is missing: an agent re-joining, or
                         # a peer about to take the node over, makes it fit.

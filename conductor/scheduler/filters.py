@@ -33,7 +33,14 @@ A filter that looks only at ``node.resource_class``, ``node.group``,
 ``per_profile = True``: it is then called once per distinct combination of
 those node attributes and flavor, not once per node, which keeps a decision
 independent of the fleet size.  Any other filter is called per node, on the
-nodes the scheduler is about to choose from.
+nodes the scheduler is about to choose from.  A per-profile filter that also
+reads ``request.scheduler_hints`` must set ``reads_hints = True``: its
+verdicts are then cached per flavor *and hints*.  (Otherwise the hints are
+left out of the cache key, so that clients sending hints nobody reads do not
+defeat the cache.)
+
+Filters written for Nova (``host_passes(host_state, spec_obj)``) need no
+rewrite: name them by import path (:mod:`conductor.scheduler.nova`).
 """
 
 from __future__ import annotations
@@ -64,10 +71,12 @@ class BaseFilter:
     :cvar name: how the configuration and "no valid node" messages name the
         filter; the class name unless a subclass sets it
     :cvar per_profile: see the module documentation
+    :cvar reads_hints: see the module documentation
     """
 
     name: ClassVar[str] = "BaseFilter"
     per_profile: ClassVar[bool] = False
+    reads_hints: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

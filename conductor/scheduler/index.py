@@ -176,6 +176,10 @@ class NodeIndex:
         """Whether the index holds *uuid* as a free node."""
         return uuid in self._free_in
 
+    def profile_of(self, uuid: str) -> Profile | None:
+        """The profile of the free node *uuid*; ``None`` if it is not a free node here."""
+        return self._free_in.get(uuid)
+
     def buckets(self, resource_class: str, group: str | None) -> list[Bucket]:
         """The buckets of *resource_class*: one group's, or all (*group* ``None``)."""
         by_group = self._buckets.get(resource_class)

@@ -13,13 +13,17 @@ to instantiate, or one that is not a :class:`BaseFilter` /
 :class:`BaseWeigher`, is a :class:`~conductor.common.exception.ConfigurationError`
 naming the option, so a conductor never starts with fewer filters than
 configured.
+
+A name with a dot is the import path of a Nova filter or weigher class
+(:mod:`conductor.scheduler.nova`), loaded and wrapped there; Nova itself is
+imported only when such a name is configured.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint
 from typing import Any, TypeVar
 
@@ -27,6 +31,7 @@ from stevedore import named
 from stevedore.extension import ExtensionManager
 
 from conductor.common.exception import ConfigurationError
+from conductor.scheduler import nova
 from conductor.scheduler.filters import ALWAYS_APPLIED, BUILTIN_FILTERS, BaseFilter
 from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
 
@@ -42,16 +47,29 @@ T = TypeVar("T", BaseFilter, BaseWeigher)
 
 
 def load_filters(
-    names: Sequence[str], *, manager: ExtensionManager[Any] | None = None
+    names: Sequence[str],
+    *,
+    per_node: Collection[str] = (),
+    manager: ExtensionManager[Any] | None = None,
 ) -> list[BaseFilter]:
     """Instances of the filters *names*, in that order.
 
+    :param per_node: import paths of Nova filters to call per node rather
+        than per profile (``[scheduler] per_node_filters``)
     :param manager: the extensions to look names up in; by default a
         stevedore manager over the ``ringfleet.scheduler.filters`` entry
         points (tests pass ``ExtensionManager.make_test_instance(...)``)
-    :raises ConfigurationError: about ``[scheduler] enabled_filters``
+    :raises ConfigurationError: about ``[scheduler] enabled_filters`` or
+        ``per_node_filters``
     """
     option = "enabled_filters"
+    stray = sorted(set(per_node) - {name for name in names if nova.is_import_path(name)})
+    if stray:
+        raise ConfigurationError(
+            _GROUP,
+            "per_node_filters",
+            f"not the import path of a Nova filter in enabled_filters: {', '.join(stray)}",
+        )
     always = {cls.name for cls in ALWAYS_APPLIED}
     for name in names:
         if name in always:
@@ -63,7 +81,13 @@ def load_filters(
                 + ", ".join(cls.name for cls in ALWAYS_APPLIED),
             )
     plugins = _load(
-        FILTER_NAMESPACE, names, manager, builtins=BUILTIN_FILTERS, base=BaseFilter, option=option
+        FILTER_NAMESPACE,
+        names,
+        manager,
+        builtins=BUILTIN_FILTERS,
+        base=BaseFilter,
+        option=option,
+        by_path=lambda path: nova.load_nova_filter(path, per_node=path in per_node),
     )
     return [_instantiate(plugin, name, BaseFilter, option) for name, plugin in plugins]
 
@@ -89,6 +113,7 @@ def load_weighers(
         builtins=BUILTIN_WEIGHERS,
         base=BaseWeigher,
         option=option,
+        by_path=nova.load_nova_weigher,
     )
     weighers = [_instantiate(plugin, name, BaseWeigher, option) for name, plugin in plugins]
     multipliers = dict(multipliers or {})
@@ -123,19 +148,23 @@ def _load(
     builtins: Mapping[str, type[T]],
     base: type[T],
     option: str,
+    by_path: Callable[[str], object],
 ) -> list[tuple[str, object]]:
     duplicates = sorted({name for name in names if list(names).count(name) > 1})
     if duplicates:
         raise ConfigurationError(_GROUP, option, f"listed twice: {', '.join(duplicates)}")
+    plugin_names = [name for name in names if not nova.is_import_path(name)]
     if manager is None:
-        manager = _entry_points(namespace, names, option)
+        manager = _entry_points(namespace, plugin_names, option)
     found: dict[str, object] = {}
     for extension in manager:
         found.setdefault(extension.name, extension.plugin)
     plugins: list[tuple[str, object]] = []
     missing: list[str] = []
     for name in names:
-        if name in found:
+        if nova.is_import_path(name):
+            plugins.append((name, by_path(name)))
+        elif name in found:
             plugins.append((name, found[name]))
         elif name in builtins:
             LOG.debug("%s %s is not installed as an entry point; using the built-in", option, name)

@@ -11,11 +11,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 from conductor.common.objects import Flavor
 from conductor.scheduler.capabilities import CapabilityExpression, parse_capability_expression
 
-__all__ = ["CAPABILITIES_SCOPE", "RequestSpec", "flavor_key", "parse_flavor_capabilities"]
+__all__ = [
+    "CAPABILITIES_SCOPE",
+    "RequestSpec",
+    "flavor_key",
+    "parse_flavor_capabilities",
+    "request_key",
+]
 
 #: the extra-spec prefix of capability requirements (Nova's scope)
 CAPABILITIES_SCOPE = "capabilities:"
@@ -34,8 +41,13 @@ class RequestSpec:
     :ivar exclude_nodes: nodes not to use (a reschedule's earlier attempts)
     :ivar capabilities: the flavor's capability requirements, parsed:
         capability key (without the ``capabilities:`` scope) -> expression
-    :ivar flavor_key: a hashable identity of everything in the flavor; the
-        scheduler caches per-profile filter results under it
+    :ivar flavor_key: a hashable identity of everything per-profile filters
+        may read of the request: the flavor, and the scheduler hints when a
+        per-profile filter reads them (see :func:`request_key`); the
+        scheduler caches their results under it
+    :ivar scheduler_hints: the build's scheduler hints: name -> a string,
+        number, boolean or ``None`` (read by Nova filters such as JsonFilter,
+        :mod:`conductor.scheduler.nova`)
     """
 
     flavor: Flavor
@@ -47,6 +59,9 @@ class RequestSpec:
         default_factory=lambda: MappingProxyType({})
     )
     flavor_key: Hashable = None
+    scheduler_hints: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @classmethod
     def build(
@@ -57,8 +72,10 @@ class RequestSpec:
         live_members: frozenset[str],
         group: str | None = None,
         exclude_nodes: frozenset[str] = frozenset(),
+        scheduler_hints: Mapping[str, Any] | None = None,
     ) -> RequestSpec:
         """A request with the flavor's capabilities parsed (uncached)."""
+        hints = MappingProxyType(dict(scheduler_hints or {}))
         return cls(
             flavor=flavor,
             instance_uuid=instance_uuid,
@@ -66,7 +83,8 @@ class RequestSpec:
             group=group,
             exclude_nodes=exclude_nodes,
             capabilities=parse_flavor_capabilities(flavor),
-            flavor_key=flavor_key(flavor),
+            flavor_key=request_key(flavor_key(flavor), hints),
+            scheduler_hints=hints,
         )
 
 
@@ -79,6 +97,17 @@ def flavor_key(flavor: Flavor) -> Hashable:
         flavor.forbidden_traits,
         tuple(sorted(flavor.extra_specs.items())),
     )
+
+
+def request_key(key_of_flavor: Hashable, scheduler_hints: Mapping[str, Any]) -> Hashable:
+    """:attr:`RequestSpec.flavor_key`: the flavor's key, with the hints if any.
+
+    Without hints it is the flavor's key itself, so requests without hints
+    share one cache entry per flavor as before hints existed.
+    """
+    if not scheduler_hints:
+        return key_of_flavor
+    return (key_of_flavor, tuple(sorted(scheduler_hints.items())))
 
 
 def parse_flavor_capabilities(flavor: Flavor) -> Mapping[str, CapabilityExpression]:

@@ -36,6 +36,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from oslo_config import cfg
@@ -52,7 +53,12 @@ from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import evolve
 from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
 from conductor.scheduler.index import NodeIndex, is_free
-from conductor.scheduler.request import RequestSpec, flavor_key, parse_flavor_capabilities
+from conductor.scheduler.request import (
+    RequestSpec,
+    flavor_key,
+    parse_flavor_capabilities,
+    request_key,
+)
 from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
 
 __all__ = ["Scheduler"]
@@ -102,6 +108,8 @@ class Scheduler:
         if weighers is None:
             weighers = [cls() for cls in BUILTIN_WEIGHERS.values()]
         self._chooser = Chooser(filters, weighers, rng)
+        # Hints split the verdict caches only when a cached verdict may depend on them.
+        self._hints_in_key = any(f.per_profile and f.reads_hints for f in filters)
         self._refresh_interval = refresh_interval
         self._overlap = datetime.timedelta(seconds=refresh_overlap)
         self._resync_interval = resync_interval
@@ -125,7 +133,7 @@ class Scheduler:
         group = conf.scheduler
         return cls(
             db,
-            filters=plugins.load_filters(group.enabled_filters),
+            filters=plugins.load_filters(group.enabled_filters, per_node=group.per_node_filters),
             weighers=plugins.load_weighers(group.weighers, group.weigher_multipliers),
             refresh_interval=group.index_refresh_interval,
             refresh_overlap=group.index_refresh_overlap,
@@ -151,6 +159,7 @@ class Scheduler:
         live_members: Collection[str],
         group: str | None = None,
         exclude_nodes: Iterable[str] = (),
+        scheduler_hints: Mapping[str, Any] | None = None,
     ) -> tuple[Node, Ownership]:
         """Choose a node for the instance and allocate it (committed) by compare-and-swap.
 
@@ -159,6 +168,8 @@ class Scheduler:
         :param live_members: the agents in the membership group right now
         :param group: the build's group hint (``None``: any group)
         :param exclude_nodes: nodes not to use (a reschedule's failed attempts)
+        :param scheduler_hints: the build's hints (validated: name -> JSON
+            primitive), for filters that read them (Nova's JsonFilter)
         :returns: the node as allocated (hosting the instance, ``deploying``,
             with the owner and epoch of the returned ownership; without
             timestamps, with read-only mappings) and the ownership to route
@@ -167,7 +178,14 @@ class Scheduler:
         :raises Conflict: about ``instance_uuid`` when the instance is no
             longer waiting for a node (deleted, or placed by another request)
         """
-        request = self._request(flavor, instance_uuid, live_members, group, exclude_nodes)
+        request = self._request(
+            flavor,
+            instance_uuid,
+            live_members,
+            group,
+            exclude_nodes,
+            scheduler_hints=scheduler_hints,
+        )
         self._ensure_fresh()
         while True:
             with self._lock:
@@ -208,6 +226,8 @@ class Scheduler:
         live_members: Collection[str],
         group: str | None,
         exclude_nodes: Iterable[str],
+        *,
+        scheduler_hints: Mapping[str, Any] | None,
     ) -> RequestSpec:
         key = flavor_key(flavor)
         capabilities = self._capabilities.get(key)
@@ -216,6 +236,7 @@ class Scheduler:
             if len(self._capabilities) >= _MAX_FLAVORS:
                 self._capabilities.clear()
             self._capabilities[key] = capabilities
+        hints: Mapping[str, Any] = MappingProxyType(dict(scheduler_hints or {}))
         return RequestSpec(
             flavor=flavor,
             instance_uuid=instance_uuid,
@@ -223,7 +244,8 @@ class Scheduler:
             group=group,
             exclude_nodes=frozenset(exclude_nodes),
             capabilities=capabilities,
-            flavor_key=key,
+            flavor_key=request_key(key, hints if self._hints_in_key else {}),
+            scheduler_hints=hints,
         )
 
     def _allocate(self, node: Node, instance_uuid: str) -> Ownership | None:

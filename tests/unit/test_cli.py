@@ -575,13 +575,36 @@ def test_instance_create_wait_active(fleet: Embedded) -> None:
         assert session.query(InstanceModel).filter(InstanceModel.uuid == row["UUID"]).count() == 1
 
 
-def test_instance_bad_input(fleet: Embedded) -> None:
+def test_instance_bad_input(fleet: Embedded, capsys: pytest.CaptureFixture[str]) -> None:
     missing = fleet.run("instance", "create", "--flavor", "no-such-flavor")
     assert missing.code == 1 and "flavor 'no-such-flavor' not found" in missing.err
     count = fleet.run("instance", "create", "--flavor", "builds", "--count", "0")
     assert count.code == 1 and "count:" in count.err
     bad_uuid = fleet.run("instance", "show", "not-a-uuid")
     assert bad_uuid.code == 1 and "instance: must be a UUID" in bad_uuid.err
+    capsys.readouterr()
+    bad_hint = fleet.run("instance", "create", "--flavor", "builds", "--hint", "rack")
+    # argparse's usage error, printed to the process's stderr
+    assert bad_hint.code == 2 and "expected NAME=VALUE, got 'rack'" in capsys.readouterr().err
+
+
+def test_instance_create_sends_scheduler_hints(fleet: Embedded) -> None:
+    result = fleet.run(
+        "instance",
+        "create",
+        "--flavor",
+        "builds",
+        "--hint",
+        "rack=r1",
+        "--hint",
+        'query=["=", "$host", "a=b"]',
+        "-f",
+        "json",
+    )
+    assert result.code == 0, result.err
+    [row] = result.json()
+    shown = fleet.api.show_instance(row["UUID"])
+    assert shown["scheduler_hints"] == {"rack": "r1", "query": '["=", "$host", "a=b"]'}
 
 
 # -- fleet, ring, agents ------------------------------------------------------------

@@ -537,6 +537,22 @@ def test_build_instances_stores_then_submits(env: Env) -> None:
         assert env.instances.show_instance(CTXT, instance=instance["uuid"]) == instance
 
 
+def test_build_instances_stores_scheduler_hints(env: Env) -> None:
+    _flavor(env)
+    hints = {"query": '[">=", "$free_ram_mb", 1024]', "rack": "r1", "n": 2}
+    ids = [str(uuidlib.uuid4())]
+    request = {"flavor": "small", "instance_uuids": ids, "scheduler_hints": hints}
+    (built,) = env.instances.build_instances(CTXT, request=request)
+    assert built["scheduler_hints"] == hints
+    assert env.instances.show_instance(CTXT, instance=ids[0])["scheduler_hints"] == hints
+    # A retry must repeat the hints: other hints are another request.
+    assert env.instances.build_instances(CTXT, request=request) == [built]
+    with pytest.raises(DuplicateInstance):
+        env.instances.build_instances(CTXT, request={**request, "scheduler_hints": {"rack": "r2"}})
+    (plain,) = env.instances.build_instances(CTXT, request={"flavor": "small"})
+    assert plain["scheduler_hints"] == {}
+
+
 def test_build_instances_is_idempotent_with_instance_uuids(env: Env) -> None:
     _flavor(env)
     _flavor(env, "large")

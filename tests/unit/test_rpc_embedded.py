@@ -236,6 +236,25 @@ def test_a_client_capped_by_upgrade_levels_sends_nothing_newer(served: Served) -
     assert not compute.can_send_version("1.1")
 
 
+def test_scheduler_hints_are_sent_at_1_6_and_refused_by_a_cap_below(served: Served) -> None:
+    """A build with hints needs 1.6: a client capped lower does not send it (an
+    older conductor would refuse the field); without hints 1.0 is enough."""
+    api = served.api
+    api.create_flavor({"name": "rpc-hinted", "resource_class": "baremetal"})
+    request = {"flavor": "rpc-hinted", "scheduler_hints": {"rack": "r1", "n": 2}}
+    [built] = api.build_instances(request)
+    assert built["scheduler_hints"] == {"rack": "r1", "n": 2}
+    capped = ConductorAPI(api.client.transport, timeout=10, version_cap="1.5")
+    with pytest.raises(messaging.RPCVersionCapError):
+        capped.build_instances(request)
+    [plain] = capped.build_instances({"flavor": "rpc-hinted"})
+    assert plain["scheduler_hints"] == {}
+    # A bad hint is InvalidInput naming it.
+    with pytest.raises(InvalidInput) as err:
+        api.build_instances({"flavor": "rpc-hinted", "scheduler_hints": {"q": [1, 2]}})
+    assert err.value.fields == ["scheduler_hints.q"]
+
+
 @pytest.mark.parametrize("name", ["target", "_db", "__init__", "_fleet"])
 def test_only_api_methods_are_reachable(served: Served, name: str) -> None:
     """An endpoint attribute (``target``) or a private name is no method: NoSuchMethod,

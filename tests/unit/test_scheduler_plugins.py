@@ -268,6 +268,7 @@ def test_options_are_documented() -> None:
     names = [opt.dest for opt in scheduler_conf.opts]
     assert names == [
         "enabled_filters",
+        "per_node_filters",
         "weighers",
         "weigher_multipliers",
         "index_refresh_interval",

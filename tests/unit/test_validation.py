@@ -824,12 +824,33 @@ BAD_BUILD_FIELDS: list[tuple[str, object, list[str]]] = [
     ("instance_uuids", [UUID_A, UUID_A], ["instance_uuids"]),  # count is 1
     ("instance_uuids", ["nope"], ["instance_uuids[0]"]),
     ("image", "cirros", ["image"]),
+    ("scheduler_hints", ["rack", "r1"], ["scheduler_hints"]),
+    ("scheduler_hints", "rack=r1", ["scheduler_hints"]),
+    ("scheduler_hints", {"query": ["=", "$x", 1]}, ["scheduler_hints.query"]),
+    (
+        "scheduler_hints",
+        {"a": {"b": 1}, "ok": 1, "c": float("nan")},
+        ["scheduler_hints.a", "scheduler_hints.c"],
+    ),
+    ("scheduler_hints", {"": 1}, ["scheduler_hints.''"]),
+    ("scheduler_hints", {3: "x"}, ["scheduler_hints.3"]),
+    ("scheduler_hints", {"q": "x" * 4097}, ["scheduler_hints.q"]),
+    ("scheduler_hints", {f"h{i}": i for i in range(65)}, ["scheduler_hints"]),
 ]
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), BAD_BUILD_FIELDS)
 def test_bad_build_field(key: str, value: object, expected: list[str]) -> None:
     assert refused(v.validate_build_request, make(BUILD, key, value)).fields == expected
+
+
+def test_build_scheduler_hints_are_json_primitives() -> None:
+    hints = {"query": '["=", "$x", 1]', "n": 3, "f": 2.5, "on": True, "none": None, "q": "x" * 4096}
+    request = v.validate_build_request({"flavor": "gold", "scheduler_hints": hints})
+    assert request.scheduler_hints == hints
+    assert v.validate_build_request({"flavor": "gold"}).scheduler_hints == {}
+    exc = refused(v.validate_build_request, {"flavor": "gold", "scheduler_hints": {"q": [1]}})
+    assert "must be a string, number, boolean or null" in str(exc)
 
 
 @pytest.mark.parametrize("spec", [None, [], "gold"])
@@ -1170,6 +1191,18 @@ def test_build_request_round_trip(
         spec["instance_uuids"] = data.draw(st.lists(uuids, min_size=count, max_size=count))
         if len({u.replace("-", "").lower() for u in spec["instance_uuids"]}) < count:
             return
+    if data.draw(st.booleans()):
+        spec["scheduler_hints"] = data.draw(
+            st.dictionaries(
+                st.text(min_size=1, max_size=10),
+                st.none()
+                | st.booleans()
+                | st.integers()
+                | st.floats(allow_nan=False, allow_infinity=False)
+                | st.text(max_size=20),
+                max_size=4,
+            )
+        )
     request = v.validate_build_request(spec)
     assert v.validate_build_request(json.loads(json.dumps(request.to_dict()))) == request
 

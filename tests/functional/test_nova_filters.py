@@ -1,0 +1,148 @@
+"""Operators' Nova filters steer real builds through a conductor (issue 14).
+
+Real etcd, RabbitMQ and PostgreSQL; one conductor process configured with
+Nova's own ComputeCapabilitiesFilter and a downstream-style filter defined in
+the tests (``tests.nova_filters.RackHintFilter``: a subclass of Nova's
+BaseHostFilter reading ``host_state.stats`` and a scheduler hint), both by
+import path; two agents running the simulated driver.  ringfleet's own
+CapabilitiesFilter is left out, so Nova's code alone matches the flavor's
+capabilities.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dbutil import migrated
+from tests.functional.fleet_harness import Fleet
+from tests.harness import wait_for
+from tests.harness.process import REPO
+
+CCF = "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
+RACK = "tests.nova_filters.RackHintFilter"
+#: node i: rack r1, r2 or r3; boot mode uefi except in rack r3
+RACKS = ("r1", "r2", "r3")
+NODES = 18
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Iterator[Fleet]:
+    migrated(pg_url).dispose()
+    f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    try:
+        f.conductor(extra=f"[scheduler]\nenabled_filters = TraitsFilter,{CCF},{RACK}\n")
+        nodes = []
+        for i in range(NODES):
+            rack = RACKS[i % 3]
+            boot = "bios" if rack == "r3" else "uefi"
+            nodes.append(
+                {
+                    "name": f"node-{i:02d}",
+                    "resource_class": "baremetal",
+                    "properties": {"capabilities": f"rack:{rack},boot_mode:{boot}"},
+                }
+            )
+        f.api.import_nodes(nodes)
+        f.api.create_flavor(
+            {
+                "name": "uefi",
+                "resource_class": "baremetal",
+                "extra_specs": {"capabilities:boot_mode": "s== uefi"},
+            }
+        )
+        f.agent("agent-1")
+        f.agent("agent-2")
+        yield f
+        assert f.fencing_violations() == []
+    finally:
+        f.close()
+
+
+def _settle(fleet: Fleet, uuids: list[str], state: str) -> list[dict[str, Any]]:
+    wait_for(
+        lambda: all(fleet.api.show_instance(u)["vm_state"] == state for u in uuids),
+        60,
+        f"{len(uuids)} instances {state}",
+    )
+    return [fleet.api.show_instance(u) for u in uuids]
+
+
+def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
+    wait_for(lambda: None not in fleet.owned_by(), 30, "every node owned")
+    racks = {n["uuid"]: n["properties"]["capabilities"] for n in fleet.api.list_nodes()}
+
+    # The hint steers: every build of rack r2 lands on an r2 node.
+    hinted = fleet.api.build_instances(
+        {"flavor": "uefi", "count": 4, "scheduler_hints": {"rack": "r2"}}
+    )
+    assert {i["scheduler_hints"]["rack"] for i in hinted} == {"r2"}
+    active = _settle(fleet, [i["uuid"] for i in hinted], "active")
+    assert all("rack:r2" in racks[i["node_uuid"]] for i in active)
+    assert len({i["node_uuid"] for i in active}) == 4
+
+    # A hint no node satisfies fails, naming what removed the 14 free
+    # nodes: Nova's ComputeCapabilitiesFilter the 6 bios ones, the
+    # downstream filter the 8 uefi ones outside rack r9.
+    (lost,) = fleet.api.build_instances({"flavor": "uefi", "scheduler_hints": {"rack": "r9"}})
+    (failed,) = _settle(fleet, [lost["uuid"]], "error")
+    assert "no valid node for flavor 'uefi'" in failed["fault"]
+    assert "AvailabilityFilter removed 4" in failed["fault"]
+    assert f"{CCF} removed 6" in failed["fault"]
+    assert f"{RACK} removed 8" in failed["fault"]
+
+    # Without a hint, Nova's ComputeCapabilitiesFilter alone keeps the bios
+    # nodes (rack r3) out: the 8 uefi nodes left take the 8 builds.
+    plain = fleet.api.build_instances({"flavor": "uefi", "count": 8})
+    settled = _settle(fleet, [i["uuid"] for i in plain], "active")
+    used = {i["node_uuid"] for i in active + settled}
+    assert len(used) == 12
+    assert not any("rack:r3" in racks[node] for node in used)
+
+    # Every uefi node is taken: one more build fails on the capability.
+    (extra,) = fleet.api.build_instances({"flavor": "uefi"})
+    (failed,) = _settle(fleet, [extra["uuid"]], "error")
+    assert f"{CCF} removed 6" in failed["fault"]
+    assert RACK not in failed["fault"]  # it removed nothing this time
+    assert "Traceback" not in fleet.procs["cond-1"].log()
+
+
+@pytest.mark.parametrize(
+    ("filters", "reason"),
+    [
+        (
+            "TraitsFilter,tests.nova_filters.NotAFilter",
+            "tests.nova_filters.NotAFilter is <class 'tests.nova_filters.NotAFilter'>, "
+            "not a subclass of nova.scheduler.filters.BaseHostFilter",
+        ),
+        ("mycompany.filters.RackFilter", "cannot import mycompany.filters"),
+    ],
+)
+def test_a_conductor_refuses_to_start_with_a_bad_nova_filter(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str, filters: str, reason: str
+) -> None:
+    migrated(pg_url).dispose()
+    f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    try:
+        config = tmp_path / "cond-bad.conf"
+        config.write_text(
+            f"[DEFAULT]\nhost = cond-bad\n{f.common}[scheduler]\nenabled_filters = {filters}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "conductor.cmd.conductor", "--config-file", str(config)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        f.close()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "ringfleet-conductor: [scheduler] enabled_filters: " in done.stderr
+    assert reason in done.stderr

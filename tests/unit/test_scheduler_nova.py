@@ -1,0 +1,476 @@
+"""Nova filters and weighers run unchanged (conductor.scheduler.nova), against real Nova code.
+
+Nova is installed by the test environment (the ``ringfleet[nova-filters]``
+extra, tools/venv.sh); these tests import its real filters.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import sys
+import uuid as uuidlib
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from conductor.common.exception import ConfigurationError, InvalidInput
+from conductor.common.objects import Flavor, Node
+from conductor.scheduler import nova
+from conductor.scheduler.capabilities import CapabilityExpression
+from conductor.scheduler.decide import Chooser
+from conductor.scheduler.filters import CapabilitiesFilter, TraitsFilter
+from conductor.scheduler.index import NodeIndex
+from conductor.scheduler.plugins import load_filters, load_weighers
+from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.scheduler import Scheduler
+from conductor.scheduler.weighers import SpreadWeigher, WeighingContext
+from tests import nova_filters
+from tests.dbutil import migrated
+from tests.unit.test_scheduler_plugins import make_conf
+
+CCF = "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
+JSON_FILTER = "nova.scheduler.filters.json_filter.JsonFilter"
+RACK = "tests.nova_filters.RackHintFilter"
+COUNTING = "tests.nova_filters.CountingFilter"
+PER_NODE = "tests.nova_filters.PerNodeCountingFilter"
+BROKEN = "tests.nova_filters.BrokenStatFilter"
+SCORE = "tests.nova_filters.ScoreWeigher"
+OWNERS = ("agent-1", "agent-2", "agent-3")
+
+
+def make_node(i: int, **fields: object) -> Node:
+    values: dict[str, object] = {
+        "uuid": str(uuidlib.UUID(int=i + 1)),
+        "name": f"node-{i}",
+        "resource_class": "gold",
+        "owner": OWNERS[i % len(OWNERS)],
+        "owner_epoch": 1,
+        "properties": {"cpus": 8, "memory_mb": 4096, "local_gb": 100},
+    }
+    values.update(fields)
+    return Node(**values)  # type: ignore[arg-type]
+
+
+def make_request(
+    flavor: Flavor | None = None, hints: dict[str, object] | None = None
+) -> RequestSpec:
+    return RequestSpec.build(
+        flavor or Flavor(name="f", resource_class="gold"),
+        "inst-0",
+        live_members=frozenset(OWNERS),
+        scheduler_hints=hints,
+    )
+
+
+def index_of(nodes: list[Node]) -> NodeIndex:
+    index = NodeIndex()
+    for node in nodes:
+        index.put(node)
+    return index
+
+
+@pytest.fixture(autouse=True)
+def _reset_counters() -> None:
+    nova_filters.CountingFilter.calls = []
+    nova_filters.PerNodeCountingFilter.calls = []
+
+
+# -- loading -----------------------------------------------------------------------------
+
+
+def test_nova_filters_load_by_import_path() -> None:
+    ccf, rack, per_node = load_filters([CCF, RACK, PER_NODE])
+    assert isinstance(ccf, nova.NovaFilter)
+    assert ccf.name == CCF
+    assert type(ccf.nova_filter).__name__ == "ComputeCapabilitiesFilter"
+    assert ccf.per_profile and rack.per_profile
+    assert not per_node.per_profile  # the class says ringfleet_per_node = True
+    (json_filter,) = load_filters([JSON_FILTER], per_node=[JSON_FILTER])
+    assert not json_filter.per_profile
+    (weigher,) = load_weighers([SCORE], {SCORE: "2.5"})
+    assert isinstance(weigher, nova.NovaWeigher)
+    assert (weigher.name, weigher.multiplier) == (SCORE, 2.5)
+
+
+def test_mixed_with_ringfleet_filters_from_conf(tmp_path: Path) -> None:
+    conf = make_conf(
+        tmp_path,
+        f"""
+        enabled_filters = TraitsFilter,{CCF},{JSON_FILTER}
+        per_node_filters = {JSON_FILTER}
+        weighers = SpreadWeigher,{SCORE}
+        weigher_multipliers = {SCORE}:3
+        """,
+    )
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    try:
+        sched = Scheduler.from_conf(db, conf)
+        assert [f.name for f in sched.filters][-3:] == ["TraitsFilter", CCF, JSON_FILTER]
+        assert [f.per_profile for f in sched.filters][-3:] == [True, True, False]
+        assert [(w.name, w.multiplier) for w in sched.weighers] == [
+            ("SpreadWeigher", 1.0),
+            (SCORE, 3.0),
+        ]
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize(
+    ("loader", "name", "option", "reason"),
+    [
+        (load_filters, "tests.nova_filters.NotAFilter", "enabled_filters", "not a subclass of"),
+        (
+            load_filters,
+            "os.path.join",
+            "enabled_filters",
+            "not a subclass of nova.scheduler.filters.BaseHostFilter",
+        ),
+        (load_filters, SCORE, "enabled_filters", "not a subclass of"),
+        (
+            load_weighers,
+            RACK,
+            "weighers",
+            "not a subclass of nova.scheduler.weights.BaseHostWeigher",
+        ),
+        (load_filters, "tests.nova_filters.Missing", "enabled_filters", "has no 'Missing'"),
+        (
+            load_filters,
+            "mycompany.filters.RackFilter",
+            "enabled_filters",
+            "cannot import mycompany.filters",
+        ),
+    ],
+)
+def test_bad_nova_class_is_a_configuration_error(
+    loader: object, name: str, option: str, reason: str
+) -> None:
+    with pytest.raises(ConfigurationError) as excinfo:
+        loader([name])  # type: ignore[operator]
+    assert excinfo.value.group == "scheduler"
+    assert excinfo.value.option == option
+    assert reason in excinfo.value.reason
+    assert name in str(excinfo.value)
+
+
+def test_per_node_filters_must_be_enabled_nova_filters() -> None:
+    with pytest.raises(ConfigurationError) as excinfo:
+        load_filters([CCF], per_node=[JSON_FILTER])
+    assert excinfo.value.option == "per_node_filters"
+    assert JSON_FILTER in excinfo.value.reason
+
+
+def test_without_nova_installed_the_error_names_the_option_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for module in list(sys.modules):
+        if module == "nova" or module.startswith("nova."):
+            monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "nova", None)  # import nova -> ModuleNotFoundError
+    with pytest.raises(ConfigurationError) as excinfo:
+        load_filters(["TraitsFilter", CCF])
+    assert excinfo.value.option == "enabled_filters"
+    assert "ringfleet[nova-filters]" in excinfo.value.reason
+    with pytest.raises(ConfigurationError) as excinfo:
+        load_weighers([SCORE])
+    assert excinfo.value.option == "weighers"
+    assert "ringfleet[nova-filters]" in excinfo.value.reason
+    # ringfleet's own filters need no Nova.
+    assert [f.name for f in load_filters(["TraitsFilter", "CapabilitiesFilter"])] == [
+        "TraitsFilter",
+        "CapabilitiesFilter",
+    ]
+
+
+# -- what Nova code sees ----------------------------------------------------------------
+
+
+def _documented(cls: type) -> set[str]:
+    return set(re.findall(r":ivar (\w+):", cls.__doc__ or ""))
+
+
+@pytest.mark.parametrize("cls", [nova.HostState, nova.NovaFlavor, nova.NovaRequestSpec])
+def test_every_attribute_is_documented(cls: type) -> None:
+    assert _documented(cls) == set(cls.__slots__)  # type: ignore[attr-defined]
+
+
+def test_node_and_profile_views() -> None:
+    node = make_node(0, capabilities={"boot_mode": "uefi"}, traits=frozenset({"HW_A"}))
+    view = nova.HostState(node, per_node=True)
+    assert (view.host, view.nodename, view.uuid, view.name) == (
+        "agent-1",
+        node.uuid,
+        node.uuid,
+        "node-0",
+    )
+    assert (view.vcpus_total, view.free_ram_mb, view.free_disk_mb) == (8, 4096, 100 * 1024)
+    assert view.stats == {"boot_mode": "uefi"}
+    assert view.traits == {"HW_A"}
+    profile = nova.HostState(node, per_node=False)
+    assert profile.stats == view.stats and profile.resource_class == "gold"
+    assert (profile.host, profile.nodename, profile.uuid, profile.free_ram_mb) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    spec = nova.NovaRequestSpec(
+        make_request(
+            Flavor(name="f", resource_class="gold", extra_specs={"capabilities:a": "b"}),
+            hints={"rack": "r1", "n": 3},
+        )
+    )
+    assert "extra_specs" in spec.flavor
+    assert spec.flavor.extra_specs == {"capabilities:a": "b"}
+    assert spec.scheduler_hints == {"rack": ["r1"], "n": [3]}
+    assert spec.get_scheduler_hint("rack") == "r1"
+    assert spec.get_scheduler_hint("missing", "dflt") == "dflt"
+    assert spec.obj_attr_is_set("flavor") and not spec.obj_attr_is_set("image")
+
+
+# -- per profile, per node ------------------------------------------------------------------
+
+
+def test_nova_filter_is_called_once_per_profile_and_request() -> None:
+    nodes = [make_node(i, capabilities={"rack": f"r{i % 2}"}) for i in range(300)]
+    index = index_of(nodes)
+    chooser = Chooser(load_filters([COUNTING, RACK]), [SpreadWeigher()], random.Random(0))
+    request = make_request()
+    for _ in range(20):
+        assert chooser.choose(index, request) is not None
+    calls = nova_filters.CountingFilter.calls
+    assert len(calls) == 2  # two profiles, one flavor and no hints
+    assert all(state.nodename is None and state.host is None for state in calls)
+    # Hints are part of the cache key: another hint is another verdict.
+    for rack in ("r0", "r1"):
+        hinted = make_request(hints={"rack": rack})
+        for _ in range(10):
+            chosen = chooser.choose(index, hinted)
+            assert chosen is not None and chosen.capabilities["rack"] == rack
+    assert len(calls) == 6
+    assert chooser.choose(index, make_request(hints={"rack": "r9"})) is None
+
+
+def test_hints_are_in_the_cache_key_only_when_a_cached_filter_reads_them(
+    tmp_path: Path,
+) -> None:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    flavor = Flavor(name="f", resource_class="gold")
+    try:
+        keys = {}
+        for config in (["TraitsFilter", "CapabilitiesFilter"], ["TraitsFilter", RACK]):
+            sched = Scheduler(db, filters=load_filters(config))
+            keys[config[-1]] = [
+                sched._request(flavor, "i", OWNERS, None, (), scheduler_hints=hints).flavor_key
+                for hints in ({"rack": "r1"}, {"rack": "r2"}, None)
+            ]
+    finally:
+        db.dispose()
+    ours = keys["CapabilitiesFilter"]
+    assert ours[0] == ours[1] == ours[2]  # no filter reads hints: one cache entry
+    theirs = keys[RACK]
+    assert len(set(theirs)) == 3
+    assert theirs[2] == ours[2]  # without hints, the flavor's key as before
+
+
+def test_per_node_nova_filter_sees_nodes_and_decides_per_node() -> None:
+    nodes = [make_node(i) for i in range(40)]
+    index = index_of(nodes)
+    chooser = Chooser(load_filters([PER_NODE]), [SpreadWeigher()], random.Random(1))
+    for _ in range(30):
+        chosen = chooser.choose(index, make_request())
+        assert chosen is not None and int(chosen.uuid[-1], 16) % 2 == 0
+    calls = nova_filters.PerNodeCountingFilter.calls
+    assert calls and all(state.nodename is not None for state in calls)
+    assert {state.host for state in calls} <= set(OWNERS)
+
+
+def test_no_valid_node_names_the_nova_filter() -> None:
+    nodes = [make_node(i, capabilities={"rack": "r1"}) for i in range(10)]
+    nodes += [make_node(10 + i, resource_class="silver") for i in range(5)]
+    index = index_of(nodes)
+    chooser = Chooser(load_filters(["TraitsFilter", RACK]), [SpreadWeigher()])
+    request = make_request(hints={"rack": "r2"})
+    assert chooser.choose(index, request) is None
+    error = chooser.explain(index, request)
+    assert dict(error.removed)[RACK] == 10
+    assert f"{RACK} removed 10" in str(error)
+    assert "ResourceClassFilter removed 5" in str(error)
+
+
+def test_explain_calls_a_per_profile_nova_filter_once_per_profile() -> None:
+    nodes = [make_node(i, capabilities={"rack": f"r{i % 3}"}) for i in range(600)]
+    nodes += [make_node(600 + i, instance_uuid=f"i-{i}") for i in range(50)]  # not free
+    index = index_of(nodes)
+    chooser = Chooser(load_filters([COUNTING, RACK]), [SpreadWeigher()])
+    request = make_request(hints={"rack": "r7"})
+    error = chooser.explain(index, request)
+    assert dict(error.removed)[RACK] == 600
+    assert dict(error.removed)["AvailabilityFilter"] == 50
+    assert len(nova_filters.CountingFilter.calls) == 3  # 3 profiles, not 600 nodes
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+def test_a_raising_filter_fails_only_its_nodes_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nodes = [make_node(i, capabilities={"broken": "yes" if i < 20 else "no"}) for i in range(30)]
+    nodes += [make_node(30 + i, capabilities={"broken": "yes", "x": str(i)}) for i in range(5)]
+    index = index_of(nodes)
+    (broken,) = filters = load_filters([BROKEN])
+    chooser = Chooser(filters, [SpreadWeigher()], random.Random(2))
+    caplog.set_level(logging.DEBUG, logger="conductor.scheduler.nova")
+    for _ in range(20):
+        chosen = chooser.choose(index, make_request())
+        assert chosen is not None and chosen.capabilities["broken"] == "no"
+    error = chooser.explain(index, make_request(Flavor(name="g", resource_class="gold")))
+    assert dict(error.removed)[BROKEN] == 25
+    assert isinstance(broken, nova.NovaFilter)
+    assert broken.failures.count >= 6  # 6 failing profiles
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert BROKEN in warnings[0].getMessage()
+    assert "ValueError: cannot parse this host's stats" in warnings[0].getMessage()
+    assert warnings[0].exc_info is not None
+
+
+def test_nova_json_filter_with_a_bad_query_fails_nodes_without_killing_scheduling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    index = index_of([make_node(i, properties={"memory_mb": 1024 * (i + 1)}) for i in range(8)])
+    chooser = Chooser(load_filters([JSON_FILTER], per_node=[JSON_FILTER]), [SpreadWeigher()])
+    good = make_request(hints={"query": '[">=", "$free_ram_mb", 6144]'})
+    for _ in range(10):
+        chosen = chooser.choose(index, good)
+        assert chosen is not None and chosen.properties["memory_mb"] >= 6144
+    bad = make_request(hints={"query": '["~", "$free_ram_mb", 1]'})  # unknown operator
+    assert chooser.choose(index, bad) is None
+    assert dict(chooser.explain(index, bad).removed)[JSON_FILTER] == 8
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "KeyError" in warnings[0].getMessage()
+    # Scheduling goes on.
+    assert chooser.choose(index, good) is not None
+
+
+def test_nova_weigher_ranks_nodes_and_a_raising_one_weighs_zero() -> None:
+    nodes = [make_node(i, capabilities={"score": str(i)}) for i in range(12)]
+    index = index_of(nodes)
+    chooser = Chooser([], load_weighers([SCORE]), random.Random(3))
+    assert chooser.choose(index, make_request()) == nodes[-1]
+    (weigher,) = load_weighers([SCORE])
+    bad = make_node(99, capabilities={"score": "high"})
+    context = WeighingContext({})
+    assert weigher.weigh(bad, make_request(), context) == 0.0
+    assert weigher.weigh(nodes[5], make_request(), context) == 5.0
+
+
+# -- differential: Nova's ComputeCapabilitiesFilter vs ringfleet's CapabilitiesFilter --------
+
+KEYS = ("boot_mode", "cpu_arch", "disk_label", "gen", "memory", "profile")
+WORDS = ("bios", "uefi", "x86_64", "arm64", "gpu", "big", "a", "ab", "abc")
+NUMBERS = ("0", "1", "2", "2.5", "10", "64", "-3", "1e3", "128")
+VALUES = st.sampled_from(WORDS + NUMBERS)
+TEXT_OPS = ("<in>", "<all-in>", "<or>")
+
+
+@st.composite
+def expressions(draw: st.DrawFn) -> CapabilityExpression:
+    """Well-formed expressions: every operator of the ComputeCapabilitiesFilter language."""
+    op = draw(
+        st.sampled_from(
+            [None, "=", "==", "!=", ">=", "<=", "s==", "s!=", "s>=", "s<=", "s>", "s<", *TEXT_OPS]
+        )
+    )
+    if op is None:
+        return CapabilityExpression(None, (draw(VALUES),))
+    if op in ("=", "==", "!=", ">=", "<="):
+        return CapabilityExpression(op, (draw(st.sampled_from(NUMBERS)),))
+    if op == "<all-in>":
+        return CapabilityExpression(op, tuple(draw(st.lists(VALUES, min_size=1, max_size=3))))
+    if op == "<or>":
+        return CapabilityExpression(op, tuple(draw(st.lists(VALUES, min_size=2, max_size=4))))
+    return CapabilityExpression(op, (draw(VALUES),))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    capabilities=st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=4),
+    requirements=st.dictionaries(st.sampled_from(KEYS), expressions(), max_size=3),
+)
+@example(
+    capabilities={"memory": "big"}, requirements={"memory": CapabilityExpression(">=", ("2",))}
+)
+@example(capabilities={}, requirements={"gen": CapabilityExpression("s!=", ("a",))})
+def test_nova_and_ringfleet_capabilities_filters_agree(
+    capabilities: dict[str, str], requirements: dict[str, CapabilityExpression]
+) -> None:
+    """Same verdict on every well-formed flavor (what ringfleet's validation accepts).
+
+    Nova raises ValueError where a numeric operator meets a non-numeric node
+    value; through the adapter that fails the node, as ringfleet's filter does.
+    """
+    flavor = Flavor(
+        name="f",
+        resource_class="gold",
+        extra_specs={f"capabilities:{key}": str(expr) for key, expr in requirements.items()},
+    )
+    request = make_request(flavor)
+    node = make_node(0, capabilities=capabilities)
+    ours = CapabilitiesFilter().filter(node, request)
+    (theirs,) = _CCF
+    assert theirs.filter(node, request) is ours
+    # Also through the per-node view (the profile view is what the scheduler uses).
+    assert nova.HostState(node, per_node=True).stats == capabilities
+
+
+_CCF = load_filters([CCF])
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "extra_specs", "ours", "novas"),
+    [
+        # Unscoped keys: Nova compares them against stats (an old
+        # compatibility rule); ringfleet's filter reads only the
+        # capabilities: scope (and flavor validation refuses other keys).
+        ({"boot_mode": "uefi"}, {"boot_mode": "bios"}, True, False),
+        # A capability named like a HostState attribute: Nova reads the
+        # attribute (here the node's resource class), ringfleet the capability.
+        ({"resource_class": "x"}, {"capabilities:resource_class": "s== gold"}, False, True),
+    ],
+)
+def test_documented_differences(
+    capabilities: dict[str, str], extra_specs: dict[str, str], ours: bool, novas: bool
+) -> None:
+    flavor = Flavor(name="f", resource_class="gold", extra_specs=extra_specs)
+    node = make_node(0, capabilities=capabilities)
+    request = make_request(flavor)
+    assert CapabilitiesFilter().filter(node, request) is ours
+    assert _CCF[0].filter(node, request) is novas
+
+
+def test_malformed_expressions_nova_accepts_are_refused_by_ringfleet() -> None:
+    """``<in> a zzz``: Nova silently reads only ``a``; ringfleet refuses the flavor."""
+    flavor = Flavor(name="f", resource_class="gold", extra_specs={"capabilities:gen": "<in> a zzz"})
+    with pytest.raises(InvalidInput) as excinfo:
+        make_request(flavor)
+    assert "extra_specs.capabilities:gen" in str(excinfo.value)
+    nova_request = RequestSpec(
+        flavor=flavor, instance_uuid="i", live_members=frozenset(OWNERS), flavor_key="k"
+    )
+    assert _CCF[0].filter(make_node(0, capabilities={"gen": "abc"}), nova_request) is True
+
+
+def test_traits_filter_still_applies_beside_nova_filters() -> None:
+    index = index_of(
+        [make_node(i, traits=frozenset({"HW_A"}) if i % 2 else frozenset()) for i in range(10)]
+    )
+    chooser = Chooser([TraitsFilter(), *_CCF], [SpreadWeigher()])
+    flavor = Flavor(name="f", resource_class="gold", required_traits=frozenset({"HW_A"}))
+    for _ in range(10):
+        chosen = chooser.choose(index, make_request(flavor))
+        assert chosen is not None and "HW_A" in chosen.traits
