@@ -226,7 +226,8 @@ class IronicInventorySync:
         power = power_state_of(found.power_state)
         spec: dict[str, Any] = {
             "uuid": found.uuid,
-            "name": found.name or found.uuid,
+            # Ironic names are optional; a ringfleet name must not be a uuid.
+            "name": found.name or f"ironic-{found.uuid}",
             "resource_class": found.resource_class or "baremetal",
             "traits": list(found.traits),
             "properties": properties,
