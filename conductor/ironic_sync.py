@@ -226,18 +226,23 @@ class IronicInventorySync:
         power = power_state_of(found.power_state)
         spec: dict[str, Any] = {
             "uuid": found.uuid,
-            "name": found.name or found.uuid,
+            # Ironic names are optional; a ringfleet name must not be a uuid.
+            "name": found.name or f"ironic-{found.uuid}",
             "resource_class": found.resource_class or "baremetal",
             "traits": list(found.traits),
             "properties": properties,
             "group": group,
             "maintenance": found.maintenance,
             "maintenance_reason": _reason(found) if found.maintenance else None,
-            "provision_state": (state if state in _IDLE else ProvisionState.ERROR).value,
         }
         if power is not None:
             spec["power_state"] = power.value
-        return validate_node_spec(spec)
+        # Set after validation: a client may create nodes only enroll,
+        # manageable or available, but the sync stores what Ironic shows.
+        return dataclasses.replace(
+            validate_node_spec(spec),
+            provision_state=state if state in _IDLE else ProvisionState.ERROR,
+        )
 
     def _create(self, specs: list[NodeSpec]) -> int:
         try:

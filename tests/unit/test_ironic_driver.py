@@ -1,0 +1,893 @@
+"""The ``ironic`` compute driver and the Ironic client, against an in-memory fake Ironic.
+
+:class:`FakeIronic` has the methods of :class:`BaremetalClient` and moves its
+nodes through Ironic's states as Ironic does, one step per read, so the
+driver's polling follows them; ``[ironic] poll_interval`` is tiny.  The
+client's error translation is tested on its own with a fake openstacksdk
+proxy raising the SDK's and keystoneauth's real exceptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import types
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import openstack.exceptions
+import pytest
+import requests
+from keystoneauth1 import exceptions as ks_exceptions
+from oslo_config import cfg
+
+from compute_agent.actions import NodeActions
+from compute_agent.drivers import ActionContext, BackendNode
+from compute_agent.drivers.ironic.driver import IronicDriver
+from conductor.common.conf import ironic as ironic_conf
+from conductor.common.exception import (
+    DriverError,
+    NodeNotBuildable,
+    NotOwner,
+    ServiceUnavailable,
+)
+from conductor.common.ironic import (
+    BaremetalClient,
+    IronicClaimConflict,
+    IronicNode,
+    power_state_of,
+    provision_state_of,
+)
+from conductor.common.objects import Node, PowerState, ProvisionState
+
+HOST = "agent-1"
+EPOCH = 4
+
+
+# -- a fake Ironic -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FakeNode:
+    uuid: str
+    provision_state: str | None = "available"
+    target_provision_state: str | None = None
+    power_state: str | None = "power off"
+    target_power_state: str | None = None
+    maintenance: bool = False
+    maintenance_reason: str | None = None
+    instance_uuid: str | None = None
+    instance_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    last_error: str | None = None
+    name: str | None = None
+    resource_class: str | None = "baremetal"
+    traits: tuple[str, ...] = ()
+    properties: dict[str, Any] = dataclasses.field(default_factory=dict)
+    conductor_group: str = ""
+    shard: str | None = None
+    #: changes applied one per read (Ironic's conductor moving the node on)
+    script: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def view(self) -> IronicNode:
+        return IronicNode(
+            uuid=self.uuid,
+            name=self.name,
+            resource_class=self.resource_class,
+            traits=self.traits,
+            properties=dict(self.properties),
+            conductor_group=self.conductor_group,
+            shard=self.shard,
+            maintenance=self.maintenance,
+            maintenance_reason=self.maintenance_reason,
+            power_state=self.power_state,
+            target_power_state=self.target_power_state,
+            provision_state=self.provision_state,
+            target_provision_state=self.target_provision_state,
+            instance_uuid=self.instance_uuid,
+            instance_info=dict(self.instance_info),
+            last_error=self.last_error,
+        )
+
+
+class FakeIronic:
+    """Ironic in memory, with :class:`BaremetalClient`'s methods.
+
+    ``set_provision_state("active")`` puts a node in ``deploying`` and, after
+    :attr:`steps` reads, ``active`` (or ``deploy failed`` when
+    :attr:`deploy_error` is set); ``"deleted"`` goes through ``deleting`` and
+    ``cleaning`` to ``available`` and drops the claim.  Every write is
+    recorded in :attr:`writes`.
+    """
+
+    endpoint = "http://ironic.test:6385"
+
+    def __init__(self, steps: int = 2) -> None:
+        self.nodes: dict[str, FakeNode] = {}
+        self.steps = steps
+        self.deploy_error: str | None = None
+        self.writes: list[tuple[Any, ...]] = []
+        self.reads = 0
+        #: the next this many reads fail as an unreachable Ironic would
+        self.unreachable_reads = 0
+        #: called before a claim is applied (another claimant's race)
+        self.before_claim: Callable[[FakeNode], None] | None = None
+        #: called after a claim is applied
+        self.after_claim: Callable[[FakeNode], None] | None = None
+        self.lock = threading.Lock()
+
+    def add(self, **fields: Any) -> FakeNode:
+        fields.setdefault("uuid", str(uuidlib.uuid4()))
+        node = FakeNode(**fields)
+        self.nodes[node.uuid] = node
+        return node
+
+    def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
+        with self.lock:
+            self.reads += 1
+            if self.unreachable_reads:
+                self.unreachable_reads -= 1
+                raise ServiceUnavailable(f"Ironic at {self.endpoint} unreachable")
+            node = self._node(node_uuid, action)
+            if node.script:
+                for key, value in node.script.pop(0).items():
+                    setattr(node, key, value)
+            return node.view()
+
+    def list_nodes(
+        self, *, shard: str | None = None, page_size: int = 1000
+    ) -> Iterator[IronicNode]:
+        with self.lock:
+            found = [n.view() for n in self.nodes.values() if shard is None or n.shard == shard]
+        yield from found
+
+    def claim(self, node_uuid: str, instance_uuid: str, info: Mapping[str, Any]) -> None:
+        node = self._node(node_uuid, "claim")
+        if self.before_claim is not None:
+            self.before_claim(node)
+        self.writes.append(("claim", node_uuid, instance_uuid, dict(info)))
+        if node.instance_uuid not in (None, instance_uuid):
+            raise IronicClaimConflict(f"node already associated with {node.instance_uuid}")
+        node.instance_uuid, node.instance_info = instance_uuid, dict(info)
+        if self.after_claim is not None:
+            self.after_claim(node)
+
+    def release(self, node_uuid: str) -> None:
+        node = self._node(node_uuid, "release claim")
+        self.writes.append(("release", node_uuid))
+        node.instance_uuid, node.instance_info = None, {}
+
+    def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
+        node = self._node(node_uuid, action)
+        self.writes.append(("provision", node_uuid, target))
+        waits: list[dict[str, Any]] = [{}] * (self.steps - 1)
+        if target == "active":
+            node.provision_state, node.target_provision_state = "deploying", "active"
+            end: dict[str, Any] = {"provision_state": "active", "target_provision_state": None}
+            if self.deploy_error is not None:
+                end = {
+                    "provision_state": "deploy failed",
+                    "target_provision_state": None,
+                    "last_error": self.deploy_error,
+                }
+            node.script = [*waits, end]
+        elif target == "deleted":
+            node.provision_state, node.target_provision_state = "deleting", "available"
+            node.script = [
+                *waits,
+                {"provision_state": "cleaning"},
+                *waits,
+                {
+                    "provision_state": "available",
+                    "target_provision_state": None,
+                    "instance_uuid": None,
+                    "instance_info": {},
+                    "last_error": None,
+                },
+            ]
+        else:
+            raise AssertionError(f"unexpected target {target}")
+
+    def set_power_state(self, node_uuid: str, target: str) -> None:
+        node = self._node(node_uuid, "set_power")
+        self.writes.append(("power", node_uuid, target))
+        final = "power off" if target == "power off" else "power on"
+        node.target_power_state = final
+        if target == "rebooting":
+            node.power_state = "power off"
+        node.script = [
+            *[{}] * (self.steps - 1),
+            {"power_state": final, "target_power_state": None},
+        ]
+
+    def _node(self, node_uuid: str, action: str) -> FakeNode:
+        try:
+            return self.nodes[node_uuid]
+        except KeyError:
+            raise DriverError(node_uuid, action, "Ironic has no such node") from None
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
+    # A config file, not set_override: overrides of a module-level OptGroup leak.
+    options = {"poll_interval": 0.01, "poll_max_interval": 0.05, **values}
+    path = directory / f"{uuidlib.uuid4()}.conf"
+    path.write_text("[ironic]\n" + "".join(f"{k} = {v}\n" for k, v in options.items()))
+    conf = cfg.ConfigOpts()
+    ironic_conf.register_opts(conf)
+    conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
+    return conf
+
+
+def make_driver(directory: Path, fake: FakeIronic, **values: object) -> IronicDriver:
+    return IronicDriver(make_conf(directory, **values), HOST, client=fake)  # type: ignore[arg-type]
+
+
+def ring_node(fake_node: FakeNode) -> Node:
+    return Node(uuid=fake_node.uuid, name=f"n-{fake_node.uuid[:8]}", resource_class="baremetal")
+
+
+def ctx_for(node: Node, instance: str | None) -> ActionContext:
+    return ActionContext(node.uuid, HOST, EPOCH, instance)
+
+
+def new_instance() -> str:
+    return str(uuidlib.uuid4())
+
+
+class Steps:
+    """A progress callback recording its steps; optionally raising at one."""
+
+    def __init__(self, raise_at: str | None = None) -> None:
+        self.steps: list[str] = []
+        self.raise_at = raise_at
+        self.on_step: Callable[[str], None] | None = None
+
+    def __call__(self, step: str) -> None:
+        self.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+        if step == self.raise_at:
+            raise NotOwner(self.node_uuid, "agent-2", EPOCH + 1)
+
+    node_uuid = "-"
+
+
+@pytest.fixture
+def fake() -> FakeIronic:
+    return FakeIronic()
+
+
+# -- deploy --------------------------------------------------------------------------------
+
+
+def test_deploy_from_available_claims_and_ends_active(tmp_path: Path, fake: FakeIronic) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    progress = Steps()
+    make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, progress)
+    assert ironic_node.provision_state == "active"
+    assert ironic_node.instance_uuid == instance
+    assert ironic_node.instance_info == {"ringfleet_host": HOST, "ringfleet_epoch": EPOCH}
+    info = {"ringfleet_host": HOST, "ringfleet_epoch": EPOCH}
+    assert fake.writes == [
+        ("claim", node.uuid, instance, info),
+        ("provision", node.uuid, "active"),
+    ]
+    assert progress.steps[:2] == ["claim", "deploy"]
+    assert "deploying" in progress.steps
+
+
+def test_deploy_needs_an_instance(tmp_path: Path, fake: FakeIronic) -> None:
+    node = ring_node(fake.add())
+    with pytest.raises(ValueError, match="instance_uuid"):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, None), node, Steps())
+    assert fake.writes == []
+
+
+def test_a_node_claimed_by_another_instance_is_refused_untouched(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    other = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=other)
+    node = ring_node(ironic_node)
+    progress = Steps()
+    with pytest.raises(NodeNotBuildable, match=other):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, new_instance()), node, progress)
+    assert fake.writes == [] and progress.steps == []
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", other)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"maintenance": True, "maintenance_reason": "bad disk"},
+        {"provision_state": "manageable"},
+        {"provision_state": "enroll"},
+        {"provision_state": "clean failed"},
+    ],
+)
+def test_an_unclaimed_undeployable_node_is_refused_untouched(
+    tmp_path: Path, fake: FakeIronic, fields: dict[str, Any]
+) -> None:
+    node = ring_node(fake.add(**fields))
+    with pytest.raises(NodeNotBuildable):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, new_instance()), node, Steps())
+    assert fake.writes == []
+
+
+def test_a_claim_lost_to_another_instance_in_a_race_is_not_buildable(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add()
+    node, other = ring_node(ironic_node), new_instance()
+
+    def race(claimed: FakeNode) -> None:
+        claimed.instance_uuid = other  # claimed between our read and our claim
+
+    fake.before_claim = race
+    with pytest.raises(NodeNotBuildable, match=other):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, new_instance()), node, Steps())
+    assert [w[0] for w in fake.writes] == ["claim"]  # refused: no provision, no release
+    assert ironic_node.instance_uuid == other and ironic_node.provision_state == "available"
+
+
+def test_a_claim_refused_while_locked_is_retried(tmp_path: Path, fake: FakeIronic) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    refusals = [2]
+
+    def locked(claimed: FakeNode) -> None:
+        if refusals[0]:
+            refusals[0] -= 1
+            raise IronicClaimConflict("node is locked by host ironic-1")
+
+    fake.before_claim = locked
+    make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, Steps())
+    assert ironic_node.provision_state == "active" and ironic_node.instance_uuid == instance
+
+
+def test_a_deploy_in_progress_for_our_instance_is_adopted(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="deploying",
+        target_provision_state="active",
+        instance_uuid=instance,
+        script=[
+            {},
+            {"provision_state": "wait call-back"},
+            {},
+            {"provision_state": "active", "target_provision_state": None},
+        ],
+    )
+    node = ring_node(ironic_node)
+    progress = Steps()
+    make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, progress)
+    assert ironic_node.provision_state == "active"
+    assert fake.writes == []  # no second claim, no second provision request
+    assert "claim" not in progress.steps and "deploy" not in progress.steps
+
+
+def test_a_failed_deploy_of_our_instance_is_a_driver_error_with_ironics_reason(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="deploy failed", instance_uuid=instance, last_error="IPA timed out"
+    )
+    node = ring_node(ironic_node)
+    with pytest.raises(DriverError, match="IPA timed out") as err:
+        make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, Steps())
+    assert err.value.action == "deploy"
+    assert fake.writes == []
+
+
+def test_a_deploy_failing_in_ironic_is_a_driver_error(tmp_path: Path, fake: FakeIronic) -> None:
+    fake.deploy_error = "Failed to prepare to deploy: no PXE reply"
+    ironic_node = fake.add()
+    node = ring_node(ironic_node)
+    with pytest.raises(DriverError, match="no PXE reply"):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, new_instance()), node, Steps())
+    assert [w[0] for w in fake.writes] == ["claim", "provision"]
+    assert ironic_node.provision_state == "deploy failed"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"maintenance": True, "maintenance_reason": "BMC unreachable"},
+        {"provision_state": "manageable"},
+    ],
+)
+def test_a_node_undeployable_after_our_claim_is_released_and_not_buildable(
+    tmp_path: Path, fake: FakeIronic, change: dict[str, Any]
+) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+
+    def operator_acts(claimed: FakeNode) -> None:
+        for key, value in change.items():
+            setattr(claimed, key, value)
+
+    fake.after_claim = operator_acts
+    progress = Steps()
+    with pytest.raises(NodeNotBuildable):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, progress)
+    assert [w[0] for w in fake.writes] == ["claim", "release"]
+    assert ironic_node.instance_uuid is None
+    assert progress.steps == ["claim", "release"]
+
+
+def test_a_deploy_whose_node_is_lost_mid_follow_stops_touching_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    fake.steps = 50
+    ironic_node = fake.add()
+    node = ring_node(ironic_node)
+    progress = Steps(raise_at="deploying")
+    progress.node_uuid = node.uuid
+    with pytest.raises(NotOwner):
+        make_driver(tmp_path, fake).deploy(ctx_for(node, new_instance()), node, progress)
+    assert [w[0] for w in fake.writes] == ["claim", "provision"]
+    assert progress.steps[-1] == "deploying"
+    assert ironic_node.provision_state == "deploying"
+
+
+def test_a_follow_rides_out_an_unreachable_ironic(tmp_path: Path, fake: FakeIronic) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    progress = Steps()
+
+    def ironic_goes_down(step: str) -> None:
+        if step == "deploy":  # just before the provision request
+            fake.unreachable_reads = 4
+
+    progress.on_step = ironic_goes_down
+    make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, progress)
+    assert fake.unreachable_reads == 0
+    assert ironic_node.provision_state == "active" and ironic_node.instance_uuid == instance
+    assert [w[0] for w in fake.writes] == ["claim", "provision"]
+
+
+def test_a_deploy_stuck_past_its_timeout_is_a_driver_error(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="wait call-back", target_provision_state="active", instance_uuid=instance
+    )
+    node = ring_node(ironic_node)
+    with pytest.raises(DriverError, match="still wait call-back when the timeout expired"):
+        make_driver(tmp_path, fake, deploy_timeout=1).deploy(ctx_for(node, instance), node, Steps())
+    assert fake.writes == []
+
+
+# -- destroy -------------------------------------------------------------------------------
+
+
+def test_destroy_tears_an_active_node_down_to_available(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="active", instance_uuid=instance, instance_info={"ringfleet_host": HOST}
+    )
+    node = ring_node(ironic_node)
+    make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert ironic_node.provision_state == "available"
+    assert ironic_node.instance_uuid is None and ironic_node.instance_info == {}
+    assert fake.writes == [("provision", node.uuid, "deleted")]
+
+
+def test_destroy_releases_a_claim_that_was_never_deployed(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(instance_uuid=instance)
+    node = ring_node(ironic_node)
+    make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert fake.writes == [("release", node.uuid)]
+    assert ironic_node.instance_uuid is None
+
+
+def test_destroy_of_a_node_held_by_another_instance_touches_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    other = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=other)
+    node = ring_node(ironic_node)
+    with pytest.raises(DriverError, match="not touched"):
+        make_driver(tmp_path, fake).destroy(ctx_for(node, new_instance()), node)
+    assert fake.writes == []
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", other)
+
+
+def test_destroy_of_a_node_whose_cleaning_failed_says_why(tmp_path: Path, fake: FakeIronic) -> None:
+    ironic_node = fake.add(provision_state="clean failed", last_error="disk erase failed")
+    node = ring_node(ironic_node)
+    with pytest.raises(DriverError, match="cleaning failed: disk erase failed"):
+        make_driver(tmp_path, fake).destroy(ctx_for(node, new_instance()), node)
+    assert fake.writes == []
+
+
+def test_destroy_of_a_failed_deploy_tears_it_down(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="deploy failed", instance_uuid=instance, last_error="boom"
+    )
+    node = ring_node(ironic_node)
+    make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert ironic_node.provision_state == "available" and ironic_node.instance_uuid is None
+    assert fake.writes == [("provision", node.uuid, "deleted")]
+
+
+# -- power and reads -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "ironic_target", "expected"),
+    [
+        ("reboot", "rebooting", PowerState.ON),
+        ("power on", "power on", PowerState.ON),
+        ("power off", "power off", PowerState.OFF),
+    ],
+)
+def test_set_power_follows_ironic_to_the_target(
+    tmp_path: Path, fake: FakeIronic, target: Any, ironic_target: str, expected: PowerState
+) -> None:
+    ironic_node = fake.add(power_state="power on")
+    node = ring_node(ironic_node)
+    driver = make_driver(tmp_path, fake)
+    assert driver.set_power(ctx_for(node, None), node, target) is expected
+    assert fake.writes == [("power", node.uuid, ironic_target)]
+    assert driver.get_power_state(ctx_for(node, None), node) is expected
+
+
+def test_an_unknown_power_state_is_a_driver_error(tmp_path: Path, fake: FakeIronic) -> None:
+    node = ring_node(fake.add(power_state=None))
+    with pytest.raises(DriverError, match="power state"):
+        make_driver(tmp_path, fake).get_power_state(ctx_for(node, None), node)
+
+
+def test_inspect_maps_ironics_states(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    driver = make_driver(tmp_path, fake)
+    cases: list[tuple[dict[str, Any], BackendNode]] = [
+        (
+            {"provision_state": "clean wait", "power_state": "power on"},
+            BackendNode(ProvisionState.CLEANING, PowerState.ON, None, None),
+        ),
+        (
+            {"provision_state": "active", "instance_uuid": instance},
+            BackendNode(ProvisionState.ACTIVE, PowerState.OFF, instance, None),
+        ),
+        (
+            {"provision_state": "deploy failed", "last_error": "x", "power_state": None},
+            BackendNode(ProvisionState.ERROR, None, None, "x"),
+        ),
+        (
+            {"provision_state": "inspect wait"},
+            BackendNode(ProvisionState.MANAGEABLE, PowerState.OFF, None, None),
+        ),
+    ]
+    for fields, expected in cases:
+        node = ring_node(fake.add(**fields))
+        assert driver.inspect(ctx_for(node, None), node) == expected
+    assert fake.writes == []
+
+
+# -- state mapping -------------------------------------------------------------------------
+
+IRONIC_STATES = {
+    "enroll": ProvisionState.ENROLL,
+    "verifying": ProvisionState.ENROLL,
+    "manageable": ProvisionState.MANAGEABLE,
+    "inspecting": ProvisionState.MANAGEABLE,
+    "inspect wait": ProvisionState.MANAGEABLE,
+    "inspect failed": ProvisionState.MANAGEABLE,
+    "adopting": ProvisionState.MANAGEABLE,
+    "adopt failed": ProvisionState.MANAGEABLE,
+    "available": ProvisionState.AVAILABLE,
+    "deploying": ProvisionState.DEPLOYING,
+    "wait call-back": ProvisionState.DEPLOYING,
+    "deploy hold": ProvisionState.DEPLOYING,
+    "active": ProvisionState.ACTIVE,
+    "rescuing": ProvisionState.ACTIVE,
+    "rescue wait": ProvisionState.ACTIVE,
+    "rescue": ProvisionState.ACTIVE,
+    "rescue failed": ProvisionState.ACTIVE,
+    "unrescuing": ProvisionState.ACTIVE,
+    "unrescue failed": ProvisionState.ACTIVE,
+    "servicing": ProvisionState.ACTIVE,
+    "service wait": ProvisionState.ACTIVE,
+    "service hold": ProvisionState.ACTIVE,
+    "service failed": ProvisionState.ACTIVE,
+    "deleting": ProvisionState.DELETING,
+    "cleaning": ProvisionState.CLEANING,
+    "clean wait": ProvisionState.CLEANING,
+    "clean hold": ProvisionState.CLEANING,
+    "deploy failed": ProvisionState.ERROR,
+    "clean failed": ProvisionState.ERROR,
+    "error": ProvisionState.ERROR,
+}
+
+
+@pytest.mark.parametrize(("ironic_state", "expected"), sorted(IRONIC_STATES.items()))
+def test_provision_state_of_every_ironic_state(ironic_state: str, expected: ProvisionState) -> None:
+    assert provision_state_of(ironic_state) is expected
+
+
+def test_provision_state_of_an_unknown_or_missing_state() -> None:
+    assert provision_state_of("some future state") is ProvisionState.ERROR
+    assert provision_state_of(None) is ProvisionState.AVAILABLE
+
+
+def test_power_state_of() -> None:
+    assert power_state_of("power on") is PowerState.ON
+    assert power_state_of("power off") is PowerState.OFF
+    assert power_state_of(None) is None
+    assert power_state_of("soft power off") is None
+
+
+# -- the client's error translation --------------------------------------------------------
+
+
+def _http(cls: type[openstack.exceptions.HttpException], status: int, details: str) -> Exception:
+    response = requests.Response()
+    response.status_code = status
+    return cls(message=f"HTTP {status}", response=response, details=details)
+
+
+class FakeProxy:
+    """openstacksdk's baremetal proxy, raising what it is told to."""
+
+    def __init__(self) -> None:
+        self.errors: list[Exception] = []
+        self.patches: list[tuple[str, list[dict[str, Any]], bool]] = []
+
+    def _next(self) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def get_node(self, node_uuid: str, *, fields: list[str]) -> Any:
+        self._next()
+        return _sdk_node(node_uuid)
+
+    def nodes(self, **query: Any) -> Iterator[Any]:
+        self._next()
+        yield _sdk_node(str(uuidlib.uuid4()))
+
+    def patch_node(
+        self, node_uuid: str, patch: list[dict[str, Any]], *, retry_on_conflict: bool
+    ) -> None:
+        self._next()
+        self.patches.append((node_uuid, patch, retry_on_conflict))
+
+
+def _sdk_node(node_uuid: str) -> Any:
+    return types.SimpleNamespace(
+        id=node_uuid,
+        name="n1",
+        resource_class="baremetal",
+        traits=["CUSTOM_GPU"],
+        properties={"cpus": 8},
+        conductor_group=None,
+        shard="s1",
+        is_maintenance=None,
+        maintenance_reason=None,
+        power_state="power on",
+        target_power_state=None,
+        provision_state="available",
+        target_provision_state=None,
+        instance_id=None,
+        instance_info=None,
+        last_error=None,
+    )
+
+
+def make_client() -> tuple[BaremetalClient, FakeProxy]:
+    proxy = FakeProxy()
+    return BaremetalClient(proxy, "http://x"), proxy
+
+
+def test_client_reads_nodes_into_the_frozen_view() -> None:
+    client, _ = make_client()
+    found = client.get_node("n-1", action="inspect")
+    assert (found.uuid, found.traits, found.conductor_group, found.maintenance) == (
+        "n-1",
+        ("CUSTOM_GPU",),
+        "",
+        False,
+    )
+    assert found.instance_info == {} and found.properties == {"cpus": 8}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.name = "other"  # type: ignore[misc]
+    assert len(list(client.list_nodes(shard="s1"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "match"),
+    [
+        (
+            openstack.exceptions.NotFoundException(message="not found"),
+            DriverError,
+            "Ironic has no such node",
+        ),
+        (
+            _http(openstack.exceptions.ConflictException, 409, "node locked"),
+            DriverError,
+            r"Ironic refused \(409\): node locked",
+        ),
+        (
+            _http(openstack.exceptions.HttpException, 400, "bad field"),
+            DriverError,
+            r"Ironic refused \(400\): bad field",
+        ),
+        (
+            _http(openstack.exceptions.HttpException, 503, "no conductor"),
+            ServiceUnavailable,
+            "Ironic answered 503: no conductor",
+        ),
+        (
+            ks_exceptions.ConnectFailure("connection refused"),
+            ServiceUnavailable,
+            "Ironic at http://x unreachable: connection refused",
+        ),
+        (
+            ks_exceptions.ConnectTimeout("timed out"),
+            ServiceUnavailable,
+            "unreachable",
+        ),
+        (
+            openstack.exceptions.SDKException("odd"),
+            ServiceUnavailable,
+            "Ironic request failed: odd",
+        ),
+    ],
+)
+def test_client_translates_sdk_errors(
+    error: Exception, expected: type[Exception], match: str
+) -> None:
+    client, proxy = make_client()
+    proxy.errors.append(error)
+    with pytest.raises(expected, match=match) as err:
+        client.get_node("n-1", action="inspect")
+    if isinstance(err.value, DriverError):
+        assert (err.value.node_uuid, err.value.action) == ("n-1", "inspect")
+    assert err.value.__cause__ is error
+
+
+def test_client_claim_conflict_is_a_claim_conflict() -> None:
+    client, proxy = make_client()
+    proxy.errors.append(_http(openstack.exceptions.ConflictException, 409, "held"))
+    with pytest.raises(IronicClaimConflict):
+        client.claim("n-1", "inst-1", {"ringfleet_epoch": 1})
+    client.claim("n-1", "inst-1", {"ringfleet_epoch": 1})
+    client.release("n-1")
+    assert [(p[0], [op["op"] for op in p[1]], p[2]) for p in proxy.patches] == [
+        ("n-1", ["add", "add"], False),
+        ("n-1", ["remove", "remove"], True),
+    ]
+
+
+def test_client_logs_one_warning_while_down_and_one_info_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, proxy = make_client()
+    proxy.errors = [
+        ks_exceptions.ConnectFailure("refused"),
+        _http(openstack.exceptions.HttpException, 503, "no conductor"),
+    ]
+    with caplog.at_level(logging.INFO, logger="conductor.common.ironic"):
+        for _ in range(2):
+            with pytest.raises(ServiceUnavailable):
+                client.get_node("n-1", action="inspect")
+        client.get_node("n-1", action="inspect")
+        client.get_node("n-1", action="inspect")
+    records = [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "conductor.common.ironic"
+    ]
+    assert records == [
+        (logging.WARNING, "Ironic unavailable: Ironic at http://x unreachable: refused"),
+        (logging.INFO, "Ironic at http://x answers again"),
+    ]
+
+
+def test_client_is_up_again_after_a_refusal() -> None:
+    client, proxy = make_client()
+    proxy.errors = [
+        ks_exceptions.ConnectFailure("refused"),
+        openstack.exceptions.NotFoundException(message="nf"),
+        ks_exceptions.ConnectFailure("refused"),
+    ]
+    with pytest.raises(ServiceUnavailable):
+        client.get_node("n-1", action="inspect")
+    with pytest.raises(DriverError):
+        client.get_node("n-1", action="inspect")  # Ironic answered: up again
+    assert client._down is False
+    with pytest.raises(ServiceUnavailable):
+        client.get_node("n-1", action="inspect")
+    assert client._down is True
+
+
+# -- the agent: a refused build is never torn down -----------------------------------------
+
+
+class StubOwnership:
+    def __init__(self) -> None:
+        self.pinned: list[str] = []
+
+    def wait_can_act(self, node_uuid: str, epoch: int, wait: float) -> None:
+        pass
+
+    def check(self, node_uuid: str, epoch: int) -> None:
+        pass
+
+    def pin(self, node_uuid: str) -> None:
+        self.pinned.append(node_uuid)
+
+
+class Results:
+    def __init__(self) -> None:
+        self.builds: list[dict[str, Any]] = []
+
+    def report(self, result: dict[str, Any]) -> None:
+        self.builds.append(result)
+
+    def report_destroy(self, result: dict[str, Any]) -> None:
+        raise AssertionError("no destroy expected")
+
+
+class CountingDriver(IronicDriver):
+    destroyed = 0
+
+    def destroy(self, ctx: ActionContext, node: Node) -> None:
+        self.destroyed += 1
+        super().destroy(ctx, node)
+
+
+def _run_deploy(
+    tmp_path: Path, fake: FakeIronic, ironic_node: FakeNode, instance: str
+) -> tuple[CountingDriver, dict[str, Any]]:
+    driver = CountingDriver(make_conf(tmp_path), HOST, client=fake)  # type: ignore[arg-type]
+    results = Results()
+    actions = NodeActions(HOST, driver, StubOwnership(), results)  # type: ignore[arg-type]
+    actions._deploy(instance, ring_node(ironic_node), EPOCH)
+    [report] = results.builds
+    return driver, report
+
+
+def test_not_buildable_after_the_claim_step_is_not_torn_down(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add()
+
+    def maintenance(claimed: FakeNode) -> None:
+        claimed.maintenance, claimed.maintenance_reason = True, "hardware swap"
+
+    fake.after_claim = maintenance
+    driver, report = _run_deploy(tmp_path, fake, ironic_node, new_instance())
+    assert (report["success"], report["node_clean"]) == (False, False)
+    assert "hardware swap" in report["fault"]
+    assert driver.destroyed == 0
+    assert [w[0] for w in fake.writes] == ["claim", "release"]
+
+
+def test_not_buildable_at_the_first_read_is_not_torn_down(tmp_path: Path, fake: FakeIronic) -> None:
+    other = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=other)
+    driver, report = _run_deploy(tmp_path, fake, ironic_node, new_instance())
+    assert report["success"] is False and driver.destroyed == 0
+    assert fake.writes == [] and ironic_node.instance_uuid == other
+
+
+def test_a_failure_after_the_first_step_is_torn_down(tmp_path: Path, fake: FakeIronic) -> None:
+    fake.deploy_error = "deploy step failed"
+    ironic_node = fake.add()
+    instance = new_instance()
+    driver, report = _run_deploy(tmp_path, fake, ironic_node, instance)
+    assert (report["success"], report["node_clean"]) == (False, True)
+    assert "deploy step failed" in report["fault"]
+    assert driver.destroyed == 1
+    assert [w[0] for w in fake.writes] == ["claim", "provision", "provision"]
+    assert ironic_node.provision_state == "available" and ironic_node.instance_uuid is None
