@@ -367,6 +367,8 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
     "move_node": ("inventory", kwargs({"node": fuzz(NODE_IDENT), "host": fuzz(HOST)})),
     "create_flavor": ("inventory", kwargs({"flavor": fuzz(FLAVOR_SPEC)})),
     "list_flavors": ("inventory", kwargs({})),
+    # No Ironic configured here: a ConfigurationError naming [ironic] auth_type.
+    "sync_ironic_nodes": ("inventory", kwargs({})),
     "show_flavor": ("inventory", kwargs({"flavor": fuzz(st.sampled_from(FLAVORS) | NAMES)})),
     "delete_flavor": ("inventory", kwargs({"flavor": fuzz(st.sampled_from(FLAVORS) | NAMES)})),
     "build_instances": ("instances", kwargs({"request": fuzz(BUILD_REQUEST)})),
