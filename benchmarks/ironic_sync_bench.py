@@ -13,8 +13,10 @@ It enrolls ``--nodes`` fake-hardware nodes in a fresh shard, then measures
 * the prior art, measured in the same run: Nova's ironic driver had *every*
   nova-compute list the whole Ironic fleet each periodic task, so a fleet of
   ``--agents`` compute services paid that many listings per interval, where
-  ringfleet pays one per conductor and each agent reads only its own nodes
-  (``--agents`` equal shares, one GET each).
+  ringfleet pays one per conductor;
+* the alternative ringfleet rejected on this measurement: every agent reading
+  each of its own nodes (``--agents`` equal shares, one GET each) per
+  interval.
 
 Goals are reported, never turned into an exit status (the machine is shared).
 """
@@ -140,12 +142,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         harness.close()
     medians = {name: statistics.median(values) for name, values in results.items()}
     # Ironic API time per interval: ringfleet's conductors each walk one
-    # ?fields= listing and each agent reads its own nodes; every Nova
-    # compute service listed the whole fleet in detail.
-    api_ringfleet = (
-        medians["listing ?fields= (one page walk)"] * args.conductors
-        + medians["agent refresh of its own nodes"] * args.agents
-    )
+    # ?fields= listing (agents read a node only when they act on it); every
+    # Nova compute service listed the whole fleet in detail.  The third
+    # figure is the alternative ringfleet measured and did not take: every
+    # agent reading each of its own nodes.
+    api_ringfleet = medians["listing ?fields= (one page walk)"] * args.conductors
+    api_per_agent_reads = medians["agent refresh of its own nodes"] * args.agents
     api_nova = medians["listing /nodes/detail"] * args.agents
     goals = Goals()
     goals.add(
@@ -160,9 +162,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ">= 1x",
         api_nova / api_ringfleet if api_ringfleet else None,
         api_nova >= api_ringfleet,
-        f"ringfleet {api_ringfleet:.2f} s ({args.conductors} listings + {args.agents} agents "
-        f"reading their own nodes) vs Nova-style {api_nova:.2f} s ({args.agents} computes "
-        "x detailed listing)",
+        f"ringfleet {api_ringfleet:.2f} s ({args.conductors} conductor listings) vs "
+        f"Nova-style {api_nova:.2f} s ({args.agents} computes x detailed listing); "
+        f"per-agent reads of owned nodes would cost {api_per_agent_reads:.2f} s",
     )
     return {
         "nodes": len(uuids),

@@ -122,7 +122,10 @@ class AgentService:
             LOG.warning("Agent %s: not connected to the group yet; it keeps trying", self.host)
         self.metrics.membership_state(self.membership.state)
         self._server.start()
-        for name, target in (("reconciler", self._reconcile_loop), ("reporter", self._report_loop)):
+        loops = [("reconciler", self._reconcile_loop)]
+        if self._driver.polls_power:
+            loops.append(("reporter", self._report_loop))
+        for name, target in loops:
             thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
             self._threads.append(thread)
             thread.start()

@@ -149,6 +149,11 @@ class ComputeDriver(abc.ABC):
 
     #: the name the driver is registered under
     name: str = ""
+    #: Whether the agent reads every owned node's power state each
+    #: ``[compute_agent] report_interval`` and reports it.  A back end with
+    #: an inventory of its own that the conductors import (Ironic) says no:
+    #: one listing per conductor is cheaper than a read per node per agent.
+    polls_power: bool = True
 
     def __init__(self, conf: cfg.ConfigOpts, host: str) -> None:
         self.conf = conf
