@@ -96,10 +96,23 @@ class BuildResults:
                 # torn down now.
                 self._queue.delete(instance_uuid)
                 return True
-        elif self.attempt_failed(
-            instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean, fence=fence
-        ):
-            return True
+        else:
+            if self.attempt_failed(
+                instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean, fence=fence
+            ):
+                return True
+            if self._is_current(host, node_uuid, epoch, instance_uuid, "build"):
+                # From the owner about the instance the node hosts, but the
+                # build is over (active, or being deleted): nothing to apply,
+                # and the agent is told so (issue 16: it was told accepted).
+                LOG.info(
+                    "Instance %s: failure report from %s for node %s ignored: "
+                    "the instance is no longer building",
+                    instance_uuid,
+                    host,
+                    node_uuid,
+                )
+            return False
         # Nothing changed: a stale report, or one about a build that has
         # moved on (a duplicate).  Read only to answer and to log: every
         # write above was fenced in its own statement.

@@ -860,6 +860,20 @@ def test_failed_build_is_rescheduled_elsewhere_then_errors(routed: Routed) -> No
     assert len(routed.router.routed) == 2  # max_attempts=2: no third try
 
 
+def test_a_failure_report_for_a_build_that_is_over_is_refused(routed: Routed) -> None:
+    """From the node's owner, about the instance the node hosts, but the
+    build ended: nothing to apply, and the agent is told so (issue 16)."""
+    routed.instances.build_instances(CTXT, request={"flavor": "small"})
+    instance, node, owner, epoch = routed.wait_routed(1)
+    success = _result(owner, instance, node, epoch, success=True)
+    assert routed.agents.report_build_result(CTXT, **success) == {"accepted": True}
+    before = (routed.show(instance), routed.env.node(node))
+    failed = _result(owner, instance, node, epoch, success=False, fault="late failure")
+    assert routed.agents.report_build_result(CTXT, **failed) == {"accepted": False}
+    assert (routed.show(instance), routed.env.node(node)) == before
+    assert before[0]["vm_state"] == "active" and before[1]["instance_uuid"] == instance
+
+
 def test_results_without_build_workers_or_with_bad_input(env: Env) -> None:
     env.live("agent-1")
     [node] = add_nodes(env.db, 1, owner="agent-1")
