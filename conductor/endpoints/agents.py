@@ -6,7 +6,6 @@ holds, and a stale one changes nothing (the reply says who owns the node).
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -206,18 +205,7 @@ class AgentsEndpoint:
                     ]
                 )
             group_list = groups
-        changed_after = None
-        if since is not None:
-            if not isinstance(since, str):
-                raise InvalidInput([FieldError.about("since", "must be an ISO 8601 time", since)])
-            try:
-                changed_after = datetime.datetime.fromisoformat(str(since))
-                if changed_after.tzinfo is not None:  # stored times are naive UTC
-                    changed_after = changed_after.astimezone(datetime.UTC).replace(tzinfo=None)
-            except ValueError:
-                raise InvalidInput(
-                    [FieldError.about("since", "must be an ISO 8601 time", since)]
-                ) from None
+        changed_after = None if since is None else payload.check_time(since, "since")
         page = payload.check_limit(limit, maximum=50_000)
         as_of = utcnow()
         query = (

@@ -9,6 +9,7 @@ the agent's endpoints use too (uuid, name, epoch, :func:`collect`) are in
 
 from __future__ import annotations
 
+import datetime
 import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "check_ident",
     "check_limit",
     "check_node_states",
+    "check_time",
     "check_uuid",
     "check_uuid_list",
 ]
@@ -50,6 +52,38 @@ def check_bool(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidInput([FieldError.about(field, "must be true or false", value)])
     return value
+
+
+#: Times outside these years are no time a record of ours can carry.
+_YEARS = (1970, 9998)
+
+
+def check_time(value: object, field: str) -> datetime.datetime:
+    """An ISO 8601 time as the naive UTC the database stores.
+
+    Fully checked: a well-formed time that cannot be converted to UTC
+    (``0001-01-01T00:00:00+14:00`` is before year 1) or lies outside
+    :data:`_YEARS` is refused like a malformed one, never left to overflow
+    in the conversion or the query.
+    """
+    problem = "must be an ISO 8601 time"
+    if not isinstance(value, str) or len(value) > 64:
+        raise InvalidInput([FieldError.about(field, problem, value)])
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(datetime.UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):
+        raise InvalidInput([FieldError.about(field, problem, value)]) from None
+    if not _YEARS[0] <= moment.year <= _YEARS[1]:
+        raise InvalidInput(
+            [
+                FieldError.about(
+                    field, f"must be a time in the years {_YEARS[0]}..{_YEARS[1]}", value
+                )
+            ]
+        )
+    return moment
 
 
 def check_limit(value: object, field: str = "limit", maximum: int = 10_000) -> int:

@@ -1003,6 +1003,11 @@ def test_list_node_uuids_groups_since_and_pages(env: Env) -> None:
         ({"groups": ["rack1", 2]}, ["groups"]),
         ({"since": "yesterday"}, ["since"]),
         ({"since": 1700000000}, ["since"]),
+        # Well-formed, but not a time UTC can hold (it overflowed, issue 16).
+        ({"since": "0001-01-01T00:00:00+14:00"}, ["since"]),
+        ({"since": "9999-12-31T23:59:59-14:00"}, ["since"]),
+        ({"since": "0900-01-01T00:00:00"}, ["since"]),
+        ({"since": "2026-01-01T00:00:00" + " " * 60}, ["since"]),
         ({"limit": 0}, ["limit"]),
         ({"limit": 50_001}, ["limit"]),
         ({"marker": 5}, ["marker"]),
