@@ -19,9 +19,11 @@ from conductor.common.exception import FieldError, InvalidInput
 __all__ = [
     "MAX_EPOCH",
     "MAX_NAME_LENGTH",
+    "MAX_NESTING",
     "NAME_PATTERN",
     "UUID_REASON",
     "check_epoch",
+    "check_text_everywhere",
     "collect",
     "looks_like_uuid",
     "name_problem",
@@ -124,3 +126,51 @@ def collect(*checks: Callable[[], Any]) -> list[Any]:
     if errors:
         raise InvalidInput(errors)
     return results
+
+
+#: Control characters no string of the API may hold: C0 except tab, line
+#: feed and carriage return (a fault text has lines), and DEL.  NUL reached
+#: PostgreSQL and came back as a server error, or was stored in properties
+#: and extra specs (issue 16).
+_CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: Deepest nesting of lists and mappings any argument may have (the deepest
+#: legitimate one, a node spec's properties in an import, has 3).
+MAX_NESTING: Final = 16
+#: How many offending strings one refusal names.
+_MAX_NAMED: Final = 20
+
+
+def check_text_everywhere(arguments: dict[str, Any]) -> None:
+    """The rule for every string of every RPC call, in one place.
+
+    No key or value anywhere in ``arguments`` (mappings and lists walked to
+    :data:`MAX_NESTING`) may hold a control character other than tab, line
+    feed and carriage return.  Applied by the RPC server to each call before
+    the method runs (:mod:`conductor.common.rpc`), so no method can forget
+    it and nothing is changed by a refused call.
+
+    :raises InvalidInput: naming each offending field by its path
+        (``node.properties.rack``, ``node_uuids[3]``), at most 20
+    """
+    errors: list[FieldError] = []
+    stack: list[tuple[str, Any, int]] = [(name, value, 0) for name, value in arguments.items()]
+    while stack and len(errors) < _MAX_NAMED:
+        path, value, depth = stack.pop()
+        if isinstance(value, str):
+            if _CONTROL_RE.search(value):
+                errors.append(FieldError.about(path, "must not contain control characters", value))
+        elif isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                errors.append(FieldError(path, f"is nested deeper than {MAX_NESTING} levels"))
+                continue
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(key, str) and _CONTROL_RE.search(key):
+                        errors.append(
+                            FieldError.about(path, "keys must not contain control characters", key)
+                        )
+                    stack.append((f"{path}.{key}", item, depth + 1))
+            else:
+                stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+    if errors:
+        raise InvalidInput(sorted(errors, key=lambda e: e.field))

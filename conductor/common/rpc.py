@@ -24,6 +24,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
+from conductor.common import checks
 from conductor.common.exception import RingfleetError
 
 __all__ = [
@@ -166,6 +167,8 @@ class _ExpectedErrors:
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
             # Timed inside expected_exceptions: it re-raises ours wrapped.
             with _request_context(ctxt), observed(observe, name):
+                # The one rule for strings (and nesting) of every call.
+                checks.check_text_everywhere(kwargs)
                 return attribute(ctxt, *args, **kwargs)
 
         return messaging.expected_exceptions(RingfleetError)(served)

@@ -140,6 +140,55 @@ def test_invalid_input_arrives_as_itself_with_its_fields(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+def test_control_characters_are_refused_in_every_string_of_every_call(served: Served) -> None:
+    """One rule, at the RPC boundary (issue 16): NUL reached PostgreSQL (a
+    server error) or was stored in properties and extra specs."""
+    api = served.api
+    nodes_before, flavors_before = api.list_nodes(), api.list_flavors()
+    [node] = nodes_before[:1] or [api.create_node(_spec("ctl-0"))]
+    nodes_before = api.list_nodes()
+    refused = [
+        (lambda: api.set_node_maintenance(node["uuid"], True, "disk\x00dead"), ["reason"]),
+        (lambda: api.set_node_maintenance("no-such\x00node", True, "x"), ["node"]),
+        (lambda: api.list_nodes(filters={"owner": "a\x00"}), ["filters.owner"]),
+        (
+            lambda: api.create_node(
+                _spec("ctl-1", properties={"ra\x00ck": "1", "pdu": "a\x1b[2J"})
+            ),
+            ["node.properties", "node.properties.pdu"],
+        ),
+        (
+            lambda: api.create_flavor(
+                {"name": "ctl", "resource_class": "baremetal", "extra_specs": {"k": "\x7f"}}
+            ),
+            ["flavor.extra_specs.k"],
+        ),
+        (
+            lambda: api.import_nodes([_spec("ctl-2", maintenance_reason="\x00")]),
+            ["nodes[0].maintenance_reason"],
+        ),
+    ]
+    for call, fields in refused:
+        with pytest.raises(InvalidInput) as err:
+            call()
+        assert err.value.fields == fields
+        assert all("control characters" in e.reason for e in err.value.errors)
+    assert api.list_nodes() == nodes_before and api.list_flavors() == flavors_before
+    # Tab, line feed and carriage return are text.
+    api.set_node_maintenance(node["uuid"], True, "line one\n\tline two\r\n")
+    assert api.show_node(node["uuid"])["maintenance_reason"].startswith("line one\n")
+    api.set_node_maintenance(node["uuid"], False, None)
+
+
+def test_arguments_nested_too_deep_are_refused(served: Served) -> None:
+    deep: Any = "x"
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(InvalidInput) as err:
+        served.api.list_nodes(filters={"group": deep})
+    assert err.value.errors[0].reason.startswith("is nested deeper than")
+
+
 def test_not_found_and_conflicts_arrive_as_themselves(served: Served) -> None:
     api = served.api
     with pytest.raises(NodeNotFound) as missing:
