@@ -173,4 +173,5 @@ def check_text_everywhere(arguments: dict[str, Any]) -> None:
             else:
                 stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
     if errors:
-        raise InvalidInput(sorted(errors, key=lambda e: e.field))
+        errors.sort(key=lambda error: error.field)
+        raise InvalidInput(errors)
