@@ -25,7 +25,7 @@ from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
 from conductor.common import checks
-from conductor.common.exception import RingfleetError
+from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 
 __all__ = [
     "COMPUTE_TOPIC",
@@ -163,15 +163,67 @@ class _ExpectedErrors:
         if name.startswith("_") or not callable(attribute):
             return attribute
         observe = self._observe
+        signature = inspect.signature(attribute)
 
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
             # Timed inside expected_exceptions: it re-raises ours wrapped.
             with _request_context(ctxt), observed(observe, name):
+                # Arguments the method does not take are the caller's
+                # mistake, not a TypeError (an ERROR with a traceback here).
+                _check_arguments(signature, kwargs)
                 # The one rule for strings (and nesting) of every call.
                 checks.check_text_everywhere(kwargs)
                 return attribute(ctxt, *args, **kwargs)
 
         return messaging.expected_exceptions(RingfleetError)(served)
+
+
+def _check_arguments(signature: inspect.Signature, kwargs: dict[str, Any]) -> None:
+    """Refuse keyword arguments the method does not take, or lacks, naming each."""
+    parameters = list(signature.parameters.values())[1:]  # after the context
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    known = {p.name for p in parameters}
+    errors = [
+        FieldError(key, "is not an argument of this method") for key in kwargs if key not in known
+    ]
+    errors += [
+        FieldError(p.name, "is required")
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind is not inspect.Parameter.VAR_POSITIONAL
+        and p.name not in kwargs
+    ]
+    if errors:
+        errors.sort(key=lambda error: error.field)
+        raise InvalidInput(errors)
+
+
+class _ClientMistakes(logging.Filter):
+    """Turns oslo.messaging's ERROR-with-traceback about a caller's mistake into one INFO line.
+
+    An unknown method or an unsupported version is refused by the dispatcher
+    before any endpoint runs, and oslo.messaging logs it as "Exception during
+    message handling" with a traceback: 2,400 ERROR lines for one barrage of
+    bad calls (issue 16).  The caller still receives the error; the operator
+    reads one line, ERROR being kept for our own faults.
+    """
+
+    _MISTAKES = (dispatcher.NoSuchMethod, dispatcher.UnsupportedVersion)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, self._MISTAKES):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "RPC call refused: %s: %s", (type(error).__name__, error)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _quiet_client_mistakes() -> None:
+    server_log = logging.getLogger("oslo_messaging.rpc.server")
+    if not any(isinstance(f, _ClientMistakes) for f in server_log.filters):
+        server_log.addFilter(_ClientMistakes())
 
 
 class _ApiMethodsOnly(dispatcher.RPCAccessPolicyBase):  # type: ignore[misc]
@@ -228,6 +280,7 @@ def get_server(
     ``observe`` is told of every call served (method, outcome, seconds).
     """
     target = messaging.Target(topic=topic, server=server)
+    _quiet_client_mistakes()
     return messaging.get_rpc_server(
         transport,
         target,

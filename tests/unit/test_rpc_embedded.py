@@ -180,6 +180,30 @@ def test_control_characters_are_refused_in_every_string_of_every_call(served: Se
     api.set_node_maintenance(node["uuid"], False, None)
 
 
+def test_client_mistakes_are_refused_with_one_info_line_not_an_error(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bad keyword arguments, an unknown method, a version the server does not
+    serve: the caller gets the error, the server logs no ERROR (issue 16)."""
+    client = served.api.client
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(InvalidInput) as err:
+        client.prepare(version="1.0").call({}, "show_node", node="x", colour="red")
+    assert err.value.fields == ["colour"]
+    with pytest.raises(InvalidInput) as err:
+        client.prepare(version="1.0").call({}, "show_node")
+    assert err.value.fields == ["node"]
+    with pytest.raises(messaging.RemoteError) as remote:
+        client.prepare(version="1.0").call({}, "no_such_method")
+    assert remote.value.exc_type == "NoSuchMethod"
+    with pytest.raises(messaging.RemoteError) as remote:
+        client.prepare(version="9.0").call({}, "show_node", node="x")
+    assert remote.value.exc_type == "UnsupportedVersion"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    refused = [r for r in caplog.records if "RPC call refused" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.INFO, logging.INFO]
+
+
 def test_arguments_nested_too_deep_are_refused(served: Served) -> None:
     deep: Any = "x"
     for _ in range(40):
