@@ -27,7 +27,7 @@ from compute_agent.reporting import ResultReporter
 from conductor.common import rpc, systemd
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
-from conductor.common.exception import first_line
+from conductor.common.exception import IdentityTaken, RingfleetError, first_line
 from conductor.common.metrics import MetricsServer
 from conductor.common.objects import Node
 from conductor.rpcapi import ConductorAPI
@@ -60,6 +60,8 @@ class AgentService:
         self._reporter: ResultReporter | None = None
         self._reconcile_failure: str | None = None  # why the last reconcile failed
         self._terminating = threading.Lock()
+        # Why run() must fail once stopped (another process took our host).
+        self._fatal: RingfleetError | None = None
         # The join generation whose in-flight work the conductors were last
         # asked to route to us again (see _resume_work).
         self._resumed_generation = -1
@@ -139,6 +141,8 @@ class AgentService:
         )
         systemd.notify("READY=1", f"STATUS=agent {self.host}")
         self._stopped.wait()
+        if self._fatal is not None:
+            raise self._fatal
 
     def wait_started(self, timeout: float) -> bool:
         return self._started.wait(timeout)
@@ -183,6 +187,42 @@ class AgentService:
             self._transport.cleanup()
         self.metrics_server.stop()
         LOG.info("Agent %s stopped", self.host)
+
+    def _stop_superseded(self, incarnation: str) -> None:
+        """Another process joined as our host: stop consuming RPC now, then fail.
+
+        Not :meth:`terminate`: the group entry and the nodes are the other
+        process's now, so this one neither leaves the group (that would
+        delete the survivor's entry) nor asks for a restart hold.
+        """
+        if not self._terminating.acquire(blocking=False):
+            return
+        LOG.error(
+            "Agent %s: another process joined the group with this host (incarnation %s); "
+            "this one stops serving and exits. Two agents must not share a [DEFAULT] host",
+            self.host,
+            incarnation,
+        )
+        self._fatal = IdentityTaken(self.host, incarnation)
+        # Off the membership's thread, which called us: stopping the
+        # membership joins that thread.
+        threading.Thread(
+            target=self._shut_down_superseded, name=f"superseded-{self.host}", daemon=True
+        ).start()
+
+    def _shut_down_superseded(self) -> None:
+        if self.actions is not None:
+            self.actions.stop_accepting()
+        if self._server is not None:
+            self._server.stop()
+            self._server.wait()
+        self._wake.set()
+        if self.membership is not None:
+            self.membership.stop(leave=False)
+        if self._transport is not None:
+            self._transport.cleanup()
+        self.metrics_server.stop()
+        self._stopped.set()
 
     def _hold_for_restart(self) -> None:
         """Before leaving: ask that none of our nodes move while we restart.
@@ -278,6 +318,10 @@ class AgentService:
 
     def _on_state(self, old: State, new: State) -> None:
         self.metrics.membership_state(new)
+        superseded = self.membership.superseded_by
+        if superseded is not None:
+            self._stop_superseded(superseded)
+            return
         if new is not State.CONNECTED and self._terminating.locked():
             # Our own leave on a stop: expected, not a fault to look into.
             LOG.info("Agent %s left the group (membership %s)", self.host, new.value)

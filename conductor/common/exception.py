@@ -26,6 +26,7 @@ __all__ = [
     "DuplicateNode",
     "FieldError",
     "FlavorNotFound",
+    "IdentityTaken",
     "InstanceNotFound",
     "InvalidInput",
     "NoValidNode",
@@ -343,6 +344,29 @@ class NoValidNode(RingfleetError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.flavor, self.candidates, self.removed, self.awaiting_owner))
+
+
+class IdentityTaken(RingfleetError):
+    """Another process joined the group with this service's identity; this one stops.
+
+    Two agents configured with one ``[DEFAULT] host``: the newer one wins and
+    the older must not keep consuming the host's RPC queue (it answered about
+    half the calls to that host, drain included).  It exits non-zero so that
+    systemd shows it failed.
+
+    :ivar host: the identity both processes use
+    :ivar incarnation: the other process's incarnation
+    """
+
+    def __init__(self, host: str, incarnation: str) -> None:
+        self.host = host
+        self.incarnation = incarnation
+        super().__init__(
+            f"another process joined the group as {host} (incarnation {incarnation}): "
+            "this one stopped serving; two services must not share a [DEFAULT] host",
+            host=host,
+            incarnation=incarnation,
+        )
 
 
 class ServiceUnavailable(RingfleetError):

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Protocol
 
-from conductor.common.exception import ConfigurationError
+from conductor.common.exception import ConfigurationError, RingfleetError
 
 __all__ = ["Service", "run_service"]
 
@@ -50,6 +50,11 @@ def run_service(service: Service, prog: str) -> int:
         if isinstance(failure[0], ConfigurationError):
             print(f"{prog}: {failure[0]}", file=sys.stderr)
             return 2
+        if isinstance(failure[0], RingfleetError):
+            # The service stopped itself for a reason it logged (another
+            # process took its identity): one line, a failed unit.
+            print(f"{prog}: {failure[0]}", file=sys.stderr)
+            return 1
         raise failure[0]
     service.terminate()
     runner.join(10)

@@ -17,7 +17,7 @@ import pytest
 from hashring.ring import Ring
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet
-from tests.harness import wait_for
+from tests.harness import ServiceProcess, wait_for
 
 NODES = 60
 
@@ -259,3 +259,27 @@ def test_a_longer_absence_than_restart_grace_moves_nodes_as_before(fleet: Fleet)
     wait_for(lambda: fleet.owned_by().get("agent-2", set()) >= away, 30, "agent-2 takes over")
     assert time.monotonic() - stopped >= 3.0  # not before the hold ended
     assert set(fleet.owned_by()) == {"agent-2"}
+
+
+def test_an_agent_whose_host_another_process_took_stops_serving_and_fails(
+    fleet: Fleet,
+) -> None:
+    """Two agents configured with one host (issue 16): the newer one wins; the
+    older stops consuming the host's RPC queue at once and exits non-zero,
+    instead of answering half the calls to that host and looping on re-joins."""
+    first = fleet.agent("agent-1")
+    wait_for(lambda: _partitioned(fleet, {"agent-1"}), 30, "agent-1 owns the nodes")
+    config = fleet.workdir / "agent-1-again.conf"
+    log = fleet.workdir / "agent-1-again.log"
+    config.write_text(f"[DEFAULT]\nhost = agent-1\nlog_file = {log}\n{fleet.common}")
+    second = ServiceProcess("compute_agent.cmd.agent", "agent-1-again", config, log).start()
+    fleet.procs["agent-1-again"] = second
+    second.wait_serving()
+    proc = first.proc
+    assert proc is not None
+    wait_for(lambda: proc.poll() is not None, 4 * TTL + 10, "the superseded agent exits")
+    assert proc.returncode not in (0, None)
+    assert "another process joined the group with this host" in first.log()
+    assert second.running()
+    # The survivor alone serves the host: builds routed to agent-1 complete.
+    _build(fleet, 3)
