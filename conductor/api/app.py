@@ -243,12 +243,14 @@ class Application:
         request = webob.Request(environ)
         request_id = f"req-{uuid.uuid4()}"
         version = microversion.MIN_VERSION
+        raw: bytes | None = b""
         previous = request_context.get_current()
         request_context.RequestContext(request_id=request_id, overwrite=True)
         try:
             try:
+                raw = self._read(request)
                 version = microversion.requested(request.headers.get(microversion.HEADER))
-                reply = self._dispatch(request, version)
+                reply = self._dispatch(request, version, raw)
             except microversion.BadVersion as exc:
                 raise ApiError(400, "ringfleet.bad_version", str(exc)) from None
             except microversion.UnsupportedVersion as exc:
@@ -292,7 +294,9 @@ class Application:
         errors = [{**base, **f} for f in exc.fields] or [base]
         return Reply(exc.status, {"errors": errors}, exc.headers)
 
-    def _dispatch(self, request: webob.Request, version: microversion.Version) -> Reply:
+    def _dispatch(
+        self, request: webob.Request, version: microversion.Version, raw: bytes | None
+    ) -> Reply:
         path = request.path_info or "/"
         public = self.public.get(path.rstrip("/"))
         if public is not None:
@@ -326,7 +330,7 @@ class Application:
             request=request,
             path={k: v for k, v in match.items() if k not in ("action", "controller")},
             query=self._query(request, route),
-            body=self._body(request, route),
+            body=self._body(request, route, raw),
             version=version,
             base_url=self.base_url(request),
             max_limit=self.max_limit,
@@ -443,27 +447,48 @@ class Application:
             values[name] = _convert(param, given[0])
         return values
 
-    def _body(self, request: webob.Request, route: Route) -> Json:
-        has_body = request.content_length not in (None, 0) or "chunked" in (
-            request.headers.get("Transfer-Encoding", "").lower()
-        )
-        if route.body is None:
-            if has_body and request.content_length not in (None, 0):
-                raise ApiError.invalid("body", "this call takes no body")
-            return None
-        if request.content_length is not None and request.content_length > self.max_body:
+    def _read(self, request: webob.Request) -> bytes | None:
+        """The whole body, read before anything else, or None when it is
+        larger than ``max_request_body_size``.
+
+        A refused request's body is read too (and an oversized one read and
+        dropped, up to 64 times the limit): WSGI servers such as gunicorn
+        neither drain an unread body nor honour an application's
+        ``Connection: close``, so a body left unread would be parsed as the
+        next request of a kept-alive connection.
+        """
+        length = request.content_length
+        chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+        if not length and not chunked:
+            return b""
+        stream = request.body_file_raw
+        if length is not None and length <= self.max_body:
+            data: bytes = stream.read(length)
+            return data
+        kept = b""
+        left = 64 * self.max_body if length is None else min(length, 64 * self.max_body)
+        while left > 0:
+            chunk = stream.read(min(left, 1 << 16))
+            if not chunk:
+                break
+            left -= len(chunk)
+            if len(kept) <= self.max_body:
+                kept += chunk
+        return None if len(kept) > self.max_body else kept
+
+    def _body(self, request: webob.Request, route: Route, raw: bytes | None) -> Json:
+        if raw is None:
             raise ApiError(
                 413, "ringfleet.too_large", f"the body is larger than {self.max_body} bytes"
             )
+        if route.body is None:
+            if raw:
+                raise ApiError.invalid("body", "this call takes no body")
+            return None
         media = (request.content_type or "").lower()
         if media and media != "application/json":
             raise ApiError(
                 415, "ringfleet.unsupported_media_type", "the body must be application/json"
-            )
-        raw = request.body_file_raw.read(self.max_body + 1) if has_body else b""
-        if len(raw) > self.max_body:
-            raise ApiError(
-                413, "ringfleet.too_large", f"the body is larger than {self.max_body} bytes"
             )
         if not raw.strip():
             raise ApiError.invalid("body", "a JSON object is required")

@@ -34,7 +34,7 @@ __all__ = [
 SERVICE_TYPE = "baremetal-fleet"
 HEADER = "OpenStack-API-Version"
 
-_VERSION = re.compile(r"^([1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$")
+_VERSION = re.compile(r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$")
 
 
 class BadVersion(ValueError):

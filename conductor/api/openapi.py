@@ -89,11 +89,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "ImportResult": _obj({"created": _INT, "checked": _INT, "uuids": _STRS}, closed=False),
     "NodeUpdate": _obj(
         {
-            "properties": {"type": "object"},
-            "traits": {"type": "object"},
+            "properties": _FLAT,
+            "remove_properties": _STRS,
+            "add_traits": _STRS,
+            "remove_traits": _STRS,
             "resource_class": _STR,
-        },
-        closed=False,
+        }
     ),
     "Maintenance": _obj({"maintenance": _BOOL, "reason": _NSTR}, required=("maintenance",)),
     "Move": _obj({"host": _STR}, required=("host",)),

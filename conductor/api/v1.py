@@ -10,7 +10,6 @@ import urllib.parse
 from typing import Any
 
 from conductor.api.app import ApiError, Call, Param, Reply, Route
-from conductor.common import exception
 
 __all__ = ["ROUTES"]
 
@@ -141,34 +140,12 @@ def delete_flavor(call: Call) -> Reply:
 
 
 def build_instances(call: Call) -> Reply:
-    """202 with the instances as stored; a retry with the same ``instance_uuids``
-    (and flavor) answers 200 with the instances as they are now."""
-    request = call.body
-    try:
-        instances = call.api.build_instances(request)
-    except exception.DuplicateInstance:
-        existing = _same_build(call, request)
-        if existing is None:
-            raise
-        return Reply(200, {"instances": existing}, _location(call, existing))
+    """202 with the instances as stored.  With ``instance_uuids`` a retry of
+    the same request is safe: the conductor then returns the stored
+    instances as they are now (and a different request reusing one of the
+    uuids is 409)."""
+    instances = call.api.build_instances(call.body)
     return Reply(202, {"instances": instances}, _location(call, instances))
-
-
-def _same_build(call: Call, request: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The instances of an earlier identical request, or None."""
-    uuids = request.get("instance_uuids")
-    if not isinstance(uuids, list) or not all(isinstance(u, str) for u in uuids):
-        return None
-    found = []
-    for instance_uuid in uuids:
-        try:
-            instance = call.api.show_instance(instance_uuid)
-        except exception.NotFound:
-            return None
-        if instance.get("flavor") != request.get("flavor"):
-            return None
-        found.append(instance)
-    return found
 
 
 def _location(call: Call, instances: list[dict[str, Any]]) -> dict[str, str]:
@@ -316,7 +293,7 @@ ROUTES: tuple[Route, ...] = (
         "moveNode",
         "Move a node to another live agent (operator call).",
         body="Move",
-        response="NodeOwner",
+        response="Node",
         body_keys=frozenset({"host"}),
         required_keys=frozenset({"host"}),
         errors=(E400, E404, E409, E503),
@@ -393,9 +370,9 @@ ROUTES: tuple[Route, ...] = (
         errors=(E400, E404, E409, E503),
         tag="instances",
         description="Give instance_uuids to make retries safe: a retry of the "
-        "same request (same uuids, same flavor) answers 200 with the instances "
-        "as they are now, instead of building again. Location is set when "
-        "one instance is built.",
+        "same request (same uuids, flavor, group, name, hints) answers 202 with the "
+        "stored instances as they are now and builds nothing; another request "
+        "reusing one of the uuids is 409. Location is set when one instance is built.",
     ),
     Route(
         "GET",
