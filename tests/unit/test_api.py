@@ -7,6 +7,8 @@ records the calls; ``tests/functional/test_api.py`` runs the real thing.
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -458,3 +460,45 @@ def test_every_route_is_in_the_http_reference() -> None:
     reference = (REPO / "docs/http-api.rst").read_text()
     for route in v1.ROUTES:
         assert f"{route.method} {route.path}" in reference, route.path
+
+
+def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
+    """keystonemiddleware in front of everything but the public documents: a
+    request without a token is refused without asking Keystone."""
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    api_conf.register_opts(conf)
+    conf([], project="ringfleet-test", default_config_files=[])
+    conf.set_override("auth_strategy", "keystone", "api")
+    fake = FakeConductors()
+    wsgi.build_application(conf, fake)  # type: ignore[arg-type]  # registers [keystone_authtoken]
+    conf.set_override("www_authenticate_uri", "http://keystone.invalid/", "keystone_authtoken")
+    application = wsgi.build_application(conf, fake)  # type: ignore[arg-type]
+    assert application.authenticated is not application.serve
+    refused = call(application, "GET", "/v1/nodes")
+    assert refused.status_code == 401
+    assert errors(refused)[0]["code"] == "ringfleet.unauthorized"
+    assert call(application, "GET", "/").status_code == 200
+    assert call(application, "GET", "/v1/openapi.json").status_code == 200
+    assert fake.calls == []
+
+
+def test_a_policy_file_overrides_the_defaults(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text('"ringfleet:node:list": "role:admin"\n')
+    conf = cfg.ConfigOpts()
+    conf([], project="ringfleet-test", default_config_files=[])
+    policy.Enforcer(conf)  # registers [oslo_policy]
+    conf.set_override("policy_file", str(policy_file), "oslo_policy")
+    enforcer = policy.Enforcer(conf)
+    reader = {"roles": ["reader"], "project_id": None, "user_id": "u"}
+    assert not enforcer.allowed("ringfleet:node:list", reader)
+    assert enforcer.allowed("ringfleet:node:get", reader)
+    assert enforcer.allowed("ringfleet:node:list", {**reader, "roles": ["admin"]})
+    # An edited file applies once the cache expires.
+    policy_file.write_text('"ringfleet:node:list": "role:reader"\n')
+    enforcer._expires = 0.0
+    os.utime(policy_file, (time.time() + 5, time.time() + 5))
+    assert enforcer.allowed("ringfleet:node:list", reader)
+    with pytest.raises(KeyError):
+        enforcer.allowed("ringfleet:no:such", reader)
