@@ -44,6 +44,7 @@ class ApiServer:
         workers: int = 1,
         threads: int = 8,
         auth: str = "token",
+        debug: bool = True,
         extra: str = "",
     ) -> None:
         self.workdir = workdir
@@ -55,7 +56,8 @@ class ApiServer:
         tokens.write_text("".join(f"{t} {r}\n" for t, r in TOKENS.items()))
         self.config = workdir / f"{name}.conf"
         self.config.write_text(
-            f"[DEFAULT]\nhost = {name}\nlog_file = {self.log_file}\ndebug = true\n"
+            f"[DEFAULT]\nhost = {name}\nlog_file = {self.log_file}\n"
+            f"debug = {'true' if debug else 'false'}\n"
             f"transport_url = {transport_url}\n"
             f"[api]\nauth_strategy = {auth}\ntoken_file = {tokens}\n"
             "max_request_body_size = 1048576\nrpc_timeout = 20\n"
