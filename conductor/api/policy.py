@@ -5,7 +5,7 @@ Three roles, as Keystone's default roles: ``reader`` (looks), ``member``
 moves, drains, flavors).  ``admin`` implies ``member`` implies ``reader``.
 Operators override any rule in a policy file (oslo.policy's ``[oslo_policy]
 policy_file``); ``oslopolicy-sample-generator --namespace ringfleet.api``
-writes the defaults (entry point ``oslo.policies``).
+writes the defaults (entry point ``oslo.policy.policies``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
 
 
 def list_rules() -> list[policy.DocumentedRuleDefault]:
-    """Every rule with its default (entry point ``oslo.policies``, ``ringfleet.api``)."""
+    """Every rule with its default (entry point ``oslo.policy.policies``, ``ringfleet.api``)."""
     return [
         policy.DocumentedRuleDefault(
             name=name,

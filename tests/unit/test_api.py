@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ import pytest
 import webob
 from oslo_config import cfg
 from oslo_context import context as request_context
+from oslo_policy import generator
 
 from conductor.api import app as api_app
 from conductor.api import conf as api_conf
@@ -502,3 +507,40 @@ def test_a_policy_file_overrides_the_defaults(tmp_path: Path) -> None:
     assert enforcer.allowed("ringfleet:node:list", reader)
     with pytest.raises(KeyError):
         enforcer.allowed("ringfleet:no:such", reader)
+
+
+def test_the_policy_defaults_are_found_by_oslopolicy_tools() -> None:
+    """``oslopolicy-sample-generator --namespace ringfleet.api`` lists them."""
+    found = generator.get_policies_dict(["ringfleet.api"])["ringfleet.api"]
+    assert {rule.name for rule in found} == set(policy.RULE_NAMES)
+
+
+def test_the_development_server_serves_the_api(tmp_path: Path) -> None:
+    """``ringfleet-api`` (the console script's main) on 127.0.0.1, stopped by its PID."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "api.log"
+    config = tmp_path / "api.conf"
+    config.write_text(
+        f"[DEFAULT]\nlog_file = {log}\ntransport_url = rabbit://u:p@127.0.0.1:1/\n"
+        f"[api]\nauth_strategy = noauth\nhost_ip = 127.0.0.1\nport = {port}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conductor.cmd.api", "--config-file", str(config)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "serving http://127.0.0.1" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+            body = json.loads(response.read())
+            assert response.headers["x-openstack-request-id"].startswith("req-")
+        assert body["versions"][0]["links"][0]["href"] == f"http://127.0.0.1:{port}/v1/"
+    finally:
+        proc.terminate()
+        proc.wait(10)
