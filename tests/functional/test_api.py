@@ -10,6 +10,9 @@ and flavor the first one enrolls.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -388,3 +391,62 @@ def test_junk_barrage_changes_nothing_and_never_answers_500(
                 )
     assert _snapshot(admin, url) == before
     assert 500 not in statuses and statuses.get(400, 0) > 100, statuses
+
+
+RINGFLEET = Path(sys.executable).with_name("ringfleet")
+
+
+def test_the_cli_goes_through_the_api_with_os_endpoint(fleet: Fleet, server: ApiServer) -> None:
+    """``ringfleet --os-endpoint``: the same commands and the same error lines
+    over HTTP, the config file not read (no transport_url given at all)."""
+
+    def ringfleet(token: str, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(RINGFLEET), "--os-endpoint", server.url, "--os-token", token, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "OS_ENDPOINT": "", "OS_TOKEN": ""},
+        )
+
+    listed = ringfleet("reader-token", "node", "list", "-f", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == NODES + 1
+    missing = ringfleet("reader-token", "node", "show", "no-such-node")
+    assert missing.returncode == 1
+    assert missing.stderr == "ringfleet node show: error: node 'no-such-node' not found\n"
+    refused = ringfleet("reader-token", "flavor", "create", "big", "--resource-class", "bm")
+    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+    bad = ringfleet("admin-token", "flavor", "create", "bad name", "--resource-class", "bm")
+    assert bad.returncode == 1, bad.stderr
+    assert bad.stderr.startswith("ringfleet flavor create: error: ") and "name" in bad.stderr
+    built = ringfleet(
+        "member-token",
+        "instance",
+        "create",
+        "--flavor",
+        "small",
+        "--count",
+        "2",
+        "--wait",
+        "--wait-timeout",
+        "120",
+        "-f",
+        "json",
+    )
+    assert built.returncode == 0, built.stderr
+    instances = json.loads(built.stdout)
+    assert {i["State"] for i in instances} == {"active"}, instances
+    deleted = ringfleet("member-token", "instance", "delete", *[i["UUID"] for i in instances])
+    assert deleted.returncode == 0, deleted.stderr
+    status = ringfleet("reader-token", "fleet", "status", "-f", "json")
+    assert {row["Host"] for row in json.loads(status.stdout)} == {"agent-1", "agent-2"}
+    wrong = subprocess.run(
+        [str(RINGFLEET), "--os-endpoint", server.url, "--os-token", "nope", "node", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert wrong.returncode == 1 and "401" in wrong.stderr, wrong.stderr
