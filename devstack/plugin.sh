@@ -101,7 +101,12 @@ function install_ringfleet {
     if ! "${PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
         die $LINENO "ringfleet needs Python 3.11 or newer; set PYTHON3_VERSION in local.conf"
     fi
-    setup_develop "$RINGFLEET_DIR"
+    if is_service_enabled ringfleet-api; then
+        # gunicorn to serve it, keystonemiddleware for Keystone tokens.
+        setup_develop "$RINGFLEET_DIR" api-server,keystone
+    else
+        setup_develop "$RINGFLEET_DIR"
+    fi
 }
 
 # configure_ringfleet - write ringfleet.conf and one agent-N.conf per agent.
@@ -144,12 +149,37 @@ function configure_ringfleet {
         iniset "$RINGFLEET_CONF" simulated_driver action_log "$RINGFLEET_STATE_DIR/actions.jsonl"
     fi
 
+    if is_service_enabled ringfleet-api; then
+        _ringfleet_configure_api
+    fi
+
     # Each agent: the shared file plus its own, which names it in the fleet
     # (unique and stable: its pinned nodes are found again by this name).
     local i
     for ((i = 1; i <= RINGFLEET_AGENTS; i++)); do
         iniset "$(_ringfleet_agent_conf "$i")" DEFAULT host "$RINGFLEET_AGENT_HOST_PREFIX-$i"
     done
+}
+
+# The [api] group: Keystone tokens when keystone runs here, else noauth on
+# 127.0.0.1 only (a devstack without Keystone is a private test host).
+function _ringfleet_configure_api {
+    if is_service_enabled keystone; then
+        iniset "$RINGFLEET_CONF" api auth_strategy keystone
+        create_service_user ringfleet
+        configure_keystone_authtoken_middleware "$RINGFLEET_CONF" ringfleet
+    else
+        iniset "$RINGFLEET_CONF" api auth_strategy noauth
+    fi
+}
+
+# The address ringfleet-api listens on (see _ringfleet_configure_api).
+function _ringfleet_api_bind {
+    if is_service_enabled keystone; then
+        echo "$(_ringfleet_url_host "$RINGFLEET_API_HOST"):$RINGFLEET_API_PORT"
+    else
+        echo "127.0.0.1:$RINGFLEET_API_PORT"
+    fi
 }
 
 # init_ringfleet - create the database and bring the schema to the newest
@@ -172,6 +202,9 @@ function start_ringfleet {
     fi
     run_process ringfleet-conductor \
         "$RINGFLEET_BIN_DIR/ringfleet-conductor --config-file $RINGFLEET_CONF"
+    # The HTTP API under gunicorn (docs/http-api.rst), as etc/systemd's unit.
+    run_process ringfleet-api \
+        "env RINGFLEET_API_CONFIG=$RINGFLEET_CONF $RINGFLEET_BIN_DIR/gunicorn --workers $RINGFLEET_API_WORKERS --threads 8 --worker-class gthread --no-control-socket --bind $(_ringfleet_api_bind) conductor.api.wsgi:init_application()"
     local i
     for ((i = 1; i <= RINGFLEET_AGENTS; i++)); do
         run_process "ringfleet-agent-$i" \
@@ -189,6 +222,7 @@ function stop_ringfleet {
         enable_service "ringfleet-agent-$i"
         stop_process "ringfleet-agent-$i"
     done
+    stop_process ringfleet-api
     stop_process ringfleet-conductor
     stop_process ringfleet-etcd-gateway
 }

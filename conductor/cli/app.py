@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -18,6 +19,7 @@ from cliff.app import App
 from cliff.commandmanager import CommandManager
 
 from conductor.cli.client import build_client
+from conductor.cli.http_client import HttpConductorAPI
 
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
 
@@ -65,6 +67,19 @@ class RingfleetApp(App):
             metavar="SECONDS",
             help="how long to wait for the conductor to answer (60)",
         )
+        parser.add_argument(
+            "--os-endpoint",
+            default=os.environ.get("OS_ENDPOINT"),
+            metavar="URL",
+            help="go through the HTTP API (ringfleet-api) at URL instead of RPC "
+            "(env OS_ENDPOINT); the config file is then not read",
+        )
+        parser.add_argument(
+            "--os-token",
+            default=os.environ.get("OS_TOKEN"),
+            metavar="TOKEN",
+            help="X-Auth-Token for --os-endpoint (env OS_TOKEN)",
+        )
         return parser
 
     def configure_logging(self) -> None:
@@ -95,15 +110,23 @@ class RingfleetApp(App):
     def conductor_client(self) -> Any:
         """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""
         if self._client is None:
-            self._transport, self._client = build_client(
-                self.options.config_file, self.options.rpc_timeout
-            )
+            if self.options.os_endpoint:
+                self._client = HttpConductorAPI(
+                    self.options.os_endpoint, self.options.os_token, self.options.rpc_timeout
+                )
+            else:
+                self._transport, self._client = build_client(
+                    self.options.config_file, self.options.rpc_timeout
+                )
         return self._client
 
     def clean_up(self, cmd: Any, result: int, err: BaseException | None) -> None:
         if self._transport is not None:
             self._transport.cleanup()
             self._transport = self._client = None
+        elif isinstance(self._client, HttpConductorAPI):
+            self._client.close()
+            self._client = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -96,13 +96,24 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
     by ``observe`` when given: what both RPC API clients do for each call.
 
     The request id appears in every log line the callee writes for the call
-    (see :class:`_ExpectedErrors`).
+    (see :class:`_ExpectedErrors`).  It is the thread's current request id
+    when there is one (an HTTP request of ``ringfleet-api``, or a call a
+    conductor serves), so one id follows a request across the services.
     """
-    ctxt = {"request_id": f"req-{uuid.uuid4()}"}
+    ctxt = {"request_id": _current_request_id() or f"req-{uuid.uuid4()}"}
     if observe is None:
         return client.call(ctxt, method, **kwargs)
     with observed(observe, method):
         return client.call(ctxt, method, **kwargs)
+
+
+def _current_request_id() -> str | None:
+    """The thread's current oslo.context request id, if well-formed."""
+    current = request_context.get_current()
+    request_id = getattr(current, "request_id", None)
+    if isinstance(request_id, str) and request_id.startswith("req-") and len(request_id) < 100:
+        return request_id
+    return None
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -8,6 +8,9 @@ The layers, bottom up::
                             conductor.common and hashring; of the other
                             service only its RPC client (conductor.rpcapi,
                             compute_agent.rpcapi)
+    conductor.api           conductor.common, hashring, conductor.rpcapi and
+                            itself: the HTTP API is a client of the
+                            conductors, like the CLI (never their database)
     compute_agent.demo      anything: ``ringfleet demo`` runs both services in
                             one process; nothing else imports it
 
@@ -32,6 +35,9 @@ PACKAGES = ("hashring", "conductor", "compute_agent")
 #: above both services, though it lives in the agent's package (the
 #: project's top-level layout stays hashring/, conductor/, compute_agent/).
 DEMO = "compute_agent.demo"
+
+#: The HTTP API service: a client of the conductors (see the module docstring).
+API = "conductor.api"
 
 #: The modules one service may import of the other.
 RPC_CLIENTS = ("conductor.rpcapi", "compute_agent.rpcapi")
@@ -99,6 +105,10 @@ def forbidden(importer: str, target: str) -> str | None:
         return f"{what} imports only conductor.common and hashring"
     if _within(target, DEMO):
         return "only the demo imports both services, nothing imports the demo"
+    if _within(importer, API) and not (
+        shared or target == "conductor.rpcapi" or _within(target, API)
+    ):
+        return "conductor.api imports only conductor.common, conductor.rpcapi and itself"
     if shared or target in RPC_CLIENTS:
         return None
     own = "conductor" if _within(importer, "conductor") else "compute_agent"
@@ -123,7 +133,13 @@ def test_module_respects_the_layers(module: str) -> None:
 
 def test_the_layers_are_all_there() -> None:
     """The walk sees every package (a moved package would pass vacuously)."""
-    for name in ("conductor.common", "conductor.common.rpc", "conductor.rpcapi", "compute_agent"):
+    for name in (
+        "conductor.common",
+        "conductor.common.rpc",
+        "conductor.rpcapi",
+        "compute_agent",
+        "conductor.api.app",
+    ):
         assert name in MODULES, name
 
 
@@ -144,6 +160,9 @@ def test_the_layers_are_all_there() -> None:
         ("conductor.rpcapi", "from conductor.db import engine"),
         ("compute_agent.rpcapi", "from compute_agent import service"),
         ("hashring.ring", "from conductor.common import rpc"),
+        ("conductor.api.v1", "from conductor.db import engine"),
+        ("conductor.api.app", "from conductor import validation"),
+        ("conductor.api.wsgi", "from compute_agent.rpcapi import ComputeAPI"),
     ],
 )
 def test_a_forbidden_import_is_found(module: str, source: str) -> None:
@@ -161,6 +180,9 @@ def test_a_forbidden_import_is_found(module: str, source: str) -> None:
         ("conductor.common.conf.ring", "from hashring.ring import MAX_WEIGHT"),
         ("conductor.common.conf", "from . import coordination"),
         ("compute_agent.demo.fleet", "from conductor.service import ConductorService"),
+        ("conductor.api.v1", "from conductor.rpcapi import ConductorAPI"),
+        ("conductor.api.wsgi", "from conductor.common.prepare import prepare_service"),
+        ("conductor.api.wsgi", "from conductor.api import v1"),
     ],
 )
 def test_an_allowed_import_passes(module: str, source: str) -> None:

@@ -29,6 +29,8 @@ from oslo_messaging import opts as messaging_opts
 from compute_agent import conf as agent_conf
 from compute_agent.conf import agent as agent_opts
 from conductor import conf as conductor_conf
+from conductor.api import conf as api_options
+from conductor.api import wsgi
 from conductor.builds import BuildWorkers
 from conductor.cmd import dbsync
 from conductor.common import conf as common_conf
@@ -317,7 +319,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze is not installed")
     # verify insists that ExecStart's binary exists: point it at one that does.
     for unit in UNITS.glob("*.service"):
-        text = re.sub(r"/usr/bin/ringfleet-[a-z-]+", "/bin/true", unit.read_text())
+        text = re.sub(r"/usr/bin/(ringfleet-[a-z-]+|gunicorn)", "/bin/true", unit.read_text())
         (tmp_path / unit.name).write_text(text)
     done = subprocess.run(
         [tool, "verify", "--man=no", *sorted(str(p) for p in tmp_path.glob("*.service"))],
@@ -683,3 +685,51 @@ def test_devstack_etcd_gateway_defaults_and_refusals(tmp_path: Path) -> None:
         done = Devstack(root).run("stack post-config", check=False, **env)
         assert done.returncode != 0, env
         assert says in done.stderr
+
+
+API = "ringfleet-api.service"
+
+
+def test_api_unit_runs_the_application_factory_under_gunicorn() -> None:
+    unit = parse_unit(UNITS / API)
+    argv = shlex.split(value(unit, "Service", "ExecStart"))
+    assert argv[0] == "/usr/bin/gunicorn"
+    assert argv[-1] == "conductor.api.wsgi:init_application()"
+    assert "--preload" not in argv  # each worker opens its own RPC transport
+    assert value(unit, "Service", "Environment") == f"RINGFLEET_API_CONFIG={SHARED_CONF}"
+    assert value(unit, "Service", "User") == "ringfleet"
+    assert value(unit, "Service", "NoNewPrivileges") == "yes"
+    # The factory the unit names exists and reads that variable.
+    assert wsgi.CONFIG_ENV == "RINGFLEET_API_CONFIG" and callable(wsgi.init_application)
+
+
+def test_devstack_runs_the_api_when_enabled(tmp_path: Path) -> None:
+    devstack = Devstack(tmp_path)
+    devstack.run(*STACK, ENABLED_SERVICES="mysql,rabbit,etcd3,ringfleet-api")
+    calls = devstack.calls()
+    assert calls[0] == [
+        "setup_develop",
+        str(tmp_path / "dest" / "ringfleet"),
+        "api-server,keystone",
+    ]
+    conf = devstack.ini("ringfleet.conf")
+    assert conf["api"]["auth_strategy"] == "noauth"  # no keystone here
+    started = {c[1]: c[2] for c in calls if c[0] == "run_process"}
+    argv = shlex.split(started["ringfleet-api"])
+    conf_path = str(devstack.conf_dir / "ringfleet.conf")
+    assert argv[:2] == ["env", f"RINGFLEET_API_CONFIG={conf_path}"]
+    assert argv[2] == str(devstack.bin / "gunicorn")
+    assert argv[argv.index("--bind") + 1] == "127.0.0.1:6486"
+    assert argv[-1] == "conductor.api.wsgi:init_application()"
+    # Every option written is one the API registers.
+    api_conf = cfg.ConfigOpts()
+    rpc.register_opts(api_conf)
+    api_options.register_opts(api_conf)
+    oslo_log.register_options(api_conf)
+    common_conf.register_opts(api_conf)
+    for section in conf.sections():
+        for option in conf[section]:
+            if section in ("api", "DEFAULT"):
+                assert _registered(api_conf, section, option), (section, option)
+    devstack.run("unstack", ENABLED_SERVICES="mysql,rabbit,etcd3,ringfleet-api")
+    assert ["stop_process", "ringfleet-api"] in devstack.calls()

@@ -1,0 +1,102 @@
+"""Options of the ``[api]`` group, read by ``ringfleet-api`` only."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from conductor.common.conf.groups import register_group_opts
+
+__all__ = ["AUTH_STRATEGIES", "group", "list_opts", "opts", "register_opts"]
+
+#: ``[api] auth_strategy`` values.
+AUTH_STRATEGIES = ("keystone", "token", "noauth")
+
+group = cfg.OptGroup("api", title="HTTP API options (ringfleet-api)")
+
+opts = [
+    cfg.HostAddressOpt(
+        "host_ip",
+        default="127.0.0.1",
+        help=(
+            "Address the development server (the ringfleet-api command) "
+            "listens on. In production the WSGI server (gunicorn, uwsgi) "
+            "binds instead and this option is not read."
+        ),
+    ),
+    cfg.PortOpt(
+        "port",
+        default=6486,
+        help="Port of the development server (ringfleet-api).",
+    ),
+    cfg.StrOpt(
+        "auth_strategy",
+        default="keystone",
+        choices=[
+            (
+                "keystone",
+                "Keystone tokens, checked by keystonemiddleware "
+                "([keystone_authtoken]; needs the ringfleet[keystone] extra).",
+            ),
+            ("token", "Static tokens from [api] token_file: standalone use."),
+            (
+                "noauth",
+                "No authentication: every request is an admin. "
+                "Only for tests and a private development host.",
+            ),
+        ],
+        help="How requests are authenticated.",
+    ),
+    cfg.StrOpt(
+        "token_file",
+        help=(
+            "With auth_strategy = token: a file of 'TOKEN ROLES [PROJECT]' "
+            "lines (ROLES comma-separated, e.g. 'admin,member,reader'; '#' "
+            "starts a comment). A request's X-Auth-Token must be one of the "
+            "tokens. Read once at start."
+        ),
+    ),
+    cfg.IntOpt(
+        "max_request_body_size",
+        default=16 * 1024 * 1024,
+        min=1024,
+        help=(
+            "Largest request body accepted, in bytes (413 beyond). The "
+            "default fits an import of about 50,000 small nodes."
+        ),
+    ),
+    cfg.IntOpt(
+        "max_limit",
+        default=1000,
+        min=1,
+        max=10000,
+        help="Largest page a list call returns (its limit parameter is capped to it).",
+    ),
+    cfg.FloatOpt(
+        "rpc_timeout",
+        default=30.0,
+        min=1.0,
+        help=(
+            "Seconds to wait for a conductor's reply before answering 503. "
+            "Imports of many nodes need longer; drain_agent waits for the "
+            "conductor's own rpc_response_timeout."
+        ),
+    ),
+    cfg.StrOpt(
+        "public_endpoint",
+        help=(
+            "Base URL clients reach the API at (e.g. "
+            "'https://fleet.example.com/'), used in links and Location "
+            "headers. Default: the request's own host URL (set it behind a "
+            "TLS-terminating load balancer)."
+        ),
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    register_group_opts(conf, group, opts)
+
+
+def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
+    """For oslo-config-generator (namespace ``ringfleet.api``)."""
+    return [(group, list(opts))]

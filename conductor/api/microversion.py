@@ -1,0 +1,102 @@
+"""API microversions, in the OpenStack manner.
+
+A client asks for a version with ``OpenStack-API-Version: baremetal-fleet
+1.0`` (the header may list several services, comma-separated; others are
+ignored) or ``latest``; without the header it gets :data:`MIN_VERSION`.
+Every answer carries the version served in the same header, and
+``Vary: OpenStack-API-Version``.  A malformed value is 400, a version
+outside :data:`MIN_VERSION`..:data:`MAX_VERSION` is 406.
+
+History (a new microversion adds a line, bumps :data:`MAX_VERSION`, and
+the routes or fields it adds name it as their ``min_version``):
+
+* 1.0 - Initial version: nodes, flavors, instances, fleet, agents' drain.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+
+__all__ = [
+    "HEADER",
+    "MAX_VERSION",
+    "MIN_VERSION",
+    "SERVICE_TYPE",
+    "BadVersion",
+    "UnsupportedVersion",
+    "Version",
+    "requested",
+]
+
+#: The service type named in the header.
+SERVICE_TYPE = "baremetal-fleet"
+HEADER = "OpenStack-API-Version"
+
+_VERSION = re.compile(r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$")
+
+
+class BadVersion(ValueError):
+    """The header's value for our service is not a version (400)."""
+
+
+class UnsupportedVersion(ValueError):
+    """A well-formed version this service does not serve (406)."""
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Version:
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        match = _VERSION.match(text)
+        if match is None:
+            raise BadVersion(f"invalid version {text[:40]!r}: expected MAJOR.MINOR, e.g. 1.0")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return (self.major, self.minor) < (other.major, other.minor)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+MIN_VERSION = Version(1, 0)
+MAX_VERSION = Version(1, 0)
+
+
+def requested(header: str | None) -> Version:
+    """The version a request asks for, from its ``OpenStack-API-Version`` header.
+
+    :raises BadVersion: malformed (for our service type).
+    :raises UnsupportedVersion: outside the range served.
+    """
+    if header is None:
+        return MIN_VERSION
+    ours: str | None = None
+    for item in header.split(","):
+        parts = item.strip().split(None, 1)
+        if not parts or parts[0].lower() != SERVICE_TYPE:
+            continue
+        if len(parts) != 2:
+            raise BadVersion(f"{HEADER}: {SERVICE_TYPE} without a version")
+        if ours is not None:
+            raise BadVersion(f"{HEADER}: {SERVICE_TYPE} given twice")
+        ours = parts[1].strip()
+    if ours is None:
+        return MIN_VERSION
+    if ours.lower() == "latest":
+        return MAX_VERSION
+    version = Version.parse(ours)
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        raise UnsupportedVersion(
+            f"version {version} is not supported: this service serves "
+            f"{MIN_VERSION} to {MAX_VERSION}"
+        )
+    return version

@@ -1,0 +1,324 @@
+"""The OpenAPI 3 document, generated from the route table and the schemas below.
+
+``docs/openapi.json`` is this document as checked in (regenerate it with
+``python -m conductor.api.openapi > docs/openapi.json``; a unit test fails
+when it is stale); the API serves it at ``/v1/openapi.json``.  The payload
+rules the conductor enforces field by field are described in
+``docs/rpc-api.rst`` and only sketched here (types, required fields): the
+conductor's ``InvalidInput`` answer (400) names any field it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from conductor.api import microversion
+from conductor.api.app import Route
+
+__all__ = ["SCHEMAS", "document"]
+
+_STR = {"type": "string"}
+_NSTR = {"type": ["string", "null"]}
+_BOOL = {"type": "boolean"}
+_INT = {"type": "integer"}
+_STRS = {"type": "array", "items": _STR}
+_TIME = {"type": "string", "format": "date-time"}
+_FLAT = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+
+
+def _obj(
+    props: dict[str, Any], required: Iterable[str] = (), closed: bool = True
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = sorted(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Object": {"type": "object", "description": "See docs/rpc-api.rst for the fields."},
+    "Node": _obj(
+        {
+            "uuid": {**_STR, "format": "uuid"},
+            "name": _STR,
+            "resource_class": _STR,
+            "traits": _STRS,
+            "properties": _FLAT,
+            "capabilities": {"type": "object"},
+            "group": _STR,
+            "provision_state": _STR,
+            "power_state": _NSTR,
+            "maintenance": _BOOL,
+            "maintenance_reason": _NSTR,
+            "owner": _NSTR,
+            "owner_epoch": _INT,
+            "instance_uuid": _NSTR,
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        },
+        closed=False,
+    ),
+    "NodeSpec": _obj(
+        {
+            "name": _STR,
+            "uuid": {**_STR, "format": "uuid"},
+            "resource_class": _STR,
+            "traits": _STRS,
+            "properties": _FLAT,
+            "group": _STR,
+            "maintenance": _BOOL,
+            "maintenance_reason": _NSTR,
+            "provision_state": {"enum": ["enroll", "manageable", "available"]},
+            "power_state": {"enum": ["power on", "power off"]},
+        },
+        required=("name", "resource_class"),
+    ),
+    "NodeImport": _obj(
+        {"nodes": {"type": "array", "items": _ref("NodeSpec")}, "dry_run": _BOOL},
+        required=("nodes",),
+    ),
+    "ImportResult": _obj({"created": _INT, "checked": _INT, "uuids": _STRS}, closed=False),
+    "NodeUpdate": _obj(
+        {
+            "properties": _FLAT,
+            "remove_properties": _STRS,
+            "add_traits": _STRS,
+            "remove_traits": _STRS,
+            "resource_class": _STR,
+        }
+    ),
+    "Maintenance": _obj({"maintenance": _BOOL, "reason": _NSTR}, required=("maintenance",)),
+    "Move": _obj({"host": _STR}, required=("host",)),
+    "NodeOwner": _obj(
+        {"node_uuid": _STR, "owner": _NSTR, "epoch": _INT, "pinned": _BOOL, "ring_owner": _NSTR},
+        closed=False,
+    ),
+    "NodeList": _obj(
+        {"nodes": {"type": "array", "items": _ref("Node")}, "next": {**_STR, "format": "uri"}},
+        required=("nodes",),
+    ),
+    "Flavor": _obj(
+        {
+            "name": _STR,
+            "resource_class": _STR,
+            "required_traits": _STRS,
+            "forbidden_traits": _STRS,
+            "extra_specs": {"type": "object"},
+            "created_at": _TIME,
+        },
+        closed=False,
+    ),
+    "FlavorSpec": _obj(
+        {
+            "name": _STR,
+            "resource_class": _STR,
+            "required_traits": _STRS,
+            "forbidden_traits": _STRS,
+            "extra_specs": {"type": "object", "additionalProperties": _STR},
+        },
+        required=("name", "resource_class"),
+    ),
+    "FlavorList": _obj(
+        {"flavors": {"type": "array", "items": _ref("Flavor")}}, required=("flavors",)
+    ),
+    "Instance": _obj(
+        {
+            "uuid": {**_STR, "format": "uuid"},
+            "name": _STR,
+            "flavor": _STR,
+            "vm_state": {"enum": ["building", "active", "deleting", "deleted", "error"]},
+            "task_state": _NSTR,
+            "node_uuid": _NSTR,
+            "host": _NSTR,
+            "group_hint": _NSTR,
+            "fault": _NSTR,
+            "attempts": _INT,
+            "tried_nodes": _STRS,
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "scheduler_hints": {"type": "object"},
+        },
+        closed=False,
+    ),
+    "BuildRequest": _obj(
+        {
+            "flavor": _STR,
+            "count": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "name": _STR,
+            "group": _NSTR,
+            "instance_uuids": {"type": "array", "items": {**_STR, "format": "uuid"}},
+            "scheduler_hints": {"type": "object"},
+        },
+        required=("flavor",),
+    ),
+    "InstanceList": _obj(
+        {
+            "instances": {"type": "array", "items": _ref("Instance")},
+            "next": {**_STR, "format": "uri"},
+        },
+        required=("instances",),
+    ),
+    "Errors": _obj(
+        {
+            "errors": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "status": _INT,
+                        "code": _STR,
+                        "title": _STR,
+                        "detail": _STR,
+                        "request_id": _STR,
+                        "field": _NSTR,
+                        "reason": _STR,
+                        "value": _NSTR,
+                        "index": {"type": ["integer", "null"]},
+                    },
+                    required=("status", "code", "title", "detail", "request_id"),
+                    closed=False,
+                ),
+            }
+        },
+        required=("errors",),
+    ),
+    "Versions": {"type": "object"},
+}
+
+_REASONS = {
+    200: "OK",
+    201: "Created",
+    202: "Accepted",
+    204: "No Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    406: "Not Acceptable",
+    409: "Conflict",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    503: "Service Unavailable",
+}
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    parameters: list[dict[str, Any]] = [
+        {"name": name.strip("{}"), "in": "path", "required": True, "schema": _STR}
+        for name in route.path.split("/")
+        if name.startswith("{")
+    ]
+    for param in route.query:
+        schema: dict[str, Any] = {"type": param.kind}
+        if param.minimum is not None:
+            schema["minimum"] = param.minimum
+        parameters.append(
+            {
+                "name": param.name,
+                "in": "query",
+                "required": False,
+                "description": param.description,
+                "schema": schema,
+            }
+        )
+    parameters.append({"$ref": "#/components/parameters/ApiVersion"})
+    op: dict[str, Any] = {
+        "operationId": route.operation_id,
+        "summary": route.summary,
+        "tags": [route.tag],
+        "parameters": parameters,
+        "x-policy-rule": route.rule,
+        "x-min-version": str(route.min_version),
+    }
+    if route.description:
+        op["description"] = route.description
+    if route.body is not None:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(route.body)}},
+        }
+    ok: dict[str, Any] = {"description": _REASONS[route.status]}
+    if route.response is not None:
+        ok["content"] = {"application/json": {"schema": _ref(route.response)}}
+    if route.status == 201 or route.operation_id == "buildInstances":
+        ok["headers"] = {"Location": {"schema": {**_STR, "format": "uri"}}}
+    responses: dict[str, Any] = {str(route.status): ok}
+    if route.operation_id == "buildInstances":
+        responses["200"] = {
+            "description": "A retry of an identical request: the instances as they are now.",
+            "content": ok["content"],
+        }
+    codes = {*route.errors, 401, 403, 406}
+    if route.body is not None:
+        codes |= {400, 413, 415}
+    for code in sorted(codes):
+        responses[str(code)] = {"$ref": f"#/components/responses/E{code}"}
+    op["responses"] = responses
+    return op
+
+
+def document(routes: Iterable[Route]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes``."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    error = {"application/json": {"schema": _ref("Errors")}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ringfleet bare-metal fleet API",
+            "version": str(microversion.MAX_VERSION),
+            "description": "Schedule bare metal through ringfleet over HTTP. Microversions: "
+            f"send '{microversion.HEADER}: {microversion.SERVICE_TYPE} X.Y' "
+            f"({microversion.MIN_VERSION} to {microversion.MAX_VERSION}). Every answer carries "
+            "x-openstack-request-id. See docs/http-api.rst.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"token": []}],
+        "tags": [{"name": t} for t in ("nodes", "flavors", "instances", "fleet")],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "token": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}
+            },
+            "parameters": {
+                "ApiVersion": {
+                    "name": microversion.HEADER,
+                    "in": "header",
+                    "required": False,
+                    "schema": {
+                        **_STR,
+                        "example": f"{microversion.SERVICE_TYPE} {microversion.MAX_VERSION}",
+                    },
+                }
+            },
+            "responses": {
+                f"E{code}": {"description": reason, "content": error}
+                for code, reason in _REASONS.items()
+                if code >= 400
+            },
+        },
+    }
+
+
+def render(routes: Iterable[Route]) -> str:
+    return json.dumps(document(routes), indent=2, sort_keys=True) + "\n"
+
+
+def main() -> None:
+    from conductor.api.v1 import ROUTES  # noqa: PLC0415 -- v1 imports app; keep this module light
+
+    sys.stdout.write(render(ROUTES))
+
+
+if __name__ == "__main__":
+    main()

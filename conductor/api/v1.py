@@ -1,0 +1,445 @@
+"""The routes of API v1 and their handlers: each calls the conductors over RPC.
+
+:data:`ROUTES` is the one table the application dispatches on, checks
+policy with and generates the OpenAPI document from.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+from conductor.api.app import ApiError, Call, Param, Reply, Route
+
+__all__ = ["ROUTES"]
+
+LIMIT = Param("limit", "integer", "At most this many items (capped to [api] max_limit).", 1)
+MARKER = Param("marker", "string", "The uuid of the last item of the previous page.")
+NODE_FILTERS = (
+    Param("resource_class", "string", "Only nodes of this resource class."),
+    Param("group", "string", "Only nodes of this group ('' is the default group)."),
+    Param("owner", "string", "Only nodes owned by this agent."),
+    Param("provision_state", "string", "Only nodes in this provision state."),
+    Param("maintenance", "boolean", "Only nodes in (true) or out of (false) maintenance."),
+    Param("pinned", "boolean", "Only nodes that host an instance (true) or not (false)."),
+)
+INSTANCE_FILTERS = (
+    Param(
+        "vm_state",
+        "string",
+        "building, active, deleting, deleted or error "
+        "(without it, deleted instances are left out).",
+    ),
+    Param("host", "string", "Only instances on this agent."),
+)
+
+
+def _quote(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _page(call: Call, key: str, items: list[dict[str, Any]], limit: int) -> Reply:
+    """A list reply with a ``next`` link when the page is full."""
+    body: dict[str, Any] = {key: items}
+    if len(items) >= limit and items:
+        query = {k: _text(v) for k, v in call.query.items() if k != "marker"}
+        query["limit"] = str(limit)
+        query["marker"] = items[-1]["uuid"]
+        body["next"] = f"{call.base_url}{call.request.path_info}?{urllib.parse.urlencode(query)}"
+    return Reply(200, body)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _limit(call: Call) -> int:
+    return min(int(call.query.get("limit", call.max_limit)), call.max_limit)
+
+
+# -- nodes ---------------------------------------------------------------------
+
+
+def list_nodes(call: Call) -> Reply:
+    filters = {p.name: call.query[p.name] for p in NODE_FILTERS if p.name in call.query}
+    limit = _limit(call)
+    items = call.api.list_nodes(
+        filters=filters or None, limit=limit, marker=call.query.get("marker")
+    )
+    return _page(call, "nodes", items, limit)
+
+
+def show_node(call: Call) -> Reply:
+    return Reply(200, call.api.show_node(call.path["node"]))
+
+
+def create_node(call: Call) -> Reply:
+    node = call.api.create_node(call.body)
+    location = f"{call.base_url}/v1/nodes/{node['uuid']}"
+    return Reply(201, node, {"Location": location})
+
+
+def import_nodes(call: Call) -> Reply:
+    dry_run = call.body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ApiError.invalid("dry_run", "must be true or false", dry_run)
+    result = call.api.import_nodes(call.body["nodes"], dry_run=dry_run)
+    return Reply(200 if dry_run else 201, result)
+
+
+def set_node(call: Call) -> Reply:
+    return Reply(200, call.api.set_node(call.path["node"], call.body))
+
+
+def set_maintenance(call: Call) -> Reply:
+    maintenance = call.body["maintenance"]
+    if not isinstance(maintenance, bool):
+        raise ApiError.invalid("maintenance", "must be true or false", maintenance)
+    reason = call.body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ApiError.invalid("reason", "must be a string or null", reason)
+    return Reply(200, call.api.set_node_maintenance(call.path["node"], maintenance, reason))
+
+
+def node_owner(call: Call) -> Reply:
+    return Reply(200, call.api.node_owner(call.path["node"]))
+
+
+def move_node(call: Call) -> Reply:
+    host = call.body["host"]
+    if not isinstance(host, str):
+        raise ApiError.invalid("host", "must be a string", host)
+    return Reply(200, call.api.move_node(call.path["node"], host))
+
+
+# -- flavors -------------------------------------------------------------------
+
+
+def list_flavors(call: Call) -> Reply:
+    return Reply(200, {"flavors": call.api.list_flavors()})
+
+
+def show_flavor(call: Call) -> Reply:
+    return Reply(200, call.api.show_flavor(call.path["flavor"]))
+
+
+def create_flavor(call: Call) -> Reply:
+    flavor = call.api.create_flavor(call.body)
+    location = f"{call.base_url}/v1/flavors/{_quote(flavor['name'])}"
+    return Reply(201, flavor, {"Location": location})
+
+
+def delete_flavor(call: Call) -> Reply:
+    call.api.delete_flavor(call.path["flavor"])
+    return Reply(204)
+
+
+# -- instances -----------------------------------------------------------------
+
+
+def build_instances(call: Call) -> Reply:
+    """202 with the instances as stored.  With ``instance_uuids`` a retry of
+    the same request is safe: the conductor then returns the stored
+    instances as they are now (and a different request reusing one of the
+    uuids is 409)."""
+    instances = call.api.build_instances(call.body)
+    return Reply(202, {"instances": instances}, _location(call, instances))
+
+
+def _location(call: Call, instances: list[dict[str, Any]]) -> dict[str, str]:
+    if len(instances) != 1:
+        return {}
+    return {"Location": f"{call.base_url}/v1/instances/{instances[0]['uuid']}"}
+
+
+def list_instances(call: Call) -> Reply:
+    limit = _limit(call)
+    items = call.api.list_instances(
+        vm_state=call.query.get("vm_state"),
+        host=call.query.get("host"),
+        limit=limit,
+        marker=call.query.get("marker"),
+    )
+    return _page(call, "instances", items, limit)
+
+
+def show_instance(call: Call) -> Reply:
+    return Reply(200, call.api.show_instance(call.path["instance"]))
+
+
+def delete_instance(call: Call) -> Reply:
+    return Reply(202, call.api.delete_instance(call.path["instance"]))
+
+
+# -- fleet ---------------------------------------------------------------------
+
+
+def fleet_status(call: Call) -> Reply:
+    return Reply(200, call.api.fleet_status_details())
+
+
+def fleet_check(call: Call) -> Reply:
+    return Reply(200, call.api.fleet_check())
+
+
+def ring_status(call: Call) -> Reply:
+    return Reply(200, call.api.ring_status())
+
+
+def drain_agent(call: Call) -> Reply:
+    return Reply(202, call.api.drain_agent(call.path["host"]))
+
+
+E400, E404, E409, E503 = 400, 404, 409, 503
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "GET",
+        "/v1/nodes",
+        list_nodes,
+        "ringfleet:node:list",
+        "listNodes",
+        "List nodes, in uuid order, a page at a time.",
+        query=(*NODE_FILTERS, LIMIT, MARKER),
+        response="NodeList",
+        errors=(E400, E503),
+        tag="nodes",
+    ),
+    Route(
+        "POST",
+        "/v1/nodes",
+        create_node,
+        "ringfleet:node:create",
+        "createNode",
+        "Enroll one node.",
+        status=201,
+        body="NodeSpec",
+        response="Node",
+        errors=(E400, E409, E503),
+        tag="nodes",
+        description="Give the node a uuid to make retries safe: a retry then "
+        "gets 409 on uuid, which means the first attempt was stored.",
+    ),
+    Route(
+        "POST",
+        "/v1/nodes/import",
+        import_nodes,
+        "ringfleet:node:create",
+        "importNodes",
+        "Enroll many nodes in one transaction (all or nothing), or check them (dry_run).",
+        status=201,
+        body="NodeImport",
+        response="ImportResult",
+        body_keys=frozenset({"nodes", "dry_run"}),
+        required_keys=frozenset({"nodes"}),
+        errors=(E400, E409, E503),
+        tag="nodes",
+    ),
+    Route(
+        "GET",
+        "/v1/nodes/{node}",
+        show_node,
+        "ringfleet:node:get",
+        "showNode",
+        "Show a node, by uuid or name.",
+        response="Node",
+        errors=(E400, E404, E503),
+        tag="nodes",
+    ),
+    Route(
+        "PATCH",
+        "/v1/nodes/{node}",
+        set_node,
+        "ringfleet:node:update",
+        "setNode",
+        "Change a node's properties, traits or resource class.",
+        body="NodeUpdate",
+        response="Node",
+        errors=(E400, E404, E409, E503),
+        tag="nodes",
+    ),
+    Route(
+        "PUT",
+        "/v1/nodes/{node}/maintenance",
+        set_maintenance,
+        "ringfleet:node:update",
+        "setNodeMaintenance",
+        "Put a node in or out of maintenance.",
+        body="Maintenance",
+        response="Node",
+        body_keys=frozenset({"maintenance", "reason"}),
+        required_keys=frozenset({"maintenance"}),
+        errors=(E400, E404, E503),
+        tag="nodes",
+    ),
+    Route(
+        "GET",
+        "/v1/nodes/{node}/owner",
+        node_owner,
+        "ringfleet:node:get",
+        "showNodeOwner",
+        "Who owns a node, and whom the ring assigns it to.",
+        response="NodeOwner",
+        errors=(E400, E404, E503),
+        tag="nodes",
+    ),
+    Route(
+        "POST",
+        "/v1/nodes/{node}/move",
+        move_node,
+        "ringfleet:node:move",
+        "moveNode",
+        "Move a node to another live agent (operator call).",
+        body="Move",
+        response="Node",
+        body_keys=frozenset({"host"}),
+        required_keys=frozenset({"host"}),
+        errors=(E400, E404, E409, E503),
+        tag="nodes",
+    ),
+    Route(
+        "GET",
+        "/v1/flavors",
+        list_flavors,
+        "ringfleet:flavor:list",
+        "listFlavors",
+        "List flavors.",
+        response="FlavorList",
+        errors=(E503,),
+        tag="flavors",
+    ),
+    Route(
+        "POST",
+        "/v1/flavors",
+        create_flavor,
+        "ringfleet:flavor:create",
+        "createFlavor",
+        "Create a flavor.",
+        status=201,
+        body="FlavorSpec",
+        response="Flavor",
+        errors=(E400, E409, E503),
+        tag="flavors",
+    ),
+    Route(
+        "GET",
+        "/v1/flavors/{flavor}",
+        show_flavor,
+        "ringfleet:flavor:list",
+        "showFlavor",
+        "Show a flavor.",
+        response="Flavor",
+        errors=(E400, E404, E503),
+        tag="flavors",
+    ),
+    Route(
+        "DELETE",
+        "/v1/flavors/{flavor}",
+        delete_flavor,
+        "ringfleet:flavor:delete",
+        "deleteFlavor",
+        "Delete a flavor.",
+        status=204,
+        errors=(E400, E404, E409, E503),
+        tag="flavors",
+    ),
+    Route(
+        "GET",
+        "/v1/instances",
+        list_instances,
+        "ringfleet:instance:list",
+        "listInstances",
+        "List instances, in uuid order, a page at a time.",
+        query=(*INSTANCE_FILTERS, LIMIT, MARKER),
+        response="InstanceList",
+        errors=(E400, E503),
+        tag="instances",
+    ),
+    Route(
+        "POST",
+        "/v1/instances",
+        build_instances,
+        "ringfleet:instance:create",
+        "buildInstances",
+        "Build instances of a flavor; answers at once (202).",
+        status=202,
+        body="BuildRequest",
+        response="InstanceList",
+        errors=(E400, E404, E409, E503),
+        tag="instances",
+        description="Give instance_uuids to make retries safe: a retry of the "
+        "same request (same uuids, flavor, group, name, hints) answers 202 with the "
+        "stored instances as they are now and builds nothing; another request "
+        "reusing one of the uuids is 409. Location is set when one instance is built.",
+    ),
+    Route(
+        "GET",
+        "/v1/instances/{instance}",
+        show_instance,
+        "ringfleet:instance:list",
+        "showInstance",
+        "Show an instance (poll it until vm_state is active or error).",
+        response="Instance",
+        errors=(E400, E404, E503),
+        tag="instances",
+    ),
+    Route(
+        "DELETE",
+        "/v1/instances/{instance}",
+        delete_instance,
+        "ringfleet:instance:delete",
+        "deleteInstance",
+        "Start deleting an instance (idempotent).",
+        status=202,
+        response="Instance",
+        errors=(E400, E404, E503),
+        tag="instances",
+    ),
+    Route(
+        "GET",
+        "/v1/fleet/status",
+        fleet_status,
+        "ringfleet:fleet:get",
+        "fleetStatus",
+        "Agents, their nodes and builds in flight.",
+        response="Object",
+        errors=(E503,),
+        tag="fleet",
+    ),
+    Route(
+        "GET",
+        "/v1/fleet/check",
+        fleet_check,
+        "ringfleet:fleet:get",
+        "fleetCheck",
+        "Orphans, allocation mismatches, excluded peers.",
+        response="Object",
+        errors=(E503,),
+        tag="fleet",
+    ),
+    Route(
+        "GET",
+        "/v1/fleet/ring",
+        ring_status,
+        "ringfleet:fleet:get",
+        "ringStatus",
+        "Nodes per group and owner against the hash ring.",
+        response="Object",
+        errors=(E503,),
+        tag="fleet",
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{host}/drain",
+        drain_agent,
+        "ringfleet:agent:drain",
+        "drainAgent",
+        "Drain an agent: it hands its nodes over and stops (operator call).",
+        status=202,
+        response="Object",
+        errors=(E400, E404, E409, E503),
+        tag="fleet",
+    ),
+)

@@ -1,0 +1,225 @@
+"""The conductor API through ``ringfleet-api`` (``ringfleet --os-endpoint URL``).
+
+:class:`HttpConductorAPI` has the methods of :class:`conductor.rpcapi.ConductorAPI`
+that the CLI calls, each one HTTP request (or several, following ``next``
+links for a list), and raises what the RPC client raises: the API's JSON
+errors are rebuilt as ``InvalidInput`` (every field), ``NodeNotFound`` &
+co, ``Conflict`` and ``ServiceUnavailable``, so the commands print the same
+one line per problem.  Anything else (401, 403, 5xx, no answer) is an
+:class:`HttpError`.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+import requests
+
+from conductor.common import exception
+
+__all__ = ["HttpConductorAPI", "HttpError"]
+
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.0"}
+
+
+class HttpError(exception.RingfleetError):
+    """The HTTP API refused or failed a request in a way the RPC API has no error for."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason, reason=reason)
+
+
+_NOT_FOUND = {
+    "nodes": exception.NodeNotFound,
+    "flavors": exception.FlavorNotFound,
+    "instances": exception.InstanceNotFound,
+}
+_CONFLICT = {
+    "nodes": exception.DuplicateNode,
+    "flavors": exception.DuplicateFlavor,
+    "instances": exception.DuplicateInstance,
+}
+
+
+class HttpConductorAPI:
+    """The CLI's conductor client over HTTP.
+
+    :param endpoint: the API's base URL, e.g. ``http://fleet.example.com:6486``
+    :param token: sent as ``X-Auth-Token`` (None: noauth)
+    :param timeout: seconds per HTTP request
+    """
+
+    def __init__(self, endpoint: str, token: str | None, timeout: float) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers.update(API_VERSION_HEADER)
+        if token:
+            self.session.headers["X-Auth-Token"] = token
+
+    def _request(self, method: str, path: str, body: Any = None, **query: Any) -> Any:
+        url = path if path.startswith("http") else f"{self.endpoint}{path}"
+        params = {k: _text(v) for k, v in query.items() if v is not None}
+        try:
+            response = self.session.request(
+                method, url, json=body, params=params or None, timeout=self.timeout
+            )
+        except requests.RequestException as exc:
+            raise HttpError(f"no answer from {self.endpoint}: {type(exc).__name__}") from None
+        if response.status_code >= 400:
+            raise _error(response, path)
+        return response.json() if response.content else None
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _pages(self, path: str, key: str, limit: int, query: dict[str, Any]) -> list[Any]:
+        """Up to ``limit`` items, following the API's ``next`` links."""
+        reply = self._request("GET", path, limit=limit, **query)
+        items: list[Any] = list(reply[key])
+        while len(items) < limit and reply.get("next"):
+            nxt = urllib.parse.urlsplit(reply["next"])
+            next_query = dict(urllib.parse.parse_qsl(nxt.query))
+            next_query["limit"] = str(min(limit - len(items), int(next_query.get("limit", limit))))
+            reply = self._request("GET", nxt.path, **next_query)
+            items.extend(reply[key])
+        return items[:limit]
+
+    # -- nodes ---------------------------------------------------------------------
+
+    def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/v1/nodes", node)  # type: ignore[no-any-return]
+
+    def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
+        body = {"nodes": nodes, "dry_run": dry_run}
+        return self._request("POST", "/v1/nodes/import", body)  # type: ignore[no-any-return]
+
+    def list_nodes(
+        self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._pages("/v1/nodes", "nodes", limit, {**(filters or {}), "marker": marker})
+
+    def show_node(self, node: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/nodes/{_quote(node)}")  # type: ignore[no-any-return]
+
+    def set_node_maintenance(
+        self, node: str, maintenance: bool, reason: str | None = None
+    ) -> dict[str, Any]:
+        body = {"maintenance": maintenance, "reason": reason}
+        return self._request(  # type: ignore[no-any-return]
+            "PUT", f"/v1/nodes/{_quote(node)}/maintenance", body
+        )
+
+    def set_node(self, node: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self._request("PATCH", f"/v1/nodes/{_quote(node)}", changes)  # type: ignore[no-any-return]
+
+    def node_owner(self, node: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/nodes/{_quote(node)}/owner")  # type: ignore[no-any-return]
+
+    def move_node(self, node: str, host: str) -> dict[str, Any]:
+        return self._request(  # type: ignore[no-any-return]
+            "POST", f"/v1/nodes/{_quote(node)}/move", {"host": host}
+        )
+
+    def sync_ironic_nodes(self) -> dict[str, Any]:
+        raise HttpError("node sync is not served by the HTTP API: run it without --os-endpoint")
+
+    # -- flavors -------------------------------------------------------------------
+
+    def create_flavor(self, flavor: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/v1/flavors", flavor)  # type: ignore[no-any-return]
+
+    def list_flavors(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/flavors")["flavors"]  # type: ignore[no-any-return]
+
+    def show_flavor(self, flavor: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/flavors/{_quote(flavor)}")  # type: ignore[no-any-return]
+
+    def delete_flavor(self, flavor: str) -> None:
+        self._request("DELETE", f"/v1/flavors/{_quote(flavor)}")
+
+    # -- instances -----------------------------------------------------------------
+
+    def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._request("POST", "/v1/instances", request)["instances"]  # type: ignore[no-any-return]
+
+    def list_instances(
+        self,
+        vm_state: str | None = None,
+        host: str | None = None,
+        limit: int = 1000,
+        marker: str | None = None,
+    ) -> list[dict[str, Any]]:
+        query = {"vm_state": vm_state, "host": host, "marker": marker}
+        return self._pages("/v1/instances", "instances", limit, query)
+
+    def show_instance(self, instance: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+
+    def delete_instance(self, instance: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+
+    # -- fleet ---------------------------------------------------------------------
+
+    def fleet_status_details(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/fleet/status")  # type: ignore[no-any-return]
+
+    fleet_status = fleet_status_details
+
+    def fleet_check(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/fleet/check")  # type: ignore[no-any-return]
+
+    def ring_status(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/fleet/ring")  # type: ignore[no-any-return]
+
+    def drain_agent(self, host: str) -> dict[str, Any]:
+        return self._request("POST", f"/v1/agents/{_quote(host)}/drain")  # type: ignore[no-any-return]
+
+
+def _quote(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _error(response: requests.Response, path: str) -> exception.RingfleetError:
+    """The RPC API's exception for an HTTP error answer."""
+    try:
+        errors = response.json()["errors"]
+        first = errors[0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return HttpError(f"HTTP {response.status_code} from {path}")
+    status = response.status_code
+    collection = path.split("/")[2] if path.count("/") >= 2 else ""
+    if status == 400 and first.get("code") == "ringfleet.invalid_input":
+        return exception.InvalidInput(
+            [
+                {
+                    "field": e.get("field") or "",
+                    "reason": e.get("reason") or e.get("detail", ""),
+                    "value": e.get("value"),
+                }
+                for e in errors
+            ]
+        )
+    if status == 404 and first.get("value") is not None and collection in _NOT_FOUND:
+        return _NOT_FOUND[collection](str(first["value"]))
+    if status == 409:
+        cls = _CONFLICT.get(collection, exception.Conflict)
+        if path.endswith(("/move", "/drain")) or path.count("/") > 3:
+            cls = exception.Conflict
+        return cls(
+            field=first.get("field") or "",
+            value=first.get("value"),
+            index=first.get("index"),
+            reason=first.get("reason"),
+        )
+    if status == 503 and first.get("code") == "ringfleet.service_unavailable":
+        return exception.ServiceUnavailable(reason=str(first.get("detail")))
+    return HttpError(f"HTTP {status}: {first.get('detail', '')}")

@@ -1,0 +1,546 @@
+"""The HTTP API in-process: routing, errors, policy, microversions, bodies, paging.
+
+The conductors are a fake :class:`~conductor.rpcapi.ConductorAPI` that
+records the calls; ``tests/functional/test_api.py`` runs the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import oslo_messaging as messaging
+import pytest
+import webob
+from oslo_config import cfg
+from oslo_context import context as request_context
+from oslo_policy import generator
+
+from conductor.api import app as api_app
+from conductor.api import conf as api_conf
+from conductor.api import microversion, openapi, policy, v1, wsgi
+from conductor.common import exception, rpc
+
+REPO = Path(__file__).resolve().parents[2]
+NODE = {"uuid": "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1", "name": "n1"}
+
+
+class FakeConductors:
+    """Records every call; ``fail`` makes the next call raise it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.fail: BaseException | None = None
+        self.request_ids: list[str | None] = []
+        self.instances: dict[str, dict[str, Any]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            current = request_context.get_current()
+            self.request_ids.append(current.request_id if current else None)
+            if self.fail is not None:
+                failure, self.fail = self.fail, None
+                raise failure
+            return getattr(self, "_" + name, lambda *a, **k: {"called": name})(*args, **kwargs)
+
+        return call
+
+    def _list_nodes(self, filters: Any = None, limit: int = 1000, marker: Any = None) -> Any:
+        return [{"uuid": f"u{i}"} for i in range(min(limit, 3))]
+
+    def _create_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        return {**NODE, **node}
+
+    def _create_flavor(self, flavor: dict[str, Any]) -> dict[str, Any]:
+        return dict(flavor)
+
+    def _build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        uuids = request.get("instance_uuids") or ["i1"]
+        if any(u in self.instances for u in uuids):  # as the conductor: compare
+            if all(self.instances.get(u, {}).get("flavor") == request["flavor"] for u in uuids):
+                return [self.instances[u] for u in uuids]
+            raise exception.DuplicateInstance(field="instance_uuids", value=uuids[0])
+        for u in uuids:
+            self.instances[u] = {"uuid": u, "flavor": request["flavor"], "vm_state": "building"}
+        return [self.instances[u] for u in uuids]
+
+    def _show_instance(self, instance: str) -> dict[str, Any]:
+        if instance not in self.instances:
+            raise exception.InstanceNotFound(instance)
+        return self.instances[instance]
+
+
+def make_app(
+    tmp_path: Path, strategy: str = "noauth", **overrides: Any
+) -> tuple[api_app.Application, FakeConductors]:
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    api_conf.register_opts(conf)
+    conf([], project="ringfleet-test", default_config_files=[])
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# comment\nadm admin,member,reader p1\nmem member,reader p1\nrd reader\n")
+    conf.set_override("auth_strategy", strategy, "api")
+    conf.set_override("token_file", str(tokens), "api")
+    for name, value in overrides.items():
+        conf.set_override(name, value, "api")
+    fake = FakeConductors()
+    return wsgi.build_application(conf, fake), fake  # type: ignore[arg-type]
+
+
+def call(
+    application: api_app.Application,
+    method: str,
+    path: str,
+    body: Any = None,
+    raw: bytes | None = None,
+    **headers: str,
+) -> webob.Response:
+    request = webob.Request.blank(path, method=method)
+    if raw is not None:
+        request.body = raw
+        request.content_type = "application/json"
+    elif body is not None:
+        request.json_body = body
+    for name, value in headers.items():
+        request.headers[name.replace("_", "-")] = value
+    return request.get_response(application)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> tuple[api_app.Application, FakeConductors]:
+    return make_app(tmp_path)
+
+
+def errors(response: webob.Response) -> list[dict[str, Any]]:
+    body = response.json
+    assert all(e["status"] == response.status_code for e in body["errors"])
+    return body["errors"]  # type: ignore[no-any-return]
+
+
+# -- microversions ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, "1.0"),
+        ("baremetal-fleet 1.0", "1.0"),
+        ("compute 2.90, baremetal-fleet 1.0", "1.0"),
+        ("BAREMETAL-FLEET latest", str(microversion.MAX_VERSION)),
+        ("compute 2.1", "1.0"),
+    ],
+)
+def test_microversion_parsing(header: str | None, expected: str) -> None:
+    assert str(microversion.requested(header)) == expected
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "baremetal-fleet",
+        "baremetal-fleet 1",
+        "baremetal-fleet 1.0.0",
+        "baremetal-fleet 01.0",
+        "baremetal-fleet x.y",
+        "baremetal-fleet 1.0, baremetal-fleet 1.0",
+    ],
+)
+def test_malformed_microversions(header: str) -> None:
+    with pytest.raises(microversion.BadVersion):
+        microversion.requested(header)
+
+
+@pytest.mark.parametrize(
+    "header", ["baremetal-fleet 0.9", "baremetal-fleet 1.99", "baremetal-fleet 2.0"]
+)
+def test_unsupported_microversions(header: str) -> None:
+    with pytest.raises(microversion.UnsupportedVersion):
+        microversion.requested(header)
+
+
+def test_microversion_answers(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    ok = call(application, "GET", "/v1/flavors", OpenStack_API_Version="baremetal-fleet 1.0")
+    assert ok.status_code == 200
+    assert ok.headers["OpenStack-API-Version"] == "baremetal-fleet 1.0"
+    assert ok.headers["Vary"] == "OpenStack-API-Version"
+    assert (
+        call(
+            application, "GET", "/v1/flavors", OpenStack_API_Version="baremetal-fleet 7.0"
+        ).status_code
+        == 406
+    )
+    assert (
+        call(
+            application, "GET", "/v1/flavors", OpenStack_API_Version="baremetal-fleet one"
+        ).status_code
+        == 400
+    )
+    assert len(fake.calls) == 1
+
+
+# -- routing and error mapping ----------------------------------------------------
+
+
+def test_routes_and_methods(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    assert call(application, "GET", "/v1/nodes/n1").status_code == 200
+    assert fake.calls[-1] == ("show_node", ("n1",), {})
+    assert call(application, "GET", "/v1/fleet/ring").status_code == 200
+    assert fake.calls[-1][0] == "ring_status"
+    missing = call(application, "GET", "/v1/nodez")
+    assert missing.status_code == 404 and errors(missing)[0]["code"] == "ringfleet.not_found"
+    wrong = call(application, "DELETE", "/v1/nodes")
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET, POST"
+    assert len(fake.calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "field"),
+    [
+        (exception.InvalidInput([exception.FieldError("name", "must be text", "1")]), 400, "name"),
+        (exception.NodeNotFound("n9"), 404, None),
+        (exception.DuplicateNode(field="name", value="n1"), 409, "name"),
+        (exception.ServiceUnavailable(reason="membership is lost"), 503, None),
+        (exception.DatabaseUnavailable(), 503, None),
+        (messaging.MessagingTimeout("slow"), 503, None),
+        (messaging.RemoteError("UnsupportedVersion", "too new"), 503, None),
+    ],
+)
+def test_conductor_errors_map_to_statuses(
+    app: tuple[api_app.Application, FakeConductors],
+    failure: BaseException,
+    status: int,
+    field: str | None,
+) -> None:
+    application, fake = app
+    fake.fail = failure
+    response = call(application, "POST", "/v1/nodes", {"name": "n1", "resource_class": "x"})
+    assert response.status_code == status
+    error = errors(response)[0]
+    assert error["request_id"] == response.headers["x-openstack-request-id"]
+    assert error.get("field") == field
+    if status == 503:
+        assert "Retry-After" in response.headers or "UnsupportedVersion" in repr(failure)
+
+
+def test_every_invalid_field_is_listed(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    fake.fail = exception.InvalidInput(
+        [exception.FieldError("name", "required"), exception.FieldError("traits[1]", "bad", "x")]
+    )
+    response = call(application, "POST", "/v1/nodes", {})
+    assert [(e["field"], e["reason"]) for e in errors(response)] == [
+        ("name", "required"),
+        ("traits[1]", "bad"),
+    ]
+
+
+def test_an_unexpected_error_is_a_logged_500(
+    app: tuple[api_app.Application, FakeConductors], caplog: pytest.LogCaptureFixture
+) -> None:
+    application, fake = app
+    fake.fail = RuntimeError("boom")
+    response = call(application, "GET", "/v1/flavors")
+    assert response.status_code == 500
+    assert "boom" not in response.text
+    assert "Unexpected error serving GET /v1/flavors" in caplog.text
+
+
+# -- bodies and queries --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b"{nope", "body"),
+        (b"[1]", "body"),
+        (b"", "body"),
+        (b"NaN", "body"),
+        (b"[" * 50000 + b"]" * 50000, "body"),
+        (b'{"maintenance": true, "x": 1}', "x"),
+        (b'{"reason": "r"}', "maintenance"),
+        (b'{"maintenance": "yes"}', "maintenance"),
+    ],
+)
+def test_bad_bodies_name_the_field_and_call_nothing(
+    app: tuple[api_app.Application, FakeConductors], raw: bytes, field: str
+) -> None:
+    application, fake = app
+    response = call(application, "PUT", "/v1/nodes/n1/maintenance", raw=raw)
+    assert response.status_code == 400, response.text
+    assert errors(response)[0]["field"] == field
+    assert fake.calls == []
+
+
+def test_too_large_and_wrong_media_type(tmp_path: Path) -> None:
+    application, fake = make_app(tmp_path, max_request_body_size=2048)
+    big = call(application, "POST", "/v1/nodes", raw=b'{"name": "' + b"x" * 3000 + b'"}')
+    assert big.status_code == 413
+    request = webob.Request.blank("/v1/nodes", method="POST", body=b"{}")
+    request.content_type = "text/plain"
+    assert request.get_response(application).status_code == 415
+    assert call(application, "GET", "/v1/flavors", raw=b"{}").status_code == 400
+    assert fake.calls == []
+
+
+def test_query_parameters(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    response = call(application, "GET", "/v1/nodes?maintenance=false&group=g&limit=3")
+    assert response.status_code == 200
+    assert fake.calls[-1] == (
+        "list_nodes",
+        (),
+        {"filters": {"group": "g", "maintenance": False}, "limit": 3, "marker": None},
+    )
+    # A full page links the next one, with the same filters and the last uuid.
+    assert response.json["next"] == (
+        "http://localhost/v1/nodes?group=g&maintenance=false&limit=3&marker=u2"
+    )
+    # A short page has no next link; limit is capped to [api] max_limit.
+    short = call(application, "GET", "/v1/nodes?limit=5000")
+    assert "next" not in short.json and fake.calls[-1][2]["limit"] == 1000
+    for query, field in [
+        ("limit=0", "limit"),
+        ("limit=x", "limit"),
+        ("pinned=maybe", "pinned"),
+        ("colour=red", "colour"),
+        ("group=a&group=b", "group"),
+    ]:
+        bad = call(application, "GET", f"/v1/nodes?{query}")
+        assert bad.status_code == 400 and errors(bad)[0]["field"] == field, query
+    assert len(fake.calls) == 2
+
+
+def test_creation_answers_location(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, _fake = app
+    node = call(application, "POST", "/v1/nodes", {"name": "n1", "resource_class": "x"})
+    assert node.status_code == 201
+    assert node.headers["Location"] == f"http://localhost/v1/nodes/{NODE['uuid']}"
+    flavor = call(application, "POST", "/v1/flavors", {"name": "a b", "resource_class": "x"})
+    assert flavor.headers["Location"] == "http://localhost/v1/flavors/a%20b"
+
+
+def test_public_endpoint_is_used_in_links(tmp_path: Path) -> None:
+    application, _ = make_app(tmp_path, public_endpoint="https://fleet.example.com/")
+    response = call(application, "GET", "/v1/nodes?limit=3")
+    assert response.json["next"].startswith("https://fleet.example.com/v1/nodes?")
+
+
+def test_a_retried_build_is_the_conductors_answer(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, _fake = app
+    request = {"flavor": "small", "count": 1, "instance_uuids": ["i-1"]}
+    first = call(application, "POST", "/v1/instances", request)
+    assert first.status_code == 202 and first.headers["Location"].endswith("/v1/instances/i-1")
+    again = call(application, "POST", "/v1/instances", request)
+    assert again.status_code == 202 and again.json["instances"][0]["uuid"] == "i-1"
+    # Another flavor with the same uuid is a real conflict.
+    clash = call(application, "POST", "/v1/instances", {**request, "flavor": "big"})
+    assert clash.status_code == 409
+
+
+# -- authentication and policy -------------------------------------------------------
+
+
+def test_tokens_and_policy(tmp_path: Path) -> None:
+    application, fake = make_app(tmp_path, "token")
+    body = {"name": "n1", "resource_class": "x"}
+    assert call(application, "GET", "/v1/nodes").status_code == 401
+    assert call(application, "GET", "/v1/nodes", X_Auth_Token="bogus").status_code == 401
+    assert call(application, "GET", "/v1/nodes", X_Auth_Token="rd").status_code == 200
+    assert call(application, "POST", "/v1/nodes", body, X_Auth_Token="rd").status_code == 403
+    assert call(application, "POST", "/v1/nodes", body, X_Auth_Token="mem").status_code == 403
+    assert call(application, "POST", "/v1/nodes", body, X_Auth_Token="adm").status_code == 201
+    build = {"flavor": "f"}
+    assert call(application, "POST", "/v1/instances", build, X_Auth_Token="rd").status_code == 403
+    assert call(application, "POST", "/v1/instances", build, X_Auth_Token="mem").status_code == 202
+    move = {"host": "a"}
+    assert (
+        call(application, "POST", "/v1/nodes/n/move", move, X_Auth_Token="mem").status_code == 403
+    )
+    assert call(application, "POST", "/v1/agents/a/drain", X_Auth_Token="mem").status_code == 403
+    # Discovery is public.
+    assert call(application, "GET", "/").status_code == 200
+    assert [c[0] for c in fake.calls] == ["list_nodes", "create_node", "build_instances"]
+
+
+def test_keystone_headers_are_read(tmp_path: Path) -> None:
+    application, _ = make_app(tmp_path)
+    application.strategy = "keystone"
+    confirmed = {"X_Identity_Status": "Confirmed", "X_Roles": "reader", "X_Project_Id": "p"}
+    assert call(application, "GET", "/v1/nodes", **confirmed).status_code == 200
+    assert call(application, "POST", "/v1/flavors", {}, **confirmed).status_code == 403
+    invalid = {**confirmed, "X_Identity_Status": "Invalid"}
+    assert call(application, "GET", "/v1/nodes", **invalid).status_code == 401
+
+
+def test_a_bad_token_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    path.write_text("only-a-token\n")
+    with pytest.raises(ValueError, match=":1:"):
+        api_app.load_tokens(str(path))
+
+
+def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
+    rules = {r.name: r for r in policy.list_rules()}
+    used = {route.rule for route in v1.ROUTES}
+    assert used == set(rules)
+    for route in v1.ROUTES:
+        ops = {(o["method"], o["path"]) for o in rules[str(route.rule)].operations}
+        assert (route.method, route.path) in ops, route.path
+    admin_only = {
+        "ringfleet:node:create",
+        "ringfleet:node:update",
+        "ringfleet:node:move",
+        "ringfleet:agent:drain",
+        "ringfleet:flavor:create",
+        "ringfleet:flavor:delete",
+    }
+    for name in admin_only:
+        assert rules[name].check_str == policy.ADMIN
+
+
+# -- request ids -----------------------------------------------------------------------
+
+
+def test_the_request_id_is_the_rpc_calls_id(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    response = call(application, "GET", "/v1/nodes/n1")
+    request_id = response.headers["x-openstack-request-id"]
+    assert request_id.startswith("req-") and fake.request_ids == [request_id]
+    # rpc.call sends the thread's current request id (the HTTP request's).
+    sent: list[dict[str, Any]] = []
+
+    class Client:
+        def call(self, ctxt: dict[str, Any], method: str, **kwargs: Any) -> None:
+            sent.append(ctxt)
+
+    request_context.RequestContext(request_id="req-abc", overwrite=True)
+    try:
+        rpc.call(Client(), "show_node", None, node="x")
+    finally:
+        vars(request_context._request_store).pop("context", None)
+    rpc.call(Client(), "show_node", None, node="x")
+    assert sent[0] == {"request_id": "req-abc"}
+    assert sent[1]["request_id"].startswith("req-") and sent[1]["request_id"] != "req-abc"
+    # The id does not leak to the thread after the request.
+    assert request_context.get_current() is None
+
+
+# -- the OpenAPI document ----------------------------------------------------------------
+
+
+def test_the_checked_in_openapi_document_is_up_to_date() -> None:
+    """Regenerate with: python -m conductor.api.openapi > docs/openapi.json"""
+    assert (REPO / "docs/openapi.json").read_text() == openapi.render(v1.ROUTES)
+
+
+def test_the_openapi_document_covers_every_route_and_schema() -> None:
+    doc = openapi.document(v1.ROUTES)
+    for route in v1.ROUTES:
+        op = doc["paths"][route.path][route.method.lower()]
+        assert str(route.status) in op["responses"]
+        assert op["x-policy-rule"] == route.rule
+    text = json.dumps(doc)
+    for name in openapi.SCHEMAS:
+        assert f"#/components/schemas/{name}" in text or name == "Versions"
+
+
+def test_every_route_is_in_the_http_reference() -> None:
+    reference = (REPO / "docs/http-api.rst").read_text()
+    for route in v1.ROUTES:
+        assert f"{route.method} {route.path}" in reference, route.path
+
+
+def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
+    """keystonemiddleware in front of everything but the public documents: a
+    request without a token is refused without asking Keystone."""
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    api_conf.register_opts(conf)
+    conf([], project="ringfleet-test", default_config_files=[])
+    conf.set_override("auth_strategy", "keystone", "api")
+    fake = FakeConductors()
+    wsgi.build_application(conf, fake)  # type: ignore[arg-type]  # registers [keystone_authtoken]
+    conf.set_override("www_authenticate_uri", "http://keystone.invalid/", "keystone_authtoken")
+    application = wsgi.build_application(conf, fake)  # type: ignore[arg-type]
+    assert application.authenticated is not application.serve
+    refused = call(application, "GET", "/v1/nodes")
+    assert refused.status_code == 401
+    assert errors(refused)[0]["code"] == "ringfleet.unauthorized"
+    assert call(application, "GET", "/").status_code == 200
+    assert call(application, "GET", "/v1/openapi.json").status_code == 200
+    assert fake.calls == []
+
+
+def test_a_policy_file_overrides_the_defaults(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text('"ringfleet:node:list": "role:admin"\n')
+    conf = cfg.ConfigOpts()
+    conf([], project="ringfleet-test", default_config_files=[])
+    policy.Enforcer(conf)  # registers [oslo_policy]
+    conf.set_override("policy_file", str(policy_file), "oslo_policy")
+    enforcer = policy.Enforcer(conf)
+    reader = {"roles": ["reader"], "project_id": None, "user_id": "u"}
+    assert not enforcer.allowed("ringfleet:node:list", reader)
+    assert enforcer.allowed("ringfleet:node:get", reader)
+    assert enforcer.allowed("ringfleet:node:list", {**reader, "roles": ["admin"]})
+    # An edited file applies once the cache expires.
+    policy_file.write_text('"ringfleet:node:list": "role:reader"\n')
+    enforcer._expires = 0.0
+    os.utime(policy_file, (time.time() + 5, time.time() + 5))
+    assert enforcer.allowed("ringfleet:node:list", reader)
+    with pytest.raises(KeyError):
+        enforcer.allowed("ringfleet:no:such", reader)
+
+
+def test_the_policy_defaults_are_found_by_oslopolicy_tools() -> None:
+    """``oslopolicy-sample-generator --namespace ringfleet.api`` lists them."""
+    found = generator.get_policies_dict(["ringfleet.api"])["ringfleet.api"]
+    assert {rule.name for rule in found} == set(policy.RULE_NAMES)
+
+
+def test_the_development_server_serves_the_api(tmp_path: Path) -> None:
+    """``ringfleet-api`` (the console script's main) on 127.0.0.1, stopped by its PID."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "api.log"
+    config = tmp_path / "api.conf"
+    config.write_text(
+        f"[DEFAULT]\nlog_file = {log}\ntransport_url = rabbit://u:p@127.0.0.1:1/\n"
+        f"[api]\nauth_strategy = noauth\nhost_ip = 127.0.0.1\nport = {port}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conductor.cmd.api", "--config-file", str(config)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "serving http://127.0.0.1" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+            body = json.loads(response.read())
+            assert response.headers["x-openstack-request-id"].startswith("req-")
+        assert body["versions"][0]["links"][0]["href"] == f"http://127.0.0.1:{port}/v1/"
+    finally:
+        proc.terminate()
+        proc.wait(10)
