@@ -78,6 +78,7 @@ class OwnershipManager:
         busy_nodes: Callable[[], set[str]] = set,
         metrics: AgentMetrics | None = None,
         rejoin_settle: float = 0.0,
+        join_settle: float = 0.0,
     ) -> None:
         self.host = host
         self._metrics = metrics if metrics is not None else AgentMetrics(host)
@@ -114,6 +115,11 @@ class OwnershipManager:
         # re-join within a heartbeat of us, and until then our view lacks
         # them -- claiming their nodes would move them away and back.
         self._rejoin_settle = rejoin_settle
+        # After our first join, no claim before this either: agents started
+        # together each join seeing few peers, and a pass on that first view
+        # claims nodes that belong to peers about to appear (the claim storm
+        # of issue 13: 105,888 claims and 204,260 refusals for 100k nodes).
+        self._join_settle = join_settle
         self._claims_after = 0.0
 
     # -- the fence -------------------------------------------------------------
@@ -342,6 +348,8 @@ class OwnershipManager:
             lost = self._revalidate()[1]
             if self._validated_generation > 1:  # a re-join, not our first join
                 self._claims_after = time.monotonic() + self._rejoin_settle
+            else:
+                self._claims_after = time.monotonic() + self._join_settle
         desired = self.desired(view)
         busy = self._busy_nodes()
         with self._lock:
@@ -365,14 +373,14 @@ class OwnershipManager:
             settling = self._claims_after - now
             if settling > 0 and to_claim:
                 LOG.info(
-                    "Agent %s re-joined: %d claims wait %.1f s for peers re-joining too",
+                    "Agent %s joined: %d claims wait %.1f s for the view to settle",
                     self.host,
                     len(to_claim),
                     settling,
                 )
                 to_claim = []
         released = self._release(releasable)
-        claimed, refused, rehomed, refusals = self._claim(to_claim)
+        claimed, refused, rehomed, refusals, stale = self._claim(to_claim, view)
         with self._lock:
             held_now = len(self._held)
             # Converged: we own our share and pins, nothing more, except
@@ -383,7 +391,7 @@ class OwnershipManager:
             # it will in a moment, so ask again soon -- but not for pinned
             # nodes, which wait for rehome_grace whatever we do.
             # (Nor for owners stopped for a restart: their hold has a deadline.)
-            retry_soon = any(
+            retry_soon = stale or any(
                 owner is not None
                 and owner not in members
                 and owner not in self._restart_holds
@@ -430,11 +438,27 @@ class OwnershipManager:
             done += len(out.done)
         return done
 
-    def _claim(self, nodes: list[str]) -> tuple[int, int, int, dict[str, str | None]]:
-        """Claim in batches: (newly claimed, refused, re-homed, refused node -> owner)."""
+    def _claim(
+        self, nodes: list[str], view: MembershipView
+    ) -> tuple[int, int, int, dict[str, str | None], bool]:
+        """Claim in batches: (newly claimed, refused, re-homed, refused node -> owner,
+        stopped because the view changed).
+
+        The view is looked at again before every batch after the first: when
+        it changed (peers joined or left), the rest of *nodes* was computed
+        from a ring that is no longer ours, so the pass stops and the next
+        one, on the new view, starts at once.
+        """
         claimed = rehomed = 0
         refusals: dict[str, str | None] = {}
         for start in range(0, len(nodes), self._batch):
+            if start and self._membership.view is not view:
+                LOG.info(
+                    "Agent %s: the membership changed; %d claims left for the next pass",
+                    self.host,
+                    len(nodes) - start,
+                )
+                return claimed, len(refusals), rehomed, refusals, True
             out = self._conductor.claim_nodes(self.host, nodes[start : start + self._batch])
             with self._lock:
                 for own in out.granted:
@@ -458,7 +482,7 @@ class OwnershipManager:
                     ", ".join(out.rehomed[:20]),
                 )
             refusals.update(out.refused)
-        return claimed, len(refusals), rehomed, refusals
+        return claimed, len(refusals), rehomed, refusals, False
 
     # -- drain -------------------------------------------------------------------
 

@@ -98,6 +98,8 @@ class AgentService:
             # Peers cut off with us re-join within a heartbeat (TTL/4) of us,
             # and we see them at the next read of the group.
             rejoin_settle=self.membership.ttl / 2 + conf.coordination.watch_interval,
+            # One watch interval: peers started with us appear in the view.
+            join_settle=conf.coordination.watch_interval,
         )
         self._reporter = ResultReporter(self.host, conductor)
         self._reporter.start()

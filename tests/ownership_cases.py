@@ -81,6 +81,63 @@ def pinned_nodes_wait_for_rehome_grace(db: Database) -> None:
     assert all(o.pinned for o in epochs.values())
 
 
+def pinned_nodes_are_rehomed_to_their_ring_owner_only(db: Database) -> None:
+    """Whoever asks first does not get a departed agent's pins: the ring does
+    (issue 13: pins re-homed by a claim storm stayed off their owner for good)."""
+    nodes = add_nodes(db, 8)
+    ownership.claim_nodes(db, "a1", nodes, live_members={"a1"}, rehome_grace=GRACE)
+    pin(db, nodes, "a1")
+    left_at = utcnow()
+    agents.record_membership(db, {"a1": 1.0}, now=left_at - datetime.timedelta(seconds=5))
+    agents.record_membership(db, {"a2": 1.0, "a3": 1.0}, now=left_at)
+    ring = {n: ("a2" if i % 2 else "a3") for i, n in enumerate(nodes)}
+    asked: list[tuple[str, str]] = []
+
+    def ring_owners(pairs: Any) -> list[str | None]:
+        asked.extend(pairs)
+        return [ring[node] for node, _group in pairs]
+
+    late = left_at + datetime.timedelta(seconds=GRACE + 1)
+    out = ownership.claim_nodes(
+        db,
+        "a2",
+        nodes,
+        live_members={"a2", "a3"},
+        rehome_grace=GRACE,
+        now=late,
+        rehome_owners=ring_owners,
+    )
+    assert sorted(out.rehomed) == sorted(n for n in nodes if ring[n] == "a2")
+    assert set(out.refused) == {n for n in nodes if ring[n] == "a3"}
+    assert sorted(node for node, _group in asked) == sorted(nodes)
+    out = ownership.claim_nodes(
+        db,
+        "a3",
+        nodes,
+        live_members={"a2", "a3"},
+        rehome_grace=GRACE,
+        now=late,
+        rehome_owners=ring_owners,
+    )
+    assert sorted(out.rehomed) == sorted(n for n in nodes if ring[n] == "a3")
+    final = ownership.ownership_of(db, nodes)
+    assert {n: o.owner for n, o in final.items()} == ring
+    # No live agent serves the group: anyone may take it.
+    more = add_nodes(db, 2)
+    ownership.claim_nodes(db, "a1", more, live_members={"a1"}, rehome_grace=GRACE)
+    pin(db, more, "a1")
+    out = ownership.claim_nodes(
+        db,
+        "a2",
+        more,
+        live_members={"a2", "a3"},
+        rehome_grace=GRACE,
+        now=late,
+        rehome_owners=lambda pairs: [None] * len(pairs),
+    )
+    assert sorted(out.rehomed) == sorted(more)
+
+
 def owner_never_recorded_counts_as_gone(db: Database) -> None:
     nodes = add_nodes(db, 2, owner="ghost")
     pin(db, nodes, "ghost")
@@ -264,6 +321,7 @@ CASES = [
     live_owner_is_never_robbed,
     dead_owner_unpinned_nodes_taken_at_once,
     pinned_nodes_wait_for_rehome_grace,
+    pinned_nodes_are_rehomed_to_their_ring_owner_only,
     owner_never_recorded_counts_as_gone,
     returning_owner_keeps_grace_clock_reset,
     restart_hold_keeps_every_node_until_its_deadline,

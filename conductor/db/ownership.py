@@ -31,9 +31,9 @@ takeover could bump the epoch, and the stale report would still act.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, and_, or_, select, true, update
 from sqlalchemy.orm import Session
@@ -121,12 +121,20 @@ def claim_nodes(
     live_members: Collection[str],
     rehome_grace: float,
     now: datetime.datetime | None = None,
+    rehome_owners: Callable[[Sequence[tuple[str, str]]], Sequence[str | None]] | None = None,
 ) -> ClaimOutcome:
     """Claim many nodes for ``agent`` in one transaction (see module rules).
 
     :param live_members: the members of the group as the caller's conductor
         sees them right now; ``agent`` itself must be one of them.
     :param rehome_grace: seconds a departed owner keeps its pinned nodes.
+    :param rehome_owners: given ``(node uuid, group)`` pairs, the live agent
+        each pinned node of a departed owner belongs to by the ring (``None``:
+        no live agent serves its group, anyone may take it).  A pinned node
+        is re-homed only to that agent: never to whoever asks first, or an
+        agent whose view was stale when it asked keeps it off its ring owner
+        for good (pinned nodes do not move again while their owner lives).
+        ``None``: any claimant.
     """
     now = now or utcnow()
     cutoff = now - datetime.timedelta(seconds=rehome_grace)
@@ -150,9 +158,27 @@ def claim_nodes(
     rehomed: list[str] = []
     with db.transaction() as session:
         for chunk in _chunks(wanted):
+            condition = claimable
+            if rehome_owners is not None:
+                condition = and_(
+                    claimable,
+                    or_(
+                        NodeModel.instance_uuid.is_(None),
+                        NodeModel.uuid.in_(
+                            _rehomable(
+                                session,
+                                agent=agent,
+                                chunk=chunk,
+                                live=live,
+                                departed=departed_long_enough,
+                                rehome_owners=rehome_owners,
+                            )
+                        ),
+                    ),
+                )
             taken = session.execute(
                 update(NodeModel)
-                .where(NodeModel.uuid.in_(chunk), claimable)
+                .where(NodeModel.uuid.in_(chunk), condition)
                 .values(owner=agent, owner_epoch=NodeModel.owner_epoch + 1, updated_at=now)
                 .returning(NodeModel.uuid, NodeModel.instance_uuid)
                 .execution_options(synchronize_session=False)
@@ -187,6 +213,37 @@ def claim_nodes(
             if until is not None and own.owner is not None:
                 outcome.restarting[own.owner] = (until - now).total_seconds()
     return outcome
+
+
+def _rehomable(
+    session: Any,
+    *,
+    agent: str,
+    chunk: Sequence[str],
+    live: Sequence[str],
+    departed: Any,
+    rehome_owners: Callable[[Sequence[tuple[str, str]]], Sequence[str | None]],
+) -> list[str]:
+    """The pinned nodes of departed owners in *chunk* that the ring gives to *agent*."""
+    candidates = [
+        (uuid, group)
+        for uuid, group in session.execute(
+            select(NodeModel.uuid, NodeModel.node_group).where(
+                NodeModel.uuid.in_(chunk),
+                NodeModel.instance_uuid.is_not(None),
+                NodeModel.owner.not_in(live),
+                NodeModel.owner.in_(departed),
+            )
+        )
+    ]
+    if not candidates:
+        return []
+    owners = rehome_owners(candidates)
+    return [
+        uuid
+        for (uuid, _group), owner in zip(candidates, owners, strict=True)
+        if owner in (None, agent)
+    ]
 
 
 def release_nodes(db: Database, agent: str, claims: Mapping[str, int]) -> ReleaseOutcome:

@@ -7,7 +7,7 @@ holds, and a stale one changes nothing (the reply says who owns the node).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -24,6 +24,7 @@ from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION
+from hashring.ring import Ring
 
 __all__ = ["AgentsEndpoint"]
 
@@ -66,7 +67,12 @@ class AgentsEndpoint:
                 [FieldError.about("host", "is not a live member of the group", agent)]
             )
         out = ownership.claim_nodes(
-            self._db, agent, wanted, live_members=live, rehome_grace=self._rehome_grace()
+            self._db,
+            agent,
+            wanted,
+            live_members=live,
+            rehome_grace=self._rehome_grace(),
+            rehome_owners=self._ring_owners,
         )
         if out.rehomed and self._builds is not None:
             self._builds.rehomed(out.rehomed)
@@ -86,6 +92,18 @@ class AgentsEndpoint:
             len(out.missing),
         )
         return out.to_dict()
+
+    def _ring_owners(self, nodes: Sequence[tuple[str, str]]) -> list[str | None]:
+        """Each ``(node, group)``'s owner by this conductor's ring of the group;
+        ``None`` where no live agent serves the group."""
+        rings: dict[str, Ring] = {}
+        owners: list[str | None] = []
+        for node, group in nodes:
+            ring = rings.get(group)
+            if ring is None:
+                ring = rings[group] = self._fleet.ring(group)
+            owners.append(ring.owner(node) if len(ring) else None)
+        return owners
 
     def hold_for_restart(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
         """``host`` stops for a restart: none of its nodes moves meanwhile (since 1.5).

@@ -45,6 +45,7 @@ class StubMembership:
     def __init__(self, state: State = State.CONNECTED) -> None:
         self.state = state
         self.join_generation = 1
+        self.view: MembershipView | None = None  # the latest view, as Membership.view
 
     def can_act(self) -> bool:
         return self.state is State.CONNECTED
@@ -119,6 +120,8 @@ class Fleet:
         """The group now has these agents (conductor and agents see the same view)."""
         self.view = view_of(agents)
         self.fleet.on_change(self.view)
+        for membership in self.memberships.values():
+            membership.view = self.view
         return self.view
 
     def agent(
@@ -127,8 +130,10 @@ class Fleet:
         groups: Sequence[str] = (),
         claim_batch: int = 500,
         rejoin_settle: float = 0.0,
+        join_settle: float = 0.0,
     ) -> OwnershipManager:
         membership = StubMembership()
+        membership.view = self.view
         self.memberships[host] = membership
         self.busy[host] = set()
         manager = OwnershipManager(
@@ -139,6 +144,7 @@ class Fleet:
             claim_batch=claim_batch,
             busy_nodes=lambda: set(self.busy[host]),
             rejoin_settle=rejoin_settle,
+            join_settle=join_settle,
         )
         self.agents[host] = manager
         return manager
@@ -485,6 +491,47 @@ def test_a_first_join_claims_at_once(env: Fleet) -> None:
     a1.refresh_inventory()
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 6 and result.retry_in is None
+
+
+def test_a_first_join_lets_the_view_settle_before_claiming(env: Fleet) -> None:
+    """Agents started together each join seeing few peers: the first pass
+    waits join_settle (one watch interval) for the view to fill in."""
+    add_nodes(env.db, 6)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1", join_settle=0.3)
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0
+    assert result.retry_in is not None and 0 < result.retry_in <= 0.3
+    assert env.conductor.of("claim") == []
+    time.sleep(0.3)
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 6
+
+
+def test_a_claim_pass_stops_when_the_view_changes(env: Fleet) -> None:
+    """Claims computed from a view that is no longer ours are not sent: the
+    pass stops between batches and the next one, on the new view, follows."""
+    nodes = add_nodes(env.db, 12)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1", claim_batch=2)
+    a1.refresh_inventory()
+    claim = env.conductor.claim_nodes
+
+    def claim_then_a2_joins(host: str, node_uuids: list[str]) -> Any:
+        out = claim(host, node_uuids)
+        env.live({"a1": [], "a2": []})
+        return out
+
+    env.conductor.claim_nodes = claim_then_a2_joins  # type: ignore[method-assign]
+    result = a1.reconcile(view)
+    env.conductor.claim_nodes = claim  # type: ignore[method-assign]
+    assert result is not None and result.claimed == 2 and result.retry_soon
+    assert len(env.conductor.of("claim")) == 1
+    # The next pass, on the new view, claims a1's share only.
+    result = a1.reconcile(env.view)
+    assert result is not None and not result.retry_soon
+    assert set(a1.held()) == ring_share(["a1", "a2"], nodes, "a1")
 
 
 def test_a_claim_by_an_agent_the_conductor_does_not_see_fails_and_holds_nothing(

@@ -40,6 +40,7 @@ from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
+from hashring.ring import Ring
 from tests.dbutil import add_nodes, migrated, pin
 
 CTXT: dict[str, Any] = {"request_id": "req-test"}
@@ -1112,12 +1113,17 @@ def test_claim_nodes(env: Env) -> None:
     again = env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=[free[0], free[0].upper()])
     assert [(g["node_uuid"], g["epoch"]) for g in again["granted"]] == [(free[0], 1)]
 
-    # After the grace the pinned node is re-homed with its instance.
+    # After the grace the pinned node is re-homed with its instance, to its
+    # ring owner among the live agents only (not to whoever asks first).
     env.grace[0] = 0.0
-    out = env.agents.claim_nodes(CTXT, host="agent-1", node_uuids=[old_pinned])
+    owner = Ring(["agent-1", "agent-2"]).owner(old_pinned)
+    other = ({"agent-1", "agent-2"} - {owner}).pop()
+    out = env.agents.claim_nodes(CTXT, host=other, node_uuids=[old_pinned])
+    assert out["rehomed"] == [] and out["refused"] == {old_pinned: "agent-old"}
+    out = env.agents.claim_nodes(CTXT, host=owner, node_uuids=[old_pinned])
     assert out["rehomed"] == [old_pinned]
     assert [(g["node_uuid"], g["pinned"]) for g in out["granted"]] == [(old_pinned, True)]
-    assert env.instances.show_instance(CTXT, instance=pinned_instance)["host"] == "agent-1"
+    assert env.instances.show_instance(CTXT, instance=pinned_instance)["host"] == owner
 
 
 def test_claim_refuses_hosts_that_are_not_live(env: Env) -> None:
