@@ -22,7 +22,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,8 @@ LOG = logging.getLogger(__name__)
 #: Re-read this much before the previous inventory refresh: rows committed
 #: while it ran may carry an earlier timestamp.
 _INVENTORY_OVERLAP = datetime.timedelta(seconds=5)
+#: How long a live owner's refusal keeps a node from being asked for again.
+_REFUSAL_MEMORY = 30.0
 #: Seconds an adopted node is kept even if our view says it belongs elsewhere.
 _ADOPTION_SETTLE = 5.0
 
@@ -95,11 +97,15 @@ class OwnershipManager:
         # Nodes hosting another agent's instance: in our ring share maybe,
         # but never ours while that agent lives (not "unconverged").
         self._pinned_elsewhere: set[str] = set()
-        # Nodes a claim was refused for, and the owner that keeps each: not
-        # asked for again while that owner is in our view and the node's
-        # record is unchanged (a live owner is never robbed; asking every
-        # reconcile only loads the conductor).
-        self._refused_by: dict[str, str] = {}
+        # Nodes a claim was refused for: the owner that keeps each, and when
+        # (monotonic).  Not asked for again while that owner is in our view
+        # and the node's record is unchanged (a live owner is never robbed;
+        # asking every reconcile only loads the conductor) -- but only for
+        # _REFUSAL_MEMORY: the change that would clear the entry (the owner
+        # released the node) can be missed by the inventory's time window
+        # when its transaction commits late, and a node nobody asks for stays
+        # unowned for good (issue 13: thousands at 100k nodes under load).
+        self._refused_by: dict[str, tuple[str, float]] = {}
         # Owners stopped for a restart (conductor's restart_grace): their
         # nodes are not asked for before the hold ends (monotonic deadline).
         self._restart_holds: dict[str, float] = {}
@@ -263,7 +269,8 @@ class OwnershipManager:
         uuid = item["uuid"]
         self._inventory[uuid] = item["group"]
         owner, epoch = item.get("owner"), item.get("epoch")
-        if self._refused_by.get(uuid, owner) != owner:
+        refused = self._refused_by.get(uuid)
+        if refused is not None and refused[0] != owner:
             # Its owner changed (released, handed over): worth asking again.
             del self._refused_by[uuid]
         if item.get("pinned") and owner not in (None, self.host):
@@ -368,7 +375,7 @@ class OwnershipManager:
             self._restart_holds = {h: t for h, t in self._restart_holds.items() if t > now}
             keepers = members.keys() | self._restart_holds.keys()
             to_claim = sorted(
-                n for n in desired if n not in self._held and self._refused_by.get(n) not in keepers
+                n for n in desired if n not in self._held and not self._kept(n, keepers, now)
             )
             settling = self._claims_after - now
             if settling > 0 and to_claim:
@@ -427,6 +434,15 @@ class OwnershipManager:
             )
         return result, counts
 
+    def _kept(self, node: str, keepers: Collection[str], now: float) -> bool:
+        """Whether *node* is left alone this pass: a live owner refused it lately
+        (under the lock).  A node pinned to a live owner is left alone as long as
+        the record says so: it moves only once that owner is gone."""
+        refused = self._refused_by.get(node)
+        if refused is None or refused[0] not in keepers:
+            return False
+        return node in self._pinned_elsewhere or now - refused[1] < _REFUSAL_MEMORY
+
     def _release(self, releasable: Mapping[str, int]) -> int:
         items = sorted(releasable.items())
         done = 0
@@ -468,9 +484,10 @@ class OwnershipManager:
                     self._refused_by.pop(own.node_uuid, None)
                     if own.pinned:
                         self._pinned.add(own.node_uuid)
+                now = time.monotonic()
                 for node, owner in out.refused.items():
                     if owner is not None:
-                        self._refused_by[node] = owner
+                        self._refused_by[node] = (owner, now)
                 # (Replies of conductors before API 1.5 carry no holds.)
                 for owner, seconds in out.restarting.items():
                     self._restart_holds[owner] = time.monotonic() + seconds

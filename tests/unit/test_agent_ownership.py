@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
@@ -379,6 +380,32 @@ def test_a_node_a_live_owner_keeps_is_not_asked_for_again_until_view_or_record_c
     a2.reconcile(alone)
     assert pinned in {n for batch in env.conductor.of("claim") for n in batch}
     assert set(uuids) >= set(a2.held())
+
+
+def test_a_refusal_is_remembered_only_for_a_while(
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release that would clear a refusal can be missed by the inventory's
+    time window (its transaction committed late): the node is asked for again
+    once the refusal is old, or it would stay unowned for good (issue 13)."""
+    monkeypatch.setattr(agent_ownership, "_REFUSAL_MEMORY", 0.2)
+    add_nodes(env.db, 30)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    view = env.live({"a1": [], "a2": []})
+    a2 = env.agent("a2")
+    a2.refresh_inventory()
+    first = a2.reconcile(view)  # a1 has not released its share yet: refused
+    mine = a2.desired(view)
+    assert first is not None and first.refused == len(mine) > 0
+    a1.reconcile(view)  # a1 releases them; a2's inventory never hears of it
+    again = a2.reconcile(view)
+    assert again is not None and again.claimed == 0  # remembered: not asked
+    time.sleep(0.25)
+    late = a2.reconcile(view)
+    assert late is not None and late.claimed == len(mine)
+    assert set(a2.held()) == mine
 
 
 def test_an_agent_stopped_for_a_restart_keeps_every_node_and_is_not_asked(
