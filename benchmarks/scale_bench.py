@@ -156,8 +156,10 @@ class ConvergenceWatch:
     def __init__(self, etcd_url: str, group: str) -> None:
         self._lock = threading.Lock()
         self._view: MembershipView | None = None
+        # Its TTL matters to nobody (it never joins): a long one keeps a
+        # benchmark process busy reading 100k rows from flapping to SUSPENDED.
         self._membership = Membership(
-            f"{etcd_url}?membership_timeout={TTL}",
+            f"{etcd_url}?membership_timeout=60",
             "scale-bench-watch",
             group=group,
             on_change=self._changed,
@@ -389,6 +391,7 @@ class Run:
             "moved": moved,
             "ideal": len(after) / (len(stayed) + 1),
             "moved_between_stayed": between,
+            "unowned_after": sum(1 for _g, o, _p in after.values() if o is None),
             **count_claims(self.conductor_log()[log_before:]),
         }
 
@@ -398,16 +401,28 @@ class Run:
         owned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o == name)
         started = time.monotonic()
         victim.kill()
+        unowned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o is None)
         owned_s: float | None = None
+        victim_s: float | None = None
         while time.monotonic() - started < self.args.timeout:
             nodes = read_nodes(self.fleet.db)
             self.sampler.sample()
+            now = time.monotonic() - started
+            if victim_s is None and all(o != name for _g, o, _p in nodes.values()):
+                victim_s = now
             if all(o in survivors for _g, o, _p in nodes.values()):
-                owned_s = time.monotonic() - started
+                owned_s = now
                 break
             time.sleep(0.05)
         ring_s = self.wait_converged(survivors, started)["seconds"]
-        return {"victim": name, "nodes_owned": owned, "owned_s": owned_s, "ring_s": ring_s}
+        return {
+            "victim": name,
+            "nodes_owned": owned,
+            "unowned_before": unowned,
+            "victim_s": victim_s,
+            "owned_s": owned_s,
+            "ring_s": ring_s,
+        }
 
     def builds(self) -> dict[str, Any]:
         with contextlib.suppress(Exception):  # exists from an earlier wave
@@ -461,6 +476,7 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
         results["conductor_rss_mb"] = bench.sampler.max_rss["conductor"] / 2**20
         results["agent_rss_mb"] = bench.sampler.max_rss["agent"] / 2**20
         results["wall_s"] = time.monotonic() - started
+        results["load_end"] = os.getloadavg()[0]  # a shared machine: how busy it was
         return results
 
 
@@ -491,17 +507,17 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
     if "cold" in steps:
         results["cold"] = cold
         seconds = _cell(cold["seconds"], cold["off"])
-        log(f"  {seconds} s, {cold['granted']} granted, {cold['refused']} refused")
+        log(f"  {seconds}, {cold['granted']} granted, {cold['refused']} refused")
     if "join" in steps:
         log(f"[{agents} agents] one agent joins")
         results["join"] = bench.join("agent-joined")
         join = results["join"]
-        log(f"  {_cell(join['seconds'], join['off'])} s, moved {join['moved']}")
+        log(f"  {_cell(join['seconds'], join['off'])}, moved {join['moved']}")
     if "kill" in steps:
         victim = "agent-joined" if "join" in steps else names[0]
         log(f"[{agents} agents] kill -9 of {victim}")
         results["kill"] = bench.kill(victim)
-        log(f"  owned again after {results['kill']['owned_s']} s")
+        log(f"  owned again after {_cell(results['kill']['owned_s'])}")
     if "builds" in steps:
         waves = []
         log(f"[{agents} agents] {args.builds} builds, {len(conductors)} conductor(s)")
@@ -523,6 +539,7 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
 
 def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, Any]:
     """Every agent count in turn; the JSON-ready report."""
+    load_before = os.getloadavg()[0]
     runs = [run_one(args, agents, log) for agents in args.agents]
     report = {
         "config": {
@@ -539,7 +556,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
         "environment": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
-            "load_before": os.getloadavg()[0],
+            "load_before": load_before,
         },
         "runs": runs,
     }
@@ -634,6 +651,7 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
 
 
 def _cell(seconds: float | None, off: int | None = None) -> str:
+    """Seconds for the table (without unit), or what the wait ended on."""
     if seconds is not None:
         return f"{seconds:.1f}"
     return "timeout" if off is None else f"timeout, {off:,} off"
@@ -660,12 +678,15 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("one agent joins: ring converged (s)", _cell(j["seconds"], j["off"])),
             ("  nodes moved / ideal N/(M+1)", f"{j['moved']:,} / {j['ideal']:,.0f}"),
             ("  moved between agents that stayed", str(j["moved_between_stayed"])),
+            ("  unowned when the wait ended", f"{j.get('unowned_after', 0):,}"),
             ("  claims granted / refused", f"{j['granted']:,} / {j['refused']:,}"),
         ]
     if "kill" in res:
         k = res["kill"]
         rows += [
             (f"kill -9 ({k['nodes_owned']:,} nodes): all owned again (s)", _cell(k["owned_s"])),
+            ("  none left on the killed agent (s)", _cell(k.get("victim_s"))),
+            ("  nodes unowned before the kill", f"{k.get('unowned_before', 0):,}"),
             ("  ring converged again (s)", _cell(k["ring_s"])),
         ]
     for wave in res.get("builds", []):
@@ -700,7 +721,13 @@ def format_report(report: Mapping[str, Any]) -> str:
     for res in report["runs"]:
         rows = _rows(res)
         width = max(len(label) for label, _v in rows) + 2
-        lines += ["", f"{res['agents']} agents (wall {res['wall_s']:.0f} s)"]
+        load = res.get("load_end")
+        lines += [
+            "",
+            f"{res['agents']} agents (wall {res['wall_s']:.0f} s"
+            + ("" if load is None else f", load {load:.1f} at the end")
+            + ")",
+        ]
         lines += [f"  {label:<{width}}{value:>16}" for label, value in rows]
     lines += format_goals(report["goals"])
     return "\n".join(lines)
