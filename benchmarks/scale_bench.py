@@ -280,8 +280,13 @@ class Run:
     def conductors(self) -> list[ServiceProcess]:
         return [p for p in self.fleet.procs.values() if p.module.startswith("conductor")]
 
-    def conductor_log(self) -> str:
-        return "".join(p.log() for p in self.conductors())
+    def log_marks(self) -> dict[str, int]:
+        """Where each conductor's log ends now (for :meth:`claims_since`)."""
+        return {p.name: len(p.log()) for p in self.conductors()}
+
+    def claims_since(self, marks: Mapping[str, int]) -> dict[str, int]:
+        """Claims and releases the conductors logged since ``marks``."""
+        return count_claims("".join(p.log()[marks.get(p.name, 0) :] for p in self.conductors()))
 
     def agents(self) -> set[str]:
         return {
@@ -347,7 +352,7 @@ class Run:
         return {"seconds": None, "polls": polls, "off": off, "unowned": unowned, "nodes": nodes}
 
     def cold(self, names: Sequence[str]) -> dict[str, Any]:
-        log_before = len(self.conductor_log())
+        marks = self.log_marks()
         cpu_before = self.sampler.conductor_cpu()
         started = time.monotonic()
         procs = [
@@ -358,7 +363,7 @@ class Run:
         serving = time.monotonic() - started
         done = self.wait_converged(set(names), started)
         cpu = self.sampler.conductor_cpu() - cpu_before
-        claims = count_claims(self.conductor_log()[log_before:])
+        claims = self.claims_since(marks)
         return {
             "agents": len(names),
             "seconds": done["seconds"],
@@ -371,7 +376,7 @@ class Run:
     def join(self, name: str) -> dict[str, Any]:
         before = read_nodes(self.fleet.db)
         stayed = self.agents()
-        log_before = len(self.conductor_log())
+        marks = self.log_marks()
         started = time.monotonic()
         proc = spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code)
         proc.wait_serving(120)
@@ -392,7 +397,7 @@ class Run:
             "ideal": len(after) / (len(stayed) + 1),
             "moved_between_stayed": between,
             "unowned_after": sum(1 for _g, o, _p in after.values() if o is None),
-            **count_claims(self.conductor_log()[log_before:]),
+            **self.claims_since(marks),
         }
 
     def kill(self, name: str) -> dict[str, Any]:
