@@ -545,6 +545,7 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
 def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, Any]:
     """Every agent count in turn; the JSON-ready report."""
     load_before = os.getloadavg()[0]
+    commit = _commit(args.code)  # before the runs: not a commit made meanwhile
     runs = [run_one(args, agents, log) for agents in args.agents]
     report = {
         "config": {
@@ -556,7 +557,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
             "batch": args.batch,
             "ttl_s": TTL,
             "code": str(args.code) if args.code else None,
-            "commit": _commit(args.code),
+            "commit": commit,
         },
         "environment": {
             "python": platform.python_version(),
