@@ -333,7 +333,7 @@ class Run:
         polls = 0
         off = unowned = -1
         nodes: Nodes = {}
-        while time.monotonic() < deadline:
+        while not polls or time.monotonic() < deadline:  # at least once: the state at the end
             view = self.watch.view()
             nodes = read_nodes(self.fleet.db)
             polls += 1
@@ -343,7 +343,8 @@ class Run:
                 if done:
                     seconds = time.monotonic() - started
                     return {"seconds": seconds, "polls": polls, "off": 0, "nodes": nodes}
-            time.sleep(0.25)
+            if time.monotonic() < deadline:
+                time.sleep(0.25)
         unowned = sum(1 for _g, owner, _p in nodes.values() if owner is None)
         self.log(
             f"  not converged within {self.args.timeout:g} s: {off} nodes off their ring "
@@ -409,6 +410,7 @@ class Run:
         unowned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o is None)
         owned_s: float | None = None
         victim_s: float | None = None
+        nodes: Nodes = {}
         while time.monotonic() - started < self.args.timeout:
             nodes = read_nodes(self.fleet.db)
             self.sampler.sample()
@@ -419,6 +421,8 @@ class Run:
                 owned_s = now
                 break
             time.sleep(0.05)
+        # If every node is not owned again: how many were left unowned.
+        unowned_end = sum(1 for _g, o, _p in nodes.values() if o is None)
         ring_s = self.wait_converged(survivors, started)["seconds"]
         return {
             "victim": name,
@@ -426,6 +430,7 @@ class Run:
             "unowned_before": unowned,
             "victim_s": victim_s,
             "owned_s": owned_s,
+            "unowned_end": unowned_end,
             "ring_s": ring_s,
         }
 
@@ -693,6 +698,7 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             (f"kill -9 ({k['nodes_owned']:,} nodes): all owned again (s)", _cell(k["owned_s"])),
             ("  none left on the killed agent (s)", _cell(k.get("victim_s"))),
             ("  nodes unowned before the kill", f"{k.get('unowned_before', 0):,}"),
+            ("  nodes unowned when that wait ended", f"{k.get('unowned_end', 0):,}"),
             ("  ring converged again (s)", _cell(k["ring_s"])),
         ]
     for wave in res.get("builds", []):
