@@ -1,0 +1,850 @@
+"""Scale benchmark (issue 13): 100k nodes, 10-50 agent processes, 1-2 conductors.
+
+Run from the repository root, with the test servers::
+
+    SERVERS=etcd,rabbit,postgres tools/with-test-servers.sh \\
+        .venv/bin/python -m benchmarks.scale_bench --nodes 100000 --agents 10
+    ... -m benchmarks.scale_bench --nodes 100000 --agents 10,30 --conductors 2 --json s.json
+
+The fleet is the functional tests' (:class:`tests.functional.fleet_harness.Fleet`:
+real processes on the PostgreSQL, RabbitMQ and etcd of
+``tools/with-test-servers.sh``, ``membership_timeout`` 3 s, watch interval
+0.2 s, reconcile interval 1 s), with the simulated driver's deploy time 0 and
+DEBUG logging off.  The benchmark creates a private database on that server
+and drops it afterwards.  For each agent count it runs, in order:
+
+``import``
+    ``ringfleet node import`` of a CSV of ``--nodes`` rows (the console
+    script as an operator runs it: validation, the dry-run check against the
+    stored nodes, then batches of 1000), one conductor up, no agent yet.
+``cold``
+    The agents started together; the time from their start (and from the
+    moment the last one serves) until every unpinned node is owned by its
+    ring owner: :meth:`hashring.membership.MembershipView.ring` of the node's
+    group over the live agents, read from etcd by a watcher in this process
+    (as a conductor reads it), not merely "owned by someone".  Claims
+    granted, refused and releases are counted from the conductors' log lines
+    ``Agent X claimed A of B nodes (R refused ...)`` and ``Agent X released D nodes``.
+``join``
+    One more agent; the time until the ring of M+1 agents is converged, the
+    nodes that moved against the ideal N/(M+1), and the nodes that moved
+    between two agents that were there before (should be 0).
+``kill``
+    kill -9 of that agent; the time until every node is owned by a live
+    agent again (and until the ring is converged again).
+``builds``
+    ``--builds`` instances requested in requests of ``--batch`` by 4 client
+    threads, until the last is ACTIVE (:func:`benchmarks.e2e_bench.throughput`);
+    with ``--conductors 2`` first with both, then with one (the other stopped).
+``node list``
+    ``ringfleet node list -f value -c UUID`` of the whole fleet (``--no-node-list``: skipped).
+``resources``
+    Conductor CPU seconds (user + system, whole run and the cold start) and
+    the largest RSS seen of any conductor and any agent (from /proc, sampled
+    while polling).
+
+``--code DIR`` runs the conductors and agents from another checkout of the
+project (same virtualenv), e.g. the commit before the claim-storm fix::
+
+    git worktree add --detach /tmp/prefix 4733a63^
+    ... -m benchmarks.scale_bench --steps import,cold --code /tmp/prefix
+
+A benchmark reports, tests check: each goal prints PASS or MISS, and the
+exit status is 0 either way.  See ``benchmarks/README.rst``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlalchemy import select
+
+from benchmarks import argtypes
+from benchmarks.e2e_bench import FLAVOR, private_database, throughput
+from benchmarks.report import Goals, format_goals
+from conductor.db import migration
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel
+from hashring.membership import Membership, MembershipView
+from tests.functional.fleet_harness import TTL, Fleet
+from tests.harness import ServiceProcess
+
+__all__ = [
+    "ConvergenceWatch",
+    "Run",
+    "converged",
+    "count_claims",
+    "format_report",
+    "main",
+    "make_fleet",
+    "parse_args",
+    "read_nodes",
+    "ring_owners",
+    "run",
+    "steps",
+]
+
+STEPS = ("import", "cold", "join", "kill", "builds", "list")
+
+CLAIMED = re.compile(r"Agent (\S+) claimed (\d+) of (\d+) nodes \((\d+) refused")
+RELEASED = re.compile(r"Agent (\S+) released (\d+) nodes")
+
+Log = Callable[[str], None]
+#: node uuid -> (group, owner, pinned)
+Nodes = dict[str, tuple[str, str | None, bool]]
+
+
+# -- what converged means ---------------------------------------------------------------
+
+
+def read_nodes(db: Database) -> Nodes:
+    """Every node's group, owner and whether it is pinned (holds an instance)."""
+    with db.transaction() as session:
+        rows = session.execute(
+            select(NodeModel.uuid, NodeModel.node_group, NodeModel.owner, NodeModel.instance_uuid)
+        ).all()
+    return {u: (g, o, i is not None) for u, g, o, i in rows}
+
+
+def ring_owners(view: MembershipView, nodes: Nodes) -> dict[str, str]:
+    """Each node's ring owner in ``view`` (the agents' own rule,
+    :meth:`compute_agent.ownership.Ownership.desired`: one ring per node group)."""
+    by_group: dict[str, list[str]] = {}
+    for uuid, (group, _owner, _pinned) in nodes.items():
+        by_group.setdefault(group, []).append(uuid)
+    owners: dict[str, str] = {}
+    for group, uuids in by_group.items():
+        ring = view.ring(group)
+        if len(ring):
+            owners.update(zip(uuids, ring.assign(uuids), strict=True))
+    return owners
+
+
+def converged(view: MembershipView, nodes: Nodes, agents: set[str]) -> tuple[bool, int]:
+    """Whether ``view`` holds exactly ``agents`` and every unpinned node is
+    owned by its ring owner; and how many unpinned nodes are not (yet)."""
+    if set(view.members) != agents:
+        return False, -1
+    owners = ring_owners(view, nodes)
+    off = sum(
+        1
+        for uuid, (_group, owner, pinned) in nodes.items()
+        if not pinned and owner != owners.get(uuid)
+    )
+    return off == 0, off
+
+
+class ConvergenceWatch:
+    """The live group as a conductor sees it: a passive member of the fleet's
+    group (``join=False``), its latest view."""
+
+    def __init__(self, etcd_url: str, group: str) -> None:
+        self._lock = threading.Lock()
+        self._view: MembershipView | None = None
+        # Its TTL matters to nobody (it never joins): a long one keeps a
+        # benchmark process busy reading 100k rows from flapping to SUSPENDED.
+        self._membership = Membership(
+            f"{etcd_url}?membership_timeout=60",
+            "scale-bench-watch",
+            group=group,
+            on_change=self._changed,
+            watch_interval=0.1,
+            join=False,
+        )
+
+    def _changed(self, view: MembershipView) -> None:
+        with self._lock:
+            self._view = view
+
+    def start(self) -> ConvergenceWatch:
+        self._membership.start()
+        return self
+
+    def stop(self) -> None:
+        self._membership.stop(leave=False)
+
+    def view(self) -> MembershipView | None:
+        with self._lock:
+            return self._view
+
+    def members(self) -> set[str]:
+        view = self.view()
+        return set(view.members) if view is not None else set()
+
+
+def count_claims(text: str) -> dict[str, int]:
+    """Claims granted and refused, claim calls, and releases in conductor log text."""
+    counts = {"claim_calls": 0, "granted": 0, "refused": 0, "release_calls": 0, "released": 0}
+    for match in CLAIMED.finditer(text):
+        counts["claim_calls"] += 1
+        counts["granted"] += int(match.group(2))
+        counts["refused"] += int(match.group(4))
+    for match in RELEASED.finditer(text):
+        counts["release_calls"] += 1
+        counts["released"] += int(match.group(2))
+    return counts
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+class _CodeProcess(ServiceProcess):
+    """A service process run from ``code`` (another checkout), if given."""
+
+    def __init__(self, module: str, name: str, config: Path, log_file: Path, code: Path | None):
+        super().__init__(module, name, config, log_file)
+        self.code = code
+
+    def start(self) -> ServiceProcess:
+        if self.code is None:
+            return super().start()
+        env = {**os.environ, "PYTHONPATH": str(self.code)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, "--config-file", str(self.config)],
+            cwd=self.code,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return self
+
+
+def spawn(fleet: Fleet, module: str, name: str, code: Path | None) -> ServiceProcess:
+    """:meth:`Fleet._spawn`, from ``code`` if given; not waited for."""
+    config = fleet.workdir / f"{name}.conf"
+    log_file = fleet.workdir / f"{name}.log"
+    config.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {log_file}\n{fleet.common}")
+    proc = _CodeProcess(module, name, config, log_file, code)
+    proc.start()
+    fleet.procs[name] = proc
+    return proc
+
+
+class Sampler:
+    """The largest RSS seen per role and each conductor's CPU time, from /proc (psutil)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.max_rss = {"conductor": 0, "agent": 0}
+        self._cpu: dict[str, float] = {}  # conductor name -> CPU seconds last seen
+
+    def sample(self) -> None:
+        for name, proc in list(self.fleet.procs.items()):
+            if proc.proc is None or proc.proc.poll() is not None:
+                continue
+            conductor = proc.module.startswith("conductor")
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(proc.proc.pid)
+                rss = process.memory_info().rss
+                role = "conductor" if conductor else "agent"
+                self.max_rss[role] = max(self.max_rss[role], rss)
+                if conductor:
+                    times = process.cpu_times()
+                    self._cpu[name] = times.user + times.system
+
+    def conductor_cpu(self) -> float:
+        """CPU seconds of every conductor so far (a stopped one: as last seen)."""
+        self.sample()
+        return sum(self._cpu.values())
+
+
+# -- the steps ---------------------------------------------------------------------------
+
+
+class Run:
+    """One agent count's fleet and its measurements."""
+
+    def __init__(
+        self, args: argparse.Namespace, fleet: Fleet, watch: ConvergenceWatch, log: Log
+    ) -> None:
+        self.args, self.fleet, self.watch, self.log = args, fleet, watch, log
+        self.sampler = Sampler(fleet)
+        self.cli_conf = fleet.workdir / "cli.conf"
+        self.cli_conf.write_text(f"[DEFAULT]\ntransport_url = {args.transport_url}\n")
+
+    def conductors(self) -> list[ServiceProcess]:
+        return [p for p in self.fleet.procs.values() if p.module.startswith("conductor")]
+
+    def log_marks(self) -> dict[str, int]:
+        """Where each conductor's log ends now (for :meth:`claims_since`)."""
+        return {p.name: len(p.log()) for p in self.conductors()}
+
+    def claims_since(self, marks: Mapping[str, int]) -> dict[str, int]:
+        """Claims and releases the conductors logged since ``marks``."""
+        return count_claims("".join(p.log()[marks.get(p.name, 0) :] for p in self.conductors()))
+
+    def agents(self) -> set[str]:
+        return {
+            name
+            for name, p in self.fleet.procs.items()
+            if p.module.startswith("compute_agent") and p.running()
+        }
+
+    def ringfleet(self, *argv: str, timeout: float = 600) -> tuple[float, str]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("ringfleet")),
+                "--config-file",
+                str(self.cli_conf),
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        elapsed = time.monotonic() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"ringfleet {' '.join(argv)}: {done.stderr[-2000:]}")
+        return elapsed, done.stdout
+
+    def import_nodes(self) -> dict[str, Any]:
+        path = self.fleet.workdir / "nodes.csv"
+        with path.open("w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(["name", "resource_class"])
+            for i in range(self.args.nodes):
+                writer.writerow([f"scale-{i:06d}", "baremetal"])
+        elapsed, _out = self.ringfleet("node", "import", str(path))
+        self.sampler.sample()
+        return {"nodes": self.args.nodes, "seconds": elapsed}
+
+    def wait_converged(self, agents: set[str], started: float) -> dict[str, Any]:
+        """Poll until the ring of ``agents`` is converged: seconds since
+        ``started``, or ``None`` after ``--timeout`` (then how many unpinned
+        nodes were still off their ring owner, and how many were unowned)."""
+        deadline = started + self.args.timeout
+        polls = 0
+        off = unowned = -1
+        nodes: Nodes = {}
+        while not polls or time.monotonic() < deadline:  # at least once: the state at the end
+            view = self.watch.view()
+            nodes = read_nodes(self.fleet.db)
+            polls += 1
+            self.sampler.sample()
+            if view is not None:
+                done, off = converged(view, nodes, agents)
+                if done:
+                    seconds = time.monotonic() - started
+                    return {"seconds": seconds, "polls": polls, "off": 0, "nodes": nodes}
+            if time.monotonic() < deadline:
+                time.sleep(0.25)
+        unowned = sum(1 for _g, owner, _p in nodes.values() if owner is None)
+        self.log(
+            f"  not converged within {self.args.timeout:g} s: {off} nodes off their ring "
+            f"owner, {unowned} unowned (view {sorted(self.watch.members())})"
+        )
+        return {"seconds": None, "polls": polls, "off": off, "unowned": unowned, "nodes": nodes}
+
+    def cold(self, names: Sequence[str]) -> dict[str, Any]:
+        marks = self.log_marks()
+        cpu_before = self.sampler.conductor_cpu()
+        started = time.monotonic()
+        procs = [
+            spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code) for name in names
+        ]
+        for proc in procs:
+            proc.wait_serving(120)
+        serving = time.monotonic() - started
+        done = self.wait_converged(set(names), started)
+        cpu = self.sampler.conductor_cpu() - cpu_before
+        claims = self.claims_since(marks)
+        return {
+            "agents": len(names),
+            "seconds": done["seconds"],
+            "off": done["off"],
+            "serving_s": serving,
+            "conductor_cpu_s": cpu,
+            **claims,
+        }
+
+    def join(self, name: str) -> dict[str, Any]:
+        before = read_nodes(self.fleet.db)
+        stayed = self.agents()
+        marks = self.log_marks()
+        started = time.monotonic()
+        proc = spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code)
+        proc.wait_serving(120)
+        done = self.wait_converged(stayed | {name}, started)
+        after: Nodes = done["nodes"]
+        moved = between = 0
+        for uuid, (_g, owner, _p) in after.items():
+            old = before.get(uuid, ("", None, False))[1]
+            if old != owner:
+                moved += 1
+                if old in stayed and owner in stayed:
+                    between += 1
+        return {
+            "agents_before": len(stayed),
+            "seconds": done["seconds"],
+            "off": done["off"],
+            "moved": moved,
+            "ideal": len(after) / (len(stayed) + 1),
+            "moved_between_stayed": between,
+            "unowned_after": sum(1 for _g, o, _p in after.values() if o is None),
+            **self.claims_since(marks),
+        }
+
+    def kill(self, name: str) -> dict[str, Any]:
+        victim = self.fleet.procs[name]
+        survivors = self.agents() - {name}
+        owned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o == name)
+        started = time.monotonic()
+        victim.kill()
+        unowned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o is None)
+        owned_s: float | None = None
+        victim_s: float | None = None
+        nodes: Nodes = {}
+        while time.monotonic() - started < self.args.timeout:
+            nodes = read_nodes(self.fleet.db)
+            self.sampler.sample()
+            now = time.monotonic() - started
+            if victim_s is None and all(o != name for _g, o, _p in nodes.values()):
+                victim_s = now
+            if all(o in survivors for _g, o, _p in nodes.values()):
+                owned_s = now
+                break
+            time.sleep(0.05)
+        # If every node is not owned again: how many were left unowned.
+        unowned_end = sum(1 for _g, o, _p in nodes.values() if o is None)
+        ring_s = self.wait_converged(survivors, started)["seconds"]
+        return {
+            "victim": name,
+            "nodes_owned": owned,
+            "unowned_before": unowned,
+            "victim_s": victim_s,
+            "owned_s": owned_s,
+            "unowned_end": unowned_end,
+            "ring_s": ring_s,
+        }
+
+    def builds(self) -> dict[str, Any]:
+        with contextlib.suppress(Exception):  # exists from an earlier wave
+            self.fleet.api.create_flavor({"name": FLAVOR, "resource_class": "baremetal"})
+        rate = throughput(
+            self.args.transport_url, self.fleet.db, self.args.builds, self.args.batch, 4
+        )
+        self.sampler.sample()
+        rate["conductors"] = sum(1 for p in self.conductors() if p.running())
+        return rate
+
+    def node_list(self) -> dict[str, Any]:
+        elapsed, out = self.ringfleet("node", "list", "-f", "value", "-c", "UUID")
+        self.sampler.sample()
+        return {"seconds": elapsed, "rows": len(out.splitlines())}
+
+
+def make_fleet(workdir: Path, db_url: str, transport_url: str, etcd_url: str) -> Fleet:
+    """The functional tests' fleet, deploy and clean time 0, DEBUG logging off
+    (at 100k nodes DEBUG lines are most of the logging cost)."""
+    fleet = Fleet(
+        workdir, db_url=db_url, transport_url=transport_url, etcd_url=etcd_url, step_duration=0.0
+    )
+    fleet.common = fleet.common.replace("debug = true", "debug = false").replace(
+        "clean_duration = 0.05", "clean_duration = 0"
+    )
+    return fleet
+
+
+def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
+    """The steps for one agent count, on a fresh database and fleet."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(tempfile.mkdtemp(prefix=f"scale-bench-{agents}-"))
+        db_url = stack.enter_context(private_database(args.db_url))
+        database = Database(db_url)
+        migration.upgrade(database)
+        database.dispose()
+        fleet = make_fleet(workdir, db_url, args.transport_url, args.etcd_url)
+        stack.callback(fleet.close)  # kill -9 of every process: nothing to wait for
+        watch = ConvergenceWatch(args.etcd_url, fleet.group).start()
+        stack.callback(watch.stop)
+        bench = Run(args, fleet, watch, log)
+        results: dict[str, Any] = {"agents": agents, "workdir": str(workdir)}
+        started = time.monotonic()
+        try:
+            steps(args, bench, agents, results)
+        except BaseException:
+            log(f"failed; the process logs are in {workdir}")
+            raise
+        results["conductor_cpu_s"] = bench.sampler.conductor_cpu()
+        results["conductor_rss_mb"] = bench.sampler.max_rss["conductor"] / 2**20
+        results["agent_rss_mb"] = bench.sampler.max_rss["agent"] / 2**20
+        results["wall_s"] = time.monotonic() - started
+        results["load_end"] = os.getloadavg()[0]  # a shared machine: how busy it was
+        return results
+
+
+def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, Any]) -> None:
+    """Start the conductors, then ``args.steps`` in order, into ``results``."""
+    fleet, steps, log = bench.fleet, args.steps, bench.log
+    names = [f"agent-{i:02d}" for i in range(agents)]
+    conductors = [
+        spawn(fleet, "conductor.cmd.conductor", f"cond-{i + 1}", args.code)
+        for i in range(args.conductors)
+    ]
+    for proc in conductors:
+        proc.wait_serving(120)
+    if "import" in steps:
+        log(f"[{agents} agents] ringfleet node import of {args.nodes} rows")
+        results["import"] = bench.import_nodes()
+        log(f"  {results['import']['seconds']:.1f} s")
+    else:  # the nodes are needed all the same: by RPC, not measured
+        for start in range(0, args.nodes, 1000):
+            fleet.api.import_nodes(
+                [
+                    {"name": f"scale-{i:06d}", "resource_class": "baremetal"}
+                    for i in range(start, min(args.nodes, start + 1000))
+                ]
+            )
+    log(f"[{agents} agents] cold start of {agents} agents")
+    cold = bench.cold(names)
+    if "cold" in steps:
+        results["cold"] = cold
+        seconds = _cell(cold["seconds"], cold["off"])
+        log(f"  {seconds}, {cold['granted']} granted, {cold['refused']} refused")
+    if "join" in steps:
+        log(f"[{agents} agents] one agent joins")
+        results["join"] = bench.join("agent-joined")
+        join = results["join"]
+        log(f"  {_cell(join['seconds'], join['off'])}, moved {join['moved']}")
+    if "kill" in steps:
+        victim = "agent-joined" if "join" in steps else names[0]
+        log(f"[{agents} agents] kill -9 of {victim}")
+        results["kill"] = bench.kill(victim)
+        log(f"  owned again after {_cell(results['kill']['owned_s'])}")
+    if "builds" in steps:
+        waves = []
+        log(f"[{agents} agents] {args.builds} builds, {len(conductors)} conductor(s)")
+        waves.append(bench.builds())
+        log(f"  {waves[-1]['builds_per_s']:.0f}/s")
+        if len(conductors) > 1:
+            for proc in conductors[1:]:
+                bench.sampler.sample()  # its CPU time until now
+                proc.terminate(60)
+            log(f"[{agents} agents] {args.builds} builds, 1 conductor")
+            waves.append(bench.builds())
+            log(f"  {waves[-1]['builds_per_s']:.0f}/s")
+        results["builds"] = waves
+    if "list" in steps:
+        log(f"[{agents} agents] ringfleet node list")
+        results["node_list"] = bench.node_list()
+        log(f"  {results['node_list']['seconds']:.1f} s")
+
+
+def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, Any]:
+    """Every agent count in turn; the JSON-ready report."""
+    load_before = os.getloadavg()[0]
+    commit = _commit(args.code)  # before the runs: not a commit made meanwhile
+    runs = [run_one(args, agents, log) for agents in args.agents]
+    report = {
+        "config": {
+            "nodes": args.nodes,
+            "agents": list(args.agents),
+            "conductors": args.conductors,
+            "steps": list(args.steps),
+            "builds": args.builds,
+            "batch": args.batch,
+            "ttl_s": TTL,
+            "code": str(args.code) if args.code else None,
+            "commit": commit,
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_before": load_before,
+        },
+        "runs": runs,
+    }
+    report["goals"] = _goals(runs, args.nodes)
+    return report
+
+
+def _commit(code: Path | None) -> str | None:
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=code or Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    return None
+
+
+# -- goals and report --------------------------------------------------------------------
+
+
+def _le(seconds: float | None, limit: float) -> bool:
+    return seconds is not None and seconds <= limit
+
+
+def _secs(seconds: float | None, step: Mapping[str, Any]) -> str:
+    """Seconds, or what was left when the wait ended."""
+    if seconds is not None:
+        return f"{seconds:.1f} s"
+    if "off" in step:
+        return f"not converged ({step['off']} nodes off their ring owner)"
+    return "not within the wait"
+
+
+def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]]:
+    goals = Goals()
+    for res in runs:
+        tag = f"[{res['agents']} agents]"
+        if "import" in res:
+            s = res["import"]["seconds"]
+            goals.add(f"{tag} node import of {nodes:,}", "<= 20 s", s, s <= 20, f"{s:.1f} s")
+        if "cold" in res:
+            s = res["cold"]["seconds"]
+            goals.add(
+                f"{tag} cold start, ring converged", "<= 15 s", s, _le(s, 15), _secs(s, res["cold"])
+            )
+        if "join" in res:
+            j = res["join"]
+            s = j["seconds"]
+            limit = TTL + 5
+            goals.add(
+                f"{tag} one agent joins, ring converged",
+                f"<= TTL + 5 s = {limit} s",
+                s,
+                _le(s, limit),
+                _secs(s, j),
+            )
+            goals.add(
+                f"{tag} join: moves between agents that stayed",
+                "0",
+                j["moved_between_stayed"],
+                j["moved_between_stayed"] == 0,
+            )
+        if "kill" in res:
+            s = res["kill"]["owned_s"]
+            limit = TTL + 2
+            goals.add(
+                f"{tag} kill -9, every node owned again",
+                f"<= TTL + 2 s = {limit} s",
+                s,
+                _le(s, limit),
+                _secs(s, {}),
+            )
+        for wave in res.get("builds", []):
+            rate = wave["builds_per_s"]
+            goals.add(
+                f"{tag} builds/s, {wave['conductors']} conductor(s)",
+                ">= 200/s",
+                rate,
+                rate >= 200,
+                f"{rate:.0f}/s",
+            )
+        if "node_list" in res:
+            s = res["node_list"]["seconds"]
+            goals.add(f"{tag} node list", "<= 5 s", s, s <= 5, f"{s:.1f} s")
+        rss = res["agent_rss_mb"]
+        goals.add(f"{tag} agent RSS (max)", "<= 150 MB", rss, rss <= 150, f"{rss:.0f} MB")
+        rss = res["conductor_rss_mb"]
+        goals.add(f"{tag} conductor RSS (max)", "<= 1024 MB", rss, rss <= 1024, f"{rss:.0f} MB")
+    return goals.items
+
+
+def _cell(seconds: float | None, off: int | None = None) -> str:
+    """Seconds for the table (without unit), or what the wait ended on."""
+    if seconds is not None:
+        return f"{seconds:.1f}"
+    return "timeout" if off is None else f"timeout, {off:,} off"
+
+
+def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if "import" in res:
+        rows.append(("node import (CLI, CSV) (s)", f"{res['import']['seconds']:.1f}"))
+    if "cold" in res:
+        c = res["cold"]
+        rows += [
+            ("cold start: ring converged, from start (s)", _cell(c["seconds"], c["off"])),
+            ("  all agents serving after (s)", f"{c['serving_s']:.1f}"),
+            ("  claims granted", f"{c['granted']:,}"),
+            ("  claims refused", f"{c['refused']:,}"),
+            ("  nodes released", f"{c['released']:,}"),
+            ("  claim / release calls", f"{c['claim_calls']:,} / {c['release_calls']:,}"),
+            ("  conductor CPU during it (s)", f"{c['conductor_cpu_s']:.1f}"),
+        ]
+    if "join" in res:
+        j = res["join"]
+        rows += [
+            ("one agent joins: ring converged (s)", _cell(j["seconds"], j["off"])),
+            ("  nodes moved / ideal N/(M+1)", f"{j['moved']:,} / {j['ideal']:,.0f}"),
+            ("  moved between agents that stayed", str(j["moved_between_stayed"])),
+            ("  unowned when the wait ended", f"{j.get('unowned_after', 0):,}"),
+            ("  claims granted / refused", f"{j['granted']:,} / {j['refused']:,}"),
+        ]
+    if "kill" in res:
+        k = res["kill"]
+        rows += [
+            (f"kill -9 ({k['nodes_owned']:,} nodes): all owned again (s)", _cell(k["owned_s"])),
+            ("  none left on the killed agent (s)", _cell(k.get("victim_s"))),
+            ("  nodes unowned before the kill", f"{k.get('unowned_before', 0):,}"),
+            ("  nodes unowned when that wait ended", f"{k.get('unowned_end', 0):,}"),
+            ("  ring converged again (s)", _cell(k["ring_s"])),
+        ]
+    for wave in res.get("builds", []):
+        rows.append(
+            (
+                f"builds/s ({wave['builds']} in requests of {wave['batch']}, "
+                f"{wave['conductors']} conductor(s))",
+                f"{wave['builds_per_s']:.0f}",
+            )
+        )
+    if "node_list" in res:
+        n = res["node_list"]
+        rows.append((f"ringfleet node list ({n['rows']:,} rows) (s)", f"{n['seconds']:.1f}"))
+    rows += [
+        ("conductor CPU, whole run (s)", f"{res['conductor_cpu_s']:.1f}"),
+        ("conductor RSS, max (MB)", f"{res['conductor_rss_mb']:.0f}"),
+        ("agent RSS, max (MB)", f"{res['agent_rss_mb']:.0f}"),
+    ]
+    return rows
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The human-readable table of a :func:`run` report."""
+    config, env = report["config"], report["environment"]
+    lines = [
+        f"scale benchmark: {config['nodes']:,} nodes, {config['conductors']} conductor(s), "
+        f"agents {', '.join(str(a) for a in config['agents'])}; membership_timeout "
+        f"{config['ttl_s']} s, deploy time 0; code {config['commit']}"
+        + (f" ({config['code']})" if config["code"] else "")
+        + f"; Python {env['python']}, {env['cpus']} CPUs, load {env['load_before']:.1f} before",
+    ]
+    for res in report["runs"]:
+        rows = _rows(res)
+        width = max(len(label) for label, _v in rows) + 2
+        load = res.get("load_end")
+        lines += [
+            "",
+            f"{res['agents']} agents (wall {res['wall_s']:.0f} s"
+            + ("" if load is None else f", load {load:.1f} at the end")
+            + ")",
+        ]
+        lines += [f"  {label:<{width}}{value:>16}" for label, value in rows]
+    lines += format_goals(report["goals"])
+    return "\n".join(lines)
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def _agent_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"agent counts must be >= 1: {text!r}")
+    return counts
+
+
+def _steps_list(text: str) -> list[str]:
+    steps = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(steps) - set(STEPS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown steps {unknown}; known: {', '.join(STEPS)}")
+    return steps
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command-line options (server URLs default to ``RINGFLEET_TEST_*``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scale_bench",
+        description=(
+            "Import, cold start, join, kill -9, builds and node list of a large fleet "
+            "(issue 13). Run it through tools/with-test-servers.sh."
+        ),
+    )
+    env = os.environ.get
+    parser.add_argument(
+        "--nodes", type=argtypes.at_least(1), default=100_000, help="nodes (100000)"
+    )
+    parser.add_argument(
+        "--agents",
+        type=_agent_counts,
+        default=[10],
+        help="agent processes, or a comma-separated list of counts run one after another (10)",
+    )
+    parser.add_argument("--conductors", type=int, choices=(1, 2), default=1, help="(1)")
+    parser.add_argument(
+        "--steps",
+        type=_steps_list,
+        default=list(STEPS),
+        help=f"comma-separated subset of {','.join(STEPS)} (all)",
+    )
+    parser.add_argument("--no-node-list", action="store_true", help="skip the node list step")
+    parser.add_argument("--builds", type=argtypes.at_least(1), default=1000, help="(1000)")
+    parser.add_argument("--batch", type=argtypes.at_least(1), default=25, help="(25)")
+    parser.add_argument(
+        "--timeout",
+        type=argtypes.seconds(allow_zero=False),
+        default=180.0,
+        help="seconds each convergence is waited for; after it the step reports a timeout (180)",
+    )
+    parser.add_argument(
+        "--code",
+        type=Path,
+        help="run the services from this checkout of the project (default: this one)",
+    )
+    parser.add_argument("--db-url", default=env("RINGFLEET_TEST_DB_URL"))
+    parser.add_argument("--transport-url", default=env("RINGFLEET_TEST_TRANSPORT_URL"))
+    parser.add_argument("--etcd-url", default=env("RINGFLEET_TEST_ETCD_URL"))
+    parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+    if args.no_node_list and "list" in args.steps:
+        args.steps.remove("list")
+    if args.code is not None:
+        args.code = args.code.resolve()
+    missing = [
+        name
+        for name, value in (
+            ("--db-url", args.db_url),
+            ("--transport-url", args.transport_url),
+            ("--etcd-url", args.etcd_url),
+        )
+        if not value
+    ]
+    if missing:
+        parser.error(
+            f"{', '.join(missing)} not given and RINGFLEET_TEST_* unset: run it as "
+            "SERVERS=etcd,rabbit,postgres tools/with-test-servers.sh "
+            ".venv/bin/python -m benchmarks.scale_bench"
+        )
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = run(args, log=lambda line: print(line, file=sys.stderr, flush=True))
+    except (RuntimeError, AssertionError) as exc:  # a failed run, or a deadline passed
+        print(f"scale_bench: {exc}", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Smoke test of benchmarks.scale_bench at a tiny size (200 nodes, 3 agents).
+
+Checks that the harness's convergence computation works on a real fleet:
+after the cold start every unpinned node is owned by its ring owner
+(``hashring`` over the live agents, per node group), the join moves nodes
+only to the new agent, and the claim counts come from the conductor's log.
+No timing thresholds: the goals may print PASS or MISS.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import scale_bench
+from conductor.db import migration
+from conductor.db.engine import Database
+
+
+def test_cold_start_and_join_converge_on_the_ring(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    database = Database(pg_url)
+    migration.upgrade(database)
+    database.dispose()
+    args = scale_bench.parse_args(
+        [
+            "--nodes",
+            "200",
+            "--agents",
+            "3",
+            "--steps",
+            "cold,join",
+            "--timeout",
+            "60",
+            "--db-url",
+            pg_url,
+            "--transport-url",
+            transport_url,
+            "--etcd-url",
+            etcd_url,
+        ]
+    )
+    fleet = scale_bench.make_fleet(tmp_path, pg_url, transport_url, etcd_url)
+    watch = scale_bench.ConvergenceWatch(etcd_url, fleet.group).start()
+    try:
+        results: dict[str, object] = {}
+        bench = scale_bench.Run(args, fleet, watch, lambda _line: None)
+        scale_bench.steps(args, bench, 3, results)
+        view = watch.view()
+        assert view is not None
+        nodes = scale_bench.read_nodes(fleet.db)
+        agents = {"agent-00", "agent-01", "agent-02", "agent-joined"}
+        assert scale_bench.converged(view, nodes, agents) == (True, 0)
+        # Not converged for another member set: the check is not vacuous.
+        assert not scale_bench.converged(view, nodes, agents - {"agent-joined"})[0]
+        owners = scale_bench.ring_owners(view, nodes)
+        assert len(owners) == 200
+        assert {owner for _g, owner, _p in nodes.values()} == agents
+        cold = results["cold"]
+        assert isinstance(cold, dict)
+        assert cold["granted"] >= 200  # every node claimed at least once
+        join = results["join"]
+        assert isinstance(join, dict)
+        assert join["moved_between_stayed"] == 0
+        assert 0 < join["moved"] < 200
+    finally:
+        watch.stop()
+        fleet.close()
