@@ -39,7 +39,11 @@ LOG = logging.getLogger(__name__)
 #: while it ran may carry an earlier timestamp.
 _INVENTORY_OVERLAP = datetime.timedelta(seconds=5)
 #: How long a live owner's refusal keeps a node from being asked for again.
-_REFUSAL_MEMORY = 30.0
+#: It bounds how long a missed release leaves a node unowned (seen at 100k
+#: nodes: releases whose ``updated_at``, taken when their transaction began,
+#: fell before the next inventory window because they committed late); a
+#: node still refused is asked for once more per period, one claim batch.
+_REFUSAL_MEMORY = 10.0
 #: Seconds an adopted node is kept even if our view says it belongs elsewhere.
 _ADOPTION_SETTLE = 5.0
 
