@@ -344,6 +344,12 @@ class AgentService:
             delay = self.conf.compute_agent.reconcile_interval
             if self._stopped.is_set():
                 return
+            superseded = self.membership.superseded_by
+            if superseded is not None:
+                # Also here: it may come while the membership is LOST already,
+                # with no state change to tell us.
+                self._stop_superseded(superseded)
+                return
             view = self.membership.view
             if view is None or not self.membership.can_act():
                 continue

@@ -510,9 +510,24 @@ class Membership:
         try:
             coordinator.join_group(self._group, self._capabilities).get()
         except coordination.MemberAlreadyExist:
+            existing = self._entry_incarnation()
+            if self._join_generation > 0 and existing not in (None, self._incarnation):
+                # Re-joining, we find another live process in our place: it
+                # took our id while our entry was away (its join replaces the
+                # entry: leave, then join), so it is the newer one and wins.
+                # Replacing it back would make both processes stop.
+                with self._lock:
+                    self._superseded_by = str(existing)
+                LOG.error(
+                    "Member %s was taken over by another process (incarnation %s, ours %s) "
+                    "while re-joining: this process will perform no node action",
+                    self._member_id,
+                    existing,
+                    self._incarnation,
+                )
+                return
             # A fast restart finds its previous incarnation's entry (its lease
             # has not expired yet): replace it.
-            existing = self._entry_incarnation()
             LOG.warning(
                 "Member %s already in group %s (incarnation %s); replacing it with incarnation %s",
                 self._member_id,
