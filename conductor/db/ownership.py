@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, or_, select, true, update
+from sqlalchemy import ColumnElement, and_, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
@@ -246,60 +246,84 @@ def _rehomable(
     ]
 
 
+@retry_on_dead_connection
 def release_nodes(db: Database, agent: str, claims: Mapping[str, int]) -> ReleaseOutcome:
     """Give up nodes held at the given epochs; pinned nodes are refused.
 
     A pinned node leaves its owner only by :func:`transfer_nodes` (drain,
     move) or by re-homing after its owner is gone.
+
+    Set-based: one ``UPDATE ... WHERE (uuid, owner_epoch) IN (...)`` per
+    chunk, not one statement per node.  An agent releases hundreds of nodes
+    after every join; a statement each made the transaction long enough, under
+    load, that the ``updated_at`` it stamped at its start fell before the
+    next inventory window of the agent waiting for those nodes, which then
+    never heard of the release (issue 13).
     """
-    return _change_owner(db, agent, [(u, e, None) for u, e in claims.items()])
+    outcome = ReleaseOutcome()
+    wanted = dict(claims)
+    with db.transaction() as session:
+        for chunk in _chunks(list(wanted)):
+            now = utcnow()  # per statement: the stamp stays close to the commit
+            released = session.execute(
+                update(NodeModel)
+                .where(
+                    tuple_(NodeModel.uuid, NodeModel.owner_epoch).in_(
+                        [(uuid, wanted[uuid]) for uuid in chunk]
+                    ),
+                    NodeModel.owner == agent,
+                    # Releasing a pinned node would strand its instance.
+                    NodeModel.instance_uuid.is_(None),
+                )
+                .values(owner=None, owner_epoch=NodeModel.owner_epoch + 1, updated_at=now)
+                .returning(NodeModel.uuid, NodeModel.owner_epoch)
+                .execution_options(synchronize_session=False)
+            ).all()
+            outcome.done.update({uuid: epoch for uuid, epoch in released})
+        refused = [uuid for uuid in wanted if uuid not in outcome.done]
+        if refused:
+            current = _current(session, refused)
+            outcome.refused.update({uuid: current.get(uuid) for uuid in refused})
+    return outcome
 
 
+@retry_on_dead_connection
 def transfer_nodes(db: Database, agent: str, transfers: Sequence[Transfer]) -> ReleaseOutcome:
     """Hand nodes held at the given epochs to other agents (drain, move).
 
     Pinned nodes move with their instance: its host changes in the same
-    transaction.
+    transaction.  One statement per node: each goes to its own new owner
+    (a drain is rare; releases, the frequent change, are set-based).
     """
-    return _change_owner(db, agent, [(t.node_uuid, t.epoch, t.new_owner) for t in transfers])
-
-
-@retry_on_dead_connection
-def _change_owner(
-    db: Database, agent: str, changes: Sequence[tuple[str, int, str | None]]
-) -> ReleaseOutcome:
     now = utcnow()
     outcome = ReleaseOutcome()
     with db.transaction() as session:
-        for uuid, epoch, new_owner in changes:
+        for transfer in transfers:
             row = session.execute(
                 update(NodeModel)
                 .where(
-                    NodeModel.uuid == uuid,
+                    NodeModel.uuid == transfer.node_uuid,
                     NodeModel.owner == agent,
-                    NodeModel.owner_epoch == epoch,
-                    # Releasing a pinned node would strand its instance.
-                    NodeModel.instance_uuid.is_(None) if new_owner is None else true(),
+                    NodeModel.owner_epoch == transfer.epoch,
                 )
-                .values(owner=new_owner, owner_epoch=epoch + 1, updated_at=now)
+                .values(owner=transfer.new_owner, owner_epoch=transfer.epoch + 1, updated_at=now)
                 .returning(NodeModel.instance_uuid)
                 .execution_options(synchronize_session=False)
             ).first()
             if row is None:
-                outcome.refused[uuid] = None
+                outcome.refused[transfer.node_uuid] = None
                 continue
-            outcome.done[uuid] = epoch + 1
+            outcome.done[transfer.node_uuid] = transfer.epoch + 1
             if row.instance_uuid is not None:
                 session.execute(
                     update(InstanceModel)
                     .where(InstanceModel.uuid == row.instance_uuid)
-                    .values(host=new_owner, updated_at=now)
+                    .values(host=transfer.new_owner, updated_at=now)
                     .execution_options(synchronize_session=False)
                 )
         if outcome.refused:
-            current = _current(session, outcome.refused)
-            for uuid in outcome.refused:
-                outcome.refused[uuid] = current.get(uuid)
+            current = _current(session, list(outcome.refused))
+            outcome.refused.update({uuid: current.get(uuid) for uuid in outcome.refused})
     return outcome
 
 
