@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
+
+
+@contextlib.contextmanager
+def fresh_database(database_url: str, prefix: str = "rf") -> Iterator[str]:
+    """A new, empty PostgreSQL database on the test server, dropped afterwards; its URL."""
+    name = f"{prefix}_{uuidlib.uuid4().hex[:12]}"
+    admin = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def migrated(url: str) -> Database:

@@ -9,12 +9,12 @@ never turn into a silently green run.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+
+from tests.dbutil import fresh_database
+from tests.harness.ironic import IronicHarness, unique_shard
 
 
 def _require(variable: str, what: str) -> str:
@@ -63,13 +63,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def pg_url(database_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    name = f"rf_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(database_url) as url:
+        yield url
+
+
+@pytest.fixture
+def ironic(ironic_url: str) -> Iterator[IronicHarness]:
+    """A client of the test Ironic (plain HTTP: Ironic's own records)."""
+    with IronicHarness(ironic_url) as harness:
+        yield harness
+
+
+@pytest.fixture
+def shard() -> str:
+    """An Ironic shard of the test's own: tests sharing one Ironic never see
+    each other's nodes."""
+    return unique_shard()

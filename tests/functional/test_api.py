@@ -20,12 +20,10 @@ from typing import Any
 
 import pytest
 import requests
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from conductor.api import microversion
 from conductor.api.v1 import ROUTES
-from tests.dbutil import migrated
+from tests.dbutil import fresh_database, migrated
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, start_processes
 from tests.harness import wait_for
@@ -38,16 +36,8 @@ TIMEOUT = 30
 @pytest.fixture(scope="module")
 def module_pg_url(database_url: str) -> Iterator[str]:
     """A fresh PostgreSQL database for the module."""
-    name = f"rf_api_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(database_url, "rf_api") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

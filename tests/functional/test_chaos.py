@@ -83,7 +83,7 @@ from tests.functional.fleet_harness import (
 )
 from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import server_ctl, wait_for
-from tests.harness.ironic import IronicHarness, unique_shard
+from tests.harness.ironic import IronicHarness, fleet_config
 
 NODES = 48
 #: at most this many nodes busy with our instances: the rest keeps the
@@ -616,18 +616,10 @@ def ironic_fleet(
     transport_url: str,
     etcd_url: str,
     ironic_url: str,
+    shard: str,
 ) -> Iterator[tuple[Fleet, IronicHarness, str]]:
-    shard = unique_shard("rf-chaos")
     harness = IronicHarness(ironic_url)
     harness.enroll(NODES, shard=shard)
-    config = (
-        "[ironic]\n"
-        "auth_type = none\n"
-        f"endpoint_override = {ironic_url}\n"
-        f"shards = {shard}\n"
-        "poll_interval = 0.05\n"
-        "poll_max_interval = 0.5\n"
-    )
     f = _start_fleet(
         tmp_path,
         pg_url,
@@ -635,7 +627,7 @@ def ironic_fleet(
         etcd_url,
         EXTRA_CONFIG + f"[conductor]\nbuild_timeout = {IRONIC_BUILD_TIMEOUT}\n",
         driver="ironic",
-        common_extra=config,
+        common_extra=fleet_config(ironic_url, shard),
         populate=lambda fleet: fleet.api.sync_ironic_nodes(),
     )
     try:

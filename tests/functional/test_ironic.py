@@ -29,32 +29,10 @@ from conductor.common.objects import Node
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
 from tests.harness import wait_for
-from tests.harness.ironic import IronicHarness, unique_shard
+from tests.harness.ironic import IronicHarness, fleet_config
 
 #: Ironic's provision states of a deploy under way.
 DEPLOYING = ("deploying", "wait call-back")
-
-
-@pytest.fixture
-def ironic(ironic_url: str) -> Iterator[IronicHarness]:
-    with IronicHarness(ironic_url) as harness:
-        yield harness
-
-
-@pytest.fixture
-def shard() -> str:
-    return unique_shard("rf-ironic")
-
-
-def _ironic_config(ironic_url: str, shard: str) -> str:
-    return (
-        "[ironic]\n"
-        "auth_type = none\n"
-        f"endpoint_override = {ironic_url}\n"
-        f"shards = {shard}\n"
-        "poll_interval = 0.05\n"
-        "poll_max_interval = 0.5\n"
-    )
 
 
 @pytest.fixture
@@ -73,7 +51,7 @@ def fleet(
         transport_url=transport_url,
         etcd_url=etcd_url,
         driver="ironic",
-        common_extra=_ironic_config(ironic_url, shard),
+        common_extra=fleet_config(ironic_url, shard),
     )
     try:
         yield f

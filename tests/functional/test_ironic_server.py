@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import requests
 
 from tests.harness.ironic import IronicHarness, unique_shard
 from tests.harness.servers import server_ctl
-
-
-@pytest.fixture
-def ironic(ironic_url: str) -> Iterator[IronicHarness]:
-    with IronicHarness(ironic_url) as harness:
-        yield harness
-
-
-@pytest.fixture
-def shard() -> str:
-    return unique_shard()
 
 
 def test_enroll_gives_available_powered_on_nodes_in_the_shard(

@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-__all__ = ["API_VERSION", "IronicError", "IronicHarness", "unique_shard"]
+__all__ = ["API_VERSION", "IronicError", "IronicHarness", "fleet_config", "unique_shard"]
 
 #: Microversion sent with every request (shards need 1.82).
 API_VERSION = "1.82"
@@ -35,6 +35,19 @@ class IronicError(AssertionError):
 def unique_shard(prefix: str = "rf-test") -> str:
     """A shard name no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def fleet_config(url: str, shard: str) -> str:
+    """The ``[ironic]`` group of a test fleet on this Ironic: noauth, the nodes
+    of ``shard`` only, short polls (a fake deploy step takes a second)."""
+    return (
+        "[ironic]\n"
+        "auth_type = none\n"
+        f"endpoint_override = {url}\n"
+        f"shards = {shard}\n"
+        "poll_interval = 0.05\n"
+        "poll_max_interval = 0.5\n"
+    )
 
 
 def _check(response: requests.Response, *expected: int) -> requests.Response:
