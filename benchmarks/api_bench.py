@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -52,7 +51,7 @@ import psutil
 import requests
 
 from benchmarks.e2e_bench import private_database
-from benchmarks.report import Goals, format_goals, percentile
+from benchmarks.report import Goals, format_goals, log_line, percentile, publish
 from conductor.db import migration
 from conductor.db.engine import Database
 from tests.functional.api_harness import ApiServer
@@ -290,15 +289,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        report = run(args, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except (RuntimeError, AssertionError) as exc:
-        print(f"api_bench: {exc}", file=sys.stderr)
-        return 1
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
-    return 0
+    return publish("api_bench", lambda: run(args, log=log_line), format_report, args.json)
 
 
 if __name__ == "__main__":

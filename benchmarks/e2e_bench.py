@@ -42,7 +42,6 @@ import argparse
 import contextlib
 import datetime
 import importlib.metadata
-import json
 import os
 import platform
 import shutil
@@ -63,7 +62,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from benchmarks import argtypes
-from benchmarks.report import Goals, format_goals, percentile
+from benchmarks.report import Goals, format_goals, log_line, percentile, publish
 from compute_agent.drivers.action_log import check_fencing, read_log
 from conductor.common import rpc
 from conductor.db import migration
@@ -759,15 +758,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        report = run(args, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except (RuntimeError, AssertionError) as exc:  # a failed run, or a deadline passed
-        print(f"e2e_bench: {exc}", file=sys.stderr)
-        return 1
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
-    return 0
+    return publish("e2e_bench", lambda: run(args, log=log_line), format_report, args.json)
 
 
 if __name__ == "__main__":

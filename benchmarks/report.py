@@ -7,11 +7,14 @@ status or a test failure (the machine is shared and noisy).
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Goals", "format_goals", "percentile"]
+__all__ = ["Goals", "format_goals", "log_line", "percentile", "publish"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -71,3 +74,31 @@ def format_goals(
         f"  {goal['status']:<5} {goal['name']}: {shown(goal)} (target {goal['target']})"
         for goal in goals
     ]
+
+
+def log_line(line: str) -> None:
+    """Progress of a run, on stderr (the report goes to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def publish(
+    prog: str,
+    produce: Callable[[], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    json_path: Path | None,
+) -> int:
+    """Run a benchmark, print its report (and write it as JSON); an exit code.
+
+    A run that fails or misses a deadline of its own (``RuntimeError``,
+    ``AssertionError``) is one line and exit 1; a missed goal is not a
+    failure (see the module docstring).
+    """
+    try:
+        report = produce()
+    except (RuntimeError, AssertionError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    print(render(report))
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
+    return 0

@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import json
 import os
 import platform
 import re
@@ -76,7 +75,7 @@ from sqlalchemy import select
 
 from benchmarks import argtypes
 from benchmarks.e2e_bench import FLAVOR, private_database, throughput
-from benchmarks.report import Goals, format_goals
+from benchmarks.report import Goals, format_goals, log_line, publish
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
@@ -835,15 +834,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        report = run(args, log=lambda line: print(line, file=sys.stderr, flush=True))
-    except (RuntimeError, AssertionError) as exc:  # a failed run, or a deadline passed
-        print(f"scale_bench: {exc}", file=sys.stderr)
-        return 1
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
-    return 0
+    return publish("scale_bench", lambda: run(args, log=log_line), format_report, args.json)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,6 @@ import dataclasses
 import datetime
 import gc
 import importlib.metadata
-import json
 import os
 import platform
 import random
@@ -71,7 +70,7 @@ from typing import Any
 from sqlalchemy import event, func, insert, select
 
 from benchmarks import argtypes
-from benchmarks.report import Goals, format_goals, percentile
+from benchmarks.report import Goals, format_goals, log_line, percentile, publish
 from conductor.common.exception import ConfigurationError, NoValidNode
 from conductor.common.objects import Flavor, Node, ProvisionState
 from conductor.db import allocations, migration
@@ -805,18 +804,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    report = run(
-        args.sizes,
-        request_count=args.requests,
-        baseline_seconds=args.baseline_seconds,
-        synchronous=args.synchronous,
-        seed=args.seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
+    return publish(
+        "sched_bench",
+        lambda: run(
+            args.sizes,
+            request_count=args.requests,
+            baseline_seconds=args.baseline_seconds,
+            synchronous=args.synchronous,
+            seed=args.seed,
+            log=log_line,
+        ),
+        format_report,
+        args.json,
     )
-    print(format_report(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":
