@@ -183,12 +183,17 @@ class AgentService:
             thread.join(10)
         if not drain:
             self._hold_for_restart()
+        self._close(leave=True)
+        LOG.info("Agent %s stopped", self.host)
+
+    def _close(self, *, leave: bool) -> None:
+        """The last steps of any stop: membership (leaving the group or not),
+        transport, metrics endpoint."""
         if self.membership is not None:
-            self.membership.stop(leave=True)
+            self.membership.stop(leave=leave)
         if self._transport is not None:
             self._transport.cleanup()
         self.metrics_server.stop()
-        LOG.info("Agent %s stopped", self.host)
 
     def _stop_superseded(self, incarnation: str) -> None:
         """Another process joined as our host: stop consuming RPC now, then fail.
@@ -219,11 +224,7 @@ class AgentService:
             self._server.stop()
             self._server.wait()
         self._wake.set()
-        if self.membership is not None:
-            self.membership.stop(leave=False)
-        if self._transport is not None:
-            self._transport.cleanup()
-        self.metrics_server.stop()
+        self._close(leave=False)  # the entry is the survivor's now
         self._stopped.set()
 
     def _hold_for_restart(self) -> None:
