@@ -315,13 +315,23 @@ class BuildWorkers:
         self._router.route(instance, node, claim)
 
     def rehomed(self, node_uuids: list[str]) -> None:
-        """Pinned nodes changed owner: builds still running there go to the new owner."""
-        for instance in instances.building_on(self._db, node_uuids):
+        """Pinned nodes changed owner: builds and teardowns still running there
+        go to the new owner at once (a teardown the departed owner accepted
+        but never reported waited for the sweeper)."""
+        for instance in instances.in_flight_on(self._db, node_uuids):
             LOG.info(
-                "Instance %s: node %s re-homed, routing the build to its new owner",
+                "Instance %s: node %s re-homed, routing its %s to the new owner",
                 instance.uuid,
                 instance.node_uuid,
+                "teardown" if instance.vm_state is VmState.DELETING else "build",
             )
+            self._redrive(instance)
+
+    def _redrive(self, instance: Instance) -> None:
+        """Route an in-flight build or teardown again, to whoever owns its node now."""
+        if instance.vm_state is VmState.DELETING:
+            self.delete(instance.uuid)
+        else:
             self.reroute(instance.uuid)
 
     def resume_agent(self, host: str) -> tuple[int, int]:
@@ -338,10 +348,9 @@ class BuildWorkers:
         for instance in instances.in_flight_on_owner(self._db, host):
             if instance.vm_state is VmState.DELETING:
                 teardowns += 1
-                self.delete(instance.uuid)
             else:
                 builds += 1
-                self.reroute(instance.uuid)
+            self._redrive(instance)
         if builds or teardowns:
             LOG.info(
                 "Agent %s resumed: routing %d builds and %d teardowns on its nodes again",

@@ -25,10 +25,10 @@ from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import BuildRequest
 
 __all__ = [
-    "building_on",
     "create_instances",
     "get_build",
     "get_instance",
+    "in_flight_on",
     "in_flight_on_owner",
     "list_instances",
     "record_failed_attempt",
@@ -375,13 +375,15 @@ def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
 
 
 @retry_on_dead_connection
-def building_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
-    """Instances still building on the given nodes."""
+def in_flight_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
+    """Instances building or being deleted on the given nodes (one read)."""
     with db.reading() as session:
         rows = session.scalars(
-            select(InstanceModel).where(
+            select(InstanceModel)
+            .where(
                 InstanceModel.node_uuid.in_(list(node_uuids)),
-                InstanceModel.vm_state == VmState.BUILDING.value,
+                InstanceModel.vm_state.in_([VmState.BUILDING.value, VmState.DELETING.value]),
             )
+            .order_by(InstanceModel.uuid)
         )
         return [to_instance(r) for r in rows]

@@ -345,6 +345,24 @@ def test_a_resumed_agent_gets_its_in_flight_builds_and_teardowns_routed_again(
     assert all(len(flow.router.routes_of(u)) == 1 for u in others)
 
 
+def test_re_homed_nodes_get_their_in_flight_builds_and_teardowns_routed_again(
+    flow: Flow,
+) -> None:
+    """A teardown the departed owner accepted but never reported is re-driven
+    when its node is re-homed, like a build (it waited for the sweeper)."""
+    built = [flow.build() for _ in range(3)]
+    routes = {uuid: flow.wait_routes(uuid, 1) for uuid in built}
+    deleting, building, untouched = built
+    instances.set_state(
+        flow.db, deleting, expected=[VmState.BUILDING], vm_state=VmState.DELETING, task_state=None
+    )
+    flow.router.destroy_answers.clear()
+    flow.builds.rehomed([routes[deleting][0], routes[building][0]])
+    flow.wait_routes(building, 2)  # routed again
+    wait_for(lambda: deleting in flow.router.destroyed)
+    assert len(flow.router.routes_of(untouched)) == 1
+
+
 def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
