@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ __all__ = [
     "Param",
     "Reply",
     "Route",
+    "global_request_id",
     "load_tokens",
 ]
 
@@ -136,6 +138,26 @@ class Route:
     min_version: microversion.Version = microversion.MIN_VERSION
     tag: str = ""
     description: str = ""
+
+
+# -- request ids ------------------------------------------------------------------
+
+_GLOBAL_REQUEST_ID = re.compile(r"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def global_request_id(header: str | None) -> str | None:
+    """The global request id another service sent (``X-OpenStack-Request-ID``
+    on the request), or None.
+
+    OpenStack services pass their own request id on, so that one id ties a
+    user's request together across services (oslo.log prints it before the
+    local id).  Anything but ``req-<uuid>`` is ignored, as oslo.middleware
+    does: a client must not be able to put arbitrary text in our logs.  The
+    response's ``x-openstack-request-id`` is always this API's own id.
+    """
+    if header is not None and _GLOBAL_REQUEST_ID.fullmatch(header):
+        return header
+    return None
 
 
 # -- authentication ------------------------------------------------------------
@@ -245,7 +267,11 @@ class Application:
         version = microversion.MIN_VERSION
         raw: bytes | None = b""
         previous = request_context.get_current()
-        request_context.RequestContext(request_id=request_id, overwrite=True)
+        request_context.RequestContext(
+            request_id=request_id,
+            global_request_id=global_request_id(request.headers.get(REQUEST_ID_HEADER)),
+            overwrite=True,
+        )
         try:
             try:
                 raw = self._read(request)
@@ -336,58 +362,12 @@ class Application:
             max_limit=self.max_limit,
         )
         try:
-            reply = route.handler(call)
-        except exception.InvalidInput as exc:
-            raise ApiError(
-                400,
-                "ringfleet.invalid_input",
-                str(exc).split("\n", 1)[0][:1000],
-                fields=[e.to_dict() for e in exc.errors[:100]],
-            ) from None
-        except exception.NotFound as exc:
-            raise ApiError(
-                404,
-                "ringfleet.not_found",
-                exception.first_line(exc)[:1000],
-                fields=[{"field": None, "reason": "not found", "value": str(exc.ident)[:200]}],
-            ) from None
-        except exception.Conflict as exc:
-            raise ApiError(
-                409,
-                "ringfleet.conflict",
-                exception.first_line(exc)[:1000],
-                fields=[
-                    {
-                        "field": exc.field,
-                        "reason": exc.reason,
-                        "value": exc.value,
-                        "index": exc.index,
-                    }
-                ],
-            ) from None
-        except exception.ServiceUnavailable as exc:
-            raise ApiError(
-                503,
-                "ringfleet.service_unavailable",
-                exception.first_line(exc)[:1000],
-                headers={"Retry-After": "2"},
-            ) from None
-        except messaging.MessagingTimeout:
-            raise ApiError(
-                503,
-                "ringfleet.conductor_timeout",
-                "no conductor answered in time; retry",
-                headers={"Retry-After": "5"},
-            ) from None
-        except messaging.RemoteError as exc:
-            if exc.exc_type in ("UnsupportedVersion", "NoSuchMethod"):
-                raise ApiError(
-                    503,
-                    "ringfleet.conductor_too_old",
-                    "the conductor that answered does not serve this call yet",
-                ) from None
-            raise
-        return reply
+            return route.handler(call)
+        except Exception as exc:
+            mapped = _as_api_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
 
     def _match(self, request: webob.Request, path: str) -> tuple[Route, dict[str, str]]:
         """The route of a request and its path variables; 404 or 405 if none."""
@@ -500,6 +480,50 @@ class Application:
             raise ApiError.invalid("body", "must be a JSON object", body)
         _check_keys(body, route)
         return body
+
+
+#: The conductors' answers and their HTTP errors: status, code, Retry-After.
+_ANSWERS: tuple[tuple[type[Exception], int, str, str | None], ...] = (
+    (exception.InvalidInput, 400, "ringfleet.invalid_input", None),
+    (exception.NotFound, 404, "ringfleet.not_found", None),
+    (exception.Conflict, 409, "ringfleet.conflict", None),
+    # The conductors cannot do this as they are configured: retrying cannot help.
+    (exception.ConfigurationError, 409, "ringfleet.not_configured", None),
+    (exception.ServiceUnavailable, 503, "ringfleet.service_unavailable", "2"),
+)
+
+
+def _as_api_error(exc: Exception) -> Exception:
+    """The HTTP error a conductor call's exception is answered with, or the
+    exception itself when it is none of the conductors' answers (a 500)."""
+    if isinstance(exc, messaging.MessagingTimeout):
+        detail = "no conductor answered in time; retry"
+        return ApiError(503, "ringfleet.conductor_timeout", detail, headers={"Retry-After": "5"})
+    if isinstance(exc, messaging.RemoteError) and exc.exc_type in (
+        "UnsupportedVersion",
+        "NoSuchMethod",
+    ):
+        detail = "the conductor that answered does not serve this call yet"
+        return ApiError(503, "ringfleet.conductor_too_old", detail)
+    for kind, status, code, retry_after in _ANSWERS:
+        if isinstance(exc, kind):
+            headers = {"Retry-After": retry_after} if retry_after else None
+            detail = exception.first_line(exc)[:1000]
+            return ApiError(status, code, detail, fields=_fields(exc), headers=headers)
+    return exc
+
+
+def _fields(exc: Exception) -> list[dict[str, Any]]:
+    """The ``errors`` entries of a conductor's answer: one per field at fault."""
+    if isinstance(exc, exception.InvalidInput):
+        return [e.to_dict() for e in exc.errors[:100]]
+    if isinstance(exc, exception.NotFound):
+        return [{"field": None, "reason": "not found", "value": str(exc.ident)[:200]}]
+    if isinstance(exc, exception.Conflict):
+        return [{"field": exc.field, "reason": exc.reason, "value": exc.value, "index": exc.index}]
+    if isinstance(exc, exception.ConfigurationError):
+        return [{"field": f"[{exc.group}] {exc.option}", "reason": exc.reason, "value": None}]
+    return []
 
 
 def _check_keys(body: dict[str, Any], route: Route) -> None:

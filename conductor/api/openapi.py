@@ -87,6 +87,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         required=("nodes",),
     ),
     "ImportResult": _obj({"created": _INT, "checked": _INT, "uuids": _STRS}, closed=False),
+    "SyncSummary": _obj(
+        {
+            "listed": _INT,
+            "created": _INT,
+            "updated": _INT,
+            "retired": _INT,
+            "invalid": _INT,
+            "invalid_nodes": _STRS,
+            "seconds": {"type": "number"},
+        },
+        closed=False,
+    ),
     "NodeUpdate": _obj(
         {
             "properties": _FLAT,

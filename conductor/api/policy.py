@@ -45,6 +45,12 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("PATCH", "/v1/nodes/{node}"), ("PUT", "/v1/nodes/{node}/maintenance")],
     ),
     (
+        "ringfleet:node:sync",
+        ADMIN,
+        "Import OpenStack Ironic's inventory now.",
+        [("POST", "/v1/nodes/sync")],
+    ),
+    (
         "ringfleet:node:move",
         ADMIN,
         "Move a node to another agent.",

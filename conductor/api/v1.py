@@ -89,6 +89,10 @@ def import_nodes(call: Call) -> Reply:
     return Reply(200 if dry_run else 201, result)
 
 
+def sync_nodes(call: Call) -> Reply:
+    return Reply(200, call.api.sync_ironic_nodes())
+
+
 def set_node(call: Call) -> Reply:
     return Reply(200, call.api.set_node(call.path["node"], call.body))
 
@@ -236,6 +240,23 @@ ROUTES: tuple[Route, ...] = (
         required_keys=frozenset({"nodes"}),
         errors=(E400, E409, E503),
         tag="nodes",
+    ),
+    Route(
+        "POST",
+        "/v1/nodes/sync",
+        sync_nodes,
+        "ringfleet:node:sync",
+        "syncNodes",
+        "Import OpenStack Ironic's inventory now: one pass of the sync.",
+        response="SyncSummary",
+        errors=(E409, E503),
+        tag="nodes",
+        description=(
+            "What the conductor's ``[ironic] sync_interval`` pass does, run now by the "
+            "conductor that takes the call: new Ironic nodes are enrolled, changed ones "
+            "updated, removed ones retired.  409 ``ringfleet.not_configured`` when the "
+            "conductors are not configured to reach Ironic."
+        ),
     ),
     Route(
         "GET",

@@ -124,7 +124,7 @@ class HttpConductorAPI:
         )
 
     def sync_ironic_nodes(self) -> dict[str, Any]:
-        raise HttpError("node sync is not served by the HTTP API: run it without --os-endpoint")
+        return self._request("POST", "/v1/nodes/sync")  # type: ignore[no-any-return]
 
     # -- flavors -------------------------------------------------------------------
 

@@ -99,18 +99,23 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
     (see :class:`_ExpectedErrors`).  It is the thread's current request id
     when there is one (an HTTP request of ``ringfleet-api``, or a call a
     conductor serves), so one id follows a request across the services.
+    A global request id (``X-OpenStack-Request-ID`` given to
+    ``ringfleet-api`` by another service) travels along the same way.
     """
-    ctxt = {"request_id": _current_request_id() or f"req-{uuid.uuid4()}"}
+    current = request_context.get_current()
+    request_id = _well_formed(getattr(current, "request_id", None)) or f"req-{uuid.uuid4()}"
+    ctxt = {"request_id": request_id}
+    global_request_id = _well_formed(getattr(current, "global_request_id", None))
+    if global_request_id is not None:
+        ctxt["global_request_id"] = global_request_id
     if observe is None:
         return client.call(ctxt, method, **kwargs)
     with observed(observe, method):
         return client.call(ctxt, method, **kwargs)
 
 
-def _current_request_id() -> str | None:
-    """The thread's current oslo.context request id, if well-formed."""
-    current = request_context.get_current()
-    request_id = getattr(current, "request_id", None)
+def _well_formed(request_id: object) -> str | None:
+    """``request_id`` if it is a request id (``req-...``, short), else None."""
     if isinstance(request_id, str) and request_id.startswith("req-") and len(request_id) < 100:
         return request_id
     return None
@@ -254,17 +259,21 @@ class _ApiMethodsOnly(dispatcher.RPCAccessPolicyBase):  # type: ignore[misc]
 
 @contextlib.contextmanager
 def _request_context(ctxt: Any) -> Iterator[None]:
-    """The caller's request id as the thread's current logging context, for the block.
+    """The caller's request id (and global request id, when it sent one) as
+    the thread's current logging context, for the block.
 
     A caller without a (well-formed) request id gets a fresh one: the
     call's lines still belong together.  The thread's previous context is
     put back afterwards, so the id never shows on lines outside the call.
     """
-    request_id = ctxt.get("request_id") if isinstance(ctxt, dict) else None
-    if not isinstance(request_id, str) or not request_id.startswith("req-"):
-        request_id = None
+    if not isinstance(ctxt, dict):
+        ctxt = {}
     previous = request_context.get_current()
-    request_context.RequestContext(request_id=request_id, overwrite=True)
+    request_context.RequestContext(
+        request_id=_well_formed(ctxt.get("request_id")),
+        global_request_id=_well_formed(ctxt.get("global_request_id")),
+        overwrite=True,
+    )
     try:
         yield
     finally:

@@ -168,11 +168,18 @@ def test_enroll_build_100_watch_active_and_delete(
     uuids = [str(uuid.uuid4()) for _ in range(BUILDS)]
     request = {"flavor": "small", "count": BUILDS, "instance_uuids": uuids, "name": "api"}
     _error(reader.post(f"{url}/v1/instances", json=request), 403)
-    built = member.post(f"{url}/v1/instances", json=request, timeout=TIMEOUT)
+    origin = f"req-{uuid.uuid4()}"  # another service's request id
+    built = member.post(
+        f"{url}/v1/instances",
+        json=request,
+        headers={"X-OpenStack-Request-ID": origin},
+        timeout=TIMEOUT,
+    )
     assert [i["uuid"] for i in _ok(built, 202)["instances"]] == uuids
-    # The request id reached the conductor's log.
+    # Our request id, and the caller's as the global one, reached the conductor's log.
     request_id = built.headers["x-openstack-request-id"]
-    assert request_id in fleet.procs["cond-1"].log()
+    assert request_id != origin
+    assert f"{origin} {request_id}" in fleet.procs["cond-1"].log()
     # A retry of the same request is safe: the same instances, nothing built twice.
     retry = member.post(f"{url}/v1/instances", json=request, timeout=TIMEOUT)
     assert [i["uuid"] for i in _ok(retry, 202)["instances"]] == uuids
@@ -236,6 +243,10 @@ def test_error_paths(fleet: Fleet, server: ApiServer, admin: requests.Session) -
     assert _error(admin.get(f"{url}/v1/nodes?limit=0"), 400)["field"] == "limit"
     assert _error(admin.get(f"{url}/v1/nodes?maintenance=perhaps"), 400)["field"] == "maintenance"
     assert _error(admin.get(f"{url}/v1/nodes?colour=red"), 400)["field"] == "colour"
+    # 409 naming the option: a node sync asked of conductors without [ironic].
+    not_configured = _error(admin.post(f"{url}/v1/nodes/sync"), 409)
+    assert not_configured["code"] == "ringfleet.not_configured"
+    assert not_configured["field"] == "[ironic] auth_type"
     build = {"flavor": "no-such-flavor", "count": 1}
     _error(admin.post(f"{url}/v1/instances", json=build), 404)
     assert (

@@ -39,6 +39,7 @@ class FakeConductors:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.fail: BaseException | None = None
         self.request_ids: list[str | None] = []
+        self.global_request_ids: list[str | None] = []
         self.instances: dict[str, dict[str, Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -49,6 +50,7 @@ class FakeConductors:
             self.calls.append((name, args, kwargs))
             current = request_context.get_current()
             self.request_ids.append(current.request_id if current else None)
+            self.global_request_ids.append(current.global_request_id if current else None)
             if self.fail is not None:
                 failure, self.fail = self.fail, None
                 raise failure
@@ -212,6 +214,7 @@ def test_routes_and_methods(app: tuple[api_app.Application, FakeConductors]) -> 
         (exception.InvalidInput([exception.FieldError("name", "must be text", "1")]), 400, "name"),
         (exception.NodeNotFound("n9"), 404, None),
         (exception.DuplicateNode(field="name", value="n1"), 409, "name"),
+        (exception.ConfigurationError("ironic", "auth_type", "unset"), 409, "[ironic] auth_type"),
         (exception.ServiceUnavailable(reason="membership is lost"), 503, None),
         (exception.DatabaseUnavailable(), 503, None),
         (messaging.MessagingTimeout("slow"), 503, None),
@@ -372,9 +375,16 @@ def test_tokens_and_policy(tmp_path: Path) -> None:
         call(application, "POST", "/v1/nodes/n/move", move, X_Auth_Token="mem").status_code == 403
     )
     assert call(application, "POST", "/v1/agents/a/drain", X_Auth_Token="mem").status_code == 403
+    assert call(application, "POST", "/v1/nodes/sync", X_Auth_Token="mem").status_code == 403
+    assert call(application, "POST", "/v1/nodes/sync", X_Auth_Token="adm").status_code == 200
     # Discovery is public.
     assert call(application, "GET", "/").status_code == 200
-    assert [c[0] for c in fake.calls] == ["list_nodes", "create_node", "build_instances"]
+    assert [c[0] for c in fake.calls] == [
+        "list_nodes",
+        "create_node",
+        "build_instances",
+        "sync_ironic_nodes",
+    ]
 
 
 def test_keystone_headers_are_read(tmp_path: Path) -> None:
@@ -440,6 +450,38 @@ def test_the_request_id_is_the_rpc_calls_id(
     assert sent[1]["request_id"].startswith("req-") and sent[1]["request_id"] != "req-abc"
     # The id does not leak to the thread after the request.
     assert request_context.get_current() is None
+
+
+def test_a_global_request_id_from_another_service_is_carried_to_the_conductors(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    origin = "req-8c0f8a3e-63c4-4a0e-9d0c-1f2e3d4c5b6a"
+    response = call(application, "GET", "/v1/nodes/n1", x_openstack_request_id=origin)
+    assert response.status_code == 200
+    # Ours is answered; theirs is the global id of the conductor call.
+    assert response.headers["x-openstack-request-id"] != origin
+    assert fake.global_request_ids == [origin]
+    assert fake.request_ids == [response.headers["x-openstack-request-id"]]
+    # Anything but req-<uuid> is ignored, never logged.
+    for junk in ("req-1", "hello", origin.upper(), origin + "\n" + origin, "x" * 5000):
+        assert (
+            call(application, "GET", "/v1/nodes/n1", x_openstack_request_id=junk).status_code == 200
+        )
+    assert fake.global_request_ids[1:] == [None] * 5
+    # rpc.call passes it on, only when there is one.
+    sent: list[dict[str, Any]] = []
+
+    class Client:
+        def call(self, ctxt: dict[str, Any], method: str, **kwargs: Any) -> None:
+            sent.append(ctxt)
+
+    request_context.RequestContext(request_id="req-abc", global_request_id=origin, overwrite=True)
+    try:
+        rpc.call(Client(), "show_node", None, node="x")
+    finally:
+        vars(request_context._request_store).pop("context", None)
+    assert sent == [{"request_id": "req-abc", "global_request_id": origin}]
 
 
 # -- the OpenAPI document ----------------------------------------------------------------

@@ -10,6 +10,7 @@ themselves, with their attributes, never as an opaque ``RemoteError``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from typing import Any
 import oslo_messaging as messaging
 import pytest
 from oslo_config import cfg
+from oslo_context import context as request_context
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.builds import BuildWorkers
@@ -118,6 +120,38 @@ def test_import_list_and_show_nodes(served: Served) -> None:
     shown = api.show_node("imp-3")
     assert shown["name"] == "imp-3" and shown["uuid"] in out["uuids"]
     assert api.show_node(shown["uuid"]) == shown
+
+
+class _ContextRecorder(logging.Handler):
+    """Records the request ids current in the thread that logs each record,
+    for records of other threads than the caller's (the server's)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.caller = threading.get_ident()
+        self.seen: list[tuple[str | None, str | None]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        current = request_context.get_current()
+        if current is not None and record.thread != self.caller:
+            self.seen.append((current.request_id, current.global_request_id))
+
+
+def test_the_callers_request_ids_are_the_servers_logging_context(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    recorder = _ContextRecorder()
+    logging.getLogger().addHandler(recorder)
+    local, origin = f"req-{uuidlib.uuid4()}", f"req-{uuidlib.uuid4()}"
+    request_context.RequestContext(request_id=local, global_request_id=origin, overwrite=True)
+    try:
+        served.api.import_nodes([_spec("global-id-0")])
+    finally:
+        vars(request_context._request_store).pop("context", None)
+        logging.getLogger().removeHandler(recorder)
+    # The server logged the import under both ids of the caller.
+    assert (local, origin) in recorder.seen
 
 
 def test_invalid_input_arrives_as_itself_with_its_fields(
