@@ -44,7 +44,7 @@ def test_api_bench_reports_both_paths_and_the_goals(
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-5000:]}"
     report = json.loads(out.read_text(encoding="utf-8"))
-    for call, count in (("get", 20), ("build", 5)):
+    for call, count in (("get", 20), ("build", 5), ("build_settled", 5)):
         for path in ("rpc", "api"):
             stats = report[call][path]
             assert stats["count"] == count
@@ -52,6 +52,9 @@ def test_api_bench_reports_both_paths_and_the_goals(
         assert math.isfinite(report[call]["overhead_p50_ms"])
     assert report["throughput"]["gets"] > 0
     assert report["throughput"]["api_cpu_ms_per_get"] > 0
+    # The conductor's and the broker's CPU per GET were found and measured.
+    assert report["throughput"]["conductor_cpu_ms_per_get"] > 0
+    assert report["throughput"]["broker_cpu_ms_per_get"] > 0
     assert [g["status"] for g in report["goals"]] != []
     assert all(g["status"] in ("PASS", "MISS") for g in report["goals"])
     assert "goals" in done.stdout and "GETs/s" in done.stdout
