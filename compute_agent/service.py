@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import oslo_messaging as messaging
@@ -24,6 +25,7 @@ from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.reporting import ResultReporter
+from compute_agent.state_reports import StateReports
 from conductor.common import rpc, systemd
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
@@ -427,6 +429,7 @@ class AgentService:
 
     def _report_loop(self) -> None:
         assert self.ownership is not None and self._conductor is not None
+        reports = StateReports(self.conf.compute_agent.full_report_interval)
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             if not self.membership.can_act():
                 continue
@@ -449,9 +452,12 @@ class AgentService:
                         "provision_state": None,
                     }
                 )
-            for start in range(0, len(states), 1000):
+            due = reports.due(states, time.monotonic())
+            for start in range(0, len(due), 1000):
+                chunk = due[start : start + 1000]
                 try:
-                    self._conductor.report_node_states(self.host, states[start : start + 1000])
-                except Exception as exc:
+                    out = self._conductor.report_node_states(self.host, chunk)
+                except Exception as exc:  # what was not taken is due next time
                     LOG.warning("Agent %s: state report failed: %s", self.host, exc)
                     break
+                reports.sent(chunk, out.get("stale", ()))

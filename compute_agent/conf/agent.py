@@ -39,6 +39,20 @@ opts = [
         ),
     ),
     cfg.FloatOpt(
+        "full_report_interval",
+        default=600.0,
+        min=0.0,
+        mutable=True,
+        help=(
+            "Seconds between two reports that carry every owned node's state; "
+            "the reports in between carry only the nodes whose state changed "
+            "since the conductor last took it (at scale, re-sending an "
+            "unchanged fleet every report_interval costs the conductor more "
+            "than anything else it does). The full report corrects a record "
+            "changed by something else. 0: every report is full."
+        ),
+    ),
+    cfg.FloatOpt(
         "reconcile_interval",
         default=5.0,
         min=0.5,
