@@ -38,6 +38,10 @@ and drops it afterwards.  For each agent count it runs, in order:
     with ``--conductors 2`` first with both, then with one (the other stopped).
 ``node list``
     ``ringfleet node list -f value -c UUID`` of the whole fleet (``--no-node-list``: skipped).
+``--waves N``
+    After the steps, N times: one more agent joins, ``--builds`` builds, kill
+    -9 of that agent; the conductor's RSS after each wave (now, not the
+    largest seen), and whether it keeps growing over the second half.
 ``resources``
     Conductor CPU seconds (user + system, whole run and the cold start) and
     the largest RSS seen of any conductor and any agent (from /proc, sampled
@@ -256,6 +260,16 @@ class Sampler:
                     times = process.cpu_times()
                     self._cpu[name] = times.user + times.system
 
+    def conductor_rss_mb(self) -> float:
+        """The largest RSS of a running conductor now (not the largest seen)."""
+        now = 0
+        for proc in self.fleet.procs.values():
+            if proc.module.startswith("conductor") and proc.running():
+                assert proc.proc is not None
+                with contextlib.suppress(psutil.Error):
+                    now = max(now, psutil.Process(proc.proc.pid).memory_info().rss)
+        return now / 2**20
+
     def conductor_cpu(self) -> float:
         """CPU seconds of every conductor so far (a stopped one: as last seen)."""
         self.sample()
@@ -443,6 +457,19 @@ class Run:
         rate["conductors"] = sum(1 for p in self.conductors() if p.running())
         return rate
 
+    def wave(self, name: str) -> dict[str, Any]:
+        """One agent joins, a wave of builds, kill -9 of that agent; then the
+        conductors' RSS, to see whether repeated changes make it grow."""
+        join = self.join(name)
+        rate = self.builds()
+        kill = self.kill(name)
+        return {
+            "join_s": join["seconds"],
+            "builds_per_s": rate["builds_per_s"],
+            "owned_s": kill["owned_s"],
+            "conductor_rss_mb": self.sampler.conductor_rss_mb(),
+        }
+
     def node_list(self) -> dict[str, Any]:
         elapsed, out = self.ringfleet("node", "list", "-f", "value", "-c", "UUID")
         self.sampler.sample()
@@ -540,6 +567,10 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
             waves.append(bench.builds())
             log(f"  {waves[-1]['builds_per_s']:.0f}/s")
         results["builds"] = waves
+    for wave in range(1, args.waves + 1):
+        log(f"[{agents} agents] wave {wave} of {args.waves}: join, {args.builds} builds, kill -9")
+        results.setdefault("waves", []).append(bench.wave(f"agent-wave-{wave}"))
+        log(f"  conductor RSS {results['waves'][-1]['conductor_rss_mb']:.0f} MB")
     if "list" in steps:
         log(f"[{agents} agents] ringfleet node list")
         results["node_list"] = bench.node_list()
@@ -657,6 +688,18 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
         goals.add(f"{tag} agent RSS (max)", "<= 150 MB", rss, rss <= 150, f"{rss:.0f} MB")
         rss = res["conductor_rss_mb"]
         goals.add(f"{tag} conductor RSS (max)", "<= 1024 MB", rss, rss <= 1024, f"{rss:.0f} MB")
+        waves = [w["conductor_rss_mb"] for w in res.get("waves", [])]
+        if len(waves) >= 3:
+            # Bounded: the second half of the waves grows the conductor less
+            # than 5 % of what it held after the first wave.
+            growth = waves[-1] - waves[len(waves) // 2]
+            goals.add(
+                f"{tag} conductor RSS growth over waves {len(waves) // 2 + 1}-{len(waves)}",
+                f"<= 5 % of {waves[0]:.0f} MB",
+                growth,
+                growth <= 0.05 * waves[0],
+                f"{growth:+.0f} MB",
+            )
     return goals.items
 
 
@@ -706,6 +749,14 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"builds/s ({wave['builds']} in requests of {wave['batch']}, "
                 f"{wave['conductors']} conductor(s))",
                 f"{wave['builds_per_s']:.0f}",
+            )
+        )
+    for number, wave in enumerate(res.get("waves", []), 1):
+        rows.append(
+            (
+                f"wave {number}: join (s) / builds/s / kill -9 owned (s) / conductor RSS (MB)",
+                f"{_cell(wave['join_s'])} / {wave['builds_per_s']:.0f} / "
+                f"{_cell(wave['owned_s'])} / {wave['conductor_rss_mb']:.0f}",
             )
         )
     if "node_list" in res:
@@ -793,6 +844,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-node-list", action="store_true", help="skip the node list step")
     parser.add_argument("--builds", type=argtypes.at_least(1), default=1000, help="(1000)")
+    parser.add_argument(
+        "--waves",
+        type=argtypes.at_least(0),
+        default=0,
+        help="after the steps, this many waves of: one agent joins, --builds builds, kill -9 "
+        "of that agent; the conductor RSS after each (0)",
+    )
     parser.add_argument("--batch", type=argtypes.at_least(1), default=25, help="(25)")
     parser.add_argument(
         "--timeout",

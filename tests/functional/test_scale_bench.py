@@ -3,7 +3,8 @@
 Checks that the harness's convergence computation works on a real fleet:
 after the cold start every unpinned node is owned by its ring owner
 (``hashring`` over the live agents, per node group), the join moves nodes
-only to the new agent, and the claim counts come from the conductor's log.
+only to the new agent, the claim counts come from the conductor's log, and
+a wave (join, builds, kill -9) measures the conductor's RSS.
 No timing thresholds: the goals may print PASS or MISS.
 """
 
@@ -63,6 +64,13 @@ def test_cold_start_and_join_converge_on_the_ring(
         assert isinstance(join, dict)
         assert join["moved_between_stayed"] == 0
         assert 0 < join["moved"] < 200
+        # A wave (--waves): another agent joins, builds, kill -9 of it.
+        args.builds, args.batch = 10, 5
+        wave = bench.wave("agent-wave-1")
+        assert wave["join_s"] is not None and wave["owned_s"] is not None
+        assert wave["builds_per_s"] > 0 and wave["conductor_rss_mb"] > 0
+        nodes = scale_bench.read_nodes(fleet.db)
+        assert all(owner != "agent-wave-1" for _g, owner, _p in nodes.values())
     finally:
         watch.stop()
         fleet.close()
