@@ -370,13 +370,24 @@ class Application:
             raise mapped from None
 
     def _match(self, request: webob.Request, path: str) -> tuple[Route, dict[str, str]]:
-        """The route of a request and its path variables; 404 or 405 if none."""
-        match = self.mapper.match(environ={**request.environ, "PATH_INFO": path})
+        """The route of a request and its path variables; 404 or 405 if none.
+
+        ``HEAD`` is a ``GET`` whose body is not sent (webob drops it, keeping
+        the headers), and one trailing slash is ignored, as HTTP clients and
+        proxies expect.
+        """
+        path = path.rstrip("/") if path != "/" else path
+        method = "GET" if request.method == "HEAD" else request.method
+        match = self.mapper.match(
+            environ={**request.environ, "PATH_INFO": path, "REQUEST_METHOD": method}
+        )
         if match is None:
             template = self.paths.match(path)
             if template is None:
                 raise ApiError(404, "ringfleet.not_found", f"no resource at {path[:200]}")
             allowed = self.allowed[template["template"]]
+            if "GET" in allowed:
+                allowed = [*allowed, "HEAD"]
             raise ApiError(
                 405,
                 "ringfleet.method_not_allowed",

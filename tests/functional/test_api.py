@@ -233,7 +233,7 @@ def test_error_paths(fleet: Fleet, server: ApiServer, admin: requests.Session) -
     # 405 with Allow.
     wrong = admin.put(f"{url}/v1/nodes", json={})
     _error(wrong, 405)
-    assert wrong.headers["Allow"] == "GET, POST"
+    assert wrong.headers["Allow"] == "GET, POST, HEAD"
     # 400 naming the field: the conductor's InvalidInput, every field.
     bad = admin.post(f"{url}/v1/nodes", json={"name": "", "resource_class": 7, "colour": "red"})
     assert bad.status_code == 400

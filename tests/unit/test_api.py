@@ -204,8 +204,19 @@ def test_routes_and_methods(app: tuple[api_app.Application, FakeConductors]) -> 
     missing = call(application, "GET", "/v1/nodez")
     assert missing.status_code == 404 and errors(missing)[0]["code"] == "ringfleet.not_found"
     wrong = call(application, "DELETE", "/v1/nodes")
-    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET, POST"
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET, POST, HEAD"
     assert len(fake.calls) == 2
+    # HEAD is a GET without the body; one trailing slash is ignored.
+    head = call(application, "HEAD", "/v1/nodes/n1")
+    assert head.status_code == 200 and head.body == b""
+    assert int(head.headers["Content-Length"]) > 0  # the GET's length
+    assert fake.calls[-1] == ("show_node", ("n1",), {})
+    assert call(application, "GET", "/v1/nodes/n1/").status_code == 200
+    assert call(application, "GET", "/v1/nodes/").json == call(application, "GET", "/v1/nodes").json
+    missing_head = call(application, "HEAD", "/v1/instances/x")
+    assert missing_head.status_code == 404 and missing_head.body == b""
+    refused = call(application, "HEAD", "/v1/nodes/n1/move")
+    assert refused.status_code == 405 and refused.headers["Allow"] == "POST"
 
 
 @pytest.mark.parametrize(
