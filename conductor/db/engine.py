@@ -5,6 +5,14 @@ several threads and processes: WAL, a busy timeout, foreign keys, and
 ``BEGIN IMMEDIATE`` so that a transaction takes the write lock up front
 instead of failing half-way with "database is locked".
 
+MySQL and MariaDB (``mysql+pymysql://``) run at READ COMMITTED, PostgreSQL's
+default, instead of their own REPEATABLE READ: the code is written for a
+transaction whose every statement sees what was committed before it (a
+read after a compare-and-swap ``UPDATE`` sees the rows as they are, not as
+they were at the transaction's first read), and InnoDB's REPEATABLE READ
+also locks the gaps between index entries that an ``UPDATE ... WHERE uuid
+IN (...)`` scans, which made racing claims deadlock for no reason.
+
 A database that cannot be reached (stopped, restarting, a dead pooled
 connection, the pool exhausted) is :class:`DatabaseUnavailable` to every
 caller: a retryable error without the server's address.  The process logs
@@ -31,7 +39,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from oslo_config import cfg
 from sqlalchemy import create_engine, event, exc
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -45,6 +53,7 @@ _SQLITE_BUSY_TIMEOUT_S = 30
 # A pooled connection unused for longer than this is pinged before use.
 _PING_IDLE_S = 1.0
 _DEFAULT_POOL_SIZE = 20
+_MYSQL_BACKENDS = ("mysql", "mariadb")
 
 # Errors that say "the database cannot be used right now", not "this
 # request is wrong": connection refused or lost, a server shutting down,
@@ -59,7 +68,7 @@ class Database:
     """An engine and its session factory.
 
     :param url: SQLAlchemy URL (``sqlite:///path``, ``sqlite://`` for memory,
-        ``postgresql+psycopg2://...``).
+        ``postgresql+psycopg2://...``, ``mysql+pymysql://...?charset=utf8mb4``).
     :param pool_size: connections kept open (not SQLite)
     """
 
@@ -77,6 +86,8 @@ class Database:
                 # One shared connection, or every thread sees its own empty db.
                 kwargs["poolclass"] = StaticPool
         else:
+            if make_url(url).get_backend_name() in _MYSQL_BACKENDS:
+                kwargs["isolation_level"] = "READ COMMITTED"  # see the module doc
             # A pool smaller than the threads using it closes every overflow
             # connection on return and opens a new one next time: that cost
             # more than the transactions themselves under load.
