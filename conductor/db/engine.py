@@ -176,9 +176,15 @@ class Database:
         unavailable = DatabaseUnavailable()
         # A connection that died before the commit was sent: the server rolls
         # the transaction back, so running it again changes nothing twice.
-        # A failed commit may have been applied: never run again.
-        unavailable.retry_safe = bool(getattr(error, "connection_invalidated", False)) and not (
-            committing
+        # A failed commit may have been applied: never run again.  A failed
+        # connect (no statement: PyMySQL calls a connection closed during its
+        # handshake a disconnect too) is not a dead pooled connection: the
+        # server cannot be reached now, and trying again would only double
+        # the wait.
+        unavailable.retry_safe = (
+            bool(getattr(error, "connection_invalidated", False))
+            and getattr(error, "statement", None) is not None
+            and not committing
         )
         return unavailable
 
