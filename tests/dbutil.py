@@ -1,4 +1,4 @@
-"""Database helpers shared by unit (SQLite) and functional (PostgreSQL) tests."""
+"""Database helpers shared by unit (SQLite) and functional (PostgreSQL, MariaDB) tests."""
 
 from __future__ import annotations
 
@@ -16,16 +16,31 @@ from conductor.db.models import InstanceModel, NodeModel
 
 @contextlib.contextmanager
 def fresh_database(database_url: str, prefix: str = "rf") -> Iterator[str]:
-    """A new, empty PostgreSQL database on the test server, dropped afterwards; its URL."""
-    name = f"{prefix}_{uuidlib.uuid4().hex[:12]}"
+    """A new, empty database on the test server (PostgreSQL or MariaDB), dropped afterwards.
+
+    Created with the server's defaults (on MariaDB a case-insensitive
+    collation): the schema must not depend on how the database was made.
+    Yields its URL.
+    """
+    name = f"{prefix}_{uuidlib.uuid4().hex[:12]}"  # a plain identifier: no quoting anywhere
     admin = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f"CREATE DATABASE {name}"))
     try:
         yield make_url(database_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            if admin.dialect.name == "postgresql":
+                connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            else:
+                # MariaDB has no FORCE: end what a failed test left connected,
+                # or the DROP waits for its metadata lock.
+                for (session_id,) in connection.execute(
+                    text("SELECT id FROM information_schema.processlist WHERE db = :db"),
+                    {"db": name},
+                ):
+                    connection.execute(text(f"KILL {int(session_id)}"))
+                connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
         admin.dispose()
 
 

@@ -1,4 +1,4 @@
-"""Ownership behaviour, run on SQLite (unit) and PostgreSQL (functional).
+"""Ownership behaviour, run on SQLite (unit) and PostgreSQL and MariaDB (functional).
 
 Each function takes a migrated :class:`Database` and asserts one rule of
 conductor.db.ownership; the two test modules parametrize over them.
@@ -12,9 +12,11 @@ import random
 from collections import Counter
 from typing import Any
 
+from sqlalchemy import func, select
+
 from conductor.db import agents, ownership
 from conductor.db.engine import Database
-from conductor.db.models import InstanceModel, utcnow
+from conductor.db.models import InstanceModel, NodeModel, utcnow
 from tests.dbutil import add_nodes, pin
 
 GRACE = 60.0
@@ -266,6 +268,47 @@ def missing_nodes_are_reported(db: Database) -> None:
     assert out.missing == ["00000000-0000-0000-0000-000000000000"]
 
 
+# Equal under MySQL's and MariaDB's default collations (case-insensitive,
+# trailing spaces ignored), three agents everywhere else.
+TWINS = ("Agent-1", "agent-1", "Agent-1 ")
+
+
+def agents_differing_in_case_or_trailing_space_never_share_a_node(db: Database) -> None:
+    node = add_nodes(db, 1)[0]
+    first = ownership.claim_nodes(db, TWINS[0], [node], live_members=TWINS, rehome_grace=GRACE)
+    assert [(o.owner, o.epoch) for o in first.granted] == [(TWINS[0], 1)]
+    for twin in TWINS[1:]:
+        # Neither its claim, nor its fence, release or transfer touches the node.
+        out = ownership.claim_nodes(db, twin, [node], live_members=TWINS, rehome_grace=GRACE)
+        assert out.granted == [] and out.refused == {node: TWINS[0]}
+        assert ownership.owned_by(db, twin) == []
+        with db.read() as connection:
+            fenced = select(func.count()).where(
+                NodeModel.uuid == node, ownership.holds(ownership.Fence(twin, 1))
+            )
+            assert connection.execute(fenced).scalar_one() == 0
+        assert ownership.release_nodes(db, twin, {node: 1}).done == {}
+        moved = ownership.transfer_nodes(db, twin, [ownership.Transfer(node, 1, twin)])
+        assert moved.done == {}
+    held = ownership.ownership_of(db, [node])[node]
+    assert (held.owner, held.epoch) == (TWINS[0], 1)
+    # A departed twin's node is free for others although its live twin is a member.
+    orphan = add_nodes(db, 1, owner="agent-1", prefix="orphan")[0]
+    out = ownership.claim_nodes(
+        db, "a2", [orphan], live_members={TWINS[0], "a2"}, rehome_grace=GRACE
+    )
+    assert [(o.owner, o.epoch) for o in out.granted] == [("a2", 1)]
+
+
+def agent_records_keep_hosts_weights_and_instants_exact(db: Database) -> None:
+    now = utcnow().replace(microsecond=123456)
+    weights = dict(zip(TWINS, (1.0, 0.1, 2.5), strict=True))
+    agents.record_membership(db, weights, now=now)
+    records = agents.list_agents(db)
+    assert {r.host: r.weight for r in records} == weights
+    assert {r.first_seen for r in records} == {now}
+
+
 def _race_worker(url: str, agent: str, nodes: list[str], barrier: Any, results: Any) -> None:
     db = Database(url)
     order = nodes[:]
@@ -329,5 +372,7 @@ CASES = [
     release_needs_the_current_epoch,
     pinned_node_cannot_be_released_only_transferred,
     missing_nodes_are_reported,
+    agents_differing_in_case_or_trailing_space_never_share_a_node,
+    agent_records_keep_hosts_weights_and_instants_exact,
     racing_agents_never_both_win,
 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README.rst): lint, type-check, then unit and
-# functional tests against real etcd, RabbitMQ, PostgreSQL and Ironic.
+# functional tests against real etcd, RabbitMQ, PostgreSQL, MariaDB and Ironic.
 #
 # Usage: tools/run-tests.sh [PYTEST ARGS...]
 #
@@ -41,5 +41,5 @@ if command -v shellcheck >/dev/null; then
     shellcheck -s bash devstack/plugin.sh devstack/settings
 fi
 
-step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL, Ironic)"
+step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic)"
 tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra "$@"

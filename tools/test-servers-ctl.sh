@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Control the private etcd / RabbitMQ / PostgreSQL / Ironic servers started by
+# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic servers started by
 # tools/with-test-servers.sh, e.g. from a functional test that injects faults.
 #
 # Usage (inside a command run by tools/with-test-servers.sh, which exports
@@ -18,11 +18,14 @@
 #   start-pg | stop-pg | kill-pg | restart-pg | wait-pg
 #       stop-pg = fast shutdown (SIGINT); kill-pg = SIGKILL of the postmaster
 #       (start-pg then removes its stale lock files and does crash recovery).
+#   start-mariadb | stop-mariadb | kill-mariadb | restart-mariadb | wait-mariadb
+#       stop-mariadb = normal shutdown (SIGTERM); kill-mariadb = SIGKILL
+#       (start-mariadb then does InnoDB crash recovery).
 #   start-ironic | stop-ironic | kill-ironic | restart-ironic | wait-ironic
 #       the all-in-one ironic (API + conductor, fake hardware) on the same
 #       SQLite file, so nodes survive; kill-ironic = SIGKILL of its process
 #       group (master and workers).
-#   pid etcd|rabbit|pg|epmd|ironic    print the current PID (changes on restart)
+#   pid etcd|rabbit|pg|mariadb|epmd|ironic  print the current PID (changes on restart)
 #   rabbitmqctl ARGS...        run rabbitmqctl against our node
 #   status                     one line per server: running/stopped, PID
 #   env                        print the RINGFLEET_TEST_* variables
@@ -132,6 +135,11 @@ rf_paths() {
     RF_PG_DATA=$RF_PG_DIR/data
     RF_PG_SOCK=$RF_PG_DIR/run
     RF_PG_LOG=$RF_PG_DIR/postgres.log
+    RF_MARIA_DIR=$RF_DIR/mariadb
+    RF_MARIA_DATA=$RF_MARIA_DIR/data
+    RF_MARIA_SOCK=$RF_MARIA_DIR/mariadbd.sock
+    RF_MARIA_PIDF=$RF_MARIA_DIR/mariadbd.pid
+    RF_MARIA_LOG=$RF_MARIA_DIR/mariadbd.log
     RF_IRONIC_DIR=$RF_DIR/ironic
     RF_IRONIC_CONF=$RF_IRONIC_DIR/ironic.conf
     RF_IRONIC_PIDF=$RF_IRONIC_DIR/ironic.pid
@@ -509,6 +517,113 @@ rf_pg_stop() { # [kill]
     rf_kill_pid "$pid" postgres INT 20
 }
 
+# ---------------------------------------------------------------- mariadb --
+
+rf_maria_url() {
+    printf 'mysql+pymysql://%s:%s@127.0.0.1:%s/%s?charset=utf8mb4' \
+        "$RF_DB_USER" "$RF_DB_PASS" "$RF_MARIA_PORT" "$RF_DB_NAME"
+}
+
+# Run a command as the OS user owning the datadir (mysql when we are root:
+# the server must not run as root), from a directory it can read.
+rf_maria_as() {
+    if ((EUID == 0)); then
+        (cd "$RF_MARIA_DIR" && runuser -u "$RF_MARIA_OSUSER" -- "$@")
+    else
+        (cd "$RF_MARIA_DIR" && "$@")
+    fi
+}
+
+# The client as the datadir's OS user, over the socket: mariadb-install-db
+# gives that user an account authenticated by unix_socket (no password).
+rf_maria_admin_sql() {
+    rf_maria_as mariadb --no-defaults --batch --socket="$RF_MARIA_SOCK" \
+        -u "$RF_MARIA_OSUSER" "$@"
+}
+
+rf_maria_init() {
+    mkdir -p "$RF_MARIA_DIR"
+    if ((EUID == 0)); then chown "$RF_MARIA_OSUSER:" "$RF_MARIA_DIR"; fi
+    chmod 700 "$RF_MARIA_DIR"
+    if ! rf_maria_as mariadb-install-db --no-defaults --datadir="$RF_MARIA_DATA" \
+        --auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
+        >"$RF_MARIA_DIR/install-db.log" 2>&1; then
+        rf_msg "mariadb-install-db failed"
+        rf_tail "$RF_MARIA_DIR/install-db.log"
+        return 1
+    fi
+}
+
+rf_maria_start_bg() {
+    local pid
+    pid=$(rf_maria_pid)
+    if [[ -n $pid ]]; then rf_msg "mariadb already running (pid $pid)"; return 0; fi
+    rm -f "$RF_MARIA_PIDF"
+    # The server collation stays the case-insensitive default of a Debian
+    # install (utf8mb4_general_ci): the schema must make identity columns
+    # binary by itself, and the tests show it does. Durability is traded
+    # for speed as for postgres (fsync off).
+    rf_maria_as setsid /usr/sbin/mariadbd --no-defaults \
+        --datadir="$RF_MARIA_DATA" --socket="$RF_MARIA_SOCK" --pid-file="$RF_MARIA_PIDF" \
+        --log-error="$RF_MARIA_LOG" --tmpdir="$RF_MARIA_DIR" \
+        --bind-address=127.0.0.1 --port="$RF_MARIA_PORT" --skip-name-resolve \
+        --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
+        --max-connections=400 --innodb-buffer-pool-size=128M \
+        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --sync-binlog=0 \
+        </dev/null >>"$RF_MARIA_DIR/stdout.log" 2>&1 &
+    disown "$!"
+}
+
+# The server's PID, from its pid file (written once it is up; the process
+# started above is the server itself, setsid execs it).
+rf_maria_pid() {
+    local pid
+    pid=$(rf_read_pid "$RF_MARIA_PIDF")
+    if rf_alive "$pid"; then printf '%s' "$pid"; fi
+}
+
+rf_maria_ready() {
+    [[ -n $(rf_maria_pid) ]] || return 1
+    rf_maria_as mariadb-admin --no-defaults --socket="$RF_MARIA_SOCK" \
+        -u "$RF_MARIA_OSUSER" --connect-timeout=2 ping >/dev/null 2>&1
+}
+
+# Creates the user (with a password) and the database on the first start,
+# then checks the TCP login with the password, i.e. what the SQLAlchemy URL
+# will do. The user may create and drop databases: tests use one each.
+rf_maria_setup_db() {
+    if [[ ! -e $RF_MARIA_DIR/db-created ]]; then
+        rf_maria_admin_sql -e "
+            CREATE USER '$RF_DB_USER'@'127.0.0.1' IDENTIFIED BY '$RF_DB_PASS';
+            GRANT ALL PRIVILEGES ON *.* TO '$RF_DB_USER'@'127.0.0.1';
+            CREATE DATABASE $RF_DB_NAME;" >"$RF_MARIA_DIR/setup.log" 2>&1 || return 1
+        touch "$RF_MARIA_DIR/db-created"
+    fi
+    MYSQL_PWD=$RF_DB_PASS mariadb --no-defaults --batch --connect-timeout=5 \
+        -h 127.0.0.1 -P "$RF_MARIA_PORT" -u "$RF_DB_USER" "$RF_DB_NAME" \
+        -e 'SELECT 1' >>"$RF_MARIA_DIR/setup.log" 2>&1
+}
+
+rf_maria_wait() {
+    if rf_wait_for "$1" rf_maria_ready && rf_maria_setup_db; then return 0; fi
+    rf_msg "mariadb $(rf_why_not "$(rf_maria_pid)" "$1")"
+    rf_tail "$RF_MARIA_LOG" "$RF_MARIA_DIR/stdout.log" "$RF_MARIA_DIR/setup.log"
+    return 1
+}
+
+rf_maria_stop() { # [kill]
+    local pid
+    pid=$(rf_maria_pid)
+    [[ -n $pid ]] || return 0
+    if [[ ${1:-} == kill ]]; then
+        rf_kill_pid "$pid" mariadb KILL 5
+    else
+        # SIGTERM = a normal shutdown (InnoDB flushes; the next start needs
+        # no crash recovery).
+        rf_kill_pid "$pid" mariadb TERM 30
+    fi
+}
+
 # ----------------------------------------------------------------- ironic --
 
 rf_ironic_url() { printf 'http://127.0.0.1:%s' "$RF_IRONIC_PORT"; }
@@ -631,6 +746,10 @@ rf_print_env() {
         printf 'RINGFLEET_TEST_DB_URL=%s\n' "$(rf_pg_url)"
         printf 'RINGFLEET_TEST_PG_PID=%s\n' "$(rf_pg_pid)"
     fi
+    if rf_has mariadb; then
+        printf 'RINGFLEET_TEST_MYSQL_URL=%s\n' "$(rf_maria_url)"
+        printf 'RINGFLEET_TEST_MARIADB_PID=%s\n' "$(rf_maria_pid)"
+    fi
     if rf_has ironic; then
         printf 'RINGFLEET_TEST_IRONIC_URL=%s\n' "$(rf_ironic_url)"
         printf 'RINGFLEET_TEST_IRONIC_PID=%s\n' "$(rf_read_pid "$RF_IRONIC_PIDF")"
@@ -665,6 +784,11 @@ rf_main() {
     stop-pg) rf_pg_stop ;;
     kill-pg) rf_pg_stop kill ;;
     restart-pg) rf_pg_stop; rf_pg_start_bg; rf_pg_wait "$secs" ;;
+    start-mariadb) rf_maria_start_bg; rf_maria_wait "$secs" ;;
+    wait-mariadb) rf_maria_wait "$secs" ;;
+    stop-mariadb) rf_maria_stop ;;
+    kill-mariadb) rf_maria_stop kill ;;
+    restart-mariadb) rf_maria_stop; rf_maria_start_bg; rf_maria_wait "$secs" ;;
     start-ironic) rf_ironic_start_bg; rf_ironic_wait "$secs" ;;
     wait-ironic) rf_ironic_wait "$secs" ;;
     stop-ironic) rf_ironic_stop TERM ;;
@@ -675,20 +799,22 @@ rf_main() {
         etcd) rf_read_pid "$RF_ETCD_PIDF" ;;
         rabbit) rf_rabbit_pid ;;
         pg | postgres) rf_pg_pid ;;
+        mariadb | mysql) rf_maria_pid ;;
         epmd) rf_read_pid "$RF_EPMD_PIDF" ;;
         ironic) rf_read_pid "$RF_IRONIC_PIDF" ;;
-        *) rf_die "usage: pid etcd|rabbit|pg|epmd|ironic" ;;
+        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic" ;;
         esac
         echo
         ;;
     status)
         local name pid
-        for name in etcd rabbit postgres ironic; do
+        for name in etcd rabbit postgres mariadb ironic; do
             rf_has "$name" || continue
             case $name in
             etcd) pid=$(rf_read_pid "$RF_ETCD_PIDF"); rf_alive "$pid" || pid='' ;;
             rabbit) pid=$(rf_rabbit_pid) ;;
             postgres) pid=$(rf_pg_pid) ;;
+            mariadb) pid=$(rf_maria_pid) ;;
             ironic) pid=$(rf_read_pid "$RF_IRONIC_PIDF"); rf_alive "$pid" || pid='' ;;
             esac
             if [[ -n $pid ]]; then echo "$name running pid $pid"; else echo "$name stopped"; fi

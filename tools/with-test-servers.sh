@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run a command with private etcd, RabbitMQ, PostgreSQL and Ironic servers.
+# Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB and Ironic servers.
 #
 # Usage: tools/with-test-servers.sh COMMAND [ARGS...]
 #
@@ -13,7 +13,7 @@
 # the clone and reused by later runs.
 #
 # Environment:
-#   SERVERS=etcd,rabbit,postgres,ironic  which servers to start (default: all)
+#   SERVERS=etcd,rabbit,postgres,mariadb,ironic  which servers to start (default: all)
 #   RINGFLEET_TEST_SERVER_TIMEOUT=90  seconds each server may take to be ready
 #   RINGFLEET_TEST_KEEP_DIR=1         keep the private dir (logs) afterwards
 #   RINGFLEET_IRONIC_VENV=DIR         Ironic's virtualenv (default
@@ -34,16 +34,18 @@
 #   RINGFLEET_TEST_RABBITMQCTL    executable: rabbitmqctl bound to our node
 #   RINGFLEET_TEST_DB_URL         postgresql+psycopg2://USER:PASS@127.0.0.1:PORT/ringfleet
 #   RINGFLEET_TEST_PG_PID         PID of the postmaster as started
+#   RINGFLEET_TEST_MYSQL_URL      mysql+pymysql://USER:PASS@127.0.0.1:PORT/ringfleet?charset=utf8mb4
+#   RINGFLEET_TEST_MARIADB_PID    PID of mariadbd as started
 #   RINGFLEET_TEST_IRONIC_URL     http://127.0.0.1:PORT (Ironic API, noauth)
 #   RINGFLEET_TEST_IRONIC_PID     PID of the ironic process as started
 # (variables of servers not selected by SERVERS are not set).
 #
 # Fault injection from a test: "$RINGFLEET_TEST_CTL" ACTION, e.g. kill-etcd,
 # start-etcd, restart-etcd, stop-app-rabbit, start-app-rabbit, restart-rabbit,
-# kill-rabbit, restart-pg, kill-ironic, start-ironic, restart-ironic, pid
+# kill-rabbit, restart-pg, restart-mariadb, kill-ironic, start-ironic, restart-ironic, pid
 # etcd (see tools/test-servers-ctl.sh). Starts
 # block until the server is ready. The *_PID variables are the PIDs at
-# startup; after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg|ironic`.
+# startup; after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg|mariadb|ironic`.
 # A test may also start etcd itself: shlex.split(open($..._ETCD_CMD).read());
 # anything left running with the private dir in its command line is stopped
 # at the end.
@@ -63,6 +65,7 @@ RF_DIR=''
 RF_CHILD=''
 RF_CLEANED=0
 RF_PG_STARTER=''
+RF_MARIA_STARTER=''
 RF_IRONIC_STARTER=''
 RF_LOCK=/tmp/ringfleet-servers.lock
 # Our stderr, for messages from traps that may fire while a function runs
@@ -112,6 +115,10 @@ ensure_packages() {
     fi
     if rf_has postgres; then
         [[ -n $(pg_bin_dir) ]] || pkgs+=(postgresql)
+    fi
+    if rf_has mariadb; then
+        [[ -x /usr/sbin/mariadbd ]] && command -v mariadb-install-db >/dev/null ||
+            pkgs+=(mariadb-server)
     fi
     if rf_has ironic && [[ ! -x $RF_IRONIC_VENV/bin/ironic ]]; then
         # Debian's python3 has venv without ensurepip until python3-venv is in.
@@ -254,15 +261,18 @@ kill_leftovers() {
 stop_servers() {
     [[ -n $RF_DIR && -e $RF_DIR/state.env ]] || return 0
     # Postgres and etcd stop quickly: signal them first, then the broker.
-    local pgpid etcdpid
+    local pgpid mariapid etcdpid
     pgpid=$(rf_pg_pid 2>/dev/null || true)
+    mariapid=$(rf_maria_pid 2>/dev/null || true)
     etcdpid=$(rf_read_pid "$RF_ETCD_PIDF")
     if rf_alive "$pgpid"; then kill -INT "$pgpid" 2>/dev/null || true; fi
+    if rf_alive "$mariapid"; then kill -TERM "$mariapid" 2>/dev/null || true; fi
     if rf_alive "$etcdpid"; then kill -TERM "$etcdpid" 2>/dev/null || true; fi
     if rf_has ironic; then kill -TERM -- "-$(rf_read_pid "$RF_IRONIC_PIDF")" 2>/dev/null || true; fi
     if rf_has rabbit; then rf_rabbit_stop; fi
     if rf_has ironic; then rf_ironic_stop TERM; fi
     rf_kill_pid "$pgpid" postgres INT 20
+    rf_kill_pid "$mariapid" mariadb TERM 30
     rf_kill_pid "$etcdpid" etcd TERM 15
     rf_epmd_stop
     kill_leftovers
@@ -282,6 +292,7 @@ cleanup() {
     fi
     # Interrupted during initdb: let it finish so postgres stops cleanly.
     rf_wait_gone "$RF_PG_STARTER" 30
+    rf_wait_gone "$RF_MARIA_STARTER" 30
     # Interrupted during the Ironic install: stop pip (the starter then
     # removes its half-built venv).
     if rf_alive "$RF_IRONIC_STARTER"; then
@@ -332,15 +343,16 @@ main() {
 
     local s out=''
     local -a sel
-    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,ironic}"
+    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,mariadb,ironic}"
     for s in "${sel[@]}"; do
         case $s in
         etcd) ;;
         rabbit | rabbitmq) s=rabbit ;;
         postgres | postgresql | pg) s=postgres ;;
+        mariadb | mysql) s=mariadb ;;
         ironic) ;;
         '') continue ;;
-        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, ironic)" ;;
+        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, mariadb, ironic)" ;;
         esac
         out+=,$s
     done
@@ -359,7 +371,7 @@ main() {
     ensure_packages
 
     RF_DIR=$(mktemp -d /tmp/ringfleet-servers.XXXXXX)
-    chmod 711 "$RF_DIR" # the postgres user must reach $RF_DIR/pg
+    chmod 711 "$RF_DIR" # the postgres and mysql users must reach $RF_DIR/pg, /mariadb
     rf_paths
 
     local t_ironic
@@ -369,7 +381,8 @@ main() {
     fi
 
     RF_ETCD_PORT='' RF_ETCD_PEER_PORT='' RF_AMQP_PORT='' RF_DIST_PORT='' RF_EPMD_PORT=''
-    RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER='' RF_IRONIC_PORT=''
+    RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER='' RF_MARIA_PORT='' RF_MARIA_OSUSER=''
+    RF_IRONIC_PORT=''
     RF_RABBIT_NODE="ringfleet-ci-$$@localhost"
     RF_DB_USER=ringfleet RF_DB_PASS=ringfleet RF_DB_NAME=ringfleet
     local -a want=()
@@ -380,6 +393,10 @@ main() {
         RF_PG_BIN=$(pg_bin_dir)
         if ((EUID == 0)); then RF_PG_OSUSER=postgres; else RF_PG_OSUSER=$(id -un); fi
     fi
+    if rf_has mariadb; then
+        want+=(RF_MARIA_PORT=23306)
+        if ((EUID == 0)); then RF_MARIA_OSUSER=mysql; else RF_MARIA_OSUSER=$(id -un); fi
+    fi
     if rf_has ironic; then want+=(RF_IRONIC_PORT=26385); fi
     # Concurrent runs: pick ports and publish them in state.env under a lock.
     local lockfd='' v
@@ -389,7 +406,8 @@ main() {
     fi
     pick_ports "${want[@]}"
     for v in RF_SERVERS RF_ETCD_PORT RF_ETCD_PEER_PORT RF_AMQP_PORT RF_DIST_PORT \
-        RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_RABBIT_NODE \
+        RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_MARIA_PORT RF_MARIA_OSUSER \
+        RF_RABBIT_NODE \
         RF_DB_USER RF_DB_PASS RF_DB_NAME RF_IRONIC_PORT RF_IRONIC_VENV \
         RF_IRONIC_DEPLOY_DELAY; do
         printf '%s=%q\n' "$v" "${!v}"
@@ -397,7 +415,7 @@ main() {
     if [[ -n $lockfd ]]; then exec {lockfd}<&-; fi
 
     # Start everything, slowest first, then wait for each.
-    local t_rabbit t_etcd t_pg
+    local t_rabbit t_etcd t_pg t_maria
     if rf_has rabbit; then
         rf_rabbit_init
         t_rabbit=$(rf_now_us)
@@ -425,6 +443,12 @@ main() {
         { rf_pg_init && rf_pg_start_bg; } {RF_STDERR}>&- {RF_STDIN}<&- &
         RF_PG_STARTER=$!
     fi
+    if rf_has mariadb; then
+        t_maria=$(rf_now_us)
+        # mariadb-install-db takes about half a second: overlap it too.
+        { rf_maria_init && rf_maria_start_bg; } {RF_STDERR}>&- {RF_STDIN}<&- &
+        RF_MARIA_STARTER=$!
+    fi
 
     if rf_has etcd; then
         rf_etcd_wait "$RF_TIMEOUT" || fail_start etcd
@@ -434,6 +458,11 @@ main() {
         wait "$RF_PG_STARTER" || { rf_tail "$RF_PG_LOG"; fail_start postgres; }
         rf_pg_wait "$RF_TIMEOUT" || fail_start postgres
         up postgres "$(rf_pg_url)" "$t_pg"
+    fi
+    if rf_has mariadb; then
+        wait "$RF_MARIA_STARTER" || { rf_tail "$RF_MARIA_LOG"; fail_start mariadb; }
+        rf_maria_wait "$RF_TIMEOUT" || fail_start mariadb
+        up mariadb "$(rf_maria_url)" "$t_maria"
     fi
     if rf_has rabbit; then
         rf_rabbit_wait "$RF_TIMEOUT" || fail_start rabbit

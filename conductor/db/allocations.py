@@ -18,7 +18,7 @@ from sqlalchemy import Table, bindparam, case, exists, select, update
 from conductor.common.objects import Ownership, ProvisionState, TaskState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.db.ownership import Fence, holds
+from conductor.db.ownership import Fence, holds, update_nodes_returning
 
 __all__ = ["allocate", "complete", "deployed_while_deleting", "fail_attempt", "free"]
 
@@ -29,20 +29,22 @@ __all__ = ["allocate", "complete", "deployed_while_deleting", "fail_attempt", "f
 # synchronize identity maps we do not use.)
 _NODES: Table = NodeModel.__table__  # type: ignore[assignment]
 _INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
+_NODE_IS_FREE = (
+    _NODES.c.uuid == bindparam("node"),
+    _NODES.c.instance_uuid.is_(None),
+    _NODES.c.provision_state == ProvisionState.AVAILABLE.value,
+    _NODES.c.maintenance.is_(False),
+    _NODES.c.owner.is_not(None),
+)
+_NODE_TAKEN = {
+    "instance_uuid": bindparam("instance"),
+    "provision_state": ProvisionState.DEPLOYING.value,
+    "updated_at": bindparam("now"),
+}
 _TAKE_NODE = (
     update(_NODES)
-    .where(
-        _NODES.c.uuid == bindparam("node"),
-        _NODES.c.instance_uuid.is_(None),
-        _NODES.c.provision_state == ProvisionState.AVAILABLE.value,
-        _NODES.c.maintenance.is_(False),
-        _NODES.c.owner.is_not(None),
-    )
-    .values(
-        instance_uuid=bindparam("instance"),
-        provision_state=ProvisionState.DEPLOYING.value,
-        updated_at=bindparam("now"),
-    )
+    .where(*_NODE_IS_FREE)
+    .values(_NODE_TAKEN)
     .returning(_NODES.c.owner, _NODES.c.owner_epoch)
 )
 _PLACE_INSTANCE = (
@@ -112,9 +114,18 @@ def _allocate(db: Database, node_uuid: str, instance_uuid: str) -> Ownership | N
         # Taken once the transaction holds its lock: an index refresh keyed
         # on updated_at must never see a change stamped before it committed.
         now = utcnow()
-        row = connection.execute(
-            _TAKE_NODE, {"node": node_uuid, "instance": instance_uuid, "now": now}
-        ).first()
+        params = {"node": node_uuid, "instance": instance_uuid, "now": now}
+        if connection.dialect.update_returning:
+            row = connection.execute(_TAKE_NODE, params).first()
+        else:  # MySQL, MariaDB: no UPDATE ... RETURNING
+            taken = update_nodes_returning(
+                connection,
+                _NODE_IS_FREE,
+                _NODE_TAKEN,
+                [_NODES.c.owner, _NODES.c.owner_epoch],
+                params,
+            )
+            row = taken[0] if taken else None
         if row is None:
             return None
         placed = connection.execute(

@@ -8,17 +8,27 @@ The schema enforces what must never be broken by any code path:
 * node names and uuids are unique;
 * ownership is the pair (``owner``, ``owner_epoch``) on the node row itself,
   changed only by compare-and-swap updates in :mod:`conductor.db.ownership`.
+
+Every database compares identities the same way: byte for byte.  PostgreSQL
+and SQLite do by default; MySQL and MariaDB do not (their default collations
+ignore case and trailing spaces, under which ``Agent-1`` and ``agent-1 `` would
+be one owner, and one agent's fence would hold for the other's node), so
+there every string column has a binary, no-pad collation
+(:class:`ExactString`).  Timestamps keep their microseconds there too
+(``DATETIME(6)``: index refreshes compare ``updated_at`` with an exact
+instant), and floats are double precision, as elsewhere.
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Dialect,
     Float,
     Index,
     Integer,
@@ -26,7 +36,45 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+#: The dialect names of MySQL and MariaDB (``mysql+pymysql://`` or ``mariadb+pymysql://``).
+MYSQL_DIALECTS = ("mysql", "mariadb")
+
+
+def binary_collation(dialect: Dialect) -> str:
+    """The utf8mb4 collation comparing byte for byte, trailing spaces included.
+
+    ``utf8mb4_bin`` is not enough: it is a PAD SPACE collation (``'a' = 'a '``).
+    MariaDB (10.2 and newer) calls the no-pad one ``utf8mb4_nopad_bin``,
+    MySQL 8.0 ``utf8mb4_0900_bin``.
+    """
+    return "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+
+
+class ExactString(TypeDecorator[str]):
+    """``String(length)``, compared byte for byte on every database (see module doc)."""
+
+    impl = String
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in MYSQL_DIALECTS:
+            return dialect.type_descriptor(
+                mysql.VARCHAR(
+                    cast(String, self.impl_instance).length,
+                    charset="utf8mb4",
+                    collation=binary_collation(dialect),
+                )
+            )
+        return dialect.type_descriptor(self.impl_instance)
+
+
+# MySQL's DATETIME keeps whole seconds and its FLOAT is single precision.
+_Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), *MYSQL_DIALECTS)
+_Double = Float().with_variant(mysql.DOUBLE(asdecimal=False), *MYSQL_DIALECTS)
 
 
 def utcnow() -> datetime.datetime:
@@ -49,23 +97,25 @@ class NodeModel(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    uuid: Mapped[str] = mapped_column(String(36), nullable=False)
-    name: Mapped[str] = mapped_column(String(255), nullable=False)
-    resource_class: Mapped[str] = mapped_column(String(80), nullable=False)
+    uuid: Mapped[str] = mapped_column(ExactString(36), nullable=False)
+    name: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    resource_class: Mapped[str] = mapped_column(ExactString(80), nullable=False)
     traits: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
     properties: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     # "group" is an SQL keyword: the column is node_group.
-    node_group: Mapped[str] = mapped_column(String(80), nullable=False, default="")
-    provision_state: Mapped[str] = mapped_column(String(16), nullable=False)
-    power_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    node_group: Mapped[str] = mapped_column(ExactString(80), nullable=False, default="")
+    provision_state: Mapped[str] = mapped_column(ExactString(16), nullable=False)
+    power_state: Mapped[str | None] = mapped_column(ExactString(16), nullable=True)
     maintenance: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    maintenance_reason: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    owner: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    maintenance_reason: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    owner: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
     owner_epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    instance_uuid: Mapped[str | None] = mapped_column(String(36), nullable=True)
-    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
+    instance_uuid: Mapped[str | None] = mapped_column(ExactString(36), nullable=True)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
+    )
     updated_at: Mapped[datetime.datetime] = mapped_column(
-        DateTime, nullable=False, default=utcnow, onupdate=utcnow
+        _Timestamp, nullable=False, default=utcnow, onupdate=utcnow
     )
 
 
@@ -74,12 +124,14 @@ class FlavorModel(Base):
     __table_args__ = (UniqueConstraint("name", name="uniq_flavors0name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(255), nullable=False)
-    resource_class: Mapped[str] = mapped_column(String(80), nullable=False)
+    name: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    resource_class: Mapped[str] = mapped_column(ExactString(80), nullable=False)
     required_traits: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
     forbidden_traits: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
     extra_specs: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict)
-    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
+    )
 
 
 class InstanceModel(Base):
@@ -92,14 +144,14 @@ class InstanceModel(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    uuid: Mapped[str] = mapped_column(String(36), nullable=False)
-    name: Mapped[str] = mapped_column(String(255), nullable=False)
-    flavor: Mapped[str] = mapped_column(String(255), nullable=False)
-    vm_state: Mapped[str] = mapped_column(String(16), nullable=False)
-    task_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    node_uuid: Mapped[str | None] = mapped_column(String(36), nullable=True)
-    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    group_hint: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    uuid: Mapped[str] = mapped_column(ExactString(36), nullable=False)
+    name: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    flavor: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    vm_state: Mapped[str] = mapped_column(ExactString(16), nullable=False)
+    task_state: Mapped[str | None] = mapped_column(ExactString(16), nullable=True)
+    node_uuid: Mapped[str | None] = mapped_column(ExactString(36), nullable=True)
+    host: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    group_hint: Mapped[str | None] = mapped_column(ExactString(80), nullable=True)
     fault: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     tried_nodes: Mapped[list[str]] = mapped_column(
@@ -108,9 +160,11 @@ class InstanceModel(Base):
     scheduler_hints: Mapped[dict[str, Any]] = mapped_column(
         JSON, nullable=False, default=dict, server_default="{}"
     )
-    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
+    )
     updated_at: Mapped[datetime.datetime] = mapped_column(
-        DateTime, nullable=False, default=utcnow, onupdate=utcnow
+        _Timestamp, nullable=False, default=utcnow, onupdate=utcnow
     )
 
 
@@ -127,9 +181,11 @@ class AgentModel(Base):
 
     __tablename__ = "agents"
 
-    host: Mapped[str] = mapped_column(String(255), primary_key=True)
-    first_seen: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
-    last_seen: Mapped[datetime.datetime] = mapped_column(DateTime, nullable=False, default=utcnow)
-    gone_since: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
-    restart_until: Mapped[datetime.datetime | None] = mapped_column(DateTime, nullable=True)
-    weight: Mapped[float] = mapped_column(Float, nullable=False, default=1.0)
+    host: Mapped[str] = mapped_column(ExactString(255), primary_key=True)
+    first_seen: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
+    )
+    last_seen: Mapped[datetime.datetime] = mapped_column(_Timestamp, nullable=False, default=utcnow)
+    gone_since: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
+    restart_until: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
+    weight: Mapped[float] = mapped_column(_Double, nullable=False, default=1.0)

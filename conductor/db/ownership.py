@@ -35,7 +35,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Row, Table, and_, or_, select, tuple_, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
@@ -53,6 +54,7 @@ __all__ = [
     "ownership_of",
     "release_nodes",
     "transfer_nodes",
+    "update_nodes_returning",
 ]
 
 #: Bound parameters per statement: well under SQLite's limit of 32766.
@@ -93,6 +95,43 @@ def holds(fence: Fence) -> ColumnElement[bool]:
     """
     nodes = NodeModel.__table__.c
     return and_(nodes.owner == fence.owner, nodes.owner_epoch == fence.epoch)
+
+
+_NODES: Table = NodeModel.__table__  # type: ignore[assignment]
+
+
+def update_nodes_returning(
+    connection: Connection | Session,
+    where: Sequence[ColumnElement[bool]],
+    values: Mapping[str, Any],
+    returning: Sequence[ColumnElement[Any]],
+    params: Mapping[str, Any] | None = None,
+) -> Sequence[Row[Any]]:
+    """``UPDATE nodes SET values WHERE where RETURNING returning``, on every database.
+
+    MariaDB has no ``UPDATE ... RETURNING`` (only INSERT and DELETE), MySQL
+    none at all: there the rows are read and locked first (``SELECT ... FOR
+    UPDATE``, a locking read: it sees the latest committed rows, as the
+    ``UPDATE`` would), then updated by primary key.  Nobody can change a
+    locked row in between, so the outcome is the compare-and-swap's.
+    ``returning`` must be columns the update does not change (it is read
+    before the update).
+    """
+    dialect = (
+        connection.dialect if isinstance(connection, Connection) else connection.get_bind().dialect
+    )
+    if dialect.update_returning:
+        return connection.execute(
+            update(_NODES).where(*where).values(values).returning(*returning), params
+        ).all()
+    rows = connection.execute(
+        select(_NODES.c.id, *returning).where(*where).with_for_update(), params
+    ).all()
+    if rows:
+        connection.execute(
+            update(_NODES).where(_NODES.c.id.in_([row.id for row in rows])).values(values), params
+        )
+    return rows
 
 
 def _ownership(row: NodeModel) -> Ownership:
@@ -176,14 +215,13 @@ def claim_nodes(
                         ),
                     ),
                 )
-            taken = session.execute(
-                update(NodeModel)
-                .where(NodeModel.uuid.in_(chunk), condition)
-                .values(owner=agent, owner_epoch=NodeModel.owner_epoch + 1, updated_at=now)
-                .returning(NodeModel.uuid, NodeModel.instance_uuid)
-                .execution_options(synchronize_session=False)
-            ).all()
-            rehomed.extend(uuid for uuid, instance in taken if instance is not None)
+            taken = update_nodes_returning(
+                session,
+                [NodeModel.uuid.in_(chunk), condition],
+                {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now},
+                [_NODES.c.uuid, _NODES.c.instance_uuid],
+            )
+            rehomed.extend(row.uuid for row in taken if row.instance_uuid is not None)
         for chunk in _chunks(rehomed):
             session.execute(
                 update(InstanceModel)
@@ -265,21 +303,21 @@ def release_nodes(db: Database, agent: str, claims: Mapping[str, int]) -> Releas
     with db.transaction() as session:
         for chunk in _chunks(list(wanted)):
             now = utcnow()  # per statement: the stamp stays close to the commit
-            released = session.execute(
-                update(NodeModel)
-                .where(
+            released = update_nodes_returning(
+                session,
+                [
                     tuple_(NodeModel.uuid, NodeModel.owner_epoch).in_(
                         [(uuid, wanted[uuid]) for uuid in chunk]
                     ),
                     NodeModel.owner == agent,
                     # Releasing a pinned node would strand its instance.
                     NodeModel.instance_uuid.is_(None),
-                )
-                .values(owner=None, owner_epoch=NodeModel.owner_epoch + 1, updated_at=now)
-                .returning(NodeModel.uuid, NodeModel.owner_epoch)
-                .execution_options(synchronize_session=False)
-            ).all()
-            outcome.done.update({uuid: epoch for uuid, epoch in released})
+                ],
+                {"owner": None, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now},
+                [_NODES.c.uuid],
+            )
+            # Matched at the epoch asked for, now one more.
+            outcome.done.update({row.uuid: wanted[row.uuid] + 1 for row in released})
         refused = [uuid for uuid in wanted if uuid not in outcome.done]
         if refused:
             current = _current(session, refused)
@@ -299,20 +337,24 @@ def transfer_nodes(db: Database, agent: str, transfers: Sequence[Transfer]) -> R
     outcome = ReleaseOutcome()
     with db.transaction() as session:
         for transfer in transfers:
-            row = session.execute(
-                update(NodeModel)
-                .where(
+            rows = update_nodes_returning(
+                session,
+                [
                     NodeModel.uuid == transfer.node_uuid,
                     NodeModel.owner == agent,
                     NodeModel.owner_epoch == transfer.epoch,
-                )
-                .values(owner=transfer.new_owner, owner_epoch=transfer.epoch + 1, updated_at=now)
-                .returning(NodeModel.instance_uuid)
-                .execution_options(synchronize_session=False)
-            ).first()
-            if row is None:
+                ],
+                {
+                    "owner": transfer.new_owner,
+                    "owner_epoch": transfer.epoch + 1,
+                    "updated_at": now,
+                },
+                [_NODES.c.instance_uuid],
+            )
+            if not rows:
                 outcome.refused[transfer.node_uuid] = None
                 continue
+            row = rows[0]
             outcome.done[transfer.node_uuid] = transfer.epoch + 1
             if row.instance_uuid is not None:
                 session.execute(

@@ -1,6 +1,6 @@
 """Fixtures for functional tests: the real servers started by the test script.
 
-``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL and Ironic and passes
+``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL, MariaDB and Ironic and passes
 their URLs in ``RINGFLEET_TEST_*`` variables.  Outside CI a test whose server
 is missing is skipped; with ``CI=true`` it fails, so a broken server start can
 never turn into a silently green run.
@@ -49,6 +49,12 @@ def database_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def mysql_server_url() -> str:
+    """SQLAlchemy URL (``mysql+pymysql://``) of the test MariaDB database."""
+    return _require("RINGFLEET_TEST_MYSQL_URL", "MariaDB")
+
+
+@pytest.fixture(scope="session")
 def ironic_url() -> str:
     """``http://127.0.0.1:PORT`` of the test Ironic (noauth, fake hardware)."""
     return _require("RINGFLEET_TEST_IRONIC_URL", "Ironic")
@@ -65,6 +71,20 @@ def pg_url(database_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
     with fresh_database(database_url) as url:
         yield url
+
+
+@pytest.fixture
+def mysql_url(mysql_server_url: str) -> Iterator[str]:
+    """A fresh, empty MariaDB database for one test, dropped afterwards."""
+    with fresh_database(mysql_server_url) as url:
+        yield url
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def sql_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database for one test, on each SQL server in turn."""
+    fixture = "pg_url" if request.param == "postgres" else "mysql_url"
+    return str(request.getfixturevalue(fixture))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The conductor's connection pool survives a PostgreSQL restart and outage.
+"""The conductor's connection pool survives a database restart and outage (PostgreSQL, MariaDB).
 
 Pooled connections are pinged before use once idle (instead of on every
 checkout, see :func:`conductor.db.engine._ping_when_idle`); a dead one is
@@ -8,6 +8,7 @@ replaced transparently, as ``pool_pre_ping`` did.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import text
@@ -20,22 +21,53 @@ from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import server_ctl
 
 
+@dataclass(frozen=True)
+class _Server:
+    url: str
+    restart: str  # the tools/test-servers-ctl.sh action
+    session_id: str  # SQL: the server's id of this connection
+    terminate: str  # SQL: end the connection whose id is :id
+    # Whether a restarted server never reuses an id (PostgreSQL's are process
+    # ids; MariaDB numbers connections from 1 again).
+    ids_survive_restarts: bool
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def server(request: pytest.FixtureRequest) -> _Server:
+    if request.param == "postgres":
+        return _Server(
+            request.getfixturevalue("database_url"),
+            "restart-pg",
+            "SELECT pg_backend_pid()",
+            "SELECT pg_terminate_backend(:id)",
+            ids_survive_restarts=True,
+        )
+    return _Server(
+        request.getfixturevalue("mysql_server_url"),
+        "restart-mariadb",
+        "SELECT CONNECTION_ID()",
+        "KILL :id",
+        ids_survive_restarts=False,
+    )
+
+
 def test_dead_pooled_connections_are_replaced_after_a_restart(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    server: _Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every checkout counts as idle: the test need not wait out the threshold.
     monkeypatch.setattr(engine, "_PING_IDLE_S", 0.0)
-    db = Database(database_url, pool_size=3)
+    db = Database(server.url, pool_size=3)
     try:
         with db.read() as a, db.read() as b, db.read() as c:  # three pooled connections
-            pids = {conn.execute(text("SELECT pg_backend_pid()")).scalar() for conn in (a, b, c)}
-        assert len(pids) == 3
-        server_ctl("restart-pg", timeout=120)
+            ids = {conn.execute(text(server.session_id)).scalar() for conn in (a, b, c)}
+        assert len(ids) == 3
+        server_ctl(server.restart, timeout=120)
         for _ in range(4):  # every pooled connection is dead: each is replaced
             with db.read() as conn:
                 assert conn.execute(text("SELECT 1")).scalar() == 1
-        with db.read() as conn:
-            assert conn.execute(text("SELECT pg_backend_pid()")).scalar() not in pids
+        if server.ids_survive_restarts:
+            with db.read() as conn:
+                assert conn.execute(text(server.session_id)).scalar() not in ids
     finally:
         db.dispose()
 
@@ -46,26 +78,26 @@ def _through(proxy: TcpProxy, database_url: str) -> str:
 
 
 def test_a_transaction_on_a_dead_connection_runs_once_more(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    server: _Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No idle ping: the dead connection is used, as one used less than a
     # second before the server dropped it would be.
     monkeypatch.setattr(engine, "_PING_IDLE_S", 3600.0)
-    db, admin = Database(database_url, pool_size=1), Database(database_url, pool_size=1)
+    db, admin = Database(server.url, pool_size=1), Database(server.url, pool_size=1)
     runs: list[int] = []
 
-    def backend_pid(database: Database) -> int:
+    def session_of(database: Database) -> int:
         runs.append(1)
         with database.read() as conn:
-            return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            return int(conn.execute(text(server.session_id)).scalar_one())
 
-    retried = retry_on_dead_connection(backend_pid)
+    retried = retry_on_dead_connection(session_of)
     try:
-        for kill_then_call, expected_runs in ((backend_pid, 1), (retried, 2)):
+        for kill_then_call, expected_runs in ((session_of, 1), (retried, 2)):
             runs.clear()
-            pid = backend_pid(db)
+            session = session_of(db)
             with admin.writing() as conn:
-                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                conn.execute(text(server.terminate), {"id": session})
             runs.clear()
             if expected_runs == 1:
                 with pytest.raises(DatabaseUnavailable) as caught:
@@ -73,7 +105,7 @@ def test_a_transaction_on_a_dead_connection_runs_once_more(
                 assert caught.value.retry_safe  # died before its commit
                 assert isinstance(caught.value, ServiceUnavailable)
             else:
-                assert kill_then_call(db) != pid  # on a fresh connection
+                assert kill_then_call(db) != session  # on a fresh connection
             assert len(runs) == expected_runs
     finally:
         db.dispose()
@@ -81,10 +113,10 @@ def test_a_transaction_on_a_dead_connection_runs_once_more(
 
 
 def test_an_unreachable_database_is_one_retryable_error_and_two_log_lines(
-    database_url: str, caplog: pytest.LogCaptureFixture
+    server: _Server, caplog: pytest.LogCaptureFixture
 ) -> None:
-    proxy = TcpProxy(make_url(database_url).port or 5432)
-    db = Database(_through(proxy, database_url), pool_size=2)
+    proxy = TcpProxy(make_url(server.url).port or 5432)
+    db = Database(_through(proxy, server.url), pool_size=2)
     caplog.set_level(logging.INFO, logger="conductor.db.engine")
     try:
         with db.read() as conn:

@@ -1,4 +1,4 @@
-"""Ownership compare-and-swap rules on real PostgreSQL, races included."""
+"""Ownership compare-and-swap rules on real PostgreSQL and MariaDB, races included."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from tests.ownership_cases import CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
-def test_ownership_on_postgres(pg_url: str, case: Callable[[Database], None]) -> None:
-    db = migrated(pg_url)
+def test_ownership_on_sql_servers(sql_url: str, case: Callable[[Database], None]) -> None:
+    db = migrated(sql_url)
     try:
         case(db)
     finally:

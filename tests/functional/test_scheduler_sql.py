@@ -1,4 +1,4 @@
-"""Two scheduler processes ("conductors") allocating from one PostgreSQL at once.
+"""Two scheduler processes ("conductors") allocating from one PostgreSQL, or MariaDB, at once.
 
 Each process has its own index and several threads; the indexes never agree
 (one of the runs never refreshes), so the processes collide on nodes all the
@@ -71,9 +71,9 @@ def _conductor(
 
 @pytest.mark.parametrize("refresh_interval", [3600.0, 0.05], ids=["stale", "refreshing"])
 def test_two_conductor_processes_never_double_allocate(
-    pg_url: str, refresh_interval: float
+    sql_url: str, refresh_interval: float
 ) -> None:
-    db = migrated(pg_url)
+    db = migrated(sql_url)
     try:
         for agent in AGENTS:
             add_nodes(db, 60, owner=agent)
@@ -88,7 +88,7 @@ def test_two_conductor_processes_never_double_allocate(
         conductors = [
             ctx.Process(
                 target=_conductor,
-                args=(pg_url, instances[i::2], refresh_interval, barrier, results),
+                args=(sql_url, instances[i::2], refresh_interval, barrier, results),
             )
             for i in range(2)
         ]

@@ -1,0 +1,82 @@
+"""The schema migrations on real PostgreSQL and MariaDB: from scratch, and upgrading rows."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from sqlalchemy import bindparam, text, update
+
+from conductor.db import migration, nodes, ownership
+from conductor.db.engine import Database
+from conductor.db.models import Base, NodeModel, utcnow
+from tests.dbutil import add_nodes
+
+# The last revision before MySQL/MariaDB got exact comparisons.
+_BEFORE_EXACT = "0004"
+
+
+@pytest.mark.parametrize("start", [None, _BEFORE_EXACT], ids=["from-scratch", "upgrade"])
+def test_identities_and_instants_are_exact_after_migrating(sql_url: str, start: str | None) -> None:
+    db = Database(sql_url)
+    try:
+        node = None
+        if start is not None:
+            migration.upgrade(db, start)
+            node = add_nodes(db, 1, owner="Agent-1")[0]
+        migration.upgrade(db)
+        assert migration.current_version(db) == migration.head_version()
+        if node is None:
+            node = add_nodes(db, 1, owner="Agent-1")[0]
+
+        # The row kept its owner, who is not "agent-1" nor "Agent-1 ".
+        assert [o.node_uuid for o in ownership.owned_by(db, "Agent-1")] == [node]
+        assert ownership.owned_by(db, "agent-1") == []
+        assert ownership.owned_by(db, "Agent-1 ") == []
+        # An index refresh asking from the exact instant of a change sees it.
+        changed = utcnow().replace(microsecond=654321)
+        with db.writing() as connection:
+            connection.execute(
+                update(NodeModel).where(NodeModel.uuid == node).values(updated_at=changed)
+            )
+        assert [n.uuid for n in nodes.changed_since(db, changed)] == [node]
+        assert nodes.changed_since(db, changed + datetime.timedelta(microseconds=1)) == []
+
+        if db.dialect == "mysql":
+            _assert_mysql_columns_exact(db)
+    finally:
+        db.dispose()
+
+
+def _assert_mysql_columns_exact(db: Database) -> None:
+    """Every string column byte-compared (no pad), every DATETIME with microseconds."""
+    tables = sorted(Base.metadata.tables)
+    with db.read() as connection:
+        columns = connection.execute(
+            text(
+                "SELECT table_name, column_name, data_type, collation_name, datetime_precision"
+                " FROM information_schema.columns"
+                " WHERE table_schema = DATABASE() AND table_name IN :tables"
+            ).bindparams(bindparam("tables", expanding=True)),
+            {"tables": tables},
+        ).all()
+        defaults = connection.execute(
+            text(
+                "SELECT table_name, table_collation FROM information_schema.tables"
+                " WHERE table_schema = DATABASE() AND table_name IN :tables"
+            ).bindparams(bindparam("tables", expanding=True)),
+            {"tables": tables},
+        ).all()
+    strings = {
+        (table, column): collation
+        for table, column, kind, collation, _precision in columns
+        if kind in ("varchar", "text")
+    }
+    assert strings and set(strings.values()) == {"utf8mb4_nopad_bin"}, strings
+    instants = {
+        (table, column): precision
+        for table, column, kind, _collation, precision in columns
+        if kind == "datetime"
+    }
+    assert instants and set(instants.values()) == {6}, instants
+    assert dict(defaults) == dict.fromkeys(tables, "utf8mb4_nopad_bin")
