@@ -149,7 +149,15 @@ def get_client(
     timeout: float | None = None,
     version_cap: str | None = None,
 ) -> messaging.RPCClient:
-    """A client of ``topic`` speaking up to ``version``, or ``version_cap`` when pinned."""
+    """A client of ``topic`` speaking up to ``version``, or ``version_cap`` when pinned.
+
+    Works on any transport, also one built without :func:`get_transport` on
+    a private ``cfg.ConfigOpts()``: its first call would otherwise fail with
+    ``NoSuchOptError('oslo_messaging_tracing')`` (oslo.messaging registers
+    that group on the global ``CONF`` only).
+    """
+    # transport.conf proxies the transport's ConfigOpts; registering twice is a no-op.
+    register_opts(transport.conf)
     target = messaging.Target(topic=topic, version=version, server=server)
     return messaging.get_rpc_client(transport, target, timeout=timeout, version_cap=version_cap)
 

@@ -295,6 +295,21 @@ def test_fleet_status(served: Served) -> None:
     assert owned + status["unowned"] == total
 
 
+def test_the_reference_clients_work_on_a_private_config_object(served: Served) -> None:
+    # A transport built by oslo.messaging itself (not rpc.get_transport) on a
+    # private ConfigOpts: the first call used to fail with
+    # NoSuchOptError('oslo_messaging_tracing').
+    conf = cfg.ConfigOpts()
+    transport = messaging.get_rpc_transport(conf, url="kombu+memory:////")
+    try:
+        assert ConductorAPI(transport, timeout=10).fleet_status()["conductor"] == "cond-1"
+        with pytest.raises(messaging.MessagingTimeout):
+            # No agent serves this host: the call is sent, and times out.
+            ComputeAPI(transport, timeout=0.5).ping("no-such-agent")
+    finally:
+        transport.cleanup()
+
+
 def test_a_build_over_rpc_gets_a_node(served: Served) -> None:
     api = served.api
     uuids = api.import_nodes([_spec(f"build-{i}", group="builds") for i in range(2)])["uuids"]
