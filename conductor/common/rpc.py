@@ -24,7 +24,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.common import checks
+from conductor.common import checks, deep_messages
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 
 __all__ = [
@@ -192,6 +192,7 @@ class _ExpectedErrors:
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
             # Timed inside expected_exceptions: it re-raises ours wrapped.
             with _request_context(ctxt), observed(observe, name):
+                _check_decodable(ctxt)
                 # Arguments the method does not take are the caller's
                 # mistake, not a TypeError (an ERROR with a traceback here).
                 _check_arguments(signature, kwargs)
@@ -200,6 +201,18 @@ class _ExpectedErrors:
                 return attribute(ctxt, *args, **kwargs)
 
         return messaging.expected_exceptions(RingfleetError)(served)
+
+
+def _check_decodable(ctxt: Any) -> None:
+    """Refuse a call whose message was too deep to decode (see :mod:`.deep_messages`)."""
+    too_deep = ctxt.get(deep_messages.TOO_DEEP_KEY) if isinstance(ctxt, dict) else None
+    if too_deep:
+        names = too_deep if isinstance(too_deep, list) else ["message"]
+        reason = (
+            "is nested too deeply to be decoded "
+            f"(arguments may nest at most {checks.MAX_NESTING} levels)"
+        )
+        raise InvalidInput([FieldError(str(name), reason) for name in names[:20]])
 
 
 def _check_arguments(signature: inspect.Signature, kwargs: dict[str, Any]) -> None:
@@ -309,6 +322,7 @@ def get_server(
     """
     target = messaging.Target(topic=topic, server=server)
     _quiet_client_mistakes()
+    deep_messages.install()
     return messaging.get_rpc_server(
         transport,
         target,

@@ -9,6 +9,7 @@ themselves, with their attributes, never as an opaque ``RemoteError``.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -25,7 +26,7 @@ from oslo_context import context as request_context
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.builds import BuildWorkers
-from conductor.common import rpc
+from conductor.common import deep_messages, rpc
 from conductor.common.exception import (
     Conflict,
     DuplicateNode,
@@ -384,3 +385,32 @@ def test_only_api_methods_are_reachable(served: Served, name: str) -> None:
     with pytest.raises(messaging.RemoteError) as err:
         served.api.client.prepare(version="1.0").call({}, name)
     assert err.value.exc_type == "NoSuchMethod"
+
+
+def _envelope(body: str) -> bytes:
+    return json.dumps({"oslo.version": "2.0", "oslo.message": body}).encode()
+
+
+def test_a_body_too_deep_to_decode_keeps_its_routing_and_names_the_fields() -> None:
+    deep = "[" * 1000 + '"x"' + "]" * 1000
+    body = (
+        '{"method": "list_nodes", "args": {"filters": ' + deep + ', "limit": 5}, '
+        '"version": "1.0", "_msg_id": "m1", "_reply_q": "reply_1", "_unique_id": "u1", '
+        '"_context_request_id": "req-1", "_context_extra": ' + deep + "}"
+    )
+    with pytest.raises(RecursionError):
+        json.loads(body)  # as oslo.messaging decodes it
+    envelope = deep_messages._loads(_envelope(body))
+    assert json.loads(envelope["oslo.message"]) == {
+        "method": "list_nodes",
+        "args": {},
+        "version": "1.0",
+        "_msg_id": "m1",
+        "_reply_q": "reply_1",
+        "_unique_id": "u1",
+        "_context_request_id": "req-1",
+        "_context_ringfleet_too_deep": ["context", "filters"],
+    }
+    # Anything decodable, however many brackets it has, is left alone.
+    wide = json.dumps({"method": "x", "args": {"a": [[[1, "]]{"]]] * 2000}})
+    assert deep_messages._loads(_envelope(wide))["oslo.message"] == wide
