@@ -34,6 +34,8 @@ class FakeBackend:
         self.groups: dict[bytes, dict[bytes, dict[str, Any]]] = {}
         self.heartbeat_error: Exception | None = None
         self.read_error: Exception | None = None
+        self.start_error: Exception | None = None
+        self.starts = 0
         self.joins = 0
         self.reads = 0
         # When set, joins wait for it: a join that takes a while (a slow or
@@ -49,6 +51,9 @@ class FakeCoordinator:
 
     def start(self, start_heart: bool = False) -> None:
         assert not start_heart  # the membership beats by itself
+        self.backend.starts += 1
+        if self.backend.start_error is not None:
+            raise self.backend.start_error
 
     def stop(self) -> None:
         pass
@@ -217,6 +222,30 @@ def test_a_backend_outage_is_one_warning_in_words_then_one_info_when_it_ends(
         .getMessage()
         .startswith("Member agent-1: etcd3+http://127.0.0.1:2379 answers again (failures for ")
     )
+
+
+def test_a_backend_away_at_start_is_one_warning_not_a_traceback_each_beat(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="hashring")
+    backend.start_error = _etcd_unreachable()
+    # TTL 1 s: a connection attempt every 0.25 s.
+    m = Membership(URL.replace("=8", "=1"), "agent-1", watch_interval=0.02)
+    started.append(m)
+    m.start()
+    wait_until(lambda: backend.starts >= 3)
+    loud = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [
+        (
+            logging.WARNING,
+            "Member agent-1: connecting failed at etcd3+http://127.0.0.1:2379: "
+            "ToozConnectionError <- ConnectionRefusedError: [Errno 111] Connection refused; "
+            "retrying (repeats logged at debug level until it answers)",
+        )
+    ]
+    backend.start_error = None
+    assert m.wait_connected(5)
+    assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
 def test_never_joined_is_lost(backend: FakeBackend) -> None:
