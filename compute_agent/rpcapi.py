@@ -65,6 +65,10 @@ class ComputeAPI:
         **kwargs: Any,
     ) -> Any:
         # The lowest version that has the method: an older agent still serves it.
+        # prepare(timeout=None) would drop the client's own timeout for
+        # [DEFAULT] rpc_response_timeout: only a given one replaces it.
+        if timeout is None:
+            timeout = self.client.timeout
         client = self.client.prepare(server=host, version=version, timeout=timeout)
         return rpc.call(client, method, self._observe, **kwargs)
 

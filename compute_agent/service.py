@@ -29,7 +29,7 @@ from compute_agent.state_reports import StateReports
 from conductor.common import rpc, systemd
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
-from conductor.common.exception import IdentityTaken, RingfleetError, first_line
+from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
 from conductor.common.metrics import MetricsServer
 from conductor.common.objects import Node
 from conductor.rpcapi import ConductorAPI
@@ -366,25 +366,35 @@ class AgentService:
                     delay = min(delay, result.retry_in + _RETRY_SOON)
                 self._resume_work()
             except Exception as exc:  # the next wake-up tries again, soon
-                self._reconcile_failed(first_line(exc))
+                self._reconcile_failed(exc)
                 # E.g. the conductors have not seen us join yet: a moment,
                 # not a whole interval (invariant 2: no orphans for long).
                 delay = _RETRY_SOON
             else:
                 self._reconcile_failed(None)
 
-    def _reconcile_failed(self, reason: str | None) -> None:
-        """One WARNING per new reason a reconcile fails, one INFO when it works again.
+    def _reconcile_failed(self, exc: Exception | None) -> None:
+        """One line per new reason a reconcile fails, one INFO when it works again.
 
         While the conductor's database is down every try (two a second)
-        fails alike: the operator needs to know once, not 7,000 times.
+        fails alike: the operator needs to know once, not 7,000 times.  A
+        conductor that does not see us in the group yet is no fault: we
+        joined since it last read the group (a restart), and it will.
         """
-        previous, self._reconcile_failure = self._reconcile_failure, reason
-        if reason is None:
+        previous = self._reconcile_failure
+        if exc is None:
+            self._reconcile_failure = None
             if previous is not None:
                 LOG.info("Agent %s: reconcile works again", self.host)
-        elif reason != previous:
-            LOG.warning("Agent %s: reconcile failed: %s; retrying", self.host, reason)
+            return
+        if isinstance(exc, InvalidInput) and exc.is_not_live_member:
+            reason = "the conductor does not see this agent in the group yet"
+            level = logging.INFO
+        else:
+            reason, level = first_line(exc), logging.WARNING
+        self._reconcile_failure = reason
+        if reason != previous:
+            LOG.log(level, "Agent %s: reconcile failed: %s; retrying", self.host, reason)
         else:
             LOG.debug("Agent %s: reconcile failed again: %s", self.host, reason)
 

@@ -78,7 +78,9 @@ class ConductorAPI:
     """Calls to the conductors (any of them: they are active-active).
 
     :param transport: from :func:`conductor.common.rpc.get_transport`.
-    :param timeout: seconds to wait for a reply (``MessagingTimeout`` after).
+    :param timeout: seconds to wait for a reply (``MessagingTimeout`` after;
+        :class:`conductor.common.rpc.NoConsumer`, a ``MessagingTimeout``, at
+        once when no conductor has ever consumed the topic).
     :param observe: told of every call made (method, outcome, seconds).
     """
 
@@ -99,6 +101,9 @@ class ConductorAPI:
             version=self.RPC_API_VERSION,
             timeout=timeout,
             version_cap=version_cap,
+            # A call made before any conductor consumed the topic fails at
+            # once (rpc.NoConsumer), not after the whole timeout.
+            fail_fast=True,
         )
         self._observe = observe
 

@@ -49,6 +49,7 @@ from typing import Any
 
 from tooz import coordination
 
+from hashring.backend_outage import BackendOutage
 from hashring.exceptions import HashRingError, InvalidMemberError, MembershipError
 from hashring.ring import Ring, _validate_member_id, _validate_weight
 
@@ -315,6 +316,7 @@ class Membership:
         self._reported_state: State | None = None
         self._excluded_logged: dict[str, str] = {}
         self._threads: list[threading.Thread] = []
+        self._outage = BackendOutage(member_id, self._redacted_url)
 
     # -- public API ------------------------------------------------------
 
@@ -453,19 +455,20 @@ class Membership:
 
     def _keep_once(self) -> None:
         if self._coordinator is None:
-            self._connect()
+            try:
+                self._connect()
+            except Exception as exc:  # etcd3gw's own errors too: the backend is away
+                self._outage.failed("connecting", exc)
+                return
+            self._outage.succeeded("connecting")
         started = self._clock()
         previous = self._last_beat
         try:
             self._coordinator.heartbeat()
         except Exception as exc:  # etcd3gw raises its own, untranslated errors
-            LOG.warning(
-                "Heartbeat of member %s to %s failed: %s",
-                self._member_id,
-                self._redacted_url,
-                exc,
-            )
+            self._outage.failed("heartbeat", exc)
             return
+        self._outage.succeeded("heartbeat")
         if previous is not None and started - previous > self._ttl:
             # Our lease has certainly expired meanwhile (tooz just made a new
             # one): we are no longer in the group until we join again.
@@ -576,15 +579,13 @@ class Membership:
     def _watch_loop(self) -> None:
         while not self._stopping.is_set():
             if self._coordinator is not None:
+                reading = f"reading group {self._group_name}"
                 try:
                     self._watch_once()
                 except Exception as exc:  # a thread boundary: log, and try again
-                    LOG.warning(
-                        "Member %s could not read group %s: %s",
-                        self._member_id,
-                        self._group_name,
-                        exc,
-                    )
+                    self._outage.failed(reading, exc)
+                else:
+                    self._outage.succeeded(reading)
             self._report_state()
             self._wake_watcher.wait(self._watch_interval)
             self._wake_watcher.clear()

@@ -51,16 +51,26 @@ def _remote_error(exc: messaging.RemoteError) -> str:
     return f"the conductor failed: {exc.exc_type}: {exc.value}"
 
 
-def describe_error(exc: BaseException) -> list[str]:
-    """One line per problem, for the operator (no traceback)."""
+def describe_error(exc: BaseException, rpc_timeout: float | None = None) -> list[str]:
+    """One line per problem, for the operator (no traceback).
+
+    ``rpc_timeout``: the seconds the call waited, to say so on a timeout.
+    """
     if isinstance(exc, InvalidInput):
         return [str(error) for error in exc.errors] or ["invalid input"]
     if isinstance(exc, RingfleetError):
         line = str(_local(exc))
-    elif isinstance(exc, messaging.MessagingTimeout):
+    elif isinstance(exc, rpc.NoConsumer):
+        # The broker returned the call: no conductor ever consumed the topic.
         line = (
-            "no conductor answered in time (is a conductor running, and is "
-            "[DEFAULT] transport_url the one it uses?)"
+            f"no conductor consumes topic {exc.topic}: is a ringfleet-conductor running and "
+            "connected to the same [DEFAULT] transport_url (and control_exchange)?"
+        )
+    elif isinstance(exc, messaging.MessagingTimeout):
+        within = f" within {rpc_timeout:g} s" if rpc_timeout is not None else " in time"
+        line = (
+            f"no conductor answered{within} on topic {rpc.CONDUCTOR_TOPIC}: is a "
+            "ringfleet-conductor running and connected to the same [DEFAULT] transport_url?"
         )
     elif isinstance(exc, messaging.RemoteError):
         line = _remote_error(exc)
@@ -110,7 +120,8 @@ class ConductorCommand:
             result = int(super().run(parsed_args) or 0)  # type: ignore[misc]
         except self._EXPECTED as exc:
             LOG.debug("ringfleet %s failed", self.cmd_name, exc_info=True)
-            for line in describe_error(exc):
+            rpc_timeout = getattr(getattr(self.app, "options", None), "rpc_timeout", None)
+            for line in describe_error(exc, rpc_timeout):
                 self.app.stderr.write(f"ringfleet {self.cmd_name or ''}: error: {line}\n")
             return 1
         return result or self.exit_code

@@ -181,6 +181,20 @@ class InvalidInput(RingfleetError, ValueError):
         ]
         super().__init__("invalid input")
 
+    #: Why a conductor refuses an agent it does not see in the group.
+    NOT_LIVE_MEMBER = "is not a live member of the group"
+
+    @classmethod
+    def not_live_member(cls, host: str) -> InvalidInput:
+        """``host`` is not in the conductor's view of the group: the stale half of a
+        partition, or (harmless) an agent that joined since the conductor last read it."""
+        return cls([FieldError.about("host", cls.NOT_LIVE_MEMBER, host)])
+
+    @property
+    def is_not_live_member(self) -> bool:
+        """Whether this is :meth:`not_live_member` (also as received over RPC)."""
+        return [(e.field, e.reason) for e in self.errors] == [("host", self.NOT_LIVE_MEMBER)]
+
     @property
     def fields(self) -> list[str]:
         """The paths of the offending fields, in the order found."""

@@ -24,13 +24,14 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.common import checks
+from conductor.common import checks, deep_messages
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 
 __all__ = [
     "COMPUTE_TOPIC",
     "CONDUCTOR_TOPIC",
     "NOT_SERVED",
+    "NoConsumer",
     "RpcObserver",
     "call",
     "get_client",
@@ -55,6 +56,24 @@ ALLOWED_EXMODS = ["conductor.common.exception"]
 
 #: Told of every RPC call made or served: (method, outcome, seconds).
 RpcObserver = Callable[[str, str, float], None]
+
+
+class NoConsumer(messaging.MessagingTimeout):  # type: ignore[misc]
+    """No server has ever consumed the call's topic: the broker returned the call at once.
+
+    A call to a topic without a queue (no server of it has started since the
+    broker did) is dropped by the broker, and would only fail after the whole
+    RPC timeout: a client made with ``get_client(..., fail_fast=True)`` sends
+    it ``mandatory`` and gets this at once.  A :class:`MessagingTimeout`, so
+    callers that handle "no answer" handle it alike.
+    """
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(
+            f"no server consumes topic {topic} on this transport (none has started since "
+            "the broker did)"
+        )
+        self.topic = topic
 
 
 def _ignore(method: str, outcome: str, seconds: float) -> None:
@@ -109,9 +128,17 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
     if global_request_id is not None:
         ctxt["global_request_id"] = global_request_id
     if observe is None:
-        return client.call(ctxt, method, **kwargs)
+        return _call(client, ctxt, method, kwargs)
     with observed(observe, method):
+        return _call(client, ctxt, method, kwargs)
+
+
+def _call(client: Any, ctxt: dict[str, Any], method: str, kwargs: dict[str, Any]) -> Any:
+    try:
         return client.call(ctxt, method, **kwargs)
+    except messaging.MessageUndeliverable as exc:
+        # Its own message is empty: say what it means.
+        raise NoConsumer(client.target.topic) from exc
 
 
 def _well_formed(request_id: object) -> str | None:
@@ -148,10 +175,29 @@ def get_client(
     server: str | None = None,
     timeout: float | None = None,
     version_cap: str | None = None,
+    fail_fast: bool = False,
 ) -> messaging.RPCClient:
-    """A client of ``topic`` speaking up to ``version``, or ``version_cap`` when pinned."""
+    """A client of ``topic`` speaking up to ``version``, or ``version_cap`` when pinned.
+
+    ``fail_fast``: a call to a topic no server has consumed raises
+    :class:`NoConsumer` at once (RabbitMQ returns it, as ``mandatory``),
+    not :class:`MessagingTimeout` after the whole timeout.
+
+    Works on any transport, also one built without :func:`get_transport` on
+    a private ``cfg.ConfigOpts()``: its first call would otherwise fail with
+    ``NoSuchOptError('oslo_messaging_tracing')`` (oslo.messaging registers
+    that group on the global ``CONF`` only).
+    """
+    # transport.conf proxies the transport's ConfigOpts; registering twice is a no-op.
+    register_opts(transport.conf)
     target = messaging.Target(topic=topic, version=version, server=server)
-    return messaging.get_rpc_client(transport, target, timeout=timeout, version_cap=version_cap)
+    return messaging.get_rpc_client(
+        transport,
+        target,
+        timeout=timeout,
+        version_cap=version_cap,
+        transport_options=messaging.TransportOptions(at_least_once=fail_fast),
+    )
 
 
 class _ExpectedErrors:
@@ -184,6 +230,7 @@ class _ExpectedErrors:
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
             # Timed inside expected_exceptions: it re-raises ours wrapped.
             with _request_context(ctxt), observed(observe, name):
+                _check_decodable(ctxt)
                 # Arguments the method does not take are the caller's
                 # mistake, not a TypeError (an ERROR with a traceback here).
                 _check_arguments(signature, kwargs)
@@ -192,6 +239,18 @@ class _ExpectedErrors:
                 return attribute(ctxt, *args, **kwargs)
 
         return messaging.expected_exceptions(RingfleetError)(served)
+
+
+def _check_decodable(ctxt: Any) -> None:
+    """Refuse a call whose message was too deep to decode (see :mod:`.deep_messages`)."""
+    too_deep = ctxt.get(deep_messages.TOO_DEEP_KEY) if isinstance(ctxt, dict) else None
+    if too_deep:
+        names = too_deep if isinstance(too_deep, list) else ["message"]
+        reason = (
+            "is nested too deeply to be decoded "
+            f"(arguments may nest at most {checks.MAX_NESTING} levels)"
+        )
+        raise InvalidInput([FieldError(str(name), reason) for name in names[:20]])
 
 
 def _check_arguments(signature: inspect.Signature, kwargs: dict[str, Any]) -> None:
@@ -301,6 +360,7 @@ def get_server(
     """
     target = messaging.Target(topic=topic, server=server)
     _quiet_client_mistakes()
+    deep_messages.install()
     return messaging.get_rpc_server(
         transport,
         target,

@@ -63,9 +63,7 @@ class AgentsEndpoint:
         if agent not in live:
             # An agent the conductor does not see in the group must not take
             # nodes: it may be the stale half of a partition.
-            raise InvalidInput(
-                [FieldError.about("host", "is not a live member of the group", agent)]
-            )
+            raise InvalidInput.not_live_member(agent)
         out = ownership.claim_nodes(
             self._db,
             agent,
@@ -116,9 +114,7 @@ class AgentsEndpoint:
         agent = payload.check_host(host)
         if agent not in self._fleet.live_members():
             # Only a member may hold its nodes: not the stale half of a partition.
-            raise InvalidInput(
-                [FieldError.about("host", "is not a live member of the group", agent)]
-            )
+            raise InvalidInput.not_live_member(agent)
         seconds = self._restart_grace()
         if seconds <= 0:
             return {"host": agent, "seconds": 0.0, "until": None}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,3 +113,25 @@ def test_fleet_status_check_and_node_list(fleet: Fleet, transport_url: str) -> N
     bad = ringfleet(config, "node", "show", "no-such-node")
     assert bad.returncode == 1
     assert bad.stderr == "ringfleet node show: error: node 'no-such-node' not found\n"
+
+
+def test_a_call_no_conductor_can_receive_fails_at_once_saying_so(
+    tmp_path: Path, transport_url: str
+) -> None:
+    """The broker drops a call to a topic no conductor ever consumed: no waiting 60 s.
+
+    An exchange no conductor uses stands for a broker on which no conductor
+    has started yet.  Before issue 16 the call failed after --rpc-timeout
+    with "no conductor answered in time".
+    """
+    config = tmp_path / "cli.conf"
+    config.write_text(
+        f"[DEFAULT]\ntransport_url = {transport_url}\ncontrol_exchange = none-{uuid.uuid4()}\n"
+    )
+    out = ringfleet(config, "--rpc-timeout", "60", "fleet", "status")
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        "ringfleet fleet status: error: no conductor consumes topic ringfleet-conductor: "
+        "is a ringfleet-conductor running and connected to the same [DEFAULT] transport_url "
+        "(and control_exchange)?"
+    )

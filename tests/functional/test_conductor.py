@@ -8,6 +8,7 @@ comes with the compute agent).
 from __future__ import annotations
 
 import concurrent.futures
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +118,34 @@ def test_inventory_and_validation_over_rpc(fleet: dict[str, Any]) -> None:
     status = api.fleet_status()
     assert {a["host"] for a in status["agents"]} == {"agent-1", "agent-2"}
     assert status["nodes"] == 50 and status["unowned"] == 50
+
+
+def test_a_call_nested_too_deep_to_decode_is_refused_at_once(
+    fleet: dict[str, Any], transport_url: str
+) -> None:
+    """1,000 levels: more than oslo.messaging's JSON decoding takes (issue 16).
+
+    It used to drop the message, and the caller waited out its timeout
+    (MessagingTimeout here, after 60 s): now the answer is an error reply.
+    """
+    api, transport = client(transport_url, timeout=60)
+    deep: Any = "x"
+    for _ in range(1000):
+        deep = [deep]
+    limit = sys.getrecursionlimit()
+    # Our own encoder needs room for the 1,000 levels (a client in another
+    # language would not); the conductors decode with the default limit.
+    sys.setrecursionlimit(limit + 2000)
+    try:
+        with pytest.raises(InvalidInput) as err:
+            api.list_nodes(filters={"group": deep})
+    finally:
+        sys.setrecursionlimit(limit)
+        transport.cleanup()
+    assert err.value.fields == ["filters"]
+    assert err.value.errors[0].reason.startswith("is nested too deeply to be decoded")
+    # The conductors serve on.
+    assert fleet["api"].fleet_status()["nodes"] == 0
 
 
 def test_two_conductors_never_double_allocate(fleet: dict[str, Any]) -> None:

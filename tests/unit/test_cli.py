@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import oslo_messaging as messaging
 import pytest
 import yaml
 from oslo_config import cfg
@@ -28,6 +29,7 @@ from oslo_config import cfg
 from conductor import conf as conductor_conf
 from conductor.cli import node_files
 from conductor.cli.app import RingfleetApp
+from conductor.cli.command import describe_error
 from conductor.cli.ring import bar
 from conductor.common import rpc
 from conductor.common.exception import InvalidInput
@@ -748,3 +750,10 @@ def test_pages_follows_markers_and_stops_at_the_limit() -> None:
     calls.clear()
     assert list(pages(fetch, limit=12, page_size=10)) == items[:12]
     assert calls == [(10, None), (2, "u09")]
+
+
+def test_a_timeout_says_how_long_it_waited_and_for_which_topic() -> None:
+    assert describe_error(messaging.MessagingTimeout("Timed out waiting for a reply"), 45.0) == [
+        "no conductor answered within 45 s on topic ringfleet-conductor: is a "
+        "ringfleet-conductor running and connected to the same [DEFAULT] transport_url?"
+    ]

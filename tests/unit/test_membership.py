@@ -6,6 +6,7 @@ is scripted so that each state rule can be driven to its edge.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +33,9 @@ class FakeBackend:
     def __init__(self) -> None:
         self.groups: dict[bytes, dict[bytes, dict[str, Any]]] = {}
         self.heartbeat_error: Exception | None = None
+        self.read_error: Exception | None = None
+        self.start_error: Exception | None = None
+        self.starts = 0
         self.joins = 0
         self.reads = 0
         # When set, joins wait for it: a join that takes a while (a slow or
@@ -47,6 +51,9 @@ class FakeCoordinator:
 
     def start(self, start_heart: bool = False) -> None:
         assert not start_heart  # the membership beats by itself
+        self.backend.starts += 1
+        if self.backend.start_error is not None:
+            raise self.backend.start_error
 
     def stop(self) -> None:
         pass
@@ -90,6 +97,8 @@ class FakeCoordinator:
         def run() -> dict[bytes, dict[str, Any]]:
             with self.backend.lock:
                 self.backend.reads += 1
+                if self.backend.read_error is not None:
+                    raise self.backend.read_error
                 return dict(self.backend.groups[group])
 
         return _Result(run)
@@ -172,6 +181,71 @@ def test_state_follows_the_last_successful_heartbeat(
     wait_until(lambda: m.state is State.CONNECTED)
     assert backend.joins == joins + 1
     assert transitions[-1][1] is State.CONNECTED
+
+
+def _etcd_unreachable() -> coordination.ToozConnectionError:
+    """What tooz raises when etcd is away: no message, the reason in its cause."""
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except ConnectionRefusedError as exc:
+            raise coordination.ToozConnectionError("") from exc
+    except coordination.ToozConnectionError as error:
+        return error
+
+
+def test_a_backend_outage_is_one_warning_in_words_then_one_info_when_it_ends(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    m = make(started)
+    assert m.wait_connected(5)
+    caplog.set_level(logging.DEBUG, logger="hashring")
+    reads = backend.reads
+    backend.read_error = backend.heartbeat_error = _etcd_unreachable()
+    m._wake_keeper.set()  # a heartbeat now, not in TTL/4
+    wait_until(lambda: backend.reads > reads + 10)  # the group read fails every 20 ms
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings  # whichever failed first
+    action = "heartbeat" if "heartbeat" in warnings[0] else "reading group ringfleet-compute"
+    assert warnings[0] == (
+        f"Member agent-1: {action} failed at etcd3+http://127.0.0.1:2379: "
+        "ToozConnectionError <- ConnectionRefusedError: [Errno 111] Connection refused; "
+        "retrying (repeats logged at debug level until it answers)"
+    )
+    backend.read_error = backend.heartbeat_error = None
+    m._wake_keeper.set()
+    wait_until(lambda: any("answers again" in r.getMessage() for r in caplog.records))
+    infos = [r for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(infos) == 1 and infos[0].levelno == logging.INFO
+    assert (
+        infos[0]
+        .getMessage()
+        .startswith("Member agent-1: etcd3+http://127.0.0.1:2379 answers again (failures for ")
+    )
+
+
+def test_a_backend_away_at_start_is_one_warning_not_a_traceback_each_beat(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="hashring")
+    backend.start_error = _etcd_unreachable()
+    # TTL 1 s: a connection attempt every 0.25 s.
+    m = Membership(URL.replace("=8", "=1"), "agent-1", watch_interval=0.02)
+    started.append(m)
+    m.start()
+    wait_until(lambda: backend.starts >= 3)
+    loud = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [
+        (
+            logging.WARNING,
+            "Member agent-1: connecting failed at etcd3+http://127.0.0.1:2379: "
+            "ToozConnectionError <- ConnectionRefusedError: [Errno 111] Connection refused; "
+            "retrying (repeats logged at debug level until it answers)",
+        )
+    ]
+    backend.start_error = None
+    assert m.wait_connected(5)
+    assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
 def test_never_joined_is_lost(backend: FakeBackend) -> None:

@@ -9,6 +9,7 @@ themselves, with their attributes, never as an opaque ``RemoteError``.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -25,7 +26,7 @@ from oslo_context import context as request_context
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.builds import BuildWorkers
-from conductor.common import rpc
+from conductor.common import deep_messages, rpc
 from conductor.common.exception import (
     Conflict,
     DuplicateNode,
@@ -295,6 +296,21 @@ def test_fleet_status(served: Served) -> None:
     assert owned + status["unowned"] == total
 
 
+def test_the_reference_clients_work_on_a_private_config_object(served: Served) -> None:
+    # A transport built by oslo.messaging itself (not rpc.get_transport) on a
+    # private ConfigOpts: the first call used to fail with
+    # NoSuchOptError('oslo_messaging_tracing').
+    conf = cfg.ConfigOpts()
+    transport = messaging.get_rpc_transport(conf, url="kombu+memory:////")
+    try:
+        assert ConductorAPI(transport, timeout=10).fleet_status()["conductor"] == "cond-1"
+        with pytest.raises(messaging.MessagingTimeout):
+            # No agent serves this host: the call is sent, and times out.
+            ComputeAPI(transport, timeout=0.5).ping("no-such-agent")
+    finally:
+        transport.cleanup()
+
+
 def test_a_build_over_rpc_gets_a_node(served: Served) -> None:
     api = served.api
     uuids = api.import_nodes([_spec(f"build-{i}", group="builds") for i in range(2)])["uuids"]
@@ -369,3 +385,32 @@ def test_only_api_methods_are_reachable(served: Served, name: str) -> None:
     with pytest.raises(messaging.RemoteError) as err:
         served.api.client.prepare(version="1.0").call({}, name)
     assert err.value.exc_type == "NoSuchMethod"
+
+
+def _envelope(body: str) -> bytes:
+    return json.dumps({"oslo.version": "2.0", "oslo.message": body}).encode()
+
+
+def test_a_body_too_deep_to_decode_keeps_its_routing_and_names_the_fields() -> None:
+    deep = "[" * 1000 + '"x"' + "]" * 1000
+    body = (
+        '{"method": "list_nodes", "args": {"filters": ' + deep + ', "limit": 5}, '
+        '"version": "1.0", "_msg_id": "m1", "_reply_q": "reply_1", "_unique_id": "u1", '
+        '"_context_request_id": "req-1", "_context_extra": ' + deep + "}"
+    )
+    with pytest.raises(RecursionError):
+        json.loads(body)  # as oslo.messaging decodes it
+    envelope = deep_messages._loads(_envelope(body))
+    assert json.loads(envelope["oslo.message"]) == {
+        "method": "list_nodes",
+        "args": {},
+        "version": "1.0",
+        "_msg_id": "m1",
+        "_reply_q": "reply_1",
+        "_unique_id": "u1",
+        "_context_request_id": "req-1",
+        "_context_ringfleet_too_deep": ["context", "filters"],
+    }
+    # Anything decodable, however many brackets it has, is left alone.
+    wide = json.dumps({"method": "x", "args": {"a": [[[1, "]]{"]]] * 2000}})
+    assert deep_messages._loads(_envelope(wide))["oslo.message"] == wide
