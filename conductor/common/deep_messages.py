@@ -56,8 +56,14 @@ def _loads(data: Any) -> Any:
     envelope = kombu_json.loads(data)  # type: ignore[no-untyped-call]
     body = envelope.get(_BODY) if isinstance(envelope, dict) else None
     # A body can only be too deep with that many brackets: the common case
-    # costs two str.count calls, not a second decode.
-    if isinstance(body, str) and body.count("[") + body.count("{") > sys.getrecursionlimit() // 2:
+    # costs two str.count calls, not a second decode.  Only a call (it has a
+    # reply queue) is checked: a cast has nobody waiting for an answer, and a
+    # reply -- an agent's 5,000-node inventory page -- is not decoded twice.
+    if (
+        isinstance(body, str)
+        and body.count("[") + body.count("{") > sys.getrecursionlimit() // 2
+        and '"_reply_q"' in body
+    ):
         try:
             # Decoded here a few frames deeper than oslo.messaging decodes it
             # (inside kombu's decoding): what fails there fails here first.
