@@ -738,3 +738,37 @@ def test_drain_with_no_peer_keeps_everything(env: Fleet) -> None:
     assert a1.drain(view) == (0, 0)
     assert set(a1.held()) == set(uuids)
     assert env.conductor.of("transfer") == []
+
+
+class _TimedInventory:
+    """A conductor whose inventory reads answer nothing, at the as_of the test sets."""
+
+    def __init__(self) -> None:
+        self.as_of = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        self.since: list[str | None] = []
+
+    def list_node_uuids(self, **kwargs: Any) -> dict[str, Any]:
+        self.since.append(kwargs["since"])
+        return {"nodes": [], "as_of": self.as_of.isoformat()}
+
+
+def test_inventory_refreshes_re_read_a_short_overlap_and_a_deep_one_every_few_seconds() -> None:
+    """Every refresh re-reads 0.5 s before the previous one (a commit of the usual
+    milliseconds); one every 5 s goes back 5 s before the previous such one (a
+    commit that stalled): every row is read about twice, not five or six times."""
+    conductor = _TimedInventory()
+    manager = OwnershipManager("a1", conductor, StubMembership())  # type: ignore[arg-type]
+    t0 = conductor.as_of
+    second = datetime.timedelta(seconds=1)
+    manager.refresh_inventory()  # the whole inventory
+    for tick in range(1, 12):
+        conductor.as_of = t0 + tick * second
+        manager.refresh_inventory()
+    expected: list[str | None] = [None]
+    for tick in range(1, 12):
+        if tick == 6:  # the previous read (t0 + 5 s) is 5 s after the last deep one (t0)
+            start = t0 - 5 * second
+        else:
+            start = t0 + (tick - 1) * second - datetime.timedelta(seconds=0.5)
+        expected.append(start.isoformat())
+    assert conductor.since == expected
