@@ -418,3 +418,35 @@ def test_a_body_too_deep_to_decode_keeps_its_routing_and_names_the_fields() -> N
     # 5,000-node inventory page, is not decoded twice).
     cast = body.replace('"_reply_q": "reply_1", ', "")
     assert deep_messages._loads(_envelope(cast))["oslo.message"] == cast
+
+
+def test_inventory_pages_travel_as_columns_and_read_as_objects(served: Served) -> None:
+    api = served.api
+    api.import_nodes([_spec(f"col-{i}", group="columns") for i in range(7)])
+    objects = api.client.prepare(version="1.0").call({}, "list_node_uuids", groups=["columns"])
+    assert len(objects["nodes"]) == 7 and "uuids" not in objects
+    raw = api.client.prepare(version="1.8").call(
+        {}, "list_node_uuids", groups=["columns"], columns=True
+    )
+    assert raw["uuids"] == [n["uuid"] for n in objects["nodes"]]
+    assert raw["pinned"] == [False] * 7 and "nodes" not in raw
+    versions: list[str] = []
+    call = api._call
+
+    def spy(method: str, version: str = "1.0", **kwargs: Any) -> Any:
+        versions.append(version)
+        return call(method, version, **kwargs)
+
+    api._call = spy  # type: ignore[method-assign]
+    try:
+        # The reference client asks for columns and returns what a 1.0 call returns.
+        assert api.list_node_uuids(groups=["columns"])["nodes"] == objects["nodes"]
+        # Pinned below 1.8 (a rolling upgrade): objects, as before.
+        capped = ConductorAPI(api.client.transport, timeout=10, version_cap="1.7")
+        assert capped.list_node_uuids(groups=["columns"])["nodes"] == objects["nodes"]
+    finally:
+        del api._call
+    assert versions == ["1.8"]
+    with pytest.raises(InvalidInput) as err:
+        api.client.prepare(version="1.8").call({}, "list_node_uuids", columns="yes")
+    assert err.value.fields == ["columns"]
