@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -156,7 +157,10 @@ def _measure(args: argparse.Namespace, log: Log, fleet: Fleet, server: ApiServer
 
     assert server.proc is not None
     workers = psutil.Process(server.proc.pid).children()
-    others = {"conductor": _processes(fleet, "bench-conductor"), "broker": _broker()}
+    others = {
+        "conductor": _processes(fleet, "bench-conductor"),
+        "broker": _broker(args.transport_url),
+    }
     cpu_before = sum(sum(w.cpu_times()[:2]) for w in workers)
     others_before = {name: _cpu(procs) for name, procs in others.items()}
     threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
@@ -287,9 +291,19 @@ def _processes(fleet: Fleet, name: str) -> list[psutil.Process]:
     return [psutil.Process(proc.pid)]
 
 
-def _broker() -> list[psutil.Process]:
-    """RabbitMQ's Erlang VM (the only one on a test machine)."""
-    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "beam.smp"]
+def _broker(transport_url: str) -> list[psutil.Process]:
+    """The process listening on the transport URL's port: RabbitMQ's Erlang
+    VM (not any ``beam.smp``: each ``rabbitmqctl`` run is one too, and it ends)."""
+    port = urllib.parse.urlsplit(transport_url.split(",", maxsplit=1)[0]).port or 5672
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] != "beam.smp":
+            continue
+        with contextlib.suppress(psutil.Error):
+            listening = proc.net_connections(kind="tcp")
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in listening):
+                found.append(proc)
+    return found
 
 
 def _cpu(procs: list[psutil.Process]) -> float:
