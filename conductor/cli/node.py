@@ -15,14 +15,13 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from cliff.command import Command
-from cliff.lister import Lister
 from cliff.show import ShowOne
 
 from conductor.cli import node_files
 from conductor.cli.command import ConductorCommand, describe_error, key_value
+from conductor.cli.streaming import StreamingLister, prefetched_pages
 from conductor.common.exception import Conflict, FieldError, InvalidInput
 from conductor.common.objects import PowerState, ProvisionState
-from conductor.rpcapi import pages
 from conductor.validation import NodeSpec, validate_node_specs
 
 __all__ = [
@@ -328,8 +327,13 @@ class NodeImport(ConductorCommand, Command):
 # -- list, show ---------------------------------------------------------------------
 
 
-class NodeList(ConductorCommand, Lister):
-    """List nodes (all of them, in uuid order, unless --limit)."""
+class NodeList(ConductorCommand, StreamingLister):
+    """List nodes (all of them, in uuid order, unless --limit).
+
+    Pages of --page-size nodes are printed as they arrive with -f value,
+    -f csv and -f json (the next page is fetched meanwhile); a table needs
+    every row for its column widths, so it prints at the end.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -346,6 +350,13 @@ class NodeList(ConductorCommand, Lister):
         parser.add_argument("--limit", type=int, metavar="N", help="at most N nodes")
         parser.add_argument("--marker", metavar="UUID", help="start after this node uuid")
         parser.add_argument("--long", action="store_true", help="also traits and properties")
+        parser.add_argument(
+            "--page-size",
+            type=int,
+            default=_PAGE,
+            metavar="N",
+            help=f"nodes per call to the conductor (1..10000, default {_PAGE})",
+        )
         return parser
 
     def take_action(
@@ -354,6 +365,10 @@ class NodeList(ConductorCommand, Lister):
         if parsed_args.limit is not None and parsed_args.limit < 1:
             raise InvalidInput(
                 [FieldError.about("--limit", "must be at least 1", parsed_args.limit)]
+            )
+        if not 1 <= parsed_args.page_size <= 10_000:
+            raise InvalidInput(
+                [FieldError.about("--page-size", "must be 1..10000", parsed_args.page_size)]
             )
         filters = {
             key: value
@@ -371,18 +386,16 @@ class NodeList(ConductorCommand, Lister):
             filters["provision_state"] = str(filters["provision_state"])
         columns = _LIST_COLUMNS + (_LONG_COLUMNS if parsed_args.long else ())
         start = parsed_args.marker
-        nodes = list(
-            pages(
-                lambda n, m: self.client.list_nodes(
-                    filters=filters or None, limit=n, marker=m or start
-                ),
-                parsed_args.limit,
-                _PAGE,
-            )
+        client = self.client  # built here: a bad configuration fails before any output
+        nodes = prefetched_pages(
+            lambda n, m: client.list_nodes(filters=filters or None, limit=n, marker=m or start),
+            parsed_args.limit,
+            parsed_args.page_size,
         )
+        keys = [key for _, key in columns]
         return (
             tuple(title for title, _ in columns),
-            [tuple(node.get(key) for _, key in columns) for node in nodes],
+            self.rows(nodes, lambda node: tuple(node.get(key) for key in keys), parsed_args),
         )
 
 
