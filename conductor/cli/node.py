@@ -2,7 +2,8 @@
 
 ``node import`` validates every row locally with the conductor's own
 validation (:func:`conductor.validation.validate_node_specs`) before it
-sends anything, reports every bad row with its file line, and imports
+sends anything, reports bad rows with their file line (the first
+``--max-problems``, then a count), and imports
 nothing unless every row is good; then it imports in batches.
 """
 
@@ -181,8 +182,9 @@ class NodeImport(ConductorCommand, Command):
     """Import nodes from a YAML, JSON or CSV file: every row, or none.
 
     Every row is validated first, and checked against the nodes stored
-    already; every bad row is reported with its line and field, and then
-    nothing is imported.  Good files are imported in batches (each batch all
+    already; bad rows are reported with their line and field (the first
+    --max-problems of them, then how many more), and then nothing is
+    imported.  Good files are imported in batches (each batch all
     or nothing on the conductor; a concurrent import of the same names can
     still make a later batch fail, and the message says what was imported).  YAML and JSON
     files hold a list of node specs (or a mapping whose ``nodes`` is that
@@ -213,6 +215,13 @@ class NodeImport(ConductorCommand, Command):
             help="nodes per import call (1..10000, default 1000)",
         )
         parser.add_argument(
+            "--max-problems",
+            type=int,
+            default=20,
+            metavar="N",
+            help="print the first N problems of a bad file, then how many more (0: all; 20)",
+        )
+        parser.add_argument(
             "--progress",
             action=argparse.BooleanOptionalAction,
             default=None,
@@ -224,6 +233,10 @@ class NodeImport(ConductorCommand, Command):
         if not 1 <= parsed_args.batch_size <= 10_000:
             raise InvalidInput(
                 [FieldError.about("--batch-size", "must be 1..10000", parsed_args.batch_size)]
+            )
+        if parsed_args.max_problems < 0:
+            raise InvalidInput(
+                [FieldError.about("--max-problems", "must be 0 or more", parsed_args.max_problems)]
             )
         path = parsed_args.file
         fmt = node_files.detect_format("" if path == "-" else path, parsed_args.file_format)
@@ -247,9 +260,7 @@ class NodeImport(ConductorCommand, Command):
             problems = self._stored_clashes(specs, lines, parsed_args.batch_size, progress)
         if problems:
             progress.done()
-            for line, message in sorted(problems, key=lambda p: p[0]):
-                where = f"line {line}: " if line else ""
-                self.app.stderr.write(f"{path}: {where}{message}\n")
+            self._report(path, sorted(problems, key=lambda p: p[0]), parsed_args.max_problems)
             bad = len({line for line, _ in problems})
             raise InvalidInput(
                 [
@@ -266,6 +277,19 @@ class NodeImport(ConductorCommand, Command):
             f"Imported {imported} nodes from {path} ({fmt}) in {batches} batches\n"
         )
         return 0
+
+    def _report(self, path: str, problems: Sequence[tuple[int, str]], most: int) -> None:
+        """The first ``most`` problems (0: all), then how many more: a
+        re-imported 100,000-row file has 100,000 or more."""
+        shown = problems[:most] if most else problems
+        for line, message in shown:
+            where = f"line {line}: " if line else ""
+            self.app.stderr.write(f"{path}: {where}{message}\n")
+        if len(shown) < len(problems):
+            self.app.stderr.write(
+                f"{path}: ... and {len(problems) - len(shown):,} more problems "
+                "(--max-problems 0 prints every one)\n"
+            )
 
     def _read(self, path: str) -> str:
         if path == "-":
