@@ -121,21 +121,22 @@ def test_node_list_prints_each_page_as_it_arrives(fleet: Fleet, transport_url: s
     config = fleet.workdir / "cli.conf"
     config.write_text(f"[DEFAULT]\ntransport_url = {transport_url}\n")
     argv = [str(RINGFLEET), "--config-file", str(config), "node", "list"]
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [*argv, "-f", "value", "-c", "UUID", "--page-size", "1"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    try:
-        # The first write reaching the pipe: one page of one node (or two,
-        # if the next page came meanwhile), not the whole list written at
-        # the end; pages of one node are NODES calls, one after the other.
-        first = os.read(proc.stdout.fileno(), 1 << 16)
-        rest = proc.stdout.read()
-        assert proc.wait(60) == 0
-    finally:
-        proc.kill()
+        stderr=subprocess.DEVNULL,
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            # The first write reaching the pipe: one page of one node (or
+            # two, if the next page came meanwhile), not the whole list
+            # written at the end; pages of one node are NODES calls, one
+            # after the other.
+            first = os.read(proc.stdout.fileno(), 1 << 16)
+            rest = proc.stdout.read()
+            assert proc.wait(60) == 0
+        finally:
+            proc.kill()
     assert 1 <= first.count(b"\n") < NODES, first
     uuids = (first + rest).decode().split()
     assert uuids == sorted(node["uuid"] for node in fleet.api.list_nodes())
