@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, Text, cast, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
@@ -37,6 +38,12 @@ __all__ = [
 
 _IMPORT_CHUNK = 1000
 _NODES: Table = NodeModel.__table__  # type: ignore[assignment]
+# list_node_dicts: JSON columns as text, decoded once per distinct text
+_LIST_COLUMNS = (
+    *(column for column in _NODES.columns if column.name not in ("traits", "properties")),
+    cast(_NODES.c.traits, Text).label("traits_text"),
+    cast(_NODES.c.properties, Text).label("properties_text"),
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -254,36 +261,47 @@ def list_node_dicts(
 
     Plain columns straight into dicts: no ORM objects and no ``Node`` in
     between, which were most of the conductor's time in a paged listing
-    of a large fleet.
+    of a large fleet.  Traits and properties are read as JSON text and each
+    distinct text decoded once per page (most of a fleet shares a handful
+    of hardware profiles); the dicts share the decoded values, which are
+    only serialized.
     """
-    query = (
-        select(*_NODES.columns).where(*_conditions(**filters)).order_by(NodeModel.uuid).limit(limit)
-    )
+    query = select(*_LIST_COLUMNS).where(*_conditions(**filters)).order_by(NodeModel.uuid)
     if marker is not None:
         query = query.where(NodeModel.uuid > marker)
     with db.read() as connection:
-        rows = connection.execute(query).all()
-    return [
-        {
-            "uuid": row.uuid,
-            "name": row.name,
-            "resource_class": row.resource_class,
-            "traits": sorted(set(row.traits or ())),
-            "properties": row.properties or {},
-            "capabilities": _capabilities(row.properties),
-            "group": row.node_group,
-            "provision_state": row.provision_state,
-            "power_state": row.power_state or None,
-            "maintenance": row.maintenance,
-            "maintenance_reason": row.maintenance_reason,
-            "owner": row.owner,
-            "owner_epoch": row.owner_epoch,
-            "instance_uuid": row.instance_uuid,
-            "created_at": row.created_at.isoformat(),
-            "updated_at": row.updated_at.isoformat(),
-        }
-        for row in rows
-    ]
+        rows = connection.execute(query.limit(limit)).all()
+    traits: dict[str | None, list[str]] = {}
+    properties: dict[str | None, tuple[dict[str, Any], dict[str, str]]] = {}
+    listed = []
+    for row in rows:
+        if row.traits_text not in traits:
+            traits[row.traits_text] = sorted(set(json.loads(row.traits_text or "[]") or ()))
+        if row.properties_text not in properties:
+            decoded = json.loads(row.properties_text or "{}") or {}
+            properties[row.properties_text] = decoded, _capabilities(decoded)
+        props, capabilities = properties[row.properties_text]
+        listed.append(
+            {
+                "uuid": row.uuid,
+                "name": row.name,
+                "resource_class": row.resource_class,
+                "traits": traits[row.traits_text],
+                "properties": props,
+                "capabilities": capabilities,
+                "group": row.node_group,
+                "provision_state": row.provision_state,
+                "power_state": row.power_state or None,
+                "maintenance": row.maintenance,
+                "maintenance_reason": row.maintenance_reason,
+                "owner": row.owner,
+                "owner_epoch": row.owner_epoch,
+                "instance_uuid": row.instance_uuid,
+                "created_at": row.created_at.isoformat(),
+                "updated_at": row.updated_at.isoformat(),
+            }
+        )
+    return listed
 
 
 def iter_nodes(db: Database, *, batch: int = 5000, **filters: Any) -> Iterator[Node]:
