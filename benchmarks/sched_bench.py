@@ -800,7 +800,8 @@ def format_report(report: dict[str, Any]) -> str:
         "nova-db: all nodes read from the database per request (Nova's HostManager)",
     ]
     names = report["implementations"]
-    width = 15
+    # wide enough for the longest heading ("ringfleet+nova pg") and a gap
+    width = max(15, *(len(name) + (5 if postgres else 2) for name in names))
     for size, res in report["results"].items():
         # (heading, that database's results at this size)
         runs = [("", res)] + ([(" pg", postgres[size])] if size in postgres else [])
