@@ -4,15 +4,18 @@ Run from the repository root::
 
     python -m benchmarks.sched_bench [--sizes 10000,100000] [--requests N]
                                      [--baseline-seconds S] [--synchronous normal|full]
-                                     [--seed S] [--json FILE]
+                                     [--seed S] [--db-url URL] [--json FILE]
 
-For every fleet size it creates a SQLite database (a temporary file, WAL)
+For every fleet size it creates a SQLite database (a temporary file, WAL),
+and with ``--db-url`` (default ``$RINGFLEET_TEST_DB_URL``, as
+``tools/with-test-servers.sh`` exports it) a PostgreSQL database too,
 with that many nodes: about 20 resource classes of uneven sizes, a few
 hardware profiles per class (traits and capabilities), two node groups,
 owners spread over 10 agents, and a realistic background of nodes in
 maintenance, not yet available, or already hosting an instance.  Requests are
 drawn from a few flavors (traits, capability expressions, one group hint).
-Then, each on its own copy of the same database:
+Then, each on its own copy of the same database (on PostgreSQL
+``CREATE DATABASE ... TEMPLATE``), and printed side by side per database:
 
 ``ringfleet``
     :class:`conductor.scheduler.scheduler.Scheduler` with its default filters and
@@ -67,7 +70,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, func, insert, select
+from sqlalchemy import create_engine, event, func, insert, select, text
+from sqlalchemy.engine import make_url
 
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, log_line, percentile, publish
@@ -307,12 +311,73 @@ def open_db(path: Path, synchronous: str) -> Database:
     return db
 
 
-def _copy_db(source_path: Path, target: Path) -> None:
-    """Copy a closed SQLite database (and its write-ahead log, if any is left)."""
-    shutil.copyfile(source_path, target)
-    wal = Path(f"{source_path}-wal")
-    if wal.exists():
-        shutil.copyfile(wal, Path(f"{target}-wal"))
+class SqliteStore:
+    """Fleets as SQLite files (WAL) in ``workdir``; a copy is a file copy."""
+
+    name = "sqlite"
+
+    def __init__(self, workdir: Path, synchronous: str) -> None:
+        self.workdir, self.synchronous = workdir, synchronous
+
+    def open(self, name: str) -> Database:
+        return open_db(self.workdir / f"{name}.db", self.synchronous)
+
+    def copy(self, source_name: str, name: str) -> Database:
+        """A copy of the closed database ``source_name`` (and its log, if any is left)."""
+        source_path, target = self.workdir / f"{source_name}.db", self.workdir / f"{name}.db"
+        shutil.copyfile(source_path, target)
+        wal = Path(f"{source_path}-wal")
+        if wal.exists():
+            shutil.copyfile(wal, Path(f"{target}-wal"))
+        return self.open(name)
+
+    def drop(self, name: str) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.workdir / name}.db{suffix}").unlink(missing_ok=True)
+
+
+class PostgresStore:
+    """Fleets as databases on the PostgreSQL server of ``admin_url`` (the
+    production database); a copy is ``CREATE DATABASE ... TEMPLATE``."""
+
+    name = "postgresql"
+
+    def __init__(self, admin_url: str) -> None:
+        self.url = make_url(admin_url)
+        self.prefix = f"rf_sched_{uuidlib.uuid4().hex[:8]}_"
+        self.admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+        self.made: list[str] = []
+
+    def _sql(self, statement: str) -> None:
+        with self.admin.connect() as connection:
+            connection.execute(text(statement))
+
+    def _db(self, name: str) -> Database:
+        url = self.url.set(database=self.prefix + name)
+        return Database(url.render_as_string(hide_password=False))
+
+    def open(self, name: str) -> Database:
+        self._sql(f'CREATE DATABASE "{self.prefix}{name}"')
+        self.made.append(name)
+        return self._db(name)
+
+    def copy(self, source_name: str, name: str) -> Database:
+        self._sql(f'CREATE DATABASE "{self.prefix}{name}" TEMPLATE "{self.prefix}{source_name}"')
+        self.made.append(name)
+        return self._db(name)
+
+    def drop(self, name: str) -> None:
+        self._sql(f'DROP DATABASE IF EXISTS "{self.prefix}{name}" WITH (FORCE)')
+        if name in self.made:
+            self.made.remove(name)
+
+    def close(self) -> None:
+        for name in list(self.made):
+            self.drop(name)
+        self.admin.dispose()
+
+
+Store = SqliteStore | PostgresStore
 
 
 def _double_allocations(db: Database) -> int:
@@ -512,22 +577,21 @@ def db_floor(db: Database, count: int) -> float:
 
 def bench_size(
     size: int,
-    workdir: Path,
+    store: Store,
     *,
     request_count: int,
     baseline_seconds: float,
-    synchronous: str,
     seed: int,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    pristine = workdir / f"fleet-{size}.db"
-    db = open_db(pristine, synchronous)
+    pristine = f"fleet-{size}"
+    db = store.open(pristine)
     migration.upgrade(db)
     start = time.perf_counter()
     states = make_fleet(db, size, seed)
     log(f"  {size} nodes created in {time.perf_counter() - start:.1f} s")
     retained, per_node = index_memory(db)
-    db.dispose()  # closing the last connection checkpoints the log
+    db.dispose()  # closing the last connection checkpoints the log (and frees the template)
 
     rng = random.Random(seed + 1)
     requests = [rng.choice(FLAVORS) for _ in range(request_count)]
@@ -543,13 +607,12 @@ def bench_size(
     for name in ("ringfleet", "ringfleet+nova", "nova-mem", "nova-db", "db-floor"):
         if name == "ringfleet+nova" and with_nova is None:
             continue
-        copy = workdir / f"run-{size}-{name}.db"
-        _copy_db(pristine, copy)
-        db = open_db(copy, synchronous)
+        copy = f"run-{size}-{name.replace('+', '-')}"
+        db = store.copy(pristine, copy)
         try:
             if name == "db-floor":
                 result["db_floor_per_s"] = db_floor(db, min(request_count, 2000))
-                log(f"  db floor: {result['db_floor_per_s']:.0f} allocations/s")
+                log(f"  {store.name} db floor: {result['db_floor_per_s']:.0f} allocations/s")
                 continue
             instances = new_instances(db, request_count)
             if name == "ringfleet":
@@ -570,13 +633,13 @@ def bench_size(
                 raise RuntimeError(f"{name} at {size}: a node got two instances")
             result[name] = measured
             log(
-                f"  {name}: {measured['decisions']} decisions, "
+                f"  {store.name} {name}: {measured['decisions']} decisions, "
                 f"{measured['allocations_per_s']:.1f}/s"
             )
         finally:
             db.dispose()
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{copy}{suffix}").unlink(missing_ok=True)
+            store.drop(copy)
+    store.drop(pristine)
     ours = result["ringfleet"].pop("placements")
     if "ringfleet+nova" in result:
         theirs = result["ringfleet+nova"].pop("placements")
@@ -642,30 +705,45 @@ def run(
     synchronous: str,
     seed: int,
     workdir: Path | None = None,
+    db_url: str | None = None,
     log: Callable[[str], None] = lambda _line: None,
 ) -> dict[str, Any]:
-    """Run the whole benchmark; the JSON-ready report."""
+    """Run the whole benchmark; the JSON-ready report.
+
+    ``results`` are SQLite's; with ``db_url`` (a PostgreSQL server the
+    benchmark may create databases on) the same runs on PostgreSQL are in
+    ``postgresql``, with the same keys.
+    """
     results: dict[str, dict[str, Any]] = {}
+    on_postgres: dict[str, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sched-bench-")))
+        stores: list[tuple[Store, dict[str, dict[str, Any]]]] = [
+            (SqliteStore(workdir, synchronous), results)
+        ]
+        if db_url:
+            postgres = PostgresStore(db_url)
+            stack.callback(postgres.close)
+            stores.append((postgres, on_postgres))
         for size in sizes:
-            log(f"fleet of {size} nodes")
-            results[str(size)] = bench_size(
-                size,
-                workdir,
-                request_count=request_count,
-                baseline_seconds=baseline_seconds,
-                synchronous=synchronous,
-                seed=seed,
-                log=log,
-            )
-    return {
+            for store, into in stores:
+                log(f"fleet of {size} nodes on {store.name}")
+                into[str(size)] = bench_size(
+                    size,
+                    store,
+                    request_count=request_count,
+                    baseline_seconds=baseline_seconds,
+                    seed=seed,
+                    log=log,
+                )
+    report: dict[str, Any] = {
         "config": {
             "sizes": list(sizes),
             "requests": request_count,
             "baseline_seconds": baseline_seconds,
             "synchronous": synchronous,
+            "databases": ["sqlite", "postgresql"] if db_url else ["sqlite"],
             "seed": seed,
             "agents": len(AGENTS),
             "resource_classes": len(RESOURCE_CLASSES),
@@ -689,6 +767,10 @@ def run(
         "results": results,
         "goals": _goals(results),
     }
+    if db_url:
+        report["postgresql"] = on_postgres
+        report["goals_postgresql"] = _goals(on_postgres)
+    return report
 
 
 def _installed(dist: str) -> bool:
@@ -700,10 +782,15 @@ def _installed(dist: str) -> bool:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The human-readable table of a :func:`run` report."""
+    """The human-readable table of a :func:`run` report: with PostgreSQL, each
+    implementation's SQLite and PostgreSQL columns side by side."""
     config = report["config"]
+    postgres = report.get("postgresql") or {}
+    database = f"SQLite (WAL, synchronous={config['synchronous'].upper()})"
+    if postgres:
+        database += " and PostgreSQL (columns 'pg')"
     lines = [
-        f"scheduling benchmark: SQLite (WAL, synchronous={config['synchronous'].upper()}), "
+        f"scheduling benchmark: {database}, "
         f"{config['agents']} agents, {config['resource_classes']} resource classes, "
         f"{len(config['flavors'])} flavors, seed {config['seed']}, "
         f"Python {report['environment']['python']}, {report['environment']['cpus']} CPUs",
@@ -713,40 +800,66 @@ def format_report(report: dict[str, Any]) -> str:
         "nova-db: all nodes read from the database per request (Nova's HostManager)",
     ]
     names = report["implementations"]
-    width = 15
+    # wide enough for the longest heading ("ringfleet+nova pg") and a gap
+    width = max(15, *(len(name) + (5 if postgres else 2) for name in names))
     for size, res in report["results"].items():
+        # (heading, that database's results at this size)
+        runs = [("", res)] + ([(" pg", postgres[size])] if size in postgres else [])
+        columns = [(f"{name}{tag}", found[name]) for name in names for tag, found in runs]
+
+        def row(
+            label: str,
+            fmt: Callable[[dict[str, Any]], str],
+            columns: list[tuple[str, dict[str, Any]]] = columns,
+        ) -> str:
+            return f"{label:<32}" + "".join(f"{fmt(r):>{width}}" for _, r in columns)
+
+        def per_db(
+            label: str,
+            fmt: Callable[[dict[str, Any]], str],
+            note: str = "",
+            runs: list[tuple[str, dict[str, Any]]] = runs,
+        ) -> str:
+            return f"{label:<32}" + "".join(f"{fmt(found):>{width}}" for _, found in runs) + note
+
         lines += [
             "",
             f"{int(size):,} nodes (index: {res['ringfleet']['index']['free']:,} free, "
             f"{res['ringfleet']['index']['profiles']} profiles in "
             f"{res['ringfleet']['index']['buckets']} buckets)",
-            f"{'':<32}" + "".join(f"{name:>{width}}" for name in names),
-        ]
-
-        def row(label: str, fmt: Callable[[dict[str, Any]], str], res: dict[str, Any] = res) -> str:
-            return f"{label:<32}" + "".join(f"{fmt(res[name]):>{width}}" for name in names)
-
-        lines += [
+            f"{'':<32}" + "".join(f"{heading:>{width}}" for heading, _ in columns),
             row("decisions measured", lambda r: str(r["decisions"])),
             row("committed allocations/s", lambda r: f"{r['allocations_per_s']:.1f}"),
             row("latency p50 (ms)", lambda r: f"{r['p50_ms']:.2f}"),
             row("latency p99 (ms)", lambda r: f"{r['p99_ms']:.2f}"),
             row("share of time in allocate()", lambda r: f"{r['db_share']:.0%}"),
             row("no valid node", lambda r: str(r["no_valid_node"])),
-            f"{'index build (s)':<32}{res['ringfleet']['index_build_s']:>{width}.3f}",
-            f"{'index memory per node (bytes)':<32}{res['index_bytes_per_node']:>{width}.0f}",
-            f"{'races lost (stale index)':<32}{res['ringfleet']['lost_races']:>{width}}",
-            f"{'allocate() alone (/s)':<32}{res['db_floor_per_s']:>{width}.0f}"
-            "   the compare-and-swap without any decision: the ceiling",
-            f"speedup: {res['speedup_vs_nova_mem']:.0f}x vs nova-mem, "
-            f"{res['speedup_vs_nova_db']:.0f}x vs nova-db",
         ]
-        if "ringfleet+nova" in res:
+        if postgres:
+            lines.append(f"{'':<32}" + "".join(f"{db:>{width}}" for db in ("sqlite", "pg")))
+        lines += [
+            per_db("index build (s)", lambda r: f"{r['ringfleet']['index_build_s']:.3f}"),
+            per_db("index memory per node (bytes)", lambda r: f"{r['index_bytes_per_node']:.0f}"),
+            per_db("races lost (stale index)", lambda r: str(r["ringfleet"]["lost_races"])),
+            per_db(
+                "allocate() alone (/s)",
+                lambda r: f"{r['db_floor_per_s']:.0f}",
+                "   the compare-and-swap without any decision: the ceiling",
+            ),
+        ]
+        for tag, found in runs:
             lines.append(
-                f"ringfleet+nova placed {res['ringfleet+nova']['placements_differing']} of "
-                f"{config['requests']} requests differently from ringfleet (expected: 0)"
+                f"speedup{tag}: {found['speedup_vs_nova_mem']:.0f}x vs nova-mem, "
+                f"{found['speedup_vs_nova_db']:.0f}x vs nova-db"
             )
+            if "ringfleet+nova" in found:
+                lines.append(
+                    f"ringfleet+nova{tag} placed {found['ringfleet+nova']['placements_differing']}"
+                    f" of {config['requests']} requests differently from ringfleet (expected: 0)"
+                )
     lines += format_goals(report["goals"], _shown)
+    if postgres:
+        lines += ["", "on PostgreSQL:", *format_goals(report["goals_postgresql"], _shown)]
     return "\n".join(lines)
 
 
@@ -777,7 +890,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command-line options."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.sched_bench",
-        description="ringfleet's scheduler against a Nova-style one, on SQLite.",
+        description="ringfleet's scheduler against a Nova-style one, on SQLite "
+        "(and on PostgreSQL with --db-url).",
     )
     parser.add_argument(
         "--sizes", type=_sizes, default=[10_000, 100_000], help="fleet sizes (10000,100000)"
@@ -797,6 +911,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="normal",
         help="SQLite synchronous mode in WAL (default normal; the engine's default is full)",
     )
+    parser.add_argument(
+        "--db-url",
+        default=os.environ.get("RINGFLEET_TEST_DB_URL"),
+        help="also run on this PostgreSQL server, side by side with SQLite: the benchmark "
+        "creates and drops its own databases there (default: $RINGFLEET_TEST_DB_URL; "
+        "'' for SQLite only)",
+    )
     parser.add_argument("--seed", type=int, default=20261121, help="seed of fleet and requests")
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     return parser.parse_args(argv)
@@ -812,6 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             baseline_seconds=args.baseline_seconds,
             synchronous=args.synchronous,
             seed=args.seed,
+            db_url=args.db_url or None,
             log=log_line,
         ),
         format_report,

@@ -93,9 +93,7 @@ class InventoryEndpoint:
         limit = payload.check_limit(limit)
         if marker is not None:
             marker = payload.check_uuid(marker, "marker")
-        return [
-            n.to_dict() for n in node_db.list_nodes(self._db, limit=limit, marker=marker, **checked)
-        ]
+        return node_db.list_node_dicts(self._db, limit=limit, marker=marker, **checked)
 
     def show_node(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
         return node_db.get_node(self._db, payload.check_ident(node, "node")).to_dict()

@@ -3,12 +3,15 @@
 One conductor and two agent processes on real RabbitMQ, PostgreSQL and
 etcd; the CLI runs as a subprocess with its own config file, as an
 operator runs it: ``fleet status``, ``node list`` and ``fleet check``
-(healthy; after an agent holding pinned nodes is killed; after re-homing).
+(healthy; after an agent holding pinned nodes is killed; after re-homing);
+``node list`` printing each page as it arrives; ``node import`` progress
+and its capped list of problems.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -135,3 +138,55 @@ def test_a_call_no_conductor_can_receive_fails_at_once_saying_so(
         "is a ringfleet-conductor running and connected to the same [DEFAULT] transport_url "
         "(and control_exchange)?"
     )
+
+
+def test_node_list_prints_each_page_as_it_arrives(fleet: Fleet, transport_url: str) -> None:
+    config = fleet.workdir / "cli.conf"
+    config.write_text(f"[DEFAULT]\ntransport_url = {transport_url}\n")
+    argv = [str(RINGFLEET), "--config-file", str(config), "node", "list"]
+    with subprocess.Popen(
+        [*argv, "-f", "value", "-c", "UUID", "--page-size", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            # The first write reaching the pipe: one page of one node (or
+            # two, if the next page came meanwhile), not the whole list
+            # written at the end; pages of one node are NODES calls, one
+            # after the other.
+            first = os.read(proc.stdout.fileno(), 1 << 16)
+            rest = proc.stdout.read()
+            assert proc.wait(60) == 0
+        finally:
+            proc.kill()
+    assert 1 <= first.count(b"\n") < NODES, first
+    uuids = (first + rest).decode().split()
+    assert uuids == sorted(node["uuid"] for node in fleet.api.list_nodes())
+    assert len(uuids) == NODES
+
+
+def test_node_import_progress_and_capped_problems(fleet: Fleet, transport_url: str) -> None:
+    config = fleet.workdir / "cli.conf"
+    config.write_text(f"[DEFAULT]\ntransport_url = {transport_url}\n")
+    path = fleet.workdir / "more.csv"
+    path.write_text(
+        "name,resource_class\n" + "".join(f"more-{i:02d},baremetal\n" for i in range(30))
+    )
+    done = ringfleet(config, "node", "import", str(path), "--batch-size", "10", "--progress")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"Imported 30 nodes from {path} (csv) in 3 batches\n"
+    assert done.stderr.splitlines()[1:] == [
+        *(f"checked {n}/30 nodes" for n in (10, 20, 30)),
+        *(f"imported {n}/30 nodes" for n in (10, 20, 30)),
+    ]
+
+    # Every row is stored now: the first 5 problems, then how many more.
+    again = ringfleet(config, "node", "import", str(path), "--max-problems", "5")
+    assert again.returncode == 1
+    assert again.stderr.splitlines() == [
+        *(f"{path}: line {i + 2}: name: exists already (got 'more-{i:02d}')" for i in range(5)),
+        f"{path}: ... and 25 more problems (--max-problems 0 prints every one)",
+        "ringfleet node import: error: FILE: 30 of 30 rows are bad; nothing imported",
+    ]
+    assert len(fleet.api.list_nodes()) == NODES + 30

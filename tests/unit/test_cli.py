@@ -227,6 +227,30 @@ def test_node_list_filters_and_paging(fleet: Embedded) -> None:
     assert fleet.run("node", "list", "--limit", "0").code == 1
 
 
+def test_node_list_in_small_pages_prints_what_one_page_does(fleet: Embedded) -> None:
+    uuids = sorted(_nodes(fleet, [f"paged-{i}" for i in range(7)], group="paged"))
+    whole = fleet.run("node", "list", "--group", "paged", "-f", "json")
+    for fmt in ("json", "value", "csv", "yaml", "table"):
+        one = fleet.run("node", "list", "--group", "paged", "-f", fmt)
+        paged = fleet.run("node", "list", "--group", "paged", "-f", fmt, "--page-size", "2")
+        assert paged.code == 0 and paged.out == one.out, fmt
+    # The JSON written item by item is the text cliff's formatter writes.
+    assert whole.out == json.dumps(whole.json(), indent=2) + "\n"
+    assert [row["UUID"] for row in whole.json()] == uuids
+    flat = fleet.run("node", "list", "--group", "paged", "-f", "json", "--noindent", "-c", "UUID")
+    assert flat.out == json.dumps([{"UUID": u} for u in uuids]) + "\n"
+    empty = fleet.run("node", "list", "--group", "no-such-group", "-f", "json")
+    assert empty.out == "[]\n"
+    limited = fleet.run(
+        "node", "list", "--group", "paged", "--page-size", "2", "--limit", "5", "-f", "value"
+    )
+    assert [line.split()[0] for line in limited.out.splitlines()] == uuids[:5]
+    # A table needs every row first: with more than one page it says so.
+    table = fleet.run("node", "list", "--group", "paged", "--page-size", "2")
+    assert "the output starts when every page has arrived" in table.err
+    assert fleet.run("node", "list", "--page-size", "0").code == 1
+
+
 def test_node_set_properties_traits_and_maintenance(fleet: Embedded) -> None:
     _nodes(fleet, ["set-1"])
     result = fleet.run(
@@ -403,14 +427,23 @@ def test_import_10k_csv_rows_in_batches_with_progress(fleet: Embedded, tmp_path:
     stored = {n.uuid: n.name for n in node_db.iter_nodes(db, group="big")}
     assert stored == wanted
 
-    # Again: every row now clashes with a stored node; each one is reported
-    # (name and uuid), with its line, before anything is written.
+    # Again: every row now clashes with a stored node (name and uuid): the
+    # first 20 problems with their lines, then how many more, before
+    # anything is written.
     again = fleet.run("node", "import", str(path))
     assert again.code == 1
-    assert f"{path}: line 2: name: exists already (got 'big-00000')" in again.err
+    lines = again.err.splitlines()
+    assert lines[0] == f"{path}: line 2: name: exists already (got 'big-00000')"
+    assert len(lines) == 22
+    assert lines[20] == (
+        f"{path}: ... and 19,980 more problems (--max-problems 0 prints every one)"
+    )
+    assert lines[21].endswith("10000 of 10000 rows are bad; nothing imported")
+    every = fleet.run("node", "import", str(path), "--max-problems", "0")
     last_uuid = uuidlib.UUID(int=10000)
-    assert f"{path}: line 10001: uuid: exists already (got '{last_uuid}')" in again.err
-    assert again.err.rstrip().endswith("10000 of 10000 rows are bad; nothing imported")
+    assert f"{path}: line 10001: uuid: exists already (got '{last_uuid}')" in every.err
+    assert len(every.err.splitlines()) == 20_001
+    assert fleet.run("node", "import", str(path), "--max-problems", "-1").code == 1
 
 
 def test_import_refuses_the_whole_file_when_some_rows_are_stored_already(

@@ -66,6 +66,43 @@ def test_create_and_read_nodes(db: Database) -> None:
         nodes.get_node(db, "nope")
 
 
+def test_created_nodes_and_listed_dicts_are_what_is_stored(db: Database) -> None:
+    """create_nodes builds its result from the specs and list_node_dicts from
+    plain columns: both must equal what reading the rows back gives."""
+    specs = validate_node_specs(
+        [
+            {
+                "name": "full-1",
+                "resource_class": "gold",
+                "traits": ["CUSTOM_B", "CUSTOM_A"],
+                "properties": {"capabilities": "boot_mode:uefi, x:1", "cpus": 8},
+                "group": "g1",
+                "maintenance": True,
+                "maintenance_reason": "disk",
+                "provision_state": "manageable",
+                "power_state": "power on",
+            },
+            *_nodes(4),
+        ]
+    )
+    created = nodes.create_nodes(db, specs)
+    assert created == [nodes.get_node(db, spec.uuid) for spec in specs]
+    ownership.claim_nodes(
+        db, "agent-1", [specs[1].uuid], live_members={"agent-1"}, rehome_grace=0.0
+    )
+    everything = [n.to_dict() for n in nodes.list_nodes(db)]
+    assert nodes.list_node_dicts(db) == everything
+    full = next(d for d in everything if d["name"] == "full-1")
+    assert full["capabilities"] == {"boot_mode": "uefi", "x": "1"}
+    assert full["traits"] == ["CUSTOM_A", "CUSTOM_B"] and full["power_state"] == "power on"
+    marker = everything[1]["uuid"]
+    assert nodes.list_node_dicts(db, limit=2, marker=marker) == everything[2:4]
+    assert nodes.list_node_dicts(db, owner="agent-1") == [
+        d for d in everything if d["owner"] == "agent-1"
+    ]
+    assert nodes.list_node_dicts(db, maintenance=True, group="g1")[0]["name"] == "full-1"
+
+
 def test_bulk_import_is_all_or_nothing(db: Database) -> None:
     nodes.create_nodes(db, validate_node_specs(_nodes(3)))
     clash = validate_node_specs([{"name": "new-1", "resource_class": "b"}, *_nodes(1)])

@@ -31,6 +31,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "0.2",
         "--seed",
         "7",
+        "--db-url",
+        "",  # SQLite only, even under tools/with-test-servers.sh
         "--json",
         str(out),
     ]
