@@ -400,15 +400,20 @@ rf_pg_url() {
         "$RF_DB_USER" "$RF_DB_PASS" "$RF_PG_PORT" "$RF_DB_NAME"
 }
 
-# Run a command as the OS user owning the cluster (postgres when we are root:
-# initdb/postgres refuse to run as root), from a directory it can read.
-rf_pg_as() {
+# Run a command as OSUSER when we are root (postgres and mariadbd refuse to
+# run as root), from DIR, a directory it can read.
+rf_run_as() { # DIR OSUSER COMMAND...
+    local dir=$1 osuser=$2
+    shift 2
     if ((EUID == 0)); then
-        (cd "$RF_PG_DIR" && runuser -u "$RF_PG_OSUSER" -- "$@")
+        (cd "$dir" && runuser -u "$osuser" -- "$@")
     else
-        (cd "$RF_PG_DIR" && "$@")
+        (cd "$dir" && "$@")
     fi
 }
+
+# As the OS user owning the cluster (postgres when we are root).
+rf_pg_as() { rf_run_as "$RF_PG_DIR" "$RF_PG_OSUSER" "$@"; }
 
 rf_pg_init() {
     mkdir -p "$RF_PG_DIR"
@@ -524,15 +529,8 @@ rf_maria_url() {
         "$RF_DB_USER" "$RF_DB_PASS" "$RF_MARIA_PORT" "$RF_DB_NAME"
 }
 
-# Run a command as the OS user owning the datadir (mysql when we are root:
-# the server must not run as root), from a directory it can read.
-rf_maria_as() {
-    if ((EUID == 0)); then
-        (cd "$RF_MARIA_DIR" && runuser -u "$RF_MARIA_OSUSER" -- "$@")
-    else
-        (cd "$RF_MARIA_DIR" && "$@")
-    fi
-}
+# As the OS user owning the datadir (mysql when we are root).
+rf_maria_as() { rf_run_as "$RF_MARIA_DIR" "$RF_MARIA_OSUSER" "$@"; }
 
 # The client as the datadir's OS user, over the socket: mariadb-install-db
 # gives that user an account authenticated by unix_socket (no password).
