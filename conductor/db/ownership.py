@@ -144,10 +144,17 @@ def _ownership(row: NodeModel) -> Ownership:
 
 
 def _current(session: Session, uuids: Iterable[str]) -> dict[str, Ownership]:
+    """The claims of ``uuids`` as stored: four columns, not whole rows (the
+    ORM objects, JSON columns decoded, were half of a 500-node claim's CPU)."""
     result: dict[str, Ownership] = {}
+    columns = (NodeModel.uuid, NodeModel.owner, NodeModel.owner_epoch, NodeModel.instance_uuid)
     for chunk in _chunks(list(uuids)):
-        for row in session.scalars(select(NodeModel).where(NodeModel.uuid.in_(chunk))):
-            result[row.uuid] = _ownership(row)
+        for uuid, owner, epoch, instance in session.execute(
+            select(*columns).where(NodeModel.uuid.in_(chunk))
+        ):
+            result[uuid] = Ownership(
+                node_uuid=uuid, owner=owner, epoch=epoch, pinned=instance is not None
+            )
     return result
 
 
