@@ -61,10 +61,10 @@ from typing import Any
 import psutil
 import requests
 
-from benchmarks.e2e_bench import private_database
 from benchmarks.report import Goals, format_goals, log_line, percentile, publish
 from conductor.db import migration
 from conductor.db.engine import Database
+from tests.dbutil import fresh_database
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, start_processes
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
     with contextlib.ExitStack() as stack:
         workdir = Path(tempfile.mkdtemp(prefix="api-bench-"))
         stack.callback(shutil.rmtree, workdir, True)
-        db_url = stack.enter_context(private_database(args.db_url))
+        db_url = stack.enter_context(fresh_database(args.db_url, prefix="rf_bench"))
         database = Database(db_url)
         migration.upgrade(database)
         database.dispose()

@@ -51,15 +51,14 @@ import tempfile
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import oslo_messaging as messaging
 import psutil
 from oslo_config import cfg
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, log_line, percentile, publish
@@ -69,6 +68,7 @@ from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
 from conductor.rpcapi import ConductorAPI
+from tests.dbutil import fresh_database
 from tests.harness import ServiceProcess, wait_for
 
 __all__ = ["format_report", "main", "parse_args", "run"]
@@ -112,21 +112,6 @@ def _transport(transport_url: str) -> Any:
     conf([], project="ringfleet-e2e-bench", default_config_files=[])
     conf.set_override("transport_url", transport_url)
     return rpc.get_transport(conf)
-
-
-@contextlib.contextmanager
-def private_database(admin_url: str) -> Iterator[str]:
-    """A fresh database on the server of ``admin_url``, dropped afterwards."""
-    name = f"rf_bench_{uuidlib.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def stop_all(daemons: Sequence[ServiceProcess], log: Log, timeout: float = 15.0) -> None:
@@ -391,7 +376,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
 
                 stack.callback(remove)  # registered first: runs last
         workdir.mkdir(parents=True, exist_ok=True)
-        db_url = stack.enter_context(private_database(args.db_url))
+        db_url = stack.enter_context(fresh_database(args.db_url, prefix="rf_bench"))
         database = Database(db_url)
         stack.callback(database.dispose)
         migration.upgrade(database)

@@ -78,12 +78,13 @@ import psutil
 from sqlalchemy import select
 
 from benchmarks import argtypes
-from benchmarks.e2e_bench import FLAVOR, private_database, throughput
+from benchmarks.e2e_bench import FLAVOR, throughput
 from benchmarks.report import Goals, format_goals, log_line, publish
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
 from hashring.membership import Membership, MembershipView
+from tests.dbutil import fresh_database
 from tests.functional.fleet_harness import TTL, Fleet
 from tests.harness import ServiceProcess
 
@@ -492,7 +493,7 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
     """The steps for one agent count, on a fresh database and fleet."""
     with contextlib.ExitStack() as stack:
         workdir = Path(tempfile.mkdtemp(prefix=f"scale-bench-{agents}-"))
-        db_url = stack.enter_context(private_database(args.db_url))
+        db_url = stack.enter_context(fresh_database(args.db_url, prefix="rf_bench"))
         database = Database(db_url)
         migration.upgrade(database)
         database.dispose()
