@@ -240,14 +240,17 @@ def spawn(fleet: Fleet, module: str, name: str, code: Path | None) -> ServicePro
 
 
 class Sampler:
-    """The largest RSS seen per role and each conductor's CPU time, from /proc (psutil)."""
+    """The RSS per role (largest now and largest seen) and each conductor's
+    CPU time, from /proc (psutil)."""
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.max_rss = {"conductor": 0, "agent": 0}
+        self.rss_now = {"conductor": 0, "agent": 0}  # at the last sample
         self._cpu: dict[str, float] = {}  # conductor name -> CPU seconds last seen
 
     def sample(self) -> None:
+        now = {"conductor": 0, "agent": 0}
         for name, proc in list(self.fleet.procs.items()):
             if proc.proc is None or proc.proc.poll() is not None:
                 continue
@@ -256,20 +259,18 @@ class Sampler:
                 process = psutil.Process(proc.proc.pid)
                 rss = process.memory_info().rss
                 role = "conductor" if conductor else "agent"
-                self.max_rss[role] = max(self.max_rss[role], rss)
+                now[role] = max(now[role], rss)
                 if conductor:
                     times = process.cpu_times()
                     self._cpu[name] = times.user + times.system
+        self.rss_now = now
+        for role, rss in now.items():
+            self.max_rss[role] = max(self.max_rss[role], rss)
 
     def conductor_rss_mb(self) -> float:
         """The largest RSS of a running conductor now (not the largest seen)."""
-        now = 0
-        for proc in self.fleet.procs.values():
-            if proc.module.startswith("conductor") and proc.running():
-                assert proc.proc is not None
-                with contextlib.suppress(psutil.Error):
-                    now = max(now, psutil.Process(proc.proc.pid).memory_info().rss)
-        return now / 2**20
+        self.sample()
+        return self.rss_now["conductor"] / 2**20
 
     def conductor_cpu(self) -> float:
         """CPU seconds of every conductor so far (a stopped one: as last seen)."""
