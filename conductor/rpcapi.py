@@ -42,7 +42,7 @@ from typing import Any
 import oslo_messaging as messaging
 
 from conductor.common import rpc
-from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
+from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 
@@ -246,19 +246,7 @@ class ConductorAPI:
                     raise
                 self._columns = False  # an older conductor: objects from now on
             else:
-                fields = zip(
-                    page["uuids"],
-                    page["groups"],
-                    page["owners"],
-                    page["epochs"],
-                    page["pinned"],
-                    strict=True,
-                )
-                nodes = [
-                    {"uuid": u, "group": g, "owner": o, "epoch": e, "pinned": p}
-                    for u, g, o, e, p in fields
-                ]
-                return {"nodes": nodes, "as_of": page["as_of"]}
+                return {"nodes": inventory_entries(page), "as_of": page["as_of"]}
         return self._call("list_node_uuids", **query)  # type: ignore[no-any-return]
 
     def owned_nodes(self, host: str) -> list[Ownership]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "INVENTORY_COLUMNS",
     "Flavor",
     "Instance",
     "Node",
@@ -22,7 +23,25 @@ __all__ = [
     "ProvisionState",
     "TaskState",
     "VmState",
+    "inventory_entries",
 ]
+
+#: A ``list_node_uuids`` page in columns (API 1.8): each key's list, and the
+#: field of an entry it holds (the page as objects: one mapping per node).
+INVENTORY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("uuids", "uuid"),
+    ("groups", "group"),
+    ("owners", "owner"),
+    ("epochs", "epoch"),
+    ("pinned", "pinned"),
+)
+
+
+def inventory_entries(page: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entries of a ``list_node_uuids`` page in columns, one mapping per node."""
+    columns = [page[key] for key, _field in INVENTORY_COLUMNS]
+    fields = [field for _key, field in INVENTORY_COLUMNS]
+    return [dict(zip(fields, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 class ProvisionState(enum.StrEnum):

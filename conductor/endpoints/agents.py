@@ -17,6 +17,7 @@ from sqlalchemy import or_, select, update
 from conductor.builds import BuildWorkers
 from conductor.common import checks
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
+from conductor.common.objects import inventory_entries
 from conductor.db import agents as agents_db
 from conductor.db import ownership
 from conductor.db.engine import Database
@@ -252,22 +253,16 @@ class AgentsEndpoint:
         # whole fleet at start, and the Session's bookkeeping was a third of it.
         with self._db.read() as connection:
             rows = connection.execute(query).all()
-        if columns:
-            return {
-                "uuids": [row[0] for row in rows],
-                "groups": [row[1] for row in rows],
-                "owners": [row[2] for row in rows],
-                "epochs": [row[3] for row in rows],
-                "pinned": [row[4] is not None for row in rows],
-                "as_of": as_of.isoformat(),
-            }
-        return {
-            "nodes": [
-                {"uuid": u, "group": g, "owner": o, "epoch": e, "pinned": i is not None}
-                for u, g, o, e, i in rows
-            ],
-            "as_of": as_of.isoformat(),
+        found: dict[str, list[Any]] = {
+            "uuids": [row[0] for row in rows],
+            "groups": [row[1] for row in rows],
+            "owners": [row[2] for row in rows],
+            "epochs": [row[3] for row in rows],
+            "pinned": [row[4] is not None for row in rows],
         }
+        if columns:
+            return {**found, "as_of": as_of.isoformat()}
+        return {"nodes": inventory_entries(found), "as_of": as_of.isoformat()}
 
     def report_build_result(
         self,
