@@ -22,7 +22,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.metrics import AgentMetrics, group_counts
 from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
+from hashring.ring import Ring
 
 __all__ = ["OwnershipManager", "ReconcileResult"]
 
@@ -107,6 +108,12 @@ class OwnershipManager:
         self._held: dict[str, int] = {}
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
+        # Bumped whenever a node enters the inventory or changes group: the
+        # cached ring share (_share) is computed again only then, or when a
+        # group's ring changes.
+        self._inventory_version = 0
+        self._inventory_groups: set[str] = set()
+        self._share: tuple[Hashable, frozenset[str]] | None = None
         # Nodes hosting another agent's instance: in our ring share maybe,
         # but never ours while that agent lives (not "unconverged").
         self._pinned_elsewhere: set[str] = set()
@@ -291,7 +298,10 @@ class OwnershipManager:
         over: forget it.  Returns 1 for a node lost that way, else 0.
         """
         uuid = item["uuid"]
-        self._inventory[uuid] = item["group"]
+        if self._inventory.get(uuid) != item["group"]:
+            self._inventory[uuid] = item["group"]
+            self._inventory_groups.add(item["group"])
+            self._inventory_version += 1
         owner, epoch = item.get("owner"), item.get("epoch")
         refused = self._refused_by.get(uuid)
         if refused is not None and refused[0] != owner:
@@ -323,19 +333,41 @@ class OwnershipManager:
     def desired(self, view: MembershipView) -> set[str]:
         """The ring's share of each of our groups, plus our pins."""
         with self._lock:
+            wanted = set(self._pinned)
+        wanted.update(self._ring_share(view))
+        return wanted
+
+    def _ring_share(self, view: MembershipView) -> frozenset[str]:
+        """The nodes of our inventory that the rings of *view* give this agent.
+
+        It depends only on the inventory and on each group's ring, so it is
+        computed again only when one of them changed.  (Computed on every
+        reconcile, it was each agent's largest cost at 100k nodes: a ring
+        and a placement of every node in the fleet per pass, while nothing
+        had changed.)
+        """
+        with self._lock:
+            rings = {group: view.weights_for(group) for group in self._inventory_groups}
+            key = (
+                self._inventory_version,
+                view.ring_version,
+                tuple(sorted((g, tuple(sorted(w.items()))) for g, w in rings.items())),
+            )
+            cached = self._share
+            if cached is not None and cached[0] == key:
+                return cached[1]
             by_group: dict[str, list[str]] = {}
             for node, group in self._inventory.items():
                 by_group.setdefault(group, []).append(node)
-            wanted = set(self._pinned)
+        share: set[str] = set()
         for group, node_ids in by_group.items():
-            ring = view.ring(group)
-            if self.host not in ring:
+            if self.host not in rings[group]:
                 continue
-            owners = ring.assign(node_ids)
-            wanted.update(
-                n for n, owner in zip(node_ids, owners, strict=True) if owner == self.host
-            )
-        return wanted
+            owners = Ring(rings[group], version=view.ring_version).assign(node_ids)
+            share.update(n for n, owner in zip(node_ids, owners, strict=True) if owner == self.host)
+        frozen = frozenset(share)
+        self._share = (key, frozen)
+        return frozen
 
     def reconcile(self, view: MembershipView) -> ReconcileResult | None:
         """Release what we should not own, claim what we should; one pass."""

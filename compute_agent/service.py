@@ -31,7 +31,6 @@ from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
 from conductor.common.metrics import MetricsServer
-from conductor.common.objects import Node
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import MembershipView, State
 
@@ -443,25 +442,24 @@ class AgentService:
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             if not self.membership.can_act():
                 continue
-            states = []
-            for node_uuid, epoch in sorted(self.ownership.held().items()):
-                ctx = ActionContext(node_uuid, self.host, epoch)
-                stub = Node(uuid=node_uuid, name=node_uuid, resource_class="-")
-                try:
-                    power = self._driver.get_power_state(ctx, stub)
-                except Exception as exc:  # reported next time
-                    LOG.debug(
-                        "Agent %s: power state of node %s unknown: %s", self.host, node_uuid, exc
-                    )
-                    continue
-                states.append(
-                    {
-                        "node_uuid": node_uuid,
-                        "epoch": epoch,
-                        "power_state": power.value,
-                        "provision_state": None,
-                    }
+            held = sorted(self.ownership.held().items())
+            try:
+                powers = self._driver.get_power_states(
+                    [ActionContext(node_uuid, self.host, epoch) for node_uuid, epoch in held]
                 )
+            except Exception as exc:  # reported next time
+                LOG.warning("Agent %s: power states unknown: %s", self.host, exc)
+                continue
+            states = [
+                {
+                    "node_uuid": node_uuid,
+                    "epoch": epoch,
+                    "power_state": powers[node_uuid].value,
+                    "provision_state": None,
+                }
+                for node_uuid, epoch in held
+                if node_uuid in powers
+            ]
             due = reports.due(states, time.monotonic())
             for start in range(0, len(due), 1000):
                 chunk = due[start : start + 1000]

@@ -19,7 +19,7 @@ import abc
 import dataclasses
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint
 from typing import Any, Final, Literal, get_args
 
@@ -196,6 +196,25 @@ class ComputeDriver(abc.ABC):
 
         :raises DriverError: the power state cannot be read
         """
+
+    def get_power_states(self, contexts: Sequence[ActionContext]) -> dict[str, PowerState]:
+        """The power state of each node of *contexts*, by node uuid.
+
+        The agent's periodic report reads every node it owns at once (see
+        :attr:`polls_power`).  A node whose state cannot be read is left out
+        (it is reported next time).  This default reads node by node; a back
+        end that can read many nodes in one request should override it.
+        """
+        states: dict[str, PowerState] = {}
+        for ctx in contexts:
+            stub = Node(uuid=ctx.node_uuid, name=ctx.node_uuid, resource_class="-")
+            try:
+                states[ctx.node_uuid] = self.get_power_state(ctx, stub)
+            except Exception as exc:  # reported next time
+                LOG.debug(
+                    "Agent %s: power state of node %s unknown: %s", self.host, ctx.node_uuid, exc
+                )
+        return states
 
     @abc.abstractmethod
     def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:

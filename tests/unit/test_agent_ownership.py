@@ -243,6 +243,73 @@ def test_desired_is_the_ring_share_of_each_served_group_plus_pins(env: Fleet) ->
     assert a1.desired(view) == want1
 
 
+def test_the_ring_share_follows_every_change_of_rings_or_inventory_and_only_those(
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    placements: list[int] = []
+
+    class CountingRing(Ring):
+        def assign(self, node_ids: Sequence[str]) -> list[str]:
+            placements.append(len(node_ids))
+            return super().assign(node_ids)
+
+    monkeypatch.setattr(agent_ownership, "Ring", CountingRing)
+    rack1 = grouped_nodes(env.db, "rack1", 40)
+    rack2 = grouped_nodes(env.db, "rack2", 40)
+    env.live({"a1": [], "a2": ["rack2"]})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    assert a1.desired(env.view) == set(rack1) | ring_share(["a1", "a2"], rack2, "a1")
+    assert placements
+    # Nothing changed (an equal view, a pin, an empty refresh): no placement again.
+    placements.clear()
+    a1.desired(view_of({"a1": [], "a2": ["rack2"]}))
+    a1.pin(rack1[0])
+    a1.unpin(rack1[0])
+    a1.refresh_inventory()
+    assert a1.desired(env.view) == set(rack1) | ring_share(["a1", "a2"], rack2, "a1")
+    assert placements == []
+
+    # A member joins.
+    view = env.live({"a1": [], "a2": ["rack2"], "a3": []})
+    assert a1.desired(view) == ring_share(["a1", "a3"], rack1, "a1") | ring_share(
+        ["a1", "a2", "a3"], rack2, "a1"
+    )
+    # A member's weight changes.
+    heavy = MembershipView(
+        members={**view.members, "a3": Member("a3", 1, 4.0, {"groups": []})},
+        excluded={},
+        ring_version=1,
+    )
+    ring = Ring({"a1": 1.0, "a3": 4.0}, version=1)
+    heavy_share = {n for n, o in zip(rack1, ring.assign(rack1), strict=True) if o == "a1"}
+    assert (
+        a1.desired(heavy).intersection(rack1)
+        == heavy_share
+        != ring_share(["a1", "a3"], rack1, "a1")
+    )
+    # A node moves to another group, and a new node is enrolled.
+    moved = next(
+        n
+        for n in ring_share(["a1", "a3"], rack1, "a1")
+        if n not in ring_share(["a1", "a2", "a3"], [n], "a1")
+    )
+    with env.db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == moved)
+            .values(node_group="rack2", updated_at=utcnow())
+        )
+    new = grouped_nodes(env.db, "rack1", 20)
+    rack1 = [n for n in rack1 if n != moved] + new
+    a1.refresh_inventory()
+    desired = a1.desired(view)
+    assert desired == ring_share(["a1", "a3"], rack1, "a1") | ring_share(
+        ["a1", "a2", "a3"], [*rack2, moved], "a1"
+    )
+    assert moved not in desired and desired.intersection(new)
+
+
 def test_an_agent_outside_the_view_desires_only_its_pins(env: Fleet) -> None:
     rack1 = grouped_nodes(env.db, "rack1", 10)
     view = env.live({"a2": []})

@@ -565,6 +565,50 @@ def test_a_power_state_enum_is_a_valid_target(tmp_path: Path) -> None:
     assert driver.set_power(ctx_for(node), node, PowerState.ON) is PowerState.ON  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["sqlite-store", "memory-store"])
+def test_power_states_of_many_nodes_read_as_each_one_would(tmp_path: Path, shared: bool) -> None:
+    store = {"node_store": tmp_path / "nodes.sqlite"} if shared else {}
+    driver = make_driver(tmp_path, **store)
+    nodes = [make_node() for _ in range(1203)]
+    contexts = [ctx_for(n) for n in nodes]
+    for node in nodes[:600]:  # seen (and stored) before; some of them powered on
+        driver.get_power_state(ctx_for(node), node)
+    for node in nodes[:600:7]:
+        driver.set_power(ctx_for(node), node, "power on")
+    statements: list[str] = []
+    if shared:
+        driver._store._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+
+    states = driver.get_power_states(contexts)
+    if shared:
+        driver._store._conn.set_trace_callback(None)  # type: ignore[attr-defined]
+
+    on = {n.uuid for n in nodes[:600:7]}
+    assert states == {n.uuid: PowerState.ON if n.uuid in on else PowerState.OFF for n in nodes}
+    # the nodes never seen before are stored, as get_power_state stores them
+    assert all(driver.node_state(n.uuid) is not None for n in nodes[600:])
+    if shared:
+        # A statement per 500 nodes (and one insert for the unseen), not one per node.
+        selects = [s for s in statements if s.startswith("SELECT")]
+        assert len(selects) <= 2 * 3, len(selects)
+    with pytest.raises(ValueError, match="agent-2"):
+        driver.get_power_states([ctx_for(nodes[0], host="agent-2")])
+
+
+def test_the_default_many_power_states_leave_out_the_nodes_that_fail(tmp_path: Path) -> None:
+    class PowerOnly(ComputeDriver):
+        def get_power_state(self, ctx: ActionContext, node: Node) -> PowerState:
+            if ctx.node_uuid == "broken":
+                raise DriverError(node.uuid, "power", "BMC unreachable")
+            return PowerState.ON
+
+        deploy = destroy = set_power = inspect = None  # type: ignore[assignment]
+
+    driver = PowerOnly(make_conf(tmp_path), HOST)
+    contexts = [ActionContext(uuid, HOST, 1) for uuid in ("a", "broken", "b")]
+    assert driver.get_power_states(contexts) == {"a": PowerState.ON, "b": PowerState.ON}
+
+
 # -- the action log -------------------------------------------------------------------------------
 
 
