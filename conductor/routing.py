@@ -14,10 +14,15 @@ Accepts are batched per agent the way agents batch their results
 (:mod:`compute_agent.reporting`): a build for an agent no call is in flight
 to goes out at once, alone (``build_instance``, nothing waits for a batch to
 fill); builds for that agent that become ready while the call is in flight
-are queued, and the worker that made the call sends them together when it
-returns (``build_instances``, compute API 1.1).  The other workers go back
-to scheduling at once, so under load one worker per agent talks to it and a
-slow agent holds one worker, not all of them.  While ``[upgrade_levels]
+are queued, and sent together when it returns (``build_instances``, compute
+API 1.1).  The calls are made by a pool of *sender* threads (``[conductor]
+accept_senders``), one at a time per agent, so a build worker hands the
+accept over and goes back to scheduling at once: with many agents, a worker
+that waited for each accept itself spent most of its time waiting (at 10
+agents, 44% of the workers' time went to single ``build_instance`` round
+trips, and builds/s stayed at 60-80 whatever the fleet's size).  Without a
+pool (``senders=0``) the worker makes the call itself, and then sends what
+queued up for that agent meanwhile.  While ``[upgrade_levels]
 compute`` pins the agents' API below 1.1 (a rolling upgrade from a release
 without ``build_instances``), every build gets a call of its own; nothing
 is probed.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,9 +85,18 @@ class AgentRouter:
         retry_later: Callable[[str, str], None] | None = None,
         refused: Callable[[str, str, str, Fence], None] | None = None,
         max_batch: int = 50,
+        senders: int = 0,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, not {max_batch}")
+        if senders < 0:
+            raise ValueError(f"senders must be >= 0, not {senders}")
+        # Started on the first accept (threads are never started before a fork).
+        self._senders = (
+            ThreadPoolExecutor(max_workers=senders, thread_name_prefix="accept-sender")
+            if senders
+            else None
+        )
         self._db = db
         self._fleet = fleet
         self._compute = compute
@@ -125,6 +140,27 @@ class AgentRouter:
                 return
             self._waiting[owner] = []
         batch = [_Accept(instance, node, claim)]
+        if self._senders is None:
+            self._send(owner, batch)
+            return
+        try:
+            self._senders.submit(self._send_in_background, owner, batch)
+        except RuntimeError:  # the pool is shut down: the conductor is stopping
+            self._send(owner, batch)
+
+    def close(self) -> None:
+        """Wait for the accepts being sent (the conductor is stopping)."""
+        if self._senders is not None:
+            self._senders.shutdown(wait=True)
+
+    def _send_in_background(self, owner: str, batch: list[_Accept]) -> None:
+        try:
+            self._send(owner, batch)
+        except Exception:  # _send put every build back on the queue
+            LOG.exception("Sending accepts to agent %s failed", owner)
+
+    def _send(self, owner: str, batch: list[_Accept]) -> None:
+        """Send *batch* to *owner*, then whatever queued up for it meanwhile."""
         try:
             while batch:
                 if len(batch) == 1 or not self._compute.can_send_version(_BATCHED_VERSION):

@@ -52,6 +52,7 @@ class ConductorService:
         self._server: Any = None
         self._transport: Any = None
         self._builds: BuildWorkers | None = None
+        self._router: AgentRouter | None = None
         self._membership: Membership | None = None
         self._ironic_sync: IronicInventorySync | None = None
         self.metrics = ConductorMetrics(conf.host)
@@ -102,16 +103,16 @@ class ConductorService:
             observe=self.metrics.rpc_made,
             version_cap=conf.upgrade_levels.compute,
         )
-        self._builds.set_router(
-            AgentRouter(
-                db,
-                fleet,
-                compute,
-                accept_timeout=conf.conductor.accept_timeout,
-                retry_later=self._builds.retry_later,
-                refused=self._builds.results.refused,
-            )
+        self._router = AgentRouter(
+            db,
+            fleet,
+            compute,
+            accept_timeout=conf.conductor.accept_timeout,
+            retry_later=self._builds.retry_later,
+            refused=self._builds.results.refused,
+            senders=conf.conductor.accept_senders,
         )
+        self._builds.set_router(self._router)
         self._ironic_sync = IronicInventorySync.from_conf(db, conf)
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync),
@@ -188,6 +189,8 @@ class ConductorService:
             self._server.wait()
         if self._builds is not None:
             self._builds.stop()
+        if self._router is not None:
+            self._router.close()  # the accepts already handed to the senders
         if self._membership is not None:
             self._membership.stop(leave=False)
         if self._transport is not None:

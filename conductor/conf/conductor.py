@@ -78,7 +78,20 @@ opts = [
         "workers",
         default=8,
         min=1,
-        help="Threads that schedule and route stored build requests.",
+        help="Threads that schedule stored build requests and allocate their nodes.",
+    ),
+    cfg.IntOpt(
+        "accept_senders",
+        default=16,
+        min=0,
+        help=(
+            "Threads that hand allocated builds to their agents, one call at a "
+            "time per agent, each carrying every build queued for that agent "
+            "meanwhile; the build workers go on scheduling instead of waiting "
+            "for each agent's answer. More agents than senders is fine: an "
+            "agent waiting for a sender gets a larger batch. 0: each build "
+            "worker calls the agent itself."
+        ),
     ),
 ]
 

@@ -1150,6 +1150,37 @@ def test_builds_ready_during_a_call_go_to_the_owner_in_one_call(routing: Routing
     assert routing.router.calls == 2
 
 
+def test_with_senders_a_worker_hands_the_accept_over_and_returns_at_once(
+    routing: Routing,
+) -> None:
+    router = AgentRouter(
+        routing.db,
+        routing.fleet,
+        routing.compute,  # type: ignore[arg-type]
+        accept_timeout=3.0,
+        retry_later=lambda uuid, action: routing.retries.append((uuid, action)),
+        senders=2,
+    )
+    more = _more_builds(routing, 3)
+    routing.compute.gate = gate = threading.Event()
+    try:
+        # The owner has not answered, yet the worker is free again ...
+        router.route(*routing.args())
+        assert routing.compute.in_call.wait(5.0)
+        for build in more:
+            router.route(*build)
+        # ... and so were the next workers: their builds wait for the sender.
+        assert [h for h, *_ in routing.compute.builds] == ["a1"]
+        assert routing.compute.batches == []
+    finally:
+        gate.set()
+    router.close()  # waits for what the senders were given
+    assert routing.compute.batches == [("a1", [n.uuid for _, n, _ in more], 3.0)]
+    assert routing.retries == []
+    with pytest.raises(ValueError, match="senders"):
+        AgentRouter(routing.db, routing.fleet, routing.compute, senders=-1)  # type: ignore[arg-type]
+
+
 def test_a_batch_refusal_affects_its_own_build_only(routing: Routing) -> None:
     """NotOwner for one item: re-read and routed to the new owner; a busy node:
     that build retried later; a node the instance lost: dropped; the rest accepted."""
