@@ -32,6 +32,13 @@ and drops it afterwards.  For each agent count it runs, in order:
 ``kill``
     kill -9 of that agent; the time until every node is owned by a live
     agent again (and until the ring is converged again).
+``join`` and ``kill`` also count what the membership change cost the
+message bus: the bytes through RabbitMQ (``rabbitmqctl list_connections
+recv_oct send_oct``, both directions, every connection) and the RPC calls
+the conductors served (their ``ringfleet_rpc_server_duration_seconds``
+counts, scraped from their metrics endpoints), each less what the same
+fleet moves in as long a quiet moment (measured just before the change:
+heartbeats and state reports go on meanwhile).
 ``builds``
     ``--builds`` instances requested in requests of ``--batch`` by 4 client
     threads, until the last is ACTIVE (:func:`benchmarks.e2e_bench.throughput`);
@@ -70,6 +77,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -278,6 +286,84 @@ class Sampler:
         return sum(self._cpu.values())
 
 
+class Traffic:
+    """What the message bus carries: bytes through the broker and RPC calls
+    served by the conductors, both counted since they started."""
+
+    #: Seconds of a quiet moment measured before a change, for the baseline.
+    QUIET = 3.0
+
+    def __init__(self, rabbitmqctl: str | None, conductors: Callable[[], list[ServiceProcess]]):
+        self.rabbitmqctl = rabbitmqctl
+        self.conductors = conductors
+
+    def broker_bytes(self) -> int | None:
+        """Bytes received and sent by the broker on every connection (None: unknown)."""
+        if not self.rabbitmqctl:
+            return None
+        done = subprocess.run(
+            [self.rabbitmqctl, "-q", "list_connections", "recv_oct", "send_oct"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            return None
+        return sum(int(v) for line in done.stdout.split() if (v := line.strip()).isdigit())
+
+    def calls_served(self) -> int:
+        """RPC calls the running conductors served, scraped from their metrics."""
+        total = 0
+        for proc in self.conductors():
+            found = re.search(r"serving metrics on (http://127\.0\.0\.1:\d+/metrics)", proc.log())
+            if found is None or not proc.running():
+                continue
+            with urllib.request.urlopen(found.group(1), timeout=30) as answer:
+                text = answer.read().decode()
+            total += sum(
+                int(float(line.rsplit(" ", 1)[1]))
+                for line in text.splitlines()
+                if line.startswith("ringfleet_rpc_server_duration_seconds_count{")
+            )
+        return total
+
+    def sample(self) -> tuple[float, int | None, int]:
+        return time.monotonic(), self.broker_bytes(), self.calls_served()
+
+    def quiet_rate(self) -> tuple[float | None, float]:
+        """Bytes/s and calls/s over :attr:`QUIET` seconds of nothing happening."""
+        start = self.sample()
+        time.sleep(self.QUIET)
+        return self.rate(start, self.sample())
+
+    @staticmethod
+    def rate(
+        start: tuple[float, int | None, int], end: tuple[float, int | None, int]
+    ) -> tuple[float | None, float]:
+        elapsed = max(end[0] - start[0], 1e-6)
+        octets = None if start[1] is None or end[1] is None else (end[1] - start[1]) / elapsed
+        return octets, (end[2] - start[2]) / elapsed
+
+    def cost(
+        self,
+        quiet: tuple[float | None, float],
+        start: tuple[float, int | None, int],
+        end: tuple[float, int | None, int],
+    ) -> dict[str, Any]:
+        """What happened between ``start`` and ``end``, less the quiet rate."""
+        elapsed = end[0] - start[0]
+        octets: float | None = None
+        if start[1] is not None and end[1] is not None and quiet[0] is not None:
+            octets = end[1] - start[1] - quiet[0] * elapsed
+        return {
+            "broker_mb": None if octets is None else max(octets, 0.0) / 1e6,
+            "calls": max(end[2] - start[2] - quiet[1] * elapsed, 0.0),
+            "quiet_broker_kb_s": None if quiet[0] is None else quiet[0] / 1e3,
+            "quiet_calls_s": quiet[1],
+        }
+
+
 # -- the steps ---------------------------------------------------------------------------
 
 
@@ -289,6 +375,7 @@ class Run:
     ) -> None:
         self.args, self.fleet, self.watch, self.log = args, fleet, watch, log
         self.sampler = Sampler(fleet)
+        self.traffic = Traffic(os.environ.get("RINGFLEET_TEST_RABBITMQCTL"), self.conductors)
         self.cli_conf = fleet.workdir / "cli.conf"
         self.cli_conf.write_text(f"[DEFAULT]\ntransport_url = {args.transport_url}\n")
 
@@ -392,11 +479,14 @@ class Run:
     def join(self, name: str) -> dict[str, Any]:
         before = read_nodes(self.fleet.db)
         stayed = self.agents()
+        quiet = self.traffic.quiet_rate()
         marks = self.log_marks()
+        start = self.traffic.sample()
         started = time.monotonic()
         proc = spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code)
         proc.wait_serving(120)
         done = self.wait_converged(stayed | {name}, started)
+        traffic = self.traffic.cost(quiet, start, self.traffic.sample())
         after: Nodes = done["nodes"]
         moved = between = 0
         for uuid, (_g, owner, _p) in after.items():
@@ -413,6 +503,7 @@ class Run:
             "ideal": len(after) / (len(stayed) + 1),
             "moved_between_stayed": between,
             "unowned_after": sum(1 for _g, o, _p in after.values() if o is None),
+            "traffic": traffic,
             **self.claims_since(marks),
         }
 
@@ -420,6 +511,8 @@ class Run:
         victim = self.fleet.procs[name]
         survivors = self.agents() - {name}
         owned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o == name)
+        quiet = self.traffic.quiet_rate()
+        start = self.traffic.sample()
         started = time.monotonic()
         victim.kill()
         unowned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o is None)
@@ -439,7 +532,9 @@ class Run:
         # If every node is not owned again: how many were left unowned.
         unowned_end = sum(1 for _g, o, _p in nodes.values() if o is None)
         ring_s = self.wait_converged(survivors, started)["seconds"]
+        traffic = self.traffic.cost(quiet, start, self.traffic.sample())
         return {
+            "traffic": traffic,
             "victim": name,
             "nodes_owned": owned,
             "unowned_before": unowned,
@@ -498,7 +593,7 @@ def make_fleet(workdir: Path, db_url: str, transport_url: str, etcd_url: str) ->
         fleet.common.replace("debug = true", "debug = false")
         .replace("clean_duration = 0.05", "clean_duration = 0")
         .replace(_TEST_INTERVALS, "")
-    )
+    ) + "[metrics]\nenabled = true\nlisten_address = 127.0.0.1\nport = 0\n"  # Traffic reads them
     return fleet
 
 
@@ -724,6 +819,24 @@ def _cell(seconds: float | None, off: int | None = None) -> str:
     return "timeout" if off is None else f"timeout, {off:,} off"
 
 
+def _traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
+    traffic = step.get("traffic")
+    if traffic is None:
+        return []
+    mb = traffic["broker_mb"]
+    quiet_kb = traffic["quiet_broker_kb_s"]
+    return [
+        (
+            "  message bus: MB through the broker / conductor RPC calls",
+            f"{'n/a' if mb is None else f'{mb:.1f}'} / {traffic['calls']:,.0f}",
+        ),
+        (
+            "  (quiet fleet: kB/s / calls/s, subtracted)",
+            f"{'n/a' if quiet_kb is None else f'{quiet_kb:.0f}'} / {traffic['quiet_calls_s']:.1f}",
+        ),
+    ]
+
+
 def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if "import" in res:
@@ -747,6 +860,7 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  moved between agents that stayed", str(j["moved_between_stayed"])),
             ("  unowned when the wait ended", f"{j.get('unowned_after', 0):,}"),
             ("  claims granted / refused", f"{j['granted']:,} / {j['refused']:,}"),
+            *_traffic_rows(j),
         ]
     if "kill" in res:
         k = res["kill"]
@@ -756,6 +870,7 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  nodes unowned before the kill", f"{k.get('unowned_before', 0):,}"),
             ("  nodes unowned when that wait ended", f"{k.get('unowned_end', 0):,}"),
             ("  ring converged again (s)", _cell(k["ring_s"])),
+            *_traffic_rows(k),
         ]
     for wave in res.get("builds", []):
         rows.append(
