@@ -536,6 +536,8 @@ def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
     refused = call(application, "GET", "/v1/nodes")
     assert refused.status_code == 401
     assert errors(refused)[0]["code"] == "ringfleet.unauthorized"
+    # One challenge, the middleware's, naming where to get a token.
+    assert refused.headers.getall("WWW-Authenticate") == ['Keystone uri="http://keystone.invalid/"']
     assert call(application, "GET", "/").status_code == 200
     assert call(application, "GET", "/v1/openapi.json").status_code == 200
     assert fake.calls == []
