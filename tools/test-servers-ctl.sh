@@ -745,12 +745,44 @@ rf_group_stop() {
 # The identity endpoint (what clients and keystonemiddleware use as auth_url).
 rf_keystone_url() { printf 'http://127.0.0.1:%s/v3' "$RF_KEYSTONE_PORT"; }
 
+# rf_keystone_keys DIR: a key repository as keystone-manage fernet_setup
+# and credential_setup make one (files 0, the staged key, and 1, the
+# primary: each a Fernet key, base64 of 32 random bytes), without their
+# 1.5 s of imports each.
+rf_keystone_keys() {
+    local i
+    mkdir -p "$1"
+    chmod 700 "$1"
+    for i in 0 1; do
+        (umask 077 && head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '\n' >"$1/$i")
+    done
+}
+
+# The schema of this Keystone version (keystone-manage db_sync, 3 s),
+# made once beside its virtualenv and copied by every run.
+rf_keystone_schema() {
+    local schema=$RF_KEYSTONE_VENV/ringfleet-schema.sqlite tmp
+    if [[ ! -s $schema ]]; then
+        tmp=$(mktemp "$schema.tmp.XXXXXX")
+        printf '[database]\nconnection = sqlite:///%s\n' "$tmp" >"$RF_KEYSTONE_DIR/db_sync.conf"
+        if ! "$RF_KEYSTONE_VENV/bin/keystone-manage" --config-file "$RF_KEYSTONE_DIR/db_sync.conf" \
+            db_sync >"$RF_KEYSTONE_DIR/db_sync.log" 2>&1; then
+            rm -f "$tmp"
+            rf_msg "keystone-manage db_sync failed"
+            rf_tail "$RF_KEYSTONE_DIR/db_sync.log"
+            return 1
+        fi
+        mv -f "$tmp" "$schema"
+    fi
+    cp "$schema" "$RF_KEYSTONE_DIR/keystone.sqlite"
+}
+
 # Config, fernet and credential keys, schema, and keystone-manage bootstrap
 # (admin user, project and role; reader, member, manager, service roles;
 # the identity service's public and internal endpoints). First start only;
 # RF_KEYSTONE_VENV and RF_KEYSTONE_ADMIN_PASSWORD come from state.env.
 rf_keystone_init() {
-    local dir=$RF_KEYSTONE_DIR manage=$RF_KEYSTONE_VENV/bin/keystone-manage
+    local dir=$RF_KEYSTONE_DIR
     mkdir -p "$dir"
     chmod 700 "$dir"
     cat >"$RF_KEYSTONE_CONF" <<EOF
@@ -779,32 +811,17 @@ errorlog = "$dir/gunicorn.log"
 raw_env = ["OS_KEYSTONE_CONFIG_FILES=$RF_KEYSTONE_CONF"]
 control_socket_disable = True
 EOF
-    local -a as_me=(--keystone-user "$(id -un)" --keystone-group "$(id -gn)")
-    local rc=0 p
-    local -a pids=()
-    # Each keystone-manage run is ~1.5 s of imports: the three that need
-    # nothing of each other run together.
-    "$manage" --config-file "$RF_KEYSTONE_CONF" fernet_setup "${as_me[@]}" \
-        >"$dir/fernet_setup.log" 2>&1 &
-    pids+=("$!")
-    "$manage" --config-file "$RF_KEYSTONE_CONF" credential_setup "${as_me[@]}" \
-        >"$dir/credential_setup.log" 2>&1 &
-    pids+=("$!")
-    "$manage" --config-file "$RF_KEYSTONE_CONF" db_sync >"$dir/db_sync.log" 2>&1 &
-    pids+=("$!")
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    if ((rc == 0)); then
-        "$manage" --config-file "$RF_KEYSTONE_CONF" bootstrap \
-            --bootstrap-password "$RF_KEYSTONE_ADMIN_PASSWORD" \
-            --bootstrap-region-id RegionOne \
-            --bootstrap-public-url "$(rf_keystone_url)" \
-            --bootstrap-internal-url "$(rf_keystone_url)" \
-            >"$dir/bootstrap.log" 2>&1 || rc=1
-    fi
-    if ((rc != 0)); then
-        rf_msg "keystone-manage failed"
-        rf_tail "$dir/fernet_setup.log" "$dir/credential_setup.log" "$dir/db_sync.log" \
-            "$dir/bootstrap.log"
+    rf_keystone_keys "$dir/fernet-keys"
+    rf_keystone_keys "$dir/credential-keys"
+    rf_keystone_schema || return 1
+    if ! "$RF_KEYSTONE_VENV/bin/keystone-manage" --config-file "$RF_KEYSTONE_CONF" bootstrap \
+        --bootstrap-password "$RF_KEYSTONE_ADMIN_PASSWORD" \
+        --bootstrap-region-id RegionOne \
+        --bootstrap-public-url "$(rf_keystone_url)" \
+        --bootstrap-internal-url "$(rf_keystone_url)" \
+        >"$dir/bootstrap.log" 2>&1; then
+        rf_msg "keystone-manage bootstrap failed"
+        rf_tail "$dir/bootstrap.log"
         return 1
     fi
 }

@@ -470,8 +470,8 @@ main() {
         RF_IRONIC_STARTER=$!
     fi
     if rf_has keystone; then
-        # Install (~20 s when not cached), keystone-manage (~4 s) and start
-        # overlap the others' startup too.
+        # Install (~20-35 s when not cached), bootstrap (~2.5 s) and start
+        # (~2 s) overlap the others' startup too.
         {
             venv_install "$RF_KEYSTONE_VENV" keystone-manage "$RF_KEYSTONE_DIR/install.log" \
                 "keystone==$RF_KEYSTONE_VERSION" "gunicorn==$RF_KEYSTONE_GUNICORN" &&
