@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command (README.rst): lint, type-check, then unit and
-# functional tests against real etcd, RabbitMQ, PostgreSQL, MariaDB and Ironic.
+# functional tests against real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic and Keystone.
 #
 # Usage: tools/run-tests.sh [PYTEST ARGS...]
 #
 # Installs what it needs on a fresh Debian machine with Python 3.11: a
 # virtualenv in .venv with the pinned versions of constraints.txt, and (via
-# tools/with-test-servers.sh) the Debian server packages and Ironic's own
-# cached virtualenv. The servers are
+# tools/with-test-servers.sh) the Debian server packages and Ironic's and
+# Keystone's own cached virtualenvs. The servers are
 # started on 127.0.0.1 in a private directory and stopped by PID afterwards.
 # PYTHON and RINGFLEET_VENV: see tools/venv.sh.
 set -euo pipefail
@@ -41,5 +41,5 @@ if command -v shellcheck >/dev/null; then
     shellcheck -s bash devstack/plugin.sh devstack/settings
 fi
 
-step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic)"
+step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
 tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra "$@"

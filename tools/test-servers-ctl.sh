@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic servers started by
-# tools/with-test-servers.sh, e.g. from a functional test that injects faults.
+# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic / Keystone servers
+# started by tools/with-test-servers.sh, e.g. from a functional test that injects faults.
 #
 # Usage (inside a command run by tools/with-test-servers.sh, which exports
 # RINGFLEET_TEST_SERVERS_DIR):
@@ -25,7 +25,11 @@
 #       the all-in-one ironic (API + conductor, fake hardware) on the same
 #       SQLite file, so nodes survive; kill-ironic = SIGKILL of its process
 #       group (master and workers).
-#   pid etcd|rabbit|pg|mariadb|epmd|ironic  print the current PID (changes on restart)
+#   start-keystone | stop-keystone | kill-keystone | restart-keystone | wait-keystone
+#       Keystone under gunicorn on the same SQLite file and fernet keys, so
+#       users, roles and unrevoked tokens survive; kill-keystone = SIGKILL of
+#       its process group (gunicorn master and worker).
+#   pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone  print the current PID (changes on restart)
 #   rabbitmqctl ARGS...        run rabbitmqctl against our node
 #   status                     one line per server: running/stopped, PID
 #   env                        print the RINGFLEET_TEST_* variables
@@ -144,6 +148,10 @@ rf_paths() {
     RF_IRONIC_CONF=$RF_IRONIC_DIR/ironic.conf
     RF_IRONIC_PIDF=$RF_IRONIC_DIR/ironic.pid
     RF_IRONIC_LOG=$RF_IRONIC_DIR/stdout.log
+    RF_KEYSTONE_DIR=$RF_DIR/keystone
+    RF_KEYSTONE_CONF=$RF_KEYSTONE_DIR/keystone.conf
+    RF_KEYSTONE_PIDF=$RF_KEYSTONE_DIR/gunicorn.pid
+    RF_KEYSTONE_LOG=$RF_KEYSTONE_DIR/stdout.log
 }
 
 rf_load_state() {
@@ -698,8 +706,13 @@ rf_ironic_wait() {
     return 1
 }
 
-# Live processes in ironic's process group (the master and its workers).
-rf_ironic_group() {
+rf_ironic_stop() { rf_group_stop "$RF_IRONIC_PIDF" ironic "${1:-TERM}"; }
+
+# ------------------------------------------------------------ group stops --
+
+# Live processes in process group PGID (a server started with setsid: its
+# master and the workers it forked).
+rf_group() {
     local p st
     for p in /proc/[0-9]*/stat; do
         st=$(cat "$p" 2>/dev/null) || continue
@@ -712,18 +725,136 @@ rf_ironic_group() {
     return 0
 }
 
-rf_ironic_stop() { # [SIGNAL]
-    local pid sig=${1:-TERM} p
-    pid=$(rf_read_pid "$RF_IRONIC_PIDF")
+# rf_group_stop PIDFILE NAME SIGNAL: signal the process group led by the PID
+# in PIDFILE, wait for the leader, then for each member.
+rf_group_stop() {
+    local pid name=$2 sig=$3 p
+    pid=$(rf_read_pid "$1")
     [[ $pid =~ ^[0-9]+$ ]] || return 0
     local -a group
-    mapfile -t group < <(rf_ironic_group "$pid")
+    mapfile -t group < <(rf_group "$pid")
     ((${#group[@]})) || return 0
     kill "-$sig" -- "-$pid" 2>/dev/null || true
-    rf_kill_pid "$pid" ironic "$sig" 15
+    rf_kill_pid "$pid" "$name" "$sig" 15
     # Workers left by a SIGKILLed master would keep the port.
-    for p in "${group[@]}"; do rf_kill_pid "$p" ironic-worker "$sig" 5; done
+    for p in "${group[@]}"; do rf_kill_pid "$p" "$name-worker" "$sig" 5; done
 }
+
+# --------------------------------------------------------------- keystone --
+
+# The identity endpoint (what clients and keystonemiddleware use as auth_url).
+rf_keystone_url() { printf 'http://127.0.0.1:%s/v3' "$RF_KEYSTONE_PORT"; }
+
+# rf_keystone_keys DIR: a key repository as keystone-manage fernet_setup
+# and credential_setup make one (files 0, the staged key, and 1, the
+# primary: each a Fernet key, base64 of 32 random bytes), without their
+# 1.5 s of imports each.
+rf_keystone_keys() {
+    local i
+    mkdir -p "$1"
+    chmod 700 "$1"
+    for i in 0 1; do
+        (umask 077 && head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '\n' >"$1/$i")
+    done
+}
+
+# The schema of this Keystone version (keystone-manage db_sync, 3 s),
+# made once beside its virtualenv and copied by every run.
+rf_keystone_schema() {
+    local schema=$RF_KEYSTONE_VENV/ringfleet-schema.sqlite tmp
+    if [[ ! -s $schema ]]; then
+        tmp=$(mktemp "$schema.tmp.XXXXXX")
+        printf '[database]\nconnection = sqlite:///%s\n' "$tmp" >"$RF_KEYSTONE_DIR/db_sync.conf"
+        if ! "$RF_KEYSTONE_VENV/bin/keystone-manage" --config-file "$RF_KEYSTONE_DIR/db_sync.conf" \
+            db_sync >"$RF_KEYSTONE_DIR/db_sync.log" 2>&1; then
+            rm -f "$tmp"
+            rf_msg "keystone-manage db_sync failed"
+            rf_tail "$RF_KEYSTONE_DIR/db_sync.log"
+            return 1
+        fi
+        mv -f "$tmp" "$schema"
+    fi
+    cp "$schema" "$RF_KEYSTONE_DIR/keystone.sqlite"
+}
+
+# Config, fernet and credential keys, schema, and keystone-manage bootstrap
+# (admin user, project and role; reader, member, manager, service roles;
+# the identity service's public and internal endpoints). First start only;
+# RF_KEYSTONE_VENV and RF_KEYSTONE_ADMIN_PASSWORD come from state.env.
+rf_keystone_init() {
+    local dir=$RF_KEYSTONE_DIR
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    cat >"$RF_KEYSTONE_CONF" <<EOF
+# private test server (tools/with-test-servers.sh)
+[DEFAULT]
+log_file = $dir/keystone.log
+[database]
+connection = sqlite:///$dir/keystone.sqlite
+[fernet_tokens]
+key_repository = $dir/fernet-keys
+[fernet_receipts]
+key_repository = $dir/fernet-keys
+[credential]
+key_repository = $dir/credential-keys
+EOF
+    # Keystone parses sys.argv with oslo.config, so gunicorn gets no
+    # arguments: it reads this file from its working directory.
+    cat >"$dir/gunicorn.conf.py" <<EOF
+# private test server (tools/with-test-servers.sh)
+wsgi_app = "keystone.wsgi.api:application"
+bind = "127.0.0.1:$RF_KEYSTONE_PORT"
+workers = 1
+threads = 4
+graceful_timeout = 5
+errorlog = "$dir/gunicorn.log"
+raw_env = ["OS_KEYSTONE_CONFIG_FILES=$RF_KEYSTONE_CONF"]
+control_socket_disable = True
+EOF
+    rf_keystone_keys "$dir/fernet-keys"
+    rf_keystone_keys "$dir/credential-keys"
+    rf_keystone_schema || return 1
+    if ! "$RF_KEYSTONE_VENV/bin/keystone-manage" --config-file "$RF_KEYSTONE_CONF" bootstrap \
+        --bootstrap-password "$RF_KEYSTONE_ADMIN_PASSWORD" \
+        --bootstrap-region-id RegionOne \
+        --bootstrap-public-url "$(rf_keystone_url)" \
+        --bootstrap-internal-url "$(rf_keystone_url)" \
+        >"$dir/bootstrap.log" 2>&1; then
+        rf_msg "keystone-manage bootstrap failed"
+        rf_tail "$dir/bootstrap.log"
+        return 1
+    fi
+}
+
+rf_keystone_start_bg() {
+    local pid
+    pid=$(rf_read_pid "$RF_KEYSTONE_PIDF")
+    if rf_alive "$pid"; then rf_msg "keystone already running (pid $pid)"; return 0; fi
+    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_KEYSTONE_LOG"
+    # Its own session and process group: stop/kill reach the worker.
+    (cd "$RF_KEYSTONE_DIR" && exec setsid "$RF_KEYSTONE_VENV/bin/gunicorn") \
+        </dev/null >>"$RF_KEYSTONE_LOG" 2>&1 &
+    printf '%s\n' "$!" >"$RF_KEYSTONE_PIDF"
+    disown "$!"
+}
+
+# 0 ready, 1 not yet, 2 process gone.
+rf_keystone_ready() {
+    rf_alive "$(rf_read_pid "$RF_KEYSTONE_PIDF")" || return 2
+    curl -sf --max-time 2 "$(rf_keystone_url)" 2>/dev/null | grep -q '"status": "stable"' || return 1
+}
+rf_keystone_ready_or_dead() { local r=0; rf_keystone_ready || r=$?; ((r != 1)); }
+
+rf_keystone_wait() {
+    local rc=0
+    rf_wait_for "$1" rf_keystone_ready_or_dead || rc=1
+    if ((rc == 0)) && rf_keystone_ready; then return 0; fi
+    rf_msg "keystone $(rf_why_not "$(rf_read_pid "$RF_KEYSTONE_PIDF")" "$1")"
+    rf_tail "$RF_KEYSTONE_LOG" "$RF_KEYSTONE_DIR/gunicorn.log" "$RF_KEYSTONE_DIR/keystone.log"
+    return 1
+}
+
+rf_keystone_stop() { rf_group_stop "$RF_KEYSTONE_PIDF" keystone "${1:-TERM}"; }
 
 # -------------------------------------------------------------------- env --
 
@@ -751,6 +882,11 @@ rf_print_env() {
     if rf_has ironic; then
         printf 'RINGFLEET_TEST_IRONIC_URL=%s\n' "$(rf_ironic_url)"
         printf 'RINGFLEET_TEST_IRONIC_PID=%s\n' "$(rf_read_pid "$RF_IRONIC_PIDF")"
+    fi
+    if rf_has keystone; then
+        printf 'RINGFLEET_TEST_KEYSTONE_URL=%s\n' "$(rf_keystone_url)"
+        printf 'RINGFLEET_TEST_KEYSTONE_PID=%s\n' "$(rf_read_pid "$RF_KEYSTONE_PIDF")"
+        printf 'RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD=%s\n' "$RF_KEYSTONE_ADMIN_PASSWORD"
     fi
 }
 
@@ -792,6 +928,11 @@ rf_main() {
     stop-ironic) rf_ironic_stop TERM ;;
     kill-ironic) rf_ironic_stop KILL ;;
     restart-ironic) rf_ironic_stop TERM; rf_ironic_start_bg; rf_ironic_wait "$secs" ;;
+    start-keystone) rf_keystone_start_bg; rf_keystone_wait "$secs" ;;
+    wait-keystone) rf_keystone_wait "$secs" ;;
+    stop-keystone) rf_keystone_stop TERM ;;
+    kill-keystone) rf_keystone_stop KILL ;;
+    restart-keystone) rf_keystone_stop TERM; rf_keystone_start_bg; rf_keystone_wait "$secs" ;;
     pid)
         case ${1:-} in
         etcd) rf_read_pid "$RF_ETCD_PIDF" ;;
@@ -800,13 +941,14 @@ rf_main() {
         mariadb | mysql) rf_maria_pid ;;
         epmd) rf_read_pid "$RF_EPMD_PIDF" ;;
         ironic) rf_read_pid "$RF_IRONIC_PIDF" ;;
-        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic" ;;
+        keystone) rf_read_pid "$RF_KEYSTONE_PIDF" ;;
+        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone" ;;
         esac
         echo
         ;;
     status)
         local name pid
-        for name in etcd rabbit postgres mariadb ironic; do
+        for name in etcd rabbit postgres mariadb ironic keystone; do
             rf_has "$name" || continue
             case $name in
             etcd) pid=$(rf_read_pid "$RF_ETCD_PIDF"); rf_alive "$pid" || pid='' ;;
@@ -814,6 +956,7 @@ rf_main() {
             postgres) pid=$(rf_pg_pid) ;;
             mariadb) pid=$(rf_maria_pid) ;;
             ironic) pid=$(rf_read_pid "$RF_IRONIC_PIDF"); rf_alive "$pid" || pid='' ;;
+            keystone) pid=$(rf_read_pid "$RF_KEYSTONE_PIDF"); rf_alive "$pid" || pid='' ;;
             esac
             if [[ -n $pid ]]; then echo "$name running pid $pid"; else echo "$name stopped"; fi
         done

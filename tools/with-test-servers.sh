@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB and Ironic servers.
+# Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic and Keystone servers.
 #
 # Usage: tools/with-test-servers.sh COMMAND [ARGS...]
 #
@@ -10,10 +10,12 @@
 # services; any system-wide instance is left alone (we use our own ports).
 # Ironic (standalone: API and conductor in one process, no Keystone, fake
 # hardware, SQLite) is pip-installed into its own virtualenv, cached outside
-# the clone and reused by later runs.
+# the clone and reused by later runs. So is Keystone (SQLite, fernet tokens,
+# under gunicorn; keystone-manage bootstrap makes the admin user, project and
+# role, and the reader/member/manager/service roles).
 #
 # Environment:
-#   SERVERS=etcd,rabbit,postgres,mariadb,ironic  which servers to start (default: all)
+#   SERVERS=etcd,rabbit,postgres,mariadb,ironic,keystone  which servers to start (default: all)
 #   RINGFLEET_TEST_SERVER_TIMEOUT=90  seconds each server may take to be ready
 #   RINGFLEET_TEST_KEEP_DIR=1         keep the private dir (logs) afterwards
 #   RINGFLEET_IRONIC_VENV=DIR         Ironic's virtualenv (default
@@ -21,6 +23,8 @@
 #   RINGFLEET_TEST_IRONIC_DEPLOY_DELAY=1,2  [fake] deploy_delay (min,max s) of each
 #       fake deploy step; a deploy or undeploy takes two (2-4 s), so a test
 #       can catch a node mid-deploy
+#   RINGFLEET_KEYSTONE_VENV=DIR       Keystone's virtualenv (default
+#       ${XDG_CACHE_HOME:-~/.cache}/ringfleet/keystone-30.0.0-pyX.Y); built if missing
 #
 # Exported to COMMAND:
 #   RINGFLEET_TEST_SERVERS_DIR    private dir; state for tools/test-servers-ctl.sh
@@ -38,14 +42,18 @@
 #   RINGFLEET_TEST_MARIADB_PID    PID of mariadbd as started
 #   RINGFLEET_TEST_IRONIC_URL     http://127.0.0.1:PORT (Ironic API, noauth)
 #   RINGFLEET_TEST_IRONIC_PID     PID of the ironic process as started
+#   RINGFLEET_TEST_KEYSTONE_URL   http://127.0.0.1:PORT/v3 (identity endpoint, auth_url)
+#   RINGFLEET_TEST_KEYSTONE_PID   PID of Keystone's gunicorn master as started
+#   RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD  password of user admin (domain Default),
+#       admin on project admin and on the system
 # (variables of servers not selected by SERVERS are not set).
 #
 # Fault injection from a test: "$RINGFLEET_TEST_CTL" ACTION, e.g. kill-etcd,
 # start-etcd, restart-etcd, stop-app-rabbit, start-app-rabbit, restart-rabbit,
-# kill-rabbit, restart-pg, restart-mariadb, kill-ironic, start-ironic, restart-ironic, pid
-# etcd (see tools/test-servers-ctl.sh). Starts
-# block until the server is ready. The *_PID variables are the PIDs at
-# startup; after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg|mariadb|ironic`.
+# kill-rabbit, restart-pg, restart-mariadb, kill-ironic, start-ironic, restart-ironic,
+# kill-keystone, start-keystone, pid etcd (see tools/test-servers-ctl.sh). Starts
+# block until the server is ready. The *_PID variables are the PIDs at startup;
+# after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg|mariadb|ironic|keystone`.
 # A test may also start etcd itself: shlex.split(open($..._ETCD_CMD).read());
 # anything left running with the private dir in its command line is stopped
 # at the end.
@@ -67,6 +75,7 @@ RF_CLEANED=0
 RF_PG_STARTER=''
 RF_MARIA_STARTER=''
 RF_IRONIC_STARTER=''
+RF_KEYSTONE_STARTER=''
 RF_LOCK=/tmp/ringfleet-servers.lock
 # Our stderr, for messages from traps that may fire while a function runs
 # with its stderr redirected to a log file.
@@ -120,7 +129,8 @@ ensure_packages() {
         [[ -x /usr/sbin/mariadbd ]] && command -v mariadb-install-db >/dev/null ||
             pkgs+=(mariadb-server)
     fi
-    if rf_has ironic && [[ ! -x $RF_IRONIC_VENV/bin/ironic ]]; then
+    if { rf_has ironic && [[ ! -x $RF_IRONIC_VENV/bin/ironic ]]; } ||
+        { rf_has keystone && [[ ! -x $RF_KEYSTONE_VENV/bin/keystone-manage ]]; }; then
         # Debian's python3 has venv without ensurepip until python3-venv is in.
         python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs+=(python3-venv)
         command -v curl >/dev/null || pkgs+=(curl)
@@ -152,28 +162,28 @@ ensure_packages() {
     rm -f "$log"
 }
 
-# Ironic's virtualenv: built beside its final place and renamed into it, so
-# an interrupted install is never taken for a finished one. Logs to $1.
-RF_IRONIC_VERSION=39.0.0
-ironic_venv_install() {
-    local log=$1 venv=$RF_IRONIC_VENV tmp
-    [[ -x $venv/bin/ironic ]] && return 0
-    local t0
+# venv_install VENV EXE LOG REQUIREMENT...: a virtualenv of its own for a
+# pip-installed server (Ironic, Keystone), built beside its final place and
+# renamed into it, so an interrupted install is never taken for a finished
+# one; done when VENV/bin/EXE exists. Logs to LOG.
+venv_install() {
+    local venv=$1 exe=$2 log=$3 tmp t0
+    shift 3
+    [[ -x $venv/bin/$exe ]] && return 0
     t0=$(rf_now_us)
-    rf_msg "installing ironic==$RF_IRONIC_VERSION in $venv"
+    rf_msg "installing $* in $venv"
     mkdir -p "$(dirname "$venv")"
     # Left by interrupted runs long ago.
     find "$(dirname "$venv")" -maxdepth 1 -name "${venv##*/}.tmp.*" -mmin +120 \
         -exec rm -rf {} + 2>/dev/null || true
     tmp=$(mktemp -d "$venv.tmp.XXXXXX")
     chmod 755 "$tmp"
-    # (runs in the background starter; cleanup() TERMs it when interrupted)
+    # (runs in a background starter; cleanup() TERMs it when interrupted)
     # shellcheck disable=SC2064 # $tmp is meant to expand now
     trap "rm -rf -- '$tmp'; exit 143" TERM
-    if ! { python3 -m venv "$tmp" &&
-        "$tmp/bin/pip" install -q "ironic==$RF_IRONIC_VERSION"; } >"$log" 2>&1; then
+    if ! { python3 -m venv "$tmp" && "$tmp/bin/pip" install -q "$@"; } >"$log" 2>&1; then
         rm -rf "$tmp"
-        rf_msg "installing ironic==$RF_IRONIC_VERSION failed"
+        rf_msg "installing $* failed"
         rf_tail "$log"
         return 1
     fi
@@ -183,9 +193,13 @@ ironic_venv_install() {
     # Another run may have finished first: keep theirs.
     mv -T "$tmp" "$venv" 2>/dev/null || rm -rf "$tmp"
     trap - TERM
-    [[ -x $venv/bin/ironic ]] || return 1
-    rf_msg "installed ironic==$RF_IRONIC_VERSION in $(rf_elapsed "$t0") s"
+    [[ -x $venv/bin/$exe ]] || return 1
+    rf_msg "installed $* in $(rf_elapsed "$t0") s"
 }
+
+RF_IRONIC_VERSION=39.0.0
+# gunicorn as in constraints.txt: the WSGI server ringfleet-api runs under.
+RF_KEYSTONE_VERSION=30.0.0 RF_KEYSTONE_GUNICORN=27.0.1
 
 # ------------------------------------------------------------------ ports --
 
@@ -246,13 +260,18 @@ kill_leftovers() {
         cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") || continue
         [[ $cmd == *"$RF_DIR/"* ]] && rf_alive "$p" && pids+=("$p") && names+=("$p:${cmd%% *}")
     done
-    # Ironic's forked workers are named "ironic: ServiceWrapper worker(N)":
-    # they are found by the process group of the ironic we started.
-    if rf_has ironic && [[ -n $(rf_read_pid "$RF_IRONIC_PIDF") ]]; then
-        for p in $(rf_ironic_group "$(rf_read_pid "$RF_IRONIC_PIDF")"); do
-            [[ " ${pids[*]} " == *" $p "* ]] || { pids+=("$p") && names+=("$p:ironic"); }
+    # Ironic's forked workers are named "ironic: ServiceWrapper worker(N)",
+    # Keystone's gunicorn has no arguments: they are found by the process
+    # group of the server we started.
+    local name pidf
+    for name in ironic keystone; do
+        rf_has "$name" || continue
+        if [[ $name == ironic ]]; then pidf=$RF_IRONIC_PIDF; else pidf=$RF_KEYSTONE_PIDF; fi
+        [[ -n $(rf_read_pid "$pidf") ]] || continue
+        for p in $(rf_group "$(rf_read_pid "$pidf")"); do
+            [[ " ${pids[*]} " == *" $p "* ]] || { pids+=("$p") && names+=("$p:$name"); }
         done
-    fi
+    done
     ((${#pids[@]})) || return 0
     rf_msg "stopping leftover processes ${names[*]}"
     for p in "${pids[@]}"; do rf_kill_pid "$p" "leftover" TERM 10; done
@@ -269,8 +288,10 @@ stop_servers() {
     if rf_alive "$mariapid"; then kill -TERM "$mariapid" 2>/dev/null || true; fi
     if rf_alive "$etcdpid"; then kill -TERM "$etcdpid" 2>/dev/null || true; fi
     if rf_has ironic; then kill -TERM -- "-$(rf_read_pid "$RF_IRONIC_PIDF")" 2>/dev/null || true; fi
+    if rf_has keystone; then kill -TERM -- "-$(rf_read_pid "$RF_KEYSTONE_PIDF")" 2>/dev/null || true; fi
     if rf_has rabbit; then rf_rabbit_stop; fi
     if rf_has ironic; then rf_ironic_stop TERM; fi
+    if rf_has keystone; then rf_keystone_stop TERM; fi
     rf_kill_pid "$pgpid" postgres INT 20
     rf_kill_pid "$mariapid" mariadb TERM 30
     rf_kill_pid "$etcdpid" etcd TERM 15
@@ -293,13 +314,15 @@ cleanup() {
     # Interrupted during initdb: let it finish so postgres stops cleanly.
     rf_wait_gone "$RF_PG_STARTER" 30
     rf_wait_gone "$RF_MARIA_STARTER" 30
-    # Interrupted during the Ironic install: stop pip (the starter then
-    # removes its half-built venv).
-    if rf_alive "$RF_IRONIC_STARTER"; then
-        pkill -TERM -P "$RF_IRONIC_STARTER" 2>/dev/null
-        kill -TERM "$RF_IRONIC_STARTER" 2>/dev/null
-        rf_wait_gone "$RF_IRONIC_STARTER" 10
-    fi
+    # Interrupted during the Ironic or Keystone install: stop pip (the
+    # starter then removes its half-built venv).
+    local starter
+    for starter in "$RF_IRONIC_STARTER" "$RF_KEYSTONE_STARTER"; do
+        rf_alive "$starter" || continue
+        pkill -TERM -P "$starter" 2>/dev/null
+        kill -TERM "$starter" 2>/dev/null
+        rf_wait_gone "$starter" 10
+    done
     stop_servers
     if [[ -n $RF_DIR && -d $RF_DIR ]]; then
         if [[ ${RINGFLEET_TEST_KEEP_DIR:-} == 1 ]]; then
@@ -343,16 +366,16 @@ main() {
 
     local s out=''
     local -a sel
-    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,mariadb,ironic}"
+    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,mariadb,ironic,keystone}"
     for s in "${sel[@]}"; do
         case $s in
         etcd) ;;
         rabbit | rabbitmq) s=rabbit ;;
         postgres | postgresql | pg) s=postgres ;;
         mariadb | mysql) s=mariadb ;;
-        ironic) ;;
+        ironic | keystone) ;;
         '') continue ;;
-        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, mariadb, ironic)" ;;
+        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, mariadb, ironic, keystone)" ;;
         esac
         out+=,$s
     done
@@ -363,6 +386,9 @@ main() {
     pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     RF_IRONIC_VENV=${RINGFLEET_IRONIC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ringfleet/ironic-$RF_IRONIC_VERSION-py$pyver}
     RF_IRONIC_DEPLOY_DELAY=${RINGFLEET_TEST_IRONIC_DEPLOY_DELAY:-1,2}
+    RF_KEYSTONE_VENV=${RINGFLEET_KEYSTONE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ringfleet/keystone-$RF_KEYSTONE_VERSION-py$pyver}
+    # A fresh one each run: the tests read it from RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD.
+    RF_KEYSTONE_ADMIN_PASSWORD=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 
     trap cleanup EXIT
     trap 'on_signal INT 130' INT
@@ -374,15 +400,19 @@ main() {
     chmod 711 "$RF_DIR" # the postgres and mysql users must reach $RF_DIR/pg, /mariadb
     rf_paths
 
-    local t_ironic
+    local t_ironic t_keystone
     if rf_has ironic; then
         t_ironic=$(rf_now_us)
         mkdir -p "$RF_IRONIC_DIR"
     fi
+    if rf_has keystone; then
+        t_keystone=$(rf_now_us)
+        mkdir -p "$RF_KEYSTONE_DIR"
+    fi
 
     RF_ETCD_PORT='' RF_ETCD_PEER_PORT='' RF_AMQP_PORT='' RF_DIST_PORT='' RF_EPMD_PORT=''
     RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER='' RF_MARIA_PORT='' RF_MARIA_OSUSER=''
-    RF_IRONIC_PORT=''
+    RF_IRONIC_PORT='' RF_KEYSTONE_PORT=''
     RF_RABBIT_NODE="ringfleet-ci-$$@localhost"
     RF_DB_USER=ringfleet RF_DB_PASS=ringfleet RF_DB_NAME=ringfleet
     local -a want=()
@@ -398,6 +428,7 @@ main() {
         if ((EUID == 0)); then RF_MARIA_OSUSER=mysql; else RF_MARIA_OSUSER=$(id -un); fi
     fi
     if rf_has ironic; then want+=(RF_IRONIC_PORT=26385); fi
+    if rf_has keystone; then want+=(RF_KEYSTONE_PORT=25000); fi
     # Concurrent runs: pick ports and publish them in state.env under a lock.
     local lockfd='' v
     { : >>"$RF_LOCK"; } 2>/dev/null || true
@@ -409,7 +440,7 @@ main() {
         RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_MARIA_PORT RF_MARIA_OSUSER \
         RF_RABBIT_NODE \
         RF_DB_USER RF_DB_PASS RF_DB_NAME RF_IRONIC_PORT RF_IRONIC_VENV \
-        RF_IRONIC_DEPLOY_DELAY; do
+        RF_IRONIC_DEPLOY_DELAY RF_KEYSTONE_PORT RF_KEYSTONE_VENV RF_KEYSTONE_ADMIN_PASSWORD; do
         printf '%s=%q\n' "$v" "${!v}"
     done >"$RF_STATE"
     if [[ -n $lockfd ]]; then exec {lockfd}<&-; fi
@@ -432,10 +463,21 @@ main() {
         # Install (~30 s when not cached), schema (~1.5 s) and start overlap
         # the others' startup.
         {
-            ironic_venv_install "$RF_IRONIC_DIR/install.log" &&
+            venv_install "$RF_IRONIC_VENV" ironic "$RF_IRONIC_DIR/install.log" \
+                "ironic==$RF_IRONIC_VERSION" &&
                 rf_ironic_init && rf_ironic_start_bg
         } {RF_STDERR}>&- {RF_STDIN}<&- &
         RF_IRONIC_STARTER=$!
+    fi
+    if rf_has keystone; then
+        # Install (~20-35 s when not cached), bootstrap (~2.5 s) and start
+        # (~2 s) overlap the others' startup too.
+        {
+            venv_install "$RF_KEYSTONE_VENV" keystone-manage "$RF_KEYSTONE_DIR/install.log" \
+                "keystone==$RF_KEYSTONE_VERSION" "gunicorn==$RF_KEYSTONE_GUNICORN" &&
+                rf_keystone_init && rf_keystone_start_bg
+        } {RF_STDERR}>&- {RF_STDIN}<&- &
+        RF_KEYSTONE_STARTER=$!
     fi
     if rf_has postgres; then
         t_pg=$(rf_now_us)
@@ -473,6 +515,12 @@ main() {
         RF_IRONIC_STARTER=''
         rf_ironic_wait "$RF_TIMEOUT" || fail_start ironic
         up ironic "$(rf_ironic_url)" "$t_ironic"
+    fi
+    if rf_has keystone; then
+        wait "$RF_KEYSTONE_STARTER" || fail_start keystone
+        RF_KEYSTONE_STARTER=''
+        rf_keystone_wait "$RF_TIMEOUT" || fail_start keystone
+        up keystone "$(rf_keystone_url)" "$t_keystone"
     fi
 
     local line

@@ -34,6 +34,7 @@ from conductor.common import exception
 from conductor.rpcapi import ConductorAPI
 
 __all__ = [
+    "KEYSTONE_UNAVAILABLE",
     "REQUEST_ID_HEADER",
     "ApiError",
     "Application",
@@ -48,6 +49,10 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "x-openstack-request-id"
+
+#: WSGI environ key set by :class:`conductor.api.auth_token.AuthToken` when
+#: Keystone could not be reached to check the request's token.
+KEYSTONE_UNAVAILABLE = "ringfleet.keystone_unavailable"
 
 Json = Any
 Environ = dict[str, Any]
@@ -405,18 +410,21 @@ class Application:
             found = self.tokens.get(token) if token else None
         else:
             found = _keystone_credentials(request.environ)
-        if found is None:
+        if found is not None:
+            return found
+        if request.environ.get(KEYSTONE_UNAVAILABLE):
             raise ApiError(
-                401,
-                "ringfleet.unauthorized",
-                "authentication required (X-Auth-Token)",
-                headers={
-                    "WWW-Authenticate": "Keystone uri=''"
-                    if self.strategy == "keystone"
-                    else "X-Auth-Token"
-                },
+                503,
+                "ringfleet.keystone_unavailable",
+                "Keystone could not be reached to check the token; retry",
+                headers={"Retry-After": "5"},
             )
-        return found
+        # Under keystone, keystonemiddleware adds WWW-Authenticate: Keystone
+        # uri="..." (its www_authenticate_uri) to every 401 itself.
+        headers = {"WWW-Authenticate": "X-Auth-Token"} if self.strategy == "token" else None
+        raise ApiError(
+            401, "ringfleet.unauthorized", "authentication required (X-Auth-Token)", headers=headers
+        )
 
     def _query(self, request: webob.Request, route: Route) -> dict[str, Any]:
         known = {p.name: p for p in route.query}

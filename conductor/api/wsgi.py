@@ -83,14 +83,14 @@ def build_application(conf: cfg.ConfigOpts, api: ConductorAPI | None = None) -> 
     )
     if conf.api.auth_strategy == "keystone":
         try:
-            from keystonemiddleware import auth_token  # noqa: PLC0415 -- optional extra
+            from conductor.api import auth_token  # noqa: PLC0415 -- optional extra
         except ImportError:
             raise ConfigurationError(
                 "api",
                 "auth_strategy",
                 "keystone needs keystonemiddleware: pip install 'ringfleet[keystone]'",
             ) from None
-        application.authenticated = auth_token.AuthProtocol(
+        application.authenticated = auth_token.AuthToken(
             application.serve, {"oslo_config_config": conf, "delay_auth_decision": True}
         )
     return application

@@ -1,9 +1,9 @@
 """Fixtures for functional tests: the real servers started by the test script.
 
-``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL, MariaDB and Ironic and passes
-their URLs in ``RINGFLEET_TEST_*`` variables.  Outside CI a test whose server
-is missing is skipped; with ``CI=true`` it fails, so a broken server start can
-never turn into a silently green run.
+``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL, MariaDB,
+Ironic and Keystone and passes their URLs in ``RINGFLEET_TEST_*`` variables.
+Outside CI a test whose server is missing is skipped; with ``CI=true`` it
+fails, so a broken server start can never turn into a silently green run.
 """
 
 from __future__ import annotations
@@ -58,6 +58,12 @@ def mysql_server_url() -> str:
 def ironic_url() -> str:
     """``http://127.0.0.1:PORT`` of the test Ironic (noauth, fake hardware)."""
     return _require("RINGFLEET_TEST_IRONIC_URL", "Ironic")
+
+
+@pytest.fixture(scope="session")
+def keystone_url() -> str:
+    """``http://127.0.0.1:PORT/v3`` of the test Keystone (its identity endpoint)."""
+    return _require("RINGFLEET_TEST_KEYSTONE_URL", "Keystone")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

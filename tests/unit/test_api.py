@@ -408,6 +408,20 @@ def test_keystone_headers_are_read(tmp_path: Path) -> None:
     assert call(application, "GET", "/v1/nodes", **invalid).status_code == 401
 
 
+def test_a_token_keystone_could_not_check_is_503(tmp_path: Path) -> None:
+    """Marked by conductor.api.auth_token when Keystone is unreachable: not
+    the client's fault, so no 401; the conductors are not called."""
+    application, fake = make_app(tmp_path)
+    application.strategy = "keystone"
+    request = webob.Request.blank("/v1/nodes")
+    request.environ[api_app.KEYSTONE_UNAVAILABLE] = True
+    response = request.get_response(application)
+    assert response.status_code == 503
+    assert errors(response)[0]["code"] == "ringfleet.keystone_unavailable"
+    assert response.headers["Retry-After"] == "5"
+    assert fake.calls == []
+
+
 def test_a_bad_token_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t"
     path.write_text("only-a-token\n")
@@ -536,6 +550,8 @@ def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
     refused = call(application, "GET", "/v1/nodes")
     assert refused.status_code == 401
     assert errors(refused)[0]["code"] == "ringfleet.unauthorized"
+    # One challenge, the middleware's, naming where to get a token.
+    assert refused.headers.getall("WWW-Authenticate") == ['Keystone uri="http://keystone.invalid/"']
     assert call(application, "GET", "/").status_code == 200
     assert call(application, "GET", "/v1/openapi.json").status_code == 200
     assert fake.calls == []

@@ -1,0 +1,261 @@
+"""ringfleet-api with ``auth_strategy = keystone`` against a real Keystone.
+
+The Keystone of ``tools/with-test-servers.sh`` (keystone-manage bootstrap's
+admin); this module makes its own project, a user with each of the
+``reader``, ``member`` and ``admin`` roles on it, and a service user (role
+``service``) for keystonemiddleware.  The API runs under gunicorn
+(:class:`~tests.functional.api_harness.ApiServer`) in front of one real
+conductor (etcd, RabbitMQ, PostgreSQL); tokens are real Keystone tokens,
+checked by keystonemiddleware over HTTP.
+
+``[keystone_authtoken] token_cache_time = -1``: keystonemiddleware asks
+Keystone about every request, so a revoked token and an outage show on the
+next request (with the default 300 s cache a revoked token keeps working
+for up to five minutes, and known tokens through an outage).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import requests
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3
+
+from tests.dbutil import fresh_database, migrated
+from tests.functional.api_harness import ApiServer
+from tests.functional.fleet_harness import Fleet, start_processes
+
+TIMEOUT = 30
+ROLES = ("reader", "member", "admin")
+
+
+@dataclass
+class Identity:
+    """What the module made in Keystone: a project, a token per role, the service user."""
+
+    url: str
+    admin: ks_session.Session
+    project_id: str
+    tokens: dict[str, str]
+    service_user: str
+    service_password: str
+    service_project: str
+
+    def token(self, user: str, password: str, project_id: str) -> str:
+        auth = v3.Password(
+            auth_url=self.url,
+            username=user,
+            password=password,
+            user_domain_id="default",
+            project_id=project_id,
+        )
+        return str(auth.get_token(ks_session.Session()))
+
+
+def _create(admin: ks_session.Session, url: str, kind: str, body: dict[str, Any]) -> str:
+    """POST /v3/<kind>s as the admin; the new object's id."""
+    reply = admin.post(f"{url}/{kind}s", json={kind: body})
+    return str(reply.json()[kind]["id"])
+
+
+def _grant(admin: ks_session.Session, url: str, project: str, user: str, role: str) -> None:
+    role_id = admin.get(f"{url}/roles", params={"name": role}).json()["roles"][0]["id"]
+    admin.put(f"{url}/projects/{project}/users/{user}/roles/{role_id}")
+
+
+@pytest.fixture(scope="module")
+def identity(keystone_url: str) -> Identity:
+    admin = ks_session.Session(
+        auth=v3.Password(
+            auth_url=keystone_url,
+            username="admin",
+            password=os.environ["RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD"],
+            user_domain_id="default",
+            project_name="admin",
+            project_domain_id="default",
+        )
+    )
+    suffix = uuid.uuid4().hex[:8]
+    project = _create(admin, keystone_url, "project", {"name": f"rf-{suffix}"})
+    service_project = _create(admin, keystone_url, "project", {"name": f"rf-service-{suffix}"})
+    found = Identity(
+        keystone_url, admin, project, {}, f"rf-api-{suffix}", uuid.uuid4().hex, service_project
+    )
+    service_user = _create(
+        admin,
+        keystone_url,
+        "user",
+        {"name": found.service_user, "password": found.service_password, "domain_id": "default"},
+    )
+    # Keystone lets a user with the service role validate others' tokens.
+    _grant(admin, keystone_url, service_project, service_user, "service")
+    for role in ROLES:
+        password = uuid.uuid4().hex
+        name = f"rf-{role}-{suffix}"
+        body = {"name": name, "password": password, "domain_id": "default"}
+        user = _create(admin, keystone_url, "user", body)
+        _grant(admin, keystone_url, project, user, role)
+        found.tokens[role] = found.token(name, password, project)
+    return found
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tmp_path_factory: pytest.TempPathFactory,
+    database_url: str,
+    transport_url: str,
+    etcd_url: str,
+) -> Iterator[Fleet]:
+    with fresh_database(database_url, "rf_api_ks") as url:
+        migrated(url).dispose()
+        f = Fleet(
+            tmp_path_factory.mktemp("api-ks-fleet"),
+            db_url=url,
+            transport_url=transport_url,
+            etcd_url=etcd_url,
+        )
+        try:
+            start_processes(f, ["cond-1"])
+            yield f
+        finally:
+            f.close()
+
+
+@pytest.fixture(scope="module")
+def server(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiServer]:
+    # debug off: the log is what an operator sees.
+    api = ApiServer(
+        fleet.workdir,
+        transport_url,
+        name="api-ks",
+        auth="keystone",
+        debug=False,
+        extra=(
+            "[keystone_authtoken]\n"
+            f"www_authenticate_uri = {identity.url}\n"
+            f"auth_url = {identity.url}\n"
+            "auth_type = password\n"
+            f"username = {identity.service_user}\n"
+            f"password = {identity.service_password}\n"
+            "user_domain_id = default\n"
+            f"project_id = {identity.service_project}\n"
+            # bootstrap made public and internal endpoints; be explicit.
+            "interface = public\n"
+            "token_cache_time = -1\n"
+        ),
+    ).start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+def _as(token: str | None) -> requests.Session:
+    session = requests.Session()
+    if token is not None:
+        session.headers["X-Auth-Token"] = token
+    return session
+
+
+def _refused(response: requests.Response, status: int, code: str) -> None:
+    assert response.status_code == status, (response.status_code, response.text[:2000])
+    error = response.json()["errors"][0]
+    assert error["code"] == code, error
+    assert error["request_id"] == response.headers["x-openstack-request-id"]
+
+
+def test_no_token_or_a_bogus_one_is_401_naming_keystone(
+    server: ApiServer, identity: Identity
+) -> None:
+    for token in (None, "gAAAAAB-not-a-token", "x" * 40):
+        response = _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
+        _refused(response, 401, "ringfleet.unauthorized")
+        # One challenge, keystonemiddleware's, naming the real Keystone.
+        challenges = response.raw.headers.getlist("WWW-Authenticate")
+        assert challenges == [f'Keystone uri="{identity.url}"'], challenges
+    # Public documents need no token.
+    assert _as(None).get(f"{server.url}/v1/openapi.json", timeout=TIMEOUT).status_code == 200
+
+
+def test_keystone_roles_drive_the_policy(server: ApiServer, identity: Identity) -> None:
+    url = server.url
+    reader, member, admin = (_as(identity.tokens[role]) for role in ROLES)
+    node = {"name": f"ks-{uuid.uuid4().hex[:8]}", "resource_class": "baremetal"}
+    missing = f"{url}/v1/instances/{uuid.uuid4()}"
+    flavor = {"name": "ks-small", "resource_class": "baremetal"}
+
+    assert reader.get(f"{url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    for denied in (
+        reader.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT),
+        reader.delete(missing, timeout=TIMEOUT),
+        member.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT),
+        member.post(f"{url}/v1/flavors", json=flavor, timeout=TIMEOUT),
+    ):
+        _refused(denied, 403, "ringfleet.forbidden")
+    # A member may delete instances: the policy lets it through and the
+    # conductor answers (there is no such instance).
+    _refused(member.delete(missing, timeout=TIMEOUT), 404, "ringfleet.not_found")
+    assert member.get(f"{url}/v1/fleet/status", timeout=TIMEOUT).status_code == 200
+
+    created = admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT)
+    assert created.status_code == 201, created.text[:2000]
+    shown = reader.get(created.headers["Location"], timeout=TIMEOUT)
+    assert shown.status_code == 200 and shown.json()["name"] == node["name"]
+
+
+def test_a_token_revoked_in_keystone_is_refused(server: ApiServer, identity: Identity) -> None:
+    token = identity.tokens["reader"]
+    assert _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    identity.admin.delete(f"{identity.url}/auth/tokens", headers={"X-Subject-Token": token})
+    response = _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
+    _refused(response, 401, "ringfleet.unauthorized")
+
+
+def _ctl(*args: str) -> str:
+    return subprocess.run(
+        [os.environ["RINGFLEET_TEST_CTL"], *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout.strip()
+
+
+def test_a_keystone_outage_is_503_then_heals(server: ApiServer, identity: Identity) -> None:
+    member = _as(identity.tokens["member"])
+    assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    before = len(server.log())
+    _ctl("kill-keystone")
+    try:
+        response = member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
+        _refused(response, 503, "ringfleet.keystone_unavailable")
+        assert response.headers["Retry-After"] == "5"
+        assert "WWW-Authenticate" not in response.headers
+        # Still a 401 without a token: nothing to ask Keystone.
+        _refused(_as(None).get(f"{server.url}/v1/nodes"), 401, "ringfleet.unauthorized")
+        # One line about it (keystonemiddleware's CRITICAL), no traceback;
+        # before it keystoneauth retried (http_request_max_retries, 3 by
+        # default), a WARNING each.
+        logged = server.log()[before:]
+        assert "Traceback" not in logged, logged
+        lines = logged.splitlines()
+        critical = [line for line in lines if " CRITICAL " in line]
+        assert len(critical) == 1 and "Unable to validate token" in critical[0], logged
+        others = [
+            line
+            for line in lines
+            if line not in critical
+            and " INFO conductor.api.app " not in line
+            and not (" WARNING keystoneauth.session " in line and "Retrying in" in line)
+        ]
+        assert others == [], logged
+    finally:
+        _ctl("start-keystone")
+    assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
