@@ -64,6 +64,15 @@ def test_cold_start_and_join_converge_on_the_ring(
         assert isinstance(join, dict)
         assert join["moved_between_stayed"] == 0
         assert 0 < join["moved"] < 200
+        # The join's cost on the bus: the new agent's claims at least, and
+        # the bytes through the broker (the harness's RabbitMQ is known).
+        traffic = join["traffic"]
+        assert traffic["calls"] >= join["claim_calls"] > 0
+        assert traffic["broker_mb"] is not None and traffic["broker_mb"] > 0
+        rows = dict(scale_bench._traffic_rows(join))
+        assert rows["  message bus: MB through the broker / conductor RPC calls"] == (
+            f"{traffic['broker_mb']:.1f} / {traffic['calls']:,.0f}"
+        )
         # A wave (--waves): another agent joins, builds, kill -9 of it.
         args.builds, args.batch = 10, 5
         wave = bench.wave("agent-wave-1")
