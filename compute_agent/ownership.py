@@ -56,6 +56,14 @@ _DEEP_EVERY = datetime.timedelta(seconds=5)
 _REFUSAL_MEMORY = 10.0
 #: Seconds an adopted node is kept even if our view says it belongs elsewhere.
 _ADOPTION_SETTLE = 5.0
+#: After a live owner refused a node, reconcile again every _HANDOVER_POLL
+#: seconds for _HANDOVER_WAIT: an owner that saw the same membership change
+#: releases the node on its own pass, within a second or two, and the next
+#: inventory refresh shows it.  (Waiting for reconcile_interval, or for the
+#: refusal to be forgotten, left a cold start of 100k nodes with a few
+#: hundred nodes unowned for 12-15 s after everything else had converged.)
+_HANDOVER_POLL = 1.0
+_HANDOVER_WAIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,9 @@ class ReconcileResult:
     #: We own exactly our share and pins, less the nodes pinned elsewhere.
     converged: bool = False
     #: Seconds until the earliest restart hold on nodes we want ends, or
-    #: the settle after a re-join (then reconcile again: they may be
-    #: claimed), None when there is neither.
+    #: the settle after a re-join, or until a live owner that refused nodes
+    #: lately may have released them (then reconcile again: they may be
+    #: claimed), None when there is none of these.
     retry_in: float | None = None
 
 
@@ -465,6 +474,12 @@ class OwnershipManager:
             waits = [t - now for t in self._restart_holds.values()]
             if self._claims_after > now:
                 waits.append(self._claims_after - now)
+            if any(
+                owner in members and now - when < _HANDOVER_WAIT
+                for node, (owner, when) in self._refused_by.items()
+                if node not in self._pinned_elsewhere
+            ):
+                waits.append(_HANDOVER_POLL)
             retry_in = min(waits, default=None)
         result = ReconcileResult(
             desired=len(desired),

@@ -449,6 +449,41 @@ def test_a_node_a_live_owner_keeps_is_not_asked_for_again_until_view_or_record_c
     assert set(uuids) >= set(a2.held())
 
 
+def test_a_refusal_by_a_live_owner_brings_the_next_pass_forward_for_a_while(
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner that saw the same change releases on its own pass: the refused
+    agent looks again within a second, not a reconcile_interval later."""
+    clock = [1000.0]
+    monkeypatch.setattr(agent_ownership.time, "monotonic", lambda: clock[0])
+    add_nodes(env.db, 30)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    view = env.live({"a1": [], "a2": []})
+    a2 = env.agent("a2")
+    a2.refresh_inventory()
+    refused = a2.reconcile(view)  # before a1 released anything
+    assert refused is not None and refused.refused > 0 and not refused.converged
+    assert refused.retry_in == agent_ownership._HANDOVER_POLL
+    a1.reconcile(view)  # a1 releases a2's share
+    a2.refresh_inventory()
+    claimed = a2.reconcile(view)  # a second later: the released nodes are claimed
+    assert claimed is not None and claimed.converged and claimed.claimed == refused.refused
+    assert claimed.retry_in is None
+    # A live owner that keeps a node (pinned, busy) is not polled for ever.
+    env.live({"a1": [], "a2": [], "a3": []})
+    view3 = env.view
+    a3 = env.agent("a3")
+    a3.refresh_inventory()
+    env.busy["a1"] = set(a1.held())  # in-flight work: a1 releases nothing
+    env.busy["a2"] = set(a2.held())
+    assert a3.reconcile(view3).retry_in == agent_ownership._HANDOVER_POLL  # type: ignore[union-attr]
+    clock[0] += agent_ownership._HANDOVER_WAIT
+    a3.refresh_inventory()
+    assert a3.reconcile(view3).retry_in is None  # type: ignore[union-attr]
+
+
 def test_a_refusal_is_remembered_only_for_a_while(
     env: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
