@@ -331,11 +331,22 @@ class Traffic:
     def sample(self) -> tuple[float, int | None, int]:
         return time.monotonic(), self.broker_bytes(), self.calls_served()
 
-    def quiet_rate(self) -> tuple[float | None, float]:
-        """Bytes/s and calls/s over :attr:`QUIET` seconds of nothing happening."""
+    def quiet_rate(self, windows: int = 12) -> tuple[float | None, float]:
+        """Bytes/s and calls/s of the fleet once quiet: windows of
+        :attr:`QUIET` seconds until two in a row agree within 25 % (after a
+        cold start or a join, the agents' first state reports of the nodes
+        they just claimed go on for a while), at most ``windows``."""
+        previous: tuple[float | None, float] | None = None
         start = self.sample()
-        time.sleep(self.QUIET)
-        return self.rate(start, self.sample())
+        for _ in range(windows):
+            time.sleep(self.QUIET)
+            end = self.sample()
+            rate = self.rate(start, end)
+            if previous is not None and _close(previous, rate):
+                return min(previous, rate, key=lambda r: (r[0] or 0.0, r[1]))
+            previous, start = rate, end
+        assert previous is not None
+        return previous
 
     @staticmethod
     def rate(
@@ -817,6 +828,14 @@ def _cell(seconds: float | None, off: int | None = None) -> str:
     if seconds is not None:
         return f"{seconds:.1f}"
     return "timeout" if off is None else f"timeout, {off:,} off"
+
+
+def _close(one: tuple[float | None, float], other: tuple[float | None, float]) -> bool:
+    """Whether two (bytes/s, calls/s) rates agree within 25 % (or 1 kB/s, 1 call/s)."""
+    pairs = [(one[1], other[1], 1.0)]
+    if one[0] is not None and other[0] is not None:
+        pairs.append((one[0], other[0], 1000.0))
+    return all(abs(a - b) <= max(0.25 * max(a, b), floor) for a, b, floor in pairs)
 
 
 def _traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
