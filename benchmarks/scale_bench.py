@@ -36,8 +36,8 @@ and drops it afterwards.  For each agent count it runs, in order:
 message bus: the bytes through RabbitMQ (``rabbitmqctl list_connections
 recv_oct send_oct``, both directions, every connection) and the RPC calls
 the conductors served (their ``ringfleet_rpc_server_duration_seconds``
-counts, scraped from their metrics endpoints), each less what the same
-fleet moves in as long a quiet moment (measured just before the change:
+counts, scraped from their metrics endpoints) from the change until the
+ring converged, next to the rate of the same fleet quiet just before (its
 heartbeats and state reports go on meanwhile).
 ``builds``
     ``--builds`` instances requested in requests of ``--batch`` by 4 client
@@ -362,14 +362,19 @@ class Traffic:
         start: tuple[float, int | None, int],
         end: tuple[float, int | None, int],
     ) -> dict[str, Any]:
-        """What happened between ``start`` and ``end``, less the quiet rate."""
-        elapsed = end[0] - start[0]
-        octets: float | None = None
-        if start[1] is not None and end[1] is not None and quiet[0] is not None:
-            octets = end[1] - start[1] - quiet[0] * elapsed
+        """What went through between ``start`` and ``end`` (all of it), and
+        the quiet rate measured before, to compare it with.
+
+        Not the difference: the traffic a change causes goes on after the
+        ring has converged (each newly held node's first state report, the
+        agents' inventory re-reads of the changed rows), so the moment after
+        a change is not quiet, and a difference would mislead either way.
+        """
+        octets = None if start[1] is None or end[1] is None else end[1] - start[1]
         return {
-            "broker_mb": None if octets is None else max(octets, 0.0) / 1e6,
-            "calls": max(end[2] - start[2] - quiet[1] * elapsed, 0.0),
+            "seconds": end[0] - start[0],
+            "broker_mb": None if octets is None else octets / 1e6,
+            "calls": end[2] - start[2],
             "quiet_broker_kb_s": None if quiet[0] is None else quiet[0] / 1e3,
             "quiet_calls_s": quiet[1],
         }
@@ -846,11 +851,11 @@ def _traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
     quiet_kb = traffic["quiet_broker_kb_s"]
     return [
         (
-            "  message bus: MB through the broker / conductor RPC calls",
-            f"{'n/a' if mb is None else f'{mb:.1f}'} / {traffic['calls']:,.0f}",
+            f"  message bus over those {traffic['seconds']:.1f} s: broker MB / conductor calls",
+            f"{'n/a' if mb is None else f'{mb:.1f}'} / {traffic['calls']:,}",
         ),
         (
-            "  (quiet fleet: kB/s / calls/s, subtracted)",
+            "  (the same fleet quiet, before: kB/s / calls/s)",
             f"{'n/a' if quiet_kb is None else f'{quiet_kb:.0f}'} / {traffic['quiet_calls_s']:.1f}",
         ),
     ]
