@@ -9,8 +9,8 @@ Run from the repository root, with the test servers::
 The fleet is the functional tests' (:class:`tests.functional.fleet_harness.Fleet`:
 real processes on the PostgreSQL, RabbitMQ and etcd of
 ``tools/with-test-servers.sh``, ``membership_timeout`` 3 s, watch interval
-0.2 s, reconcile interval 1 s), with the simulated driver's deploy time 0 and
-DEBUG logging off.  The benchmark creates a private database on that server
+0.2 s), with the agents' reconcile and report intervals at their defaults,
+the simulated driver's deploy time 0 and DEBUG logging off.  The benchmark creates a private database on that server
 and drops it afterwards.  For each agent count it runs, in order:
 
 ``import``
