@@ -20,6 +20,7 @@ import abc
 import dataclasses
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -133,9 +134,29 @@ class SqliteNodeStore(NodeStore):
         )
         with self._lock:
             self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.execute(_SCHEMA)
+            self._set_up()
+
+    def _set_up(self) -> None:
+        """WAL mode and the table, retried while another process sets them up.
+
+        Switching a new file to WAL can fail with "database is locked" at
+        once, without SQLite's busy handler waiting: agents started together
+        on one store did so in 2 of 180 openings (and the agent exited with
+        "driver failed to start").
+        """
+        deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+        delay = 0.01
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+                self._conn.execute(_SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def get(self, uuid: str) -> SimulatedNode | None:
         with self._lock:

@@ -43,13 +43,20 @@ class ServiceProcess:
         path.write_text(f"[DEFAULT]\nhost = {name}\nlog_file = {log_file}\n{config}")
         return cls(module, name, path, log_file)
 
+    @property
+    def stderr_file(self) -> Path:
+        """Where the process's stderr goes: what it says when it cannot start
+        (a configuration error is printed there, before any log file)."""
+        return self.log_file.with_suffix(".stderr")
+
     def start(self) -> ServiceProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--config-file", str(self.config)],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        with self.stderr_file.open("ab") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.module, "--config-file", str(self.config)],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
         return self
 
     def log(self) -> str:
@@ -71,7 +78,13 @@ class ServiceProcess:
         )
         if text not in self.log():
             code = self.proc.returncode if self.proc is not None else None
-            raise AssertionError(f"{self.name} exited ({code}):\n{self.log()[-3000:]}")
+            try:
+                stderr = self.stderr_file.read_text(errors="replace")[-3000:]
+            except OSError:
+                stderr = ""
+            raise AssertionError(
+                f"{self.name} exited ({code}):\n{self.log()[-3000:]}\n-- stderr --\n{stderr}"
+            )
 
     def wait_serving(self, timeout: float = 60) -> None:
         self.wait_log(SERVING, timeout)
