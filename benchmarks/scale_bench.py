@@ -10,8 +10,9 @@ The fleet is the functional tests' (:class:`tests.functional.fleet_harness.Fleet
 real processes on the PostgreSQL, RabbitMQ and etcd of
 ``tools/with-test-servers.sh``, ``membership_timeout`` 3 s, watch interval
 0.2 s), with the agents' reconcile and report intervals at their defaults,
-the simulated driver's deploy time 0 and DEBUG logging off.  The benchmark creates a private database on that server
-and drops it afterwards.  For each agent count it runs, in order:
+the simulated driver's deploy time 0 and DEBUG logging off.  The benchmark
+creates a private database on that server and drops it afterwards.  For
+each agent count it runs, in order:
 
 ``import``
     ``ringfleet node import`` of a CSV of ``--nodes`` rows (the console
@@ -286,6 +287,19 @@ class Sampler:
         return sum(self._cpu.values())
 
 
+#: (monotonic time, broker bytes per connection, conductor calls served)
+Sample = tuple[float, dict[str, int] | None, int]
+
+
+def _octets(start: Sample, end: Sample) -> int | None:
+    """Broker bytes between two samples: per connection still open at ``end``
+    (one opened meanwhile counts whole; one closed meanwhile is lost)."""
+    if start[1] is None or end[1] is None:
+        return None
+    before = start[1]
+    return sum(count - before.get(name, 0) for name, count in end[1].items())
+
+
 class Traffic:
     """What the message bus carries: bytes through the broker and RPC calls
     served by the conductors, both counted since they started."""
@@ -297,12 +311,16 @@ class Traffic:
         self.rabbitmqctl = rabbitmqctl
         self.conductors = conductors
 
-    def broker_bytes(self) -> int | None:
-        """Bytes received and sent by the broker on every connection (None: unknown)."""
+    def broker_bytes(self) -> dict[str, int] | None:
+        """Bytes received and sent by the broker, per connection (None: unknown).
+
+        Per connection, because a connection that closes (a killed agent's)
+        drops out of the list with its counts: a plain sum would go down.
+        """
         if not self.rabbitmqctl:
             return None
         done = subprocess.run(
-            [self.rabbitmqctl, "-q", "list_connections", "recv_oct", "send_oct"],
+            [self.rabbitmqctl, "-q", "list_connections", "name", "recv_oct", "send_oct"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -310,7 +328,13 @@ class Traffic:
         )
         if done.returncode != 0:
             return None
-        return sum(int(v) for line in done.stdout.split() if (v := line.strip()).isdigit())
+        counts: dict[str, int] = {}
+        for line in done.stdout.splitlines():
+            name, _tab, rest = line.rpartition("\t")  # name TAB recv TAB send
+            name, _tab, received = name.rpartition("\t")
+            if received.isdigit() and rest.isdigit():
+                counts[name] = int(received) + int(rest)
+        return counts
 
     def calls_served(self) -> int:
         """RPC calls the running conductors served, scraped from their metrics."""
@@ -328,7 +352,7 @@ class Traffic:
             )
         return total
 
-    def sample(self) -> tuple[float, int | None, int]:
+    def sample(self) -> Sample:
         return time.monotonic(), self.broker_bytes(), self.calls_served()
 
     def quiet_rate(self, windows: int = 12) -> tuple[float | None, float]:
@@ -349,18 +373,16 @@ class Traffic:
         return previous
 
     @staticmethod
-    def rate(
-        start: tuple[float, int | None, int], end: tuple[float, int | None, int]
-    ) -> tuple[float | None, float]:
+    def rate(start: Sample, end: Sample) -> tuple[float | None, float]:
         elapsed = max(end[0] - start[0], 1e-6)
-        octets = None if start[1] is None or end[1] is None else (end[1] - start[1]) / elapsed
-        return octets, (end[2] - start[2]) / elapsed
+        octets = _octets(start, end)
+        return None if octets is None else octets / elapsed, (end[2] - start[2]) / elapsed
 
     def cost(
         self,
         quiet: tuple[float | None, float],
-        start: tuple[float, int | None, int],
-        end: tuple[float, int | None, int],
+        start: Sample,
+        end: Sample,
     ) -> dict[str, Any]:
         """What went through between ``start`` and ``end`` (all of it), and
         the quiet rate measured before, to compare it with.
@@ -370,7 +392,7 @@ class Traffic:
         agents' inventory re-reads of the changed rows), so the moment after
         a change is not quiet, and a difference would mislead either way.
         """
-        octets = None if start[1] is None or end[1] is None else end[1] - start[1]
+        octets = _octets(start, end)
         return {
             "seconds": end[0] - start[0],
             "broker_mb": None if octets is None else octets / 1e6,
