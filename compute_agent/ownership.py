@@ -266,13 +266,22 @@ class OwnershipManager:
             )
         return len(self._held), len(lost)
 
-    def refresh_inventory(self) -> int:
-        """Learn the nodes of our groups (all at first, then only changes)."""
-        deep = (
+    def deep_refresh_due(self) -> bool:
+        """Whether the next refresh should go back before the previous deep one."""
+        return (
             self._since is None
             or self._deep_since is None
             or self._since - self._deep_since >= _DEEP_EVERY
         )
+
+    def refresh_inventory(self, deep: bool | None = None) -> int:
+        """Learn the nodes of our groups (all at first, then only changes).
+
+        ``deep``: re-read back to :data:`_DEEP_OVERLAP` before the previous
+        deep refresh (``None``: when :meth:`deep_refresh_due`; ``False``:
+        only the short overlap).  The first refresh reads everything.
+        """
+        deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
         since = None
         if self._since is not None and self._deep_since is not None:
             start = self._deep_since - _DEEP_OVERLAP if deep else self._since - _RECENT_OVERLAP

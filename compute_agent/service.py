@@ -356,8 +356,16 @@ class AgentService:
             if view is None or not self.membership.can_act():
                 continue
             try:
-                self.ownership.refresh_inventory()
+                # The changes since the last refresh first, the deep re-read
+                # (for a commit that came late, which is rare) after acting:
+                # its window reaches back to the previous deep one, and after
+                # a cold start of 100k nodes that was the whole fleet again,
+                # 11 s under load, before the pass could claim the last
+                # nodes a peer had just released.
+                self.ownership.refresh_inventory(deep=False)
                 result = self.ownership.reconcile(view)
+                if self.ownership.deep_refresh_due():
+                    self.ownership.refresh_inventory(deep=True)
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
                 elif result is not None and result.retry_in is not None:

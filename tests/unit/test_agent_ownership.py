@@ -874,3 +874,25 @@ def test_inventory_refreshes_re_read_a_short_overlap_and_a_deep_one_every_few_se
             start = t0 + (tick - 1) * second - datetime.timedelta(seconds=0.5)
         expected.append(start.isoformat())
     assert conductor.since == expected
+
+
+def test_a_refresh_can_leave_the_deep_re_read_for_later() -> None:
+    """The agent acts on the changes since its last refresh first and re-reads
+    deep after the pass: a deep window can hold the whole fleet (after a cold
+    start), and reading it first delayed the claims by 11 s at 100k nodes."""
+    conductor = _TimedInventory()
+    manager = OwnershipManager("a1", conductor, StubMembership())  # type: ignore[arg-type]
+    t0 = conductor.as_of
+    second = datetime.timedelta(seconds=1)
+    manager.refresh_inventory(deep=False)  # the first one reads everything anyway
+    assert conductor.since == [None]
+    conductor.as_of = t0 + 20 * second  # a long pass later: a deep one is due ...
+    manager.refresh_inventory(deep=False)
+    assert manager.deep_refresh_due()
+    conductor.as_of = t0 + 21 * second
+    manager.refresh_inventory(deep=True)  # ... and comes after the pass
+    assert not manager.deep_refresh_due()
+    assert conductor.since[1:] == [
+        (t0 - datetime.timedelta(seconds=0.5)).isoformat(),  # the short overlap only
+        (t0 - 5 * second).isoformat(),  # back before the previous deep one
+    ]
