@@ -207,9 +207,8 @@ class ComputeDriver(abc.ABC):
         """
         states: dict[str, PowerState] = {}
         for ctx in contexts:
-            stub = Node(uuid=ctx.node_uuid, name=ctx.node_uuid, resource_class="-")
             try:
-                states[ctx.node_uuid] = self.get_power_state(ctx, stub)
+                states[ctx.node_uuid] = self.get_power_state(ctx, self._stub(ctx))
             except Exception as exc:  # reported next time
                 LOG.debug(
                     "Agent %s: power state of node %s unknown: %s", self.host, ctx.node_uuid, exc
@@ -230,8 +229,17 @@ class ComputeDriver(abc.ABC):
         """Refuse a context that does not match *node* or this agent: a bug in the caller."""
         if ctx.node_uuid != node.uuid:
             raise ValueError(f"context is for node {ctx.node_uuid}, not {node.uuid}")
+        self._check_host(ctx)
+
+    def _check_host(self, ctx: ActionContext) -> None:
+        """Refuse a context of another agent: a bug in the caller."""
         if ctx.host != self.host:
             raise ValueError(f"context is for agent {ctx.host!r}, this driver is {self.host!r}")
+
+    @staticmethod
+    def _stub(ctx: ActionContext) -> Node:
+        """The node of *ctx* when only its identity is known (the periodic power read)."""
+        return Node(uuid=ctx.node_uuid, name=ctx.node_uuid, resource_class="-")
 
 
 def load_driver(

@@ -213,17 +213,14 @@ class SimulatedDriver(ComputeDriver):
     def get_power_states(self, contexts: Sequence[ActionContext]) -> dict[str, PowerState]:
         # Two statements for all the nodes, not one per node: see NodeStore.get_many.
         for ctx in contexts:
-            if ctx.host != self.host:
-                raise ValueError(f"context is for agent {ctx.host!r}, this driver is {self.host!r}")
-        uuids = [ctx.node_uuid for ctx in contexts]
-        found = self._store.get_many(uuids)
-        unseen = [u for u in uuids if u not in found]
+            self._check_host(ctx)
+        found = self._store.get_many(ctx.node_uuid for ctx in contexts)
+        unseen = [ctx for ctx in contexts if ctx.node_uuid not in found]
         if unseen:
             # As get_power_state does: a node the hardware has not seen yet
             # starts as the conductor records a new node.
-            stubs = (Node(uuid=u, name=u, resource_class="-") for u in unseen)
-            found.update(self._store.seed_many([_initial(stub) for stub in stubs]))
-        return {uuid: found[uuid].power_state for uuid in uuids}
+            found.update(self._store.seed_many([_initial(self._stub(ctx)) for ctx in unseen]))
+        return {ctx.node_uuid: found[ctx.node_uuid].power_state for ctx in contexts}
 
     def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
         self._check_context(ctx, node)
