@@ -202,6 +202,21 @@ def age_nodes(db: Database, node_uuids: Sequence[str], hours: float = 1.0) -> No
         )
 
 
+def _a2_joins_a1(
+    env: Fleet,
+) -> tuple[list[str], OwnershipManager, OwnershipManager, MembershipView]:
+    """30 nodes all owned by a1, then a2 joins and reads the inventory (it has
+    claimed nothing yet, a1 released nothing): the nodes, a1, a2 and the view."""
+    uuids = add_nodes(env.db, 30)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    view = env.live({"a1": [], "a2": []})
+    a2 = env.agent("a2")
+    a2.refresh_inventory()
+    return uuids, a1, a2, view
+
+
 # -- the desired set -------------------------------------------------------------------
 
 
@@ -415,13 +430,7 @@ def test_a_join_moves_only_unpinned_idle_nodes_and_never_robs_a_live_owner(env: 
 def test_a_node_a_live_owner_keeps_is_not_asked_for_again_until_view_or_record_change(
     env: Fleet,
 ) -> None:
-    uuids = add_nodes(env.db, 30)
-    env.live({"a1": []})
-    a1 = env.agent("a1")
-    env.settle(1)
-    view = env.live({"a1": [], "a2": []})
-    a2 = env.agent("a2")
-    a2.refresh_inventory()
+    uuids, a1, a2, view = _a2_joins_a1(env)
     moving = sorted(a2.desired(view))
     pinned = moving[0]
     pin(env.db, [pinned], "a1")
@@ -456,13 +465,7 @@ def test_a_refusal_by_a_live_owner_brings_the_next_pass_forward_for_a_while(
     agent looks again within a second, not a reconcile_interval later."""
     clock = [1000.0]
     monkeypatch.setattr(agent_ownership.time, "monotonic", lambda: clock[0])
-    add_nodes(env.db, 30)
-    env.live({"a1": []})
-    a1 = env.agent("a1")
-    env.settle(1)
-    view = env.live({"a1": [], "a2": []})
-    a2 = env.agent("a2")
-    a2.refresh_inventory()
+    _nodes, a1, a2, view = _a2_joins_a1(env)
     refused = a2.reconcile(view)  # before a1 released anything
     assert refused is not None and refused.refused > 0 and not refused.converged
     assert refused.retry_in == agent_ownership._HANDOVER_POLL
@@ -491,13 +494,7 @@ def test_a_refusal_is_remembered_only_for_a_while(
     time window (its transaction committed late): the node is asked for again
     once the refusal is old, or it would stay unowned for good (issue 13)."""
     monkeypatch.setattr(agent_ownership, "_REFUSAL_MEMORY", 0.2)
-    add_nodes(env.db, 30)
-    env.live({"a1": []})
-    a1 = env.agent("a1")
-    env.settle(1)
-    view = env.live({"a1": [], "a2": []})
-    a2 = env.agent("a2")
-    a2.refresh_inventory()
+    _nodes, a1, a2, view = _a2_joins_a1(env)
     first = a2.reconcile(view)  # a1 has not released its share yet: refused
     mine = a2.desired(view)
     assert first is not None and first.refused == len(mine) > 0
