@@ -678,15 +678,8 @@ EOF
 }
 
 rf_ironic_start_bg() {
-    local pid
-    pid=$(rf_read_pid "$RF_IRONIC_PIDF")
-    if rf_alive "$pid"; then rf_msg "ironic already running (pid $pid)"; return 0; fi
-    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_IRONIC_LOG"
-    # Its own session and process group: stop/kill reach the forked workers.
-    setsid "$RF_IRONIC_VENV/bin/ironic" --config-file "$RF_IRONIC_CONF" \
-        </dev/null >>"$RF_IRONIC_LOG" 2>&1 &
-    printf '%s\n' "$!" >"$RF_IRONIC_PIDF"
-    disown "$!"
+    rf_group_start ironic "$RF_IRONIC_PIDF" "$RF_IRONIC_LOG" "$RF_IRONIC_DIR" \
+        "$RF_IRONIC_VENV/bin/ironic" --config-file "$RF_IRONIC_CONF"
 }
 
 # 0 ready, 1 not yet, 2 process gone.
@@ -708,7 +701,21 @@ rf_ironic_wait() {
 
 rf_ironic_stop() { rf_group_stop "$RF_IRONIC_PIDF" ironic "${1:-TERM}"; }
 
-# ------------------------------------------------------------ group stops --
+# ------------------------------------------------------- process groups --
+
+# rf_group_start NAME PIDFILE LOG DIR COMMAND...: COMMAND in DIR, in its own
+# session and process group (so that rf_group_stop reaches the workers it
+# forks), appending to LOG, its PID in PIDFILE; nothing if already running.
+rf_group_start() {
+    local name=$1 pidf=$2 log=$3 dir=$4 pid
+    shift 4
+    pid=$(rf_read_pid "$pidf")
+    if rf_alive "$pid"; then rf_msg "$name already running (pid $pid)"; return 0; fi
+    printf '=== start %(%F %T)T ===\n' -1 >>"$log"
+    (cd "$dir" && exec setsid "$@") </dev/null >>"$log" 2>&1 &
+    printf '%s\n' "$!" >"$pidf"
+    disown "$!"
+}
 
 # Live processes in process group PGID (a server started with setsid: its
 # master and the workers it forked).
@@ -827,15 +834,9 @@ EOF
 }
 
 rf_keystone_start_bg() {
-    local pid
-    pid=$(rf_read_pid "$RF_KEYSTONE_PIDF")
-    if rf_alive "$pid"; then rf_msg "keystone already running (pid $pid)"; return 0; fi
-    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_KEYSTONE_LOG"
-    # Its own session and process group: stop/kill reach the worker.
-    (cd "$RF_KEYSTONE_DIR" && exec setsid "$RF_KEYSTONE_VENV/bin/gunicorn") \
-        </dev/null >>"$RF_KEYSTONE_LOG" 2>&1 &
-    printf '%s\n' "$!" >"$RF_KEYSTONE_PIDF"
-    disown "$!"
+    # gunicorn reads its settings from gunicorn.conf.py in its directory.
+    rf_group_start keystone "$RF_KEYSTONE_PIDF" "$RF_KEYSTONE_LOG" "$RF_KEYSTONE_DIR" \
+        "$RF_KEYSTONE_VENV/bin/gunicorn"
 }
 
 # 0 ready, 1 not yet, 2 process gone.
