@@ -7,7 +7,8 @@ violations after every fault.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from sqlalchemy import select
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from compute_agent.drivers.action_log import Action, check_fencing, read_log
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
+from tests.dbutil import fresh_database, migrated
 from tests.functional.conductor_harness import client
 from tests.functional.harness import unique_group
 from tests.harness import ServiceProcess
@@ -151,6 +153,35 @@ def start_processes(
         procs = [fleet._spawn(module, name, (extra or {}).get(name, "")) for name in group]
         for proc in procs:
             proc.wait_log("serving topic", timeout)
+
+
+@contextlib.contextmanager
+def running_fleet(
+    workdir: Path,
+    *,
+    database_url: str,
+    db_prefix: str,
+    transport_url: str,
+    etcd_url: str,
+    agents: Sequence[str] = (),
+    step_duration: float = 0.05,
+) -> Iterator[Fleet]:
+    """A :class:`Fleet` on a fresh database (dropped afterwards), one
+    conductor ``cond-1`` and ``agents`` serving; every process killed at the end."""
+    with fresh_database(database_url, db_prefix) as url:
+        migrated(url).dispose()
+        fleet = Fleet(
+            workdir,
+            db_url=url,
+            transport_url=transport_url,
+            etcd_url=etcd_url,
+            step_duration=step_duration,
+        )
+        try:
+            start_processes(fleet, ["cond-1"], agents)
+            yield fleet
+        finally:
+            fleet.close()
 
 
 def log_tails(

@@ -23,9 +23,8 @@ import requests
 
 from conductor.api import microversion
 from conductor.api.v1 import ROUTES
-from tests.dbutil import fresh_database, migrated
 from tests.functional.api_harness import ApiServer
-from tests.functional.fleet_harness import Fleet, log_tails, start_processes
+from tests.functional.fleet_harness import Fleet, log_tails, running_fleet
 from tests.harness import wait_for
 
 NODES = 110
@@ -34,33 +33,23 @@ TIMEOUT = 30
 
 
 @pytest.fixture(scope="module")
-def module_pg_url(database_url: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for the module."""
-    with fresh_database(database_url, "rf_api") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def fleet(
     tmp_path_factory: pytest.TempPathFactory,
-    module_pg_url: str,
+    database_url: str,
     transport_url: str,
     etcd_url: str,
 ) -> Iterator[Fleet]:
-    migrated(module_pg_url).dispose()
-    f = Fleet(
+    with running_fleet(
         tmp_path_factory.mktemp("api-fleet"),
-        db_url=module_pg_url,
+        database_url=database_url,
+        db_prefix="rf_api",
         transport_url=transport_url,
         etcd_url=etcd_url,
+        agents=["agent-1", "agent-2"],
         step_duration=0.02,
-    )
-    try:
-        start_processes(f, ["cond-1"], ["agent-1", "agent-2"])
+    ) as f:
         yield f
         assert f.fencing_violations() == []
-    finally:
-        f.close()
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,8 @@ import requests
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
 
-from tests.dbutil import fresh_database, migrated
 from tests.functional.api_harness import ApiServer
-from tests.functional.fleet_harness import Fleet, start_processes
+from tests.functional.fleet_harness import Fleet, running_fleet
 
 TIMEOUT = 30
 ROLES = ("reader", "member", "admin")
@@ -113,19 +112,14 @@ def fleet(
     transport_url: str,
     etcd_url: str,
 ) -> Iterator[Fleet]:
-    with fresh_database(database_url, "rf_api_ks") as url:
-        migrated(url).dispose()
-        f = Fleet(
-            tmp_path_factory.mktemp("api-ks-fleet"),
-            db_url=url,
-            transport_url=transport_url,
-            etcd_url=etcd_url,
-        )
-        try:
-            start_processes(f, ["cond-1"])
-            yield f
-        finally:
-            f.close()
+    with running_fleet(
+        tmp_path_factory.mktemp("api-ks-fleet"),
+        database_url=database_url,
+        db_prefix="rf_api_ks",
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+    ) as f:
+        yield f
 
 
 @pytest.fixture(scope="module")
