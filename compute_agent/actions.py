@@ -20,11 +20,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
 from compute_agent.ownership import OwnershipManager
-from conductor.common.exception import Conflict, NodeNotBuildable, NotOwner, RingfleetError
+from conductor.common.exception import (
+    ActionAbandoned,
+    Conflict,
+    NodeNotBuildable,
+    NotOwner,
+    RingfleetError,
+)
 from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = ["NodeActions"]
@@ -66,6 +73,9 @@ class NodeActions:
         self._ownership = ownership
         self._lock = threading.Lock()
         self._in_flight: dict[str, tuple[str, str]] = {}  # node -> (action, instance)
+        # Deploys a delete of their own instance arrived for: they stop at
+        # their next step and tear the node down instead.
+        self._cancelled: set[str] = set()
         self._threads: set[threading.Thread] = set()
         self._accepting = True
 
@@ -78,15 +88,23 @@ class NodeActions:
             return len(self._in_flight)
 
     def stop_accepting(self) -> None:
+        """The agent stops: no new action, and no more waiting on the back end.
+
+        Deploys and teardowns the back end runs on its own are abandoned
+        at their next wait (:meth:`ComputeDriver.stop_waiting`): they go on
+        there, and the next process (or owner) resumes them from the record.
+        """
         with self._lock:
             self._accepting = False
+        self._driver.stop_waiting()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait for running actions (graceful stop); False if some still run."""
+        """Wait up to *timeout* s in all for running actions; False if some still run."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in threads)
 
     # -- accept ----------------------------------------------------------------
@@ -167,8 +185,23 @@ class NodeActions:
             running = self._in_flight.get(node.uuid)
             if running == ("destroy", instance_uuid):
                 return "in-progress"
+            if running == ("deploy", instance_uuid) and node.uuid in self._cancelled:
+                return "in-progress"
+            if running == ("deploy", instance_uuid):
+                # The instance is being deleted while it deploys: the deploy
+                # stops at its next step and tears the node down itself, so
+                # a delete never waits for a deploy that hangs.
+                self._cancelled.add(node.uuid)
+                LOG.info(
+                    "Agent %s: instance %s deleted while it deploys on node %s; "
+                    "stopping the deploy and tearing down",
+                    self._host,
+                    instance_uuid,
+                    node.uuid,
+                )
+                return "accepted"
             if running is not None:
-                # Tear down only once the deploy ends: the conductor retries.
+                # Tear down only once the other action ends: the conductor retries.
                 raise Conflict(
                     field="node_uuid",
                     value=node.uuid,
@@ -216,9 +249,12 @@ class NodeActions:
 
         def progress(step: str) -> None:
             # Re-checked at every call: stop as soon as the node is not ours
-            # (a SUSPENDED membership is waited out, up to its TTL).  A driver
-            # following a long transition calls it before every read.
+            # (a SUSPENDED membership is waited out, up to its TTL) or its
+            # instance is being deleted.  A driver following a long
+            # transition calls it before every read.
             self._ownership.wait_can_act(node.uuid, epoch, self._suspend_wait)
+            if self._is_cancelled(node.uuid):
+                raise _DeployCancelled(node.uuid)
             if not steps or steps[-1] != step:
                 steps.append(step)
                 LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
@@ -227,12 +263,21 @@ class NodeActions:
         try:
             self._driver.deploy(ctx, node, progress)
             self._ownership.pin(node.uuid)
+        except _DeployCancelled:
+            self._destroy(instance_uuid, node, epoch)
+            return
         except RingfleetError as exc:
             success, fault = False, str(exc)
-            if isinstance(exc, NotOwner):
-                LOG.warning("Instance %s on node %s abandoned: %s", instance_uuid, node.uuid, exc)
+            if isinstance(exc, NotOwner | ActionAbandoned):
+                LOG.log(
+                    logging.WARNING if isinstance(exc, NotOwner) else logging.INFO,
+                    "Instance %s on node %s abandoned: %s",
+                    instance_uuid,
+                    node.uuid,
+                    exc,
+                )
                 self._finish(node.uuid)
-                return  # not ours any more: the new owner deals with it
+                return  # the new owner, or our next process, carries on
             # Refused (the node hosts something else, or cannot deploy) or
             # failed before the first step: touching it would destroy what
             # is there.
@@ -242,7 +287,10 @@ class NodeActions:
             LOG.exception("Instance %s on node %s: driver crashed", instance_uuid, node.uuid)
             success, fault = False, f"driver error: {exc}"
             clean = self._clean_after_failure(ctx, node)
-        self._finish(node.uuid)
+        if self._deploy_ended(node.uuid):
+            # Deleted meanwhile: the teardown's result is the one awaited.
+            self._destroy(instance_uuid, node, epoch)
+            return
         self._report_build(
             instance_uuid, node.uuid, epoch, success=success, fault=fault, clean=clean
         )
@@ -285,12 +333,19 @@ class NodeActions:
         self._results.report(result)
 
     def _destroy(self, instance_uuid: str, node: Node, epoch: int) -> None:
+        with self._lock:
+            self._in_flight[node.uuid] = ("destroy", instance_uuid)
+            self._cancelled.discard(node.uuid)
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
         success, fault = True, None
         try:
             self._ownership.check(node.uuid, epoch)
             self._driver.destroy(ctx, node)
             self._ownership.unpin(node.uuid)
+        except ActionAbandoned as exc:
+            LOG.info("Instance %s on node %s: %s", instance_uuid, node.uuid, exc)
+            self._finish(node.uuid)
+            return  # our next process resumes it (the conductor routes it again)
         except Exception as exc:
             success, fault = False, str(exc)
             LOG.warning("Instance %s: destroy on node %s failed: %s", instance_uuid, node.uuid, exc)
@@ -304,6 +359,30 @@ class NodeActions:
         }
         self._results.report_destroy(result)
 
+    def _deploy_ended(self, node_uuid: str) -> bool:
+        """The deploy on *node_uuid* is over: True if a delete cancelled it.
+
+        One step under the lock, so a delete accepted at this very moment
+        is either seen here or finds the node free (and starts its own).
+        """
+        with self._lock:
+            if node_uuid in self._cancelled:
+                return True
+            self._in_flight.pop(node_uuid, None)
+            return False
+
+    def _is_cancelled(self, node_uuid: str) -> bool:
+        with self._lock:
+            return node_uuid in self._cancelled
+
     def _finish(self, node_uuid: str) -> None:
         with self._lock:
             self._in_flight.pop(node_uuid, None)
+            self._cancelled.discard(node_uuid)
+
+
+class _DeployCancelled(Exception):
+    """The deploy's instance is being deleted: stop and tear down (internal)."""
+
+    def __init__(self, node_uuid: str) -> None:
+        super().__init__(f"deploy on node {node_uuid} cancelled by a delete")

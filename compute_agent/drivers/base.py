@@ -225,6 +225,16 @@ class ComputeDriver(abc.ABC):
     def close(self) -> None:  # noqa: B027  # optional hook, deliberately not abstract
         """Release the driver's resources (sessions, files); the agent is stopping."""
 
+    def stop_waiting(self) -> None:  # noqa: B027  # optional hook, deliberately not abstract
+        """The agent is stopping: every wait for the back end ends now.
+
+        A driver that follows transitions the back end runs on its own (an
+        Ironic deploy) raises :class:`~conductor.common.exception.ActionAbandoned`
+        from each such wait instead of holding the stop up: the transition
+        goes on there, and the next owner resumes it from what the back end
+        shows.  Actions the driver carries out itself may finish.
+        """
+
     def _check_context(self, ctx: ActionContext, node: Node) -> None:
         """Refuse a context that does not match *node* or this agent: a bug in the caller."""
         if ctx.node_uuid != node.uuid:

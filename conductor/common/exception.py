@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "ActionAbandoned",
     "ActionLogError",
     "ConfigurationError",
     "Conflict",
@@ -453,6 +454,24 @@ class DriverError(RingfleetError):
             node_uuid=node_uuid,
             action=action,
             reason=reason,
+        )
+
+
+class ActionAbandoned(RingfleetError):
+    """An agent stopped following a node action because it is stopping.
+
+    Not a failure: the action goes on (or has ended) in the back end, and
+    the agent's next incarnation, or the node's next owner, resumes it from
+    what the back end shows.  Nothing is reported for it.
+    """
+
+    def __init__(self, node_uuid: str, action: str) -> None:
+        self.node_uuid = node_uuid
+        self.action = action
+        super().__init__(
+            f"{action} on node {node_uuid} abandoned: the agent is stopping",
+            node_uuid=node_uuid,
+            action=action,
         )
 
 

@@ -37,6 +37,8 @@ __all__ = [
     "BaremetalClient",
     "IronicClaimConflict",
     "IronicNode",
+    "IronicNodeGone",
+    "IronicNodeLocked",
     "power_state_of",
     "provision_state_of",
 ]
@@ -58,6 +60,7 @@ NODE_FIELDS: Final = (
     "target_power_state",
     "provision_state",
     "target_provision_state",
+    "updated_at",
     "instance_uuid",
     "instance_info",
     "last_error",
@@ -145,6 +148,8 @@ class IronicNode:
     instance_uuid: str | None
     instance_info: Mapping[str, Any]
     last_error: str | None
+    #: when Ironic last changed the node: its progress, while a transition runs
+    updated_at: str | None = None
 
     @classmethod
     def from_sdk(cls, node: Any) -> IronicNode:
@@ -165,6 +170,7 @@ class IronicNode:
             instance_uuid=node.instance_id,
             instance_info=dict(node.instance_info or {}),
             last_error=node.last_error,
+            updated_at=_text(node.updated_at),
         )
 
 
@@ -174,6 +180,20 @@ class IronicClaimConflict(Exception):
     Internal to the ``ironic`` driver, which re-reads the node to tell the two
     apart; never crosses RPC.
     """
+
+
+class IronicNodeLocked(Exception):
+    """Ironic answered 409 "Node ... is locked by host ..., please retry".
+
+    Ironic holds a node's lock while one of its own tasks runs (a deploy
+    step, a power sync): the request is refused *now*, and the same request
+    succeeds once the task ends.  Internal to the ``ironic`` driver, which
+    retries it; never crosses RPC.
+    """
+
+
+class IronicNodeGone(DriverError):
+    """Ironic has no node with this uuid (404): nothing there to act on or wait for."""
 
 
 class BaremetalClient:
@@ -258,6 +278,8 @@ class BaremetalClient:
             try:
                 self._proxy.patch_node(node_uuid, patch, retry_on_conflict=False)
             except openstack.exceptions.ConflictException as exc:
+                if _is_locked(exc):
+                    raise
                 raise IronicClaimConflict(str(exc)) from exc
 
     def release(self, node_uuid: str) -> None:
@@ -267,7 +289,7 @@ class BaremetalClient:
             {"op": "remove", "path": "/instance_info"},
         ]
         with self._translated(node_uuid, "release claim"):
-            self._proxy.patch_node(node_uuid, patch, retry_on_conflict=True)
+            self._proxy.patch_node(node_uuid, patch, retry_on_conflict=False)
 
     def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
         """Ask Ironic to move the node to *target* (``active``, ``deleted``...); no wait."""
@@ -290,9 +312,12 @@ class BaremetalClient:
             raise
         except openstack.exceptions.NotFoundException as exc:
             self._up()
-            raise DriverError(node_uuid, action, "Ironic has no such node") from exc
+            raise IronicNodeGone(node_uuid, action, "Ironic has no such node") from exc
         except openstack.exceptions.HttpException as exc:
             status = exc.status_code
+            if status == 409 and _is_locked(exc):
+                self._up()
+                raise IronicNodeLocked(_details(exc)) from exc
             if status is not None and status >= 500 and status != 501:
                 raise self._unavailable(f"Ironic answered {status}: {_details(exc)}") from exc
             self._up()
@@ -320,6 +345,15 @@ class BaremetalClient:
             was, self._down = self._down, False
         if was:
             LOG.info("Ironic at %s answers again", self.endpoint)
+
+
+def _is_locked(exc: openstack.exceptions.HttpException) -> bool:
+    """Ironic's NodeLocked: "Node ... is locked by host ..., please retry ..."."""
+    return "is locked by host" in _details(exc)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _details(exc: openstack.exceptions.HttpException) -> str:

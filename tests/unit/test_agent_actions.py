@@ -275,10 +275,36 @@ def test_another_instance_on_a_busy_node_is_a_conflict(tmp_path: Path) -> None:
         agent.actions.build(instance_id(), node, epoch)
     assert err.value.field == "node_uuid" and err.value.value == node.uuid
     assert first in str(err.value)
-    with pytest.raises(Conflict):  # nor a teardown while it deploys
-        agent.actions.destroy(first, node, epoch)
+    with pytest.raises(Conflict):  # nor the teardown of another instance
+        agent.actions.destroy(instance_id(), node, epoch)
     assert agent.actions.wait_idle(5.0)
     assert [b["instance_uuid"] for b in agent.conductor.builds] == [first]
+
+
+def test_a_delete_of_a_deploying_instance_stops_the_deploy_and_tears_down(
+    tmp_path: Path,
+) -> None:
+    """A delete never waits for a deploy that may hang: the deploy stops at
+    its next step, the node is torn down, and only the teardown is reported."""
+    agent = make_agent(tmp_path, step_duration=0.2)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    agent.actions.build(instance, node, epoch)
+    wait_for(lambda: ("deploy_start", None) in agent.log_of(node))
+    assert agent.actions.destroy(instance, node, epoch) == "accepted"
+    assert agent.actions.destroy(instance, node, epoch) == "in-progress"
+    wait_for(lambda: len(agent.conductor.destroys) == 1)
+    assert agent.actions.wait_idle(5.0)
+    [destroyed] = agent.conductor.destroys
+    assert (destroyed["instance_uuid"], destroyed["success"]) == (instance, True)
+    assert agent.conductor.builds == []  # the build's outcome is the delete's
+    assert ("deploy_done", None) not in agent.log_of(node)
+    state = agent.driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.AVAILABLE
+    assert state.instance_uuid is None
+    assert agent.ownership.pinned() == set()
+    assert agent.actions.busy_nodes() == set()
 
 
 @pytest.mark.parametrize("delta", [1, -1])

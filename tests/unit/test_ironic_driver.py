@@ -1,8 +1,10 @@
 """The ``ironic`` compute driver and the Ironic client, against an in-memory fake Ironic.
 
-:class:`FakeIronic` has the methods of :class:`BaremetalClient` and moves its
-nodes through Ironic's states as Ironic does, one step per read, so the
-driver's polling follows them; ``[ironic] poll_interval`` is tiny.  The
+:class:`~tests.fake_ironic.FakeIronic` has the methods of
+:class:`BaremetalClient` and moves its nodes through Ironic's states as
+Ironic does (checked against a real one by test_ironic_contract), one step
+per read, so the driver's polling follows them; ``[ironic] poll_interval``
+is tiny.  The
 client's error translation is tested on its own with a fake openstacksdk
 proxy raising the SDK's and keystoneauth's real exceptions.
 """
@@ -12,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 import types
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from compute_agent.drivers import ActionContext, BackendNode
 from compute_agent.drivers.ironic.driver import IronicDriver
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
+    ActionAbandoned,
     DriverError,
     NodeNotBuildable,
     NotOwner,
@@ -37,176 +41,14 @@ from conductor.common.exception import (
 from conductor.common.ironic import (
     BaremetalClient,
     IronicClaimConflict,
-    IronicNode,
     power_state_of,
     provision_state_of,
 )
 from conductor.common.objects import Node, PowerState, ProvisionState
+from tests.fake_ironic import FakeIronic, FakeNode
 
 HOST = "agent-1"
 EPOCH = 4
-
-
-# -- a fake Ironic -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class FakeNode:
-    uuid: str
-    provision_state: str | None = "available"
-    target_provision_state: str | None = None
-    power_state: str | None = "power off"
-    target_power_state: str | None = None
-    maintenance: bool = False
-    maintenance_reason: str | None = None
-    instance_uuid: str | None = None
-    instance_info: dict[str, Any] = dataclasses.field(default_factory=dict)
-    last_error: str | None = None
-    name: str | None = None
-    resource_class: str | None = "baremetal"
-    traits: tuple[str, ...] = ()
-    properties: dict[str, Any] = dataclasses.field(default_factory=dict)
-    conductor_group: str = ""
-    shard: str | None = None
-    #: changes applied one per read (Ironic's conductor moving the node on)
-    script: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-    def view(self) -> IronicNode:
-        return IronicNode(
-            uuid=self.uuid,
-            name=self.name,
-            resource_class=self.resource_class,
-            traits=self.traits,
-            properties=dict(self.properties),
-            conductor_group=self.conductor_group,
-            shard=self.shard,
-            maintenance=self.maintenance,
-            maintenance_reason=self.maintenance_reason,
-            power_state=self.power_state,
-            target_power_state=self.target_power_state,
-            provision_state=self.provision_state,
-            target_provision_state=self.target_provision_state,
-            instance_uuid=self.instance_uuid,
-            instance_info=dict(self.instance_info),
-            last_error=self.last_error,
-        )
-
-
-class FakeIronic:
-    """Ironic in memory, with :class:`BaremetalClient`'s methods.
-
-    ``set_provision_state("active")`` puts a node in ``deploying`` and, after
-    :attr:`steps` reads, ``active`` (or ``deploy failed`` when
-    :attr:`deploy_error` is set); ``"deleted"`` goes through ``deleting`` and
-    ``cleaning`` to ``available`` and drops the claim.  Every write is
-    recorded in :attr:`writes`.
-    """
-
-    endpoint = "http://ironic.test:6385"
-
-    def __init__(self, steps: int = 2) -> None:
-        self.nodes: dict[str, FakeNode] = {}
-        self.steps = steps
-        self.deploy_error: str | None = None
-        self.writes: list[tuple[Any, ...]] = []
-        self.reads = 0
-        #: the next this many reads fail as an unreachable Ironic would
-        self.unreachable_reads = 0
-        #: called before a claim is applied (another claimant's race)
-        self.before_claim: Callable[[FakeNode], None] | None = None
-        #: called after a claim is applied
-        self.after_claim: Callable[[FakeNode], None] | None = None
-        self.lock = threading.Lock()
-
-    def add(self, **fields: Any) -> FakeNode:
-        fields.setdefault("uuid", str(uuidlib.uuid4()))
-        node = FakeNode(**fields)
-        self.nodes[node.uuid] = node
-        return node
-
-    def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
-        with self.lock:
-            self.reads += 1
-            if self.unreachable_reads:
-                self.unreachable_reads -= 1
-                raise ServiceUnavailable(f"Ironic at {self.endpoint} unreachable")
-            node = self._node(node_uuid, action)
-            if node.script:
-                for key, value in node.script.pop(0).items():
-                    setattr(node, key, value)
-            return node.view()
-
-    def list_nodes(
-        self, *, shard: str | None = None, page_size: int = 1000
-    ) -> Iterator[IronicNode]:
-        with self.lock:
-            found = [n.view() for n in self.nodes.values() if shard is None or n.shard == shard]
-        yield from found
-
-    def claim(self, node_uuid: str, instance_uuid: str, info: Mapping[str, Any]) -> None:
-        node = self._node(node_uuid, "claim")
-        if self.before_claim is not None:
-            self.before_claim(node)
-        self.writes.append(("claim", node_uuid, instance_uuid, dict(info)))
-        if node.instance_uuid not in (None, instance_uuid):
-            raise IronicClaimConflict(f"node already associated with {node.instance_uuid}")
-        node.instance_uuid, node.instance_info = instance_uuid, dict(info)
-        if self.after_claim is not None:
-            self.after_claim(node)
-
-    def release(self, node_uuid: str) -> None:
-        node = self._node(node_uuid, "release claim")
-        self.writes.append(("release", node_uuid))
-        node.instance_uuid, node.instance_info = None, {}
-
-    def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
-        node = self._node(node_uuid, action)
-        self.writes.append(("provision", node_uuid, target))
-        waits: list[dict[str, Any]] = [{}] * (self.steps - 1)
-        if target == "active":
-            node.provision_state, node.target_provision_state = "deploying", "active"
-            end: dict[str, Any] = {"provision_state": "active", "target_provision_state": None}
-            if self.deploy_error is not None:
-                end = {
-                    "provision_state": "deploy failed",
-                    "target_provision_state": None,
-                    "last_error": self.deploy_error,
-                }
-            node.script = [*waits, end]
-        elif target == "deleted":
-            node.provision_state, node.target_provision_state = "deleting", "available"
-            node.script = [
-                *waits,
-                {"provision_state": "cleaning"},
-                *waits,
-                {
-                    "provision_state": "available",
-                    "target_provision_state": None,
-                    "instance_uuid": None,
-                    "instance_info": {},
-                    "last_error": None,
-                },
-            ]
-        else:
-            raise AssertionError(f"unexpected target {target}")
-
-    def set_power_state(self, node_uuid: str, target: str) -> None:
-        node = self._node(node_uuid, "set_power")
-        self.writes.append(("power", node_uuid, target))
-        final = "power off" if target == "power off" else "power on"
-        node.target_power_state = final
-        if target == "rebooting":
-            node.power_state = "power off"
-        node.script = [
-            *[{}] * (self.steps - 1),
-            {"power_state": final, "target_power_state": None},
-        ]
-
-    def _node(self, node_uuid: str, action: str) -> FakeNode:
-        try:
-            return self.nodes[node_uuid]
-        except KeyError:
-            raise DriverError(node_uuid, action, "Ironic has no such node") from None
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -376,8 +218,12 @@ def test_a_failed_deploy_of_our_instance_is_a_driver_error_with_ironics_reason(
     tmp_path: Path, fake: FakeIronic
 ) -> None:
     instance = new_instance()
+    # Ironic keeps the target on a failed deploy: the state alone says it ended.
     ironic_node = fake.add(
-        provision_state="deploy failed", instance_uuid=instance, last_error="IPA timed out"
+        provision_state="deploy failed",
+        target_provision_state="active",
+        instance_uuid=instance,
+        last_error="IPA timed out",
     )
     node = ring_node(ironic_node)
     with pytest.raises(DriverError, match="IPA timed out") as err:
@@ -419,7 +265,10 @@ def test_a_node_undeployable_after_our_claim_is_released_and_not_buildable(
         make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, progress)
     assert [w[0] for w in fake.writes] == ["claim", "release"]
     assert ironic_node.instance_uuid is None
-    assert progress.steps == ["claim", "release"]
+    assert [s for s in progress.steps if s in ("claim", "deploy", "release")] == [
+        "claim",
+        "release",
+    ]
 
 
 def test_a_deploy_whose_node_is_lost_mid_follow_stops_touching_nothing(
@@ -461,9 +310,107 @@ def test_a_deploy_stuck_past_its_timeout_is_a_driver_error(
         provision_state="wait call-back", target_provision_state="active", instance_uuid=instance
     )
     node = ring_node(ironic_node)
-    with pytest.raises(DriverError, match="still wait call-back when the timeout expired"):
+    with pytest.raises(DriverError, match="still wait call-back; no progress in Ironic for 1 s"):
         make_driver(tmp_path, fake, deploy_timeout=1).deploy(ctx_for(node, instance), node, Steps())
     assert fake.writes == []
+
+
+def test_an_ironic_restart_mid_deploy_fails_the_deploy_at_once_with_its_reason(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """Ironic's restart moves the deploy to ``deploy failed`` and keeps the
+    target ``active``: the deploy ends there, not at its timeout."""
+    fake.steps = 50
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    progress = Steps()
+
+    def ironic_restarts(step: str) -> None:
+        if step == "deploying":
+            fake.restart()
+
+    progress.on_step = ironic_restarts
+    with pytest.raises(DriverError, match="can't be resumed") as err:
+        make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, progress)
+    assert "deploy failed" in err.value.reason
+    assert (ironic_node.provision_state, ironic_node.target_provision_state) == (
+        "deploy failed",
+        "active",
+    )
+
+
+def test_a_write_refused_as_locked_is_retried(tmp_path: Path, fake: FakeIronic) -> None:
+    fake.locked_writes = 3
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    make_driver(tmp_path, fake).deploy(ctx_for(node, instance), node, Steps())
+    assert ironic_node.provision_state == "active" and ironic_node.instance_uuid == instance
+    assert [w[0] for w in fake.writes] == ["locked", "locked", "locked", "claim", "provision"]
+
+
+def test_a_write_locked_past_the_timeout_is_a_driver_error(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    fake.locked_writes = 10**6
+    node = ring_node(fake.add())
+    with pytest.raises(DriverError, match="locked in Ironic"):
+        make_driver(tmp_path, fake, deploy_timeout=1).deploy(
+            ctx_for(node, new_instance()), node, Steps()
+        )
+    assert {w[0] for w in fake.writes} == {"locked"}
+
+
+def test_a_node_gone_from_ironic_is_not_buildable_and_its_teardown_is_done(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    node = Node(uuid=str(uuidlib.uuid4()), name="gone", resource_class="baremetal")
+    driver = make_driver(tmp_path, fake)
+    instance = new_instance()
+    with pytest.raises(NodeNotBuildable, match="no such node"):
+        driver.inspect(ctx_for(node, instance), node)
+    with pytest.raises(NodeNotBuildable, match="no such node"):
+        driver.deploy(ctx_for(node, instance), node, Steps())
+    driver.destroy(ctx_for(node, instance), node)  # nothing there: done
+    assert fake.writes == []
+
+
+def test_ironics_progress_keeps_a_long_deploy_alive(tmp_path: Path, fake: FakeIronic) -> None:
+    """The timeout counts from Ironic's last change, not from the start."""
+    fake.steps = 50  # ~2.5 s of reads at 50 ms, each one a change in Ironic
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake, deploy_timeout=1)
+    started = time.monotonic()
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    assert time.monotonic() - started > 1.0  # longer than the timeout, yet not cut
+    assert ironic_node.provision_state == "active"
+
+
+def test_a_stop_abandons_a_followed_deploy_at_once(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="wait call-back", target_provision_state="active", instance_uuid=instance
+    )
+    node = ring_node(ironic_node)
+    driver = make_driver(tmp_path, fake)
+    outcome: list[BaseException] = []
+
+    def deploy() -> None:
+        try:
+            driver.deploy(ctx_for(node, instance), node, Steps())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=deploy)
+    thread.start()
+    time.sleep(0.2)
+    assert thread.is_alive()  # following the wait call-back
+    driver.stop_waiting()
+    thread.join(2)
+    assert not thread.is_alive()
+    [abandoned] = outcome
+    assert isinstance(abandoned, ActionAbandoned)
+    assert fake.writes == []  # nothing changed in Ironic: the next process resumes it
 
 
 # -- destroy -------------------------------------------------------------------------------
@@ -527,6 +474,64 @@ def test_destroy_of_a_failed_deploy_tears_it_down(tmp_path: Path, fake: FakeIron
     make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
     assert ironic_node.provision_state == "available" and ironic_node.instance_uuid is None
     assert fake.writes == [("provision", node.uuid, "deleted")]
+
+
+def test_a_teardown_that_ironic_failed_is_asked_again(tmp_path: Path, fake: FakeIronic) -> None:
+    """An interrupted teardown ends in ``error``: asking ``deleted`` again ends it."""
+    instance = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=instance)
+    node = ring_node(ironic_node)
+    fake.teardown_error = "The deleting state can't be resumed"
+    driver = make_driver(tmp_path, fake)
+    reads = fake.reads
+    # The first request fails in Ironic (error); the second succeeds.
+    original = fake.set_provision_state
+
+    def second_succeeds(node_uuid: str, target: str, *, action: str) -> None:
+        original(node_uuid, target, action=action)
+        fake.teardown_error = None
+
+    fake.set_provision_state = second_succeeds  # type: ignore[method-assign]
+    driver.destroy(ctx_for(node, instance), node)
+    assert fake.reads > reads
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("available", None)
+    assert fake.writes == [("provision", node.uuid, "deleted"), ("provision", node.uuid, "deleted")]
+
+
+def test_a_teardown_failing_every_time_is_a_driver_error_with_ironics_reason(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(provision_state="error", instance_uuid=instance)
+    node = ring_node(ironic_node)
+    fake.teardown_error = "BMC refused"
+    with pytest.raises(DriverError, match="BMC refused"):
+        make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert [w[0] for w in fake.writes] == ["provision"] * 3
+
+
+def test_destroy_waits_out_a_node_locked_by_ironic(tmp_path: Path, fake: FakeIronic) -> None:
+    instance = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=instance)
+    node = ring_node(ironic_node)
+    fake.locked_writes = 2
+    make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert [w[0] for w in fake.writes] == ["locked", "locked", "provision"]
+    assert ironic_node.provision_state == "available"
+
+
+def test_a_fake_ironic_restart_fails_what_it_interrupted() -> None:
+    """The fake does what Ironic does at start (test_ironic_contract checks it on a real one)."""
+    fake = FakeIronic()
+    deploying = fake.add(provision_state="deploying", target_provision_state="active")
+    deleting = fake.add(provision_state="deleting", target_provision_state="available")
+    fake.restart()
+    assert (deploying.provision_state, deploying.target_provision_state) == (
+        "deploy failed",
+        "active",
+    )
+    assert (deleting.provision_state, deleting.target_provision_state) == ("error", None)
+    assert "can't be resumed" in (deploying.last_error or "")
 
 
 # -- power and reads -----------------------------------------------------------------------
@@ -690,6 +695,7 @@ def _sdk_node(node_uuid: str) -> Any:
         instance_id=None,
         instance_info=None,
         last_error=None,
+        updated_at="2026-11-26T07:00:00+00:00",
     )
 
 
@@ -774,7 +780,7 @@ def test_client_claim_conflict_is_a_claim_conflict() -> None:
     client.release("n-1")
     assert [(p[0], [op["op"] for op in p[1]], p[2]) for p in proxy.patches] == [
         ("n-1", ["add", "add"], False),
-        ("n-1", ["remove", "remove"], True),
+        ("n-1", ["remove", "remove"], False),
     ]
 
 

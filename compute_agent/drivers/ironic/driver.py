@@ -9,24 +9,32 @@ that both believed they owned a node could not deploy two instances on it.
 
 Nothing is remembered between calls.  Each action starts by reading the
 node from Ironic and carries on from whatever state it finds, which is how
-an agent *adopts* work its previous owner left half done: a deploy still
-running is followed to its end, a failed one torn down, a tear-down or a
-cleaning followed until the node is available again.
+an agent *adopts* work its previous owner (or its own previous process)
+left half done.  What each of Ironic's states means for a deploy and for a
+teardown is declared once, in :mod:`.states`: a transition is over when
+Ironic's *provision state* is at rest, whatever ``target_provision_state``
+says (Ironic keeps ``active`` there on a ``deploy failed`` node).
 
 States are followed by polling with a short, doubling interval
 (``[ironic] poll_interval`` .. ``poll_max_interval``): Ironic moves a fake
-node in ~100 ms, and openstacksdk's own waits poll every 2 s.  While Ironic
-is unreachable a followed action keeps polling (one WARNING, then one INFO
-when it answers) until its timeout: the deploy itself runs in Ironic and
-may well succeed meanwhile.
+node in ~100 ms, and openstacksdk's own waits poll every 2 s.  Ironic's own
+progress is the heartbeat: the ``deploy_timeout``/``teardown_timeout``
+counts from the last time Ironic changed the node, so a long deploy that
+moves is never cut short, and one that stopped moving ends.  While Ironic
+is unreachable, or answers 409 "locked" because one of its own tasks holds
+the node, an action waits and re-reads (the client logs one WARNING when
+Ironic goes and one INFO when it answers again).  When the agent stops,
+every wait ends at once (:meth:`IronicDriver.stop_waiting`): the transition
+runs on in Ironic and is resumed from there.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Collection
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 from oslo_config import cfg
 
@@ -38,12 +46,21 @@ from compute_agent.drivers.base import (
     ProgressCallback,
     validate_power_target,
 )
+from compute_agent.drivers.ironic import states
+from compute_agent.drivers.ironic.states import DeployStep, TeardownStep
 from conductor.common.conf import ironic as ironic_conf
-from conductor.common.exception import DriverError, NodeNotBuildable, ServiceUnavailable
+from conductor.common.exception import (
+    ActionAbandoned,
+    DriverError,
+    NodeNotBuildable,
+    ServiceUnavailable,
+)
 from conductor.common.ironic import (
     BaremetalClient,
     IronicClaimConflict,
     IronicNode,
+    IronicNodeGone,
+    IronicNodeLocked,
     power_state_of,
     provision_state_of,
 )
@@ -53,29 +70,9 @@ __all__ = ["IronicDriver"]
 
 LOG = logging.getLogger(__name__)
 
-#: Ironic states a deploy is running in: follow them.
-_DEPLOYING: Final = frozenset({"deploying", "wait call-back", "deploy hold"})
-#: States a tear-down or cleaning is running in: follow them.
-_TEARING_DOWN: Final = frozenset({"deleting", "cleaning", "clean wait", "clean hold"})
-#: States Ironic tears down from ("deleted" is accepted there).
-_UNDEPLOYABLE: Final = frozenset({"active", "deploy failed", "error", "wait call-back"})
-#: States no deploy may start from and waiting will not change.
-_NEVER_DEPLOYABLE: Final = frozenset(
-    {
-        "enroll",
-        "verifying",
-        "manageable",
-        "inspecting",
-        "inspect wait",
-        "inspect failed",
-        "adopting",
-        "adopt failed",
-        "clean failed",
-    }
-)
-#: How many times a tear-down is asked for before the destroy fails.
-_TEARDOWN_ATTEMPTS: Final = 2
-#: How many times a claim refused because the node was locked is retried.
+#: How many times a teardown is asked for before the destroy fails.
+_TEARDOWN_ATTEMPTS: Final = 3
+#: How many times a claim is tried while another claimant's race is settling.
 _CLAIM_ATTEMPTS: Final = 5
 
 _IRONIC_POWER_TARGETS: Final = {
@@ -83,6 +80,8 @@ _IRONIC_POWER_TARGETS: Final = {
     "power off": "power off",
     "reboot": "rebooting",
 }
+
+_T = TypeVar("_T")
 
 
 class IronicDriver(ComputeDriver):
@@ -107,6 +106,7 @@ class IronicDriver(ComputeDriver):
         self._deploy_timeout: float = float(options.deploy_timeout)
         self._teardown_timeout: float = float(options.teardown_timeout)
         self._ironic = client if client is not None else BaremetalClient.from_conf(conf)
+        self._stopping = threading.Event()
         LOG.info(
             "Agent %s drives nodes through Ironic at %s (API %s)",
             host,
@@ -114,11 +114,19 @@ class IronicDriver(ComputeDriver):
             ironic_conf.API_VERSION,
         )
 
+    def stop_waiting(self) -> None:
+        self._stopping.set()
+
     # -- reads -----------------------------------------------------------------
 
     def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
         self._check_context(ctx, node)
-        found = self._ironic.get_node(node.uuid, action="inspect")
+        try:
+            found = self._ironic.get_node(node.uuid, action="inspect")
+        except IronicNodeGone as exc:
+            # Deleted from Ironic before the inventory sync retired it:
+            # no build can ever succeed here.
+            raise NodeNotBuildable(field="node_uuid", value=node.uuid, reason=exc.reason) from exc
         return BackendNode(
             provision_state=provision_state_of(found.provision_state),
             power_state=power_state_of(found.power_state),
@@ -140,15 +148,18 @@ class IronicDriver(ComputeDriver):
         instance = ctx.instance_uuid
         if instance is None:
             raise ValueError("deploy needs ActionContext.instance_uuid")
-        found = self._ironic.get_node(node.uuid, action="deploy")
+        watch = _Watch(self, ctx, "deploy", self._deploy_timeout, progress)
+        try:
+            found = watch.read()
+        except IronicNodeGone as exc:
+            raise NodeNotBuildable(field="node_uuid", value=node.uuid, reason=exc.reason) from exc
         self._refuse_unbuildable(found, instance)
         if found.instance_uuid is None:
             progress("claim")
-            found = self._claim(ctx, found)
-        deadline = time.monotonic() + self._deploy_timeout
+            found = self._claim(watch, found)
         while True:
-            state = found.provision_state
-            if state == "active":
+            step = states.deploy_step(found.provision_state, maintenance=found.maintenance)
+            if step is DeployStep.DONE:
                 LOG.info(
                     "Instance %s is active on Ironic node %s (agent %s, epoch %d)",
                     instance,
@@ -157,32 +168,26 @@ class IronicDriver(ComputeDriver):
                     ctx.epoch,
                 )
                 return
-            if _busy(found):
+            if step is DeployStep.FOLLOW:
                 # A deploy or a cleaning running (perhaps started by the
                 # previous owner): follow it to its end.
-                found = self._follow(ctx, progress, deadline, "deploy", _busy)
-                continue
-            if state == "deploy failed":
-                # Failed here or under the previous owner: the build fails
-                # and the agent tears the node down (deploying it again
-                # would hide the fault from the user).
-                raise DriverError(node.uuid, "deploy", found.last_error or "deploy failed")
-            if state == "available" and not found.maintenance:
+                found = watch.until_at_rest()
+            elif step is DeployStep.START:
                 progress("deploy")
-                self._ironic.set_provision_state(node.uuid, "active", action="deploy")
-                found = self._follow(ctx, progress, deadline, "deploy", _busy_or(state))
-                continue
-            if found.maintenance or state in _NEVER_DEPLOYABLE:
+                found = watch.request(found, "active")
+            elif step is DeployStep.FAILED:
+                # Failed here or under the previous owner (or Ironic's own
+                # restart failed it): the agent tears the node down and the
+                # build is rescheduled, with Ironic's reason.
+                raise DriverError(node.uuid, "deploy", _failure(found))
+            else:
                 # Nothing was deployed: give the claim back, or the node
                 # would stay a trap for every later build.
                 progress("release")
-                self._ironic.release(node.uuid)
+                watch.call(self._ironic.release, node.uuid)
                 raise NodeNotBuildable(
                     field="node_uuid", value=node.uuid, reason=_not_buildable(found)
                 )
-            raise DriverError(
-                node.uuid, "deploy", f"Ironic shows it {state}: {found.last_error or 'no error'}"
-            )
 
     def _refuse_unbuildable(self, found: IronicNode, instance: str) -> None:
         """Refuse, touching nothing, a node that hosts another instance or cannot deploy."""
@@ -193,30 +198,29 @@ class IronicDriver(ComputeDriver):
                 reason=f"Ironic shows the node claimed by instance {found.instance_uuid}",
             )
         if found.instance_uuid is None and (
-            found.maintenance or found.provision_state in _NEVER_DEPLOYABLE
+            found.maintenance or found.provision_state in states.NEVER_DEPLOYABLE
         ):
             raise NodeNotBuildable(
                 field="node_uuid", value=found.uuid, reason=_not_buildable(found)
             )
 
-    def _claim(self, ctx: ActionContext, found: IronicNode) -> IronicNode:
-        """Set Ironic's claim for ``ctx.instance_uuid``; the node as it is afterwards."""
+    def _claim(self, watch: _Watch, found: IronicNode) -> IronicNode:
+        """Set Ironic's claim for the watched instance; the node as it is afterwards."""
+        ctx = watch.ctx
         assert ctx.instance_uuid is not None
         info = {"ringfleet_host": ctx.host, "ringfleet_epoch": ctx.epoch}
-        delay = self._poll_interval
         for attempt in range(1, _CLAIM_ATTEMPTS + 1):
             try:
-                self._ironic.claim(found.uuid, ctx.instance_uuid, info)
+                watch.call(self._ironic.claim, found.uuid, ctx.instance_uuid, info)
             except IronicClaimConflict as exc:
-                found = self._ironic.get_node(found.uuid, action="deploy")
+                found = watch.read()
                 if found.instance_uuid == ctx.instance_uuid:
                     break  # our own earlier claim whose answer was lost
                 # Claimed by another instance meanwhile: refused for good.
                 self._refuse_unbuildable(found, ctx.instance_uuid)
                 if attempt == _CLAIM_ATTEMPTS:
                     raise DriverError(found.uuid, "deploy", f"claim refused: {exc}") from exc
-                time.sleep(delay)  # locked by an Ironic task: retry shortly
-                delay = min(delay * 2, self._poll_max_interval)
+                watch.pause()
             else:
                 break
         LOG.info(
@@ -226,13 +230,22 @@ class IronicDriver(ComputeDriver):
             ctx.instance_uuid,
             ctx.epoch,
         )
-        return self._ironic.get_node(found.uuid, action="deploy")
+        return watch.read()
 
     # -- destroy ---------------------------------------------------------------
 
     def destroy(self, ctx: ActionContext, node: Node) -> None:
         self._check_context(ctx, node)
-        found = self._ironic.get_node(node.uuid, action="destroy")
+        watch = _Watch(self, ctx, "destroy", self._teardown_timeout, None)
+        try:
+            found = watch.read()
+        except IronicNodeGone:
+            LOG.warning(
+                "Ironic has no node %s any more: nothing to tear down for instance %s",
+                node.uuid,
+                ctx.instance_uuid,
+            )
+            return
         if ctx.instance_uuid is not None and found.instance_uuid not in (None, ctx.instance_uuid):
             # Never tear down what another instance runs: its own teardown will.
             raise DriverError(
@@ -241,42 +254,34 @@ class IronicDriver(ComputeDriver):
                 f"Ironic shows the node claimed by instance {found.instance_uuid}, "
                 f"not {ctx.instance_uuid}; not touched",
             )
-        deadline = time.monotonic() + self._teardown_timeout
         requested = 0
-        while True:
-            state = found.provision_state
-            if _busy(found) and state not in _UNDEPLOYABLE:
-                # A deploy running (Ironic cannot delete mid-deploy), a
-                # tear-down or a cleaning: let it end first.
-                found = self._follow(ctx, None, deadline, "destroy", _busy)
+        while (step := states.teardown_step(found.provision_state)) not in (
+            TeardownStep.DONE,
+            TeardownStep.CLEAN_FAILED,
+        ):
+            if step is TeardownStep.FOLLOW:
+                found = watch.until_at_rest()
                 continue
-            if state in _UNDEPLOYABLE:
-                if requested == _TEARDOWN_ATTEMPTS:
-                    raise DriverError(
-                        node.uuid, "destroy", f"still {state}: {found.last_error or 'no error'}"
-                    )
-                requested += 1
-                self._ironic.set_provision_state(node.uuid, "deleted", action="destroy")
-                found = self._follow(ctx, None, deadline, "destroy", _busy_or(state))
-                continue
-            if state == "clean failed":
-                # The instance is gone (Ironic tore it down and cleared the
-                # claim before cleaning): the delete succeeds, and retrying
-                # it could not fix the node.  The node stays unschedulable:
-                # a build routed to it is refused as not buildable, and the
-                # inventory sync marks it so, until an operator fixes it in
-                # Ironic.
-                LOG.warning(
-                    "Ironic node %s: cleaning failed after the teardown of instance %s: %s; "
-                    "the node stays out of scheduling until it is fixed in Ironic",
-                    node.uuid,
-                    ctx.instance_uuid,
-                    found.last_error or "no error",
-                )
-            break
+            if requested == _TEARDOWN_ATTEMPTS:
+                raise DriverError(node.uuid, "destroy", f"still {_failure(found)}")
+            requested += 1
+            found = watch.request(found, "deleted")
+        if step is TeardownStep.CLEAN_FAILED:
+            # The instance is gone (Ironic tore it down and cleared the
+            # claim before cleaning): the delete succeeds, and retrying it
+            # could not fix the node.  The node stays unschedulable: a build
+            # routed to it is refused as not buildable, and the inventory
+            # sync marks it so, until an operator fixes it in Ironic.
+            LOG.warning(
+                "Ironic node %s: cleaning failed after the teardown of instance %s: %s; "
+                "the node stays out of scheduling until it is fixed in Ironic",
+                node.uuid,
+                ctx.instance_uuid,
+                found.last_error or "no error",
+            )
         if found.instance_uuid is not None:
             # Claimed but never deployed (or Ironic left the claim): release it.
-            self._ironic.release(node.uuid)
+            watch.call(self._ironic.release, node.uuid)
         LOG.info(
             "Ironic node %s torn down for instance %s (%s; agent %s, epoch %d)",
             node.uuid,
@@ -291,11 +296,9 @@ class IronicDriver(ComputeDriver):
     def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:
         self._check_context(ctx, node)
         target = validate_power_target(target)
-        self._ironic.set_power_state(node.uuid, _IRONIC_POWER_TARGETS[target])
-        deadline = time.monotonic() + self._deploy_timeout
-        found = self._follow(
-            ctx, None, deadline, "set_power", lambda n: n.target_power_state is not None
-        )
+        watch = _Watch(self, ctx, "set_power", self._deploy_timeout, None)
+        watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[target])
+        found = watch.until(lambda n: n.target_power_state is None)
         power = power_state_of(found.power_state)
         expected = PowerState.OFF if target == "power off" else PowerState.ON
         if power is not expected:
@@ -306,72 +309,153 @@ class IronicDriver(ComputeDriver):
             )
         return power
 
-    # -- following a transition ---------------------------------------------------
 
-    def _follow(
+class _Watch:
+    """One action following one node in Ironic: reads, writes and waits.
+
+    Every wait is a short, doubling poll that ends at once when the agent
+    stops (:class:`ActionAbandoned`).  ``progress`` (if given) is called
+    before every read and write that follows a wait: it raises as soon as
+    the agent may no longer act on the node, so an action it lost stops
+    here, touching nothing.  The
+    deadline is ``timeout`` seconds after Ironic last changed the node
+    (its provision state or ``updated_at``): Ironic's progress keeps it off.
+    """
+
+    def __init__(
         self,
+        driver: IronicDriver,
         ctx: ActionContext,
-        progress: ProgressCallback | None,
-        deadline: float,
         action: str,
-        busy: Callable[[IronicNode], bool],
-    ) -> IronicNode:
-        """Read the node until ``busy(node)`` is false; that last read.
+        timeout: float,
+        progress: ProgressCallback | None,
+    ) -> None:
+        self.ctx = ctx
+        self._driver = driver
+        self._ironic = driver._ironic
+        self._action = action
+        self._timeout = timeout
+        self._progress = progress
+        self._deadline = time.monotonic() + timeout
+        self._delay = driver._poll_interval
+        self._last: tuple[str | None, str | None] | None = None
 
-        ``progress`` (if given) is called with each new provision state, and
-        before every read: it raises as soon as the agent may no longer act
-        on the node, so a deploy it lost stops here, touching nothing.
+    # -- reads -------------------------------------------------------------------
+
+    def read(self, *, following: bool = False) -> IronicNode:
+        """The node now; an unreachable Ironic is waited for (until the deadline).
+
+        :param following: a read of a transition being followed: the
+            agent's fence is checked first (``progress``)
         """
-        delay = self._poll_interval
-        last_state: str | None = None
-        unreachable = False
         while True:
-            if progress is not None:
-                progress(last_state or "waiting")
+            if following and self._progress is not None:
+                self._progress(self._state_name())
+            following = True  # a read after a wait checks it too
             try:
-                found = self._ironic.get_node(ctx.node_uuid, action=action)
-            except ServiceUnavailable:
-                unreachable = True  # logged once by the client; keep following
-                found = None
-            if found is not None:
-                if unreachable:
-                    unreachable = False
-                    delay = self._poll_interval
-                if not busy(found):
-                    return found
-                if found.provision_state != last_state:
-                    last_state = found.provision_state
-                    LOG.debug(
-                        "Ironic node %s (instance %s): %s -> %s",
-                        ctx.node_uuid,
-                        ctx.instance_uuid,
-                        last_state,
-                        found.target_provision_state,
-                    )
-                    delay = self._poll_interval
-            if time.monotonic() >= deadline:
-                raise DriverError(
-                    ctx.node_uuid,
-                    action,
-                    f"still {last_state or 'unreachable'} when the timeout expired",
+                found = self._ironic.get_node(self.ctx.node_uuid, action=self._action)
+            except ServiceUnavailable as exc:
+                self._check_deadline(f"Ironic unreachable: {exc.reason}")
+                self.pause()
+                continue
+            self._moved(found)
+            return found
+
+    def until(self, done: Callable[[IronicNode], bool]) -> IronicNode:
+        """Read until ``done(node)``; that last read."""
+        while True:
+            found = self.read(following=True)
+            if done(found):
+                return found
+            self._check_deadline(f"still {found.provision_state}")
+            self.pause()
+
+    def until_at_rest(self) -> IronicNode:
+        """Read until Ironic's transition is over (:func:`states.in_transition`)."""
+        return self.until(lambda n: not states.in_transition(n.provision_state))
+
+    # -- writes ------------------------------------------------------------------
+
+    def call(self, write: Callable[..., _T], *args: object, **kwargs: object) -> _T:
+        """One write, repeated while Ironic is locked by its own task or unreachable.
+
+        Both are Ironic saying "not now": the same request succeeds once its
+        task ends or it answers again.  A refusal retrying cannot fix (a
+        4xx, the claim of another instance) is raised at once.
+        """
+        retry = False
+        while True:
+            if retry and self._progress is not None:
+                self._progress(self._state_name())
+            retry = True
+            try:
+                return write(*args, **kwargs)
+            except IronicNodeLocked as exc:
+                LOG.debug(
+                    "Ironic node %s (instance %s) locked: %s; retrying",
+                    self.ctx.node_uuid,
+                    self.ctx.instance_uuid,
+                    exc,
                 )
-            time.sleep(delay)
-            delay = min(delay * 2, self._poll_max_interval)
+                self._check_deadline(f"locked in Ironic: {exc}")
+            except ServiceUnavailable as exc:
+                self._check_deadline(f"Ironic unreachable: {exc.reason}")
+            self.pause()
+
+    def request(self, found: IronicNode, target: str) -> IronicNode:
+        """Ask Ironic for provision *target*; the node once that transition is over."""
+        before = (found.provision_state, found.updated_at)
+        self.call(self._ironic.set_provision_state, self.ctx.node_uuid, target, action=self._action)
+        self._delay = self._driver._poll_interval
+        # Ironic moves the node before it answers 202; a node that still
+        # shows what it showed before has not yet been picked up.
+        return self.until(
+            lambda n: (
+                (n.provision_state, n.updated_at) != before
+                and not states.in_transition(n.provision_state)
+            )
+        )
+
+    # -- waiting -------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Sleep the next poll interval; :class:`ActionAbandoned` if the agent stops."""
+        if self._driver._stopping.wait(self._delay):
+            raise ActionAbandoned(self.ctx.node_uuid, self._action)
+        self._delay = min(self._delay * 2, self._driver._poll_max_interval)
+
+    def _moved(self, found: IronicNode) -> None:
+        """Ironic changed the node since the last read: progress, the deadline moves."""
+        now = (found.provision_state, found.updated_at)
+        if now == self._last:
+            return
+        if self._last is not None and found.provision_state != self._last[0]:
+            LOG.debug(
+                "Ironic node %s (instance %s): %s -> %s",
+                self.ctx.node_uuid,
+                self.ctx.instance_uuid,
+                self._last[0],
+                found.provision_state,
+            )
+            self._delay = self._driver._poll_interval
+        self._last = now
+        self._deadline = time.monotonic() + self._timeout
+
+    def _check_deadline(self, what: str) -> None:
+        if time.monotonic() >= self._deadline:
+            raise DriverError(
+                self.ctx.node_uuid,
+                self._action,
+                f"{what}; no progress in Ironic for {self._timeout:.0f} s",
+            )
+
+    def _state_name(self) -> str:
+        return (self._last[0] if self._last else None) or "waiting"
 
 
-def _busy(node: IronicNode) -> bool:
-    """A transition runs: a transitional state, or Ironic has a target."""
-    return bool(
-        node.target_provision_state
-        or node.provision_state in _DEPLOYING
-        or node.provision_state in _TEARING_DOWN
-    )
-
-
-def _busy_or(states: str | Collection[str]) -> Callable[[IronicNode], bool]:
-    """Busy, or still in *states* (Ironic has not yet picked up the request)."""
-    pending = {states} if isinstance(states, str) else set(states)
-    return lambda node: _busy(node) or node.provision_state in pending
+def _failure(found: IronicNode) -> str:
+    """Ironic's state and its own reason, for the instance's fault."""
+    return f"Ironic shows the node {found.provision_state}: {found.last_error or 'no error'}"
 
 
 def _not_buildable(found: IronicNode) -> str:

@@ -1,0 +1,265 @@
+"""Ironic in memory, with :class:`~conductor.common.ironic.BaremetalClient`'s methods.
+
+It behaves the way a real Ironic 39 does where ringfleet depends on it, and
+``tests/functional/test_ironic_contract.py`` runs the same cases on it and
+on a real standalone Ironic to keep it so:
+
+* a deploy goes ``deploying`` (target ``active``) to ``active``; a failed one
+  ends ``deploy failed`` and *keeps* ``target_provision_state = active``;
+* a teardown goes ``deleting`` → ``cleaning`` → ``available`` and drops the
+  claim; from ``error`` and ``deploy failed`` as from ``active``;
+* while one of its tasks runs (``deploying``, ``deleting``, ``cleaning``) a
+  write to the node is refused with 409 "locked"
+  (:class:`~conductor.common.ironic.IronicNodeLocked`);
+* a second claim is refused with 409 (:class:`IronicClaimConflict`), an
+  unknown node is :class:`IronicNodeGone` (404);
+* :meth:`FakeIronic.restart` fails what a restart interrupts, as Ironic's
+  conductor does when it starts: ``deploying`` → ``deploy failed`` (target
+  kept), ``deleting`` → ``error`` (no target), ``cleaning`` → ``clean failed``.
+
+Nodes move one step per read (:attr:`FakeIronic.steps` reads per state), so
+a driver's polling follows them; ``updated_at`` changes with every change,
+as Ironic's does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from conductor.common.exception import ServiceUnavailable
+from conductor.common.ironic import (
+    IronicClaimConflict,
+    IronicNode,
+    IronicNodeGone,
+    IronicNodeLocked,
+)
+
+__all__ = ["FakeIronic", "FakeNode"]
+
+#: States in which Ironic holds the node's lock for a task of its own.
+LOCKED_STATES = frozenset({"deploying", "deleting", "cleaning"})
+#: What Ironic's conductor does at start with a node whose task it lost.
+_FAILED_ON_RESTART: dict[str, dict[str, Any]] = {
+    "deploying": {
+        "provision_state": "deploy failed",
+        "target_provision_state": "active",
+        "last_error": "The deploying state can't be resumed by conductor ringfleet-test. "
+        "Moving to fail state.",
+    },
+    "deleting": {
+        "provision_state": "error",
+        "target_provision_state": None,
+        "last_error": "The deleting state can't be resumed by conductor ringfleet-test. "
+        "Moving to fail state.",
+    },
+    "cleaning": {
+        "provision_state": "clean failed",
+        "target_provision_state": "available",
+        "last_error": "The cleaning state can't be resumed by conductor ringfleet-test. "
+        "Moving to fail state.",
+    },
+}
+_clock = itertools.count(1)
+
+
+def _stamp() -> str:
+    return f"2026-11-26T00:00:00.{next(_clock):06d}+00:00"
+
+
+@dataclasses.dataclass
+class FakeNode:
+    uuid: str
+    provision_state: str | None = "available"
+    target_provision_state: str | None = None
+    power_state: str | None = "power off"
+    target_power_state: str | None = None
+    maintenance: bool = False
+    maintenance_reason: str | None = None
+    instance_uuid: str | None = None
+    instance_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    last_error: str | None = None
+    name: str | None = None
+    resource_class: str | None = "baremetal"
+    traits: tuple[str, ...] = ()
+    properties: dict[str, Any] = dataclasses.field(default_factory=dict)
+    conductor_group: str = ""
+    shard: str | None = None
+    updated_at: str = dataclasses.field(default_factory=_stamp)
+    #: changes applied one per read (Ironic's conductor moving the node on)
+    script: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def change(self, **fields: Any) -> None:
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self.updated_at = _stamp()
+
+    def view(self) -> IronicNode:
+        return IronicNode(
+            uuid=self.uuid,
+            name=self.name,
+            resource_class=self.resource_class,
+            traits=self.traits,
+            properties=dict(self.properties),
+            conductor_group=self.conductor_group,
+            shard=self.shard,
+            maintenance=self.maintenance,
+            maintenance_reason=self.maintenance_reason,
+            power_state=self.power_state,
+            target_power_state=self.target_power_state,
+            provision_state=self.provision_state,
+            target_provision_state=self.target_provision_state,
+            instance_uuid=self.instance_uuid,
+            instance_info=dict(self.instance_info),
+            last_error=self.last_error,
+            updated_at=self.updated_at,
+        )
+
+
+class FakeIronic:
+    """Ironic in memory (module docstring).  Every write is recorded in :attr:`writes`."""
+
+    endpoint = "http://ironic.test:6385"
+
+    def __init__(self, steps: int = 2) -> None:
+        self.nodes: dict[str, FakeNode] = {}
+        self.steps = steps
+        #: the next deploy fails with this ``last_error`` (``deploy failed``)
+        self.deploy_error: str | None = None
+        #: the next teardown fails with this ``last_error`` (``error``)
+        self.teardown_error: str | None = None
+        self.writes: list[tuple[Any, ...]] = []
+        self.reads = 0
+        #: the next this many reads fail as an unreachable Ironic would
+        self.unreachable_reads = 0
+        #: the next this many writes are refused with 409 "locked"
+        self.locked_writes = 0
+        #: called before a claim is applied (another claimant's race)
+        self.before_claim: Callable[[FakeNode], None] | None = None
+        #: called after a claim is applied
+        self.after_claim: Callable[[FakeNode], None] | None = None
+        self.lock = threading.Lock()
+
+    def add(self, **fields: Any) -> FakeNode:
+        fields.setdefault("uuid", str(uuidlib.uuid4()))
+        node = FakeNode(**fields)
+        self.nodes[node.uuid] = node
+        return node
+
+    def restart(self) -> None:
+        """Ironic killed and started again: what its lost tasks were doing fails."""
+        with self.lock:
+            for node in self.nodes.values():
+                failed = _FAILED_ON_RESTART.get(node.provision_state or "")
+                if failed is not None:
+                    node.script = []
+                    node.change(**failed)
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
+        with self.lock:
+            self.reads += 1
+            if self.unreachable_reads:
+                self.unreachable_reads -= 1
+                raise ServiceUnavailable(f"Ironic at {self.endpoint} unreachable")
+            node = self._node(node_uuid, action)
+            if node.script:
+                node.change(**node.script.pop(0))
+            return node.view()
+
+    def list_nodes(
+        self, *, shard: str | None = None, page_size: int = 1000
+    ) -> Iterator[IronicNode]:
+        with self.lock:
+            found = [n.view() for n in self.nodes.values() if shard is None or n.shard == shard]
+        yield from found
+
+    # -- writes ----------------------------------------------------------------------
+
+    def claim(self, node_uuid: str, instance_uuid: str, info: Mapping[str, Any]) -> None:
+        node = self._writable(node_uuid, "claim")
+        if self.before_claim is not None:
+            self.before_claim(node)
+        self.writes.append(("claim", node_uuid, instance_uuid, dict(info)))
+        if node.instance_uuid not in (None, instance_uuid):
+            raise IronicClaimConflict(f"node already associated with {node.instance_uuid}")
+        node.change(instance_uuid=instance_uuid, instance_info=dict(info))
+        if self.after_claim is not None:
+            self.after_claim(node)
+
+    def release(self, node_uuid: str) -> None:
+        node = self._writable(node_uuid, "release claim")
+        self.writes.append(("release", node_uuid))
+        node.change(instance_uuid=None, instance_info={})
+
+    def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
+        node = self._writable(node_uuid, action)
+        self.writes.append(("provision", node_uuid, target))
+        waits: list[dict[str, Any]] = [{}] * (self.steps - 1)
+        if target == "active":
+            node.change(provision_state="deploying", target_provision_state="active")
+            end: dict[str, Any] = {"provision_state": "active", "target_provision_state": None}
+            if self.deploy_error is not None:
+                # Ironic keeps the target on a failed deploy.
+                end = {"provision_state": "deploy failed", "last_error": self.deploy_error}
+            node.script = [*waits, end]
+        elif target == "deleted":
+            node.change(provision_state="deleting", target_provision_state="available")
+            if self.teardown_error is not None:
+                node.script = [
+                    *waits,
+                    {
+                        "provision_state": "error",
+                        "target_provision_state": None,
+                        "last_error": self.teardown_error,
+                    },
+                ]
+                return
+            node.script = [
+                *waits,
+                {"provision_state": "cleaning", "instance_uuid": None, "instance_info": {}},
+                *waits,
+                {
+                    "provision_state": "available",
+                    "target_provision_state": None,
+                    "last_error": None,
+                },
+            ]
+        else:
+            raise AssertionError(f"unexpected target {target}")
+
+    def set_power_state(self, node_uuid: str, target: str) -> None:
+        node = self._writable(node_uuid, "set_power")
+        self.writes.append(("power", node_uuid, target))
+        final = "power off" if target == "power off" else "power on"
+        node.change(target_power_state=final)
+        if target == "rebooting":
+            node.change(power_state="power off")
+        node.script = [
+            *[{}] * (self.steps - 1),
+            {"power_state": final, "target_power_state": None},
+        ]
+
+    # -- Ironic's refusals -----------------------------------------------------------
+
+    def _writable(self, node_uuid: str, action: str) -> FakeNode:
+        node = self._node(node_uuid, action)
+        if self.locked_writes or node.provision_state in LOCKED_STATES:
+            self.locked_writes = max(0, self.locked_writes - 1)
+            self.writes.append(("locked", node_uuid, action))
+            raise IronicNodeLocked(
+                f"Node {node_uuid} is locked by host ringfleet-test, please retry after "
+                "the current operation is completed."
+            )
+        return node
+
+    def _node(self, node_uuid: str, action: str) -> FakeNode:
+        try:
+            return self.nodes[node_uuid]
+        except KeyError:
+            raise IronicNodeGone(node_uuid, action, "Ironic has no such node") from None
