@@ -18,8 +18,8 @@ on a real standalone Ironic to keep it so:
   kept), ``deleting`` → ``error`` (no target), ``cleaning`` → ``clean failed``.
 
 Nodes move one step per read (:attr:`FakeIronic.steps` reads per state), so
-a driver's polling follows them; ``updated_at`` changes with every change,
-as Ironic's does.
+a driver's polling follows them; ``provision_updated_at`` changes with
+every change of provision state, as Ironic's does.
 """
 
 from __future__ import annotations
@@ -89,14 +89,15 @@ class FakeNode:
     properties: dict[str, Any] = dataclasses.field(default_factory=dict)
     conductor_group: str = ""
     shard: str | None = None
-    updated_at: str = dataclasses.field(default_factory=_stamp)
+    provision_updated_at: str = dataclasses.field(default_factory=_stamp)
     #: changes applied one per read (Ironic's conductor moving the node on)
     script: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def change(self, **fields: Any) -> None:
         for key, value in fields.items():
             setattr(self, key, value)
-        self.updated_at = _stamp()
+        if "provision_state" in fields:
+            self.provision_updated_at = _stamp()
 
     def view(self) -> IronicNode:
         return IronicNode(
@@ -116,7 +117,7 @@ class FakeNode:
             instance_uuid=self.instance_uuid,
             instance_info=dict(self.instance_info),
             last_error=self.last_error,
-            updated_at=self.updated_at,
+            provision_updated_at=self.provision_updated_at,
         )
 
 

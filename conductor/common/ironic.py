@@ -60,11 +60,15 @@ NODE_FIELDS: Final = (
     "target_power_state",
     "provision_state",
     "target_provision_state",
-    "updated_at",
     "instance_uuid",
     "instance_info",
     "last_error",
 )
+
+#: Fields read of one node: the listing's, and when its provision state last
+#: changed (Ironic's progress; openstacksdk's node has no such attribute, so
+#: one node is read with a plain GET through the SDK's session).
+_NODE_GET_FIELDS: Final = (*NODE_FIELDS, "provision_updated_at")
 
 _PS = ProvisionState
 #: Ironic's provision states, as ringfleet sees them.  A node hosting an
@@ -148,8 +152,8 @@ class IronicNode:
     instance_uuid: str | None
     instance_info: Mapping[str, Any]
     last_error: str | None
-    #: when Ironic last changed the node: its progress, while a transition runs
-    updated_at: str | None = None
+    #: when Ironic last changed the provision state (a single node's read only)
+    provision_updated_at: str | None = None
 
     @classmethod
     def from_sdk(cls, node: Any) -> IronicNode:
@@ -170,7 +174,29 @@ class IronicNode:
             instance_uuid=node.instance_id,
             instance_info=dict(node.instance_info or {}),
             last_error=node.last_error,
-            updated_at=_text(node.updated_at),
+        )
+
+    @classmethod
+    def from_api(cls, node: Mapping[str, Any]) -> IronicNode:
+        """The node from the API's JSON (``GET /v1/nodes/{uuid}``)."""
+        return cls(
+            uuid=node["uuid"],
+            name=node.get("name"),
+            resource_class=node.get("resource_class"),
+            traits=tuple(node.get("traits") or ()),
+            properties=dict(node.get("properties") or {}),
+            conductor_group=node.get("conductor_group") or "",
+            shard=node.get("shard"),
+            maintenance=bool(node.get("maintenance")),
+            maintenance_reason=node.get("maintenance_reason"),
+            power_state=node.get("power_state"),
+            target_power_state=node.get("target_power_state"),
+            provision_state=node.get("provision_state"),
+            target_provision_state=node.get("target_provision_state"),
+            instance_uuid=node.get("instance_uuid"),
+            instance_info=dict(node.get("instance_info") or {}),
+            last_error=node.get("last_error"),
+            provision_updated_at=node.get("provision_updated_at"),
         )
 
 
@@ -250,7 +276,14 @@ class BaremetalClient:
         :raises ServiceUnavailable: Ironic cannot be reached
         """
         with self._translated(node_uuid, action):
-            return IronicNode.from_sdk(self._proxy.get_node(node_uuid, fields=list(NODE_FIELDS)))
+            response = self._proxy.get(
+                f"/nodes/{node_uuid}",
+                params={"fields": ",".join(_NODE_GET_FIELDS)},
+                microversion=ironic_conf.API_VERSION,
+                raise_exc=False,
+            )
+            openstack.exceptions.raise_from_response(response)
+            return IronicNode.from_api(response.json())
 
     def list_nodes(
         self, *, shard: str | None = None, page_size: int = 1000
@@ -350,10 +383,6 @@ class BaremetalClient:
 def _is_locked(exc: openstack.exceptions.HttpException) -> bool:
     """Ironic's NodeLocked: "Node ... is locked by host ..., please retry ..."."""
     return "is locked by host" in _details(exc)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _details(exc: openstack.exceptions.HttpException) -> str:

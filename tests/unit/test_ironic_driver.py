@@ -375,10 +375,14 @@ def test_a_node_gone_from_ironic_is_not_buildable_and_its_teardown_is_done(
 
 
 def test_ironics_progress_keeps_a_long_deploy_alive(tmp_path: Path, fake: FakeIronic) -> None:
-    """The timeout counts from Ironic's last change, not from the start."""
-    fake.steps = 50  # ~2.5 s of reads at 50 ms, each one a change in Ironic
-    ironic_node = fake.add()
-    node, instance = ring_node(ironic_node), new_instance()
+    """The timeout counts from Ironic's last change of state, not from the start."""
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="deploying", target_provision_state="active", instance_uuid=instance
+    )
+    moving = [{"provision_state": s} for s in ("wait call-back", "deploying")] * 150
+    ironic_node.script = [*moving, {"provision_state": "active", "target_provision_state": None}]
+    node = ring_node(ironic_node)
     driver = make_driver(tmp_path, fake, deploy_timeout=1)
     started = time.monotonic()
     driver.deploy(ctx_for(node, instance), node, Steps())
@@ -662,9 +666,20 @@ class FakeProxy:
         if self.errors:
             raise self.errors.pop(0)
 
-    def get_node(self, node_uuid: str, *, fields: list[str]) -> Any:
+    def get(self, path: str, *, params: dict[str, str], microversion: str, raise_exc: bool) -> Any:
+        """A plain GET through the SDK's session (one node, with every field)."""
         self._next()
-        return _sdk_node(node_uuid)
+        assert (path.rsplit("/", 1)[0], raise_exc) == ("/nodes", False)
+        assert "provision_updated_at" in params["fields"].split(",")
+        node = vars(_sdk_node(path.rsplit("/", 1)[1]))
+        body = {
+            "uuid": node.pop("id"),
+            "maintenance": node.pop("is_maintenance"),
+            "instance_uuid": node.pop("instance_id"),
+            "provision_updated_at": "2026-11-26T07:00:00+00:00",
+            **node,
+        }
+        return types.SimpleNamespace(status_code=200, json=lambda: body)
 
     def nodes(self, **query: Any) -> Iterator[Any]:
         self._next()
@@ -695,7 +710,6 @@ def _sdk_node(node_uuid: str) -> Any:
         instance_id=None,
         instance_info=None,
         last_error=None,
-        updated_at="2026-11-26T07:00:00+00:00",
     )
 
 

@@ -317,9 +317,9 @@ class _Watch:
     stops (:class:`ActionAbandoned`).  ``progress`` (if given) is called
     before every read and write that follows a wait: it raises as soon as
     the agent may no longer act on the node, so an action it lost stops
-    here, touching nothing.  The
-    deadline is ``timeout`` seconds after Ironic last changed the node
-    (its provision state or ``updated_at``): Ironic's progress keeps it off.
+    here, touching nothing.  The deadline is ``timeout`` seconds after
+    Ironic last changed the node's provision state (``provision_updated_at``):
+    Ironic's progress keeps it off.
     """
 
     def __init__(
@@ -404,14 +404,14 @@ class _Watch:
 
     def request(self, found: IronicNode, target: str) -> IronicNode:
         """Ask Ironic for provision *target*; the node once that transition is over."""
-        before = (found.provision_state, found.updated_at)
+        before = (found.provision_state, found.provision_updated_at)
         self.call(self._ironic.set_provision_state, self.ctx.node_uuid, target, action=self._action)
         self._delay = self._driver._poll_interval
         # Ironic moves the node before it answers 202; a node that still
         # shows what it showed before has not yet been picked up.
         return self.until(
             lambda n: (
-                (n.provision_state, n.updated_at) != before
+                (n.provision_state, n.provision_updated_at) != before
                 and not states.in_transition(n.provision_state)
             )
         )
@@ -426,7 +426,7 @@ class _Watch:
 
     def _moved(self, found: IronicNode) -> None:
         """Ironic changed the node since the last read: progress, the deadline moves."""
-        now = (found.provision_state, found.updated_at)
+        now = (found.provision_state, found.provision_updated_at)
         if now == self._last:
             return
         if self._last is not None and found.provision_state != self._last[0]:
