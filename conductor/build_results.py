@@ -211,14 +211,28 @@ class BuildResults:
     ) -> bool:
         """An agent tore a node down (or failed to); fenced like build results."""
         if not success:
-            # The node stays allocated and dirty (nothing is written); the
-            # delete is retried.
+            # The agent already waited out what retrying can fix (Ironic
+            # locked or unreachable) and asked for the teardown again: this
+            # failure needs someone to look.  The delete ends in ERROR with
+            # the reason, the node stays allocated to the instance (out of
+            # scheduling, never handed to another build dirty), and a new
+            # delete tries again, as with Nova.
             if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
                 return False
-            LOG.warning(
-                "Instance %s: teardown of node %s failed: %s", instance_uuid, node_uuid, fault
-            )
-            self._queue.retry_later(instance_uuid, "delete", delay=10.0)
+            reason = f"teardown of node {node_uuid} by {host} failed: {fault}"
+            if instances.set_state(
+                self._db,
+                instance_uuid,
+                expected=[VmState.DELETING],
+                vm_state=VmState.ERROR,
+                task_state=None,
+                fault=reason,
+            ):
+                LOG.warning(
+                    "Instance %s ERROR: %s; the node stays allocated to it until a delete succeeds",
+                    instance_uuid,
+                    reason,
+                )
             return True
         if not allocations.free(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
             # Stale, or a duplicate of a report already applied.

@@ -398,7 +398,7 @@ class BuildWorkers:
             if self._router is not None:
                 # The owner tears the node down and reports; it frees the node.
                 if not self._router.destroy(instance):
-                    LOG.info(
+                    LOG.debug(
                         "Instance %s delete waits for the owner of node %s",
                         instance.uuid,
                         instance.node_uuid,

@@ -115,6 +115,9 @@ class AgentRouter:
         # Agents that refused build_instances although not pinned below it:
         # said once each (the fix is the pin, not a retry).
         self._told_to_pin: set[str] = set()
+        # (instance, why) of teardowns not yet accepted: said once each,
+        # not on every 2 s retry.
+        self._teardown_waits: dict[str, str] = {}
         self.calls = 0  # accept calls made (for tests)
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
@@ -411,7 +414,9 @@ class AgentRouter:
             return True
         node = nodes.get_node(self._db, instance.node_uuid)
         if node.owner is None or not self._is_live(node.owner):
-            return False  # re-homing first: a node is never left dirty
+            # Re-homing first: a node is never left dirty.
+            self._teardown_waits_for(instance, node, "its owner is gone; waiting for the takeover")
+            return False
         try:
             self._compute.destroy_instance(
                 node.owner,
@@ -421,15 +426,25 @@ class AgentRouter:
                 timeout=self._accept_timeout,
             )
         except Exception as exc:  # the delete is retried, whatever failed
-            LOG.info(
-                "Instance %s: teardown of node %s by %s not accepted yet: %s",
-                instance.uuid,
-                node.uuid,
-                node.owner,
-                first_line(exc),
-            )
+            self._teardown_waits_for(instance, node, first_line(exc))
             return False
+        with self._lock:
+            self._teardown_waits.pop(instance.uuid, None)
         return True
+
+    def _teardown_waits_for(self, instance: Instance, node: Node, why: str) -> None:
+        """Say why a teardown is not accepted yet: once per reason, not every retry."""
+        with self._lock:
+            said = self._teardown_waits.get(instance.uuid) == why
+            self._teardown_waits[instance.uuid] = why
+        LOG.log(
+            logging.DEBUG if said else logging.INFO,
+            "Instance %s: teardown of node %s by %s not accepted yet: %s; retrying",
+            instance.uuid,
+            node.uuid,
+            node.owner,
+            why,
+        )
 
     def _is_live(self, host: str) -> bool:
         try:

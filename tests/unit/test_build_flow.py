@@ -577,16 +577,28 @@ def test_a_refused_destroy_is_retried_later(flow: Flow) -> None:
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
-def test_a_failed_teardown_keeps_the_node_and_retries_the_delete(flow: Flow) -> None:
+def test_a_failed_teardown_ends_the_delete_in_error_and_keeps_the_node(flow: Flow) -> None:
+    """The agent reports a teardown failed only once retrying could not fix
+    it: the delete ends (ERROR, with the reason) instead of retrying for
+    ever, the node stays allocated to the instance, and a new delete tries
+    again."""
     uuid, node, owner, epoch = _active(flow)
     _request_delete(flow, uuid)
     wait_for(lambda: flow.router.destroyed == [uuid])
     assert flow.builds.results.report_destroyed(
-        owner, uuid, node, epoch, success=False, fault="bmc"
+        owner, uuid, node, epoch, success=False, fault="Ironic shows the node error: bmc"
     )
+    shown = flow.instance(uuid)
+    assert (shown.vm_state, shown.task_state) == (VmState.ERROR, None)
+    assert shown.fault is not None and "bmc" in shown.fault and node in shown.fault
     assert flow.node(node).instance_uuid == uuid  # still allocated, not dirty-and-free
-    assert (10.0, "delete") in flow.delays
+    assert (10.0, "delete") not in flow.delays
+    time.sleep(0.1)
+    assert flow.router.destroyed == [uuid]  # not retried on its own
+    _request_delete(flow, uuid)  # the operator's way out: delete again
     wait_for(lambda: flow.router.destroyed == [uuid, uuid])
+    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
 def test_delete_of_a_build_never_routed_frees_its_node_without_an_agent(
