@@ -32,6 +32,11 @@ API version history:
 * 1.7 - sync_ironic_nodes: one pass of the Ironic inventory import, now.
 * 1.8 - list_node_uuids(columns=True): the page as one list per field, not
   one object per node (a third of the CPU, 40 % fewer bytes).
+* 1.9 - fleet_check also reports builds and deletes unchanged for
+  ``[conductor] stuck_after`` (stuck-build, stuck-delete) and node records
+  whose state disagrees with their instance (state-mismatch); its reply
+  carries ``stuck_after``.  Same call: asked at 1.1, an older conductor
+  answers without them.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.8"
+API_VERSION = "1.9"
 
 
 def pages(
@@ -210,6 +215,9 @@ class ConductorAPI:
         return self._call("ring_status", version="1.1")  # type: ignore[no-any-return]
 
     def fleet_check(self) -> dict[str, Any]:
+        """Asked at 1.1 whatever the conductor: a 1.9 one adds stuck work and
+        state mismatches to the same reply (with ``stuck_after``), an older
+        one answers without them instead of refusing."""
         return self._call("fleet_check", version="1.1")  # type: ignore[no-any-return]
 
     def drain_agent(self, host: str) -> dict[str, Any]:

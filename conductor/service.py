@@ -117,7 +117,13 @@ class ConductorService:
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync),
             InstancesEndpoint(db, self._builds),
-            FleetEndpoint(db, fleet, conf.host, compute),
+            FleetEndpoint(
+                db,
+                fleet,
+                conf.host,
+                compute,
+                stuck_after=lambda: float(conf.conductor.stuck_after),
+            ),
             AgentsEndpoint(
                 db,
                 fleet,

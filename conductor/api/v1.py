@@ -435,7 +435,8 @@ ROUTES: tuple[Route, ...] = (
         fleet_check,
         "ringfleet:fleet:get",
         "fleetCheck",
-        "Orphans, allocation mismatches, excluded peers.",
+        "Orphans, allocation mismatches, excluded peers, stuck builds and deletes, "
+        "node state mismatches.",
         response="Object",
         errors=(E503,),
         tag="fleet",

@@ -2,7 +2,8 @@
 
 ``status`` is the per-agent table; ``check`` is meant for monitoring: it
 prints every problem the conductor finds (orphaned nodes, double claims,
-agents on another ring version) and exits 1, or prints ``OK`` and exits 0.
+agents on another ring version, stuck builds and deletes, node records that
+disagree with their instance) and exits 1, or prints ``OK`` and exits 0.
 """
 
 from __future__ import annotations
@@ -75,8 +76,12 @@ class FleetCheck(ConductorCommand, Command):
 
     Problems: nodes whose owner is not a live agent, schedulable nodes with
     no owner, allocations whose node and instance disagree (a double
-    claim), live agents excluded from the ring (another ring version), and
-    a conductor that cannot tell who is alive.
+    claim), live agents excluded from the ring (another ring version), a
+    conductor that cannot tell who is alive, builds and deletes whose
+    instance has not changed for the conductor's ``[conductor]
+    stuck_after``, and nodes whose stored state disagrees with their
+    instance (an ACTIVE instance on a node not active, a node deploying or
+    active hosting nothing, a node gone from Ironic hosting an instance).
 
     (A plain command: its text output is one ``KIND: message`` line per
     problem, as monitoring plugins expect; ``-f json|yaml`` gives the
@@ -107,12 +112,22 @@ class FleetCheck(ConductorCommand, Command):
                 self.app.stdout.write(yaml.safe_dump(document, sort_keys=True))
             return self.exit_code
         if not problems:
-            self.app.stdout.write(
-                f"OK: no problems seen by conductor {report['conductor']} "
-                f"(ring version {report['ring_version']})\n"
-            )
+            self.app.stdout.write(_ok_line(report))
             return 0
         for problem in problems:
             self.app.stdout.write(f"{problem['kind'].upper()}: {problem['message']}\n")
         self.exit_code = 1
         return 1
+
+
+def _ok_line(report: dict[str, Any]) -> str:
+    """The one line of a healthy check, with the stuck-work bound it used."""
+    stuck_after = report.get("stuck_after")
+    if stuck_after is None:  # a conductor before RPC API 1.9
+        stuck = "stuck builds and deletes not checked by this conductor's version"
+    else:
+        stuck = f"no build or delete unchanged for over {stuck_after:.0f} s"
+    return (
+        f"OK: no problems seen by conductor {report['conductor']} "
+        f"(ring version {report['ring_version']}; {stuck})\n"
+    )

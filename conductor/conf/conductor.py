@@ -8,6 +8,10 @@ from conductor.common.conf.groups import register_group_opts
 
 group = cfg.OptGroup("conductor", title="Conductor options")
 
+#: ``stuck_after``'s default: seconds without a change to a build's or a
+#: delete's instance record before ``fleet check`` reports it.
+DEFAULT_STUCK_AFTER = 600.0
+
 opts = [
     cfg.FloatOpt(
         "rehome_grace",
@@ -50,6 +54,20 @@ opts = [
             "sweeper retries it elsewhere or fails it. Set it above the slowest "
             "real deployment (firmware updates, large images), or healthy builds "
             "get cut off."
+        ),
+    ),
+    cfg.FloatOpt(
+        "stuck_after",
+        default=DEFAULT_STUCK_AFTER,
+        min=1.0,
+        mutable=True,
+        help=(
+            "Seconds a build (BUILDING) or a delete (DELETING) may go without "
+            "any change to its instance record before 'ringfleet fleet check' "
+            "reports it as stuck and fails. Only a report: nothing is retried "
+            "or failed because of it (build_timeout does that). Set it above "
+            "your usual deployment and teardown times, or healthy work is "
+            "reported; the sweeper's retries count as a change."
         ),
     ),
     cfg.IntOpt(

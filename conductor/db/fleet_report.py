@@ -9,26 +9,42 @@ counts plus at most ``sample`` example ids.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Collection
+from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, null, or_, select
+from sqlalchemy.orm import Session
 
 from conductor.common.objects import ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.models import InstanceModel, NodeModel
+from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
 
 __all__ = [
     "AllocationMismatch",
     "Orphans",
+    "StateMismatch",
+    "StuckWork",
     "allocation_mismatches",
+    "departed_agents",
     "group_owner_counts",
     "in_flight_by_host",
     "orphans",
     "owner_counts",
+    "state_mismatches",
+    "stuck_work",
 ]
 
 #: instance states that hold work at an agent (a build or a teardown)
 _IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
+#: a SELECT of any columns
+_Query = Select[*tuple[Any, ...]]
+#: node provision states that only the build and teardown of an instance set
+_BUSY = (
+    ProvisionState.DEPLOYING.value,
+    ProvisionState.ACTIVE.value,
+    ProvisionState.DELETING.value,
+)
 
 
 @retry_on_dead_connection
@@ -53,6 +69,18 @@ def in_flight_by_host(db: Database) -> dict[str, int]:
             .group_by(InstanceModel.host)
         ).all()
     return {host: int(count) for host, count in rows if host is not None}
+
+
+@retry_on_dead_connection
+def departed_agents(db: Database) -> dict[str, tuple[datetime.datetime, datetime.datetime]]:
+    """Agent seen leaving the group -> (last seen, gone since)."""
+    with db.reading() as session:
+        rows = session.execute(
+            select(AgentModel.host, AgentModel.last_seen, AgentModel.gone_since).where(
+                AgentModel.gone_since.is_not(None)
+            )
+        ).all()
+    return {host: (last_seen, since) for host, last_seen, since in rows if since is not None}
 
 
 @retry_on_dead_connection
@@ -207,3 +235,189 @@ def allocation_mismatches(db: Database, sample: int = 50) -> tuple[int, list[All
                 reason = f"instance host is {host}, node owner is {owner}"
                 found.append(AllocationMismatch(n_uuid, i_uuid, reason))
     return total, found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StuckWork:
+    """A build or a delete whose instance record has not changed for a while.
+
+    :ivar owner: the owner of the instance's node (``None``: no node yet, or
+        a node nobody owns)
+    :ivar idle_seconds: how long the record has not changed, at the read
+    """
+
+    instance_uuid: str
+    vm_state: str
+    task_state: str | None
+    node_uuid: str | None
+    owner: str | None
+    updated_at: datetime.datetime
+    idle_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_uuid": self.instance_uuid,
+            "vm_state": self.vm_state,
+            "task_state": self.task_state,
+            "node_uuid": self.node_uuid,
+            "owner": self.owner,
+            "updated_at": self.updated_at.isoformat(),
+            "idle_seconds": round(self.idle_seconds),
+        }
+
+
+@retry_on_dead_connection
+def stuck_work(
+    db: Database, stuck_after: float, sample: int = 50
+) -> dict[str, tuple[int, list[StuckWork]]]:
+    """Builds and deletes unchanged for longer than ``stuck_after`` seconds.
+
+    ``vm_state`` (``building``, ``deleting``) -> (how many, the ``sample``
+    that have not changed for longest).  One query per state: the count
+    comes with the rows (a window over the whole match, before the limit).
+    """
+    now = utcnow()
+    older_than = now - datetime.timedelta(seconds=stuck_after)
+    found: dict[str, tuple[int, list[StuckWork]]] = {}
+    with db.reading() as session:
+        for state in _IN_FLIGHT:
+            query = (
+                select(
+                    InstanceModel.uuid,
+                    InstanceModel.vm_state,
+                    InstanceModel.task_state,
+                    InstanceModel.node_uuid,
+                    NodeModel.owner,
+                    InstanceModel.updated_at,
+                )
+                .outerjoin(NodeModel, NodeModel.uuid == InstanceModel.node_uuid)
+                .where(InstanceModel.vm_state == state, InstanceModel.updated_at < older_than)
+                .order_by(InstanceModel.updated_at, InstanceModel.uuid)
+            )
+            total, rows = _count_and_sample(session, query, sample)
+            found[state] = (
+                total,
+                [
+                    StuckWork(
+                        instance_uuid=uuid,
+                        vm_state=vm_state,
+                        task_state=task_state,
+                        node_uuid=node_uuid,
+                        owner=owner,
+                        updated_at=updated_at,
+                        idle_seconds=(now - updated_at).total_seconds(),
+                    )
+                    for uuid, vm_state, task_state, node_uuid, owner, updated_at in rows
+                ],
+            )
+    return found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StateMismatch:
+    """A node whose stored state disagrees with the instance it hosts (or not)."""
+
+    node_uuid: str
+    instance_uuid: str | None
+    owner: str | None
+    provision_state: str
+    vm_state: str | None
+    reason: str
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "node_uuid": self.node_uuid,
+            "instance_uuid": self.instance_uuid,
+            "owner": self.owner,
+            "provision_state": self.provision_state,
+            "vm_state": self.vm_state,
+            "reason": self.reason,
+        }
+
+
+@retry_on_dead_connection
+def state_mismatches(
+    db: Database, retired_reason: str | None = None, sample: int = 50
+) -> tuple[int, list[StateMismatch]]:
+    """Nodes whose stored state and instance disagree: (count, first ``sample``).
+
+    What the records alone can show (three joined queries), for nodes whose
+    allocation itself is sound (:func:`allocation_mismatches` reports the
+    others): an ACTIVE instance on a node whose provision state is not
+    ``active``; a node hosting no instance in a state only a build or a
+    teardown sets (deploying, active, deleting); and, with
+    ``retired_reason``, a node retired with that maintenance reason (gone
+    from its back end) that still hosts an instance.
+    """
+    node, inst = NodeModel, InstanceModel
+    columns = (node.uuid, inst.uuid, node.owner, node.provision_state, inst.vm_state)
+    allocated = and_(inst.uuid == node.instance_uuid, inst.node_uuid == node.uuid)
+    checks: list[tuple[_Query, str]] = [
+        (
+            select(*columns)
+            .join(inst, allocated)
+            .where(
+                inst.vm_state == VmState.ACTIVE.value,
+                node.provision_state != ProvisionState.ACTIVE.value,
+            ),
+            "instance {instance} is active, its node is {state}",
+        ),
+        (
+            select(node.uuid, null(), node.owner, node.provision_state, null()).where(
+                node.instance_uuid.is_(None), node.provision_state.in_(_BUSY)
+            ),
+            "node is {state} but hosts no instance",
+        ),
+    ]
+    if retired_reason is not None:
+        checks.append(
+            (
+                select(*columns)
+                .outerjoin(inst, inst.uuid == node.instance_uuid)
+                .where(
+                    node.instance_uuid.is_not(None),
+                    node.maintenance.is_(True),
+                    node.maintenance_reason == retired_reason,
+                ),
+                "node is retired ({retired}) but hosts instance {instance} ({vm_state})",
+            )
+        )
+    total = 0
+    found: list[StateMismatch] = []
+    with db.reading() as session:
+        for query, reason in checks:
+            count, rows = _count_and_sample(
+                session, query.order_by(node.uuid), max(sample - len(found), 0)
+            )
+            total += count
+            found.extend(
+                StateMismatch(
+                    node_uuid=n_uuid,
+                    instance_uuid=i_uuid,
+                    owner=owner,
+                    provision_state=state,
+                    vm_state=vm_state,
+                    reason=reason.format(
+                        instance=i_uuid, state=state, vm_state=vm_state, retired=retired_reason
+                    ),
+                )
+                for n_uuid, i_uuid, owner, state, vm_state in rows
+            )
+    return total, found
+
+
+def _count_and_sample(
+    session: Session, query: _Query, sample: int
+) -> tuple[int, list[tuple[Any, ...]]]:
+    """How many rows ``query`` matches, and its first ``sample`` rows.
+
+    One round trip: ``count(*) OVER ()`` is computed over the whole match
+    before the limit applies.  (With ``sample`` 0, a plain count.)
+    """
+    if sample <= 0:
+        counted = select(func.count()).select_from(query.order_by(None).subquery())
+        return int(session.execute(counted).scalar_one()), []
+    rows = session.execute(query.add_columns(func.count().over()).limit(sample)).all()
+    if not rows:
+        return 0, []
+    return int(rows[0][-1]), [tuple(row[:-1]) for row in rows]

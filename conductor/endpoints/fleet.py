@@ -7,37 +7,65 @@ from this conductor's own membership view.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable
+from typing import Any, Final
 
 import oslo_messaging as messaging
-from sqlalchemy import select
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common.exception import FieldError, InvalidInput, ServiceUnavailable
+from conductor.common.objects import VmState
+from conductor.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.db import fleet_report
 from conductor.db.engine import Database
-from conductor.db.models import AgentModel, utcnow
+from conductor.db.models import utcnow
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
+from conductor.ironic_sync import REMOVED_REASON
 from conductor.rpcapi import API_VERSION
-from hashring.membership import State
+from hashring.membership import MembershipView, State
 
 __all__ = ["FleetEndpoint"]
+
+LOG = logging.getLogger(__name__)
+
+#: The problem kind of a stuck instance, by its vm_state.
+_STUCK_KINDS: Final = {
+    VmState.BUILDING.value: "stuck-build",
+    VmState.DELETING.value: "stuck-delete",
+}
+#: What a stuck instance is doing, in a problem's message.
+_STUCK_WORK: Final = {VmState.BUILDING.value: "builds", VmState.DELETING.value: "deletes"}
+
+Problem = dict[str, Any]
 
 
 class FleetEndpoint:
     """Fleet methods of the conductor RPC API (since 1.0; 1.1 adds the
-    per-agent details of ``fleet_status``, ``ring_status`` and ``fleet_check``)."""
+    per-agent details of ``fleet_status``, ``ring_status`` and ``fleet_check``;
+    1.9 stuck work and node state mismatches to ``fleet_check``).
+
+    ``stuck_after``: ``[conductor] stuck_after``, read at each check (the
+    option is mutable).
+    """
 
     target = messaging.Target(version=API_VERSION)
 
     def __init__(
-        self, db: Database, fleet: FleetView, host: str, compute: ComputeAPI | None = None
+        self,
+        db: Database,
+        fleet: FleetView,
+        host: str,
+        compute: ComputeAPI | None = None,
+        *,
+        stuck_after: Callable[[], float] = lambda: DEFAULT_STUCK_AFTER,
     ) -> None:
         self._db = db
         self._fleet = fleet
         self._host = host
         self._compute = compute  # compute_agent.rpcapi.ComputeAPI
+        self._stuck_after = stuck_after
 
     def drain_agent(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
         """Ask a live agent to hand all its nodes (pins too) over, then stop."""
@@ -64,13 +92,7 @@ class FleetEndpoint:
         now = utcnow().isoformat()
         owned = fleet_report.owner_counts(self._db)
         in_flight = fleet_report.in_flight_by_host(self._db)
-        with self._db.reading() as session:
-            departed = {
-                row.host: (row.last_seen, row.gone_since)
-                for row in session.scalars(
-                    select(AgentModel).where(AgentModel.gone_since.is_not(None))
-                )
-            }
+        departed = fleet_report.departed_agents(self._db)
         agents: list[dict[str, Any]] = []
         members = view.members if view else {}
         for host in sorted(members):
@@ -94,7 +116,7 @@ class FleetEndpoint:
             for host, reason in sorted(excluded.items())
         ]
         for host, (last_seen, since) in sorted(departed.items()):
-            if since is not None and host in owned:  # (the query's filter, for mypy)
+            if host in owned:
                 agents.append(
                     _agent_row(host, "gone", owned, in_flight)
                     | {
@@ -160,80 +182,135 @@ class FleetEndpoint:
         }
 
     def fleet_check(self, ctxt: dict[str, Any]) -> dict[str, Any]:
-        """Fleet problems for monitoring: orphans, double claims, excluded peers (1.1).
+        """Fleet problems for monitoring (1.1; stuck work and state mismatches 1.9).
 
         ``problems`` is a list of ``{"kind", "message", ...}``; empty means
         healthy.  A conductor whose membership is not connected cannot
-        tell who is alive and says so as a problem of its own.
+        tell who is alive and says so as a problem of its own.  Since 1.9
+        the reply carries ``stuck_after``, the bound the stuck work was
+        checked against (seconds).
         """
-        problems: list[dict[str, Any]] = []
         view = self._fleet.view()
         state = self._fleet.state
+        stuck_after = float(self._stuck_after())
+        problems = [
+            *self._membership_problems(view, state),
+            *self._allocation_problems(),
+            *self._stuck_problems(stuck_after),
+            *self._state_problems(),
+        ]
+        LOG.debug("Fleet check by conductor %s: %d problems", self._host, len(problems))
+        return {
+            "conductor": self._host,
+            "membership": state.value,
+            "ring_version": view.ring_version if view else None,
+            "stuck_after": stuck_after,
+            "ok": not problems,
+            "problems": problems,
+        }
+
+    def _membership_problems(self, view: MembershipView | None, state: State) -> list[Problem]:
+        """Orphaned nodes and excluded peers, or why they cannot be told."""
         if view is None or state is not State.CONNECTED:
-            problems.append(
+            return [
                 {
                     "kind": "membership",
                     "message": f"conductor {self._host} membership is {state.value}: "
                     "cannot tell which agents are alive",
                 }
+            ]
+        problems: list[Problem] = []
+        found = fleet_report.orphans(self._db, view.members)
+        for owner, (nodes, pinned) in sorted(found.dead_owners.items()):
+            problems.append(
+                {
+                    "kind": "orphaned",
+                    "host": owner,
+                    "nodes": nodes,
+                    "pinned": pinned,
+                    "message": f"{nodes} nodes ({pinned} pinned) owned by {owner}, "
+                    "which is not a live agent",
+                }
             )
-        else:
-            found = fleet_report.orphans(self._db, view.members)
-            for owner, (nodes, pinned) in sorted(found.dead_owners.items()):
-                problems.append(
-                    {
-                        "kind": "orphaned",
-                        "host": owner,
-                        "nodes": nodes,
-                        "pinned": pinned,
-                        "message": f"{nodes} nodes ({pinned} pinned) owned by {owner}, "
-                        "which is not a live agent",
-                    }
-                )
-            if found.unowned_schedulable:
-                problems.append(
-                    {
-                        "kind": "orphaned",
-                        "host": None,
-                        "nodes": found.unowned_schedulable,
-                        "node_uuids": found.samples,
-                        "message": f"{found.unowned_schedulable} schedulable nodes have "
-                        f"no owner (e.g. {', '.join(found.samples[:3])})",
-                    }
-                )
-            for host, reason in sorted(view.excluded.items()):
-                problems.append(
-                    {
-                        "kind": "excluded",
-                        "host": host,
-                        "message": f"agent {host} is excluded from the ring: {reason}",
-                    }
-                )
+        if found.unowned_schedulable:
+            problems.append(
+                {
+                    "kind": "orphaned",
+                    "host": None,
+                    "nodes": found.unowned_schedulable,
+                    "node_uuids": found.samples,
+                    "message": f"{found.unowned_schedulable} schedulable nodes have "
+                    f"no owner (e.g. {', '.join(found.samples[:3])})",
+                }
+            )
+        for host, reason in sorted(view.excluded.items()):
+            problems.append(
+                {
+                    "kind": "excluded",
+                    "host": host,
+                    "message": f"agent {host} is excluded from the ring: {reason}",
+                }
+            )
+        return problems
+
+    def _allocation_problems(self) -> list[Problem]:
+        """Allocations whose node and instance sides disagree."""
         total, mismatches = fleet_report.allocation_mismatches(self._db)
-        for mismatch in mismatches:
-            problems.append(
-                {
-                    "kind": "double-claimed",
-                    "node_uuid": mismatch.node_uuid,
-                    "instance_uuid": mismatch.instance_uuid,
-                    "message": f"node {mismatch.node_uuid}, instance "
-                    f"{mismatch.instance_uuid}: {mismatch.reason}",
-                }
-            )
-        if total > len(mismatches):
-            problems.append(
-                {
-                    "kind": "double-claimed",
-                    "message": f"... and {total - len(mismatches)} more allocation mismatches",
-                }
-            )
-        return {
-            "conductor": self._host,
-            "membership": state.value,
-            "ring_version": view.ring_version if view else None,
-            "ok": not problems,
-            "problems": problems,
-        }
+        problems: list[Problem] = [
+            {
+                "kind": "double-claimed",
+                "node_uuid": mismatch.node_uuid,
+                "instance_uuid": mismatch.instance_uuid,
+                "message": f"node {mismatch.node_uuid}, instance "
+                f"{mismatch.instance_uuid}: {mismatch.reason}",
+            }
+            for mismatch in mismatches
+        ]
+        return problems + _more("double-claimed", total - len(mismatches), "allocation mismatches")
+
+    def _stuck_problems(self, stuck_after: float) -> list[Problem]:
+        """Builds and deletes whose instance record has not changed for ``stuck_after``."""
+        problems: list[Problem] = []
+        for vm_state, (total, items) in fleet_report.stuck_work(self._db, stuck_after).items():
+            kind = _STUCK_KINDS[vm_state]
+            problems.extend(_stuck_problem(kind, item) for item in items)
+            problems += _more(kind, total - len(items), f"stuck {_STUCK_WORK[vm_state]}")
+        return problems
+
+    def _state_problems(self) -> list[Problem]:
+        """Node records whose state disagrees with the instance they host (or not)."""
+        total, mismatches = fleet_report.state_mismatches(self._db, REMOVED_REASON)
+        problems: list[Problem] = [
+            {
+                "kind": "state-mismatch",
+                **mismatch.to_dict(),
+                "message": f"node {mismatch.node_uuid} (owner {mismatch.owner or 'none'}): "
+                f"{mismatch.reason}",
+            }
+            for mismatch in mismatches
+        ]
+        return problems + _more("state-mismatch", total - len(mismatches), "state mismatches")
+
+
+def _stuck_problem(kind: str, item: fleet_report.StuckWork) -> Problem:
+    where = (
+        f"on node {item.node_uuid} (owner {item.owner or 'none'})"
+        if item.node_uuid
+        else "on no node yet"
+    )
+    return {
+        "kind": kind,
+        **item.to_dict(),
+        "message": f"instance {item.instance_uuid} {item.vm_state}/{item.task_state or '-'} "
+        f"{where}: unchanged for {item.idle_seconds:.0f} s",
+    }
+
+
+def _more(kind: str, count: int, what: str) -> list[Problem]:
+    """The one entry that stands for the ``count`` problems not listed, if any."""
+    if count <= 0:
+        return []
+    return [{"kind": kind, "message": f"... and {count} more {what}"}]
 
 
 def _agent_row(

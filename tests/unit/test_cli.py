@@ -11,6 +11,7 @@ operator would type it.
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 import threading
@@ -27,6 +28,7 @@ import yaml
 from oslo_config import cfg
 
 from conductor import conf as conductor_conf
+from conductor.cli import fleet as fleet_cli
 from conductor.cli import node_files
 from conductor.cli.app import RingfleetApp
 from conductor.cli.command import describe_error
@@ -34,7 +36,8 @@ from conductor.cli.ring import bar
 from conductor.common import rpc
 from conductor.common.exception import InvalidInput
 from conductor.db import nodes as node_db
-from conductor.db.models import InstanceModel, NodeModel
+from conductor.db.engine import Database
+from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.rpcapi import ConductorAPI, pages
 from conductor.service import ConductorService
 from hashring.membership import Membership
@@ -677,11 +680,11 @@ def test_fleet_status_ring_show_and_check(fleet: Embedded) -> None:
     assert "ORPHANED:" in check.out and "schedulable nodes have no owner" in check.out
 
 
-def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+def _healthy(fleet: Embedded, monkeypatch: pytest.MonkeyPatch) -> Database:
+    """Give every node an owner, and hide the excluded peer: a healthy fleet."""
     db = fleet.service.db
     fleet_view = fleet.service.fleet
     assert db is not None and fleet_view is not None
-    # Give every node an owner, and hide the excluded peer: a healthy fleet.
     unowned = [n.uuid for n in node_db.iter_nodes(db) if n.owner is None]
     for start in range(0, len(unowned), 5000):
         fleet.api.claim_nodes("agent-1", unowned[start : start + 5000])
@@ -689,9 +692,15 @@ def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyP
     assert view is not None
     healthy = type(view)(members=view.members, excluded={}, ring_version=view.ring_version)
     monkeypatch.setattr(fleet_view, "view", lambda: healthy)
+    return db
+
+
+def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = _healthy(fleet, monkeypatch)
     result = fleet.run("fleet", "check")
     assert result.code == 0, result.out
     assert result.out.startswith("OK")
+    assert "no build or delete unchanged for over 600 s" in result.out
     ok = fleet.run("fleet", "check", "-f", "json")
     assert ok.code == 0 and ok.json()["ok"] is True and ok.json()["problems"] == []
 
@@ -720,6 +729,75 @@ def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyP
     assert as_yaml.code == 1 and yaml.safe_load(as_yaml.out) == report
     with db.transaction() as session:
         session.query(NodeModel).filter(NodeModel.uuid.in_([orphan, broken])).delete()
+
+
+def _instance_on(
+    db: Database, node: str, vm_state: str, task_state: str | None, provision: str, age: float
+) -> str:
+    """An instance of ``agent-1`` on ``node``, its record unchanged for ``age`` s."""
+    instance = str(uuidlib.uuid4())
+    with db.transaction() as session:
+        session.add(
+            InstanceModel(
+                uuid=instance,
+                name=f"vm-{instance[:8]}",
+                flavor="f",
+                vm_state=vm_state,
+                task_state=task_state,
+                node_uuid=node,
+                host="agent-1",
+                updated_at=utcnow() - datetime.timedelta(seconds=age),
+            )
+        )
+        session.query(NodeModel).filter(NodeModel.uuid == node).update(
+            {"instance_uuid": instance, "provision_state": provision}
+        )
+    return instance
+
+
+def test_fleet_check_reports_stuck_work_and_node_state_mismatches(
+    fleet: Embedded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unchanged past [conductor] stuck_after (600 s) but not build_timeout
+    # (1800 s): the sweeper leaves them be while the check looks.
+    db = _healthy(fleet, monkeypatch)
+    nodes = _nodes(fleet, ["stuck-b", "stuck-d", "fresh-b", "in-error"])
+    fleet.api.claim_nodes("agent-1", nodes)
+    build = _instance_on(db, nodes[0], "building", "spawning", "deploying", age=900)
+    delete = _instance_on(db, nodes[1], "deleting", "deleting", "active", age=650)
+    _instance_on(db, nodes[2], "building", "spawning", "deploying", age=30)
+    active = _instance_on(db, nodes[3], "active", None, "error", age=5)
+    try:
+        result = fleet.run("fleet", "check")
+        assert result.code == 1, result.out
+        lines = result.out.splitlines()
+        assert len(lines) == 3, result.out
+        assert lines[0].startswith(
+            f"STUCK-BUILD: instance {build} building/spawning on node {nodes[0]} "
+            "(owner agent-1): unchanged for 90"
+        )
+        assert lines[1].startswith(
+            f"STUCK-DELETE: instance {delete} deleting/deleting on node {nodes[1]} "
+            "(owner agent-1): unchanged for 65"
+        )
+        assert lines[2] == (
+            f"STATE-MISMATCH: node {nodes[3]} (owner agent-1): "
+            f"instance {active} is active, its node is error"
+        )
+        as_json = fleet.run("fleet", "check", "-f", "json")
+        assert as_json.code == 1 and as_json.json()["stuck_after"] == 600.0
+    finally:
+        with db.transaction() as session:
+            session.query(InstanceModel).filter(InstanceModel.node_uuid.in_(nodes)).delete()
+            session.query(NodeModel).filter(NodeModel.uuid.in_(nodes)).delete()
+
+
+def test_fleet_check_ok_line_names_what_an_older_conductor_does_not_check() -> None:
+    report = {"conductor": "cond-1", "ring_version": 1, "ok": True, "problems": []}
+    assert fleet_cli._ok_line(report) == (
+        "OK: no problems seen by conductor cond-1 (ring version 1; "
+        "stuck builds and deletes not checked by this conductor's version)\n"
+    )
 
 
 def test_agent_drain_of_unknown_agent(fleet: Embedded) -> None:

@@ -8,6 +8,7 @@ workers and scheduler.
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
@@ -31,13 +32,15 @@ from conductor.common.exception import (
     ServiceUnavailable,
 )
 from conductor.common.objects import Flavor, Instance, Node, Ownership
+from conductor.db import fleet_report
 from conductor.db.engine import Database
-from conductor.db.models import InstanceModel, NodeModel
+from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
+from conductor.ironic_sync import REMOVED_REASON
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from hashring.ring import Ring
@@ -1538,9 +1541,202 @@ def test_fleet_check_ok(env: Env) -> None:
         "conductor": "cond-1",
         "membership": "connected",
         "ring_version": 1,
+        "stuck_after": 600.0,
         "ok": True,
         "problems": [],
     }
+
+
+# -- 1.9: fleet check, stuck work and node state mismatches ----------------------------
+
+
+def _in_flight(
+    env: Env, node: str, vm_state: str, task_state: str | None, *, age: float, owner: str
+) -> str:
+    """An instance on ``node`` in ``vm_state``, its record last changed ``age`` s ago."""
+    [instance] = pin(env.db, [node], owner)
+    provision = "deploying" if vm_state == "building" else "active"
+    with env.db.transaction() as session:
+        session.query(InstanceModel).filter(InstanceModel.uuid == instance).update(
+            {
+                "vm_state": vm_state,
+                "task_state": task_state,
+                "updated_at": utcnow() - datetime.timedelta(seconds=age),
+            }
+        )
+        session.query(NodeModel).filter(NodeModel.uuid == node).update(
+            {"provision_state": provision}
+        )
+    return instance
+
+
+def _problems(env: Env, kind: str) -> list[dict[str, Any]]:
+    return [p for p in env.fleet_ep.fleet_check(CTXT)["problems"] if p["kind"] == kind]
+
+
+def test_fleet_check_reports_a_build_unchanged_past_stuck_after_and_fails(env: Env) -> None:
+    env.live("agent-1")
+    stale_node, fresh_node = add_nodes(env.db, 2, owner="agent-1")
+    stale = _in_flight(env, stale_node, "building", "spawning", age=700, owner="agent-1")
+    _in_flight(env, fresh_node, "building", "spawning", age=5, owner="agent-1")
+
+    report = env.fleet_ep.fleet_check(CTXT)
+
+    assert report["ok"] is False and report["stuck_after"] == 600.0
+    [problem] = report["problems"]
+    assert problem["kind"] == "stuck-build"
+    assert problem["instance_uuid"] == stale and problem["node_uuid"] == stale_node
+    assert problem["owner"] == "agent-1"
+    assert (problem["vm_state"], problem["task_state"]) == ("building", "spawning")
+    assert 700 <= problem["idle_seconds"] < 760
+    assert problem["message"].startswith(
+        f"instance {stale} building/spawning on node {stale_node} (owner agent-1): unchanged for 70"
+    )
+
+
+def test_fleet_check_of_fresh_work_is_ok(env: Env) -> None:
+    env.live("agent-1")
+    building, deleting = add_nodes(env.db, 2, owner="agent-1")
+    _in_flight(env, building, "building", "spawning", age=590, owner="agent-1")
+    _in_flight(env, deleting, "deleting", "deleting", age=590, owner="agent-1")
+    report = env.fleet_ep.fleet_check(CTXT)
+    assert report["ok"] is True and report["problems"] == []
+
+
+def test_fleet_check_reports_a_delete_unchanged_past_stuck_after(env: Env) -> None:
+    env.live("agent-1")
+    stale_node, fresh_node = add_nodes(env.db, 2, owner="agent-1")
+    stale = _in_flight(env, stale_node, "deleting", "deleting", age=3600, owner="agent-1")
+    _in_flight(env, fresh_node, "deleting", "deleting", age=1, owner="agent-1")
+
+    report = env.fleet_ep.fleet_check(CTXT)
+
+    assert report["ok"] is False
+    [problem] = report["problems"]
+    assert problem["kind"] == "stuck-delete"
+    assert problem["instance_uuid"] == stale and problem["node_uuid"] == stale_node
+    assert problem["owner"] == "agent-1" and problem["vm_state"] == "deleting"
+    assert "unchanged for 360" in problem["message"]
+
+
+def test_fleet_check_stuck_bound_is_read_at_each_check(env: Env) -> None:
+    """``[conductor] stuck_after`` is mutable: the endpoint reads it every time."""
+    env.live("agent-1")
+    [node] = add_nodes(env.db, 1, owner="agent-1")
+    _in_flight(env, node, "building", "spawning", age=700, owner="agent-1")
+    bound = [600.0]
+    endpoint = FleetEndpoint(env.db, env.fleet, "cond-1", stuck_after=lambda: bound[0])
+    assert [p["kind"] for p in endpoint.fleet_check(CTXT)["problems"]] == ["stuck-build"]
+    bound[0] = 900.0
+    report = endpoint.fleet_check(CTXT)
+    assert report["ok"] is True and report["stuck_after"] == 900.0
+
+
+def test_fleet_check_stuck_build_without_a_node_and_the_cap(env: Env) -> None:
+    env.live("agent-1")
+    nodes = add_nodes(env.db, 52, owner="agent-1")
+    stuck = [
+        _in_flight(env, node, "building", "spawning", age=1000 + i, owner="agent-1")
+        for i, node in enumerate(nodes)
+    ]
+    # Waiting for a node: the record says so, no owner to name.
+    with env.db.transaction() as session:
+        session.query(NodeModel).filter(NodeModel.uuid == nodes[-1]).update(
+            {"instance_uuid": None, "provision_state": "available"}
+        )
+        session.query(InstanceModel).filter(InstanceModel.uuid == stuck[-1]).update(
+            {
+                "node_uuid": None,
+                "host": None,
+                "task_state": "scheduling",
+                # (set, or the update stamps it now)
+                "updated_at": utcnow() - datetime.timedelta(seconds=1051),
+            }
+        )
+
+    problems = _problems(env, "stuck-build")
+
+    assert len(problems) == 51
+    # Longest unchanged first: the one without a node was aged most.
+    assert problems[0]["instance_uuid"] == stuck[-1] and problems[0]["node_uuid"] is None
+    assert problems[0]["message"].endswith(
+        "building/scheduling on no node yet: unchanged for 1051 s"
+    )
+    assert problems[-1] == {"kind": "stuck-build", "message": "... and 2 more stuck builds"}
+
+
+def test_fleet_check_reports_an_active_instance_on_a_node_reported_in_error(env: Env) -> None:
+    """The node's record is all the check reads: here the owner's state report."""
+    env.live("agent-1")
+    good, bad = add_nodes(env.db, 2, owner="agent-1")
+    epochs = _claim(env, "agent-1", [good, bad])
+    pin(env.db, [good], "agent-1")
+    [instance] = pin(env.db, [bad], "agent-1")
+    assert env.fleet_ep.fleet_check(CTXT)["ok"] is True
+    reported = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[
+            {
+                "node_uuid": bad,
+                "epoch": epochs[bad],
+                "power_state": None,
+                "provision_state": "error",
+            }
+        ],
+    )
+    assert reported == {"accepted": 1, "stale": []}
+
+    report = env.fleet_ep.fleet_check(CTXT)
+
+    assert report["ok"] is False
+    [problem] = report["problems"]
+    assert problem["kind"] == "state-mismatch"
+    assert (problem["node_uuid"], problem["instance_uuid"]) == (bad, instance)
+    assert (problem["provision_state"], problem["vm_state"]) == ("error", "active")
+    assert problem["message"] == (
+        f"node {bad} (owner agent-1): instance {instance} is active, its node is error"
+    )
+
+
+def test_fleet_check_reports_busy_nodes_hosting_nothing_and_retired_nodes_hosting_one(
+    env: Env,
+) -> None:
+    env.live("agent-1")
+    deploying, active, retired, idle = add_nodes(env.db, 4, owner="agent-1")
+    [instance] = pin(env.db, [retired], "agent-1")
+    with env.db.transaction() as session:
+        for node, state in ((deploying, "deploying"), (active, "active"), (idle, "error")):
+            session.query(NodeModel).filter(NodeModel.uuid == node).update(
+                {"provision_state": state}
+            )
+        session.query(NodeModel).filter(NodeModel.uuid == retired).update(
+            {"maintenance": True, "maintenance_reason": REMOVED_REASON}
+        )
+
+    problems = {p["node_uuid"]: p for p in _problems(env, "state-mismatch")}
+
+    assert set(problems) == {deploying, active, retired}  # an idle node in error is no mismatch
+    assert problems[deploying]["reason"] == "node is deploying but hosts no instance"
+    assert problems[active]["instance_uuid"] is None
+    assert problems[retired]["message"] == (
+        f"node {retired} (owner agent-1): node is retired (ironic: node removed from Ironic) "
+        f"but hosts instance {instance} (active)"
+    )
+
+
+def test_stuck_work_counts_all_and_lists_the_oldest(env: Env) -> None:
+    nodes = add_nodes(env.db, 4, owner="agent-1")
+    ages = (900, 1200, 700, 10)
+    uuids = [
+        _in_flight(env, node, "deleting", "deleting", age=age, owner="agent-1")
+        for node, age in zip(nodes, ages, strict=True)
+    ]
+    found = fleet_report.stuck_work(env.db, 600.0, sample=2)
+    assert found["building"] == (0, [])
+    total, listed = found["deleting"]
+    assert total == 3
+    assert [item.instance_uuid for item in listed] == [uuids[1], uuids[0]]
 
 
 def test_set_node_merges_and_refuses_whole(env: Env) -> None:
