@@ -512,6 +512,7 @@ EXCEPTIONS: dict[type[RingfleetError], st.SearchStrategy[RingfleetError]] = {
     exception.DatabaseUnavailable: st.builds(exception.DatabaseUnavailable, TEXT),
     exception.NotOwner: st.builds(exception.NotOwner, TEXT, OPT_TEXT, st.integers(0, 2**31)),
     exception.DriverError: st.builds(exception.DriverError, TEXT, TEXT, TEXT),
+    exception.ActionAbandoned: st.builds(exception.ActionAbandoned, TEXT, TEXT),
     exception.IdentityTaken: st.builds(exception.IdentityTaken, TEXT, TEXT),
     exception.ActionLogError: st.builds(
         exception.ActionLogError, TEXT, st.integers(1, 10**6), TEXT

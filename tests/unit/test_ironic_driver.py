@@ -307,10 +307,16 @@ def test_a_deploy_stuck_past_its_timeout_is_a_driver_error(
 ) -> None:
     instance = new_instance()
     ironic_node = fake.add(
-        provision_state="wait call-back", target_provision_state="active", instance_uuid=instance
+        provision_state="wait call-back",
+        target_provision_state="active",
+        instance_uuid=instance,
+        last_error="IPA heartbeat late",
     )
     node = ring_node(ironic_node)
-    with pytest.raises(DriverError, match="still wait call-back; no progress in Ironic for 1 s"):
+    with pytest.raises(
+        DriverError,
+        match="still wait call-back: IPA heartbeat late; no progress in Ironic for 1 s",
+    ):
         make_driver(tmp_path, fake, deploy_timeout=1).deploy(ctx_for(node, instance), node, Steps())
     assert fake.writes == []
 

@@ -263,7 +263,7 @@ class IronicDriver(ComputeDriver):
                 found = watch.until_at_rest()
                 continue
             if requested == _TEARDOWN_ATTEMPTS:
-                raise DriverError(node.uuid, "destroy", f"still {_failure(found)}")
+                raise DriverError(node.uuid, "destroy", _failure(found, "still"))
             requested += 1
             found = watch.request(found, "deleted")
         if step is TeardownStep.CLEAN_FAILED:
@@ -367,7 +367,7 @@ class _Watch:
             found = self.read(following=True)
             if done(found):
                 return found
-            self._check_deadline(f"still {found.provision_state}")
+            self._check_deadline(_failure(found, "still"))
             self.pause()
 
     def until_at_rest(self) -> IronicNode:
@@ -453,9 +453,10 @@ class _Watch:
         return (self._last[0] if self._last else None) or "waiting"
 
 
-def _failure(found: IronicNode) -> str:
+def _failure(found: IronicNode, still: str = "") -> str:
     """Ironic's state and its own reason, for the instance's fault."""
-    return f"Ironic shows the node {found.provision_state}: {found.last_error or 'no error'}"
+    shows = f"Ironic shows the node {still} {found.provision_state}".replace("  ", " ")
+    return f"{shows}: {found.last_error or 'no error'}"
 
 
 def _not_buildable(found: IronicNode) -> str:
