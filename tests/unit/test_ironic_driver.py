@@ -925,3 +925,29 @@ def test_a_failure_after_the_first_step_is_torn_down(tmp_path: Path, fake: FakeI
     assert driver.destroyed == 1
     assert [w[0] for w in fake.writes] == ["claim", "provision", "provision"]
     assert ironic_node.provision_state == "available" and ironic_node.instance_uuid is None
+
+
+def test_a_stopping_agent_abandons_its_followed_actions_at_once_and_reports_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """SIGTERM never waits for Ironic: two deploys Ironic is still running
+    (one per node) end their follow loops at once, each reports nothing, and
+    the whole stop is bounded by one timeout, not one per action."""
+    driver = CountingDriver(make_conf(tmp_path), HOST, client=fake)  # type: ignore[arg-type]
+    results = Results()
+    actions = NodeActions(HOST, driver, StubOwnership(), results)  # type: ignore[arg-type]
+    for _ in range(2):
+        instance = new_instance()
+        ironic_node = fake.add(
+            provision_state="wait call-back",
+            target_provision_state="active",
+            instance_uuid=instance,
+        )
+        assert actions.build(instance, ring_node(ironic_node), EPOCH) == "accepted"
+    time.sleep(0.2)
+    assert actions.in_flight() == 2
+    actions.stop_accepting()
+    assert actions.wait_idle(5.0)  # the deploy_timeout is an hour
+    assert actions.in_flight() == 0
+    assert results.builds == [] and driver.destroyed == 0
+    assert fake.writes == []
