@@ -634,6 +634,11 @@ rf_maria_stop() { # [kill]
 
 rf_ironic_url() { printf 'http://127.0.0.1:%s' "$RF_IRONIC_PORT"; }
 
+# [conductor] deploy_callback_timeout of the test Ironic, in seconds (exported
+# as RINGFLEET_TEST_IRONIC_CALLBACK_TIMEOUT): how long a deploy of a
+# custom-agent node waits in "wait call-back" before it fails.
+RF_IRONIC_CALLBACK_TIMEOUT=20
+
 # Config and schema (first start only); RF_IRONIC_VENV comes from state.env.
 rf_ironic_init() {
     mkdir -p "$RF_IRONIC_DIR/locks"
@@ -650,18 +655,30 @@ EOF
     for iface in bios console firmware inspect raid rescue vendor; do
         printf 'enabled_%s_interfaces = fake,no-%s\n' "$iface" "$iface" >>"$RF_IRONIC_CONF"
     done
-    for iface in boot deploy management power; do
+    for iface in boot management power; do
         printf 'enabled_%s_interfaces = fake\n' "$iface" >>"$RF_IRONIC_CONF"
     done
+    # custom-agent besides fake (the default): a node a test switches to it
+    # waits in "wait call-back" for a ramdisk that never calls, and fails
+    # its deploy after [conductor] deploy_callback_timeout, a real deploy
+    # failure; the timeouts are checked every check_provision_state_interval.
     cat >>"$RF_IRONIC_CONF" <<EOF
+enabled_deploy_interfaces = fake,custom-agent
+default_deploy_interface = fake
 enabled_network_interfaces = noop
 enabled_storage_interfaces = noop
 default_network_interface = noop
 [api]
 host_ip = 127.0.0.1
 port = $RF_IRONIC_PORT
+[conductor]
+deploy_callback_timeout = $RF_IRONIC_CALLBACK_TIMEOUT
+check_provision_state_interval = 1
 [database]
 connection = sqlite:///$RF_IRONIC_DIR/ironic.sqlite
+[service_catalog]
+# the URL a deploy ramdisk would call back (custom-agent needs one to start)
+endpoint_override = $(rf_ironic_url)
 [dhcp]
 dhcp_provider = none
 [fake]
@@ -883,6 +900,7 @@ rf_print_env() {
     if rf_has ironic; then
         printf 'RINGFLEET_TEST_IRONIC_URL=%s\n' "$(rf_ironic_url)"
         printf 'RINGFLEET_TEST_IRONIC_PID=%s\n' "$(rf_read_pid "$RF_IRONIC_PIDF")"
+        printf 'RINGFLEET_TEST_IRONIC_CALLBACK_TIMEOUT=%s\n' "$RF_IRONIC_CALLBACK_TIMEOUT"
     fi
     if rf_has keystone; then
         printf 'RINGFLEET_TEST_KEYSTONE_URL=%s\n' "$(rf_keystone_url)"

@@ -2,7 +2,9 @@
 
 Every process gets its own config file and log; the simulated driver of all
 agents appends to one shared action log, which the tests check for fencing
-violations after every fault.
+violations after every fault.  A fleet of the ``ironic`` driver
+(:func:`ironic_fleet`) is checked against Ironic's own records instead
+(:func:`ironic_disagreements`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ from tests.dbutil import fresh_database, migrated
 from tests.functional.conductor_harness import client
 from tests.functional.harness import unique_group
 from tests.harness import ServiceProcess
+from tests.harness.ironic import IronicHarness, fleet_config
 
 TTL = 3  # membership_timeout: etcd grants no less than ~2.3 s
 REHOME_GRACE = 8.0
+#: Every build and teardown in flight ends within this many seconds of a
+#: fault clearing (design invariant 9): a dead owner's pins are re-homed
+#: after the TTL and rehome_grace, and a few seconds more finish the work.
+RECOVERY_SETTLE = TTL + REHOME_GRACE + 10.0
 
 
 class Fleet:
@@ -182,6 +189,63 @@ def running_fleet(
             yield fleet
         finally:
             fleet.close()
+
+
+@contextlib.contextmanager
+def ironic_fleet(
+    workdir: Path,
+    *,
+    db_url: str,
+    transport_url: str,
+    etcd_url: str,
+    ironic_url: str,
+    shards: Sequence[str],
+) -> Iterator[Fleet]:
+    """A :class:`Fleet` of the ``ironic`` driver on the test Ironic, importing
+    the nodes of ``shards`` only, on a migrated database (``db_url``); no
+    process started; every process killed at the end."""
+    migrated(db_url).dispose()
+    fleet = Fleet(
+        workdir,
+        db_url=db_url,
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+        driver="ironic",
+        common_extra=fleet_config(ironic_url, ",".join(shards)),
+    )
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+def ironic_disagreements(fleet: Fleet, ironic: IronicHarness, *shards: str) -> list[str]:
+    """Where Ironic's records of the nodes of ``shards`` and ringfleet's
+    differ (nothing is building any more): an instance on a node in one and
+    not in the other, or a node whose Ironic state does not fit."""
+    with fleet.db.transaction() as session:
+        hosted = {
+            row.uuid: row.instance_uuid
+            for row in session.execute(select(NodeModel.uuid, NodeModel.instance_uuid))
+        }
+    wrong = []
+    listed = set()
+    for shard in shards:
+        for record in ironic.nodes(shard):
+            listed.add(record["uuid"])
+            ours = hosted.get(record["uuid"])
+            theirs = record["instance_uuid"]
+            state = record["provision_state"]
+            if ours != theirs:
+                wrong.append(f"node {record['uuid']}: ringfleet {ours}, Ironic {theirs} ({state})")
+            elif theirs is not None and state != "active":
+                wrong.append(f"node {record['uuid']}: instance {theirs} but Ironic shows {state}")
+            elif theirs is None and state != "available":
+                wrong.append(f"node {record['uuid']}: no instance but Ironic shows {state}")
+    for node, instance in hosted.items():
+        if instance is not None and node not in listed:
+            wrong.append(f"node {node}: ringfleet {instance}, not in Ironic")
+    return wrong
 
 
 def log_tails(

@@ -75,9 +75,11 @@ from conductor.db.models import InstanceModel, NodeModel
 from tests.dbutil import migrated
 from tests.functional.conductor_harness import client
 from tests.functional.fleet_harness import (
+    RECOVERY_SETTLE,
     REHOME_GRACE,
     TTL,
     Fleet,
+    ironic_disagreements,
     log_tails,
     start_processes,
 )
@@ -637,27 +639,6 @@ def ironic_fleet(
         harness.close()
 
 
-def ironic_disagreements(fleet: Fleet, ironic: IronicHarness, shard: str) -> list[str]:
-    """Where Ironic's records and ringfleet's differ (nothing is building any more)."""
-    with fleet.db.transaction() as session:
-        hosted = {
-            row.uuid: row.instance_uuid
-            for row in session.execute(select(NodeModel.uuid, NodeModel.instance_uuid))
-        }
-    wrong = []
-    for record in ironic.nodes(shard):
-        ours = hosted.get(record["uuid"])
-        theirs = record["instance_uuid"]
-        state = record["provision_state"]
-        if ours != theirs:
-            wrong.append(f"node {record['uuid']}: ringfleet {ours}, Ironic {theirs} ({state})")
-        elif theirs is not None and state != "active":
-            wrong.append(f"node {record['uuid']}: instance {theirs} but Ironic shows {state}")
-        elif theirs is None and state != "available":
-            wrong.append(f"node {record['uuid']}: no instance but Ironic shows {state}")
-    return wrong
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fault_name", IRONIC_FAULTS)
 def test_chaos_on_ironic(
@@ -687,7 +668,6 @@ def test_chaos_on_ironic(
 # stopped (design invariant 9).
 
 RECOVERY_BUILD_TIMEOUT = 600.0
-RECOVERY_SETTLE = TTL + REHOME_GRACE + 10.0
 RECOVERY_CONFIG = EXTRA_CONFIG + f"[conductor]\nbuild_timeout = {RECOVERY_BUILD_TIMEOUT}\n"
 #: agent-1 reaches etcd through a proxy the partition cuts
 PARTITIONED = "agent-1"

@@ -26,10 +26,9 @@ from compute_agent.drivers.base import ActionContext, load_driver
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import NodeNotBuildable
 from conductor.common.objects import Node
-from tests.dbutil import migrated
-from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
+from tests.functional.fleet_harness import TTL, Fleet, ironic_fleet, log_tails, start_processes
 from tests.harness import wait_for
-from tests.harness.ironic import IronicHarness, fleet_config
+from tests.harness.ironic import IronicHarness
 
 #: Ironic's provision states of a deploy under way.
 DEPLOYING = ("deploying", "wait call-back")
@@ -44,19 +43,15 @@ def fleet(
     ironic_url: str,
     shard: str,
 ) -> Iterator[Fleet]:
-    migrated(pg_url).dispose()
-    f = Fleet(
+    with ironic_fleet(
         tmp_path,
         db_url=pg_url,
         transport_url=transport_url,
         etcd_url=etcd_url,
-        driver="ironic",
-        common_extra=fleet_config(ironic_url, shard),
-    )
-    try:
+        ironic_url=ironic_url,
+        shards=[shard],
+    ) as f:
         yield f
-    finally:
-        f.close()
 
 
 def _instances_in(fleet: Fleet, uuids: list[str], state: str) -> bool:

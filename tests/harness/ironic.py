@@ -12,6 +12,8 @@ Ironic then never see each other's nodes.
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +21,15 @@ from typing import Any
 
 import requests
 
-__all__ = ["API_VERSION", "IronicError", "IronicHarness", "fleet_config", "unique_shard"]
+__all__ = [
+    "API_VERSION",
+    "IronicError",
+    "IronicHarness",
+    "IronicWatch",
+    "Sighting",
+    "fleet_config",
+    "unique_shard",
+]
 
 #: Microversion sent with every request (shards need 1.82).
 API_VERSION = "1.82"
@@ -39,7 +49,8 @@ def unique_shard(prefix: str = "rf-test") -> str:
 
 def fleet_config(url: str, shard: str) -> str:
     """The ``[ironic]`` group of a test fleet on this Ironic: noauth, the nodes
-    of ``shard`` only, short polls (a fake deploy step takes a second)."""
+    of ``shard`` only (or of several, joined by commas), short polls (a fake
+    deploy step takes a second)."""
     return (
         "[ironic]\n"
         "auth_type = none\n"
@@ -187,6 +198,12 @@ class IronicHarness:
             path = following[following.index("/v1/") :] if following else None
         return found
 
+    def update(self, node: str, **fields: Any) -> dict[str, Any]:
+        """Set fields of the node (``deploy_interface="custom-agent"``,
+        ``automated_clean=False``...); its record afterwards."""
+        ops = [{"op": "add", "path": f"/{name}", "value": v} for name, v in fields.items()]
+        return self._patch(node, ops)
+
     def set_power(self, node: str, *, on: bool, wait: bool = True, timeout: float = 30) -> None:
         """Power the node on or off (and wait for the new power state)."""
         target = "power on" if on else "power off"
@@ -246,3 +263,116 @@ class IronicHarness:
                     f"node {node}: not within {timeout:.1f} s: {what}; last seen {state}"
                 )
             time.sleep(step)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sighting:
+    """One node as :class:`IronicWatch` saw it change, at ``at`` (``time.monotonic()``)."""
+
+    at: float
+    provision_state: str | None
+    target_provision_state: str | None
+    instance_uuid: str | None
+    last_error: str | None
+
+
+class IronicWatch:
+    """Ironic's nodes of some shards, listed every ``interval`` s in a thread:
+    each node's provision states as they changed, and Ironic's outages.
+
+    What a test cannot catch by reading now and then: a state that lasts a
+    moment (a ``deploy failed`` an agent tears down at its next poll) and
+    the ``last_error`` it carried.  One listing of every shard at once,
+    only the fields watched (about 10 ms of Ironic's time).
+    """
+
+    _FIELDS = "uuid,provision_state,target_provision_state,instance_uuid,last_error"
+
+    def __init__(self, url: str, shards: Iterable[str], *, interval: float = 0.1) -> None:
+        self._harness = IronicHarness(url)
+        self._path = f"/v1/nodes?shard={','.join(shards)}&fields={self._FIELDS}&limit=1000"
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._seen: dict[str, list[Sighting]] = {}
+        #: (from, to) of each time Ironic did not answer, ``to`` None while it lasts
+        self.outages: list[tuple[float, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ironic-watch", daemon=True)
+
+    def __enter__(self) -> IronicWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._harness.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                page = self._harness.request("GET", self._path, retry_locked=0).json()["nodes"]
+            except (requests.RequestException, ValueError, KeyError):
+                self._down(time.monotonic())
+            else:
+                self._up(time.monotonic(), page)
+            self._stop.wait(self._interval)
+
+    def _down(self, now: float) -> None:
+        with self._lock:
+            if not self.outages or self.outages[-1][1] is not None:
+                self.outages.append((now, None))
+
+    def _up(self, now: float, page: list[dict[str, Any]]) -> None:
+        with self._lock:
+            if self.outages and self.outages[-1][1] is None:
+                self.outages[-1] = (self.outages[-1][0], now)
+            for record in page:
+                seen = Sighting(
+                    now,
+                    record["provision_state"],
+                    record["target_provision_state"],
+                    record["instance_uuid"],
+                    record["last_error"],
+                )
+                history = self._seen.setdefault(record["uuid"], [])
+                if not history or dataclasses.replace(history[-1], at=now) != seen:
+                    history.append(seen)
+
+    def history(self, node: str) -> list[Sighting]:
+        """What the node was seen to be, oldest first."""
+        with self._lock:
+            return list(self._seen.get(node, ()))
+
+    def first(self, node: str, state: str, *, after: float = 0.0) -> Sighting | None:
+        """The first sighting of ``node`` in provision ``state`` after ``after``."""
+        return next(
+            (s for s in self.history(node) if s.provision_state == state and s.at >= after), None
+        )
+
+    def failures(self) -> dict[str, list[Sighting]]:
+        """node -> its sightings that carried a ``last_error`` (Ironic's reason
+        for a failed state), oldest first."""
+        with self._lock:
+            return {
+                node: found
+                for node, history in self._seen.items()
+                if (found := [s for s in history if s.last_error])
+            }
+
+    def timeline(self, since: float) -> str:
+        """Every node's changes, in seconds after ``since``, for a failure message."""
+        lines = []
+        with self._lock:
+            for start, end in self.outages:
+                until = "" if end is None else f" to {end - since:+.1f}"
+                lines.append(f"  Ironic unreachable from {start - since:+.1f}{until}")
+            for node, history in sorted(self._seen.items()):
+                lines.append(f"  node {node}:")
+                lines.extend(
+                    f"    {s.at - since:+7.2f} s {s.provision_state} -> "
+                    f"{s.target_provision_state} instance={s.instance_uuid} "
+                    f"last_error={s.last_error!r}"
+                    for s in history
+                )
+        return "\n".join(lines)
