@@ -31,6 +31,7 @@ from conductor.common.exception import (
     NodeNotBuildable,
     NotOwner,
     RingfleetError,
+    ServiceUnavailable,
 )
 from conductor.common.objects import Node, PowerState, ProvisionState
 
@@ -137,6 +138,18 @@ class NodeActions:
             found = self._driver.inspect(
                 ActionContext(node.uuid, self._host, epoch, instance_uuid), node
             )
+        except ServiceUnavailable as exc:
+            # The back end is down (logged once by its client): accept, and
+            # let the deploy wait for it and decide from what it then shows
+            # (it refuses a node that hosts something else, as here).  A
+            # refusal would have the conductor retry every few seconds.
+            LOG.debug("Instance %s on node %s: accepted while %s", instance_uuid, node.uuid, exc)
+            self._start(self._deploy, instance_uuid, node, epoch)
+            return "accepted"
+        except BaseException:
+            self._finish(node.uuid)
+            raise
+        try:
             if found.instance_uuid not in (None, instance_uuid):
                 raise NodeNotBuildable(
                     field="node_uuid",

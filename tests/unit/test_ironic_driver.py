@@ -951,3 +951,22 @@ def test_a_stopping_agent_abandons_its_followed_actions_at_once_and_reports_noth
     assert actions.in_flight() == 0
     assert results.builds == [] and driver.destroyed == 0
     assert fake.writes == []
+
+
+def test_a_build_accepted_while_ironic_is_down_waits_for_it_and_deploys(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """An Ironic outage is not a refusal the conductor would retry every few
+    seconds: the agent accepts and the deploy waits for Ironic to answer."""
+    driver = CountingDriver(make_conf(tmp_path), HOST, client=fake)  # type: ignore[arg-type]
+    results = Results()
+    actions = NodeActions(HOST, driver, StubOwnership(), results)  # type: ignore[arg-type]
+    ironic_node = fake.add()
+    instance = new_instance()
+    fake.unreachable_reads = 5  # the accept's read and the deploy's first reads
+    assert actions.build(instance, ring_node(ironic_node), EPOCH) == "accepted"
+    assert actions.wait_idle(10.0)
+    [report] = results.builds
+    assert (report["instance_uuid"], report["success"]) == (instance, True)
+    assert fake.unreachable_reads == 0
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", instance)
