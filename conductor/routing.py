@@ -59,6 +59,9 @@ __all__ = ["AgentRouter"]
 
 LOG = logging.getLogger(__name__)
 
+#: Builds and teardowns whose last reason to wait is remembered (log once).
+_MAX_WAITS_REMEMBERED = 10_000
+
 #: The compute API version that has ``build_instances``.
 _BATCHED_VERSION = "1.1"
 
@@ -115,9 +118,8 @@ class AgentRouter:
         # Agents that refused build_instances although not pinned below it:
         # said once each (the fix is the pin, not a retry).
         self._told_to_pin: set[str] = set()
-        # (instance, why) of teardowns not yet accepted: said once each,
-        # not on every 2 s retry.
-        self._teardown_waits: dict[str, str] = {}
+        # Why each waiting build or teardown last waited (see _level).
+        self._waits: dict[str, str] = {}
         self.calls = 0  # accept calls made (for tests)
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
@@ -283,7 +285,8 @@ class AgentRouter:
         if error == NodeNotBuildable.__name__:
             self._not_buildable(instance, node, Fence(owner, epoch), str(reason))
             return
-        LOG.warning(
+        LOG.log(
+            self._level(instance.uuid, f"{error}: {reason}", logging.WARNING),
             "Instance %s: %s refused node %s: %s: %s; retrying later",
             instance.uuid,
             owner,
@@ -319,9 +322,20 @@ class AgentRouter:
         else:
             self._later(instance, node)
 
+    def _level(self, key: str, why: str, level: int) -> int:
+        """*level* the first time a build or teardown (*key*) waits for *why*,
+        DEBUG on every retry after: one line per cause, not one per 2 s."""
+        with self._lock:
+            said = self._waits.get(key) == why
+            if len(self._waits) >= _MAX_WAITS_REMEMBERED:
+                self._waits.clear()  # a bounded cache: at worst a line said twice
+            self._waits[key] = why
+        return logging.DEBUG if said else level
+
     def _later(self, instance: Instance, node: Node) -> None:
         """Back on the queue: routed again in a while, to whoever owns the node then."""
-        LOG.info(
+        LOG.log(
+            self._level(instance.uuid + "/later", node.uuid, logging.INFO),
             "Instance %s waits for node %s to have a reachable owner",
             instance.uuid,
             node.uuid,
@@ -385,7 +399,8 @@ class AgentRouter:
                 )
                 break
             except Conflict as exc:
-                LOG.warning(
+                LOG.log(
+                    self._level(instance.uuid, first_line(exc), logging.WARNING),
                     "Instance %s: %s refused node %s: %s",
                     instance.uuid,
                     owner,
@@ -394,7 +409,8 @@ class AgentRouter:
                 )
                 break
             except Exception as exc:  # any other failure: never drop the build
-                LOG.warning(
+                LOG.log(
+                    self._level(instance.uuid, first_line(exc), logging.WARNING),
                     "Instance %s: routing to %s for node %s failed: %s",
                     instance.uuid,
                     owner,
@@ -429,16 +445,13 @@ class AgentRouter:
             self._teardown_waits_for(instance, node, first_line(exc))
             return False
         with self._lock:
-            self._teardown_waits.pop(instance.uuid, None)
+            self._waits.pop(instance.uuid + "/teardown", None)
         return True
 
     def _teardown_waits_for(self, instance: Instance, node: Node, why: str) -> None:
         """Say why a teardown is not accepted yet: once per reason, not every retry."""
-        with self._lock:
-            said = self._teardown_waits.get(instance.uuid) == why
-            self._teardown_waits[instance.uuid] = why
         LOG.log(
-            logging.DEBUG if said else logging.INFO,
+            self._level(instance.uuid + "/teardown", why, logging.INFO),
             "Instance %s: teardown of node %s by %s not accepted yet: %s; retrying",
             instance.uuid,
             node.uuid,
