@@ -1054,6 +1054,22 @@ def test_destroy_goes_to_the_live_owner_only(routing: Routing) -> None:
     assert len(routing.compute.destroys) == 4
 
 
+def test_a_teardown_waiting_says_why_once_per_cause(
+    routing: Routing, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delete retried every 2 s logs its cause once (then DEBUG), and again
+    only when the cause changes."""
+    instance, _node, _ = routing.args()
+    busy = Conflict(field="node_uuid", value=routing.node, reason="busy with power")
+    routing.compute.behaviour["a1"] = [busy, busy, busy, messaging.MessagingTimeout("slow")]
+    with caplog.at_level(logging.INFO, logger="conductor.routing"):
+        for _ in range(4):
+            assert routing.router.destroy(instance) is False
+    said = [r.getMessage() for r in caplog.records if "not accepted yet" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "busy with power" in said[0] and "slow" in said[1]
+
+
 def test_a_result_arriving_during_a_sweep_is_not_undone(
     flow: Flow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
