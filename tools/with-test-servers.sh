@@ -42,6 +42,8 @@
 #   RINGFLEET_TEST_MARIADB_PID    PID of mariadbd as started
 #   RINGFLEET_TEST_IRONIC_URL     http://127.0.0.1:PORT (Ironic API, noauth)
 #   RINGFLEET_TEST_IRONIC_PID     PID of the ironic process as started
+#   RINGFLEET_TEST_IRONIC_CALLBACK_TIMEOUT  Ironic's [conductor] deploy_callback_timeout (s):
+#       a node with deploy_interface custom-agent ends 'deploy failed' after it
 #   RINGFLEET_TEST_KEYSTONE_URL   http://127.0.0.1:PORT/v3 (identity endpoint, auth_url)
 #   RINGFLEET_TEST_KEYSTONE_PID   PID of Keystone's gunicorn master as started
 #   RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD  password of user admin (domain Default),
