@@ -16,7 +16,22 @@ and brings ringfleet's records in line:
   node available again) and its power state;
 * a node that vanished from Ironic is *retired* -- put in maintenance with
   the reason ``ironic: node removed from Ironic`` -- never deleted, so an
-  instance it hosts keeps its record.
+  instance it hosts keeps its record;
+* what Ironic shows of every listed node, whatever ringfleet does with it,
+  is recorded for ``fleet check``
+  (:func:`conductor.db.nodes.record_back_end_observations`): its raw
+  provision state, its claim (``instance_uuid``) and from when that
+  observation holds (``backend_seen_at``: the instant the pass began
+  listing, so never later than what it saw).  Only rows that need it are
+  written, so a quiet pass writes nothing: a node whose state or claim
+  changed in Ironic, and one that ringfleet changed after it was last
+  observed and before this pass began listing (the node, the instance it
+  hosts or the instance claiming it in Ironic: their ``updated_at``),
+  whose unchanged observation is then dated to this pass.  fleet check
+  compares a node only when ``backend_seen_at`` is no older than those
+  ``updated_at`` (a change made since waits for the next pass).  A node
+  created by the pass carries its observation from the start (dated with
+  the row); a node gone from Ironic has its observation cleared.
 
 Imported nodes carry the properties ``ironic_shard`` and
 ``ironic_conductor_group``: they mark them as Ironic's (nodes created by
@@ -30,6 +45,7 @@ once change each node once.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import threading
 import time
@@ -43,9 +59,16 @@ from conductor.common.ironic import BaremetalClient, IronicNode, power_state_of,
 from conductor.common.objects import Node, ProvisionState
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
+from conductor.db.models import utcnow
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
-__all__ = ["MAINTENANCE_PREFIX", "IronicInventorySync", "SyncSummary"]
+__all__ = [
+    "IRONIC_ACTIVE",
+    "IRONIC_FAILED",
+    "MAINTENANCE_PREFIX",
+    "IronicInventorySync",
+    "SyncSummary",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -67,6 +90,12 @@ _IDLE: Final = frozenset(
         ProvisionState.ERROR,
     }
 )
+#: Ironic's provision state of a node deployed with an instance.
+IRONIC_ACTIVE: Final = "active"
+#: Ironic's provision states of a node out of service until someone fixes it.
+IRONIC_FAILED: Final = frozenset({"clean failed", "deploy failed", "error"})
+#: Longest provision state stored (``nodes.backend_state``).
+_STATE_LENGTH: Final = 32
 #: How many nodes are created per transaction.
 _CREATE_BATCH: Final = 500
 #: How many invalid Ironic nodes are named in the log per pass.
@@ -81,6 +110,8 @@ class SyncSummary:
     created: int = 0
     updated: int = 0
     retired: int = 0
+    #: rows whose back-end observation was written (created ones not counted)
+    observed: int = 0
     invalid: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
@@ -90,6 +121,7 @@ class SyncSummary:
             "created": self.created,
             "updated": self.updated,
             "retired": self.retired,
+            "observed": self.observed,
             "invalid": len(self.invalid),
             "invalid_nodes": self.invalid[:_MAX_NAMED],
             "seconds": round(self.seconds, 3),
@@ -130,6 +162,8 @@ class IronicInventorySync:
 
     def _run(self) -> SyncSummary:
         started = time.monotonic()
+        # Taken before listing: what the pass reads of Ironic is no older.
+        seen_at = utcnow()
         summary = SyncSummary()
         listed: dict[str, IronicNode] = {}
         shards: list[str | None] = list(self._shards) or [None]
@@ -142,6 +176,8 @@ class IronicInventorySync:
             for node in db_nodes.iter_nodes(self._db)
             if node.uuid in listed or self._in_scope(node)
         }
+        sightings = {uuid: _sighting(found) for uuid, found in listed.items()}
+        to_record = _to_record(sightings, known, db_nodes.back_end_observations(self._db), seen_at)
         new_specs: list[NodeSpec] = []
         observed: list[db_nodes.BackEndState] = []
         for found in listed.values():
@@ -160,7 +196,7 @@ class IronicInventorySync:
             if state is not None:
                 observed.append(state)
         for start in range(0, len(new_specs), _CREATE_BATCH):
-            summary.created += self._create(new_specs[start : start + _CREATE_BATCH])
+            summary.created += self._create(new_specs[start : start + _CREATE_BATCH], sightings)
         for node in known.values():
             if node.uuid not in listed and not _retired(node):
                 observed.append(
@@ -182,6 +218,7 @@ class IronicInventorySync:
                 )
         if observed:
             summary.updated += db_nodes.mirror_back_end_states(self._db, observed)
+        summary.observed = db_nodes.record_back_end_observations(self._db, to_record, seen_at)
         summary.seconds = time.monotonic() - started
         if summary.invalid:
             LOG.warning(
@@ -190,11 +227,13 @@ class IronicInventorySync:
                 "; ".join(summary.invalid[:_MAX_NAMED]),
             )
         LOG.info(
-            "Ironic sync: %d nodes listed, %d created, %d changes, %d retired in %.2f s",
+            "Ironic sync: %d nodes listed, %d created, %d changes, %d retired, "
+            "%d observations recorded in %.2f s",
             summary.listed,
             summary.created,
             summary.updated,
             summary.retired,
+            summary.observed,
             summary.seconds,
         )
         return summary
@@ -244,9 +283,11 @@ class IronicInventorySync:
             provision_state=state if state in _IDLE else ProvisionState.ERROR,
         )
 
-    def _create(self, specs: list[NodeSpec]) -> int:
+    def _create(
+        self, specs: list[NodeSpec], sightings: dict[str, db_nodes.BackEndObservation]
+    ) -> int:
         try:
-            return len(db_nodes.create_nodes(self._db, specs))
+            return len(db_nodes.create_nodes(self._db, specs, observed=sightings))
         except RingfleetError as exc:
             # A name taken by another node, or a concurrent pass: one by one,
             # so one clash does not keep the others out.
@@ -254,7 +295,7 @@ class IronicInventorySync:
         created = 0
         for spec in specs:
             try:
-                db_nodes.create_nodes(self._db, [spec])
+                db_nodes.create_nodes(self._db, [spec], observed=sightings)
                 created += 1
             except RingfleetError as exc:
                 LOG.warning("Ironic sync: node %s (%s) not imported: %s", spec.uuid, spec.name, exc)
@@ -314,6 +355,51 @@ class IronicInventorySync:
             power_state=power,
             maintenance=maintenance,
         )
+
+
+def _sighting(found: IronicNode) -> db_nodes.BackEndObservation:
+    """What the pass records of *found*: Ironic's provision state and claim."""
+    # None is how Ironic before API 1.2 said "available" (provision_state_of).
+    state = (found.provision_state or "available")[:_STATE_LENGTH]
+    return db_nodes.BackEndObservation(found.uuid, state, found.instance_uuid)
+
+
+def _to_record(
+    sightings: dict[str, db_nodes.BackEndObservation],
+    known: dict[str, Node],
+    stored: dict[str, db_nodes.StoredObservation],
+    seen_at: datetime.datetime,
+) -> list[db_nodes.BackEndObservation]:
+    """The observations the pass must write (module docstring): of the known
+    nodes listed, those :func:`_stale`; of those not listed, an empty one
+    where one is stored (gone from Ironic: nothing left to compare).  Nodes
+    the pass creates carry theirs from the start."""
+    to_record = [
+        sighting
+        for uuid, sighting in sightings.items()
+        if uuid in known and _stale(stored.get(uuid), sighting, seen_at)
+    ]
+    for uuid in known.keys() - sightings.keys():
+        kept = stored.get(uuid)
+        if kept is not None and (kept.state, kept.instance_uuid) != (None, None):
+            to_record.append(db_nodes.BackEndObservation(uuid, None, None))
+    return to_record
+
+
+def _stale(
+    stored: db_nodes.StoredObservation | None,
+    sighting: db_nodes.BackEndObservation,
+    seen_at: datetime.datetime,
+) -> bool:
+    """Whether the pass must write *sighting*: Ironic shows something else
+    than stored, or ringfleet changed the node (or its instances) after the
+    stored observation and before this pass began listing (a change after
+    that is for the next pass to date)."""
+    if stored is None or stored.seen_at is None:
+        return True
+    if (stored.state, stored.instance_uuid) != (sighting.state, sighting.instance_uuid):
+        return True
+    return stored.seen_at < stored.changed_at <= seen_at
 
 
 def _reason(found: IronicNode) -> str:

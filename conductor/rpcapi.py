@@ -33,10 +33,11 @@ API version history:
 * 1.8 - list_node_uuids(columns=True): the page as one list per field, not
   one object per node (a third of the CPU, 40 % fewer bytes).
 * 1.9 - fleet_check also reports builds and deletes unchanged for
-  ``[conductor] stuck_after`` (stuck-build, stuck-delete) and node records
-  whose state disagrees with their instance (state-mismatch); its reply
-  carries ``stuck_after``.  Same call: asked at 1.1, an older conductor
-  answers without them.
+  ``[conductor] stuck_after`` (stuck-build, stuck-delete), node records
+  whose state disagrees with their instance (state-mismatch) and nodes
+  whose Ironic state or claim, as the Ironic sync recorded it, disagrees
+  with ringfleet (backend-mismatch); its reply carries ``stuck_after``.
+  Same call: asked at 1.1, an older conductor answers without them.
 """
 
 from __future__ import annotations
@@ -215,9 +216,10 @@ class ConductorAPI:
         return self._call("ring_status", version="1.1")  # type: ignore[no-any-return]
 
     def fleet_check(self) -> dict[str, Any]:
-        """Asked at 1.1 whatever the conductor: a 1.9 one adds stuck work and
-        state mismatches to the same reply (with ``stuck_after``), an older
-        one answers without them instead of refusing."""
+        """Asked at 1.1 whatever the conductor: a 1.9 one adds stuck work,
+        state and back-end mismatches to the same reply (with
+        ``stuck_after``), an older one answers without them instead of
+        refusing."""
         return self._call("fleet_check", version="1.1")  # type: ignore[no-any-return]
 
     def drain_agent(self, host: str) -> dict[str, Any]:

@@ -93,6 +93,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "created": _INT,
             "updated": _INT,
             "retired": _INT,
+            "observed": _INT,
             "invalid": _INT,
             "invalid_nodes": _STRS,
             "seconds": {"type": "number"},

@@ -436,7 +436,7 @@ ROUTES: tuple[Route, ...] = (
         "ringfleet:fleet:get",
         "fleetCheck",
         "Orphans, allocation mismatches, excluded peers, stuck builds and deletes, "
-        "node state mismatches.",
+        "node state mismatches, back-end (Ironic) mismatches.",
         response="Object",
         errors=(E503,),
         tag="fleet",

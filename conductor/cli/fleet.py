@@ -3,7 +3,8 @@
 ``status`` is the per-agent table; ``check`` is meant for monitoring: it
 prints every problem the conductor finds (orphaned nodes, double claims,
 agents on another ring version, stuck builds and deletes, node records that
-disagree with their instance) and exits 1, or prints ``OK`` and exits 0.
+disagree with their instance or with Ironic) and exits 1, or prints ``OK`` and
+exits 0.
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ class FleetCheck(ConductorCommand, Command):
     instance has not changed for the conductor's ``[conductor]
     stuck_after``, and nodes whose stored state disagrees with their
     instance (an ACTIVE instance on a node not active, a node deploying or
-    active hosting nothing, a node gone from Ironic hosting an instance).
+    active hosting nothing, a node gone from Ironic hosting an instance) or
+    with Ironic as the Ironic sync last saw it (a claim ringfleet does not
+    hold, an ACTIVE instance on a node Ironic does not show deployed with
+    it, a node failed in Ironic hosting nothing).
 
     (A plain command: its text output is one ``KIND: message`` line per
     problem, as monitoring plugins expect; ``-f json|yaml`` gives the

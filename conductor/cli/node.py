@@ -541,5 +541,14 @@ class NodeSync(ConductorCommand, ShowOne):
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         summary = self.client.sync_ironic_nodes()
-        fields = ("listed", "created", "updated", "retired", "invalid", "invalid_nodes", "seconds")
+        fields = (
+            "listed",
+            "created",
+            "updated",
+            "retired",
+            "observed",
+            "invalid",
+            "invalid_nodes",
+            "seconds",
+        )
         return fields, tuple(summary.get(f) for f in fields)

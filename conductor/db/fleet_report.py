@@ -13,8 +13,8 @@ import datetime
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Select, and_, func, null, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, and_, func, not_, null, or_, select
+from sqlalchemy.orm import Session, aliased
 
 from conductor.common.objects import ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
@@ -22,10 +22,12 @@ from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
 
 __all__ = [
     "AllocationMismatch",
+    "BackEndMismatch",
     "Orphans",
     "StateMismatch",
     "StuckWork",
     "allocation_mismatches",
+    "back_end_mismatches",
     "departed_agents",
     "group_owner_counts",
     "in_flight_by_host",
@@ -403,6 +405,188 @@ def state_mismatches(
                 )
                 for n_uuid, i_uuid, owner, state, vm_state in rows
             )
+    return total, found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackEndMismatch:
+    """A node whose back end (Ironic) disagrees with ringfleet's records.
+
+    :ivar instance_uuid: the instance ringfleet has on the node (or ``None``)
+    :ivar vm_state: that instance's state (``None``: no instance, or one
+        missing from the instances)
+    :ivar provision_state: the node's provision state in ringfleet
+    :ivar backend_state: the back end's raw provision state
+    :ivar backend_instance_uuid: the instance claiming the node in the back end
+    :ivar backend_seen_at: from when the back end has shown this (the sync)
+    :ivar claimant_state: the claiming instance's state in ringfleet, if
+        ringfleet has it and it is not the node's
+    :ivar claimant_node: the node ringfleet placed that instance on
+    :ivar reason: one of :data:`ORPHAN_CLAIM`, :data:`NOT_DEPLOYED`,
+        :data:`OUT_OF_SERVICE`
+    """
+
+    node_uuid: str
+    owner: str | None
+    instance_uuid: str | None
+    vm_state: str | None
+    provision_state: str
+    backend_state: str
+    backend_instance_uuid: str | None
+    backend_seen_at: datetime.datetime
+    claimant_state: str | None
+    claimant_node: str | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node_uuid": self.node_uuid,
+            "owner": self.owner,
+            "instance_uuid": self.instance_uuid,
+            "vm_state": self.vm_state,
+            "provision_state": self.provision_state,
+            "backend_state": self.backend_state,
+            "backend_instance_uuid": self.backend_instance_uuid,
+            "backend_seen_at": self.backend_seen_at.isoformat(),
+            "reason": self.reason,
+        }
+
+
+#: :attr:`BackEndMismatch.reason`: the back end's claim is not ringfleet's instance on the node
+ORPHAN_CLAIM = "orphan-claim"
+#: ... an ACTIVE instance whose node the back end does not show deployed with it
+NOT_DEPLOYED = "not-deployed"
+#: ... a node hosting nothing that the back end shows failed
+OUT_OF_SERVICE = "out-of-service"
+
+
+@retry_on_dead_connection
+def back_end_mismatches(
+    db: Database,
+    *,
+    active_state: str,
+    failed_states: Collection[str],
+    retired_reason: str | None = None,
+    sample: int = 50,
+) -> tuple[int, list[BackEndMismatch]]:
+    """Nodes whose back-end observation disagrees with ringfleet: (count, first ``sample``).
+
+    The observation is what the inventory sync recorded
+    (``nodes.backend_*``); nodes without one (never observed, gone from
+    the back end) are not compared.  Nor is a node when ringfleet changed
+    it, the instance it hosts or the instance claiming it in the back end
+    after the observation (``updated_at`` newer than ``backend_seen_at``):
+    work in progress (a build deploying, a delete tearing down) is never
+    caught half-way, and the next sync pass dates the observation anew.
+    One line per node, the first that applies:
+
+    * :data:`ORPHAN_CLAIM`: the back end shows the node claimed by an
+      instance that ringfleet does not have on that node (it has none
+      there, or another);
+    * :data:`NOT_DEPLOYED`: an ACTIVE instance whose node the back end
+      shows in another state than ``active_state``, or not claimed by it;
+    * :data:`OUT_OF_SERVICE`: a node hosting nothing, unclaimed, that the
+      back end shows in one of ``failed_states``.
+
+    Nodes whose records already disagree with each other are left to
+    :func:`state_mismatches` (an ACTIVE instance on a node not active, a
+    busy node hosting nothing, a retired node): one problem per node.  One
+    query (two outer joins on the instances' unique uuid) returning its
+    count with its first rows.
+    """
+    node = NodeModel
+    hosted = aliased(InstanceModel)
+    claimant = aliased(InstanceModel)
+    seen = node.backend_seen_at
+    orphan_claim = and_(
+        node.backend_instance_uuid.is_not(None),
+        or_(node.instance_uuid.is_(None), node.instance_uuid != node.backend_instance_uuid),
+    )
+    not_deployed = and_(
+        hosted.vm_state == VmState.ACTIVE.value,
+        or_(
+            node.backend_state != active_state,
+            node.backend_instance_uuid.is_(None),
+            node.backend_instance_uuid != node.instance_uuid,
+        ),
+    )
+    out_of_service = and_(
+        node.instance_uuid.is_(None),
+        node.backend_instance_uuid.is_(None),
+        node.backend_state.in_(list(failed_states)),
+    )
+    # What state_mismatches reports: left to it.  (Each never NULL, or its
+    # NOT would be NULL too and drop the row: guarded with IS NOT NULL.)
+    inconsistent = [
+        and_(
+            hosted.vm_state.is_not(None),
+            hosted.vm_state == VmState.ACTIVE.value,
+            node.provision_state != ProvisionState.ACTIVE.value,
+        ),
+        and_(node.instance_uuid.is_(None), node.provision_state.in_(_BUSY)),
+    ]
+    if retired_reason is not None:
+        inconsistent.append(
+            and_(
+                node.maintenance.is_(True),
+                node.maintenance_reason.is_not(None),
+                node.maintenance_reason == retired_reason,
+            )
+        )
+    query = (
+        select(
+            node.uuid,
+            node.owner,
+            node.instance_uuid,
+            hosted.vm_state,
+            node.provision_state,
+            node.backend_state,
+            node.backend_instance_uuid,
+            seen,
+            claimant.vm_state,
+            claimant.node_uuid,
+        )
+        .outerjoin(hosted, hosted.uuid == node.instance_uuid)
+        .outerjoin(claimant, claimant.uuid == node.backend_instance_uuid)
+        .where(
+            node.backend_state.is_not(None),
+            seen.is_not(None),
+            # Observed no earlier than ringfleet's last change (equal: the
+            # sync created the row with its observation).
+            seen >= node.updated_at,
+            or_(hosted.uuid.is_(None), seen >= hosted.updated_at),
+            or_(claimant.uuid.is_(None), seen >= claimant.updated_at),
+            or_(orphan_claim, not_deployed, out_of_service),
+            *(not_(condition) for condition in inconsistent),
+        )
+        .order_by(node.uuid)
+    )
+    with db.reading() as session:
+        total, rows = _count_and_sample(session, query, sample)
+    found = []
+    for row in rows:
+        uuid, owner, instance, vm_state, provision, state, claim, seen_at, c_state, c_node = row
+        if claim is not None and claim != instance:
+            reason = ORPHAN_CLAIM
+        elif vm_state == VmState.ACTIVE.value:
+            reason = NOT_DEPLOYED
+        else:
+            reason = OUT_OF_SERVICE
+        found.append(
+            BackEndMismatch(
+                node_uuid=uuid,
+                owner=owner,
+                instance_uuid=instance,
+                vm_state=vm_state,
+                provision_state=provision,
+                backend_state=state,
+                backend_instance_uuid=claim,
+                backend_seen_at=seen_at,
+                claimant_state=c_state if claim != instance else None,
+                claimant_node=c_node if claim != instance else None,
+                reason=reason,
+            )
+        )
     return total, found
 
 

@@ -117,6 +117,14 @@ class NodeModel(Base):
     updated_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow, onupdate=utcnow
     )
+    # What the back end (Ironic) showed of the node, written by the inventory
+    # sync (conductor.db.nodes.record_back_end_observations) without touching
+    # updated_at: its raw provision state and claim (instance uuid), and the
+    # instant from which that observation holds.  NULL state: never observed,
+    # or gone from the back end.  Read by fleet check only.
+    backend_state: Mapped[str | None] = mapped_column(ExactString(32), nullable=True)
+    backend_instance_uuid: Mapped[str | None] = mapped_column(ExactString(36), nullable=True)
+    backend_seen_at: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
 
 
 class FlavorModel(Base):

@@ -12,17 +12,21 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table, Text, cast, func, insert, select, update
+from sqlalchemy import Table, Text, bindparam, cast, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.models import NodeModel, utcnow
+from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
 
 __all__ = [
+    "BackEndObservation",
     "BackEndState",
+    "StoredObservation",
+    "back_end_observations",
     "changed_since",
     "count_nodes",
     "create_nodes",
@@ -31,6 +35,7 @@ __all__ = [
     "list_node_dicts",
     "list_nodes",
     "mirror_back_end_states",
+    "record_back_end_observations",
     "set_maintenance",
     "to_node",
     "update_node",
@@ -38,9 +43,15 @@ __all__ = [
 
 _IMPORT_CHUNK = 1000
 _NODES: Table = NodeModel.__table__  # type: ignore[assignment]
+#: The back end's view of a node (fleet check's alone: never listed nor sent).
+_BACK_END_COLUMNS = ("backend_state", "backend_instance_uuid", "backend_seen_at")
 # list_node_dicts: JSON columns as text, decoded once per distinct text
 _LIST_COLUMNS = (
-    *(column for column in _NODES.columns if column.name not in ("traits", "properties")),
+    *(
+        column
+        for column in _NODES.columns
+        if column.name not in ("traits", "properties", *_BACK_END_COLUMNS)
+    ),
     cast(_NODES.c.traits, Text).label("traits_text"),
     cast(_NODES.c.properties, Text).label("properties_text"),
 )
@@ -61,6 +72,35 @@ class BackEndState:
     set_power: bool = False
     power_state: PowerState | None = None
     maintenance: tuple[tuple[bool, str | None], tuple[bool, str | None]] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackEndObservation:
+    """What the back end (Ironic) shows of one node in a sync pass.
+
+    :ivar state: its raw provision state (Ironic's name, e.g. ``deploy
+        failed``); ``None``: the node is not in the back end
+    :ivar instance_uuid: the instance that claims it there, if any
+    """
+
+    uuid: str
+    state: str | None
+    instance_uuid: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredObservation:
+    """A node's stored back-end observation, and ringfleet's last change to it.
+
+    :ivar seen_at: from when the observation holds (``None``: never observed)
+    :ivar changed_at: the latest ``updated_at`` of the node, of the instance
+        it hosts and of the instance that claims it in the back end
+    """
+
+    state: str | None
+    instance_uuid: str | None
+    seen_at: datetime.datetime | None
+    changed_at: datetime.datetime
 
 
 def _capabilities(properties: Mapping[str, Any] | None) -> dict[str, str]:
@@ -97,7 +137,12 @@ def to_node(row: NodeModel) -> Node:
     )
 
 
-def create_nodes(db: Database, specs: Sequence[NodeSpec]) -> list[Node]:
+def create_nodes(
+    db: Database,
+    specs: Sequence[NodeSpec],
+    *,
+    observed: Mapping[str, BackEndObservation] | None = None,
+) -> list[Node]:
     """Insert validated nodes, all or none.
 
     One multi-row INSERT per chunk (Core, not ORM objects), and the
@@ -105,10 +150,16 @@ def create_nodes(db: Database, specs: Sequence[NodeSpec]) -> list[Node]:
     the insert, so reading the rows back (half the cost of a large import)
     would tell nothing new.
 
+    ``observed``: what the back end shows of some of them (uuid ->
+    observation), stored with the row as seen at its creation: nothing of
+    ringfleet's can have changed a node before it existed, so the
+    observation is as fresh as the row and the sync need not write it again.
+
     :raises DuplicateNode: when a name or uuid exists already (nothing is
         inserted).
     """
     now = utcnow()
+    seen = observed or {}
     rows = [
         {
             "uuid": spec.uuid,
@@ -124,6 +175,7 @@ def create_nodes(db: Database, specs: Sequence[NodeSpec]) -> list[Node]:
             "owner_epoch": 0,
             "created_at": now,
             "updated_at": now,
+            **_observation_values(seen.get(spec.uuid), now),
         }
         for spec in specs
     ]
@@ -458,3 +510,120 @@ def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> in
                 )
                 changed += result.rowcount  # type: ignore[attr-defined]
     return changed
+
+
+def _observation_values(
+    observation: BackEndObservation | None, seen_at: datetime.datetime
+) -> dict[str, Any]:
+    """The back-end columns of a new row (all three, observed or not: one
+    multi-row INSERT needs the same keys in every row)."""
+    if observation is None:
+        return dict.fromkeys(_BACK_END_COLUMNS)
+    return {
+        "backend_state": observation.state,
+        "backend_instance_uuid": observation.instance_uuid,
+        "backend_seen_at": seen_at,
+    }
+
+
+@retry_on_dead_connection
+def back_end_observations(db: Database, *, batch: int = 10000) -> dict[str, StoredObservation]:
+    """Every node's stored back-end observation (uuid -> observation).
+
+    With ringfleet's last change to what the observation is compared with
+    (the node, the instance it hosts, the instance claiming it in the back
+    end), so that the sync can tell which rows to observe again.  Plain
+    columns in pages of ``batch`` (two outer joins on the instances'
+    unique uuid), no ORM objects.
+    """
+    node = _NODES.c
+    hosted = aliased(InstanceModel)
+    claiming = aliased(InstanceModel)
+    query = (
+        select(
+            node.uuid,
+            node.backend_state,
+            node.backend_instance_uuid,
+            node.backend_seen_at,
+            node.updated_at,
+            hosted.updated_at,
+            claiming.updated_at,
+        )
+        .select_from(_NODES)
+        .outerjoin(hosted, hosted.uuid == node.instance_uuid)
+        .outerjoin(claiming, claiming.uuid == node.backend_instance_uuid)
+        .order_by(node.uuid)
+        .limit(batch)
+    )
+    found: dict[str, StoredObservation] = {}
+    marker: str | None = None
+    while True:
+        page = query if marker is None else query.where(node.uuid > marker)
+        with db.read() as connection:
+            rows = connection.execute(page).all()
+        for uuid, state, claim, seen_at, updated, hosted_at, claiming_at in rows:
+            found[uuid] = StoredObservation(
+                state=state,
+                instance_uuid=claim,
+                seen_at=seen_at,
+                changed_at=max(t for t in (updated, hosted_at, claiming_at) if t is not None),
+            )
+        if len(rows) < batch:
+            return found
+        marker = rows[-1][0]
+
+
+#: Observations written per statement batch (an executemany).
+_OBSERVATION_CHUNK = 1000
+
+_RECORD_OBSERVATION = (
+    update(_NODES)
+    .where(
+        _NODES.c.uuid == bindparam("b_uuid"),
+        # An older pass (another conductor's) never overwrites a newer one.
+        or_(_NODES.c.backend_seen_at.is_(None), _NODES.c.backend_seen_at < bindparam("b_seen")),
+    )
+    .values(
+        backend_state=bindparam("b_state"),
+        backend_instance_uuid=bindparam("b_instance"),
+        backend_seen_at=bindparam("b_seen"),
+        # Not a change of ringfleet's: the schedulers' index refresh (keyed
+        # on updated_at) has nothing to re-read, and fleet check compares
+        # the observation with ringfleet's last change.
+        updated_at=_NODES.c.updated_at,
+    )
+)
+
+
+@retry_on_dead_connection
+def record_back_end_observations(
+    db: Database, observed: Sequence[BackEndObservation], seen_at: datetime.datetime
+) -> int:
+    """Store what the back end shows of these nodes, as of ``seen_at``; rows written.
+
+    ``seen_at`` is when the caller began reading the back end: the
+    observation is no older than that.  A row holding an observation from a
+    later instant keeps it.  ``updated_at`` is left as it is.  Only the rows
+    given are written: the caller sends the changed ones (see
+    :mod:`conductor.ironic_sync`).
+    """
+    if not observed:
+        return 0
+    written = 0
+    with db.writing() as connection:
+        for start in range(0, len(observed), _OBSERVATION_CHUNK):
+            params = [
+                {
+                    "b_uuid": item.uuid,
+                    "b_state": item.state,
+                    "b_instance": item.instance_uuid,
+                    "b_seen": seen_at,
+                }
+                for item in observed[start : start + _OBSERVATION_CHUNK]
+            ]
+            result = connection.execute(_RECORD_OBSERVATION, params)
+            if connection.dialect.supports_sane_multi_rowcount:
+                written += result.rowcount
+            else:
+                written += len(params)
+    return written

@@ -22,7 +22,7 @@ from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
-from conductor.ironic_sync import REMOVED_REASON
+from conductor.ironic_sync import IRONIC_ACTIVE, IRONIC_FAILED, REMOVED_REASON
 from conductor.rpcapi import API_VERSION
 from hashring.membership import MembershipView, State
 
@@ -44,7 +44,8 @@ Problem = dict[str, Any]
 class FleetEndpoint:
     """Fleet methods of the conductor RPC API (since 1.0; 1.1 adds the
     per-agent details of ``fleet_status``, ``ring_status`` and ``fleet_check``;
-    1.9 stuck work and node state mismatches to ``fleet_check``).
+    1.9 stuck work, node state mismatches and back-end mismatches to
+    ``fleet_check``).
 
     ``stuck_after``: ``[conductor] stuck_after``, read at each check (the
     option is mutable).
@@ -182,7 +183,7 @@ class FleetEndpoint:
         }
 
     def fleet_check(self, ctxt: dict[str, Any]) -> dict[str, Any]:
-        """Fleet problems for monitoring (1.1; stuck work and state mismatches 1.9).
+        """Fleet problems for monitoring (1.1; stuck work, state and back-end mismatches 1.9).
 
         ``problems`` is a list of ``{"kind", "message", ...}``; empty means
         healthy.  A conductor whose membership is not connected cannot
@@ -198,6 +199,7 @@ class FleetEndpoint:
             *self._allocation_problems(),
             *self._stuck_problems(stuck_after),
             *self._state_problems(),
+            *self._back_end_problems(),
         ]
         LOG.debug("Fleet check by conductor %s: %d problems", self._host, len(problems))
         return {
@@ -290,6 +292,58 @@ class FleetEndpoint:
             for mismatch in mismatches
         ]
         return problems + _more("state-mismatch", total - len(mismatches), "state mismatches")
+
+    def _back_end_problems(self) -> list[Problem]:
+        """Nodes whose Ironic state or claim, as the sync last saw it, disagrees
+        with ringfleet's records."""
+        total, mismatches = fleet_report.back_end_mismatches(
+            self._db,
+            active_state=IRONIC_ACTIVE,
+            failed_states=IRONIC_FAILED,
+            retired_reason=REMOVED_REASON,
+        )
+        problems = [_back_end_problem(mismatch) for mismatch in mismatches]
+        return problems + _more("backend-mismatch", total - len(mismatches), "back-end mismatches")
+
+
+def _back_end_problem(item: fleet_report.BackEndMismatch) -> Problem:
+    if item.reason == fleet_report.ORPHAN_CLAIM:
+        if item.claimant_state is None:
+            where = "not a ringfleet instance"
+        else:
+            where = f"ringfleet has it {item.claimant_state} on " + (
+                f"node {item.claimant_node}" if item.claimant_node else "no node"
+            )
+        what = (
+            f"claimed in Ironic by instance {item.backend_instance_uuid}, which ringfleet "
+            f"does not hold on this node ({where})"
+        )
+    elif item.reason == fleet_report.NOT_DEPLOYED:
+        what = f"instance {item.instance_uuid} is active, " + (
+            f"Ironic shows its node {item.backend_state}"
+            if item.backend_state != IRONIC_ACTIVE
+            else "its node is not claimed by it in Ironic"
+        )
+    else:
+        what = (
+            f"node hosts no instance and Ironic shows it {item.backend_state}: out of service "
+            "until fixed in Ironic"
+        )
+    ours = (
+        f"instance {item.instance_uuid} ({item.vm_state or 'no record'})"
+        if item.instance_uuid
+        else "no instance"
+    )
+    claim = (
+        f"claimed by {item.backend_instance_uuid}" if item.backend_instance_uuid else "unclaimed"
+    )
+    return {
+        "kind": "backend-mismatch",
+        **item.to_dict(),
+        "message": f"node {item.node_uuid} (owner {item.owner or 'none'}): {what}; "
+        f"ringfleet: {ours}, node {item.provision_state}; Ironic: {item.backend_state}, "
+        f"{claim}, as seen by the sync at {item.backend_seen_at.isoformat()}",
+    }
 
 
 def _stuck_problem(kind: str, item: fleet_report.StuckWork) -> Problem:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import uuid as uuidlib
 
 import pytest
-from sqlalchemy import bindparam, text, update
+from sqlalchemy import bindparam, insert, select, text, update
 
 from conductor.db import migration, nodes, ownership
 from conductor.db.engine import Database
@@ -23,7 +24,7 @@ def test_identities_and_instants_are_exact_after_migrating(sql_url: str, start: 
         node = None
         if start is not None:
             migration.upgrade(db, start)
-            node = add_nodes(db, 1, owner="Agent-1")[0]
+            node = _old_node(db, owner="Agent-1")
         migration.upgrade(db)
         assert migration.current_version(db) == migration.head_version()
         if node is None:
@@ -42,10 +43,47 @@ def test_identities_and_instants_are_exact_after_migrating(sql_url: str, start: 
         assert [n.uuid for n in nodes.changed_since(db, changed)] == [node]
         assert nodes.changed_since(db, changed + datetime.timedelta(microseconds=1)) == []
 
+        # Columns added since (0006): empty on the row that was there.
+        with db.read() as connection:
+            observed = connection.execute(
+                select(
+                    NodeModel.backend_state,
+                    NodeModel.backend_instance_uuid,
+                    NodeModel.backend_seen_at,
+                ).where(NodeModel.uuid == node)
+            ).one()
+        assert tuple(observed) == (None, None, None)
+
         if db.dialect == "mysql":
             _assert_mysql_columns_exact(db)
     finally:
         db.dispose()
+
+
+def _old_node(db: Database, owner: str) -> str:
+    """A node row as a conductor of the old revision writes it: the columns it
+    had only (the model has more since)."""
+    uuid = str(uuidlib.uuid4())
+    now = utcnow()
+    with db.writing() as connection:
+        connection.execute(
+            insert(NodeModel.__table__).values(
+                uuid=uuid,
+                name=f"node-{uuid[:8]}",
+                resource_class="baremetal",
+                traits=[],
+                properties={},
+                node_group="",
+                provision_state="available",
+                power_state="power off",
+                maintenance=False,
+                owner=owner,
+                owner_epoch=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    return uuid
 
 
 def _assert_mysql_columns_exact(db: Database) -> None:

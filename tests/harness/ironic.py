@@ -204,6 +204,15 @@ class IronicHarness:
         ops = [{"op": "add", "path": f"/{name}", "value": v} for name, v in fields.items()]
         return self._patch(node, ops)
 
+    def claim(self, node: str, instance_uuid: str) -> dict[str, Any]:
+        """Set the node's ``instance_uuid`` as a claimant other than ringfleet would
+        (another Nova, an operator); its record afterwards."""
+        return self._patch(node, [{"op": "add", "path": "/instance_uuid", "value": instance_uuid}])
+
+    def release(self, node: str) -> dict[str, Any]:
+        """Clear the node's ``instance_uuid``; its record afterwards."""
+        return self._patch(node, [{"op": "remove", "path": "/instance_uuid"}])
+
     def set_power(self, node: str, *, on: bool, wait: bool = True, timeout: float = 30) -> None:
         """Power the node on or off (and wait for the new power state)."""
         target = "power on" if on else "power off"

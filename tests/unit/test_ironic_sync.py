@@ -1,7 +1,10 @@
-"""The Ironic inventory sync on SQLite, against the in-memory fake Ironic."""
+"""The Ironic inventory sync on SQLite, against the in-memory fake Ironic, and
+fleet check of what it recorded of Ironic."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,16 +12,20 @@ from typing import Any
 
 import pytest
 from oslo_config import cfg
-from sqlalchemy import update
+from sqlalchemy import event, select, update
 
 from conductor import conf as conductor_conf
+from conductor.common.ironic import IronicNode
 from conductor.common.objects import Node, PowerState, ProvisionState
-from conductor.db import nodes
+from conductor.db import fleet_report, nodes
 from conductor.db.engine import Database
-from conductor.db.models import NodeModel
+from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.endpoints.fleet import FleetEndpoint
+from conductor.fleet_view import FleetView
 from conductor.ironic_sync import IronicInventorySync, SyncSummary
 from conductor.validation import validate_node_spec
-from tests.dbutil import migrated
+from hashring.membership import Member, MembershipView, State
+from tests.dbutil import migrated, pin
 from tests.unit.test_ironic_driver import FakeIronic, FakeNode
 
 REMOVED = "ironic: node removed from Ironic"
@@ -377,3 +384,392 @@ def test_mirror_back_end_states_leaves_a_node_hosting_an_instance(db: Database) 
     )
     assert nodes.mirror_back_end_states(db, [change]) == 0
     assert nodes.get_node(db, node.uuid).provision_state is ProvisionState.AVAILABLE
+
+
+# -- back-end observations -----------------------------------------------------------------
+
+
+def observation(db: Database, uuid: str) -> tuple[str | None, str | None, Any, Any]:
+    """(backend_state, backend_instance_uuid, backend_seen_at, updated_at) of a node row."""
+    with db.reading() as session:
+        row = session.execute(
+            select(
+                NodeModel.backend_state,
+                NodeModel.backend_instance_uuid,
+                NodeModel.backend_seen_at,
+                NodeModel.updated_at,
+            ).where(NodeModel.uuid == uuid)
+        ).one()
+    return row[0], row[1], row[2], row[3]
+
+
+@contextlib.contextmanager
+def sql_writes(db: Database) -> Iterator[list[str]]:
+    """Every INSERT, UPDATE and DELETE sent to the database meanwhile."""
+    writes: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            writes.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        yield writes
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+
+
+def test_a_pass_records_ironics_state_and_claim_of_every_node(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    idle = add(ironic, "n1")
+    claimed_elsewhere = str(uuidlib.uuid4())
+    busy = add(ironic, "n2", provision_state="active", instance_uuid=claimed_elsewhere)
+    sync = make_sync(tmp_path, db, ironic)
+    before = utcnow()
+    summary = sync.run()
+    # Created with their observation, as of their creation.
+    assert (summary.created, summary.observed) == (2, 0)
+    state, claim, seen_at, updated_at = observation(db, idle.uuid)
+    assert (state, claim) == ("available", None)
+    assert before <= seen_at == updated_at
+    assert observation(db, busy.uuid)[:2] == ("active", claimed_elsewhere)
+    # Ironic's raw state, whatever ringfleet makes of it.
+    assert stored(db, busy).provision_state is ProvisionState.ERROR
+
+    idle.change(provision_state="deploy failed", instance_uuid=claimed_elsewhere)
+    busy.change(provision_state="available", instance_uuid=None)
+    started = utcnow()
+    summary = sync.run()
+    assert summary.observed == 2
+    state, claim, seen_at, updated_at = observation(db, idle.uuid)
+    assert (state, claim) == ("deploy failed", claimed_elsewhere)
+    # Dated when the pass began listing; updated_at is not ringfleet's change.
+    assert started <= seen_at <= utcnow() and updated_at < started
+    assert observation(db, busy.uuid)[:2] == ("available", None)
+
+
+def test_a_quiet_second_pass_writes_nothing(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    # Nodes ringfleet had before any observation (an upgraded fleet), and
+    # nodes the first pass creates.
+    old = [add(ironic, f"old-{i}") for i in range(3)]
+    make_sync(tmp_path, db, ironic).run()
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid.in_([n.uuid for n in old]))
+            .values(backend_state=None, backend_instance_uuid=None, backend_seen_at=None)
+        )
+    add(ironic, "new-1", provision_state="clean failed")
+    add(ironic, "new-2", provision_state="active", instance_uuid=str(uuidlib.uuid4()))
+    sync = make_sync(tmp_path, db, ironic)
+    first = sync.run()
+    assert (first.created, first.observed) == (2, 3)
+
+    with sql_writes(db) as writes:
+        second = sync.run()
+    assert (second.listed, *changes(second), second.observed) == (5, 0, 0, 0, 0)
+    assert writes == []
+
+
+def test_a_change_in_ringfleet_re_dates_the_observation_once(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    changed, quiet = add(ironic, "n1"), add(ironic, "n2")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    [instance] = pin(db, [changed.uuid], "agent-1")
+    changed.change(provision_state="active", instance_uuid=instance)
+    quiet_before = observation(db, quiet.uuid)
+    summary = sync.run()
+    assert summary.observed == 1
+    state, claim, seen_at, updated_at = observation(db, changed.uuid)
+    assert (state, claim) == ("active", instance) and seen_at > updated_at
+    assert observation(db, quiet.uuid) == quiet_before
+    # Ringfleet changes the instance only (same Ironic state): dated anew once.
+    with db.transaction() as session:
+        session.execute(
+            update(InstanceModel).where(InstanceModel.uuid == instance).values(fault="x")
+        )
+    assert sync.run().observed == 1
+    assert observation(db, changed.uuid)[2] > seen_at
+    assert sync.run().observed == 0
+
+
+def test_a_pass_that_changed_a_node_dates_its_observation_again_next_time(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """The pass's own change (here power) is newer than what it listed."""
+    node = add(ironic, "n1")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    node.change(power_state="power on", provision_state="clean failed")
+    summary = sync.run()
+    assert (summary.updated, summary.observed) == (2, 1)
+    _state, _claim, seen_at, updated_at = observation(db, node.uuid)
+    assert seen_at < updated_at
+    summary = sync.run()
+    assert (summary.updated, summary.observed) == (0, 1)
+    assert observation(db, node.uuid)[2] >= observation(db, node.uuid)[3]
+    assert sync.run().observed == 0
+
+
+def test_a_node_gone_from_ironic_loses_its_observation(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    gone = add(ironic, "n1")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    del ironic.nodes[gone.uuid]
+    summary = sync.run()
+    assert (summary.retired, summary.observed) == (1, 1)
+    state, claim, seen_at, _updated = observation(db, gone.uuid)
+    assert (state, claim) == (None, None) and seen_at is not None
+    assert sync.run().observed == 0
+
+
+def test_record_back_end_observations_keeps_a_newer_one_and_updated_at(db: Database) -> None:
+    [node] = nodes.create_nodes(
+        db, [validate_node_spec({"name": "n1", "resource_class": "baremetal"})]
+    )
+    now = utcnow()
+    newer = nodes.BackEndObservation(node.uuid, "active", None)
+    assert nodes.record_back_end_observations(db, [newer], now) == 1
+    older = nodes.BackEndObservation(node.uuid, "available", None)
+    earlier = now - datetime.timedelta(seconds=1)
+    assert nodes.record_back_end_observations(db, [older], earlier) == 0
+    assert observation(db, node.uuid)[:3] == ("active", None, now)
+    assert observation(db, node.uuid)[3] == node.updated_at
+    assert nodes.get_node(db, node.uuid) == node
+
+
+# -- fleet check of what the sync saw ------------------------------------------------------
+
+
+class _Connected:
+    state = State.CONNECTED
+
+
+def check(db: Database) -> list[dict[str, Any]]:
+    """The back-end problems of a fleet check (agent-1 the one live agent)."""
+    fleet = FleetView(db)
+    fleet.attach(_Connected())  # type: ignore[arg-type]
+    fleet.on_change(
+        MembershipView(
+            members={"agent-1": Member(member_id="agent-1", ring_version=1, weight=1.0)},
+            excluded={},
+            ring_version=1,
+        )
+    )
+    report = FleetEndpoint(db, fleet, "cond-1").fleet_check({})
+    return [p for p in report["problems"] if p["kind"] == "backend-mismatch"]
+
+
+def test_fleet_check_reports_an_ironic_claim_ringfleet_does_not_hold(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    claimed, other = add(ironic, "n1"), add(ironic, "n2")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    assert check(db) == []
+    stranger = str(uuidlib.uuid4())
+    claimed.change(instance_uuid=stranger, provision_state="active")
+    sync.run()
+
+    [problem] = check(db)
+
+    assert problem["node_uuid"] == claimed.uuid and problem["reason"] == "orphan-claim"
+    assert (problem["instance_uuid"], problem["vm_state"]) == (None, None)
+    assert (problem["backend_state"], problem["backend_instance_uuid"]) == ("active", stranger)
+    seen_at = observation(db, claimed.uuid)[2]
+    assert problem["backend_seen_at"] == seen_at.isoformat()
+    assert problem["message"] == (
+        f"node {claimed.uuid} (owner none): claimed in Ironic by instance {stranger}, which "
+        "ringfleet does not hold on this node (not a ringfleet instance); ringfleet: no "
+        f"instance, node available; Ironic: active, claimed by {stranger}, as seen by the "
+        f"sync at {seen_at.isoformat()}"
+    )
+    # Claimed by an instance ringfleet has on another node.
+    [elsewhere] = pin(db, [other.uuid], "agent-1")
+    other.change(provision_state="active", instance_uuid=elsewhere)
+    claimed.change(instance_uuid=elsewhere)
+    sync.run()
+    [problem] = check(db)
+    assert problem["backend_instance_uuid"] == elsewhere
+    assert f"(ringfleet has it active on node {other.uuid})" in problem["message"]
+    # Released in Ironic: nothing to report.
+    claimed.change(instance_uuid=None, provision_state="available")
+    sync.run()
+    assert check(db) == []
+
+
+def test_fleet_check_reports_an_active_instance_on_a_node_ironic_shows_failed(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    failed, by_hand_twin = add(ironic, "n1"), add(ironic, "n2")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    [instance, twin] = pin(db, [failed.uuid, by_hand_twin.uuid], "agent-1")
+    failed.change(provision_state="active", instance_uuid=instance)
+    by_hand_twin.change(provision_state="active", instance_uuid=twin)
+    sync.run()
+    assert check(db) == []
+
+    failed.change(provision_state="deploy failed")
+    sync.run()
+    [problem] = check(db)
+    assert (problem["node_uuid"], problem["reason"]) == (failed.uuid, "not-deployed")
+    assert (problem["instance_uuid"], problem["vm_state"]) == (instance, "active")
+    assert (problem["backend_state"], problem["backend_instance_uuid"]) == (
+        "deploy failed",
+        instance,
+    )
+    assert problem["message"].startswith(
+        f"node {failed.uuid} (owner none): instance {instance} is active, Ironic shows its "
+        f"node deploy failed; ringfleet: instance {instance} (active), node active; Ironic: "
+        f"deploy failed, claimed by {instance}, as seen by the sync at "
+    )
+    # Active in Ironic but claimed by nobody: reported too.
+    failed.change(provision_state="active", instance_uuid=None)
+    sync.run()
+    [problem] = check(db)
+    assert "its node is not claimed by it in Ironic" in problem["message"]
+
+
+def test_fleet_check_compares_only_nodes_the_sync_observed(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """A node never observed (simulated driver, no sync) is never compared:
+    of two nodes with the same records, only the one Ironic was seen to
+    disagree on is reported."""
+    observed = add(ironic, "n1")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    [by_hand] = nodes.create_nodes(
+        db, [validate_node_spec({"name": "by-hand", "resource_class": "baremetal"})]
+    )
+    [instance, _other] = pin(db, [observed.uuid, by_hand.uuid], "agent-1")
+    observed.change(provision_state="error", instance_uuid=instance)
+    sync.run()
+    assert observation(db, by_hand.uuid)[:3] == (None, None, None)
+    assert [p["node_uuid"] for p in check(db)] == [observed.uuid]
+
+
+def set_vm_state(db: Database, instance: str, vm_state: str) -> None:
+    with db.transaction() as session:
+        session.execute(
+            update(InstanceModel).where(InstanceModel.uuid == instance).values(vm_state=vm_state)
+        )
+
+
+def test_fleet_check_never_reports_a_build_under_way(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """Ringfleet's change newer than the sync's observation: not compared."""
+    node = add(ironic, "n1")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    # A build allocated after the pass: the observation (available, no
+    # claim) predates it.
+    [instance] = pin(db, [node.uuid], "agent-1")
+    set_vm_state(db, instance, "building")
+    assert check(db) == []
+    # A pass before the agent claimed the node in Ironic: the same
+    # observation, dated after the allocation.
+    assert sync.run().observed == 1
+    assert check(db) == []
+    # Deployed, and the instance ACTIVE after that pass: not compared
+    # until a pass sees Ironic after it.
+    node.change(provision_state="active", instance_uuid=instance)
+    set_vm_state(db, instance, "active")
+    assert check(db) == []
+
+    # A pass that listed Ironic in the middle of a deploy, and recorded what
+    # it listed after the instance went ACTIVE: dated when listing began.
+    node.change(provision_state="wait call-back")
+    set_vm_state(db, instance, "building")
+
+    class Slow:
+        def list_nodes(self, *, shard: str | None = None) -> Iterator[IronicNode]:
+            yield from ironic.list_nodes(shard=shard)
+            node.change(provision_state="active")
+            set_vm_state(db, instance, "active")
+
+    IronicInventorySync(db, make_conf(tmp_path), client=Slow()).run()  # type: ignore[arg-type]
+    assert observation(db, node.uuid)[:2] == ("wait call-back", instance)
+    assert check(db) == []
+    # The next pass sees it deployed with the instance.
+    sync.run()
+    assert observation(db, node.uuid)[:2] == ("active", instance)
+    assert check(db) == []
+    # Had the deploy failed instead, the next pass would report it.
+    node.change(provision_state="deploy failed")
+    sync.run()
+    assert [p["reason"] for p in check(db)] == ["not-deployed"]
+
+
+def test_fleet_check_reports_a_failed_idle_node_once(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    clean_failed = add(ironic, "n1", provision_state="clean failed")
+    failed_and_claimed = add(
+        ironic, "n2", provision_state="error", instance_uuid=str(uuidlib.uuid4())
+    )
+    add(ironic, "n3", provision_state="manageable")
+    make_sync(tmp_path, db, ironic).run()
+    # The sync stored both as error: no state mismatch, one line each here.
+    assert stored(db, clean_failed).provision_state is ProvisionState.ERROR
+
+    problems = {p["node_uuid"]: p for p in check(db)}
+
+    assert set(problems) == {clean_failed.uuid, failed_and_claimed.uuid}
+    assert problems[clean_failed.uuid]["reason"] == "out-of-service"
+    assert problems[clean_failed.uuid]["message"].startswith(
+        f"node {clean_failed.uuid} (owner none): node hosts no instance and Ironic shows it "
+        "clean failed: out of service until fixed in Ironic; ringfleet: no instance, node error;"
+    )
+    assert problems[failed_and_claimed.uuid]["reason"] == "orphan-claim"
+
+
+def test_fleet_check_leaves_a_node_to_its_state_mismatch(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """Records that disagree with each other are one STATE-MISMATCH line, not two."""
+    node = add(ironic, "n1")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    [instance] = pin(db, [node.uuid], "agent-1")
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == node.uuid).values(provision_state="error")
+        )
+    node.change(provision_state="deploy failed", instance_uuid=instance)
+    sync.run()
+    sync.run()  # dated after the record's change
+    assert observation(db, node.uuid)[:2] == ("deploy failed", instance)
+    assert check(db) == []
+    assert [(m.node_uuid, m.instance_uuid) for m in fleet_report.state_mismatches(db)[1]] == [
+        (node.uuid, instance)
+    ]
+
+
+def test_fleet_check_lists_50_back_end_mismatches_and_counts_the_rest(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    for i in range(53):
+        add(ironic, f"n{i:02d}", provision_state="clean failed")
+    make_sync(tmp_path, db, ironic).run()
+    problems = check(db)
+    assert len(problems) == 51
+    assert problems[-1] == {
+        "kind": "backend-mismatch",
+        "message": "... and 3 more back-end mismatches",
+    }
+    assert (
+        fleet_report.back_end_mismatches(
+            db, active_state="active", failed_states={"clean failed"}, sample=2
+        )[0]
+        == 53
+    )

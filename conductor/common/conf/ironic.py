@@ -88,7 +88,8 @@ opts = [
         help=(
             "Seconds between two imports of Ironic's inventory by each "
             "conductor (new nodes created, maintenance and provision states "
-            "mirrored, nodes removed from Ironic retired). 0 disables the "
+            "mirrored, nodes removed from Ironic retired, Ironic's state and "
+            "claim of every node recorded for 'fleet check'). 0 disables the "
             "periodic import; 'ringfleet node sync' runs one at any time."
         ),
     ),
