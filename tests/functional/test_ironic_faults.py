@@ -483,3 +483,46 @@ def test_a_node_deleted_from_ironic_under_a_build_is_refused_and_the_build_resch
     record = ironic.node(spare)
     assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
     _assert_agree(fleet, ironic, [shard, other_shard])
+
+
+def test_a_stopping_agent_does_not_wait_for_ironic_and_its_restart_picks_the_build_up(
+    fleet: Fleet,
+    ironic: IronicHarness,
+    watch: IronicWatch,
+    shard: str,
+    other_shard: str,
+) -> None:
+    """SIGTERM while the agent follows a deploy Ironic is still running (a
+    ramdisk that never calls back): the agent stops at once instead of
+    waiting ``graceful_timeout`` for Ironic, touches nothing there, and its
+    restart picks the build up from Ironic's record -- a delete then ends at
+    once."""
+    graceful = "[compute_agent]\ngraceful_timeout = 60\n"
+    (node,) = ironic.enroll(1, shard=shard)
+    _waits_for_a_callback(ironic, node)
+    _start(fleet, extra={"agent-1": graceful})
+    [instance] = _build(fleet, 1)
+    wait_for(lambda: watch.first(node, "wait call-back"), 30, "Ironic waiting for a callback")
+    before = ironic.node(node)
+
+    stopping = time.monotonic()
+    # Before the fix the stop waited out graceful_timeout (60 s) for the deploy.
+    assert fleet.procs["agent-1"].terminate(timeout=30) == 0
+    stopped_in = time.monotonic() - stopping
+    after = ironic.node(node)
+    for field in ("provision_state", "instance_uuid", "provision_updated_at"):
+        assert after[field] == before[field], field
+    assert fleet.api.show_instance(instance)["vm_state"] == "building"
+
+    fleet.agent("agent-1", extra=graceful)  # back within restart_grace: same node, same epoch
+    fleet.procs["agent-1"].wait_log("resuming from deploying", 30)
+    asked = time.monotonic()
+    fleet.api.delete_instance(instance)
+    took = _settle(fleet, watch, {instance: "deleted"}, asked, "the delete after the restart")
+    print(
+        f"SIGTERM while following a deploy: agent stopped in {stopped_in:.1f} s "
+        f"(graceful_timeout 60 s); DELETED {took:.1f} s after the delete"
+    )
+    record = ironic.node(node)
+    assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
+    _assert_agree(fleet, ironic, [shard, other_shard])
