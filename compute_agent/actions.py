@@ -23,7 +23,12 @@ import threading
 import time
 from typing import Any, Protocol
 
-from compute_agent.drivers.base import ActionContext, ComputeDriver, PowerTarget
+from compute_agent.drivers.base import (
+    ActionContext,
+    ComputeDriver,
+    PowerTarget,
+    ProgressCallback,
+)
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import (
     ActionAbandoned,
@@ -272,34 +277,21 @@ class NodeActions:
                 steps.append(step)
                 LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
 
-        success, fault, clean = True, None, True
         try:
-            self._driver.deploy(ctx, node, progress)
-            self._ownership.pin(node.uuid)
+            success, fault, clean = self._deploy_or_clean(ctx, node, progress, steps)
         except _DeployCancelled:
             self._destroy(instance_uuid, node, epoch)
             return
-        except RingfleetError as exc:
-            success, fault = False, str(exc)
-            if isinstance(exc, NotOwner | ActionAbandoned):
-                LOG.log(
-                    logging.WARNING if isinstance(exc, NotOwner) else logging.INFO,
-                    "Instance %s on node %s abandoned: %s",
-                    instance_uuid,
-                    node.uuid,
-                    exc,
-                )
-                self._finish(node.uuid)
-                return  # the new owner, or our next process, carries on
-            # Refused (the node hosts something else, or cannot deploy) or
-            # failed before the first step: touching it would destroy what
-            # is there.
-            refused = isinstance(exc, NodeNotBuildable) or not steps
-            clean = False if refused else self._clean_after_failure(ctx, node)
-        except Exception as exc:  # a driver bug must not kill the agent
-            LOG.exception("Instance %s on node %s: driver crashed", instance_uuid, node.uuid)
-            success, fault = False, f"driver error: {exc}"
-            clean = self._clean_after_failure(ctx, node)
+        except (NotOwner, ActionAbandoned) as exc:
+            LOG.log(
+                logging.WARNING if isinstance(exc, NotOwner) else logging.INFO,
+                "Instance %s on node %s abandoned: %s",
+                instance_uuid,
+                node.uuid,
+                exc,
+            )
+            self._finish(node.uuid)
+            return  # the new owner, or our next process, carries on
         if self._deploy_ended(node.uuid):
             # Deleted meanwhile: the teardown's result is the one awaited.
             self._destroy(instance_uuid, node, epoch)
@@ -308,14 +300,57 @@ class NodeActions:
             instance_uuid, node.uuid, epoch, success=success, fault=fault, clean=clean
         )
 
+    def _deploy_or_clean(
+        self, ctx: ActionContext, node: Node, progress: ProgressCallback, steps: list[str]
+    ) -> tuple[bool, str | None, bool]:
+        """Deploy; after a failure, tear the node down.  (success, fault, node clean).
+
+        :raises NotOwner: the deploy lost the node (nothing more is done)
+        :raises ActionAbandoned: the agent stops (nothing is reported)
+        """
+        try:
+            self._driver.deploy(ctx, node, progress)
+        except (NotOwner, ActionAbandoned, _DeployCancelled):
+            raise
+        except RingfleetError as exc:
+            # Refused (the node hosts something else, or cannot deploy), or
+            # failed before the first step on a node the back end does not
+            # show hosting this instance: touching it would destroy what is
+            # there.  (A deploy resumed after a restart can fail at its
+            # first read: Ironic shows it failed, and it is ours to clean.)
+            refused = isinstance(exc, NodeNotBuildable) or (
+                not steps and not self._backend_hosts(ctx, node)
+            )
+            return False, str(exc), False if refused else self._clean_after_failure(ctx, node)
+        except Exception as exc:  # a driver bug must not kill the agent
+            LOG.exception("Instance %s on node %s: driver crashed", ctx.instance_uuid, node.uuid)
+            return False, f"driver error: {exc}", self._clean_after_failure(ctx, node)
+        self._ownership.pin(node.uuid)
+        return True, None, True
+
     def _report_done(self, instance_uuid: str, node: Node, epoch: int) -> None:
         self._report_build(instance_uuid, node.uuid, epoch, success=True, fault=None, clean=True)
 
+    def _backend_hosts(self, ctx: ActionContext, node: Node) -> bool:
+        """Whether the back end shows *node* hosting ``ctx.instance_uuid`` now."""
+        try:
+            return self._driver.inspect(ctx, node).instance_uuid == ctx.instance_uuid
+        except Exception as exc:  # cannot tell: leave the node as it is
+            LOG.debug("Node %s: back end not read after a failure: %s", node.uuid, exc)
+            return False
+
     def _clean_after_failure(self, ctx: ActionContext, node: Node) -> bool:
+        """Tear down after a failed deploy; whether the node is clean.
+
+        :raises ActionAbandoned: the agent stops: the failed deploy is found
+            again, and cleaned, when the build is resumed
+        """
         try:
             self._ownership.check(node.uuid, ctx.epoch)
             self._driver.destroy(ctx, node)
             return True
+        except ActionAbandoned:
+            raise
         except Exception as exc:
             LOG.warning(
                 "Node %s could not be cleaned after a failed deploy of instance %s: %s",

@@ -46,6 +46,7 @@ from conductor.common.ironic import (
 )
 from conductor.common.objects import Node, PowerState, ProvisionState
 from tests.fake_ironic import FakeIronic, FakeNode
+from tests.harness import wait_for
 
 HOST = "agent-1"
 EPOCH = 4
@@ -970,3 +971,46 @@ def test_a_build_accepted_while_ironic_is_down_waits_for_it_and_deploys(
     assert (report["instance_uuid"], report["success"]) == (instance, True)
     assert fake.unreachable_reads == 0
     assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", instance)
+
+
+def test_a_stop_during_the_teardown_of_a_failed_deploy_reports_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """The build is resumed from Ironic's record after the restart; a report
+    now ("failed, node not clean") would leave Ironic's claim behind."""
+    fake.steps = 10_000  # a teardown that takes its time
+    driver = CountingDriver(make_conf(tmp_path), HOST, client=fake)  # type: ignore[arg-type]
+    results = Results()
+    actions = NodeActions(HOST, driver, StubOwnership(), results)  # type: ignore[arg-type]
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="deploy failed",
+        target_provision_state="active",
+        instance_uuid=instance,
+        last_error="IPA timed out",
+    )
+    actions.build(instance, ring_node(ironic_node), EPOCH)
+    wait_for(lambda: ("provision", ironic_node.uuid, "deleted") in fake.writes, 5, "teardown")
+    actions.stop_accepting()
+    assert actions.wait_idle(5.0)
+    assert driver.destroyed == 1 and results.builds == []
+
+
+def test_a_resumed_build_that_ironic_failed_is_torn_down_at_once(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """After a restart (of the agent or of Ironic) the first read finds the
+    deploy failed: it is this instance's, so it is torn down and reported
+    clean -- not left claimed in Ironic as a "failed before the first step"."""
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="deploy failed",
+        target_provision_state="active",
+        instance_uuid=instance,
+        last_error="The deploying state can't be resumed by conductor",
+    )
+    driver, report = _run_deploy(tmp_path, fake, ironic_node, instance)
+    assert (report["success"], report["node_clean"]) == (False, True)
+    assert "can't be resumed" in report["fault"]
+    assert driver.destroyed == 1
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("available", None)
