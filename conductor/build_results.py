@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from conductor.common.exception import NotFound
-from conductor.common.objects import TaskState, VmState
+from conductor.common.objects import Node, ProvisionState, TaskState, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
@@ -151,6 +151,50 @@ class BuildResults:
         )
         return False
 
+    def _not_freed(self, host: str, instance_uuid: str, node_uuid: str, epoch: int) -> bool:
+        """A teardown success that freed nothing: an orphan claim cleaned
+        (True), or a stale or repeated report (False)."""
+        free = self._free_node(host, node_uuid, epoch)
+        if free is None:
+            # Stale, or about an instance the node hosts no longer.
+            return self._is_current(host, node_uuid, epoch, instance_uuid, "destroy")
+        if free.provision_state is ProvisionState.AVAILABLE:
+            # A report sent again after it was applied, or an orphan claim's
+            # teardown that the sync saw finished first (it made the node
+            # available): nothing to apply, and the report is refused as a
+            # repeated one always was.
+            LOG.info(
+                "Instance %s: teardown report from %s for node %s: nothing to apply, "
+                "the node hosts nothing and is available",
+                instance_uuid,
+                host,
+                node_uuid,
+            )
+            return False
+        LOG.info(
+            "Orphan claim of instance %s on node %s cleaned by %s; "
+            "the next Ironic sync pass puts the node back in service",
+            instance_uuid,
+            node_uuid,
+            host,
+        )
+        return True
+
+    def _free_node(self, host: str, node_uuid: str, epoch: int) -> Node | None:
+        """*node_uuid* if it hosts no instance and *host* holds it at *epoch*.
+
+        Read only to choose what to log and answer: a teardown report about
+        such a node changes nothing (every write needs the instance on the
+        node).
+        """
+        try:
+            node = nodes.get_node(self._db, node_uuid)
+        except NotFound:
+            return None
+        if node.instance_uuid is None and node.owner == host and node.owner_epoch == epoch:
+            return node
+        return None
+
     def attempt_failed(
         self, instance_uuid: str, node_uuid: str, fault: str, *, clean: bool, fence: Fence | None
     ) -> bool:
@@ -209,8 +253,28 @@ class BuildResults:
         success: bool,
         fault: str | None,
     ) -> bool:
-        """An agent tore a node down (or failed to); fenced like build results."""
+        """An agent tore a node down (or failed to); fenced like build results.
+
+        A teardown of a node that hosts no instance and is out of service
+        (``error``), reported by its owner at its epoch, is the cleanup of
+        an orphan claim the Ironic sync handed over
+        (:meth:`conductor.routing.AgentRouter.clean_orphan`): accepted, and
+        the instance's record is not touched (it may be ACTIVE on another
+        node, or deleted long ago).  The next sync pass puts the node back
+        in service once Ironic shows it available.
+        """
         if not success:
+            free = self._free_node(host, node_uuid, epoch)
+            if free is not None and free.provision_state is not ProvisionState.AVAILABLE:
+                LOG.warning(
+                    "Orphan claim of instance %s on node %s: teardown by %s failed: %s; "
+                    "the node stays out of service, the next Ironic sync pass asks again",
+                    instance_uuid,
+                    node_uuid,
+                    host,
+                    fault,
+                )
+                return True
             # The agent already waited out what retrying can fix (Ironic
             # locked or unreachable) and asked for the teardown again: this
             # failure needs someone to look.  The delete ends in ERROR with
@@ -235,8 +299,7 @@ class BuildResults:
                 )
             return True
         if not allocations.free(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
-            # Stale, or a duplicate of a report already applied.
-            return self._is_current(host, node_uuid, epoch, instance_uuid, "destroy")
+            return self._not_freed(host, instance_uuid, node_uuid, epoch)
         instances.set_state(
             self._db,
             instance_uuid,

@@ -31,7 +31,24 @@ and brings ringfleet's records in line:
   compares a node only when ``backend_seen_at`` is no older than those
   ``updated_at`` (a change made since waits for the next pass).  A node
   created by the pass carries its observation from the start (dated with
-  the row); a node gone from Ironic has its observation cleared.
+  the row); a node gone from Ironic has its observation cleared;
+* a node that hosts nothing in ringfleet, idle, but that Ironic shows
+  claimed (``instance_uuid``) is stored as ``error``: nothing can be built
+  on it (the agent would refuse the build) until the claim is gone, and the
+  ``error`` clears as any other once Ironic shows the node available and
+  unclaimed.  The pass reads such a node from Ironic again after that
+  change, so that its observation is no older than the change;
+* then each *orphan claim* the pass can repair
+  (:func:`conductor.db.nodes.repairable_orphans`: an ``error`` node hosting
+  nothing that Ironic shows claimed by a ringfleet instance ringfleet does
+  not place there -- a failed build whose teardown could not run, an
+  attempt the sweeper timed out) is handed to the node's owner
+  (``clean_orphan``: the agent tears that instance down on that node, as
+  for a delete; it never touches a node claimed by another), at most
+  :data:`MAX_ORPHANS` per pass.  A claim of an instance ringfleet does not
+  know (Nova's, an operator's) is never touched.  The next pass sees the
+  node available and unclaimed and makes it schedulable again (invariant
+  11).
 
 Imported nodes carry the properties ``ironic_shard`` and
 ``ironic_conductor_group``: they mark them as Ironic's (nodes created by
@@ -49,12 +66,13 @@ import datetime
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from oslo_config import cfg
 
 from conductor.common.conf import ironic as ironic_conf
-from conductor.common.exception import InvalidInput, RingfleetError
+from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.ironic import BaremetalClient, IronicNode, power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
 from conductor.db import nodes as db_nodes
@@ -66,6 +84,8 @@ __all__ = [
     "IRONIC_ACTIVE",
     "IRONIC_FAILED",
     "MAINTENANCE_PREFIX",
+    "MAX_ORPHANS",
+    "CleanOrphan",
     "IronicInventorySync",
     "SyncSummary",
 ]
@@ -100,6 +120,14 @@ _STATE_LENGTH: Final = 32
 _CREATE_BATCH: Final = 500
 #: How many invalid Ironic nodes are named in the log per pass.
 _MAX_NAMED: Final = 10
+#: How many orphan claims a pass hands to their owners at most (the rest:
+#: the next passes).
+MAX_ORPHANS: Final = 100
+
+#: Asks a node's owner to tear down what the back end still holds of an
+#: instance on it (:meth:`conductor.routing.AgentRouter.clean_orphan`);
+#: whether the owner took it.
+CleanOrphan = Callable[[Node, str], bool]
 
 
 @dataclasses.dataclass
@@ -112,6 +140,8 @@ class SyncSummary:
     retired: int = 0
     #: rows whose back-end observation was written (created ones not counted)
     observed: int = 0
+    #: orphan claims handed to their node's owner, who took the teardown
+    orphans: int = 0
     invalid: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
@@ -122,6 +152,7 @@ class SyncSummary:
             "updated": self.updated,
             "retired": self.retired,
             "observed": self.observed,
+            "orphans": self.orphans,
             "invalid": len(self.invalid),
             "invalid_nodes": self.invalid[:_MAX_NAMED],
             "seconds": round(self.seconds, 3),
@@ -132,24 +163,37 @@ class IronicInventorySync:
     """Brings ringfleet's node records in line with Ironic's (module docstring)."""
 
     def __init__(
-        self, db: Database, conf: cfg.ConfigOpts, *, client: BaremetalClient | None = None
+        self,
+        db: Database,
+        conf: cfg.ConfigOpts,
+        *,
+        client: BaremetalClient | None = None,
+        clean_orphan: CleanOrphan | None = None,
     ) -> None:
+        """``clean_orphan``: hands an orphan claim to the node's owner
+        (module docstring); ``None``: orphan claims are only recorded."""
         ironic_conf.register_opts(conf)
         options = conf[ironic_conf.group.name]
         self._db = db
         self._shards: list[str] = list(options.shards)
         self._group_from: str = options.node_group_from
         self._client = client if client is not None else BaremetalClient.from_conf(conf)
+        self._clean_orphan = clean_orphan
+        # Where the next pass starts handing orphans (round robin, when a
+        # pass finds more than it hands).
+        self._orphans_after: str | None = None
         # One pass at a time per conductor (the periodic one and a CLI's).
         self._running = threading.Lock()
 
     @classmethod
-    def from_conf(cls, db: Database, conf: cfg.ConfigOpts) -> IronicInventorySync | None:
+    def from_conf(
+        cls, db: Database, conf: cfg.ConfigOpts, *, clean_orphan: CleanOrphan | None = None
+    ) -> IronicInventorySync | None:
         """The sync ``[ironic]`` configures, or ``None`` when it names no Ironic."""
         ironic_conf.register_opts(conf)
         if not conf[ironic_conf.group.name].auth_type:
             return None
-        return cls(db, conf)
+        return cls(db, conf, clean_orphan=clean_orphan)
 
     def run(self) -> SyncSummary:
         """One pass.
@@ -180,6 +224,8 @@ class IronicInventorySync:
         to_record = _to_record(sightings, known, db_nodes.back_end_observations(self._db), seen_at)
         new_specs: list[NodeSpec] = []
         observed: list[db_nodes.BackEndState] = []
+        # Nodes this pass puts in error for Ironic's claim: read again below.
+        claimed: list[str] = []
         for found in listed.values():
             try:
                 spec = self._spec(found)
@@ -192,9 +238,10 @@ class IronicInventorySync:
                 continue
             if self._update_description(node, spec):
                 summary.updated += 1
-            state = self._observed(node, found, spec)
+            state = self._observed(node, found, seen_at)
             if state is not None:
                 observed.append(state)
+            claimed += [node.uuid] if _held_in_ironic(node, found, seen_at) else []
         for start in range(0, len(new_specs), _CREATE_BATCH):
             summary.created += self._create(new_specs[start : start + _CREATE_BATCH], sightings)
         for node in known.values():
@@ -218,7 +265,8 @@ class IronicInventorySync:
                 )
         if observed:
             summary.updated += db_nodes.mirror_back_end_states(self._db, observed)
-        summary.observed = db_nodes.record_back_end_observations(self._db, to_record, seen_at)
+        summary.observed = self._record(to_record, claimed, seen_at)
+        summary.orphans = self._hand_orphans()
         summary.seconds = time.monotonic() - started
         if summary.invalid:
             LOG.warning(
@@ -228,15 +276,115 @@ class IronicInventorySync:
             )
         LOG.info(
             "Ironic sync: %d nodes listed, %d created, %d changes, %d retired, "
-            "%d observations recorded in %.2f s",
+            "%d observations recorded, %d orphan claims handed to their owners in %.2f s",
             summary.listed,
             summary.created,
             summary.updated,
             summary.retired,
             summary.observed,
+            summary.orphans,
             summary.seconds,
         )
         return summary
+
+    def _record(
+        self,
+        to_record: list[db_nodes.BackEndObservation],
+        claimed: list[str],
+        seen_at: datetime.datetime,
+    ) -> int:
+        """Write the pass's observations (:func:`_to_record`); rows written.
+
+        The nodes the pass put in ``error`` for Ironic's claim (``claimed``,
+        at most :data:`MAX_ORPHANS`) are read from Ironic again instead
+        (:meth:`_observe_again`).
+        """
+        again = frozenset(claimed[:MAX_ORPHANS])
+        written = db_nodes.record_back_end_observations(
+            self._db, [o for o in to_record if o.uuid not in again], seen_at
+        )
+        if again:
+            written += self._observe_again(
+                again, {o.uuid: o for o in to_record if o.uuid in again}, seen_at
+            )
+        return written
+
+    def _observe_again(
+        self,
+        uuids: frozenset[str],
+        listed: dict[str, db_nodes.BackEndObservation],
+        seen_at: datetime.datetime,
+    ) -> int:
+        """Read *uuids* from Ironic again and record what it shows now; rows written.
+
+        These are nodes the pass has just put in ``error`` for Ironic's
+        claim: that change is newer than the listing, so the listing's
+        observation could not be compared with it (fleet check, orphan
+        claims) before the next pass.  Dated when the reads begin, after
+        the change.  A node Ironic cannot show now keeps what the listing
+        saw (``listed``), dated as the listing.
+        """
+        again_at = utcnow()
+        fresh: list[db_nodes.BackEndObservation] = []
+        fallback: list[db_nodes.BackEndObservation] = []
+        unreachable = False
+        for uuid in sorted(uuids):
+            try:
+                if unreachable:
+                    raise ServiceUnavailable(reason="Ironic unreachable")
+                fresh.append(_sighting(self._client.get_node(uuid, action="observe claim")))
+            except RingfleetError as exc:
+                unreachable = unreachable or isinstance(exc, ServiceUnavailable)
+                LOG.debug("Ironic sync: node %s not read again: %s", uuid, exc)
+                if uuid in listed:
+                    fallback.append(listed[uuid])
+        return db_nodes.record_back_end_observations(
+            self._db, fresh, again_at
+        ) + db_nodes.record_back_end_observations(self._db, fallback, seen_at)
+
+    def _hand_orphans(self) -> int:
+        """Hand each repairable orphan claim to its node's owner; how many took one.
+
+        An owner that did not take one (gone, busy, slow) is not asked
+        again in this pass: a slow agent costs one accept timeout per pass,
+        not one per node.  The next pass asks again.  At most
+        :data:`MAX_ORPHANS`, each pass starting after the node the last one
+        ended with: orphans that stay (a teardown that takes long) never
+        keep the others waiting.
+        """
+        clean_orphan = self._clean_orphan
+        if clean_orphan is None:
+            return 0
+        found = db_nodes.repairable_orphans(self._db, limit=MAX_ORPHANS, after=self._orphans_after)
+        if len(found) < MAX_ORPHANS and self._orphans_after is not None:
+            taken = {orphan.node.uuid for orphan in found}
+            found += [
+                orphan
+                for orphan in db_nodes.repairable_orphans(self._db, limit=MAX_ORPHANS - len(found))
+                if orphan.node.uuid not in taken
+            ]
+        self._orphans_after = found[-1].node.uuid if found else None
+        handed = 0
+        refused: set[str] = set()
+        for orphan in found:
+            owner = orphan.node.owner
+            if owner is None or owner in refused:
+                continue
+            try:
+                took = clean_orphan(orphan.node, orphan.instance_uuid)
+            except Exception:  # never fail the pass: the next one asks again
+                LOG.exception(
+                    "Ironic sync: handing the orphan claim of instance %s on node %s to %s failed",
+                    orphan.instance_uuid,
+                    orphan.node.uuid,
+                    owner,
+                )
+                took = False
+            if took:
+                handed += 1
+            else:
+                refused.add(owner)
+        return handed
 
     # -- one node ------------------------------------------------------------------
 
@@ -323,7 +471,7 @@ class IronicInventorySync:
         return True
 
     def _observed(
-        self, node: Node, found: IronicNode, spec: NodeSpec
+        self, node: Node, found: IronicNode, seen_at: datetime.datetime
     ) -> db_nodes.BackEndState | None:
         provision = None
         wanted = provision_state_of(found.provision_state)
@@ -335,6 +483,10 @@ class IronicInventorySync:
             and wanted is not node.provision_state
         ):
             provision = (node.provision_state, wanted)
+        elif _held_in_ironic(node, found, seen_at):
+            # Claimed in Ironic: a build would be refused.  The rule above
+            # (unclaimed only) takes it back once the claim is gone.
+            provision = (node.provision_state, ProvisionState.ERROR)
         power = power_state_of(found.power_state)
         maintenance: tuple[tuple[bool, str | None], tuple[bool, str | None]] | None = None
         if found.maintenance and not node.maintenance:
@@ -355,6 +507,23 @@ class IronicInventorySync:
             power_state=power,
             maintenance=maintenance,
         )
+
+
+def _held_in_ironic(node: Node, found: IronicNode, seen_at: datetime.datetime) -> bool:
+    """Whether the pass puts *node* in ``error`` for Ironic's claim: it hosts
+    nothing in ringfleet and is idle (not ``error`` already), Ironic shows it
+    claimed, and ringfleet's record did not change since the listing began
+    (a node freed meanwhile, e.g. at the end of a delete, may have been
+    listed with the claim its teardown then released: the next pass
+    decides)."""
+    return (
+        node.instance_uuid is None
+        and found.instance_uuid is not None
+        and node.provision_state in _IDLE
+        and node.provision_state is not ProvisionState.ERROR
+        and node.updated_at is not None
+        and node.updated_at <= seen_at
+    )
 
 
 def _sighting(found: IronicNode) -> db_nodes.BackEndObservation:

@@ -448,6 +448,62 @@ class AgentRouter:
             self._waits.pop(instance.uuid + "/teardown", None)
         return True
 
+    def clean_orphan(self, node: Node, instance_uuid: str) -> bool:
+        """Ask *node*'s owner to tear down what the back end still holds of
+        *instance_uuid* on it; whether the owner took it.
+
+        For the Ironic sync's orphan claims (:mod:`conductor.ironic_sync`):
+        ringfleet no longer places the instance on the node, which hosts
+        nothing and is ``error``, but Ironic still shows it claimed by the
+        instance.  The same call as a delete's (``destroy_instance`` at the
+        node's epoch): the agent tears the node down only while Ironic shows
+        it claimed by that instance (or by none), never by another, and
+        reports the teardown (:meth:`conductor.build_results.BuildResults.report_destroyed`).
+        Only a live owner is asked; nothing is retried here: the next sync
+        pass asks again while the claim is there.
+        """
+        owner = node.owner
+        key = f"{node.uuid}/orphan"
+        if owner is None or not self._is_live(owner):
+            LOG.log(
+                self._level(key, f"owner {owner} gone", logging.INFO),
+                "Node %s: Ironic still holds instance %s, which ringfleet no longer places "
+                "there; its owner %s is not live: the teardown waits for the next owner",
+                node.uuid,
+                instance_uuid,
+                owner,
+            )
+            return False
+        try:
+            self._compute.destroy_instance(
+                owner,
+                instance_uuid=instance_uuid,
+                node=node.to_dict(),
+                epoch=node.owner_epoch,
+                timeout=self._accept_timeout,
+            )
+        except Exception as exc:  # the next sync pass asks again
+            LOG.log(
+                self._level(key, first_line(exc), logging.WARNING),
+                "Node %s: Ironic still holds instance %s, which ringfleet no longer places "
+                "there; its owner %s did not take the teardown: %s; the next sync pass asks again",
+                node.uuid,
+                instance_uuid,
+                owner,
+                first_line(exc),
+            )
+            return False
+        with self._lock:
+            self._waits.pop(key, None)
+        LOG.info(
+            "Node %s: Ironic still holds instance %s, which ringfleet no longer places there; "
+            "its owner %s tears it down",
+            node.uuid,
+            instance_uuid,
+            owner,
+        )
+        return True
+
     def _teardown_waits_for(self, instance: Instance, node: Node, why: str) -> None:
         """Say why a teardown is not accepted yet: once per reason, not every retry."""
         LOG.log(

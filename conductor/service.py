@@ -113,7 +113,11 @@ class ConductorService:
             senders=conf.conductor.accept_senders,
         )
         self._builds.set_router(self._router)
-        self._ironic_sync = IronicInventorySync.from_conf(db, conf)
+        # The sync hands the orphan claims it finds in Ironic to their
+        # nodes' owners through the router (its on-demand passes too).
+        self._ironic_sync = IronicInventorySync.from_conf(
+            db, conf, clean_orphan=self._router.clean_orphan
+        )
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync),
             InstancesEndpoint(db, self._builds),

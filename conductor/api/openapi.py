@@ -94,6 +94,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "updated": _INT,
             "retired": _INT,
             "observed": _INT,
+            "orphans": _INT,
             "invalid": _INT,
             "invalid_nodes": _STRS,
             "seconds": {"type": "number"},

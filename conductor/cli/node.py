@@ -531,7 +531,8 @@ class NodeOwner(ConductorCommand, ShowOne):
 
 
 class NodeSync(ConductorCommand, ShowOne):
-    """Import Ironic's inventory now: new nodes, changed states, removed nodes retired.
+    """Import Ironic's inventory now: new nodes, changed states, removed nodes retired,
+    orphan claims handed to their owners.
 
     A conductor runs one pass (the same as its periodic ``[ironic]
     sync_interval`` pass) and answers what it did.
@@ -547,6 +548,7 @@ class NodeSync(ConductorCommand, ShowOne):
             "updated",
             "retired",
             "observed",
+            "orphans",
             "invalid",
             "invalid_nodes",
             "seconds",

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
-from conductor.common.objects import Node, PowerState, ProvisionState
+from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
@@ -25,6 +25,7 @@ from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
 __all__ = [
     "BackEndObservation",
     "BackEndState",
+    "OrphanClaim",
     "StoredObservation",
     "back_end_observations",
     "changed_since",
@@ -36,6 +37,7 @@ __all__ = [
     "list_nodes",
     "mirror_back_end_states",
     "record_back_end_observations",
+    "repairable_orphans",
     "set_maintenance",
     "to_node",
     "update_node",
@@ -627,3 +629,64 @@ def record_back_end_observations(
             else:
                 written += len(params)
     return written
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OrphanClaim:
+    """A node the back end shows still claimed by a ringfleet instance that
+    ringfleet no longer places there (see :func:`repairable_orphans`).
+
+    :ivar node: the node as stored (its owner and epoch: who may tear it down)
+    :ivar instance_uuid: the instance that claims it in the back end
+    """
+
+    node: Node
+    instance_uuid: str
+
+
+@retry_on_dead_connection
+def repairable_orphans(
+    db: Database, *, limit: int = 100, after: str | None = None
+) -> list[OrphanClaim]:
+    """Nodes whose back-end claim its owner may tear down; the first ``limit``
+    (by node uuid, those after ``after`` if given).
+
+    A node qualifies when, as the inventory sync last observed it, the back
+    end shows it claimed by an instance **of ringfleet's** (a row of the
+    instances table: an instance ringfleet does not know, e.g. Nova's, is
+    never returned) that ringfleet does not place on it (the instance is on
+    no node or on another, or deleted or in error), and ringfleet's node
+    hosts no instance, is ``error`` (out of scheduling), is not in
+    maintenance (an operator's or Ironic's: hands off) and has an owner;
+    and the observation is no older than ringfleet's last change to the
+    node (``backend_seen_at >= updated_at``): a node freed or changed since
+    waits for a pass that saw it after that.  One query.
+    """
+    node = NodeModel
+    claimant = InstanceModel
+    query = (
+        select(node, claimant.uuid)
+        .join(claimant, claimant.uuid == node.backend_instance_uuid)
+        .where(
+            node.backend_instance_uuid.is_not(None),
+            node.backend_seen_at.is_not(None),
+            node.backend_seen_at >= node.updated_at,
+            node.instance_uuid.is_(None),
+            node.provision_state == ProvisionState.ERROR.value,
+            node.maintenance.is_(False),
+            node.owner.is_not(None),
+            or_(
+                claimant.node_uuid.is_(None),
+                claimant.node_uuid != node.uuid,
+                claimant.vm_state.in_([VmState.DELETED.value, VmState.ERROR.value]),
+            ),
+            *([node.uuid > after] if after is not None else []),
+        )
+        .order_by(node.uuid)
+        .limit(limit)
+    )
+    with db.reading() as session:
+        return [
+            OrphanClaim(to_node(row), instance_uuid)
+            for row, instance_uuid in session.execute(query).all()
+        ]

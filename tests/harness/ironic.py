@@ -213,6 +213,22 @@ class IronicHarness:
         """Clear the node's ``instance_uuid``; its record afterwards."""
         return self._patch(node, [{"op": "remove", "path": "/instance_uuid"}])
 
+    def set_provision_state(
+        self, node: str, target: str, *, until: str, timeout: float = 60
+    ) -> dict[str, Any]:
+        """Ask for provision ``target`` (``active``: a deploy, which the fake
+        deploy interface runs without an image; ``deleted``: a teardown) as
+        another Nova or an operator would, and wait until Ironic shows
+        ``until`` at rest; the record then."""
+        path = f"/v1/nodes/{node}/states/provision"
+        _check(self.request("PUT", path, json={"target": target}), 202)
+        return self.wait_for(
+            node,
+            lambda n: n["provision_state"] == until and n["target_provision_state"] is None,
+            timeout,
+            what=f"{target} -> {until}",
+        )
+
     def set_power(self, node: str, *, on: bool, wait: bool = True, timeout: float = 30) -> None:
         """Power the node on or off (and wait for the new power state)."""
         target = "power on" if on else "power off"

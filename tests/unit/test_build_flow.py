@@ -601,6 +601,81 @@ def test_a_failed_teardown_ends_the_delete_in_error_and_keeps_the_node(flow: Flo
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
+def _orphan_claim_on(flow: Flow, exclude: str) -> tuple[str, str, int]:
+    """Another node, hosting nothing, out of service (``error``), as the
+    Ironic sync leaves a node Ironic still shows claimed: (node, owner, epoch)."""
+    node = next(n for n in flow.nodes if n != exclude)
+    with flow.db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == node).values(provision_state="error")
+        )
+    record = flow.node(node)
+    assert record.instance_uuid is None and record.owner is not None
+    return node, record.owner, record.owner_epoch
+
+
+def test_the_teardown_of_an_orphan_claim_is_accepted_and_changes_no_instance(
+    flow: Flow, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An instance ACTIVE on one node still claims another in Ironic (a
+    failed attempt whose teardown could not run): the sync hands the claim
+    to that node's owner, whose teardown report is accepted without
+    touching the instance, nor either node."""
+    uuid, node, owner, epoch = _active(flow)
+    orphan, orphan_owner, orphan_epoch = _orphan_claim_on(flow, node)
+    before = (flow.instance(uuid), flow.node(node), flow.node(orphan))
+
+    with caplog.at_level(logging.INFO, logger="conductor.build_results"):
+        assert flow.builds.results.report_destroyed(
+            orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
+        )
+    assert (flow.instance(uuid), flow.node(node), flow.node(orphan)) == before
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        (
+            "INFO",
+            f"Orphan claim of instance {uuid} on node {orphan} cleaned by {orphan_owner}; "
+            "the next Ironic sync pass puts the node back in service",
+        )
+    ]
+    # Failed: said, accepted (asked again by the next pass), the instance
+    # is not put in ERROR.
+    assert flow.builds.results.report_destroyed(
+        orphan_owner, uuid, orphan, orphan_epoch, success=False, fault="Ironic: error"
+    )
+    assert (flow.instance(uuid), flow.node(node), flow.node(orphan)) == before
+    # Deleted meanwhile: the same, the instance stays DELETED.
+    _request_delete(flow, uuid)
+    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    deleted = flow.instance(uuid)
+    assert flow.builds.results.report_destroyed(
+        orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
+    )
+    assert flow.instance(uuid) == deleted
+    assert flow.node(orphan) == before[2]
+
+
+def test_an_orphan_teardown_report_is_fenced_like_any_other(flow: Flow) -> None:
+    """Not its owner, another epoch, or a node in service (available: a
+    duplicate, a report about another node): stale, as before."""
+    uuid, node, _owner, _epoch = _active(flow)
+    orphan, orphan_owner, orphan_epoch = _orphan_claim_on(flow, node)
+    other = "a2" if orphan_owner == "a1" else "a1"
+    for host, held in ((other, orphan_epoch), (orphan_owner, orphan_epoch + 1)):
+        for success in (True, False):
+            assert not flow.builds.results.report_destroyed(
+                host, uuid, orphan, held, success=success, fault=None
+            )
+    with flow.db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == orphan).values(provision_state="available")
+        )
+    assert not flow.builds.results.report_destroyed(
+        orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
+    )
+    assert flow.instance(uuid).vm_state is VmState.ACTIVE
+
+
 def test_delete_of_a_build_never_routed_frees_its_node_without_an_agent(
     tmp_path: Path, fast_timers: list[tuple[float, str]]
 ) -> None:
@@ -803,6 +878,7 @@ class FakeCompute:
     behaviour: dict[str, Any] = field(default_factory=dict)
     builds: list[tuple[str, str, int, float | None]] = field(default_factory=list)
     destroys: list[tuple[str, str, int]] = field(default_factory=list)
+    destroyed_instances: list[str] = field(default_factory=list)  # of each destroy call
     # build_instances: per host, a reply (or an exception) to give; the calls made
     batch_behaviour: dict[str, Any] = field(default_factory=dict)
     batches: list[tuple[str, list[str], float | None]] = field(default_factory=list)
@@ -859,6 +935,7 @@ class FakeCompute:
         timeout: float | None = None,
     ) -> str:
         self.destroys.append((host, node["uuid"], epoch))
+        self.destroyed_instances.append(instance_uuid)
         return self._answer(host, "accepted")
 
 
@@ -1052,6 +1129,32 @@ def test_destroy_goes_to_the_live_owner_only(routing: Routing) -> None:
     unplaced = Instance(uuid=str(uuidlib.uuid4()), name="x", flavor="small")
     assert routing.router.destroy(unplaced) is True
     assert len(routing.compute.destroys) == 4
+
+
+def test_an_orphan_claim_goes_to_the_live_owner_at_its_epoch(
+    routing: Routing, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = nodes.get_node(routing.db, routing.node)
+    orphan = str(uuidlib.uuid4())
+    with caplog.at_level(logging.INFO, logger="conductor.routing"):
+        assert routing.router.clean_orphan(node, orphan) is True
+    assert routing.compute.destroys == [("a1", routing.node, node.owner_epoch)]
+    assert routing.compute.destroyed_instances == [orphan]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Node {routing.node}: Ironic still holds instance {orphan}, which ringfleet no "
+        "longer places there; its owner a1 tears it down"
+    ]
+
+    routing.live("a2")
+    assert routing.router.clean_orphan(node, orphan) is False  # not live: not called
+    routing.live(*AGENTS)
+    for error in (NotOwner(routing.node, "a2", 9), messaging.MessagingTimeout("no reply")):
+        routing.compute.behaviour["a1"] = error
+        assert routing.router.clean_orphan(node, orphan) is False
+    assert len(routing.compute.destroys) == 3
+    unowned = Node(uuid=node.uuid, name=node.name, resource_class=node.resource_class)
+    assert routing.router.clean_orphan(unowned, orphan) is False
+    assert len(routing.compute.destroys) == 3
 
 
 def test_a_teardown_waiting_says_why_once_per_cause(

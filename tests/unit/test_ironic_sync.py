@@ -16,13 +16,13 @@ from sqlalchemy import event, select, update
 
 from conductor import conf as conductor_conf
 from conductor.common.ironic import IronicNode
-from conductor.common.objects import Node, PowerState, ProvisionState
-from conductor.db import fleet_report, nodes
+from conductor.common.objects import Node, PowerState, ProvisionState, VmState
+from conductor.db import fleet_report, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.fleet_view import FleetView
-from conductor.ironic_sync import IronicInventorySync, SyncSummary
+from conductor.ironic_sync import MAX_ORPHANS, CleanOrphan, IronicInventorySync, SyncSummary
 from conductor.validation import validate_node_spec
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import migrated, pin
@@ -54,10 +54,15 @@ def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
 
 
 def make_sync(
-    directory: Path, db: Database, ironic: FakeIronic, **values: object
+    directory: Path,
+    db: Database,
+    ironic: FakeIronic,
+    *,
+    clean_orphan: CleanOrphan | None = None,
+    **values: object,
 ) -> IronicInventorySync:
     conf = make_conf(directory, **values)
-    return IronicInventorySync(db, conf, client=ironic)  # type: ignore[arg-type]
+    return IronicInventorySync(db, conf, client=ironic, clean_orphan=clean_orphan)  # type: ignore[arg-type]
 
 
 def add(ironic: FakeIronic, name: str, **fields: Any) -> FakeNode:
@@ -283,6 +288,302 @@ def test_the_power_state_is_mirrored(tmp_path: Path, db: Database, ironic: FakeI
     assert stored(db, ironic_node).power_state is None
 
 
+def test_an_idle_node_claimed_in_ironic_is_out_of_service_until_released(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    claimed, failed = add(ironic, "n1"), add(ironic, "n2", provision_state="clean failed")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    assert stored(db, failed).provision_state is ProvisionState.ERROR
+    stranger = str(uuidlib.uuid4())
+    # Still "available" in Ironic, but a build there would be refused.
+    claimed.change(instance_uuid=stranger)
+    failed.change(instance_uuid=stranger)
+    assert changes(sync.run()) == (0, 1, 0)
+    assert stored(db, claimed).provision_state is ProvisionState.ERROR
+    assert stored(db, failed).provision_state is ProvisionState.ERROR  # error already
+    # Claimed and error: no rule moves it (the two never fight).
+    assert changes(sync.run()) == (0, 0, 0)
+    claimed.change(instance_uuid=None)
+    failed.change(instance_uuid=None, provision_state="available")
+    assert changes(sync.run()) == (0, 2, 0)
+    assert stored(db, claimed).provision_state is ProvisionState.AVAILABLE
+    assert stored(db, failed).provision_state is ProvisionState.AVAILABLE
+
+
+def test_a_node_changed_after_the_listing_began_waits_for_the_next_pass(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """The listing may predate the change (a delete freed the node after
+    Ironic was listed with the claim its teardown then released)."""
+    node = add(ironic, "n1")
+    sync = make_sync(tmp_path, db, ironic)
+    sync.run()
+    node.change(instance_uuid=str(uuidlib.uuid4()))
+    later = utcnow() + datetime.timedelta(hours=1)
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == node.uuid).values(updated_at=later)
+        )
+    assert changes(sync.run()) == (0, 0, 0)
+    assert stored(db, node).provision_state is ProvisionState.AVAILABLE
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == node.uuid).values(updated_at=utcnow())
+        )
+    assert changes(sync.run()) == (0, 1, 0)
+    assert stored(db, node).provision_state is ProvisionState.ERROR
+
+
+# -- orphan claims -------------------------------------------------------------------------
+
+
+class Owners:
+    """A recording ``clean_orphan``: (node, owner, epoch, instance) of each call."""
+
+    def __init__(self, answer: bool = True) -> None:
+        self.answer = answer
+        self.calls: list[tuple[str, str | None, int, str]] = []
+
+    def __call__(self, node: Node, instance_uuid: str) -> bool:
+        self.calls.append((node.uuid, node.owner, node.owner_epoch, instance_uuid))
+        return self.answer
+
+
+def own(db: Database, agent: str, *ironic_nodes: FakeNode) -> dict[str, int]:
+    """``agent`` claims the nodes; node -> epoch."""
+    outcome = ownership.claim_nodes(
+        db, agent, [n.uuid for n in ironic_nodes], live_members=[agent], rehome_grace=60
+    )
+    assert len(outcome.granted) == len(ironic_nodes)
+    return {claim.node_uuid: claim.epoch for claim in outcome.granted}
+
+
+def add_instance(db: Database, vm_state: VmState, node_uuid: str | None = None) -> str:
+    """A ringfleet instance record (no node record changed); its uuid."""
+    uuid = str(uuidlib.uuid4())
+    with db.transaction() as session:
+        session.add(
+            InstanceModel(
+                uuid=uuid,
+                name=f"vm-{uuid[:8]}",
+                flavor="f",
+                vm_state=vm_state.value,
+                node_uuid=node_uuid,
+            )
+        )
+    return uuid
+
+
+def test_an_orphan_claim_is_handed_to_the_nodes_owner_until_ironic_releases_it(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """A deleted instance whose teardown never ran still claims its node in
+    Ironic: the node goes out of service and its owner is asked, in the same
+    pass, to tear that instance down; once Ironic shows the node available
+    and unclaimed, it is schedulable again."""
+    node, quiet = add(ironic, "n1"), add(ironic, "n2")
+    owners = Owners()
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    epochs = own(db, "agent-1", node, quiet)
+    deleted = add_instance(db, VmState.DELETED)
+    node.change(provision_state="active", instance_uuid=deleted)
+
+    summary = sync.run()
+
+    assert stored(db, node).provision_state is ProvisionState.ERROR
+    assert owners.calls == [(node.uuid, "agent-1", epochs[node.uuid], deleted)]
+    assert (summary.updated, summary.orphans, summary.to_dict()["orphans"]) == (1, 1, 1)
+    # Still claimed in Ironic (the teardown runs): asked again, no change.
+    summary = sync.run()
+    assert (summary.updated, summary.orphans) == (0, 1)
+    assert len(owners.calls) == 2
+    # Torn down: available again, nothing handed.
+    node.change(provision_state="available", instance_uuid=None)
+    summary = sync.run()
+    assert (summary.updated, summary.orphans) == (1, 0)
+    assert stored(db, node).provision_state is ProvisionState.AVAILABLE
+    assert len(owners.calls) == 2
+    assert stored(db, quiet).provision_state is ProvisionState.AVAILABLE
+
+
+@pytest.mark.parametrize(
+    "claimant",
+    ["deleted", "error on no node", "rescheduled (building, no node)", "active elsewhere"],
+)
+def test_every_kind_of_ringfleet_instance_not_placed_on_the_node_is_handed(
+    tmp_path: Path, db: Database, ironic: FakeIronic, claimant: str
+) -> None:
+    node, elsewhere = add(ironic, "n1"), add(ironic, "n2")
+    owners = Owners()
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    epochs = own(db, "agent-2", node, elsewhere)
+    if claimant == "active elsewhere":
+        [instance] = pin(db, [elsewhere.uuid], "agent-2")
+        elsewhere.change(provision_state="active", instance_uuid=instance)
+    else:
+        state = {"deleted": VmState.DELETED, "error on no node": VmState.ERROR}
+        instance = add_instance(db, state.get(claimant, VmState.BUILDING))
+    node.change(provision_state="deploy failed", instance_uuid=instance)
+    assert sync.run().orphans == 1
+    assert owners.calls == [(node.uuid, "agent-2", epochs[node.uuid], instance)]
+
+
+def test_claims_that_are_not_repairable_orphans_are_never_handed(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """Nova's (unknown) instance, an instance placed on the node, a node
+    hosting an instance, a node without owner, a node in maintenance, and an
+    observation older than the node's last change: never handed; nor, by
+    the query, a node in service (not ``error``)."""
+    names = (
+        "orphan",
+        "nova",
+        "placed",
+        "hosting",
+        "ownerless",
+        "maintenance",
+        "in-service",
+        "stale",
+    )
+    ironic_nodes = {name: add(ironic, name) for name in names}
+    # Imported while Nova's instance runs on it: error from the start.
+    nova = str(uuidlib.uuid4())
+    imported = add(ironic, "nova-import", provision_state="active", instance_uuid=nova)
+    owners = Owners()
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    owned = [n for name, n in ironic_nodes.items() if name != "ownerless"]
+    epochs = own(db, "agent-1", *owned, imported)
+    uuid = {name: n.uuid for name, n in ironic_nodes.items()}
+    claims = {name: add_instance(db, VmState.DELETED) for name in names}
+    claims["nova"] = str(uuidlib.uuid4())
+    # Placed on the node by ringfleet's instance record (building there),
+    # although the node's own record does not say so.
+    claims["placed"] = add_instance(db, VmState.BUILDING, node_uuid=uuid["placed"])
+    [hosted] = pin(db, [uuid["hosting"]], "agent-1")
+    nodes.set_maintenance(db, uuid["maintenance"], True, "operator: disks")
+    for name, node in ironic_nodes.items():
+        node.change(provision_state="active", instance_uuid=claims[name])
+    ironic_nodes["hosting"].change(instance_uuid=claims["hosting"])
+    sync.run()
+    assert stored(db, ironic_nodes["hosting"]).instance_uuid == hosted
+    with db.transaction() as session:  # hosting: error, still hosting
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == uuid["hosting"])
+            .values(provision_state="error")
+        )
+        # stale: ringfleet changed the node after the pass observed it
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == uuid["stale"])
+            .values(updated_at=utcnow() + datetime.timedelta(hours=1))
+        )
+    owners.calls.clear()
+    sync.run()
+    in_service = uuid.pop("in-service")
+    assert sorted(owners.calls) == sorted(
+        [
+            (uuid["orphan"], "agent-1", epochs[uuid["orphan"]], claims["orphan"]),
+            (in_service, "agent-1", epochs[in_service], claims["in-service"]),
+        ]
+    )
+    for name in names:
+        assert stored(db, ironic_nodes[name]).provision_state is ProvisionState.ERROR, name
+    assert stored(db, imported).provision_state is ProvisionState.ERROR
+    # A node in service (the sync puts a claimed one out of service first,
+    # so only the query itself can be asked about it).
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == in_service)
+            .values(provision_state="available", updated_at=NodeModel.updated_at)
+        )
+    assert [(o.node.uuid, o.instance_uuid) for o in nodes.repairable_orphans(db)] == [
+        (uuid["orphan"], claims["orphan"])
+    ]
+
+
+def test_a_stale_observation_is_handed_once_a_pass_sees_the_node_again(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    node = add(ironic, "n1")
+    owners = Owners()
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    own(db, "agent-1", node)
+    node.change(provision_state="active", instance_uuid=add_instance(db, VmState.DELETED))
+    with db.transaction() as session:  # failed build: ringfleet freed it as error
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == node.uuid).values(provision_state="error")
+        )
+    sync.run()
+    assert len(owners.calls) == 1
+    nodes.set_maintenance(db, node.uuid, False, None)  # a change of ringfleet's, after the pass
+    assert observation(db, node.uuid)[2] < observation(db, node.uuid)[3]
+    assert nodes.repairable_orphans(db) == []
+    sync.run()  # dated anew
+    assert len(owners.calls) == 2
+
+
+def test_an_owner_that_does_not_take_one_is_asked_once_per_pass(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    busy = [add(ironic, f"a{i}") for i in range(3)]
+    other = add(ironic, "b")
+    owners = Owners(answer=False)
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    own(db, "agent-1", *busy)
+    own(db, "agent-2", other)
+    for node in [*busy, other]:
+        node.change(instance_uuid=add_instance(db, VmState.DELETED))
+    assert sync.run().orphans == 0
+    assert sorted(owner for _node, owner, _epoch, _i in owners.calls) == ["agent-1", "agent-2"]
+
+
+def test_a_pass_hands_at_most_max_orphans(tmp_path: Path, db: Database, ironic: FakeIronic) -> None:
+    many = [add(ironic, f"n{i:03d}") for i in range(MAX_ORPHANS + 2)]
+    owners = Owners()
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    for node in many:
+        own(db, f"agent-{node.name}", node)
+        node.change(instance_uuid=add_instance(db, VmState.DELETED))
+    ironic.reads = 0
+    assert sync.run().orphans == MAX_ORPHANS
+    assert ironic.reads == MAX_ORPHANS  # read again after the change: at most as many
+    first = {node for node, *_ in owners.calls}
+    owners.calls.clear()
+    # The next pass begins where this one ended: the last two are not
+    # kept waiting by the first hundred, which are still claimed.
+    assert sync.run().orphans == MAX_ORPHANS
+    second = [node for node, *_ in owners.calls]
+    assert len(set(second)) == MAX_ORPHANS
+    assert first | set(second) == {n.uuid for n in many}
+
+
+def test_a_node_ironic_cannot_show_again_keeps_the_listings_observation(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    node = add(ironic, "n1")
+    owners = Owners()
+    sync = make_sync(tmp_path, db, ironic, clean_orphan=owners)
+    sync.run()
+    own(db, "agent-1", node)
+    instance = add_instance(db, VmState.DELETED)
+    node.change(instance_uuid=instance)
+    ironic.unreachable_reads = 1
+    summary = sync.run()
+    assert (summary.updated, summary.observed, summary.orphans) == (1, 1, 0)
+    state, claim, seen_at, updated_at = observation(db, node.uuid)
+    assert (state, claim) == ("available", instance) and seen_at < updated_at
+    assert sync.run().orphans == 1  # the next pass
+
+
 # -- retirement ----------------------------------------------------------------------------
 
 
@@ -444,9 +745,24 @@ def test_a_pass_records_ironics_state_and_claim_of_every_node(
     assert summary.observed == 2
     state, claim, seen_at, updated_at = observation(db, idle.uuid)
     assert (state, claim) == ("deploy failed", claimed_elsewhere)
-    # Dated when the pass began listing; updated_at is not ringfleet's change.
-    assert started <= seen_at <= utcnow() and updated_at < started
-    assert observation(db, busy.uuid)[:2] == ("available", None)
+    # Claimed in Ironic: out of service, and read from Ironic again after
+    # that change, so its observation is no older than the change.
+    assert stored(db, idle).provision_state is ProvisionState.ERROR
+    assert started <= updated_at <= seen_at <= utcnow()
+    # Dated when the pass began listing (the pass then made it available).
+    state, claim, seen_at, updated_at = observation(db, busy.uuid)
+    assert (state, claim) == ("available", None)
+    assert started <= seen_at < updated_at
+
+    # Recording is not ringfleet's change: updated_at stays.  (busy, which
+    # the last pass changed after listing it, is dated anew too.)
+    idle.change(provision_state="active")
+    before = observation(db, idle.uuid)
+    started = utcnow()
+    assert sync.run().observed == 2
+    state, claim, seen_at, updated_at = observation(db, idle.uuid)
+    assert (state, claim) == ("active", claimed_elsewhere)
+    assert started <= seen_at <= utcnow() and updated_at == before[3]
 
 
 def test_a_quiet_second_pass_writes_nothing(
@@ -576,7 +892,7 @@ def test_fleet_check_reports_an_ironic_claim_ringfleet_does_not_hold(
     assert check(db) == []
     stranger = str(uuidlib.uuid4())
     claimed.change(instance_uuid=stranger, provision_state="active")
-    sync.run()
+    sync.run()  # out of service, and observed after that (reported at once)
 
     [problem] = check(db)
 
@@ -588,7 +904,7 @@ def test_fleet_check_reports_an_ironic_claim_ringfleet_does_not_hold(
     assert problem["message"] == (
         f"node {claimed.uuid} (owner none): claimed in Ironic by instance {stranger}, which "
         "ringfleet does not hold on this node (not a ringfleet instance); ringfleet: no "
-        f"instance, node available; Ironic: active, claimed by {stranger}, as seen by the "
+        f"instance, node error; Ironic: active, claimed by {stranger}, as seen by the "
         f"sync at {seen_at.isoformat()}"
     )
     # Claimed by an instance ringfleet has on another node.

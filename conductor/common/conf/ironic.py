@@ -89,7 +89,9 @@ opts = [
             "Seconds between two imports of Ironic's inventory by each "
             "conductor (new nodes created, maintenance and provision states "
             "mirrored, nodes removed from Ironic retired, Ironic's state and "
-            "claim of every node recorded for 'fleet check'). 0 disables the "
+            "claim of every node recorded for 'fleet check', orphan claims of "
+            "ringfleet instances handed to their nodes' owners to tear "
+            "down). 0 disables the "
             "periodic import; 'ringfleet node sync' runs one at any time."
         ),
     ),
