@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -234,6 +235,7 @@ class BaremetalClient:
         self._proxy = proxy
         self.endpoint = endpoint
         self._down = False
+        self._down_at = 0.0  # when it went (time.monotonic())
         self._down_lock = threading.Lock()
 
     @classmethod
@@ -338,22 +340,23 @@ class BaremetalClient:
 
     @contextlib.contextmanager
     def _translated(self, node_uuid: str, action: str) -> Iterator[None]:
+        started = time.monotonic()
         try:
             yield
         except IronicClaimConflict:
-            self._up()
+            self._up(started)
             raise
         except openstack.exceptions.NotFoundException as exc:
-            self._up()
+            self._up(started)
             raise IronicNodeGone(node_uuid, action, "Ironic has no such node") from exc
         except openstack.exceptions.HttpException as exc:
             status = exc.status_code
             if status == 409 and _is_locked(exc):
-                self._up()
+                self._up(started)
                 raise IronicNodeLocked(_details(exc)) from exc
             if status is not None and status >= 500 and status != 501:
                 raise self._unavailable(f"Ironic answered {status}: {_details(exc)}") from exc
-            self._up()
+            self._up(started)
             raise DriverError(
                 node_uuid, action, f"Ironic refused ({status}): {_details(exc)}"
             ) from exc
@@ -362,20 +365,27 @@ class BaremetalClient:
         except (ks_exceptions.ClientException, openstack.exceptions.SDKException) as exc:
             raise self._unavailable(f"Ironic request failed: {exc}") from exc
         else:
-            self._up()
+            self._up(started)
 
     def _unavailable(self, reason: str) -> ServiceUnavailable:
         with self._down_lock:
             first, self._down = not self._down, True
+            if first:
+                self._down_at = time.monotonic()
         if first:
             LOG.warning("Ironic unavailable: %s", reason)
         return ServiceUnavailable(reason)
 
-    def _up(self) -> None:
+    def _up(self, started: float) -> None:
+        """A request sent at *started* was answered: Ironic is back if it was
+        sent after Ironic went (an answer to one sent before proves nothing,
+        and would make one outage read as several)."""
         if not self._down:
             return
         with self._down_lock:
-            was, self._down = self._down, False
+            was = self._down and started >= self._down_at
+            if was:
+                self._down = False
         if was:
             LOG.info("Ironic at %s answers again", self.endpoint)
 

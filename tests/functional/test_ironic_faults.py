@@ -50,6 +50,7 @@ from tests.functional.fleet_harness import (
     start_processes,
 )
 from tests.harness import server_ctl, wait_for
+from tests.harness.http_proxy import Http503Proxy
 from tests.harness.ironic import IronicHarness, IronicWatch, Sighting, unique_shard
 
 #: ``[conductor] deploy_callback_timeout`` of the test Ironic
@@ -526,3 +527,71 @@ def test_a_stopping_agent_does_not_wait_for_ironic_and_its_restart_picks_the_bui
     record = ironic.node(node)
     assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
     _assert_agree(fleet, ironic, [shard, other_shard])
+
+
+def test_an_ironic_api_answering_503_for_half_a_minute_is_waited_out_and_said_once(
+    tmp_path: Path,
+    pg_url: str,
+    transport_url: str,
+    etcd_url: str,
+    ironic_url: str,
+    ironic: IronicHarness,
+    watch: IronicWatch,
+    shard: str,
+    other_shard: str,
+) -> None:
+    """Ironic's API answers 503 (a load balancer with no healthy back end)
+    for 30 s while builds deploy and more are routed: every build ends
+    ACTIVE once it answers again, each agent says so once (WARNING, INFO),
+    and the conductor does not log a line per retry of the builds routed
+    meanwhile: the agents accept them and wait for Ironic themselves."""
+    agents = ("agent-1", "agent-2")
+    with (
+        Http503Proxy(ironic_url) as proxy,
+        ironic_fleet(
+            tmp_path,
+            db_url=pg_url,
+            transport_url=transport_url,
+            etcd_url=etcd_url,
+            ironic_url=proxy.url,
+            shards=[shard, other_shard],
+        ) as fleet,
+    ):
+        ironic.enroll(6, shard=shard)
+        _start(fleet, agents)
+        before = _build(fleet, 3)
+        _claimed_in(ironic, shard, before, ["deploying", "active"])
+        failing = time.monotonic()
+        proxy.fail()
+        during = _build(fleet, 2)
+        wait_for(lambda: all(fleet.api.show_instance(u)["node_uuid"] for u in during), 30, "placed")
+        time.sleep(max(0.0, failing + OUTAGE - time.monotonic()))
+        proxy.heal()
+        healed = time.monotonic()
+        built = before + during
+        took = _settle(
+            fleet, watch, dict.fromkeys(built, "active"), healed, "builds after the 503s"
+        )
+        print(
+            f"Ironic API 503 for {healed - failing:.0f} s ({proxy.answered_503} answers): "
+            f"5 builds ACTIVE {took:.1f} s after it answered again"
+        )
+        _assert_agree(fleet, ironic, [shard, other_shard], active=built)
+        for agent in agents:
+            went = _ironic_log_lines(fleet, agent, "Ironic unavailable")
+            came = _ironic_log_lines(fleet, agent, "answers again")
+            assert len(went) <= 1 and len(came) == len(went), (agent, went, came)
+            assert all(" WARNING " in line and "503" in line for line in went), went
+        assert proxy.answered_503 > 0
+        # The builds routed during the outage: at most one line each at
+        # WARNING or INFO in the conductor while they waited, not one per retry.
+        conductor = fleet.procs["cond-1"].log().splitlines()
+        for instance in during:
+            waits = [
+                line
+                for line in conductor
+                if instance in line
+                and ("retrying" in line or "waits for" in line)
+                and (" WARNING " in line or " INFO " in line)
+            ]
+            assert len(waits) <= 1, "\n".join(waits)

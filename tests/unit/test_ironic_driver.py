@@ -1014,3 +1014,34 @@ def test_a_resumed_build_that_ironic_failed_is_torn_down_at_once(
     assert "can't be resumed" in report["fault"]
     assert driver.destroyed == 1
     assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("available", None)
+
+
+def test_client_takes_no_answer_to_a_request_sent_before_the_outage_as_ironic_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A slow answer to a request sent before Ironic went must not read as
+    "answers again": one outage is one WARNING and one INFO, not a flapping."""
+    client, proxy = make_client()
+    sent, answer = threading.Event(), threading.Event()
+    original = proxy.get
+
+    def slow_get(*args: Any, **kwargs: Any) -> Any:
+        sent.set()
+        assert answer.wait(5)
+        return original(*args, **kwargs)
+
+    proxy.get = slow_get  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="conductor.common.ironic"):
+        early = threading.Thread(target=client.get_node, args=("n-1",), kwargs={"action": "a"})
+        early.start()
+        assert sent.wait(5)
+        proxy.get = original  # type: ignore[method-assign]
+        proxy.errors.append(ks_exceptions.ConnectFailure("refused"))
+        with pytest.raises(ServiceUnavailable):
+            client.get_node("n-1", action="inspect")  # Ironic goes
+        answer.set()
+        early.join(5)  # the answer to the early request arrives
+        assert client._down is True
+        client.get_node("n-1", action="inspect")  # sent after: Ironic is back
+    records = [r.levelno for r in caplog.records if r.name == "conductor.common.ironic"]
+    assert records == [logging.WARNING, logging.INFO]
