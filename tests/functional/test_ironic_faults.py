@@ -2,7 +2,8 @@
 
 The faults are Ironic's, not ringfleet's: its process killed (-9) in the
 middle of deploys or of teardowns and started again a few seconds later,
-stopped for half a minute, a deploy that fails in Ironic (a node switched to
+killed for 15 s, its API answering 503 for half a minute, a deploy that
+fails in Ironic (a node switched to
 the ``custom-agent`` deploy interface, whose ramdisk never calls back:
 ``deploy failed`` after ``[conductor] deploy_callback_timeout``), a node
 deleted from Ironic under a build.  As measured on Ironic 39 (fake
@@ -60,7 +61,9 @@ CALLBACK_TIMEOUT = float(os.environ.get("RINGFLEET_TEST_IRONIC_CALLBACK_TIMEOUT"
 #: How long Ironic stays dead after a kill -9 ...
 KILLED_FOR = 6.0
 #: ... and stopped in the outage test.
-OUTAGE = 30.0
+OUTAGE = 15.0
+#: ... and how long its API answers 503 in the 503 test.
+API_503_FOR = 30.0
 #: Ironic 39's last_error on a transition its restart interrupted
 #: (``ironic/conductor/base_manager.py``).
 INTERRUPTED = "can't be resumed by conductor"
@@ -390,7 +393,7 @@ def test_builds_across_an_ironic_outage_end_active_and_the_outage_is_logged_once
     other_shard: str,
     restarts_ironic: None,
 ) -> None:
-    """Ironic gone for half a minute, killed: a SIGTERM would let it finish
+    """Ironic gone for 15 s, killed: a SIGTERM would let it finish
     the deploys it runs first (5.5 s measured), which the driver before the
     fix survived; a kill leaves them to fail on its start, as a crash or a
     host lost would."""
@@ -565,7 +568,7 @@ def test_an_ironic_api_answering_503_for_half_a_minute_is_waited_out_and_said_on
         proxy.fail()
         during = _build(fleet, 2)
         wait_for(lambda: all(fleet.api.show_instance(u)["node_uuid"] for u in during), 30, "placed")
-        time.sleep(max(0.0, failing + OUTAGE - time.monotonic()))
+        time.sleep(max(0.0, failing + API_503_FOR - time.monotonic()))
         proxy.heal()
         healed = time.monotonic()
         built = before + during
