@@ -18,6 +18,7 @@ copy of what it once did there itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -40,9 +41,13 @@ from conductor.common.exception import (
 )
 from conductor.common.objects import Node, PowerState, ProvisionState
 
-__all__ = ["NodeActions"]
+__all__ = ["PROGRESS_EVERY", "NodeActions"]
 
 LOG = logging.getLogger(__name__)
+
+#: Seconds a deploy runs before the agent reports the back end's progress
+#: on it, and between two such reports (see NodeActions.take_progress).
+PROGRESS_EVERY = 30.0
 
 #: Provision states of the back end no deploy starts from.
 _NOT_BUILDABLE = frozenset({ProvisionState.ENROLL, ProvisionState.MANAGEABLE})
@@ -82,6 +87,8 @@ class NodeActions:
         # Deploys a delete of their own instance arrived for: they stop at
         # their next step and tear the node down instead.
         self._cancelled: set[str] = set()
+        # node -> the back end's progress on its deploy: see take_progress.
+        self._progress: dict[str, _Progress] = {}
         self._threads: set[threading.Thread] = set()
         self._accepting = True
 
@@ -92,6 +99,35 @@ class NodeActions:
     def in_flight(self) -> int:
         with self._lock:
             return len(self._in_flight)
+
+    def take_progress(self, now: float | None = None) -> dict[str, int]:
+        """Deploys the back end moved on that are due a heartbeat: node -> epoch.
+
+        A deploy is reported once it has run :data:`PROGRESS_EVERY` seconds,
+        then at most every :data:`PROGRESS_EVERY` seconds while the back end
+        moves it on (a new provision step): the conductor's ``build_timeout``
+        then counts from the back end's progress, and short deploys cost
+        nothing.
+        """
+        now = time.monotonic() if now is None else now
+        due: dict[str, int] = {}
+        with self._lock:
+            for node_uuid, seen in self._progress.items():
+                if (
+                    seen.moved > seen.reported
+                    and now - seen.started >= PROGRESS_EVERY
+                    and now - seen.told_at >= PROGRESS_EVERY
+                ):
+                    due[node_uuid] = seen.epoch
+                    seen.reported, seen.told_at = seen.moved, now
+        return due
+
+    def _moved_on(self, node_uuid: str, epoch: int) -> None:
+        """The back end moved the deploy on *node_uuid* to a new step."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._progress.setdefault(node_uuid, _Progress(epoch, started=now))
+            seen.moved = now
 
     def stop_accepting(self) -> None:
         """The agent stops: no new action, and no more waiting on the back end.
@@ -275,6 +311,7 @@ class NodeActions:
                 raise _DeployCancelled(node.uuid)
             if not steps or steps[-1] != step:
                 steps.append(step)
+                self._moved_on(node.uuid, epoch)
                 LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
 
         try:
@@ -414,6 +451,7 @@ class NodeActions:
         is either seen here or finds the node free (and starts its own).
         """
         with self._lock:
+            self._progress.pop(node_uuid, None)
             if node_uuid in self._cancelled:
                 return True
             self._in_flight.pop(node_uuid, None)
@@ -427,6 +465,18 @@ class NodeActions:
         with self._lock:
             self._in_flight.pop(node_uuid, None)
             self._cancelled.discard(node_uuid)
+            self._progress.pop(node_uuid, None)
+
+
+@dataclasses.dataclass
+class _Progress:
+    """The back end's progress on one deploy (times from time.monotonic())."""
+
+    epoch: int
+    started: float  # its first step
+    moved: float = float("-inf")  # its latest step
+    reported: float = float("-inf")  # the step the last heartbeat was for
+    told_at: float = float("-inf")  # when that heartbeat was sent
 
 
 class _DeployCancelled(Exception):

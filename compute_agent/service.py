@@ -444,12 +444,30 @@ class AgentService:
                 )
         self._resumed_generation = generation
 
+    def _report_progress(self) -> None:
+        """Tell the conductors which long deploys the back end moved on (a heartbeat).
+
+        Best effort: a heartbeat lost here only lets the sweeper count from
+        an earlier one.  Conductors pinned below 1.10 get none.
+        """
+        assert self.actions is not None and self._conductor is not None
+        if not self._conductor.can_send_version("1.10"):
+            return
+        due = self.actions.take_progress()
+        if not due:
+            return
+        try:
+            self._conductor.report_progress(self.host, due)
+        except Exception as exc:  # the next progress is reported next time
+            LOG.debug("Agent %s: progress of %d deploys not reported: %s", self.host, len(due), exc)
+
     def _report_loop(self) -> None:
         assert self.ownership is not None and self._conductor is not None
         reports = StateReports(self.conf.compute_agent.full_report_interval)
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             if not self.membership.can_act():
                 continue
+            self._report_progress()
             held = sorted(self.ownership.held().items())
             try:
                 powers = self._driver.get_power_states(

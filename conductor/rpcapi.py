@@ -38,6 +38,8 @@ API version history:
   whose Ironic state or claim, as the Ironic sync recorded it, disagrees
   with ringfleet (backend-mismatch); its reply carries ``stuck_after``.
   Same call: asked at 1.1, an older conductor answers without them.
+* 1.10 - report_progress: an agent says which of its builds the back end
+  moved on (a heartbeat: ``build_timeout`` counts from the last one).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.9"
+API_VERSION = "1.10"
 
 
 def pages(
@@ -267,6 +269,9 @@ class ConductorAPI:
 
     def hold_for_restart(self, host: str) -> dict[str, Any]:
         return self._call("hold_for_restart", version="1.5", host=host)  # type: ignore[no-any-return]
+
+    def report_progress(self, host: str, nodes: dict[str, int]) -> dict[str, Any]:
+        return self._call("report_progress", version="1.10", host=host, nodes=nodes)  # type: ignore[no-any-return]
 
     def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call("report_node_states", host=host, states=states)  # type: ignore[no-any-return]

@@ -349,6 +349,49 @@ def touch(db: Database, instance_uuids: Sequence[str]) -> None:
 
 
 @retry_on_dead_connection
+def touch_progressing(db: Database, host: str, epochs: dict[str, int]) -> list[str]:
+    """The back end moved the builds on these nodes: mark their progress.
+
+    *epochs* maps each node to the epoch *host* holds; only a node owned by
+    *host* at exactly that epoch counts (a report from a stale owner is no
+    heartbeat), and only the build or teardown in flight there is touched.
+    Returns the instances touched.
+    """
+    if not epochs:
+        return []
+    with db.transaction() as session:
+        rows = session.execute(
+            select(NodeModel.instance_uuid, NodeModel.owner, NodeModel.owner_epoch, NodeModel.uuid)
+            .where(NodeModel.uuid.in_(list(epochs)))
+            .where(NodeModel.instance_uuid.is_not(None))
+        ).all()
+        held = [
+            row.instance_uuid
+            for row in rows
+            if row.owner == host and row.owner_epoch == epochs[row.uuid]
+        ]
+        if not held:
+            return []
+        in_flight = [VmState.BUILDING.value, VmState.DELETING.value]
+        touched = list(
+            session.scalars(
+                select(InstanceModel.uuid)
+                .where(InstanceModel.uuid.in_(held))
+                .where(InstanceModel.vm_state.in_(in_flight))
+            )
+        )
+        if touched:
+            session.execute(
+                update(InstanceModel)
+                .where(InstanceModel.uuid.in_(touched))
+                .where(InstanceModel.vm_state.in_(in_flight))
+                .values(updated_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+        return touched
+
+
+@retry_on_dead_connection
 def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]:
     """The stored instances among ``instance_uuids`` (missing ones left out), one read."""
     if not instance_uuids:

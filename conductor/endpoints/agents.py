@@ -19,7 +19,7 @@ from conductor.common import checks
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.objects import inventory_entries
 from conductor.db import agents as agents_db
-from conductor.db import ownership
+from conductor.db import instances, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints import payload
@@ -136,6 +136,20 @@ class AgentsEndpoint:
             raise ServiceUnavailable("this conductor routes no builds")
         builds, teardowns = self._builds.resume_agent(agent)
         return {"builds": builds, "teardowns": teardowns}
+
+    def report_progress(self, ctxt: dict[str, Any], host: Any, nodes: Any) -> dict[str, Any]:
+        """The back end moved the builds on these nodes on: a heartbeat (since 1.10).
+
+        ``nodes`` maps node uuids to the epochs ``host`` holds.  The build or
+        teardown in flight on each node ``host`` owns at that epoch counts
+        as progressing: ``build_timeout`` starts again from now, so the
+        sweeper never fails an attempt the back end is still moving on.
+        """
+        agent = payload.check_host(host)
+        touched = instances.touch_progressing(
+            self._db, agent, payload.check_epoch_map(nodes, "nodes")
+        )
+        return {"touched": len(touched)}
 
     def release_nodes(self, ctxt: dict[str, Any], host: Any, claims: Any) -> dict[str, Any]:
         """Give up nodes held at the given epochs (pinned nodes are refused)."""

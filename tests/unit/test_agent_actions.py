@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from oslo_config import cfg
 
-from compute_agent.actions import NodeActions
+from compute_agent.actions import PROGRESS_EVERY, NodeActions
 from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers import ActionContext
 from compute_agent.drivers.action_log import Action, check_fencing, read_log
@@ -279,6 +279,28 @@ def test_another_instance_on_a_busy_node_is_a_conflict(tmp_path: Path) -> None:
         agent.actions.destroy(instance_id(), node, epoch)
     assert agent.actions.wait_idle(5.0)
     assert [b["instance_uuid"] for b in agent.conductor.builds] == [first]
+
+
+def test_a_long_deploy_the_back_end_moves_on_is_reported_as_progress(tmp_path: Path) -> None:
+    """A heartbeat for the conductor's sweeper: a deploy that has run
+    PROGRESS_EVERY seconds is due once per PROGRESS_EVERY while the back end
+    moves it on to new steps; short and finished deploys are never due."""
+    agent = make_agent(tmp_path, step_duration=0.3)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    agent.actions.build(instance_id(), node, epoch)
+    wait_for(lambda: ("deploy_step", DEPLOY_STEPS[0]) in agent.log_of(node))
+    now = time.monotonic()
+    assert agent.actions.take_progress(now) == {}  # a deploy this young costs nothing
+    later = now + PROGRESS_EVERY
+    assert agent.actions.take_progress(later) == {node.uuid: epoch}
+    assert agent.actions.take_progress(later) == {}  # said: not again so soon
+    steps = len(agent.log_of(node))
+    wait_for(lambda: len(agent.log_of(node)) > steps)  # the back end moves on
+    assert agent.actions.take_progress(later + PROGRESS_EVERY) == {node.uuid: epoch}
+    wait_for(lambda: len(agent.conductor.builds) == 1)
+    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.take_progress(later + 10 * PROGRESS_EVERY) == {}  # over
 
 
 def test_a_delete_of_a_deploying_instance_stops_the_deploy_and_tears_down(

@@ -1570,6 +1570,30 @@ def _in_flight(
     return instance
 
 
+def test_report_progress_restarts_the_clock_of_the_owners_builds_only(env: Env) -> None:
+    """Since 1.10: the back end moving a build on is a heartbeat, from the
+    node's owner at its epoch only; fleet check and the sweeper then count
+    from it."""
+    env.live("agent-1", "agent-2")
+    moving, quiet, elsewhere = add_nodes(env.db, 3, owner="agent-1")
+    epochs = {n: env.node(n)["owner_epoch"] for n in (moving, quiet, elsewhere)}
+    for node in (moving, quiet, elsewhere):
+        _in_flight(env, node, "building", "spawning", age=700, owner="agent-1")
+    out = env.agents.report_progress(
+        CTXT,
+        host="agent-1",
+        nodes={moving: epochs[moving], quiet: epochs[quiet] + 1},  # a stale epoch
+    )
+    assert out == {"touched": 1}
+    out = env.agents.report_progress(CTXT, host="agent-2", nodes={elsewhere: epochs[elsewhere]})
+    assert out == {"touched": 0}  # not agent-2's node
+    stuck = {p["node_uuid"] for p in _problems(env, "stuck-build")}
+    assert stuck == {quiet, elsewhere}
+    with pytest.raises(InvalidInput) as err:
+        env.agents.report_progress(CTXT, host="agent-1", nodes={"not-a-uuid": 1})
+    assert _fields(err) == ["nodes.not-a-uuid"]
+
+
 def _problems(env: Env, kind: str) -> list[dict[str, Any]]:
     return [p for p in env.fleet_ep.fleet_check(CTXT)["problems"] if p["kind"] == kind]
 

@@ -441,6 +441,7 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
         kwargs({"host": fuzz(HOST), "node_uuids": fuzz(st.lists(UUID_LIKE, max_size=4))}),
     ),
     "release_nodes": ("agents", kwargs({"host": fuzz(HOST), "claims": fuzz(CLAIMS)})),
+    "report_progress": ("agents", kwargs({"host": fuzz(HOST), "nodes": fuzz(CLAIMS)})),
     "transfer_nodes": ("agents", kwargs({"host": fuzz(HOST), "transfers": fuzz(TRANSFERS)})),
     "owned_nodes": ("agents", kwargs({"host": fuzz(HOST)})),
     "resume_work": ("agents", kwargs({"host": fuzz(HOST)})),
