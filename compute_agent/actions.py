@@ -239,9 +239,9 @@ class NodeActions:
             running = self._in_flight.get(node.uuid)
             if running == ("destroy", instance_uuid):
                 return "in-progress"
-            if running == ("deploy", instance_uuid) and node.uuid in self._cancelled:
-                return "in-progress"
             if running == ("deploy", instance_uuid):
+                if node.uuid in self._cancelled:
+                    return "in-progress"
                 # The instance is being deleted while it deploys: the deploy
                 # stops at its next step and tears the node down itself, so
                 # a delete never waits for a deploy that hangs.

@@ -71,6 +71,9 @@ NODE_FIELDS: Final = (
 #: one node is read with a plain GET through the SDK's session).
 _NODE_GET_FIELDS: Final = (*NODE_FIELDS, "provision_updated_at")
 
+#: openstacksdk's attribute names where they are not the API's.
+_SDK_NAMES: Final = {"uuid": "id", "maintenance": "is_maintenance", "instance_uuid": "instance_id"}
+
 _PS = ProvisionState
 #: Ironic's provision states, as ringfleet sees them.  A node hosting an
 #: instance (rescue, servicing) is active to ringfleet; one Ironic is still
@@ -158,28 +161,13 @@ class IronicNode:
 
     @classmethod
     def from_sdk(cls, node: Any) -> IronicNode:
-        return cls(
-            uuid=node.id,
-            name=node.name,
-            resource_class=node.resource_class,
-            traits=tuple(node.traits or ()),
-            properties=dict(node.properties or {}),
-            conductor_group=node.conductor_group or "",
-            shard=node.shard,
-            maintenance=bool(node.is_maintenance),
-            maintenance_reason=node.maintenance_reason,
-            power_state=node.power_state,
-            target_power_state=node.target_power_state,
-            provision_state=node.provision_state,
-            target_provision_state=node.target_provision_state,
-            instance_uuid=node.instance_id,
-            instance_info=dict(node.instance_info or {}),
-            last_error=node.last_error,
-        )
+        """The node from openstacksdk's (a listing), by the API's field names."""
+        return cls.from_api({f: getattr(node, _SDK_NAMES.get(f, f)) for f in NODE_FIELDS})
 
     @classmethod
     def from_api(cls, node: Mapping[str, Any]) -> IronicNode:
-        """The node from the API's JSON (``GET /v1/nodes/{uuid}``)."""
+        """The node from the API's JSON (``GET /v1/nodes/{uuid}``), or any
+        mapping with its field names."""
         return cls(
             uuid=node["uuid"],
             name=node.get("name"),

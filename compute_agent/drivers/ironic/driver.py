@@ -455,8 +455,8 @@ class _Watch:
 
 def _failure(found: IronicNode, still: str = "") -> str:
     """Ironic's state and its own reason, for the instance's fault."""
-    shows = f"Ironic shows the node {still} {found.provision_state}".replace("  ", " ")
-    return f"{shows}: {found.last_error or 'no error'}"
+    state = f"{still} {found.provision_state}" if still else found.provision_state
+    return f"Ironic shows the node {state}: {found.last_error or 'no error'}"
 
 
 def _not_buildable(found: IronicNode) -> str:
