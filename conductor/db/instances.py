@@ -359,27 +359,18 @@ def touch_progressing(db: Database, host: str, epochs: dict[str, int]) -> list[s
     """
     if not epochs:
         return []
+    in_flight = [VmState.BUILDING.value, VmState.DELETING.value]
     with db.transaction() as session:
         rows = session.execute(
-            select(NodeModel.instance_uuid, NodeModel.owner, NodeModel.owner_epoch, NodeModel.uuid)
-            .where(NodeModel.uuid.in_(list(epochs)))
-            .where(NodeModel.instance_uuid.is_not(None))
-        ).all()
-        held = [
-            row.instance_uuid
-            for row in rows
-            if row.owner == host and row.owner_epoch == epochs[row.uuid]
-        ]
-        if not held:
-            return []
-        in_flight = [VmState.BUILDING.value, VmState.DELETING.value]
-        touched = list(
-            session.scalars(
-                select(InstanceModel.uuid)
-                .where(InstanceModel.uuid.in_(held))
-                .where(InstanceModel.vm_state.in_(in_flight))
+            select(InstanceModel.uuid, NodeModel.uuid, NodeModel.owner_epoch)
+            .join(NodeModel, NodeModel.instance_uuid == InstanceModel.uuid)
+            .where(
+                NodeModel.uuid.in_(list(epochs)),
+                NodeModel.owner == host,
+                InstanceModel.vm_state.in_(in_flight),
             )
-        )
+        ).all()
+        touched = [instance for instance, node, epoch in rows if epoch == epochs[node]]
         if touched:
             session.execute(
                 update(InstanceModel)
