@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, aliased
 
 from conductor.common.objects import ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
+from conductor.db.instances import IN_FLIGHT
 from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
 ]
 
 #: instance states that hold work at an agent (a build or a teardown)
-_IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
 #: a SELECT of any columns
 _Query = Select[*tuple[Any, ...]]
 #: node provision states that only the build and teardown of an instance set
@@ -67,7 +67,7 @@ def in_flight_by_host(db: Database) -> dict[str, int]:
     with db.reading() as session:
         rows = session.execute(
             select(InstanceModel.host, func.count())
-            .where(InstanceModel.vm_state.in_(_IN_FLIGHT), InstanceModel.host.is_not(None))
+            .where(InstanceModel.vm_state.in_(IN_FLIGHT), InstanceModel.host.is_not(None))
             .group_by(InstanceModel.host)
         ).all()
     return {host: int(count) for host, count in rows if host is not None}
@@ -282,7 +282,7 @@ def stuck_work(
     older_than = now - datetime.timedelta(seconds=stuck_after)
     found: dict[str, tuple[int, list[StuckWork]]] = {}
     with db.reading() as session:
-        for state in _IN_FLIGHT:
+        for state in IN_FLIGHT:
             query = (
                 select(
                     InstanceModel.uuid,

@@ -24,7 +24,11 @@ from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import BuildRequest
 
+#: The vm_states of an instance an agent is working on (a build or a teardown).
+IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
+
 __all__ = [
+    "IN_FLIGHT",
     "create_instances",
     "get_build",
     "get_instance",
@@ -359,7 +363,6 @@ def touch_progressing(db: Database, host: str, epochs: dict[str, int]) -> list[s
     """
     if not epochs:
         return []
-    in_flight = [VmState.BUILDING.value, VmState.DELETING.value]
     with db.transaction() as session:
         rows = session.execute(
             select(InstanceModel.uuid, NodeModel.uuid, NodeModel.owner_epoch)
@@ -367,7 +370,7 @@ def touch_progressing(db: Database, host: str, epochs: dict[str, int]) -> list[s
             .where(
                 NodeModel.uuid.in_(list(epochs)),
                 NodeModel.owner == host,
-                InstanceModel.vm_state.in_(in_flight),
+                InstanceModel.vm_state.in_(IN_FLIGHT),
             )
         ).all()
         touched = [instance for instance, node, epoch in rows if epoch == epochs[node]]
@@ -375,7 +378,7 @@ def touch_progressing(db: Database, host: str, epochs: dict[str, int]) -> list[s
             session.execute(
                 update(InstanceModel)
                 .where(InstanceModel.uuid.in_(touched))
-                .where(InstanceModel.vm_state.in_(in_flight))
+                .where(InstanceModel.vm_state.in_(IN_FLIGHT))
                 .values(updated_at=utcnow())
                 .execution_options(synchronize_session=False)
             )
@@ -401,7 +404,7 @@ def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
             .join(NodeModel, NodeModel.uuid == InstanceModel.node_uuid)
             .where(
                 NodeModel.owner == owner,
-                InstanceModel.vm_state.in_([VmState.BUILDING.value, VmState.DELETING.value]),
+                InstanceModel.vm_state.in_(IN_FLIGHT),
             )
             .order_by(InstanceModel.uuid)
         )
@@ -416,7 +419,7 @@ def in_flight_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
             select(InstanceModel)
             .where(
                 InstanceModel.node_uuid.in_(list(node_uuids)),
-                InstanceModel.vm_state.in_([VmState.BUILDING.value, VmState.DELETING.value]),
+                InstanceModel.vm_state.in_(IN_FLIGHT),
             )
             .order_by(InstanceModel.uuid)
         )
