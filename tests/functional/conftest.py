@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.dbutil import fresh_database
+from tests.functional.fleet_harness import Fleet, ironic_fleet
 from tests.harness.ironic import IronicHarness, unique_shard
 
 
@@ -105,3 +107,32 @@ def shard() -> str:
     """An Ironic shard of the test's own: tests sharing one Ironic never see
     each other's nodes."""
     return unique_shard()
+
+
+@pytest.fixture
+def ironic_shards(shard: str) -> list[str]:
+    """The Ironic shards :func:`fleet_on_ironic` imports: the test's own
+    :func:`shard` (a module needing more overrides this fixture)."""
+    return [shard]
+
+
+@pytest.fixture
+def fleet_on_ironic(
+    tmp_path: Path,
+    pg_url: str,
+    transport_url: str,
+    etcd_url: str,
+    ironic_url: str,
+    ironic_shards: list[str],
+) -> Iterator[Fleet]:
+    """A :class:`Fleet` of the ``ironic`` driver on the test Ironic, importing
+    the nodes of :func:`ironic_shards` (:func:`ironic_fleet`); no process started."""
+    with ironic_fleet(
+        tmp_path,
+        db_url=pg_url,
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+        ironic_url=ironic_url,
+        shards=ironic_shards,
+    ) as fleet:
+        yield fleet

@@ -248,6 +248,13 @@ def ironic_disagreements(fleet: Fleet, ironic: IronicHarness, *shards: str) -> l
     return wrong
 
 
+def log_lines(fleet: Fleet, process: str, *texts: str) -> list[str]:
+    """The lines of ``process``'s log that contain every one of ``texts``."""
+    return [
+        line for line in fleet.procs[process].log().splitlines() if all(t in line for t in texts)
+    ]
+
+
 def log_tails(
     fleet: Fleet, lines: int = 30, mentioning: Iterable[str] = (), per_match: int = 8
 ) -> str:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +24,7 @@ from compute_agent.drivers.base import ActionContext, load_driver
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import NodeNotBuildable
 from conductor.common.objects import Node
-from tests.functional.fleet_harness import TTL, Fleet, ironic_fleet, log_tails, start_processes
+from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
 from tests.harness import wait_for
 from tests.harness.ironic import IronicHarness
 
@@ -35,23 +33,8 @@ DEPLOYING = ("deploying", "wait call-back")
 
 
 @pytest.fixture
-def fleet(
-    tmp_path: Path,
-    pg_url: str,
-    transport_url: str,
-    etcd_url: str,
-    ironic_url: str,
-    shard: str,
-) -> Iterator[Fleet]:
-    with ironic_fleet(
-        tmp_path,
-        db_url=pg_url,
-        transport_url=transport_url,
-        etcd_url=etcd_url,
-        ironic_url=ironic_url,
-        shards=[shard],
-    ) as f:
-        yield f
+def fleet(fleet_on_ironic: Fleet) -> Fleet:
+    return fleet_on_ironic
 
 
 def _instances_in(fleet: Fleet, uuids: list[str], state: str) -> bool:

@@ -15,12 +15,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.functional.fleet_harness import Fleet, ironic_fleet, log_tails, start_processes
+from tests.functional.fleet_harness import Fleet, log_lines, log_tails, start_processes
 from tests.harness import wait_for
 from tests.harness.ironic import IronicHarness
 
@@ -28,23 +27,8 @@ RINGFLEET = Path(sys.executable).with_name("ringfleet")
 
 
 @pytest.fixture
-def fleet(
-    tmp_path: Path,
-    pg_url: str,
-    transport_url: str,
-    etcd_url: str,
-    ironic_url: str,
-    shard: str,
-) -> Iterator[Fleet]:
-    with ironic_fleet(
-        tmp_path,
-        db_url=pg_url,
-        transport_url=transport_url,
-        etcd_url=etcd_url,
-        ironic_url=ironic_url,
-        shards=[shard],
-    ) as f:
-        yield f
+def fleet(fleet_on_ironic: Fleet) -> Fleet:
+    return fleet_on_ironic
 
 
 def _fleet_check(config: Path) -> subprocess.CompletedProcess[str]:
@@ -107,12 +91,6 @@ def test_fleet_check_reports_a_claim_made_in_ironic_until_it_is_released(
     assert final.stdout.startswith("OK")
 
 
-def _log_lines(fleet: Fleet, process: str, *texts: str) -> list[str]:
-    return [
-        line for line in fleet.procs[process].log().splitlines() if all(t in line for t in texts)
-    ]
-
-
 def test_an_orphan_claim_of_a_ringfleet_instance_is_cleaned_by_the_nodes_owner(
     fleet: Fleet, ironic: IronicHarness, shard: str, transport_url: str
 ) -> None:
@@ -152,22 +130,20 @@ def test_an_orphan_claim_of_a_ringfleet_instance_is_cleaned_by_the_nodes_owner(
     assert first["updated"] >= 2, first  # both out of service
     for node in (b, stranger_node):
         assert fleet.api.show_node(node)["provision_state"] == "error"
-    record = wait_for(
-        lambda: (
-            (n := ironic.node(b))["provision_state"] == "available"
+    ironic.wait_for(
+        b,
+        lambda n: (
+            n["provision_state"] == "available"
             and n["target_provision_state"] is None
             and n["instance_uuid"] is None
-            and n
         ),
         60,
-        "B torn down and released in Ironic",
-        step=0.05,
+        what="B torn down and released in Ironic",
     )
     cleaned = time.monotonic() - handed
     report = f"Orphan claim of instance {x} on node {b} cleaned by agent-1"
-    wait_for(lambda: _log_lines(fleet, "cond-1", report), 30, "the teardown reported")
+    wait_for(lambda: log_lines(fleet, "cond-1", report), 30, "the teardown reported")
     reported = time.monotonic() - handed
-    assert record["instance_uuid"] is None
     second = fleet.api.sync_ironic_nodes()
     assert second["orphans"] == 0, second
     back = time.monotonic() - handed
@@ -177,11 +153,11 @@ def test_an_orphan_claim_of_a_ringfleet_instance_is_cleaned_by_the_nodes_owner(
     )
     assert fleet.api.show_node(b)["provision_state"] == "available"
     assert fleet.owners()[b][2] is None
-    handed_lines = _log_lines(
+    handed_lines = log_lines(
         fleet, "cond-1", f"Node {b}: Ironic still holds instance {x}", "its owner agent-1 tears"
     )
     assert len(handed_lines) == 1, handed_lines
-    torn_down = _log_lines(fleet, "agent-1", f"Ironic node {b} torn down for instance {x}")
+    torn_down = log_lines(fleet, "agent-1", f"Ironic node {b} torn down for instance {x}")
     assert len(torn_down) == 1, log_tails(fleet, mentioning=[x, b])
     # X keeps its record.
     after = fleet.api.show_instance(x)
@@ -192,8 +168,8 @@ def test_an_orphan_claim_of_a_ringfleet_instance_is_cleaned_by_the_nodes_owner(
     assert fleet.api.show_node(stranger_node)["provision_state"] == "error"
     theirs = ironic.node(stranger_node)
     assert (theirs["provision_state"], theirs["instance_uuid"]) == ("active", stranger)
-    assert not _log_lines(fleet, "agent-1", stranger), log_tails(fleet, mentioning=[stranger])
-    assert not _log_lines(fleet, "cond-1", f"Node {stranger_node}: Ironic still holds")
+    assert not log_lines(fleet, "agent-1", stranger), log_tails(fleet, mentioning=[stranger])
+    assert not log_lines(fleet, "cond-1", f"Node {stranger_node}: Ironic still holds")
     [problem] = fleet.api.fleet_check()["problems"]
     assert (problem["kind"], problem["reason"]) == ("backend-mismatch", "orphan-claim")
     assert (problem["node_uuid"], problem["backend_instance_uuid"]) == (stranger_node, stranger)

@@ -47,6 +47,7 @@ from tests.functional.fleet_harness import (
     Fleet,
     ironic_disagreements,
     ironic_fleet,
+    log_lines,
     log_tails,
     start_processes,
 )
@@ -78,29 +79,19 @@ def other_shard() -> str:
 
 
 @pytest.fixture
-def fleet(
-    tmp_path: Path,
-    pg_url: str,
-    transport_url: str,
-    etcd_url: str,
-    ironic_url: str,
-    shard: str,
-    other_shard: str,
-) -> Iterator[Fleet]:
-    with ironic_fleet(
-        tmp_path,
-        db_url=pg_url,
-        transport_url=transport_url,
-        etcd_url=etcd_url,
-        ironic_url=ironic_url,
-        shards=[shard, other_shard],
-    ) as f:
-        yield f
+def fleet(fleet_on_ironic: Fleet) -> Fleet:
+    return fleet_on_ironic
 
 
 @pytest.fixture
-def watch(ironic_url: str, shard: str, other_shard: str) -> Iterator[IronicWatch]:
-    with IronicWatch(ironic_url, [shard, other_shard]) as watcher:
+def ironic_shards(shard: str, other_shard: str) -> list[str]:
+    """The fleet imports both shards (and the watch lists them)."""
+    return [shard, other_shard]
+
+
+@pytest.fixture
+def watch(ironic_url: str, ironic_shards: list[str]) -> Iterator[IronicWatch]:
+    with IronicWatch(ironic_url, ironic_shards) as watcher:
         yield watcher
 
 
@@ -131,6 +122,16 @@ def _start(
     fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
     nodes = list(owned) if owned is not None else list(fleet.owners())
     wait_for(lambda: all(fleet.owners()[n][0] is not None for n in nodes), 30, "the nodes owned")
+
+
+def _kill_ironic_for(seconds: float) -> tuple[float, float]:
+    """Ironic killed (-9), dead for ``seconds``, started again: when it was
+    killed and when it was back (``time.monotonic()``)."""
+    killed = time.monotonic()
+    server_ctl("kill-ironic")
+    time.sleep(max(0.0, killed + seconds - time.monotonic()))
+    server_ctl("start-ironic")
+    return killed, time.monotonic()
 
 
 def _build(fleet: Fleet, count: int) -> list[str]:
@@ -215,6 +216,12 @@ def _assert_agree(
         assert fleet.owners()[node][2] == instance
 
 
+def _assert_released(ironic: IronicHarness, node: str) -> None:
+    """Ironic shows the node torn down and unclaimed."""
+    record = ironic.node(node)
+    assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
+
+
 def _assert_faults_carry_ironic_errors(
     fleet: Fleet, watch: IronicWatch, instances: Iterable[str], reason: str
 ) -> int:
@@ -239,10 +246,6 @@ def _assert_faults_carry_ironic_errors(
     return attempts
 
 
-def _ironic_log_lines(fleet: Fleet, agent: str, text: str) -> list[str]:
-    return [line for line in fleet.procs[agent].log().splitlines() if text in line]
-
-
 # -- the faults ---------------------------------------------------------------------
 
 
@@ -260,11 +263,7 @@ def test_builds_deploying_when_ironic_is_killed_end_active(
     deploying = _claimed_in(ironic, shard, built, ["deploying"])
     old_pid = server_ctl("pid ironic").strip()
 
-    killed = time.monotonic()
-    server_ctl("kill-ironic")
-    time.sleep(max(0.0, killed + KILLED_FOR - time.monotonic()))
-    server_ctl("start-ironic")
-    back = time.monotonic()
+    killed, back = _kill_ironic_for(KILLED_FOR)
     assert server_ctl("pid ironic").strip() != old_pid
 
     took = _settle(fleet, watch, dict.fromkeys(built, "active"), back, "builds after kill -9")
@@ -299,16 +298,12 @@ def test_deletes_tearing_down_when_ironic_is_killed_end_deleted(
         step=0.05,
     )
 
-    killed = time.monotonic()
-    server_ctl("kill-ironic")
-    time.sleep(max(0.0, killed + KILLED_FOR - time.monotonic()))
-    server_ctl("start-ironic")
-    back = time.monotonic()
+    killed, back = _kill_ironic_for(KILLED_FOR)
 
     took = _settle(fleet, watch, dict.fromkeys(built, "deleted"), back, "deletes after kill -9")
     print(f"kill -9 of Ironic mid-teardown: 3 deletes DELETED {took:.1f} s after its start")
-    for record in ironic.nodes(shard):
-        assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
+    for node in nodes:
+        _assert_released(ironic, node)
     _assert_agree(fleet, ironic, [shard, other_shard])
     # The kill did interrupt teardowns (Ironic shows them error on its start).
     interrupted = [n for n in nodes if watch.first(n, "error", after=killed)]
@@ -346,8 +341,7 @@ def test_a_deploy_failing_in_ironic_is_torn_down_and_rescheduled_with_its_error(
     assert shown["node_uuid"] == good
     assert shown["tried_nodes"] == [bad]
     assert _assert_faults_carry_ironic_errors(fleet, watch, [instance], CALLBACK_TIMED_OUT) == 1
-    torn_down = ironic.node(bad)
-    assert (torn_down["provision_state"], torn_down["instance_uuid"]) == ("available", None)
+    _assert_released(ironic, bad)
     assert fleet.owners()[bad][2] is None
     _assert_agree(fleet, ironic, [shard, other_shard], active=[instance])
 
@@ -380,8 +374,7 @@ def test_a_delete_of_a_build_waiting_for_its_callback_ends_before_the_timeout(
         f"(callback timeout {CALLBACK_TIMEOUT:.0f} s)"
     )
     assert watch.first(node, "deploy failed") is None, watch.timeline(asked)
-    record = ironic.node(node)
-    assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
+    _assert_released(ironic, node)
     _assert_agree(fleet, ironic, [shard, other_shard])
 
 
@@ -420,8 +413,8 @@ def test_builds_across_an_ironic_outage_end_active_and_the_outage_is_logged_once
     # that had work in Ironic meanwhile: not a line per poll or per build.
     busy |= {fleet.api.show_instance(u)["host"] for u in during}
     for agent in agents:
-        went = _ironic_log_lines(fleet, agent, "Ironic unavailable")
-        came = _ironic_log_lines(fleet, agent, "answers again")
+        went = log_lines(fleet, agent, "Ironic unavailable")
+        came = log_lines(fleet, agent, "answers again")
         expected = 1 if agent in busy else len(went)
         assert len(went) == expected <= 1, f"{agent}: {went}"
         assert [" WARNING " in line for line in went] == [True] * len(went), went
@@ -484,8 +477,7 @@ def test_a_node_deleted_from_ironic_under_a_build_is_refused_and_the_build_resch
     fleet.api.delete_instance(instance)
     took = _settle(fleet, watch, {instance: "deleted"}, asked, "the delete")
     print(f"  and DELETED {took:.1f} s after the delete")
-    record = ironic.node(spare)
-    assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
+    _assert_released(ironic, spare)
     _assert_agree(fleet, ironic, [shard, other_shard])
 
 
@@ -527,8 +519,7 @@ def test_a_stopping_agent_does_not_wait_for_ironic_and_its_restart_picks_the_bui
         f"SIGTERM while following a deploy: agent stopped in {stopped_in:.1f} s "
         f"(graceful_timeout 60 s); DELETED {took:.1f} s after the delete"
     )
-    record = ironic.node(node)
-    assert (record["provision_state"], record["instance_uuid"]) == ("available", None)
+    _assert_released(ironic, node)
     _assert_agree(fleet, ironic, [shard, other_shard])
 
 
@@ -581,8 +572,8 @@ def test_an_ironic_api_answering_503_for_half_a_minute_is_waited_out_and_said_on
         )
         _assert_agree(fleet, ironic, [shard, other_shard], active=built)
         for agent in agents:
-            went = _ironic_log_lines(fleet, agent, "Ironic unavailable")
-            came = _ironic_log_lines(fleet, agent, "answers again")
+            went = log_lines(fleet, agent, "Ironic unavailable")
+            came = log_lines(fleet, agent, "answers again")
             assert len(went) <= 1 and len(came) == len(went), (agent, went, came)
             assert all(" WARNING " in line and "503" in line for line in went), went
         assert proxy.answered_503 > 0
