@@ -73,8 +73,20 @@ def _settle(fleet: Fleet, uuids: list[str], state: str) -> list[dict[str, Any]]:
     return [fleet.api.show_instance(u) for u in uuids]
 
 
+def _every_node_with_a_live_owner(fleet: Fleet) -> bool:
+    """The conductor sees both agents up, and every node owned by one of them.
+
+    The database alone is not enough: an agent claims its share as soon as
+    it joins, up to one poll of the group before the conductor sees it, and
+    its nodes are then filtered out as "no live owner" by the scheduler.
+    """
+    status = fleet.api.fleet_status()
+    up = {a["host"] for a in status["agents"] if a["state"] == "up"}
+    return up == {"agent-1", "agent-2"} and set(fleet.owned_by()) <= up
+
+
 def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
-    wait_for(lambda: None not in fleet.owned_by(), 30, "every node owned")
+    wait_for(lambda: _every_node_with_a_live_owner(fleet), 30, "every node owned by a live agent")
     racks = {n["uuid"]: n["properties"]["capabilities"] for n in fleet.api.list_nodes()}
 
     # The hint steers: every build of rack r2 lands on an r2 node.
@@ -89,6 +101,7 @@ def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
     # A hint no node satisfies fails, naming what removed the 14 free
     # nodes: Nova's ComputeCapabilitiesFilter the 6 bios ones, the
     # downstream filter the 8 uefi ones outside rack r9.
+    wait_for(lambda: _every_node_with_a_live_owner(fleet), 30, "every node owned by a live agent")
     (lost,) = fleet.api.build_instances({"flavor": "uefi", "scheduler_hints": {"rack": "r9"}})
     (failed,) = _settle(fleet, [lost["uuid"]], "error")
     assert "no valid node for flavor 'uefi'" in failed["fault"]
