@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from conductor.common.exception import NotFound
-from conductor.common.objects import Node, ProvisionState, TaskState, VmState
+from conductor.common.instance_states import Event
+from conductor.common.objects import Node, ProvisionState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
@@ -203,20 +204,20 @@ class BuildResults:
         False when nothing changed: the build moved on meanwhile (a success
         won the race) or ``fence`` (the reporting agent's) no longer holds.
         """
+        max_attempts = self._max_attempts()
         attempts = allocations.fail_attempt(
-            self._db, node_uuid, instance_uuid, fault, node_clean=clean, fence=fence
+            self._db,
+            node_uuid,
+            instance_uuid,
+            fault,
+            node_clean=clean,
+            fence=fence,
+            max_attempts=max_attempts,
         )
         if attempts is None:
             return False
         self._scheduler.refresh()
-        if attempts >= self._max_attempts():
-            instances.set_state(
-                self._db,
-                instance_uuid,
-                expected=[VmState.BUILDING],
-                vm_state=VmState.ERROR,
-                task_state=None,
-            )
+        if attempts >= max_attempts:
             self._metrics.build_ended("error")
             LOG.warning(
                 "Instance %s ERROR after %d attempts (last on node %s): %s",
@@ -232,13 +233,6 @@ class BuildResults:
                 instance_uuid,
                 node_uuid,
                 attempts,
-            )
-            instances.set_state(
-                self._db,
-                instance_uuid,
-                expected=[VmState.BUILDING],
-                vm_state=VmState.BUILDING,
-                task_state=TaskState.SCHEDULING,
             )
             self._queue.submit([instance_uuid])
         return True
@@ -284,29 +278,15 @@ class BuildResults:
             if not self._is_current(host, node_uuid, epoch, instance_uuid, "destroy"):
                 return False
             reason = f"teardown of node {node_uuid} by {host} failed: {fault}"
-            if instances.set_state(
-                self._db,
-                instance_uuid,
-                expected=[VmState.DELETING],
-                vm_state=VmState.ERROR,
-                task_state=None,
-                fault=reason,
-            ):
+            if instances.set_state(self._db, instance_uuid, Event.TEARDOWN_FAILED, fault=reason):
                 LOG.warning(
                     "Instance %s ERROR: %s; the node stays allocated to it until a delete succeeds",
                     instance_uuid,
                     reason,
                 )
             return True
-        if not allocations.free(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
+        if not allocations.release(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
             return self._not_freed(host, instance_uuid, node_uuid, epoch)
-        instances.set_state(
-            self._db,
-            instance_uuid,
-            expected=[VmState.DELETING],
-            vm_state=VmState.DELETED,
-            task_state=None,
-        )
         self._scheduler.refresh()
         LOG.info("Instance %s deleted; node %s available again", instance_uuid, node_uuid)
         return True

@@ -34,6 +34,7 @@ from conductor.common.exception import (
     RingfleetError,
     ServiceUnavailable,
 )
+from conductor.common.instance_states import Event
 from conductor.common.objects import (
     Flavor,
     Instance,
@@ -371,19 +372,9 @@ class BuildWorkers:
     def _fail(self, instance: Instance, fault: str) -> None:
         # Only while it is still building: the copy scheduled may be older
         # than a delete (a queued copy is not read again).
-        if (
-            instances.record_failed_attempt(self._db, instance.uuid, fault, building_only=True)
-            is None
-        ):
+        if instances.fail_build(self._db, instance.uuid, fault) is None:
             LOG.info("Instance %s is no longer building; not failed: %s", instance.uuid, fault)
             return
-        instances.set_state(
-            self._db,
-            instance.uuid,
-            expected=[VmState.BUILDING],
-            vm_state=VmState.ERROR,
-            task_state=None,
-        )
         self._metrics.build_ended("error")
         LOG.warning("Instance %s failed: %s", instance.uuid, fault)
 
@@ -406,12 +397,7 @@ class BuildWorkers:
                     self._retry_later(instance.uuid, delay=2.0, action="delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.
-            allocations.free(self._db, instance.node_uuid, instance.uuid, fence=None)
-        instances.set_state(
-            self._db,
-            instance.uuid,
-            expected=[VmState.DELETING],
-            vm_state=VmState.DELETED,
-            task_state=None,
-        )
+            allocations.release(self._db, instance.node_uuid, instance.uuid, fence=None)
+        else:
+            instances.set_state(self._db, instance.uuid, Event.TORN_DOWN)
         LOG.info("Instance %s deleted", instance.uuid)

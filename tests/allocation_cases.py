@@ -68,11 +68,11 @@ def a_report_counts_only_under_the_exact_owner(db: Database) -> None:
         assert not allocations.complete(db, node, instance, fence=Fence(twin, 0))
         assert (
             allocations.fail_attempt(
-                db, node, instance, "boom", node_clean=True, fence=Fence(twin, 0)
+                db, node, instance, "boom", node_clean=True, fence=Fence(twin, 0), max_attempts=3
             )
             is None
         )
-        assert not allocations.free(db, node, instance, fence=Fence(twin, 0))
+        assert not allocations.release(db, node, instance, fence=Fence(twin, 0))
     assert _states(db, node, instance)[0] == ("deploying", instance)
     assert allocations.complete(db, node, instance, fence=Fence(OWNER, 0))
     assert _states(db, node, instance) == (
@@ -88,7 +88,13 @@ def failed_attempts_are_counted_and_their_nodes_remembered(db: Database) -> None
         assert allocations.allocate(db, node, instance) is not None
         assert (
             allocations.fail_attempt(
-                db, node, instance, f"fault {attempt}", node_clean=clean, fence=Fence(OWNER, 0)
+                db,
+                node,
+                instance,
+                f"fault {attempt}",
+                node_clean=clean,
+                fence=Fence(OWNER, 0),
+                max_attempts=3,
             )
             == attempt
         )

@@ -30,6 +30,7 @@ __all__ = [
     "IdentityTaken",
     "InstanceNotFound",
     "InvalidInput",
+    "InvalidTransition",
     "NoValidNode",
     "NodeNotBuildable",
     "NodeNotFound",
@@ -283,6 +284,28 @@ class Conflict(RingfleetError):
             value=value,
             index=index,
             reason=self.reason,
+        )
+
+
+class InvalidTransition(RingfleetError):
+    """An instance was asked to move where its state machine does not go.
+
+    A programming error, never a user's: the caller knew the instance's
+    state and asked for an event the table
+    (:data:`conductor.common.instance_states.TRANSITIONS`) does not allow
+    from it.  Nothing was written.
+    """
+
+    def __init__(self, *, event: str, state: str | None, allowed: list[str]) -> None:
+        self.event = event
+        self.state = state
+        self.allowed = allowed
+        super().__init__(
+            f"instance event {event!r} is not allowed from state {state!r} "
+            f"(only from {', '.join(allowed) or 'no stored instance'})",
+            event=event,
+            state=state,
+            allowed=allowed,
         )
 
 

@@ -13,14 +13,23 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, exists, select, update
+from sqlalchemy import Connection, Table, bindparam, exists, select, update
 
-from conductor.common.objects import Ownership, ProvisionState, TaskState, VmState
+from conductor.common.instance_states import Event, sources
+from conductor.common.objects import Ownership, ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
+from conductor.db.instances import state_values
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence, holds, update_nodes_returning
 
-__all__ = ["allocate", "complete", "deployed_while_deleting", "fail_attempt", "free"]
+__all__ = [
+    "allocate",
+    "complete",
+    "deployed_while_deleting",
+    "fail_attempt",
+    "give_back",
+    "release",
+]
 
 
 # Built once: allocation is the hot path of every build, and compiling two
@@ -52,15 +61,15 @@ _PLACE_INSTANCE = (
     .where(
         _INSTANCES.c.uuid == bindparam("instance"),
         _INSTANCES.c.node_uuid.is_(None),
-        _INSTANCES.c.vm_state == VmState.BUILDING.value,
+        _INSTANCES.c.vm_state.in_(sources(Event.ALLOCATE)),
     )
     .values(
         node_uuid=bindparam("node"),
         host=bindparam("owner"),
         # Spawning from here on: the build is routed next.  Part of the
         # allocation, not a transaction of its own.
-        task_state=TaskState.SPAWNING.value,
         updated_at=bindparam("now"),
+        **state_values(Event.ALLOCATE),
     )
 )
 _COMPLETE_INSTANCE = (
@@ -68,9 +77,9 @@ _COMPLETE_INSTANCE = (
     .where(
         _INSTANCES.c.uuid == bindparam("instance"),
         _INSTANCES.c.node_uuid == bindparam("node"),
-        _INSTANCES.c.vm_state == VmState.BUILDING.value,
+        _INSTANCES.c.vm_state.in_(sources(Event.DEPLOYED)),
     )
-    .values(vm_state=VmState.ACTIVE.value, task_state=None, updated_at=bindparam("now"))
+    .values(updated_at=bindparam("now"), **state_values(Event.DEPLOYED))
 )
 # The reporting agent's fence as bind parameters, for statements built once.
 _REPORTER = Fence(
@@ -139,53 +148,55 @@ def _allocate(db: Database, node_uuid: str, instance_uuid: str) -> Ownership | N
 
 
 @retry_on_dead_connection
-def free(
-    db: Database,
-    node_uuid: str,
-    instance_uuid: str,
-    *,
-    fence: Fence | None,
-    provision_state: ProvisionState = ProvisionState.AVAILABLE,
-) -> bool:
-    """Take ``instance_uuid`` off ``node_uuid`` (failed build, or deleted).
+def give_back(db: Database, node_uuid: str, instance_uuid: str) -> bool:
+    """Undo an allocation (:attr:`Event.GIVE_BACK`): the node available again,
+    the build waiting for another node.
 
-    The node goes to ``provision_state`` (``available`` once clean,
-    ``error`` when its state is unknown).  ``fence``: the reporting agent's,
-    when an agent's teardown report causes this; ``None`` only for the
-    conductor's own decisions (a build no agent was ever asked to deploy).
-    False when the instance was not on that node or the fence did not hold.
+    The conductor's own decision (the node's owner turned out not to be
+    live), so no fence.  False when the instance was not on that node.
     """
+    with db.writing() as connection:
+        return _take_off(connection, node_uuid, instance_uuid, Event.GIVE_BACK, fence=None)
+
+
+@retry_on_dead_connection
+def release(db: Database, node_uuid: str, instance_uuid: str, *, fence: Fence | None) -> bool:
+    """The node is torn down (:attr:`Event.TORN_DOWN`): available, the instance deleted.
+
+    ``fence``: the reporting agent's, when its teardown report causes this;
+    ``None`` only for the conductor's own decision (a build no agent was
+    ever asked to deploy).  False when the instance was not on that node or
+    the fence did not hold: nothing changed.
+    """
+    with db.writing() as connection:
+        return _take_off(connection, node_uuid, instance_uuid, Event.TORN_DOWN, fence=fence)
+
+
+def _take_off(
+    connection: Connection, node_uuid: str, instance_uuid: str, event: Event, fence: Fence | None
+) -> bool:
+    """Free *node_uuid* of *instance_uuid* and apply *event* to the instance, in one transaction."""
     now = utcnow()
     fenced = [holds(fence)] if fence is not None else []
-    with db.transaction() as session:
-        node = session.execute(
-            update(NodeModel)
-            .where(NodeModel.uuid == node_uuid, NodeModel.instance_uuid == instance_uuid, *fenced)
-            .values(instance_uuid=None, provision_state=provision_state.value, updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        if node.rowcount != 1:  # type: ignore[attr-defined]
-            return False
-        session.execute(
-            update(InstanceModel)
-            .where(InstanceModel.uuid == instance_uuid, InstanceModel.node_uuid == node_uuid)
-            .values(
-                node_uuid=None,
-                host=None,
-                # A build that loses its node waits for another one again
-                # (the allocation had made it spawning).
-                task_state=case(
-                    (
-                        InstanceModel.vm_state == VmState.BUILDING.value,
-                        TaskState.SCHEDULING.value,
-                    ),
-                    else_=InstanceModel.task_state,
-                ),
-                updated_at=now,
-            )
-            .execution_options(synchronize_session=False)
-        )
-        return True
+    node = connection.execute(
+        update(_NODES)
+        .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid, *fenced)
+        .values(instance_uuid=None, provision_state=ProvisionState.AVAILABLE.value, updated_at=now)
+    )
+    if node.rowcount != 1:
+        return False
+    on_node = (_INSTANCES.c.uuid == instance_uuid, _INSTANCES.c.node_uuid == node_uuid)
+    connection.execute(
+        update(_INSTANCES)
+        .where(*on_node, _INSTANCES.c.vm_state.in_(sources(event)))
+        .values(updated_at=now, **state_values(event))
+    )
+    # Off the node whatever its state (a repeated teardown of an instance
+    # already in error keeps its error).
+    connection.execute(
+        update(_INSTANCES).where(*on_node).values(node_uuid=None, host=None, updated_at=now)
+    )
+    return True
 
 
 @retry_on_dead_connection
@@ -239,13 +250,16 @@ def fail_attempt(
     *,
     node_clean: bool,
     fence: Fence | None,
+    max_attempts: int,
 ) -> int | None:
     """The build on ``node_uuid`` failed: count it and free the node.
 
     In one transaction, conditioned on the instance still building on that
     node: the attempt is counted, its fault appended, the node remembered
     (a reschedule avoids it) and freed — ``available`` if it was cleaned,
-    ``error`` if its state is unknown.  ``fence``: the reporting agent's
+    ``error`` if its state is unknown — and the instance rescheduled
+    (:attr:`Event.RESCHEDULE`), or failed (:attr:`Event.FAIL`) once this was
+    attempt ``max_attempts``.  ``fence``: the reporting agent's
     when its report (a failure, a definitive refusal) causes this; ``None``
     only for the conductor's own decision (the build timed out).  Returns
     the attempts so far, or ``None`` when nothing changed: the build had
@@ -258,19 +272,20 @@ def fail_attempt(
                 select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
                     _INSTANCES.c.uuid == instance_uuid,
                     _INSTANCES.c.node_uuid == node_uuid,
-                    _INSTANCES.c.vm_state == VmState.BUILDING.value,
+                    _INSTANCES.c.vm_state.in_(sources(Event.RESCHEDULE)),
                 )
             ).first()
             if row is None:
                 return None
             attempts = int(row.attempts) + 1
             line = f"attempt {attempts} on node {node_uuid}: {fault}"
+            event = Event.FAIL if attempts >= max_attempts else Event.RESCHEDULE
             updated = connection.execute(
                 update(_INSTANCES)
                 .where(
                     _INSTANCES.c.uuid == instance_uuid,
                     _INSTANCES.c.node_uuid == node_uuid,
-                    _INSTANCES.c.vm_state == VmState.BUILDING.value,
+                    _INSTANCES.c.vm_state.in_(sources(event)),
                     _INSTANCES.c.attempts == row.attempts,
                 )
                 .values(
@@ -280,6 +295,7 @@ def fail_attempt(
                     node_uuid=None,
                     host=None,
                     updated_at=now,
+                    **state_values(event),
                 )
             )
             if updated.rowcount != 1:

@@ -18,6 +18,7 @@ from sqlalchemy import Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
+from conductor.common.instance_states import Event, sources, target
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
@@ -30,12 +31,12 @@ IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
 __all__ = [
     "IN_FLIGHT",
     "create_instances",
+    "fail_build",
     "get_build",
     "get_instance",
     "in_flight_on",
     "in_flight_on_owner",
     "list_instances",
-    "record_failed_attempt",
     "set_state",
     "store_build_request",
     "stuck_builds",
@@ -159,13 +160,14 @@ def _store(
                         )
                 return flavor, [to_instance(existing[u]) for u in uuids], False
             now = utcnow()
+            requested = target(Event.REQUEST)
             stored = [
                 Instance(
                     uuid=u,
                     name=name,
                     flavor=request.flavor,
-                    vm_state=VmState.BUILDING,
-                    task_state=TaskState.SCHEDULING,
+                    vm_state=requested.vm_state,
+                    task_state=requested.task_state,
                     group_hint=request.group,
                     attempts=0,
                     tried_nodes=(),
@@ -183,7 +185,7 @@ def _store(
                         "name": i.name,
                         "flavor": i.flavor,
                         "vm_state": i.vm_state.value,
-                        "task_state": TaskState.SCHEDULING.value,
+                        "task_state": _value(i.task_state),
                         "group_hint": i.group_hint,
                         "attempts": 0,
                         "tried_nodes": [],
@@ -250,22 +252,25 @@ def list_instances(
         return [to_instance(r) for r in session.scalars(query)]
 
 
+def _value(task_state: TaskState | None) -> str | None:
+    return None if task_state is None else task_state.value
+
+
+def state_values(event: Event) -> dict[str, Any]:
+    """The columns *event*'s target state writes (see :mod:`conductor.common.instance_states`)."""
+    state = target(event)
+    return {"vm_state": state.vm_state.value, "task_state": _value(state.task_state)}
+
+
 @retry_on_dead_connection
-def set_state(
-    db: Database,
-    instance_uuid: str,
-    *,
-    expected: Sequence[VmState],
-    vm_state: VmState,
-    task_state: TaskState | None,
-    fault: str | None = None,
-) -> bool:
-    """Move an instance to a new state if it is in one of ``expected``."""
-    values: dict[str, Any] = {
-        "vm_state": vm_state.value,
-        "task_state": task_state.value if task_state else None,
-        "updated_at": utcnow(),
-    }
+def set_state(db: Database, instance_uuid: str, event: Event, *, fault: str | None = None) -> bool:
+    """Apply *event* to the instance if its state allows it; whether it did.
+
+    A compare-and-swap on the event's source states: an instance that moved
+    on meanwhile (a late report, a delete that won) is left alone.  ``fault``
+    replaces the instance's fault.
+    """
+    values = state_values(event) | {"updated_at": utcnow()}
     if fault is not None:
         values["fault"] = fault
     with db.transaction() as session:
@@ -273,7 +278,7 @@ def set_state(
             update(InstanceModel)
             .where(
                 InstanceModel.uuid == instance_uuid,
-                InstanceModel.vm_state.in_([s.value for s in expected]),
+                InstanceModel.vm_state.in_(sources(event)),
             )
             .values(**values)
             .execution_options(synchronize_session=False)
@@ -282,36 +287,40 @@ def set_state(
 
 
 @retry_on_dead_connection
-def record_failed_attempt(
-    db: Database,
-    instance_uuid: str,
-    fault: str,
-    node_uuid: str | None = None,
-    *,
-    building_only: bool = False,
-) -> int | None:
-    """Count a failed build attempt and append its fault; the attempts so far.
+def fail_build(db: Database, instance_uuid: str, fault: str) -> int | None:
+    """The build gives up (:attr:`Event.FAIL`) without a node.
 
-    ``node_uuid``, the node it failed on, is remembered so that a reschedule
-    goes elsewhere.  With ``building_only``, an instance no longer
-    ``building`` (deleted meanwhile) is left alone and ``None`` returned.
+    One transaction: the attempt is counted, its fault appended and the
+    instance goes to ``error``, by compare-and-swap on the attempts read, so
+    a delete that came in between wins.  ``None`` (nothing changed) when it
+    is no longer building; the attempts so far otherwise.
     """
-    with db.transaction() as session:
-        row = session.scalars(
-            select(InstanceModel).where(InstanceModel.uuid == instance_uuid)
+    with db.writing() as connection:
+        row = connection.execute(
+            select(_INSTANCES.c.attempts, _INSTANCES.c.fault).where(
+                _INSTANCES.c.uuid == instance_uuid,
+                _INSTANCES.c.vm_state.in_(sources(Event.FAIL)),
+            )
         ).first()
         if row is None:
-            raise InstanceNotFound(instance_uuid)
-        if building_only and row.vm_state != VmState.BUILDING.value:
             return None
-        row.attempts += 1
-        if node_uuid is not None:
-            row.tried_nodes = [*(row.tried_nodes or []), node_uuid]
-        where = f" on node {node_uuid}" if node_uuid else ""
-        line = f"attempt {row.attempts}{where}: {fault}"
-        row.fault = f"{row.fault}\n{line}" if row.fault else line
-        row.updated_at = utcnow()
-        return row.attempts
+        attempts = int(row.attempts) + 1
+        line = f"attempt {attempts}: {fault}"
+        failed = connection.execute(
+            update(_INSTANCES)
+            .where(
+                _INSTANCES.c.uuid == instance_uuid,
+                _INSTANCES.c.vm_state.in_(sources(Event.FAIL)),
+                _INSTANCES.c.attempts == row.attempts,
+            )
+            .values(
+                attempts=attempts,
+                fault=f"{row.fault}\n{line}" if row.fault else line,
+                updated_at=utcnow(),
+                **state_values(Event.FAIL),
+            )
+        )
+        return attempts if failed.rowcount == 1 else None
 
 
 def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:

@@ -15,7 +15,8 @@ import oslo_messaging as messaging
 
 from conductor.common.checks import validate_uuid
 from conductor.common.exception import FieldError, InvalidInput
-from conductor.common.objects import Flavor, Instance, TaskState, VmState
+from conductor.common.instance_states import Event, can
+from conductor.common.objects import Flavor, Instance, VmState
 from conductor.db import instances
 from conductor.db.engine import Database
 from conductor.endpoints import payload
@@ -101,14 +102,9 @@ class InstancesEndpoint:
         """Start deleting an instance: the node is torn down, then freed."""
         uuid = validate_uuid(instance, "instance")
         current = instances.get_instance(self._db, uuid)
-        if current.vm_state is not VmState.DELETED:
-            instances.set_state(
-                self._db,
-                uuid,
-                expected=[VmState.BUILDING, VmState.ACTIVE, VmState.ERROR, VmState.DELETING],
-                vm_state=VmState.DELETING,
-                task_state=TaskState.DELETING,
-            )
+        # Deleting a deleted instance answers with it and changes nothing.
+        if can(Event.DELETE, current.vm_state):
+            instances.set_state(self._db, uuid, Event.DELETE)
             LOG.info("Instance %s delete requested", uuid)
             self._queue.delete(uuid)
         return instances.get_instance(self._db, uuid).to_dict()

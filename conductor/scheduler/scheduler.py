@@ -304,13 +304,7 @@ class Scheduler:
             ownership.owner,
         )
         # The conductor's own undo of its allocation, not an agent's report: no fence.
-        allocations.free(
-            self._db,
-            node.uuid,
-            request.instance_uuid,
-            fence=None,
-            provision_state=ProvisionState.AVAILABLE,
-        )
+        allocations.give_back(self._db, node.uuid, request.instance_uuid)
         self._learn(node.uuid, self._read(node.uuid))
 
     def _read(self, uuid: str) -> Node | None:

@@ -25,6 +25,7 @@ from sqlalchemy import update
 
 from conductor.builds import BuildWorkers
 from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
+from conductor.common.instance_states import Event
 from conductor.common.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.db import allocations, flavors, instances, nodes, ownership
 from conductor.db.engine import Database
@@ -302,7 +303,7 @@ def test_a_teardown_report_racing_a_takeover_changes_nothing(
 ) -> None:
     uuid, node, owner, epoch = _active(flow)
     _request_delete(flow, uuid)
-    _racing_a_takeover(flow, monkeypatch, "free", node, uuid)
+    _racing_a_takeover(flow, monkeypatch, "release", node, uuid)
     assert not flow.builds.results.report_destroyed(
         owner, uuid, node, epoch, success=True, fault=None
     )
@@ -333,9 +334,7 @@ def test_a_resumed_agent_gets_its_in_flight_builds_and_teardowns_routed_again(
     on_a1 = sorted(u for u, (_n, owner, _e) in routes.items() if owner == "a1")
     assert on_a1
     deleting = on_a1[0]
-    instances.set_state(
-        flow.db, deleting, expected=[VmState.BUILDING], vm_state=VmState.DELETING, task_state=None
-    )
+    instances.set_state(flow.db, deleting, Event.DELETE)
     flow.router.destroy_answers.clear()
     assert flow.builds.resume_agent("a1") == (len(on_a1) - 1, 1)
     for uuid in on_a1[1:]:
@@ -353,9 +352,7 @@ def test_re_homed_nodes_get_their_in_flight_builds_and_teardowns_routed_again(
     built = [flow.build() for _ in range(3)]
     routes = {uuid: flow.wait_routes(uuid, 1) for uuid in built}
     deleting, building, untouched = built
-    instances.set_state(
-        flow.db, deleting, expected=[VmState.BUILDING], vm_state=VmState.DELETING, task_state=None
-    )
+    instances.set_state(flow.db, deleting, Event.DELETE)
     flow.router.destroy_answers.clear()
     flow.builds.rehomed([routes[deleting][0], routes[building][0]])
     flow.wait_routes(building, 2)  # routed again
@@ -407,13 +404,7 @@ def test_a_just_stored_build_is_scheduled_without_reading_it_again(
 def test_a_stale_stored_copy_allocates_nothing(flow: Flow) -> None:
     """Deleted after it was queued: the allocation's compare-and-swap refuses it."""
     [stored], _ = instances.create_instances(flow.db, validate_build_request({"flavor": "small"}))
-    instances.set_state(
-        flow.db,
-        stored.uuid,
-        expected=[VmState.BUILDING],
-        vm_state=VmState.DELETING,
-        task_state=TaskState.DELETING,
-    )
+    instances.set_state(flow.db, stored.uuid, Event.DELETE)
     flow.builds.submit_stored([stored], flavors.get_flavor(flow.db, "small"))
     flow.builds.stop()  # the queue is FIFO: the copy has been handled
     assert flow.router.routed == []
@@ -430,20 +421,14 @@ def test_a_stale_stored_copy_without_a_valid_node_does_not_fail_a_deleted_instan
     )
     request = validate_build_request({"flavor": "none-fit"})
     [stored], _ = instances.create_instances(flow.db, request)
-    instances.set_state(
-        flow.db,
-        stored.uuid,
-        expected=[VmState.BUILDING],
-        vm_state=VmState.DELETING,
-        task_state=TaskState.DELETING,
-    )
+    instances.set_state(flow.db, stored.uuid, Event.DELETE)
     flow.builds.submit_stored([stored], flavors.get_flavor(flow.db, "none-fit"))
     flow.builds.stop()
     after = flow.instance(stored.uuid)
     assert (after.vm_state, after.attempts, after.fault) == (VmState.DELETING, 0, None)
     # The same request still building fails with the reason.
     [building], _ = instances.create_instances(flow.db, request)
-    assert instances.record_failed_attempt(flow.db, building.uuid, "x", building_only=True) == 1
+    assert instances.fail_build(flow.db, building.uuid, "x") == 1
 
 
 def test_stale_reports_are_ignored(flow: Flow) -> None:
@@ -533,13 +518,7 @@ def _active(flow: Flow) -> tuple[str, str, str, int]:
 
 
 def _request_delete(flow: Flow, uuid: str) -> None:
-    instances.set_state(
-        flow.db,
-        uuid,
-        expected=[VmState.BUILDING, VmState.ACTIVE, VmState.ERROR],
-        vm_state=VmState.DELETING,
-        task_state=TaskState.DELETING,
-    )
+    instances.set_state(flow.db, uuid, Event.DELETE)
     flow.builds.delete(uuid)
 
 
@@ -1031,7 +1010,7 @@ def test_not_owner_again_and_again_goes_back_to_the_queue(routing: Routing) -> N
 
 def test_not_owner_for_a_node_the_instance_lost_stops_routing(routing: Routing) -> None:
     routing.compute.behaviour["a1"] = NotOwner(routing.node, "a1", 99)
-    allocations.free(routing.db, routing.node, routing.instance, fence=None)
+    allocations.give_back(routing.db, routing.node, routing.instance)
     instance, node, claim = routing.args()
     routing.router.route(instance, node, claim)
     assert len(routing.compute.builds) == 1
@@ -1319,7 +1298,7 @@ def test_a_batch_refusal_affects_its_own_build_only(routing: Routing) -> None:
     new_epoch = ownership.transfer_nodes(
         routing.db, "a1", [ownership.Transfer(moved[1].uuid, moved[2].epoch, "a2")]
     ).done[moved[1].uuid]
-    allocations.free(routing.db, lost[1].uuid, lost[0].uuid, fence=None)
+    allocations.give_back(routing.db, lost[1].uuid, lost[0].uuid)
 
     def reply(builds: list[dict[str, Any]]) -> dict[str, Any]:
         answers = {

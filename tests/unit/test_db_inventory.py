@@ -17,6 +17,7 @@ from conductor.common.exception import (
     InstanceNotFound,
     NodeNotFound,
 )
+from conductor.common.instance_states import Event
 from conductor.common.objects import ProvisionState, TaskState, VmState
 from conductor.db import allocations, flavors, instances, migration, nodes, ownership
 from conductor.db.engine import Database
@@ -192,24 +193,24 @@ def test_a_request_reusing_one_stored_id_stores_none_of_its_instances(db: Databa
 
 def test_state_changes_are_compare_and_swap(db: Database) -> None:
     [inst], _ = instances.create_instances(db, validate_build_request({"flavor": "f"}))
-    assert instances.set_state(
-        db, inst.uuid, expected=[VmState.BUILDING], vm_state=VmState.DELETED, task_state=None
-    )
-    # A late "active" report must not resurrect it.
-    assert not instances.set_state(
-        db, inst.uuid, expected=[VmState.BUILDING], vm_state=VmState.ACTIVE, task_state=None
-    )
+    assert instances.set_state(db, inst.uuid, Event.DELETE)
+    assert instances.set_state(db, inst.uuid, Event.TORN_DOWN)
+    # A late "active" report must not resurrect it, nor a delete repeat it.
+    assert not instances.set_state(db, inst.uuid, Event.DEPLOYED)
+    assert not instances.set_state(db, inst.uuid, Event.DELETE)
     assert instances.get_instance(db, inst.uuid).vm_state is VmState.DELETED
     assert instances.list_instances(db) == []
     assert len(instances.list_instances(db, include_deleted=True)) == 1
 
 
-def test_failed_attempts_accumulate_faults(db: Database) -> None:
+def test_a_failed_build_counts_its_attempt_once(db: Database) -> None:
     [inst], _ = instances.create_instances(db, validate_build_request({"flavor": "f"}))
-    assert instances.record_failed_attempt(db, inst.uuid, "power failure") == 1
-    assert instances.record_failed_attempt(db, inst.uuid, "disk error") == 2
-    fault = instances.get_instance(db, inst.uuid).fault
-    assert fault == "attempt 1: power failure\nattempt 2: disk error"
+    assert instances.fail_build(db, inst.uuid, "no valid node") == 1
+    # In error now: a second failure (a stale queued copy) changes nothing.
+    assert instances.fail_build(db, inst.uuid, "again") is None
+    failed = instances.get_instance(db, inst.uuid)
+    assert (failed.vm_state, failed.task_state) == (VmState.ERROR, None)
+    assert (failed.attempts, failed.fault) == (1, "attempt 1: no valid node")
 
 
 def _owned_nodes(db: Database, count: int) -> list[str]:
@@ -219,7 +220,7 @@ def _owned_nodes(db: Database, count: int) -> list[str]:
     return uuids
 
 
-def test_allocate_and_free(db: Database) -> None:
+def test_allocate_and_give_back(db: Database) -> None:
     [node] = _owned_nodes(db, 1)
     [inst], _ = instances.create_instances(db, validate_build_request({"flavor": "f"}))
     claim = allocations.allocate(db, node, inst.uuid)
@@ -232,11 +233,11 @@ def test_allocate_and_free(db: Database) -> None:
     assert allocations.allocate(db, node, second.uuid) is None  # one instance per node
     lost = instances.get_instance(db, second.uuid)
     assert (lost.node_uuid, lost.task_state) == (None, TaskState.SCHEDULING)
-    assert allocations.free(db, node, inst.uuid, fence=None)
+    assert allocations.give_back(db, node, inst.uuid)
     assert nodes.get_node(db, node).provision_state is ProvisionState.AVAILABLE
     freed = instances.get_instance(db, inst.uuid)
     assert (freed.node_uuid, freed.host, freed.task_state) == (None, None, TaskState.SCHEDULING)
-    assert not allocations.free(db, node, inst.uuid, fence=None)
+    assert not allocations.give_back(db, node, inst.uuid)
 
 
 def test_allocation_refuses_unowned_and_maintenance_nodes(db: Database) -> None:

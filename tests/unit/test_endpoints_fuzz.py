@@ -515,6 +515,9 @@ EXCEPTIONS: dict[type[RingfleetError], st.SearchStrategy[RingfleetError]] = {
     exception.DriverError: st.builds(exception.DriverError, TEXT, TEXT, TEXT),
     exception.ActionAbandoned: st.builds(exception.ActionAbandoned, TEXT, TEXT),
     exception.IdentityTaken: st.builds(exception.IdentityTaken, TEXT, TEXT),
+    exception.InvalidTransition: st.builds(
+        exception.InvalidTransition, event=TEXT, state=OPT_TEXT, allowed=st.lists(TEXT, max_size=4)
+    ),
     exception.ActionLogError: st.builds(
         exception.ActionLogError, TEXT, st.integers(1, 10**6), TEXT
     ),

@@ -465,7 +465,7 @@ def test_update_node_tells_the_index_at_once(db: Database) -> None:
     sched = scheduler(db)
     (instance,) = new_instances(db, 1)
     sched.select_and_allocate(GOLD, instance, live_members={"agent-1"})
-    assert allocations.free(db, node_uuid, instance, fence=None)
+    assert allocations.give_back(db, node_uuid, instance)
     sched.update_node(nodes.get_node(db, node_uuid))
     assert sched.stats()["free"] == 1
 
