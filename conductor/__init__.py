@@ -3,11 +3,9 @@
 The conductor service (:mod:`conductor.service`): the database
 (:mod:`conductor.db`), the scheduler (:mod:`conductor.scheduler`), the RPC
 endpoints (:mod:`conductor.endpoints`) and their reference client
-(:mod:`conductor.rpcapi`), the build queue and its workers
-(:mod:`conductor.builds`), the agents' reports applied
-(:mod:`conductor.build_results`), the sweeper
-(:mod:`conductor.build_sweeper`), routing to the owning agent
-(:mod:`conductor.routing`), the view of the agent fleet
+(:mod:`conductor.rpcapi`), one build's lifecycle — the queue, its workers,
+routing to the owning agent, the agents' reports applied and the sweeper —
+(:mod:`conductor.build`), the view of the agent fleet
 (:mod:`conductor.fleet_view`) and the operator CLI ``ringfleet``
 (:mod:`conductor.cli`).
 

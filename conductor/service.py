@@ -16,7 +16,7 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
 from conductor.common import rpc, systemd
 from conductor.common.conf.metrics import CONDUCTOR_PORT
 from conductor.common.coordination import membership_from_conf
@@ -31,7 +31,6 @@ from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import IronicInventorySync
 from conductor.metrics import ConductorMetrics
-from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Membership
 
@@ -51,8 +50,7 @@ class ConductorService:
         self.fleet: FleetView | None = None
         self._server: Any = None
         self._transport: Any = None
-        self._builds: BuildWorkers | None = None
-        self._router: AgentRouter | None = None
+        self._builds: BuildLifecycle | None = None
         self._membership: Membership | None = None
         self._ironic_sync: IronicInventorySync | None = None
         self.metrics = ConductorMetrics(conf.host)
@@ -83,11 +81,19 @@ class ConductorService:
         fleet.add_listener(self.metrics.ring_members)
         scheduler = Scheduler.from_conf(db, conf)
         self._transport = rpc.get_transport(conf)
-        self._builds = BuildWorkers(
+        compute = ComputeAPI(
+            self._transport,
+            observe=self.metrics.rpc_made,
+            version_cap=conf.upgrade_levels.compute,
+        )
+        self._builds = builds = BuildLifecycle(
             db,
             scheduler,
             fleet,
             workers=conf.conductor.workers,
+            compute=compute,
+            accept_timeout=conf.conductor.accept_timeout,
+            accept_senders=conf.conductor.accept_senders,
             max_attempts=lambda: int(conf.conductor.max_attempts),
             # A node without a live owner gets one within the TTL (a peer
             # takes it over), or once a restart hold ends; builds that fit
@@ -98,29 +104,14 @@ class ConductorService:
             ),
             metrics=self.metrics,
         )
-        compute = ComputeAPI(
-            self._transport,
-            observe=self.metrics.rpc_made,
-            version_cap=conf.upgrade_levels.compute,
-        )
-        self._router = AgentRouter(
-            db,
-            fleet,
-            compute,
-            accept_timeout=conf.conductor.accept_timeout,
-            retry_later=self._builds.retry_later,
-            refused=self._builds.results.refused,
-            senders=conf.conductor.accept_senders,
-        )
-        self._builds.set_router(self._router)
         # The sync hands the orphan claims it finds in Ironic to their
         # nodes' owners through the router (its on-demand passes too).
         self._ironic_sync = IronicInventorySync.from_conf(
-            db, conf, clean_orphan=self._router.clean_orphan
+            db, conf, clean_orphan=builds.clean_orphan
         )
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync),
-            InstancesEndpoint(db, self._builds),
+            InstancesEndpoint(db, builds),
             FleetEndpoint(
                 db,
                 fleet,
@@ -132,7 +123,7 @@ class ConductorService:
                 db,
                 fleet,
                 lambda: float(conf.conductor.rehome_grace),
-                builds=self._builds,
+                builds=builds,
                 restart_grace=lambda: float(conf.conductor.restart_grace),
             ),
         ]
@@ -198,9 +189,7 @@ class ConductorService:
             self._server.stop()
             self._server.wait()
         if self._builds is not None:
-            self._builds.stop()
-        if self._router is not None:
-            self._router.close()  # the accepts already handed to the senders
+            self._builds.stop()  # then sends the accepts already handed to the senders
         if self._membership is not None:
             self._membership.stop(leave=False)
         if self._transport is not None:

@@ -15,10 +15,10 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, exists, select, update
 
-from conductor.common.instance_states import Event, sources
+from conductor.common.instance_states import Event
 from conductor.common.objects import Ownership, ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.instances import state_values
+from conductor.db.instances import may_happen, state_values
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence, holds, update_nodes_returning
 
@@ -61,7 +61,7 @@ _PLACE_INSTANCE = (
     .where(
         _INSTANCES.c.uuid == bindparam("instance"),
         _INSTANCES.c.node_uuid.is_(None),
-        _INSTANCES.c.vm_state.in_(sources(Event.ALLOCATE)),
+        may_happen(_INSTANCES.c.vm_state, Event.ALLOCATE),
     )
     .values(
         node_uuid=bindparam("node"),
@@ -77,7 +77,7 @@ _COMPLETE_INSTANCE = (
     .where(
         _INSTANCES.c.uuid == bindparam("instance"),
         _INSTANCES.c.node_uuid == bindparam("node"),
-        _INSTANCES.c.vm_state.in_(sources(Event.DEPLOYED)),
+        may_happen(_INSTANCES.c.vm_state, Event.DEPLOYED),
     )
     .values(updated_at=bindparam("now"), **state_values(Event.DEPLOYED))
 )
@@ -188,7 +188,7 @@ def _take_off(
     on_node = (_INSTANCES.c.uuid == instance_uuid, _INSTANCES.c.node_uuid == node_uuid)
     connection.execute(
         update(_INSTANCES)
-        .where(*on_node, _INSTANCES.c.vm_state.in_(sources(event)))
+        .where(*on_node, may_happen(_INSTANCES.c.vm_state, event))
         .values(updated_at=now, **state_values(event))
     )
     # Off the node whatever its state (a repeated teardown of an instance
@@ -272,7 +272,7 @@ def fail_attempt(
                 select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
                     _INSTANCES.c.uuid == instance_uuid,
                     _INSTANCES.c.node_uuid == node_uuid,
-                    _INSTANCES.c.vm_state.in_(sources(Event.RESCHEDULE)),
+                    may_happen(_INSTANCES.c.vm_state, Event.RESCHEDULE),
                 )
             ).first()
             if row is None:
@@ -285,7 +285,7 @@ def fail_attempt(
                 .where(
                     _INSTANCES.c.uuid == instance_uuid,
                     _INSTANCES.c.node_uuid == node_uuid,
-                    _INSTANCES.c.vm_state.in_(sources(event)),
+                    may_happen(_INSTANCES.c.vm_state, event),
                     _INSTANCES.c.attempts == row.attempts,
                 )
                 .values(

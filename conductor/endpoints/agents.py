@@ -14,7 +14,7 @@ from typing import Any
 import oslo_messaging as messaging
 from sqlalchemy import or_, select, update
 
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
 from conductor.common import checks
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.objects import inventory_entries
@@ -43,7 +43,7 @@ class AgentsEndpoint:
         db: Database,
         fleet: FleetView,
         rehome_grace: Callable[[], float],
-        builds: BuildWorkers | None = None,
+        builds: BuildLifecycle | None = None,
         restart_grace: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._db = db
@@ -463,7 +463,7 @@ _MAX_RESULTS = 1000
 
 def _check_build_results(value: object) -> list[dict[str, Any]]:
     """``[{instance_uuid, node_uuid, epoch, success, fault?, node_clean?}]``,
-    as keyword arguments of :meth:`conductor.build_results.BuildResults.report_result`."""
+    as keyword arguments of :meth:`conductor.build.results.BuildResults.report_result`."""
     if not isinstance(value, list) or not 0 < len(value) <= _MAX_RESULTS:
         raise InvalidInput(
             [FieldError.about("results", f"must be a list of 1..{_MAX_RESULTS} results", value)]

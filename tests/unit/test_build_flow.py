@@ -1,4 +1,4 @@
-"""The conductor's build flow: BuildWorkers with the real Scheduler on SQLite, and AgentRouter.
+"""The conductor's build flow: BuildLifecycle with the real Scheduler on SQLite, and AgentRouter.
 
 Agents are not involved: a recording router stands for them in the build
 worker tests (results are reported by hand, as the agent would), and a fake
@@ -23,7 +23,8 @@ import oslo_messaging as messaging
 import pytest
 from sqlalchemy import update
 
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
+from conductor.build.routing import AgentRouter
 from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
 from conductor.common.instance_states import Event
 from conductor.common.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
@@ -32,7 +33,6 @@ from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
-from conductor.routing import AgentRouter
 from conductor.scheduler.scheduler import Scheduler
 from conductor.validation import validate_build_request, validate_flavor_spec
 from hashring.membership import Member, MembershipView, State
@@ -95,7 +95,7 @@ class Flow:
     membership: StubMembership
     scheduler: Scheduler
     router: RecordingRouter
-    builds: BuildWorkers
+    builds: BuildLifecycle
     nodes: list[str]
     delays: list[tuple[float, str]]
 
@@ -145,7 +145,7 @@ def fast_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
         recorded.append((delay, action))
         return real(delay / 50, function)
 
-    monkeypatch.setattr(threading, "Timer", timer)  # as conductor.builds uses it
+    monkeypatch.setattr(threading, "Timer", timer)  # as conductor.build.queue uses it
     return recorded
 
 
@@ -157,6 +157,7 @@ def make_flow(
     node_count: int = 4,
     max_attempts: int = 3,
     owner_wait: float = 0.0,
+    routed: bool = True,
 ) -> Iterator[Flow]:
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     membership = StubMembership()
@@ -172,12 +173,12 @@ def make_flow(
     )
     scheduler = Scheduler(db, refresh_interval=0)
     router = RecordingRouter()
-    workers = BuildWorkers(
+    workers = BuildLifecycle(
         db,
         scheduler,
         fleet,
         workers=2,
-        router=router,
+        router=router if routed else None,
         max_attempts=lambda: max_attempts,
         owner_wait=lambda: owner_wait,
     )
@@ -604,7 +605,7 @@ def test_the_teardown_of_an_orphan_claim_is_accepted_and_changes_no_instance(
     orphan, orphan_owner, orphan_epoch = _orphan_claim_on(flow, node)
     before = (flow.instance(uuid), flow.node(node), flow.node(orphan))
 
-    with caplog.at_level(logging.INFO, logger="conductor.build_results"):
+    with caplog.at_level(logging.INFO, logger="conductor.build.results"):
         assert flow.builds.results.report_destroyed(
             orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
         )
@@ -658,8 +659,7 @@ def test_an_orphan_teardown_report_is_fenced_like_any_other(flow: Flow) -> None:
 def test_delete_of_a_build_never_routed_frees_its_node_without_an_agent(
     tmp_path: Path, fast_timers: list[tuple[float, str]]
 ) -> None:
-    with make_flow(tmp_path, fast_timers) as flow:
-        flow.builds.set_router(None)  # type: ignore[arg-type]
+    with make_flow(tmp_path, fast_timers, routed=False) as flow:
         uuid = flow.build()
         wait_for(lambda: flow.instance(uuid).node_uuid is not None)
         node = flow.instance(uuid).node_uuid
@@ -839,7 +839,9 @@ def test_resume_queues_stored_builds_and_deletions(
         [waiting], _ = instances.create_instances(
             flow.db, validate_build_request({"flavor": "small"})
         )
-        restarted = BuildWorkers(flow.db, flow.scheduler, flow.fleet, workers=1, router=flow.router)
+        restarted = BuildLifecycle(
+            flow.db, flow.scheduler, flow.fleet, workers=1, router=flow.router
+        )
         restarted.start()
         try:
             flow.wait_routes(waiting.uuid, 1)
@@ -919,6 +921,20 @@ class FakeCompute:
 
 
 @dataclass
+class Recorded:
+    """The build queue and results as the router sees them: what it hands back, recorded."""
+
+    retries: list[tuple[str, str]] = field(default_factory=list)
+    refusals: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def retry_later(self, instance_uuid: str, action: str, delay: float = 2.0) -> None:
+        self.retries.append((instance_uuid, action))
+
+    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None:
+        self.refusals.append((instance_uuid, node_uuid, fault))
+
+
+@dataclass
 class Routing:
     db: Database
     fleet: FleetView
@@ -966,15 +982,15 @@ def routing(tmp_path: Path) -> Iterator[Routing]:
     claim = allocations.allocate(db, node, instance.uuid)
     assert claim is not None and claim.owner == "a1"
     compute = FakeCompute()
-    retries: list[tuple[str, str]] = []
-    refusals: list[tuple[str, str, str]] = []
+    recorded = Recorded()
+    retries, refusals = recorded.retries, recorded.refusals
     router = AgentRouter(
         db,
         fleet,
         compute,  # type: ignore[arg-type]
+        recorded,
+        recorded,
         accept_timeout=3.0,
-        retry_later=lambda uuid, action: retries.append((uuid, action)),
-        refused=lambda uuid, node, fault, _fence: refusals.append((uuid, node, fault)),
     )
     try:
         yield Routing(
@@ -1035,7 +1051,7 @@ def test_a_definitive_refusal_is_not_retried_but_reported_once(
     routing.compute.behaviour["a1"] = NodeNotBuildable(
         field="node_uuid", value=routing.node, reason="node hosts instance X; destroy it first"
     )
-    with caplog.at_level(logging.WARNING, logger="conductor.routing"):
+    with caplog.at_level(logging.WARNING, logger="conductor.build.routing"):
         routing.router.route(*routing.args())
     assert len(routing.compute.builds) == 1
     assert routing.retries == []
@@ -1115,7 +1131,7 @@ def test_an_orphan_claim_goes_to_the_live_owner_at_its_epoch(
 ) -> None:
     node = nodes.get_node(routing.db, routing.node)
     orphan = str(uuidlib.uuid4())
-    with caplog.at_level(logging.INFO, logger="conductor.routing"):
+    with caplog.at_level(logging.INFO, logger="conductor.build.routing"):
         assert routing.router.clean_orphan(node, orphan) is True
     assert routing.compute.destroys == [("a1", routing.node, node.owner_epoch)]
     assert routing.compute.destroyed_instances == [orphan]
@@ -1144,7 +1160,7 @@ def test_a_teardown_waiting_says_why_once_per_cause(
     instance, _node, _ = routing.args()
     busy = Conflict(field="node_uuid", value=routing.node, reason="busy with power")
     routing.compute.behaviour["a1"] = [busy, busy, busy, messaging.MessagingTimeout("slow")]
-    with caplog.at_level(logging.INFO, logger="conductor.routing"):
+    with caplog.at_level(logging.INFO, logger="conductor.build.routing"):
         for _ in range(4):
             assert routing.router.destroy(instance) is False
     said = [r.getMessage() for r in caplog.records if "not accepted yet" in r.getMessage()]
@@ -1263,12 +1279,14 @@ def test_builds_ready_during_a_call_go_to_the_owner_in_one_call(routing: Routing
 def test_with_senders_a_worker_hands_the_accept_over_and_returns_at_once(
     routing: Routing,
 ) -> None:
+    recorded = Recorded(routing.retries)
     router = AgentRouter(
         routing.db,
         routing.fleet,
         routing.compute,  # type: ignore[arg-type]
+        recorded,
+        recorded,
         accept_timeout=3.0,
-        retry_later=lambda uuid, action: routing.retries.append((uuid, action)),
         senders=2,
     )
     more = _more_builds(routing, 3)
@@ -1288,7 +1306,14 @@ def test_with_senders_a_worker_hands_the_accept_over_and_returns_at_once(
     assert routing.compute.batches == [("a1", [n.uuid for _, n, _ in more], 3.0)]
     assert routing.retries == []
     with pytest.raises(ValueError, match="senders"):
-        AgentRouter(routing.db, routing.fleet, routing.compute, senders=-1)  # type: ignore[arg-type]
+        AgentRouter(
+            routing.db,
+            routing.fleet,
+            routing.compute,  # type: ignore[arg-type]
+            recorded,
+            recorded,
+            senders=-1,
+        )
 
 
 def test_a_batch_refusal_affects_its_own_build_only(routing: Routing) -> None:

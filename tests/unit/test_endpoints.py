@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
 from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -701,7 +701,7 @@ def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 @pytest.fixture
 def workers(env: Env) -> Iterator[tuple[Env, InstancesEndpoint]]:
-    builds = BuildWorkers(env.db, Scheduler(env.db), env.fleet, workers=2)
+    builds = BuildLifecycle(env.db, Scheduler(env.db), env.fleet, workers=2)
     builds.start()
     try:
         yield env, InstancesEndpoint(env.db, builds)
@@ -765,7 +765,7 @@ def test_real_workers_place_a_build_and_fail_a_no_fit_one(
 @dataclass
 class Routed:
     env: Env
-    builds: BuildWorkers
+    builds: BuildLifecycle
     router: RecordingRouter
     instances: InstancesEndpoint
     agents: AgentsEndpoint
@@ -782,7 +782,7 @@ class Routed:
 def routed(env: Env) -> Iterator[Routed]:
     """Real build workers and scheduler, agents stubbed by a recording router."""
     router = RecordingRouter()
-    builds = BuildWorkers(
+    builds = BuildLifecycle(
         env.db, Scheduler(env.db), env.fleet, workers=2, router=router, max_attempts=lambda: 2
     )
     env.live("agent-1", "agent-2")

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from oslo_messaging._drivers import common as rpc_common
 from sqlalchemy import text
 
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
 from conductor.common import exception, rpc
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 from conductor.common.objects import Flavor, Instance
@@ -137,7 +137,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
         ],
     )
     # Real build workers, never started: results are handled, queued work waits.
-    builds = BuildWorkers(db, Scheduler(db), fleet, workers=1)
+    builds = BuildLifecycle(db, Scheduler(db), fleet, workers=1)
     agents = AgentsEndpoint(db, fleet, lambda: 3600.0, builds=builds, restart_grace=lambda: 60.0)
     agents.claim_nodes(CTXT, host="agent-1", node_uuids=NODE_UUIDS[:2])
     agents.claim_nodes(CTXT, host="agent-2", node_uuids=NODE_UUIDS[2:3])

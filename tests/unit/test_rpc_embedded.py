@@ -25,7 +25,7 @@ from oslo_config import cfg
 from oslo_context import context as request_context
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
 from conductor.common import deep_messages, rpc
 from conductor.common.exception import (
     Conflict,
@@ -76,7 +76,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     membership = StubMembership()
     fleet.attach(membership)  # type: ignore[arg-type]
     fleet.on_change(_view("agent-1", "agent-2"))
-    builds = BuildWorkers(db, Scheduler(db), fleet, workers=2)
+    builds = BuildLifecycle(db, Scheduler(db), fleet, workers=2)
     endpoints = [
         InventoryEndpoint(db, fleet),
         InstancesEndpoint(db, builds),

@@ -31,7 +31,7 @@ from compute_agent.conf import agent as agent_opts
 from conductor import conf as conductor_conf
 from conductor.api import conf as api_options
 from conductor.api import wsgi
-from conductor.builds import BuildWorkers
+from conductor.build import BuildLifecycle
 from conductor.cmd import dbsync
 from conductor.common import conf as common_conf
 from conductor.common import rpc
@@ -175,14 +175,14 @@ def test_agent_stop_timeout_is_above_its_graceful_stop(units: dict[str, Unit], n
 def test_conductor_stop_timeout_is_above_its_graceful_stop(units: dict[str, Unit]) -> None:
     # The conductor's ordered stop waits for the RPC requests in flight (an
     # `agent drain` call runs up to rpc_response_timeout), then for its build
-    # workers (BuildWorkers.stop's timeout).
+    # workers (BuildLifecycle.stop's timeout).
     rpc_timeout = next(
         o.default
         for _group, group_opts in messaging_opts.list_opts()
         for o in group_opts
         if o.name == "rpc_response_timeout"
     )
-    workers = inspect.signature(BuildWorkers.stop).parameters["timeout"].default
+    workers = inspect.signature(BuildLifecycle.stop).parameters["timeout"].default
     stop = seconds(value(units[CONDUCTOR], "Service", "TimeoutStopSec"))
     assert stop > rpc_timeout + workers, (stop, rpc_timeout, workers)
 

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.build.queue import Action
 from conductor.common import rpc
 from conductor.common.exception import (
     Conflict,
@@ -55,7 +55,7 @@ from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
 
-__all__ = ["AgentRouter"]
+__all__ = ["AgentRouter", "Refusals", "Retries"]
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +64,18 @@ _MAX_WAITS_REMEMBERED = 10_000
 
 #: The compute API version that has ``build_instances``.
 _BATCHED_VERSION = "1.1"
+
+
+class Retries(Protocol):
+    """Where a build or teardown that cannot be routed yet goes (the build queue)."""
+
+    def retry_later(self, instance_uuid: str, action: Action, delay: float = 2.0) -> None: ...
+
+
+class Refusals(Protocol):
+    """Where an owner's definitive refusal goes (the build results): the attempt fails."""
+
+    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -76,17 +88,17 @@ class _Accept:
 
 
 class AgentRouter:
-    """Implements :class:`conductor.builds.Router` over the agents' RPC API."""
+    """Implements :class:`conductor.build.workers.Router` over the agents' RPC API."""
 
     def __init__(
         self,
         db: Database,
         fleet: FleetView,
         compute: ComputeAPI,
+        retries: Retries,
+        refusals: Refusals,
         *,
         accept_timeout: float = 10.0,
-        retry_later: Callable[[str, str], None] | None = None,
-        refused: Callable[[str, str, str, Fence], None] | None = None,
         max_batch: int = 50,
         senders: int = 0,
     ) -> None:
@@ -104,12 +116,10 @@ class AgentRouter:
         self._fleet = fleet
         self._compute = compute
         self._accept_timeout = accept_timeout
-        # Called with (instance_uuid, action) to try again later.
-        self._retry_later = retry_later
-        # Called with (instance_uuid, node_uuid, fault, the owner's fence)
-        # when the owner refused the build for good: the attempt fails (if
-        # the refusal still holds), the build moves on.
-        self._refused = refused
+        self._retries = retries
+        # An owner's refusal for good: the attempt fails (if the refusal
+        # still holds), the build moves on.
+        self._refusals = refusals
         self._max_batch = max_batch
         self._lock = threading.Lock()
         # owner -> builds that became ready while a call to it was in flight;
@@ -317,10 +327,9 @@ class AgentRouter:
             node.uuid,
             reason,
         )
-        if self._refused is not None:
-            self._refused(instance.uuid, node.uuid, f"refused by agent {owner}: {reason}", fence)
-        else:
-            self._later(instance, node)
+        self._refusals.refused(
+            instance.uuid, node.uuid, f"refused by agent {owner}: {reason}", fence
+        )
 
     def _level(self, key: str, why: str, level: int) -> int:
         """*level* the first time a build or teardown (*key*) waits for *why*,
@@ -340,8 +349,7 @@ class AgentRouter:
             instance.uuid,
             node.uuid,
         )
-        if self._retry_later is not None:
-            self._retry_later(instance.uuid, "route")
+        self._retries.retry_later(instance.uuid, "route")
 
     @staticmethod
     def _log_accepted(instance: Instance, node: Node, owner: str, epoch: int, answer: Any) -> None:
@@ -458,7 +466,7 @@ class AgentRouter:
         instance.  The same call as a delete's (``destroy_instance`` at the
         node's epoch): the agent tears the node down only while Ironic shows
         it claimed by that instance (or by none), never by another, and
-        reports the teardown (:meth:`conductor.build_results.BuildResults.report_destroyed`).
+        reports the teardown (:meth:`conductor.build.results.BuildResults.report_destroyed`).
         Only a live owner is asked; nothing is retried here: the next sync
         pass asks again while the claim is there.
         """

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
+from conductor.build.queue import BuildQueue
 from conductor.common.exception import NotFound
 from conductor.common.instance_states import Event
 from conductor.common.objects import Node, ProvisionState
@@ -23,21 +23,9 @@ from conductor.db.ownership import Fence
 from conductor.metrics import ConductorMetrics
 from conductor.scheduler.scheduler import Scheduler
 
-__all__ = ["BuildQueue", "BuildResults"]
+__all__ = ["BuildResults"]
 
 LOG = logging.getLogger(__name__)
-
-
-class BuildQueue(Protocol):
-    """What reports and the sweeper put back on the build queue."""
-
-    def submit(self, instance_uuids: list[str]) -> None: ...
-
-    def delete(self, instance_uuid: str) -> None: ...
-
-    def reroute(self, instance_uuid: str) -> None: ...
-
-    def retry_later(self, instance_uuid: str, action: str, delay: float = 2.0) -> None: ...
 
 
 class BuildResults:
@@ -252,7 +240,7 @@ class BuildResults:
         A teardown of a node that hosts no instance and is out of service
         (``error``), reported by its owner at its epoch, is the cleanup of
         an orphan claim the Ironic sync handed over
-        (:meth:`conductor.routing.AgentRouter.clean_orphan`): accepted, and
+        (:meth:`conductor.build.routing.AgentRouter.clean_orphan`): accepted, and
         the instance's record is not touched (it may be ACTIVE on another
         node, or deleted long ago).  The next sync pass puts the node back
         in service once Ironic shows it available.

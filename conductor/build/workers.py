@@ -1,30 +1,22 @@
-"""The build queue: workers schedule stored requests, then route them.
+"""The build workers: threads that schedule, route and tear down queued instances.
 
-What agents report back is applied by :mod:`conductor.build_results`; what
-makes no progress is found by :mod:`conductor.build_sweeper`.
-
-A request is stored before it reaches the queue (see
-:mod:`conductor.endpoints.instances`), so the queue itself holds only ids:
-on start the conductor re-queues every instance still waiting for a node,
-and a conductor killed mid-build loses nothing.
-
-Routing the build to the owning agent (RPC ``build_instance`` with the
-epoch) goes through a :class:`Router` (:class:`conductor.routing.AgentRouter`
-in the service); without one, an allocated instance waits in
-``building``/``spawning``.
+Each takes an item off the :class:`~conductor.build.queue.BuildQueue`:
+a build is scheduled and allocated a node (one compare-and-swap, which also
+makes it ``spawning``) and handed to the :class:`Router`; a delete is handed
+to the node's owner (or, with no node, ends at once).  A build no node fits
+fails, unless it fits nodes that lack only a live owner (it waits for one).
+Work that meets an unreachable database goes back on the queue, never lost.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
-from conductor.build_results import BuildResults
-from conductor.build_sweeper import BuildSweeper
+from conductor.build.queue import Action, BuildQueue, Stored
 from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -35,13 +27,7 @@ from conductor.common.exception import (
     ServiceUnavailable,
 )
 from conductor.common.instance_states import Event
-from conductor.common.objects import (
-    Flavor,
-    Instance,
-    Node,
-    Ownership,
-    VmState,
-)
+from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
@@ -52,13 +38,8 @@ __all__ = ["BuildWorkers", "Router"]
 
 LOG = logging.getLogger(__name__)
 
-_STOP = object()
-
 # How soon work that met an unreachable database is tried again.
 _DATABASE_RETRY_S = 2.0
-
-# An instance as build_instances just stored it, and its flavor.
-_Stored = tuple[Instance, Flavor]
 
 
 class Router(Protocol):
@@ -79,17 +60,19 @@ class BuildWorkers:
         db: Database,
         scheduler: Scheduler,
         fleet: FleetView,
+        queue: BuildQueue,
+        router: Router | None,
         *,
         workers: int,
-        router: Router | None = None,
-        max_attempts: Callable[[], int] = lambda: 3,
-        owner_wait: Callable[[], float] = lambda: 0.0,
-        metrics: ConductorMetrics | None = None,
+        max_attempts: Callable[[], int],
+        owner_wait: Callable[[], float],
+        metrics: ConductorMetrics,
     ) -> None:
         self._db = db
-        self._metrics = metrics if metrics is not None else ConductorMetrics("-")
+        self._metrics = metrics
         self._scheduler = scheduler
         self._fleet = fleet
+        self._queue = queue
         self._router = router
         self._max_attempts = max_attempts
         self._owner_wait = owner_wait
@@ -97,22 +80,10 @@ class BuildWorkers:
         # owner; it waits for one up to owner_wait() from then.
         self._owner_waits: dict[str, float] = {}
         self._owner_waits_lock = threading.Lock()
-        # (action, instance uuid, what build_instances just stored, if known)
-        self._queue: queue.Queue[tuple[str, str, _Stored | None] | object] = queue.Queue()
-        #: Agents' reports, applied (fenced) to the record.
-        self.results = BuildResults(
-            db, scheduler, self, max_attempts=max_attempts, metrics=self._metrics
-        )
-        #: The last resort for builds that make no progress.
-        self.sweeper = BuildSweeper(db, self, self.results)
         self._threads = [
             threading.Thread(target=self._work, name=f"build-worker-{i}", daemon=True)
             for i in range(workers)
         ]
-
-    def set_router(self, router: Router) -> None:
-        """Route allocated builds to agents (set before :meth:`start`)."""
-        self._router = router
 
     def start(self) -> None:
         for thread in self._threads:
@@ -125,11 +96,11 @@ class BuildWorkers:
         waiting = [i.uuid for i in building if i.node_uuid is None]
         placed = [i.uuid for i in building if i.node_uuid is not None]
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
-        self.submit(waiting)
+        self._queue.submit(waiting)
         for uuid in placed:
-            self.reroute(uuid)  # the agent de-duplicates
+            self._queue.reroute(uuid)  # the agent de-duplicates
         for instance in deleting:
-            self.delete(instance.uuid)
+            self._queue.delete(instance.uuid)
         if building or deleting:
             LOG.info(
                 "Resumed %d stored builds (%d already placed) and %d deletions",
@@ -139,38 +110,17 @@ class BuildWorkers:
             )
         return len(building) + len(deleting)
 
-    def submit(self, instance_uuids: list[str]) -> None:
-        for uuid in instance_uuids:
-            self._queue.put(("build", uuid, None))
-
-    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
-        """Queue instances just stored, as stored: the worker need not read them again.
-
-        Safe however stale the copy gets in the queue: the allocation is a
-        compare-and-swap on the instance still building without a node.
-        """
-        for instance in stored:
-            self._queue.put(("build", instance.uuid, (instance, flavor)))
-
-    def delete(self, instance_uuid: str) -> None:
-        self._queue.put(("delete", instance_uuid, None))
-
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work; what is still queued stays stored for the next start."""
-        for _ in self._threads:
-            self._queue.put(_STOP)
+        self._queue.stop_workers(len(self._threads))
         for thread in self._threads:
             thread.join(timeout)
-
-    def pending(self) -> int:
-        return self._queue.qsize()
 
     def _work(self) -> None:
         while True:
             item = self._queue.get()
-            if item is _STOP:
+            if item is None:
                 return
-            assert isinstance(item, tuple)
             action, uuid, stored = item
             try:
                 if action == "build":
@@ -187,12 +137,12 @@ class BuildWorkers:
                 # A build may have failed after its allocation: "resume"
                 # routes it if it has a node by then, allocates it if not.
                 LOG.debug("Instance %s: %s waits for the database", uuid, action)
-                again = "resume" if action in ("build", "resume") else action
-                self._retry_later(uuid, delay=_DATABASE_RETRY_S, action=again)
+                again: Action = "resume" if action in ("build", "resume") else action
+                self._queue.retry_later(uuid, again, delay=_DATABASE_RETRY_S)
             except Exception:  # a worker must survive one bad request
                 LOG.exception("Instance %s: %s failed", uuid, action)
 
-    def _build(self, instance_uuid: str, stored: _Stored | None = None) -> None:
+    def _build(self, instance_uuid: str, stored: Stored | None = None) -> None:
         flavor: Flavor | None
         if stored is not None:
             instance, flavor = stored
@@ -228,7 +178,7 @@ class BuildWorkers:
             # again, it does not fail.  The database says once that it is down.
             if not isinstance(exc, DatabaseUnavailable):
                 LOG.warning("Instance %s waits: %s", instance.uuid, exc)
-            self._retry_later(instance.uuid)
+            self._queue.retry_later(instance.uuid, "build")
             return
         except RingfleetError as exc:
             self._fail(instance, str(exc))
@@ -276,7 +226,7 @@ class BuildWorkers:
             LOG.info(
                 "Instance %s waits up to %.0f s for a live owner: %s", instance_uuid, limit, exc
             )
-        self._retry_later(instance_uuid)
+        self._queue.retry_later(instance_uuid, "build")
         return True
 
     def _end_owner_wait(self, instance_uuid: str) -> float | None:
@@ -284,11 +234,6 @@ class BuildWorkers:
         with self._owner_waits_lock:
             since = self._owner_waits.pop(instance_uuid, None)
         return None if since is None else time.monotonic() - since
-
-    def _retry_later(self, instance_uuid: str, delay: float = 2.0, action: str = "build") -> None:
-        timer = threading.Timer(delay, lambda: self._queue.put((action, instance_uuid, None)))
-        timer.daemon = True
-        timer.start()
 
     def _resume(self, instance_uuid: str) -> None:
         """Allocate a build that has no node yet, route one that has."""
@@ -331,9 +276,9 @@ class BuildWorkers:
     def _redrive(self, instance: Instance) -> None:
         """Route an in-flight build or teardown again, to whoever owns its node now."""
         if instance.vm_state is VmState.DELETING:
-            self.delete(instance.uuid)
+            self._queue.delete(instance.uuid)
         else:
-            self.reroute(instance.uuid)
+            self._queue.reroute(instance.uuid)
 
     def resume_agent(self, host: str) -> tuple[int, int]:
         """An agent (re)started or re-joined: what it was doing is routed to it again.
@@ -361,14 +306,6 @@ class BuildWorkers:
             )
         return builds, teardowns
 
-    def retry_later(self, instance_uuid: str, action: str, delay: float = 2.0) -> None:
-        """Queue ``action`` ("build", "route", "delete") for the instance in ``delay`` s."""
-        self._retry_later(instance_uuid, delay=delay, action=action)
-
-    def reroute(self, instance_uuid: str) -> None:
-        """Route an allocated build again, to whoever owns its node now."""
-        self._queue.put(("route", instance_uuid, None))
-
     def _fail(self, instance: Instance, fault: str) -> None:
         # Only while it is still building: the copy scheduled may be older
         # than a delete (a queued copy is not read again).
@@ -394,7 +331,7 @@ class BuildWorkers:
                         instance.uuid,
                         instance.node_uuid,
                     )
-                    self._retry_later(instance.uuid, delay=2.0, action="delete")
+                    self._queue.retry_later(instance.uuid, "delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.
             allocations.release(self._db, instance.node_uuid, instance.uuid, fence=None)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime
 import logging
 
-from conductor.build_results import BuildQueue, BuildResults
+from conductor.build.queue import BuildQueue
+from conductor.build.results import BuildResults
 from conductor.common.objects import Instance, VmState
 from conductor.db import instances
 from conductor.db.engine import Database

@@ -1,0 +1,122 @@
+"""The build lifecycle wired once: queue, workers, router, results and sweeper.
+
+Each piece gets what it depends on when it is made, in the one order the
+dependencies allow (the queue; the results, which put work back on it; the
+router, which retries through the queue and hands refusals to the results;
+the workers, which use all three), so nothing is set after construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from compute_agent.rpcapi import ComputeAPI
+from conductor.build.queue import BuildQueue
+from conductor.build.results import BuildResults
+from conductor.build.routing import AgentRouter
+from conductor.build.sweeper import BuildSweeper
+from conductor.build.workers import BuildWorkers, Router
+from conductor.common.objects import Flavor, Instance, Node
+from conductor.db.engine import Database
+from conductor.fleet_view import FleetView
+from conductor.metrics import ConductorMetrics
+from conductor.scheduler.scheduler import Scheduler
+
+__all__ = ["BuildLifecycle"]
+
+
+class BuildLifecycle:
+    """Everything that moves a stored build or delete to its end, in one object.
+
+    Routing goes to the agents over ``compute`` (an :class:`AgentRouter`),
+    or to ``router`` when given instead (tests); with neither, an allocated
+    build waits in ``building``/``spawning``.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        scheduler: Scheduler,
+        fleet: FleetView,
+        *,
+        workers: int,
+        compute: ComputeAPI | None = None,
+        router: Router | None = None,
+        max_attempts: Callable[[], int] = lambda: 3,
+        owner_wait: Callable[[], float] = lambda: 0.0,
+        metrics: ConductorMetrics | None = None,
+        accept_timeout: float = 10.0,
+        accept_senders: int = 0,
+    ) -> None:
+        if compute is not None and router is not None:
+            raise ValueError("route over compute or through router, not both")
+        metrics = metrics if metrics is not None else ConductorMetrics("-")
+        self.queue = BuildQueue()
+        #: Agents' reports, applied (fenced) to the record.
+        self.results = BuildResults(
+            db, scheduler, self.queue, max_attempts=max_attempts, metrics=metrics
+        )
+        #: The last resort for builds that make no progress.
+        self.sweeper = BuildSweeper(db, self.queue, self.results)
+        self._agent_router: AgentRouter | None = None
+        if compute is not None:
+            self._agent_router = router = AgentRouter(
+                db,
+                fleet,
+                compute,
+                self.queue,
+                self.results,
+                accept_timeout=accept_timeout,
+                senders=accept_senders,
+            )
+        self._workers = BuildWorkers(
+            db,
+            scheduler,
+            fleet,
+            self.queue,
+            router,
+            workers=workers,
+            max_attempts=max_attempts,
+            owner_wait=owner_wait,
+            metrics=metrics,
+        )
+
+    def start(self) -> None:
+        """Start the workers; every build and delete still in flight is queued again."""
+        self._workers.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop taking work (what is queued stays stored), then send the accepts
+        already handed to the router's senders."""
+        self._workers.stop(timeout)
+        if self._agent_router is not None:
+            self._agent_router.close()
+
+    # -- what the endpoints and the Ironic sync ask for --------------------------------
+
+    def submit(self, instance_uuids: Sequence[str]) -> None:
+        self.queue.submit(instance_uuids)
+
+    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
+        self.queue.submit_stored(stored, flavor)
+
+    def delete(self, instance_uuid: str) -> None:
+        self.queue.delete(instance_uuid)
+
+    def pending(self) -> int:
+        return self.queue.pending()
+
+    def rehomed(self, node_uuids: list[str]) -> None:
+        """Pinned nodes changed owner: their builds and teardowns go to the new owner."""
+        self._workers.rehomed(node_uuids)
+
+    def resume_agent(self, host: str) -> tuple[int, int]:
+        """An agent (re)started: its nodes' builds and teardowns are routed again."""
+        return self._workers.resume_agent(host)
+
+    def clean_orphan(self, node: Node, instance_uuid: str) -> bool:
+        """Ask *node*'s owner to tear down an orphan claim (see
+        :meth:`AgentRouter.clean_orphan`); False without agents to ask."""
+        if self._agent_router is None:
+            return False
+        return self._agent_router.clean_orphan(node, instance_uuid)
