@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from tooz import coordination
 
+from hashring.backend_url import ttl_from_url
 from hashring.exceptions import MembershipError
-from hashring.membership import Membership, MembershipView, State, ttl_from_url
+from hashring.membership import Membership, MembershipView, State
 
 
 class _Result:

@@ -35,7 +35,7 @@ from conductor.build import BuildLifecycle
 from conductor.cmd import dbsync
 from conductor.common import conf as common_conf
 from conductor.common import rpc
-from hashring.membership import ttl_from_url
+from hashring.backend_url import ttl_from_url
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "etc" / "systemd"
