@@ -61,6 +61,10 @@ class ConductorService:
         conf = self.conf
         self.metrics_server.start(conf, CONDUCTOR_PORT, conf.host)
         self.db = db = database_from_conf(conf)
+        # Started before its database: the database's one WARNING names it;
+        # the conductor serves nothing (and systemd sees no READY) until then.
+        if not db.wait_reachable(self._stopped):
+            return
         current, head = migration.current_version(db), migration.head_version()
         if current != head:
             raise ConfigurationError(

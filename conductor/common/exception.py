@@ -427,11 +427,14 @@ class DatabaseUnavailable(ServiceUnavailable):
     :ivar retry_safe: (this process only, not sent over RPC) the transaction
         failed on a dead connection before its commit: it changed nothing and
         may run once more on a fresh connection.
+    :ivar cause: (this process only, not sent over RPC) the first line of
+        the driver's error, for a local command's own message.
     """
 
     def __init__(self, reason: str = "the database is unreachable") -> None:
         super().__init__(reason)
         self.retry_safe = False
+        self.cause = reason
 
 
 class NotOwner(RingfleetError):

@@ -39,6 +39,32 @@ opts = [
             "number of conductors."
         ),
     ),
+    cfg.IntOpt(
+        "connect_timeout",
+        default=10,
+        min=1,
+        help=(
+            "Seconds to wait for a new connection to the database (PostgreSQL, "
+            "MySQL/MariaDB). A PostgreSQL server that accepts TCP but never "
+            "answers is then reported unreachable within this time instead of "
+            "holding the caller forever; with MySQL/MariaDB the server's "
+            "greeting is read under statement_timeout."
+        ),
+    ),
+    cfg.IntOpt(
+        "statement_timeout",
+        default=60,
+        min=0,
+        help=(
+            "Seconds one SQL statement may run before it is abandoned "
+            "(0: no limit). PostgreSQL cancels it on the server "
+            "(statement_timeout); with MySQL/MariaDB the client gives up "
+            "reading or writing the connection after this long, which also "
+            "covers a server that stopped answering. The caller gets a "
+            "retryable ServiceUnavailable. Every statement ringfleet runs "
+            "takes milliseconds; keep this well above a slow server's worst."
+        ),
+    ),
 ]
 
 

@@ -35,7 +35,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 from oslo_config import cfg
@@ -54,6 +54,8 @@ _SQLITE_BUSY_TIMEOUT_S = 30
 # A pooled connection unused for longer than this is pinged before use.
 _PING_IDLE_S = 1.0
 _DEFAULT_POOL_SIZE = 20
+_DEFAULT_CONNECT_TIMEOUT_S = 10
+_DEFAULT_STATEMENT_TIMEOUT_S = 60
 _MYSQL_BACKENDS = ("mysql", "mariadb")
 
 # Errors that say "the database cannot be used right now", not "this
@@ -71,10 +73,19 @@ class Database:
     :param url: SQLAlchemy URL (``sqlite:///path``, ``sqlite://`` for memory,
         ``postgresql+psycopg2://...``, ``mysql+pymysql://...?charset=utf8mb4``).
     :param pool_size: connections kept open (not SQLite)
+    :param connect_timeout: seconds to wait for a new connection (not SQLite)
+    :param statement_timeout: seconds a statement may run, 0 for no limit
+        (not SQLite, whose waits are bounded by its busy timeout)
     """
 
     def __init__(
-        self, url: str, *, echo: bool = False, pool_size: int = _DEFAULT_POOL_SIZE
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        pool_size: int = _DEFAULT_POOL_SIZE,
+        connect_timeout: int = _DEFAULT_CONNECT_TIMEOUT_S,
+        statement_timeout: int = _DEFAULT_STATEMENT_TIMEOUT_S,
     ) -> None:
         self.url = url
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
@@ -87,8 +98,12 @@ class Database:
                 # One shared connection, or every thread sees its own empty db.
                 kwargs["poolclass"] = StaticPool
         else:
-            if make_url(url).get_backend_name() in _MYSQL_BACKENDS:
+            backend = make_url(url).get_backend_name()
+            if backend in _MYSQL_BACKENDS:
                 kwargs["isolation_level"] = "READ COMMITTED"  # see the module doc
+            kwargs["connect_args"] = _timeouts(
+                backend, connect_timeout, statement_timeout, set_in_url=make_url(url).query
+            )
             # A pool smaller than the threads using it closes every overflow
             # connection on return and opens a new one next time: that cost
             # more than the transactions themselves under load.
@@ -110,6 +125,26 @@ class Database:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def location(self) -> str:
+        """The URL without its password: what the operator's log lines name."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def wait_reachable(self, stopping: threading.Event, interval: float = 2.0) -> bool:
+        """Wait until a transaction succeeds; False when *stopping* is set first.
+
+        For a service started before its database: the first failure logs
+        the one WARNING (naming the database), then it keeps trying quietly.
+        """
+        while True:
+            try:
+                with self.read() as connection:
+                    connection.exec_driver_sql("SELECT 1")
+                return True
+            except DatabaseUnavailable:
+                if stopping.wait(interval):
+                    return False
 
     @property
     def reachable(self) -> bool:
@@ -169,11 +204,12 @@ class Database:
         if first:
             # One line for the operator, not one per failed transaction.
             LOG.warning(
-                "Database (%s) unreachable: %s; requests get ServiceUnavailable until it is back",
-                self.dialect,
+                "Database %s unreachable: %s; requests get ServiceUnavailable until it is back",
+                self.location,
                 first_line(error),
             )
         unavailable = DatabaseUnavailable()
+        unavailable.cause = first_line(error)
         # A connection that died before the commit was sent: the server rolls
         # the transaction back, so running it again changes nothing twice.
         # A failed commit may have been applied: never run again.  A failed
@@ -193,7 +229,7 @@ class Database:
             since, self._down_since = self._down_since, None
         if since is not None:
             LOG.info(
-                "Database (%s) reachable again after %.1f s", self.dialect, time.monotonic() - since
+                "Database %s reachable again after %.1f s", self.location, time.monotonic() - since
             )
 
     def dispose(self) -> None:
@@ -259,6 +295,29 @@ def _ping_when_idle(engine: Engine, idle: float) -> None:
             raise exc.DisconnectionError(str(error)) from error
 
 
+def _timeouts(
+    backend: str, connect_timeout: int, statement_timeout: int, set_in_url: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The driver's connect arguments that bound connecting and each statement.
+
+    Without them a server that accepts TCP but never answers holds the
+    caller forever (libpq and PyMySQL wait without limit by default).
+    PostgreSQL gets its ``statement_timeout`` set for the session, so the
+    server cancels a statement that runs too long; libpq has no read
+    timeout, so a server that stops answering on an open connection is not
+    bounded by it.  PyMySQL's read and write timeouts bound every socket
+    operation, which covers both.  What the URL's query sets itself is left
+    to it.
+    """
+    args: dict[str, Any] = {"connect_timeout": connect_timeout}
+    if backend == "postgresql":
+        if statement_timeout:
+            args["options"] = f"-c statement_timeout={statement_timeout * 1000}"
+    elif backend in _MYSQL_BACKENDS and statement_timeout:
+        args["read_timeout"] = args["write_timeout"] = statement_timeout
+    return {name: value for name, value in args.items() if name not in set_in_url}
+
+
 def _configure_sqlite(engine: Engine, *, in_memory: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -293,7 +352,11 @@ def database_from_conf(conf: cfg.ConfigOpts) -> Database:
         raise ConfigurationError("database", "connection", "must be set")
     try:
         return Database(
-            url, echo=conf.database.connection_debug, pool_size=conf.database.max_pool_size
+            url,
+            echo=conf.database.connection_debug,
+            pool_size=conf.database.max_pool_size,
+            connect_timeout=conf.database.connect_timeout,
+            statement_timeout=conf.database.statement_timeout,
         )
     except Exception as exc:  # SQLAlchemy raises several types for bad URLs
         raise ConfigurationError("database", "connection", f"unusable: {exc}") from exc
