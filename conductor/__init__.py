@@ -14,3 +14,7 @@ objects, the shared option groups) lives in :mod:`conductor.common`.  What
 may import what: ``docs/architecture.rst``, "Packages and what may import
 what", enforced by ``tests/unit/test_layering.py``.
 """
+
+from conductor.common.native_threads import use_native_threads
+
+use_native_threads()  # before any of our modules imports oslo.messaging

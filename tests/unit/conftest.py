@@ -7,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# Before any test module imports oslo.messaging: the services' own choice of
+# oslo.service's threading backend, and no eventlet (conductor.common.native_threads).
+import conductor  # noqa: F401
+
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
