@@ -35,9 +35,10 @@ def test_rpc_api_includes_the_generated_reference() -> None:
 
 
 def _part(text: str, api: gen_rpc_doc.API) -> str:
-    start = text.index(_PARTS[api.client_class])
-    later = [text.find(p, start + 1) for p in ("Part 2:", "Part 3:")]
-    return text[start : min(i for i in later if i > start)]
+    """The text of the part (``Part N: ...`` headings) that documents ``api``."""
+    starts = [m.start() for m in re.finditer(r"^Part \d+:", text, re.MULTILINE)]
+    start = next(m.start() for m in re.finditer(rf"^{_PARTS[api.client_class]}", text, re.M))
+    return text[start : min([i for i in starts if i > start] or [len(text)])]
 
 
 def _split_top_level(text: str) -> list[str]:
