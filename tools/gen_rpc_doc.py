@@ -3,8 +3,9 @@
 For each of the two RPC APIs (conductor, compute agent) it reads the
 reference client (``conductor/rpcapi.py``, ``compute_agent/rpcapi.py``: the
 version, the version history of the module docstring, the methods in order
-with their annotations and docstrings) and the endpoint classes that serve
-it (parameter names and defaults, return annotations, docstrings), and
+with their annotations and docstrings) and the endpoint classes its service
+serves (``conductor/service.py``, ``compute_agent/service.py``: parameter
+names and defaults, return annotations, docstrings), and
 writes one entry per RPC method: its signature with the wire types, the
 versions that added or changed it, the version the reference client sends,
 the endpoint that serves it and the docstrings' prose.  ``docs/rpc-api.rst``
@@ -32,7 +33,9 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-__all__ = ["API", "APIS", "RpcMethod", "methods", "render"]
+from oslo_messaging import Target
+
+__all__ = ["API", "APIS", "RpcMethod", "endpoint_classes", "methods", "render"]
 
 #: Sphinx roles in docstrings, shown as literals (plain docutils has none).
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|exc|data|obj):`~?([^`]+)`")
@@ -44,12 +47,16 @@ _GROUP = re.compile(r"^\s*# -- (\w[\w ]*?) -+\s*$")
 
 @dataclasses.dataclass(frozen=True)
 class API:
-    """One RPC API: its title, client module and class, and endpoint classes."""
+    """One RPC API: its title, client module and class, and the service serving it.
+
+    The endpoints are the classes with an oslo.messaging ``target`` that the
+    service module imports to serve them, wherever they are defined.
+    """
 
     title: str
     client_module: str
     client_class: str
-    endpoints: tuple[str, ...]  # "module:Class", in no particular order
+    service_module: str
     target_server_arg: bool  # the client's first argument names the server
 
 
@@ -58,19 +65,14 @@ APIS = (
         "Conductor RPC API",
         "conductor.rpcapi",
         "ConductorAPI",
-        (
-            "conductor.endpoints.inventory:InventoryEndpoint",
-            "conductor.endpoints.instances:InstancesEndpoint",
-            "conductor.endpoints.fleet:FleetEndpoint",
-            "conductor.endpoints.agents:AgentsEndpoint",
-        ),
+        "conductor.service",
         target_server_arg=False,
     ),
     API(
         "Compute agent RPC API",
         "compute_agent.rpcapi",
         "ComputeAPI",
-        ("compute_agent.endpoints:ComputeEndpoint",),
+        "compute_agent.service",
         target_server_arg=True,
     ),
 )
@@ -151,17 +153,28 @@ def _type_of(param: inspect.Parameter, client: inspect.Parameter | None) -> str:
     return "Any"
 
 
+def endpoint_classes(api: API) -> list[type]:
+    """The endpoint classes the service module of ``api`` imports, by name."""
+    service = importlib.import_module(api.service_module)
+    return sorted(
+        (
+            obj
+            for obj in vars(service).values()
+            if isinstance(obj, type) and isinstance(getattr(obj, "target", None), Target)
+        ),
+        key=lambda cls: cls.__qualname__,
+    )
+
+
 def _endpoint_methods(api: API) -> dict[str, tuple[str, Callable[..., Any]]]:
     found: dict[str, tuple[str, Callable[..., Any]]] = {}
-    for path in api.endpoints:
-        module_name, _, class_name = path.partition(":")
-        cls = getattr(importlib.import_module(module_name), class_name)
+    for cls in endpoint_classes(api):
         for name, func in inspect.getmembers(cls, inspect.isfunction):
             params = list(inspect.signature(func).parameters)
             if name.startswith("_") or params[:2] != ["self", "ctxt"]:
                 continue
             assert name not in found, f"{name} served by two endpoints of {api.title}"
-            found[name] = (f"{module_name}.{class_name}", func)
+            found[name] = (f"{cls.__module__}.{cls.__qualname__}", func)
     return found
 
 

@@ -8,6 +8,7 @@ parameters it takes.
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -89,8 +90,18 @@ def test_every_method_has_a_hand_written_section_with_its_parameters(
     assert not problems, "docs/rpc-api.rst disagrees with the code:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize("api", gen_rpc_doc.APIS, ids=lambda api: api.client_class)
+def test_the_service_serves_endpoints_at_the_clients_version(api: gen_rpc_doc.API) -> None:
+    """What the reference reads as endpoints: the service's, all at one version."""
+    version = importlib.import_module(api.client_module).API_VERSION
+    endpoints = gen_rpc_doc.endpoint_classes(api)
+    assert endpoints
+    assert {cls.target.version for cls in endpoints} == {version}
+
+
 def test_a_client_call_without_an_endpoint_is_found() -> None:
     api = gen_rpc_doc.APIS[1]
-    broken = gen_rpc_doc.API(api.title, api.client_module, api.client_class, (), False)
+    # A module that imports no endpoint: every call of the client lacks one.
+    broken = gen_rpc_doc.API(api.title, api.client_module, api.client_class, "json", False)
     with pytest.raises(LookupError, match="no endpoint"):
         gen_rpc_doc.methods(broken)
