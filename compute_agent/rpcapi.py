@@ -120,6 +120,8 @@ class ComputeAPI:
         )
 
     def set_power_state(self, host: str, *, node: dict[str, Any], epoch: int, target: str) -> str:
+        """Power the node on or off, or reboot it, and wait: the resulting power
+        state (``"power on"`` or ``"power off"``)."""
         return self._call(  # type: ignore[no-any-return]
             host, "set_power_state", node=node, epoch=epoch, target=target
         )

@@ -128,6 +128,7 @@ class ConductorAPI:
     # -- nodes -----------------------------------------------------------------
 
     def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        """Create one node from a node spec: no owner, epoch 0, not scheduled until claimed."""
         return self._call("create_node", node=node)  # type: ignore[no-any-return]
 
     def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
@@ -139,14 +140,19 @@ class ConductorAPI:
     def list_nodes(
         self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
     ) -> list[dict[str, Any]]:
+        """Nodes in uuid order after ``marker`` (exclusive), at most ``limit``,
+        matching every ``filters`` key given."""
         return self._call("list_nodes", filters=filters, limit=limit, marker=marker)  # type: ignore[no-any-return]
 
     def show_node(self, node: str) -> dict[str, Any]:
+        """The node whose uuid or name is ``node``."""
         return self._call("show_node", node=node)  # type: ignore[no-any-return]
 
     def set_node_maintenance(
         self, node: str, maintenance: bool, reason: str | None = None
     ) -> dict[str, Any]:
+        """Put a node in maintenance (with an optional ``reason``) or take it
+        out; its instance, owner and epoch are untouched."""
         return self._call(  # type: ignore[no-any-return]
             "set_node_maintenance", node=node, maintenance=maintenance, reason=reason
         )
@@ -168,15 +174,19 @@ class ConductorAPI:
     # -- flavors ---------------------------------------------------------------
 
     def create_flavor(self, flavor: dict[str, Any]) -> dict[str, Any]:
+        """Store a flavor spec; the flavor as stored."""
         return self._call("create_flavor", flavor=flavor)  # type: ignore[no-any-return]
 
     def list_flavors(self) -> list[dict[str, Any]]:
+        """Every flavor, by name (no paging)."""
         return self._call("list_flavors")  # type: ignore[no-any-return]
 
     def show_flavor(self, flavor: str) -> dict[str, Any]:
+        """The flavor named ``flavor``."""
         return self._call("show_flavor", flavor=flavor)  # type: ignore[no-any-return]
 
     def delete_flavor(self, flavor: str) -> None:
+        """Delete a flavor no instance uses (``deleted`` instances do not count)."""
         self._call("delete_flavor", flavor=flavor)
 
     # -- instances -------------------------------------------------------------
@@ -194,11 +204,14 @@ class ConductorAPI:
         limit: int = 1000,
         marker: str | None = None,
     ) -> list[dict[str, Any]]:
+        """Instances in uuid order after ``marker`` (exclusive), at most
+        ``limit``; without ``vm_state``, ``deleted`` ones are left out."""
         return self._call(  # type: ignore[no-any-return]
             "list_instances", vm_state=vm_state, host=host, limit=limit, marker=marker
         )
 
     def show_instance(self, instance: str) -> dict[str, Any]:
+        """The instance whose uuid is ``instance``."""
         return self._call("show_instance", instance=instance)  # type: ignore[no-any-return]
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
