@@ -33,6 +33,10 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
+# First: it keeps eventlet out of the process (conductor.common.native_threads).
+import conductor  # noqa: F401
+
+# isort: split
 from oslo_messaging import Target
 
 __all__ = ["API", "APIS", "RpcMethod", "endpoint_classes", "methods", "render"]
