@@ -24,7 +24,6 @@ from stevedore import _cache
 from stevedore.driver import DriverManager
 from stevedore.extension import Extension, ExtensionManager
 
-from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers import (
     DRIVER_NAMESPACE,
     ActionContext,
@@ -33,10 +32,10 @@ from compute_agent.drivers import (
     PowerTarget,
     ProgressCallback,
     load_driver,
-    node_store,
 )
-from compute_agent.drivers.action_log import MAX_LINE, ActionLog, check_fencing, read_log
-from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
+from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver, node_store
+from compute_agent.drivers.simulated import conf as simulated_conf
+from compute_agent.drivers.simulated.action_log import MAX_LINE, ActionLog, check_fencing, read_log
 from conductor.common import rpc
 from conductor.common.exception import (
     ActionLogError,
