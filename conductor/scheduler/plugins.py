@@ -78,15 +78,14 @@ def load_filters(
                 "list only the filters applied after "
                 + ", ".join(cls.name for cls in ALWAYS_APPLIED),
             )
-    plugins = _load(
+    return _load(
         FILTER_NAMESPACE,
         names,
         manager,
+        base=BaseFilter,
         option=option,
-        kind="filter",
         by_path=lambda path: nova.load_nova_filter(path, per_node=path in per_node),
     )
-    return [_instantiate(plugin, name, BaseFilter, option, "filter") for name, plugin in plugins]
 
 
 def load_weighers(
@@ -103,17 +102,14 @@ def load_weighers(
         ``weigher_multipliers``
     """
     option = "weighers"
-    plugins = _load(
+    weighers = _load(
         WEIGHER_NAMESPACE,
         names,
         manager,
+        base=BaseWeigher,
         option=option,
-        kind="weigher",
         by_path=nova.load_nova_weigher,
     )
-    weighers = [
-        _instantiate(plugin, name, BaseWeigher, option, "weigher") for name, plugin in plugins
-    ]
     multipliers = dict(multipliers or {})
     unknown = sorted(set(multipliers) - set(names))
     if unknown:
@@ -143,13 +139,14 @@ def _load(
     names: Sequence[str],
     manager: ExtensionManager[Any] | None,
     *,
+    base: type[T],
     option: str,
-    kind: str,
     by_path: Callable[[str], object],
-) -> list[tuple[str, object]]:
+) -> list[T]:
     duplicates = sorted({name for name in names if list(names).count(name) > 1})
     if duplicates:
         raise ConfigurationError(_GROUP, option, f"listed twice: {', '.join(duplicates)}")
+    kind = base.__name__.removeprefix("Base").lower()  # filter, weigher
     found = common_plugins.find(
         namespace,
         [name for name in names if not nova.is_import_path(name)],
@@ -158,13 +155,13 @@ def _load(
         kind=kind,
         manager=manager,
     )
-    return [(name, by_path(name) if nova.is_import_path(name) else found[name]) for name in names]
-
-
-def _instantiate(plugin: object, name: str, base: type[T], option: str, kind: str) -> T:
-    instance = common_plugins.instantiate(
-        plugin, name, base, group=_GROUP, option=option, kind=kind
-    )
-    if instance.name != name:
-        LOG.debug("%s %s is the class named %s", option, name, instance.name)
-    return instance
+    instances = []
+    for name in names:
+        plugin = by_path(name) if nova.is_import_path(name) else found[name]
+        instance = common_plugins.instantiate(
+            plugin, name, base, group=_GROUP, option=option, kind=kind
+        )
+        if instance.name != name:
+            LOG.debug("%s %s is the class named %s", option, name, instance.name)
+        instances.append(instance)
+    return instances
