@@ -122,7 +122,6 @@ def _entry_points(
         namespace,
         names=list(names),
         invoke_on_load=False,
-        name_order=True,
         on_load_failure_callback=failed,
         on_missing_entrypoints_callback=lambda _missing: None,
     )

@@ -264,6 +264,7 @@ def installed_drivers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         f"[{DRIVER_NAMESPACE}]\n"
         f"rack = {PLUGIN_MODULE}:RackDriver\n"
         f"missing = {PLUGIN_MODULE}_missing:Nothing\n"
+        f"simulated = {PLUGIN_MODULE}:RackDriver\n"
     )
     # Keep stevedore's entry-point cache out of the home directory.
     cache = _cache.Cache(cache_dir=str(tmp_path / "cache"))
@@ -284,6 +285,9 @@ def test_drivers_load_through_installed_entry_points(
     with pytest.raises(ConfigurationError, match="cannot load driver missing") as caught:
         load_driver("missing", make_conf(tmp_path), HOST)
     assert "ModuleNotFoundError" in caught.value.reason
+    # Two distributions registering one name: neither is picked.
+    with pytest.raises(ConfigurationError, match="driver simulated is registered more than once"):
+        load_driver("simulated", make_conf(tmp_path), HOST)
     # Every installed name is listed, none of them imported.
     with pytest.raises(
         ConfigurationError, match=r"unknown driver 'nothing'.*known: ironic, missing, rack, sim"

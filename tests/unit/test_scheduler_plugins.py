@@ -111,6 +111,25 @@ def test_names_are_looked_up_only_among_entry_points() -> None:
     assert excinfo.value.reason.endswith("known: EvenNameFilter)")
 
 
+def test_a_filter_registered_twice_is_refused() -> None:
+    extensions = [
+        Extension(
+            "RackFilter",
+            EntryPoint("RackFilter", f"pkg{i}:Rack", FILTER_NAMESPACE),
+            EvenNameFilter,
+            None,
+        )  # type: ignore[arg-type]
+        for i in (1, 2)
+    ]
+    manager = ExtensionManager.make_test_instance(extensions, namespace=FILTER_NAMESPACE)
+    with pytest.raises(ConfigurationError) as excinfo:
+        load_filters(["RackFilter"], manager=manager)
+    assert excinfo.value.option == "enabled_filters"
+    assert "filter RackFilter is registered more than once (pkg1:Rack, pkg2:Rack)" in (
+        excinfo.value.reason
+    )
+
+
 @pytest.mark.parametrize(
     ("names", "plugins", "message"),
     [
