@@ -62,7 +62,7 @@ from sqlalchemy import select
 
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, log_line, percentile, publish
-from compute_agent.drivers.action_log import check_fencing, read_log
+from compute_agent.drivers.simulated.action_log import check_fencing, read_log
 from conductor.common import rpc
 from conductor.db import migration
 from conductor.db.engine import Database

@@ -77,17 +77,18 @@ from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, log_line, percentile, publish
 from conductor.common.exception import ConfigurationError, NoValidNode
 from conductor.common.objects import Flavor, Node, ProvisionState
+from conductor.conf import scheduler as scheduler_conf
 from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.scheduler import plugins, source
 from conductor.scheduler.decide import Chooser
-from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
+from conductor.scheduler.filters import BaseFilter
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.request import RequestSpec
 from conductor.scheduler.scheduler import Scheduler
-from conductor.scheduler.weighers import BUILTIN_WEIGHERS, WeighingContext, total_weights
+from conductor.scheduler.weighers import WeighingContext, total_weights
 
 __all__ = ["FLAVORS", "main", "make_fleet", "parse_args", "run"]
 
@@ -521,7 +522,8 @@ def bench_baseline(
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     chooser = Chooser(
-        [cls() for cls in BUILTIN_FILTERS.values()], [cls() for cls in BUILTIN_WEIGHERS.values()]
+        plugins.load_filters(scheduler_conf.DEFAULT_FILTERS),
+        plugins.load_weighers(scheduler_conf.DEFAULT_WEIGHERS),
     )
     fleet: dict[str, Node] = {} if read_every_time else {n.uuid: n for n in db_nodes.iter_nodes(db)}
     latencies: list[float] = []

@@ -71,9 +71,10 @@ from typing import Any, Final
 
 from oslo_config import cfg
 
-from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
-from conductor.common.ironic import BaremetalClient, IronicNode, power_state_of, provision_state_of
+from conductor.common.ironic import conf as ironic_conf
+from conductor.common.ironic.client import BaremetalClient, IronicNode
+from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
@@ -81,8 +82,6 @@ from conductor.db.models import utcnow
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
 __all__ = [
-    "IRONIC_ACTIVE",
-    "IRONIC_FAILED",
     "MAINTENANCE_PREFIX",
     "MAX_ORPHANS",
     "CleanOrphan",
@@ -110,10 +109,6 @@ _IDLE: Final = frozenset(
         ProvisionState.ERROR,
     }
 )
-#: Ironic's provision state of a node deployed with an instance.
-IRONIC_ACTIVE: Final = "active"
-#: Ironic's provision states of a node out of service until someone fixes it.
-IRONIC_FAILED: Final = frozenset({"clean failed", "deploy failed", "error"})
 #: Longest provision state stored (``nodes.backend_state``).
 _STATE_LENGTH: Final = 32
 #: How many nodes are created per transaction.

@@ -1,4 +1,4 @@
-"""Ironic in memory, with :class:`~conductor.common.ironic.BaremetalClient`'s methods.
+"""Ironic in memory, with :class:`~conductor.common.ironic.client.BaremetalClient`'s methods.
 
 It behaves the way a real Ironic 39 does where ringfleet depends on it, and
 ``tests/functional/test_ironic_contract.py`` runs the same cases on it and
@@ -10,7 +10,7 @@ on a real standalone Ironic to keep it so:
   claim; from ``error`` and ``deploy failed`` as from ``active``;
 * while one of its tasks runs (``deploying``, ``deleting``, ``cleaning``) a
   write to the node is refused with 409 "locked"
-  (:class:`~conductor.common.ironic.IronicNodeLocked`);
+  (:class:`~conductor.common.ironic.client.IronicNodeLocked`);
 * a second claim is refused with 409 (:class:`IronicClaimConflict`), an
   unknown node is :class:`IronicNodeGone` (404);
 * :meth:`FakeIronic.restart` fails what a restart interrupts, as Ironic's
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from conductor.common.exception import ServiceUnavailable
-from conductor.common.ironic import (
+from conductor.common.ironic.client import (
     IronicClaimConflict,
     IronicNode,
     IronicNodeGone,

@@ -2,7 +2,9 @@
 
 :func:`register_opts` registers everything an agent reads: the shared groups
 of :mod:`conductor.common.conf` (``[DEFAULT]``, ``[coordination]``,
-``[ring]``, ``[metrics]``) and the agent's own.  The conductor's groups
+``[ring]``, ``[metrics]``), the agent's own, and the simulator's
+(``[simulated_driver]``, kept with the simulator in
+:mod:`compute_agent.drivers.simulated.conf`).  The conductor's groups
 (``[conductor]``, ``[database]``, ``[scheduler]``) are never registered here.
 """
 
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from compute_agent.conf import agent, simulated
+from compute_agent.conf import agent
+from compute_agent.drivers.simulated import conf as simulated_conf
 from conductor.common import conf as common_conf
 
 __all__ = ["register_opts"]
@@ -20,4 +23,4 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register every option group a compute agent reads."""
     common_conf.register_opts(conf)
     agent.register_opts(conf)
-    simulated.register_opts(conf)
+    simulated_conf.register_opts(conf)

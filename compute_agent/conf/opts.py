@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from compute_agent.conf import agent, simulated
+from compute_agent.conf import agent
+from compute_agent.drivers.simulated import conf as simulated_conf
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
     """The compute agent's own option groups."""
     return [
         (agent.group, list(agent.opts)),
-        (simulated.group, list(simulated.opts)),
+        (simulated_conf.group, list(simulated_conf.opts)),
     ]

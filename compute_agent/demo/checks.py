@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compute_agent.drivers.action_log import check_fencing, read_log
+from compute_agent.drivers.simulated.action_log import check_fencing, read_log
 from conductor.common.exception import ActionLogError
 from conductor.common.objects import VmState
 

@@ -2,13 +2,12 @@
 
 The agent talks to every back end through :class:`ComputeDriver`, loaded by
 name from the ``ringfleet.compute.drivers`` entry points with
-:func:`load_driver`; ``simulated`` is the built-in default.
+:func:`load_driver`; ``simulated`` (the simulator) is the default.
 """
 
 from __future__ import annotations
 
 from compute_agent.drivers.base import (
-    BUILTIN_DRIVERS,
     DRIVER_NAMESPACE,
     POWER_TARGETS,
     ActionContext,
@@ -21,7 +20,6 @@ from compute_agent.drivers.base import (
 )
 
 __all__ = [
-    "BUILTIN_DRIVERS",
     "DRIVER_NAMESPACE",
     "POWER_TARGETS",
     "ActionContext",

@@ -9,29 +9,26 @@ agents ever acted on one node with overlapping ownership (design invariant 1).
 Back ends (the simulator, and later Ironic or Redfish) register a
 :class:`ComputeDriver` subclass in the ``ringfleet.compute.drivers``
 entry-point namespace and are chosen by name, so adding one never touches the
-agent.  When the package's entry points are not installed (a source checkout
-used without ``pip install``), the built-in drivers are found by name.
+agent.  ringfleet's own drivers are registered there too (``pyproject.toml``)
+and found only there (:mod:`conductor.common.plugins`).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
 import logging
 from collections.abc import Callable, Sequence
-from importlib.metadata import EntryPoint
 from typing import Any, Final, Literal, get_args
 
 from oslo_config import cfg
-from stevedore import named
 from stevedore.extension import ExtensionManager
 
-from conductor.common.exception import ConfigurationError, FieldError, InvalidInput
+from conductor.common import plugins
+from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = [
-    "BUILTIN_DRIVERS",
     "DRIVER_NAMESPACE",
     "POWER_TARGETS",
     "ActionContext",
@@ -47,12 +44,6 @@ LOG = logging.getLogger(__name__)
 
 #: entry-point namespace of compute drivers
 DRIVER_NAMESPACE: Final = "ringfleet.compute.drivers"
-
-#: drivers shipped with ringfleet: name -> "module:Class" (found without entry points)
-BUILTIN_DRIVERS: Final = {
-    "simulated": "compute_agent.drivers.simulated:SimulatedDriver",
-    "ironic": "compute_agent.drivers.ironic:IronicDriver",
-}
 
 #: what :meth:`ComputeDriver.set_power` can be asked to do
 PowerTarget = Literal["power on", "power off", "reboot"]
@@ -268,79 +259,18 @@ def load_driver(
         name, a name registered twice, a plugin that fails to import, is not a
         :class:`ComputeDriver` subclass or fails to start
     """
-    if manager is None:
-        manager = _entry_points(name)
-    found = [ext for ext in manager if ext.name == name]
-    if len(found) > 1:
-        sources = ", ".join(_source(ext.entry_point) for ext in found)
-        raise ConfigurationError(
-            _GROUP, _OPTION, f"driver {name} is registered more than once ({sources})"
-        )
-    plugin: object
-    if found:
-        plugin = found[0].plugin
-    elif name in BUILTIN_DRIVERS:
-        LOG.debug("Driver %s is not installed as an entry point; using the built-in", name)
-        plugin = _import_builtin(name)
-    else:
-        known = sorted({ext.name for ext in manager} | set(BUILTIN_DRIVERS))
-        raise ConfigurationError(
-            _GROUP,
-            _OPTION,
-            f"unknown driver {name!r} (none in entry-point namespace {DRIVER_NAMESPACE}; "
-            f"known: {', '.join(known)})",
-        )
-    if not (isinstance(plugin, type) and issubclass(plugin, ComputeDriver)):
-        raise ConfigurationError(
-            _GROUP,
-            _OPTION,
-            f"driver {name} is {plugin!r}, not a subclass of "
-            f"{ComputeDriver.__module__}.{ComputeDriver.__qualname__}",
-        )
-    try:
-        driver = plugin(conf, host)
-    except ConfigurationError:
-        raise  # the driver's own options are wrong: that error names them
-    except Exception as exc:
-        raise ConfigurationError(
-            _GROUP, _OPTION, f"driver {name} failed to start: {type(exc).__name__}: {exc}"
-        ) from exc
+    (plugin,) = plugins.find(
+        DRIVER_NAMESPACE, [name], group=_GROUP, option=_OPTION, kind="driver", manager=manager
+    ).values()
+    driver = plugins.instantiate(
+        plugin,
+        name,
+        ComputeDriver,  # type: ignore[type-abstract]  # only checked against, never called
+        conf,
+        host,
+        group=_GROUP,
+        option=_OPTION,
+        kind="driver",
+    )
     LOG.info("Agent %s uses compute driver %s (%s)", host, name, type(driver).__qualname__)
     return driver
-
-
-def _source(entry_point: EntryPoint | None) -> str:
-    return entry_point.value if entry_point is not None else "<test extension>"
-
-
-def _import_builtin(name: str) -> object:
-    module_name, _, attribute = BUILTIN_DRIVERS[name].partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except Exception as exc:  # a broken checkout must still name the option
-        raise ConfigurationError(
-            _GROUP,
-            _OPTION,
-            f"cannot load built-in driver {name} ({BUILTIN_DRIVERS[name]}): "
-            f"{type(exc).__name__}: {exc}",
-        ) from exc
-
-
-def _entry_points(name: str) -> ExtensionManager[Any]:
-    def failed(
-        _manager: ExtensionManager[Any], entry_point: EntryPoint, error: BaseException
-    ) -> None:
-        raise ConfigurationError(
-            _GROUP,
-            _OPTION,
-            f"cannot load driver {entry_point.name} ({entry_point.value}) from "
-            f"{DRIVER_NAMESPACE}: {type(error).__name__}: {error}",
-        ) from error
-
-    return named.NamedExtensionManager(
-        DRIVER_NAMESPACE,
-        names=[name],
-        invoke_on_load=False,
-        on_load_failure_callback=failed,
-        on_missing_entrypoints_callback=lambda _missing: None,
-    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from conductor.common import conf as common_conf
-from conductor.common.conf import ironic
+from conductor.common.ironic import conf as ironic_conf
 from conductor.conf import conductor, database, scheduler
 
 __all__ = ["register_opts"]
@@ -28,4 +28,4 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     scheduler.register_opts(conf)
     # The inventory sync reads [ironic] (agents register it only with the
     # ironic driver).
-    ironic.register_opts(conf)
+    ironic_conf.register_opts(conf)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.common.conf import ironic
+from conductor.common.ironic import conf as ironic_conf
 from conductor.conf import conductor, database, scheduler
 
 
@@ -16,5 +16,5 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
         (database.group, list(database.opts)),
         (scheduler.group, list(scheduler.opts)),
         # Shared with the agents of the ironic driver, listed once, here.
-        (ironic.group, ironic.list_opts()),
+        (ironic_conf.group, ironic_conf.list_opts()),
     ]

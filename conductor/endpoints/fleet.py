@@ -15,6 +15,7 @@ import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common.exception import FieldError, InvalidInput, ServiceUnavailable
+from conductor.common.ironic import states as ironic_states
 from conductor.common.objects import VmState
 from conductor.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.db import fleet_report
@@ -22,7 +23,7 @@ from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
-from conductor.ironic_sync import IRONIC_ACTIVE, IRONIC_FAILED, REMOVED_REASON
+from conductor.ironic_sync import REMOVED_REASON
 from conductor.rpcapi import API_VERSION
 from hashring.membership import MembershipView, State
 
@@ -298,8 +299,8 @@ class FleetEndpoint:
         with ringfleet's records."""
         total, mismatches = fleet_report.back_end_mismatches(
             self._db,
-            active_state=IRONIC_ACTIVE,
-            failed_states=IRONIC_FAILED,
+            active_state=ironic_states.ACTIVE,
+            failed_states=ironic_states.FAILED,
             retired_reason=REMOVED_REASON,
         )
         problems = [_back_end_problem(mismatch) for mismatch in mismatches]
@@ -321,7 +322,7 @@ def _back_end_problem(item: fleet_report.BackEndMismatch) -> Problem:
     elif item.reason == fleet_report.NOT_DEPLOYED:
         what = f"instance {item.instance_uuid} is active, " + (
             f"Ironic shows its node {item.backend_state}"
-            if item.backend_state != IRONIC_ACTIVE
+            if item.backend_state != ironic_states.ACTIVE
             else "its node is not claimed by it in Ironic"
         )
     else:

@@ -53,7 +53,6 @@ from conductor.scheduler.request import RequestSpec
 
 __all__ = [
     "ALWAYS_APPLIED",
-    "BUILTIN_FILTERS",
     "AvailabilityFilter",
     "BaseFilter",
     "CapabilitiesFilter",
@@ -174,11 +173,3 @@ class CapabilitiesFilter(BaseFilter):
             expression.matches(capabilities.get(key))
             for key, expression in request.capabilities.items()
         )
-
-
-#: the configurable filters shipped with ringfleet, by name (also registered
-#: as entry points; used directly when the package's entry points are not
-#: installed, e.g. in a source checkout)
-BUILTIN_FILTERS: dict[str, type[BaseFilter]] = {
-    cls.name: cls for cls in (TraitsFilter, CapabilitiesFilter)
-}

@@ -4,9 +4,8 @@ Operators extend the scheduler by installing a package that registers
 classes in the ``ringfleet.scheduler.filters`` or
 ``ringfleet.scheduler.weighers`` entry-point namespace and naming them in
 ``[scheduler] enabled_filters`` / ``weighers``.  ringfleet's own filters and
-weighers are registered the same way; when the package's entry points are not
-installed (a source checkout used without ``pip install``), the built-in
-classes are found by name instead.
+weighers are registered the same way, and found only there
+(:mod:`conductor.common.plugins`).
 
 Loading is all or nothing: an unknown name, a plugin that fails to import or
 to instantiate, or one that is not a :class:`BaseFilter` /
@@ -23,17 +22,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from importlib.metadata import EntryPoint
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from stevedore import named
 from stevedore.extension import ExtensionManager
 
+from conductor.common import plugins as common_plugins
 from conductor.common.exception import ConfigurationError
 from conductor.scheduler import nova
-from conductor.scheduler.filters import ALWAYS_APPLIED, BUILTIN_FILTERS, BaseFilter
-from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
+from conductor.scheduler.filters import ALWAYS_APPLIED, BaseFilter
+from conductor.scheduler.weighers import BaseWeigher
 
 __all__ = ["FILTER_NAMESPACE", "WEIGHER_NAMESPACE", "load_filters", "load_weighers"]
 
@@ -80,16 +78,14 @@ def load_filters(
                 "list only the filters applied after "
                 + ", ".join(cls.name for cls in ALWAYS_APPLIED),
             )
-    plugins = _load(
+    return _load(
         FILTER_NAMESPACE,
         names,
         manager,
-        builtins=BUILTIN_FILTERS,
         base=BaseFilter,
         option=option,
         by_path=lambda path: nova.load_nova_filter(path, per_node=path in per_node),
     )
-    return [_instantiate(plugin, name, BaseFilter, option) for name, plugin in plugins]
 
 
 def load_weighers(
@@ -106,16 +102,14 @@ def load_weighers(
         ``weigher_multipliers``
     """
     option = "weighers"
-    plugins = _load(
+    weighers = _load(
         WEIGHER_NAMESPACE,
         names,
         manager,
-        builtins=BUILTIN_WEIGHERS,
         base=BaseWeigher,
         option=option,
         by_path=nova.load_nova_weigher,
     )
-    weighers = [_instantiate(plugin, name, BaseWeigher, option) for name, plugin in plugins]
     multipliers = dict(multipliers or {})
     unknown = sorted(set(multipliers) - set(names))
     if unknown:
@@ -145,77 +139,29 @@ def _load(
     names: Sequence[str],
     manager: ExtensionManager[Any] | None,
     *,
-    builtins: Mapping[str, type[T]],
     base: type[T],
     option: str,
     by_path: Callable[[str], object],
-) -> list[tuple[str, object]]:
+) -> list[T]:
     duplicates = sorted({name for name in names if list(names).count(name) > 1})
     if duplicates:
         raise ConfigurationError(_GROUP, option, f"listed twice: {', '.join(duplicates)}")
-    plugin_names = [name for name in names if not nova.is_import_path(name)]
-    if manager is None:
-        manager = _entry_points(namespace, plugin_names, option)
-    found: dict[str, object] = {}
-    for extension in manager:
-        found.setdefault(extension.name, extension.plugin)
-    plugins: list[tuple[str, object]] = []
-    missing: list[str] = []
-    for name in names:
-        if nova.is_import_path(name):
-            plugins.append((name, by_path(name)))
-        elif name in found:
-            plugins.append((name, found[name]))
-        elif name in builtins:
-            LOG.debug("%s %s is not installed as an entry point; using the built-in", option, name)
-            plugins.append((name, builtins[name]))
-        else:
-            missing.append(name)
-    if missing:
-        known = sorted(set(found) | set(builtins))
-        raise ConfigurationError(
-            _GROUP,
-            option,
-            f"unknown {base.__name__[4:].lower()}(s) {', '.join(missing)} "
-            f"(none in entry-point namespace {namespace}; known: {', '.join(known)})",
-        )
-    return plugins
-
-
-def _entry_points(namespace: str, names: Iterable[str], option: str) -> ExtensionManager[Any]:
-    def failed(
-        _manager: ExtensionManager[Any], entry_point: EntryPoint, error: BaseException
-    ) -> None:
-        raise ConfigurationError(
-            _GROUP,
-            option,
-            f"cannot load {entry_point.name} ({entry_point.value}) from {namespace}: "
-            f"{type(error).__name__}: {error}",
-        ) from error
-
-    return named.NamedExtensionManager(
+    kind = base.__name__.removeprefix("Base").lower()  # filter, weigher
+    found = common_plugins.find(
         namespace,
-        names=list(names),
-        invoke_on_load=False,
-        name_order=True,
-        on_load_failure_callback=failed,
-        on_missing_entrypoints_callback=lambda _missing: None,
+        [name for name in names if not nova.is_import_path(name)],
+        group=_GROUP,
+        option=option,
+        kind=kind,
+        manager=manager,
     )
-
-
-def _instantiate(plugin: object, name: str, base: type[T], option: str) -> T:
-    if not (isinstance(plugin, type) and issubclass(plugin, base)):
-        raise ConfigurationError(
-            _GROUP,
-            option,
-            f"{name} is {plugin!r}, not a subclass of {base.__module__}.{base.__qualname__}",
+    instances = []
+    for name in names:
+        plugin = by_path(name) if nova.is_import_path(name) else found[name]
+        instance = common_plugins.instantiate(
+            plugin, name, base, group=_GROUP, option=option, kind=kind
         )
-    try:
-        instance = plugin()
-    except Exception as exc:
-        raise ConfigurationError(
-            _GROUP, option, f"{name} failed to start: {type(exc).__name__}: {exc}"
-        ) from exc
-    if instance.name != name:
-        LOG.debug("%s %s is the class named %s", option, name, instance.name)
-    return instance
+        if instance.name != name:
+            LOG.debug("%s %s is the class named %s", option, name, instance.name)
+        instances.append(instance)
+    return instances

@@ -43,6 +43,7 @@ from oslo_config import cfg
 
 from conductor.common.exception import Conflict, NodeNotFound
 from conductor.common.objects import Flavor, Node, Ownership, ProvisionState
+from conductor.conf import scheduler as scheduler_conf
 from conductor.db import allocations
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
@@ -51,7 +52,7 @@ from conductor.scheduler import plugins, source
 from conductor.scheduler.capabilities import CapabilityExpression
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import evolve
-from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
+from conductor.scheduler.filters import BaseFilter
 from conductor.scheduler.index import NodeIndex, is_free
 from conductor.scheduler.request import (
     RequestSpec,
@@ -59,7 +60,7 @@ from conductor.scheduler.request import (
     parse_flavor_capabilities,
     request_key,
 )
-from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
+from conductor.scheduler.weighers import BaseWeigher
 
 __all__ = ["Scheduler"]
 
@@ -104,9 +105,9 @@ class Scheduler:
     ) -> None:
         self._db = db
         if filters is None:
-            filters = [cls() for cls in BUILTIN_FILTERS.values()]
+            filters = plugins.load_filters(scheduler_conf.DEFAULT_FILTERS)
         if weighers is None:
-            weighers = [cls() for cls in BUILTIN_WEIGHERS.values()]
+            weighers = plugins.load_weighers(scheduler_conf.DEFAULT_WEIGHERS)
         self._chooser = Chooser(filters, weighers, rng)
         # Hints split the verdict caches only when a cached verdict may depend on them.
         self._hints_in_key = any(f.per_profile and f.reads_hints for f in filters)

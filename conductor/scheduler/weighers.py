@@ -35,7 +35,6 @@ from conductor.common.objects import Node
 from conductor.scheduler.request import RequestSpec
 
 __all__ = [
-    "BUILTIN_WEIGHERS",
     "BaseWeigher",
     "SpreadWeigher",
     "WeighingContext",
@@ -100,10 +99,6 @@ class SpreadWeigher(BaseWeigher):
         if node.owner is None:
             return 0.0
         return -float(context.allocations.get(node.owner, 0))
-
-
-#: the weighers shipped with ringfleet, by name (also registered as entry points)
-BUILTIN_WEIGHERS: dict[str, type[BaseWeigher]] = {SpreadWeigher.name: SpreadWeigher}
 
 
 def normalize(weights: Sequence[float]) -> list[float]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from compute_agent.drivers.action_log import Action, check_fencing, read_log
+from compute_agent.drivers.simulated.action_log import Action, check_fencing, read_log
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
 from tests.dbutil import fresh_database, migrated

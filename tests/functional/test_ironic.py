@@ -21,8 +21,8 @@ import pytest
 from oslo_config import cfg
 
 from compute_agent.drivers.base import ActionContext, load_driver
-from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import NodeNotBuildable
+from conductor.common.ironic import conf as ironic_conf
 from conductor.common.objects import Node
 from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
 from tests.harness import wait_for

@@ -19,9 +19,9 @@ from typing import Any, Protocol
 import pytest
 from oslo_config import cfg
 
-from compute_agent.drivers.ironic import states
-from conductor.common.conf import ironic as ironic_conf
-from conductor.common.ironic import (
+from conductor.common.ironic import conf as ironic_conf
+from conductor.common.ironic import states
+from conductor.common.ironic.client import (
     BaremetalClient,
     IronicClaimConflict,
     IronicNode,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from oslo_config import cfg
 
-from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers import ActionContext
-from compute_agent.drivers.action_log import Action, ActionLog, check_fencing, read_log
 from compute_agent.drivers.simulated import SimulatedDriver
+from compute_agent.drivers.simulated import conf as simulated_conf
+from compute_agent.drivers.simulated.action_log import Action, ActionLog, check_fencing, read_log
 from conductor.common.exception import ActionLogError
 from conductor.common.objects import Node
 

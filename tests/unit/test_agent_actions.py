@@ -21,10 +21,10 @@ import pytest
 from oslo_config import cfg
 
 from compute_agent.actions import PROGRESS_EVERY, NodeActions
-from compute_agent.conf import simulated as simulated_conf
 from compute_agent.drivers import ActionContext
-from compute_agent.drivers.action_log import Action, check_fencing, read_log
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
+from compute_agent.drivers.simulated import conf as simulated_conf
+from compute_agent.drivers.simulated.action_log import Action, check_fencing, read_log
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import Conflict, InvalidInput, NodeNotBuildable, NotOwner

@@ -16,10 +16,10 @@ from compute_agent.cmd import agent as agent_cmd
 from compute_agent.conf import opts as agent_opts
 from conductor import conf as conductor_conf
 from conductor.cmd import conductor as conductor_cmd
-from conductor.common.conf import ironic as ironic_conf
 from conductor.common.conf import opts as common_opts
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, RingfleetError
+from conductor.common.ironic import conf as ironic_conf
 from conductor.common.prepare import prepare_service
 from conductor.conf import opts as conductor_opts
 

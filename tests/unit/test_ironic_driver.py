@@ -30,7 +30,6 @@ from oslo_config import cfg
 from compute_agent.actions import NodeActions
 from compute_agent.drivers import ActionContext, BackendNode
 from compute_agent.drivers.ironic.driver import IronicDriver
-from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
     ActionAbandoned,
     DriverError,
@@ -38,18 +37,17 @@ from conductor.common.exception import (
     NotOwner,
     ServiceUnavailable,
 )
-from conductor.common.ironic import (
-    BaremetalClient,
-    IronicClaimConflict,
-    power_state_of,
-    provision_state_of,
-)
+from conductor.common.ironic import conf as ironic_conf
+from conductor.common.ironic.client import BaremetalClient, IronicClaimConflict
+from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, PowerState, ProvisionState
 from tests.fake_ironic import FakeIronic, FakeNode
 from tests.harness import wait_for
 
 HOST = "agent-1"
 EPOCH = 4
+#: the logger of the Ironic client (conductor/common/ironic/client.py)
+CLIENT_LOGGER = "conductor.common.ironic.client"
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -813,15 +811,13 @@ def test_client_logs_one_warning_while_down_and_one_info_when_back(
         ks_exceptions.ConnectFailure("refused"),
         _http(openstack.exceptions.HttpException, 503, "no conductor"),
     ]
-    with caplog.at_level(logging.INFO, logger="conductor.common.ironic"):
+    with caplog.at_level(logging.INFO, logger=CLIENT_LOGGER):
         for _ in range(2):
             with pytest.raises(ServiceUnavailable):
                 client.get_node("n-1", action="inspect")
         client.get_node("n-1", action="inspect")
         client.get_node("n-1", action="inspect")
-    records = [
-        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "conductor.common.ironic"
-    ]
+    records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == CLIENT_LOGGER]
     assert records == [
         (logging.WARNING, "Ironic unavailable: Ironic at http://x unreachable: refused"),
         (logging.INFO, "Ironic at http://x answers again"),
@@ -1031,7 +1027,7 @@ def test_client_takes_no_answer_to_a_request_sent_before_the_outage_as_ironic_ba
         return original(*args, **kwargs)
 
     proxy.get = slow_get  # type: ignore[method-assign]
-    with caplog.at_level(logging.INFO, logger="conductor.common.ironic"):
+    with caplog.at_level(logging.INFO, logger=CLIENT_LOGGER):
         early = threading.Thread(target=client.get_node, args=("n-1",), kwargs={"action": "a"})
         early.start()
         assert sent.wait(5)
@@ -1043,5 +1039,5 @@ def test_client_takes_no_answer_to_a_request_sent_before_the_outage_as_ironic_ba
         early.join(5)  # the answer to the early request arrives
         assert client._down is True
         client.get_node("n-1", action="inspect")  # sent after: Ironic is back
-    records = [r.levelno for r in caplog.records if r.name == "conductor.common.ironic"]
+    records = [r.levelno for r in caplog.records if r.name == CLIENT_LOGGER]
     assert records == [logging.WARNING, logging.INFO]

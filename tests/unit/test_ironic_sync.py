@@ -15,7 +15,7 @@ from oslo_config import cfg
 from sqlalchemy import event, select, update
 
 from conductor import conf as conductor_conf
-from conductor.common.ironic import IronicNode
+from conductor.common.ironic.client import IronicNode
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.db import fleet_report, nodes, ownership
 from conductor.db.engine import Database

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -10,7 +11,6 @@ from conductor.common.exception import InvalidInput
 from conductor.common.objects import Flavor, Node, ProvisionState
 from conductor.scheduler.filters import (
     ALWAYS_APPLIED,
-    BUILTIN_FILTERS,
     AvailabilityFilter,
     BaseFilter,
     CapabilitiesFilter,
@@ -74,7 +74,12 @@ def test_always_applied_order_and_names() -> None:
         "LiveOwnerFilter",
         "RetryFilter",
     ]
-    assert sorted(BUILTIN_FILTERS) == ["CapabilitiesFilter", "TraitsFilter"]
+    # The configurable ones are declared once, as entry points.
+    declared = entry_points(group="ringfleet.scheduler.filters")
+    assert {ep.name: ep.load() for ep in declared} == {
+        "CapabilitiesFilter": CapabilitiesFilter,
+        "TraitsFilter": TraitsFilter,
+    }
 
 
 @pytest.mark.parametrize(

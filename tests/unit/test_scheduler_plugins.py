@@ -1,4 +1,4 @@
-"""Loading filters and weighers: built-ins, stevedore entry points, errors, config."""
+"""Loading filters and weighers: ringfleet's own, stevedore entry points, errors, config."""
 
 from __future__ import annotations
 
@@ -58,10 +58,10 @@ def fake_manager(namespace: str, **plugins: object) -> ExtensionManager[object]:
     return ExtensionManager.make_test_instance(extensions, namespace=namespace)
 
 
-# -- built-ins ------------------------------------------------------------------------------
+# -- ringfleet's own, through its entry points ------------------------------------------------
 
 
-def test_builtins_load_by_name() -> None:
+def test_ringfleets_own_load_by_name() -> None:
     filters = load_filters(["CapabilitiesFilter", "TraitsFilter"])
     assert [type(f) for f in filters] == [CapabilitiesFilter, TraitsFilter]
     (weigher,) = load_weighers(["SpreadWeigher"], {"SpreadWeigher": "2.5"})
@@ -75,7 +75,9 @@ def test_builtins_load_by_name() -> None:
 
 
 def test_custom_filter_from_a_test_manager_is_applied(tmp_path: Path) -> None:
-    manager = fake_manager(FILTER_NAMESPACE, EvenNameFilter=EvenNameFilter)
+    manager = fake_manager(
+        FILTER_NAMESPACE, TraitsFilter=TraitsFilter, EvenNameFilter=EvenNameFilter
+    )
     filters = load_filters(["TraitsFilter", "EvenNameFilter"], manager=manager)
     assert [f.name for f in filters] == ["TraitsFilter", "EvenNameFilter"]
 
@@ -100,16 +102,38 @@ def test_custom_filter_from_a_test_manager_is_applied(tmp_path: Path) -> None:
         db.dispose()
 
 
-def test_entry_point_shadows_nothing_it_does_not_name() -> None:
+def test_names_are_looked_up_only_among_entry_points() -> None:
+    # No second list of ringfleet's own: a manager without TraitsFilter does not know it.
     manager = fake_manager(FILTER_NAMESPACE, EvenNameFilter=EvenNameFilter)
-    (traits,) = load_filters(["TraitsFilter"], manager=manager)  # falls back to the built-in
-    assert isinstance(traits, TraitsFilter)
+    with pytest.raises(ConfigurationError) as excinfo:
+        load_filters(["TraitsFilter"], manager=manager)
+    assert "unknown filter 'TraitsFilter'" in excinfo.value.reason
+    assert excinfo.value.reason.endswith("known: EvenNameFilter)")
+
+
+def test_a_filter_registered_twice_is_refused() -> None:
+    extensions = [
+        Extension(
+            "RackFilter",
+            EntryPoint("RackFilter", f"pkg{i}:Rack", FILTER_NAMESPACE),
+            EvenNameFilter,
+            None,
+        )  # type: ignore[arg-type]
+        for i in (1, 2)
+    ]
+    manager = ExtensionManager.make_test_instance(extensions, namespace=FILTER_NAMESPACE)
+    with pytest.raises(ConfigurationError) as excinfo:
+        load_filters(["RackFilter"], manager=manager)
+    assert excinfo.value.option == "enabled_filters"
+    assert "filter RackFilter is registered more than once (pkg1:Rack, pkg2:Rack)" in (
+        excinfo.value.reason
+    )
 
 
 @pytest.mark.parametrize(
     ("names", "plugins", "message"),
     [
-        (["NoSuchFilter"], {}, "unknown filter(s) NoSuchFilter"),
+        (["NoSuchFilter"], {}, "unknown filter 'NoSuchFilter'"),
         (["ResourceClassFilter"], {}, "ResourceClassFilter is always applied"),
         (["LiveOwnerFilter"], {}, "LiveOwnerFilter is always applied"),
         (["TraitsFilter", "TraitsFilter"], {}, "listed twice: TraitsFilter"),
@@ -130,18 +154,19 @@ def test_bad_filter_configuration_is_refused(
 @pytest.mark.parametrize(
     ("names", "multipliers", "option", "message"),
     [
-        (["Nope"], {}, "weighers", "unknown weigher(s) Nope"),
+        (["Nope"], {}, "weighers", "unknown weigher 'Nope'"),
         (["SpreadWeigher"], {"Other": "1"}, "weigher_multipliers", "not a configured weigher"),
         (["SpreadWeigher"], {"SpreadWeigher": "lots"}, "weigher_multipliers", "finite"),
         (["SpreadWeigher"], {"SpreadWeigher": "inf"}, "weigher_multipliers", "finite"),
-        (["TraitsFilter"], {}, "weighers", "unknown weigher(s) TraitsFilter"),
+        (["TraitsFilter"], {}, "weighers", "unknown weigher 'TraitsFilter'"),
     ],
 )
 def test_bad_weigher_configuration_is_refused(
     names: list[str], multipliers: dict[str, str], option: str, message: str
 ) -> None:
+    manager = fake_manager(WEIGHER_NAMESPACE, SpreadWeigher=SpreadWeigher)
     with pytest.raises(ConfigurationError) as excinfo:
-        load_weighers(names, multipliers, manager=fake_manager(WEIGHER_NAMESPACE))
+        load_weighers(names, multipliers, manager=manager)
     assert excinfo.value.option == option
     assert message in excinfo.value.reason
 
@@ -239,7 +264,7 @@ def test_an_entry_point_that_fails_to_import_is_a_configuration_error(
     with pytest.raises(ConfigurationError) as excinfo:
         load_filters(["MissingFilter"])
     assert excinfo.value.option == "enabled_filters"
-    assert "cannot load MissingFilter" in excinfo.value.reason
+    assert "cannot load filter MissingFilter" in excinfo.value.reason
     assert "ModuleNotFoundError" in excinfo.value.reason
 
 

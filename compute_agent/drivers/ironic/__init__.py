@@ -1,4 +1,8 @@
-"""The ``ironic`` compute driver: bare metal through OpenStack Ironic (:class:`IronicDriver`)."""
+"""The ``ironic`` compute driver: bare metal through OpenStack Ironic (:class:`IronicDriver`).
+
+The driver's client, its ``[ironic]`` options and Ironic's states are shared
+with the conductors' inventory sync, in :mod:`conductor.common.ironic`.
+"""
 
 from __future__ import annotations
 

@@ -46,21 +46,24 @@ from compute_agent.drivers.base import (
     ProgressCallback,
     validate_power_target,
 )
-from compute_agent.drivers.ironic import states
-from compute_agent.drivers.ironic.states import DeployStep, TeardownStep
-from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
     ActionAbandoned,
     DriverError,
     NodeNotBuildable,
     ServiceUnavailable,
 )
-from conductor.common.ironic import (
+from conductor.common.ironic import conf as ironic_conf
+from conductor.common.ironic import states
+from conductor.common.ironic.client import (
     BaremetalClient,
     IronicClaimConflict,
     IronicNode,
     IronicNodeGone,
     IronicNodeLocked,
+)
+from conductor.common.ironic.states import (
+    DeployStep,
+    TeardownStep,
     power_state_of,
     provision_state_of,
 )

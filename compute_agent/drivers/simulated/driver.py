@@ -3,12 +3,12 @@
 It behaves like hardware where it matters to the agent: deploys go through
 provision steps that take time, some deploys fail, power state changes, and
 a node is busy while an action runs on it.  Each node's state lives in a
-:class:`~compute_agent.drivers.node_store.NodeStore` -- with ``[simulated_driver]
+:class:`~compute_agent.drivers.simulated.node_store.NodeStore` -- with ``[simulated_driver]
 node_store`` set, one SQLite file shared by every agent process of a fleet,
 as real hardware is one machine seen by all -- seeded from the
 :class:`~conductor.common.objects.Node` the agent passes on first sight.  Which
 agent did what, under which epoch, when, goes to the shared action log
-(:mod:`compute_agent.drivers.action_log`), which is how the functional tests
+(:mod:`compute_agent.drivers.simulated.action_log`), which is how the functional tests
 check the single-owner invariant across agent processes.
 
 Failures are reproducible: whether a deploy fails, and at which step, is a
@@ -31,8 +31,6 @@ from typing import Any, Final
 
 from oslo_config import cfg
 
-from compute_agent.conf import simulated as simulated_conf
-from compute_agent.drivers.action_log import ActionLog
 from compute_agent.drivers.base import (
     ActionContext,
     BackendNode,
@@ -41,7 +39,9 @@ from compute_agent.drivers.base import (
     ProgressCallback,
     validate_power_target,
 )
-from compute_agent.drivers.node_store import SimulatedNode, open_store
+from compute_agent.drivers.simulated import conf as simulated_conf
+from compute_agent.drivers.simulated.action_log import ActionLog
+from compute_agent.drivers.simulated.node_store import SimulatedNode, open_store
 from conductor.common.exception import ConfigurationError, DriverError
 from conductor.common.objects import Node, PowerState, ProvisionState
 

@@ -2,15 +2,15 @@
 
 Both services talk to Ironic the same way, so the rules live here once:
 
-* every request is pinned to :data:`~conductor.common.conf.ironic.API_VERSION`;
+* every request is pinned to :data:`~conductor.common.ironic.conf.API_VERSION`;
 * no status-code retries: a lost claim (409) must fail in milliseconds, not
   after openstacksdk's default five retries (15.8 s measured);
 * Ironic's answers become ringfleet's errors here and nowhere else: an
   unreachable Ironic is :class:`ServiceUnavailable` (retryable), a node
   Ironic does not know or refuses to change is :class:`DriverError`;
 * nodes are read into :class:`IronicNode`, a frozen view of the fields
-  ringfleet uses, with Ironic's provision states mapped onto ringfleet's
-  (:func:`provision_state_of`).
+  ringfleet uses (what their states mean to ringfleet:
+  :mod:`conductor.common.ironic.states`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from keystoneauth1 import exceptions as ks_exceptions
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import ConfigurationError, DriverError, ServiceUnavailable
-from conductor.common.objects import PowerState, ProvisionState
+from conductor.common.ironic import conf as ironic_conf
 
 __all__ = [
     "NODE_FIELDS",
@@ -40,8 +39,6 @@ __all__ = [
     "IronicNode",
     "IronicNodeGone",
     "IronicNodeLocked",
-    "power_state_of",
-    "provision_state_of",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -73,67 +70,6 @@ _NODE_GET_FIELDS: Final = (*NODE_FIELDS, "provision_updated_at")
 
 #: openstacksdk's attribute names where they are not the API's.
 _SDK_NAMES: Final = {"uuid": "id", "maintenance": "is_maintenance", "instance_uuid": "instance_id"}
-
-_PS = ProvisionState
-#: Ironic's provision states, as ringfleet sees them.  A node hosting an
-#: instance (rescue, servicing) is active to ringfleet; one Ironic is still
-#: preparing (enroll, verifying) or an operator manages (inspection,
-#: adoption) is not schedulable; failures are errors.
-_PROVISION_STATES: Final[Mapping[str, ProvisionState]] = {
-    "enroll": _PS.ENROLL,
-    "verifying": _PS.ENROLL,
-    "manageable": _PS.MANAGEABLE,
-    "inspecting": _PS.MANAGEABLE,
-    "inspect wait": _PS.MANAGEABLE,
-    "inspect failed": _PS.MANAGEABLE,
-    "adopting": _PS.MANAGEABLE,
-    "adopt failed": _PS.MANAGEABLE,
-    "available": _PS.AVAILABLE,
-    "deploying": _PS.DEPLOYING,
-    "wait call-back": _PS.DEPLOYING,
-    "deploy hold": _PS.DEPLOYING,
-    "active": _PS.ACTIVE,
-    "rescuing": _PS.ACTIVE,
-    "rescue wait": _PS.ACTIVE,
-    "rescue": _PS.ACTIVE,
-    "rescue failed": _PS.ACTIVE,
-    "unrescuing": _PS.ACTIVE,
-    "unrescue failed": _PS.ACTIVE,
-    "servicing": _PS.ACTIVE,
-    "service wait": _PS.ACTIVE,
-    "service hold": _PS.ACTIVE,
-    "service failed": _PS.ACTIVE,
-    "deleting": _PS.DELETING,
-    "cleaning": _PS.CLEANING,
-    "clean wait": _PS.CLEANING,
-    "clean hold": _PS.CLEANING,
-    "deploy failed": _PS.ERROR,
-    "clean failed": _PS.ERROR,
-    "error": _PS.ERROR,
-}
-
-_POWER_STATES: Final[Mapping[str, PowerState]] = {
-    "power on": PowerState.ON,
-    "power off": PowerState.OFF,
-}
-
-
-def provision_state_of(ironic_state: str | None) -> ProvisionState:
-    """Ringfleet's provision state for Ironic's *ironic_state*.
-
-    A state this release does not know (a newer Ironic) is an error: the
-    node is then never scheduled until someone looks, instead of guessed at.
-    """
-    if ironic_state is None:  # Ironic before 1.2 called enroll "None"
-        return ProvisionState.AVAILABLE
-    return _PROVISION_STATES.get(ironic_state, ProvisionState.ERROR)
-
-
-def power_state_of(ironic_power: str | None) -> PowerState | None:
-    """Ringfleet's power state for Ironic's; ``None`` when unknown (fake nodes never powered)."""
-    if ironic_power is None:
-        return None
-    return _POWER_STATES.get(ironic_power)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
