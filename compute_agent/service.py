@@ -41,6 +41,13 @@ LOG = logging.getLogger(__name__)
 #: Seconds before retrying a reconcile the conductors' view was behind for.
 _RETRY_SOON = 0.5
 
+#: Seconds a stop may take beyond graceful_timeout (the wait for deployments):
+#: deliver the results, ask for the restart hold, leave the group.
+STOP_MARGIN = 20.0
+
+#: Of STOP_MARGIN, the seconds kept for leaving the group and closing.
+_LEAVE_S = 5.0
+
 
 class AgentService:
     """One compute agent process."""
@@ -68,6 +75,10 @@ class AgentService:
         self._resumed_generation = -1
         self.metrics = AgentMetrics(self.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
+        # Set once the RPC server has started (it waits for the broker).
+        self._serving = threading.Event()
+        #: What a stop is doing now (the runner names it past the deadline).
+        self.stop_step = "not stopping"
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -122,11 +133,15 @@ class AgentService:
             [endpoint],
             observe=self.metrics.rpc_served,
         )
+        # Serving first, then joining: an agent in the ring takes a share of
+        # the nodes at once, and one that cannot serve RPC (the broker is
+        # unreachable; start() waits for it) would hold them unusable.
+        self._server.start()
+        self._serving.set()
         self.membership.start()
         if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
             LOG.warning("Agent %s: not connected to the group yet; it keeps trying", self.host)
         self.metrics.membership_state(self.membership.state)
-        self._server.start()
         loops = [("reconciler", self._reconcile_loop)]
         if self._driver.polls_power:
             loops.append(("reporter", self._report_loop))
@@ -150,39 +165,59 @@ class AgentService:
     def wait_started(self, timeout: float) -> bool:
         return self._started.wait(timeout)
 
+    def stop_timeout(self) -> float:
+        return float(self.conf.compute_agent.graceful_timeout) + STOP_MARGIN
+
+    def _stop_server(self) -> None:
+        # Not before it started: oslo.messaging's stop would wait for a
+        # start that waits for the broker.
+        if self._server is not None and self._serving.is_set():
+            self.stop_step = "stopping the RPC server"
+            self._server.stop()
+            self._server.wait()
+
     def terminate(self, *, drain: bool = False) -> None:
-        """Graceful stop (see module doc); ``drain`` hands every node over first."""
+        """Graceful stop (see module doc); ``drain`` hands every node over first.
+
+        Each wait takes what is left of :meth:`stop_timeout`, keeping the last
+        seconds for leaving the group: a broker that does not answer costs
+        the results and the restart hold, never the leave.
+        """
         if not self._terminating.acquire(blocking=False):
             return
+        deadline = time.monotonic() + self.stop_timeout() - _LEAVE_S
         systemd.notify("STOPPING=1")
         LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
         if self.actions is not None:
             self.actions.stop_accepting()
-        if self._server is not None and not drain:
+        if not drain:
             # (A drain is requested over RPC: its own call must not wait for
             # the server to stop; the server stops after the hand-over.)
-            self._server.stop()
-            self._server.wait()
+            self._stop_server()
+        self.stop_step = "waiting for the deployments in flight"
         if self.actions is not None and not self.actions.wait_idle(
-            self.conf.compute_agent.graceful_timeout
+            min(self.conf.compute_agent.graceful_timeout, _left(deadline))
         ):
             LOG.warning(
                 "Agent %s leaves with %d actions still running", self.host, self.actions.in_flight()
             )
+        self.stop_step = "delivering build results to a conductor"
         if self._reporter is not None and not self._reporter.stop(
-            self.conf.compute_agent.conductor_timeout
+            min(self.conf.compute_agent.conductor_timeout, _left(deadline))
         ):
             LOG.warning("Agent %s leaves with build results not yet delivered", self.host)
         if drain and self.ownership is not None and self.membership.view is not None:
+            self.stop_step = "handing the nodes over (drain)"
             self.ownership.drain(self.membership.view)
-        if drain and self._server is not None:
-            self._server.stop()
-            self._server.wait()
+        if drain:
+            self._stop_server()
         self._stopped.set()
         self._wake.set()
+        self.stop_step = "stopping the reconciler"
         for thread in self._threads:
-            thread.join(10)
-        if not drain:
+            thread.join(min(10.0, _left(deadline)))
+        if not drain and _left(deadline) > 0:
+            self.stop_step = "asking a conductor for the restart hold"
             self._hold_for_restart()
         self._close(leave=True)
         LOG.info("Agent %s stopped", self.host)
@@ -191,8 +226,10 @@ class AgentService:
         """The last steps of any stop: membership (leaving the group or not),
         transport, metrics endpoint."""
         if self.membership is not None:
+            self.stop_step = "leaving the coordination group"
             self.membership.stop(leave=leave)
         if self._transport is not None:
+            self.stop_step = "closing the connection to the broker"
             self._transport.cleanup()
         self.metrics_server.stop()
 
@@ -221,9 +258,7 @@ class AgentService:
     def _shut_down_superseded(self) -> None:
         if self.actions is not None:
             self.actions.stop_accepting()
-        if self._server is not None:
-            self._server.stop()
-            self._server.wait()
+        self._stop_server()
         self._wake.set()
         self._close(leave=False)  # the entry is the survivor's now
         self._stopped.set()
@@ -495,3 +530,8 @@ class AgentService:
                     LOG.warning("Agent %s: state report failed: %s", self.host, exc)
                     break
                 reports.sent(chunk, out.get("stale", ()))
+
+
+def _left(deadline: float) -> float:
+    """Seconds until *deadline* (monotonic), never below 0."""
+    return max(0.0, deadline - time.monotonic())

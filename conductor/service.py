@@ -55,6 +55,10 @@ class ConductorService:
         self._ironic_sync: IronicInventorySync | None = None
         self.metrics = ConductorMetrics(conf.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
+        # Set once the RPC server has started (it waits for the broker).
+        self._serving = threading.Event()
+        #: What a stop is doing now (the runner names it past the deadline).
+        self.stop_step = "not stopping"
 
     def run(self) -> None:
         """Start serving; return after :meth:`terminate`."""
@@ -148,6 +152,7 @@ class ConductorService:
         self.metrics.membership_state(self._membership.state)
         self._builds.start()
         self._server.start()
+        self._serving.set()
         sweeper = threading.Thread(target=self._sweep_loop, name="build-sweeper", daemon=True)
         sweeper.start()
         if self._ironic_sync is not None and conf.ironic.sync_interval:
@@ -185,20 +190,30 @@ class ConductorService:
     def wait_started(self, timeout: float) -> bool:
         return self._started.wait(timeout)
 
+    def stop_timeout(self) -> float:
+        return float(self.conf.conductor.graceful_timeout)
+
     def terminate(self) -> None:
         """Graceful stop, in order (safe to call from another thread, once)."""
         systemd.notify("STOPPING=1")
         LOG.info("Conductor %s stopping", self.conf.host)
-        if self._server is not None:
+        if self._server is not None and self._serving.is_set():
+            # Not before it started: oslo.messaging's stop would wait for a
+            # start that waits for the broker.
+            self.stop_step = "stopping the RPC server (the requests in flight)"
             self._server.stop()
             self._server.wait()
         if self._builds is not None:
+            self.stop_step = "stopping the build workers"
             self._builds.stop()  # then sends the accepts already handed to the senders
         if self._membership is not None:
+            self.stop_step = "leaving the coordination group"
             self._membership.stop(leave=False)
         if self._transport is not None:
+            self.stop_step = "closing the connection to the broker"
             self._transport.cleanup()
         if self.db is not None:
+            self.stop_step = "closing the database connections"
             self.db.dispose()
         self.metrics_server.stop()
         self._stopped.set()

@@ -1,11 +1,18 @@
-"""Running a service from a console script: signals, reload, ordered stop.
+"""Running a service from a console script: signals, reload, ordered stop on time.
 
 Signal handlers only set flags: stopping oslo.messaging inside a handler can
-hang, so the stop runs on the main thread while the service runs in its own.
+hang, so the stop runs on its own thread while the service runs in another.
+The stop has a deadline, the service's :meth:`Service.stop_timeout`: a step
+that cannot finish in time (a broker or database that does not answer) is
+abandoned with one WARNING naming it, and the process exits anyway.
+systemd's ``TimeoutStopSec`` is set above that deadline, so its SIGKILL is
+never the normal end of a stop.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
 import threading
@@ -15,6 +22,11 @@ from conductor.common.exception import ConfigurationError, RingfleetError
 
 __all__ = ["Service", "run_service"]
 
+LOG = logging.getLogger(__name__)
+
+#: Seconds run() gets to return once the stop is done.
+_RUN_RETURNS_S = 2.0
+
 
 class Service(Protocol):
     def run(self) -> None: ...
@@ -22,6 +34,15 @@ class Service(Protocol):
     def terminate(self) -> None: ...
 
     def reload(self) -> None: ...
+
+    def stop_timeout(self) -> float:
+        """Seconds a graceful stop may take before the process exits anyway."""
+        ...
+
+    @property
+    def stop_step(self) -> str:
+        """What the stop is doing now (named if the deadline passes)."""
+        ...
 
 
 def run_service(service: Service, prog: str) -> int:
@@ -56,6 +77,24 @@ def run_service(service: Service, prog: str) -> int:
             print(f"{prog}: {failure[0]}", file=sys.stderr)
             return 1
         raise failure[0]
-    service.terminate()
-    runner.join(10)
+    deadline = service.stop_timeout()
+    stopper = threading.Thread(target=service.terminate, name=f"{prog}-stop", daemon=True)
+    stopper.start()
+    stopper.join(deadline)
+    if stopper.is_alive():
+        _abandon(prog, deadline, service.stop_step)
+    # run() returns as soon as the stop is done, unless it is still starting
+    # (waiting for a dependency): a daemon thread, left behind.
+    runner.join(_RUN_RETURNS_S)
     return 0
+
+
+def _abandon(prog: str, deadline: float, step: str) -> None:
+    """Exit now: what the stop still waits for may never answer."""
+    LOG.warning(
+        "%s: stop not finished after %.0f s, still %s: exiting without it", prog, deadline, step
+    )
+    logging.shutdown()
+    # Not sys.exit: the interpreter would wait for the library threads that
+    # are stuck on the dependency (oslo.messaging's connection retries).
+    os._exit(0)

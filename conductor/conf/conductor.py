@@ -111,6 +111,20 @@ opts = [
             "worker calls the agent itself."
         ),
     ),
+    cfg.FloatOpt(
+        "graceful_timeout",
+        default=75.0,
+        min=1.0,
+        help=(
+            "Seconds a SIGTERM may take: the RPC requests in flight (an "
+            "'agent drain' call waits up to rpc_response_timeout), the build "
+            "workers' current items, then leaving. Whatever is not done by "
+            "then (a broker or database that does not answer) is abandoned "
+            "with one WARNING naming it, and the conductor exits; nothing is "
+            "lost, the next conductor resumes every stored build. Keep the "
+            "systemd stop timeout above it."
+        ),
+    ),
 ]
 
 

@@ -1,0 +1,79 @@
+"""A service's stop has a deadline: past it the process exits, naming what it waited for.
+
+The service runs as its own process under :func:`run_service`, as from its
+console script, and gets a real SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+
+from tests.harness.process import REPO
+
+_SERVICE = textwrap.dedent(
+    """
+    import logging, sys, threading, time
+    from conductor.common.runner import run_service
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+
+    class Service:
+        stop_step = "not stopping"
+
+        def __init__(self):
+            self.stopped = threading.Event()
+
+        def run(self):
+            print("serving", flush=True)
+            self.stopped.wait()
+
+        def stop_timeout(self):
+            return 2.0
+
+        def terminate(self):
+            self.stop_step = "waiting for a broker that never answers"
+            if {hang}:
+                threading.Event().wait()  # a dependency that never answers
+            self.stopped.set()
+
+        def reload(self):
+            pass
+
+    sys.exit(run_service(Service(), "svc"))
+    """
+)
+
+
+def _stop(hang: bool) -> tuple[int, str]:
+    with subprocess.Popen(
+        [sys.executable, "-c", _SERVICE.format(hang=hang)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None and proc.stdout.readline() == "serving\n"
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _out, stderr = proc.communicate(timeout=60)  # without the deadline: never
+        finally:
+            proc.kill()
+        return proc.returncode, stderr
+
+
+def test_a_stop_that_hangs_is_abandoned_at_its_deadline_with_one_warning() -> None:
+    code, stderr = _stop(hang=True)
+    assert code == 0
+    [warning] = [line for line in stderr.splitlines() if "WARNING" in line]
+    assert "svc: stop not finished after 2 s, still waiting for a broker that never answers" in (
+        warning
+    )
+
+
+def test_a_stop_that_finishes_says_nothing() -> None:
+    code, stderr = _stop(hang=False)
+    assert code == 0
+    assert "WARNING" not in stderr
