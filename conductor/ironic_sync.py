@@ -71,13 +71,13 @@ from typing import Any, Final
 
 from oslo_config import cfg
 
+from conductor.common.clock import utcnow
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.ironic import BaremetalClient, IronicNode, power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
-from conductor.db.models import utcnow
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
 __all__ = [
