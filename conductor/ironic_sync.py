@@ -71,6 +71,7 @@ from typing import Any, Final
 
 from oslo_config import cfg
 
+from conductor.common.clock import utcnow
 from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic.client import BaremetalClient, IronicNode
@@ -78,7 +79,6 @@ from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
-from conductor.db.models import utcnow
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
 __all__ = [

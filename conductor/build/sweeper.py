@@ -13,10 +13,10 @@ import logging
 
 from conductor.build.queue import BuildQueue
 from conductor.build.results import BuildResults
+from conductor.common.clock import utcnow
 from conductor.common.objects import Instance, VmState
 from conductor.db import instances
 from conductor.db.engine import Database
-from conductor.db.models import utcnow
 
 __all__ = ["BuildSweeper"]
 

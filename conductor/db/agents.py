@@ -7,6 +7,7 @@ conductor restart and agree between conductors, so it is stored.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping
 
@@ -24,7 +25,17 @@ __all__ = [
     "record_membership",
 ]
 
-AgentRecord = AgentModel
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """One agent as stored (see :class:`conductor.db.models.AgentModel`)."""
+
+    host: str
+    first_seen: datetime.datetime
+    last_seen: datetime.datetime
+    gone_since: datetime.datetime | None
+    restart_until: datetime.datetime | None
+    weight: float
 
 
 def record_membership(
@@ -115,6 +126,9 @@ def end_restart_hold(db: Database, host: str) -> None:
 
 
 @retry_on_dead_connection
-def list_agents(db: Database) -> list[AgentModel]:
-    with db.transaction() as session:
-        return list(session.scalars(select(AgentModel).order_by(AgentModel.host)))
+def list_agents(db: Database) -> list[AgentRecord]:
+    """Every agent ever seen, by host."""
+    columns = [getattr(AgentModel, field.name) for field in dataclasses.fields(AgentRecord)]
+    with db.read() as connection:
+        rows = connection.execute(select(*columns).order_by(AgentModel.host))
+        return [AgentRecord(*row) for row in rows]

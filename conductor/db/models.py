@@ -40,6 +40,22 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from conductor.common.clock import utcnow
+
+__all__ = [
+    "MYSQL_DIALECTS",
+    "AgentModel",
+    "Base",
+    "ExactString",
+    "FlavorModel",
+    "InstanceModel",
+    "NodeModel",
+    "binary_collation",
+    # The column defaults stamp with it; the database layer's modules import
+    # it from here.
+    "utcnow",
+]
+
 #: The dialect names of MySQL and MariaDB (``mysql+pymysql://`` or ``mariadb+pymysql://``).
 MYSQL_DIALECTS = ("mysql", "mariadb")
 
@@ -75,10 +91,6 @@ class ExactString(TypeDecorator[str]):
 # MySQL's DATETIME keeps whole seconds and its FLOAT is single precision.
 _Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), *MYSQL_DIALECTS)
 _Double = Float().with_variant(mysql.DOUBLE(asdecimal=False), *MYSQL_DIALECTS)
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):

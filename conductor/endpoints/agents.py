@@ -9,19 +9,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import oslo_messaging as messaging
-from sqlalchemy import or_, select, update
 
 from conductor.build import BuildLifecycle
 from conductor.common import checks
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.objects import inventory_entries
 from conductor.db import agents as agents_db
-from conductor.db import instances, ownership
+from conductor.db import instances, node_pages, node_states, ownership
 from conductor.db.engine import Database
-from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION
@@ -245,38 +243,23 @@ class AgentsEndpoint:
         page = payload.check_limit(limit, maximum=50_000)
         if not isinstance(columns, bool):
             raise InvalidInput([FieldError.about("columns", "must be true or false", columns)])
-        as_of = utcnow()
-        query = (
-            select(
-                NodeModel.uuid,
-                NodeModel.node_group,
-                NodeModel.owner,
-                NodeModel.owner_epoch,
-                NodeModel.instance_uuid,
-            )
-            .order_by(NodeModel.uuid)
-            .limit(page)
+        inventory = node_pages.inventory_page(
+            self._db,
+            limit=page,
+            groups=group_list,
+            changed_after=changed_after,
+            marker=None if marker is None else payload.check_uuid(marker, "marker"),
         )
-        if group_list is not None:
-            query = query.where(NodeModel.node_group.in_(group_list))
-        if changed_after is not None:
-            query = query.where(NodeModel.updated_at >= changed_after)
-        if marker is not None:
-            query = query.where(NodeModel.uuid > payload.check_uuid(marker, "marker"))
-        # A Core read, not a Session: at 100k nodes every agent reads the
-        # whole fleet at start, and the Session's bookkeeping was a third of it.
-        with self._db.read() as connection:
-            rows = connection.execute(query).all()
         found: dict[str, list[Any]] = {
-            "uuids": [row[0] for row in rows],
-            "groups": [row[1] for row in rows],
-            "owners": [row[2] for row in rows],
-            "epochs": [row[3] for row in rows],
-            "pinned": [row[4] is not None for row in rows],
+            "uuids": inventory.uuids,
+            "groups": inventory.groups,
+            "owners": inventory.owners,
+            "epochs": inventory.epochs,
+            "pinned": inventory.pinned,
         }
         if columns:
-            return {**found, "as_of": as_of.isoformat()}
-        return {"nodes": inventory_entries(found), "as_of": as_of.isoformat()}
+            return {**found, "as_of": inventory.as_of.isoformat()}
+        return {"nodes": inventory_entries(found), "as_of": inventory.as_of.isoformat()}
 
     def report_build_result(
         self,
@@ -393,56 +376,10 @@ class AgentsEndpoint:
         """Power/provision states of owned nodes, each fenced by its epoch."""
         agent = payload.check_host(host)
         reports = payload.check_node_states(states)
-        stale: list[str] = []
-        now = utcnow()
-        with self._db.transaction() as session:
-            # One read of every reported row, not one per report: an agent
-            # reports all its nodes every report_interval, and a query per
-            # node took 6-8 % of a busy conductor's time.
-            current = {
-                row.uuid: row
-                for start in range(0, len(reports), _STATE_READ_CHUNK)
-                for row in session.execute(
-                    select(
-                        NodeModel.uuid,
-                        NodeModel.owner,
-                        NodeModel.owner_epoch,
-                        NodeModel.power_state,
-                        NodeModel.provision_state,
-                    ).where(
-                        NodeModel.uuid.in_(
-                            [r["node_uuid"] for r in reports[start : start + _STATE_READ_CHUNK]]
-                        )
-                    )
-                )
-            }
-            for report in reports:
-                row = current.get(report["node_uuid"])
-                if row is None or row.owner != agent or row.owner_epoch != report["epoch"]:
-                    stale.append(report["node_uuid"])
-                    continue
-                values: dict[str, Any] = {
-                    column: report[column]
-                    for column in ("power_state", "provision_state")
-                    if report[column] is not None and report[column] != getattr(row, column)
-                }
-                # Only real changes touch the row: periodic reports of an
-                # unchanged fleet must not look like a fleet of changes to
-                # the schedulers' incremental index refresh.
-                if not values:
-                    continue
-                # The read above only skips what cannot apply; the write
-                # carries the fence itself: the row may have changed since.
-                session.execute(
-                    update(NodeModel)
-                    .where(
-                        NodeModel.uuid == report["node_uuid"],
-                        ownership.holds(ownership.Fence(agent, report["epoch"])),
-                        or_(*(getattr(NodeModel, c) != v for c, v in values.items())),
-                    )
-                    .values(**values, updated_at=now)
-                    .execution_options(synchronize_session=False)
-                )
+        # The checks return exactly a StateReport's keys.
+        stale = node_states.record_node_states(
+            self._db, agent, cast(list[node_states.StateReport], reports)
+        )
         if stale:
             LOG.warning(
                 "Agent %s reported %d nodes it does not own at that epoch: %s",
@@ -452,10 +389,6 @@ class AgentsEndpoint:
             )
         return {"accepted": len(reports) - len(stale), "stale": stale}
 
-
-#: Node rows read per query by report_node_states (under SQLite's
-#: variable limit).
-_STATE_READ_CHUNK = 500
 
 #: Build results in one ``report_build_results`` call.
 _MAX_RESULTS = 1000

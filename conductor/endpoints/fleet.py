@@ -14,13 +14,13 @@ from typing import Any, Final
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.common.clock import utcnow
 from conductor.common.exception import FieldError, InvalidInput, ServiceUnavailable
 from conductor.common.ironic import states as ironic_states
 from conductor.common.objects import VmState
 from conductor.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.db import fleet_report
 from conductor.db.engine import Database
-from conductor.db.models import utcnow
 from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON

@@ -5,7 +5,8 @@ Modules, by responsibility:
 * :mod:`~conductor.scheduler.scheduler` -- :class:`Scheduler`, the entry
   point: decision, compare-and-swap allocation, index coherence;
 * :mod:`~conductor.scheduler.index` -- the in-memory index of nodes;
-* :mod:`~conductor.scheduler.source` -- the lean database reads that fill it;
+* :mod:`~conductor.scheduler.source` -- the index's nodes, decoded from the
+  database layer's lean reads (:mod:`conductor.db.node_pages`);
 * :mod:`~conductor.scheduler.decide` -- choosing from the index, and
   explaining a "no valid node";
 * :mod:`~conductor.scheduler.filters` and :mod:`~conductor.scheduler.weighers`

@@ -41,13 +41,13 @@ from typing import Any
 
 from oslo_config import cfg
 
+from conductor.common.clock import utcnow
 from conductor.common.exception import Conflict, NodeNotFound
 from conductor.common.objects import Flavor, Node, Ownership, ProvisionState
 from conductor.conf import scheduler as scheduler_conf
 from conductor.db import allocations
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
-from conductor.db.models import utcnow
 from conductor.scheduler import plugins, source
 from conductor.scheduler.capabilities import CapabilityExpression
 from conductor.scheduler.decide import Chooser

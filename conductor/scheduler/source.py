@@ -1,20 +1,16 @@
-"""Reading nodes for the scheduler's index: lean, paged, read-only queries.
+"""Nodes for the scheduler's index, from the database layer's lean node rows.
 
 Why not :func:`conductor.db.nodes.iter_nodes`: it loads ORM objects and
 parses every row's JSON, about 4 s for 100,000 nodes on a small machine,
-while a conductor must (re)build its index in well under a second.  This
-module selects plain columns (JSON as text), decodes each distinct traits
-or properties text once and shares the result between the nodes that have
-it (most of a fleet has a handful of hardware profiles), and maps state
-strings to their enums with a table.  The resulting :class:`Node` objects
-equal what :func:`conductor.db.nodes.to_node` gives for the same rows, except
-that the timestamps are not read (``created_at`` and ``updated_at`` are
-``None``; parsing them is a tenth of a read) and the mappings are read-only.
-
-Pages are separate short transactions (on SQLite every transaction takes the
-write lock), so a full read is not one snapshot; the index's next
-incremental refresh, which re-reads from before the full read started,
-makes up for that.
+while a conductor must (re)build its index in well under a second.  The rows
+come from :mod:`conductor.db.node_pages` (plain columns, JSON as text, in
+pages of short transactions); this module decodes each distinct traits or
+properties text once and shares the result between the nodes that have it
+(most of a fleet has a handful of hardware profiles), and maps state strings
+to their enums with a table.  The resulting :class:`Node` objects equal what
+:func:`conductor.db.nodes.to_node` gives for the same rows, except that the
+timestamps are not read (``created_at`` and ``updated_at`` are ``None``;
+parsing them is a tenth of a read) and the mappings are read-only.
 """
 
 from __future__ import annotations
@@ -25,11 +21,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Text, and_, cast, or_, select
-
 from conductor.common.objects import Node, PowerState, ProvisionState
+from conductor.db import node_pages
 from conductor.db.engine import Database
-from conductor.db.models import NodeModel
 from conductor.scheduler.fastnode import new_node
 
 __all__ = ["CapabilitiesKey", "NodeDecoder", "load_all", "load_changed"]
@@ -37,26 +31,6 @@ __all__ = ["CapabilitiesKey", "NodeDecoder", "load_all", "load_changed"]
 #: a node's capabilities as a sorted tuple of (key, value): hashable
 CapabilitiesKey = tuple[tuple[str, str], ...]
 
-_PAGE = 5000
-
-_COLUMNS = (
-    NodeModel.id,
-    NodeModel.uuid,
-    NodeModel.name,
-    NodeModel.resource_class,
-    cast(NodeModel.traits, Text),
-    cast(NodeModel.properties, Text),
-    NodeModel.node_group,
-    NodeModel.provision_state,
-    NodeModel.power_state,
-    NodeModel.maintenance,
-    NodeModel.maintenance_reason,
-    NodeModel.owner,
-    NodeModel.owner_epoch,
-    NodeModel.instance_uuid,
-)
-# Paging a refresh needs the change time; nodes do not carry it (see above).
-_CHANGED_COLUMNS = (*_COLUMNS, NodeModel.updated_at)
 _PROVISION_STATES = {state.value: state for state in ProvisionState}
 _POWER_STATES = {state.value: state for state in PowerState}
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -106,8 +80,9 @@ class NodeDecoder:
             self._properties[text] = decoded
         return decoded
 
-    def decode(self, row: Any) -> tuple[Node, CapabilitiesKey]:
-        """The node of one row of ``_COLUMNS`` (and more), and its capabilities key."""
+    def decode(self, row: node_pages.IndexRow) -> tuple[Node, CapabilitiesKey]:
+        """The node of an :data:`~conductor.db.node_pages.IndexRow` (which may
+        have more fields after), and its capabilities key."""
         traits = self._traits.get(row[4])
         if traits is None:
             traits = self._decode_traits(row[4])
@@ -142,46 +117,25 @@ class NodeDecoder:
         return node, decoded[2]
 
 
-def load_all(db: Database, *, page: int = _PAGE) -> Iterator[tuple[Node, CapabilitiesKey]]:
+def load_all(
+    db: Database, *, page: int = node_pages.PAGE
+) -> Iterator[tuple[Node, CapabilitiesKey]]:
     """Every node, in pages of *page* rows (each its own short transaction)."""
     decoder = NodeDecoder()
-    last_id = 0
-    while True:
-        query = select(*_COLUMNS).where(NodeModel.id > last_id).order_by(NodeModel.id).limit(page)
-        with db.transaction() as session:
-            rows = session.connection().execute(query).all()
+    for rows in node_pages.index_rows(db, page=page):
         for row in rows:
             yield decoder.decode(row)
-        if len(rows) < page:
-            return
-        last_id = rows[-1][0]
 
 
 def load_changed(
-    db: Database, since: datetime.datetime, *, page: int = _PAGE
+    db: Database, since: datetime.datetime, *, page: int = node_pages.PAGE
 ) -> Iterator[tuple[Node, CapabilitiesKey]]:
     """Nodes whose row changed at or after *since*, oldest change first.
 
-    Paged by (``updated_at``, ``uuid``), so a burst of more than *page*
-    changes with equal timestamps is read whole, each row once.
+    A burst of more than *page* changes with equal timestamps is read whole,
+    each row once (see :func:`conductor.db.node_pages.changed_index_rows`).
     """
     decoder = NodeDecoder()
-    condition = NodeModel.updated_at >= since
-    while True:
-        query = (
-            select(*_CHANGED_COLUMNS)
-            .where(condition)
-            .order_by(NodeModel.updated_at, NodeModel.uuid)
-            .limit(page)
-        )
-        with db.transaction() as session:
-            rows = session.connection().execute(query).all()
+    for rows in node_pages.changed_index_rows(db, since, page=page):
         for row in rows:
             yield decoder.decode(row)
-        if len(rows) < page:
-            return
-        last_changed, last_uuid = rows[-1][14], rows[-1][1]
-        condition = or_(
-            NodeModel.updated_at > last_changed,
-            and_(NodeModel.updated_at == last_changed, NodeModel.uuid > last_uuid),
-        )

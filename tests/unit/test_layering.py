@@ -14,6 +14,11 @@ The layers, bottom up::
     compute_agent.demo      anything: ``ringfleet demo`` runs both services in
                             one process; nothing else imports it
 
+Across the layers, the database boundary: only ``conductor.db`` imports
+SQLAlchemy or the table models (``conductor.db.models``); every other module
+calls its query functions, which return data objects, so every SQL statement
+(and the ownership fence in it) is in one package.
+
 An RPC client is imported by the other service, so it imports nothing but
 the shared layer itself: otherwise importing it would pull the rest of its
 service into the other one.  Imports inside functions and ``TYPE_CHECKING``
@@ -89,8 +94,17 @@ def imported(module: str, source: str, is_package: bool = False) -> Iterator[tup
                 yield node.lineno, full if full in MODULES else base
 
 
+#: The database layer: the only importer of SQLAlchemy and of its models.
+DB = "conductor.db"
+
+#: What only the database layer imports.
+DB_ONLY = ("sqlalchemy", "conductor.db.models")
+
+
 def forbidden(importer: str, target: str) -> str | None:
     """Why ``importer`` may not import ``target`` (both dotted names), or None."""
+    if any(_within(target, only) for only in DB_ONLY) and not _within(importer, DB):
+        return "only conductor.db imports SQLAlchemy and the models"
     if not any(_within(target, package) for package in PACKAGES):
         return None  # the standard library or a third-party library
     if _within(importer, DEMO):
@@ -163,6 +177,15 @@ def test_the_layers_are_all_there() -> None:
         ("conductor.api.v1", "from conductor.db import engine"),
         ("conductor.api.app", "from conductor import validation"),
         ("conductor.api.wsgi", "from compute_agent.rpcapi import ComputeAPI"),
+        ("conductor.endpoints.agents", "from sqlalchemy import select"),
+        ("conductor.scheduler.source", "from sqlalchemy.orm import Session"),
+        ("conductor.endpoints.fleet", "from conductor.db.models import utcnow"),
+        ("conductor.scheduler.source", "from conductor.db import models"),
+        ("conductor.service", "import sqlalchemy"),
+        ("conductor.common.objects", "import sqlalchemy.engine"),
+        ("compute_agent.service", "from sqlalchemy import create_engine"),
+        ("hashring.ring", "import sqlalchemy"),
+        ("compute_agent.demo.fleet", "from conductor.db.models import NodeModel"),
     ],
 )
 def test_a_forbidden_import_is_found(module: str, source: str) -> None:
@@ -183,6 +206,11 @@ def test_a_forbidden_import_is_found(module: str, source: str) -> None:
         ("conductor.api.v1", "from conductor.rpcapi import ConductorAPI"),
         ("conductor.api.wsgi", "from conductor.common.prepare import prepare_service"),
         ("conductor.api.wsgi", "from conductor.api import v1"),
+        ("conductor.db.nodes", "from sqlalchemy import select"),
+        ("conductor.db.ownership", "from conductor.db.models import NodeModel"),
+        ("conductor.db.migrations.env", "from sqlalchemy import pool"),
+        ("conductor.endpoints.agents", "from conductor.db import node_pages, node_states"),
+        ("conductor.scheduler.scheduler", "from conductor.common.clock import utcnow"),
     ],
 )
 def test_an_allowed_import_passes(module: str, source: str) -> None:
