@@ -18,9 +18,8 @@ from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db import instances
 from conductor.db.engine import Database
-from conductor.endpoints import payload
 from conductor.rpcapi import API_VERSION
-from conductor.validation import validate_build_request
+from conductor.validation import arguments, validate_build_request
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
 
@@ -88,8 +87,8 @@ class InstancesEndpoint:
             for i in instances.list_instances(
                 self._db,
                 vm_state=state,
-                host=None if host is None else payload.check_host(host),
-                limit=payload.check_limit(limit),
+                host=None if host is None else arguments.check_host(host),
+                limit=arguments.check_limit(limit),
                 marker=None if marker is None else validate_uuid(marker, "marker"),
             )
         ]
