@@ -18,8 +18,8 @@ Modules, by responsibility:
 
 The package exports what filter and weigher plugins are written against;
 :class:`~conductor.scheduler.scheduler.Scheduler` is imported from its
-module (importing it here would make every user of the plugin interface, or
-of the capability language, import the database layer too).
+module (importing it here would make every user of the plugin interface
+import the database layer too).
 """
 
 from __future__ import annotations

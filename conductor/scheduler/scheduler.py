@@ -48,7 +48,6 @@ from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.db.models import utcnow
 from conductor.scheduler import plugins, source
-from conductor.scheduler.capabilities import CapabilityExpression
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import evolve
 from conductor.scheduler.filters import BUILTIN_FILTERS, BaseFilter
@@ -60,6 +59,7 @@ from conductor.scheduler.request import (
     request_key,
 )
 from conductor.scheduler.weighers import BUILTIN_WEIGHERS, BaseWeigher
+from conductor.validation.capabilities import CapabilityExpression
 
 __all__ = ["Scheduler"]
 

@@ -24,6 +24,8 @@ The modules:
 
 * :mod:`~conductor.validation.node` -- nodes, bulk imports, node changes
 * :mod:`~conductor.validation.flavor` -- flavors and their extra specs
+* :mod:`~conductor.validation.capabilities` -- the language of flavors'
+  capability expressions, which the scheduler evaluates
 * :mod:`~conductor.validation.build` -- build requests
 * :mod:`~conductor.validation.arguments` -- the small arguments of lookups
   and agent calls (hosts, idents, limits, times, epoch maps)
@@ -31,6 +33,8 @@ The modules:
   and teardown results, node states, hand-overs)
 * :mod:`~conductor.validation.fields` -- the field rules they share
 
+The package imports only :mod:`conductor.common`: the database layer and
+the scheduler import its types, so it may import neither (no import cycle).
 Single-value checks the compute agent needs too (uuid, name, epoch, lists of
 records) are in :mod:`conductor.common.checks`, the layer both services
 import.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from conductor.common.exception import FieldError, InvalidInput
-from conductor.scheduler.capabilities import CapabilityExpression, expression_or_reason
+from conductor.validation.capabilities import CapabilityExpression, expression_or_reason
 from conductor.validation.fields import (
     CAPABILITY_KEY_PATTERN,
     CAPABILITY_KEY_RE,
