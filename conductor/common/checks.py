@@ -21,6 +21,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_NESTING",
     "NAME_PATTERN",
+    "UUID_PATTERN",
     "UUID_REASON",
     "check_epoch",
     "check_list",
@@ -41,10 +42,12 @@ NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 MAX_EPOCH: Final = 2**31 - 2
 
 _NAME_RE: Final = re.compile(NAME_PATTERN)
-_UUID_RE: Final = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r"|[0-9a-fA-F]{32}"
+#: A UUID: hyphenated or 32 hex digits, any case (matched with fullmatch()).
+UUID_PATTERN: Final = (
+    r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|[0-9a-fA-F]{32})$"
 )
+_UUID_RE: Final = re.compile(UUID_PATTERN)
 UUID_REASON: Final = "must be a UUID like 8-4-4-4-12 hex digits"
 
 _T = TypeVar("_T")

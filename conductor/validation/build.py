@@ -1,4 +1,7 @@
-"""Build requests: how many instances of which flavor, named how, with which hints."""
+"""Build requests: how many instances of which flavor, named how, with which hints.
+
+The fields and limits are those of :data:`conductor.common.schemas.BUILD_REQUEST`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,13 @@ from typing import Any, Final
 
 from conductor.common.checks import MAX_NAME_LENGTH
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.schemas import (
+    BUILD_REQUEST,
+    MAX_COUNT,
+    MAX_HINT_NAME_LENGTH,
+    MAX_HINT_VALUE_LENGTH,
+    MAX_SCHEDULER_HINTS,
+)
 from conductor.validation.fields import (
     Errors,
     check_display_name,
@@ -26,15 +36,7 @@ __all__ = ["MAX_COUNT", "BuildRequest", "HintValue", "validate_build_request"]
 #: the value types a scheduler hint may have (JSON primitives)
 HintValue = str | int | float | bool | None
 
-MAX_COUNT: Final = 1000
-MAX_SCHEDULER_HINTS: Final = 64
-MAX_HINT_NAME_LENGTH: Final = 255
-# Long enough for a JsonFilter query.
-MAX_HINT_VALUE_LENGTH: Final = 4096
-
-_BUILD_FIELDS: Final = frozenset(
-    {"flavor", "count", "name", "group", "instance_uuids", "scheduler_hints"}
-)
+_BUILD_FIELDS: Final = BUILD_REQUEST.fields
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,6 +1,8 @@
 """The field-level rules every client payload shares: one value, one error list.
 
-The resource modules (:mod:`~conductor.validation.node`,
+The patterns and limits are those of the resources' schemas
+(:mod:`conductor.common.schemas`).  The resource modules
+(:mod:`~conductor.validation.node`,
 :mod:`~conductor.validation.flavor`, :mod:`~conductor.validation.build`)
 walk a payload with these checks.  Each takes the value, its field path and
 the payload's :class:`Errors`, records what is wrong and returns the
@@ -18,6 +20,13 @@ from typing import Any, Final, TypeVar
 
 from conductor.common.checks import UUID_REASON, name_problem, normalized_uuid
 from conductor.common.exception import FieldError, InvalidInput, render_value
+from conductor.common.schemas import (
+    CAPABILITY_KEY_PATTERN,
+    GROUP_PATTERN,
+    MAX_TRAITS,
+    RESOURCE_CLASS_PATTERN,
+    TRAIT_PATTERN,
+)
 
 __all__ = [
     "CAPABILITY_KEY_PATTERN",
@@ -43,14 +52,8 @@ __all__ = [
     "unknown_fields",
 ]
 
-MAX_TRAITS: Final = 64
-
-# Every pattern is matched with fullmatch(): "$" alone would accept a
-# trailing newline.
-RESOURCE_CLASS_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
-TRAIT_PATTERN: Final = r"^[A-Z][A-Z0-9_]{0,254}$"
-GROUP_PATTERN: Final = r"^[A-Za-z0-9._-]{0,80}$"
-CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
+# The patterns of conductor.common.schemas, matched with fullmatch(): "$"
+# alone would accept a trailing newline.
 _RESOURCE_CLASS_RE: Final = re.compile(RESOURCE_CLASS_PATTERN)
 TRAIT_RE: Final = re.compile(TRAIT_PATTERN)
 _GROUP_RE: Final = re.compile(GROUP_PATTERN)

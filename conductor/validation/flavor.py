@@ -3,7 +3,8 @@
 A flavor's ``extra_specs`` hold ``capabilities:<key>`` expressions (parsed
 with :mod:`conductor.validation.capabilities`, the language of Nova's
 ComputeCapabilitiesFilter) and ``trait:<TRAIT>`` entries (merged into the
-flavor's required or forbidden traits).
+flavor's required or forbidden traits).  The fields, patterns and limits are
+those of :data:`conductor.common.schemas.FLAVOR_SPEC`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.schemas import (
+    CAPABILITIES_SCOPE,
+    FLAVOR_SPEC,
+    MAX_EXTRA_SPEC_VALUE_LENGTH,
+    TRAIT_SCOPE,
+)
 from conductor.validation.capabilities import CapabilityExpression, expression_or_reason
 from conductor.validation.fields import (
     CAPABILITY_KEY_PATTERN,
@@ -30,16 +37,10 @@ from conductor.validation.fields import (
 
 __all__ = ["FlavorSpec", "validate_flavor_spec"]
 
-MAX_EXTRA_SPEC_VALUE_LENGTH: Final = 255
-
-_CAPABILITIES_SCOPE: Final = "capabilities:"
-_TRAIT_SCOPE: Final = "trait:"
-TRAIT_REQUIRED: Final = "required"
+_TRAIT_REQUIRED: Final = "required"
 _TRAIT_FORBIDDEN: Final = "forbidden"
 
-_FLAVOR_FIELDS: Final = frozenset(
-    {"name", "resource_class", "required_traits", "forbidden_traits", "extra_specs"}
-)
+_FLAVOR_FIELDS: Final = FLAVOR_SPEC.fields
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class _ExtraSpecs:
 def _check_capability_spec(
     key: str, text: str, field: str, errors: Errors, out: _ExtraSpecs
 ) -> bool:
-    capability = key[len(_CAPABILITIES_SCOPE) :]
+    capability = key[len(CAPABILITIES_SCOPE) :]
     expression = _parse_expression(text, field, errors)
     if not CAPABILITY_KEY_RE.fullmatch(capability):
         errors.add(field, f"capability key must match {CAPABILITY_KEY_PATTERN}", capability)
@@ -101,10 +102,10 @@ def _check_capability_spec(
 
 
 def _check_trait_spec(key: str, text: str, field: str, errors: Errors, out: _ExtraSpecs) -> bool:
-    trait = key[len(_TRAIT_SCOPE) :]
+    trait = key[len(TRAIT_SCOPE) :]
     if not TRAIT_RE.fullmatch(trait):
         errors.add(field, f"trait name must match {TRAIT_PATTERN}", trait)
-    elif text not in (TRAIT_REQUIRED, _TRAIT_FORBIDDEN):
+    elif text not in (_TRAIT_REQUIRED, _TRAIT_FORBIDDEN):
         errors.add(field, "must be 'required' or 'forbidden'", text)
     else:
         out.traits[trait] = text
@@ -121,9 +122,9 @@ def _check_extra_spec(
         errors.add(field, "must be a string", text)
     elif len(text) > MAX_EXTRA_SPEC_VALUE_LENGTH:
         errors.add(field, f"must be at most {MAX_EXTRA_SPEC_VALUE_LENGTH} characters", text)
-    elif key.startswith(_CAPABILITIES_SCOPE):
+    elif key.startswith(CAPABILITIES_SCOPE):
         return _check_capability_spec(key, text, field, errors, out)
-    elif key.startswith(_TRAIT_SCOPE):
+    elif key.startswith(TRAIT_SCOPE):
         return _check_trait_spec(key, text, field, errors, out)
     else:
         errors.add(field, "unknown extra spec (use 'capabilities:<key>' or 'trait:<TRAIT>')")
@@ -170,10 +171,10 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
             errors.add("forbidden_traits", "traits also in required_traits", both)
     extra, _ = _check_extra_specs(spec.get("extra_specs"), "extra_specs", errors)
     for trait, how in extra.traits.items():
-        against = forbidden if how == TRAIT_REQUIRED else required
+        against = forbidden if how == _TRAIT_REQUIRED else required
         if against is not None and trait in against:
-            other = "forbidden_traits" if how == TRAIT_REQUIRED else "required_traits"
-            field = join("extra_specs", _TRAIT_SCOPE + trait)
+            other = "forbidden_traits" if how == _TRAIT_REQUIRED else "required_traits"
+            field = join("extra_specs", TRAIT_SCOPE + trait)
             errors.add(field, f"contradicts {other}", how)
     errors.raise_if_any()
     assert name is not None and resource_class is not None
@@ -181,7 +182,7 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
     return FlavorSpec(
         name=name,
         resource_class=resource_class,
-        required_traits=required | {t for t, h in extra.traits.items() if h == TRAIT_REQUIRED},
+        required_traits=required | {t for t, h in extra.traits.items() if h == _TRAIT_REQUIRED},
         forbidden_traits=forbidden | {t for t, h in extra.traits.items() if h == _TRAIT_FORBIDDEN},
         extra_specs=extra.specs,
         capabilities=extra.expressions,

@@ -1,5 +1,8 @@
 """Nodes: the spec of a node to create, a bulk import, and a change to a node.
 
+The fields, patterns and limits are those of :data:`conductor.common.schemas.NODE_SPEC`
+and :data:`~conductor.common.schemas.NODE_UPDATE`.
+
 Also the Ironic form of a node's ``properties["capabilities"]``
 (``"boot_mode:uefi,cpu_vt:true"``), parsed here into the mapping the
 scheduler matches flavors' capability expressions against.
@@ -15,6 +18,14 @@ from typing import Any, Final
 
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import PowerState, ProvisionState
+from conductor.common.schemas import (
+    ALLOWED_PROVISION_STATES,
+    MAX_BATCH,
+    MAX_PROPERTY_KEY_LENGTH,
+    MAX_REASON_LENGTH,
+    NODE_SPEC,
+    NODE_UPDATE,
+)
 from conductor.validation.fields import (
     CAPABILITY_KEY_PATTERN,
     CAPABILITY_KEY_RE,
@@ -48,36 +59,12 @@ __all__ = [
 #: the value types a node property may have (no nesting)
 PropertyValue = str | int | float | bool
 
-MAX_BATCH: Final = 100_000
-MAX_REASON_LENGTH: Final = 255
-MAX_PROPERTY_KEY_LENGTH: Final = 255
-
-_ALLOWED_PROVISION_STATES: Final = (
-    ProvisionState.ENROLL,
-    ProvisionState.MANAGEABLE,
-    ProvisionState.AVAILABLE,
-)
 _POWER_STATES: Final = tuple(PowerState)
-_NODE_FIELDS: Final = frozenset(
-    {
-        "name",
-        "uuid",
-        "resource_class",
-        "traits",
-        "properties",
-        "group",
-        "maintenance",
-        "maintenance_reason",
-        "provision_state",
-        "power_state",
-    }
-)
+_NODE_FIELDS: Final = NODE_SPEC.fields
 _NODE_FILTERS: Final = frozenset(
     {"resource_class", "group", "owner", "provision_state", "maintenance", "pinned"}
 )
-_NODE_UPDATE_FIELDS: Final = frozenset(
-    {"properties", "remove_properties", "add_traits", "remove_traits", "resource_class"}
-)
+_NODE_UPDATE_FIELDS: Final = NODE_UPDATE.fields
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -293,7 +280,7 @@ def _check_node(
         spec.get("provision_state"),
         prefix + "provision_state",
         errors,
-        _ALLOWED_PROVISION_STATES,
+        ALLOWED_PROVISION_STATES,
         ProvisionState.AVAILABLE,
     )
     power_state = check_choice(
