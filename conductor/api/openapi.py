@@ -6,8 +6,9 @@ when it is stale); the API serves it at ``/v1/openapi.json``.  The schemas
 of what a client sends (nodes, node changes, flavors, build requests) are
 the conductor's own (:mod:`conductor.common.schemas`, which its validation
 enforces); the conductor's ``InvalidInput`` answer (400) names any field it
-refuses, including by the rules a schema cannot say.  The other schemas
-(replies, and the API's own request envelopes) are written here.
+refuses, including by the rules a schema cannot say.  The API's own request
+envelopes are those of the routes (``Route.envelope``, which the application
+checks); the replies' schemas are written here.
 """
 
 from __future__ import annotations
@@ -71,13 +72,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         closed=False,
     ),
     **{name: resource.json_schema() for name, resource in schemas.RESOURCES.items()},
-    "NodeImport": _obj(
-        {
-            "nodes": {"type": "array", "items": _ref("NodeSpec"), "maxItems": schemas.MAX_BATCH},
-            "dry_run": _BOOL,
-        },
-        required=("nodes",),
-    ),
     "ImportResult": _obj({"created": _INT, "checked": _INT, "uuids": _STRS}, closed=False),
     "SyncSummary": _obj(
         {
@@ -93,8 +87,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         closed=False,
     ),
-    "Maintenance": _obj({"maintenance": _BOOL, "reason": _NSTR}, required=("maintenance",)),
-    "Move": _obj({"host": _STR}, required=("host",)),
     "NodeOwner": _obj(
         {"node_uuid": _STR, "owner": _NSTR, "epoch": _INT, "pinned": _BOOL, "ring_owner": _NSTR},
         closed=False,
@@ -244,8 +236,11 @@ def _operation(route: Route) -> dict[str, Any]:
 def document(routes: Iterable[Route]) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
+    envelopes: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+        if route.envelope is not None:
+            envelopes[route.envelope.name] = route.envelope.json_schema()
     error = {"application/json": {"schema": _ref("Errors")}}
     return {
         "openapi": "3.1.0",
@@ -262,7 +257,7 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         "tags": [{"name": t} for t in ("nodes", "flavors", "instances", "fleet")],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **envelopes},
             "securitySchemes": {
                 "token": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}
             },

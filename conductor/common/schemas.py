@@ -88,14 +88,16 @@ TRAIT_SCOPE: Final = "trait:"
 class Resource:
     """One resource a client sends: its fields' JSON Schemas, the required ones.
 
-    An optional field may also be ``null``, which means the same as leaving
-    it out; no other field is accepted.
+    No other field is accepted.  With ``null_means_absent`` (the conductor's
+    rule for its payloads) an optional field may also be ``null``, which
+    means the same as leaving it out.
     """
 
     name: str
     description: str
     properties: Mapping[str, Mapping[str, Any]]
     required: frozenset[str] = frozenset()
+    null_means_absent: bool = True
 
     @property
     def fields(self) -> frozenset[str]:
@@ -107,7 +109,9 @@ class Resource:
             "type": "object",
             "description": self.description,
             "properties": {
-                key: dict(schema) if key in self.required else _or_null(schema)
+                key: _or_null(schema)
+                if self.null_means_absent and key not in self.required
+                else dict(schema)
                 for key, schema in self.properties.items()
             },
             "required": sorted(self.required),
