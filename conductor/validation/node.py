@@ -26,6 +26,7 @@ from conductor.common.schemas import (
     NODE_SPEC,
     NODE_UPDATE,
 )
+from conductor.validation import arguments
 from conductor.validation.fields import (
     CAPABILITY_KEY_PATTERN,
     CAPABILITY_KEY_RE,
@@ -439,8 +440,7 @@ def validate_maintenance(maintenance: object, reason: object) -> tuple[bool, str
 
     :raises InvalidInput: naming the first bad one, ``maintenance`` first
     """
-    if not isinstance(maintenance, bool):
-        raise InvalidInput([FieldError.about("maintenance", "must be true or false", maintenance)])
+    maintenance = arguments.check_bool(maintenance, "maintenance")
     if reason is None:
         return maintenance, None
     if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
