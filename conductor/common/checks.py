@@ -1,7 +1,8 @@
-"""Checks of the small RPC argument values both services take: uuids, names, epochs.
+"""Checks of the RPC argument values both services take: uuids, names, epochs,
+and lists of records validated whole.
 
-The conductor's payload validation (:mod:`conductor.validation`,
-:mod:`conductor.endpoints.payload`) and the agent's endpoints refuse a bad
+The conductor's payload validation (:mod:`conductor.validation`) and the
+agent's endpoints refuse a bad
 value the same way, with an :class:`~conductor.common.exception.InvalidInput`
 naming the field (design invariant 8, *bad input is refused whole*), so
 these checks are shared rather than written twice.  Pure functions, no I/O.
