@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import oslo_messaging as messaging
@@ -42,40 +42,21 @@ def _node(value: object, field: str = "node") -> Node:
 
 def _check_builds(value: object) -> list[tuple[str, Node, int]]:
     """``[{instance_uuid, node, epoch}]``, validated whole: every bad field named."""
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_BUILDS:
-        raise InvalidInput(
-            [FieldError.about("builds", f"must be a list of 1..{MAX_BUILDS} builds", value)]
-        )
-    errors: list[FieldError] = []
-    checked: list[tuple[str, Node, int]] = []
-    for index, item in enumerate(value):
-        try:
-            checked.append(_check_build(item, f"builds[{index}]"))
-        except InvalidInput as exc:
-            errors += exc.errors
-    if errors:
-        raise InvalidInput(errors)
-    return checked
+    return checks.check_list(
+        value, "builds", _check_build, minimum=1, maximum=MAX_BUILDS, what="builds"
+    )
 
 
 def _check_build(item: object, path: str) -> tuple[str, Node, int]:
-    if not isinstance(item, dict):
-        raise InvalidInput([FieldError.about(path, "must be a mapping", item)])
-    unknown = [
-        FieldError.about(f"{path}.{key}", "unknown field", item[key])
-        for key in sorted(item, key=str)
-        if key not in _BUILD_KEYS
-    ]
-    try:
-        instance, node, epoch = checks.collect(
-            lambda: validate_uuid(item.get("instance_uuid"), f"{path}.instance_uuid"),
-            lambda: _node(item.get("node"), f"{path}.node"),
-            lambda: checks.check_epoch(item.get("epoch"), f"{path}.epoch"),
-        )
-    except InvalidInput as exc:
-        raise InvalidInput(exc.errors + unknown) from None
-    if unknown:
-        raise InvalidInput(unknown)
+    return checks.check_record(item, path, _BUILD_KEYS, _check_build_fields)
+
+
+def _check_build_fields(item: Mapping[Any, Any], prefix: str) -> tuple[str, Node, int]:
+    instance, node, epoch = checks.collect(
+        lambda: validate_uuid(item.get("instance_uuid"), f"{prefix}instance_uuid"),
+        lambda: _node(item.get("node"), f"{prefix}node"),
+        lambda: checks.check_epoch(item.get("epoch"), f"{prefix}epoch"),
+    )
     return instance, node, epoch
 
 

@@ -31,6 +31,7 @@ from oslo_context import context as request_context
 
 from conductor.api import microversion, policy
 from conductor.common import exception
+from conductor.common.schemas import Resource
 from conductor.rpcapi import ConductorAPI
 
 __all__ = [
@@ -121,10 +122,11 @@ class Reply:
 class Route:
     """One operation of the API.
 
-    ``body``/``response`` name schemas of :mod:`conductor.api.openapi`;
-    ``body_keys``, when set, are the only top-level keys the body may have
-    (required ones in ``required_keys``); other bodies are the conductor's
-    payloads, validated there field by field.
+    ``body``/``response`` name schemas of :mod:`conductor.api.openapi`.
+    ``envelope``, when set, is the API's own body around the conductor's
+    payloads (whose fields the RPC call takes as separate arguments): its
+    keys, required keys and scalar types are checked here, before any call;
+    other bodies are the conductor's payloads, validated there field by field.
     """
 
     method: str
@@ -137,12 +139,16 @@ class Route:
     query: tuple[Param, ...] = ()
     body: str | None = None
     response: str | None = None
-    body_keys: frozenset[str] | None = None
-    required_keys: frozenset[str] = frozenset()
+    envelope: Resource | None = None
     errors: tuple[int, ...] = ()
     min_version: microversion.Version = microversion.MIN_VERSION
     tag: str = ""
     description: str = ""
+
+    @property
+    def body_keys(self) -> frozenset[str] | None:
+        """The only top-level keys the body may have, when it is an envelope."""
+        return None if self.envelope is None else self.envelope.fields
 
 
 # -- request ids ------------------------------------------------------------------
@@ -497,7 +503,8 @@ class Application:
             raise ApiError.invalid("body", f"not JSON: {str(exc)[:200]}") from None
         if not isinstance(body, dict):
             raise ApiError.invalid("body", "must be a JSON object", body)
-        _check_keys(body, route)
+        if route.envelope is not None:
+            _check_envelope(body, route.envelope)
         return body
 
 
@@ -545,18 +552,40 @@ def _fields(exc: Exception) -> list[dict[str, Any]]:
     return []
 
 
-def _check_keys(body: dict[str, Any], route: Route) -> None:
-    """A body of fixed keys (``route.body_keys``): no other key, the required ones there."""
-    if route.body_keys is None:
-        return
+#: The scalar JSON types an envelope's fields are checked for, and the reason
+#: a wrong value is refused with.
+_SCALARS: dict[str, tuple[type, str]] = {
+    "boolean": (bool, "must be true or false"),
+    "string": (str, "must be a string"),
+}
+
+
+def _check_envelope(body: dict[str, Any], envelope: Resource) -> None:
+    """No other key than the envelope's, the required ones there, the scalar
+    ones of their type (lists and objects inside are the conductor's to check).
+
+    :raises ApiError: naming the first bad field
+    """
     for key in body:
-        if key not in route.body_keys:
+        if key not in envelope.fields:
             raise ApiError.invalid(
-                key[:100], "unknown field; use " + ", ".join(sorted(route.body_keys))
+                key[:100], "unknown field; use " + ", ".join(sorted(envelope.fields))
             )
-    for key in sorted(route.required_keys):
+    for key in sorted(envelope.required):
         if key not in body:
             raise ApiError.invalid(key, "required")
+    for key, schema in envelope.properties.items():
+        kind = schema.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        scalar = next((_SCALARS[k] for k in kinds if k in _SCALARS), None)
+        if key not in body or scalar is None:
+            continue
+        value = body[key]
+        if value is None and "null" in kinds:
+            continue
+        if not isinstance(value, scalar[0]):
+            reason = scalar[1] + (" or null" if "null" in kinds else "")
+            raise ApiError.invalid(key, reason, value)
 
 
 def _no_constant(name: str) -> None:

@@ -2,10 +2,13 @@
 
 ``docs/openapi.json`` is this document as checked in (regenerate it with
 ``python -m conductor.api.openapi > docs/openapi.json``; a unit test fails
-when it is stale); the API serves it at ``/v1/openapi.json``.  The payload
-rules the conductor enforces field by field are described in
-``docs/rpc-api.rst`` and only sketched here (types, required fields): the
-conductor's ``InvalidInput`` answer (400) names any field it refuses.
+when it is stale); the API serves it at ``/v1/openapi.json``.  The schemas
+of what a client sends (nodes, node changes, flavors, build requests) are
+the conductor's own (:mod:`conductor.common.schemas`, which its validation
+enforces); the conductor's ``InvalidInput`` answer (400) names any field it
+refuses, including by the rules a schema cannot say.  The API's own request
+envelopes are those of the routes (``Route.envelope``, which the application
+checks); the replies' schemas are written here.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import Route
+from conductor.common import schemas
 
 __all__ = ["SCHEMAS", "document"]
 
@@ -67,25 +71,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         closed=False,
     ),
-    "NodeSpec": _obj(
-        {
-            "name": _STR,
-            "uuid": {**_STR, "format": "uuid"},
-            "resource_class": _STR,
-            "traits": _STRS,
-            "properties": _FLAT,
-            "group": _STR,
-            "maintenance": _BOOL,
-            "maintenance_reason": _NSTR,
-            "provision_state": {"enum": ["enroll", "manageable", "available"]},
-            "power_state": {"enum": ["power on", "power off"]},
-        },
-        required=("name", "resource_class"),
-    ),
-    "NodeImport": _obj(
-        {"nodes": {"type": "array", "items": _ref("NodeSpec")}, "dry_run": _BOOL},
-        required=("nodes",),
-    ),
+    **{name: resource.json_schema() for name, resource in schemas.RESOURCES.items()},
     "ImportResult": _obj({"created": _INT, "checked": _INT, "uuids": _STRS}, closed=False),
     "SyncSummary": _obj(
         {
@@ -101,17 +87,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         closed=False,
     ),
-    "NodeUpdate": _obj(
-        {
-            "properties": _FLAT,
-            "remove_properties": _STRS,
-            "add_traits": _STRS,
-            "remove_traits": _STRS,
-            "resource_class": _STR,
-        }
-    ),
-    "Maintenance": _obj({"maintenance": _BOOL, "reason": _NSTR}, required=("maintenance",)),
-    "Move": _obj({"host": _STR}, required=("host",)),
     "NodeOwner": _obj(
         {"node_uuid": _STR, "owner": _NSTR, "epoch": _INT, "pinned": _BOOL, "ring_owner": _NSTR},
         closed=False,
@@ -130,16 +105,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "created_at": _TIME,
         },
         closed=False,
-    ),
-    "FlavorSpec": _obj(
-        {
-            "name": _STR,
-            "resource_class": _STR,
-            "required_traits": _STRS,
-            "forbidden_traits": _STRS,
-            "extra_specs": {"type": "object", "additionalProperties": _STR},
-        },
-        required=("name", "resource_class"),
     ),
     "FlavorList": _obj(
         {"flavors": {"type": "array", "items": _ref("Flavor")}}, required=("flavors",)
@@ -162,17 +127,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "scheduler_hints": {"type": "object"},
         },
         closed=False,
-    ),
-    "BuildRequest": _obj(
-        {
-            "flavor": _STR,
-            "count": {"type": "integer", "minimum": 1, "maximum": 1000},
-            "name": _STR,
-            "group": _NSTR,
-            "instance_uuids": {"type": "array", "items": {**_STR, "format": "uuid"}},
-            "scheduler_hints": {"type": "object"},
-        },
-        required=("flavor",),
     ),
     "InstanceList": _obj(
         {
@@ -282,8 +236,11 @@ def _operation(route: Route) -> dict[str, Any]:
 def document(routes: Iterable[Route]) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
+    envelopes: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+        if route.envelope is not None:
+            envelopes[route.envelope.name] = route.envelope.json_schema()
     error = {"application/json": {"schema": _ref("Errors")}}
     return {
         "openapi": "3.1.0",
@@ -300,7 +257,7 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         "tags": [{"name": t} for t in ("nodes", "flavors", "instances", "fleet")],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **envelopes},
             "securitySchemes": {
                 "token": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}
             },

@@ -9,7 +9,9 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from conductor.api.app import ApiError, Call, Param, Reply, Route
+from conductor.api.app import Call, Param, Reply, Route
+from conductor.common import schemas
+from conductor.common.schemas import Resource
 
 __all__ = ["ROUTES"]
 
@@ -31,6 +33,38 @@ INSTANCE_FILTERS = (
         "(without it, deleted instances are left out).",
     ),
     Param("host", "string", "Only instances on this agent."),
+)
+
+
+# The API's own request bodies: envelopes around the conductor's payloads,
+# checked by the application before the call (Route.envelope).
+NODE_IMPORT = Resource(
+    name="NodeImport",
+    description="Nodes to enroll in one transaction (all or nothing), or to check (dry_run).",
+    properties={
+        "nodes": {
+            "type": "array",
+            "items": {"$ref": "#/components/schemas/NodeSpec"},
+            "maxItems": schemas.MAX_BATCH,
+        },
+        "dry_run": {"type": "boolean"},
+    },
+    required=frozenset({"nodes"}),
+    null_means_absent=False,
+)
+MAINTENANCE = Resource(
+    name="Maintenance",
+    description="In or out of maintenance; a reason only when entering it.",
+    properties={"maintenance": {"type": "boolean"}, "reason": {"type": ["string", "null"]}},
+    required=frozenset({"maintenance"}),
+    null_means_absent=False,
+)
+MOVE = Resource(
+    name="Move",
+    description="The live agent to move the node to.",
+    properties={"host": {"type": "string"}},
+    required=frozenset({"host"}),
+    null_means_absent=False,
 )
 
 
@@ -83,8 +117,6 @@ def create_node(call: Call) -> Reply:
 
 def import_nodes(call: Call) -> Reply:
     dry_run = call.body.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise ApiError.invalid("dry_run", "must be true or false", dry_run)
     result = call.api.import_nodes(call.body["nodes"], dry_run=dry_run)
     return Reply(200 if dry_run else 201, result)
 
@@ -98,12 +130,7 @@ def set_node(call: Call) -> Reply:
 
 
 def set_maintenance(call: Call) -> Reply:
-    maintenance = call.body["maintenance"]
-    if not isinstance(maintenance, bool):
-        raise ApiError.invalid("maintenance", "must be true or false", maintenance)
-    reason = call.body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise ApiError.invalid("reason", "must be a string or null", reason)
+    maintenance, reason = call.body["maintenance"], call.body.get("reason")
     return Reply(200, call.api.set_node_maintenance(call.path["node"], maintenance, reason))
 
 
@@ -112,10 +139,7 @@ def node_owner(call: Call) -> Reply:
 
 
 def move_node(call: Call) -> Reply:
-    host = call.body["host"]
-    if not isinstance(host, str):
-        raise ApiError.invalid("host", "must be a string", host)
-    return Reply(200, call.api.move_node(call.path["node"], host))
+    return Reply(200, call.api.move_node(call.path["node"], call.body["host"]))
 
 
 # -- flavors -------------------------------------------------------------------
@@ -234,10 +258,9 @@ ROUTES: tuple[Route, ...] = (
         "importNodes",
         "Enroll many nodes in one transaction (all or nothing), or check them (dry_run).",
         status=201,
-        body="NodeImport",
+        body=NODE_IMPORT.name,
         response="ImportResult",
-        body_keys=frozenset({"nodes", "dry_run"}),
-        required_keys=frozenset({"nodes"}),
+        envelope=NODE_IMPORT,
         errors=(E400, E409, E503),
         tag="nodes",
     ),
@@ -288,10 +311,9 @@ ROUTES: tuple[Route, ...] = (
         "ringfleet:node:update",
         "setNodeMaintenance",
         "Put a node in or out of maintenance.",
-        body="Maintenance",
+        body=MAINTENANCE.name,
         response="Node",
-        body_keys=frozenset({"maintenance", "reason"}),
-        required_keys=frozenset({"maintenance"}),
+        envelope=MAINTENANCE,
         errors=(E400, E404, E503),
         tag="nodes",
     ),
@@ -313,10 +335,9 @@ ROUTES: tuple[Route, ...] = (
         "ringfleet:node:move",
         "moveNode",
         "Move a node to another live agent (operator call).",
-        body="Move",
+        body=MOVE.name,
         response="Node",
-        body_keys=frozenset({"host"}),
-        required_keys=frozenset({"host"}),
+        envelope=MOVE,
         errors=(E400, E404, E409, E503),
         tag="nodes",
     ),

@@ -1,7 +1,8 @@
-"""Checks of the small RPC argument values both services take: uuids, names, epochs.
+"""Checks of the RPC argument values both services take: uuids, names, epochs,
+and lists of records validated whole.
 
-The conductor's payload validation (:mod:`conductor.validation`,
-:mod:`conductor.endpoints.payload`) and the agent's endpoints refuse a bad
+The conductor's payload validation (:mod:`conductor.validation`) and the
+agent's endpoints refuse a bad
 value the same way, with an :class:`~conductor.common.exception.InvalidInput`
 naming the field (design invariant 8, *bad input is refused whole*), so
 these checks are shared rather than written twice.  Pure functions, no I/O.
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final, TypeVar
 
 from conductor.common.exception import FieldError, InvalidInput
 
@@ -21,8 +22,11 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_NESTING",
     "NAME_PATTERN",
+    "UUID_PATTERN",
     "UUID_REASON",
     "check_epoch",
+    "check_list",
+    "check_record",
     "check_text_everywhere",
     "collect",
     "looks_like_uuid",
@@ -39,11 +43,15 @@ NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 MAX_EPOCH: Final = 2**31 - 2
 
 _NAME_RE: Final = re.compile(NAME_PATTERN)
-_UUID_RE: Final = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r"|[0-9a-fA-F]{32}"
+#: A UUID: hyphenated or 32 hex digits, any case (matched with fullmatch()).
+UUID_PATTERN: Final = (
+    r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|[0-9a-fA-F]{32})$"
 )
+_UUID_RE: Final = re.compile(UUID_PATTERN)
 UUID_REASON: Final = "must be a UUID like 8-4-4-4-12 hex digits"
+
+_T = TypeVar("_T")
 
 
 def looks_like_uuid(value: str) -> bool:
@@ -126,6 +134,63 @@ def collect(*checks: Callable[[], Any]) -> list[Any]:
     if errors:
         raise InvalidInput(errors)
     return results
+
+
+def check_list(
+    value: object,
+    field: str,
+    check_item: Callable[[object, str], _T],
+    *,
+    maximum: int,
+    what: str,
+    minimum: int = 0,
+) -> list[_T]:
+    """A list of *minimum*..*maximum* items, each checked by
+    ``check_item(item, "field[i]")``; one refusal names every bad item's fields.
+
+    :raises InvalidInput: naming *field* when the list itself is wrong, else
+        every error of every item
+    """
+    if not isinstance(value, list) or not minimum <= len(value) <= maximum:
+        bounds = f"{minimum}..{maximum}" if minimum else f"at most {maximum}"
+        raise InvalidInput([FieldError.about(field, f"must be a list of {bounds} {what}", value)])
+    errors: list[FieldError] = []
+    checked: list[_T] = []
+    for index, item in enumerate(value):
+        try:
+            checked.append(check_item(item, f"{field}[{index}]"))
+        except InvalidInput as exc:
+            errors += exc.errors
+    if errors:
+        raise InvalidInput(errors)
+    return checked
+
+
+def check_record(
+    item: object,
+    path: str,
+    known: Collection[str],
+    check_fields: Callable[[Mapping[Any, Any], str], _T],
+) -> _T:
+    """A mapping of the *known* keys only, its fields checked by
+    ``check_fields(item, "path.")``.
+
+    :raises InvalidInput: naming every bad field and every unknown one
+    """
+    if not isinstance(item, Mapping):
+        raise InvalidInput([FieldError.about(path, "must be a mapping", item)])
+    unknown = [
+        FieldError(f"{path}.{key}", "unknown field")
+        for key in sorted(map(str, item))
+        if key not in known
+    ]
+    try:
+        checked = check_fields(item, f"{path}.")
+    except InvalidInput as exc:
+        raise InvalidInput([*exc.errors, *unknown]) from None
+    if unknown:
+        raise InvalidInput(unknown)
+    return checked
 
 
 #: Control characters no string of the API may hold: C0 except tab, line

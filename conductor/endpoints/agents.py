@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, cast
 
 import oslo_messaging as messaging
 
 from conductor.build import BuildLifecycle
 from conductor.common import checks
-from conductor.common.exception import FieldError, InvalidInput, RingfleetError, ServiceUnavailable
+from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
 from conductor.common.objects import inventory_entries
 from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership
 from conductor.db.engine import Database
-from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION
+from conductor.validation import agent_reports, arguments
 from hashring.ring import Ring
 
 __all__ = ["AgentsEndpoint"]
@@ -56,8 +55,8 @@ class AgentsEndpoint:
 
     def claim_nodes(self, ctxt: dict[str, Any], host: Any, node_uuids: Any) -> dict[str, Any]:
         """Claim nodes for ``host``; see :func:`conductor.db.ownership.claim_nodes`."""
-        agent = payload.check_host(host)
-        wanted = payload.check_uuid_list(node_uuids, "node_uuids")
+        agent = arguments.check_host(host)
+        wanted = arguments.check_uuid_list(node_uuids, "node_uuids")
         live = self._fleet.live_members()
         if agent not in live:
             # An agent the conductor does not see in the group must not take
@@ -110,7 +109,7 @@ class AgentsEndpoint:
         so an agent restarted within that time moves nothing.  ``seconds`` 0
         in the reply: no hold (the option is 0), its nodes move as before.
         """
-        agent = payload.check_host(host)
+        agent = arguments.check_host(host)
         if agent not in self._fleet.live_members():
             # Only a member may hold its nodes: not the stale half of a partition.
             raise InvalidInput.not_live_member(agent)
@@ -127,7 +126,7 @@ class AgentsEndpoint:
         Called by an agent after it (re)started or re-validated its claims:
         its previous incarnation's accepted work is gone with it.
         """
-        agent = payload.check_host(host)
+        agent = arguments.check_host(host)
         # Back from a restart: its nodes move as usual again if it dies now.
         agents_db.end_restart_hold(self._db, agent)
         if self._builds is None:
@@ -143,56 +142,26 @@ class AgentsEndpoint:
         as progressing: ``build_timeout`` starts again from now, so the
         sweeper never fails an attempt the back end is still moving on.
         """
-        agent = payload.check_host(host)
+        agent = arguments.check_host(host)
         touched = instances.touch_progressing(
-            self._db, agent, payload.check_epoch_map(nodes, "nodes")
+            self._db, agent, arguments.check_epoch_map(nodes, "nodes")
         )
         return {"touched": len(touched)}
 
     def release_nodes(self, ctxt: dict[str, Any], host: Any, claims: Any) -> dict[str, Any]:
         """Give up nodes held at the given epochs (pinned nodes are refused)."""
-        agent = payload.check_host(host)
-        out = ownership.release_nodes(self._db, agent, payload.check_epoch_map(claims, "claims"))
+        agent = arguments.check_host(host)
+        out = ownership.release_nodes(self._db, agent, arguments.check_epoch_map(claims, "claims"))
         LOG.info("Agent %s released %d nodes (%d refused)", agent, len(out.done), len(out.refused))
         return out.to_dict()
 
     def transfer_nodes(self, ctxt: dict[str, Any], host: Any, transfers: Any) -> dict[str, Any]:
         """Hand nodes (pinned ones too) to other live agents: drain and hand-over."""
-        agent = payload.check_host(host)
-        if not isinstance(transfers, list) or len(transfers) > payload.MAX_BATCH:
-            raise InvalidInput([FieldError.about("transfers", "must be a list", transfers)])
-        live = self._fleet.live_members()
-        checked: list[ownership.Transfer] = []
-        errors: list[FieldError] = []
-        for i, item in enumerate(transfers):
-            path = f"transfers[{i}]"
-            if not isinstance(item, dict) or set(item) != {"node_uuid", "epoch", "new_owner"}:
-                errors.append(
-                    FieldError.about(path, "must have exactly node_uuid, epoch, new_owner", item)
-                )
-                continue
-            node_field, epoch_field, owner_field = (
-                item["node_uuid"],
-                item["epoch"],
-                item["new_owner"],
-            )
-            try:
-                uuid, epoch, new_owner = checks.collect(
-                    partial(payload.check_uuid, node_field, f"{path}.node_uuid"),
-                    partial(checks.check_epoch, epoch_field, f"{path}.epoch"),
-                    partial(payload.check_host, owner_field, f"{path}.new_owner"),
-                )
-            except InvalidInput as exc:
-                errors.extend(exc.errors)
-                continue
-            if new_owner not in live:
-                errors.append(
-                    FieldError.about(f"{path}.new_owner", "is not a live agent", new_owner)
-                )
-                continue
-            checked.append(ownership.Transfer(uuid, epoch, new_owner))
-        if errors:
-            raise InvalidInput(errors)
+        agent = arguments.check_host(host)
+        checked = [
+            ownership.Transfer(*transfer)
+            for transfer in agent_reports.check_transfers(transfers, self._fleet.live_members())
+        ]
         out = ownership.transfer_nodes(self._db, agent, checked)
         LOG.info(
             "Agent %s handed over %d nodes (%d refused)", agent, len(out.done), len(out.refused)
@@ -224,31 +193,16 @@ class AgentsEndpoint:
         per node: a third of the CPU and 40 % fewer bytes for a 5,000-node
         page, and every agent reads the whole fleet at start.
         """
-        group_list = None
-        if groups is not None:
-            if (
-                not isinstance(groups, list)
-                or len(groups) > 1000
-                or not all(isinstance(g, str) and len(g) <= 80 for g in groups)
-            ):
-                raise InvalidInput(
-                    [
-                        FieldError.about(
-                            "groups", "must be a list of at most 1000 group names", groups
-                        )
-                    ]
-                )
-            group_list = groups
-        changed_after = None if since is None else payload.check_time(since, "since")
-        page = payload.check_limit(limit, maximum=50_000)
-        if not isinstance(columns, bool):
-            raise InvalidInput([FieldError.about("columns", "must be true or false", columns)])
+        group_list = None if groups is None else arguments.check_groups(groups)
+        changed_after = None if since is None else arguments.check_time(since, "since")
+        page = arguments.check_limit(limit, maximum=50_000)
+        arguments.check_bool(columns, "columns")
         inventory = node_pages.inventory_page(
             self._db,
             limit=page,
             groups=group_list,
             changed_after=changed_after,
-            marker=None if marker is None else payload.check_uuid(marker, "marker"),
+            marker=None if marker is None else checks.validate_uuid(marker, "marker"),
         )
         found: dict[str, list[Any]] = {
             "uuids": inventory.uuids,
@@ -275,8 +229,8 @@ class AgentsEndpoint:
     ) -> dict[str, Any]:
         """The outcome of a build an agent ran; fenced by the node's epoch."""
         agent, result = checks.collect(
-            lambda: payload.check_host(host),
-            lambda: _check_result_fields(
+            lambda: arguments.check_host(host),
+            lambda: agent_reports.check_build_result(
                 {
                     "instance_uuid": instance_uuid,
                     "node_uuid": node_uuid,
@@ -285,7 +239,6 @@ class AgentsEndpoint:
                     "node_clean": node_clean,
                     "fault": fault,
                 },
-                prefix="",
             ),
         )
         if self._builds is None:
@@ -316,8 +269,8 @@ class AgentsEndpoint:
         that may pass (the database is unreachable): the agent sends that
         item again later; it logs the others.
         """
-        agent = payload.check_host(host)
-        items = _check_build_results(results)
+        agent = arguments.check_host(host)
+        items = agent_reports.check_build_results(results)
         if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
         replies: list[dict[str, Any]] = []
@@ -352,13 +305,11 @@ class AgentsEndpoint:
         fault: Any = None,
     ) -> dict[str, Any]:
         """The outcome of a teardown an agent ran; fenced by the node's epoch."""
-        agent, instance, node, held, ok, text = checks.collect(
-            lambda: payload.check_host(host),
-            lambda: payload.check_uuid(instance_uuid, "instance_uuid"),
-            lambda: payload.check_uuid(node_uuid, "node_uuid"),
-            lambda: checks.check_epoch(epoch, "epoch"),
-            lambda: payload.check_bool(success, "success"),
-            lambda: _check_fault(fault),
+        agent, (instance, node, held, ok, text) = checks.collect(
+            lambda: arguments.check_host(host),
+            lambda: agent_reports.check_destroy_result(
+                instance_uuid, node_uuid, epoch, success, fault
+            ),
         )
         if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
@@ -369,13 +320,13 @@ class AgentsEndpoint:
 
     def owned_nodes(self, ctxt: dict[str, Any], host: Any) -> list[dict[str, Any]]:
         """Every node ``host`` owns, with epochs and pins: re-validation after LOST."""
-        agent = payload.check_host(host)
+        agent = arguments.check_host(host)
         return [o.to_dict() for o in ownership.owned_by(self._db, agent)]
 
     def report_node_states(self, ctxt: dict[str, Any], host: Any, states: Any) -> dict[str, Any]:
         """Power/provision states of owned nodes, each fenced by its epoch."""
-        agent = payload.check_host(host)
-        reports = payload.check_node_states(states)
+        agent = arguments.check_host(host)
+        reports = agent_reports.check_node_states(states)
         # The checks return exactly a StateReport's keys.
         stale = node_states.record_node_states(
             self._db, agent, cast(list[node_states.StateReport], reports)
@@ -388,71 +339,3 @@ class AgentsEndpoint:
                 ", ".join(stale[:20]),
             )
         return {"accepted": len(reports) - len(stale), "stale": stale}
-
-
-#: Build results in one ``report_build_results`` call.
-_MAX_RESULTS = 1000
-
-
-def _check_build_results(value: object) -> list[dict[str, Any]]:
-    """``[{instance_uuid, node_uuid, epoch, success, fault?, node_clean?}]``,
-    as keyword arguments of :meth:`conductor.build.results.BuildResults.report_result`."""
-    if not isinstance(value, list) or not 0 < len(value) <= _MAX_RESULTS:
-        raise InvalidInput(
-            [FieldError.about("results", f"must be a list of 1..{_MAX_RESULTS} results", value)]
-        )
-    errors: list[FieldError] = []
-    checked: list[dict[str, Any]] = []
-    for index, item in enumerate(value):
-        try:
-            checked.append(_check_build_result(item, f"results[{index}]"))
-        except InvalidInput as exc:
-            errors += exc.errors
-    if errors:
-        raise InvalidInput(errors)
-    return checked
-
-
-def _check_build_result(item: object, path: str) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise InvalidInput([FieldError.about(path, "must be a mapping", item)])
-    known = ("instance_uuid", "node_uuid", "epoch", "success", "fault", "node_clean")
-    unknown = [
-        FieldError(f"{path}.{k}", "unknown field") for k in sorted(map(str, item)) if k not in known
-    ]
-    try:
-        checked = _check_result_fields(item, prefix=f"{path}.")
-    except InvalidInput as exc:
-        raise InvalidInput([*exc.errors, *unknown]) from None
-    if unknown:
-        raise InvalidInput(unknown)
-    return checked
-
-
-def _check_result_fields(item: dict[Any, Any], prefix: str) -> dict[str, Any]:
-    """The fields of one build result (``report_build_result``'s keywords, or
-    one item of ``report_build_results`` with ``prefix`` ``results[i].``)."""
-    instance, node, epoch, success, clean, fault = checks.collect(
-        lambda: payload.check_uuid(item.get("instance_uuid"), f"{prefix}instance_uuid"),
-        lambda: payload.check_uuid(item.get("node_uuid"), f"{prefix}node_uuid"),
-        lambda: checks.check_epoch(item.get("epoch"), f"{prefix}epoch"),
-        lambda: payload.check_bool(item.get("success"), f"{prefix}success"),
-        lambda: payload.check_bool(item.get("node_clean", True), f"{prefix}node_clean"),
-        lambda: _check_fault(item.get("fault"), f"{prefix}fault"),
-    )
-    return {
-        "instance_uuid": instance,
-        "node_uuid": node,
-        "epoch": epoch,
-        "success": success,
-        "fault": fault,
-        "node_clean": clean,
-    }
-
-
-def _check_fault(value: object, field: str = "fault") -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput([FieldError.about(field, "must be text", value)])
-    return value[:4000]

@@ -21,10 +21,10 @@ from conductor.common.objects import VmState
 from conductor.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.db import fleet_report
 from conductor.db.engine import Database
-from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON
 from conductor.rpcapi import API_VERSION
+from conductor.validation import arguments
 from hashring.membership import MembershipView, State
 
 __all__ = ["FleetEndpoint"]
@@ -71,7 +71,7 @@ class FleetEndpoint:
 
     def drain_agent(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
         """Ask a live agent to hand all its nodes (pins too) over, then stop."""
-        agent = payload.check_host(host)
+        agent = arguments.check_host(host)
         if agent not in self._fleet.live_members():
             raise InvalidInput([FieldError.about("host", "is not a live agent", agent)])
         if self._compute is None:

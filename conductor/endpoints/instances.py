@@ -19,9 +19,8 @@ from conductor.common.instance_states import Event, can
 from conductor.common.objects import Flavor, Instance, VmState
 from conductor.db import instances
 from conductor.db.engine import Database
-from conductor.endpoints import payload
 from conductor.rpcapi import API_VERSION
-from conductor.validation import validate_build_request
+from conductor.validation import arguments, validate_build_request
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
 
@@ -89,8 +88,8 @@ class InstancesEndpoint:
             for i in instances.list_instances(
                 self._db,
                 vm_state=state,
-                host=None if host is None else payload.check_host(host),
-                limit=payload.check_limit(limit),
+                host=None if host is None else arguments.check_host(host),
+                limit=arguments.check_limit(limit),
                 marker=None if marker is None else validate_uuid(marker, "marker"),
             )
         ]

@@ -13,12 +13,14 @@ from conductor.common.exception import ConfigurationError, Conflict, FieldError,
 from conductor.db import flavors, ownership
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
-from conductor.endpoints import payload
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import IronicInventorySync
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
+    arguments,
     validate_flavor_spec,
+    validate_maintenance,
+    validate_node_filters,
     validate_node_spec,
     validate_node_specs,
     validate_node_update,
@@ -27,8 +29,6 @@ from conductor.validation import (
 __all__ = ["InventoryEndpoint"]
 
 LOG = logging.getLogger(__name__)
-
-_NODE_FILTERS = {"resource_class", "group", "owner", "provision_state", "maintenance", "pinned"}
 
 
 class InventoryEndpoint:
@@ -62,7 +62,7 @@ class InventoryEndpoint:
         a large file in several calls checks all of it first.
         """
         specs = validate_node_specs(nodes)
-        if payload.check_bool(dry_run, "dry_run"):
+        if arguments.check_bool(dry_run, "dry_run"):
             clashes = node_db.existing_clashes(self._db, specs)
             if clashes:
                 raise InvalidInput(clashes)
@@ -89,26 +89,20 @@ class InventoryEndpoint:
         limit: Any = 1000,
         marker: Any = None,
     ) -> list[dict[str, Any]]:
-        checked = self._node_filters(filters)
-        limit = payload.check_limit(limit)
+        checked = validate_node_filters(filters)
+        limit = arguments.check_limit(limit)
         if marker is not None:
-            marker = payload.check_uuid(marker, "marker")
+            marker = checks.validate_uuid(marker, "marker")
         return node_db.list_node_dicts(self._db, limit=limit, marker=marker, **checked)
 
     def show_node(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
-        return node_db.get_node(self._db, payload.check_ident(node, "node")).to_dict()
+        return node_db.get_node(self._db, arguments.check_ident(node, "node")).to_dict()
 
     def set_node_maintenance(
         self, ctxt: dict[str, Any], node: Any, maintenance: Any, reason: Any = None
     ) -> dict[str, Any]:
-        ident = payload.check_ident(node, "node")
-        flag = payload.check_bool(maintenance, "maintenance")
-        if reason is not None and (not isinstance(reason, str) or len(reason) > 255):
-            raise InvalidInput([FieldError.about("reason", "must be text of <= 255", reason)])
-        if reason is not None and not flag:
-            raise InvalidInput(
-                [FieldError.about("reason", "only allowed when entering maintenance", reason)]
-            )
+        ident = arguments.check_ident(node, "node")
+        flag, reason = validate_maintenance(maintenance, reason)
         updated = node_db.set_maintenance(self._db, ident, flag, reason)
         LOG.info("Node %s maintenance %s (%s)", updated.uuid, flag, reason)
         return updated.to_dict()
@@ -116,7 +110,7 @@ class InventoryEndpoint:
     def set_node(self, ctxt: dict[str, Any], node: Any, changes: Any) -> dict[str, Any]:
         """Change a node's properties, traits or resource class (since 1.1)."""
         ident, update = checks.collect(
-            lambda: payload.check_ident(node, "node"),
+            lambda: arguments.check_ident(node, "node"),
             lambda: validate_node_update(changes),
         )
         updated = node_db.update_node(self._db, ident, update)
@@ -127,7 +121,7 @@ class InventoryEndpoint:
 
     def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
         """Who owns a node, at which epoch, and who the ring says should."""
-        found = node_db.get_node(self._db, payload.check_ident(node, "node"))
+        found = node_db.get_node(self._db, arguments.check_ident(node, "node"))
         ring = self._fleet.ring(found.group)
         return {
             "node_uuid": found.uuid,
@@ -145,8 +139,8 @@ class InventoryEndpoint:
         live owner is never robbed: moving a node away from a live agent is
         its own drain or hand-over, done by the agent.
         """
-        ident = payload.check_ident(node, "node")
-        target = payload.check_host(host)
+        ident = arguments.check_ident(node, "node")
+        target = arguments.check_host(host)
         found = node_db.get_node(self._db, ident)
         live = self._fleet.live_members()
         if target not in live:
@@ -182,30 +176,6 @@ class InventoryEndpoint:
             moved.owner_epoch,
         )
         return moved.to_dict()
-
-    def _node_filters(self, filters: Any) -> dict[str, Any]:
-        if filters is None:
-            return {}
-        if not isinstance(filters, dict):
-            raise InvalidInput([FieldError.about("filters", "must be a mapping", filters)])
-        errors = [
-            FieldError(f"filters.{key}", f"unknown filter; use {sorted(_NODE_FILTERS)}")
-            for key in filters
-            if key not in _NODE_FILTERS
-        ]
-        for key in ("maintenance", "pinned"):
-            if key in filters and not isinstance(filters[key], bool):
-                errors.append(
-                    FieldError.about(f"filters.{key}", "must be true or false", filters[key])
-                )
-        for key in ("resource_class", "group", "owner", "provision_state"):
-            if key in filters and not isinstance(filters[key], str):
-                errors.append(FieldError.about(f"filters.{key}", "must be text", filters[key]))
-        if errors:
-            raise InvalidInput(errors)
-        if "owner" in filters:  # host names are case-insensitive (check_host)
-            return {**filters, "owner": filters["owner"].lower()}
-        return dict(filters)
 
     # -- flavors ---------------------------------------------------------------
 

@@ -12,15 +12,18 @@ Modules, by responsibility:
 * :mod:`~conductor.scheduler.filters` and :mod:`~conductor.scheduler.weighers`
   -- the plugin interfaces and ringfleet's own filters and weighers;
 * :mod:`~conductor.scheduler.plugins` -- loading them through stevedore;
-* :mod:`~conductor.scheduler.request` -- what a decision is about;
-* :mod:`~conductor.scheduler.capabilities` -- the flavors' capability
-  expressions (Nova's ComputeCapabilitiesFilter language) and how a node
-  matches one.
+* :mod:`~conductor.scheduler.request` -- what a decision is about.
+
+The flavors' capability expressions (Nova's ComputeCapabilitiesFilter
+language) and how a node matches one are in
+:mod:`conductor.validation.capabilities`, beside the flavor validation that
+parses them: the scheduler and the database layer both import the validated
+types, and validation imports neither.
 
 The package exports what filter and weigher plugins are written against;
 :class:`~conductor.scheduler.scheduler.Scheduler` is imported from its
-module (importing it here would make every user of the plugin interface, or
-of the capability language, import the database layer too).
+module (importing it here would make every user of the plugin interface
+import the database layer too).
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ class CapabilitiesFilter(BaseFilter):
     """Every ``capabilities:<key>`` extra spec matches the node's capability.
 
     Nova's ComputeCapabilitiesFilter semantics (see
-    :meth:`conductor.scheduler.capabilities.CapabilityExpression.matches`): a node
+    :meth:`conductor.validation.capabilities.CapabilityExpression.matches`): a node
     without the capability never matches, ``= N`` means "at least N",
     ``s==`` compares strings, ``<in>`` looks for a substring, ``<or>``
     accepts one of several words.

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from conductor.common.objects import Flavor
-from conductor.scheduler.capabilities import CapabilityExpression, parse_capability_expression
+from conductor.validation.capabilities import CapabilityExpression, parse_capability_expression
 
 __all__ = [
     "CAPABILITIES_SCOPE",

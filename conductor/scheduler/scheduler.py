@@ -49,7 +49,6 @@ from conductor.db import allocations
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.scheduler import plugins, source
-from conductor.scheduler.capabilities import CapabilityExpression
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import evolve
 from conductor.scheduler.filters import BaseFilter
@@ -61,6 +60,7 @@ from conductor.scheduler.request import (
     request_key,
 )
 from conductor.scheduler.weighers import BaseWeigher
+from conductor.validation.capabilities import CapabilityExpression
 
 __all__ = ["Scheduler"]
 

@@ -298,6 +298,47 @@ def test_bad_bodies_name_the_field_and_call_nothing(
     assert fake.calls == []
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field", "reason"),
+    [
+        ("POST", "/v1/nodes/import", {"nodes": [], "dry_run": "yes"}, "dry_run", "true or false"),
+        ("POST", "/v1/nodes/import", {"nodes": [], "dry_run": None}, "dry_run", "true or false"),
+        ("PUT", "/v1/nodes/n1/maintenance", {"maintenance": 1}, "maintenance", "true or false"),
+        (
+            "PUT",
+            "/v1/nodes/n1/maintenance",
+            {"maintenance": True, "reason": 3},
+            "reason",
+            "or null",
+        ),
+        ("POST", "/v1/nodes/n1/move", {"host": ["a"]}, "host", "must be a string"),
+        ("POST", "/v1/nodes/n1/move", {"host": None}, "host", "must be a string"),
+    ],
+)
+def test_an_envelope_of_the_wrong_types_calls_nothing(
+    app: tuple[api_app.Application, FakeConductors],
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    field: str,
+    reason: str,
+) -> None:
+    """The API's own bodies (Route.envelope) are checked before any call."""
+    application, fake = app
+    response = call(application, method, path, body)
+    assert response.status_code == 400, response.text
+    assert errors(response)[0]["field"] == field
+    assert reason in errors(response)[0]["reason"]
+    assert fake.calls == []
+
+
+def test_a_good_envelope_is_passed_on(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    call(application, "PUT", "/v1/nodes/n1/maintenance", {"maintenance": True, "reason": None})
+    call(application, "POST", "/v1/nodes/n1/move", {"host": "agent-1"})
+    assert [name for name, _, _ in fake.calls] == ["set_node_maintenance", "move_node"]
+
+
 def test_too_large_and_wrong_media_type(tmp_path: Path) -> None:
     application, fake = make_app(tmp_path, max_request_body_size=2048)
     big = call(application, "POST", "/v1/nodes", raw=b'{"name": "' + b"x" * 3000 + b'"}')

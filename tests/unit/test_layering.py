@@ -23,12 +23,17 @@ An RPC client is imported by the other service, so it imports nothing but
 the shared layer itself: otherwise importing it would pull the rest of its
 service into the other one.  Imports inside functions and ``TYPE_CHECKING``
 blocks count too: the rule is about which code depends on which.
+
+Within a package, the parts one level down (``conductor.db``,
+``conductor.scheduler``, ``conductor.validation``, ``conductor.builds``, ...)
+import each other without a cycle: a part can be read, tested and changed
+standing on the parts below it only.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -137,6 +142,94 @@ def violations(module: str, source: str, is_package: bool = False) -> list[str]:
         for line, target in imported(module, source, is_package)
         if (reason := forbidden(module, target)) is not None
     ]
+
+
+def part(module: str) -> str | None:
+    """The part of its package ``module`` belongs to (``conductor.db.nodes`` ->
+    ``conductor.db``); None for a package itself."""
+    names = module.split(".")
+    return ".".join(names[:2]) if len(names) > 1 else None
+
+
+def part_imports(sources: Mapping[str, tuple[str, bool]]) -> dict[tuple[str, str], list[str]]:
+    """``(importer part, imported part) -> ["module:line imports target", ...]``
+    for ``sources`` (module -> (source, is_package)), between different parts
+    of one package."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for module, (source, is_package) in sorted(sources.items()):
+        here = part(module)
+        for line, target in imported(module, source, is_package):
+            there = part(target)
+            if here and there and here != there and here.split(".")[0] == there.split(".")[0]:
+                found.setdefault((here, there), []).append(f"{module}:{line} imports {target}")
+    return found
+
+
+def part_cycles(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """The groups of parts that import each other in a cycle (strongly
+    connected components of more than one part), each sorted."""
+    graph: dict[str, set[str]] = {}
+    for importer, target in edges:
+        graph.setdefault(importer, set()).add(target)
+        graph.setdefault(target, set())
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm; the graph has ~40 parts
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in order:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], order[target])
+        if low[node] == order[node]:
+            group = [stack.pop()]
+            while group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return sorted(cycles)
+
+
+def test_no_import_cycle_between_the_parts_of_a_package() -> None:
+    sources = {
+        name: (path.read_text(), path.name == "__init__.py") for name, path in MODULES.items()
+    }
+    imports = part_imports(sources)
+    cycles = part_cycles(imports)
+    assert cycles == [], [
+        f"{importer} -> {target}: {', '.join(where)}"
+        for cycle in cycles
+        for (importer, target), where in sorted(imports.items())
+        if importer in cycle and target in cycle
+    ]
+
+
+def test_an_import_cycle_is_found() -> None:
+    """The checker itself: validation -> scheduler -> db -> validation, the
+    loop there was, is one cycle; the same parts without the back edge none."""
+    loop = {
+        "conductor.validation.flavor": ("from conductor.scheduler import capabilities", False),
+        "conductor.scheduler.scheduler": ("from conductor.db import nodes", False),
+        "conductor.db.nodes": ("from conductor.validation import NodeSpec", False),
+        "conductor.builds": ("from conductor.db import nodes", False),
+    }
+    assert part_cycles(part_imports(loop)) == [
+        ["conductor.db", "conductor.scheduler", "conductor.validation"]
+    ]
+    no_loop = {
+        **loop,
+        "conductor.validation.flavor": ("from conductor.common import checks", False),
+    }
+    assert part_cycles(part_imports(no_loop)) == []
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

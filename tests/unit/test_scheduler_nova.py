@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from conductor.common.exception import ConfigurationError, InvalidInput
 from conductor.common.objects import Flavor, Node
 from conductor.scheduler import nova
-from conductor.scheduler.capabilities import CapabilityExpression
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.filters import CapabilitiesFilter, TraitsFilter
 from conductor.scheduler.index import NodeIndex
@@ -28,6 +27,7 @@ from conductor.scheduler.plugins import load_filters, load_weighers
 from conductor.scheduler.request import RequestSpec
 from conductor.scheduler.scheduler import Scheduler
 from conductor.scheduler.weighers import SpreadWeigher, WeighingContext
+from conductor.validation.capabilities import CapabilityExpression
 from tests import nova_filters
 from tests.dbutil import migrated
 from tests.unit.test_scheduler_plugins import make_conf

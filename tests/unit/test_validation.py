@@ -26,7 +26,7 @@ from conductor.common.exception import (
     first_line,
 )
 from conductor.common.objects import PowerState, ProvisionState
-from conductor.scheduler import capabilities
+from conductor.validation import capabilities
 
 DELETE = object()  # a table value meaning "leave this field out"
 UUID_A = "0b6f5f4e-3c1d-4e2a-9f8b-7a6c5d4e3f21"

@@ -1,13 +1,16 @@
 """The capability expressions of flavors, and how a node's capability matches one.
 
 The language of Nova's ComputeCapabilitiesFilter
-(``nova/scheduler/filters/extra_specs_ops.py``), kept next to the scheduler
-that evaluates it (:class:`conductor.scheduler.filters.CapabilitiesFilter`):
+(``nova/scheduler/filters/extra_specs_ops.py``): flavor validation
+(:mod:`conductor.validation.flavor`) parses it, and the scheduler evaluates
+it (:class:`conductor.scheduler.filters.CapabilitiesFilter`).
 :meth:`CapabilityExpression.matches` has exactly Nova's semantics, while
 :func:`parse_capability_expression` refuses expressions Nova would accept
 but that cannot mean what their author wanted (a missing or non-numeric
 operand, extra words Nova silently ignores, ``s==uefi`` without the space).
-Flavor validation (:mod:`conductor.validation`) parses with it.
+It lives with validation, which imports nothing of the scheduler or the
+database, so that both of those can import it and the validated types
+without an import cycle.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""Validation of the small payloads the conductor's agent-facing and lookup methods take.
+"""The small arguments of the conductor's lookups and agent calls.
 
-The client-facing specs (nodes, flavors, builds) live in
-:mod:`conductor.validation`; these are the ids, epochs and states that agents
-and lookups send, checked with the same error type.  The single-value checks
-the agent's endpoints use too (uuid, name, epoch, :func:`collect`) are in
+Hosts, node idents, flags, times, page sizes, lists of node uuids and maps
+of node uuids to epochs: checked like the resources' fields (one
+:class:`~conductor.common.exception.InvalidInput` naming every bad field),
+but raised from each check, since each argument is one value.  What agents
+report (results, states, hand-overs) is in
+:mod:`conductor.validation.agent_reports`; the single-value checks the
+compute agent uses too (uuid, name, epoch) are in
 :mod:`conductor.common.checks`.
 """
 
@@ -12,27 +15,32 @@ from __future__ import annotations
 import datetime
 import uuid as uuidlib
 from collections.abc import Mapping
-from typing import Any
 
-from conductor.common.checks import check_epoch, looks_like_uuid, validate_name, validate_uuid
+from conductor.common.checks import (
+    check_epoch,
+    check_list,
+    looks_like_uuid,
+    validate_name,
+    validate_uuid,
+)
 from conductor.common.exception import FieldError, InvalidInput
-from conductor.common.objects import PowerState, ProvisionState
 
 __all__ = [
-    "MAX_BATCH",
+    "MAX_AGENT_BATCH",
     "check_bool",
     "check_epoch_map",
+    "check_groups",
     "check_host",
     "check_ident",
     "check_limit",
-    "check_node_states",
     "check_time",
-    "check_uuid",
     "check_uuid_list",
 ]
 
 #: Nodes in one agent call: an agent claims hundreds at once, not millions.
-MAX_BATCH = 10_000
+MAX_AGENT_BATCH = 10_000
+#: Node groups one inventory read may name.
+MAX_GROUPS = 1000
 
 
 def check_host(value: object, field: str = "host") -> str:
@@ -93,24 +101,7 @@ def check_limit(value: object, field: str = "limit", maximum: int = 10_000) -> i
 
 
 def check_uuid_list(value: object, field: str) -> list[str]:
-    if not isinstance(value, list) or len(value) > MAX_BATCH:
-        raise InvalidInput(
-            [FieldError.about(field, f"must be a list of at most {MAX_BATCH} uuids", value)]
-        )
-    errors: list[FieldError] = []
-    result = []
-    for i, item in enumerate(value):
-        try:
-            result.append(validate_uuid(item, f"{field}[{i}]"))
-        except InvalidInput as exc:
-            errors.extend(exc.errors)
-    if errors:
-        raise InvalidInput(errors)
-    return result
-
-
-def check_uuid(value: object, field: str) -> str:
-    return validate_uuid(value, field)
+    return check_list(value, field, validate_uuid, maximum=MAX_AGENT_BATCH, what="uuids")
 
 
 def _check_epoch(value: object, field: str, errors: list[FieldError]) -> int | None:
@@ -124,10 +115,9 @@ def _check_epoch(value: object, field: str, errors: list[FieldError]) -> int | N
 
 def check_epoch_map(value: object, field: str) -> dict[str, int]:
     """``{node_uuid: epoch}``."""
-    if not isinstance(value, Mapping) or len(value) > MAX_BATCH:
-        raise InvalidInput(
-            [FieldError.about(field, f"must map at most {MAX_BATCH} node uuids to epochs", value)]
-        )
+    if not isinstance(value, Mapping) or len(value) > MAX_AGENT_BATCH:
+        reason = f"must map at most {MAX_AGENT_BATCH} node uuids to epochs"
+        raise InvalidInput([FieldError.about(field, reason, value)])
     errors: list[FieldError] = []
     result: dict[str, int] = {}
     for key, epoch in value.items():
@@ -144,39 +134,14 @@ def check_epoch_map(value: object, field: str) -> dict[str, int]:
     return result
 
 
-def check_node_states(value: object, field: str = "states") -> list[dict[str, Any]]:
-    """``[{node_uuid, epoch, power_state, provision_state}]`` from an agent."""
-    if not isinstance(value, list) or len(value) > MAX_BATCH:
+def check_groups(value: object, field: str = "groups") -> list[str]:
+    """Node group names, as an inventory read filters on them."""
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_GROUPS
+        or not all(isinstance(g, str) and len(g) <= 80 for g in value)
+    ):
         raise InvalidInput(
-            [FieldError.about(field, f"must be a list of at most {MAX_BATCH} reports", value)]
+            [FieldError.about(field, f"must be a list of at most {MAX_GROUPS} group names", value)]
         )
-    errors: list[FieldError] = []
-    result = []
-    for i, item in enumerate(value):
-        path = f"{field}[{i}]"
-        if not isinstance(item, Mapping):
-            errors.append(FieldError.about(path, "must be a mapping", item))
-            continue
-        unknown = set(item) - {"node_uuid", "epoch", "power_state", "provision_state"}
-        for key in sorted(map(str, unknown)):
-            errors.append(FieldError(f"{path}.{key}", "unknown field"))
-        try:
-            uuid = validate_uuid(item.get("node_uuid"), f"{path}.node_uuid")
-        except InvalidInput as exc:
-            errors.extend(exc.errors)
-            continue
-        epoch = _check_epoch(item.get("epoch"), f"{path}.epoch", errors)
-        power = item.get("power_state")
-        if power is not None and power not in [p.value for p in PowerState]:
-            errors.append(FieldError.about(f"{path}.power_state", "unknown power state", power))
-        provision = item.get("provision_state")
-        if provision is not None and provision not in [p.value for p in ProvisionState]:
-            errors.append(
-                FieldError.about(f"{path}.provision_state", "unknown provision state", provision)
-            )
-        result.append(
-            {"node_uuid": uuid, "epoch": epoch, "power_state": power, "provision_state": provision}
-        )
-    if errors:
-        raise InvalidInput(errors)
-    return result
+    return value

@@ -1,0 +1,260 @@
+"""The request schemas: each resource a client sends, its fields and their limits, declared once.
+
+A node to create, a change to a node, a flavor and a build request are each
+one :class:`Resource`: its fields as JSON Schema (the 2020-12 dialect of
+OpenAPI 3.1), which are required, and the patterns and limits they use.
+Two things are derived from these declarations:
+
+* :mod:`conductor.validation` takes its field lists, patterns, limits and
+  choices from here, and enforces them field by field (naming every bad
+  field, and adding the rules a schema cannot say: names that are not
+  UUIDs, parsed capabilities, a build's name leaving room for its suffix);
+* the HTTP API's OpenAPI document (:mod:`conductor.api.openapi`) publishes
+  :meth:`Resource.json_schema`.
+
+So the document cannot drift from what the conductor accepts; a unit test
+checks that every payload validation accepts is valid under its published
+schema.  The declarations are in the shared layer because the HTTP API
+imports only that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from conductor.common.checks import MAX_NAME_LENGTH, NAME_PATTERN, UUID_PATTERN
+from conductor.common.objects import PowerState, ProvisionState
+
+__all__ = [
+    "ALLOWED_PROVISION_STATES",
+    "BUILD_REQUEST",
+    "CAPABILITIES_SCOPE",
+    "CAPABILITY_KEY_PATTERN",
+    "FLAVOR_SPEC",
+    "GROUP_PATTERN",
+    "MAX_BATCH",
+    "MAX_COUNT",
+    "MAX_EXTRA_SPEC_VALUE_LENGTH",
+    "MAX_HINT_NAME_LENGTH",
+    "MAX_HINT_VALUE_LENGTH",
+    "MAX_PROPERTY_KEY_LENGTH",
+    "MAX_REASON_LENGTH",
+    "MAX_SCHEDULER_HINTS",
+    "MAX_TRAITS",
+    "NODE_SPEC",
+    "NODE_UPDATE",
+    "RESOURCES",
+    "RESOURCE_CLASS_PATTERN",
+    "TRAIT_PATTERN",
+    "TRAIT_SCOPE",
+    "Resource",
+]
+
+# Every pattern is matched with fullmatch(): "$" alone would accept a
+# trailing newline.
+RESOURCE_CLASS_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
+TRAIT_PATTERN: Final = r"^[A-Z][A-Z0-9_]{0,254}$"
+GROUP_PATTERN: Final = r"^[A-Za-z0-9._-]{0,80}$"
+CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
+
+MAX_TRAITS: Final = 64
+#: Nodes in one bulk import.
+MAX_BATCH: Final = 100_000
+#: Instances in one build request.
+MAX_COUNT: Final = 1000
+MAX_REASON_LENGTH: Final = 255
+MAX_PROPERTY_KEY_LENGTH: Final = 255
+MAX_EXTRA_SPEC_VALUE_LENGTH: Final = 255
+MAX_SCHEDULER_HINTS: Final = 64
+MAX_HINT_NAME_LENGTH: Final = 255
+# Long enough for a JsonFilter query.
+MAX_HINT_VALUE_LENGTH: Final = 4096
+
+#: The provision states a node may be created in.
+ALLOWED_PROVISION_STATES: Final = (
+    ProvisionState.ENROLL,
+    ProvisionState.MANAGEABLE,
+    ProvisionState.AVAILABLE,
+)
+
+#: The extra spec scopes of a flavor: ``capabilities:<key>`` and ``trait:<TRAIT>``.
+CAPABILITIES_SCOPE: Final = "capabilities:"
+TRAIT_SCOPE: Final = "trait:"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """One resource a client sends: its fields' JSON Schemas, the required ones.
+
+    No other field is accepted.  With ``null_means_absent`` (the conductor's
+    rule for its payloads) an optional field may also be ``null``, which
+    means the same as leaving it out.
+    """
+
+    name: str
+    description: str
+    properties: Mapping[str, Mapping[str, Any]]
+    required: frozenset[str] = frozenset()
+    null_means_absent: bool = True
+
+    @property
+    def fields(self) -> frozenset[str]:
+        return frozenset(self.properties)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the whole payload (an OpenAPI 3.1 component)."""
+        return {
+            "type": "object",
+            "description": self.description,
+            "properties": {
+                key: _or_null(schema)
+                if self.null_means_absent and key not in self.required
+                else dict(schema)
+                for key, schema in self.properties.items()
+            },
+            "required": sorted(self.required),
+            "additionalProperties": False,
+        }
+
+
+def _or_null(schema: Mapping[str, Any]) -> dict[str, Any]:
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    kind = schema["type"]
+    kinds = [*kind, "null"] if isinstance(kind, list) else [kind, "null"]
+    return {**schema, "type": kinds}
+
+
+def _inner(pattern: str) -> str:
+    """A fullmatch pattern without its anchors, to build a bigger one."""
+    return pattern.removeprefix("^").removesuffix("$")
+
+
+_NAME: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_NAME_LENGTH,
+    "pattern": NAME_PATTERN,
+    "description": "Not UUID-shaped: names and uuids share lookups.",
+}
+_UUID: Final = {
+    "type": "string",
+    "pattern": UUID_PATTERN,
+    "description": "8-4-4-4-12 or 32 hex digits, any case; stored lower-case hyphenated.",
+}
+_RESOURCE_CLASS: Final = {"type": "string", "pattern": RESOURCE_CLASS_PATTERN}
+_GROUP: Final = {"type": "string", "pattern": GROUP_PATTERN}
+_TRAITS: Final = {
+    "type": "array",
+    "items": {"type": "string", "pattern": TRAIT_PATTERN},
+    "maxItems": MAX_TRAITS,
+    "uniqueItems": True,
+}
+_PROPERTY_NAME: Final = {"type": "string", "minLength": 1, "maxLength": MAX_PROPERTY_KEY_LENGTH}
+_PROPERTIES: Final = {
+    "type": "object",
+    "propertyNames": _PROPERTY_NAME,
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+    "description": "Flat: strings, finite numbers, booleans. 'capabilities' is the text "
+    "'key:value,key:value' (Ironic's form), parsed and normalized.",
+}
+
+NODE_SPEC: Final = Resource(
+    name="NodeSpec",
+    description="A node to enroll. Without a uuid the conductor chooses one.",
+    properties={
+        "name": _NAME,
+        "uuid": _UUID,
+        "resource_class": _RESOURCE_CLASS,
+        "traits": _TRAITS,
+        "properties": _PROPERTIES,
+        "group": _GROUP,
+        "maintenance": {"type": "boolean"},
+        "maintenance_reason": {
+            "type": "string",
+            "maxLength": MAX_REASON_LENGTH,
+            "description": "Only with maintenance true.",
+        },
+        "provision_state": {"enum": [s.value for s in ALLOWED_PROVISION_STATES]},
+        "power_state": {"enum": [s.value for s in PowerState]},
+    },
+    required=frozenset({"name", "resource_class"}),
+)
+
+NODE_UPDATE: Final = Resource(
+    name="NodeUpdate",
+    description="A change to a node: properties set (merged) then removed, traits added "
+    "and removed, a new resource class. It must change something, and may not both set "
+    "and remove one property, nor both add and remove one trait.",
+    properties={
+        "properties": _PROPERTIES,
+        "remove_properties": {"type": "array", "items": _PROPERTY_NAME},
+        "add_traits": _TRAITS,
+        "remove_traits": _TRAITS,
+        "resource_class": _RESOURCE_CLASS,
+    },
+)
+
+FLAVOR_SPEC: Final = Resource(
+    name="FlavorSpec",
+    description="A flavor to create. required_traits and forbidden_traits are disjoint.",
+    properties={
+        "name": _NAME,
+        "resource_class": _RESOURCE_CLASS,
+        "required_traits": _TRAITS,
+        "forbidden_traits": _TRAITS,
+        "extra_specs": {
+            "type": "object",
+            "propertyNames": {
+                "pattern": f"^({CAPABILITIES_SCOPE}{_inner(CAPABILITY_KEY_PATTERN)}"
+                f"|{TRAIT_SCOPE}{_inner(TRAIT_PATTERN)})$"
+            },
+            "additionalProperties": {"type": "string", "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH},
+            "description": "'capabilities:<key>': a capability expression (Nova's "
+            "ComputeCapabilitiesFilter language); 'trait:<TRAIT>': 'required' or "
+            "'forbidden', merged into the trait lists.",
+        },
+    },
+    required=frozenset({"name", "resource_class"}),
+)
+
+BUILD_REQUEST: Final = Resource(
+    name="BuildRequest",
+    description="Build count instances of a flavor. With instance_uuids (one per "
+    "instance) a retry of the same request is safe.",
+    properties={
+        "flavor": _NAME,
+        "count": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
+        "name": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_NAME_LENGTH,
+            "description": "With count > 1 the instances are name-1 .. name-N, and the "
+            "limit includes that suffix. No control characters, no surrounding spaces.",
+        },
+        "group": {**_GROUP, "description": "A node group hint; '' is the default group."},
+        "instance_uuids": {
+            "type": "array",
+            "items": _UUID,
+            "maxItems": MAX_COUNT,
+            "uniqueItems": True,
+            "description": "Exactly count of them.",
+        },
+        "scheduler_hints": {
+            "type": "object",
+            "maxProperties": MAX_SCHEDULER_HINTS,
+            "propertyNames": {"minLength": 1, "maxLength": MAX_HINT_NAME_LENGTH},
+            "additionalProperties": {
+                "type": ["string", "number", "boolean", "null"],
+                "maxLength": MAX_HINT_VALUE_LENGTH,
+            },
+            "description": "For scheduler filters that read hints (since API 1.6).",
+        },
+    },
+    required=frozenset({"flavor"}),
+)
+
+#: Every resource, by name.
+RESOURCES: Final = {r.name: r for r in (NODE_SPEC, NODE_UPDATE, FLAVOR_SPEC, BUILD_REQUEST)}

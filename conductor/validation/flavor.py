@@ -1,0 +1,189 @@
+"""Flavors: the spec of a flavor to create, extra specs included.
+
+A flavor's ``extra_specs`` hold ``capabilities:<key>`` expressions (parsed
+with :mod:`conductor.validation.capabilities`, the language of Nova's
+ComputeCapabilitiesFilter) and ``trait:<TRAIT>`` entries (merged into the
+flavor's required or forbidden traits).  The fields, patterns and limits are
+those of :data:`conductor.common.schemas.FLAVOR_SPEC`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.schemas import (
+    CAPABILITIES_SCOPE,
+    FLAVOR_SPEC,
+    MAX_EXTRA_SPEC_VALUE_LENGTH,
+    TRAIT_SCOPE,
+)
+from conductor.validation.capabilities import CapabilityExpression, expression_or_reason
+from conductor.validation.fields import (
+    CAPABILITY_KEY_PATTERN,
+    CAPABILITY_KEY_RE,
+    TRAIT_PATTERN,
+    TRAIT_RE,
+    Errors,
+    check_name,
+    check_resource_class,
+    check_traits,
+    join,
+    required_field,
+    unknown_fields,
+)
+
+__all__ = ["FlavorSpec", "validate_flavor_spec"]
+
+_TRAIT_REQUIRED: Final = "required"
+_TRAIT_FORBIDDEN: Final = "forbidden"
+
+_FLAVOR_FIELDS: Final = FLAVOR_SPEC.fields
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlavorSpec:
+    """A validated flavor to create.
+
+    ``trait:<TRAIT>`` extra specs are merged into the trait sets, so
+    ``extra_specs`` holds only the ``capabilities:<key>`` entries (as
+    written), and ``capabilities`` maps each ``<key>`` to its parsed
+    expression.  :meth:`to_dict` leaves ``capabilities`` out.
+    """
+
+    name: str
+    resource_class: str
+    required_traits: frozenset[str] = frozenset()
+    forbidden_traits: frozenset[str] = frozenset()
+    extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    capabilities: Mapping[str, CapabilityExpression] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The payload form: ``validate_flavor_spec(spec.to_dict()) == spec``."""
+        return {
+            "name": self.name,
+            "resource_class": self.resource_class,
+            "required_traits": sorted(self.required_traits),
+            "forbidden_traits": sorted(self.forbidden_traits),
+            "extra_specs": dict(self.extra_specs),
+        }
+
+
+def _parse_expression(text: str, field: str, errors: Errors) -> CapabilityExpression | None:
+    result = expression_or_reason(text)
+    if isinstance(result, str):
+        errors.add(field, result, text)
+        return None
+    return result
+
+
+@dataclasses.dataclass(slots=True)
+class _ExtraSpecs:
+    specs: dict[str, str] = dataclasses.field(default_factory=dict)  # capabilities:* only
+    expressions: dict[str, CapabilityExpression] = dataclasses.field(default_factory=dict)
+    traits: dict[str, str] = dataclasses.field(default_factory=dict)  # -> required|forbidden
+
+
+def _check_capability_spec(
+    key: str, text: str, field: str, errors: Errors, out: _ExtraSpecs
+) -> bool:
+    capability = key[len(CAPABILITIES_SCOPE) :]
+    expression = _parse_expression(text, field, errors)
+    if not CAPABILITY_KEY_RE.fullmatch(capability):
+        errors.add(field, f"capability key must match {CAPABILITY_KEY_PATTERN}", capability)
+        return False
+    if expression is None:
+        return False
+    out.specs[key] = text
+    out.expressions[capability] = expression
+    return True
+
+
+def _check_trait_spec(key: str, text: str, field: str, errors: Errors, out: _ExtraSpecs) -> bool:
+    trait = key[len(TRAIT_SCOPE) :]
+    if not TRAIT_RE.fullmatch(trait):
+        errors.add(field, f"trait name must match {TRAIT_PATTERN}", trait)
+    elif text not in (_TRAIT_REQUIRED, _TRAIT_FORBIDDEN):
+        errors.add(field, "must be 'required' or 'forbidden'", text)
+    else:
+        out.traits[trait] = text
+        return True
+    return False
+
+
+def _check_extra_spec(
+    key: object, text: object, field: str, errors: Errors, out: _ExtraSpecs
+) -> bool:
+    if not isinstance(key, str):
+        errors.add(field, "keys must be strings", key)
+    elif not isinstance(text, str):
+        errors.add(field, "must be a string", text)
+    elif len(text) > MAX_EXTRA_SPEC_VALUE_LENGTH:
+        errors.add(field, f"must be at most {MAX_EXTRA_SPEC_VALUE_LENGTH} characters", text)
+    elif key.startswith(CAPABILITIES_SCOPE):
+        return _check_capability_spec(key, text, field, errors, out)
+    elif key.startswith(TRAIT_SCOPE):
+        return _check_trait_spec(key, text, field, errors, out)
+    else:
+        errors.add(field, "unknown extra spec (use 'capabilities:<key>' or 'trait:<TRAIT>')")
+    return False
+
+
+def _check_extra_specs(value: object, field: str, errors: Errors) -> tuple[_ExtraSpecs, bool]:
+    """The good extra specs, and whether all were good."""
+    out = _ExtraSpecs()
+    if value is None:
+        return out, True
+    if not isinstance(value, Mapping):
+        errors.add(field, "must be a mapping of strings to strings", value)
+        return out, False
+    ok = True
+    for key, text in value.items():
+        ok = _check_extra_spec(key, text, join(field, key), errors, out) and ok
+    return out, ok
+
+
+def validate_flavor_spec(spec: object) -> FlavorSpec:
+    """Validate a flavor to create.
+
+    Fields: ``name`` (required, like a node name), ``resource_class``
+    (required), ``required_traits``, ``forbidden_traits`` (disjoint) and
+    ``extra_specs``: ``capabilities:<key>`` -> a capability expression (see
+    :func:`parse_capability_expression`), ``trait:<TRAIT>`` -> ``required``
+    or ``forbidden`` (merged into the trait sets; contradicting them is an
+    error).
+
+    :raises InvalidInput: naming every bad, missing or unknown field
+    """
+    if not isinstance(spec, Mapping):
+        raise InvalidInput([FieldError.about("", "must be a mapping", spec)])
+    errors = Errors()
+    unknown_fields(spec, _FLAVOR_FIELDS, "", errors)
+    name = required_field(spec, "name", "", errors, check_name)
+    resource_class = required_field(spec, "resource_class", "", errors, check_resource_class)
+    required = check_traits(spec.get("required_traits"), "required_traits", errors)
+    forbidden = check_traits(spec.get("forbidden_traits"), "forbidden_traits", errors)
+    if required is not None and forbidden is not None:
+        both = sorted(required & forbidden)
+        if both:
+            errors.add("forbidden_traits", "traits also in required_traits", both)
+    extra, _ = _check_extra_specs(spec.get("extra_specs"), "extra_specs", errors)
+    for trait, how in extra.traits.items():
+        against = forbidden if how == _TRAIT_REQUIRED else required
+        if against is not None and trait in against:
+            other = "forbidden_traits" if how == _TRAIT_REQUIRED else "required_traits"
+            field = join("extra_specs", TRAIT_SCOPE + trait)
+            errors.add(field, f"contradicts {other}", how)
+    errors.raise_if_any()
+    assert name is not None and resource_class is not None
+    assert required is not None and forbidden is not None
+    return FlavorSpec(
+        name=name,
+        resource_class=resource_class,
+        required_traits=required | {t for t, h in extra.traits.items() if h == _TRAIT_REQUIRED},
+        forbidden_traits=forbidden | {t for t, h in extra.traits.items() if h == _TRAIT_FORBIDDEN},
+        extra_specs=extra.specs,
+        capabilities=extra.expressions,
+    )
