@@ -1,33 +1,118 @@
-"""Building the CLI's conductor client from the operator's configuration."""
+"""Building the CLI's conductor client from the operator's configuration.
+
+Before the first call the broker is tried once, within ``--rpc-timeout``:
+oslo.messaging retries an unreachable broker for ever, so a CLI that just
+called would hang.  Every failure here is one line naming the configuration
+it came from (the files read, or that none was found) and the broker's URL
+without its password.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from typing import Any
 
+import kombu.connection
 import oslo_messaging as messaging
 from oslo_config import cfg
 
 from conductor import conf as conductor_conf
 from conductor.common import rpc
+from conductor.common.exception import ConfigurationError, ServiceUnavailable, first_line
 from conductor.rpcapi import ConductorAPI
 
 __all__ = ["DEFAULT_CONFIG_FILE", "build_client"]
 
 DEFAULT_CONFIG_FILE = "/etc/ringfleet/ringfleet.conf"
 
+#: The drivers whose broker is tried before the first call (AMQP over kombu).
+_AMQP_DRIVERS = ("rabbit",)
+
+#: kombu has no type hints.
+_Connection: Any = kombu.connection.Connection
+
 
 def build_client(
     config_files: Sequence[str], timeout: float
 ) -> tuple[messaging.Transport, ConductorAPI]:
-    """Parse the config files and return (transport, client) for the conductors."""
+    """Parse the config files and return (transport, client) for the conductors.
+
+    :raises ConfigurationError: no ``[DEFAULT] transport_url`` anywhere
+    :raises ServiceUnavailable: the broker did not answer within *timeout*
+    """
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     conductor_conf.register_opts(conf)
     files = list(config_files)
     if not files and os.path.exists(DEFAULT_CONFIG_FILE):
         files = [DEFAULT_CONFIG_FILE]
+    source = (
+        f"config {', '.join(files)}"
+        if files
+        else f"no config file (none given, {DEFAULT_CONFIG_FILE} does not exist)"
+    )
     # No argv: the CLI's own parser already consumed the command line.
     conf([], project="ringfleet", default_config_files=files)
+    if not conf.transport_url:
+        raise ConfigurationError(
+            "DEFAULT", "transport_url", f"not set ({source}); or use --os-endpoint"
+        )
+    try:
+        url = messaging.TransportURL.parse(conf, conf.transport_url)
+    except messaging.InvalidTransportURL as exc:
+        raise ConfigurationError(
+            "DEFAULT", "transport_url", f"{first_line(exc)} ({source})"
+        ) from None
+    if url.transport in _AMQP_DRIVERS:
+        _try_broker(url, timeout, source)
     transport = rpc.get_transport(conf)
     return transport, ConductorAPI(transport, timeout=timeout)
+
+
+def _redacted(url: messaging.TransportURL) -> str:
+    """The URL as the driver uses it (defaults filled in), without passwords."""
+    hosts = ",".join(
+        f"{h.username or 'guest'}:***@{h.hostname or 'localhost'}:{h.port or 5672}"
+        for h in url.hosts or [messaging.TransportHost()]
+    )
+    return f"{url.transport}://{hosts}/{url.virtual_host or ''}"
+
+
+def _try_broker(url: messaging.TransportURL, timeout: float, source: str) -> None:
+    """Connect to one of the URL's brokers within *timeout*, or say why not."""
+    failures: list[str] = []
+    reached = threading.Event()
+
+    def attempt() -> None:
+        for host in url.hosts or [messaging.TransportHost()]:
+            connection = _Connection(
+                hostname=host.hostname or "localhost",
+                port=host.port or 5672,
+                userid=host.username or "guest",
+                password=host.password or "guest",
+                virtual_host=url.virtual_host or "/",
+                transport="pyamqp",
+                connect_timeout=timeout,
+            )
+            try:
+                connection.connect()
+            except Exception as exc:  # the next host, or the report below
+                failures.append(first_line(exc))
+                continue
+            finally:
+                connection.release()
+            reached.set()
+            return
+
+    # A thread, so that the deadline holds whatever the connection does.
+    trying = threading.Thread(target=attempt, name="broker-check", daemon=True)
+    trying.start()
+    trying.join(timeout)
+    if reached.is_set():
+        return
+    why = failures[-1] if failures else f"no answer within {timeout:g} s"
+    raise ServiceUnavailable(
+        f"cannot reach the broker at {_redacted(url)} ([DEFAULT] transport_url, {source}): {why}"
+    )
