@@ -67,6 +67,8 @@ class AgentService:
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None
         self._reconcile_failure: str | None = None  # why the last reconcile failed
+        # Since when (monotonic) state reports fail: one WARNING per outage.
+        self._reports_failing_since: float | None = None
         self._terminating = threading.Lock()
         # Why run() must fail once stopped (another process took our host).
         self._fatal: RingfleetError | None = None
@@ -521,15 +523,37 @@ class AgentService:
                 for node_uuid, epoch in held
                 if node_uuid in powers
             ]
-            due = reports.due(states, time.monotonic())
-            for start in range(0, len(due), 1000):
-                chunk = due[start : start + 1000]
-                try:
-                    out = self._conductor.report_node_states(self.host, chunk)
-                except Exception as exc:  # what was not taken is due next time
-                    LOG.warning("Agent %s: state report failed: %s", self.host, exc)
-                    break
-                reports.sent(chunk, out.get("stale", ()))
+            self._send_states(reports, reports.due(states, time.monotonic()))
+
+    def _send_states(self, reports: StateReports, due: list[dict[str, Any]]) -> None:
+        """Report *due* states in chunks; what is not taken is due next time."""
+        assert self._conductor is not None
+        for start in range(0, len(due), 1000):
+            chunk = due[start : start + 1000]
+            try:
+                out = self._conductor.report_node_states(self.host, chunk)
+            except Exception as exc:  # what was not taken is due next time
+                # The first line only (a remote error's text carries the
+                # conductor's traceback), and once per outage: the
+                # conductor's database may be down for minutes.
+                LOG.log(
+                    logging.WARNING if self._reports_failing_since is None else logging.DEBUG,
+                    "Agent %s: state report failed: %s; retrying every %.0f s",
+                    self.host,
+                    first_line(exc),
+                    self.conf.compute_agent.report_interval,
+                )
+                if self._reports_failing_since is None:
+                    self._reports_failing_since = time.monotonic()
+                return
+            reports.sent(chunk, out.get("stale", ()))
+            if self._reports_failing_since is not None:
+                LOG.info(
+                    "Agent %s: state reports taken again after %.1f s",
+                    self.host,
+                    time.monotonic() - self._reports_failing_since,
+                )
+                self._reports_failing_since = None
 
 
 def _left(deadline: float) -> float:

@@ -10,6 +10,7 @@ from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
+from compute_agent.state_reports import StateReports
 from conductor.common import rpc
 from conductor.common.exception import FieldError, InvalidInput
 
@@ -59,3 +60,45 @@ def test_a_conductor_not_seeing_a_new_agent_yet_is_no_warning(
             "retrying",
         )
     ]
+
+
+class _Conductor:
+    """report_node_states fails while ``down``, as over RPC: with the remote traceback."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.taken: list[list[dict[str, object]]] = []
+
+    def report_node_states(self, host: str, states: list[dict[str, object]]) -> dict[str, object]:
+        if self.down:
+            raise RuntimeError(
+                "service unavailable: the database is unreachable\n"
+                "Traceback (most recent call last):\n  File conductor/db/engine.py ..."
+            )
+        self.taken.append(states)
+        return {"accepted": len(states), "stale": []}
+
+
+def test_a_state_report_outage_is_one_warning_without_the_remote_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = _service(tmp_path)
+    conductor = _Conductor()
+    service._conductor = conductor  # type: ignore[assignment]
+    reports = StateReports(full_interval=60.0)
+    state = {"node_uuid": "n1", "epoch": 1, "power_state": "power on", "provision_state": None}
+    caplog.set_level(logging.DEBUG, logger="compute_agent.service")
+    for _ in range(5):  # the database is down for five report intervals
+        service._send_states(reports, reports.due([state], 0.0))
+    conductor.down = False
+    service._send_states(reports, reports.due([state], 0.0))
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert said[0] == (
+        logging.WARNING,
+        "Agent agent-7: state report failed: service unavailable: the database is "
+        "unreachable; retrying every 30 s",
+    )
+    assert [level for level, _ in said[1:5]] == [logging.DEBUG] * 4
+    assert said[5][0] == logging.INFO and "state reports taken again after" in said[5][1]
+    assert len(said) == 6 and not any("Traceback" in m for _, m in said)
+    assert conductor.taken == [[state]]  # due until taken
