@@ -24,7 +24,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.common import checks, deep_messages
+from conductor.common import broker_outage, checks, deep_messages
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 
 __all__ = [
@@ -162,8 +162,10 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 
 def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
-    """The RPC transport of ``[DEFAULT] transport_url``."""
+    """The RPC transport of ``[DEFAULT] transport_url``; its outages are said
+    once each (:mod:`conductor.common.broker_outage`)."""
     register_opts(conf)
+    broker_outage.watch(conf.transport_url or "rabbit://")
     return messaging.get_rpc_transport(conf, allowed_remote_exmods=ALLOWED_EXMODS)
 
 

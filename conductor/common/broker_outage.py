@@ -1,0 +1,99 @@
+"""One WARNING per broker outage, naming the broker, instead of oslo.messaging's flood.
+
+While RabbitMQ cannot be reached, oslo.messaging's rabbit driver logs an
+ERROR line at every connection attempt, for ever (every 1 to 32 s, per
+connection), and none of them says which broker.  A service started
+before its broker, or one whose broker went away, should say once, at
+WARNING, which broker it waits for (its URL without the password), and
+once, at INFO, that it is back.  :func:`watch` installs a filter on the
+driver's logger that does exactly that; the retries it replaces stay
+visible at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.parse
+
+__all__ = ["watch"]
+
+#: The logger oslo.messaging's rabbit driver writes its connection errors to.
+DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
+
+#: The driver's messages: a failed (re)connection, and a connection made.
+_FAILED = ("Connection failed: ", " is unreachable: ")
+_CONNECTED = ("Reconnected to AMQP server", "Connected to AMQP server")
+
+_install_lock = threading.Lock()
+
+
+def redacted(url: str) -> str:
+    """*url* without its passwords (each host of a multi-host URL)."""
+    parts = urllib.parse.urlsplit(url)
+    hosts = []
+    for host in parts.netloc.split(","):
+        userinfo, at, address = host.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        hosts.append(f"{user}{':***' if colon else ''}{at}{address}" if at else host)
+    return urllib.parse.urlunsplit(parts._replace(netloc=",".join(hosts)))
+
+
+def watch(url: str) -> None:
+    """Say broker outages of this process once each (idempotent; the first URL is named)."""
+    driver = logging.getLogger(DRIVER_LOGGER)
+    with _install_lock:
+        if not any(isinstance(f, _OutageFilter) for f in driver.filters):
+            driver.addFilter(_OutageFilter(redacted(url)))
+
+
+class _OutageFilter(logging.Filter):
+    def __init__(self, broker: str) -> None:
+        super().__init__()
+        self._broker = broker
+        self._lock = threading.Lock()
+        self._down_since: float | None = None  # monotonic
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if any(marker in message for marker in _FAILED):
+            with self._lock:
+                first = self._down_since is None
+                if first:
+                    self._down_since = time.monotonic()
+            if first:
+                _rewrite(
+                    record,
+                    logging.WARNING,
+                    f"Broker {self._broker} unreachable: {_reason(message)}; "
+                    "waiting for it (retries logged at DEBUG)",
+                )
+                return True
+            _rewrite(record, logging.DEBUG, message)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        if any(marker in message for marker in _CONNECTED):
+            with self._lock:
+                since, self._down_since = self._down_since, None
+            if since is not None:
+                _rewrite(
+                    record,
+                    logging.INFO,
+                    f"Broker {self._broker} reachable again after {time.monotonic() - since:.1f} s",
+                )
+        return True
+
+
+def _reason(message: str) -> str:
+    """The error out of the driver's line (without its retry schedule)."""
+    for marker in _FAILED:
+        if marker in message:
+            reason = message.split(marker, 1)[1]
+            return reason.split(" (retrying in ")[0].split(". Trying again in ")[0]
+    return message
+
+
+def _rewrite(record: logging.LogRecord, level: int, message: str) -> None:
+    record.levelno, record.levelname = level, logging.getLevelName(level)
+    record.msg, record.args = message, None
+    record.exc_info = record.exc_text = None

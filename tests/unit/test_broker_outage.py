@@ -1,0 +1,89 @@
+"""A broker outage is one WARNING naming the broker and one INFO when it is back.
+
+The records are the rabbit driver's own (its logger, its messages, as
+oslo.messaging 18 writes them), fed through the filter a service installs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from conductor.common import broker_outage
+
+DRIVER = logging.getLogger(broker_outage.DRIVER_LOGGER)
+
+
+@pytest.fixture
+def watched() -> Iterator[None]:
+    """This test's broker watched, as in a fresh process (an earlier test's
+    transport may have installed the filter in this one)."""
+    before = list(DRIVER.filters)
+    for installed in before:
+        DRIVER.removeFilter(installed)
+    broker_outage.watch("rabbit://ringfleet:s3cret@mq1:5672,ringfleet:s3cret@mq2:5672/ringfleet")
+    yield
+    for added in list(DRIVER.filters):
+        DRIVER.removeFilter(added)
+    for installed in before:
+        DRIVER.addFilter(installed)
+
+
+def _outage(retries: int) -> None:
+    for interval in range(retries):
+        DRIVER.error(
+            "Connection failed: %s (retrying in %s seconds)",
+            "[Errno 111] Connection refused",
+            float(interval),
+        )
+    DRIVER.error(
+        "[%(connection_id)s] AMQP server on %(hostname)s:%(port)s is unreachable: "
+        "%(err_str)s. Trying again in %(sleep_time)d seconds.",
+        {
+            "connection_id": "c1",
+            "hostname": "mq1",
+            "port": 5672,
+            "err_str": "timed out",
+            "sleep_time": 1,
+        },
+    )
+    DRIVER.info(
+        "[%(connection_id)s] Reconnected to AMQP server on %(hostname)s:%(port)s",
+        {"connection_id": "c1", "hostname": "mq1", "port": 5672},
+    )
+
+
+def test_an_outage_is_one_warning_and_one_info(
+    watched: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=broker_outage.DRIVER_LOGGER)
+    _outage(retries=6)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said[0] == (
+        "WARNING",
+        "Broker rabbit://ringfleet:***@mq1:5672,ringfleet:***@mq2:5672/ringfleet unreachable: "
+        "[Errno 111] Connection refused; waiting for it (retries logged at DEBUG)",
+    )
+    assert said[1][0] == "INFO" and said[1][1].startswith(
+        "Broker rabbit://ringfleet:***@mq1:5672,ringfleet:***@mq2:5672/ringfleet "
+        "reachable again after "
+    )
+    assert len(said) == 2 and "s3cret" not in caplog.text
+    caplog.clear()
+    _outage(retries=1)  # the next outage is said again
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+
+
+def test_with_debug_the_retries_stay_visible(
+    watched: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=broker_outage.DRIVER_LOGGER)
+    _outage(retries=3)
+    assert [r.levelname for r in caplog.records] == ["WARNING", "DEBUG", "DEBUG", "DEBUG", "INFO"]
+
+
+def test_watching_twice_installs_one_filter(watched: None) -> None:
+    broker_outage.watch("rabbit://other:pw@mq9:5672/")
+    assert sum(type(f).__name__ == "_OutageFilter" for f in DRIVER.filters) == 1
