@@ -100,6 +100,11 @@ class ServiceProcess:
     def resume(self) -> None:
         self.signal(signal.SIGCONT)
 
+    def wait(self, timeout: float = 60) -> int:
+        """Its exit status, once it exited by itself (within ``timeout``)."""
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM (a graceful stop) if still running; its exit status."""
         assert self.proc is not None
