@@ -45,8 +45,9 @@ _RETRY_SOON = 0.5
 #: deliver the results, ask for the restart hold, leave the group.
 STOP_MARGIN = 20.0
 
-#: Of STOP_MARGIN, the seconds kept for leaving the group and closing.
-_LEAVE_S = 5.0
+#: Of STOP_MARGIN, the seconds kept for leaving the group and closing the
+#: connection to the broker (rpc.CLOSE_TIMEOUT at most).
+_LEAVE_S = 8.0
 
 
 class AgentService:
@@ -220,7 +221,11 @@ class AgentService:
             thread.join(min(10.0, _left(deadline)))
         if not drain and _left(deadline) > 0:
             self.stop_step = "asking a conductor for the restart hold"
-            self._hold_for_restart()
+            # In a thread: with the broker gone the call waits for it, not
+            # for its timeout; the leave must not wait for the hold.
+            asking = threading.Thread(target=self._hold_for_restart, name="hold", daemon=True)
+            asking.start()
+            asking.join(_left(deadline))
         self._close(leave=True)
         LOG.info("Agent %s stopped", self.host)
 
@@ -232,7 +237,7 @@ class AgentService:
             self.membership.stop(leave=leave)
         if self._transport is not None:
             self.stop_step = "closing the connection to the broker"
-            self._transport.cleanup()
+            rpc.close_transport(self._transport)
         self.metrics_server.stop()
 
     def _stop_superseded(self, incarnation: str) -> None:
@@ -328,7 +333,7 @@ class AgentService:
         for thread in self._threads:
             thread.join(10)
         if self._transport is not None:
-            self._transport.cleanup()
+            rpc.close_transport(self._transport)
         # A dead process serves no metrics either.
         self.metrics_server.stop()
 

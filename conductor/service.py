@@ -211,7 +211,7 @@ class ConductorService:
             self._membership.stop(leave=False)
         if self._transport is not None:
             self.stop_step = "closing the connection to the broker"
-            self._transport.cleanup()
+            rpc.close_transport(self._transport)
         if self.db is not None:
             self.stop_step = "closing the database connections"
             self.db.dispose()
