@@ -14,13 +14,12 @@ from typing import Any, Protocol
 import oslo_messaging as messaging
 
 from conductor.common.checks import validate_uuid
-from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.instance_states import Event, can
-from conductor.common.objects import Flavor, Instance, VmState
+from conductor.common.objects import Flavor, Instance
 from conductor.db import instances
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
-from conductor.validation import arguments, validate_build_request
+from conductor.validation import arguments, check_vm_state, validate_build_request
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
 
@@ -75,19 +74,11 @@ class InstancesEndpoint:
         limit: Any = 1000,
         marker: Any = None,
     ) -> list[dict[str, Any]]:
-        state = None
-        if vm_state is not None:
-            try:
-                state = VmState(vm_state)
-            except ValueError:
-                raise InvalidInput(
-                    [FieldError.about("vm_state", f"one of {[s.value for s in VmState]}", vm_state)]
-                ) from None
         return [
             i.to_dict()
             for i in instances.list_instances(
                 self._db,
-                vm_state=state,
+                vm_state=None if vm_state is None else check_vm_state(vm_state),
                 host=None if host is None else arguments.check_host(host),
                 limit=arguments.check_limit(limit),
                 marker=None if marker is None else validate_uuid(marker, "marker"),

@@ -42,7 +42,13 @@ import.
 
 from __future__ import annotations
 
-from conductor.validation.build import MAX_COUNT, BuildRequest, HintValue, validate_build_request
+from conductor.validation.build import (
+    MAX_COUNT,
+    BuildRequest,
+    HintValue,
+    check_vm_state,
+    validate_build_request,
+)
 from conductor.validation.fields import MAX_TRAITS
 from conductor.validation.flavor import FlavorSpec, validate_flavor_spec
 from conductor.validation.node import (
@@ -68,6 +74,7 @@ __all__ = [
     "NodeSpec",
     "NodeUpdate",
     "PropertyValue",
+    "check_vm_state",
     "validate_build_request",
     "validate_capabilities",
     "validate_flavor_spec",

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from conductor.common.checks import MAX_NAME_LENGTH
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.objects import VmState
 from conductor.common.schemas import (
     BUILD_REQUEST,
     MAX_COUNT,
@@ -31,7 +32,13 @@ from conductor.validation.fields import (
     unknown_fields,
 )
 
-__all__ = ["MAX_COUNT", "BuildRequest", "HintValue", "validate_build_request"]
+__all__ = [
+    "MAX_COUNT",
+    "BuildRequest",
+    "HintValue",
+    "check_vm_state",
+    "validate_build_request",
+]
 
 #: the value types a scheduler hint may have (JSON primitives)
 HintValue = str | int | float | bool | None
@@ -176,3 +183,10 @@ def validate_build_request(spec: object) -> BuildRequest:
         instance_uuids=instance_uuids,
         scheduler_hints=hints,
     )
+
+
+def check_vm_state(value: object, field: str = "vm_state") -> VmState:
+    """An instance state to list by: one of :class:`VmState`'s values."""
+    if isinstance(value, str) and value in VmState.__members__.values():
+        return VmState(value)
+    raise InvalidInput([FieldError.about(field, f"one of {[s.value for s in VmState]}", value)])
