@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import requests
 
 from tests.harness import REPO, wait_for
+from tests.harness.ports import free_port
 
 #: Static tokens of the API's token file: token -> roles.
 TOKENS = {
@@ -24,12 +24,6 @@ TOKENS = {
     "member-token": "member,reader",
     "reader-token": "reader",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ApiServer:

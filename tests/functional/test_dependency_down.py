@@ -12,7 +12,6 @@ could not serve RPC never joined the ring.
 from __future__ import annotations
 
 import signal
-import socket
 from pathlib import Path
 
 from compute_agent.service import STOP_MARGIN
@@ -20,6 +19,7 @@ from tests.dbutil import migrated
 from tests.functional.fleet_harness import Fleet, start_processes
 from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import wait_for
+from tests.harness.ports import free_port
 from tests.harness.process import ServiceProcess
 
 CONDUCTOR_GRACE = 10.0
@@ -31,17 +31,11 @@ EXTRA = {
 }
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_started_without_a_broker_they_join_nothing_and_stop_on_time(
     tmp_path: Path, pg_url: str, etcd_url: str
 ) -> None:
     migrated(pg_url).dispose()
-    broker = f"rabbit://guest:guest@127.0.0.1:{_closed_port()}/"
+    broker = f"rabbit://guest:guest@127.0.0.1:{free_port()}/"
     fleet = Fleet(tmp_path, db_url=pg_url, transport_url=broker, etcd_url=etcd_url)
     try:
         conductor = fleet._spawn("conductor.cmd.conductor", "cond-1", EXTRA["cond-1"])

@@ -10,6 +10,7 @@ import pytest
 # Before any test module imports oslo.messaging: the services' own choice of
 # oslo.service's threading backend, and no eventlet (conductor.common.native_threads).
 import conductor  # noqa: F401
+from tests.harness.ports import free_port, silent_port
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +39,16 @@ def _restore_logging() -> Iterator[None]:
     for name, logger in logging.root.manager.loggerDict.items():
         if isinstance(logger, logging.Logger):
             logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port nothing listens on."""
+    return free_port()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts TCP connections and never answers."""
+    with silent_port() as port:
+        yield port

@@ -9,7 +9,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,6 @@ def ringfleet(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,  # before: never returned
     )
-
-
-@pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """Accepts TCP connections (the kernel's backlog), never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        yield int(sock.getsockname()[1])
 
 
 def _config(tmp_path: Path, port: int) -> Path:
@@ -63,12 +46,12 @@ def test_a_refused_broker_is_one_line_naming_the_config_and_the_url(
 
 
 def test_a_broker_that_never_answers_is_given_up_at_the_timeout(
-    tmp_path: Path, silent_port: int
+    tmp_path: Path, silent_server: int
 ) -> None:
-    done = ringfleet("--config-file", str(_config(tmp_path, silent_port)), "node", "list")
+    done = ringfleet("--config-file", str(_config(tmp_path, silent_server)), "node", "list")
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
-    assert f"cannot reach the broker at rabbit://admin:***@127.0.0.1:{silent_port}/" in line
+    assert f"cannot reach the broker at rabbit://admin:***@127.0.0.1:{silent_server}/" in line
 
 
 def test_without_a_config_file_it_says_so(tmp_path: Path) -> None:

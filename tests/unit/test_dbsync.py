@@ -6,11 +6,9 @@ its exit status, its one line on an error, and what it leaves behind.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,22 +34,6 @@ def config(tmp_path: Path, url: str) -> Path:
     path = tmp_path / "dbsync.conf"
     path.write_text(f"[DEFAULT]\nuse_stderr = true\n[database]\nconnection = {url}\n")
     return path
-
-
-@pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port that accepts TCP connections (the kernel's backlog) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        yield int(sock.getsockname()[1])
 
 
 def test_check_says_whether_the_schema_needs_an_upgrade(tmp_path: Path) -> None:
