@@ -42,4 +42,5 @@ if command -v shellcheck >/dev/null; then
 fi
 
 step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
-tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra "$@"
+# --durations: the slowest tests in every log, to keep CI under its 25 minutes.
+tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 "$@"
