@@ -103,9 +103,6 @@ class BuildLifecycle:
     def delete(self, instance_uuid: str) -> None:
         self.queue.delete(instance_uuid)
 
-    def pending(self) -> int:
-        return self.queue.pending()
-
     def rehomed(self, node_uuids: list[str]) -> None:
         """Pinned nodes changed owner: their builds and teardowns go to the new owner."""
         self._workers.rehomed(node_uuids)

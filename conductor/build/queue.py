@@ -76,6 +76,3 @@ class BuildQueue:
         """Tell *count* workers to stop once they reach this point of the queue."""
         for _ in range(count):
             self._queue.put(None)
-
-    def pending(self) -> int:
-        return self._queue.qsize()

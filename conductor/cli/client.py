@@ -19,7 +19,7 @@ import oslo_messaging as messaging
 from oslo_config import cfg
 
 from conductor import conf as conductor_conf
-from conductor.common import rpc
+from conductor.common import broker_outage, rpc
 from conductor.common.exception import ConfigurationError, ServiceUnavailable, first_line
 from conductor.rpcapi import ConductorAPI
 
@@ -71,15 +71,6 @@ def build_client(
     return transport, ConductorAPI(transport, timeout=timeout)
 
 
-def _redacted(url: messaging.TransportURL) -> str:
-    """The URL as the driver uses it (defaults filled in), without passwords."""
-    hosts = ",".join(
-        f"{h.username or 'guest'}:***@{h.hostname or 'localhost'}:{h.port or 5672}"
-        for h in url.hosts or [messaging.TransportHost()]
-    )
-    return f"{url.transport}://{hosts}/{url.virtual_host or ''}"
-
-
 def _try_broker(url: messaging.TransportURL, timeout: float, source: str) -> None:
     """Connect to one of the URL's brokers within *timeout*, or say why not."""
     failures: list[str] = []
@@ -113,6 +104,7 @@ def _try_broker(url: messaging.TransportURL, timeout: float, source: str) -> Non
     if reached.is_set():
         return
     why = failures[-1] if failures else f"no answer within {timeout:g} s"
+    broker = broker_outage.redacted(url)
     raise ServiceUnavailable(
-        f"cannot reach the broker at {_redacted(url)} ([DEFAULT] transport_url, {source}): {why}"
+        f"cannot reach the broker at {broker} ([DEFAULT] transport_url, {source}): {why}"
     )

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.parse
 
-__all__ = ["watch"]
+import oslo_messaging as messaging
+
+__all__ = ["redacted", "watch"]
 
 #: The logger oslo.messaging's rabbit driver writes its connection errors to.
 DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
@@ -29,18 +30,16 @@ _CONNECTED = ("Reconnected to AMQP server", "Connected to AMQP server")
 _install_lock = threading.Lock()
 
 
-def redacted(url: str) -> str:
-    """*url* without its passwords (each host of a multi-host URL)."""
-    parts = urllib.parse.urlsplit(url)
-    hosts = []
-    for host in parts.netloc.split(","):
-        userinfo, at, address = host.rpartition("@")
-        user, colon, _password = userinfo.partition(":")
-        hosts.append(f"{user}{':***' if colon else ''}{at}{address}" if at else host)
-    return urllib.parse.urlunsplit(parts._replace(netloc=",".join(hosts)))
+def redacted(url: messaging.TransportURL) -> str:
+    """The broker URL as the driver uses it (its defaults filled in), without passwords."""
+    hosts = ",".join(
+        f"{h.username or 'guest'}:***@{h.hostname or 'localhost'}:{h.port or 5672}"
+        for h in url.hosts or [messaging.TransportHost()]
+    )
+    return f"{url.transport}://{hosts}/{url.virtual_host or ''}"
 
 
-def watch(url: str) -> None:
+def watch(url: messaging.TransportURL) -> None:
     """Say broker outages of this process once each (idempotent; the first URL is named)."""
     driver = logging.getLogger(DRIVER_LOGGER)
     with _install_lock:

@@ -166,8 +166,9 @@ def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
     """The RPC transport of ``[DEFAULT] transport_url``; its outages are said
     once each (:mod:`conductor.common.broker_outage`)."""
     register_opts(conf)
-    broker_outage.watch(conf.transport_url or "rabbit://")
-    return messaging.get_rpc_transport(conf, allowed_remote_exmods=ALLOWED_EXMODS)
+    url = messaging.TransportURL.parse(conf, conf.transport_url)
+    broker_outage.watch(url)
+    return messaging.get_rpc_transport(conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)
 
 
 #: Seconds a stopping service gives its transport to close its connections.

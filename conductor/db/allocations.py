@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, exists, select, update
+from sqlalchemy import Connection, Table, bindparam, exists, update
 
 from conductor.common.instance_states import Event
 from conductor.common.objects import Ownership, ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.instances import may_happen, state_values
+from conductor.db.instances import count_attempt, may_happen, state_values
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence, holds, update_nodes_returning
 
@@ -268,37 +268,15 @@ def fail_attempt(
     try:
         with db.writing() as connection:
             now = utcnow()
-            row = connection.execute(
-                select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
-                    _INSTANCES.c.uuid == instance_uuid,
-                    _INSTANCES.c.node_uuid == node_uuid,
-                    may_happen(_INSTANCES.c.vm_state, Event.RESCHEDULE),
-                )
-            ).first()
-            if row is None:
-                return None
-            attempts = int(row.attempts) + 1
-            line = f"attempt {attempts} on node {node_uuid}: {fault}"
-            event = Event.FAIL if attempts >= max_attempts else Event.RESCHEDULE
-            updated = connection.execute(
-                update(_INSTANCES)
-                .where(
-                    _INSTANCES.c.uuid == instance_uuid,
-                    _INSTANCES.c.node_uuid == node_uuid,
-                    may_happen(_INSTANCES.c.vm_state, event),
-                    _INSTANCES.c.attempts == row.attempts,
-                )
-                .values(
-                    attempts=attempts,
-                    fault=f"{row.fault}\n{line}" if row.fault else line,
-                    tried_nodes=[*(row.tried_nodes or []), node_uuid],
-                    node_uuid=None,
-                    host=None,
-                    updated_at=now,
-                    **state_values(event),
-                )
+            attempts = count_attempt(
+                connection,
+                instance_uuid,
+                fault,
+                now=now,
+                node_uuid=node_uuid,
+                max_attempts=max_attempts,
             )
-            if updated.rowcount != 1:
+            if attempts is None:
                 return None
             state = ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR
             fenced = [holds(fence)] if fence is not None else []

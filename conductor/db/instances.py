@@ -14,9 +14,8 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Table, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import InstrumentedAttribute
 
 from conductor.common.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
 from conductor.common.instance_states import Event, sources, target
@@ -31,6 +30,7 @@ IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
 
 __all__ = [
     "IN_FLIGHT",
+    "count_attempt",
     "create_instances",
     "fail_build",
     "get_build",
@@ -259,9 +259,7 @@ def _value(task_state: TaskState | None) -> str | None:
     return None if task_state is None else task_state.value
 
 
-def may_happen(
-    column: ColumnElement[str] | InstrumentedAttribute[str], event: Event
-) -> ColumnElement[bool]:
+def may_happen(column: ColumnElement[str], event: Event) -> ColumnElement[bool]:
     """The condition that the ``vm_state`` *column* is one *event* may happen in.
 
     ``=`` for the usual single source state: an expanding ``IN`` costs a
@@ -288,54 +286,78 @@ def set_state(db: Database, instance_uuid: str, event: Event, *, fault: str | No
     values = state_values(event) | {"updated_at": utcnow()}
     if fault is not None:
         values["fault"] = fault
-    with db.transaction() as session:
-        result = session.execute(
-            update(InstanceModel)
-            .where(
-                InstanceModel.uuid == instance_uuid,
-                may_happen(InstanceModel.vm_state, event),
-            )
-            .values(**values)
-            .execution_options(synchronize_session=False)
+    with db.writing() as connection:
+        result = connection.execute(
+            update(_INSTANCES)
+            .where(_INSTANCES.c.uuid == instance_uuid, may_happen(_INSTANCES.c.vm_state, event))
+            .values(values)
         )
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+        return bool(result.rowcount == 1)
 
 
 @retry_on_dead_connection
 def fail_build(db: Database, instance_uuid: str, fault: str) -> int | None:
     """The build gives up (:attr:`Event.FAIL`) without a node.
 
-    One transaction: the attempt is counted, its fault appended and the
-    instance goes to ``error``, by compare-and-swap on the attempts read, so
-    a delete that came in between wins.  ``None`` (nothing changed) when it
-    is no longer building; the attempts so far otherwise.
+    One transaction (:func:`count_attempt`); ``None`` (nothing changed) when
+    it is no longer building; the attempts so far otherwise.
     """
     with db.writing() as connection:
-        row = connection.execute(
-            select(_INSTANCES.c.attempts, _INSTANCES.c.fault).where(
-                _INSTANCES.c.uuid == instance_uuid,
-                may_happen(_INSTANCES.c.vm_state, Event.FAIL),
-            )
-        ).first()
-        if row is None:
-            return None
-        attempts = int(row.attempts) + 1
-        line = f"attempt {attempts}: {fault}"
-        failed = connection.execute(
-            update(_INSTANCES)
-            .where(
-                _INSTANCES.c.uuid == instance_uuid,
-                may_happen(_INSTANCES.c.vm_state, Event.FAIL),
-                _INSTANCES.c.attempts == row.attempts,
-            )
-            .values(
-                attempts=attempts,
-                fault=f"{row.fault}\n{line}" if row.fault else line,
-                updated_at=utcnow(),
-                **state_values(Event.FAIL),
-            )
+        return count_attempt(connection, instance_uuid, fault, now=utcnow())
+
+
+def count_attempt(
+    connection: Connection,
+    instance_uuid: str,
+    fault: str,
+    *,
+    now: datetime.datetime,
+    node_uuid: str | None = None,
+    max_attempts: int | None = None,
+) -> int | None:
+    """Count a failed attempt of a building instance, in the caller's transaction.
+
+    Its fault is appended (``attempt N[ on node X]: fault``) and the build
+    rescheduled (:attr:`Event.RESCHEDULE`) or failed (:attr:`Event.FAIL`: at
+    ``max_attempts``, or at once without one), by compare-and-swap on the
+    attempts read, so a success or a delete that came in between wins.  With
+    ``node_uuid``, only a build on that node counts, and it leaves the node
+    (remembered, so that a reschedule goes elsewhere).  The attempts so far,
+    or ``None`` when nothing changed.
+    """
+    on = [_INSTANCES.c.uuid == instance_uuid]
+    if node_uuid is not None:
+        on.append(_INSTANCES.c.node_uuid == node_uuid)
+    row = connection.execute(
+        select(_INSTANCES.c.attempts, _INSTANCES.c.fault, _INSTANCES.c.tried_nodes).where(
+            *on, may_happen(_INSTANCES.c.vm_state, Event.RESCHEDULE)
         )
-        return attempts if failed.rowcount == 1 else None
+    ).first()
+    if row is None:
+        return None
+    attempts = int(row.attempts) + 1
+    where = f" on node {node_uuid}" if node_uuid is not None else ""
+    line = f"attempt {attempts}{where}: {fault}"
+    gives_up = max_attempts is None or attempts >= max_attempts
+    event = Event.FAIL if gives_up else Event.RESCHEDULE
+    values: dict[str, Any] = {
+        "attempts": attempts,
+        "fault": f"{row.fault}\n{line}" if row.fault else line,
+        "updated_at": now,
+        **state_values(event),
+    }
+    if node_uuid is not None:
+        values |= {
+            "tried_nodes": [*(row.tried_nodes or []), node_uuid],
+            "node_uuid": None,
+            "host": None,
+        }
+    counted = connection.execute(
+        update(_INSTANCES)
+        .where(*on, may_happen(_INSTANCES.c.vm_state, event), _INSTANCES.c.attempts == row.attempts)
+        .values(values)
+    )
+    return attempts if counted.rowcount == 1 else None
 
 
 def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:

@@ -9,11 +9,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import oslo_messaging as messaging
 import pytest
+from oslo_config import cfg
 
 from conductor.common import broker_outage
 
 DRIVER = logging.getLogger(broker_outage.DRIVER_LOGGER)
+
+
+def _url(text: str) -> messaging.TransportURL:
+    return messaging.TransportURL.parse(cfg.ConfigOpts(), text)
 
 
 @pytest.fixture
@@ -23,7 +29,9 @@ def watched() -> Iterator[None]:
     before = list(DRIVER.filters)
     for installed in before:
         DRIVER.removeFilter(installed)
-    broker_outage.watch("rabbit://ringfleet:s3cret@mq1:5672,ringfleet:s3cret@mq2:5672/ringfleet")
+    broker_outage.watch(
+        _url("rabbit://ringfleet:s3cret@mq1:5672,ringfleet:s3cret@mq2:5672/ringfleet")
+    )
     yield
     for added in list(DRIVER.filters):
         DRIVER.removeFilter(added)
@@ -85,5 +93,5 @@ def test_with_debug_the_retries_stay_visible(
 
 
 def test_watching_twice_installs_one_filter(watched: None) -> None:
-    broker_outage.watch("rabbit://other:pw@mq9:5672/")
+    broker_outage.watch(_url("rabbit://other:pw@mq9:5672/"))
     assert sum(type(f).__name__ == "_OutageFilter" for f in DRIVER.filters) == 1

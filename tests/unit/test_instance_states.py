@@ -22,7 +22,6 @@ from conductor.common.instance_states import (
     Event,
     State,
     can,
-    sources,
     target,
     transition,
 )
@@ -45,9 +44,8 @@ def db(tmp_path: Path) -> Iterator[Database]:
     database.dispose()
 
 
-def test_every_event_has_one_row() -> None:
+def test_every_event_has_a_row() -> None:
     assert set(TRANSITIONS) == set(Event)
-    assert all(row.event is event for event, row in TRANSITIONS.items())
 
 
 @pytest.mark.parametrize("event", list(Event))
@@ -114,7 +112,6 @@ def test_the_database_writes_only_what_the_table_allows(db: Database, event: Eve
             assert State(after.vm_state, after.task_state) == target(event)
         else:
             assert (after.vm_state, after.task_state) == (state, None)
-    assert sources(event) == tuple(sorted(s.value for s in TRANSITIONS[event].sources))
 
 
 def test_a_request_is_stored_in_the_requested_state(db: Database) -> None:
