@@ -190,6 +190,14 @@ class Database:
                 yield handle
                 committing = True  # the with-block's exit commits
         except _UNAVAILABLE as error:
+            if _is_deadlock(error) and not committing:
+                # The server chose this transaction as a deadlock's victim and
+                # rolled it back whole: the database is up, and running the
+                # transaction again is safe (retry_on_dead_connection does).
+                LOG.info("Database %s: transaction rolled back in a deadlock", self.dialect)
+                deadlock = DatabaseUnavailable("a deadlock rolled the transaction back")
+                deadlock.cause, deadlock.retry_safe = first_line(error), True
+                raise deadlock from None
             # Not chained: a remote caller would get the driver's error (and the
             # server's address) in the traceback text sent with it.
             raise self._unavailable(error, committing=committing) from None
@@ -236,6 +244,20 @@ class Database:
         self.engine.dispose()
 
 
+#: Deadlock (and serialization failure) codes: MySQL/MariaDB errno, PostgreSQL SQLSTATE.
+_MYSQL_DEADLOCK = 1213
+_PG_DEADLOCK = ("40P01", "40001")
+
+
+def _is_deadlock(error: BaseException) -> bool:
+    """Whether the server rolled the transaction back to break a deadlock."""
+    orig = getattr(error, "orig", None)
+    if getattr(orig, "pgcode", None) in _PG_DEADLOCK:
+        return True
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] == _MYSQL_DEADLOCK
+
+
 def retry_on_dead_connection(function: Callable[_P, _T]) -> Callable[_P, _T]:
     """Run ``function`` once more when it failed on a dead pooled connection.
 
@@ -253,7 +275,7 @@ def retry_on_dead_connection(function: Callable[_P, _T]) -> Callable[_P, _T]:
         except DatabaseUnavailable as error:
             if not error.retry_safe:
                 raise
-            LOG.info("%s: database connection lost; trying once more", function.__qualname__)
+            LOG.info("%s: %s; trying once more", function.__qualname__, error.cause)
             return function(*args, **kwargs)
 
     return retrying

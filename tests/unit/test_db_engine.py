@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, event, text
+from sqlalchemy.exc import OperationalError
 
-from conductor.db.engine import _ping_when_idle
+from conductor.db.engine import Database, _ping_when_idle, retry_on_dead_connection
 
 
 def _engine(
@@ -56,3 +58,41 @@ def test_an_idle_connection_is_pinged_and_replaced_when_dead(
         assert connection.execute(text("SELECT 1")).scalar() == 1
     # Pinged, found dead, replaced by a new connection (pinged in turn).
     assert counts["connects"] == 2 and counts["pings"] == 3
+
+
+class _DriverError(Exception):
+    """A DB-API error as PyMySQL (errno first) or psycopg2 (pgcode) raises it."""
+
+    def __init__(self, *args: object, pgcode: str | None = None) -> None:
+        super().__init__(*args)
+        self.pgcode = pgcode
+
+
+@pytest.mark.parametrize(
+    "driver_error",
+    [
+        _DriverError(1213, "Deadlock found when trying to get lock; try restarting transaction"),
+        _DriverError("deadlock detected", pgcode="40P01"),
+    ],
+    ids=["mariadb", "postgresql"],
+)
+def test_a_deadlock_victim_is_run_again_and_the_database_stays_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, driver_error: _DriverError
+) -> None:
+    """The server rolled the transaction back whole: run it again, no outage said."""
+    db = Database(f"sqlite:///{tmp_path / 'deadlock.db'}")
+    runs: list[int] = []
+
+    @retry_on_dead_connection
+    def claim() -> str:
+        runs.append(1)
+        with db.transaction():
+            if len(runs) == 1:
+                raise OperationalError("UPDATE nodes ...", {}, driver_error)
+        return "claimed"
+
+    with caplog.at_level(logging.INFO, logger="conductor.db.engine"):
+        assert claim() == "claimed"
+    db.dispose()
+    assert len(runs) == 2 and db.reachable
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
