@@ -149,6 +149,8 @@ class FlavorModel(Base):
     required_traits: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
     forbidden_traits: Mapped[list[str]] = mapped_column(JSON, nullable=False, default=list)
     extra_specs: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict)
+    # The image a build of this flavor gets when its request names none.
+    default_image: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow
     )
@@ -161,6 +163,7 @@ class InstanceModel(Base):
         UniqueConstraint("node_uuid", name="uniq_instances0node_uuid"),
         Index("instances_vm_state_idx", "vm_state"),
         Index("instances_host_idx", "host"),
+        Index("instances_project_idx", "project_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -180,6 +183,15 @@ class InstanceModel(Base):
     scheduler_hints: Mapped[dict[str, Any]] = mapped_column(
         JSON, nullable=False, default=dict, server_default="{}"
     )
+    # The caller's Keystone project and user; NULL on rows built before
+    # tenancy (admins only see those).
+    project_id: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    # What the machine boots ({"source", "checksum"...}) and its config drive
+    # ({"user_data", "meta_data", "network_data"}), as validated at the
+    # request: every agent that acts on the instance gets them from here.
+    image: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    config_drive: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow
     )
