@@ -58,9 +58,10 @@ opts = [
         help=(
             "Seconds one SQL statement may run before it is abandoned "
             "(0: no limit). PostgreSQL cancels it on the server "
-            "(statement_timeout); with MySQL/MariaDB the client gives up "
-            "reading or writing the connection after this long, which also "
-            "covers a server that stopped answering. The caller gets a "
+            "(statement_timeout), and the conductor breaks the connection of "
+            "one still unanswered 5 s later (a hung server); with MySQL/MariaDB "
+            "the client gives up reading or writing the connection after this "
+            "long, which also covers a server that stopped answering. The caller gets a "
             "retryable ServiceUnavailable. Every statement ringfleet runs "
             "takes milliseconds; keep this well above a slow server's worst."
         ),

@@ -33,6 +33,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +58,9 @@ _PING_IDLE_S = 1.0
 _DEFAULT_POOL_SIZE = 20
 _DEFAULT_CONNECT_TIMEOUT_S = 10
 _DEFAULT_STATEMENT_TIMEOUT_S = 60
+# A live PostgreSQL server cancels a statement at statement_timeout; one that
+# still has not answered this much later is not running it: it is hung.
+_HUNG_GRACE_S = 5
 _MYSQL_BACKENDS = ("mysql", "mariadb")
 
 # Errors that say "the database cannot be used right now", not "this
@@ -116,6 +121,11 @@ class Database:
             _configure_sqlite(self.engine, in_memory="poolclass" in kwargs)
         else:
             _ping_when_idle(self.engine, _PING_IDLE_S)
+            if self.engine.dialect.name == "postgresql" and statement_timeout:
+                # libpq has no read timeout: see HungServerWatchdog.
+                HungServerWatchdog(
+                    self.engine, statement_timeout + _HUNG_GRACE_S, self.location
+                ).install()
         self._read_engine = self.engine.execution_options(ringfleet_readonly=True)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
@@ -317,6 +327,114 @@ def _ping_when_idle(engine: Engine, idle: float) -> None:
             raise exc.DisconnectionError(str(error)) from error
 
 
+class HungServerWatchdog:
+    """Breaks the connection under a statement a hung PostgreSQL server never answers.
+
+    libpq has no read timeout: a statement sent to a server that stopped
+    answering (SIGSTOP, a hung host or proxy: TCP still accepted, nothing
+    sent back) waits forever, and with it the caller, its RPC worker
+    thread and, one by one, the whole pool.  ``statement_timeout`` does not
+    help, the server enforces it.  So each statement (and commit) in flight
+    is timed here; one unanswered after ``limit`` seconds has its socket
+    shut down (the file descriptor stays open, owned by libpq), which makes
+    libpq fail the call at once: the caller gets the usual retryable
+    ``DatabaseUnavailable``, and a commit cut this way is never run again
+    (its outcome is unknown).
+
+    The checking thread starts with the first statement, not at
+    construction: a process may fork (gunicorn) after opening its database.
+    """
+
+    _PERIOD_S = 1.0
+
+    def __init__(self, engine: Engine, limit: float, location: str) -> None:
+        self.limit = limit
+        self._engine = engine
+        self._location = location
+        self._lock = threading.Lock()
+        # id -> (monotonic start, the DBAPI connection); holding the
+        # connection keeps its id unique while it is here.
+        self._running: dict[int, tuple[float, Any]] = {}
+        self._thread_pid: int | None = None
+        self._hung = False  # one WARNING per episode
+
+    def install(self) -> None:
+        listen = functools.partial(event.listen, self._engine)
+        listen("before_cursor_execute", self._before_execute)
+        listen("after_cursor_execute", self._after_execute)
+        listen("commit", self._before_commit)
+        listen("handle_error", self._on_error)
+        event.listen(self._engine.pool, "checkin", self._on_checkin)
+
+    def _start(self, dbapi_connection: Any) -> None:
+        with self._lock:
+            self._running[id(dbapi_connection)] = (time.monotonic(), dbapi_connection)
+            if self._thread_pid != os.getpid():
+                self._thread_pid = os.getpid()
+                threading.Thread(target=self._watch, name="db-hang-watchdog", daemon=True).start()
+
+    def _stop(self, dbapi_connection: Any) -> None:
+        with self._lock:
+            if self._running.pop(id(dbapi_connection), None) is not None:
+                self._hung = False  # it answered: the next hang is a new episode
+
+    def _before_execute(self, conn: Connection, *_args: Any) -> None:
+        self._start(conn.connection.dbapi_connection)
+
+    def _after_execute(self, conn: Connection, *_args: Any) -> None:
+        self._stop(conn.connection.dbapi_connection)
+
+    def _before_commit(self, conn: Connection) -> None:
+        self._start(conn.connection.dbapi_connection)
+
+    def _on_error(self, context: Any) -> None:
+        cursor = getattr(context.execution_context, "cursor", None)
+        if cursor is not None:
+            self._stop(cursor.connection)
+        # Otherwise (a failed commit) the pool's checkin forgets it.
+
+    def _on_checkin(self, dbapi_connection: Any, _record: Any) -> None:
+        if dbapi_connection is not None:
+            self._stop(dbapi_connection)  # after a commit, or a connection discarded
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._PERIOD_S)
+            now = time.monotonic()
+            broken: list[float] = []
+            with self._lock:
+                for key, (started, connection) in list(self._running.items()):
+                    if now - started <= self.limit:
+                        continue
+                    # Under the lock: its owner cannot forget it meanwhile.  A
+                    # connection closed since is skipped (its descriptor may
+                    # belong to another socket by now).
+                    del self._running[key]
+                    if not connection.closed:
+                        _shut_down(connection.fileno())
+                        broken.append(now - started)
+                first = bool(broken) and not self._hung
+                self._hung = self._hung or bool(broken)
+            if first:
+                LOG.warning(
+                    "Database %s has not answered for %.0f s (hung?): breaking the "
+                    "connections waiting on it",
+                    self._location,
+                    max(broken),
+                )
+
+
+def _shut_down(fd: int) -> None:
+    """Shut the socket under ``fd`` down without closing ``fd`` (its owner will)."""
+    try:
+        duplicate = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        duplicate.shutdown(socket.SHUT_RDWR)
+    duplicate.close()
+
+
 def _timeouts(
     backend: str, connect_timeout: int, statement_timeout: int, set_in_url: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -326,8 +444,8 @@ def _timeouts(
     caller forever (libpq and PyMySQL wait without limit by default).
     PostgreSQL gets its ``statement_timeout`` set for the session, so the
     server cancels a statement that runs too long; libpq has no read
-    timeout, so a server that stops answering on an open connection is not
-    bounded by it.  PyMySQL's read and write timeouts bound every socket
+    timeout, so a server that stops answering on an open connection is left
+    to :class:`HungServerWatchdog`.  PyMySQL's read and write timeouts bound every socket
     operation, which covers both.  What the URL's query sets itself is left
     to it.
     """

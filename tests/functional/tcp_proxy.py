@@ -5,7 +5,9 @@ bytes both ways until :meth:`TcpProxy.cut`, which closes every open
 connection and refuses new ones (the listening socket is closed, so a
 client sees "connection refused" at once, as with a host whose route is
 gone and which answers with a reset).  :meth:`TcpProxy.heal` listens again
-on the same port.
+on the same port.  :meth:`TcpProxy.hang` is the other failure: a server
+that stopped answering (SIGSTOP, a hung host).  Connections are accepted and
+kept open, and nothing is forwarded either way until :meth:`TcpProxy.heal`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
+        self._flowing = threading.Event()
+        self._flowing.set()
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port: int = probe.getsockname()[1]
@@ -39,6 +43,7 @@ class TcpProxy:
 
     def heal(self) -> None:
         """Accept and forward connections (again)."""
+        self._flowing.set()
         with self._lock:
             if self._listener is not None:
                 return
@@ -63,12 +68,17 @@ class TcpProxy:
 
     close = cut
 
+    def hang(self) -> None:
+        """Keep every connection open and accept new ones, but forward nothing."""
+        self._flowing.clear()
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
                 client, _ = listener.accept()
             except OSError:
                 return  # cut
+            self._flowing.wait()  # hung: the client waits for a greeting
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
                 upstream.settimeout(None)
@@ -87,6 +97,7 @@ class TcpProxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(_CHUNK):
+                self._flowing.wait()  # hung: held, neither sent nor dropped
                 dst.sendall(data)
         except OSError:
             pass

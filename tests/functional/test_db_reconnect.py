@@ -8,6 +8,7 @@ replaced transparently, as ``pool_pre_ping`` did.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -143,5 +144,55 @@ def test_an_unreachable_database_is_one_retryable_error_and_two_log_lines(
         assert [m for level, m in lines if level == "INFO" and "reachable again" in m], lines
         assert all(level in ("INFO", "WARNING") for level, _ in lines), lines
     finally:
+        proxy.cut()
+        db.dispose()
+
+
+def test_a_statement_a_hung_server_never_answers_fails_after_its_timeout(
+    server: _Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that accepts TCP and answers nothing (a hung host, SIGSTOP):
+    a statement already sent on an open connection fails retryably within
+    ``statement_timeout`` (PostgreSQL: plus the watchdog's grace, as libpq
+    has no read timeout), a new connection within ``connect_timeout``; the
+    database works again once the server answers."""
+    statement_timeout = 2
+    proxy = TcpProxy(make_url(server.url).port or 5432)
+    db = Database(
+        _through(proxy, server.url),
+        pool_size=2,
+        connect_timeout=2,
+        statement_timeout=statement_timeout,
+    )
+    caplog.set_level(logging.INFO, logger="conductor.db.engine")
+    try:
+        with db.read() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+        proxy.hang()
+        outcome: list[BaseException] = []
+
+        def select_one() -> None:
+            try:
+                with db.read() as conn:
+                    conn.execute(text("SELECT 1"))
+            except BaseException as error:  # handed to the test
+                outcome.append(error)
+
+        # In a thread: without a bound (the old code on PostgreSQL) it would
+        # hang the test, not fail it.  Bounded, not a wall-clock target.
+        waiter = threading.Thread(target=select_one, daemon=True)
+        waiter.start()
+        waiter.join(statement_timeout + engine._HUNG_GRACE_S + 30)
+        assert not waiter.is_alive(), "the statement still waits for the hung server"
+        assert len(outcome) == 1 and isinstance(outcome[0], DatabaseUnavailable), outcome
+        assert not db.reachable
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warnings and all("127.0.0.1" not in w or "***" in w for w in warnings), warnings
+        proxy.heal()
+        with db.read() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+        assert db.reachable
+    finally:
+        proxy.heal()
         proxy.cut()
         db.dispose()
