@@ -18,6 +18,10 @@
 #   start-pg | stop-pg | kill-pg | restart-pg | wait-pg
 #       stop-pg = fast shutdown (SIGINT); kill-pg = SIGKILL of the postmaster
 #       (start-pg then removes its stale lock files and does crash recovery).
+#   freeze-pg | thaw-pg
+#       SIGSTOP / SIGCONT of the postmaster and every backend: a hung server
+#       that still accepts TCP (the kernel completes handshakes) and answers
+#       nothing.
 #   start-mariadb | stop-mariadb | kill-mariadb | restart-mariadb | wait-mariadb
 #       stop-mariadb = normal shutdown (SIGTERM); kill-mariadb = SIGKILL
 #       (start-mariadb then does InnoDB crash recovery).
@@ -507,21 +511,37 @@ rf_pg_wait() {
     return 1
 }
 
+# rf_children PID: the pids whose parent is PID.
+rf_children() {
+    local p st
+    for p in /proc/[0-9]*/stat; do
+        st=$(cat "$p" 2>/dev/null) || continue
+        st=${st##*) }
+        st=${st#? }
+        [[ ${st%% *} == "$1" ]] && p=${p#/proc/} && echo "${p%/stat}"
+    done
+    return 0
+}
+
+rf_pg_signal_all() { # SIG: the postmaster first (no new backend), then its children
+    local pid p
+    pid=$(rf_pg_pid)
+    [[ -n $pid ]] || { rf_msg "postgres is not running"; return 1; }
+    kill "-$1" "$pid"
+    for p in $(rf_children "$pid"); do kill "-$1" "$p" 2>/dev/null || true; done
+}
+
 rf_pg_stop() { # [kill]
     local pid
     pid=$(rf_pg_pid)
     [[ -n $pid ]] || return 0
+    rf_pg_signal_all CONT # a test may have left it frozen
     if [[ ${1:-} == kill ]]; then
         # Backends exit by themselves once the postmaster is gone; wait for
         # them, or a restart finds the old shared memory still attached.
-        local p st
+        local p
         local -a kids=()
-        for p in /proc/[0-9]*/stat; do
-            st=$(cat "$p" 2>/dev/null) || continue
-            st=${st##*) }
-            st=${st#? }
-            [[ ${st%% *} == "$pid" ]] && p=${p#/proc/} && kids+=("${p%/stat}")
-        done
+        mapfile -t kids < <(rf_children "$pid")
         rf_kill_pid "$pid" postgres KILL 5
         for p in "${kids[@]}"; do rf_kill_pid "$p" postgres-child QUIT 10; done
         return 0
@@ -936,6 +956,8 @@ rf_main() {
     wait-pg) rf_pg_wait "$secs" ;;
     stop-pg) rf_pg_stop ;;
     kill-pg) rf_pg_stop kill ;;
+    freeze-pg) rf_pg_signal_all STOP ;;
+    thaw-pg) rf_pg_signal_all CONT ;;
     restart-pg) rf_pg_stop; rf_pg_start_bg; rf_pg_wait "$secs" ;;
     start-mariadb) rf_maria_start_bg; rf_maria_wait "$secs" ;;
     wait-mariadb) rf_maria_wait "$secs" ;;

@@ -44,10 +44,11 @@ usually settles in a few seconds.
 The recovery tests (``test_recovery_does_not_wait_for_build_timeout``) set
 ``build_timeout`` out of reach and must settle within ``TTL + rehome_grace +
 10 s``: an etcd-only partition of one agent (``etcd-partition``), kill -9
-and restart of one host every 5 s for a minute (``agent-restart-loop``), and
-PostgreSQL stopped for 15 s (``postgres-stop``; clients must see a retryable
-error without the database's address, conductors at most a few ERROR lines
-and no traceback).
+and restart of one host every 5 s for a minute (``agent-restart-loop``),
+PostgreSQL stopped for 15 s (``postgres-stop``) and frozen (SIGSTOP, hung)
+for 20 s (``postgres-hang``); for both, clients must see a retryable error
+without the database's address, conductors at most a few ERROR lines and
+no traceback.
 
 On failure the message lists every problem, with the tail of each process
 log and the log lines mentioning the instances concerned.
@@ -71,6 +72,7 @@ from sqlalchemy.engine import make_url
 
 from conductor.common.exception import ServiceUnavailable
 from conductor.db import fleet_report
+from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
 from tests.dbutil import migrated
 from tests.functional.conductor_harness import client
@@ -668,7 +670,13 @@ def test_chaos_on_ironic(
 # stopped (design invariant 9).
 
 RECOVERY_BUILD_TIMEOUT = 600.0
-RECOVERY_CONFIG = EXTRA_CONFIG + f"[conductor]\nbuild_timeout = {RECOVERY_BUILD_TIMEOUT}\n"
+#: a statement a hung database never answers is broken this much later (+5 s)
+RECOVERY_STATEMENT_TIMEOUT = 5
+RECOVERY_CONFIG = (
+    EXTRA_CONFIG
+    + f"[conductor]\nbuild_timeout = {RECOVERY_BUILD_TIMEOUT}\n"
+    + f"[database]\nstatement_timeout = {RECOVERY_STATEMENT_TIMEOUT}\nconnect_timeout = 5\n"
+)
 #: agent-1 reaches etcd through a proxy the partition cuts
 PARTITIONED = "agent-1"
 #: long enough for the survivors to re-home the partitioned agent's pins
@@ -680,6 +688,8 @@ RESTART_EVERY = 5.0
 DATABASE_OUTAGE = 15.0
 #: ERROR lines a conductor may log for one database outage (it logged ~9,000)
 DATABASE_OUTAGE_ERRORS = 5
+#: how long PostgreSQL is frozen (SIGSTOP of every process): hung, not down
+DATABASE_HANG = 20.0
 
 
 @dataclasses.dataclass
@@ -748,10 +758,29 @@ def postgres_stop(recovery: Recovery, load: Load) -> Fault:
     return Fault(note=f"PostgreSQL stopped for {DATABASE_OUTAGE:.0f} s")
 
 
+def postgres_hang(recovery: Recovery, load: Load) -> Fault:
+    """PostgreSQL frozen (SIGSTOP of the postmaster and every backend) under
+    load for 20 s: it accepts TCP and answers nothing.
+
+    Statements already sent must not hold their callers (and the conductors'
+    RPC threads) until the server answers: they are broken after
+    ``statement_timeout`` + 5 s, new connections give up after
+    ``connect_timeout``; clients get the same retryable error as for a
+    stopped server, and the work settles as promptly once it answers.
+    """
+    server_ctl("freeze-pg")
+    try:
+        time.sleep(DATABASE_HANG)
+    finally:
+        server_ctl("thaw-pg")
+    return Fault(note=f"PostgreSQL frozen for {DATABASE_HANG:.0f} s")
+
+
 RECOVERY_FAULTS: dict[str, Callable[[Recovery, Load], Fault]] = {
     "etcd-partition": etcd_partition,
     "agent-restart-loop": agent_restart_loop,
     "postgres-stop": postgres_stop,
+    "postgres-hang": postgres_hang,
 }
 
 
@@ -799,6 +828,12 @@ def recovery(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> 
         f = _start_fleet(
             tmp_path, pg_url, transport_url, etcd_url, RECOVERY_CONFIG, _agent_extra(partial)
         )
+        # The load reads states from the database itself: bounded like the
+        # conductors', so that a hung database does not stop the load too.
+        f.db.dispose()
+        f.db = Database(
+            pg_url, statement_timeout=RECOVERY_STATEMENT_TIMEOUT, connect_timeout=5, pool_size=4
+        )
         try:
             yield Recovery(f, proxy, pg_url)
         finally:
@@ -842,7 +877,7 @@ def test_recovery_does_not_wait_for_build_timeout(
                     and "for good" not in line
                 )
                 assert retried == 0, f"{name} retried a definitive refusal {retried} times"
-        if fault_name == "postgres-stop":
+        if fault_name in ("postgres-stop", "postgres-hang"):
             fault.note += " (" + _check_database_outage(fleet, load, recovery.pg_url) + ")"
         print(
             f"\n{fault_name}: {fault.note}; settled {settled_in:.1f} s after the load stopped "
