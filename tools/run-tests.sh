@@ -41,6 +41,16 @@ if command -v shellcheck >/dev/null; then
     shellcheck -s bash devstack/plugin.sh devstack/settings
 fi
 
-step "unit and functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
 # --durations: the slowest tests in every log, to keep CI under its 25 minutes.
-tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 "$@"
+if (($#)); then
+    step "tests: $* (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
+    tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 "$@"
+    exit
+fi
+# The unit tests need no server and share nothing: one worker per core.
+# The functional tests share the servers (and stop, freeze and restart
+# them): one at a time.
+step "unit tests (one worker per core)"
+python -m pytest -p no:cacheprovider -ra -q -n auto --durations=5 tests/unit
+step "functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
+tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 tests/functional
