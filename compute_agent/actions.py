@@ -25,6 +25,7 @@ import time
 from typing import Any, Protocol
 
 from compute_agent.drivers.base import (
+    NO_DEPLOY_SPEC,
     ActionContext,
     ComputeDriver,
     DeploySpec,
@@ -192,7 +193,7 @@ class NodeActions:
             # (it refuses a node that hosts something else, as here).  A
             # refusal would have the conductor retry every few seconds.
             LOG.debug("Instance %s on node %s: accepted while %s", instance_uuid, node.uuid, exc)
-            self._start(self._deploy, instance_uuid, node, epoch, spec or DeploySpec())
+            self._start(self._deploy, instance_uuid, node, epoch, spec or NO_DEPLOY_SPEC)
             return "accepted"
         except BaseException:
             self._finish(node.uuid)
@@ -223,7 +224,7 @@ class NodeActions:
             self._ownership.pin(node.uuid)
             self._start(self._report_done, instance_uuid, node, epoch)
             return "done"
-        self._start(self._deploy, instance_uuid, node, epoch, spec or DeploySpec())
+        self._start(self._deploy, instance_uuid, node, epoch, spec or NO_DEPLOY_SPEC)
         LOG.info(
             "Agent %s accepted instance %s on node %s (epoch %d%s)",
             self._host,
@@ -303,7 +304,9 @@ class NodeActions:
 
     # -- background work -----------------------------------------------------------
 
-    def _deploy(self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec) -> None:
+    def _deploy(
+        self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec = NO_DEPLOY_SPEC
+    ) -> None:
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
 
         steps: list[str] = []  # each step once, as the driver reports it

@@ -30,6 +30,7 @@ from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = [
     "DRIVER_NAMESPACE",
+    "NO_DEPLOY_SPEC",
     "POWER_TARGETS",
     "ActionContext",
     "BackendNode",
@@ -111,6 +112,10 @@ class DeploySpec:
     config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
 
 
+#: A deploy of no image and no config drive (the back end's defaults).
+NO_DEPLOY_SPEC: Final = DeploySpec()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class BackendNode:
     """What the back end (the hardware, Ironic) shows of a node right now.
@@ -169,7 +174,11 @@ class ComputeDriver(abc.ABC):
 
     @abc.abstractmethod
     def deploy(
-        self, ctx: ActionContext, node: Node, progress: ProgressCallback, spec: DeploySpec
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
     ) -> None:
         """Provision *node* for ``ctx.instance_uuid`` with *spec*'s image and
         config drive; return when it is active.

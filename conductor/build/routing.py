@@ -244,11 +244,12 @@ class AgentRouter:
                 carried = any(_carries_spec(a.instance) for a in batch)
                 LOG.warning(
                     "Agent %s does not serve build_instances at compute API %s (%s): set "
-                    "[upgrade_levels] compute to the oldest agent's version on the "
-                    "conductors until every agent is upgraded",
+                    "[upgrade_levels] compute = %s on the conductors until every agent is "
+                    "upgraded",
                     owner,
                     DEPLOY_SPEC_VERSION if carried else _BATCHED_VERSION,
                     exc.exc_type,
+                    _BATCHED_VERSION if carried else "1.0",
                 )
             for accept in batch:
                 self._route_one(accept.instance, accept.node, accept.claim)

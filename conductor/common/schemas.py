@@ -194,14 +194,15 @@ IMAGE_SCHEMA: Final = {
     "URL, its checksum (os_hash_algo and os_hash_value, or the legacy md5 checksum), "
     "its disk format; kernel and ramdisk for a partition image (both or neither). "
     "Since microversion 1.1.",
+    # As in every payload of the conductor's, an optional null is an absent field.
     "properties": {
         "source": _URL,
-        "os_hash_algo": {"enum": sorted(HASH_LENGTHS)},
-        "os_hash_value": {**_HEX, "minLength": 32, "maxLength": 128},
-        "checksum": {**_HEX, "minLength": 32, "maxLength": 32},
-        "disk_format": {"enum": list(DISK_FORMATS)},
-        "kernel": _URL,
-        "ramdisk": _URL,
+        "os_hash_algo": _or_null({"enum": sorted(HASH_LENGTHS)}),
+        "os_hash_value": _or_null({**_HEX, "minLength": 32, "maxLength": 128}),
+        "checksum": _or_null({**_HEX, "minLength": 32, "maxLength": 32}),
+        "disk_format": _or_null({"enum": list(DISK_FORMATS)}),
+        "kernel": _or_null(_URL),
+        "ramdisk": _or_null(_URL),
     },
     "required": ["source"],
     "additionalProperties": False,

@@ -39,6 +39,7 @@ from typing import Any, Final, TypeVar
 from oslo_config import cfg
 
 from compute_agent.drivers.base import (
+    NO_DEPLOY_SPEC,
     ActionContext,
     BackendNode,
     ComputeDriver,
@@ -148,7 +149,11 @@ class IronicDriver(ComputeDriver):
     # -- deploy ----------------------------------------------------------------
 
     def deploy(
-        self, ctx: ActionContext, node: Node, progress: ProgressCallback, spec: DeploySpec
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
     ) -> None:
         """The image goes into ``instance_info`` with the claim (one atomic
         PATCH), the config drive with the request for ``active`` (Ironic builds

@@ -32,6 +32,7 @@ from typing import Any, Final
 from oslo_config import cfg
 
 from compute_agent.drivers.base import (
+    NO_DEPLOY_SPEC,
     ActionContext,
     BackendNode,
     ComputeDriver,
@@ -106,7 +107,11 @@ class SimulatedDriver(ComputeDriver):
     # -- the driver interface -------------------------------------------------------------
 
     def deploy(
-        self, ctx: ActionContext, node: Node, progress: ProgressCallback, spec: DeploySpec
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
     ) -> None:
         """The node keeps *spec*'s image and config drive (:meth:`node_state`)
         until it is destroyed: what reached the machine, for tests and the demo."""
