@@ -195,8 +195,7 @@ class AgentRouter:
         """Send *batch* to *owner*, then whatever queued up for it meanwhile."""
         try:
             while batch:
-                if not self._compute.can_send_version(DEPLOY_SPEC_VERSION):
-                    batch = [a for a in batch if not self._pinned_below_spec(a)]
+                batch = [a for a in batch if not self._pinned_below_spec(a)]
                 if len(batch) > 1 and self._compute.can_send_version(_BATCHED_VERSION):
                     self._route_batch(owner, batch)
                 else:
@@ -344,7 +343,9 @@ class AgentRouter:
     def _pinned_below_spec(self, accept: _Accept) -> bool:
         """Refuse a build with an image or config drive while ``[upgrade_levels]
         compute`` pins the agents below 1.2; whether it was refused."""
-        if not _carries_spec(accept.instance):
+        if not _carries_spec(accept.instance) or self._compute.can_send_version(
+            DEPLOY_SPEC_VERSION
+        ):
             return False
         self._spec_refused(
             accept.instance,
@@ -431,6 +432,8 @@ class AgentRouter:
             owner, epoch = claim.owner, claim.epoch
             if owner is None or not self._is_live(owner):
                 break  # wait for the takeover
+            if self._pinned_below_spec(_Accept(instance, node, claim)):
+                return  # every way to an agent (a re-route, a NotOwner re-read) ends here
             try:
                 self.calls += 1
                 answer = self._compute.build_instance(

@@ -286,3 +286,13 @@ def test_an_older_agent_refusing_1_2_fails_the_attempt_with_the_reason(
     [(_instance, _node, fault)] = routing.refusals
     assert "does not serve compute API 1.2 (UnsupportedVersion)" in fault
     assert routing.retries == []  # not retried there for ever
+
+
+def test_the_pin_holds_on_a_single_call_too(routing: Routing) -> None:
+    """``_route_one`` is also reached without the batch's check (a NotOwner
+    re-read, an older agent's batch sent one by one): it refuses as well."""
+    _with_spec(routing)
+    routing.compute.pinned_at = "1.1"
+    routing.router._route_one(*routing.args())
+    assert routing.compute.builds == []
+    assert len(routing.refusals) == 1 and "below 1.2" in routing.refusals[0][2]
