@@ -25,8 +25,10 @@ import time
 from typing import Any, Protocol
 
 from compute_agent.drivers.base import (
+    NO_DEPLOY_SPEC,
     ActionContext,
     ComputeDriver,
+    DeploySpec,
     PowerTarget,
     ProgressCallback,
 )
@@ -151,8 +153,14 @@ class NodeActions:
 
     # -- accept ----------------------------------------------------------------
 
-    def build(self, instance_uuid: str, node: Node, epoch: int) -> str:
+    def build(
+        self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec | None = None
+    ) -> str:
         """Accept a build: ``"accepted"``, ``"in-progress"`` or ``"done"``.
+
+        *spec* is what the conductor stored with the instance (image, config
+        drive): it comes with every accept, so a deploy resumed by another
+        owner or process gets it from the record, never from memory.
 
         :raises NotOwner: the epoch is not the one held (re-read and retry)
         :raises Conflict: the node is busy or the agent stopping (retry)
@@ -185,7 +193,7 @@ class NodeActions:
             # (it refuses a node that hosts something else, as here).  A
             # refusal would have the conductor retry every few seconds.
             LOG.debug("Instance %s on node %s: accepted while %s", instance_uuid, node.uuid, exc)
-            self._start(self._deploy, instance_uuid, node, epoch)
+            self._start(self._deploy, instance_uuid, node, epoch, spec or NO_DEPLOY_SPEC)
             return "accepted"
         except BaseException:
             self._finish(node.uuid)
@@ -216,7 +224,7 @@ class NodeActions:
             self._ownership.pin(node.uuid)
             self._start(self._report_done, instance_uuid, node, epoch)
             return "done"
-        self._start(self._deploy, instance_uuid, node, epoch)
+        self._start(self._deploy, instance_uuid, node, epoch, spec or NO_DEPLOY_SPEC)
         LOG.info(
             "Agent %s accepted instance %s on node %s (epoch %d%s)",
             self._host,
@@ -296,7 +304,9 @@ class NodeActions:
 
     # -- background work -----------------------------------------------------------
 
-    def _deploy(self, instance_uuid: str, node: Node, epoch: int) -> None:
+    def _deploy(
+        self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec = NO_DEPLOY_SPEC
+    ) -> None:
         ctx = ActionContext(node.uuid, self._host, epoch, instance_uuid)
 
         steps: list[str] = []  # each step once, as the driver reports it
@@ -315,7 +325,7 @@ class NodeActions:
                 LOG.debug("Instance %s on node %s: %s", instance_uuid, node.uuid, step)
 
         try:
-            success, fault, clean = self._deploy_or_clean(ctx, node, progress, steps)
+            success, fault, clean = self._deploy_or_clean(ctx, node, progress, steps, spec)
         except _DeployCancelled:
             self._destroy(instance_uuid, node, epoch)
             return
@@ -338,7 +348,12 @@ class NodeActions:
         )
 
     def _deploy_or_clean(
-        self, ctx: ActionContext, node: Node, progress: ProgressCallback, steps: list[str]
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        steps: list[str],
+        spec: DeploySpec,
     ) -> tuple[bool, str | None, bool]:
         """Deploy; after a failure, tear the node down.  (success, fault, node clean).
 
@@ -346,7 +361,7 @@ class NodeActions:
         :raises ActionAbandoned: the agent stops (nothing is reported)
         """
         try:
-            self._driver.deploy(ctx, node, progress)
+            self._driver.deploy(ctx, node, progress, spec)
         except (NotOwner, ActionAbandoned, _DeployCancelled):
             raise
         except RingfleetError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 import oslo_messaging as messaging
 
 from compute_agent.actions import NodeActions
-from compute_agent.drivers.base import validate_power_target
+from compute_agent.drivers.base import DeploySpec, validate_power_target
 from compute_agent.rpcapi import API_VERSION
 from conductor.common import checks
 from conductor.common.checks import validate_uuid
@@ -25,7 +25,7 @@ LOG = logging.getLogger(__name__)
 #: for one agent during its previous call, tens at most.
 MAX_BUILDS = 1000
 
-_BUILD_KEYS = frozenset({"instance_uuid", "node", "epoch"})
+_BUILD_KEYS = frozenset({"instance_uuid", "node", "epoch", "image", "config_drive"})
 
 
 def _node(value: object, field: str = "node") -> Node:
@@ -40,28 +40,45 @@ def _node(value: object, field: str = "node") -> Node:
         raise InvalidInput([FieldError.about(field, f"malformed: {exc}", value)]) from None
 
 
-def _check_builds(value: object) -> list[tuple[str, Node, int]]:
+def _deploy_spec(image: object, config_drive: object, prefix: str = "") -> DeploySpec:
+    """The image and config drive of a build (API 1.2), as the conductor validated
+    and stored them: only their shape is checked here.  A bad config drive is
+    named, never shown: its user data may hold secrets."""
+    errors: list[FieldError] = []
+    if image is not None and not (
+        isinstance(image, dict) and all(isinstance(v, str) for v in image.values())
+    ):
+        errors.append(FieldError.about(f"{prefix}image", "must be an image object", image))
+    if config_drive is not None and not isinstance(config_drive, dict):
+        errors.append(FieldError(f"{prefix}config_drive", "must be a config drive object"))
+    if errors:
+        raise InvalidInput(errors)
+    return DeploySpec(image=image, config_drive=config_drive)  # type: ignore[arg-type]
+
+
+def _check_builds(value: object) -> list[tuple[str, Node, int, DeploySpec]]:
     """``[{instance_uuid, node, epoch}]``, validated whole: every bad field named."""
     return checks.check_list(
         value, "builds", _check_build, minimum=1, maximum=MAX_BUILDS, what="builds"
     )
 
 
-def _check_build(item: object, path: str) -> tuple[str, Node, int]:
+def _check_build(item: object, path: str) -> tuple[str, Node, int, DeploySpec]:
     return checks.check_record(item, path, _BUILD_KEYS, _check_build_fields)
 
 
-def _check_build_fields(item: Mapping[Any, Any], prefix: str) -> tuple[str, Node, int]:
-    instance, node, epoch = checks.collect(
+def _check_build_fields(item: Mapping[Any, Any], prefix: str) -> tuple[str, Node, int, DeploySpec]:
+    instance, node, epoch, spec = checks.collect(
         lambda: validate_uuid(item.get("instance_uuid"), f"{prefix}instance_uuid"),
         lambda: _node(item.get("node"), f"{prefix}node"),
         lambda: checks.check_epoch(item.get("epoch"), f"{prefix}epoch"),
+        lambda: _deploy_spec(item.get("image"), item.get("config_drive"), prefix),
     )
-    return instance, node, epoch
+    return instance, node, epoch, spec
 
 
 class ComputeEndpoint:
-    """Methods of the compute agent RPC API (1.1; see compute_agent/rpcapi.py)."""
+    """Methods of the compute agent RPC API (1.2; see compute_agent/rpcapi.py)."""
 
     target = messaging.Target(version=API_VERSION)
 
@@ -78,13 +95,23 @@ class ComputeEndpoint:
         self._drain = drain
 
     def build_instance(
-        self, ctxt: dict[str, Any], *, instance_uuid: Any, node: Any, epoch: Any
+        self,
+        ctxt: dict[str, Any],
+        *,
+        instance_uuid: Any,
+        node: Any,
+        epoch: Any,
+        image: Any = None,
+        config_drive: Any = None,
     ) -> str:
-        """Accept a build (quickly) and deploy in the background; idempotent."""
+        """Accept a build (quickly) and deploy in the background; idempotent.
+
+        ``image`` and ``config_drive`` since 1.2."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
         held = checks.check_epoch(epoch, "epoch")
-        return self._actions.build(instance, target, held)
+        spec = _deploy_spec(image, config_drive)
+        return self._actions.build(instance, target, held, spec)
 
     def build_instances(self, ctxt: dict[str, Any], *, builds: Any) -> dict[str, Any]:
         """Several builds in one call (since 1.1), each accepted or refused on its own.
@@ -98,9 +125,9 @@ class ComputeEndpoint:
         """
         checked = _check_builds(builds)
         results: list[dict[str, Any]] = []
-        for instance, node, epoch in checked:
+        for instance, node, epoch, spec in checked:
             try:
-                results.append({"answer": self._actions.build(instance, node, epoch)})
+                results.append({"answer": self._actions.build(instance, node, epoch, spec)})
             except Exception as exc:  # one refused build must not refuse the others
                 if not isinstance(exc, RingfleetError):
                     LOG.exception(

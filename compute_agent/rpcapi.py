@@ -10,6 +10,10 @@ API version history:
   ping, drain.
 * 1.1 - build_instances: several builds in one call, each accepted or
   refused on its own.
+* 1.2 - build_instance and build_instances carry the instance's ``image``
+  and ``config_drive`` (as the conductor stored them); a build with either
+  is sent at 1.2 only, so an older agent refuses it rather than deploy
+  without them.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import oslo_messaging as messaging
 
 from conductor.common import rpc
 
-__all__ = ["API_VERSION", "ComputeAPI"]
+__all__ = ["API_VERSION", "DEPLOY_SPEC_VERSION", "ComputeAPI"]
 
 # The version the agent's endpoint serves and the newest the client speaks:
 # one version per API.  Bump it with a line in the history above.
-API_VERSION = "1.1"
+API_VERSION = "1.2"
+
+#: The version whose builds carry an image and a config drive.
+DEPLOY_SPEC_VERSION = "1.2"
 
 
 class ComputeAPI:
@@ -79,11 +86,30 @@ class ComputeAPI:
         instance_uuid: str,
         node: dict[str, Any],
         epoch: int,
+        image: dict[str, Any] | None = None,
+        config_drive: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> str:
-        """Ask the owner to deploy; returns at once ("accepted", "in-progress", "done")."""
+        """Ask the owner to deploy; returns at once ("accepted", "in-progress", "done").
+
+        With an ``image`` or a ``config_drive`` the call is sent at 1.2: an
+        agent older than that refuses it (never deploys without them), and
+        a client pinned below 1.2 raises ``UnsupportedVersion`` here.
+        """
+        if image is None and config_drive is None:
+            return self._call(  # type: ignore[no-any-return]
+                host, "build_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
+            )
         return self._call(  # type: ignore[no-any-return]
-            host, "build_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
+            host,
+            "build_instance",
+            timeout,
+            version=DEPLOY_SPEC_VERSION,
+            instance_uuid=instance_uuid,
+            node=node,
+            epoch=epoch,
+            image=image,
+            config_drive=config_drive,
         )
 
     def build_instances(
@@ -95,15 +121,18 @@ class ComputeAPI:
     ) -> dict[str, Any]:
         """Several builds for one owner in one call (1.1).
 
-        ``builds``: ``{"instance_uuid", "node", "epoch"}`` mappings, each
-        accepted or refused on its own; the reply is ``{"results": [...]}``,
+        ``builds``: ``{"instance_uuid", "node", "epoch"}`` mappings (and
+        ``image``, ``config_drive`` since 1.2: a batch with them is sent at
+        1.2), each accepted or refused on its own; the reply is ``{"results": [...]}``,
         one entry per build in order: ``{"answer": <build_instance's>}`` or
         ``{"error": <exception class name>, "reason": <first line>}``.  An
         agent older than 1.1 raises a ``RemoteError`` whose ``exc_type`` is
         ``UnsupportedVersion`` (or ``NoSuchMethod``).
         """
+        carries = any(b.get("image") is not None or b.get("config_drive") for b in builds)
+        version = DEPLOY_SPEC_VERSION if carries else "1.1"
         return self._call(  # type: ignore[no-any-return]
-            host, "build_instances", timeout, version="1.1", builds=builds
+            host, "build_instances", timeout, version=version, builds=builds
         )
 
     def destroy_instance(

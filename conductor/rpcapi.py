@@ -40,6 +40,10 @@ API version history:
   Same call: asked at 1.1, an older conductor answers without them.
 * 1.10 - report_progress: an agent says which of its builds the back end
   moved on (a heartbeat: ``build_timeout`` counts from the last one).
+* 1.11 - build_instances requests may carry an ``image`` and a config drive
+  (``user_data``, ``meta_data``, ``network_data``), stored with the
+  instances and shown by show_instance; flavors may have a
+  ``default_image`` (create_flavor), used by builds that name none.
 """
 
 from __future__ import annotations
@@ -57,7 +61,10 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.10"
+API_VERSION = "1.11"
+
+#: The fields of a build request that need API 1.11 (an image and a config drive).
+_DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
 
 
 def pages(
@@ -174,8 +181,10 @@ class ConductorAPI:
     # -- flavors ---------------------------------------------------------------
 
     def create_flavor(self, flavor: dict[str, Any]) -> dict[str, Any]:
-        """Store a flavor spec; the flavor as stored."""
-        return self._call("create_flavor", flavor=flavor)  # type: ignore[no-any-return]
+        """Store a flavor spec; the flavor as stored.  One with a
+        ``default_image`` is sent at 1.11: an older conductor refuses it."""
+        version = "1.11" if flavor.get("default_image") is not None else "1.0"
+        return self._call("create_flavor", version=version, flavor=flavor)  # type: ignore[no-any-return]
 
     def list_flavors(self) -> list[dict[str, Any]]:
         """Every flavor, by name (no paging)."""
@@ -192,9 +201,13 @@ class ConductorAPI:
     # -- instances -------------------------------------------------------------
 
     def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        """A request with ``scheduler_hints`` is sent at 1.6: an older
-        conductor refuses it (UnsupportedVersion) rather than ignore them."""
-        version = "1.6" if request.get("scheduler_hints") else "1.0"
+        """A request with ``scheduler_hints`` is sent at 1.6, one with an image
+        or a config drive at 1.11: an older conductor refuses it
+        (UnsupportedVersion) rather than ignore them."""
+        if any(request.get(key) is not None for key in _DEPLOY_FIELDS):
+            version = "1.11"
+        else:
+            version = "1.6" if request.get("scheduler_hints") else "1.0"
         return self._call("build_instances", version=version, request=request)  # type: ignore[no-any-return]
 
     def list_instances(

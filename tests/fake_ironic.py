@@ -15,7 +15,12 @@ on a real standalone Ironic to keep it so:
   unknown node is :class:`IronicNodeGone` (404);
 * :meth:`FakeIronic.restart` fails what a restart interrupts, as Ironic's
   conductor does when it starts: ``deploying`` → ``deploy failed`` (target
-  kept), ``deleting`` → ``error`` (no target), ``cleaning`` → ``clean failed``.
+  kept), ``deleting`` → ``error`` (no target), ``cleaning`` → ``clean failed``;
+* a deploy's JSON config drive is kept in ``instance_info.configdrive`` and
+  shown as ``"******"``; a deploy with an ``image_source`` gets
+  ``image_type`` (``whole-disk``, or ``partition`` with kernel and
+  ramdisk); a node whose ``deploy_interface`` is ``direct`` refuses a
+  deploy without ``image_source`` (400), as real hardware's does.
 
 Nodes move one step per read (:attr:`FakeIronic.steps` reads per state), so
 a driver's polling follows them; ``provision_updated_at`` changes with
@@ -31,7 +36,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from conductor.common.exception import ServiceUnavailable
+from conductor.common.exception import DriverError, ServiceUnavailable
 from conductor.common.ironic.client import (
     IronicClaimConflict,
     IronicNode,
@@ -65,6 +70,8 @@ _FAILED_ON_RESTART: dict[str, dict[str, Any]] = {
     },
 }
 _clock = itertools.count(1)
+#: What Ironic shows of a secret field of instance_info (the config drive).
+HIDDEN = "******"
 
 
 def _stamp() -> str:
@@ -89,6 +96,8 @@ class FakeNode:
     properties: dict[str, Any] = dataclasses.field(default_factory=dict)
     conductor_group: str = ""
     shard: str | None = None
+    #: ``fake`` deploys anything; ``direct`` needs an image_source
+    deploy_interface: str = "fake"
     provision_updated_at: str = dataclasses.field(default_factory=_stamp)
     #: changes applied one per read (Ironic's conductor moving the node on)
     script: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -115,7 +124,9 @@ class FakeNode:
             provision_state=self.provision_state,
             target_provision_state=self.target_provision_state,
             instance_uuid=self.instance_uuid,
-            instance_info=dict(self.instance_info),
+            instance_info={
+                k: HIDDEN if k == "configdrive" else v for k, v in self.instance_info.items()
+            },
             last_error=self.last_error,
             provision_updated_at=self.provision_updated_at,
         )
@@ -134,6 +145,8 @@ class FakeIronic:
         #: the next teardown fails with this ``last_error`` (``error``)
         self.teardown_error: str | None = None
         self.writes: list[tuple[Any, ...]] = []
+        #: node -> the config drive of its last deploy (what Ironic built the drive from)
+        self.configdrives: dict[str, dict[str, Any]] = {}
         self.reads = 0
         #: the next this many reads fail as an unreachable Ironic would
         self.unreachable_reads = 0
@@ -198,12 +211,37 @@ class FakeIronic:
         self.writes.append(("release", node_uuid))
         node.change(instance_uuid=None, instance_info={})
 
-    def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
+    def set_provision_state(
+        self,
+        node_uuid: str,
+        target: str,
+        *,
+        action: str,
+        configdrive: Mapping[str, Any] | None = None,
+    ) -> None:
         node = self._writable(node_uuid, action)
         self.writes.append(("provision", node_uuid, target))
         waits: list[dict[str, Any]] = [{}] * (self.steps - 1)
         if target == "active":
-            node.change(provision_state="deploying", target_provision_state="active")
+            info = dict(node.instance_info)
+            if node.deploy_interface == "direct" and "image_source" not in info:
+                # Ironic validates the deploy interface before it moves the node.
+                raise DriverError(
+                    node_uuid,
+                    action,
+                    "Ironic refused (400): Failed to validate deploy or power info for "
+                    f"node {node_uuid}. Error: Some parameters were missing in node's "
+                    "instance_info. Missing are: ['instance_info.image_source']",
+                )
+            if "image_source" in info:
+                partition = "kernel" in info and "ramdisk" in info
+                info["image_type"] = "partition" if partition else "whole-disk"
+            if configdrive is not None:
+                self.configdrives[node_uuid] = dict(configdrive)
+                info["configdrive"] = dict(configdrive)
+            node.change(
+                provision_state="deploying", target_provision_state="active", instance_info=info
+            )
             end: dict[str, Any] = {"provision_state": "active", "target_provision_state": None}
             if self.deploy_error is not None:
                 # Ironic keeps the target on a failed deploy.

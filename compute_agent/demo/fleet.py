@@ -106,6 +106,8 @@ class EmbeddedFleet:
         self.settings = settings
         self.workdir = Path(tempfile.mkdtemp(prefix="ringfleet-demo-"))
         self.action_log = self.workdir / "actions.jsonl"
+        #: the simulated machines, shared by the agents: what reached each one
+        self.node_store = self.workdir / "nodes.sqlite"
         self._conductor: _Runner | None = None
         self._agents: dict[str, _Runner] = {}
         self._crashed: set[str] = set()
@@ -157,7 +159,7 @@ class EmbeddedFleet:
                 "action_log": str(self.action_log),
                 # One simulated machine room for the agents: a node torn
                 # down by one is clean when another acquires it.
-                "node_store": str(self.action_log.with_name("nodes.sqlite")),
+                "node_store": str(self.node_store),
                 "step_duration": settings.step_duration,
                 "clean_duration": 0.0,
                 "failure_rate": settings.failure_rate,

@@ -50,6 +50,8 @@ class DemoResult:
     expected_on_join: int = 0
     takeover_seconds: float | None = None
     rehome_seconds: float | None = None
+    #: active instances whose simulated machine got the demo's image and SSH key
+    provisioned: int = 0
     violations: list[str] = field(default_factory=list)
 
 

@@ -39,6 +39,7 @@ from compute_agent.demo.report import (
     print_summary,
     print_table,
 )
+from compute_agent.drivers.simulated.node_store import SqliteNodeStore
 from conductor.common.objects import VmState
 from conductor.rpcapi import ConductorAPI, pages
 from conductor.validation import MAX_COUNT
@@ -54,6 +55,15 @@ RESOURCE_CLASSES = (
     ("baremetal-large", "bm.large"),
     ("baremetal-gpu", "bm.gpu"),
 )
+#: The image every demo flavor deploys by default (the simulator fetches nothing).
+DEMO_IMAGE = {
+    "source": "http://images.demo.test/ubuntu-24.04.qcow2",
+    "os_hash_algo": "sha256",
+    "os_hash_value": "5f1e0d8cb1a2f3e4d5c6b7a8998877665544332211ffeeddccbbaa0099887766",
+    "disk_format": "qcow2",
+}
+#: The SSH key every demo build puts in its config drive.
+DEMO_KEY = ("demo", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemoKeyOfRingfleet demo@ringfleet")
 #: Page size of the listing calls (the conductor's largest).
 _PAGE = 1000
 #: Seconds between two readings while waiting for the fleet.
@@ -230,7 +240,9 @@ class _Scenario:
     def enroll(self) -> None:
         options = self.options
         for resource_class, flavor in RESOURCE_CLASSES:
-            self.api.create_flavor({"name": flavor, "resource_class": resource_class})
+            self.api.create_flavor(
+                {"name": flavor, "resource_class": resource_class, "default_image": DEMO_IMAGE}
+            )
         specs = [
             {
                 "name": f"node-{i + 1:04d}",
@@ -241,7 +253,10 @@ class _Scenario:
         ]
         self.api.import_nodes(specs)
         classes = ", ".join(rc for rc, _ in RESOURCE_CLASSES)
-        self.say(f"Enrolled {options.nodes} nodes ({classes}) and a flavor per class")
+        self.say(
+            f"Enrolled {options.nodes} nodes ({classes}) and a flavor per class, "
+            f"each with the default image {DEMO_IMAGE['source']}"
+        )
         live = set(self.fleet.live_agents())
         seconds = self.wait(
             "every node claimed by an agent",
@@ -254,7 +269,10 @@ class _Scenario:
     def build(self) -> None:
         options = self.options
         classes = len(RESOURCE_CLASSES)
-        self.say(f"Building {options.instances} instances through build_instances")
+        self.say(
+            f"Building {options.instances} instances through build_instances, "
+            f"with the SSH key {DEMO_KEY[0]!r} in their config drive"
+        )
         for index, (_rc, flavor) in enumerate(RESOURCE_CLASSES):
             # Round robin like the nodes: no class gets more builds than nodes.
             count = options.instances // classes + (index < options.instances % classes)
@@ -267,6 +285,7 @@ class _Scenario:
                         "count": len(uuids),
                         "name": f"demo-{flavor}",
                         "instance_uuids": uuids,
+                        "meta_data": {"public_keys": dict([DEMO_KEY])},
                     }
                 )
         bar = ProgressBar(len(self.instance_uuids), self.out)
@@ -287,6 +306,41 @@ class _Scenario:
         finally:
             bar.finish()
         self.table(f"Built: {self.result.active} ACTIVE, {self.result.error} ERROR:")
+        self.check_machines()
+
+    def check_machines(self) -> None:
+        """What reached the simulated machines of the active instances: the
+        flavor's image and the build's SSH key, read from the machines."""
+        placed = {
+            i.node_uuid: uuid
+            for uuid, i in self.read_instances().items()
+            if i.vm_state == VmState.ACTIVE and i.node_uuid is not None
+        }
+        store = SqliteNodeStore(self.fleet.node_store)
+        try:
+            machines = store.get_many(placed)
+        finally:
+            store.close()
+        name, key = DEMO_KEY
+        good = [
+            node
+            for node, machine in machines.items()
+            if machine.instance_uuid == placed[node]
+            and (machine.image or {}).get("source") == DEMO_IMAGE["source"]
+            and ((machine.config_drive or {}).get("meta_data") or {}).get("public_keys")
+            == {name: key}
+        ]
+        self.result.provisioned = len(good)
+        self.say(
+            f"Image {DEMO_IMAGE['source'].rsplit('/', 1)[-1]} and SSH key {name!r} "
+            f"reached {len(good)} of {len(placed)} active machines"
+        )
+        if len(good) != len(placed):
+            missing = sorted(set(placed) - set(good))
+            self.result.violations.append(
+                f"machines: {len(missing)} active nodes lack the image or the SSH key: "
+                f"{', '.join(missing[:5])}"
+            )
 
     def crash(self) -> None:
         before = self.read_state()

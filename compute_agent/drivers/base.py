@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, get_args
 
 from oslo_config import cfg
@@ -30,10 +30,12 @@ from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = [
     "DRIVER_NAMESPACE",
+    "NO_DEPLOY_SPEC",
     "POWER_TARGETS",
     "ActionContext",
     "BackendNode",
     "ComputeDriver",
+    "DeploySpec",
     "PowerTarget",
     "ProgressCallback",
     "load_driver",
@@ -95,6 +97,26 @@ class ActionContext:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class DeploySpec:
+    """What a deploy puts on the node, as the conductor stored it with the instance.
+
+    :ivar image: ``source`` (an http(s) URL), ``os_hash_algo`` and
+        ``os_hash_value`` or ``checksum``, ``disk_format``, ``kernel`` and
+        ``ramdisk``; ``None``: the back end's default (a fake deploy needs none)
+    :ivar config_drive: ``user_data``, ``meta_data`` and ``network_data``
+        (the ones given), or ``None``: no config drive.  Left out of
+        ``repr()``: user data may hold secrets, and must never reach a log.
+    """
+
+    image: Mapping[str, str] | None = None
+    config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+
+
+#: A deploy of no image and no config drive (the back end's defaults).
+NO_DEPLOY_SPEC: Final = DeploySpec()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BackendNode:
     """What the back end (the hardware, Ironic) shows of a node right now.
 
@@ -151,8 +173,15 @@ class ComputeDriver(abc.ABC):
         self.host = host
 
     @abc.abstractmethod
-    def deploy(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
-        """Provision *node* for ``ctx.instance_uuid``; return when it is active.
+    def deploy(
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+    ) -> None:
+        """Provision *node* for ``ctx.instance_uuid`` with *spec*'s image and
+        config drive; return when it is active.
 
         Calls ``progress(step)`` as each provision step starts.  An exception
         raised by *progress* aborts the deploy before that step and is

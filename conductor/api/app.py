@@ -144,6 +144,8 @@ class Route:
     min_version: microversion.Version = microversion.MIN_VERSION
     tag: str = ""
     description: str = ""
+    #: body fields added after the route: field -> the microversion that has it
+    fields_since: Mapping[str, microversion.Version] = field(default_factory=dict)
 
     @property
     def body_keys(self) -> frozenset[str] | None:
@@ -362,12 +364,14 @@ class Application:
             context.user_id = credentials.user_id
             context.project_id = credentials.project_id
             context.roles = list(credentials.roles)
+        body = self._body(request, route, raw)
+        self._check_fields_since(route, body, version)
         call = Call(
             api=self.api,
             request=request,
             path={k: v for k, v in match.items() if k not in ("action", "controller")},
             query=self._query(request, route),
-            body=self._body(request, route, raw),
+            body=body,
             version=version,
             base_url=self.base_url(request),
             max_limit=self.max_limit,
@@ -506,6 +510,20 @@ class Application:
         if route.envelope is not None:
             _check_envelope(body, route.envelope)
         return body
+
+    @staticmethod
+    def _check_fields_since(route: Route, body: Json, version: microversion.Version) -> None:
+        """Refuse a body field the requested microversion does not have (named,
+        never ignored: a build silently without its image would be worse)."""
+        if not isinstance(body, dict):
+            return
+        for key, since in sorted(route.fields_since.items()):
+            if key in body and version < since:
+                raise ApiError.invalid(
+                    key,
+                    f"needs microversion {since} ({microversion.HEADER}: "
+                    f"{microversion.SERVICE_TYPE} {since})",
+                )
 
 
 #: The conductors' answers and their HTTP errors: status, code, Retry-After.

@@ -11,6 +11,10 @@ History (a new microversion adds a line, bumps :data:`MAX_VERSION`, and
 the routes or fields it adds name it as their ``min_version``):
 
 * 1.0 - Initial version: nodes, flavors, instances, fleet, agents' drain.
+* 1.1 - Images and config drives: ``POST /v1/instances`` takes ``image``,
+  ``user_data``, ``meta_data`` and ``network_data``; ``POST /v1/flavors``
+  takes ``default_image``.  Under 1.0 a body with any of them is refused
+  (400 naming the field).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from functools import total_ordering
 
 __all__ = [
     "HEADER",
+    "IMAGES",
     "MAX_VERSION",
     "MIN_VERSION",
     "SERVICE_TYPE",
@@ -68,7 +73,9 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 0)
+MAX_VERSION = Version(1, 1)
+#: Images and config drives in build requests, flavors' default image.
+IMAGES = Version(1, 1)
 
 
 def requested(header: str | None) -> Version:

@@ -103,6 +103,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "forbidden_traits": _STRS,
             "extra_specs": {"type": "object"},
             "created_at": _TIME,
+            "default_image": {"type": ["object", "null"]},
         },
         closed=False,
     ),
@@ -125,6 +126,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "scheduler_hints": {"type": "object"},
+            "image": {"type": ["object", "null"]},
+            "config_drive": {
+                "type": ["object", "null"],
+                "description": "user_data (left out of lists), meta_data, network_data.",
+            },
         },
         closed=False,
     ),
@@ -208,6 +214,8 @@ def _operation(route: Route) -> dict[str, Any]:
     }
     if route.description:
         op["description"] = route.description
+    if route.fields_since:
+        op["x-fields-min-version"] = {k: str(v) for k, v in sorted(route.fields_since.items())}
     if route.body is not None:
         op["requestBody"] = {
             "required": True,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from conductor.api import microversion
 from conductor.api.app import Call, Param, Reply, Route
 from conductor.common import schemas
 from conductor.common.schemas import Resource
@@ -222,6 +223,11 @@ def drain_agent(call: Call) -> Reply:
 
 E400, E404, E409, E503 = 400, 404, 409, 503
 
+#: The build request fields of microversion 1.1: an image and a config drive.
+_IMAGE_FIELDS = dict.fromkeys(
+    ("image", "user_data", "meta_data", "network_data"), microversion.IMAGES
+)
+
 ROUTES: tuple[Route, ...] = (
     Route(
         "GET",
@@ -364,6 +370,7 @@ ROUTES: tuple[Route, ...] = (
         response="Flavor",
         errors=(E400, E409, E503),
         tag="flavors",
+        fields_since={"default_image": microversion.IMAGES},
     ),
     Route(
         "GET",
@@ -414,7 +421,10 @@ ROUTES: tuple[Route, ...] = (
         description="Give instance_uuids to make retries safe: a retry of the "
         "same request (same uuids, flavor, group, name, hints) answers 202 with the "
         "stored instances as they are now and builds nothing; another request "
-        "reusing one of the uuids is 409. Location is set when one instance is built.",
+        "reusing one of the uuids is 409. Location is set when one instance is built. "
+        "Since 1.1 a build may carry an image and a config drive (user_data, meta_data, "
+        "network_data); without an image it gets its flavor's default_image, if any.",
+        fields_since=_IMAGE_FIELDS,
     ),
     Route(
         "GET",

@@ -46,13 +46,17 @@ class BuildResults:
         self._max_attempts = max_attempts
         self._metrics = metrics
 
-    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None:
+    def refused(
+        self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence, *, clean: bool = False
+    ) -> None:
         """The node's owner (``fence``) refused the build for good: reschedule it now.
 
-        The node is freed as ``error``: its back end shows something the
-        record does not (another instance), which an operator must look at.
+        The node is freed as ``error`` unless *clean*: its back end shows
+        something the record does not (another instance), which an operator
+        must look at.  A build no agent was ever asked to run (it needs a
+        newer compute API) leaves the node clean.
         """
-        self.attempt_failed(instance_uuid, node_uuid, fault, clean=False, fence=fence)
+        self.attempt_failed(instance_uuid, node_uuid, fault, clean=clean, fence=fence)
 
     def report_result(
         self,

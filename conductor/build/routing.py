@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
-from compute_agent.rpcapi import ComputeAPI
+from compute_agent.rpcapi import DEPLOY_SPEC_VERSION, ComputeAPI
 from conductor.build.queue import Action
 from conductor.common import rpc
 from conductor.common.exception import (
@@ -75,7 +75,24 @@ class Retries(Protocol):
 class Refusals(Protocol):
     """Where an owner's definitive refusal goes (the build results): the attempt fails."""
 
-    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None: ...
+    def refused(
+        self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence, *, clean: bool = False
+    ) -> None: ...
+
+
+def _carries_spec(instance: Instance) -> bool:
+    """Whether routing *instance* needs compute API 1.2 (an image or a config drive)."""
+    return instance.image is not None or instance.config_drive is not None
+
+
+def _spec(instance: Instance) -> dict[str, Any]:
+    """The build's image and config drive, as stored with the instance (API 1.2)."""
+    if not _carries_spec(instance):
+        return {}
+    return {
+        "image": None if instance.image is None else dict(instance.image),
+        "config_drive": None if instance.config_drive is None else dict(instance.config_drive),
+    }
 
 
 @dataclass(frozen=True)
@@ -178,11 +195,12 @@ class AgentRouter:
         """Send *batch* to *owner*, then whatever queued up for it meanwhile."""
         try:
             while batch:
-                if len(batch) == 1 or not self._compute.can_send_version(_BATCHED_VERSION):
+                batch = [a for a in batch if not self._pinned_below_spec(a)]
+                if len(batch) > 1 and self._compute.can_send_version(_BATCHED_VERSION):
+                    self._route_batch(owner, batch)
+                else:
                     for accept in batch:
                         self._route_one(accept.instance, accept.node, accept.claim)
-                else:
-                    self._route_batch(owner, batch)
                 with self._lock:
                     waiting = self._waiting[owner]
                     batch = waiting[: self._max_batch]
@@ -208,6 +226,7 @@ class AgentRouter:
                         "instance_uuid": a.instance.uuid,
                         "node": a.node.to_dict(),
                         "epoch": a.claim.epoch,
+                        **_spec(a.instance),
                     }
                     for a in batch
                 ],
@@ -221,11 +240,15 @@ class AgentRouter:
             # by one now; the operator is told once how to stop the refusals.
             if owner not in self._told_to_pin:
                 self._told_to_pin.add(owner)
+                carried = any(_carries_spec(a.instance) for a in batch)
                 LOG.warning(
-                    "Agent %s has no build_instances (%s): set [upgrade_levels] compute = "
-                    "1.0 on the conductors until every agent is upgraded",
+                    "Agent %s does not serve build_instances at compute API %s (%s): set "
+                    "[upgrade_levels] compute = %s on the conductors until every agent is "
+                    "upgraded",
                     owner,
+                    DEPLOY_SPEC_VERSION if carried else _BATCHED_VERSION,
                     exc.exc_type,
+                    _BATCHED_VERSION if carried else "1.0",
                 )
             for accept in batch:
                 self._route_one(accept.instance, accept.node, accept.claim)
@@ -317,6 +340,41 @@ class AgentRouter:
         for accept in batch:
             self._later(accept.instance, accept.node)
 
+    def _pinned_below_spec(self, accept: _Accept) -> bool:
+        """Refuse a build with an image or config drive while ``[upgrade_levels]
+        compute`` pins the agents below 1.2; whether it was refused."""
+        if not _carries_spec(accept.instance) or self._compute.can_send_version(
+            DEPLOY_SPEC_VERSION
+        ):
+            return False
+        self._spec_refused(
+            accept.instance,
+            accept.node,
+            Fence(accept.claim.owner or "", accept.claim.epoch),
+            f"[upgrade_levels] compute pins the agents' API below {DEPLOY_SPEC_VERSION}, "
+            "which a build with an image or a config drive needs; unpin it once every "
+            "agent is upgraded",
+        )
+        return True
+
+    def _spec_refused(self, instance: Instance, node: Node, fence: Fence, reason: str) -> None:
+        """The build cannot be sent with its image and config drive: fail the
+        attempt (the node untouched, so clean) rather than deploy without them."""
+        LOG.warning(
+            "Instance %s: not routed to %s for node %s: %s; rescheduling",
+            instance.uuid,
+            fence.owner,
+            node.uuid,
+            reason,
+        )
+        self._refusals.refused(
+            instance.uuid,
+            node.uuid,
+            f"not sent to agent {fence.owner}: {reason}",
+            fence,
+            clean=True,
+        )
+
     def _not_buildable(self, instance: Instance, node: Node, fence: Fence, reason: str) -> None:
         """The owner refused for good: fail this attempt now, never retry it."""
         owner = fence.owner
@@ -374,6 +432,8 @@ class AgentRouter:
             owner, epoch = claim.owner, claim.epoch
             if owner is None or not self._is_live(owner):
                 break  # wait for the takeover
+            if self._pinned_below_spec(_Accept(instance, node, claim)):
+                return  # every way to an agent (a re-route, a NotOwner re-read) ends here
             try:
                 self.calls += 1
                 answer = self._compute.build_instance(
@@ -382,9 +442,32 @@ class AgentRouter:
                     node=node.to_dict(),
                     epoch=epoch,
                     timeout=self._accept_timeout,
+                    **_spec(instance),
                 )
                 self._log_accepted(instance, node, owner, epoch, answer)
                 return
+            except messaging.RemoteError as exc:
+                if exc.exc_type in rpc.NOT_SERVED and _carries_spec(instance):
+                    # An agent older than 1.2 (and no pin): it would deploy
+                    # without the image; another node's owner may be newer.
+                    self._spec_refused(
+                        instance,
+                        node,
+                        Fence(owner, epoch),
+                        f"the agent does not serve compute API {DEPLOY_SPEC_VERSION} "
+                        f"({exc.exc_type}), which a build with an image or a config "
+                        "drive needs",
+                    )
+                    return
+                LOG.log(
+                    self._level(instance.uuid, first_line(exc), logging.WARNING),
+                    "Instance %s: routing to %s for node %s failed: %s",
+                    instance.uuid,
+                    owner,
+                    node.uuid,
+                    first_line(exc),
+                )
+                break
             except NotOwner as exc:
                 # A remote exception's text carries its traceback: first line only.
                 LOG.info(

@@ -11,6 +11,7 @@ from cliff.lister import Lister
 from cliff.show import ShowOne
 
 from conductor.cli.command import ConductorCommand, key_value
+from conductor.cli.instance import image_from, image_options
 
 __all__ = ["FlavorCreate", "FlavorDelete", "FlavorList", "FlavorShow"]
 
@@ -20,6 +21,7 @@ _FIELDS = (
     "required_traits",
     "forbidden_traits",
     "extra_specs",
+    "default_image",
     "created_at",
 )
 
@@ -46,6 +48,8 @@ class FlavorCreate(ConductorCommand, ShowOne):
             metavar="KEY=VALUE",
             help="repeatable: 'capabilities:boot_mode=s== uefi', 'trait:CUSTOM_X=required'",
         )
+        # The image of a build of this flavor that names none.
+        image_options(parser, "default-image")
         return parser
 
     def take_action(
@@ -61,6 +65,9 @@ class FlavorCreate(ConductorCommand, ShowOne):
             spec["forbidden_traits"] = parsed_args.forbidden_trait
         if parsed_args.extra_spec:
             spec["extra_specs"] = dict(parsed_args.extra_spec)
+        default_image = image_from(parsed_args, "default-image")
+        if default_image is not None:
+            spec["default_image"] = default_image
         return _show(self.client.create_flavor(spec))
 
 

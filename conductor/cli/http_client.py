@@ -21,6 +21,10 @@ from conductor.common import exception
 __all__ = ["HttpConductorAPI", "HttpError"]
 
 API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.0"}
+#: Sent instead with a body that carries an image or a config drive (1.1):
+#: everything else stays at 1.0, which every API server serves.
+_IMAGES_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.1"}
+_IMAGE_FIELDS = ("image", "user_data", "meta_data", "network_data", "default_image")
 
 
 class HttpError(exception.RingfleetError):
@@ -62,9 +66,15 @@ class HttpConductorAPI:
     def _request(self, method: str, path: str, body: Any = None, **query: Any) -> Any:
         url = path if path.startswith("http") else f"{self.endpoint}{path}"
         params = {k: _text(v) for k, v in query.items() if v is not None}
+        images = isinstance(body, dict) and any(body.get(k) is not None for k in _IMAGE_FIELDS)
         try:
             response = self.session.request(
-                method, url, json=body, params=params or None, timeout=self.timeout
+                method,
+                url,
+                json=body,
+                params=params or None,
+                timeout=self.timeout,
+                headers=_IMAGES_HEADER if images else None,
             )
         except requests.RequestException as exc:
             raise HttpError(f"no answer from {self.endpoint}: {type(exc).__name__}") from None

@@ -7,6 +7,8 @@ ACTIVE or ERROR (progress on stderr) and exits 1 if any ended in ERROR.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 import uuid as uuidlib
 from collections.abc import Iterable
@@ -16,7 +18,7 @@ from cliff.command import Command
 from cliff.lister import Lister
 from cliff.show import ShowOne
 
-from conductor.cli.command import ConductorCommand
+from conductor.cli.command import ConductorCommand, key_value
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import VmState
 from conductor.rpcapi import pages
@@ -36,6 +38,8 @@ _FIELDS = (
     "attempts",
     "created_at",
     "updated_at",
+    "image",
+    "config_drive",
 )
 _LIST_COLUMNS = (
     ("UUID", "uuid"),
@@ -66,6 +70,81 @@ def _hint(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _read_text(path: str) -> str:
+    """A file's text, for an option that takes a FILE ('-' is stdin)."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as stream:
+            return stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc}") from None
+
+
+def _json_file(path: str) -> Any:
+    try:
+        return json.loads(_read_text(path))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path} is not JSON: {exc}") from None
+
+
+def _public_key(text: str) -> tuple[str, str]:
+    """``NAME=FILE``: the key named NAME, read from FILE (an ``.pub`` file)."""
+    name, path = key_value(text)
+    return name, _read_text(path).strip()
+
+
+def _checksum(text: str) -> tuple[str, str]:
+    """``ALGO:HEX`` (md5, sha256, sha512), or a bare md5 hex digest."""
+    algo, sep, digest = text.partition(":")
+    return (algo.lower(), digest) if sep else ("md5", text)
+
+
+def image_options(parser: argparse.ArgumentParser, prefix: str = "image") -> None:
+    """``--image URL``, ``--image-checksum ALGO:HEX``, ``--image-disk-format``,
+    ``--image-kernel``/``--image-ramdisk`` (a partition image), under *prefix*."""
+    parser.add_argument(
+        f"--{prefix}", metavar="URL", help="http(s) URL of the image Ironic writes to the node"
+    )
+    parser.add_argument(
+        f"--{prefix}-checksum",
+        type=_checksum,
+        metavar="ALGO:HEX",
+        help="the image's checksum: md5, sha256 or sha512, e.g. sha256:9f86d0...",
+    )
+    parser.add_argument(
+        f"--{prefix}-disk-format", metavar="FORMAT", help="raw, qcow2, iso... (Glance's names)"
+    )
+    parser.add_argument(f"--{prefix}-kernel", metavar="URL", help="partition images: kernel")
+    parser.add_argument(f"--{prefix}-ramdisk", metavar="URL", help="partition images: ramdisk")
+
+
+def image_from(parsed_args: argparse.Namespace, prefix: str = "image") -> dict[str, Any] | None:
+    """The image of :func:`image_options` (``None`` without ``--image``);
+    the conductor validates it and names a bad field."""
+    attr = prefix.replace("-", "_")
+    source = getattr(parsed_args, attr)
+    if source is None:
+        return None
+    image: dict[str, Any] = {"source": source}
+    checksum = getattr(parsed_args, f"{attr}_checksum")
+    if checksum is not None:
+        algo, digest = checksum
+        if algo == "md5":
+            image["checksum"] = digest
+        else:
+            image["os_hash_algo"], image["os_hash_value"] = algo, digest
+    for option, key in (
+        ("disk_format", "disk_format"),
+        ("kernel", "kernel"),
+        ("ramdisk", "ramdisk"),
+    ):
+        value = getattr(parsed_args, f"{attr}_{option}")
+        if value is not None:
+            image[key] = value
+    return image
+
+
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (``--count`` of them)."""
 
@@ -84,6 +163,37 @@ class InstanceCreate(ConductorCommand, Lister):
             metavar="NAME=VALUE",
             help="scheduler hint for the scheduler's filters, e.g. Nova's JsonFilter "
             "query=...; the value is a string, as with 'nova boot --hint' (repeatable)",
+        )
+        image_options(parser)
+        parser.add_argument(
+            "--user-data",
+            type=_read_text,
+            metavar="FILE",
+            help="the config drive's user data (cloud-init); '-' reads stdin",
+        )
+        parser.add_argument(
+            "--public-key",
+            "--key",
+            dest="public_keys",
+            type=_public_key,
+            action="append",
+            default=[],
+            metavar="NAME=FILE",
+            help="an SSH public key for the config drive's meta_data (repeatable)",
+        )
+        parser.add_argument(
+            "--network-data",
+            type=_json_file,
+            metavar="FILE",
+            help="the config drive's network_data.json (OpenStack's format)",
+        )
+        parser.add_argument(
+            "--meta",
+            type=key_value,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="metadata for the config drive's meta_data 'meta' (repeatable)",
         )
         parser.add_argument(
             "--wait",
@@ -117,6 +227,20 @@ class InstanceCreate(ConductorCommand, Lister):
             request["group"] = parsed_args.group
         if parsed_args.hints:
             request["scheduler_hints"] = dict(parsed_args.hints)
+        image = image_from(parsed_args)
+        if image is not None:
+            request["image"] = image
+        if parsed_args.user_data is not None:
+            request["user_data"] = parsed_args.user_data
+        meta_data: dict[str, Any] = {}
+        if parsed_args.public_keys:
+            meta_data["public_keys"] = dict(parsed_args.public_keys)
+        if parsed_args.meta:
+            meta_data["meta"] = dict(parsed_args.meta)
+        if meta_data:
+            request["meta_data"] = meta_data
+        if parsed_args.network_data is not None:
+            request["network_data"] = parsed_args.network_data
         if not 1 <= parsed_args.count <= 1000:
             request.pop("instance_uuids")  # let the conductor name the bad count
         instances = self.client.build_instances(request)

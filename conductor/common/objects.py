@@ -161,6 +161,8 @@ class Flavor(_Record):
     forbidden_traits: frozenset[str] = frozenset()
     extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     created_at: datetime.datetime | None = None
+    default_image: Mapping[str, str] | None = None
+    """the image of a build of this flavor that names none (since API 1.11)"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,6 +184,11 @@ class Instance(_Record):
     updated_at: datetime.datetime | None = None
     scheduler_hints: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """the build's scheduler hints: name -> JSON primitive (since API 1.6)"""
+    image: Mapping[str, str] | None = None
+    """the image deployed: ``source``, checksum, ``disk_format``... (since API 1.11)"""
+    config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    """``user_data``, ``meta_data``, ``network_data`` (since API 1.11); not
+    in ``repr()``: user data may hold secrets"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

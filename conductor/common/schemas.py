@@ -32,9 +32,14 @@ __all__ = [
     "BUILD_REQUEST",
     "CAPABILITIES_SCOPE",
     "CAPABILITY_KEY_PATTERN",
+    "CONFIG_DRIVE_FIELDS",
+    "DISK_FORMATS",
     "FLAVOR_SPEC",
     "GROUP_PATTERN",
+    "HASH_LENGTHS",
+    "IMAGE_SCHEMA",
     "MAX_BATCH",
+    "MAX_CONFIG_DRIVE_JSON",
     "MAX_COUNT",
     "MAX_EXTRA_SPEC_VALUE_LENGTH",
     "MAX_HINT_NAME_LENGTH",
@@ -43,6 +48,8 @@ __all__ = [
     "MAX_REASON_LENGTH",
     "MAX_SCHEDULER_HINTS",
     "MAX_TRAITS",
+    "MAX_URL_LENGTH",
+    "MAX_USER_DATA",
     "NODE_SPEC",
     "NODE_UPDATE",
     "RESOURCES",
@@ -71,6 +78,18 @@ MAX_SCHEDULER_HINTS: Final = 64
 MAX_HINT_NAME_LENGTH: Final = 255
 # Long enough for a JsonFilter query.
 MAX_HINT_VALUE_LENGTH: Final = 4096
+
+#: Bytes of a build's user data (UTF-8), as Nova's limit on Ironic (64 KiB).
+MAX_USER_DATA: Final = 65536
+#: Bytes of each of a config drive's JSON documents (meta_data, network_data), serialized.
+MAX_CONFIG_DRIVE_JSON: Final = 65536
+MAX_URL_LENGTH: Final = 2048
+#: The image checksum algorithms Ironic verifies, and their hex digest lengths.
+HASH_LENGTHS: Final = {"md5": 32, "sha256": 64, "sha512": 128}
+#: Glance's disk formats that Ironic can write to a disk.
+DISK_FORMATS: Final = ("raw", "qcow2", "iso", "vmdk", "vhd", "vhdx", "vdi")
+#: A build request's config drive fields (stored together as its config drive).
+CONFIG_DRIVE_FIELDS: Final = ("user_data", "meta_data", "network_data")
 
 #: The provision states a node may be created in.
 ALLOWED_PROVISION_STATES: Final = (
@@ -161,6 +180,35 @@ _PROPERTIES: Final = {
     "'key:value,key:value' (Ironic's form), parsed and normalized.",
 }
 
+_URL: Final = {
+    "type": "string",
+    "maxLength": MAX_URL_LENGTH,
+    "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+    "description": "An http(s) URL Ironic fetches.",
+}
+_HEX: Final = {"type": "string", "pattern": "^[0-9A-Fa-f]+$"}
+#: An image to deploy: where Ironic fetches it and how it checks it.
+IMAGE_SCHEMA: Final = {
+    "type": "object",
+    "description": "The image Ironic writes to the node (instance_info): an http(s) "
+    "URL, its checksum (os_hash_algo and os_hash_value, or the legacy md5 checksum), "
+    "its disk format; kernel and ramdisk for a partition image (both or neither). "
+    "Since microversion 1.1.",
+    # As in every payload of the conductor's, an optional null is an absent field.
+    "properties": {
+        "source": _URL,
+        "os_hash_algo": _or_null({"enum": sorted(HASH_LENGTHS)}),
+        "os_hash_value": _or_null({**_HEX, "minLength": 32, "maxLength": 128}),
+        "checksum": _or_null({**_HEX, "minLength": 32, "maxLength": 32}),
+        "disk_format": _or_null({"enum": list(DISK_FORMATS)}),
+        "kernel": _or_null(_URL),
+        "ramdisk": _or_null(_URL),
+    },
+    "required": ["source"],
+    "additionalProperties": False,
+}
+_JSON_OBJECT: Final = {"type": "object"}
+
 NODE_SPEC: Final = Resource(
     name="NodeSpec",
     description="A node to enroll. Without a uuid the conductor chooses one.",
@@ -216,6 +264,11 @@ FLAVOR_SPEC: Final = Resource(
             "ComputeCapabilitiesFilter language); 'trait:<TRAIT>': 'required' or "
             "'forbidden', merged into the trait lists.",
         },
+        "default_image": {
+            **IMAGE_SCHEMA,
+            "description": "The image of a build of this flavor whose request names "
+            "none. Since microversion 1.1.",
+        },
     },
     required=frozenset({"name", "resource_class"}),
 )
@@ -251,6 +304,24 @@ BUILD_REQUEST: Final = Resource(
                 "maxLength": MAX_HINT_VALUE_LENGTH,
             },
             "description": "For scheduler filters that read hints (since API 1.6).",
+        },
+        "image": IMAGE_SCHEMA,
+        "user_data": {
+            "type": "string",
+            "maxLength": MAX_USER_DATA,
+            "description": f"The config drive's user data: at most {MAX_USER_DATA} bytes "
+            "of UTF-8. Never logged. Since microversion 1.1.",
+        },
+        "meta_data": {
+            **_JSON_OBJECT,
+            "description": "The config drive's meta_data.json: 'public_keys' (name -> "
+            "key), 'meta' (name -> string) and more; 'uuid' and 'name' are the "
+            "instance's. Since microversion 1.1.",
+        },
+        "network_data": {
+            **_JSON_OBJECT,
+            "description": "The config drive's network_data.json (OpenStack's links, "
+            "networks, services). Since microversion 1.1.",
         },
     },
     required=frozenset({"flavor"}),

@@ -35,6 +35,7 @@ def to_flavor(row: FlavorModel | Row[Any]) -> Flavor:
         forbidden_traits=frozenset(row.forbidden_traits or ()),
         extra_specs=dict(row.extra_specs or {}),
         created_at=row.created_at,
+        default_image=row.default_image,
     )
 
 
@@ -55,6 +56,7 @@ def create_flavor(db: Database, spec: FlavorSpec) -> Flavor:
                     required_traits=sorted(spec.required_traits),
                     forbidden_traits=sorted(spec.forbidden_traits),
                     extra_specs=dict(spec.extra_specs),
+                    default_image=None if spec.default_image is None else dict(spec.default_image),
                 )
             )
     except IntegrityError:

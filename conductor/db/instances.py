@@ -75,6 +75,8 @@ def to_instance(row: InstanceModel | Row[Any]) -> Instance:
         created_at=row.created_at,
         updated_at=row.updated_at,
         scheduler_hints=row.scheduler_hints or {},
+        image=row.image,
+        config_drive=row.config_drive,
     )
 
 
@@ -84,6 +86,16 @@ def _names(request: BuildRequest, uuids: Sequence[str]) -> list[str]:
     if request.count == 1:
         return [request.name]
     return [f"{request.name}-{i}" for i in range(1, request.count + 1)]
+
+
+def _config_drive(request: BuildRequest, uuid: str, name: str) -> dict[str, Any] | None:
+    """The config drive of one instance of *request*: its meta_data carries the
+    instance's own uuid and name (cloud-init's instance id and name)."""
+    if request.config_drive is None:
+        return None
+    drive = dict(request.config_drive)
+    drive["meta_data"] = {**drive.get("meta_data", {}), "uuid": uuid, "name": name}
+    return drive
 
 
 def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance], bool]:
@@ -127,6 +139,7 @@ def _store(
     """
     uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
     names = _names(request, uuids)
+    drives = [_config_drive(request, u, name) for u, name in zip(uuids, names, strict=True)]
     flavor: Flavor | None = None
     try:
         with db.writing() as connection:
@@ -135,6 +148,10 @@ def _store(
                 if row is None:
                     raise FlavorNotFound(request.flavor)
                 flavor = to_flavor(row)
+            # A request without an image gets its flavor's default, if any.
+            image = request.image
+            if image is None and flavor is not None:
+                image = flavor.default_image
             existing = (
                 {row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})}
                 if check_first
@@ -153,6 +170,8 @@ def _store(
                         and row.group_hint == request.group
                         and (row.scheduler_hints or {}) == dict(request.scheduler_hints)
                         and row.name == names[index]
+                        and row.image == (None if image is None else dict(image))
+                        and row.config_drive == drives[index]
                     )
                     if not same:
                         raise DuplicateInstance(
@@ -177,8 +196,10 @@ def _store(
                     created_at=now,
                     updated_at=now,
                     scheduler_hints=dict(request.scheduler_hints),
+                    image=None if image is None else dict(image),
+                    config_drive=drive,
                 )
-                for u, name in zip(uuids, names, strict=True)
+                for u, name, drive in zip(uuids, names, drives, strict=True)
             ]
             connection.execute(
                 _INSERT_INSTANCE,
@@ -193,6 +214,8 @@ def _store(
                         "attempts": 0,
                         "tried_nodes": [],
                         "scheduler_hints": dict(i.scheduler_hints),
+                        "image": i.image,
+                        "config_drive": i.config_drive,
                         "created_at": now,
                         "updated_at": now,
                     }

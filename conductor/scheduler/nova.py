@@ -272,7 +272,8 @@ class NovaRequestSpec:
     :ivar instance_uuid: the instance being placed
     :ivar num_instances: ``1``: ringfleet places the instances of a request
         one by one (the request's count is not known to a decision)
-    :ivar image: ``None``: ringfleet builds carry no image
+    :ivar image: ``None``: a build's image (a URL and a checksum, stored
+        with the instance) has no Glance properties for image filters
     :ivar project_id: ``None``; :ivar user_id: ``None``;
         :ivar availability_zone: ``None``; :ivar instance_group: ``None``;
         :ivar force_hosts: ``None``; :ivar force_nodes: ``None``;

@@ -27,6 +27,8 @@ The modules:
 * :mod:`~conductor.validation.capabilities` -- the language of flavors'
   capability expressions, which the scheduler evaluates
 * :mod:`~conductor.validation.build` -- build requests
+* :mod:`~conductor.validation.deploy` -- what a build deploys: its image
+  and config drive (also a flavor's default image)
 * :mod:`~conductor.validation.arguments` -- the small arguments of lookups
   and agent calls (hosts, idents, limits, times, epoch maps)
 * :mod:`~conductor.validation.agent_reports` -- what agents report (build

@@ -15,11 +15,13 @@ from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import VmState
 from conductor.common.schemas import (
     BUILD_REQUEST,
+    CONFIG_DRIVE_FIELDS,
     MAX_COUNT,
     MAX_HINT_NAME_LENGTH,
     MAX_HINT_VALUE_LENGTH,
     MAX_SCHEDULER_HINTS,
 )
+from conductor.validation.deploy import check_config_drive, check_image
 from conductor.validation.fields import (
     Errors,
     check_display_name,
@@ -58,6 +60,12 @@ class BuildRequest:
         makes retries idempotent), or ``None`` to let the conductor choose
     :ivar scheduler_hints: hint name -> a JSON primitive (string, number,
         boolean, null), for scheduler filters that read hints (since API 1.6)
+    :ivar image: the image to deploy (``source``, checksum, ``disk_format``,
+        ``kernel``/``ramdisk``), or ``None``: the flavor's default image, if
+        any (since API 1.11)
+    :ivar config_drive: ``user_data``, ``meta_data``, ``network_data`` (the
+        ones given), or ``None`` (since API 1.11); left out of ``repr()``:
+        user data may hold secrets
     """
 
     flavor: str
@@ -66,9 +74,12 @@ class BuildRequest:
     group: str | None = None
     instance_uuids: tuple[str, ...] | None = None
     scheduler_hints: Mapping[str, HintValue] = dataclasses.field(default_factory=dict)
+    image: Mapping[str, str] | None = None
+    config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The payload form: ``validate_build_request(req.to_dict()) == req``."""
+        drive = self.config_drive or {}
         return {
             "flavor": self.flavor,
             "count": self.count,
@@ -76,6 +87,8 @@ class BuildRequest:
             "group": self.group,
             "instance_uuids": None if self.instance_uuids is None else list(self.instance_uuids),
             "scheduler_hints": dict(self.scheduler_hints),
+            "image": None if self.image is None else dict(self.image),
+            **{key: drive.get(key) for key in CONFIG_DRIVE_FIELDS},
         }
 
 
@@ -143,7 +156,8 @@ def validate_build_request(spec: object) -> BuildRequest:
     ``scheduler_hints`` (a mapping of at most :data:`MAX_SCHEDULER_HINTS`
     names to JSON primitives: strings of at most
     :data:`MAX_HINT_VALUE_LENGTH` characters, finite numbers, booleans,
-    null).
+    null), ``image`` and the config drive's ``user_data``, ``meta_data``
+    and ``network_data`` (:mod:`conductor.validation.deploy`).
 
     :raises InvalidInput: naming every bad, missing or unknown field
     """
@@ -173,6 +187,8 @@ def validate_build_request(spec: object) -> BuildRequest:
     if spec.get("instance_uuids") is not None:
         instance_uuids = _check_uuid_list(spec["instance_uuids"], "instance_uuids", errors, count)
     hints = _check_scheduler_hints(spec.get("scheduler_hints"), "scheduler_hints", errors)
+    image = optional_field(spec, "image", "", errors, check_image)
+    config_drive = check_config_drive(spec, errors)
     errors.raise_if_any()
     assert flavor is not None and count is not None
     return BuildRequest(
@@ -182,6 +198,8 @@ def validate_build_request(spec: object) -> BuildRequest:
         group=group,
         instance_uuids=instance_uuids,
         scheduler_hints=hints,
+        image=image,
+        config_drive=config_drive,
     )
 
 

@@ -21,6 +21,7 @@ from conductor.common.schemas import (
     TRAIT_SCOPE,
 )
 from conductor.validation.capabilities import CapabilityExpression, expression_or_reason
+from conductor.validation.deploy import check_image
 from conductor.validation.fields import (
     CAPABILITY_KEY_PATTERN,
     CAPABILITY_KEY_RE,
@@ -31,6 +32,7 @@ from conductor.validation.fields import (
     check_resource_class,
     check_traits,
     join,
+    optional_field,
     required_field,
     unknown_fields,
 )
@@ -51,6 +53,7 @@ class FlavorSpec:
     ``extra_specs`` holds only the ``capabilities:<key>`` entries (as
     written), and ``capabilities`` maps each ``<key>`` to its parsed
     expression.  :meth:`to_dict` leaves ``capabilities`` out.
+    ``default_image`` is the image of a build that names none (since API 1.11).
     """
 
     name: str
@@ -59,6 +62,7 @@ class FlavorSpec:
     forbidden_traits: frozenset[str] = frozenset()
     extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     capabilities: Mapping[str, CapabilityExpression] = dataclasses.field(default_factory=dict)
+    default_image: Mapping[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The payload form: ``validate_flavor_spec(spec.to_dict()) == spec``."""
@@ -68,6 +72,7 @@ class FlavorSpec:
             "required_traits": sorted(self.required_traits),
             "forbidden_traits": sorted(self.forbidden_traits),
             "extra_specs": dict(self.extra_specs),
+            "default_image": None if self.default_image is None else dict(self.default_image),
         }
 
 
@@ -153,7 +158,7 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
     ``extra_specs``: ``capabilities:<key>`` -> a capability expression (see
     :func:`parse_capability_expression`), ``trait:<TRAIT>`` -> ``required``
     or ``forbidden`` (merged into the trait sets; contradicting them is an
-    error).
+    error); ``default_image`` (an image, as a build request's).
 
     :raises InvalidInput: naming every bad, missing or unknown field
     """
@@ -170,6 +175,7 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
         if both:
             errors.add("forbidden_traits", "traits also in required_traits", both)
     extra, _ = _check_extra_specs(spec.get("extra_specs"), "extra_specs", errors)
+    default_image = optional_field(spec, "default_image", "", errors, check_image)
     for trait, how in extra.traits.items():
         against = forbidden if how == _TRAIT_REQUIRED else required
         if against is not None and trait in against:
@@ -186,4 +192,5 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
         forbidden_traits=forbidden | {t for t, h in extra.traits.items() if h == _TRAIT_FORBIDDEN},
         extra_specs=extra.specs,
         capabilities=extra.expressions,
+        default_image=default_image,
     )

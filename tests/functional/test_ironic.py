@@ -28,6 +28,15 @@ from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processe
 from tests.harness import wait_for
 from tests.harness.ironic import IronicHarness
 
+#: The image the flavors of these tests deploy by default (Ironic's fake
+#: deploy fetches nothing).
+IMAGE = {
+    "source": "http://images.test/ubuntu-24.04.qcow2",
+    "os_hash_algo": "sha256",
+    "os_hash_value": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "disk_format": "qcow2",
+}
+
 #: Ironic's provision states of a deploy under way.
 DEPLOYING = ("deploying", "wait call-back")
 
@@ -70,20 +79,39 @@ def test_ironic_nodes_are_synced_built_deleted_and_follow_maintenance(
     again = fleet.api.sync_ironic_nodes()
     assert (again["created"], again["updated"], again["retired"]) == (0, 0, 0)
 
+    # The flavor's default image and the request's config drive reach Ironic
+    # (fake deploys write nothing, but Ironic keeps what it was given).
     fleet.api.create_flavor(
         {
             "name": "fast",
             "resource_class": "baremetal",
             "extra_specs": {"trait:CUSTOM_FAST": "required", "capabilities:boot_mode": "uefi"},
+            "default_image": IMAGE,
         }
     )
-    built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "fast", "count": 4})]
+    built = [
+        i["uuid"]
+        for i in fleet.api.build_instances(
+            {
+                "flavor": "fast",
+                "count": 4,
+                "user_data": "#cloud-config\nhostname: web\n",
+                "meta_data": {"public_keys": {"ops": "ssh-ed25519 AAAAC3Nza ops@test"}},
+                "network_data": {"links": [], "networks": [], "services": []},
+            }
+        )
+    ]
     wait_for(lambda: _instances_in(fleet, built, "active"), 90, "4 instances ACTIVE")
     deployed = _by_instance(ironic, shard)
     assert set(deployed) == set(built)  # Ironic holds exactly our instances
     for record in deployed.values():
         assert record["provision_state"] == "active"
-        assert record["instance_info"]["ringfleet_host"] in ("agent-1", "agent-2")
+        info = record["instance_info"]
+        assert info["ringfleet_host"] in ("agent-1", "agent-2")
+        assert (info["image_source"], info["image_os_hash_algo"]) == (IMAGE["source"], "sha256")
+        assert info["image_os_hash_value"] == IMAGE["os_hash_value"]
+        assert info["image_disk_format"] == "qcow2"
+        assert info["configdrive"] == "******"  # Ironic built it, and hides it
     for instance in built:
         node = fleet.api.show_instance(instance)["node_uuid"]
         assert deployed[instance]["uuid"] == node

@@ -107,19 +107,44 @@ def _at_rest(backend: Backend, node: str) -> IronicNode:
     )
 
 
-def _deploy(backend: Backend, node: str) -> str:
+#: What the ``ironic`` driver sets for a build with an image and a config drive.
+IMAGE_INFO = {
+    "image_source": "http://images.test/contract.qcow2",
+    "image_os_hash_algo": "sha256",
+    "image_os_hash_value": "ab" * 32,
+    "image_disk_format": "qcow2",
+}
+CONFIG_DRIVE = {
+    "user_data": "#cloud-config\n",
+    "meta_data": {"public_keys": {"k": "ssh-ed25519 AAAA k@test"}, "uuid": "u", "name": "n"},
+    "network_data": {"links": []},
+}
+
+
+def _deploy(
+    backend: Backend,
+    node: str,
+    image: dict[str, Any] | None = None,
+    configdrive: dict[str, Any] | None = None,
+) -> str:
     instance = str(uuid.uuid4())
-    backend.client.claim(node, instance, {"ringfleet_host": "contract", "ringfleet_epoch": 1})
-    backend.client.set_provision_state(node, "active", action="contract")
+    info = {"ringfleet_host": "contract", "ringfleet_epoch": 1, **(image or {})}
+    backend.client.claim(node, instance, info)
+    extra = {} if configdrive is None else {"configdrive": configdrive}
+    backend.client.set_provision_state(node, "active", action="contract", **extra)
     return instance
 
 
 def test_a_deploy_and_a_teardown_end_where_ironic_says(backend: Backend) -> None:
     node = backend.new_node()
-    instance = _deploy(backend, node)
+    instance = _deploy(backend, node, IMAGE_INFO, CONFIG_DRIVE)
     deployed = _at_rest(backend, node)
     assert (deployed.provision_state, deployed.target_provision_state) == ("active", None)
     assert deployed.instance_uuid == instance
+    # The image as given, the type Ironic derives, the config drive hidden.
+    assert {k: deployed.instance_info.get(k) for k in IMAGE_INFO} == IMAGE_INFO
+    assert deployed.instance_info["image_type"] == "whole-disk"
+    assert deployed.instance_info["configdrive"] == "******"
     backend.client.set_provision_state(node, "deleted", action="contract")
     torn_down = _at_rest(backend, node)
     assert (torn_down.provision_state, torn_down.target_provision_state) == ("available", None)

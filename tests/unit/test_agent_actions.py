@@ -434,7 +434,7 @@ def test_a_failed_deploy_is_cleaned_and_reported(tmp_path: Path) -> None:
 
 
 class CrashingDriver(SimulatedDriver):
-    def deploy(self, ctx: Any, node: Node, progress: Any) -> None:
+    def deploy(self, ctx: Any, node: Node, progress: Any, spec: Any = None) -> None:
         raise RuntimeError("driver bug")
 
 

@@ -128,6 +128,11 @@ class Flow:
 @pytest.fixture
 def fast_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
     """Retry timers of the build queue fire 50x sooner; their (delay, action) are recorded."""
+    return compress_timers(monkeypatch)
+
+
+def compress_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
+    """What :func:`fast_timers` does (for other modules' fixtures)."""
     recorded: list[tuple[float, str]] = []
     real = threading.Timer
 
@@ -867,7 +872,9 @@ class FakeCompute:
     gate: threading.Event | None = None
     in_call: threading.Event = field(default_factory=threading.Event)
     # [upgrade_levels] compute: the highest version the conductor may send
-    pinned_at: str = "1.1"
+    pinned_at: str = "1.2"
+    # the image and config drive of each build_instance call, and of each batch item
+    specs: list[tuple[str, Any, Any]] = field(default_factory=list)
 
     def can_send_version(self, version: str) -> bool:
         return version <= self.pinned_at
@@ -888,8 +895,11 @@ class FakeCompute:
         node: dict[str, Any],
         epoch: int,
         timeout: float | None = None,
+        image: Any = None,
+        config_drive: Any = None,
     ) -> str:
         self.builds.append((host, node["uuid"], epoch, timeout))
+        self.specs.append((instance_uuid, image, config_drive))
         if self.gate is not None:
             self.in_call.set()
             assert self.gate.wait(5.0)
@@ -899,6 +909,9 @@ class FakeCompute:
         self, host: str, builds: list[dict[str, Any]], *, timeout: float | None = None
     ) -> dict[str, Any]:
         self.batches.append((host, [b["node"]["uuid"] for b in builds], timeout))
+        self.specs.extend(
+            (b["instance_uuid"], b.get("image"), b.get("config_drive")) for b in builds
+        )
         reply = self.batch_behaviour.get(host)
         if isinstance(reply, BaseException):
             raise reply
@@ -930,8 +943,14 @@ class Recorded:
     def retry_later(self, instance_uuid: str, action: str, delay: float = 2.0) -> None:
         self.retries.append((instance_uuid, action))
 
-    def refused(self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence) -> None:
+    #: the ``clean`` of each refusal, in order
+    clean: list[bool] = field(default_factory=list)
+
+    def refused(
+        self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence, *, clean: bool = False
+    ) -> None:
         self.refusals.append((instance_uuid, node_uuid, fault))
+        self.clean.append(clean)
 
 
 @dataclass
@@ -968,6 +987,13 @@ class Routing:
 
 @pytest.fixture
 def routing(tmp_path: Path) -> Iterator[Routing]:
+    with make_routing(tmp_path) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def make_routing(tmp_path: Path) -> Iterator[Routing]:
+    """An AgentRouter, one node of a1 allocated to one instance (the fixture ``routing``)."""
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     membership = StubMembership()
     fleet = FleetView(db)

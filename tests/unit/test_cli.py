@@ -868,3 +868,85 @@ def test_a_timeout_says_how_long_it_waited_and_for_which_topic() -> None:
         "no conductor answered within 45 s on topic ringfleet-conductor: is a "
         "ringfleet-conductor running and connected to the same [DEFAULT] transport_url?"
     ]
+
+
+def test_instance_create_sends_the_image_and_config_drive(
+    fleet: Embedded, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.api.create_flavor({"name": "imaging", "resource_class": "baremetal"})
+    (tmp_path / "id.pub").write_text("ssh-ed25519 AAAAC3Nza ops@test\n")
+    (tmp_path / "user-data").write_text("#cloud-config\npassword: hunter2\n")
+    (tmp_path / "network.json").write_text('{"links": [{"id": "eth0"}]}')
+    image = "http://images.test/u.qcow2"
+    result = fleet.run(
+        "instance",
+        "create",
+        "--flavor",
+        "imaging",
+        "--name",
+        "web",
+        "--image",
+        image,
+        "--image-checksum",
+        "SHA256:" + "A" * 64,
+        "--image-disk-format",
+        "qcow2",
+        "--key",
+        f"ops={tmp_path / 'id.pub'}",
+        "--user-data",
+        str(tmp_path / "user-data"),
+        "--network-data",
+        str(tmp_path / "network.json"),
+        "--meta",
+        "role=web",
+        "-f",
+        "json",
+    )
+    assert result.code == 0, result.err
+    [row] = result.json()
+    shown = fleet.api.show_instance(row["UUID"])
+    assert shown["image"] == {
+        "source": image,
+        "os_hash_algo": "sha256",
+        "os_hash_value": "a" * 64,
+        "disk_format": "qcow2",
+    }
+    assert shown["config_drive"] == {
+        "user_data": "#cloud-config\npassword: hunter2\n",
+        "meta_data": {
+            "public_keys": {"ops": "ssh-ed25519 AAAAC3Nza ops@test"},
+            "meta": {"role": "web"},
+            "uuid": row["UUID"],
+            "name": "web",
+        },
+        "network_data": {"links": [{"id": "eth0"}]},
+    }
+    # A bad checksum is the conductor's refusal, naming the field.
+    bad = fleet.run(
+        "instance", "create", "--flavor", "imaging", "--image", image, "--image-checksum", "md5:xyz"
+    )
+    assert bad.code == 1 and "image.checksum" in bad.err
+    capsys.readouterr()
+    missing = fleet.run("instance", "create", "--flavor", "imaging", "--user-data", "/no/such")
+    assert missing.code == 2 and "cannot read /no/such" in capsys.readouterr().err
+
+
+def test_flavor_create_with_a_default_image(fleet: Embedded) -> None:
+    result = fleet.run(
+        "flavor",
+        "create",
+        "imaged",
+        "--resource-class",
+        "baremetal",
+        "--default-image",
+        "https://images.test/d.raw",
+        "--default-image-checksum",
+        "b" * 32,
+        "-f",
+        "json",
+    )
+    assert result.code == 0, result.err
+    assert result.json()["default_image"] == {
+        "source": "https://images.test/d.raw",
+        "checksum": "b" * 32,
+    }

@@ -50,6 +50,16 @@ def test_every_invariant_held_and_every_build_is_active(ran: Ran) -> None:
     assert "All invariants held." in ran.text
 
 
+def test_the_image_and_the_ssh_key_reached_every_active_machine(ran: Ran) -> None:
+    # Read back from the simulated machines (the node store), not from the
+    # conductor: the flavor's default image and the request's key got there.
+    assert ran.result.provisioned == OPTIONS.instances
+    assert (
+        f"Image ubuntu-24.04.qcow2 and SSH key 'demo' reached {OPTIONS.instances} of "
+        f"{OPTIONS.instances} active machines" in ran.text
+    )
+
+
 def test_the_crash_moved_the_victims_share_and_re_homed_its_pins(ran: Ran) -> None:
     result = ran.result
     # The victim had about a third of the nodes (3 agents): zero would mean

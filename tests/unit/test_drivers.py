@@ -151,7 +151,9 @@ def test_driver_errors_travel_over_rpc_as_themselves(error: RingfleetError) -> N
 
 
 class FakeDriver(ComputeDriver):
-    def deploy(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+    def deploy(
+        self, ctx: ActionContext, node: Node, progress: ProgressCallback, spec: Any = None
+    ) -> None:
         progress("done")
 
     def destroy(self, ctx: ActionContext, node: Node) -> None:

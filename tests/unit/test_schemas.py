@@ -34,6 +34,16 @@ from tests.unit.test_validation import (
     uuids,
 )
 
+IMAGE: dict[str, Any] = {
+    "source": "https://images.test/ubuntu.qcow2",
+    "os_hash_algo": "sha256",
+    "os_hash_value": "ab" * 32,
+    "checksum": "CD" * 16,
+    "disk_format": "qcow2",
+    "kernel": "http://images.test/vmlinuz",
+    "ramdisk": "http://images.test/initrd",
+}
+
 #: A valid payload of each resource, with every field given.
 FULL: dict[str, dict[str, Any]] = {
     "NodeSpec": {
@@ -61,6 +71,7 @@ FULL: dict[str, dict[str, Any]] = {
         "required_traits": ["CUSTOM_GPU"],
         "forbidden_traits": ["CUSTOM_SLOW"],
         "extra_specs": {"capabilities:boot_mode": "s== uefi", "trait:CUSTOM_X": "required"},
+        "default_image": IMAGE,
     },
     "BuildRequest": {
         "flavor": "gold",
@@ -72,6 +83,10 @@ FULL: dict[str, dict[str, Any]] = {
             "1f2c3d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f",
         ],
         "scheduler_hints": {"query": '[">=", "$cpus", 4]'},
+        "image": IMAGE,
+        "user_data": "#cloud-config\npackages: [nginx]\n",
+        "meta_data": {"public_keys": {"ops": "ssh-ed25519 AAAA ops@test"}, "meta": {"a": "b"}},
+        "network_data": {"links": [], "networks": [], "services": []},
     },
 }
 
@@ -178,6 +193,22 @@ valid_nodes = st.fixed_dictionaries(
         "power_state": st.none() | st.sampled_from(["power on", "power off"]),
     },
 )
+valid_images = st.fixed_dictionaries(
+    {
+        "source": st.sampled_from(["http://i.test/a.raw", "HTTPS://i.test:8080/b?c=d"]),
+        "checksum": st.text("0123456789abcdefABCDEF", min_size=32, max_size=32),
+    },
+    optional={
+        "disk_format": st.none() | st.sampled_from(list(schemas.DISK_FORMATS)),
+        "os_hash_algo": st.just("md5"),
+        "os_hash_value": st.just("0" * 32),
+    },
+)
+json_documents = st.recursive(
+    st.none() | scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
 valid_flavors = st.fixed_dictionaries(
     {"name": names, "resource_class": resource_classes},
     optional={
@@ -186,6 +217,7 @@ valid_flavors = st.fixed_dictionaries(
         "extra_specs": st.none()
         | st.dictionaries(cap_keys.map("capabilities:".__add__), expressions, max_size=3)
         | st.dictionaries(traits.map("trait:".__add__), st.just("required"), max_size=2),
+        "default_image": st.none() | valid_images,
     },
 )
 valid_builds = st.fixed_dictionaries(
@@ -197,6 +229,11 @@ valid_builds = st.fixed_dictionaries(
         "instance_uuids": st.none() | uuids.map(lambda u: [u]),
         "scheduler_hints": st.none()
         | st.dictionaries(st.text(min_size=1, max_size=5), st.none() | scalars, max_size=3),
+        "image": st.none() | valid_images,
+        "user_data": st.none() | st.text(max_size=20),
+        "meta_data": st.none()
+        | st.dictionaries(st.sampled_from(["hostname", "x", "public_keys"]), json_documents),
+        "network_data": st.none() | st.dictionaries(st.text(max_size=5), json_documents),
     },
 )
 

@@ -33,15 +33,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Final, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from oslo_config import cfg
 
 from compute_agent.drivers.base import (
+    NO_DEPLOY_SPEC,
     ActionContext,
     BackendNode,
     ComputeDriver,
+    DeploySpec,
     PowerTarget,
     ProgressCallback,
     validate_power_target,
@@ -146,7 +148,18 @@ class IronicDriver(ComputeDriver):
 
     # -- deploy ----------------------------------------------------------------
 
-    def deploy(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+    def deploy(
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+    ) -> None:
+        """The image goes into ``instance_info`` with the claim (one atomic
+        PATCH), the config drive with the request for ``active`` (Ironic builds
+        the drive from its JSON and keeps it, shown as ``******``).  Without
+        an image Ironic's own default applies (a fake deploy needs none; a
+        ``direct`` one refuses, with Ironic's reason as the fault)."""
         self._check_context(ctx, node)
         instance = ctx.instance_uuid
         if instance is None:
@@ -159,7 +172,7 @@ class IronicDriver(ComputeDriver):
         self._refuse_unbuildable(found, instance)
         if found.instance_uuid is None:
             progress("claim")
-            found = self._claim(watch, found)
+            found = self._claim(watch, found, _instance_info(spec, node))
         while True:
             step = states.deploy_step(found.provision_state, maintenance=found.maintenance)
             if step is DeployStep.DONE:
@@ -177,7 +190,7 @@ class IronicDriver(ComputeDriver):
                 found = watch.until_at_rest()
             elif step is DeployStep.START:
                 progress("deploy")
-                found = watch.request(found, "active")
+                found = watch.request(found, "active", configdrive=spec.config_drive)
             elif step is DeployStep.FAILED:
                 # Failed here or under the previous owner (or Ironic's own
                 # restart failed it): the agent tears the node down and the
@@ -207,11 +220,12 @@ class IronicDriver(ComputeDriver):
                 field="node_uuid", value=found.uuid, reason=_not_buildable(found)
             )
 
-    def _claim(self, watch: _Watch, found: IronicNode) -> IronicNode:
-        """Set Ironic's claim for the watched instance; the node as it is afterwards."""
+    def _claim(self, watch: _Watch, found: IronicNode, image_info: dict[str, Any]) -> IronicNode:
+        """Set Ironic's claim for the watched instance, with *image_info* in its
+        ``instance_info``; the node as it is afterwards."""
         ctx = watch.ctx
         assert ctx.instance_uuid is not None
-        info = {"ringfleet_host": ctx.host, "ringfleet_epoch": ctx.epoch}
+        info = {"ringfleet_host": ctx.host, "ringfleet_epoch": ctx.epoch, **image_info}
         for attempt in range(1, _CLAIM_ATTEMPTS + 1):
             try:
                 watch.call(self._ironic.claim, found.uuid, ctx.instance_uuid, info)
@@ -405,10 +419,20 @@ class _Watch:
                 self._check_deadline(f"Ironic unreachable: {exc.reason}")
             self.pause()
 
-    def request(self, found: IronicNode, target: str) -> IronicNode:
-        """Ask Ironic for provision *target*; the node once that transition is over."""
+    def request(
+        self, found: IronicNode, target: str, *, configdrive: Mapping[str, Any] | None = None
+    ) -> IronicNode:
+        """Ask Ironic for provision *target* (with a config drive, for
+        ``active``); the node once that transition is over."""
         before = (found.provision_state, found.provision_updated_at)
-        self.call(self._ironic.set_provision_state, self.ctx.node_uuid, target, action=self._action)
+        extra: dict[str, Any] = {} if configdrive is None else {"configdrive": configdrive}
+        self.call(
+            self._ironic.set_provision_state,
+            self.ctx.node_uuid,
+            target,
+            action=self._action,
+            **extra,
+        )
         self._delay = self._driver._poll_interval
         # Ironic moves the node before it answers 202; a node that still
         # shows what it showed before has not yet been picked up.
@@ -454,6 +478,34 @@ class _Watch:
 
     def _state_name(self) -> str:
         return (self._last[0] if self._last else None) or "waiting"
+
+
+#: Image fields of a build and Ironic's ``instance_info`` keys for them.
+_IMAGE_INFO: Final = (
+    ("source", "image_source"),
+    ("os_hash_algo", "image_os_hash_algo"),
+    ("os_hash_value", "image_os_hash_value"),
+    ("checksum", "image_checksum"),
+    ("disk_format", "image_disk_format"),
+    ("kernel", "kernel"),
+    ("ramdisk", "ramdisk"),
+)
+
+
+def _instance_info(spec: DeploySpec, node: Node) -> dict[str, Any]:
+    """The ``instance_info`` of the build's image (none without one), as Nova's
+    Ironic driver sets it: the image fields, and ``root_gb`` from the node's
+    ``local_gb`` (a partition image's root partition; Ironic ignores it for
+    a whole-disk image)."""
+    if spec.image is None:
+        return {}
+    info: dict[str, Any] = {
+        key: spec.image[field] for field, key in _IMAGE_INFO if field in spec.image
+    }
+    local_gb = node.properties.get("local_gb")
+    if isinstance(local_gb, (int, str)) and str(local_gb).isdigit() and int(local_gb) > 0:
+        info["root_gb"] = int(local_gb)
+    return info
 
 
 def _failure(found: IronicNode, still: str = "") -> str:

@@ -32,9 +32,11 @@ from typing import Any, Final
 from oslo_config import cfg
 
 from compute_agent.drivers.base import (
+    NO_DEPLOY_SPEC,
     ActionContext,
     BackendNode,
     ComputeDriver,
+    DeploySpec,
     PowerTarget,
     ProgressCallback,
     validate_power_target,
@@ -104,7 +106,15 @@ class SimulatedDriver(ComputeDriver):
 
     # -- the driver interface -------------------------------------------------------------
 
-    def deploy(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+    def deploy(
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+    ) -> None:
+        """The node keeps *spec*'s image and config drive (:meth:`node_state`)
+        until it is destroyed: what reached the machine, for tests and the demo."""
         self._check_context(ctx, node)
         with self._exclusive(ctx, "deploy"):
             current = self._current(node)
@@ -128,6 +138,8 @@ class SimulatedDriver(ComputeDriver):
                 provision_state=ProvisionState.DEPLOYING,
                 instance_uuid=ctx.instance_uuid,
                 last_error=None,
+                image=None if spec.image is None else dict(spec.image),
+                config_drive=None if spec.config_drive is None else dict(spec.config_drive),
             )
             for step in DEPLOY_STEPS:
                 try:
@@ -180,6 +192,8 @@ class SimulatedDriver(ComputeDriver):
                 provision_state=ProvisionState.AVAILABLE,
                 instance_uuid=None,
                 last_error=None,
+                image=None,
+                config_drive=None,
             )
             self._record(ctx, "destroy_done")
             LOG.info(

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ class SimulatedNode:
 
     :ivar last_error: why the last deploy failed or was aborted, until the
         next deploy or destroy
+    :ivar image: the image the last deploy wrote, until a destroy cleans it
+    :ivar config_drive: the config drive the last deploy wrote (user data,
+        meta data with the SSH keys, network data), until a destroy cleans it
     """
 
     uuid: str
@@ -46,6 +50,8 @@ class SimulatedNode:
     provision_state: ProvisionState
     instance_uuid: str | None = None
     last_error: str | None = None
+    image: Mapping[str, str] | None = None
+    config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
 
 
 class NodeStore(abc.ABC):
@@ -106,10 +112,15 @@ CREATE TABLE IF NOT EXISTS nodes (
     power_state TEXT NOT NULL,
     provision_state TEXT NOT NULL,
     instance_uuid TEXT,
-    last_error TEXT
+    last_error TEXT,
+    image TEXT,
+    config_drive TEXT
 )
 """
-_COLUMNS = "uuid, power_state, provision_state, instance_uuid, last_error"
+#: Columns added since the first release of the store, added to an older file.
+_ADDED_COLUMNS = ("image", "config_drive")
+_COLUMNS = "uuid, power_state, provision_state, instance_uuid, last_error, image, config_drive"
+_INSERT = "INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?)"
 _SELECT = f"SELECT {_COLUMNS} FROM nodes WHERE uuid = ?"  # noqa: S608 -- constants only
 #: uuids per ``IN (...)`` of a bulk read, well under SQLite's variable limit
 _BULK = 500
@@ -151,6 +162,10 @@ class SqliteNodeStore(NodeStore):
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._conn.execute(_SCHEMA)
+                present = {row[1] for row in self._conn.execute("PRAGMA table_info(nodes)")}
+                for column in _ADDED_COLUMNS:
+                    if column not in present:
+                        self._conn.execute(f"ALTER TABLE nodes ADD COLUMN {column} TEXT")
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() + delay > deadline:
@@ -164,7 +179,7 @@ class SqliteNodeStore(NodeStore):
 
     def seed(self, initial: SimulatedNode) -> SimulatedNode:
         with self._lock, self._immediate():
-            self._conn.execute("INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, ?, ?)", _row(initial))
+            self._conn.execute(_INSERT, _row(initial))
             found = self._read(initial.uuid)
         assert found is not None
         return found
@@ -177,7 +192,7 @@ class SqliteNodeStore(NodeStore):
             state = dataclasses.replace(current, **changes)
             self._conn.execute(
                 "UPDATE nodes SET power_state = ?, provision_state = ?, instance_uuid = ?, "
-                "last_error = ? WHERE uuid = ?",
+                "last_error = ?, image = ?, config_drive = ? WHERE uuid = ?",
                 (*_row(state)[1:], uuid),
             )
         return state
@@ -199,9 +214,7 @@ class SqliteNodeStore(NodeStore):
 
     def seed_many(self, initials: Sequence[SimulatedNode]) -> dict[str, SimulatedNode]:
         with self._lock, self._immediate():
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, ?, ?)", [_row(i) for i in initials]
-            )
+            self._conn.executemany(_INSERT, [_row(i) for i in initials])
         found = self.get_many(i.uuid for i in initials)
         assert len(found) == len({i.uuid for i in initials})
         return found
@@ -242,16 +255,20 @@ def _node(row: Sequence[Any]) -> SimulatedNode:
         provision_state=ProvisionState(row[2]),
         instance_uuid=row[3],
         last_error=row[4],
+        image=None if row[5] is None else json.loads(row[5]),
+        config_drive=None if row[6] is None else json.loads(row[6]),
     )
 
 
-def _row(node: SimulatedNode) -> tuple[str, str, str, str | None, str | None]:
+def _row(node: SimulatedNode) -> tuple[str | None, ...]:
     return (
         node.uuid,
         node.power_state.value,
         node.provision_state.value,
         node.instance_uuid,
         node.last_error,
+        None if node.image is None else json.dumps(node.image),
+        None if node.config_drive is None else json.dumps(node.config_drive),
     )
 
 

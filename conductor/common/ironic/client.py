@@ -250,10 +250,26 @@ class BaremetalClient:
         with self._translated(node_uuid, "release claim"):
             self._proxy.patch_node(node_uuid, patch, retry_on_conflict=False)
 
-    def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
-        """Ask Ironic to move the node to *target* (``active``, ``deleted``...); no wait."""
+    def set_provision_state(
+        self,
+        node_uuid: str,
+        target: str,
+        *,
+        action: str,
+        configdrive: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Ask Ironic to move the node to *target* (``active``, ``deleted``...); no wait.
+
+        *configdrive* (``active`` only): ``user_data``, ``meta_data``,
+        ``network_data``, which Ironic builds the drive from (API >= 1.56).
+        """
         with self._translated(node_uuid, action):
-            self._proxy.set_node_provision_state(node_uuid, target, wait=False)
+            self._proxy.set_node_provision_state(
+                node_uuid,
+                target,
+                config_drive=None if configdrive is None else dict(configdrive),
+                wait=False,
+            )
 
     def set_power_state(self, node_uuid: str, target: str) -> None:
         """Ask Ironic for *target* (``power on``, ``power off``, ``rebooting``); no wait."""
