@@ -11,6 +11,11 @@ History (a new microversion adds a line, bumps :data:`MAX_VERSION`, and
 the routes or fields it adds name it as their ``min_version``):
 
 * 1.0 - Initial version: nodes, flavors, instances, fleet, agents' drain.
+* 1.2 - Tenancy: instances show ``project_id`` and ``user_id``;
+  ``GET /v1/instances`` takes ``all_projects`` and ``project_id`` (admins);
+  quotas: ``GET /v1/quotas``, ``GET``/``PUT``/``DELETE
+  /v1/quotas/{project_id}``.  (Every version scopes instances to the
+  caller's project, and refuses a build over a quota, 403.)
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 0)
+MAX_VERSION = Version(1, 2)
 
 
 def requested(header: str | None) -> Version:

@@ -182,6 +182,11 @@ class Instance(_Record):
     updated_at: datetime.datetime | None = None
     scheduler_hints: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """the build's scheduler hints: name -> JSON primitive (since API 1.6)"""
+    project_id: str | None = None
+    """the project it belongs to (since API 1.12; ``None``: built before
+    tenancy or by the operator, admins' only)"""
+    user_id: str | None = None
+    """the user who asked for it (since API 1.12)"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.common import broker_outage, checks, deep_messages
+from conductor.common import broker_outage, checks, deep_messages, tenancy
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 
 __all__ = [
@@ -120,14 +120,19 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
     when there is one (an HTTP request of ``ringfleet-api``, or a call a
     conductor serves), so one id follows a request across the services.
     A global request id (``X-OpenStack-Request-ID`` given to
-    ``ringfleet-api`` by another service) travels along the same way.
+    ``ringfleet-api`` by another service) travels along the same way, and
+    so does the caller's project, user and roles when the thread speaks for
+    one (a :class:`~conductor.common.tenancy.CallerContext`); without them
+    the callee takes the call for the operator's.
     """
     current = request_context.get_current()
     request_id = _well_formed(getattr(current, "request_id", None)) or f"req-{uuid.uuid4()}"
-    ctxt = {"request_id": request_id}
+    ctxt: dict[str, Any] = {"request_id": request_id}
     global_request_id = _well_formed(getattr(current, "global_request_id", None))
     if global_request_id is not None:
         ctxt["global_request_id"] = global_request_id
+    if isinstance(current, tenancy.CallerContext):
+        ctxt.update(current.tenancy())
     if observe is None:
         return _call(client, ctxt, method, kwargs)
     with observed(observe, method):
