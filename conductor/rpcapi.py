@@ -223,6 +223,7 @@ class ConductorAPI:
         host: str | None = None,
         limit: int = 1000,
         marker: str | None = None,
+        *,
         all_projects: bool = False,
         project_id: str | None = None,
     ) -> list[dict[str, Any]]:

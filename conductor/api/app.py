@@ -370,9 +370,7 @@ class Application:
         # caller's (project_id:%(project_id)s for a quota).  Nothing else: a
         # target per instance uuid would defeat the enforcer's cache.
         target = {"project_id": path_values["project_id"]} if "project_id" in path_values else {}
-        if route.rule is not None and not self.enforcer.allowed(
-            route.rule, policy_values, target
-        ):
+        if route.rule is not None and not self.enforcer.allowed(route.rule, policy_values, target):
             raise ApiError(403, "ringfleet.forbidden", f"policy does not allow {route.rule}")
         context = request_context.get_current()
         if context is not None:

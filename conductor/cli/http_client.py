@@ -20,7 +20,7 @@ from conductor.common import exception
 
 __all__ = ["HttpConductorAPI", "HttpError"]
 
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.0"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.2"}
 
 
 class HttpError(exception.RingfleetError):
@@ -151,8 +151,15 @@ class HttpConductorAPI:
         host: str | None = None,
         limit: int = 1000,
         marker: str | None = None,
+        *,
+        all_projects: bool = False,
+        project_id: str | None = None,
     ) -> list[dict[str, Any]]:
         query = {"vm_state": vm_state, "host": host, "marker": marker}
+        if all_projects:
+            query["all_projects"] = "true"
+        if project_id is not None:
+            query["project_id"] = project_id
         return self._pages("/v1/instances", "instances", limit, query)
 
     def show_instance(self, instance: str) -> dict[str, Any]:
@@ -160,6 +167,21 @@ class HttpConductorAPI:
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+
+    # -- quotas --------------------------------------------------------------------
+
+    def show_quota(self, project_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/quotas/{_quote(project_id)}")  # type: ignore[no-any-return]
+
+    def set_quota(self, project_id: str, quotas: dict[str, int]) -> dict[str, Any]:
+        body = {"quotas": quotas}
+        return self._request("PUT", f"/v1/quotas/{_quote(project_id)}", body)  # type: ignore[no-any-return]
+
+    def delete_quota(self, project_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/quotas/{_quote(project_id)}")  # type: ignore[no-any-return]
+
+    def list_quotas(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/quotas")["quotas"]  # type: ignore[no-any-return]
 
     # -- fleet ---------------------------------------------------------------------
 

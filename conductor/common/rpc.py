@@ -40,6 +40,7 @@ __all__ = [
     "get_transport",
     "observed",
     "outcome_of",
+    "outgoing_context",
     "register_opts",
 ]
 
@@ -125,6 +126,15 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
     one (a :class:`~conductor.common.tenancy.CallerContext`); without them
     the callee takes the call for the operator's.
     """
+    ctxt = outgoing_context()
+    if observe is None:
+        return _call(client, ctxt, method, kwargs)
+    with observed(observe, method):
+        return _call(client, ctxt, method, kwargs)
+
+
+def outgoing_context() -> dict[str, Any]:
+    """The RPC context of a call made now by this thread (see :func:`call`)."""
     current = request_context.get_current()
     request_id = _well_formed(getattr(current, "request_id", None)) or f"req-{uuid.uuid4()}"
     ctxt: dict[str, Any] = {"request_id": request_id}
@@ -133,10 +143,7 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
         ctxt["global_request_id"] = global_request_id
     if isinstance(current, tenancy.CallerContext):
         ctxt.update(current.tenancy())
-    if observe is None:
-        return _call(client, ctxt, method, kwargs)
-    with observed(observe, method):
-        return _call(client, ctxt, method, kwargs)
+    return ctxt
 
 
 def _call(client: Any, ctxt: dict[str, Any], method: str, kwargs: dict[str, Any]) -> Any:

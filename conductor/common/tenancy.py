@@ -66,7 +66,9 @@ class Caller:
             if value is not None and (
                 not isinstance(value, str) or not value or len(value) > _MAX_ID
             ):
-                errors.append(FieldError(f"context.{key}", f"a string of 1 to {_MAX_ID} characters"))
+                errors.append(
+                    FieldError(f"context.{key}", f"a string of 1 to {_MAX_ID} characters")
+                )
                 continue
             ids[key] = value
         roles = ctxt.get("roles") or []
@@ -97,7 +99,7 @@ class Caller:
 OPERATOR = Caller(project_id=None, user_id=None, is_admin=True)
 
 
-class CallerContext(request_context.RequestContext):  # type: ignore[misc]  # oslo.context is untyped
+class CallerContext(request_context.RequestContext):
     """A request thread's oslo.context that speaks for an authenticated caller.
 
     :func:`conductor.common.rpc.call` sends :meth:`tenancy` with every call

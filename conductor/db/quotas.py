@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+
 from sqlalchemy import Connection, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -133,9 +134,7 @@ def usage(connection: Connection, project_id: str) -> dict[str, int]:
     """What the project uses: ``instances`` and ``resource_class:<class>`` counts."""
     rows = connection.execute(
         select(_FLAVORS.c.resource_class, func.count())
-        .select_from(
-            _INSTANCES.outerjoin(_FLAVORS, _FLAVORS.c.name == _INSTANCES.c.flavor)
-        )
+        .select_from(_INSTANCES.outerjoin(_FLAVORS, _FLAVORS.c.name == _INSTANCES.c.flavor))
         .where(
             _INSTANCES.c.project_id == project_id,
             _INSTANCES.c.vm_state != VmState.DELETED.value,
@@ -258,4 +257,3 @@ def delete_limits(db: Database, project_id: str, resources: Iterable[str] | None
         statement = statement.where(_LIMITS.c.resource.in_(list(resources)))
     with db.writing() as connection:
         return int(connection.execute(statement).rowcount)
-

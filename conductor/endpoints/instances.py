@@ -100,6 +100,7 @@ class InstancesEndpoint:
         host: Any = None,
         limit: Any = 1000,
         marker: Any = None,
+        *,
         all_projects: Any = False,
         project_id: Any = None,
     ) -> list[dict[str, Any]]:

@@ -104,5 +104,3 @@ class QuotasEndpoint:
                 for resource in sorted(resources)
             },
         }
-
-

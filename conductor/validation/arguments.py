@@ -188,7 +188,9 @@ def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
             or not -1 <= limit <= MAX_QUOTA_LIMIT
         ):
             errors.append(
-                FieldError.about(where, f"a whole number from -1 (unlimited) to {MAX_QUOTA_LIMIT}", limit)
+                FieldError.about(
+                    where, f"a whole number from -1 (unlimited) to {MAX_QUOTA_LIMIT}", limit
+                )
             )
         else:
             limits[resource] = limit

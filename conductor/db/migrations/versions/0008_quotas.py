@@ -43,9 +43,7 @@ def upgrade() -> None:
         sa.Column("hard_limit", sa.Integer(), nullable=False),
         sa.Column("created_at", timestamp, nullable=False),
         sa.Column("updated_at", timestamp, nullable=False),
-        sa.UniqueConstraint(
-            "project_id", "resource", name="uniq_quota_limits0project_id0resource"
-        ),
+        sa.UniqueConstraint("project_id", "resource", name="uniq_quota_limits0project_id0resource"),
     )
     # The row a project's builds lock before counting its usage.
     op.create_table(
