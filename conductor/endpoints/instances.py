@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import oslo_messaging as messaging
 
 from conductor.common.checks import validate_uuid
-from conductor.common.exception import Forbidden, InstanceNotFound
+from conductor.common.exception import Forbidden, InstanceNotFound, QuotaExceeded
 from conductor.common.instance_states import Event, can
 from conductor.common.objects import Flavor, Instance
 from conductor.common.tenancy import Caller
@@ -75,13 +75,23 @@ class InstancesEndpoint:
         caller = Caller.from_ctxt(ctxt)
         build = validate_build_request(request)
         # FlavorNotFound and QuotaExceeded before anything is stored; one transaction.
-        flavor, stored, created = instances.store_build_request(
-            self._db,
-            build,
-            project_id=caller.project_id,
-            user_id=caller.user_id,
-            quota=self._quota(),
-        )
+        try:
+            flavor, stored, created = instances.store_build_request(
+                self._db,
+                build,
+                project_id=caller.project_id,
+                user_id=caller.user_id,
+                quota=self._quota(),
+            )
+        except QuotaExceeded as exc:
+            # The caller is told; the operator sees who runs into quotas.
+            LOG.info(
+                "Build request %s refused for project %s: %s",
+                ctxt.get("request_id"),
+                caller.project_id,
+                exc,
+            )
+            raise
         if created:
             LOG.info(
                 "Build request %s: %d x %s stored for project %s",

@@ -2,9 +2,9 @@
 exceeded, however builds race across conductors.
 
 Two conductors are two ``Database`` engines (their own connection pools)
-serving the real ``InstancesEndpoint``; 50 builds start at once from 50
-threads, alternating between them, against a limit of 10 on a project whose
-lock row does not exist yet (so its creation races too).
+serving the real ``InstancesEndpoint``; 60 builds start at once from 60
+threads, alternating between them, against limits of 10 of projects whose
+lock rows do not exist yet (so their creation races too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
 from sqlalchemy import func, select
 
 from conductor.common.exception import QuotaExceeded
@@ -27,7 +26,6 @@ from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from tests.dbutil import migrated
 
-BUILDS = 50
 LIMIT = 10
 
 
@@ -73,49 +71,40 @@ def _count(db: Database, project: str) -> int:
         )
 
 
-@pytest.mark.parametrize("resource", ["instances", "resource_class:baremetal-gold"])
-def test_racing_builds_never_exceed_a_quota(sql_url: str, resource: str) -> None:
+def test_racing_builds_never_exceed_a_quota(sql_url: str) -> None:
+    """60 builds at once, alternating two engines: 20 of p1 (instances 10),
+    20 of p3 (resource_class:baremetal-gold 10), 12 of 3 instances of p4
+    (instances 10: at most 3 fit, never 4), 8 of p2 (unlimited)."""
     first = migrated(sql_url)
     second = Database(sql_url)
     try:
-        InventoryEndpoint(first, FleetView(first)).create_flavor(
-            {}, flavor={"name": "gold", "resource_class": "baremetal-gold"}
-        )
-        quotas.set_limits(first, "p1", {resource: LIMIT})
-        conductors = [InstancesEndpoint(db, _Queue()) for db in (first, second)]
-
-        def build(project: str) -> Callable[[InstancesEndpoint], Any]:
-            return lambda c: c.build_instances(_member(project), request={"flavor": "gold"})
-
-        # p2, unlimited, builds among p1's: never refused, never counted for p1.
-        builds = [build("p2" if i % 5 == 4 else "p1") for i in range(BUILDS)]
-        stored, refused = _race(conductors, builds)
-        assert _count(first, "p1") == LIMIT
-        assert _count(first, "p2") == BUILDS // 5
-        assert (stored, refused) == (LIMIT + BUILDS // 5, BUILDS - BUILDS // 5 - LIMIT)
-        # The count the quota shows is the one stored.
-        _own, used = quotas.get_limits(second, "p1")
-        assert used[resource] == LIMIT
-    finally:
-        second.dispose()
-        first.dispose()
-
-
-def test_a_multi_instance_build_is_refused_whole_at_the_edge(sql_url: str) -> None:
-    """Builds of 3 racing for a limit of 10: at most 3 of them fit (9), never 12."""
-    first = migrated(sql_url)
-    second = Database(sql_url)
-    try:
-        InventoryEndpoint(first, FleetView(first)).create_flavor(
-            {}, flavor={"name": "gold", "resource_class": "baremetal-gold"}
-        )
+        inventory = InventoryEndpoint(first, FleetView(first))
+        for name, resource_class in (("small", "baremetal"), ("gold", "baremetal-gold")):
+            inventory.create_flavor({}, flavor={"name": name, "resource_class": resource_class})
         quotas.set_limits(first, "p1", {"instances": LIMIT})
+        quotas.set_limits(first, "p3", {"resource_class:baremetal-gold": LIMIT})
+        quotas.set_limits(first, "p4", {"instances": LIMIT})
         conductors = [InstancesEndpoint(db, _Queue()) for db in (first, second)]
-        request = {"flavor": "gold", "count": 3}
-        builds = [lambda c: c.build_instances(_member("p1"), request=request)] * 12
-        stored, refused = _race(conductors, builds)
-        assert (stored, refused) == (3, 9)
-        assert _count(first, "p1") == 9
+
+        def build(project: str, flavor: str, count: int = 1) -> Callable[[Any], Any]:
+            request = {"flavor": flavor, "count": count}
+            return lambda c: c.build_instances(_member(project), request=request)
+
+        builds = (
+            [build("p1", "small")] * 20
+            + [build("p3", "gold")] * 20
+            + [build("p4", "small", 3)] * 12
+            + [build("p2", "small")] * 8
+        )
+        # Interleaved, so that every project's builds race on both engines.
+        order = [builds[i] for i in sorted(range(len(builds)), key=lambda i: (i * 7) % 60)]
+        stored, refused = _race(conductors, order)
+        counts = {p: _count(first, p) for p in ("p1", "p2", "p3", "p4")}
+        assert counts == {"p1": LIMIT, "p2": 8, "p3": LIMIT, "p4": 9}
+        assert (stored, refused) == (10 + 10 + 3 + 8, 60 - 31)
+        # The usage a quota shows is what is stored.
+        _own, used = quotas.get_limits(second, "p3")
+        assert used["resource_class:baremetal-gold"] == LIMIT
     finally:
         second.dispose()
         first.dispose()
