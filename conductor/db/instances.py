@@ -94,15 +94,9 @@ def _names(request: BuildRequest, uuids: Sequence[str]) -> list[str]:
     return [f"{request.name}-{i}" for i in range(1, request.count + 1)]
 
 
-def create_instances(
-    db: Database,
-    request: BuildRequest,
-    *,
-    project_id: str | None = None,
-    user_id: str | None = None,
-) -> tuple[list[Instance], bool]:
-    """Store a validated build request as ``count`` building instances (no
-    quota: see :func:`store_build_request`).
+def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance], bool]:
+    """Store a validated build request as ``count`` building instances, of
+    no project (the builds of a caller are :func:`store_build_request`'s).
 
     Returns the instances and whether they were created now (``False``: the
     same request was stored before — a client retry — and is returned as is).
@@ -110,8 +104,7 @@ def create_instances(
     :raises DuplicateInstance: when a client-chosen uuid exists with another
         flavor (a different request reusing an id).
     """
-    owner = _Owner(project_id, user_id, None)
-    _flavor, stored, created = _store(db, request, owner, with_flavor=False)
+    _flavor, stored, created = _store(db, request, _Owner(None, None, None), with_flavor=False)
     return stored, created
 
 
