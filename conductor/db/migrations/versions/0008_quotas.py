@@ -8,6 +8,7 @@ Create Date: 2026-11-26 14:00:00
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -21,6 +22,7 @@ depends_on = None
 
 def upgrade() -> None:
     dialect = op.get_bind().dialect
+    table_options: dict[str, Any] = {}
     if dialect.name in ("mysql", "mariadb"):
         # As 0005 made every string column (repeated here: a migration must
         # not change with the models): compared byte for byte.
@@ -31,6 +33,8 @@ def upgrade() -> None:
             255, charset="utf8mb4", collation=collation
         )
         timestamp: sa.types.TypeEngine[datetime.datetime] = mysql.DATETIME(fsp=6)
+        # The tables' own default too, as 0005 converted the others to.
+        table_options = {"mysql_charset": "utf8mb4", "mysql_collate": collation}
     else:
         identity = sa.String(length=255)
         timestamp = sa.DateTime()
@@ -44,10 +48,12 @@ def upgrade() -> None:
         sa.Column("created_at", timestamp, nullable=False),
         sa.Column("updated_at", timestamp, nullable=False),
         sa.UniqueConstraint("project_id", "resource", name="uniq_quota_limits0project_id0resource"),
+        **table_options,
     )
     # The row a project's builds lock before counting its usage.
     op.create_table(
         "quota_projects",
         sa.Column("project_id", identity, primary_key=True),
         sa.Column("builds", sa.Integer(), nullable=False, server_default="0"),
+        **table_options,
     )
