@@ -48,6 +48,8 @@ API version history:
   instance is ``InstanceNotFound``), list_instances takes ``all_projects``
   and ``project_id`` (admins); instances show ``project_id`` and
   ``user_id``; quotas: show_quota, set_quota, delete_quota, list_quotas.
+  list_nodes and show_node show ``instance_uuid`` to admins only (null
+  for anyone else); fleet_check is for admins only (``Forbidden``).
   A client speaking for a caller sends the instance calls at 1.12, so that
   an older conductor, which would not scope them, refuses them.
 """

@@ -118,8 +118,14 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     (
         "ringfleet:fleet:get",
         READER,
-        "Fleet status, check and ring.",
-        [("GET", "/v1/fleet/status"), ("GET", "/v1/fleet/check"), ("GET", "/v1/fleet/ring")],
+        "Fleet status and ring.",
+        [("GET", "/v1/fleet/status"), ("GET", "/v1/fleet/ring")],
+    ),
+    (
+        "ringfleet:fleet:check",
+        ADMIN,
+        "Fleet check (its problems name every project's instances).",
+        [("GET", "/v1/fleet/check")],
     ),
     ("ringfleet:agent:drain", ADMIN, "Drain an agent.", [("POST", "/v1/agents/{host}/drain")]),
 ]

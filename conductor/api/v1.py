@@ -574,7 +574,7 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/fleet/check",
         fleet_check,
-        "ringfleet:fleet:get",
+        "ringfleet:fleet:check",
         "fleetCheck",
         "Orphans, allocation mismatches, excluded peers, stuck builds and deletes, "
         "node state mismatches, back-end (Ironic) mismatches.",

@@ -201,7 +201,8 @@ def test_enroll_build_100_watch_active_and_delete(
     # The fleet reports over HTTP.
     status = _ok(reader.get(f"{url}/v1/fleet/status"), 200)
     assert {a["host"] for a in status["agents"]} == {"agent-1", "agent-2"}
-    _ok(reader.get(f"{url}/v1/fleet/check"), 200)
+    _ok(admin.get(f"{url}/v1/fleet/check"), 200)
+    _error(reader.get(f"{url}/v1/fleet/check"), 403)  # it names every project's instances
     _ok(reader.get(f"{url}/v1/fleet/ring"), 200)
 
     # A reader cannot delete; a member deletes them all.

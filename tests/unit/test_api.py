@@ -488,6 +488,7 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
         "ringfleet:flavor:create",
         "ringfleet:flavor:delete",
         "ringfleet:quota:list",
+        "ringfleet:fleet:check",
         "ringfleet:quota:update",
         "ringfleet:instance:list:all_projects",
         policy.CONTEXT_IS_ADMIN,

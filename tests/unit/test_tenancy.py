@@ -34,13 +34,14 @@ from conductor.common.objects import Flavor, Instance
 from conductor.common.tenancy import OPERATOR, Caller, CallerContext
 from conductor.db import quotas
 from conductor.db.engine import Database
-from conductor.db.models import InstanceModel
+from conductor.db.models import InstanceModel, NodeModel
+from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import ConductorAPI
-from tests.dbutil import migrated
+from tests.dbutil import add_nodes, migrated
 
 
 def member(project: str) -> dict[str, Any]:
@@ -493,3 +494,24 @@ def test_quotas_over_http(env: Env, http: api_app.Application) -> None:
     old = webob.Request.blank("/v1/quotas/p2")
     old.headers["X-Auth-Token"] = "adm1"
     assert old.get_response(http).status_code == 404
+
+
+def test_nodes_show_their_instance_to_admins_only(env: Env) -> None:
+    [node] = add_nodes(env.db, 1, owner="agent-1")
+    [instance] = env.build(member("p2"))
+    with env.db.transaction() as session:
+        session.query(NodeModel).filter_by(uuid=node).one().instance_uuid = instance
+    inventory = InventoryEndpoint(env.db, FleetView(env.db))
+    for ctxt in (member("p1"), reader("p2")):
+        assert inventory.show_node(ctxt, node=node)["instance_uuid"] is None
+        [listed] = inventory.list_nodes(ctxt, filters={"pinned": True})
+        assert listed["uuid"] == node and listed["instance_uuid"] is None
+    for ctxt in (admin(), OPERATOR_CTXT):
+        assert inventory.show_node(ctxt, node=node)["instance_uuid"] == instance
+
+
+def test_the_fleet_check_is_for_admins_only(env: Env) -> None:
+    fleet = FleetEndpoint(env.db, FleetView(env.db), "cond-t", compute=None)  # type: ignore[arg-type]
+    with pytest.raises(Forbidden):
+        fleet.fleet_check(member("p1"))
+    assert "problems" in fleet.fleet_check(admin())
