@@ -44,6 +44,18 @@ API version history:
   (``user_data``, ``meta_data``, ``network_data``), stored with the
   instances and shown by show_instance; flavors may have a
   ``default_image`` (create_flavor), used by builds that name none.
+* 1.12 - Tenancy: the context carries the caller's ``project_id``,
+  ``user_id``, ``roles`` and ``is_admin`` (none of them: the operator);
+  build_instances stores them on the instances and checks the project's
+  quotas (``QuotaExceeded``); list_instances, show_instance and
+  delete_instance see the caller's project only (another project's
+  instance is ``InstanceNotFound``), list_instances takes ``all_projects``
+  and ``project_id`` (admins); instances show ``project_id`` and
+  ``user_id``; quotas: show_quota, set_quota, delete_quota, list_quotas.
+  list_nodes and show_node show ``instance_uuid`` to admins only (null
+  for anyone else); fleet_check is for admins only (``Forbidden``).
+  A client speaking for a caller sends the instance calls at 1.12, so that
+  an older conductor, which would not scope them, refuses them.
 """
 
 from __future__ import annotations
@@ -52,8 +64,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import oslo_messaging as messaging
+from oslo_context import context as request_context
 
-from conductor.common import rpc
+from conductor.common import rpc, tenancy
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
@@ -61,7 +74,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.11"
+API_VERSION = "1.12"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -200,6 +213,15 @@ class ConductorAPI:
 
     # -- instances -------------------------------------------------------------
 
+    @staticmethod
+    def _scoped(version: str) -> str:
+        """``version``, or 1.12 when the thread speaks for a caller
+        (:class:`~conductor.common.tenancy.CallerContext`): a conductor older
+        than 1.12 would ignore the caller's project, and must refuse instead."""
+        if isinstance(request_context.get_current(), tenancy.CallerContext):
+            return "1.12"
+        return version
+
     def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         """A request with ``scheduler_hints`` is sent at 1.6, one with an image
         or a config drive at 1.11: an older conductor refuses it
@@ -208,6 +230,7 @@ class ConductorAPI:
             version = "1.11"
         else:
             version = "1.6" if request.get("scheduler_hints") else "1.0"
+        version = self._scoped(version)
         return self._call("build_instances", version=version, request=request)  # type: ignore[no-any-return]
 
     def list_instances(
@@ -216,19 +239,49 @@ class ConductorAPI:
         host: str | None = None,
         limit: int = 1000,
         marker: str | None = None,
+        *,
+        all_projects: bool = False,
+        project_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Instances in uuid order after ``marker`` (exclusive), at most
-        ``limit``; without ``vm_state``, ``deleted`` ones are left out."""
-        return self._call(  # type: ignore[no-any-return]
-            "list_instances", vm_state=vm_state, host=host, limit=limit, marker=marker
-        )
+        ``limit``; without ``vm_state``, ``deleted`` ones are left out.
+        ``all_projects`` and ``project_id`` since 1.12 (admins)."""
+        kwargs: dict[str, Any] = {
+            "vm_state": vm_state,
+            "host": host,
+            "limit": limit,
+            "marker": marker,
+        }
+        version = self._scoped("1.0")
+        if all_projects or project_id is not None:
+            version = "1.12"
+            kwargs |= {"all_projects": all_projects, "project_id": project_id}
+        return self._call("list_instances", version=version, **kwargs)  # type: ignore[no-any-return]
 
     def show_instance(self, instance: str) -> dict[str, Any]:
         """The instance whose uuid is ``instance``."""
-        return self._call("show_instance", instance=instance)  # type: ignore[no-any-return]
+        return self._call("show_instance", version=self._scoped("1.0"), instance=instance)  # type: ignore[no-any-return]
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
-        return self._call("delete_instance", instance=instance)  # type: ignore[no-any-return]
+        return self._call("delete_instance", version=self._scoped("1.0"), instance=instance)  # type: ignore[no-any-return]
+
+    # -- quotas ----------------------------------------------------------------
+
+    def show_quota(self, project_id: str) -> dict[str, Any]:
+        """Since 1.12: a project's limits and usage, per resource."""
+        return self._call("show_quota", version="1.12", project_id=project_id)  # type: ignore[no-any-return]
+
+    def set_quota(self, project_id: str, quotas: dict[str, int]) -> dict[str, Any]:
+        """Since 1.12: set some of a project's own limits; its quota after."""
+        return self._call("set_quota", version="1.12", project_id=project_id, quotas=quotas)  # type: ignore[no-any-return]
+
+    def delete_quota(self, project_id: str) -> dict[str, Any]:
+        """Since 1.12: drop a project's own limits; its quota after."""
+        return self._call("delete_quota", version="1.12", project_id=project_id)  # type: ignore[no-any-return]
+
+    def list_quotas(self) -> list[dict[str, Any]]:
+        """Since 1.12: the projects with limits of their own."""
+        return self._call("list_quotas", version="1.12")  # type: ignore[no-any-return]
 
     # -- fleet -----------------------------------------------------------------
 

@@ -22,12 +22,13 @@ from conductor.common.conf.metrics import CONDUCTOR_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, DatabaseUnavailable, ServiceUnavailable
 from conductor.common.metrics import MetricsServer
-from conductor.db import migration
+from conductor.db import migration, quotas
 from conductor.db.engine import Database, database_from_conf
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
+from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import IronicInventorySync
 from conductor.metrics import ConductorMetrics
@@ -117,9 +118,20 @@ class ConductorService:
         self._ironic_sync = IronicInventorySync.from_conf(
             db, conf, clean_orphan=builds.clean_orphan
         )
+
+        def quota_defaults() -> quotas.Defaults:
+            return quotas.Defaults(
+                instances=int(conf.quota.instances),
+                nodes=int(conf.quota.nodes),
+                resource_class_nodes={
+                    str(k): int(v) for k, v in (conf.quota.resource_class_nodes or {}).items()
+                },
+            )
+
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync),
-            InstancesEndpoint(db, builds),
+            InstancesEndpoint(db, builds, quota=quota_defaults),
+            QuotasEndpoint(db, quota_defaults),
             FleetEndpoint(
                 db,
                 fleet,

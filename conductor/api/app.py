@@ -30,7 +30,7 @@ from oslo_config import cfg
 from oslo_context import context as request_context
 
 from conductor.api import microversion, policy
-from conductor.common import exception
+from conductor.common import exception, tenancy
 from conductor.common.schemas import Resource
 from conductor.rpcapi import ConductorAPI
 
@@ -95,6 +95,8 @@ class Param:
     kind: str
     description: str
     minimum: int | None = None
+    #: The first microversion that takes it (an unknown parameter before).
+    min_version: microversion.Version = microversion.MIN_VERSION
 
 
 @dataclass
@@ -109,6 +111,8 @@ class Call:
     version: microversion.Version
     base_url: str
     max_limit: int
+    #: Whether the caller passes a policy rule (a handler's own checks).
+    allowed: Callable[[str], bool] = lambda rule: False
 
 
 @dataclass
@@ -187,7 +191,12 @@ class Credentials:
 
 
 def load_tokens(path: str) -> dict[str, Credentials]:
-    """Parse a token file (``[api] token_file``): ``TOKEN ROLES [PROJECT]`` lines."""
+    """Parse a token file (``[api] token_file``): ``TOKEN ROLES [PROJECT]`` lines.
+
+    The project is the caller's, as a Keystone token's: what it builds
+    belongs to that project, and it sees that project's instances only.  A
+    token without one builds instances that only admins see.
+    """
     tokens: dict[str, Credentials] = {}
     for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -280,7 +289,9 @@ class Application:
         version = microversion.MIN_VERSION
         raw: bytes | None = b""
         previous = request_context.get_current()
-        request_context.RequestContext(
+        # A caller's context: the conductor calls made under it carry the
+        # caller's identity once authenticated (nobody's until then).
+        tenancy.CallerContext(
             request_id=request_id,
             global_request_id=global_request_id(request.headers.get(REQUEST_ID_HEADER)),
             overwrite=True,
@@ -355,26 +366,32 @@ class Application:
                 f"{route.method} {route.path} needs microversion {route.min_version}",
             )
         credentials = self._authenticate(request)
-        if route.rule is not None and not self.enforcer.allowed(
-            route.rule, credentials.for_policy()
-        ):
+        policy_values = credentials.for_policy()
+        path_values = {k: v for k, v in match.items() if k not in ("action", "controller")}
+        # The path's project is the target: a rule may compare it with the
+        # caller's (project_id:%(project_id)s for a quota).  Nothing else: a
+        # target per instance uuid would defeat the enforcer's cache.
+        target = {"project_id": path_values["project_id"]} if "project_id" in path_values else {}
+        if route.rule is not None and not self.enforcer.allowed(route.rule, policy_values, target):
             raise ApiError(403, "ringfleet.forbidden", f"policy does not allow {route.rule}")
         context = request_context.get_current()
         if context is not None:
             context.user_id = credentials.user_id
             context.project_id = credentials.project_id
             context.roles = list(credentials.roles)
+            context.is_admin = self.enforcer.allowed(policy.CONTEXT_IS_ADMIN, policy_values)
         body = self._body(request, route, raw)
         self._check_fields_since(route, body, version)
         call = Call(
             api=self.api,
             request=request,
-            path={k: v for k, v in match.items() if k not in ("action", "controller")},
-            query=self._query(request, route),
+            path=path_values,
+            query=self._query(request, route, version),
             body=body,
             version=version,
             base_url=self.base_url(request),
             max_limit=self.max_limit,
+            allowed=lambda rule: self.enforcer.allowed(rule, policy_values, target),
         )
         try:
             return route.handler(call)
@@ -436,8 +453,10 @@ class Application:
             401, "ringfleet.unauthorized", "authentication required (X-Auth-Token)", headers=headers
         )
 
-    def _query(self, request: webob.Request, route: Route) -> dict[str, Any]:
-        known = {p.name: p for p in route.query}
+    def _query(
+        self, request: webob.Request, route: Route, version: microversion.Version
+    ) -> dict[str, Any]:
+        known = {p.name: p for p in route.query if p.min_version <= version}
         values: dict[str, Any] = {}
         for name in request.GET:
             if name not in known:
@@ -531,6 +550,9 @@ _ANSWERS: tuple[tuple[type[Exception], int, str, str | None], ...] = (
     (exception.InvalidInput, 400, "ringfleet.invalid_input", None),
     (exception.NotFound, 404, "ringfleet.not_found", None),
     (exception.Conflict, 409, "ringfleet.conflict", None),
+    # Nova's answer to a quota exceeded: 403, its message naming the quota.
+    (exception.QuotaExceeded, 403, "ringfleet.quota_exceeded", None),
+    (exception.Forbidden, 403, "ringfleet.forbidden", None),
     # The conductors cannot do this as they are configured: retrying cannot help.
     (exception.ConfigurationError, 409, "ringfleet.not_configured", None),
     (exception.ServiceUnavailable, 503, "ringfleet.service_unavailable", "2"),
@@ -567,6 +589,9 @@ def _fields(exc: Exception) -> list[dict[str, Any]]:
         return [{"field": exc.field, "reason": exc.reason, "value": exc.value, "index": exc.index}]
     if isinstance(exc, exception.ConfigurationError):
         return [{"field": f"[{exc.group}] {exc.option}", "reason": exc.reason, "value": None}]
+    if isinstance(exc, exception.QuotaExceeded):
+        reason = f"requested {exc.requested}, already used {exc.used} of {exc.limit}"
+        return [{"field": exc.resource, "reason": reason, "value": str(exc.requested)}]
     return []
 
 

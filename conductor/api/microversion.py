@@ -15,6 +15,11 @@ the routes or fields it adds name it as their ``min_version``):
   ``user_data``, ``meta_data`` and ``network_data``; ``POST /v1/flavors``
   takes ``default_image``.  Under 1.0 a body with any of them is refused
   (400 naming the field).
+* 1.2 - Tenancy: instances show ``project_id`` and ``user_id``;
+  ``GET /v1/instances`` takes ``all_projects`` and ``project_id`` (admins);
+  quotas: ``GET /v1/quotas``, ``GET``/``PUT``/``DELETE
+  /v1/quotas/{project_id}``.  (Every version scopes instances to the
+  caller's project, and refuses a build over a quota, 403.)
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 1)
+MAX_VERSION = Version(1, 2)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 

@@ -131,6 +131,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "type": ["object", "null"],
                 "description": "user_data (left out of lists), meta_data, network_data.",
             },
+            "project_id": {**_NSTR, "x-min-version": "1.2"},
+            "user_id": {**_NSTR, "x-min-version": "1.2"},
         },
         closed=False,
     ),
@@ -140,6 +142,36 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "next": {**_STR, "format": "uri"},
         },
         required=("instances",),
+    ),
+    "Quota": _obj(
+        {
+            "project_id": _STR,
+            "quotas": {
+                "type": "object",
+                "description": "Per resource (instances, resource_class:<class>): the "
+                "limit (-1 unlimited), the usage, and whether the limit is the default.",
+                "additionalProperties": _obj(
+                    {"limit": _INT, "in_use": _INT, "default": _BOOL},
+                    required=("limit", "in_use", "default"),
+                ),
+            },
+        },
+        required=("project_id", "quotas"),
+    ),
+    "QuotaList": _obj(
+        {
+            "quotas": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "project_id": _STR,
+                        "limits": {"type": "object", "additionalProperties": _INT},
+                    },
+                    required=("project_id", "limits"),
+                ),
+            }
+        },
+        required=("quotas",),
     ),
     "Errors": _obj(
         {
@@ -194,15 +226,16 @@ def _operation(route: Route) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": param.kind}
         if param.minimum is not None:
             schema["minimum"] = param.minimum
-        parameters.append(
-            {
-                "name": param.name,
-                "in": "query",
-                "required": False,
-                "description": param.description,
-                "schema": schema,
-            }
-        )
+        entry = {
+            "name": param.name,
+            "in": "query",
+            "required": False,
+            "description": param.description,
+            "schema": schema,
+        }
+        if param.min_version > route.min_version:
+            entry["x-min-version"] = str(param.min_version)
+        parameters.append(entry)
     parameters.append({"$ref": "#/components/parameters/ApiVersion"})
     op: dict[str, Any] = {
         "operationId": route.operation_id,
@@ -262,7 +295,7 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"token": []}],
-        "tags": [{"name": t} for t in ("nodes", "flavors", "instances", "fleet")],
+        "tags": [{"name": t} for t in ("nodes", "flavors", "instances", "quotas", "fleet")],
         "paths": paths,
         "components": {
             "schemas": {**SCHEMAS, **envelopes},

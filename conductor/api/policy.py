@@ -6,6 +6,14 @@ moves, drains, flavors).  ``admin`` implies ``member`` implies ``reader``.
 Operators override any rule in a policy file (oslo.policy's ``[oslo_policy]
 policy_file``); ``oslopolicy-sample-generator --namespace ringfleet.api``
 writes the defaults (entry point ``oslo.policy.policies``).
+
+Every rule is project-scoped (``scope_types=["project"]``, as Nova's since
+its 2023 defaults: an admin is a project admin, with the ``admin`` role).
+The role rules say who may call; *which* instances a call reaches is the
+conductor's business (invariant 12): a reader or member reaches their own
+project's, an admin (``context_is_admin``, sent to the conductor as the
+context's ``is_admin``) any project's.  Quota rules compare the path's
+project with the caller's (``project_id:%(project_id)s``).
 """
 
 from __future__ import annotations
@@ -17,11 +25,17 @@ from typing import Any
 from oslo_config import cfg
 from oslo_policy import policy
 
-__all__ = ["ADMIN", "MEMBER", "READER", "Enforcer", "list_rules"]
+__all__ = ["ADMIN", "CONTEXT_IS_ADMIN", "MEMBER", "READER", "Enforcer", "list_rules"]
 
 ADMIN = "role:admin"
 MEMBER = "role:member or " + ADMIN
 READER = "role:reader or " + MEMBER
+#: A reader of the project named in the path, or an admin.
+PROJECT_READER_OR_ADMIN = "(role:reader and project_id:%(project_id)s) or " + ADMIN
+
+#: Whether a caller is an admin to the conductor: reaches every project's
+#: instances (the RPC context's ``is_admin``).
+CONTEXT_IS_ADMIN = "context_is_admin"
 
 _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     # name, check, description, operations
@@ -67,47 +81,87 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     (
         "ringfleet:instance:list",
         READER,
-        "List and show instances.",
+        "List and show instances (of the caller's project; an admin's of any project).",
         [("GET", "/v1/instances"), ("GET", "/v1/instances/{instance}")],
     ),
-    ("ringfleet:instance:create", MEMBER, "Build instances.", [("POST", "/v1/instances")]),
+    (
+        "ringfleet:instance:list:all_projects",
+        ADMIN,
+        "List every project's instances, or another project's (all_projects, project_id).",
+        [("GET", "/v1/instances")],
+    ),
+    (
+        "ringfleet:instance:create",
+        MEMBER,
+        "Build instances (for the caller's project, within its quotas).",
+        [("POST", "/v1/instances")],
+    ),
     (
         "ringfleet:instance:delete",
         MEMBER,
-        "Delete an instance.",
+        "Delete an instance (of the caller's project; an admin's of any project).",
         [("DELETE", "/v1/instances/{instance}")],
+    ),
+    ("ringfleet:quota:list", ADMIN, "List projects' own quotas.", [("GET", "/v1/quotas")]),
+    (
+        "ringfleet:quota:get",
+        PROJECT_READER_OR_ADMIN,
+        "Show a project's quotas and usage.",
+        [("GET", "/v1/quotas/{project_id}")],
+    ),
+    (
+        "ringfleet:quota:update",
+        ADMIN,
+        "Set or drop a project's own quotas.",
+        [("PUT", "/v1/quotas/{project_id}"), ("DELETE", "/v1/quotas/{project_id}")],
     ),
     (
         "ringfleet:fleet:get",
         READER,
-        "Fleet status, check and ring.",
-        [("GET", "/v1/fleet/status"), ("GET", "/v1/fleet/check"), ("GET", "/v1/fleet/ring")],
+        "Fleet status and ring.",
+        [("GET", "/v1/fleet/status"), ("GET", "/v1/fleet/ring")],
+    ),
+    (
+        "ringfleet:fleet:check",
+        ADMIN,
+        "Fleet check (its problems name every project's instances).",
+        [("GET", "/v1/fleet/check")],
     ),
     ("ringfleet:agent:drain", ADMIN, "Drain an agent.", [("POST", "/v1/agents/{host}/drain")]),
 ]
 
 
-def list_rules() -> list[policy.DocumentedRuleDefault]:
+def list_rules() -> list[policy.RuleDefault]:
     """Every rule with its default (entry point ``oslo.policy.policies``, ``ringfleet.api``)."""
     return [
-        policy.DocumentedRuleDefault(
-            name=name,
-            check_str=check,
-            description=description,
-            operations=[{"method": m, "path": p} for m, p in operations],
-        )
-        for name, check, description, operations in _RULES
+        policy.RuleDefault(
+            name=CONTEXT_IS_ADMIN,
+            check_str=ADMIN,
+            description="Who is an admin to the conductors: sees and acts on every project's "
+            "instances.",
+            scope_types=["project"],
+        ),
+        *(
+            policy.DocumentedRuleDefault(
+                name=name,
+                check_str=check,
+                description=description,
+                operations=[{"method": m, "path": p} for m, p in operations],
+                scope_types=["project"],
+            )
+            for name, check, description, operations in _RULES
+        ),
     ]
 
 
-RULE_NAMES = frozenset(name for name, *_ in _RULES)
+RULE_NAMES = frozenset([CONTEXT_IS_ADMIN, *(name for name, *_ in _RULES)])
 
 
 class Enforcer:
     """The rules of one ``ConfigOpts`` (policy file overrides read by oslo.policy).
 
-    Decisions are cached per (rule, roles, project, user): the API checks
-    no target, so they depend on nothing else.  oslo.policy looks for a
+    Decisions are cached per (rule, roles, project, user, target): they
+    depend on nothing else.  oslo.policy looks for a
     changed policy file on every ``enforce`` (stat calls on each config
     directory: about half of a request's CPU time); here the cache is
     dropped and the file looked for every :data:`RELOAD_SECONDS`, so an
@@ -124,15 +178,20 @@ class Enforcer:
         self._cache: dict[tuple[Any, ...], bool] = {}
         self._expires = 0.0
 
-    def allowed(self, rule: str, credentials: dict[str, Any]) -> bool:
-        """Whether ``credentials`` (``roles``, ``project_id``...) pass ``rule``."""
+    def allowed(
+        self, rule: str, credentials: dict[str, Any], target: dict[str, str] | None = None
+    ) -> bool:
+        """Whether ``credentials`` (``roles``, ``project_id``...) pass ``rule``
+        on ``target`` (the path's variables)."""
         if rule not in RULE_NAMES:
             raise KeyError(rule)
+        target = target or {}
         key = (
             rule,
             tuple(sorted(credentials.get("roles") or ())),
             credentials.get("project_id"),
             credentials.get("user_id"),
+            tuple(sorted(target.items())),
         )
         now = time.monotonic()
         with self._lock:
@@ -142,7 +201,7 @@ class Enforcer:
             cached = self._cache.get(key)
         if cached is not None:
             return cached
-        decision = bool(self._enforcer.enforce(rule, {}, credentials))
+        decision = bool(self._enforcer.enforce(rule, dict(target), credentials))
         with self._lock:
             self._cache[key] = decision
         return decision

@@ -10,7 +10,7 @@ import urllib.parse
 from typing import Any
 
 from conductor.api import microversion
-from conductor.api.app import Call, Param, Reply, Route
+from conductor.api.app import ApiError, Call, Param, Reply, Route
 from conductor.common import schemas
 from conductor.common.schemas import Resource
 
@@ -34,7 +34,23 @@ INSTANCE_FILTERS = (
         "(without it, deleted instances are left out).",
     ),
     Param("host", "string", "Only instances on this agent."),
+    Param(
+        "all_projects",
+        "boolean",
+        "Every project's instances, not only the caller's (admins).",
+        min_version=microversion.Version(1, 2),
+    ),
+    Param(
+        "project_id",
+        "string",
+        "Only this project's instances (admins).",
+        min_version=microversion.Version(1, 2),
+    ),
 )
+#: Instances show their project and user from 1.2.
+TENANCY = microversion.Version(1, 2)
+_TENANCY_FIELDS = ("project_id", "user_id")
+ALL_PROJECTS_RULE = "ringfleet:instance:list:all_projects"
 
 
 # The API's own request bodies: envelopes around the conductor's payloads,
@@ -58,6 +74,14 @@ MAINTENANCE = Resource(
     description="In or out of maintenance; a reason only when entering it.",
     properties={"maintenance": {"type": "boolean"}, "reason": {"type": ["string", "null"]}},
     required=frozenset({"maintenance"}),
+    null_means_absent=False,
+)
+QUOTA_SET = Resource(
+    name="QuotaSet",
+    description="Limits to set: instances or resource_class:<class> to a whole number "
+    "(-1 unlimited); the project's other limits are kept.",
+    properties={"quotas": {"type": "object", "additionalProperties": {"type": "integer"}}},
+    required=frozenset({"quotas"}),
     null_means_absent=False,
 )
 MOVE = Resource(
@@ -168,12 +192,19 @@ def delete_flavor(call: Call) -> Reply:
 # -- instances -----------------------------------------------------------------
 
 
+def _shown(call: Call, instance: dict[str, Any]) -> dict[str, Any]:
+    """An instance as the request's microversion shows it."""
+    if call.version < TENANCY:
+        return {k: v for k, v in instance.items() if k not in _TENANCY_FIELDS}
+    return instance
+
+
 def build_instances(call: Call) -> Reply:
     """202 with the instances as stored.  With ``instance_uuids`` a retry of
     the same request is safe: the conductor then returns the stored
     instances as they are now (and a different request reusing one of the
     uuids is 409)."""
-    instances = call.api.build_instances(call.body)
+    instances = [_shown(call, i) for i in call.api.build_instances(call.body)]
     return Reply(202, {"instances": instances}, _location(call, instances))
 
 
@@ -185,21 +216,48 @@ def _location(call: Call, instances: list[dict[str, Any]]) -> dict[str, str]:
 
 def list_instances(call: Call) -> Reply:
     limit = _limit(call)
+    all_projects = call.query.get("all_projects", False)
+    project_id = call.query.get("project_id")
+    if (all_projects or project_id is not None) and not call.allowed(ALL_PROJECTS_RULE):
+        raise ApiError(403, "ringfleet.forbidden", f"policy does not allow {ALL_PROJECTS_RULE}")
+    scope: dict[str, Any] = {}
+    if all_projects or project_id is not None:
+        scope = {"all_projects": all_projects, "project_id": project_id}
     items = call.api.list_instances(
         vm_state=call.query.get("vm_state"),
         host=call.query.get("host"),
         limit=limit,
         marker=call.query.get("marker"),
+        **scope,
     )
-    return _page(call, "instances", items, limit)
+    return _page(call, "instances", [_shown(call, i) for i in items], limit)
 
 
 def show_instance(call: Call) -> Reply:
-    return Reply(200, call.api.show_instance(call.path["instance"]))
+    return Reply(200, _shown(call, call.api.show_instance(call.path["instance"])))
 
 
 def delete_instance(call: Call) -> Reply:
-    return Reply(202, call.api.delete_instance(call.path["instance"]))
+    return Reply(202, _shown(call, call.api.delete_instance(call.path["instance"])))
+
+
+# -- quotas --------------------------------------------------------------------
+
+
+def list_quotas(call: Call) -> Reply:
+    return Reply(200, {"quotas": call.api.list_quotas()})
+
+
+def show_quota(call: Call) -> Reply:
+    return Reply(200, call.api.show_quota(call.path["project_id"]))
+
+
+def set_quota(call: Call) -> Reply:
+    return Reply(200, call.api.set_quota(call.path["project_id"], call.body["quotas"]))
+
+
+def delete_quota(call: Call) -> Reply:
+    return Reply(200, call.api.delete_quota(call.path["project_id"]))
 
 
 # -- fleet ---------------------------------------------------------------------
@@ -423,7 +481,10 @@ ROUTES: tuple[Route, ...] = (
         "stored instances as they are now and builds nothing; another request "
         "reusing one of the uuids is 409. Location is set when one instance is built. "
         "Since 1.1 a build may carry an image and a config drive (user_data, meta_data, "
-        "network_data); without an image it gets its flavor's default_image, if any.",
+        "network_data); without an image it gets its flavor's default_image, if any. "
+        "The instances belong to the caller's project; a build that would take it over "
+        "a quota is 403 ringfleet.quota_exceeded ('Quota exceeded for instances: "
+        "Requested 3, but already used 9 of 10 instances') and stores nothing.",
         fields_since=_IMAGE_FIELDS,
     ),
     Route(
@@ -436,6 +497,7 @@ ROUTES: tuple[Route, ...] = (
         response="Instance",
         errors=(E400, E404, E503),
         tag="instances",
+        description="Another project's instance is 404, unless the caller is an admin.",
     ),
     Route(
         "DELETE",
@@ -448,6 +510,63 @@ ROUTES: tuple[Route, ...] = (
         response="Instance",
         errors=(E400, E404, E503),
         tag="instances",
+        description="Another project's instance is 404, unless the caller is an admin. "
+        "The instance counts against its project's quotas until it is deleted.",
+    ),
+    Route(
+        "GET",
+        "/v1/quotas",
+        list_quotas,
+        "ringfleet:quota:list",
+        "listQuotas",
+        "The projects with quotas of their own, and them.",
+        response="QuotaList",
+        errors=(E503,),
+        tag="quotas",
+        min_version=TENANCY,
+    ),
+    Route(
+        "GET",
+        "/v1/quotas/{project_id}",
+        show_quota,
+        "ringfleet:quota:get",
+        "showQuota",
+        "A project's limits and usage, per resource.",
+        response="Quota",
+        errors=(E400, E503),
+        tag="quotas",
+        min_version=TENANCY,
+        description="Resources: instances, and resource_class:<class> (nodes of that "
+        "class, one per instance of a flavor of it). A limit of -1 is unlimited; "
+        "default tells a [quota] default from the project's own limit.",
+    ),
+    Route(
+        "PUT",
+        "/v1/quotas/{project_id}",
+        set_quota,
+        "ringfleet:quota:update",
+        "setQuota",
+        "Set some of a project's own limits (the others are kept).",
+        body=QUOTA_SET.name,
+        response="Quota",
+        envelope=QUOTA_SET,
+        errors=(E400, E503),
+        tag="quotas",
+        min_version=TENANCY,
+        description="A limit below the usage refuses the project's next builds and "
+        "touches none of its instances.",
+    ),
+    Route(
+        "DELETE",
+        "/v1/quotas/{project_id}",
+        delete_quota,
+        "ringfleet:quota:update",
+        "deleteQuota",
+        "Drop a project's own limits: the defaults apply again.",
+        response="Quota",
+        errors=(E400, E503),
+        tag="quotas",
+        min_version=TENANCY,
     ),
     Route(
         "GET",
@@ -464,7 +583,7 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/fleet/check",
         fleet_check,
-        "ringfleet:fleet:get",
+        "ringfleet:fleet:check",
         "fleetCheck",
         "Orphans, allocation mismatches, excluded peers, stuck builds and deletes, "
         "node state mismatches, back-end (Ironic) mismatches.",

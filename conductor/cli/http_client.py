@@ -20,11 +20,7 @@ from conductor.common import exception
 
 __all__ = ["HttpConductorAPI", "HttpError"]
 
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.0"}
-#: Sent instead with a body that carries an image or a config drive (1.1):
-#: everything else stays at 1.0, which every API server serves.
-_IMAGES_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.1"}
-_IMAGE_FIELDS = ("image", "user_data", "meta_data", "network_data", "default_image")
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.2"}
 
 
 class HttpError(exception.RingfleetError):
@@ -66,7 +62,6 @@ class HttpConductorAPI:
     def _request(self, method: str, path: str, body: Any = None, **query: Any) -> Any:
         url = path if path.startswith("http") else f"{self.endpoint}{path}"
         params = {k: _text(v) for k, v in query.items() if v is not None}
-        images = isinstance(body, dict) and any(body.get(k) is not None for k in _IMAGE_FIELDS)
         try:
             response = self.session.request(
                 method,
@@ -74,7 +69,6 @@ class HttpConductorAPI:
                 json=body,
                 params=params or None,
                 timeout=self.timeout,
-                headers=_IMAGES_HEADER if images else None,
             )
         except requests.RequestException as exc:
             raise HttpError(f"no answer from {self.endpoint}: {type(exc).__name__}") from None
@@ -161,8 +155,15 @@ class HttpConductorAPI:
         host: str | None = None,
         limit: int = 1000,
         marker: str | None = None,
+        *,
+        all_projects: bool = False,
+        project_id: str | None = None,
     ) -> list[dict[str, Any]]:
         query = {"vm_state": vm_state, "host": host, "marker": marker}
+        if all_projects:
+            query["all_projects"] = "true"
+        if project_id is not None:
+            query["project_id"] = project_id
         return self._pages("/v1/instances", "instances", limit, query)
 
     def show_instance(self, instance: str) -> dict[str, Any]:
@@ -170,6 +171,21 @@ class HttpConductorAPI:
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+
+    # -- quotas --------------------------------------------------------------------
+
+    def show_quota(self, project_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/quotas/{_quote(project_id)}")  # type: ignore[no-any-return]
+
+    def set_quota(self, project_id: str, quotas: dict[str, int]) -> dict[str, Any]:
+        body = {"quotas": quotas}
+        return self._request("PUT", f"/v1/quotas/{_quote(project_id)}", body)  # type: ignore[no-any-return]
+
+    def delete_quota(self, project_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/quotas/{_quote(project_id)}")  # type: ignore[no-any-return]
+
+    def list_quotas(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/quotas")["quotas"]  # type: ignore[no-any-return]
 
     # -- fleet ---------------------------------------------------------------------
 

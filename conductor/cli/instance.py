@@ -36,6 +36,8 @@ _FIELDS = (
     "group_hint",
     "fault",
     "attempts",
+    "project_id",
+    "user_id",
     "created_at",
     "updated_at",
     "image",
@@ -293,6 +295,12 @@ class InstanceList(ConductorCommand, Lister):
         parser.add_argument("--state", choices=list(VmState), help="only this vm_state")
         parser.add_argument("--host", metavar="HOST", help="only on this agent")
         parser.add_argument("--limit", type=int, metavar="N", help="at most N instances")
+        parser.add_argument(
+            "--all-projects",
+            action="store_true",
+            help="every project's instances (admins; the default over RPC, as the operator)",
+        )
+        parser.add_argument("--project", metavar="PROJECT", help="only this project's (admins)")
         return parser
 
     def take_action(
@@ -303,9 +311,12 @@ class InstanceList(ConductorCommand, Lister):
                 [FieldError.about("--limit", "must be at least 1", parsed_args.limit)]
             )
         state = None if parsed_args.state is None else str(parsed_args.state)
+        scope: dict[str, Any] = {}
+        if parsed_args.all_projects or parsed_args.project is not None:
+            scope = {"all_projects": parsed_args.all_projects, "project_id": parsed_args.project}
         found = pages(
             lambda n, m: self.client.list_instances(
-                vm_state=state, host=parsed_args.host, limit=n, marker=m
+                vm_state=state, host=parsed_args.host, limit=n, marker=m, **scope
             ),
             parsed_args.limit,
             _PAGE,

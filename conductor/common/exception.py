@@ -27,6 +27,7 @@ __all__ = [
     "DuplicateNode",
     "FieldError",
     "FlavorNotFound",
+    "Forbidden",
     "IdentityTaken",
     "InstanceNotFound",
     "InvalidInput",
@@ -36,6 +37,7 @@ __all__ = [
     "NodeNotFound",
     "NotFound",
     "NotOwner",
+    "QuotaExceeded",
     "RingfleetError",
     "ServiceUnavailable",
     "first_line",
@@ -285,6 +287,45 @@ class Conflict(RingfleetError):
             index=index,
             reason=self.reason,
         )
+
+
+class Forbidden(RingfleetError):
+    """The caller may not do this (an operator's call, another project's
+    quota); nothing was changed.
+
+    :ivar reason: what is not allowed
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"forbidden: {reason}", reason=reason)
+
+
+class QuotaExceeded(Forbidden):
+    """A build would take a project over one of its quotas; nothing was stored.
+
+    The message is Nova's (``Quota exceeded for instances: Requested 3, but
+    already used 9 of 10 instances``).
+
+    :ivar resource: ``instances`` or ``resource_class:<class>``
+    :ivar requested: what the build asked for
+    :ivar used: what the project uses already
+    :ivar limit: the project's limit
+    """
+
+    def __init__(self, *, resource: str, requested: int, used: int, limit: int) -> None:
+        self.resource = resource
+        self.requested = requested
+        self.used = used
+        self.limit = limit
+        message = (
+            f"Quota exceeded for {resource}: Requested {requested}, "
+            f"but already used {used} of {limit} {resource}"
+        )
+        RingfleetError.__init__(
+            self, message, resource=resource, requested=requested, used=used, limit=limit
+        )
+        self.reason = message
 
 
 class InvalidTransition(RingfleetError):

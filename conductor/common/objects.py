@@ -189,6 +189,11 @@ class Instance(_Record):
     config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     """``user_data``, ``meta_data``, ``network_data`` (since API 1.11); not
     in ``repr()``: user data may hold secrets"""
+    project_id: str | None = None
+    """the project it belongs to (since API 1.12; ``None``: built before
+    tenancy or by the operator, admins' only)"""
+    user_id: str | None = None
+    """the user who asked for it (since API 1.12)"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.common import broker_outage, checks, deep_messages
+from conductor.common import broker_outage, checks, deep_messages, tenancy
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "get_transport",
     "observed",
     "outcome_of",
+    "outgoing_context",
     "register_opts",
 ]
 
@@ -120,18 +121,29 @@ def call(client: Any, method: str, observe: RpcObserver | None, **kwargs: Any) -
     when there is one (an HTTP request of ``ringfleet-api``, or a call a
     conductor serves), so one id follows a request across the services.
     A global request id (``X-OpenStack-Request-ID`` given to
-    ``ringfleet-api`` by another service) travels along the same way.
+    ``ringfleet-api`` by another service) travels along the same way, and
+    so does the caller's project, user and roles when the thread speaks for
+    one (a :class:`~conductor.common.tenancy.CallerContext`); without them
+    the callee takes the call for the operator's.
     """
-    current = request_context.get_current()
-    request_id = _well_formed(getattr(current, "request_id", None)) or f"req-{uuid.uuid4()}"
-    ctxt = {"request_id": request_id}
-    global_request_id = _well_formed(getattr(current, "global_request_id", None))
-    if global_request_id is not None:
-        ctxt["global_request_id"] = global_request_id
+    ctxt = outgoing_context()
     if observe is None:
         return _call(client, ctxt, method, kwargs)
     with observed(observe, method):
         return _call(client, ctxt, method, kwargs)
+
+
+def outgoing_context() -> dict[str, Any]:
+    """The RPC context of a call made now by this thread (see :func:`call`)."""
+    current = request_context.get_current()
+    request_id = _well_formed(getattr(current, "request_id", None)) or f"req-{uuid.uuid4()}"
+    ctxt: dict[str, Any] = {"request_id": request_id}
+    global_request_id = _well_formed(getattr(current, "global_request_id", None))
+    if global_request_id is not None:
+        ctxt["global_request_id"] = global_request_id
+    if isinstance(current, tenancy.CallerContext):
+        ctxt.update(current.tenancy())
+    return ctxt
 
 
 def _call(client: Any, ctxt: dict[str, Any], method: str, kwargs: dict[str, Any]) -> Any:

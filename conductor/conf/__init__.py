@@ -2,7 +2,8 @@
 
 :func:`register_opts` registers everything a conductor (and the operator
 CLI) reads: the shared groups of :mod:`conductor.common.conf` and the
-conductor's own ``[conductor]``, ``[database]`` and ``[scheduler]``, which a
+conductor's own ``[conductor]``, ``[database]``, ``[scheduler]`` and
+``[quota]``, which a
 compute agent never registers, and ``[ironic]`` for the inventory sync.
 
 Nothing here reads configuration at import time: callers build or receive a
@@ -15,7 +16,7 @@ from oslo_config import cfg
 
 from conductor.common import conf as common_conf
 from conductor.common.ironic import conf as ironic_conf
-from conductor.conf import conductor, database, scheduler
+from conductor.conf import conductor, database, quota, scheduler
 
 __all__ = ["register_opts"]
 
@@ -26,6 +27,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conductor.register_opts(conf)
     database.register_opts(conf)
     scheduler.register_opts(conf)
+    quota.register_opts(conf)
     # The inventory sync reads [ironic] (agents register it only with the
     # ironic driver).
     ironic_conf.register_opts(conf)

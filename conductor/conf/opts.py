@@ -6,7 +6,7 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from conductor.common.ironic import conf as ironic_conf
-from conductor.conf import conductor, database, scheduler
+from conductor.conf import conductor, database, quota, scheduler
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -15,6 +15,7 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
         (conductor.group, list(conductor.opts)),
         (database.group, list(database.opts)),
         (scheduler.group, list(scheduler.opts)),
+        (quota.group, list(quota.opts)),
         # Shared with the agents of the ironic driver, listed once, here.
         (ironic_conf.group, ironic_conf.list_opts()),
     ]

@@ -12,14 +12,20 @@ from __future__ import annotations
 import datetime
 import uuid as uuidlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Connection, Row, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from conductor.common.exception import DuplicateInstance, FlavorNotFound, InstanceNotFound
+from conductor.common.exception import (
+    DuplicateInstance,
+    FlavorNotFound,
+    InstanceNotFound,
+    QuotaExceeded,
+)
 from conductor.common.instance_states import Event, sources, target
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
+from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
@@ -77,6 +83,8 @@ def to_instance(row: InstanceModel | Row[Any]) -> Instance:
         scheduler_hints=row.scheduler_hints or {},
         image=row.image,
         config_drive=row.config_drive,
+        project_id=row.project_id,
+        user_id=row.user_id,
     )
 
 
@@ -99,7 +107,8 @@ def _config_drive(request: BuildRequest, uuid: str, name: str) -> dict[str, Any]
 
 
 def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance], bool]:
-    """Store a validated build request as ``count`` building instances.
+    """Store a validated build request as ``count`` building instances, of
+    no project (the builds of a caller are :func:`store_build_request`'s).
 
     Returns the instances and whether they were created now (``False``: the
     same request was stored before — a client retry — and is returned as is).
@@ -107,26 +116,51 @@ def create_instances(db: Database, request: BuildRequest) -> tuple[list[Instance
     :raises DuplicateInstance: when a client-chosen uuid exists with another
         flavor (a different request reusing an id).
     """
-    _flavor, stored, created = _store(db, request, with_flavor=False)
+    _flavor, stored, created = _store(db, request, _Owner(None, None, None), with_flavor=False)
     return stored, created
 
 
-def store_build_request(db: Database, request: BuildRequest) -> tuple[Flavor, list[Instance], bool]:
+def store_build_request(
+    db: Database,
+    request: BuildRequest,
+    *,
+    project_id: str | None = None,
+    user_id: str | None = None,
+    quota: quotas.Defaults | None = None,
+) -> tuple[Flavor, list[Instance], bool]:
     """:func:`create_instances` for a flavor that must exist, in one transaction.
+
+    The instances belong to ``project_id`` and ``user_id``.  With ``quota``
+    (the defaults) and a project, the project's quotas are checked in the
+    same transaction, race-safe (:func:`conductor.db.quotas.check`); a
+    retry of a stored request is answered whatever the quota.
 
     Returns the flavor too (what the build workers schedule with).
 
     :raises FlavorNotFound: before anything is stored
     :raises DuplicateInstance: as :func:`create_instances`
+    :raises QuotaExceeded: nothing stored
     """
-    flavor, stored, created = _store(db, request, with_flavor=True)
+    owner = _Owner(project_id, user_id, quota)
+    flavor, stored, created = _store(db, request, owner, with_flavor=True)
     assert flavor is not None
     return flavor, stored, created
 
 
+class _Owner(NamedTuple):
+    project_id: str | None
+    user_id: str | None
+    quota: quotas.Defaults | None
+
+
 @retry_on_dead_connection
 def _store(
-    db: Database, request: BuildRequest, *, with_flavor: bool, check_first: bool = False
+    db: Database,
+    request: BuildRequest,
+    owner: _Owner,
+    *,
+    with_flavor: bool,
+    check_first: bool = False,
 ) -> tuple[Flavor | None, list[Instance], bool]:
     """One transaction; ``check_first`` reads the ids before inserting them.
 
@@ -152,35 +186,49 @@ def _store(
             image = request.image
             if image is None and flavor is not None:
                 image = flavor.default_image
-            existing = (
-                {row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})}
-                if check_first
-                else {}
-            )
-            if existing:
-                # A retry of the same request returns what was stored; any
-                # other use of these ids is a different request: refused.
-                for index, u in enumerate(uuids):
-                    row = existing.get(u)
-                    if row is None:
-                        continue
-                    same = (
-                        len(existing) == len(uuids)
-                        and row.flavor == request.flavor
-                        and row.group_hint == request.group
-                        and (row.scheduler_hints or {}) == dict(request.scheduler_hints)
-                        and row.name == names[index]
-                        and row.image == (None if image is None else dict(image))
-                        and row.config_drive == drives[index]
+            stored_image = None if image is None else dict(image)
+            if check_first:
+                existing = _existing(connection, uuids)
+                if existing:
+                    return (
+                        flavor,
+                        _retried(
+                            request,
+                            owner,
+                            uuids,
+                            names,
+                            existing,
+                            image=stored_image,
+                            drives=drives,
+                        ),
+                        False,
                     )
-                    if not same:
-                        raise DuplicateInstance(
-                            field="instance_uuids",
-                            value=u,
-                            index=index,
-                            reason="instance id used by another build request",
+            if flavor is not None and owner.quota is not None and owner.project_id is not None:
+                try:
+                    quotas.check(
+                        connection,
+                        owner.project_id,
+                        flavor.resource_class,
+                        len(uuids),
+                        owner.quota,
+                    )
+                except QuotaExceeded:
+                    # A client's retry of a stored request is answered with
+                    # it, even when the project is at its quota now.
+                    retry = request.instance_uuids and not check_first
+                    existing = _existing(connection, uuids) if retry else {}
+                    if existing:
+                        retried = _retried(
+                            request,
+                            owner,
+                            uuids,
+                            names,
+                            existing,
+                            image=stored_image,
+                            drives=drives,
                         )
-                return flavor, [to_instance(existing[u]) for u in uuids], False
+                        return flavor, retried, False
+                    raise
             now = utcnow()
             requested = target(Event.REQUEST)
             stored = [
@@ -196,8 +244,10 @@ def _store(
                     created_at=now,
                     updated_at=now,
                     scheduler_hints=dict(request.scheduler_hints),
-                    image=None if image is None else dict(image),
+                    image=stored_image,
                     config_drive=drive,
+                    project_id=owner.project_id,
+                    user_id=owner.user_id,
                 )
                 for u, name, drive in zip(uuids, names, drives, strict=True)
             ]
@@ -216,6 +266,8 @@ def _store(
                         "scheduler_hints": dict(i.scheduler_hints),
                         "image": i.image,
                         "config_drive": i.config_drive,
+                        "project_id": i.project_id,
+                        "user_id": i.user_id,
                         "created_at": now,
                         "updated_at": now,
                     }
@@ -223,10 +275,55 @@ def _store(
                 ],
             )
             return flavor, stored, True
+    except quotas.NoLockRow as missing:
+        # The project's first limited build: nothing was written.
+        quotas.add_project(db, missing.project_id)
+        return _store(db, request, owner, with_flavor=with_flavor, check_first=check_first)
     except IntegrityError:
         # An id is stored already (a retry, a reused id, or a concurrent
         # identical request that won): read first this time.
-        return _store(db, request, with_flavor=with_flavor, check_first=True)
+        return _store(db, request, owner, with_flavor=with_flavor, check_first=True)
+
+
+def _existing(connection: Connection, uuids: list[str]) -> dict[str, Row[Any]]:
+    return {row.uuid: row for row in connection.execute(_INSTANCES_BY_UUIDS, {"uuids": uuids})}
+
+
+def _retried(
+    request: BuildRequest,
+    owner: _Owner,
+    uuids: list[str],
+    names: list[str],
+    existing: dict[str, Row[Any]],
+    *,
+    image: dict[str, Any] | None,
+    drives: list[dict[str, Any] | None],
+) -> list[Instance]:
+    """A retry of the same request returns what was stored; any other use
+    of these ids (another project's included) is a different request: refused.
+    """
+    for index, u in enumerate(uuids):
+        row = existing.get(u)
+        if row is None:
+            continue
+        same = (
+            len(existing) == len(uuids)
+            and row.flavor == request.flavor
+            and row.group_hint == request.group
+            and (row.scheduler_hints or {}) == dict(request.scheduler_hints)
+            and row.name == names[index]
+            and row.project_id == owner.project_id
+            and row.image == image
+            and row.config_drive == drives[index]
+        )
+        if not same:
+            raise DuplicateInstance(
+                field="instance_uuids",
+                value=u,
+                index=index,
+                reason="instance id used by another build request",
+            )
+    return [to_instance(existing[u]) for u in uuids]
 
 
 @retry_on_dead_connection
@@ -264,8 +361,12 @@ def list_instances(
     include_deleted: bool = False,
     limit: int = 1000,
     marker: str | None = None,
+    project_id: str | None = None,
 ) -> list[Instance]:
+    """Instances in uuid order; only ``project_id``'s when given."""
     query = select(InstanceModel).order_by(InstanceModel.uuid).limit(limit)
+    if project_id is not None:
+        query = query.where(InstanceModel.project_id == project_id)
     if vm_state is not None:
         query = query.where(InstanceModel.vm_state == vm_state.value)
     elif not include_deleted:

@@ -50,6 +50,8 @@ __all__ = [
     "FlavorModel",
     "InstanceModel",
     "NodeModel",
+    "QuotaLimitModel",
+    "QuotaProjectModel",
     "binary_collation",
     # The column defaults stamp with it; the database layer's modules import
     # it from here.
@@ -221,3 +223,46 @@ class AgentModel(Base):
     gone_since: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
     restart_until: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
     weight: Mapped[float] = mapped_column(_Double, nullable=False, default=1.0)
+
+
+class QuotaLimitModel(Base):
+    """A project's own limit of one resource, overriding ``[quota]``'s default.
+
+    ``resource`` is ``instances`` or ``resource_class:<class>``; ``hard_limit``
+    -1 is unlimited.  Usage is never stored: it is counted from ``instances``
+    under the project's :class:`QuotaProjectModel` row lock
+    (:mod:`conductor.db.quotas`).
+    """
+
+    __tablename__ = "quota_limits"
+    __table_args__ = (
+        UniqueConstraint("project_id", "resource", name="uniq_quota_limits0project_id0resource"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    resource: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    hard_limit: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
+    )
+    updated_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow, onupdate=utcnow
+    )
+
+
+class QuotaProjectModel(Base):
+    """One row per project that ever built: the lock its builds serialize on.
+
+    A build of a project first updates this row (a row lock on every
+    database, the write lock on SQLite), then counts the project's usage and
+    inserts its instances in the same transaction: two builds of one project
+    never count at the same time, whichever conductors run them.
+    ``builds`` counts the transactions that took the lock (how busy a
+    project's quota is; nothing depends on its value).
+    """
+
+    __tablename__ = "quota_projects"
+
+    project_id: Mapped[str] = mapped_column(ExactString(255), primary_key=True)
+    builds: Mapped[int] = mapped_column(Integer, nullable=False, default=0)

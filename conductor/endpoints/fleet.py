@@ -15,9 +15,10 @@ import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common.clock import utcnow
-from conductor.common.exception import FieldError, InvalidInput, ServiceUnavailable
+from conductor.common.exception import FieldError, Forbidden, InvalidInput, ServiceUnavailable
 from conductor.common.ironic import states as ironic_states
 from conductor.common.objects import VmState
+from conductor.common.tenancy import Caller
 from conductor.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.db import fleet_report
 from conductor.db.engine import Database
@@ -191,7 +192,12 @@ class FleetEndpoint:
         tell who is alive and says so as a problem of its own.  Since 1.9
         the reply carries ``stuck_after``, the bound the stuck work was
         checked against (seconds).
+
+        Admins only (since 1.12): the problems name every project's
+        instances (invariant 12).
         """
+        if not Caller.from_ctxt(ctxt).is_admin:
+            raise Forbidden("fleet check names every project's instances: admins only")
         view = self._fleet.view()
         state = self._fleet.state
         stuck_after = float(self._stuck_after())

@@ -3,20 +3,28 @@
 A build request is stored as instance rows before anything else happens,
 then handed to the build queue; the reply carries the instance ids at once
 and progress is visible through ``show_instance``/``list_instances``.
+
+Every call is scoped to its caller (:class:`~conductor.common.tenancy.Caller`,
+from the RPC context; invariant 12): an instance belongs to the project of
+the build's caller, counts against its quotas, and is seen and deleted by
+that project and admins only; to anyone else it does not exist
+(``InstanceNotFound``, as Nova answers 404).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
 from conductor.common.checks import validate_uuid
+from conductor.common.exception import Forbidden, InstanceNotFound, QuotaExceeded
 from conductor.common.instance_states import Event, can
 from conductor.common.objects import Flavor, Instance
-from conductor.db import instances
+from conductor.common.tenancy import Caller
+from conductor.db import instances, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
 from conductor.validation import arguments, check_vm_state, validate_build_request
@@ -43,25 +51,54 @@ class InstancesEndpoint:
 
     target = messaging.Target(version=API_VERSION)
 
-    def __init__(self, db: Database, queue: BuildQueue) -> None:
+    def __init__(
+        self,
+        db: Database,
+        queue: BuildQueue,
+        quota: Callable[[], quotas.Defaults] = quotas.Defaults,
+    ) -> None:
+        """``quota``: the ``[quota]`` defaults, read at each build (a
+        reloaded configuration applies to the next one)."""
         self._db = db
         self._queue = queue
+        self._quota = quota
 
     def build_instances(self, ctxt: dict[str, Any], request: Any) -> list[dict[str, Any]]:
-        """Store ``count`` instances of a flavor and start building them.
+        """Store ``count`` instances of a flavor for the caller's project and
+        start building them.
 
         Idempotent when the request carries ``instance_uuids``: a retry
-        returns the instances stored the first time.
+        returns the instances stored the first time.  Refused whole
+        (``QuotaExceeded``, nothing stored) when it would take the project
+        over a quota.
         """
+        caller = Caller.from_ctxt(ctxt)
         build = validate_build_request(request)
-        # FlavorNotFound before anything is stored; one transaction.
-        flavor, stored, created = instances.store_build_request(self._db, build)
+        # FlavorNotFound and QuotaExceeded before anything is stored; one transaction.
+        try:
+            flavor, stored, created = instances.store_build_request(
+                self._db,
+                build,
+                project_id=caller.project_id,
+                user_id=caller.user_id,
+                quota=self._quota(),
+            )
+        except QuotaExceeded as exc:
+            # The caller is told; the operator sees who runs into quotas.
+            LOG.info(
+                "Build request %s refused for project %s: %s",
+                ctxt.get("request_id"),
+                caller.project_id,
+                exc,
+            )
+            raise
         if created:
             LOG.info(
-                "Build request %s: %d x %s stored",
+                "Build request %s: %d x %s stored for project %s",
                 ctxt.get("request_id"),
                 len(stored),
                 build.flavor,
+                caller.project_id,
             )
             self._queue.submit_stored(stored, flavor)
         return [i.to_dict() for i in stored]
@@ -73,7 +110,24 @@ class InstancesEndpoint:
         host: Any = None,
         limit: Any = 1000,
         marker: Any = None,
+        *,
+        all_projects: Any = False,
+        project_id: Any = None,
     ) -> list[dict[str, Any]]:
+        """The caller's project's instances; an admin's ``all_projects``
+        (since 1.12) lists every project's, or ``project_id``'s only.
+
+        An admin without a project (the operator) lists every project's.
+        """
+        caller = Caller.from_ctxt(ctxt)
+        everyone = arguments.check_bool(all_projects, "all_projects")
+        project = None if project_id is None else arguments.check_project(project_id)
+        if (everyone or project is not None) and not caller.is_admin:
+            raise Forbidden("all_projects and project_id are for admins only")
+        if project is None and not everyone:
+            if caller.project_id is None and not caller.is_admin:
+                return []  # a caller of no project owns nothing
+            project = caller.project_id
         return [
             _listed(i)
             for i in instances.list_instances(
@@ -82,17 +136,30 @@ class InstancesEndpoint:
                 host=None if host is None else arguments.check_host(host),
                 limit=arguments.check_limit(limit),
                 marker=None if marker is None else validate_uuid(marker, "marker"),
+                project_id=project,
             )
         ]
 
     def show_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
-        """The instance, its image and config drive (user data included) too."""
-        return instances.get_instance(self._db, validate_uuid(instance, "instance")).to_dict()
+        """The instance, its image and config drive (user data included) too,
+        if the caller may see it."""
+        return self._visible(ctxt, validate_uuid(instance, "instance")).to_dict()
+
+    def _visible(self, ctxt: dict[str, Any], uuid: str) -> Instance:
+        """The instance if the caller may see it.
+
+        :raises InstanceNotFound: it does not exist, or is another project's
+            (whose existence is not the caller's business, as in Nova).
+        """
+        found = instances.get_instance(self._db, uuid)
+        if not Caller.from_ctxt(ctxt).owns(found.project_id):
+            raise InstanceNotFound(uuid)
+        return found
 
     def delete_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
         """Start deleting an instance: the node is torn down, then freed."""
         uuid = validate_uuid(instance, "instance")
-        current = instances.get_instance(self._db, uuid)
+        current = self._visible(ctxt, uuid)
         # Deleting a deleted instance answers with it and changes nothing.
         if can(Event.DELETE, current.vm_state):
             instances.set_state(self._db, uuid, Event.DELETE)

@@ -10,6 +10,7 @@ import oslo_messaging as messaging
 from conductor.common import checks
 from conductor.common.checks import validate_name
 from conductor.common.exception import ConfigurationError, Conflict, FieldError, InvalidInput
+from conductor.common.tenancy import Caller
 from conductor.db import flavors, ownership
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
@@ -29,6 +30,14 @@ from conductor.validation import (
 __all__ = ["InventoryEndpoint"]
 
 LOG = logging.getLogger(__name__)
+
+
+def _for_caller(ctxt: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes as the caller may see them: a node's instance is any project's,
+    so only admins see which (invariant 12); others see that it is taken."""
+    if Caller.from_ctxt(ctxt).is_admin:
+        return nodes
+    return [{**n, "instance_uuid": None} if n.get("instance_uuid") else n for n in nodes]
 
 
 class InventoryEndpoint:
@@ -93,10 +102,12 @@ class InventoryEndpoint:
         limit = arguments.check_limit(limit)
         if marker is not None:
             marker = checks.validate_uuid(marker, "marker")
-        return node_db.list_node_dicts(self._db, limit=limit, marker=marker, **checked)
+        found = node_db.list_node_dicts(self._db, limit=limit, marker=marker, **checked)
+        return _for_caller(ctxt, found)
 
     def show_node(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
-        return node_db.get_node(self._db, arguments.check_ident(node, "node")).to_dict()
+        found = node_db.get_node(self._db, arguments.check_ident(node, "node")).to_dict()
+        return _for_caller(ctxt, [found])[0]
 
     def set_node_maintenance(
         self, ctxt: dict[str, Any], node: Any, maintenance: Any, reason: Any = None

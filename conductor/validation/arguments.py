@@ -13,6 +13,7 @@ compute agent uses too (uuid, name, epoch) are in
 from __future__ import annotations
 
 import datetime
+import re
 import uuid as uuidlib
 from collections.abc import Mapping
 
@@ -24,6 +25,7 @@ from conductor.common.checks import (
     validate_uuid,
 )
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.schemas import RESOURCE_CLASS_PATTERN
 
 __all__ = [
     "MAX_AGENT_BATCH",
@@ -33,6 +35,8 @@ __all__ = [
     "check_host",
     "check_ident",
     "check_limit",
+    "check_project",
+    "check_quota_limits",
     "check_time",
     "check_uuid_list",
 ]
@@ -145,3 +149,51 @@ def check_groups(value: object, field: str = "groups") -> list[str]:
             [FieldError.about(field, f"must be a list of at most {MAX_GROUPS} group names", value)]
         )
     return value
+
+
+#: The largest quota limit (a 32-bit column); -1 is unlimited.
+MAX_QUOTA_LIMIT = 2**31 - 1
+_QUOTA_RESOURCE = re.compile(
+    r"^(instances|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
+)
+
+
+def check_project(value: object, field: str = "project_id") -> str:
+    """A Keystone project id (as the token carries it: 1 to 255 characters)."""
+    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+        raise InvalidInput([FieldError.about(field, "a project id (1 to 255 characters)", value)])
+    return value
+
+
+def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
+    """``{resource: limit}``: ``instances`` or ``resource_class:<class>`` to a
+    whole number from -1 (unlimited) to 2**31-1; every bad entry named."""
+    if not isinstance(value, Mapping) or not value:
+        raise InvalidInput(
+            [FieldError.about(field, "a non-empty object of resource: limit", value)]
+        )
+    errors: list[FieldError] = []
+    limits: dict[str, int] = {}
+    for resource, limit in value.items():
+        where = f"{field}.{str(resource)[:100]}"
+        if not isinstance(resource, str) or not _QUOTA_RESOURCE.match(resource):
+            errors.append(
+                FieldError.about(
+                    where, "not a quota: use instances or resource_class:<class>", resource
+                )
+            )
+        elif (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not -1 <= limit <= MAX_QUOTA_LIMIT
+        ):
+            errors.append(
+                FieldError.about(
+                    where, f"a whole number from -1 (unlimited) to {MAX_QUOTA_LIMIT}", limit
+                )
+            )
+        else:
+            limits[resource] = limit
+    if errors:
+        raise InvalidInput(errors)
+    return limits

@@ -18,11 +18,13 @@ import requests
 from tests.harness import REPO, wait_for
 from tests.harness.ports import free_port
 
-#: Static tokens of the API's token file: token -> roles.
+#: Static tokens of the API's token file: token -> roles and project.  What
+#: a token builds belongs to its project, and it sees that project's only.
 TOKENS = {
-    "admin-token": "admin,member,reader",
-    "member-token": "member,reader",
-    "reader-token": "reader",
+    "admin-token": "admin,member,reader demo",
+    "member-token": "member,reader demo",
+    "reader-token": "reader demo",
+    "other-member-token": "member,reader other",
 }
 
 

@@ -13,8 +13,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,13 @@ import requests
 from conductor.api import microversion
 from conductor.api.v1 import ROUTES
 from tests.functional.api_harness import ApiServer
-from tests.functional.fleet_harness import Fleet, log_tails, running_fleet
+from tests.functional.fleet_harness import (
+    Fleet,
+    log_lines,
+    log_tails,
+    running_fleet,
+    start_processes,
+)
 from tests.harness import wait_for
 
 NODES = 110
@@ -193,7 +201,8 @@ def test_enroll_build_100_watch_active_and_delete(
     # The fleet reports over HTTP.
     status = _ok(reader.get(f"{url}/v1/fleet/status"), 200)
     assert {a["host"] for a in status["agents"]} == {"agent-1", "agent-2"}
-    _ok(reader.get(f"{url}/v1/fleet/check"), 200)
+    _ok(admin.get(f"{url}/v1/fleet/check"), 200)
+    _error(reader.get(f"{url}/v1/fleet/check"), 403)  # it names every project's instances
     _ok(reader.get(f"{url}/v1/fleet/ring"), 200)
 
     # A reader cannot delete; a member deletes them all.
@@ -440,3 +449,64 @@ def test_the_cli_goes_through_the_api_with_os_endpoint(fleet: Fleet, server: Api
         check=False,
     )
     assert wrong.returncode == 1 and "401" in wrong.stderr, wrong.stderr
+
+
+def test_two_apis_on_two_conductors_never_exceed_a_quota(
+    fleet: Fleet, server: ApiServer, transport_url: str
+) -> None:
+    """Invariant 12 end to end: 50 builds at once through two API processes
+    served by two conductors, against a quota of 10; another project's
+    member neither sees nor deletes the instances."""
+    url = server.url
+    admin = server.session("admin-token")
+    admin.headers["OpenStack-API-Version"] = "baremetal-fleet 1.2"  # quotas, all_projects
+    start_processes(fleet, ["cond-2"])
+    second = ApiServer(fleet.workdir, transport_url, name="api-2").start()
+    try:
+        quota = admin.put(f"{url}/v1/quotas/other", json={"quotas": {"instances": 10}})
+        assert _ok(quota, 200)["quotas"]["instances"]["limit"] == 10
+        bases = [server.url, second.url] * 25
+        start = threading.Barrier(len(bases))
+
+        def build(base: str) -> requests.Response:
+            session = server.session("other-member-token")  # one per thread
+            start.wait()
+            return session.post(f"{base}/v1/instances", json={"flavor": "small"}, timeout=TIMEOUT)
+
+        with ThreadPoolExecutor(len(bases)) as pool:
+            answers = list(pool.map(build, bases))
+        built = [a.json()["instances"][0] for a in answers if a.status_code == 202]
+        refused = [_error(a, 403) for a in answers if a.status_code != 202]
+        assert (len(built), len(refused)) == (10, 40)
+        assert {e["code"] for e in refused} == {"ringfleet.quota_exceeded"}
+        assert "already used 10 of 10 instances" in refused[-1]["detail"]
+        # Both conductors took builds (the race was across them).
+        for name in ("cond-1", "cond-2"):
+            assert log_lines(fleet, name, "for project other"), name
+        shown = _ok(admin.get(f"{url}/v1/quotas/other"), 200)["quotas"]["instances"]
+        assert (shown["in_use"], shown["default"]) == (10, False)
+
+        # Another project's member: 404, nothing deleted; its own list is blind to them.
+        mine = server.session("member-token")
+        for instance in built[:2]:
+            _error(mine.get(f"{url}/v1/instances/{instance['uuid']}"), 404)
+            _error(mine.delete(f"{url}/v1/instances/{instance['uuid']}"), 404)
+        listed = {i["uuid"] for i in _all(mine, f"{url}/v1/instances", "instances")}
+        assert not listed & {i["uuid"] for i in built}
+        other = server.session("other-member-token")
+        every = _all(admin, f"{url}/v1/instances?all_projects=1&project_id=other", "instances")
+        assert {i["uuid"] for i in every} == {i["uuid"] for i in built}
+
+        # Deleting frees the quota: the fleet is left as it was found.
+        for instance in built:
+            _ok(other.delete(f"{url}/v1/instances/{instance['uuid']}"), 202)
+
+        def freed() -> bool:
+            used = _ok(admin.get(f"{url}/v1/quotas/other"), 200)["quotas"]["instances"]
+            return used["in_use"] == 0
+
+        wait_for(freed, 120, "the quota freed by the deletes")
+        _ok(admin.delete(f"{url}/v1/quotas/other"), 200)
+    finally:
+        second.stop()
+        fleet.procs["cond-2"].terminate()

@@ -253,3 +253,36 @@ def test_a_keystone_outage_is_503_then_heals(server: ApiServer, identity: Identi
     finally:
         _ctl("start-keystone")
     assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+
+
+def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: Identity) -> None:
+    """Invariant 12 with Keystone tokens: the instance takes the token's
+    project and user; a member of another project gets 404 for it."""
+    url = server.url
+    v12 = {"OpenStack-API-Version": "baremetal-fleet 1.2"}
+    member, admin = _as(identity.tokens["member"]), _as(identity.tokens["admin"])
+    flavor = {"name": f"ks-{uuid.uuid4().hex[:8]}", "resource_class": "baremetal"}
+    assert admin.post(f"{url}/v1/flavors", json=flavor, timeout=TIMEOUT).status_code == 201
+    built = member.post(
+        f"{url}/v1/instances", json={"flavor": flavor["name"]}, headers=v12, timeout=TIMEOUT
+    )
+    assert built.status_code == 202, built.text[:2000]
+    [instance] = built.json()["instances"]
+    assert instance["project_id"] == identity.project_id
+    assert instance["user_id"] and instance["user_id"] != "token-1"
+
+    # A member of another project.
+    suffix = uuid.uuid4().hex[:8]
+    keystone = identity.url
+    project = _create(identity.admin, keystone, "project", {"name": f"rf-other-{suffix}"})
+    password = uuid.uuid4().hex
+    body = {"name": f"rf-other-{suffix}", "password": password, "domain_id": "default"}
+    user = _create(identity.admin, keystone, "user", body)
+    _grant(identity.admin, keystone, project, user, "member")
+    stranger = _as(identity.token(body["name"], password, project))
+    path = f"{url}/v1/instances/{instance['uuid']}"
+    _refused(stranger.get(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
+    _refused(stranger.delete(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
+    listed = stranger.get(f"{url}/v1/instances", timeout=TIMEOUT).json()["instances"]
+    assert instance["uuid"] not in {i["uuid"] for i in listed}
+    assert member.delete(path, timeout=TIMEOUT).status_code == 202

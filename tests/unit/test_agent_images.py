@@ -21,7 +21,7 @@ from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import NO_DEPLOY_SPEC, DeploySpec
 from compute_agent.drivers.simulated.node_store import SqliteNodeStore
 from compute_agent.endpoints import ComputeEndpoint
-from compute_agent.rpcapi import API_VERSION, ComputeAPI
+from compute_agent.rpcapi import ComputeAPI
 from conductor.common.exception import InvalidInput
 from conductor.common.ironic.client import BaremetalClient
 from conductor.common.objects import Node
@@ -53,10 +53,6 @@ DRIVE = {
     "network_data": {"links": []},
 }
 SPEC = DeploySpec(image=IMAGE, config_drive=DRIVE)
-
-
-def test_the_compute_api_is_1_2() -> None:
-    assert API_VERSION == "1.2"
 
 
 # -- the endpoint ---------------------------------------------------------------------------

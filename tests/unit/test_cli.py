@@ -521,6 +521,26 @@ def test_flavor_commands(fleet: Embedded) -> None:
     assert gone.code == 1 and "flavor 'cli-flavor' not found" in gone.err
 
 
+def test_quota_commands(fleet: Embedded) -> None:
+    """The operator (RPC) sets, shows, lists and drops a project's quota."""
+    argv = ("quota", "set", "cli-project", "--instances", "5")
+    set_ = fleet.run(*argv, "--resource-class", "baremetal=2", "-f", "json")
+    assert set_.code == 0, set_.err
+    rows = {r["Resource"]: r for r in set_.json()}
+    assert rows["instances"] == {"Resource": "instances", "Limit": 5, "In use": 0, "Default": False}
+    assert rows["resource_class:baremetal"]["Limit"] == 2
+    shown = fleet.run("quota", "show", "cli-project", "-f", "json").json()
+    assert {r["Resource"]: r["Limit"] for r in shown}["instances"] == 5
+    listed = fleet.run("quota", "list", "-f", "json").json()
+    assert {"Project": "cli-project", "Resource": "instances", "Limit": 5} in listed
+    bad = fleet.run("quota", "set", "cli-project", "--resource-class", "baremetal=many")
+    assert bad.code == 1 and "--resource-class baremetal" in bad.err, bad.err
+    nothing = fleet.run("quota", "set", "cli-project")
+    assert nothing.code == 1 and "--instances" in nothing.err
+    assert fleet.run("quota", "delete", "cli-project").code == 0
+    assert fleet.run("quota", "list", "-f", "json").json() == []
+
+
 def test_instance_create_wait_error_exits_1(fleet: Embedded) -> None:
     # No node of this class exists: the build ends in ERROR (no valid node).
     assert (

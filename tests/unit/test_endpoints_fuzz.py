@@ -35,19 +35,26 @@ from conductor.build import BuildLifecycle
 from conductor.common import exception, rpc
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 from conductor.common.objects import Flavor, Instance
-from conductor.db import allocations
+from conductor.db import allocations, quotas
 from conductor.db.engine import Database
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
+from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
 
 CTXT: dict[str, Any] = {"request_id": "req-fuzz"}
-ENDPOINT_CLASSES = (InventoryEndpoint, InstancesEndpoint, FleetEndpoint, AgentsEndpoint)
+ENDPOINT_CLASSES = (
+    InventoryEndpoint,
+    InstancesEndpoint,
+    QuotasEndpoint,
+    FleetEndpoint,
+    AgentsEndpoint,
+)
 FUZZ = settings(
     max_examples=80,
     deadline=None,
@@ -102,7 +109,14 @@ class Fuzzed:
         """Row count and checksum of every table: cheap on a small database."""
         out = {}
         with self.db.transaction() as session:
-            for table in ("nodes", "flavors", "instances", "agents"):
+            for table in (
+                "nodes",
+                "flavors",
+                "instances",
+                "agents",
+                "quota_limits",
+                "quota_projects",
+            ):
                 rows = session.execute(text(f"SELECT * FROM {table} ORDER BY 1")).all()
                 out[table] = (len(rows), hashlib.sha256(repr(rows).encode()).hexdigest())
         return out
@@ -128,7 +142,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     fleet.on_change(_view(*LIVE, "agent-gone"))
     queue = RecordingQueue()
     inventory = InventoryEndpoint(db, fleet)
-    instances = InstancesEndpoint(db, queue)
+    instances = InstancesEndpoint(db, queue, quota=lambda: quotas.Defaults(instances=50))
     inventory.import_nodes(
         CTXT,
         nodes=[
@@ -160,6 +174,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
         endpoints={
             "inventory": inventory,
             "instances": instances,
+            "quotas": QuotasEndpoint(db, lambda: quotas.Defaults(instances=50)),
             "fleet": FleetEndpoint(db, fleet, "cond-fuzz", StubCompute()),
             "agents": agents,
         },
@@ -192,6 +207,12 @@ NODE_IDENT = st.sampled_from([0, 0, 0, 1, 2]).flatmap(lambda i: (SEEDED_NODE, NA
 EPOCH = st.integers(-1, 4) | st.sampled_from([2**31 - 2, 2**31 - 1, 2**63, 2**64]) | st.integers()
 TRAITS = st.lists(st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True), max_size=3)
 RESOURCE_CLASS = st.sampled_from(["baremetal", "gold"]) | NAMES
+PROJECT = st.sampled_from(["p1", "p2", "p1", ""]) | st.text(max_size=8)
+QUOTAS = st.dictionaries(
+    st.sampled_from(["instances", "resource_class:gold", "resource_class:a b", "cores"]),
+    st.integers(-2, 60) | st.sampled_from([2**31 - 1, 2**31]),
+    max_size=3,
+)
 
 
 def _weighted(valid: st.SearchStrategy[Any], valid_in: int) -> st.SearchStrategy[Any]:
@@ -381,10 +402,16 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
                 "host": fuzz(HOST),
                 "limit": fuzz(LIMIT),
                 "marker": fuzz(UUID_LIKE),
+                "all_projects": fuzz(st.booleans()),
+                "project_id": fuzz(PROJECT),
             },
         ),
     ),
     "show_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "show_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT)})),
+    "set_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT), "quotas": fuzz(QUOTAS)})),
+    "delete_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT)})),
+    "list_quotas": ("quotas", kwargs({})),
     "delete_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
     "fleet_status": ("fleet", kwargs({})),
     "ring_status": ("fleet", kwargs({})),
@@ -449,6 +476,28 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
     "report_node_states": ("agents", kwargs({"host": fuzz(HOST), "states": fuzz(STATES)})),
 }
 
+#: Who calls: mostly the operator, as before 1.12; a project's member or an
+#: admin; or a context whose caller keys are junk.
+CONTEXTS = st.sampled_from([0, 0, 0, 1, 1, 2, 3]).flatmap(
+    lambda i: (
+        st.just(dict(CTXT)),
+        st.builds(
+            lambda p: {**CTXT, "project_id": p, "user_id": "u", "roles": ["member", "reader"]},
+            st.sampled_from(["p1", "p2"]),
+        ),
+        st.just({**CTXT, "project_id": "p1", "roles": ["admin"], "is_admin": True}),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "project_id": fuzz(PROJECT),
+                "user_id": JSON,
+                "roles": fuzz(st.lists(st.sampled_from(["admin", "member"]))),
+                "is_admin": fuzz(st.booleans()),
+            },
+        ).map(lambda extra: {**CTXT, **extra}),
+    )[i]
+)
+
 MEMBERSHIP_STATES = st.sampled_from([State.CONNECTED] * 8 + [State.SUSPENDED, State.LOST])
 
 
@@ -470,10 +519,11 @@ def test_endpoint_method_fuzz(fuzzed: Fuzzed, method: str, data: st.DataObject) 
     call = getattr(fuzzed.endpoints[where], method)
     payload = data.draw(strategy, label="payload")
     fuzzed.membership.state = data.draw(MEMBERSHIP_STATES, label="membership")
+    ctxt = data.draw(CONTEXTS, label="context")
     before = fuzzed.snapshot()
     queued = (len(fuzzed.queue.submitted), len(fuzzed.queue.deleted))
     try:
-        result = call(dict(CTXT), **payload)
+        result = call(ctxt, **payload)
     except InvalidInput as exc:
         event("InvalidInput")
         assert exc.errors, "an InvalidInput must name at least one field"
@@ -510,6 +560,14 @@ EXCEPTIONS: dict[type[RingfleetError], st.SearchStrategy[RingfleetError]] = {
         st.lists(st.tuples(TEXT, st.integers(0, 10**6)), max_size=4),
     ),
     exception.ServiceUnavailable: st.builds(exception.ServiceUnavailable, TEXT),
+    exception.Forbidden: st.builds(exception.Forbidden, TEXT),
+    exception.QuotaExceeded: st.builds(
+        exception.QuotaExceeded,
+        resource=TEXT,
+        requested=st.integers(1, 1000),
+        used=st.integers(0, 10**6),
+        limit=st.integers(-1, 10**6),
+    ),
     exception.DatabaseUnavailable: st.builds(exception.DatabaseUnavailable, TEXT),
     exception.NotOwner: st.builds(exception.NotOwner, TEXT, OPT_TEXT, st.integers(0, 2**31)),
     exception.DriverError: st.builds(exception.DriverError, TEXT, TEXT, TEXT),

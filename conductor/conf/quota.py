@@ -1,0 +1,57 @@
+"""Options of the ``[quota]`` group: the limits of a project without its own.
+
+A project's own limits (``ringfleet quota set``, ``PUT /v1/quotas/{project}``)
+replace these per resource; ``-1`` is unlimited.  Usage is counted, never
+stored: instances that are not ``deleted`` (``building``, ``active``,
+``error`` and ``deleting`` ones count, as in Nova), and per resource class
+the nodes those instances hold or will hold (one per instance of a flavor
+of that class).  Builds by the operator (no project) count against nothing.
+"""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from conductor.common.conf.groups import register_group_opts
+
+group = cfg.OptGroup(
+    "quota",
+    title="Quota options",
+    help="Default per-project limits; -1 is unlimited.",
+)
+
+opts = [
+    cfg.IntOpt(
+        "instances",
+        default=-1,
+        min=-1,
+        help=(
+            "Instances a project may have (not deleted) unless it has its own "
+            "limit. -1 (the default, so that an upgrade refuses nothing) is "
+            "unlimited; Nova's default is 10."
+        ),
+    ),
+    cfg.IntOpt(
+        "nodes",
+        default=-1,
+        min=-1,
+        help=(
+            "Nodes of any one resource class a project may use (its instances "
+            "of flavors of that class, not deleted) unless resource_class_nodes "
+            "or the project's own limit says otherwise. -1 is unlimited."
+        ),
+    ),
+    cfg.DictOpt(
+        "resource_class_nodes",
+        default={},
+        help=(
+            "Per resource class, the default limit of nodes of that class a "
+            "project may use, e.g. 'baremetal-gold:4,baremetal-large:10' "
+            "(overrides 'nodes' for those classes)."
+        ),
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    register_group_opts(conf, group, opts)
