@@ -20,89 +20,20 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import requests
-from keystoneauth1 import session as ks_session
-from keystoneauth1.identity import v3
 
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, running_fleet
+from tests.functional.keystone_harness import ROLES, Identity, make_identity
 
 TIMEOUT = 30
-ROLES = ("reader", "member", "admin")
-
-
-@dataclass
-class Identity:
-    """What the module made in Keystone: a project, a token per role, the service user."""
-
-    url: str
-    admin: ks_session.Session
-    project_id: str
-    tokens: dict[str, str]
-    service_user: str
-    service_password: str
-    service_project: str
-
-    def token(self, user: str, password: str, project_id: str) -> str:
-        auth = v3.Password(
-            auth_url=self.url,
-            username=user,
-            password=password,
-            user_domain_id="default",
-            project_id=project_id,
-        )
-        return str(auth.get_token(ks_session.Session()))
-
-
-def _create(admin: ks_session.Session, url: str, kind: str, body: dict[str, Any]) -> str:
-    """POST /v3/<kind>s as the admin; the new object's id."""
-    reply = admin.post(f"{url}/{kind}s", json={kind: body})
-    return str(reply.json()[kind]["id"])
-
-
-def _grant(admin: ks_session.Session, url: str, project: str, user: str, role: str) -> None:
-    role_id = admin.get(f"{url}/roles", params={"name": role}).json()["roles"][0]["id"]
-    admin.put(f"{url}/projects/{project}/users/{user}/roles/{role_id}")
 
 
 @pytest.fixture(scope="module")
 def identity(keystone_url: str) -> Identity:
-    admin = ks_session.Session(
-        auth=v3.Password(
-            auth_url=keystone_url,
-            username="admin",
-            password=os.environ["RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD"],
-            user_domain_id="default",
-            project_name="admin",
-            project_domain_id="default",
-        )
-    )
-    suffix = uuid.uuid4().hex[:8]
-    project = _create(admin, keystone_url, "project", {"name": f"rf-{suffix}"})
-    service_project = _create(admin, keystone_url, "project", {"name": f"rf-service-{suffix}"})
-    found = Identity(
-        keystone_url, admin, project, {}, f"rf-api-{suffix}", uuid.uuid4().hex, service_project
-    )
-    service_user = _create(
-        admin,
-        keystone_url,
-        "user",
-        {"name": found.service_user, "password": found.service_password, "domain_id": "default"},
-    )
-    # Keystone lets a user with the service role validate others' tokens.
-    _grant(admin, keystone_url, service_project, service_user, "service")
-    for role in ROLES:
-        password = uuid.uuid4().hex
-        name = f"rf-{role}-{suffix}"
-        body = {"name": name, "password": password, "domain_id": "default"}
-        user = _create(admin, keystone_url, "user", body)
-        _grant(admin, keystone_url, project, user, role)
-        found.tokens[role] = found.token(name, password, project)
-    return found
+    return make_identity(keystone_url)
 
 
 @pytest.fixture(scope="module")
@@ -131,19 +62,7 @@ def server(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[Api
         name="api-ks",
         auth="keystone",
         debug=False,
-        extra=(
-            "[keystone_authtoken]\n"
-            f"www_authenticate_uri = {identity.url}\n"
-            f"auth_url = {identity.url}\n"
-            "auth_type = password\n"
-            f"username = {identity.service_user}\n"
-            f"password = {identity.service_password}\n"
-            "user_domain_id = default\n"
-            f"project_id = {identity.service_project}\n"
-            # bootstrap made public and internal endpoints; be explicit.
-            "interface = public\n"
-            "token_cache_time = -1\n"
-        ),
+        extra=identity.authtoken_config(),
     ).start()
     try:
         yield api
@@ -272,14 +191,8 @@ def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: 
     assert instance["user_id"] and instance["user_id"] != "token-1"
 
     # A member of another project.
-    suffix = uuid.uuid4().hex[:8]
-    keystone = identity.url
-    project = _create(identity.admin, keystone, "project", {"name": f"rf-other-{suffix}"})
-    password = uuid.uuid4().hex
-    body = {"name": f"rf-other-{suffix}", "password": password, "domain_id": "default"}
-    user = _create(identity.admin, keystone, "user", body)
-    _grant(identity.admin, keystone, project, user, "member")
-    stranger = _as(identity.token(body["name"], password, project))
+    _project, other_token = identity.other_project()
+    stranger = _as(other_token)
     path = f"{url}/v1/instances/{instance['uuid']}"
     _refused(stranger.get(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
     _refused(stranger.delete(path, timeout=TIMEOUT), 404, "ringfleet.not_found")

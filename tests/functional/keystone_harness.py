@@ -1,0 +1,117 @@
+"""Projects, users and tokens in the test Keystone (ringfleet-api, ``auth_strategy = keystone``).
+
+The Keystone of ``tools/with-test-servers.sh`` (keystone-manage bootstrap's
+admin).  :func:`make_identity` makes a project of its own, a user with each
+of the ``reader``, ``member`` and ``admin`` roles on it, and a service user
+(role ``service``) for keystonemiddleware; :meth:`Identity.other_project`
+makes another project with a member, for tenancy checks.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3
+
+__all__ = ["ROLES", "Identity", "make_identity"]
+
+ROLES = ("reader", "member", "admin")
+
+
+@dataclass
+class Identity:
+    """What was made in Keystone: a project, a token per role, the service user."""
+
+    url: str
+    admin: ks_session.Session
+    project_id: str
+    tokens: dict[str, str]
+    service_user: str
+    service_password: str
+    service_project: str
+
+    def token(self, user: str, password: str, project_id: str) -> str:
+        auth = v3.Password(
+            auth_url=self.url,
+            username=user,
+            password=password,
+            user_domain_id="default",
+            project_id=project_id,
+        )
+        return str(auth.get_token(ks_session.Session()))
+
+    def create(self, kind: str, body: dict[str, Any]) -> str:
+        """POST /v3/<kind>s as the admin; the new object's id."""
+        reply = self.admin.post(f"{self.url}/{kind}s", json={kind: body})
+        return str(reply.json()[kind]["id"])
+
+    def grant(self, project: str, user: str, role: str) -> None:
+        role_id = self.admin.get(f"{self.url}/roles", params={"name": role}).json()["roles"][0][
+            "id"
+        ]
+        self.admin.put(f"{self.url}/projects/{project}/users/{user}/roles/{role_id}")
+
+    def other_project(self, role: str = "member") -> tuple[str, str]:
+        """A new project and a token of a user with ``role`` on it."""
+        suffix = uuid.uuid4().hex[:8]
+        project = self.create("project", {"name": f"rf-other-{suffix}"})
+        password = uuid.uuid4().hex
+        body = {"name": f"rf-other-{suffix}", "password": password, "domain_id": "default"}
+        user = self.create("user", body)
+        self.grant(project, user, role)
+        return project, self.token(body["name"], password, project)
+
+    def authtoken_config(self) -> str:
+        """ringfleet-api's ``[keystone_authtoken]`` for this Keystone.
+
+        ``token_cache_time = -1``: keystonemiddleware asks Keystone about
+        every request, so a revoked token and an outage show on the next
+        request.
+        """
+        return (
+            "[keystone_authtoken]\n"
+            f"www_authenticate_uri = {self.url}\n"
+            f"auth_url = {self.url}\n"
+            "auth_type = password\n"
+            f"username = {self.service_user}\n"
+            f"password = {self.service_password}\n"
+            "user_domain_id = default\n"
+            f"project_id = {self.service_project}\n"
+            # bootstrap made public and internal endpoints; be explicit.
+            "interface = public\n"
+            "token_cache_time = -1\n"
+        )
+
+
+def make_identity(keystone_url: str) -> Identity:
+    admin = ks_session.Session(
+        auth=v3.Password(
+            auth_url=keystone_url,
+            username="admin",
+            password=os.environ["RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD"],
+            user_domain_id="default",
+            project_name="admin",
+            project_domain_id="default",
+        )
+    )
+    suffix = uuid.uuid4().hex[:8]
+    found = Identity(keystone_url, admin, "", {}, f"rf-api-{suffix}", uuid.uuid4().hex, "")
+    found.project_id = found.create("project", {"name": f"rf-{suffix}"})
+    found.service_project = found.create("project", {"name": f"rf-service-{suffix}"})
+    service_user = found.create(
+        "user",
+        {"name": found.service_user, "password": found.service_password, "domain_id": "default"},
+    )
+    # Keystone lets a user with the service role validate others' tokens.
+    found.grant(found.service_project, service_user, "service")
+    for role in ROLES:
+        password = uuid.uuid4().hex
+        name = f"rf-{role}-{suffix}"
+        user = found.create("user", {"name": name, "password": password, "domain_id": "default"})
+        found.grant(found.project_id, user, role)
+        found.tokens[role] = found.token(name, password, found.project_id)
+    return found
