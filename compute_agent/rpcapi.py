@@ -10,6 +10,10 @@ API version history:
   ping, drain.
 * 1.1 - build_instances: several builds in one call, each accepted or
   refused on its own.
+* 1.3 - set_power_state takes the targets ``soft power off`` and ``soft
+  reboot`` (the OS shuts down first; a back end without them falls back to
+  the hard target); the conductors route instance reboot/stop/start and
+  operators' node power through it.  (1.2 is the image release's.)
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import oslo_messaging as messaging
 
 from conductor.common import rpc
 
-__all__ = ["API_VERSION", "ComputeAPI"]
+__all__ = ["API_VERSION", "SOFT_POWER_VERSION", "ComputeAPI"]
 
 # The version the agent's endpoint serves and the newest the client speaks:
 # one version per API.  Bump it with a line in the history above.
-API_VERSION = "1.1"
+API_VERSION = "1.3"
+#: The version that has the soft power targets.
+SOFT_POWER_VERSION = "1.3"
 
 
 class ComputeAPI:
@@ -119,11 +125,30 @@ class ComputeAPI:
             host, "destroy_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
         )
 
-    def set_power_state(self, host: str, *, node: dict[str, Any], epoch: int, target: str) -> str:
+    def set_power_state(
+        self,
+        host: str,
+        *,
+        node: dict[str, Any],
+        epoch: int,
+        target: str,
+        timeout: float | None = None,
+    ) -> str:
         """Power the node on or off, or reboot it, and wait: the resulting power
-        state (``"power on"`` or ``"power off"``)."""
+        state (``"power on"`` or ``"power off"``).  The soft targets need 1.3.
+
+        :raises NotOwner: *epoch* is not the one the agent holds (re-read)
+        :raises Conflict: the node is busy with another action (retry)
+        """
+        version = "1.3" if target.startswith("soft") else "1.0"
         return self._call(  # type: ignore[no-any-return]
-            host, "set_power_state", node=node, epoch=epoch, target=target
+            host,
+            "set_power_state",
+            timeout,
+            version=version,
+            node=node,
+            epoch=epoch,
+            target=target,
         )
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:

@@ -46,7 +46,9 @@ LOG = logging.getLogger(__name__)
 DRIVER_NAMESPACE: Final = "ringfleet.compute.drivers"
 
 #: what :meth:`ComputeDriver.set_power` can be asked to do
-PowerTarget = Literal["power on", "power off", "reboot"]
+#: (``soft power off`` and ``soft reboot`` ask the OS to shut down first:
+#: compute API 1.3; a back end without them falls back to the hard one)
+PowerTarget = Literal["power on", "power off", "reboot", "soft power off", "soft reboot"]
 POWER_TARGETS: Final[tuple[str, ...]] = get_args(PowerTarget)
 
 #: called by :meth:`ComputeDriver.deploy` with each provision step's name

@@ -82,7 +82,12 @@ _IRONIC_POWER_TARGETS: Final = {
     "power on": "power on",
     "power off": "power off",
     "reboot": "rebooting",
+    "soft power off": "soft power off",
+    "soft reboot": "soft rebooting",
 }
+#: The hard target a soft one falls back to when Ironic's power interface
+#: refuses it (not every BMC can ask the OS to shut down).
+_HARD_FALLBACK: Final = {"soft power off": "power off", "soft reboot": "reboot"}
 
 _T = TypeVar("_T")
 
@@ -300,10 +305,28 @@ class IronicDriver(ComputeDriver):
         self._check_context(ctx, node)
         target = validate_power_target(target)
         watch = _Watch(self, ctx, "set_power", self._deploy_timeout, None)
-        watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[target])
+        try:
+            # A 409 "locked" (Ironic busy with its own task) is retried by
+            # the watch; any other refusal is raised at once.
+            watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[target])
+        except DriverError as exc:
+            hard = _HARD_FALLBACK.get(target)
+            if hard is None or "(400)" not in exc.reason:
+                raise
+            # The node's power interface cannot ask the OS to shut down:
+            # Ironic refuses the soft target (400); the hard one does the job.
+            LOG.warning(
+                "Node %s (instance %s): Ironic refused %s (%s); falling back to %s",
+                node.uuid,
+                ctx.instance_uuid,
+                target,
+                exc.reason,
+                hard,
+            )
+            watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[hard])
         found = watch.until(lambda n: n.target_power_state is None)
         power = power_state_of(found.power_state)
-        expected = PowerState.OFF if target == "power off" else PowerState.ON
+        expected = PowerState.OFF if target.endswith("power off") else PowerState.ON
         if power is not expected:
             raise DriverError(
                 node.uuid,

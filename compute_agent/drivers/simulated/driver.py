@@ -59,6 +59,8 @@ _POWER_ACTIONS: Final[Mapping[str, str]] = {
     "power on": "power_on",
     "power off": "power_off",
     "reboot": "reboot",
+    "soft power off": "soft_power_off",
+    "soft reboot": "soft_reboot",
 }
 
 
@@ -195,13 +197,16 @@ class SimulatedDriver(ComputeDriver):
         with self._exclusive(ctx, "set_power"):
             self._current(node)
             self._record(ctx, _POWER_ACTIONS[target])
-            if target == "reboot":
+            # The simulated hardware supports the soft variants (the OS
+            # shuts down first): each is recorded as asked, and ends as the
+            # hard one does.
+            if target in ("reboot", "soft reboot"):
                 self._update(node.uuid, power_state=PowerState.OFF)
                 _sleep(self.power_duration)
                 state = PowerState.ON
             else:
                 _sleep(self.power_duration)
-                state = PowerState(target)
+                state = PowerState.OFF if target.endswith("power off") else PowerState.ON
             self._update(node.uuid, power_state=state)
             LOG.info("Node %s: %s done at epoch %d", node.uuid, target, ctx.epoch)
             return state

@@ -1,0 +1,348 @@
+"""Power and lifecycle actions routed to the agent that owns the node.
+
+An instance verb (reboot, stop, start) is stored first: its task state
+(``rebooting``, ``powering-off``...) is the action in flight, and the only
+record of it.  Then the action is routed as builds are: the conductor reads
+the node's ``(owner, epoch)`` and calls that agent's fenced
+``set_power_state`` with it; ``NotOwner`` re-reads and calls again; an
+owner that is not live, busy, stopping or unreachable (a 503 from its back
+end, a call that timed out) puts the action back on the build queue for
+later, and a takeover routes it at once to the new owner
+(:meth:`conductor.build.workers.BuildWorkers.rehomed`, ``resume_work``),
+which finishes it from the record.  The answer ends the action: a
+compare-and-swap on the very task state it was for, so a late answer never
+ends a later verb; a refusal retrying cannot fix (the back end failed the
+action, bad input) ends it as ``ACTION_FAILED``, the instance staying where
+it was with the reason as its fault.
+
+The call waits for the action's end (``[conductor] action_timeout``), so
+it runs on this module's own threads, never on a build worker's.  A call
+to an agent that dies mid-action hangs until that timeout: the takeover's
+re-route does not wait for it (one call per action *and owner epoch* runs
+at a time), and the hung call, when it ends, finds the action done.
+
+An operator's node power verb has no instance record to resume from: it is
+routed the same way, in the background (the API answers 202), and the
+node's ``power_state`` follows the owner's answer; one lost to an agent's
+death is logged, and issued again by the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final
+
+import oslo_messaging as messaging
+
+from compute_agent.rpcapi import SOFT_POWER_VERSION, ComputeAPI
+from conductor.build.routing import Retries
+from conductor.common.exception import (
+    ActionAbandoned,
+    Conflict,
+    NotFound,
+    NotOwner,
+    RingfleetError,
+    ServiceUnavailable,
+    first_line,
+)
+from conductor.common.instance_states import ACTION_TASKS, Event
+from conductor.common.objects import Node, PowerState, TaskState
+from conductor.db import instances, node_states, nodes
+from conductor.db.engine import Database
+from conductor.db.ownership import Fence
+from conductor.fleet_view import FleetView
+
+__all__ = ["POWER_TARGETS", "ActionRouter"]
+
+LOG = logging.getLogger(__name__)
+
+#: What the agent is asked for, by the instance's action in flight.  Stop
+#: is a clean shutdown first, as Nova's; the agent falls back to the hard
+#: target where the back end has no soft one.
+_INSTANCE_TARGETS: Final[Mapping[TaskState, str]] = {
+    TaskState.REBOOTING: "soft reboot",
+    TaskState.REBOOTING_HARD: "reboot",
+    TaskState.POWERING_OFF: "soft power off",
+    TaskState.POWERING_ON: "power on",
+}
+#: The power state each action ends in, and the event its end is.
+_DONE: Final[Mapping[TaskState, tuple[PowerState, Event]]] = {
+    TaskState.REBOOTING: (PowerState.ON, Event.POWERED_ON),
+    TaskState.REBOOTING_HARD: (PowerState.ON, Event.POWERED_ON),
+    TaskState.POWERING_OFF: (PowerState.OFF, Event.POWERED_OFF),
+    TaskState.POWERING_ON: (PowerState.ON, Event.POWERED_ON),
+}
+#: A soft target's hard equivalent, for agents older than compute API 1.3.
+_HARD: Final[Mapping[str, str]] = {"soft reboot": "reboot", "soft power off": "power off"}
+
+#: The node power targets of the API (Ironic's names) and what the agent is asked.
+POWER_TARGETS: Final[Mapping[str, str]] = {
+    "power on": "power on",
+    "power off": "power off",
+    "rebooting": "reboot",
+    "soft power off": "soft power off",
+    "soft rebooting": "soft reboot",
+}
+
+#: How many times NotOwner is answered by re-reading and calling again at once.
+_REROUTES: Final = 3
+
+
+class ActionRouter:
+    """Routes instance actions and node power verbs to the nodes' owners."""
+
+    def __init__(
+        self,
+        db: Database,
+        fleet: FleetView,
+        compute: ComputeAPI,
+        retries: Retries,
+        *,
+        timeout: float = 300.0,
+        senders: int = 8,
+    ) -> None:
+        self._db = db
+        self._fleet = fleet
+        self._compute = compute
+        self._retries = retries
+        self._timeout = timeout
+        # Started on first use (threads are never started before a fork).
+        self._pool = ThreadPoolExecutor(max_workers=senders, thread_name_prefix="action-sender")
+        self._lock = threading.Lock()
+        # (instance or node, owner, epoch) of every call in flight: one at a time each.
+        self._calls: set[tuple[str, str, int]] = set()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- instances ------------------------------------------------------------------
+
+    def act(self, instance_uuid: str) -> None:
+        """Route the instance's action in flight (if any) to its node's owner."""
+        try:
+            self._pool.submit(self._act_logged, instance_uuid)
+        except RuntimeError:  # shut down: the conductor stops; the record stays
+            LOG.debug("Instance %s: action not routed, the conductor is stopping", instance_uuid)
+
+    def _act_logged(self, instance_uuid: str) -> None:
+        try:
+            self._act(instance_uuid)
+        except ServiceUnavailable as exc:  # the database (logged once by it)
+            LOG.debug("Instance %s: action waits: %s", instance_uuid, exc)
+            self._retries.retry_later(instance_uuid, "act")
+        except Exception:  # never drop an action: it is retried
+            LOG.exception("Instance %s: routing its action failed; retrying later", instance_uuid)
+            self._retries.retry_later(instance_uuid, "act")
+
+    def _act(self, instance_uuid: str) -> None:
+        try:
+            instance = instances.get_instance(self._db, instance_uuid)
+        except NotFound:
+            return
+        task = instance.task_state
+        if task not in ACTION_TASKS or instance.node_uuid is None:
+            return  # done, or overtaken by a delete
+        assert task is not None
+        if task not in _INSTANCE_TARGETS:
+            # Rebuild is stored by the state machine but has no route yet.
+            self._failed(instance_uuid, task, "rebuild is not supported by this conductor yet")
+            return
+        target = _INSTANCE_TARGETS[task]
+        if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+            LOG.info(
+                "Instance %s: agents are pinned below compute API %s: %s instead of %s",
+                instance_uuid,
+                SOFT_POWER_VERSION,
+                _HARD[target],
+                target,
+            )
+            target = _HARD[target]
+        self._route(instance_uuid, task, instance.node_uuid, target)
+
+    def _route(self, instance_uuid: str, task: TaskState, node_uuid: str, target: str) -> None:
+        """Call the node's owner, re-reading on NotOwner; the answer ends the action."""
+        for _attempt in range(_REROUTES):
+            node = nodes.get_node(self._db, node_uuid)
+            owner, epoch = node.owner, node.owner_epoch
+            if owner is None or not self._is_live(owner):
+                LOG.info(
+                    "Instance %s: %s on node %s waits for a live owner (%s is not)",
+                    instance_uuid,
+                    task.value,
+                    node_uuid,
+                    owner,
+                )
+                self._retries.retry_later(instance_uuid, "act")
+                return
+            key = (instance_uuid, owner, epoch)
+            with self._lock:
+                if key in self._calls:
+                    return  # that call ends the action
+                self._calls.add(key)
+            try:
+                power = self._call(owner, node, epoch, target)
+            except NotOwner as exc:
+                LOG.info(
+                    "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
+                    instance_uuid,
+                    owner,
+                    node_uuid,
+                    epoch,
+                    first_line(exc),
+                )
+                continue
+            except _Later as exc:
+                LOG.info(
+                    "Instance %s: %s on node %s by %s not done yet: %s; retrying",
+                    instance_uuid,
+                    task.value,
+                    node_uuid,
+                    owner,
+                    exc,
+                )
+                self._retries.retry_later(instance_uuid, "act")
+                return
+            except RingfleetError as exc:
+                self._failed(instance_uuid, task, f"{task.value} failed: {first_line(exc)}")
+                return
+            finally:
+                with self._lock:
+                    self._calls.discard(key)
+            self._done(instance_uuid, task, node, Fence(owner, epoch), power)
+            return
+        self._retries.retry_later(instance_uuid, "act")
+
+    def _done(
+        self,
+        instance_uuid: str,
+        task: TaskState,
+        node: Node,
+        fence: Fence,
+        power: PowerState,
+    ) -> None:
+        owner, epoch = fence.owner, fence.epoch
+        expected, event = _DONE[task]
+        self._record_power(node.uuid, owner, epoch, power)
+        if power is not expected:
+            self._failed(instance_uuid, task, f"{task.value}: the node ended {power.value}")
+            return
+        if instances.set_state(self._db, instance_uuid, event, task_state=task):
+            LOG.info(
+                "Instance %s: %s done on node %s by %s (epoch %d): %s",
+                instance_uuid,
+                task.value,
+                node.uuid,
+                owner,
+                epoch,
+                power.value,
+            )
+        else:
+            LOG.info(
+                "Instance %s: %s on node %s done, but the instance moved on meanwhile",
+                instance_uuid,
+                task.value,
+                node.uuid,
+            )
+
+    def _failed(self, instance_uuid: str, task: TaskState, fault: str) -> None:
+        if instances.set_state(
+            self._db, instance_uuid, Event.ACTION_FAILED, fault=fault, task_state=task
+        ):
+            LOG.warning("Instance %s: %s", instance_uuid, fault)
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def set_node_power(self, node: Node, target: str) -> None:
+        """Power *node* (an API target, :data:`POWER_TARGETS`) in the background."""
+        self._pool.submit(self._node_power_logged, node.uuid, POWER_TARGETS[target])
+
+    def _node_power_logged(self, node_uuid: str, target: str) -> None:
+        try:
+            self._node_power(node_uuid, target)
+        except Exception:
+            LOG.exception("Node %s: %s failed", node_uuid, target)
+
+    def _node_power(self, node_uuid: str, target: str) -> None:
+        if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+            target = _HARD[target]
+        for _attempt in range(_REROUTES):
+            node = nodes.get_node(self._db, node_uuid)
+            owner, epoch = node.owner, node.owner_epoch
+            if owner is None or not self._is_live(owner):
+                LOG.warning(
+                    "Node %s: %s not done: its owner %s is not live; issue it again "
+                    "once the node has an owner",
+                    node_uuid,
+                    target,
+                    owner,
+                )
+                return
+            try:
+                power = self._call(owner, node, epoch, target)
+            except NotOwner:
+                continue
+            except (_Later, RingfleetError) as exc:
+                LOG.warning("Node %s: %s by %s failed: %s", node_uuid, target, owner, exc)
+                return
+            self._record_power(node_uuid, owner, epoch, power)
+            LOG.info(
+                "Node %s: %s done by %s (epoch %d): %s",
+                node_uuid,
+                target,
+                owner,
+                epoch,
+                power.value,
+            )
+            return
+        LOG.warning("Node %s: %s not done: its owner kept changing", node_uuid, target)
+
+    # -- shared -------------------------------------------------------------------------
+
+    def _call(self, owner: str, node: Node, epoch: int, target: str) -> PowerState:
+        """One fenced call; the power state the node ended in.
+
+        :raises NotOwner: re-read and call again
+        :raises _Later: retrying later can help (busy, stopping, unreachable)
+        :raises RingfleetError: refused for good
+        """
+        try:
+            answer = self._compute.set_power_state(
+                owner, node=node.to_dict(), epoch=epoch, target=target, timeout=self._timeout
+            )
+        except NotOwner:
+            raise
+        except (Conflict, ServiceUnavailable, ActionAbandoned) as exc:
+            raise _Later(first_line(exc)) from exc
+        except messaging.MessagingTimeout as exc:
+            raise _Later(f"no answer from {owner} within {self._timeout:.0f} s") from exc
+        except RingfleetError:
+            raise
+        except Exception as exc:  # transport trouble, an unexpected remote error
+            raise _Later(first_line(exc)) from exc
+        try:
+            return PowerState(answer)
+        except ValueError:
+            raise _Later(f"unexpected answer {answer!r}") from None
+
+    def _record_power(self, node_uuid: str, owner: str, epoch: int, power: PowerState) -> None:
+        # Fenced as the agents' own reports: only while the owner still holds that epoch.
+        report: node_states.StateReport = {
+            "node_uuid": node_uuid,
+            "epoch": epoch,
+            "power_state": power.value,
+            "provision_state": None,
+        }
+        node_states.record_node_states(self._db, owner, [report])
+
+    def _is_live(self, host: str) -> bool:
+        try:
+            return host in self._fleet.live_members()
+        except ServiceUnavailable:
+            return True  # cannot tell: assume alive, never act as if it died
+
+
+class _Later(Exception):
+    """The action could not be done now; retrying later can help."""
