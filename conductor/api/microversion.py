@@ -11,6 +11,11 @@ History (a new microversion adds a line, bumps :data:`MAX_VERSION`, and
 the routes or fields it adds name it as their ``min_version``):
 
 * 1.0 - Initial version: nodes, flavors, instances, fleet, agents' drain.
+* 1.3 - Power and lifecycle verbs: ``POST /v1/instances/{id}/action``
+  (``reboot``, ``os-stop``, ``os-start``; ``rebuild`` is refused until
+  rebuild is supported), ``PUT /v1/nodes/{id}/states/power`` and
+  ``DELETE /v1/nodes/{id}`` (admin).  (1.1 and 1.2 are the image and
+  tenancy releases'.)
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ __all__ = [
     "MAX_VERSION",
     "MIN_VERSION",
     "SERVICE_TYPE",
+    "VERBS_VERSION",
     "BadVersion",
     "UnsupportedVersion",
     "Version",
@@ -68,7 +74,9 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 0)
+MAX_VERSION = Version(1, 3)
+#: The microversion of the power and lifecycle verbs.
+VERBS_VERSION = Version(1, 3)
 
 
 def requested(header: str | None) -> Version:

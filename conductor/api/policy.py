@@ -51,6 +51,18 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("POST", "/v1/nodes/sync")],
     ),
     (
+        "ringfleet:node:power",
+        ADMIN,
+        "Power a node on or off, or reboot it.",
+        [("PUT", "/v1/nodes/{node}/states/power")],
+    ),
+    (
+        "ringfleet:node:delete",
+        ADMIN,
+        "Forget a node (never deleted in Ironic).",
+        [("DELETE", "/v1/nodes/{node}")],
+    ),
+    (
         "ringfleet:node:move",
         ADMIN,
         "Move a node to another agent.",
@@ -76,6 +88,14 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         MEMBER,
         "Delete an instance.",
         [("DELETE", "/v1/instances/{instance}")],
+    ),
+    (
+        "ringfleet:instance:action",
+        # Whoever may delete an instance may reboot, stop or start it: the
+        # delete rule itself, so that overriding it covers both.
+        "rule:ringfleet:instance:delete",
+        "Reboot, stop or start an instance.",
+        [("POST", "/v1/instances/{instance}/action")],
     ),
     (
         "ringfleet:fleet:get",

@@ -21,6 +21,8 @@ from conductor.common import exception
 __all__ = ["HttpConductorAPI", "HttpError"]
 
 API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.0"}
+#: The microversion of the power and lifecycle verbs.
+_VERBS = {"OpenStack-API-Version": "baremetal-fleet 1.3"}
 
 
 class HttpError(exception.RingfleetError):
@@ -59,12 +61,25 @@ class HttpConductorAPI:
         if token:
             self.session.headers["X-Auth-Token"] = token
 
-    def _request(self, method: str, path: str, body: Any = None, **query: Any) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        **query: Any,
+    ) -> Any:
         url = path if path.startswith("http") else f"{self.endpoint}{path}"
         params = {k: _text(v) for k, v in query.items() if v is not None}
         try:
             response = self.session.request(
-                method, url, json=body, params=params or None, timeout=self.timeout
+                method,
+                url,
+                json=body,
+                params=params or None,
+                timeout=self.timeout,
+                headers=headers,
             )
         except requests.RequestException as exc:
             raise HttpError(f"no answer from {self.endpoint}: {type(exc).__name__}") from None
@@ -123,6 +138,13 @@ class HttpConductorAPI:
             "POST", f"/v1/nodes/{_quote(node)}/move", {"host": host}
         )
 
+    def set_node_power_state(self, node: str, target: str) -> dict[str, Any]:
+        path = f"/v1/nodes/{_quote(node)}/states/power"
+        return self._request("PUT", path, {"target": target}, headers=_VERBS)  # type: ignore[no-any-return]
+
+    def delete_node(self, node: str) -> None:
+        self._request("DELETE", f"/v1/nodes/{_quote(node)}", headers=_VERBS)
+
     def sync_ironic_nodes(self) -> dict[str, Any]:
         return self._request("POST", "/v1/nodes/sync")  # type: ignore[no-any-return]
 
@@ -160,6 +182,20 @@ class HttpConductorAPI:
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+
+    def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
+        body = {"reboot": {"type": "HARD" if hard else "SOFT"}}
+        return self._action(instance, body)
+
+    def stop_instance(self, instance: str) -> dict[str, Any]:
+        return self._action(instance, {"os-stop": None})
+
+    def start_instance(self, instance: str) -> dict[str, Any]:
+        return self._action(instance, {"os-start": None})
+
+    def _action(self, instance: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"/v1/instances/{_quote(instance)}/action"
+        return self._request("POST", path, body, headers=_VERBS)  # type: ignore[no-any-return]
 
     # -- fleet ---------------------------------------------------------------------
 
