@@ -551,7 +551,18 @@ def test_power_transitions(tmp_path: Path) -> None:
     assert driver.set_power(ctx, node, "power off") is PowerState.OFF
     assert driver.set_power(ctx, node, "reboot") is PowerState.ON  # a reboot ends on
     assert driver.get_power_state(ctx, node) is PowerState.ON
-    assert [a.action for a in read_log(log)] == ["power_on", "power_on", "power_off", "reboot"]
+    assert driver.set_power(ctx, node, "soft power off") is PowerState.OFF
+    assert driver.set_power(ctx, node, "soft reboot") is PowerState.ON
+    assert [a.action for a in read_log(log)] == [
+        "power_on",
+        "power_on",
+        "power_off",
+        "reboot",
+        "soft_power_off",
+        "soft_reboot",
+    ]
+    # every transition is logged with the host and epoch it was fenced by
+    assert {(a.agent, a.epoch) for a in read_log(log)} == {(ctx.host, ctx.epoch)}
     # the first sight of a node takes its stored power state
     on = make_node(power_state=PowerState.ON)
     assert driver.get_power_state(ctx_for(on), on) is PowerState.ON
