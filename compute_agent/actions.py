@@ -266,8 +266,16 @@ class NodeActions:
         return "accepted"
 
     def set_power(self, node: Node, epoch: int, target: PowerTarget) -> PowerState:
+        """Power *node* and wait (an instance's reboot/stop/start, an operator's verb).
+
+        :raises NotOwner: the epoch is not the one held: nothing is done
+        :raises Conflict: another action runs on the node, or the agent is
+            stopping (the conductor retries, with the next owner if need be)
+        """
         self._ownership.check(node.uuid, epoch)
         with self._lock:
+            if not self._accepting:
+                raise Conflict(field="host", value=self._host, reason="agent is stopping")
             running = self._in_flight.get(node.uuid)
             if running is not None:
                 raise Conflict(
