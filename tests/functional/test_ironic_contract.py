@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 from oslo_config import cfg
 
+from conductor.common.exception import DriverError
 from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic import states
 from conductor.common.ironic.client import (
@@ -146,6 +147,28 @@ def test_a_node_deploying_is_locked_to_other_writes(backend: Backend) -> None:
     with pytest.raises(IronicNodeLocked, match="is locked by host"):
         backend.client.set_power_state(node, "power off")
     _at_rest(backend, node)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [("soft power off", "power off"), ("power on", "power on"), ("soft rebooting", "power on")],
+)
+def test_a_power_request_ends_in_its_power_state(
+    backend: Backend, target: str, expected: str
+) -> None:
+    """What the driver follows: target_power_state set, then null with power_state there."""
+    node = backend.new_node()
+    backend.client.set_power_state(node, target)
+    done = _until(backend, node, lambda n: n.target_power_state is None, f"{node} {target}")
+    assert done.power_state == expected
+
+
+def test_an_unknown_power_target_is_refused_with_400(backend: Backend) -> None:
+    """A refusal retrying cannot fix (the driver raises it at once)."""
+    node = backend.new_node()
+    with pytest.raises(DriverError, match=r"refused \(400\)"):
+        backend.client.set_power_state(node, "power cycle")
+    assert _read(backend, node).power_state == "power on"
 
 
 def test_a_restart_fails_an_interrupted_deploy_and_keeps_its_target(backend: Backend) -> None:
