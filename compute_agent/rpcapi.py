@@ -13,7 +13,8 @@ API version history:
 * 1.3 - set_power_state takes the targets ``soft power off`` and ``soft
   reboot`` (the OS shuts down first; a back end without them falls back to
   the hard target); the conductors route instance reboot/stop/start and
-  operators' node power through it.  (1.2 is the image release's.)
+  operators' node power through it.  rebuild_instance: re-image a node in
+  place for the instance it hosts, and wait.  (1.2 is the image release's.)
 """
 
 from __future__ import annotations
@@ -149,6 +150,30 @@ class ComputeAPI:
             node=node,
             epoch=epoch,
             target=target,
+        )
+
+    def rebuild_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: float | None = None,
+    ) -> str:
+        """Re-image the node in place for *instance_uuid* and wait: ``"active"`` (1.3).
+
+        :raises NotOwner: *epoch* is not the one the agent holds (re-read)
+        :raises Conflict: the node is busy with another action (retry)
+        """
+        return self._call(  # type: ignore[no-any-return]
+            host,
+            "rebuild_instance",
+            timeout,
+            version="1.3",
+            instance_uuid=instance_uuid,
+            node=node,
+            epoch=epoch,
         )
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:

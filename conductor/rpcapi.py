@@ -41,8 +41,8 @@ API version history:
 * 1.10 - report_progress: an agent says which of its builds the back end
   moved on (a heartbeat: ``build_timeout`` counts from the last one).
 * 1.13 - Power and lifecycle verbs: reboot_instance (soft or hard),
-  stop_instance, start_instance (answer at once, the instance's task state
-  shows the action in flight); set_node_power_state and delete_node
+  stop_instance, start_instance, rebuild_instance (answer at once, the
+  instance's task state shows the action in flight); set_node_power_state and delete_node
   (operator calls); fleet_check also reports actions unchanged for
   ``stuck_after`` (stuck-action); instances may be ``stopped``.
   (1.11 and 1.12 are the image and tenancy releases'.)
@@ -244,6 +244,12 @@ class ConductorAPI:
         """Power an active instance off (1.13): ``stopped``; answers at once."""
         return self._call(  # type: ignore[no-any-return]
             "stop_instance", version="1.13", instance=instance
+        )
+
+    def rebuild_instance(self, instance: str) -> dict[str, Any]:
+        """Re-image an instance on its node (1.13): ``active``; answers at once."""
+        return self._call(  # type: ignore[no-any-return]
+            "rebuild_instance", version="1.13", instance=instance
         )
 
     def start_instance(self, instance: str) -> dict[str, Any]:

@@ -207,6 +207,15 @@ class FakeIronic:
 
     def set_provision_state(self, node_uuid: str, target: str, *, action: str) -> None:
         node = self._writable(node_uuid, action)
+        if target == "rebuild" and node.provision_state != "active":
+            # Ironic: 'The requested action "rebuild" can not be performed on
+            # node ... while it is in state ...'
+            self.writes.append(("refused", node_uuid, target))
+            raise DriverError(
+                node_uuid,
+                action,
+                f"Ironic refused (400): rebuild can not be performed in {node.provision_state}",
+            )
         self.writes.append(("provision", node_uuid, target))
         waits: list[dict[str, Any]] = [{}] * (self.steps - 1)
         if target == "active":
@@ -238,6 +247,12 @@ class FakeIronic:
                     "last_error": None,
                 },
             ]
+        elif target == "rebuild":
+            node.change(provision_state="deploying", target_provision_state="active")
+            end = {"provision_state": "active", "target_provision_state": None}
+            if self.deploy_error is not None:
+                end = {"provision_state": "deploy failed", "last_error": self.deploy_error}
+            node.script = [*waits, end]
         else:
             raise AssertionError(f"unexpected target {target}")
 

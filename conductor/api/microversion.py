@@ -12,8 +12,8 @@ the routes or fields it adds name it as their ``min_version``):
 
 * 1.0 - Initial version: nodes, flavors, instances, fleet, agents' drain.
 * 1.3 - Power and lifecycle verbs: ``POST /v1/instances/{id}/action``
-  (``reboot``, ``os-stop``, ``os-start``; ``rebuild`` is refused until
-  rebuild is supported), ``PUT /v1/nodes/{id}/states/power`` and
+  (``reboot``, ``os-stop``, ``os-start``, ``rebuild`` with the instance's
+  own image), ``PUT /v1/nodes/{id}/states/power`` and
   ``DELETE /v1/nodes/{id}`` (admin).  (1.1 and 1.2 are the image and
   tenancy releases'.)
 """

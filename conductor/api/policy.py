@@ -94,7 +94,7 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         # Whoever may delete an instance may reboot, stop or start it: the
         # delete rule itself, so that overriding it covers both.
         "rule:ringfleet:instance:delete",
-        "Reboot, stop or start an instance.",
+        "Reboot, stop, start or rebuild an instance.",
         [("POST", "/v1/instances/{instance}/action")],
     ),
     (

@@ -66,8 +66,8 @@ INSTANCE_ACTION = Resource(
     name="InstanceAction",
     description=(
         'One action, Nova style: {"reboot": {"type": "SOFT"|"HARD"}}, '
-        '{"os-stop": null}, {"os-start": null} or {"rebuild": {...}} '
-        "(not supported yet)."
+        '{"os-stop": null}, {"os-start": null} or {"rebuild": {}} '
+        "(the instance's own image redeployed on its node)."
     ),
     properties={
         "reboot": {
@@ -268,9 +268,17 @@ def instance_action(call: Call) -> Reply:
         return Reply(202, call.api.stop_instance(instance))
     if action == "os-start":
         return Reply(202, call.api.start_instance(instance))
-    # Rebuild needs the instance's image (a later microversion): refused,
-    # with nothing changed, rather than accepted and never done.
-    raise ApiError.invalid("rebuild", "not supported yet by this API", None)
+    # Rebuild redeploys the image the instance was deployed with: choosing
+    # another image is not supported yet (refused, nothing changed).
+    if not isinstance(value, dict):
+        raise ApiError.invalid("rebuild", "must be an object ({})", value)
+    for key in sorted(value):
+        raise ApiError.invalid(
+            f"rebuild.{key[:100]}",
+            "not supported: a rebuild redeploys the instance's own image",
+            value[key],
+        )
+    return Reply(202, call.api.rebuild_instance(instance))
 
 
 # -- fleet ---------------------------------------------------------------------
@@ -555,7 +563,7 @@ ROUTES: tuple[Route, ...] = (
         instance_action,
         "ringfleet:instance:action",
         "instanceAction",
-        "Reboot, stop or start an instance (Nova-style body); answers at once (202).",
+        "Reboot, stop, start or rebuild an instance (Nova-style body); answers at once (202).",
         status=202,
         body=INSTANCE_ACTION.name,
         response="Instance",
@@ -565,8 +573,8 @@ ROUTES: tuple[Route, ...] = (
         tag="instances",
         description=(
             "The instance's task_state shows the action in flight (rebooting, "
-            "rebooting_hard, powering-off, powering-on); vm_state is active or stopped "
-            "when it is done. 409 names the state that does not allow the action. "
+            "rebooting_hard, powering-off, powering-on, rebuilding); vm_state is active "
+            "or stopped when it is done. 409 names the state that does not allow the action. "
             "Issuing the same action again while it is in flight routes it anew (the "
             "way out of an action fleet check reports stuck)."
         ),

@@ -1,6 +1,6 @@
 """Power and lifecycle actions routed to the agent that owns the node.
 
-An instance verb (reboot, stop, start) is stored first: its task state
+An instance verb (reboot, stop, start, rebuild) is stored first: its task state
 (``rebooting``, ``powering-off``...) is the action in flight, and the only
 record of it.  Then the action is routed as builds are: the conductor reads
 the node's ``(owner, epoch)`` and calls that agent's fenced
@@ -14,6 +14,11 @@ compare-and-swap on the very task state it was for, so a late answer never
 ends a later verb; a refusal retrying cannot fix (the back end failed the
 action, bad input) ends it as ``ACTION_FAILED``, the instance staying where
 it was with the reason as its fault.
+
+A rebuild is the agent's ``rebuild_instance`` (compute API 1.3): the same
+node re-imaged for the instance it hosts, with the image and config drive
+its deploy left in the back end; it is routed, fenced and recovered the
+same way, and ends ``active``.
 
 The call waits for the action's end (``[conductor] action_timeout``), so
 it runs on this module's own threads, never on a build worker's.  A call
@@ -42,6 +47,7 @@ from conductor.build.routing import Retries
 from conductor.common.exception import (
     ActionAbandoned,
     Conflict,
+    NodeNotBuildable,
     NotFound,
     NotOwner,
     RingfleetError,
@@ -59,6 +65,7 @@ __all__ = ["POWER_TARGETS", "ActionRouter"]
 
 LOG = logging.getLogger(__name__)
 
+_REBUILD: Final = "rebuild"
 #: What the agent is asked for, by the instance's action in flight.  Stop
 #: is a clean shutdown first, as Nova's; the agent falls back to the hard
 #: target where the back end has no soft one.
@@ -67,6 +74,8 @@ _INSTANCE_TARGETS: Final[Mapping[TaskState, str]] = {
     TaskState.REBOOTING_HARD: "reboot",
     TaskState.POWERING_OFF: "soft power off",
     TaskState.POWERING_ON: "power on",
+    # Not a power target: the agent's rebuild_instance (compute API 1.3).
+    TaskState.REBUILDING: _REBUILD,
 }
 #: The power state each action ends in, and the event its end is.
 _DONE: Final[Mapping[TaskState, tuple[PowerState, Event]]] = {
@@ -74,6 +83,7 @@ _DONE: Final[Mapping[TaskState, tuple[PowerState, Event]]] = {
     TaskState.REBOOTING_HARD: (PowerState.ON, Event.POWERED_ON),
     TaskState.POWERING_OFF: (PowerState.OFF, Event.POWERED_OFF),
     TaskState.POWERING_ON: (PowerState.ON, Event.POWERED_ON),
+    TaskState.REBUILDING: (PowerState.ON, Event.REBUILT),
 }
 #: A soft target's hard equivalent, for agents older than compute API 1.3.
 _HARD: Final[Mapping[str, str]] = {"soft reboot": "reboot", "soft power off": "power off"}
@@ -146,11 +156,16 @@ class ActionRouter:
         if task not in ACTION_TASKS or instance.node_uuid is None:
             return  # done, or overtaken by a delete
         assert task is not None
-        if task not in _INSTANCE_TARGETS:
-            # Rebuild is stored by the state machine but has no route yet.
-            self._failed(instance_uuid, task, "rebuild is not supported by this conductor yet")
-            return
         target = _INSTANCE_TARGETS[task]
+        if target == _REBUILD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+            # A refusal retrying cannot fix until the pin is lifted.
+            self._failed(
+                instance_uuid,
+                task,
+                f"rebuild needs compute API {SOFT_POWER_VERSION}; the agents are pinned below it "
+                "([upgrade_levels] compute)",
+            )
+            return
         if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
             LOG.info(
                 "Instance %s: agents are pinned below compute API %s: %s instead of %s",
@@ -183,7 +198,7 @@ class ActionRouter:
                     return  # that call ends the action
                 self._calls.add(key)
             try:
-                power = self._call(owner, node, epoch, target)
+                power = self._call(owner, node, epoch, target, instance_uuid)
             except NotOwner as exc:
                 LOG.info(
                     "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
@@ -301,18 +316,32 @@ class ActionRouter:
 
     # -- shared -------------------------------------------------------------------------
 
-    def _call(self, owner: str, node: Node, epoch: int, target: str) -> PowerState:
-        """One fenced call; the power state the node ended in.
+    def _call(
+        self, owner: str, node: Node, epoch: int, target: str, instance_uuid: str | None = None
+    ) -> PowerState:
+        """One fenced call; the power state the node ended in (a rebuild ends on).
 
         :raises NotOwner: re-read and call again
         :raises _Later: retrying later can help (busy, stopping, unreachable)
         :raises RingfleetError: refused for good
         """
         try:
-            answer = self._compute.set_power_state(
-                owner, node=node.to_dict(), epoch=epoch, target=target, timeout=self._timeout
-            )
-        except NotOwner:
+            if target == _REBUILD and instance_uuid is not None:
+                answer = self._compute.rebuild_instance(
+                    owner,
+                    instance_uuid=instance_uuid,
+                    node=node.to_dict(),
+                    epoch=epoch,
+                    timeout=self._timeout,
+                )
+                answer = PowerState.ON.value if answer == "active" else answer
+            else:
+                answer = self._compute.set_power_state(
+                    owner, node=node.to_dict(), epoch=epoch, target=target, timeout=self._timeout
+                )
+        except (NotOwner, NodeNotBuildable):
+            # NodeNotBuildable is a Conflict retrying cannot fix: the back
+            # end shows the node hosting another instance.
             raise
         except (Conflict, ServiceUnavailable, ActionAbandoned) as exc:
             raise _Later(first_line(exc)) from exc

@@ -193,6 +193,9 @@ class HttpConductorAPI:
     def start_instance(self, instance: str) -> dict[str, Any]:
         return self._action(instance, {"os-start": None})
 
+    def rebuild_instance(self, instance: str) -> dict[str, Any]:
+        return self._action(instance, {"rebuild": {}})
+
     def _action(self, instance: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"/v1/instances/{_quote(instance)}/action"
         return self._request("POST", path, body, headers=_VERBS)  # type: ignore[no-any-return]

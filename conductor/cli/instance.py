@@ -1,4 +1,4 @@
-"""``ringfleet instance create|list|show|delete|reboot|stop|start``.
+"""``ringfleet instance create|list|show|delete|reboot|stop|start|rebuild``.
 
 ``instance create --wait`` follows the builds until every instance is
 ACTIVE or ERROR (progress on stderr) and exits 1 if any ended in ERROR.
@@ -26,6 +26,7 @@ __all__ = [
     "InstanceDelete",
     "InstanceList",
     "InstanceReboot",
+    "InstanceRebuild",
     "InstanceShow",
     "InstanceStart",
     "InstanceStop",
@@ -269,3 +270,11 @@ class InstanceStart(_InstanceVerb):
 
     def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
         return self.client.start_instance(instance)  # type: ignore[no-any-return]
+
+
+class InstanceRebuild(_InstanceVerb):
+    """Re-image active or stopped instances on their nodes, with the image and
+    config drive they were deployed with: ``active``."""
+
+    def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
+        return self.client.rebuild_instance(instance)  # type: ignore[no-any-return]

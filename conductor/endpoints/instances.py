@@ -1,4 +1,4 @@
-"""RPC endpoint: instances (build, list, show, delete; reboot, stop, start).
+"""RPC endpoint: instances (build, list, show, delete; reboot, stop, start, rebuild).
 
 A build request is stored as instance rows before anything else happens,
 then handed to the build queue; the reply carries the instance ids at once
@@ -123,6 +123,11 @@ class InstancesEndpoint:
     def start_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
         """Power a stopped instance on: ``active``."""
         return self._verb(instance, Event.START, "start")
+
+    def rebuild_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
+        """Re-image an active or stopped instance on its node, with the image and
+        config drive it was deployed with: ``rebuilding``, then ``active``."""
+        return self._verb(instance, Event.REBUILD, "rebuild")
 
     def _verb(self, instance: Any, event: Event, verb: str) -> dict[str, Any]:
         """Store *event* (the action in flight) and route it to the node's owner.

@@ -237,6 +237,7 @@ def _power_verbs(fleet: Fleet, instances: list[str]) -> None:
         (api.reboot_instance, {"hard": True}, "rebooting_hard", "active", "power on"),
         (api.stop_instance, {}, "powering-off", "stopped", "power off"),
         (api.start_instance, {}, "powering-on", "active", "power on"),
+        (api.rebuild_instance, {}, "rebuilding", "active", "power on"),
     ):
         assert call(instance, **kwargs)["task_state"] == task
         done = wait_for(settled, 30, f"{task} of {instance} done")
@@ -246,12 +247,14 @@ def _power_verbs(fleet: Fleet, instances: list[str]) -> None:
             with pytest.raises(InstanceStateConflict, match="in state stopped, cannot reboot"):
                 api.reboot_instance(instance)
     logged = [(a.action, a.agent, a.epoch) for a in fleet.actions() if a.node == node]
-    assert logged[-4:] == [
+    power = [(a, h, e) for a, h, e in logged if not a.startswith(("deploy", "rebuild"))]
+    assert power[-4:] == [
         ("soft_reboot", owner, epoch),
         ("reboot", owner, epoch),
         ("soft_power_off", owner, epoch),
         ("power_on", owner, epoch),
     ]
+    assert logged[-1] == ("rebuild_done", owner, epoch)
     # An operator's node power verb: a node hosting nothing, through its owner.
     free = next(n for n, (_o, _e, i) in fleet.owners().items() if i is None)
     api.set_node_power_state(free, "power on")

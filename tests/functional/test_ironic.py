@@ -127,8 +127,10 @@ def test_ironic_nodes_are_synced_built_deleted_and_follow_maintenance(
 
 
 def _power_verbs_show_in_ironic(fleet: Fleet, ironic: IronicHarness, instance: str) -> None:
-    """Stop, start and reboot an instance: Ironic's power state follows each, and so
-    does the node's in ringfleet."""
+    """Stop, start, reboot and rebuild an instance: Ironic's power state follows
+    each, and so does the node's in ringfleet; the rebuild is Ironic's own
+    (a new deploy of the same node, still claimed by the instance)."""
+    before = ironic.node(fleet.api.show_instance(instance)["node_uuid"])
     node = fleet.api.show_instance(instance)["node_uuid"]
 
     def settled() -> dict[str, Any] | None:
@@ -139,6 +141,7 @@ def _power_verbs_show_in_ironic(fleet: Fleet, ironic: IronicHarness, instance: s
         (fleet.api.stop_instance, "stopped", "power off"),
         (fleet.api.start_instance, "active", "power on"),
         (fleet.api.reboot_instance, "active", "power on"),
+        (fleet.api.rebuild_instance, "active", "power on"),
     ):
         started = time.monotonic()
         assert verb(instance)["task_state"] is not None
@@ -148,6 +151,9 @@ def _power_verbs_show_in_ironic(fleet: Fleet, ironic: IronicHarness, instance: s
         assert (record["power_state"], record["target_power_state"]) == (power, None)
         assert fleet.api.show_node(node)["power_state"] == power
         print(f"{verb.__name__}: {time.monotonic() - started:.2f} s")
+    rebuilt = ironic.node(node)
+    assert (rebuilt["provision_state"], rebuilt["instance_uuid"]) == ("active", instance)
+    assert rebuilt["provision_updated_at"] != before["provision_updated_at"]
     # Ironic's fake power interface has the soft targets: no fallback was needed.
     assert not [
         line

@@ -163,6 +163,21 @@ def test_a_power_request_ends_in_its_power_state(
     assert done.power_state == expected
 
 
+def test_a_rebuild_redeploys_an_active_node_and_is_refused_on_an_available_one(
+    backend: Backend,
+) -> None:
+    node = backend.new_node()
+    with pytest.raises(DriverError, match=r"refused \(400\)"):
+        backend.client.set_provision_state(node, "rebuild", action="contract")
+    instance = _deploy(backend, node)
+    deployed = _at_rest(backend, node)
+    backend.client.set_provision_state(node, "rebuild", action="contract")
+    assert _read(backend, node).provision_state != "active"  # moved before answering
+    rebuilt = _at_rest(backend, node)
+    assert (rebuilt.provision_state, rebuilt.instance_uuid) == ("active", instance)
+    assert rebuilt.provision_updated_at != deployed.provision_updated_at
+
+
 def test_an_unknown_power_target_is_refused_with_400(backend: Backend) -> None:
     """A refusal retrying cannot fix (the driver raises it at once)."""
     node = backend.new_node()

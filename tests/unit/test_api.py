@@ -507,6 +507,7 @@ INSTANCE = "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a2"
         ({"reboot": {"type": "hard"}}, "reboot_instance", {"hard": True}),
         ({"os-stop": None}, "stop_instance", {}),
         ({"os-start": None}, "start_instance", {}),
+        ({"rebuild": {}}, "rebuild_instance", {}),
     ],
 )
 def test_instance_actions_nova_style(
@@ -531,7 +532,8 @@ def test_instance_actions_nova_style(
         ({"reboot": None}, "reboot"),
         ({"os-stop": {"now": True}}, "os-stop"),
         ({"resize": {"flavor": "x"}}, "resize"),
-        ({"rebuild": {"image": "x"}}, "rebuild"),
+        ({"rebuild": {"imageRef": "x"}}, "rebuild.imageRef"),
+        ({"rebuild": None}, "rebuild"),
     ],
 )
 def test_a_bad_instance_action_names_the_field_and_calls_nothing(

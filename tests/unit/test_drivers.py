@@ -42,6 +42,7 @@ from conductor.common.exception import (
     ConfigurationError,
     DriverError,
     InvalidInput,
+    NodeNotBuildable,
     RingfleetError,
 )
 from conductor.common.objects import Node, PowerState, ProvisionState
@@ -566,6 +567,35 @@ def test_power_transitions(tmp_path: Path) -> None:
     # the first sight of a node takes its stored power state
     on = make_node(power_state=PowerState.ON)
     assert driver.get_power_state(ctx_for(on), on) is PowerState.ON
+
+
+def test_rebuild_redeploys_the_instance_in_place(tmp_path: Path) -> None:
+    log = tmp_path / "actions.log"
+    driver = make_driver(tmp_path, action_log=log, **FAST)
+    node = make_node()
+    instance = str(uuidlib.uuid4())
+    ctx = ctx_for(node, instance=instance)
+    driver.deploy(ctx, node, lambda step: None)
+    steps: list[str] = []
+    driver.rebuild(ctx, node, steps.append)
+    assert steps == list(DEPLOY_STEPS)
+    state = driver.node_state(node.uuid)
+    assert state is not None
+    assert (state.provision_state, state.instance_uuid, state.power_state) == (
+        ProvisionState.ACTIVE,
+        instance,
+        PowerState.ON,
+    )
+    assert [a.action for a in read_log(log)][-6:] == [
+        "rebuild_start",
+        *["deploy_step"] * len(DEPLOY_STEPS),
+        "rebuild_done",
+    ]
+    # A node hosting another instance is refused, untouched.
+    other = ctx_for(node, instance=str(uuidlib.uuid4()))
+    with pytest.raises(NodeNotBuildable):
+        driver.rebuild(other, node, steps.append)
+    assert driver.node_state(node.uuid) == state
 
 
 @pytest.mark.parametrize("target", ["power cycle", "", None, 1, PowerState.ON.name])

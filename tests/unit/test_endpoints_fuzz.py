@@ -396,6 +396,7 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
     ),
     "stop_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
     "start_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "rebuild_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
     # No agents to route to here: valid input ends in a ConfigurationError.
     "set_node_power_state": (
         "inventory",

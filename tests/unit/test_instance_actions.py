@@ -30,6 +30,7 @@ from conductor.common.exception import (
     InstanceStateConflict,
     InvalidInput,
     NodeInUse,
+    NodeNotBuildable,
     NodeNotFound,
     NotOwner,
     ServiceUnavailable,
@@ -86,6 +87,7 @@ class Agents:
     calls: list[tuple[str, str, int, str]] = field(default_factory=list)
     version_cap: str = "1.3"
     before: Callable[[], None] | None = None
+    rebuilt: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     def can_send_version(self, version: str) -> bool:
         return tuple(map(int, version.split("."))) <= tuple(map(int, self.version_cap.split(".")))
@@ -102,6 +104,25 @@ class Agents:
                 raise answer
             return str(answer)
         return "power off" if target.endswith("power off") else "power on"
+
+    def rebuild_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: Any = None,
+    ) -> str:
+        self.rebuilt.append((host, node["uuid"], epoch, instance_uuid))
+        if self.before is not None:
+            self.before()
+        if self.answers:
+            answer = self.answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return str(answer)
+        return "active"
 
 
 @dataclass
@@ -322,6 +343,47 @@ def test_an_owner_not_live_is_not_called_the_action_waits(env: Env) -> None:
     assert env.agents.calls == []
     assert env.queue.later == [(env.instance, "act")]
     assert env.stored()[1] is TaskState.REBOOTING
+
+
+@pytest.mark.parametrize("vm_state", ["active", "stopped"])
+def test_a_rebuild_is_routed_to_the_owner_and_ends_active(env: Env, vm_state: str) -> None:
+    env.set(vm_state=vm_state)
+    reply = env.instances.rebuild_instance(CTXT, instance=env.instance)
+    assert (reply["vm_state"], reply["task_state"]) == (vm_state, "rebuilding")
+    env.router._act(env.instance)
+    assert env.agents.rebuilt == [("agent-1", env.node, 7, env.instance)]
+    assert env.agents.calls == []  # no power call: the rebuild powers the node on
+    assert env.stored() == (VmState.ACTIVE, None, None)
+    assert nodes.get_node(env.db, env.node).power_state is PowerState.ON
+
+
+def test_a_rebuild_refused_for_good_is_not_retried(env: Env) -> None:
+    """The back end shows another instance on the node: NodeNotBuildable, a
+    Conflict retrying cannot fix, ends the rebuild (the instance stays)."""
+    env.instances.rebuild_instance(CTXT, instance=env.instance)
+    env.agents.answers = [
+        NodeNotBuildable(field="node_uuid", value=env.node, reason="node hosts instance X")
+    ]
+    env.router._act(env.instance)
+    vm_state, task, fault = env.stored()
+    assert (vm_state, task) == (VmState.ACTIVE, None)
+    assert fault is not None and "node hosts instance X" in fault
+    assert env.queue.later == [] and len(env.agents.rebuilt) == 1
+
+
+def test_a_rebuild_with_agents_pinned_below_1_3_fails_saying_why(env: Env) -> None:
+    env.agents.version_cap = "1.1"
+    env.instances.rebuild_instance(CTXT, instance=env.instance)
+    env.router._act(env.instance)
+    assert env.agents.rebuilt == []
+    fault = env.stored()[2]
+    assert fault is not None and "[upgrade_levels] compute" in fault
+
+
+def test_a_rebuild_is_refused_from_error(env: Env) -> None:
+    env.set(vm_state="error")
+    with pytest.raises(InstanceStateConflict, match="in state error, cannot rebuild"):
+        env.instances.rebuild_instance(CTXT, instance=env.instance)
 
 
 def test_agents_pinned_below_1_3_get_the_hard_target(env: Env) -> None:

@@ -567,6 +567,45 @@ def test_set_power_follows_ironic_to_the_target(
     assert driver.get_power_state(ctx_for(node, None), node) is expected
 
 
+def test_rebuild_redeploys_an_active_node_in_place(tmp_path: Path, fake: FakeIronic) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    fake.writes.clear()
+    fake.locked_writes = 1  # Ironic busy with its own task: waited out
+    steps = Steps()
+    driver.rebuild(ctx_for(node, instance), node, steps)
+    assert fake.writes == [
+        ("locked", node.uuid, "rebuild"),
+        ("provision", node.uuid, "rebuild"),
+    ]
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", instance)
+
+
+def test_a_rebuild_failing_in_ironic_is_a_driver_error_with_ironics_reason(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    fake.deploy_error = "image checksum mismatch"
+    with pytest.raises(DriverError, match="image checksum mismatch"):
+        driver.rebuild(ctx_for(node, instance), node, Steps())
+    assert ironic_node.instance_uuid == instance  # the instance keeps its node
+
+
+def test_a_rebuild_of_a_node_claimed_by_another_instance_touches_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add(provision_state="active", instance_uuid=new_instance())
+    node = ring_node(ironic_node)
+    with pytest.raises(NodeNotBuildable, match="claimed by"):
+        make_driver(tmp_path, fake).rebuild(ctx_for(node, new_instance()), node, Steps())
+    assert fake.writes == []
+
+
 @pytest.mark.parametrize(
     ("target", "refused", "hard", "expected"),
     [

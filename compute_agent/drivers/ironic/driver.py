@@ -299,6 +299,41 @@ class IronicDriver(ComputeDriver):
             ctx.epoch,
         )
 
+    # -- rebuild ---------------------------------------------------------------
+
+    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+        """Ironic's ``rebuild`` of an active node: it redeploys the image and
+        config drive the deploy left in its ``instance_info``, and ends
+        ``active`` (or ``deploy failed``, with Ironic's reason)."""
+        self._check_context(ctx, node)
+        watch = _Watch(self, ctx, "rebuild", self._deploy_timeout, progress)
+        try:
+            found = watch.read()
+        except IronicNodeGone as exc:
+            raise NodeNotBuildable(field="node_uuid", value=node.uuid, reason=exc.reason) from exc
+        if found.instance_uuid != ctx.instance_uuid:
+            raise NodeNotBuildable(
+                field="node_uuid",
+                value=node.uuid,
+                reason=f"Ironic shows the node claimed by {found.instance_uuid}, "
+                f"not {ctx.instance_uuid}",
+            )
+        if found.provision_state != states.ACTIVE:
+            # Only an active node can be rebuilt: a deploy or teardown under
+            # way is Ironic's own (a 409 locked would be waited out forever).
+            raise DriverError(node.uuid, "rebuild", f"Ironic shows it {found.provision_state}")
+        progress("rebuild")
+        done = watch.request(found, "rebuild")
+        if done.provision_state != states.ACTIVE:
+            raise DriverError(node.uuid, "rebuild", _failure(done, "ended"))
+        LOG.info(
+            "Instance %s rebuilt on Ironic node %s (agent %s, epoch %d)",
+            ctx.instance_uuid,
+            node.uuid,
+            self.host,
+            ctx.epoch,
+        )
+
     # -- power -----------------------------------------------------------------
 
     def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:

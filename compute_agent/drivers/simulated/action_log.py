@@ -57,6 +57,8 @@ ACTIONS: Final = frozenset(
         "reboot",
         "soft_power_off",
         "soft_reboot",
+        "rebuild_start",
+        "rebuild_done",
     }
 )
 
