@@ -130,8 +130,15 @@ def _power_verbs_show_in_ironic(fleet: Fleet, ironic: IronicHarness, instance: s
     """Stop, start, reboot and rebuild an instance: Ironic's power state follows
     each, and so does the node's in ringfleet; the rebuild is Ironic's own
     (a new deploy of the same node, still claimed by the instance)."""
-    before = ironic.node(fleet.api.show_instance(instance)["node_uuid"])
     node = fleet.api.show_instance(instance)["node_uuid"]
+    # The image a deploy with one leaves in instance_info (ringfleet's builds
+    # carry none yet); image_type given, so Ironic fetches nothing.  Without
+    # an image_source Ironic 39.0.0 answers a rebuild with 500 and the agent
+    # refuses it up front.
+    image = {"image_source": "http://127.0.0.1:9/rebuild.img", "image_type": "whole-disk"}
+    patch = [{"op": "add", "path": f"/instance_info/{k}", "value": v} for k, v in image.items()]
+    assert ironic.request("PATCH", f"/v1/nodes/{node}", json=patch).status_code == 200
+    before = ironic.node(node)
 
     def settled() -> dict[str, Any] | None:
         found: dict[str, Any] = fleet.api.show_instance(instance)

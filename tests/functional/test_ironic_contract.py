@@ -108,9 +108,14 @@ def _at_rest(backend: Backend, node: str) -> IronicNode:
     )
 
 
-def _deploy(backend: Backend, node: str) -> str:
+#: An image reference for the fake deploy interface (never fetched: image_type is given).
+IMAGE = {"image_source": "http://127.0.0.1:9/contract.img", "image_type": "whole-disk"}
+
+
+def _deploy(backend: Backend, node: str, image: dict[str, str] | None = None) -> str:
     instance = str(uuid.uuid4())
-    backend.client.claim(node, instance, {"ringfleet_host": "contract", "ringfleet_epoch": 1})
+    info = {"ringfleet_host": "contract", "ringfleet_epoch": 1, **(image or {})}
+    backend.client.claim(node, instance, info)
     backend.client.set_provision_state(node, "active", action="contract")
     return instance
 
@@ -169,7 +174,9 @@ def test_a_rebuild_redeploys_an_active_node_and_is_refused_on_an_available_one(
     node = backend.new_node()
     with pytest.raises(DriverError, match=r"refused \(400\)"):
         backend.client.set_provision_state(node, "rebuild", action="contract")
-    instance = _deploy(backend, node)
+    # An image, as a real deploy has (without one Ironic 39.0.0 answers a
+    # rebuild with 500); image_type set: Ironic does not fetch the URL.
+    instance = _deploy(backend, node, image=IMAGE)
     deployed = _at_rest(backend, node)
     backend.client.set_provision_state(node, "rebuild", action="contract")
     assert _read(backend, node).provision_state != "active"  # moved before answering

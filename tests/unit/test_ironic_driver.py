@@ -567,11 +567,15 @@ def test_set_power_follows_ironic_to_the_target(
     assert driver.get_power_state(ctx_for(node, None), node) is expected
 
 
+IMAGE = "http://images.example/ubuntu.qcow2"
+
+
 def test_rebuild_redeploys_an_active_node_in_place(tmp_path: Path, fake: FakeIronic) -> None:
     ironic_node = fake.add()
     node, instance = ring_node(ironic_node), new_instance()
     driver = make_driver(tmp_path, fake)
     driver.deploy(ctx_for(node, instance), node, Steps())
+    ironic_node.instance_info["image_source"] = IMAGE  # what the deploy's image left
     fake.writes.clear()
     fake.locked_writes = 1  # Ironic busy with its own task: waited out
     steps = Steps()
@@ -590,10 +594,24 @@ def test_a_rebuild_failing_in_ironic_is_a_driver_error_with_ironics_reason(
     node, instance = ring_node(ironic_node), new_instance()
     driver = make_driver(tmp_path, fake)
     driver.deploy(ctx_for(node, instance), node, Steps())
+    ironic_node.instance_info["image_source"] = IMAGE
     fake.deploy_error = "image checksum mismatch"
     with pytest.raises(DriverError, match="image checksum mismatch"):
         driver.rebuild(ctx_for(node, instance), node, Steps())
     assert ironic_node.instance_uuid == instance  # the instance keeps its node
+
+
+def test_a_rebuild_without_an_image_is_refused_at_once(tmp_path: Path, fake: FakeIronic) -> None:
+    """A refusal retrying cannot fix (Ironic 39.0.0 would answer 500, an
+    outage waited out until the deadline)."""
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    fake.writes.clear()
+    with pytest.raises(DriverError, match="no image_source"):
+        driver.rebuild(ctx_for(node, instance), node, Steps())
+    assert fake.writes == []
 
 
 def test_a_rebuild_of_a_node_claimed_by_another_instance_touches_nothing(

@@ -322,6 +322,13 @@ class IronicDriver(ComputeDriver):
             # Only an active node can be rebuilt: a deploy or teardown under
             # way is Ironic's own (a 409 locked would be waited out forever).
             raise DriverError(node.uuid, "rebuild", f"Ironic shows it {found.provision_state}")
+        if not found.instance_info.get("image_source"):
+            # Nothing to redeploy; and Ironic 39.0.0 answers such a rebuild
+            # with a 500 ("cannot access local variable 'auto_lessee'"), which
+            # would be waited out as an outage until the deadline.
+            raise DriverError(
+                node.uuid, "rebuild", "Ironic shows no image_source in its instance_info"
+            )
         progress("rebuild")
         done = watch.request(found, "rebuild")
         if done.provision_state != states.ACTIVE:
