@@ -872,7 +872,7 @@ def test_recovery_does_not_wait_for_build_timeout(
 # sweeper nor a timed-out call can finish the actions, only the takeover's
 # re-route can.
 
-POWER_DURATION = 3.0
+POWER_DURATION = 2.0
 POWER_REHOME_GRACE = 2.0
 #: The takeover (TTL + rehome_grace) and the action redone (POWER_DURATION)
 #: with a few seconds to spare on a loaded 2-core machine.
@@ -891,11 +891,11 @@ def test_a_power_action_racing_a_takeover_is_fenced_and_finished_by_the_new_owne
     fleet = _start_fleet(tmp_path, pg_url, transport_url, etcd_url, POWER_CONFIG)
     expected: dict[str, str] = {}  # instance -> its vm_state once the action is done
     try:
-        built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "small", "count": 9})]
+        built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "small", "count": 6})]
         wait_for(
             lambda: all(fleet.api.show_instance(u)["vm_state"] == "active" for u in built),
             60,
-            "9 instances ACTIVE",
+            "6 instances ACTIVE",
         )
         victim = _busiest_agent(fleet)
         on_victim = {
