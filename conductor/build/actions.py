@@ -35,9 +35,9 @@ death is logged, and issued again by the operator.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import oslo_messaging as messaging
@@ -119,22 +119,22 @@ class ActionRouter:
         self._compute = compute
         self._retries = retries
         self._timeout = timeout
-        # Started on first use (threads are never started before a fork).
-        self._pool = ThreadPoolExecutor(max_workers=senders, thread_name_prefix="action-sender")
+        self._pool = _DaemonPool(senders, "action-sender")
         self._lock = threading.Lock()
         # (instance or node, owner, epoch) of every call in flight: one at a time each.
         self._calls: set[tuple[str, str, int]] = set()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop taking actions; calls in flight are not waited for (their
+        records stay, and the next start or takeover routes them again)."""
+        self._pool.close()
 
     # -- instances ------------------------------------------------------------------
 
     def act(self, instance_uuid: str) -> None:
         """Route the instance's action in flight (if any) to its node's owner."""
-        try:
-            self._pool.submit(self._act_logged, instance_uuid)
-        except RuntimeError:  # shut down: the conductor stops; the record stays
+        if not self._pool.submit(self._act_logged, instance_uuid):
+            # The conductor stops: the record stays, its next start routes it.
             LOG.debug("Instance %s: action not routed, the conductor is stopping", instance_uuid)
 
     def _act_logged(self, instance_uuid: str) -> None:
@@ -272,7 +272,8 @@ class ActionRouter:
 
     def set_node_power(self, node: Node, target: str) -> None:
         """Power *node* (an API target, :data:`POWER_TARGETS`) in the background."""
-        self._pool.submit(self._node_power_logged, node.uuid, POWER_TARGETS[target])
+        if not self._pool.submit(self._node_power_logged, node.uuid, POWER_TARGETS[target]):
+            raise ServiceUnavailable("the conductor is stopping; issue the power action again")
 
     def _node_power_logged(self, node_uuid: str, target: str) -> None:
         try:
@@ -371,6 +372,51 @@ class ActionRouter:
             return host in self._fleet.live_members()
         except ServiceUnavailable:
             return True  # cannot tell: assume alive, never act as if it died
+
+
+class _DaemonPool:
+    """A few daemon threads running submitted calls, started on first use.
+
+    Not a ``ThreadPoolExecutor``: its threads are joined at interpreter
+    exit, and a call to an agent that died waits ``action_timeout`` (300 s)
+    for its answer: a stopping conductor must not wait for that.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+
+    def submit(self, call: Callable[..., None], *args: object) -> bool:
+        """Run ``call(*args)`` on a pool thread; False once the pool is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            if not self._threads:  # never started before a fork
+                self._threads = [
+                    threading.Thread(target=self._run, name=f"{self._name}-{i}", daemon=True)
+                    for i in range(self._size)
+                ]
+                for thread in self._threads:
+                    thread.start()
+            self._calls.put((call, args))
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for _thread in self._threads:
+                self._calls.put(None)
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            call, args = item
+            call(*args)  # the calls log their own failures
 
 
 class _Later(Exception):

@@ -430,6 +430,15 @@ def test_act_runs_in_the_background_pool(env: Env) -> None:
     while env.stored()[1] is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert env.stored() == (VmState.ACTIVE, None, None)
+    # Daemon threads: a call hung on a dead agent never holds up the exit.
+    assert all(t.daemon for t in env.router._pool._threads)
+    env.router.close()
+    env.instances.reboot_instance(CTXT, instance=env.instance)
+    env.router.act(env.instance)  # stopping: not routed, the record stays
+    time.sleep(0.05)
+    assert env.stored()[1] is TaskState.REBOOTING and len(env.agents.calls) == 1
+    with pytest.raises(ServiceUnavailable, match="stopping"):
+        env.inventory.set_node_power_state(CTXT, node=env.node, target="power on")
 
 
 def test_the_owners_answer_on_a_node_it_lost_meanwhile_is_not_recorded(env: Env) -> None:
