@@ -99,6 +99,8 @@ POWER_TARGETS: Final[Mapping[str, str]] = {
 
 #: How many times NotOwner is answered by re-reading and calling again at once.
 _REROUTES: Final = 3
+#: Actions whose last reason to wait is remembered (log once).
+_MAX_WAITS_REMEMBERED: Final = 10_000
 
 
 class ActionRouter:
@@ -123,6 +125,8 @@ class ActionRouter:
         self._lock = threading.Lock()
         # (instance or node, owner, epoch) of every call in flight: one at a time each.
         self._calls: set[tuple[str, str, int]] = set()
+        # Why each waiting action last waited: said at INFO once, DEBUG after.
+        self._waits: dict[str, str] = {}
 
     def close(self) -> None:
         """Stop taking actions; calls in flight are not waited for (their
@@ -183,7 +187,8 @@ class ActionRouter:
             node = nodes.get_node(self._db, node_uuid)
             owner, epoch = node.owner, node.owner_epoch
             if owner is None or not self._is_live(owner):
-                LOG.info(
+                LOG.log(
+                    self._level(instance_uuid, f"owner {owner} not live"),
                     "Instance %s: %s on node %s waits for a live owner (%s is not)",
                     instance_uuid,
                     task.value,
@@ -210,7 +215,8 @@ class ActionRouter:
                 )
                 continue
             except _Later as exc:
-                LOG.info(
+                LOG.log(
+                    self._level(instance_uuid, str(exc)),
                     "Instance %s: %s on node %s by %s not done yet: %s; retrying",
                     instance_uuid,
                     task.value,
@@ -226,6 +232,8 @@ class ActionRouter:
             finally:
                 with self._lock:
                     self._calls.discard(key)
+            with self._lock:
+                self._waits.pop(instance_uuid, None)
             self._done(instance_uuid, task, node, Fence(owner, epoch), power)
             return
         self._retries.retry_later(instance_uuid, "act")
@@ -366,6 +374,16 @@ class ActionRouter:
             "provision_state": None,
         }
         node_states.record_node_states(self._db, owner, [report])
+
+    def _level(self, instance_uuid: str, why: str) -> int:
+        """INFO the first time an action waits for *why*, DEBUG on every retry
+        after: one line per cause, not one every 2 s (as routing.py does)."""
+        with self._lock:
+            said = self._waits.get(instance_uuid) == why
+            if len(self._waits) >= _MAX_WAITS_REMEMBERED:
+                self._waits.clear()  # a bounded cache: at worst a line said twice
+            self._waits[instance_uuid] = why
+        return logging.DEBUG if said else logging.INFO
 
     def _is_live(self, host: str) -> bool:
         try:

@@ -223,7 +223,7 @@ class InventoryEndpoint:
         found = node_db.get_node(self._db, ident)
         if self._power is None:
             raise ConfigurationError(
-                "conductor", "workers", "this conductor routes no node actions to agents"
+                "DEFAULT", "transport_url", "this conductor has no RPC client for the agents"
             )
         LOG.info("Node %s: %s requested (owner %s)", found.uuid, target, found.owner)
         self._power.set_node_power(found, target)

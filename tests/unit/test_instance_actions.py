@@ -336,13 +336,20 @@ def test_a_refusal_retrying_cannot_fix_ends_the_action_where_it_was(env: Env) ->
     assert env.queue.later == [] and len(env.agents.calls) == 1
 
 
-def test_an_owner_not_live_is_not_called_the_action_waits(env: Env) -> None:
+def test_an_owner_not_live_is_not_called_the_action_waits(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     env.instances.reboot_instance(CTXT, instance=env.instance)
     env.fleet.live = {"agent-2"}
-    env.router._act(env.instance)
+    with caplog.at_level("DEBUG", logger="conductor.build.actions"):
+        for _retry in range(3):
+            env.router._act(env.instance)
     assert env.agents.calls == []
-    assert env.queue.later == [(env.instance, "act")]
+    assert env.queue.later == [(env.instance, "act")] * 3
     assert env.stored()[1] is TaskState.REBOOTING
+    # One line for the cause, not one per retry.
+    waits = [r for r in caplog.records if "waits for a live owner" in r.getMessage()]
+    assert [r.levelname for r in waits] == ["INFO", "DEBUG", "DEBUG"]
 
 
 @pytest.mark.parametrize("vm_state", ["active", "stopped"])
