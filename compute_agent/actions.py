@@ -274,8 +274,16 @@ class NodeActions:
         return "accepted"
 
     def set_power(self, node: Node, epoch: int, target: PowerTarget) -> PowerState:
+        """Power *node* and wait (an instance's reboot/stop/start, an operator's verb).
+
+        :raises NotOwner: the epoch is not the one held: nothing is done
+        :raises Conflict: another action runs on the node, or the agent is
+            stopping (the conductor retries, with the next owner if need be)
+        """
         self._ownership.check(node.uuid, epoch)
         with self._lock:
+            if not self._accepting:
+                raise Conflict(field="host", value=self._host, reason="agent is stopping")
             running = self._in_flight.get(node.uuid)
             if running is not None:
                 raise Conflict(
@@ -289,6 +297,51 @@ class NodeActions:
             return self._driver.set_power(ctx, node, target)
         finally:
             self._finish(node.uuid)
+
+    def rebuild(self, instance_uuid: str, node: Node, epoch: int) -> str:
+        """Re-image *node* in place for the instance it hosts, and wait: ``"active"``.
+
+        Fenced as a deploy: the epoch is checked first and again before every
+        step (a SUSPENDED membership waited out), so a rebuild whose node was
+        taken over stops at its next step; the new owner does it again when
+        the conductor routes it there.
+
+        :raises NotOwner: the epoch is not (or no longer) the one held
+        :raises Conflict: another action runs on the node, or the agent is stopping
+        :raises NodeNotBuildable: the back end shows the node hosting another instance
+        :raises DriverError: the rebuild failed
+        """
+        self._ownership.check(node.uuid, epoch)
+        with self._lock:
+            if not self._accepting:
+                raise Conflict(field="host", value=self._host, reason="agent is stopping")
+            running = self._in_flight.get(node.uuid)
+            if running is not None:
+                raise Conflict(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node is busy with {running[0]} of {running[1]}; retry",
+                )
+            self._in_flight[node.uuid] = ("rebuild", instance_uuid)
+
+        def progress(step: str) -> None:
+            self._ownership.wait_can_act(node.uuid, epoch, self._suspend_wait)
+            LOG.debug("Instance %s on node %s: rebuild: %s", instance_uuid, node.uuid, step)
+
+        try:
+            self._driver.rebuild(
+                ActionContext(node.uuid, self._host, epoch, instance_uuid), node, progress
+            )
+        finally:
+            self._finish(node.uuid)
+        LOG.info(
+            "Agent %s rebuilt instance %s on node %s (epoch %d)",
+            self._host,
+            instance_uuid,
+            node.uuid,
+            epoch,
+        )
+        return "active"
 
     def _start(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(

@@ -149,6 +149,15 @@ class ComputeEndpoint:
         held = checks.check_epoch(epoch, "epoch")
         return self._actions.destroy(instance, target, held)
 
+    def rebuild_instance(
+        self, ctxt: dict[str, Any], *, instance_uuid: Any, node: Any, epoch: Any
+    ) -> str:
+        """Re-image the node in place for the instance it hosts, and wait (1.3)."""
+        instance = validate_uuid(instance_uuid, "instance_uuid")
+        target = _node(node)
+        held = checks.check_epoch(epoch, "epoch")
+        return self._actions.rebuild(instance, target, held)
+
     def set_power_state(self, ctxt: dict[str, Any], *, node: Any, epoch: Any, target: Any) -> str:
         found = _node(node)
         held = checks.check_epoch(epoch, "epoch")

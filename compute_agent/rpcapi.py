@@ -14,6 +14,11 @@ API version history:
   and ``config_drive`` (as the conductor stored them); a build with either
   is sent at 1.2 only, so an older agent refuses it rather than deploy
   without them.
+* 1.3 - set_power_state takes the targets ``soft power off`` and ``soft
+  reboot`` (the OS shuts down first; a back end without them falls back to
+  the hard target); the conductors route instance reboot/stop/start and
+  operators' node power through it.  rebuild_instance: re-image a node in
+  place for the instance it hosts, and wait.
 """
 
 from __future__ import annotations
@@ -24,14 +29,16 @@ import oslo_messaging as messaging
 
 from conductor.common import rpc
 
-__all__ = ["API_VERSION", "DEPLOY_SPEC_VERSION", "ComputeAPI"]
+__all__ = ["API_VERSION", "DEPLOY_SPEC_VERSION", "SOFT_POWER_VERSION", "ComputeAPI"]
 
 # The version the agent's endpoint serves and the newest the client speaks:
 # one version per API.  Bump it with a line in the history above.
-API_VERSION = "1.2"
+API_VERSION = "1.3"
 
 #: The version whose builds carry an image and a config drive.
 DEPLOY_SPEC_VERSION = "1.2"
+#: The version that has the soft power targets.
+SOFT_POWER_VERSION = "1.3"
 
 
 class ComputeAPI:
@@ -148,11 +155,54 @@ class ComputeAPI:
             host, "destroy_instance", timeout, instance_uuid=instance_uuid, node=node, epoch=epoch
         )
 
-    def set_power_state(self, host: str, *, node: dict[str, Any], epoch: int, target: str) -> str:
+    def set_power_state(
+        self,
+        host: str,
+        *,
+        node: dict[str, Any],
+        epoch: int,
+        target: str,
+        timeout: float | None = None,
+    ) -> str:
         """Power the node on or off, or reboot it, and wait: the resulting power
-        state (``"power on"`` or ``"power off"``)."""
+        state (``"power on"`` or ``"power off"``).  The soft targets need 1.3.
+
+        :raises NotOwner: *epoch* is not the one the agent holds (re-read)
+        :raises Conflict: the node is busy with another action (retry)
+        """
+        version = "1.3" if target.startswith("soft") else "1.0"
         return self._call(  # type: ignore[no-any-return]
-            host, "set_power_state", node=node, epoch=epoch, target=target
+            host,
+            "set_power_state",
+            timeout,
+            version=version,
+            node=node,
+            epoch=epoch,
+            target=target,
+        )
+
+    def rebuild_instance(
+        self,
+        host: str,
+        *,
+        instance_uuid: str,
+        node: dict[str, Any],
+        epoch: int,
+        timeout: float | None = None,
+    ) -> str:
+        """Re-image the node in place for *instance_uuid* and wait: ``"active"`` (1.3).
+
+        :raises NotOwner: *epoch* is not the one the agent holds (re-read)
+        :raises Conflict: the node is busy with another action (retry)
+        """
+        return self._call(  # type: ignore[no-any-return]
+            host,
+            "rebuild_instance",
+            timeout,
+            version="1.3",
+            instance_uuid=instance_uuid,
+            node=node,
+            epoch=epoch,
         )
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:

@@ -54,6 +54,13 @@ Imported nodes carry the properties ``ironic_shard`` and
 ``ironic_conductor_group``: they mark them as Ironic's (nodes created by
 hand are never retired by the sync) and show where they came from.
 
+An Ironic node with the trait ``CUSTOM_RINGFLEET_EXCLUDE`` is never
+imported (:data:`EXCLUDE_TRAIT`).  ``ringfleet node delete`` only forgets a
+node, never deletes it in Ironic, and refuses an imported node the next
+pass would import again: one still in Ironic without that trait.  Tag it in
+Ironic first (a known node's traits follow Ironic's at the next pass), or
+remove it from Ironic (the pass retires it), then delete it.
+
 Every conductor may run the periodic pass (``[ironic] sync_interval``):
 each change is a compare-and-swap on what the pass read, so two passes at
 once change each node once.
@@ -82,6 +89,7 @@ from conductor.db.engine import Database
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
 __all__ = [
+    "EXCLUDE_TRAIT",
     "MAINTENANCE_PREFIX",
     "MAX_ORPHANS",
     "CleanOrphan",
@@ -98,6 +106,11 @@ REMOVED_REASON: Final = MAINTENANCE_PREFIX + "node removed from Ironic"
 #: Properties marking an imported node (and where it came from).
 SHARD_PROPERTY: Final = "ironic_shard"
 CONDUCTOR_GROUP_PROPERTY: Final = "ironic_conductor_group"
+#: The trait that keeps an Ironic node out of ringfleet: the sync never
+#: imports a node carrying it, so an operator who deleted it in ringfleet
+#: (``ringfleet node delete``, refused for an imported node without it) does
+#: not see it come back at the next pass.
+EXCLUDE_TRAIT: Final = "CUSTOM_RINGFLEET_EXCLUDE"
 
 #: Provision states of an idle node, which the sync may change between.
 _IDLE: Final = frozenset(
@@ -137,6 +150,8 @@ class SyncSummary:
     observed: int = 0
     #: orphan claims handed to their node's owner, who took the teardown
     orphans: int = 0
+    #: Ironic nodes not imported: they carry :data:`EXCLUDE_TRAIT`
+    excluded: int = 0
     invalid: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
@@ -148,6 +163,7 @@ class SyncSummary:
             "retired": self.retired,
             "observed": self.observed,
             "orphans": self.orphans,
+            "excluded": self.excluded,
             "invalid": len(self.invalid),
             "invalid_nodes": self.invalid[:_MAX_NAMED],
             "seconds": round(self.seconds, 3),
@@ -237,6 +253,9 @@ class IronicInventorySync:
             if state is not None:
                 observed.append(state)
             claimed += [node.uuid] if _held_in_ironic(node, found, seen_at) else []
+        # The operator keeps these out of ringfleet (EXCLUDE_TRAIT).
+        kept = [spec for spec in new_specs if EXCLUDE_TRAIT not in spec.traits]
+        summary.excluded, new_specs = len(new_specs) - len(kept), kept
         for start in range(0, len(new_specs), _CREATE_BATCH):
             summary.created += self._create(new_specs[start : start + _CREATE_BATCH], sightings)
         for node in known.values():

@@ -56,6 +56,11 @@ API version history:
   for anyone else); fleet_check is for admins only (``Forbidden``).
   A client speaking for a caller sends the instance calls at 1.12, so that
   an older conductor, which would not scope them, refuses them.
+* 1.13 - Power and lifecycle verbs: reboot_instance (soft or hard),
+  stop_instance, start_instance, rebuild_instance (answer at once, the
+  instance's task state shows the action in flight); set_node_power_state and delete_node
+  (operator calls); fleet_check also reports actions unchanged for
+  ``stuck_after`` (stuck-action); instances may be ``stopped``.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.12"
+API_VERSION = "1.13"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -187,6 +192,17 @@ class ConductorAPI:
     def move_node(self, node: str, host: str) -> dict[str, Any]:
         return self._call("move_node", node=node, host=host)  # type: ignore[no-any-return]
 
+    def set_node_power_state(self, node: str, target: str) -> dict[str, Any]:
+        """Power a node (1.13): ``power on``, ``power off``, ``rebooting``,
+        ``soft power off``, ``soft rebooting``; answers at once with the node."""
+        return self._call(  # type: ignore[no-any-return]
+            "set_node_power_state", version="1.13", node=node, target=target
+        )
+
+    def delete_node(self, node: str) -> None:
+        """Forget a node in maintenance that hosts nothing (1.13)."""
+        self._call("delete_node", version="1.13", node=node)
+
     def sync_ironic_nodes(self) -> dict[str, Any]:
         """Import Ironic's inventory now (one pass); what it did."""
         return self._call("sync_ironic_nodes", version="1.7")  # type: ignore[no-any-return]
@@ -282,6 +298,30 @@ class ConductorAPI:
     def list_quotas(self) -> list[dict[str, Any]]:
         """Since 1.12: the projects with limits of their own."""
         return self._call("list_quotas", version="1.12")  # type: ignore[no-any-return]
+
+    def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
+        """Reboot an active instance, soft or ``hard`` (1.13); answers at once."""
+        return self._call(  # type: ignore[no-any-return]
+            "reboot_instance", version="1.13", instance=instance, hard=hard
+        )
+
+    def stop_instance(self, instance: str) -> dict[str, Any]:
+        """Power an active instance off (1.13): ``stopped``; answers at once."""
+        return self._call(  # type: ignore[no-any-return]
+            "stop_instance", version="1.13", instance=instance
+        )
+
+    def rebuild_instance(self, instance: str) -> dict[str, Any]:
+        """Re-image an instance on its node (1.13): ``active``; answers at once."""
+        return self._call(  # type: ignore[no-any-return]
+            "rebuild_instance", version="1.13", instance=instance
+        )
+
+    def start_instance(self, instance: str) -> dict[str, Any]:
+        """Power a stopped instance on (1.13): ``active``; answers at once."""
+        return self._call(  # type: ignore[no-any-return]
+            "start_instance", version="1.13", instance=instance
+        )
 
     # -- fleet -----------------------------------------------------------------
 

@@ -103,6 +103,7 @@ class ConductorService:
             compute=compute,
             accept_timeout=conf.conductor.accept_timeout,
             accept_senders=conf.conductor.accept_senders,
+            action_timeout=conf.conductor.action_timeout,
             max_attempts=lambda: int(conf.conductor.max_attempts),
             # A node without a live owner gets one within the TTL (a peer
             # takes it over), or once a restart hold ends; builds that fit
@@ -129,7 +130,7 @@ class ConductorService:
             )
 
         endpoints = [
-            InventoryEndpoint(db, fleet, self._ironic_sync),
+            InventoryEndpoint(db, fleet, self._ironic_sync, power=builds.actions),
             InstancesEndpoint(db, builds, quota=quota_defaults),
             QuotasEndpoint(db, quota_defaults),
             FleetEndpoint(

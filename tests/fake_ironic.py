@@ -48,6 +48,10 @@ __all__ = ["FakeIronic", "FakeNode"]
 
 #: States in which Ironic holds the node's lock for a task of its own.
 LOCKED_STATES = frozenset({"deploying", "deleting", "cleaning"})
+#: The targets of PUT /v1/nodes/{uuid}/states/power.
+_POWER_TARGETS = frozenset(
+    {"power on", "power off", "rebooting", "soft power off", "soft rebooting"}
+)
 #: What Ironic's conductor does at start with a node whose task it lost.
 _FAILED_ON_RESTART: dict[str, dict[str, Any]] = {
     "deploying": {
@@ -152,6 +156,9 @@ class FakeIronic:
         self.unreachable_reads = 0
         #: the next this many writes are refused with 409 "locked"
         self.locked_writes = 0
+        #: whether the nodes' power interface has the soft targets (a BMC
+        #: without them answers 400, as Ironic does)
+        self.soft_power = True
         #: called before a claim is applied (another claimant's race)
         self.before_claim: Callable[[FakeNode], None] | None = None
         #: called after a claim is applied
@@ -220,6 +227,15 @@ class FakeIronic:
         configdrive: Mapping[str, Any] | None = None,
     ) -> None:
         node = self._writable(node_uuid, action)
+        if target == "rebuild" and node.provision_state != "active":
+            # Ironic: 'The requested action "rebuild" can not be performed on
+            # node ... while it is in state ...'
+            self.writes.append(("refused", node_uuid, target))
+            raise DriverError(
+                node_uuid,
+                action,
+                f"Ironic refused (400): rebuild can not be performed in {node.provision_state}",
+            )
         self.writes.append(("provision", node_uuid, target))
         waits: list[dict[str, Any]] = [{}] * (self.steps - 1)
         if target == "active":
@@ -269,15 +285,31 @@ class FakeIronic:
                     "last_error": None,
                 },
             ]
+        elif target == "rebuild":
+            node.change(provision_state="deploying", target_provision_state="active")
+            end = {"provision_state": "active", "target_provision_state": None}
+            if self.deploy_error is not None:
+                end = {"provision_state": "deploy failed", "last_error": self.deploy_error}
+            node.script = [*waits, end]
         else:
             raise AssertionError(f"unexpected target {target}")
 
     def set_power_state(self, node_uuid: str, target: str) -> None:
         node = self._writable(node_uuid, "set_power")
+        if target not in _POWER_TARGETS or (target.startswith("soft") and not self.soft_power):
+            # Ironic's answer to a target the node's power interface lacks.
+            self.writes.append(("refused", node_uuid, target))
+            raise DriverError(
+                node_uuid,
+                "set_power",
+                f"Ironic refused (400): The requested power state {target} is not supported",
+            )
         self.writes.append(("power", node_uuid, target))
-        final = "power off" if target == "power off" else "power on"
+        final = "power off" if target.endswith("power off") else "power on"
+        # As Ironic: target_power_state is the end state while it moves
+        # ("power on" for a reboot), power_state the state before.
         node.change(target_power_state=final)
-        if target == "rebooting":
+        if target in ("rebooting", "soft rebooting"):
             node.change(power_state="power off")
         node.script = [
             *[{}] * (self.steps - 1),

@@ -25,7 +25,7 @@ from oslo_config import cfg
 from stevedore.extension import ExtensionManager
 
 from conductor.common import plugins
-from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.exception import DriverError, FieldError, InvalidInput
 from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = [
@@ -48,7 +48,9 @@ LOG = logging.getLogger(__name__)
 DRIVER_NAMESPACE: Final = "ringfleet.compute.drivers"
 
 #: what :meth:`ComputeDriver.set_power` can be asked to do
-PowerTarget = Literal["power on", "power off", "reboot"]
+#: (``soft power off`` and ``soft reboot`` ask the OS to shut down first:
+#: compute API 1.3; a back end without them falls back to the hard one)
+PowerTarget = Literal["power on", "power off", "reboot", "soft power off", "soft reboot"]
 POWER_TARGETS: Final[tuple[str, ...]] = get_args(PowerTarget)
 
 #: called by :meth:`ComputeDriver.deploy` with each provision step's name
@@ -209,6 +211,18 @@ class ComputeDriver(abc.ABC):
         :raises InvalidInput: *target* is not a :data:`PowerTarget`
         :raises DriverError: the power action failed
         """
+
+    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+        """Re-image *node*, which hosts ``ctx.instance_uuid``, in place: the same
+        instance redeployed with the image and config drive it was deployed
+        with; return when it is active again.  ``progress`` as for :meth:`deploy`.
+
+        Not abstract: a driver without it refuses (compute API 1.3).
+
+        :raises NodeNotBuildable: the node does not host that instance
+        :raises DriverError: the rebuild failed (the instance stays on the node)
+        """
+        raise DriverError(node.uuid, "rebuild", f"the {self.name} driver cannot rebuild")
 
     @abc.abstractmethod
     def get_power_state(self, ctx: ActionContext, node: Node) -> PowerState:

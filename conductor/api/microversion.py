@@ -20,6 +20,10 @@ the routes or fields it adds name it as their ``min_version``):
   quotas: ``GET /v1/quotas``, ``GET``/``PUT``/``DELETE
   /v1/quotas/{project_id}``.  (Every version scopes instances to the
   caller's project, and refuses a build over a quota, 403.)
+* 1.3 - Power and lifecycle verbs: ``POST /v1/instances/{id}/action``
+  (``reboot``, ``os-stop``, ``os-start``, ``rebuild`` with the instance's
+  own image), ``PUT /v1/nodes/{id}/states/power`` and
+  ``DELETE /v1/nodes/{id}`` (admin).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "MAX_VERSION",
     "MIN_VERSION",
     "SERVICE_TYPE",
+    "VERBS_VERSION",
     "BadVersion",
     "UnsupportedVersion",
     "Version",
@@ -78,9 +83,11 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 2)
+MAX_VERSION = Version(1, 3)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
+#: The microversion of the power and lifecycle verbs.
+VERBS_VERSION = Version(1, 3)
 
 
 def requested(header: str | None) -> Version:

@@ -65,6 +65,18 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("POST", "/v1/nodes/sync")],
     ),
     (
+        "ringfleet:node:power",
+        ADMIN,
+        "Power a node on or off, or reboot it.",
+        [("PUT", "/v1/nodes/{node}/states/power")],
+    ),
+    (
+        "ringfleet:node:delete",
+        ADMIN,
+        "Forget a node (never deleted in Ironic).",
+        [("DELETE", "/v1/nodes/{node}")],
+    ),
+    (
         "ringfleet:node:move",
         ADMIN,
         "Move a node to another agent.",
@@ -114,6 +126,14 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ADMIN,
         "Set or drop a project's own quotas.",
         [("PUT", "/v1/quotas/{project_id}"), ("DELETE", "/v1/quotas/{project_id}")],
+    ),
+    (
+        "ringfleet:instance:action",
+        # Whoever may delete an instance may reboot, stop or start it: the
+        # delete rule itself, so that overriding it covers both.
+        "rule:ringfleet:instance:delete",
+        "Reboot, stop, start or rebuild an instance.",
+        [("POST", "/v1/instances/{instance}/action")],
     ),
     (
         "ringfleet:fleet:get",

@@ -11,6 +11,7 @@ from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import ApiError, Call, Param, Reply, Route
+from conductor.api.microversion import VERBS_VERSION
 from conductor.common import schemas
 from conductor.common.schemas import Resource
 
@@ -30,7 +31,7 @@ INSTANCE_FILTERS = (
     Param(
         "vm_state",
         "string",
-        "building, active, deleting, deleted or error "
+        "building, active, stopped, deleting, deleted or error "
         "(without it, deleted instances are left out).",
     ),
     Param("host", "string", "Only instances on this agent."),
@@ -82,6 +83,40 @@ QUOTA_SET = Resource(
     "(-1 unlimited); the project's other limits are kept.",
     properties={"quotas": {"type": "object", "additionalProperties": {"type": "integer"}}},
     required=frozenset({"quotas"}),
+    null_means_absent=False,
+)
+#: Nova's reboot types (case as Nova accepts them).
+REBOOT_TYPES = ("SOFT", "HARD")
+INSTANCE_ACTION = Resource(
+    name="InstanceAction",
+    description=(
+        'One action, Nova style: {"reboot": {"type": "SOFT"|"HARD"}}, '
+        '{"os-stop": null}, {"os-start": null} or {"rebuild": {}} '
+        "(the instance's own image redeployed on its node)."
+    ),
+    properties={
+        "reboot": {
+            "type": "object",
+            "properties": {"type": {"type": "string", "enum": list(REBOOT_TYPES)}},
+            "required": ["type"],
+            "additionalProperties": False,
+        },
+        "os-stop": {"type": "null"},
+        "os-start": {"type": "null"},
+        "rebuild": {"type": "object"},
+    },
+    null_means_absent=False,
+)
+NODE_POWER = Resource(
+    name="NodePower",
+    description="The power state to reach, in Ironic's names.",
+    properties={
+        "target": {
+            "type": "string",
+            "enum": ["power on", "power off", "rebooting", "soft power off", "soft rebooting"],
+        }
+    },
+    required=frozenset({"target"}),
     null_means_absent=False,
 )
 MOVE = Resource(
@@ -152,6 +187,16 @@ def sync_nodes(call: Call) -> Reply:
 
 def set_node(call: Call) -> Reply:
     return Reply(200, call.api.set_node(call.path["node"], call.body))
+
+
+def set_node_power(call: Call) -> Reply:
+    """202 with the node as it is: its owner powers it in the background."""
+    return Reply(202, call.api.set_node_power_state(call.path["node"], call.body["target"]))
+
+
+def delete_node(call: Call) -> Reply:
+    call.api.delete_node(call.path["node"])
+    return Reply(204)
 
 
 def set_maintenance(call: Call) -> Reply:
@@ -258,6 +303,41 @@ def set_quota(call: Call) -> Reply:
 
 def delete_quota(call: Call) -> Reply:
     return Reply(200, call.api.delete_quota(call.path["project_id"]))
+
+
+def instance_action(call: Call) -> Reply:
+    """202 with the instance, its task state showing the action in flight."""
+    body = call.body if isinstance(call.body, dict) else {}
+    if len(body) != 1:
+        raise ApiError.invalid(
+            "body", "exactly one action: " + ", ".join(sorted(INSTANCE_ACTION.fields))
+        )
+    [(action, value)] = body.items()
+    instance = call.path["instance"]
+    if action == "reboot":
+        kind = value.get("type") if isinstance(value, dict) else None
+        if not isinstance(value, dict) or set(value) != {"type"}:
+            raise ApiError.invalid("reboot", 'must be {"type": "SOFT" or "HARD"}', value)
+        if not isinstance(kind, str) or kind.upper() not in REBOOT_TYPES:
+            raise ApiError.invalid("reboot.type", "must be SOFT or HARD", kind)
+        return Reply(202, call.api.reboot_instance(instance, hard=kind.upper() == "HARD"))
+    if value is not None and action in ("os-stop", "os-start"):
+        raise ApiError.invalid(action, "must be null", value)
+    if action == "os-stop":
+        return Reply(202, call.api.stop_instance(instance))
+    if action == "os-start":
+        return Reply(202, call.api.start_instance(instance))
+    # Rebuild redeploys the image the instance was deployed with: choosing
+    # another image is not supported yet (refused, nothing changed).
+    if not isinstance(value, dict):
+        raise ApiError.invalid("rebuild", "must be an object ({})", value)
+    for key in sorted(value):
+        raise ApiError.invalid(
+            f"rebuild.{key[:100]}",
+            "not supported: a rebuild redeploys the instance's own image",
+            value[key],
+        )
+    return Reply(202, call.api.rebuild_instance(instance))
 
 
 # -- fleet ---------------------------------------------------------------------
@@ -380,6 +460,44 @@ ROUTES: tuple[Route, ...] = (
         envelope=MAINTENANCE,
         errors=(E400, E404, E503),
         tag="nodes",
+    ),
+    Route(
+        "PUT",
+        "/v1/nodes/{node}/states/power",
+        set_node_power,
+        "ringfleet:node:power",
+        "setNodePowerState",
+        "Power a node on or off, or reboot it (operator call); answers at once (202).",
+        status=202,
+        body=NODE_POWER.name,
+        response="Node",
+        envelope=NODE_POWER,
+        errors=(E400, E404, E409, E503),
+        min_version=VERBS_VERSION,
+        tag="nodes",
+        description=(
+            "The node's owner, called at its epoch as for a build, does it in the "
+            "background; the node's power_state follows. Nothing records the request: "
+            "if the owner dies meanwhile, issue it again. An instance on the node keeps "
+            "its state: tenants use the instance actions."
+        ),
+    ),
+    Route(
+        "DELETE",
+        "/v1/nodes/{node}",
+        delete_node,
+        "ringfleet:node:delete",
+        "deleteNode",
+        "Forget a node in maintenance that hosts nothing (never deleted in Ironic).",
+        status=204,
+        errors=(E400, E404, E409, E503),
+        min_version=VERBS_VERSION,
+        tag="nodes",
+        description=(
+            "409 naming why when the node hosts an instance, is not in maintenance, or "
+            "was imported from Ironic and would be imported again by the next sync "
+            "(tag it CUSTOM_RINGFLEET_EXCLUDE in Ironic, or remove it there, first)."
+        ),
     ),
     Route(
         "GET",
@@ -567,6 +685,28 @@ ROUTES: tuple[Route, ...] = (
         errors=(E400, E503),
         tag="quotas",
         min_version=TENANCY,
+    ),
+    Route(
+        "POST",
+        "/v1/instances/{instance}/action",
+        instance_action,
+        "ringfleet:instance:action",
+        "instanceAction",
+        "Reboot, stop, start or rebuild an instance (Nova-style body); answers at once (202).",
+        status=202,
+        body=INSTANCE_ACTION.name,
+        response="Instance",
+        envelope=INSTANCE_ACTION,
+        errors=(E400, E404, E409, E503),
+        min_version=VERBS_VERSION,
+        tag="instances",
+        description=(
+            "The instance's task_state shows the action in flight (rebooting, "
+            "rebooting_hard, powering-off, powering-on, rebuilding); vm_state is active "
+            "or stopped when it is done. 409 names the state that does not allow the action. "
+            "Issuing the same action again while it is in flight routes it anew (the "
+            "way out of an action fleet check reports stuck)."
+        ),
     ),
     Route(
         "GET",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.build.actions import ActionRouter
 from conductor.build.queue import BuildQueue
 from conductor.build.results import BuildResults
 from conductor.build.routing import AgentRouter
@@ -47,6 +48,7 @@ class BuildLifecycle:
         metrics: ConductorMetrics | None = None,
         accept_timeout: float = 10.0,
         accept_senders: int = 0,
+        action_timeout: float = 300.0,
     ) -> None:
         if compute is not None and router is not None:
             raise ValueError("route over compute or through router, not both")
@@ -59,7 +61,10 @@ class BuildLifecycle:
         #: The last resort for builds that make no progress.
         self.sweeper = BuildSweeper(db, self.queue, self.results)
         self._agent_router: AgentRouter | None = None
+        #: Power and lifecycle actions (reboot, stop, start; node power).
+        self.actions: ActionRouter | None = None
         if compute is not None:
+            self.actions = ActionRouter(db, fleet, compute, self.queue, timeout=action_timeout)
             self._agent_router = router = AgentRouter(
                 db,
                 fleet,
@@ -79,6 +84,7 @@ class BuildLifecycle:
             max_attempts=max_attempts,
             owner_wait=owner_wait,
             metrics=metrics,
+            actions=self.actions,
         )
 
     def start(self) -> None:
@@ -91,6 +97,8 @@ class BuildLifecycle:
         self._workers.stop(timeout)
         if self._agent_router is not None:
             self._agent_router.close()
+        if self.actions is not None:
+            self.actions.close()
 
     # -- what the endpoints and the Ironic sync ask for --------------------------------
 
@@ -102,6 +110,10 @@ class BuildLifecycle:
 
     def delete(self, instance_uuid: str) -> None:
         self.queue.delete(instance_uuid)
+
+    def act(self, instance_uuid: str) -> None:
+        """Route the instance's action in flight (a verb just stored) to its owner."""
+        self.queue.act(instance_uuid)
 
     def rehomed(self, node_uuids: list[str]) -> None:
         """Pinned nodes changed owner: their builds and teardowns go to the new owner."""

@@ -24,8 +24,9 @@ LOG = logging.getLogger(__name__)
 
 #: What a worker does with an instance: schedule and allocate it ("build"),
 #: route it to its node's owner ("route"), allocate or route whichever it
-#: needs after a database outage ("resume"), tear it down ("delete").
-Action = Literal["build", "route", "resume", "delete"]
+#: needs after a database outage ("resume"), tear it down ("delete"), route
+#: its power or lifecycle action in flight to its node's owner ("act").
+Action = Literal["build", "route", "resume", "delete", "act"]
 
 #: An instance as build_instances just stored it, and its flavor.
 Stored = tuple[Instance, Flavor]
@@ -61,6 +62,10 @@ class BuildQueue:
     def delete(self, instance_uuid: str) -> None:
         """Tear the instance down (it is ``deleting`` in the record)."""
         self._queue.put(("delete", instance_uuid, None))
+
+    def act(self, instance_uuid: str) -> None:
+        """Route the instance's action in flight (its task state) to its node's owner."""
+        self._queue.put(("act", instance_uuid, None))
 
     def retry_later(self, instance_uuid: str, action: Action, delay: float = 2.0) -> None:
         """Queue *action* for the instance in *delay* seconds."""

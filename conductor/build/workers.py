@@ -26,7 +26,7 @@ from conductor.common.exception import (
     RingfleetError,
     ServiceUnavailable,
 )
-from conductor.common.instance_states import Event
+from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
@@ -52,6 +52,12 @@ class Router(Protocol):
         ...
 
 
+class Actions(Protocol):
+    """Routes an instance's power or lifecycle action (:mod:`conductor.build.actions`)."""
+
+    def act(self, instance_uuid: str) -> None: ...
+
+
 class BuildWorkers:
     """Worker threads that schedule stored build requests and deletions."""
 
@@ -67,7 +73,9 @@ class BuildWorkers:
         max_attempts: Callable[[], int],
         owner_wait: Callable[[], float],
         metrics: ConductorMetrics,
+        actions: Actions | None = None,
     ) -> None:
+        self._actions = actions
         self._db = db
         self._metrics = metrics
         self._scheduler = scheduler
@@ -96,19 +104,23 @@ class BuildWorkers:
         waiting = [i.uuid for i in building if i.node_uuid is None]
         placed = [i.uuid for i in building if i.node_uuid is not None]
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
+        acting = instances.acting(self._db, limit=10_000)
         self._queue.submit(waiting)
+        for instance in acting:
+            self._queue.act(instance.uuid)
         for uuid in placed:
             self._queue.reroute(uuid)  # the agent de-duplicates
         for instance in deleting:
             self._queue.delete(instance.uuid)
-        if building or deleting:
+        if building or deleting or acting:
             LOG.info(
-                "Resumed %d stored builds (%d already placed) and %d deletions",
+                "Resumed %d stored builds (%d already placed), %d deletions and %d actions",
                 len(waiting) + len(placed),
                 len(placed),
                 len(deleting),
+                len(acting),
             )
-        return len(building) + len(deleting)
+        return len(building) + len(deleting) + len(acting)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work; what is still queued stays stored for the next start."""
@@ -129,6 +141,9 @@ class BuildWorkers:
                     self._reroute(uuid)
                 elif action == "resume":
                     self._resume(uuid)
+                elif action == "act":
+                    if self._actions is not None:
+                        self._actions.act(uuid)
                 else:
                     self._delete(uuid)
             except DatabaseUnavailable:
@@ -269,7 +284,7 @@ class BuildWorkers:
                 "Instance %s: node %s re-homed, routing its %s to the new owner",
                 instance.uuid,
                 instance.node_uuid,
-                "teardown" if instance.vm_state is VmState.DELETING else "build",
+                _work(instance),
             )
             self._redrive(instance)
 
@@ -277,6 +292,8 @@ class BuildWorkers:
         """Route an in-flight build or teardown again, to whoever owns its node now."""
         if instance.vm_state is VmState.DELETING:
             self._queue.delete(instance.uuid)
+        elif instance.task_state in ACTION_TASKS:
+            self._queue.act(instance.uuid)
         else:
             self._queue.reroute(instance.uuid)
 
@@ -292,6 +309,7 @@ class BuildWorkers:
         """
         builds = teardowns = 0
         for instance in instances.in_flight_on_owner(self._db, host):
+            # An action (reboot...) counts with the builds: work to finish.
             if instance.vm_state is VmState.DELETING:
                 teardowns += 1
             else:
@@ -338,3 +356,12 @@ class BuildWorkers:
         else:
             instances.set_state(self._db, instance.uuid, Event.TORN_DOWN)
         LOG.info("Instance %s deleted", instance.uuid)
+
+
+def _work(instance: Instance) -> str:
+    """What an agent does for *instance*, in log lines."""
+    if instance.vm_state is VmState.DELETING:
+        return "teardown"
+    if instance.task_state in ACTION_TASKS:
+        return f"action ({instance.task_state})"
+    return "build"

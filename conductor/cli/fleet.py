@@ -2,9 +2,9 @@
 
 ``status`` is the per-agent table; ``check`` is meant for monitoring: it
 prints every problem the conductor finds (orphaned nodes, double claims,
-agents on another ring version, stuck builds and deletes, node records that
-disagree with their instance or with Ironic) and exits 1, or prints ``OK`` and
-exits 0.
+agents on another ring version, stuck builds, deletes and actions, node
+records that disagree with their instance or with Ironic) and exits 1, or
+prints ``OK`` and exits 0.
 """
 
 from __future__ import annotations
@@ -78,11 +78,12 @@ class FleetCheck(ConductorCommand, Command):
     Problems: nodes whose owner is not a live agent, schedulable nodes with
     no owner, allocations whose node and instance disagree (a double
     claim), live agents excluded from the ring (another ring version), a
-    conductor that cannot tell who is alive, builds and deletes whose
-    instance has not changed for the conductor's ``[conductor]
-    stuck_after``, and nodes whose stored state disagrees with their
-    instance (an ACTIVE instance on a node not active, a node deploying or
-    active hosting nothing, a node gone from Ironic hosting an instance) or
+    conductor that cannot tell who is alive, builds, deletes and instance
+    power actions (reboot, stop, start, rebuild) whose instance has not
+    changed for the conductor's ``[conductor] stuck_after``, and nodes
+    whose stored state disagrees with their instance (an ACTIVE instance
+    on a node not active, a node deploying or active hosting nothing, a
+    node gone from Ironic hosting an instance) or
     with Ironic as the Ironic sync last saw it (a claim ringfleet does not
     hold, an ACTIVE instance on a node Ironic does not show deployed with
     it, a node failed in Ironic hosting nothing).

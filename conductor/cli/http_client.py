@@ -20,7 +20,8 @@ from conductor.common import exception
 
 __all__ = ["HttpConductorAPI", "HttpError"]
 
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.2"}
+#: What the CLI asks for: the newest it speaks (an older API server answers 406).
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.3"}
 
 
 class HttpError(exception.RingfleetError):
@@ -127,6 +128,13 @@ class HttpConductorAPI:
             "POST", f"/v1/nodes/{_quote(node)}/move", {"host": host}
         )
 
+    def set_node_power_state(self, node: str, target: str) -> dict[str, Any]:
+        path = f"/v1/nodes/{_quote(node)}/states/power"
+        return self._request("PUT", path, {"target": target})  # type: ignore[no-any-return]
+
+    def delete_node(self, node: str) -> None:
+        self._request("DELETE", f"/v1/nodes/{_quote(node)}")
+
     def sync_ironic_nodes(self) -> dict[str, Any]:
         return self._request("POST", "/v1/nodes/sync")  # type: ignore[no-any-return]
 
@@ -186,6 +194,23 @@ class HttpConductorAPI:
 
     def list_quotas(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/quotas")["quotas"]  # type: ignore[no-any-return]
+
+    def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
+        body = {"reboot": {"type": "HARD" if hard else "SOFT"}}
+        return self._action(instance, body)
+
+    def stop_instance(self, instance: str) -> dict[str, Any]:
+        return self._action(instance, {"os-stop": None})
+
+    def start_instance(self, instance: str) -> dict[str, Any]:
+        return self._action(instance, {"os-start": None})
+
+    def rebuild_instance(self, instance: str) -> dict[str, Any]:
+        return self._action(instance, {"rebuild": {}})
+
+    def _action(self, instance: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"/v1/instances/{_quote(instance)}/action"
+        return self._request("POST", path, body)  # type: ignore[no-any-return]
 
     # -- fleet ---------------------------------------------------------------------
 

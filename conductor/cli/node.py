@@ -554,3 +554,53 @@ class NodeSync(ConductorCommand, ShowOne):
             "seconds",
         )
         return fields, tuple(summary.get(f) for f in fields)
+
+
+#: ``node power`` verbs and the API's targets (Ironic's names).
+_POWER_VERBS = {
+    ("on", False): "power on",
+    ("off", False): "power off",
+    ("reboot", False): "rebooting",
+    ("off", True): "soft power off",
+    ("reboot", True): "soft rebooting",
+}
+
+
+class NodePower(ConductorCommand, ShowOne):
+    """Power a node on or off, or reboot it (its owner does it in the background;
+    ``node show`` then shows power_state).  An instance on it keeps its state."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("verb", choices=("on", "off", "reboot"))
+        parser.add_argument("node", metavar="NODE", help="uuid or name")
+        parser.add_argument(
+            "--soft", action="store_true", help="off/reboot: ask the OS to shut down first"
+        )
+        return parser
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        target = _POWER_VERBS.get((parsed_args.verb, parsed_args.soft))
+        if target is None:
+            raise InvalidInput([FieldError.about("--soft", "only with off or reboot", True)])
+        return _show(self.client.set_node_power_state(parsed_args.node, target))
+
+
+class NodeDelete(ConductorCommand, Command):
+    """Forget nodes in maintenance that host nothing (never deleted in Ironic).
+
+    An imported Ironic node is refused while the next sync would import it
+    again: tag it CUSTOM_RINGFLEET_EXCLUDE in Ironic (or remove it there) first.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)
+        parser.add_argument("nodes", metavar="NODE", nargs="+", help="uuid or name")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        for node in parsed_args.nodes:
+            self.client.delete_node(node)
+        return 0

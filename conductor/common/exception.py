@@ -30,9 +30,11 @@ __all__ = [
     "Forbidden",
     "IdentityTaken",
     "InstanceNotFound",
+    "InstanceStateConflict",
     "InvalidInput",
     "InvalidTransition",
     "NoValidNode",
+    "NodeInUse",
     "NodeNotBuildable",
     "NodeNotFound",
     "NotFound",
@@ -360,6 +362,24 @@ class DuplicateFlavor(Conflict):
 
 class DuplicateInstance(Conflict):
     kind = "instance"
+
+
+class InstanceStateConflict(Conflict):
+    """A verb the instance's state does not allow now (``field`` is ``vm_state``,
+    ``reason`` e.g. "instance is in state stopped, cannot reboot"); nothing changed.
+
+    :class:`InvalidTransition`'s answer to a user: the user asked, knowing
+    nothing of the table, so it is a 409, not a programming error.
+    """
+
+    kind = "instance"
+
+
+class NodeInUse(Conflict):
+    """A node cannot be deleted now; ``reason`` names why (it hosts an
+    instance, it is not in maintenance, Ironic would bring it back)."""
+
+    kind = "node"
 
 
 class NodeNotBuildable(Conflict):

@@ -65,6 +65,8 @@ class PowerState(enum.StrEnum):
 class VmState(enum.StrEnum):
     BUILDING = "building"
     ACTIVE = "active"
+    #: Powered off by its user (``stop``); ``start`` makes it active again.
+    STOPPED = "stopped"
     DELETING = "deleting"
     DELETED = "deleted"
     ERROR = "error"
@@ -75,6 +77,13 @@ class TaskState(enum.StrEnum):
     NETWORKING = "networking"
     SPAWNING = "spawning"
     DELETING = "deleting"
+    #: A soft reboot is in flight (Nova's names for the task states).
+    REBOOTING = "rebooting"
+    #: A hard reboot is in flight.
+    REBOOTING_HARD = "rebooting_hard"
+    POWERING_OFF = "powering-off"
+    POWERING_ON = "powering-on"
+    REBUILDING = "rebuilding"
 
 
 def _primitive(value: Any) -> Any:

@@ -92,6 +92,18 @@ opts = [
             "for the node's takeover."
         ),
     ),
+    cfg.FloatOpt(
+        "action_timeout",
+        default=300.0,
+        min=1.0,
+        help=(
+            "Seconds to wait for an agent to carry out a power action (an "
+            "instance's reboot, stop or start, a node's power verb): the agent "
+            "answers when the node is done. On timeout the action is routed "
+            "again, to whoever owns the node then; an agent that died meanwhile "
+            "does not delay its takeover's re-route, which starts at once."
+        ),
+    ),
     cfg.IntOpt(
         "workers",
         default=8,

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session, aliased
 
 from conductor.common.objects import ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.instances import IN_FLIGHT
+from conductor.db.instances import ACTION_IN_FLIGHT, IN_FLIGHT
 from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
 
 __all__ = [
+    "STUCK_ACTION",
     "AllocationMismatch",
     "BackEndMismatch",
     "Orphans",
@@ -268,21 +269,29 @@ class StuckWork:
         }
 
 
+#: :func:`stuck_work`'s key for actions (reboot, stop, start, rebuild) in flight.
+STUCK_ACTION = "action"
+
+
 @retry_on_dead_connection
 def stuck_work(
     db: Database, stuck_after: float, sample: int = 50
 ) -> dict[str, tuple[int, list[StuckWork]]]:
-    """Builds and deletes unchanged for longer than ``stuck_after`` seconds.
+    """Builds, deletes and actions unchanged for longer than ``stuck_after`` seconds.
 
-    ``vm_state`` (``building``, ``deleting``) -> (how many, the ``sample``
-    that have not changed for longest).  One query per state: the count
-    comes with the rows (a window over the whole match, before the limit).
+    ``vm_state`` (``building``, ``deleting``), or ``action`` for a power or
+    lifecycle action (an ``active``/``stopped`` instance ``rebooting``...)
+    -> (how many, the ``sample`` that have not changed for longest).  One
+    query per kind: the count comes with the rows (a window over the whole
+    match, before the limit).
     """
     now = utcnow()
     older_than = now - datetime.timedelta(seconds=stuck_after)
     found: dict[str, tuple[int, list[StuckWork]]] = {}
+    kinds = {state: InstanceModel.vm_state == state for state in IN_FLIGHT}
+    kinds[STUCK_ACTION] = InstanceModel.task_state.in_(ACTION_IN_FLIGHT)
     with db.reading() as session:
-        for state in IN_FLIGHT:
+        for state, condition in kinds.items():
             query = (
                 select(
                     InstanceModel.uuid,
@@ -293,7 +302,7 @@ def stuck_work(
                     InstanceModel.updated_at,
                 )
                 .outerjoin(NodeModel, NodeModel.uuid == InstanceModel.node_uuid)
-                .where(InstanceModel.vm_state == state, InstanceModel.updated_at < older_than)
+                .where(condition, InstanceModel.updated_at < older_than)
                 .order_by(InstanceModel.updated_at, InstanceModel.uuid)
             )
             total, rows = _count_and_sample(session, query, sample)

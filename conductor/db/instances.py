@@ -14,7 +14,17 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Connection, Row, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Table,
+    bindparam,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import (
@@ -23,7 +33,13 @@ from conductor.common.exception import (
     InstanceNotFound,
     QuotaExceeded,
 )
-from conductor.common.instance_states import Event, sources, target
+from conductor.common.instance_states import (
+    ACTION_TASKS,
+    Event,
+    sources,
+    target,
+    task_sources,
+)
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
@@ -33,9 +49,14 @@ from conductor.validation import BuildRequest
 
 #: The vm_states of an instance an agent is working on (a build or a teardown).
 IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
+#: The task states of an action (reboot, stop, start, rebuild) an agent is
+#: working on, on an ``active`` or ``stopped`` instance.
+ACTION_IN_FLIGHT = tuple(sorted(t.value for t in ACTION_TASKS))
 
 __all__ = [
+    "ACTION_IN_FLIGHT",
     "IN_FLIGHT",
+    "acting",
     "count_attempt",
     "create_instances",
     "fail_build",
@@ -48,6 +69,7 @@ __all__ = [
     "set_state",
     "state_values",
     "store_build_request",
+    "stuck_actions",
     "stuck_builds",
     "stuck_deletes",
     "to_instance",
@@ -231,6 +253,7 @@ def _store(
                     raise
             now = utcnow()
             requested = target(Event.REQUEST)
+            assert requested.vm_state is not None  # a request names its state
             stored = [
                 Instance(
                     uuid=u,
@@ -393,29 +416,57 @@ def may_happen(column: ColumnElement[str], event: Event) -> ColumnElement[bool]:
     return column == states[0] if len(states) == 1 else column.in_(states)
 
 
+def task_may_happen(column: ColumnElement[str | None], event: Event) -> ColumnElement[bool] | None:
+    """The condition that the ``task_state`` *column* is one *event* may happen in
+    (``None``: the event ignores the task state)."""
+    tasks = task_sources(event)
+    if tasks is None:
+        return None
+    named = [t for t in tasks if t is not None]
+    if None in tasks:
+        return or_(column.is_(None), column.in_(named)) if named else column.is_(None)
+    return column.in_(named)
+
+
 def state_values(event: Event) -> dict[str, Any]:
-    """The columns *event*'s target state writes (see :mod:`conductor.common.instance_states`)."""
+    """The columns *event*'s target state writes (see :mod:`conductor.common.instance_states`);
+    ``vm_state`` is left out when the event keeps it."""
     state = target(event)
-    return {"vm_state": state.vm_state.value, "task_state": _value(state.task_state)}
+    values: dict[str, Any] = {"task_state": _value(state.task_state)}
+    if state.vm_state is not None:
+        values["vm_state"] = state.vm_state.value
+    return values
 
 
 @retry_on_dead_connection
-def set_state(db: Database, instance_uuid: str, event: Event, *, fault: str | None = None) -> bool:
+def set_state(
+    db: Database,
+    instance_uuid: str,
+    event: Event,
+    *,
+    fault: str | None = None,
+    task_state: TaskState | None = None,
+) -> bool:
     """Apply *event* to the instance if its state allows it; whether it did.
 
-    A compare-and-swap on the event's source states: an instance that moved
-    on meanwhile (a late report, a delete that won) is left alone.  ``fault``
-    replaces the instance's fault.
+    A compare-and-swap on the event's source states (and task states, for
+    the events that name them): an instance that moved on meanwhile (a late
+    report, a delete that won) is left alone.  ``fault`` replaces the
+    instance's fault.  ``task_state``: only while exactly that action is
+    in flight (an answer ends the action it was for, not another).
     """
     values = state_values(event) | {"updated_at": utcnow()}
     if fault is not None:
         values["fault"] = fault
+    where = [_INSTANCES.c.uuid == instance_uuid, may_happen(_INSTANCES.c.vm_state, event)]
+    task = task_may_happen(_INSTANCES.c.task_state, event)
+    if task is not None:
+        where.append(task)
+    if task_state is not None:
+        # The action the caller finished: a later verb's action is not ended by it.
+        where.append(_INSTANCES.c.task_state == task_state.value)
     with db.writing() as connection:
-        result = connection.execute(
-            update(_INSTANCES)
-            .where(_INSTANCES.c.uuid == instance_uuid, may_happen(_INSTANCES.c.vm_state, event))
-            .values(values)
-        )
+        result = connection.execute(update(_INSTANCES).where(*where).values(values))
         return bool(result.rowcount == 1)
 
 
@@ -482,6 +533,35 @@ def count_attempt(
         .values(values)
     )
     return attempts if counted.rowcount == 1 else None
+
+
+@retry_on_dead_connection
+def acting(db: Database, limit: int = 10_000) -> list[Instance]:
+    """Instances with an action (reboot, stop, start, rebuild) in flight."""
+    query = (
+        select(InstanceModel)
+        .where(InstanceModel.task_state.in_(ACTION_IN_FLIGHT))
+        .order_by(InstanceModel.uuid)
+        .limit(limit)
+    )
+    with db.reading() as session:
+        return [to_instance(r) for r in session.scalars(query)]
+
+
+@retry_on_dead_connection
+def stuck_actions(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
+    """Instances whose action (reboot, stop, start, rebuild) has not moved since ``older_than``."""
+    query = (
+        select(InstanceModel)
+        .where(
+            InstanceModel.task_state.in_(ACTION_IN_FLIGHT),
+            InstanceModel.updated_at < older_than,
+        )
+        .order_by(InstanceModel.updated_at)
+        .limit(limit)
+    )
+    with db.reading() as session:
+        return [to_instance(r) for r in session.scalars(query)]
 
 
 def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
@@ -565,17 +645,21 @@ def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]
         return [to_instance(row) for row in rows]
 
 
+#: Work an agent does on an instance: a build, a teardown or an action.
+_IN_FLIGHT_OR_ACTING = or_(
+    InstanceModel.vm_state.in_(IN_FLIGHT), InstanceModel.task_state.in_(ACTION_IN_FLIGHT)
+)
+
+
 @retry_on_dead_connection
 def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
-    """Instances building or being deleted on nodes ``owner`` holds (one read)."""
+    """Instances building, being deleted or with an action in flight on
+    nodes ``owner`` holds (one read)."""
     with db.reading() as session:
         rows = session.scalars(
             select(InstanceModel)
             .join(NodeModel, NodeModel.uuid == InstanceModel.node_uuid)
-            .where(
-                NodeModel.owner == owner,
-                InstanceModel.vm_state.in_(IN_FLIGHT),
-            )
+            .where(NodeModel.owner == owner, _IN_FLIGHT_OR_ACTING)
             .order_by(InstanceModel.uuid)
         )
         return [to_instance(r) for r in rows]
@@ -583,14 +667,12 @@ def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
 
 @retry_on_dead_connection
 def in_flight_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
-    """Instances building or being deleted on the given nodes (one read)."""
+    """Instances building, being deleted or with an action in flight on the
+    given nodes (one read)."""
     with db.reading() as session:
         rows = session.scalars(
             select(InstanceModel)
-            .where(
-                InstanceModel.node_uuid.in_(list(node_uuids)),
-                InstanceModel.vm_state.in_(IN_FLIGHT),
-            )
+            .where(InstanceModel.node_uuid.in_(list(node_uuids)), _IN_FLIGHT_OR_ACTING)
             .order_by(InstanceModel.uuid)
         )
         return [to_instance(r) for r in rows]

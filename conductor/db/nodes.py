@@ -12,7 +12,19 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table, Text, bindparam, cast, func, insert, or_, select, update
+from sqlalchemy import (
+    Table,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 
@@ -31,6 +43,7 @@ __all__ = [
     "changed_since",
     "count_nodes",
     "create_nodes",
+    "delete_node",
     "get_node",
     "iter_nodes",
     "list_node_dicts",
@@ -267,6 +280,31 @@ def get_node(db: Database, ident: str) -> Node:
         if row is None:
             raise NodeNotFound(ident)
         return to_node(row)
+
+
+@retry_on_dead_connection
+def delete_node(db: Database, node_uuid: str) -> bool:
+    """Forget the node *node_uuid* if it is in maintenance and hosts nothing; whether it did.
+
+    One statement, the checks in it: a build allocated the node a moment
+    ago (its ``instance_uuid``, or an instance row placed on it that is not
+    deleted) keeps it.
+    """
+    placed = exists().where(
+        InstanceModel.node_uuid == node_uuid, InstanceModel.vm_state != VmState.DELETED.value
+    )
+    with db.transaction() as session:
+        result = session.execute(
+            delete(NodeModel)
+            .where(
+                NodeModel.uuid == node_uuid,
+                NodeModel.maintenance.is_(True),
+                NodeModel.instance_uuid.is_(None),
+                ~placed,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def _conditions(

@@ -36,9 +36,14 @@ LOG = logging.getLogger(__name__)
 _STUCK_KINDS: Final = {
     VmState.BUILDING.value: "stuck-build",
     VmState.DELETING.value: "stuck-delete",
+    fleet_report.STUCK_ACTION: "stuck-action",
 }
 #: What a stuck instance is doing, in a problem's message.
-_STUCK_WORK: Final = {VmState.BUILDING.value: "builds", VmState.DELETING.value: "deletes"}
+_STUCK_WORK: Final = {
+    VmState.BUILDING.value: "builds",
+    VmState.DELETING.value: "deletes",
+    fleet_report.STUCK_ACTION: "actions",
+}
 
 Problem = dict[str, Any]
 
@@ -359,12 +364,28 @@ def _stuck_problem(kind: str, item: fleet_report.StuckWork) -> Problem:
         if item.node_uuid
         else "on no node yet"
     )
+    # The way out of a stuck action: the verb issued again routes it anew.
+    hint = (
+        f"; issue the verb again to route it anew ({_VERB_HINTS.get(item.task_state or '', '')})"
+        if kind == "stuck-action"
+        else ""
+    )
     return {
         "kind": kind,
         **item.to_dict(),
         "message": f"instance {item.instance_uuid} {item.vm_state}/{item.task_state or '-'} "
-        f"{where}: unchanged for {item.idle_seconds:.0f} s",
+        f"{where}: unchanged for {item.idle_seconds:.0f} s{hint}",
     }
+
+
+#: The command that routes each stuck action again.
+_VERB_HINTS: Final = {
+    "rebooting": "ringfleet instance reboot",
+    "rebooting_hard": "ringfleet instance reboot --hard",
+    "powering-off": "ringfleet instance stop",
+    "powering-on": "ringfleet instance start",
+    "rebuilding": "ringfleet instance rebuild",
+}
 
 
 def _more(kind: str, count: int, what: str) -> list[Problem]:

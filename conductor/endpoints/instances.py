@@ -1,4 +1,4 @@
-"""RPC endpoint: instances (build, list, show, delete).
+"""RPC endpoint: instances (build, list, show, delete; reboot, stop, start, rebuild).
 
 A build request is stored as instance rows before anything else happens,
 then handed to the build queue; the reply carries the instance ids at once
@@ -20,8 +20,14 @@ from typing import Any, Protocol
 import oslo_messaging as messaging
 
 from conductor.common.checks import validate_uuid
-from conductor.common.exception import Forbidden, InstanceNotFound, QuotaExceeded
-from conductor.common.instance_states import Event, can
+from conductor.common.exception import (
+    Forbidden,
+    InstanceNotFound,
+    InstanceStateConflict,
+    InvalidTransition,
+    QuotaExceeded,
+)
+from conductor.common.instance_states import Event, can, transition
 from conductor.common.objects import Flavor, Instance
 from conductor.common.tenancy import Caller
 from conductor.db import instances, quotas
@@ -44,6 +50,10 @@ class BuildQueue(Protocol):
         ...
 
     def delete(self, instance_uuid: str) -> None: ...
+
+    def act(self, instance_uuid: str) -> None:
+        """Route the instance's action in flight (a verb just stored) to its node's owner."""
+        ...
 
 
 class InstancesEndpoint:
@@ -165,6 +175,77 @@ class InstancesEndpoint:
             instances.set_state(self._db, uuid, Event.DELETE)
             LOG.info("Instance %s delete requested", uuid)
             self._queue.delete(uuid)
+        return instances.get_instance(self._db, uuid).to_dict()
+
+    # -- power and lifecycle verbs (1.13) ------------------------------------------
+
+    def reboot_instance(
+        self, ctxt: dict[str, Any], instance: Any, hard: Any = False
+    ) -> dict[str, Any]:
+        """Reboot an active instance: soft (the OS restarts; a back end
+        without it power-cycles) or ``hard`` (a power cycle).  Answers at once
+        with the instance ``rebooting``/``rebooting_hard``; ``active`` again
+        when the node's owner is done."""
+        event = Event.REBOOT_HARD if arguments.check_bool(hard, "hard") else Event.REBOOT
+        return self._verb(ctxt, instance, event, "reboot")
+
+    def stop_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
+        """Power an active instance off (a clean shutdown first): ``stopped``."""
+        return self._verb(ctxt, instance, Event.STOP, "stop")
+
+    def start_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
+        """Power a stopped instance on: ``active``."""
+        return self._verb(ctxt, instance, Event.START, "start")
+
+    def rebuild_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
+        """Re-image an active or stopped instance on its node, with the image and
+        config drive it was deployed with: ``rebuilding``, then ``active``."""
+        return self._verb(ctxt, instance, Event.REBUILD, "rebuild")
+
+    def _verb(self, ctxt: dict[str, Any], instance: Any, event: Event, verb: str) -> dict[str, Any]:
+        """Store *event* (the action in flight) and route it to the node's owner.
+
+        Issuing a verb while the same action is in flight routes it again
+        (the way out of an action stuck on an agent that died); any other
+        state is a 409 naming it.
+
+        :raises InstanceStateConflict: the instance's state does not allow *verb*
+        """
+        uuid = validate_uuid(instance, "instance")
+        current = self._visible(ctxt, uuid)
+        state = current.vm_state.value
+        if current.task_state is not None:
+            state += f" ({current.task_state.value})"
+        try:
+            transition(event, current.vm_state, current.task_state)
+        except InvalidTransition:
+            raise InstanceStateConflict(
+                field="vm_state",
+                value=current.vm_state.value,
+                reason=f"instance is in state {state}, cannot {verb}",
+            ) from None
+        if current.node_uuid is None:  # never deployed: nothing to power
+            raise InstanceStateConflict(
+                field="node_uuid",
+                value=None,
+                reason=f"instance is in state {state} without a node, cannot {verb}",
+            )
+        if not instances.set_state(self._db, uuid, event):
+            # It moved between the read and the write (a delete, another verb).
+            now = instances.get_instance(self._db, uuid)
+            raise InstanceStateConflict(
+                field="vm_state",
+                value=now.vm_state.value,
+                reason=f"instance changed to state {now.vm_state.value} meanwhile, cannot {verb}",
+            )
+        LOG.info(
+            "Instance %s: %s requested on node %s%s",
+            uuid,
+            verb if event is not Event.REBOOT_HARD else "hard reboot",
+            current.node_uuid,
+            " (again: routed anew)" if current.task_state is not None else "",
+        )
+        self._queue.act(uuid)
         return instances.get_instance(self._db, uuid).to_dict()
 
 

@@ -1,21 +1,34 @@
-"""RPC endpoint: nodes and flavors (create, import, list, show, maintenance, move)."""
+"""RPC endpoint: nodes and flavors (create, import, list, show, maintenance, move,
+power, delete)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import oslo_messaging as messaging
 
 from conductor.common import checks
 from conductor.common.checks import validate_name
-from conductor.common.exception import ConfigurationError, Conflict, FieldError, InvalidInput
+from conductor.common.exception import (
+    ConfigurationError,
+    Conflict,
+    FieldError,
+    InvalidInput,
+    NodeInUse,
+)
+from conductor.common.objects import Node
 from conductor.common.tenancy import Caller
 from conductor.db import flavors, ownership
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
-from conductor.ironic_sync import IronicInventorySync
+from conductor.ironic_sync import (
+    EXCLUDE_TRAIT,
+    REMOVED_REASON,
+    SHARD_PROPERTY,
+    IronicInventorySync,
+)
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     arguments,
@@ -27,7 +40,7 @@ from conductor.validation import (
     validate_node_update,
 )
 
-__all__ = ["InventoryEndpoint"]
+__all__ = ["InventoryEndpoint", "NodePower"]
 
 LOG = logging.getLogger(__name__)
 
@@ -40,18 +53,34 @@ def _for_caller(ctxt: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[
     return [{**n, "instance_uuid": None} if n.get("instance_uuid") else n for n in nodes]
 
 
+#: The node power targets (Ironic's names; :data:`conductor.build.actions.POWER_TARGETS`).
+POWER_TARGETS = ("power on", "power off", "rebooting", "soft power off", "soft rebooting")
+
+
+class NodePower(Protocol):
+    """Routes a node power verb to the node's owner (:mod:`conductor.build.actions`)."""
+
+    def set_node_power(self, node: Node, target: str) -> None: ...
+
+
 class InventoryEndpoint:
     """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node``
-    1.1; ``import_nodes(dry_run=)`` 1.3; ``sync_ironic_nodes`` 1.7)."""
+    1.1; ``import_nodes(dry_run=)`` 1.3; ``sync_ironic_nodes`` 1.7;
+    ``set_node_power_state`` and ``delete_node`` 1.13)."""
 
     target = messaging.Target(version=API_VERSION)
 
     def __init__(
-        self, db: Database, fleet: FleetView, ironic_sync: IronicInventorySync | None = None
+        self,
+        db: Database,
+        fleet: FleetView,
+        ironic_sync: IronicInventorySync | None = None,
+        power: NodePower | None = None,
     ) -> None:
         self._db = db
         self._fleet = fleet
         self._ironic_sync = ironic_sync
+        self._power = power
 
     # -- nodes ---------------------------------------------------------------
 
@@ -187,6 +216,79 @@ class InventoryEndpoint:
             moved.owner_epoch,
         )
         return moved.to_dict()
+
+    def set_node_power_state(self, ctxt: dict[str, Any], node: Any, target: Any) -> dict[str, Any]:
+        """Power a node on or off, or reboot it (an operator's call, 1.13).
+
+        Answers at once (the API's 202) with the node as it is; its owner,
+        called at its epoch as for a build, does it in the background and
+        ``power_state`` follows.  Nothing records the request: one lost to
+        the owner's death is issued again.  An instance on the node keeps
+        its state (``instance stop``/``start`` are the tenant's verbs).
+        """
+        ident = arguments.check_ident(node, "node")
+        if not isinstance(target, str) or target not in POWER_TARGETS:
+            raise InvalidInput(
+                [FieldError.about("target", f"must be one of {', '.join(POWER_TARGETS)}", target)]
+            )
+        found = node_db.get_node(self._db, ident)
+        if self._power is None:
+            raise ConfigurationError(
+                "DEFAULT", "transport_url", "this conductor has no RPC client for the agents"
+            )
+        LOG.info("Node %s: %s requested (owner %s)", found.uuid, target, found.owner)
+        self._power.set_node_power(found, target)
+        return found.to_dict()
+
+    def delete_node(self, ctxt: dict[str, Any], node: Any) -> None:
+        """Forget a node (an operator's call, 1.13): never deleted in Ironic.
+
+        :raises NodeInUse: it hosts an instance, is not in maintenance, or
+            is Ironic's and the next sync pass would import it again; the
+            reason says which, and nothing changed
+        """
+        found = node_db.get_node(self._db, arguments.check_ident(node, "node"))
+        self._check_deletable(found)
+        if not node_db.delete_node(self._db, found.uuid):
+            # Changed between the read and the delete: say what it is now.
+            self._check_deletable(node_db.get_node(self._db, found.uuid))
+            raise NodeInUse(
+                field="instance_uuid",
+                value=None,
+                reason="an instance is being placed on the node; delete the instance first",
+            )
+        LOG.info("Node %s (%s) deleted (owner was %s)", found.uuid, found.name, found.owner)
+
+    @staticmethod
+    def _check_deletable(found: Node) -> None:
+        if found.instance_uuid is not None:
+            raise NodeInUse(
+                field="instance_uuid",
+                value=found.instance_uuid,
+                reason=f"node hosts instance {found.instance_uuid}; delete the instance first",
+            )
+        if not found.maintenance:
+            raise NodeInUse(
+                field="maintenance",
+                value="false",
+                reason="node is not in maintenance; put it in maintenance first "
+                "(nothing is scheduled on it then)",
+            )
+        imported = SHARD_PROPERTY in found.properties
+        if (
+            imported
+            and found.maintenance_reason != REMOVED_REASON
+            and (EXCLUDE_TRAIT not in found.traits)
+        ):
+            raise NodeInUse(
+                field="traits",
+                value=None,
+                reason=(
+                    "node is imported from Ironic: the next sync pass would import it "
+                    f"again; add the trait {EXCLUDE_TRAIT} to it in Ironic (and sync), or "
+                    "remove it from Ironic, then delete it here"
+                ),
+            )
 
     # -- flavors ---------------------------------------------------------------
 

@@ -11,9 +11,11 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conductor.common.exception import InstanceStateConflict
 from hashring.ring import Ring
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import REHOME_GRACE, TTL, Fleet
@@ -208,13 +210,58 @@ def test_host_names_are_case_insensitive(fleet: Fleet) -> None:
     assert {n["uuid"] for n in fleet.api.list_nodes(filters={"owner": "AGENT-A"})} == owned[
         "agent-a"
     ]
-    _build(fleet, 4)  # routed to agent-a's RPC server by its lower-case name
+    built = _build(fleet, 4)  # routed to agent-a's RPC server by its lower-case name
     assert set(fleet.owned_by()) == two
+    _power_verbs(fleet, built)
 
     bad = fleet.agent("Bad_Host!", wait=False)
     assert bad.proc is not None
     assert bad.proc.wait(30) != 0
     assert set(fleet.owned_by()) == two
+
+
+def _power_verbs(fleet: Fleet, instances: list[str]) -> None:
+    """Reboot, stop and start an instance and power a free node, each done by
+    the node's owner at its epoch (the shared action log says by whom)."""
+    api = fleet.api
+    instance = instances[0]
+    node = api.show_instance(instance)["node_uuid"]
+    owner, epoch, _inst = fleet.owners()[node]
+
+    def settled() -> dict[str, Any] | None:
+        found: dict[str, Any] = api.show_instance(instance)
+        return found if found["task_state"] is None else None
+
+    for call, kwargs, task, vm_state, power in (
+        (api.reboot_instance, {}, "rebooting", "active", "power on"),
+        (api.reboot_instance, {"hard": True}, "rebooting_hard", "active", "power on"),
+        (api.stop_instance, {}, "powering-off", "stopped", "power off"),
+        (api.start_instance, {}, "powering-on", "active", "power on"),
+        (api.rebuild_instance, {}, "rebuilding", "active", "power on"),
+    ):
+        assert call(instance, **kwargs)["task_state"] == task
+        done = wait_for(settled, 30, f"{task} of {instance} done")
+        assert (done["vm_state"], done["fault"]) == (vm_state, None)
+        assert api.show_node(node)["power_state"] == power
+        if vm_state == "stopped":
+            with pytest.raises(InstanceStateConflict, match="in state stopped, cannot reboot"):
+                api.reboot_instance(instance)
+    logged = [(a.action, a.agent, a.epoch) for a in fleet.actions() if a.node == node]
+    power = [(a, h, e) for a, h, e in logged if not a.startswith(("deploy", "rebuild"))]
+    assert power[-4:] == [
+        ("soft_reboot", owner, epoch),
+        ("reboot", owner, epoch),
+        ("soft_power_off", owner, epoch),
+        ("power_on", owner, epoch),
+    ]
+    assert logged[-1] == ("rebuild_done", owner, epoch)
+    # An operator's node power verb: a node hosting nothing, through its owner.
+    free = next(n for n, (_o, _e, i) in fleet.owners().items() if i is None)
+    api.set_node_power_state(free, "power on")
+    wait_for(
+        lambda: api.show_node(free)["power_state"] == "power on", 30, f"node {free} powered on"
+    )
+    assert [a.action for a in fleet.actions() if a.node == free][-1:] == ["power_on"]
 
 
 def _claims(fleet: Fleet) -> dict[str, tuple[str | None, int]]:

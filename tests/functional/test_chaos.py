@@ -14,6 +14,11 @@ fault is injected per test:
   one must resume its work);
 * ``agent-join``: a fourth agent joins mid-load.
 
+``test_a_power_action_racing_a_takeover_is_fenced_and_finished_by_the_new_owner``:
+instances' reboots and a stop in flight on one agent when it is killed -9;
+the new owners finish them from the record within seconds, never two agents
+under one epoch.
+
 Once the fault is over and the load has stopped, within :data:`SETTLE`:
 
 * every requested instance is ACTIVE, ERROR with a fault, or DELETED (the
@@ -65,6 +70,7 @@ import uuid as uuidlib
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -891,3 +897,90 @@ def test_recovery_does_not_wait_for_build_timeout(
         raise
     finally:
         load.close()
+
+
+# -- a power action racing a takeover ---------------------------------------------------
+#
+# Instances' reboots and a stop are in flight on one agent (the simulated
+# power action takes POWER_DURATION s) when it is killed -9.  build_timeout
+# is out of reach and action_timeout left at its default (300 s): neither a
+# sweeper nor a timed-out call can finish the actions, only the takeover's
+# re-route can.
+
+POWER_DURATION = 2.0
+POWER_REHOME_GRACE = 2.0
+#: The takeover (TTL + rehome_grace) and the action redone (POWER_DURATION)
+#: with a few seconds to spare on a loaded 2-core machine.
+POWER_SETTLE = TTL + POWER_REHOME_GRACE + POWER_DURATION + 6.0
+POWER_CONFIG = (
+    RECOVERY_CONFIG
+    + f"[conductor]\nrehome_grace = {POWER_REHOME_GRACE}\n"
+    + f"[simulated_driver]\npower_duration = {POWER_DURATION}\n"
+)
+
+
+@pytest.mark.timeout(180)
+def test_a_power_action_racing_a_takeover_is_fenced_and_finished_by_the_new_owner(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    fleet = _start_fleet(tmp_path, pg_url, transport_url, etcd_url, POWER_CONFIG)
+    expected: dict[str, str] = {}  # instance -> its vm_state once the action is done
+    try:
+        built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "small", "count": 6})]
+        wait_for(
+            lambda: all(fleet.api.show_instance(u)["vm_state"] == "active" for u in built),
+            60,
+            "6 instances ACTIVE",
+        )
+        victim = _busiest_agent(fleet)
+        on_victim = {
+            node: (instance, epoch)
+            for node, (owner, epoch, instance) in fleet.owners().items()
+            if owner == victim and instance is not None
+        }
+        for index, (instance, _epoch) in enumerate(on_victim.values()):
+            if index == 0:
+                fleet.api.stop_instance(instance)
+                expected[instance] = "stopped"
+            else:
+                fleet.api.reboot_instance(instance, hard=index % 2 == 0)
+                expected[instance] = "active"
+
+        def started() -> bool:
+            acting = {a.node for a in fleet.actions() if a.agent == victim and a.instance is None}
+            return set(on_victim) <= acting
+
+        wait_for(started, 20, f"{victim} powering its {len(on_victim)} nodes")
+        fleet.procs[victim].kill()
+        killed = time.monotonic()
+
+        def done() -> dict[str, dict[str, Any]] | None:
+            found = {u: fleet.api.show_instance(u) for u in expected}
+            return found if all(i["task_state"] is None for i in found.values()) else None
+
+        finished = wait_for(done, POWER_SETTLE + 30, "the actions finished by the new owners")
+        took = time.monotonic() - killed
+        assert {u: (i["vm_state"], i["fault"]) for u, i in finished.items()} == {
+            u: (state, None) for u, state in expected.items()
+        }
+        assert fleet.fencing_violations() == []
+        owners = fleet.owners()
+        for node, (instance, epoch) in on_victim.items():
+            power = [a for a in fleet.actions() if a.node == node and a.instance is None]
+            # The victim started it at its epoch; the new owner, at a higher
+            # epoch, did it again from the record, and nobody else touched it.
+            assert power[0].agent == victim and power[0].epoch == epoch, power
+            assert power[-1].agent == owners[node][0] != victim, power
+            assert power[-1].epoch == owners[node][1] > epoch, power
+            assert {a.agent for a in power} == {victim, owners[node][0]}, (instance, power)
+        assert took < POWER_SETTLE, f"the actions finished {took:.1f} s after the kill"
+        print(
+            f"\npower-takeover: {len(on_victim)} actions on {victim} (kill -9) finished by the "
+            f"new owners {took:.1f} s after the kill (deadline {POWER_SETTLE:.0f} s, "
+            f"build_timeout {RECOVERY_BUILD_TIMEOUT:.0f} s, action_timeout 300 s)"
+        )
+    except BaseException:
+        print(log_tails(fleet, mentioning=list(expected)[:5]))
+        raise
+    finally:
+        fleet.close()

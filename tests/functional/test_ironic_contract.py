@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 from oslo_config import cfg
 
+from conductor.common.exception import DriverError
 from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic import states
 from conductor.common.ironic.client import (
@@ -107,6 +108,8 @@ def _at_rest(backend: Backend, node: str) -> IronicNode:
     )
 
 
+#: An image reference for the fake deploy interface (never fetched: image_type is given).
+IMAGE = {"image_source": "http://127.0.0.1:9/contract.img", "image_type": "whole-disk"}
 #: What the ``ironic`` driver sets for a build with an image and a config drive.
 IMAGE_INFO = {
     "image_source": "http://images.test/contract.qcow2",
@@ -171,6 +174,45 @@ def test_a_node_deploying_is_locked_to_other_writes(backend: Backend) -> None:
     with pytest.raises(IronicNodeLocked, match="is locked by host"):
         backend.client.set_power_state(node, "power off")
     _at_rest(backend, node)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [("soft power off", "power off"), ("power on", "power on"), ("soft rebooting", "power on")],
+)
+def test_a_power_request_ends_in_its_power_state(
+    backend: Backend, target: str, expected: str
+) -> None:
+    """What the driver follows: target_power_state set, then null with power_state there."""
+    node = backend.new_node()
+    backend.client.set_power_state(node, target)
+    done = _until(backend, node, lambda n: n.target_power_state is None, f"{node} {target}")
+    assert done.power_state == expected
+
+
+def test_a_rebuild_redeploys_an_active_node_and_is_refused_on_an_available_one(
+    backend: Backend,
+) -> None:
+    node = backend.new_node()
+    with pytest.raises(DriverError, match=r"refused \(400\)"):
+        backend.client.set_provision_state(node, "rebuild", action="contract")
+    # An image, as a real deploy has (without one Ironic 39.0.0 answers a
+    # rebuild with 500); image_type set: Ironic does not fetch the URL.
+    instance = _deploy(backend, node, image=IMAGE)
+    deployed = _at_rest(backend, node)
+    backend.client.set_provision_state(node, "rebuild", action="contract")
+    assert _read(backend, node).provision_state != "active"  # moved before answering
+    rebuilt = _at_rest(backend, node)
+    assert (rebuilt.provision_state, rebuilt.instance_uuid) == ("active", instance)
+    assert rebuilt.provision_updated_at != deployed.provision_updated_at
+
+
+def test_an_unknown_power_target_is_refused_with_400(backend: Backend) -> None:
+    """A refusal retrying cannot fix (the driver raises it at once)."""
+    node = backend.new_node()
+    with pytest.raises(DriverError, match=r"refused \(400\)"):
+        backend.client.set_power_state(node, "power cycle")
+    assert _read(backend, node).power_state == "power on"
 
 
 def test_a_restart_fails_an_interrupted_deploy_and_keeps_its_target(backend: Backend) -> None:

@@ -340,6 +340,10 @@ def test_a_stale_epoch_is_refused_and_nothing_is_done(agent: Agent, delta: int) 
         agent.actions.destroy(instance_id(), node, epoch + delta)
     with pytest.raises(NotOwner):
         agent.actions.set_power(node, epoch + delta, "power on")
+    with pytest.raises(NotOwner):  # an instance's soft reboot routed at a stale epoch
+        agent.actions.set_power(node, epoch + delta, "soft reboot")
+    with pytest.raises(NotOwner):
+        agent.actions.rebuild(instance_id(), node, epoch + delta)
     stranger = Node(uuid=str(uuidlib.uuid4()), name="x", resource_class="baremetal")
     with pytest.raises(NotOwner) as unknown:
         agent.actions.build(instance_id(), stranger, 1)
@@ -560,8 +564,33 @@ def test_power_actions_are_fenced_and_logged(agent: Agent) -> None:
     assert agent.actions.set_power(node, epoch, "power on") is PowerState.ON
     assert agent.actions.set_power(node, epoch, "reboot") is PowerState.ON
     assert agent.actions.set_power(node, epoch, "power off") is PowerState.OFF
-    assert [a for a, _ in agent.log_of(node)] == ["power_on", "reboot", "power_off"]
+    assert agent.actions.set_power(node, epoch, "soft reboot") is PowerState.ON
+    assert agent.actions.set_power(node, epoch, "soft power off") is PowerState.OFF
+    assert [a for a, _ in agent.log_of(node)] == [
+        "power_on",
+        "reboot",
+        "power_off",
+        "soft_reboot",
+        "soft_power_off",
+    ]
     assert {a.epoch for a in agent.log()} == {epoch}
+
+
+def test_a_rebuild_is_fenced_at_every_step_and_busy_nodes_refuse_it(agent: Agent) -> None:
+    node = agent.nodes[2]
+    epoch = agent.epoch(node)
+    instance = instance_id()
+    agent.actions.build(instance, node, epoch)
+    assert agent.actions.wait_idle(10)
+    assert agent.actions.rebuild(instance, node, epoch) == "active"
+    assert [a for a, _ in agent.log_of(node)][-1] == "rebuild_done"
+    assert agent.actions.in_flight() == 0
+    # Another action on the node: the conductor retries (Conflict).
+    with agent.actions._lock:
+        agent.actions._in_flight[node.uuid] = ("power", "reboot")
+    with pytest.raises(Conflict, match="busy"):
+        agent.actions.rebuild(instance, node, epoch)
+    agent.actions._finish(node.uuid)
 
 
 # -- lifecycle -------------------------------------------------------------------------

@@ -492,9 +492,122 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
         "ringfleet:quota:update",
         "ringfleet:instance:list:all_projects",
         policy.CONTEXT_IS_ADMIN,
+        "ringfleet:node:power",
+        "ringfleet:node:delete",
     }
     for name in admin_only:
         assert rules[name].check_str == policy.ADMIN
+    # Whoever may delete an instance may reboot, stop and start it.
+    assert rules["ringfleet:instance:action"].check_str == "rule:ringfleet:instance:delete"
+
+
+# -- power and lifecycle verbs (1.3) ------------------------------------------------------
+
+V13 = {"OpenStack_API_Version": "baremetal-fleet 1.3"}
+INSTANCE = "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a2"
+
+
+@pytest.mark.parametrize(
+    ("body", "method", "kwargs"),
+    [
+        ({"reboot": {"type": "SOFT"}}, "reboot_instance", {"hard": False}),
+        ({"reboot": {"type": "HARD"}}, "reboot_instance", {"hard": True}),
+        ({"reboot": {"type": "hard"}}, "reboot_instance", {"hard": True}),
+        ({"os-stop": None}, "stop_instance", {}),
+        ({"os-start": None}, "start_instance", {}),
+        ({"rebuild": {}}, "rebuild_instance", {}),
+    ],
+)
+def test_instance_actions_nova_style(
+    app: tuple[api_app.Application, FakeConductors],
+    body: dict[str, Any],
+    method: str,
+    kwargs: dict[str, Any],
+) -> None:
+    application, fake = app
+    response = call(application, "POST", f"/v1/instances/{INSTANCE}/action", body, **V13)
+    assert response.status_code == 202
+    assert fake.calls == [(method, (INSTANCE,), kwargs)]
+
+
+@pytest.mark.parametrize(
+    ("body", "field_name"),
+    [
+        ({}, "body"),
+        ({"os-stop": None, "os-start": None}, "body"),
+        ({"reboot": {"type": "WARM"}}, "reboot.type"),
+        ({"reboot": {}}, "reboot"),
+        ({"reboot": None}, "reboot"),
+        ({"os-stop": {"now": True}}, "os-stop"),
+        ({"resize": {"flavor": "x"}}, "resize"),
+        ({"rebuild": {"imageRef": "x"}}, "rebuild.imageRef"),
+        ({"rebuild": None}, "rebuild"),
+    ],
+)
+def test_a_bad_instance_action_names_the_field_and_calls_nothing(
+    app: tuple[api_app.Application, FakeConductors], body: dict[str, Any], field_name: str
+) -> None:
+    application, fake = app
+    response = call(application, "POST", f"/v1/instances/{INSTANCE}/action", body, **V13)
+    assert response.status_code == 400, response.json
+    assert errors(response)[0]["field"] == field_name
+    assert fake.calls == []
+
+
+def test_the_verbs_need_microversion_1_3(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    action = call(application, "POST", f"/v1/instances/{INSTANCE}/action", {"os-stop": None})
+    assert action.status_code == 404 and "1.3" in errors(action)[0]["detail"]
+    power = {"target": "power on"}
+    assert call(application, "PUT", "/v1/nodes/n1/states/power", power).status_code == 404
+    assert call(application, "DELETE", "/v1/nodes/n1").status_code == 404
+    assert fake.calls == []
+
+
+def test_a_state_conflict_is_a_409_naming_the_state(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    fake.fail = exception.InstanceStateConflict(
+        field="vm_state", value="stopped", reason="instance is in state stopped, cannot reboot"
+    )
+    response = call(
+        application, "POST", f"/v1/instances/{INSTANCE}/action", {"reboot": {"type": "SOFT"}}, **V13
+    )
+    assert response.status_code == 409
+    assert "instance is in state stopped, cannot reboot" in errors(response)[0]["detail"]
+
+
+def test_node_power_and_delete(app: tuple[api_app.Application, FakeConductors]) -> None:
+    application, fake = app
+    power = call(application, "PUT", "/v1/nodes/n1/states/power", {"target": "rebooting"}, **V13)
+    assert power.status_code == 202
+    # The target's type is the API's to check, its value the conductor's.
+    bad = call(application, "PUT", "/v1/nodes/n1/states/power", {"target": 1}, **V13)
+    assert bad.status_code == 400 and errors(bad)[0]["field"] == "target"
+    missing = call(application, "PUT", "/v1/nodes/n1/states/power", {}, **V13)
+    assert missing.status_code == 400
+    assert call(application, "DELETE", "/v1/nodes/n1", **V13).status_code == 204
+    assert [(c[0], c[1]) for c in fake.calls] == [
+        ("set_node_power_state", ("n1", "rebooting")),
+        ("delete_node", ("n1",)),
+    ]
+
+
+def test_node_verbs_are_admin_and_instance_actions_member(tmp_path: Path) -> None:
+    application, fake = make_app(tmp_path, "token")
+    power = {"target": "power off"}
+    for token, expected in (("mem", 403), ("adm", 202)):
+        response = call(
+            application, "PUT", "/v1/nodes/n/states/power", power, X_Auth_Token=token, **V13
+        )
+        assert response.status_code == expected
+    assert call(application, "DELETE", "/v1/nodes/n", X_Auth_Token="mem", **V13).status_code == 403
+    stop = {"os-stop": None}
+    path = f"/v1/instances/{INSTANCE}/action"
+    assert call(application, "POST", path, stop, X_Auth_Token="rd", **V13).status_code == 403
+    assert call(application, "POST", path, stop, X_Auth_Token="mem", **V13).status_code == 202
+    assert [c[0] for c in fake.calls] == ["set_node_power_state", "stop_instance"]
 
 
 # -- request ids -----------------------------------------------------------------------

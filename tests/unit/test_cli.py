@@ -321,6 +321,38 @@ def test_node_owner_and_move(fleet: Embedded) -> None:
     assert not_live.code == 1 and "host: is not a live agent" in not_live.err
 
 
+def test_instance_verbs_show_the_action_and_refusals_name_the_state(fleet: Embedded) -> None:
+    """Stored at once (the embedded fleet has no agent process to carry them out)."""
+    db = fleet.service.db
+    assert db is not None
+    [node] = _nodes(fleet, ["verb-1"])
+    instance = _instance_on(db, node, "active", None, "active", 0)
+    stopped = fleet.run("instance", "stop", instance, "-f", "json")
+    assert stopped.code == 0, stopped.err
+    assert [(i["State"], i["Task"]) for i in stopped.json()] == [("active", "powering-off")]
+    refused = fleet.run("instance", "start", instance)
+    assert refused.code == 1
+    assert "instance is in state active (powering-off), cannot start" in refused.err
+    again = fleet.run("instance", "reboot", "--hard", instance, "-f", "json")
+    assert again.code == 1 and "cannot reboot" in again.err  # a stop is in flight
+    with db.transaction() as session:  # leave the module's fleet as it was
+        session.query(InstanceModel).filter(InstanceModel.uuid == instance).delete()
+        session.query(NodeModel).filter(NodeModel.uuid == node).delete()
+
+
+def test_node_power_and_delete(fleet: Embedded) -> None:
+    [node] = _nodes(fleet, ["forget-1"])
+    bad = fleet.run("node", "power", "on", "--soft", "forget-1")
+    assert bad.code == 1 and "--soft" in bad.err
+    refused = fleet.run("node", "delete", "forget-1")
+    assert refused.code == 1 and "not in maintenance" in refused.err
+    assert fleet.run("node", "set", "--maintenance", "forget-1").code == 0
+    deleted = fleet.run("node", "delete", "forget-1")
+    assert deleted.code == 0, deleted.err
+    gone = fleet.run("node", "show", node)
+    assert gone.code == 1
+
+
 # -- import -------------------------------------------------------------------------
 
 

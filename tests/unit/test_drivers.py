@@ -42,6 +42,7 @@ from conductor.common.exception import (
     ConfigurationError,
     DriverError,
     InvalidInput,
+    NodeNotBuildable,
     RingfleetError,
 )
 from conductor.common.objects import Node, PowerState, ProvisionState
@@ -553,10 +554,50 @@ def test_power_transitions(tmp_path: Path) -> None:
     assert driver.set_power(ctx, node, "power off") is PowerState.OFF
     assert driver.set_power(ctx, node, "reboot") is PowerState.ON  # a reboot ends on
     assert driver.get_power_state(ctx, node) is PowerState.ON
-    assert [a.action for a in read_log(log)] == ["power_on", "power_on", "power_off", "reboot"]
+    assert driver.set_power(ctx, node, "soft power off") is PowerState.OFF
+    assert driver.set_power(ctx, node, "soft reboot") is PowerState.ON
+    assert [a.action for a in read_log(log)] == [
+        "power_on",
+        "power_on",
+        "power_off",
+        "reboot",
+        "soft_power_off",
+        "soft_reboot",
+    ]
+    # every transition is logged with the host and epoch it was fenced by
+    assert {(a.agent, a.epoch) for a in read_log(log)} == {(ctx.host, ctx.epoch)}
     # the first sight of a node takes its stored power state
     on = make_node(power_state=PowerState.ON)
     assert driver.get_power_state(ctx_for(on), on) is PowerState.ON
+
+
+def test_rebuild_redeploys_the_instance_in_place(tmp_path: Path) -> None:
+    log = tmp_path / "actions.log"
+    driver = make_driver(tmp_path, action_log=log, **FAST)
+    node = make_node()
+    instance = str(uuidlib.uuid4())
+    ctx = ctx_for(node, instance=instance)
+    driver.deploy(ctx, node, lambda step: None)
+    steps: list[str] = []
+    driver.rebuild(ctx, node, steps.append)
+    assert steps == list(DEPLOY_STEPS)
+    state = driver.node_state(node.uuid)
+    assert state is not None
+    assert (state.provision_state, state.instance_uuid, state.power_state) == (
+        ProvisionState.ACTIVE,
+        instance,
+        PowerState.ON,
+    )
+    assert [a.action for a in read_log(log)][-6:] == [
+        "rebuild_start",
+        *["deploy_step"] * len(DEPLOY_STEPS),
+        "rebuild_done",
+    ]
+    # A node hosting another instance is refused, untouched.
+    other = ctx_for(node, instance=str(uuidlib.uuid4()))
+    with pytest.raises(NodeNotBuildable):
+        driver.rebuild(other, node, steps.append)
+    assert driver.node_state(node.uuid) == state
 
 
 @pytest.mark.parametrize("target", ["power cycle", "", None, 1, PowerState.ON.name])

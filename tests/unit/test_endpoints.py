@@ -65,6 +65,7 @@ class RecordingQueue:
 
     submitted: list[list[str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    acted: list[str] = field(default_factory=list)
 
     def submit(self, instance_uuids: list[str]) -> None:
         self.submitted.append(list(instance_uuids))
@@ -74,6 +75,9 @@ class RecordingQueue:
 
     def delete(self, instance_uuid: str) -> None:
         self.deleted.append(instance_uuid)
+
+    def act(self, instance_uuid: str) -> None:
+        self.acted.append(instance_uuid)
 
 
 @dataclass

@@ -74,6 +74,7 @@ class StubMembership:
 class RecordingQueue:
     submitted: list[list[str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    acted: list[str] = field(default_factory=list)
 
     def submit(self, instance_uuids: list[str]) -> None:
         self.submitted.append(list(instance_uuids))
@@ -83,6 +84,9 @@ class RecordingQueue:
 
     def delete(self, instance_uuid: str) -> None:
         self.deleted.append(instance_uuid)
+
+    def act(self, instance_uuid: str) -> None:
+        self.acted.append(instance_uuid)
 
 
 class StubCompute:
@@ -413,6 +417,24 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
     "delete_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT)})),
     "list_quotas": ("quotas", kwargs({})),
     "delete_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "reboot_instance": (
+        "instances",
+        kwargs({"instance": fuzz(UUID_LIKE)}, {"hard": fuzz(st.booleans())}),
+    ),
+    "stop_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "start_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "rebuild_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    # No agents to route to here: valid input ends in a ConfigurationError.
+    "set_node_power_state": (
+        "inventory",
+        kwargs(
+            {
+                "node": fuzz(NODE_IDENT),
+                "target": fuzz(st.sampled_from(["power on", "soft rebooting", "reboot", ""])),
+            }
+        ),
+    ),
+    "delete_node": ("inventory", kwargs({"node": fuzz(NODE_IDENT)})),
     "fleet_status": ("fleet", kwargs({})),
     "ring_status": ("fleet", kwargs({})),
     "fleet_check": ("fleet", kwargs({})),
@@ -521,14 +543,18 @@ def test_endpoint_method_fuzz(fuzzed: Fuzzed, method: str, data: st.DataObject) 
     fuzzed.membership.state = data.draw(MEMBERSHIP_STATES, label="membership")
     ctxt = data.draw(CONTEXTS, label="context")
     before = fuzzed.snapshot()
-    queued = (len(fuzzed.queue.submitted), len(fuzzed.queue.deleted))
+    queued = (len(fuzzed.queue.submitted), len(fuzzed.queue.deleted), len(fuzzed.queue.acted))
     try:
         result = call(ctxt, **payload)
     except InvalidInput as exc:
         event("InvalidInput")
         assert exc.errors, "an InvalidInput must name at least one field"
         assert fuzzed.snapshot() == before, f"{method} refused its input but changed the db"
-        assert (len(fuzzed.queue.submitted), len(fuzzed.queue.deleted)) == queued
+        assert (
+            len(fuzzed.queue.submitted),
+            len(fuzzed.queue.deleted),
+            len(fuzzed.queue.acted),
+        ) == queued
         # It must travel over RPC: its kwargs are JSON primitives.
         json.dumps(exc.kwargs)
     except RingfleetError as exc:
@@ -593,6 +619,8 @@ for _conflict in (
     exception.DuplicateFlavor,
     exception.DuplicateInstance,
     exception.NodeNotBuildable,
+    exception.InstanceStateConflict,
+    exception.NodeInUse,
 ):
     EXCEPTIONS[_conflict] = st.builds(
         _conflict,

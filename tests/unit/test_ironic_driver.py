@@ -552,6 +552,8 @@ def test_a_fake_ironic_restart_fails_what_it_interrupted() -> None:
         ("reboot", "rebooting", PowerState.ON),
         ("power on", "power on", PowerState.ON),
         ("power off", "power off", PowerState.OFF),
+        ("soft reboot", "soft rebooting", PowerState.ON),
+        ("soft power off", "soft power off", PowerState.OFF),
     ],
 )
 def test_set_power_follows_ironic_to_the_target(
@@ -563,6 +565,111 @@ def test_set_power_follows_ironic_to_the_target(
     assert driver.set_power(ctx_for(node, None), node, target) is expected
     assert fake.writes == [("power", node.uuid, ironic_target)]
     assert driver.get_power_state(ctx_for(node, None), node) is expected
+
+
+IMAGE = "http://images.example/ubuntu.qcow2"
+
+
+def test_rebuild_redeploys_an_active_node_in_place(tmp_path: Path, fake: FakeIronic) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    ironic_node.instance_info["image_source"] = IMAGE  # what the deploy's image left
+    fake.writes.clear()
+    fake.locked_writes = 1  # Ironic busy with its own task: waited out
+    steps = Steps()
+    driver.rebuild(ctx_for(node, instance), node, steps)
+    assert fake.writes == [
+        ("locked", node.uuid, "rebuild"),
+        ("provision", node.uuid, "rebuild"),
+    ]
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", instance)
+
+
+def test_a_rebuild_failing_in_ironic_is_a_driver_error_with_ironics_reason(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    ironic_node.instance_info["image_source"] = IMAGE
+    fake.deploy_error = "image checksum mismatch"
+    with pytest.raises(DriverError, match="image checksum mismatch"):
+        driver.rebuild(ctx_for(node, instance), node, Steps())
+    assert ironic_node.instance_uuid == instance  # the instance keeps its node
+
+
+def test_a_rebuild_without_an_image_is_refused_at_once(tmp_path: Path, fake: FakeIronic) -> None:
+    """A refusal retrying cannot fix (Ironic 39.0.0 would answer 500, an
+    outage waited out until the deadline)."""
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    driver.deploy(ctx_for(node, instance), node, Steps())
+    fake.writes.clear()
+    with pytest.raises(DriverError, match="no image_source"):
+        driver.rebuild(ctx_for(node, instance), node, Steps())
+    assert fake.writes == []
+
+
+def test_a_rebuild_of_a_node_claimed_by_another_instance_touches_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add(provision_state="active", instance_uuid=new_instance())
+    node = ring_node(ironic_node)
+    with pytest.raises(NodeNotBuildable, match="claimed by"):
+        make_driver(tmp_path, fake).rebuild(ctx_for(node, new_instance()), node, Steps())
+    assert fake.writes == []
+
+
+@pytest.mark.parametrize(
+    ("target", "refused", "hard", "expected"),
+    [
+        ("soft reboot", "soft rebooting", "rebooting", PowerState.ON),
+        ("soft power off", "soft power off", "power off", PowerState.OFF),
+    ],
+)
+def test_a_soft_target_ironic_refuses_falls_back_to_the_hard_one(
+    tmp_path: Path,
+    fake: FakeIronic,
+    caplog: pytest.LogCaptureFixture,
+    target: Any,
+    refused: str,
+    hard: str,
+    expected: PowerState,
+) -> None:
+    fake.soft_power = False  # a BMC that cannot ask the OS to shut down: 400
+    node = ring_node(fake.add(power_state="power on"))
+    with caplog.at_level("WARNING"):
+        assert make_driver(tmp_path, fake).set_power(ctx_for(node, None), node, target) is expected
+    assert fake.writes == [("refused", node.uuid, refused), ("power", node.uuid, hard)]
+    assert (
+        f"Ironic refused {target}" in caplog.text
+        and f"falling back to {hard.replace('rebooting', 'reboot')}" in caplog.text
+    )
+
+
+def test_a_power_write_refused_as_locked_is_retried_then_done(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    fake.locked_writes = 2  # Ironic busy with its own task: 409 "locked"
+    node = ring_node(fake.add(power_state="power off"))
+    assert make_driver(tmp_path, fake).set_power(ctx_for(node, None), node, "power on") is (
+        PowerState.ON
+    )
+    assert [w[0] for w in fake.writes] == ["locked", "locked", "power"]
+
+
+def test_a_hard_power_refusal_is_not_retried(tmp_path: Path, fake: FakeIronic) -> None:
+    """A 400 retrying cannot fix is raised at once, with Ironic's reason."""
+    fake.soft_power = False
+    node = ring_node(fake.add(power_state="power on"))
+    driver = make_driver(tmp_path, fake)
+    with pytest.raises(DriverError, match=r"refused \(400\)"):
+        driver._ironic.set_power_state(node.uuid, "power cycle")  # not an Ironic target
+    assert fake.writes == [("refused", node.uuid, "power cycle")]
 
 
 def test_an_unknown_power_state_is_a_driver_error(tmp_path: Path, fake: FakeIronic) -> None:

@@ -15,14 +15,22 @@ from oslo_config import cfg
 from sqlalchemy import event, select, update
 
 from conductor import conf as conductor_conf
+from conductor.common.exception import NodeInUse, NodeNotFound
 from conductor.common.ironic.client import IronicNode
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.db import fleet_report, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
-from conductor.ironic_sync import MAX_ORPHANS, CleanOrphan, IronicInventorySync, SyncSummary
+from conductor.ironic_sync import (
+    EXCLUDE_TRAIT,
+    MAX_ORPHANS,
+    CleanOrphan,
+    IronicInventorySync,
+    SyncSummary,
+)
 from conductor.validation import validate_node_spec
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import migrated, pin
@@ -118,6 +126,32 @@ def test_first_pass_creates_nodes_and_a_second_changes_nothing(
     assert other.properties["ironic_shard"] == ""
     assert changes(sync.run()) == (0, 0, 0)
     assert sync.run().to_dict()["listed"] == 2
+
+
+def test_a_node_tagged_to_stay_out_is_never_imported_and_can_be_deleted(
+    tmp_path: Path, db: Database, ironic: FakeIronic
+) -> None:
+    """The operator's way to forget an Ironic node for good (``node delete``)."""
+    kept = add(ironic, "rack1-n1")
+    sync = make_sync(tmp_path, db, ironic)
+    assert sync.run().created == 1
+    fleet = FleetView(db)
+    inventory = InventoryEndpoint(db, fleet)
+    nodes.set_maintenance(db, kept.uuid, True, "decommissioning")
+    with pytest.raises(NodeInUse, match=EXCLUDE_TRAIT):  # it would come back at once
+        inventory.delete_node({}, node=kept.uuid)
+    kept.traits = (EXCLUDE_TRAIT,)
+    sync.run()  # the trait is mirrored to the known node
+    inventory.delete_node({}, node=kept.uuid)
+    summary = sync.run()
+    assert (summary.created, summary.excluded) == (0, 1)
+    with pytest.raises(NodeNotFound):
+        stored(db, kept)
+    # ... and a new Ironic node carrying it is never imported
+    other = add(ironic, "rack1-n2", traits=(EXCLUDE_TRAIT, "CUSTOM_GPU"))
+    assert sync.run().to_dict()["excluded"] == 2
+    with pytest.raises(NodeNotFound):
+        stored(db, other)
 
 
 def test_the_node_group_can_come_from_the_conductor_group(

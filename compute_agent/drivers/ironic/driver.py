@@ -84,7 +84,12 @@ _IRONIC_POWER_TARGETS: Final = {
     "power on": "power on",
     "power off": "power off",
     "reboot": "rebooting",
+    "soft power off": "soft power off",
+    "soft reboot": "soft rebooting",
 }
+#: The hard target a soft one falls back to when Ironic's power interface
+#: refuses it (not every BMC can ask the OS to shut down).
+_HARD_FALLBACK: Final = {"soft power off": "power off", "soft reboot": "reboot"}
 
 _T = TypeVar("_T")
 
@@ -308,16 +313,76 @@ class IronicDriver(ComputeDriver):
             ctx.epoch,
         )
 
+    # -- rebuild ---------------------------------------------------------------
+
+    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+        """Ironic's ``rebuild`` of an active node: it redeploys the image and
+        config drive the deploy left in its ``instance_info``, and ends
+        ``active`` (or ``deploy failed``, with Ironic's reason)."""
+        self._check_context(ctx, node)
+        watch = _Watch(self, ctx, "rebuild", self._deploy_timeout, progress)
+        try:
+            found = watch.read()
+        except IronicNodeGone as exc:
+            raise NodeNotBuildable(field="node_uuid", value=node.uuid, reason=exc.reason) from exc
+        if found.instance_uuid != ctx.instance_uuid:
+            raise NodeNotBuildable(
+                field="node_uuid",
+                value=node.uuid,
+                reason=f"Ironic shows the node claimed by {found.instance_uuid}, "
+                f"not {ctx.instance_uuid}",
+            )
+        if found.provision_state != states.ACTIVE:
+            # Only an active node can be rebuilt: a deploy or teardown under
+            # way is Ironic's own (a 409 locked would be waited out forever).
+            raise DriverError(node.uuid, "rebuild", f"Ironic shows it {found.provision_state}")
+        if not found.instance_info.get("image_source"):
+            # Nothing to redeploy; and Ironic 39.0.0 answers such a rebuild
+            # with a 500 ("cannot access local variable 'auto_lessee'"), which
+            # would be waited out as an outage until the deadline.
+            raise DriverError(
+                node.uuid, "rebuild", "Ironic shows no image_source in its instance_info"
+            )
+        progress("rebuild")
+        done = watch.request(found, "rebuild")
+        if done.provision_state != states.ACTIVE:
+            raise DriverError(node.uuid, "rebuild", _failure(done, "ended"))
+        LOG.info(
+            "Instance %s rebuilt on Ironic node %s (agent %s, epoch %d)",
+            ctx.instance_uuid,
+            node.uuid,
+            self.host,
+            ctx.epoch,
+        )
+
     # -- power -----------------------------------------------------------------
 
     def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:
         self._check_context(ctx, node)
         target = validate_power_target(target)
         watch = _Watch(self, ctx, "set_power", self._deploy_timeout, None)
-        watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[target])
+        try:
+            # A 409 "locked" (Ironic busy with its own task) is retried by
+            # the watch; any other refusal is raised at once.
+            watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[target])
+        except DriverError as exc:
+            hard = _HARD_FALLBACK.get(target)
+            if hard is None or "(400)" not in exc.reason:
+                raise
+            # The node's power interface cannot ask the OS to shut down:
+            # Ironic refuses the soft target (400); the hard one does the job.
+            LOG.warning(
+                "Node %s (instance %s): Ironic refused %s (%s); falling back to %s",
+                node.uuid,
+                ctx.instance_uuid,
+                target,
+                exc.reason,
+                hard,
+            )
+            watch.call(self._ironic.set_power_state, node.uuid, _IRONIC_POWER_TARGETS[hard])
         found = watch.until(lambda n: n.target_power_state is None)
         power = power_state_of(found.power_state)
-        expected = PowerState.OFF if target == "power off" else PowerState.ON
+        expected = PowerState.OFF if target.endswith("power off") else PowerState.ON
         if power is not expected:
             raise DriverError(
                 node.uuid,

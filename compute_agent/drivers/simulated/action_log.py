@@ -55,6 +55,10 @@ ACTIONS: Final = frozenset(
         "power_on",
         "power_off",
         "reboot",
+        "soft_power_off",
+        "soft_reboot",
+        "rebuild_start",
+        "rebuild_done",
     }
 )
 

@@ -44,7 +44,7 @@ from compute_agent.drivers.base import (
 from compute_agent.drivers.simulated import conf as simulated_conf
 from compute_agent.drivers.simulated.action_log import ActionLog
 from compute_agent.drivers.simulated.node_store import SimulatedNode, open_store
-from conductor.common.exception import ConfigurationError, DriverError
+from conductor.common.exception import ConfigurationError, DriverError, NodeNotBuildable
 from conductor.common.objects import Node, PowerState, ProvisionState
 
 __all__ = ["CLEAN_STEP", "DEPLOY_STEPS", "SimulatedDriver", "SimulatedNode"]
@@ -61,6 +61,8 @@ _POWER_ACTIONS: Final[Mapping[str, str]] = {
     "power on": "power_on",
     "power off": "power_off",
     "reboot": "reboot",
+    "soft power off": "soft_power_off",
+    "soft reboot": "soft_reboot",
 }
 
 
@@ -177,6 +179,33 @@ class SimulatedDriver(ComputeDriver):
                 ctx.epoch,
             )
 
+    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+        self._check_context(ctx, node)
+        with self._exclusive(ctx, "rebuild"):
+            current = self._current(node)
+            if current.instance_uuid != ctx.instance_uuid:
+                raise NodeNotBuildable(
+                    field="node_uuid",
+                    value=node.uuid,
+                    reason=f"node hosts instance {current.instance_uuid}, not {ctx.instance_uuid}",
+                )
+            self._record(ctx, "rebuild_start")
+            self._update(node.uuid, provision_state=ProvisionState.DEPLOYING, last_error=None)
+            for step in DEPLOY_STEPS:
+                progress(step)  # raises when the node is no longer ours: stop here
+                self._record(ctx, "deploy_step", step=step)
+                _sleep(self.step_durations[step])
+            self._update(
+                node.uuid, provision_state=ProvisionState.ACTIVE, power_state=PowerState.ON
+            )
+            self._record(ctx, "rebuild_done")
+            LOG.info(
+                "Rebuilt instance %s on node %s at epoch %d",
+                ctx.instance_uuid,
+                node.uuid,
+                ctx.epoch,
+            )
+
     def destroy(self, ctx: ActionContext, node: Node) -> None:
         self._check_context(ctx, node)
         with self._exclusive(ctx, "destroy"):
@@ -209,13 +238,16 @@ class SimulatedDriver(ComputeDriver):
         with self._exclusive(ctx, "set_power"):
             self._current(node)
             self._record(ctx, _POWER_ACTIONS[target])
-            if target == "reboot":
+            # The simulated hardware supports the soft variants (the OS
+            # shuts down first): each is recorded as asked, and ends as the
+            # hard one does.
+            if target in ("reboot", "soft reboot"):
                 self._update(node.uuid, power_state=PowerState.OFF)
                 _sleep(self.power_duration)
                 state = PowerState.ON
             else:
                 _sleep(self.power_duration)
-                state = PowerState(target)
+                state = PowerState.OFF if target.endswith("power off") else PowerState.ON
             self._update(node.uuid, power_state=state)
             LOG.info("Node %s: %s done at epoch %d", node.uuid, target, ctx.epoch)
             return state

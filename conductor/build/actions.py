@@ -1,0 +1,441 @@
+"""Power and lifecycle actions routed to the agent that owns the node.
+
+An instance verb (reboot, stop, start, rebuild) is stored first: its task state
+(``rebooting``, ``powering-off``...) is the action in flight, and the only
+record of it.  Then the action is routed as builds are: the conductor reads
+the node's ``(owner, epoch)`` and calls that agent's fenced
+``set_power_state`` with it; ``NotOwner`` re-reads and calls again; an
+owner that is not live, busy, stopping or unreachable (a 503 from its back
+end, a call that timed out) puts the action back on the build queue for
+later, and a takeover routes it at once to the new owner
+(:meth:`conductor.build.workers.BuildWorkers.rehomed`, ``resume_work``),
+which finishes it from the record.  The answer ends the action: a
+compare-and-swap on the very task state it was for, so a late answer never
+ends a later verb; a refusal retrying cannot fix (the back end failed the
+action, bad input) ends it as ``ACTION_FAILED``, the instance staying where
+it was with the reason as its fault.
+
+A rebuild is the agent's ``rebuild_instance`` (compute API 1.3): the same
+node re-imaged for the instance it hosts, with the image and config drive
+its deploy left in the back end; it is routed, fenced and recovered the
+same way, and ends ``active``.
+
+The call waits for the action's end (``[conductor] action_timeout``), so
+it runs on this module's own threads, never on a build worker's.  A call
+to an agent that dies mid-action hangs until that timeout: the takeover's
+re-route does not wait for it (one call per action *and owner epoch* runs
+at a time), and the hung call, when it ends, finds the action done.
+
+An operator's node power verb has no instance record to resume from: it is
+routed the same way, in the background (the API answers 202), and the
+node's ``power_state`` follows the owner's answer; one lost to an agent's
+death is logged, and issued again by the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import oslo_messaging as messaging
+
+from compute_agent.rpcapi import SOFT_POWER_VERSION, ComputeAPI
+from conductor.build.routing import Retries
+from conductor.common.exception import (
+    ActionAbandoned,
+    Conflict,
+    NodeNotBuildable,
+    NotFound,
+    NotOwner,
+    RingfleetError,
+    ServiceUnavailable,
+    first_line,
+)
+from conductor.common.instance_states import ACTION_TASKS, Event
+from conductor.common.objects import Node, PowerState, TaskState
+from conductor.db import instances, node_states, nodes
+from conductor.db.engine import Database
+from conductor.db.ownership import Fence
+from conductor.fleet_view import FleetView
+
+__all__ = ["POWER_TARGETS", "ActionRouter"]
+
+LOG = logging.getLogger(__name__)
+
+_REBUILD: Final = "rebuild"
+#: What the agent is asked for, by the instance's action in flight.  Stop
+#: is a clean shutdown first, as Nova's; the agent falls back to the hard
+#: target where the back end has no soft one.
+_INSTANCE_TARGETS: Final[Mapping[TaskState, str]] = {
+    TaskState.REBOOTING: "soft reboot",
+    TaskState.REBOOTING_HARD: "reboot",
+    TaskState.POWERING_OFF: "soft power off",
+    TaskState.POWERING_ON: "power on",
+    # Not a power target: the agent's rebuild_instance (compute API 1.3).
+    TaskState.REBUILDING: _REBUILD,
+}
+#: The power state each action ends in, and the event its end is.
+_DONE: Final[Mapping[TaskState, tuple[PowerState, Event]]] = {
+    TaskState.REBOOTING: (PowerState.ON, Event.POWERED_ON),
+    TaskState.REBOOTING_HARD: (PowerState.ON, Event.POWERED_ON),
+    TaskState.POWERING_OFF: (PowerState.OFF, Event.POWERED_OFF),
+    TaskState.POWERING_ON: (PowerState.ON, Event.POWERED_ON),
+    TaskState.REBUILDING: (PowerState.ON, Event.REBUILT),
+}
+#: A soft target's hard equivalent, for agents older than compute API 1.3.
+_HARD: Final[Mapping[str, str]] = {"soft reboot": "reboot", "soft power off": "power off"}
+
+#: The node power targets of the API (Ironic's names) and what the agent is asked.
+POWER_TARGETS: Final[Mapping[str, str]] = {
+    "power on": "power on",
+    "power off": "power off",
+    "rebooting": "reboot",
+    "soft power off": "soft power off",
+    "soft rebooting": "soft reboot",
+}
+
+#: How many times NotOwner is answered by re-reading and calling again at once.
+_REROUTES: Final = 3
+#: Actions whose last reason to wait is remembered (log once).
+_MAX_WAITS_REMEMBERED: Final = 10_000
+
+
+class ActionRouter:
+    """Routes instance actions and node power verbs to the nodes' owners."""
+
+    def __init__(
+        self,
+        db: Database,
+        fleet: FleetView,
+        compute: ComputeAPI,
+        retries: Retries,
+        *,
+        timeout: float = 300.0,
+        senders: int = 8,
+    ) -> None:
+        self._db = db
+        self._fleet = fleet
+        self._compute = compute
+        self._retries = retries
+        self._timeout = timeout
+        self._pool = _DaemonPool(senders, "action-sender")
+        self._lock = threading.Lock()
+        # (instance or node, owner, epoch) of every call in flight: one at a time each.
+        self._calls: set[tuple[str, str, int]] = set()
+        # Why each waiting action last waited: said at INFO once, DEBUG after.
+        self._waits: dict[str, str] = {}
+
+    def close(self) -> None:
+        """Stop taking actions; calls in flight are not waited for (their
+        records stay, and the next start or takeover routes them again)."""
+        self._pool.close()
+
+    # -- instances ------------------------------------------------------------------
+
+    def act(self, instance_uuid: str) -> None:
+        """Route the instance's action in flight (if any) to its node's owner."""
+        if not self._pool.submit(self._act_logged, instance_uuid):
+            # The conductor stops: the record stays, its next start routes it.
+            LOG.debug("Instance %s: action not routed, the conductor is stopping", instance_uuid)
+
+    def _act_logged(self, instance_uuid: str) -> None:
+        try:
+            self._act(instance_uuid)
+        except ServiceUnavailable as exc:  # the database (logged once by it)
+            LOG.debug("Instance %s: action waits: %s", instance_uuid, exc)
+            self._retries.retry_later(instance_uuid, "act")
+        except Exception:  # never drop an action: it is retried
+            LOG.exception("Instance %s: routing its action failed; retrying later", instance_uuid)
+            self._retries.retry_later(instance_uuid, "act")
+
+    def _act(self, instance_uuid: str) -> None:
+        try:
+            instance = instances.get_instance(self._db, instance_uuid)
+        except NotFound:
+            return
+        task = instance.task_state
+        if task not in ACTION_TASKS or instance.node_uuid is None:
+            return  # done, or overtaken by a delete
+        assert task is not None
+        target = _INSTANCE_TARGETS[task]
+        if target == _REBUILD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+            # A refusal retrying cannot fix until the pin is lifted.
+            self._failed(
+                instance_uuid,
+                task,
+                f"rebuild needs compute API {SOFT_POWER_VERSION}; the agents are pinned below it "
+                "([upgrade_levels] compute)",
+            )
+            return
+        if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+            LOG.info(
+                "Instance %s: agents are pinned below compute API %s: %s instead of %s",
+                instance_uuid,
+                SOFT_POWER_VERSION,
+                _HARD[target],
+                target,
+            )
+            target = _HARD[target]
+        self._route(instance_uuid, task, instance.node_uuid, target)
+
+    def _route(self, instance_uuid: str, task: TaskState, node_uuid: str, target: str) -> None:
+        """Call the node's owner, re-reading on NotOwner; the answer ends the action."""
+        for _attempt in range(_REROUTES):
+            node = nodes.get_node(self._db, node_uuid)
+            owner, epoch = node.owner, node.owner_epoch
+            if owner is None or not self._is_live(owner):
+                LOG.log(
+                    self._level(instance_uuid, f"owner {owner} not live"),
+                    "Instance %s: %s on node %s waits for a live owner (%s is not)",
+                    instance_uuid,
+                    task.value,
+                    node_uuid,
+                    owner,
+                )
+                self._retries.retry_later(instance_uuid, "act")
+                return
+            key = (instance_uuid, owner, epoch)
+            with self._lock:
+                if key in self._calls:
+                    return  # that call ends the action
+                self._calls.add(key)
+            try:
+                power = self._call(owner, node, epoch, target, instance_uuid)
+            except NotOwner as exc:
+                LOG.info(
+                    "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
+                    instance_uuid,
+                    owner,
+                    node_uuid,
+                    epoch,
+                    first_line(exc),
+                )
+                continue
+            except _Later as exc:
+                LOG.log(
+                    self._level(instance_uuid, str(exc)),
+                    "Instance %s: %s on node %s by %s not done yet: %s; retrying",
+                    instance_uuid,
+                    task.value,
+                    node_uuid,
+                    owner,
+                    exc,
+                )
+                self._retries.retry_later(instance_uuid, "act")
+                return
+            except RingfleetError as exc:
+                self._failed(instance_uuid, task, f"{task.value} failed: {first_line(exc)}")
+                return
+            finally:
+                with self._lock:
+                    self._calls.discard(key)
+            with self._lock:
+                self._waits.pop(instance_uuid, None)
+            self._done(instance_uuid, task, node, Fence(owner, epoch), power)
+            return
+        self._retries.retry_later(instance_uuid, "act")
+
+    def _done(
+        self,
+        instance_uuid: str,
+        task: TaskState,
+        node: Node,
+        fence: Fence,
+        power: PowerState,
+    ) -> None:
+        owner, epoch = fence.owner, fence.epoch
+        expected, event = _DONE[task]
+        self._record_power(node.uuid, owner, epoch, power)
+        if power is not expected:
+            self._failed(instance_uuid, task, f"{task.value}: the node ended {power.value}")
+            return
+        if instances.set_state(self._db, instance_uuid, event, task_state=task):
+            LOG.info(
+                "Instance %s: %s done on node %s by %s (epoch %d): %s",
+                instance_uuid,
+                task.value,
+                node.uuid,
+                owner,
+                epoch,
+                power.value,
+            )
+        else:
+            LOG.info(
+                "Instance %s: %s on node %s done, but the instance moved on meanwhile",
+                instance_uuid,
+                task.value,
+                node.uuid,
+            )
+
+    def _failed(self, instance_uuid: str, task: TaskState, fault: str) -> None:
+        if instances.set_state(
+            self._db, instance_uuid, Event.ACTION_FAILED, fault=fault, task_state=task
+        ):
+            LOG.warning("Instance %s: %s", instance_uuid, fault)
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def set_node_power(self, node: Node, target: str) -> None:
+        """Power *node* (an API target, :data:`POWER_TARGETS`) in the background."""
+        if not self._pool.submit(self._node_power_logged, node.uuid, POWER_TARGETS[target]):
+            raise ServiceUnavailable("the conductor is stopping; issue the power action again")
+
+    def _node_power_logged(self, node_uuid: str, target: str) -> None:
+        try:
+            self._node_power(node_uuid, target)
+        except Exception:
+            LOG.exception("Node %s: %s failed", node_uuid, target)
+
+    def _node_power(self, node_uuid: str, target: str) -> None:
+        if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+            target = _HARD[target]
+        for _attempt in range(_REROUTES):
+            node = nodes.get_node(self._db, node_uuid)
+            owner, epoch = node.owner, node.owner_epoch
+            if owner is None or not self._is_live(owner):
+                LOG.warning(
+                    "Node %s: %s not done: its owner %s is not live; issue it again "
+                    "once the node has an owner",
+                    node_uuid,
+                    target,
+                    owner,
+                )
+                return
+            try:
+                power = self._call(owner, node, epoch, target)
+            except NotOwner:
+                continue
+            except (_Later, RingfleetError) as exc:
+                LOG.warning("Node %s: %s by %s failed: %s", node_uuid, target, owner, exc)
+                return
+            self._record_power(node_uuid, owner, epoch, power)
+            LOG.info(
+                "Node %s: %s done by %s (epoch %d): %s",
+                node_uuid,
+                target,
+                owner,
+                epoch,
+                power.value,
+            )
+            return
+        LOG.warning("Node %s: %s not done: its owner kept changing", node_uuid, target)
+
+    # -- shared -------------------------------------------------------------------------
+
+    def _call(
+        self, owner: str, node: Node, epoch: int, target: str, instance_uuid: str | None = None
+    ) -> PowerState:
+        """One fenced call; the power state the node ended in (a rebuild ends on).
+
+        :raises NotOwner: re-read and call again
+        :raises _Later: retrying later can help (busy, stopping, unreachable)
+        :raises RingfleetError: refused for good
+        """
+        try:
+            if target == _REBUILD and instance_uuid is not None:
+                answer = self._compute.rebuild_instance(
+                    owner,
+                    instance_uuid=instance_uuid,
+                    node=node.to_dict(),
+                    epoch=epoch,
+                    timeout=self._timeout,
+                )
+                answer = PowerState.ON.value if answer == "active" else answer
+            else:
+                answer = self._compute.set_power_state(
+                    owner, node=node.to_dict(), epoch=epoch, target=target, timeout=self._timeout
+                )
+        except (NotOwner, NodeNotBuildable):
+            # NodeNotBuildable is a Conflict retrying cannot fix: the back
+            # end shows the node hosting another instance.
+            raise
+        except (Conflict, ServiceUnavailable, ActionAbandoned) as exc:
+            raise _Later(first_line(exc)) from exc
+        except messaging.MessagingTimeout as exc:
+            raise _Later(f"no answer from {owner} within {self._timeout:.0f} s") from exc
+        except RingfleetError:
+            raise
+        except Exception as exc:  # transport trouble, an unexpected remote error
+            raise _Later(first_line(exc)) from exc
+        try:
+            return PowerState(answer)
+        except ValueError:
+            raise _Later(f"unexpected answer {answer!r}") from None
+
+    def _record_power(self, node_uuid: str, owner: str, epoch: int, power: PowerState) -> None:
+        # Fenced as the agents' own reports: only while the owner still holds that epoch.
+        report: node_states.StateReport = {
+            "node_uuid": node_uuid,
+            "epoch": epoch,
+            "power_state": power.value,
+            "provision_state": None,
+        }
+        node_states.record_node_states(self._db, owner, [report])
+
+    def _level(self, instance_uuid: str, why: str) -> int:
+        """INFO the first time an action waits for *why*, DEBUG on every retry
+        after: one line per cause, not one every 2 s (as routing.py does)."""
+        with self._lock:
+            said = self._waits.get(instance_uuid) == why
+            if len(self._waits) >= _MAX_WAITS_REMEMBERED:
+                self._waits.clear()  # a bounded cache: at worst a line said twice
+            self._waits[instance_uuid] = why
+        return logging.DEBUG if said else logging.INFO
+
+    def _is_live(self, host: str) -> bool:
+        try:
+            return host in self._fleet.live_members()
+        except ServiceUnavailable:
+            return True  # cannot tell: assume alive, never act as if it died
+
+
+class _DaemonPool:
+    """A few daemon threads running submitted calls, started on first use.
+
+    Not a ``ThreadPoolExecutor``: its threads are joined at interpreter
+    exit, and a call to an agent that died waits ``action_timeout`` (300 s)
+    for its answer: a stopping conductor must not wait for that.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+
+    def submit(self, call: Callable[..., None], *args: object) -> bool:
+        """Run ``call(*args)`` on a pool thread; False once the pool is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            if not self._threads:  # never started before a fork
+                self._threads = [
+                    threading.Thread(target=self._run, name=f"{self._name}-{i}", daemon=True)
+                    for i in range(self._size)
+                ]
+                for thread in self._threads:
+                    thread.start()
+            self._calls.put((call, args))
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for _thread in self._threads:
+                self._calls.put(None)
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            call, args = item
+            call(*args)  # the calls log their own failures
+
+
+class _Later(Exception):
+    """The action could not be done now; retrying later can help."""
