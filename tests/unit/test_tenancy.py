@@ -70,6 +70,7 @@ OPERATOR_CTXT: dict[str, Any] = {"request_id": "req-op"}
 class Queue:
     submitted: list[list[str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    acted: list[str] = field(default_factory=list)
 
     def submit(self, instance_uuids: list[str]) -> None:
         self.submitted.append(list(instance_uuids))
@@ -79,6 +80,9 @@ class Queue:
 
     def delete(self, instance_uuid: str) -> None:
         self.deleted.append(instance_uuid)
+
+    def act(self, instance_uuid: str) -> None:
+        self.acted.append(instance_uuid)
 
 
 @dataclass
@@ -207,6 +211,40 @@ def test_each_project_sees_and_deletes_its_own_instances_only(env: Env) -> None:
         env.instances.show_instance(nobody, instance=legacy)
     env.instances.delete_instance(member("p1"), instance=mine)
     assert env.queue.deleted == [mine]
+
+
+def _deployed(env: Env, uuid: str) -> None:
+    """The instance active on a node, as a finished build leaves it."""
+    node = add_nodes(env.db, 1)[0]
+    with env.db.transaction() as session:
+        row = session.query(InstanceModel).filter_by(uuid=uuid).one()
+        row.vm_state, row.task_state, row.node_uuid = "active", None, node
+
+
+@pytest.mark.parametrize(
+    ("verb", "kwargs"),
+    [
+        ("reboot_instance", {}),
+        ("reboot_instance", {"hard": True}),
+        ("stop_instance", {}),
+        ("rebuild_instance", {}),
+    ],
+)
+def test_another_projects_instance_cannot_be_powered_or_rebuilt(
+    env: Env, verb: str, kwargs: dict[str, Any]
+) -> None:
+    [theirs] = env.build(member("p2"))
+    _deployed(env, theirs)
+    for ctxt in (member("p1"), reader("p1"), {"request_id": "req-n", "roles": ["member"]}):
+        with pytest.raises(InstanceNotFound):
+            getattr(env.instances, verb)(ctxt, instance=theirs, **kwargs)
+    # Nothing changed, nothing was routed.
+    shown = env.instances.show_instance(member("p2"), instance=theirs)
+    assert (shown["vm_state"], shown["task_state"]) == ("active", None)
+    assert env.queue.acted == []
+    # Its own project (and an admin) may.
+    getattr(env.instances, verb)(member("p2"), instance=theirs, **kwargs)
+    assert env.queue.acted == [theirs]
 
 
 def test_admins_see_their_project_by_default_and_every_project_on_request(env: Env) -> None:
