@@ -1,0 +1,188 @@
+"""A tenant's machine, through the HTTP API only, on a real Ironic, with Keystone tokens.
+
+What a tenant of a cloud does with a bare-metal server, end to end: with a
+Keystone project token and nothing but HTTP, build an instance with an
+image, an SSH key and user data; reboot it, stop and start it, rebuild it
+with another image; delete it.  Each step is checked in Ironic's own
+records (the image and checksum it was given, that it received a config
+drive, its power state, the node back to ``available``), and a member of a
+second project sees none of it (404 for show, actions and delete; absent
+from its list).  Real etcd, RabbitMQ, PostgreSQL, Keystone and Ironic; the
+conductor, an agent and ringfleet-api (gunicorn, keystonemiddleware) as
+processes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from tests.functional.api_harness import ApiServer
+from tests.functional.fleet_harness import Fleet, log_tails, start_processes
+from tests.functional.keystone_harness import Identity, make_identity
+from tests.harness import wait_for
+from tests.harness.ironic import IronicHarness
+
+TIMEOUT = 30
+#: ask for the newest microversion: images (1.1), verbs (1.3), rebuild with an image
+LATEST = {"OpenStack-API-Version": "baremetal-fleet latest"}
+FIRST_IMAGE = {
+    "source": "http://images.test/ubuntu-24.04.qcow2",
+    "os_hash_algo": "sha256",
+    "os_hash_value": "a1" * 32,
+    "disk_format": "qcow2",
+}
+SECOND_IMAGE = {
+    "source": "http://images.test/debian-13.raw",
+    "os_hash_algo": "sha512",
+    "os_hash_value": "b2" * 64,
+    "disk_format": "raw",
+}
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJourneyKeyOnly tenant@laptop"
+USER_DATA = "#cloud-config\npackages: [nginx]\n"
+
+
+@pytest.fixture
+def identity(keystone_url: str) -> Identity:
+    return make_identity(keystone_url)
+
+
+@pytest.fixture
+def api(fleet_on_ironic: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiServer]:
+    server = ApiServer(
+        fleet_on_ironic.workdir,
+        transport_url,
+        name="api-tenant",
+        auth="keystone",
+        debug=False,
+        extra=identity.authtoken_config(),
+    )
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def _as(token: str) -> requests.Session:
+    session = requests.Session()
+    session.headers.update({"X-Auth-Token": token, **LATEST})
+    return session
+
+
+def _ok(response: requests.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, (
+        f"{response.request.method} {response.url}: {response.status_code} {response.text[:2000]}"
+    )
+    return response.json() if response.content else {}
+
+
+def _settled(
+    tenant: requests.Session, url: str, vm_state: str, timeout: float = 90
+) -> dict[str, Any]:
+    """The instance once its action (or build) is over in ``vm_state``."""
+    seen: dict[str, Any] = {}
+
+    def done() -> bool:
+        seen.update(_ok(tenant.get(url, timeout=TIMEOUT), 200))
+        assert seen["vm_state"] != "error", seen.get("fault")
+        return bool(seen["vm_state"] == vm_state and seen["task_state"] is None)
+
+    wait_for(done, timeout, f"instance {vm_state} (last seen {seen})", step=0.2)
+    return seen
+
+
+def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_none(
+    fleet_on_ironic: Fleet,
+    ironic: IronicHarness,
+    shard: str,
+    api: ApiServer,
+    identity: Identity,
+) -> None:
+    fleet = fleet_on_ironic
+    [node] = ironic.enroll(1, shard=shard)
+    start_processes(fleet, agents=("agent-1",))
+    assert fleet.api.sync_ironic_nodes()["created"] == 1
+    wait_for(lambda: fleet.api.show_node(node)["owner"] == "agent-1", 30, "the node owned")
+    admin, tenant = _as(identity.tokens["admin"]), _as(identity.tokens["member"])
+    _project, other_token = identity.other_project()
+    stranger = _as(other_token)
+    started = time.monotonic()
+    try:
+        flavor = {"name": f"journey-{shard}", "resource_class": "baremetal"}
+        _ok(admin.post(f"{api.url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
+
+        # Build: an image, an SSH key and user data.
+        body = {
+            "flavor": flavor["name"],
+            "name": "web",
+            "image": FIRST_IMAGE,
+            "user_data": USER_DATA,
+            "meta_data": {"public_keys": {"laptop": KEY}},
+        }
+        [built] = _ok(tenant.post(f"{api.url}/v1/instances", json=body, timeout=TIMEOUT), 202)[
+            "instances"
+        ]
+        url = f"{api.url}/v1/instances/{built['uuid']}"
+        assert built["project_id"] == identity.project_id
+        active = _settled(tenant, url, "active")
+        assert active["node_uuid"] == node
+        assert active["image"]["source"] == FIRST_IMAGE["source"]
+        assert active["config_drive"]["user_data"] == USER_DATA
+        assert active["config_drive"]["meta_data"]["public_keys"] == {"laptop": KEY}
+        seen = ironic.node(node)
+        assert seen["instance_uuid"] == built["uuid"]
+        assert seen["provision_state"] == "active"
+        info = seen["instance_info"]
+        assert info["image_source"] == FIRST_IMAGE["source"]
+        assert (info["image_os_hash_algo"], info["image_os_hash_value"]) == ("sha256", "a1" * 32)
+        assert info["configdrive"] == "******"  # Ironic received it (and hides it)
+
+        # A second project sees none of it and can act on none of it.
+        other = f"{api.url}/v1/instances/{built['uuid']}"
+        assert stranger.get(other, timeout=TIMEOUT).status_code == 404
+        listed = _ok(stranger.get(f"{api.url}/v1/instances", timeout=TIMEOUT), 200)["instances"]
+        assert built["uuid"] not in {i["uuid"] for i in listed}
+        for action in ({"reboot": {"type": "HARD"}}, {"os-stop": None}, {"rebuild": {}}):
+            refused = stranger.post(f"{other}/action", json=action, timeout=TIMEOUT)
+            assert refused.status_code == 404, refused.text[:500]
+        assert stranger.delete(other, timeout=TIMEOUT).status_code == 404
+        assert tenant.get(url, timeout=TIMEOUT).json()["task_state"] is None
+
+        # Reboot, stop, start: Ironic's power state follows.
+        for action, vm_state, power in (
+            ({"reboot": {"type": "HARD"}}, "active", "power on"),
+            ({"os-stop": None}, "stopped", "power off"),
+            ({"os-start": None}, "active", "power on"),
+        ):
+            _ok(tenant.post(f"{url}/action", json=action, timeout=TIMEOUT), 202)
+            _settled(tenant, url, vm_state)
+            assert ironic.node(node)["power_state"] == power, action
+
+        # Rebuild with another image, on the same node.
+        rebuild = {"rebuild": {"image": SECOND_IMAGE}}
+        _ok(tenant.post(f"{url}/action", json=rebuild, timeout=TIMEOUT), 202)
+        rebuilt = _settled(tenant, url, "active")
+        assert rebuilt["node_uuid"] == node
+        assert rebuilt["image"]["source"] == SECOND_IMAGE["source"]
+        info = ironic.node(node)["instance_info"]
+        assert info["image_source"] == SECOND_IMAGE["source"]
+        assert info["image_os_hash_value"] == "b2" * 64
+
+        # Delete: the node goes back to available in Ironic.
+        _ok(tenant.delete(url, timeout=TIMEOUT), 202)
+        _settled(tenant, url, "deleted")
+        ironic.wait_for(
+            node,
+            lambda n: n["provision_state"] == "available" and n["instance_uuid"] is None,
+            60,
+            what="available again",
+        )
+        print(f"\ntenant journey on Ironic: {time.monotonic() - started:.1f} s")
+    except BaseException:
+        print(log_tails(fleet))
+        print(api.log()[-3000:])
+        raise
