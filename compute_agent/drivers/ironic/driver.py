@@ -373,15 +373,16 @@ class IronicDriver(ComputeDriver):
         """Make the node's ``instance_info`` describe *info*'s image (one PATCH,
         none when it does already); the node as it is afterwards."""
         current = found.instance_info
+        # Said, not left for Ironic to derive: what it derived of the old
+        # image (a partition one's) would otherwise stay.
+        partition = "kernel" in info and "ramdisk" in info
+        info = {**info, "image_type": "partition" if partition else "whole-disk"}
         # A field of the old image the new one lacks (a kernel, an md5
         # checksum) would be deployed with it: removed.
         stale = [key for _f, key in _IMAGE_INFO if key in current and key not in info]
         changed = {key: value for key, value in info.items() if current.get(key) != value}
         if not changed and not stale:
             return found
-        if "image_type" in current:
-            # What Ironic derived of the old image: it derives it again.
-            stale.append("image_type")
         watch.call(self._ironic.set_instance_info, found.uuid, changed, stale)
         LOG.info(
             "Ironic node %s: instance %s's image set to %s for its rebuild (agent %s, epoch %d)",
