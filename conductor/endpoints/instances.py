@@ -301,7 +301,9 @@ def _replaced(rebuild: RebuildRequest | None) -> str:
         return ""
     parts = []
     if rebuild.image is not None:
-        parts.append(f"image {rebuild.image.get('source')}")
+        # No query string: a signed URL's signature is a credential.
+        source = str(rebuild.image.get("source", "")).split("?", 1)[0]
+        parts.append(f"image {source}")
     parts.extend(sorted(rebuild.config_drive))
     return f" with a new {', '.join(parts)}"
 

@@ -388,7 +388,8 @@ class IronicDriver(ComputeDriver):
             "Ironic node %s: instance %s's image set to %s for its rebuild (agent %s, epoch %d)",
             found.uuid,
             watch.ctx.instance_uuid,
-            info.get("image_source"),
+            # No query string: a signed URL's signature is a credential.
+            str(info.get("image_source", "")).split("?", 1)[0],
             self.host,
             watch.ctx.epoch,
         )
