@@ -298,8 +298,13 @@ class NodeActions:
         finally:
             self._finish(node.uuid)
 
-    def rebuild(self, instance_uuid: str, node: Node, epoch: int) -> str:
+    def rebuild(
+        self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec = NO_DEPLOY_SPEC
+    ) -> str:
         """Re-image *node* in place for the instance it hosts, and wait: ``"active"``.
+
+        *spec*: the image and config drive to deploy (the conductor's record);
+        none given, the back end redeploys what its last deploy left.
 
         Fenced as a deploy: the epoch is checked first and again before every
         step (a SUSPENDED membership waited out), so a rebuild whose node was
@@ -330,7 +335,7 @@ class NodeActions:
 
         try:
             self._driver.rebuild(
-                ActionContext(node.uuid, self._host, epoch, instance_uuid), node, progress
+                ActionContext(node.uuid, self._host, epoch, instance_uuid), node, progress, spec
             )
         finally:
             self._finish(node.uuid)

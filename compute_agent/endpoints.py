@@ -78,7 +78,7 @@ def _check_build_fields(item: Mapping[Any, Any], prefix: str) -> tuple[str, Node
 
 
 class ComputeEndpoint:
-    """Methods of the compute agent RPC API (1.2; see compute_agent/rpcapi.py)."""
+    """Methods of the compute agent RPC API (see compute_agent/rpcapi.py)."""
 
     target = messaging.Target(version=API_VERSION)
 
@@ -150,13 +150,22 @@ class ComputeEndpoint:
         return self._actions.destroy(instance, target, held)
 
     def rebuild_instance(
-        self, ctxt: dict[str, Any], *, instance_uuid: Any, node: Any, epoch: Any
+        self,
+        ctxt: dict[str, Any],
+        *,
+        instance_uuid: Any,
+        node: Any,
+        epoch: Any,
+        image: Any = None,
+        config_drive: Any = None,
     ) -> str:
-        """Re-image the node in place for the instance it hosts, and wait (1.3)."""
+        """Re-image the node in place for the instance it hosts, and wait (1.3);
+        with the ``image`` and ``config_drive`` to deploy since 1.4."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
         held = checks.check_epoch(epoch, "epoch")
-        return self._actions.rebuild(instance, target, held)
+        spec = _deploy_spec(image, config_drive)
+        return self._actions.rebuild(instance, target, held, spec)
 
     def set_power_state(self, ctxt: dict[str, Any], *, node: Any, epoch: Any, target: Any) -> str:
         found = _node(node)

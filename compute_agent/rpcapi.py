@@ -19,6 +19,11 @@ API version history:
   the hard target); the conductors route instance reboot/stop/start and
   operators' node power through it.  rebuild_instance: re-image a node in
   place for the instance it hosts, and wait.
+* 1.4 - rebuild_instance carries the instance's ``image`` and
+  ``config_drive`` as the conductor stored them (a rebuild may replace
+  them): the back end redeploys those, not what its last deploy left.  A
+  rebuild with either is sent at 1.4 only, so an older agent refuses it
+  rather than redeploy the old image.
 """
 
 from __future__ import annotations
@@ -29,16 +34,24 @@ import oslo_messaging as messaging
 
 from conductor.common import rpc
 
-__all__ = ["API_VERSION", "DEPLOY_SPEC_VERSION", "SOFT_POWER_VERSION", "ComputeAPI"]
+__all__ = [
+    "API_VERSION",
+    "DEPLOY_SPEC_VERSION",
+    "REBUILD_SPEC_VERSION",
+    "SOFT_POWER_VERSION",
+    "ComputeAPI",
+]
 
 # The version the agent's endpoint serves and the newest the client speaks:
 # one version per API.  Bump it with a line in the history above.
-API_VERSION = "1.3"
+API_VERSION = "1.4"
 
 #: The version whose builds carry an image and a config drive.
 DEPLOY_SPEC_VERSION = "1.2"
 #: The version that has the soft power targets.
 SOFT_POWER_VERSION = "1.3"
+#: The version whose rebuilds carry the image and config drive to deploy.
+REBUILD_SPEC_VERSION = "1.4"
 
 
 class ComputeAPI:
@@ -188,21 +201,30 @@ class ComputeAPI:
         instance_uuid: str,
         node: dict[str, Any],
         epoch: int,
+        image: dict[str, Any] | None = None,
+        config_drive: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> str:
         """Re-image the node in place for *instance_uuid* and wait: ``"active"`` (1.3).
 
+        With the ``image`` and ``config_drive`` to deploy (1.4: sent at 1.4
+        when either is given; without them the back end redeploys what it has).
+
         :raises NotOwner: *epoch* is not the one the agent holds (re-read)
         :raises Conflict: the node is busy with another action (retry)
         """
+        spec: dict[str, Any] = {}
+        if image is not None or config_drive is not None:
+            spec = {"image": image, "config_drive": config_drive}
         return self._call(  # type: ignore[no-any-return]
             host,
             "rebuild_instance",
             timeout,
-            version="1.3",
+            version=REBUILD_SPEC_VERSION if spec else SOFT_POWER_VERSION,
             instance_uuid=instance_uuid,
             node=node,
             epoch=epoch,
+            **spec,
         )
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:

@@ -61,6 +61,11 @@ API version history:
   instance's task state shows the action in flight); set_node_power_state and delete_node
   (operator calls); fleet_check also reports actions unchanged for
   ``stuck_after`` (stuck-action); instances may be ``stopped``.
+* 1.14 - rebuild_instance takes a new ``image`` and config drive parts
+  (``user_data``, ``meta_data``, ``network_data``), each optional and
+  checked as a build's, stored with the rebuild (what is not given is
+  kept).  A rebuild with any of them is sent at 1.14, so that an older
+  conductor refuses it rather than redeploy the old image.
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.13"
+API_VERSION = "1.14"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -311,10 +316,32 @@ class ConductorAPI:
             "stop_instance", version="1.13", instance=instance
         )
 
-    def rebuild_instance(self, instance: str) -> dict[str, Any]:
-        """Re-image an instance on its node (1.13): ``active``; answers at once."""
+    def rebuild_instance(
+        self,
+        instance: str,
+        *,
+        image: dict[str, Any] | None = None,
+        user_data: str | None = None,
+        meta_data: dict[str, Any] | None = None,
+        network_data: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Re-image an instance on its node (1.13): ``active``; answers at once.
+
+        A new ``image`` and config drive parts since 1.14 (each given
+        replaces the stored one); without any, sent at 1.13 as before.
+        """
+        new = {
+            key: value
+            for key, value in (
+                ("image", image),
+                ("user_data", user_data),
+                ("meta_data", meta_data),
+                ("network_data", network_data),
+            )
+            if value is not None
+        }
         return self._call(  # type: ignore[no-any-return]
-            "rebuild_instance", version="1.13", instance=instance
+            "rebuild_instance", version="1.14" if new else "1.13", instance=instance, **new
         )
 
     def start_instance(self, instance: str) -> dict[str, Any]:

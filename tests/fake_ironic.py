@@ -33,7 +33,7 @@ import dataclasses
 import itertools
 import threading
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from conductor.common.exception import DriverError, ServiceUnavailable
@@ -218,6 +218,19 @@ class FakeIronic:
         self.writes.append(("release", node_uuid))
         node.change(instance_uuid=None, instance_info={})
 
+    def set_instance_info(
+        self, node_uuid: str, values: Mapping[str, Any], remove: Iterable[str] = ()
+    ) -> None:
+        node = self._writable(node_uuid, "set instance_info")
+        removed = list(remove)
+        self.writes.append(("instance_info", node_uuid, dict(values), removed))
+        info = {k: v for k, v in node.instance_info.items() if k not in removed}
+        missing = [k for k in removed if k not in node.instance_info]
+        if missing:
+            # JSON patch: removing what is not there is a 400.
+            raise DriverError(node_uuid, "set instance_info", f"Ironic refused (400): {missing}")
+        node.change(instance_info={**info, **values})
+
     def set_provision_state(
         self,
         node_uuid: str,
@@ -286,7 +299,17 @@ class FakeIronic:
                 },
             ]
         elif target == "rebuild":
-            node.change(provision_state="deploying", target_provision_state="active")
+            info = dict(node.instance_info)
+            if "image_source" in info:
+                partition = "kernel" in info and "ramdisk" in info
+                info["image_type"] = "partition" if partition else "whole-disk"
+            if configdrive is not None:
+                # Ironic rebuilds the drive from the one given with the rebuild.
+                self.configdrives[node_uuid] = dict(configdrive)
+                info["configdrive"] = dict(configdrive)
+            node.change(
+                provision_state="deploying", target_provision_state="active", instance_info=info
+            )
             end = {"provision_state": "active", "target_provision_state": None}
             if self.deploy_error is not None:
                 end = {"provision_state": "deploy failed", "last_error": self.deploy_error}

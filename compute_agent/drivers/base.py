@@ -212,10 +212,18 @@ class ComputeDriver(abc.ABC):
         :raises DriverError: the power action failed
         """
 
-    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+    def rebuild(
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+    ) -> None:
         """Re-image *node*, which hosts ``ctx.instance_uuid``, in place: the same
-        instance redeployed with the image and config drive it was deployed
-        with; return when it is active again.  ``progress`` as for :meth:`deploy`.
+        instance redeployed with *spec*'s image and config drive (the
+        conductor's record, which a rebuild may have replaced; without them,
+        what the deploy left); return when it is active again.  ``progress``
+        as for :meth:`deploy`.
 
         Not abstract: a driver without it refuses (compute API 1.3).
 

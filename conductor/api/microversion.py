@@ -24,6 +24,11 @@ the routes or fields it adds name it as their ``min_version``):
   (``reboot``, ``os-stop``, ``os-start``, ``rebuild`` with the instance's
   own image), ``PUT /v1/nodes/{id}/states/power`` and
   ``DELETE /v1/nodes/{id}`` (admin).
+* 1.4 - Rebuild with a new image and/or config drive: ``{"rebuild":
+  {"image": {...}, "user_data": "...", "meta_data": {...},
+  "network_data": {...}}}``, each optional and checked as a build's; each
+  given replaces the stored one, the others are kept.  Under 1.4 a rebuild
+  with any of them is refused (400 naming the field).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "IMAGES",
     "MAX_VERSION",
     "MIN_VERSION",
+    "REBUILD_IMAGE",
     "SERVICE_TYPE",
     "VERBS_VERSION",
     "BadVersion",
@@ -83,11 +89,13 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 3)
+MAX_VERSION = Version(1, 4)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: The microversion of the power and lifecycle verbs.
 VERBS_VERSION = Version(1, 3)
+#: A rebuild's new image and config drive.
+REBUILD_IMAGE = Version(1, 4)
 
 
 def requested(header: str | None) -> Version:

@@ -11,7 +11,7 @@ from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import VERBS_VERSION
+from conductor.api.microversion import REBUILD_IMAGE, VERBS_VERSION
 from conductor.common import schemas
 from conductor.common.schemas import Resource
 
@@ -87,12 +87,21 @@ QUOTA_SET = Resource(
 )
 #: Nova's reboot types (case as Nova accepts them).
 REBOOT_TYPES = ("SOFT", "HARD")
+#: What a rebuild may replace (microversion 1.4), as a build request has them.
+REBUILD_FIELDS = ("image", "user_data", "meta_data", "network_data")
+#: Nova's names for what ringfleet's rebuild takes otherwise: said in the refusal.
+_NOVA_REBUILD_NAMES = {
+    "imageRef": "image (an object with source, checksum and disk_format)",
+    "key_name": "meta_data.public_keys",
+    "metadata": "meta_data.meta",
+}
 INSTANCE_ACTION = Resource(
     name="InstanceAction",
     description=(
         'One action, Nova style: {"reboot": {"type": "SOFT"|"HARD"}}, '
-        '{"os-stop": null}, {"os-start": null} or {"rebuild": {}} '
-        "(the instance's own image redeployed on its node)."
+        '{"os-stop": null}, {"os-start": null} or {"rebuild": {...}}: the '
+        "instance redeployed on its node, with its own image and config drive, "
+        "or (since microversion 1.4) a new image and/or config drive parts."
     ),
     properties={
         "reboot": {
@@ -103,7 +112,13 @@ INSTANCE_ACTION = Resource(
         },
         "os-stop": {"type": "null"},
         "os-start": {"type": "null"},
-        "rebuild": {"type": "object"},
+        "rebuild": {
+            "type": "object",
+            "description": "Each field given replaces the instance's stored one (since "
+            "microversion 1.4; before it, only {}); the others are kept.",
+            "properties": {key: schemas.BUILD_REQUEST.properties[key] for key in REBUILD_FIELDS},
+            "additionalProperties": False,
+        },
     },
     null_means_absent=False,
 )
@@ -327,17 +342,23 @@ def instance_action(call: Call) -> Reply:
         return Reply(202, call.api.stop_instance(instance))
     if action == "os-start":
         return Reply(202, call.api.start_instance(instance))
-    # Rebuild redeploys the image the instance was deployed with: choosing
-    # another image is not supported yet (refused, nothing changed).
     if not isinstance(value, dict):
-        raise ApiError.invalid("rebuild", "must be an object ({})", value)
+        raise ApiError.invalid("rebuild", "must be an object", value)
     for key in sorted(value):
+        if key not in REBUILD_FIELDS:
+            hint = _NOVA_REBUILD_NAMES.get(key, ", ".join(REBUILD_FIELDS))
+            # The value is not shown: an unknown key may be a misspelt user_data.
+            raise ApiError.invalid(f"rebuild.{key[:100]}", f"unknown field; use {hint}")
+    given = {key: item for key, item in value.items() if item is not None}
+    if given and call.version < REBUILD_IMAGE:
+        # An older client's rebuild redeploys the instance's own image.
         raise ApiError.invalid(
-            f"rebuild.{key[:100]}",
-            "not supported: a rebuild redeploys the instance's own image",
-            value[key],
+            f"rebuild.{min(given)}",
+            f"needs microversion {REBUILD_IMAGE} or later "
+            f"(this request is {call.version}); under it a rebuild takes {{}}",
         )
-    return Reply(202, call.api.rebuild_instance(instance))
+    # The conductor checks them as a build's (naming e.g. image.source).
+    return Reply(202, call.api.rebuild_instance(instance, **given))
 
 
 # -- fleet ---------------------------------------------------------------------
@@ -705,7 +726,11 @@ ROUTES: tuple[Route, ...] = (
             "rebooting_hard, powering-off, powering-on, rebuilding); vm_state is active "
             "or stopped when it is done. 409 names the state that does not allow the action. "
             "Issuing the same action again while it is in flight routes it anew (the "
-            "way out of an action fleet check reports stuck)."
+            "way out of an action fleet check reports stuck). Since microversion 1.4 a "
+            "rebuild takes a new image and/or config drive parts (user_data, meta_data, "
+            "network_data), checked as a build's and stored with the rebuild (each "
+            "given replaces the stored one, the others are kept); a rebuild in flight "
+            "issued again with different ones is a 409 until it is over."
         ),
     ),
     Route(

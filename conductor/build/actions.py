@@ -17,8 +17,13 @@ it was with the reason as its fault.
 
 A rebuild is the agent's ``rebuild_instance`` (compute API 1.3): the same
 node re-imaged for the instance it hosts, with the image and config drive
-its deploy left in the back end; it is routed, fenced and recovered the
-same way, and ends ``active``.
+of the instance's record (compute API 1.4), read at each routing: a
+rebuild that replaced them stored them with its task state, so an owner
+that takes the node over mid-rebuild redeploys the new image.  It is
+routed, fenced and recovered the same way, and ends ``active``.  While
+``[upgrade_levels] compute`` pins the agents below 1.4, a rebuild of an
+instance with an image or config drive fails (its fault says so) rather
+than redeploy what the back end has, which may be an image replaced since.
 
 The call waits for the action's end (``[conductor] action_timeout``), so
 it runs on this module's own threads, never on a build worker's.  A call
@@ -42,7 +47,7 @@ from typing import Final
 
 import oslo_messaging as messaging
 
-from compute_agent.rpcapi import SOFT_POWER_VERSION, ComputeAPI
+from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
 from conductor.build.routing import Retries
 from conductor.common.exception import (
     ActionAbandoned,
@@ -55,7 +60,7 @@ from conductor.common.exception import (
     first_line,
 )
 from conductor.common.instance_states import ACTION_TASKS, Event
-from conductor.common.objects import Node, PowerState, TaskState
+from conductor.common.objects import Instance, Node, PowerState, TaskState
 from conductor.db import instances, node_states, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
@@ -170,6 +175,22 @@ class ActionRouter:
                 "([upgrade_levels] compute)",
             )
             return
+        carries = instance.image is not None or instance.config_drive is not None
+        if (
+            target == _REBUILD
+            and carries
+            and not self._compute.can_send_version(REBUILD_SPEC_VERSION)
+        ):
+            # An older agent would redeploy the back end's image, which a
+            # rebuild may have replaced: refused until the pin is lifted.
+            self._failed(
+                instance_uuid,
+                task,
+                "rebuild of an instance with an image or config drive needs compute API "
+                f"{REBUILD_SPEC_VERSION}; the agents are pinned below it "
+                "([upgrade_levels] compute)",
+            )
+            return
         if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
             LOG.info(
                 "Instance %s: agents are pinned below compute API %s: %s instead of %s",
@@ -179,10 +200,11 @@ class ActionRouter:
                 target,
             )
             target = _HARD[target]
-        self._route(instance_uuid, task, instance.node_uuid, target)
+        self._route(instance, task, instance.node_uuid, target)
 
-    def _route(self, instance_uuid: str, task: TaskState, node_uuid: str, target: str) -> None:
+    def _route(self, instance: Instance, task: TaskState, node_uuid: str, target: str) -> None:
         """Call the node's owner, re-reading on NotOwner; the answer ends the action."""
+        instance_uuid = instance.uuid
         for _attempt in range(_REROUTES):
             node = nodes.get_node(self._db, node_uuid)
             owner, epoch = node.owner, node.owner_epoch
@@ -203,7 +225,7 @@ class ActionRouter:
                     return  # that call ends the action
                 self._calls.add(key)
             try:
-                power = self._call(owner, node, epoch, target, instance_uuid)
+                power = self._call(owner, node, epoch, target, instance)
             except NotOwner as exc:
                 LOG.info(
                     "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
@@ -326,7 +348,7 @@ class ActionRouter:
     # -- shared -------------------------------------------------------------------------
 
     def _call(
-        self, owner: str, node: Node, epoch: int, target: str, instance_uuid: str | None = None
+        self, owner: str, node: Node, epoch: int, target: str, instance: Instance | None = None
     ) -> PowerState:
         """One fenced call; the power state the node ended in (a rebuild ends on).
 
@@ -335,12 +357,17 @@ class ActionRouter:
         :raises RingfleetError: refused for good
         """
         try:
-            if target == _REBUILD and instance_uuid is not None:
+            if target == _REBUILD and instance is not None:
+                # The record's image and config drive: what this rebuild stored.
                 answer = self._compute.rebuild_instance(
                     owner,
-                    instance_uuid=instance_uuid,
+                    instance_uuid=instance.uuid,
                     node=node.to_dict(),
                     epoch=epoch,
+                    image=None if instance.image is None else dict(instance.image),
+                    config_drive=(
+                        None if instance.config_drive is None else dict(instance.config_drive)
+                    ),
                     timeout=self._timeout,
                 )
                 answer = PowerState.ON.value if answer == "active" else answer

@@ -21,7 +21,7 @@ from conductor.common import exception
 __all__ = ["HttpConductorAPI", "HttpError"]
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.3"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.4"}
 
 
 class HttpError(exception.RingfleetError):
@@ -205,8 +205,9 @@ class HttpConductorAPI:
     def start_instance(self, instance: str) -> dict[str, Any]:
         return self._action(instance, {"os-start": None})
 
-    def rebuild_instance(self, instance: str) -> dict[str, Any]:
-        return self._action(instance, {"rebuild": {}})
+    def rebuild_instance(self, instance: str, **new: Any) -> dict[str, Any]:
+        """``new``: the image and config drive parts to replace (microversion 1.4)."""
+        return self._action(instance, {"rebuild": {k: v for k, v in new.items() if v is not None}})
 
     def _action(self, instance: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"/v1/instances/{_quote(instance)}/action"

@@ -156,6 +156,59 @@ def image_from(parsed_args: argparse.Namespace, prefix: str = "image") -> dict[s
     return image
 
 
+def config_drive_options(parser: argparse.ArgumentParser) -> None:
+    """``--user-data FILE``, ``--public-key NAME=FILE`` and ``--meta K=V``
+    (meta_data), ``--network-data FILE``: a config drive's parts."""
+    parser.add_argument(
+        "--user-data",
+        type=_read_text,
+        metavar="FILE",
+        help="the config drive's user data (cloud-init); '-' reads stdin",
+    )
+    parser.add_argument(
+        "--public-key",
+        "--key",
+        dest="public_keys",
+        type=_public_key,
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="an SSH public key for the config drive's meta_data (repeatable)",
+    )
+    parser.add_argument(
+        "--network-data",
+        type=_json_file,
+        metavar="FILE",
+        help="the config drive's network_data.json (OpenStack's format)",
+    )
+    parser.add_argument(
+        "--meta",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metadata for the config drive's meta_data 'meta' (repeatable)",
+    )
+
+
+def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
+    """The parts of :func:`config_drive_options` given: ``user_data``,
+    ``meta_data`` (public keys and meta together), ``network_data``."""
+    drive: dict[str, Any] = {}
+    if parsed_args.user_data is not None:
+        drive["user_data"] = parsed_args.user_data
+    meta_data: dict[str, Any] = {}
+    if parsed_args.public_keys:
+        meta_data["public_keys"] = dict(parsed_args.public_keys)
+    if parsed_args.meta:
+        meta_data["meta"] = dict(parsed_args.meta)
+    if meta_data:
+        drive["meta_data"] = meta_data
+    if parsed_args.network_data is not None:
+        drive["network_data"] = parsed_args.network_data
+    return drive
+
+
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (``--count`` of them)."""
 
@@ -176,36 +229,7 @@ class InstanceCreate(ConductorCommand, Lister):
             "query=...; the value is a string, as with 'nova boot --hint' (repeatable)",
         )
         image_options(parser)
-        parser.add_argument(
-            "--user-data",
-            type=_read_text,
-            metavar="FILE",
-            help="the config drive's user data (cloud-init); '-' reads stdin",
-        )
-        parser.add_argument(
-            "--public-key",
-            "--key",
-            dest="public_keys",
-            type=_public_key,
-            action="append",
-            default=[],
-            metavar="NAME=FILE",
-            help="an SSH public key for the config drive's meta_data (repeatable)",
-        )
-        parser.add_argument(
-            "--network-data",
-            type=_json_file,
-            metavar="FILE",
-            help="the config drive's network_data.json (OpenStack's format)",
-        )
-        parser.add_argument(
-            "--meta",
-            type=key_value,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="metadata for the config drive's meta_data 'meta' (repeatable)",
-        )
+        config_drive_options(parser)
         parser.add_argument(
             "--wait",
             action="store_true",
@@ -241,17 +265,7 @@ class InstanceCreate(ConductorCommand, Lister):
         image = image_from(parsed_args)
         if image is not None:
             request["image"] = image
-        if parsed_args.user_data is not None:
-            request["user_data"] = parsed_args.user_data
-        meta_data: dict[str, Any] = {}
-        if parsed_args.public_keys:
-            meta_data["public_keys"] = dict(parsed_args.public_keys)
-        if parsed_args.meta:
-            meta_data["meta"] = dict(parsed_args.meta)
-        if meta_data:
-            request["meta_data"] = meta_data
-        if parsed_args.network_data is not None:
-            request["network_data"] = parsed_args.network_data
+        request |= config_drive_from(parsed_args)
         if not 1 <= parsed_args.count <= 1000:
             request.pop("instance_uuids")  # let the conductor name the bad count
         instances = self.client.build_instances(request)
@@ -408,8 +422,23 @@ class InstanceStart(_InstanceVerb):
 
 
 class InstanceRebuild(_InstanceVerb):
-    """Re-image active or stopped instances on their nodes, with the image and
-    config drive they were deployed with: ``active``."""
+    """Re-image active or stopped instances on their nodes: ``active``.
+
+    With the image and config drive they were deployed with, or a new
+    ``--image`` and/or config drive parts (``--user-data``, ``--public-key``
+    and ``--meta`` as meta_data, ``--network-data``): each given replaces
+    the instance's, the others are kept.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        image_options(parser)
+        config_drive_options(parser)
+        return parser
 
     def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
-        return self.client.rebuild_instance(instance)  # type: ignore[no-any-return]
+        new = config_drive_from(parsed_args)
+        image = image_from(parsed_args)
+        if image is not None:
+            new["image"] = image
+        return self.client.rebuild_instance(instance, **new)  # type: ignore[no-any-return]

@@ -31,6 +31,7 @@ from conductor.common.exception import (
     DuplicateInstance,
     FlavorNotFound,
     InstanceNotFound,
+    InstanceStateConflict,
     QuotaExceeded,
 )
 from conductor.common.instance_states import (
@@ -45,7 +46,7 @@ from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.validation import BuildRequest
+from conductor.validation import BuildRequest, RebuildRequest
 
 #: The vm_states of an instance an agent is working on (a build or a teardown).
 IN_FLIGHT = (VmState.BUILDING.value, VmState.DELETING.value)
@@ -66,6 +67,7 @@ __all__ = [
     "in_flight_on_owner",
     "list_instances",
     "may_happen",
+    "request_rebuild",
     "set_state",
     "state_values",
     "store_build_request",
@@ -123,7 +125,11 @@ def _config_drive(request: BuildRequest, uuid: str, name: str) -> dict[str, Any]
     instance's own uuid and name (cloud-init's instance id and name)."""
     if request.config_drive is None:
         return None
-    drive = dict(request.config_drive)
+    return _own_meta(dict(request.config_drive), uuid, name)
+
+
+def _own_meta(drive: dict[str, Any], uuid: str, name: str) -> dict[str, Any]:
+    """*drive* with the instance's own uuid and name in its meta_data."""
     drive["meta_data"] = {**drive.get("meta_data", {}), "uuid": uuid, "name": name}
     return drive
 
@@ -466,6 +472,66 @@ def set_state(
         # The action the caller finished: a later verb's action is not ended by it.
         where.append(_INSTANCES.c.task_state == task_state.value)
     with db.writing() as connection:
+        result = connection.execute(update(_INSTANCES).where(*where).values(values))
+        return bool(result.rowcount == 1)
+
+
+@retry_on_dead_connection
+def request_rebuild(db: Database, instance_uuid: str, request: RebuildRequest) -> bool:
+    """Apply :attr:`Event.REBUILD` and store what *request* replaces, in one
+    transaction; whether it did (``False``: the instance moved on, nothing changed).
+
+    The new image replaces the stored one; each config drive part given
+    replaces that part (a new meta_data gets the instance's own uuid and
+    name, as at build), the others are kept.  An agent that adopts the node
+    after a takeover reads the record: it redeploys what is stored here.
+
+    A rebuild issued again while one is in flight (to re-route it) keeps its
+    image and config drive, or gives the very same ones: a different one is
+    refused, since the call in flight may be deploying the stored one and
+    its answer would end the action (a rebuild with the new one is issued
+    once this one is over).
+
+    :raises InstanceNotFound:
+    :raises InstanceStateConflict: a rebuild with another image or config
+        drive is in flight
+    """
+    where = [_INSTANCES.c.uuid == instance_uuid, may_happen(_INSTANCES.c.vm_state, Event.REBUILD)]
+    task = task_may_happen(_INSTANCES.c.task_state, Event.REBUILD)
+    if task is not None:
+        where.append(task)
+    with db.writing() as connection:
+        row = connection.execute(
+            select(
+                _INSTANCES.c.name,
+                _INSTANCES.c.task_state,
+                _INSTANCES.c.image,
+                _INSTANCES.c.config_drive,
+            )
+            .where(_INSTANCES.c.uuid == instance_uuid)
+            .with_for_update()
+        ).first()
+        if row is None:
+            raise InstanceNotFound(instance_uuid)
+        image = row.image if request.image is None else dict(request.image)
+        drive = dict(row.config_drive or {}) | request.config_drive
+        if "meta_data" in request.config_drive:
+            drive = _own_meta(drive, instance_uuid, row.name)
+        config_drive = drive or None
+        if row.task_state == TaskState.REBUILDING.value and (
+            image != row.image or config_drive != row.config_drive
+        ):
+            raise InstanceStateConflict(
+                field="task_state",
+                value=row.task_state,
+                reason="a rebuild with another image or config drive is in flight; "
+                "rebuild again once it is over",
+            )
+        values = state_values(Event.REBUILD) | {
+            "updated_at": utcnow(),
+            "image": image,
+            "config_drive": config_drive,
+        }
         result = connection.execute(update(_INSTANCES).where(*where).values(values))
         return bool(result.rowcount == 1)
 

@@ -33,7 +33,13 @@ from conductor.common.tenancy import Caller
 from conductor.db import instances, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
-from conductor.validation import arguments, check_vm_state, validate_build_request
+from conductor.validation import (
+    RebuildRequest,
+    arguments,
+    check_vm_state,
+    validate_build_request,
+    validate_rebuild,
+)
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
 
@@ -197,17 +203,51 @@ class InstancesEndpoint:
         """Power a stopped instance on: ``active``."""
         return self._verb(ctxt, instance, Event.START, "start")
 
-    def rebuild_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
-        """Re-image an active or stopped instance on its node, with the image and
-        config drive it was deployed with: ``rebuilding``, then ``active``."""
-        return self._verb(ctxt, instance, Event.REBUILD, "rebuild")
+    def rebuild_instance(
+        self,
+        ctxt: dict[str, Any],
+        instance: Any,
+        *,
+        image: Any = None,
+        user_data: Any = None,
+        meta_data: Any = None,
+        network_data: Any = None,
+    ) -> dict[str, Any]:
+        """Re-image an active or stopped instance on its node: ``rebuilding``,
+        then ``active``.
 
-    def _verb(self, ctxt: dict[str, Any], instance: Any, event: Event, verb: str) -> dict[str, Any]:
+        Since 1.14 with a new ``image`` and/or config drive parts
+        (``user_data``, ``meta_data``, ``network_data``), checked as a
+        build's: each given replaces the stored value, in the same
+        transaction as the state change, and what is not given is kept (the
+        image and config drive it was deployed with, by default).  A bad
+        field refuses the call whole, nothing changed.  Issued again while
+        the rebuild is in flight, it routes it again with the stored image
+        and config drive; a different one is a 409 until it is over.
+
+        :raises InvalidInput: a bad field, named (user data never shown)
+        :raises InstanceStateConflict: the state does not allow it, or a
+            rebuild with another image or config drive is in flight
+        """
+        uuid = validate_uuid(instance, "instance")
+        request = validate_rebuild(image, user_data, meta_data, network_data)
+        return self._verb(ctxt, uuid, Event.REBUILD, "rebuild", rebuild=request)
+
+    def _verb(
+        self,
+        ctxt: dict[str, Any],
+        instance: Any,
+        event: Event,
+        verb: str,
+        *,
+        rebuild: RebuildRequest | None = None,
+    ) -> dict[str, Any]:
         """Store *event* (the action in flight) and route it to the node's owner.
 
         Issuing a verb while the same action is in flight routes it again
         (the way out of an action stuck on an agent that died); any other
-        state is a 409 naming it.
+        state is a 409 naming it.  ``rebuild``: what a rebuild replaces,
+        stored with the state change.
 
         :raises InstanceStateConflict: the instance's state does not allow *verb*
         """
@@ -230,7 +270,11 @@ class InstancesEndpoint:
                 value=None,
                 reason=f"instance is in state {state} without a node, cannot {verb}",
             )
-        if not instances.set_state(self._db, uuid, event):
+        if rebuild is not None and rebuild.changes:
+            stored = instances.request_rebuild(self._db, uuid, rebuild)
+        else:
+            stored = instances.set_state(self._db, uuid, event)
+        if not stored:
             # It moved between the read and the write (a delete, another verb).
             now = instances.get_instance(self._db, uuid)
             raise InstanceStateConflict(
@@ -239,14 +283,29 @@ class InstancesEndpoint:
                 reason=f"instance changed to state {now.vm_state.value} meanwhile, cannot {verb}",
             )
         LOG.info(
-            "Instance %s: %s requested on node %s%s",
+            "Instance %s: %s requested on node %s%s%s",
             uuid,
             verb if event is not Event.REBOOT_HARD else "hard reboot",
             current.node_uuid,
+            _replaced(rebuild),
             " (again: routed anew)" if current.task_state is not None else "",
         )
         self._queue.act(uuid)
         return instances.get_instance(self._db, uuid).to_dict()
+
+
+def _replaced(rebuild: RebuildRequest | None) -> str:
+    """What a rebuild replaces, for the log: the image source and the names
+    of the config drive parts (never their content: user data)."""
+    if rebuild is None or not rebuild.changes:
+        return ""
+    parts = []
+    if rebuild.image is not None:
+        # No query string: a signed URL's signature is a credential.
+        source = str(rebuild.image.get("source", "")).split("?", 1)[0]
+        parts.append(f"image {source}")
+    parts.extend(sorted(rebuild.config_drive))
+    return f" with a new {', '.join(parts)}"
 
 
 def _listed(instance: Instance) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from conductor.validation.build import (
     check_vm_state,
     validate_build_request,
 )
+from conductor.validation.deploy import RebuildRequest, validate_rebuild
 from conductor.validation.fields import MAX_TRAITS
 from conductor.validation.flavor import FlavorSpec, validate_flavor_spec
 from conductor.validation.node import (
@@ -76,6 +77,7 @@ __all__ = [
     "NodeSpec",
     "NodeUpdate",
     "PropertyValue",
+    "RebuildRequest",
     "check_vm_state",
     "validate_build_request",
     "validate_capabilities",
@@ -85,4 +87,5 @@ __all__ = [
     "validate_node_spec",
     "validate_node_specs",
     "validate_node_update",
+    "validate_rebuild",
 ]

@@ -19,6 +19,7 @@ and :data:`~conductor.common.schemas.BUILD_REQUEST`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -34,7 +35,7 @@ from conductor.common.schemas import (
 )
 from conductor.validation.fields import Errors, join, unknown_fields
 
-__all__ = ["check_config_drive", "check_image"]
+__all__ = ["RebuildRequest", "check_config_drive", "check_image", "validate_rebuild"]
 
 _IMAGE_FIELDS: Final[frozenset[str]] = frozenset(
     ("source", "os_hash_algo", "os_hash_value", "checksum", "disk_format", "kernel", "ramdisk")
@@ -278,3 +279,42 @@ def check_config_drive(spec: Mapping[str, Any], errors: Errors) -> dict[str, Any
             if checked is not None:
                 drive[key] = checked
     return drive or None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RebuildRequest:
+    """What a rebuild replaces (since conductor API 1.14): the fields given.
+
+    :ivar image: the new image, or ``None``: the stored one is kept
+    :ivar config_drive: the config drive parts given (``user_data``,
+        ``meta_data``, ``network_data``), each replacing the stored part;
+        the parts not given are kept.  Left out of ``repr()``: user data.
+    """
+
+    image: dict[str, str] | None = None
+    config_drive: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def changes(self) -> bool:
+        """Whether anything stored is replaced (else: the plain rebuild)."""
+        return self.image is not None or bool(self.config_drive)
+
+
+def validate_rebuild(
+    image: object = None,
+    user_data: object = None,
+    meta_data: object = None,
+    network_data: object = None,
+) -> RebuildRequest:
+    """A rebuild's new image and config drive parts, checked as a build's are
+    (the same rules, the same field names); ``None`` keeps the stored value.
+
+    :raises InvalidInput: naming every bad field (user data never shown)
+    """
+    errors = Errors()
+    checked = None if image is None else check_image(image, "image", errors)
+    drive = check_config_drive(
+        {"user_data": user_data, "meta_data": meta_data, "network_data": network_data}, errors
+    )
+    errors.raise_if_any()
+    return RebuildRequest(image=checked, config_drive=drive or {})

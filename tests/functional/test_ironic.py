@@ -157,15 +157,10 @@ def test_ironic_nodes_are_synced_built_deleted_and_follow_maintenance(
 def _power_verbs_show_in_ironic(fleet: Fleet, ironic: IronicHarness, instance: str) -> None:
     """Stop, start, reboot and rebuild an instance: Ironic's power state follows
     each, and so does the node's in ringfleet; the rebuild is Ironic's own
-    (a new deploy of the same node, still claimed by the instance)."""
+    (a new deploy of the same node, still claimed by the instance); then a
+    rebuild with a new image and user data: Ironic redeploys the new image,
+    on the same node."""
     node = fleet.api.show_instance(instance)["node_uuid"]
-    # The image a deploy with one leaves in instance_info (ringfleet's builds
-    # carry none yet); image_type given, so Ironic fetches nothing.  Without
-    # an image_source Ironic 39.0.0 answers a rebuild with 500 and the agent
-    # refuses it up front.
-    image = {"image_source": "http://127.0.0.1:9/rebuild.img", "image_type": "whole-disk"}
-    patch = [{"op": "add", "path": f"/instance_info/{k}", "value": v} for k, v in image.items()]
-    assert ironic.request("PATCH", f"/v1/nodes/{node}", json=patch).status_code == 200
     before = ironic.node(node)
 
     def settled() -> dict[str, Any] | None:
@@ -189,6 +184,30 @@ def _power_verbs_show_in_ironic(fleet: Fleet, ironic: IronicHarness, instance: s
     rebuilt = ironic.node(node)
     assert (rebuilt["provision_state"], rebuilt["instance_uuid"]) == ("active", instance)
     assert rebuilt["provision_updated_at"] != before["provision_updated_at"]
+    assert rebuilt["instance_info"]["image_source"] == IMAGE["source"]  # the record's
+
+    started = time.monotonic()
+    new_image = {
+        "source": "http://images.test/debian-13.raw",
+        "os_hash_algo": "sha512",
+        "os_hash_value": "0" * 128,
+    }
+    reply = fleet.api.rebuild_instance(instance, image=new_image, user_data="#cloud-config\n")
+    assert reply["task_state"] == "rebuilding"
+    done = wait_for(settled, 60, f"rebuild of {instance} with a new image done")
+    assert (done["vm_state"], done["fault"], done["node_uuid"]) == ("active", None, node), done
+    assert done["image"] == new_image
+    assert done["config_drive"]["user_data"] == "#cloud-config\n"
+    record = ironic.node(node)
+    assert (record["provision_state"], record["instance_uuid"]) == ("active", instance)
+    assert record["provision_updated_at"] != rebuilt["provision_updated_at"]
+    info = record["instance_info"]
+    assert (info["image_source"], info["image_os_hash_algo"]) == (new_image["source"], "sha512")
+    assert info["image_os_hash_value"] == "0" * 128
+    # The old image's disk format is gone: Ironic would use it.
+    assert "image_disk_format" not in info
+    assert info["configdrive"] == "******"  # rebuilt from the new user data
+    print(f"rebuild with a new image: {time.monotonic() - started:.2f} s")
     # Ironic's fake power interface has the soft targets: no fallback was needed.
     assert not [
         line

@@ -286,3 +286,61 @@ def test_a_node_store_of_an_older_release_gets_the_new_columns(tmp_path: Path) -
         assert store.get("n1").image == IMAGE  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+# -- rebuild with the record's image (compute API 1.4) ------------------------------------
+
+NEW_IMAGE = {"source": "https://images.test/debian.raw", "checksum": "e" * 32}
+
+
+def test_a_simulated_rebuild_keeps_the_new_image_and_drive(tmp_path: Path) -> None:
+    driver = test_drivers.make_driver(tmp_path)
+    node = test_drivers.make_node()
+    ctx = test_drivers.ctx_for(node)
+    driver.deploy(ctx, node, lambda step: None, SPEC)
+    new_drive = {**DRIVE, "user_data": "#cloud-config\n"}
+    driver.rebuild(ctx, node, lambda step: None, DeploySpec(NEW_IMAGE, new_drive))
+    seen = driver.node_state(node.uuid)
+    assert seen is not None and (seen.image, seen.config_drive) == (NEW_IMAGE, new_drive)
+    # Without a spec (an older conductor) the machine keeps what it had.
+    driver.rebuild(ctx, node, lambda step: None)
+    again = driver.node_state(node.uuid)
+    assert again is not None and again.image == NEW_IMAGE
+
+
+def test_the_endpoint_hands_the_rebuild_its_image_and_config_drive() -> None:
+    rebuilt: list[DeploySpec] = []
+
+    class Actions:
+        def rebuild(self, instance: str, node: Node, epoch: int, spec: DeploySpec) -> str:
+            rebuilt.append(spec)
+            return "active"
+
+    endpoint = ComputeEndpoint(HOST, Actions(), dict, lambda: None)  # type: ignore[arg-type]
+    node = _node_dict()
+    endpoint.rebuild_instance(
+        {}, instance_uuid=new_instance(), node=node, epoch=1, image=NEW_IMAGE, config_drive=DRIVE
+    )
+    endpoint.rebuild_instance({}, instance_uuid=new_instance(), node=node, epoch=1)
+    assert rebuilt == [DeploySpec(NEW_IMAGE, DRIVE), DeploySpec()]
+    with pytest.raises(InvalidInput) as refused:
+        endpoint.rebuild_instance(
+            {}, instance_uuid=new_instance(), node=node, epoch=1, config_drive="pw: hunter2"
+        )
+    assert refused.value.fields == ["config_drive"] and "hunter2" not in str(refused.value)
+
+
+def test_a_rebuild_with_an_image_is_sent_at_1_4_one_without_at_1_3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = ComputeAPI.__new__(ComputeAPI)
+    api.client = _Client("1.4")
+    api._observe = None
+    monkeypatch.setattr(
+        "conductor.common.rpc.call", lambda client, method, observe, **kw: client.call({}, method)
+    )
+    node = _node_dict()
+    api.rebuild_instance("a1", instance_uuid=new_instance(), node=node, epoch=1)
+    api.rebuild_instance("a1", instance_uuid=new_instance(), node=node, epoch=1, image=NEW_IMAGE)
+    api.rebuild_instance("a1", instance_uuid=new_instance(), node=node, epoch=1, config_drive=DRIVE)
+    assert api.client.versions == ["1.3", "1.4", "1.4"]

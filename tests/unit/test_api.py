@@ -541,6 +541,7 @@ def test_instance_actions_nova_style(
         ({"os-stop": {"now": True}}, "os-stop"),
         ({"resize": {"flavor": "x"}}, "resize"),
         ({"rebuild": {"imageRef": "x"}}, "rebuild.imageRef"),
+        ({"rebuild": {"image": {"source": "http://i/x"}}}, "rebuild.image"),
         ({"rebuild": None}, "rebuild"),
     ],
 )
@@ -552,6 +553,71 @@ def test_a_bad_instance_action_names_the_field_and_calls_nothing(
     assert response.status_code == 400, response.json
     assert errors(response)[0]["field"] == field_name
     assert fake.calls == []
+
+
+V14 = {"OpenStack_API_Version": "baremetal-fleet 1.4"}
+NEW_IMAGE = {"source": "http://images.example/new.raw", "checksum": "a" * 32}
+
+
+def test_a_rebuild_at_1_4_passes_the_new_image_and_config_drive(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    body = {
+        "rebuild": {
+            "image": NEW_IMAGE,
+            "user_data": "#cloud-config",
+            "meta_data": {"meta": {"a": "b"}},
+            "network_data": None,  # null: keep the stored one
+        }
+    }
+    response = call(application, "POST", f"/v1/instances/{INSTANCE}/action", body, **V14)
+    assert response.status_code == 202, response.json
+    assert fake.calls == [
+        (
+            "rebuild_instance",
+            (INSTANCE,),
+            {"image": NEW_IMAGE, "user_data": "#cloud-config", "meta_data": {"meta": {"a": "b"}}},
+        )
+    ]
+
+
+def test_a_rebuild_field_under_1_4_is_refused_naming_it(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    body = {"rebuild": {"user_data": "secret-value"}}
+    response = call(application, "POST", f"/v1/instances/{INSTANCE}/action", body, **V13)
+    assert response.status_code == 400
+    [error] = errors(response)
+    assert error["field"] == "rebuild.user_data" and "1.4" in error["reason"]
+    assert "secret-value" not in response.text
+    assert fake.calls == []
+
+
+def test_novas_image_ref_is_refused_pointing_at_image(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    body = {"rebuild": {"imageRef": "70a599e0"}}
+    response = call(application, "POST", f"/v1/instances/{INSTANCE}/action", body, **V14)
+    assert response.status_code == 400
+    [error] = errors(response)
+    assert error["field"] == "rebuild.imageRef" and "use image" in error["reason"]
+    assert fake.calls == []
+
+
+def test_the_conductors_refusal_of_a_rebuild_image_names_the_field(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    fake.fail = exception.InvalidInput(
+        [exception.FieldError("image.os_hash_value", "must be the hex digest of sha256")]
+    )
+    body = {"rebuild": {"image": {**NEW_IMAGE, "os_hash_algo": "sha256", "os_hash_value": "z"}}}
+    response = call(application, "POST", f"/v1/instances/{INSTANCE}/action", body, **V14)
+    assert response.status_code == 400
+    assert errors(response)[0]["field"] == "image.os_hash_value"
 
 
 def test_the_verbs_need_microversion_1_3(app: tuple[api_app.Application, FakeConductors]) -> None:

@@ -340,6 +340,68 @@ def test_instance_verbs_show_the_action_and_refusals_name_the_state(fleet: Embed
         session.query(NodeModel).filter(NodeModel.uuid == node).delete()
 
 
+def test_instance_rebuild_sends_a_new_image_and_config_drive_parts(
+    fleet: Embedded, tmp_path: Path
+) -> None:
+    """The options of ``instance create``; what is not given is kept."""
+    db = fleet.service.db
+    assert db is not None
+    [node] = _nodes(fleet, ["rebuild-1"])
+    instance = _instance_on(db, node, "active", None, "active", 0)
+    with db.transaction() as session:
+        session.query(InstanceModel).filter(InstanceModel.uuid == instance).update(
+            {"config_drive": {"network_data": {"links": []}, "user_data": "old"}}
+        )
+    (tmp_path / "id.pub").write_text("ssh-ed25519 AAAAC3Nza ops@test\n")
+    (tmp_path / "user-data").write_text("#cloud-config\n")
+    bad = fleet.run(
+        "instance", "rebuild", instance, "--image", "http://i.test/x", "--image-checksum", "md5:zz"
+    )
+    assert bad.code == 1 and "image.checksum" in bad.err
+    assert fleet.api.show_instance(instance)["task_state"] is None  # nothing changed
+    result = fleet.run(
+        "instance",
+        "rebuild",
+        instance,
+        "--image",
+        "http://images.test/new.raw",
+        "--image-checksum",
+        "sha256:" + "c" * 64,
+        "--image-disk-format",
+        "raw",
+        "--user-data",
+        str(tmp_path / "user-data"),
+        "--public-key",
+        f"ops={tmp_path / 'id.pub'}",
+        "--meta",
+        "role=db",
+        "-f",
+        "json",
+    )
+    assert result.code == 0, result.err
+    assert [(i["State"], i["Task"]) for i in result.json()] == [("active", "rebuilding")]
+    shown = fleet.api.show_instance(instance)
+    assert shown["image"] == {
+        "source": "http://images.test/new.raw",
+        "os_hash_algo": "sha256",
+        "os_hash_value": "c" * 64,
+        "disk_format": "raw",
+    }
+    assert shown["config_drive"] == {
+        "user_data": "#cloud-config\n",
+        "meta_data": {
+            "public_keys": {"ops": "ssh-ed25519 AAAAC3Nza ops@test"},
+            "meta": {"role": "db"},
+            "uuid": instance,
+            "name": f"vm-{instance[:8]}",
+        },
+        "network_data": {"links": []},
+    }
+    with db.transaction() as session:  # leave the module's fleet as it was
+        session.query(InstanceModel).filter(InstanceModel.uuid == instance).delete()
+        session.query(NodeModel).filter(NodeModel.uuid == node).delete()
+
+
 def test_node_power_and_delete(fleet: Embedded) -> None:
     [node] = _nodes(fleet, ["forget-1"])
     bad = fleet.run("node", "power", "on", "--soft", "forget-1")

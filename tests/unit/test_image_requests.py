@@ -191,3 +191,31 @@ def test_the_cli_asks_for_a_microversion_that_takes_images(monkeypatch: pytest.M
         assert header is not None and header.startswith("baremetal-fleet ")
         asked = microversion.requested(header)
         assert microversion.IMAGES <= asked <= microversion.MAX_VERSION, header
+
+
+def test_the_http_cli_sends_a_rebuilds_new_fields_at_1_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str | None, Any]] = []
+
+    class Response:
+        status_code = 202
+        content = b"{}"
+
+        @staticmethod
+        def json() -> dict[str, Any]:
+            return {}
+
+    def request(method: str, url: str, **kwargs: Any) -> Response:
+        headers = kwargs.get("headers") or client.session.headers
+        sent.append((headers.get("OpenStack-API-Version"), kwargs.get("json")))
+        return Response()
+
+    client = HttpConductorAPI("http://api.test", None, 1.0)
+    monkeypatch.setattr(client.session, "request", request)
+    client.rebuild_instance("i-1")
+    client.rebuild_instance("i-1", image=IMAGE, user_data=SECRET, network_data=None)
+    assert [body for _header, body in sent] == [
+        {"rebuild": {}},
+        {"rebuild": {"image": IMAGE, "user_data": SECRET}},
+    ]
+    header = sent[1][0]
+    assert header is not None and microversion.requested(header) >= microversion.REBUILD_IMAGE

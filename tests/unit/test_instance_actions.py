@@ -44,6 +44,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import EXCLUDE_TRAIT, REMOVED_REASON, SHARD_PROPERTY
+from conductor.validation import validate_rebuild
 from tests.dbutil import add_nodes, migrated, pin
 from tests.unit.test_endpoints import StubMembership, view_of
 
@@ -85,9 +86,11 @@ class Agents:
 
     answers: list[Any] = field(default_factory=list)
     calls: list[tuple[str, str, int, str]] = field(default_factory=list)
-    version_cap: str = "1.3"
+    version_cap: str = "1.4"
     before: Callable[[], None] | None = None
     rebuilt: list[tuple[str, str, int, str]] = field(default_factory=list)
+    #: the image and config drive each rebuild was sent with
+    rebuilt_with: list[tuple[Any, Any]] = field(default_factory=list)
 
     def can_send_version(self, version: str) -> bool:
         return tuple(map(int, version.split("."))) <= tuple(map(int, self.version_cap.split(".")))
@@ -112,9 +115,12 @@ class Agents:
         instance_uuid: str,
         node: dict[str, Any],
         epoch: int,
+        image: Any = None,
+        config_drive: Any = None,
         timeout: Any = None,
     ) -> str:
         self.rebuilt.append((host, node["uuid"], epoch, instance_uuid))
+        self.rebuilt_with.append((image, config_drive))
         if self.before is not None:
             self.before()
         if self.answers:
@@ -385,6 +391,159 @@ def test_a_rebuild_with_agents_pinned_below_1_3_fails_saying_why(env: Env) -> No
     assert env.agents.rebuilt == []
     fault = env.stored()[2]
     assert fault is not None and "[upgrade_levels] compute" in fault
+
+
+# -- rebuild with a new image and config drive (1.14) ----------------------------------
+
+OLD_IMAGE = {"source": "http://images.example/old.qcow2", "checksum": "a" * 32}
+NEW_IMAGE = {
+    "source": "http://images.example/new.raw",
+    "os_hash_algo": "sha256",
+    "os_hash_value": "B" * 64,
+    "disk_format": "raw",
+}
+
+
+def _deployed_with_old(env: Env) -> None:
+    env.set(
+        image=dict(OLD_IMAGE),
+        config_drive={
+            "user_data": "old secret",
+            "meta_data": {"uuid": env.instance, "name": "vm", "meta": {"a": "1"}},
+            "network_data": {"links": []},
+        },
+        name="vm",
+    )
+
+
+def test_a_rebuild_stores_the_new_image_with_its_state_and_routes_it(env: Env) -> None:
+    """What is given replaces the stored value (meta_data with the instance's
+    own uuid and name), what is not is kept; the agent gets the record's."""
+    _deployed_with_old(env)
+    reply = env.instances.rebuild_instance(
+        CTXT,
+        instance=env.instance,
+        image=NEW_IMAGE,
+        user_data="new secret",
+        meta_data={"public_keys": {"k": "ssh-ed25519 AAAA"}},
+    )
+    assert reply["task_state"] == "rebuilding"
+    stored = instances.get_instance(env.db, env.instance)
+    assert stored.task_state is TaskState.REBUILDING
+    expected_image = {**NEW_IMAGE, "os_hash_value": "b" * 64}  # normalized as a build's
+    expected_drive = {
+        "user_data": "new secret",
+        "meta_data": {"public_keys": {"k": "ssh-ed25519 AAAA"}, "uuid": env.instance, "name": "vm"},
+        "network_data": {"links": []},
+    }
+    assert (stored.image, stored.config_drive) == (expected_image, expected_drive)
+    env.router._act(env.instance)
+    assert env.agents.rebuilt_with == [(expected_image, expected_drive)]
+    assert env.stored() == (VmState.ACTIVE, None, None)
+
+
+def test_a_takeover_re_routes_the_rebuild_with_the_new_image(env: Env) -> None:
+    """The owner died mid-rebuild: the new owner gets the new image, from the record."""
+    _deployed_with_old(env)
+    env.instances.rebuild_instance(CTXT, instance=env.instance, image=NEW_IMAGE)
+    env.agents.answers = [messaging.MessagingTimeout("agent-1 died")]
+    env.router._act(env.instance)
+    assert env.stored()[1] is TaskState.REBUILDING
+    with env.db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == env.node)
+            .values(owner="agent-2", owner_epoch=8)
+        )
+    env.fleet.live = {"agent-2"}
+    env.router._act(env.instance)
+    assert [(host, epoch) for host, _n, epoch, _i in env.agents.rebuilt] == [
+        ("agent-1", 7),
+        ("agent-2", 8),
+    ]
+    assert [image["source"] for image, _drive in env.agents.rebuilt_with] == [
+        NEW_IMAGE["source"]
+    ] * 2
+    assert env.stored() == (VmState.ACTIVE, None, None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field_name"),
+    [
+        ({"image": {**NEW_IMAGE, "os_hash_value": "zz"}}, "image.os_hash_value"),
+        ({"image": {"source": "file:///etc/passwd", "checksum": "a" * 32}}, "image.source"),
+        ({"image": {"source": "http://i/x"}}, "image.os_hash_value"),
+        ({"meta_data": {"uuid": "mine"}}, "meta_data.uuid"),
+        ({"network_data": {"links": "no"}}, "network_data.links"),
+        ({"image": NEW_IMAGE, "user_data": "x" * 65537}, "user_data"),
+    ],
+)
+def test_a_bad_rebuild_field_is_named_and_changes_nothing(
+    env: Env, kwargs: dict[str, Any], field_name: str
+) -> None:
+    _deployed_with_old(env)
+    before = instances.get_instance(env.db, env.instance)
+    with pytest.raises(InvalidInput) as refused:
+        env.instances.rebuild_instance(CTXT, instance=env.instance, **kwargs)
+    assert [e.field for e in refused.value.errors] == [field_name]
+    assert "xxxx" not in str(refused.value)  # user data is never shown
+    after = instances.get_instance(env.db, env.instance)
+    assert (after.task_state, after.image, after.config_drive) == (
+        None,
+        before.image,
+        before.config_drive,
+    )
+    assert env.queue.acted == []
+
+
+def test_a_rebuild_in_flight_issued_again_with_another_image_is_refused(env: Env) -> None:
+    """The call in flight may be deploying the stored image and its answer
+    ends the action: a different image waits for it to end (409)."""
+    _deployed_with_old(env)
+    env.instances.rebuild_instance(CTXT, instance=env.instance, image=NEW_IMAGE)
+    with pytest.raises(InstanceStateConflict, match="another image or config drive"):
+        env.instances.rebuild_instance(CTXT, instance=env.instance, image=OLD_IMAGE)
+    assert instances.get_instance(env.db, env.instance).image["source"] == NEW_IMAGE["source"]
+    # The same image again, or none: routed anew, as any verb in flight.
+    env.instances.rebuild_instance(CTXT, instance=env.instance, image=NEW_IMAGE)
+    env.instances.rebuild_instance(CTXT, instance=env.instance)
+    assert env.queue.acted == [env.instance] * 3
+
+
+def test_a_rebuild_with_a_new_image_the_state_refuses_stores_nothing(env: Env) -> None:
+    _deployed_with_old(env)
+    env.set(vm_state="error")
+    with pytest.raises(InstanceStateConflict, match="cannot rebuild"):
+        env.instances.rebuild_instance(CTXT, instance=env.instance, image=NEW_IMAGE)
+    assert instances.get_instance(env.db, env.instance).image == OLD_IMAGE
+
+
+def test_the_db_compare_and_swap_stores_no_image_when_the_state_moved(env: Env) -> None:
+    """A delete won between the endpoint's read and its write: nothing stored."""
+    _deployed_with_old(env)
+    env.set(vm_state="deleting")
+    request = validate_rebuild(image=NEW_IMAGE)
+    assert instances.request_rebuild(env.db, env.instance, request) is False
+    assert instances.get_instance(env.db, env.instance).image == OLD_IMAGE
+
+
+def test_a_rebuild_with_an_image_and_agents_pinned_below_1_4_fails_saying_why(env: Env) -> None:
+    """An older agent would redeploy the back end's (old) image: refused."""
+    _deployed_with_old(env)
+    env.agents.version_cap = "1.3"
+    env.instances.rebuild_instance(CTXT, instance=env.instance, image=NEW_IMAGE)
+    env.router._act(env.instance)
+    assert env.agents.rebuilt == []
+    fault = env.stored()[2]
+    assert fault is not None and "compute API 1.4" in fault
+
+
+def test_a_rebuild_without_image_or_drive_goes_to_agents_pinned_at_1_3(env: Env) -> None:
+    env.agents.version_cap = "1.3"
+    env.instances.rebuild_instance(CTXT, instance=env.instance)
+    env.router._act(env.instance)
+    assert env.agents.rebuilt_with == [(None, None)]
+    assert env.stored() == (VmState.ACTIVE, None, None)
 
 
 def test_a_rebuild_is_refused_from_error(env: Env) -> None:

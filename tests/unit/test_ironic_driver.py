@@ -29,6 +29,7 @@ from oslo_config import cfg
 
 from compute_agent.actions import NodeActions
 from compute_agent.drivers import ActionContext, BackendNode
+from compute_agent.drivers.base import DeploySpec
 from compute_agent.drivers.ironic.driver import IronicDriver
 from conductor.common.exception import (
     ActionAbandoned,
@@ -585,6 +586,74 @@ def test_rebuild_redeploys_an_active_node_in_place(tmp_path: Path, fake: FakeIro
         ("provision", node.uuid, "rebuild"),
     ]
     assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", instance)
+
+
+def test_a_rebuild_with_a_new_image_patches_it_then_rebuilds_with_the_configdrive(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """Ironic redeploys what instance_info says: the new image goes there
+    first (the old image's md5 removed), the config drive with the rebuild."""
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    old = DeploySpec(image={"source": IMAGE, "checksum": "a" * 32})
+    driver.deploy(ctx_for(node, instance), node, Steps(), old)
+    fake.writes.clear()
+    new_image = {
+        "source": "http://images.example/debian.raw",
+        "os_hash_algo": "sha256",
+        "os_hash_value": "b" * 64,
+        "disk_format": "raw",
+    }
+    drive = {"user_data": "#cloud-config\n", "meta_data": {"uuid": instance, "name": "i"}}
+    driver.rebuild(ctx_for(node, instance), node, Steps(), DeploySpec(new_image, drive))
+    assert fake.writes == [
+        (
+            "instance_info",
+            node.uuid,
+            {
+                "image_source": "http://images.example/debian.raw",
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": "b" * 64,
+                "image_disk_format": "raw",
+            },
+            ["image_checksum"],
+        ),
+        ("provision", node.uuid, "rebuild"),
+    ]
+    info = ironic_node.instance_info
+    assert info["image_source"] == "http://images.example/debian.raw"
+    assert "image_checksum" not in info
+    assert fake.configdrives[node.uuid] == drive
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("active", instance)
+
+
+def test_a_rebuild_with_the_image_ironic_has_patches_nothing(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    ironic_node = fake.add()
+    node, instance = ring_node(ironic_node), new_instance()
+    driver = make_driver(tmp_path, fake)
+    spec = DeploySpec(image={"source": IMAGE, "checksum": "a" * 32})
+    driver.deploy(ctx_for(node, instance), node, Steps(), spec)
+    fake.writes.clear()
+    driver.rebuild(ctx_for(node, instance), node, Steps(), spec)
+    assert fake.writes == [("provision", node.uuid, "rebuild")]
+
+
+def test_client_sets_instance_info_fields_in_one_patch() -> None:
+    client, proxy = make_client()
+    client.set_instance_info("n-1", {"image_source": IMAGE}, ["image_checksum"])
+    assert proxy.patches == [
+        (
+            "n-1",
+            [
+                {"op": "add", "path": "/instance_info/image_source", "value": IMAGE},
+                {"op": "remove", "path": "/instance_info/image_checksum"},
+            ],
+            False,
+        )
+    ]
 
 
 def test_a_rebuild_failing_in_ironic_is_a_driver_error_with_ironics_reason(

@@ -315,10 +315,22 @@ class IronicDriver(ComputeDriver):
 
     # -- rebuild ---------------------------------------------------------------
 
-    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
-        """Ironic's ``rebuild`` of an active node: it redeploys the image and
-        config drive the deploy left in its ``instance_info``, and ends
-        ``active`` (or ``deploy failed``, with Ironic's reason)."""
+    def rebuild(
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+    ) -> None:
+        """Ironic's ``rebuild`` of an active node, which ends ``active`` (or
+        ``deploy failed``, with Ironic's reason).
+
+        Ironic redeploys what its ``instance_info`` says: *spec*'s image is
+        PATCHed there first (the fields of another image the node had
+        removed), so a rebuild with a new image deploys it; *spec*'s config
+        drive goes with the rebuild request (Ironic rebuilds the drive from
+        it).  Without them, the image and drive the deploy left.
+        """
         self._check_context(ctx, node)
         watch = _Watch(self, ctx, "rebuild", self._deploy_timeout, progress)
         try:
@@ -336,6 +348,8 @@ class IronicDriver(ComputeDriver):
             # Only an active node can be rebuilt: a deploy or teardown under
             # way is Ironic's own (a 409 locked would be waited out forever).
             raise DriverError(node.uuid, "rebuild", f"Ironic shows it {found.provision_state}")
+        if spec.image is not None:
+            found = self._set_image(watch, found, _instance_info(spec, node))
         if not found.instance_info.get("image_source"):
             # Nothing to redeploy; and Ironic 39.0.0 answers such a rebuild
             # with a 500 ("cannot access local variable 'auto_lessee'"), which
@@ -344,7 +358,7 @@ class IronicDriver(ComputeDriver):
                 node.uuid, "rebuild", "Ironic shows no image_source in its instance_info"
             )
         progress("rebuild")
-        done = watch.request(found, "rebuild")
+        done = watch.request(found, "rebuild", configdrive=spec.config_drive)
         if done.provision_state != states.ACTIVE:
             raise DriverError(node.uuid, "rebuild", _failure(done, "ended"))
         LOG.info(
@@ -354,6 +368,32 @@ class IronicDriver(ComputeDriver):
             self.host,
             ctx.epoch,
         )
+
+    def _set_image(self, watch: _Watch, found: IronicNode, info: dict[str, Any]) -> IronicNode:
+        """Make the node's ``instance_info`` describe *info*'s image (one PATCH,
+        none when it does already); the node as it is afterwards."""
+        current = found.instance_info
+        # Said, not left for Ironic to derive: what it derived of the old
+        # image (a partition one's) would otherwise stay.
+        partition = "kernel" in info and "ramdisk" in info
+        info = {**info, "image_type": "partition" if partition else "whole-disk"}
+        # A field of the old image the new one lacks (a kernel, an md5
+        # checksum) would be deployed with it: removed.
+        stale = [key for _f, key in _IMAGE_INFO if key in current and key not in info]
+        changed = {key: value for key, value in info.items() if current.get(key) != value}
+        if not changed and not stale:
+            return found
+        watch.call(self._ironic.set_instance_info, found.uuid, changed, stale)
+        LOG.info(
+            "Ironic node %s: instance %s's image set to %s for its rebuild (agent %s, epoch %d)",
+            found.uuid,
+            watch.ctx.instance_uuid,
+            # No query string: a signed URL's signature is a credential.
+            str(info.get("image_source", "")).split("?", 1)[0],
+            self.host,
+            watch.ctx.epoch,
+        )
+        return watch.read()
 
     # -- power -----------------------------------------------------------------
 

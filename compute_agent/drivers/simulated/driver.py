@@ -179,7 +179,13 @@ class SimulatedDriver(ComputeDriver):
                 ctx.epoch,
             )
 
-    def rebuild(self, ctx: ActionContext, node: Node, progress: ProgressCallback) -> None:
+    def rebuild(
+        self,
+        ctx: ActionContext,
+        node: Node,
+        progress: ProgressCallback,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+    ) -> None:
         self._check_context(ctx, node)
         with self._exclusive(ctx, "rebuild"):
             current = self._current(node)
@@ -190,7 +196,16 @@ class SimulatedDriver(ComputeDriver):
                     reason=f"node hosts instance {current.instance_uuid}, not {ctx.instance_uuid}",
                 )
             self._record(ctx, "rebuild_start")
-            self._update(node.uuid, provision_state=ProvisionState.DEPLOYING, last_error=None)
+            # The node keeps what it was rebuilt with (node_state shows it);
+            # without a spec, what the deploy left.
+            written: dict[str, Any] = {}
+            if spec.image is not None:
+                written["image"] = dict(spec.image)
+            if spec.config_drive is not None:
+                written["config_drive"] = dict(spec.config_drive)
+            self._update(
+                node.uuid, provision_state=ProvisionState.DEPLOYING, last_error=None, **written
+            )
             for step in DEPLOY_STEPS:
                 progress(step)  # raises when the node is no longer ours: stop here
                 self._record(ctx, "deploy_step", step=step)

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import openstack.connection
@@ -250,6 +250,19 @@ class BaremetalClient:
         with self._translated(node_uuid, "release claim"):
             self._proxy.patch_node(node_uuid, patch, retry_on_conflict=False)
 
+    def set_instance_info(
+        self, node_uuid: str, values: Mapping[str, Any], remove: Iterable[str] = ()
+    ) -> None:
+        """Set *values* in the node's ``instance_info`` and remove the *remove*
+        keys (each present: JSON patch refuses removing a missing one), in one PATCH."""
+        patch: list[dict[str, Any]] = [
+            {"op": "add", "path": f"/instance_info/{key}", "value": value}
+            for key, value in values.items()
+        ]
+        patch += [{"op": "remove", "path": f"/instance_info/{key}"} for key in remove]
+        with self._translated(node_uuid, "set instance_info"):
+            self._proxy.patch_node(node_uuid, patch, retry_on_conflict=False)
+
     def set_provision_state(
         self,
         node_uuid: str,
@@ -260,7 +273,7 @@ class BaremetalClient:
     ) -> None:
         """Ask Ironic to move the node to *target* (``active``, ``deleted``...); no wait.
 
-        *configdrive* (``active`` only): ``user_data``, ``meta_data``,
+        *configdrive* (``active`` and ``rebuild``): ``user_data``, ``meta_data``,
         ``network_data``, which Ironic builds the drive from (API >= 1.56).
         """
         with self._translated(node_uuid, action):
