@@ -47,10 +47,11 @@ if (($#)); then
     tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 "$@"
     exit
 fi
-# The unit tests need no server and share nothing: one worker per core.
+# The unit tests need no server: one worker per core, each test module on
+# one worker, in its order.
 # The functional tests share the servers (and stop, freeze and restart
 # them): one at a time.
 step "unit tests (one worker per core)"
-python -m pytest -p no:cacheprovider -ra -q -n auto --durations=5 tests/unit
+python -m pytest -p no:cacheprovider -ra -q -n auto --dist loadfile --durations=5 tests/unit
 step "functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
 tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 tests/functional

@@ -741,11 +741,12 @@ def test_instance_bad_input(fleet: Embedded, capsys: pytest.CaptureFixture[str])
 
 
 def test_instance_create_sends_scheduler_hints(fleet: Embedded) -> None:
+    fleet.api.create_flavor({"name": "hinted", "resource_class": "baremetal"})
     result = fleet.run(
         "instance",
         "create",
         "--flavor",
-        "builds",
+        "hinted",
         "--hint",
         "rack=r1",
         "--hint",
