@@ -153,6 +153,22 @@ class NodeActions:
 
     # -- accept ----------------------------------------------------------------
 
+    def _check_accepting(self) -> None:
+        """Under the lock: refuse while stopping or draining.  The nodes are
+        about to move; the conductor retries with whoever owns them next."""
+        if not self._accepting:
+            raise Conflict(field="host", value=self._host, reason="agent is stopping")
+
+    def _occupy(self, node_uuid: str, action: tuple[str, str]) -> None:
+        """Mark the node busy with *action* (kind, subject), or refuse: one
+        action at a time per node, the conductor retries the others."""
+        with self._lock:
+            self._check_accepting()
+            running = self._in_flight.get(node_uuid)
+            if running is not None:
+                raise _busy(node_uuid, running)
+            self._in_flight[node_uuid] = action
+
     def build(
         self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec | None = None
     ) -> str:
@@ -169,17 +185,12 @@ class NodeActions:
         """
         self._ownership.check(node.uuid, epoch)
         with self._lock:
-            if not self._accepting:
-                raise Conflict(field="host", value=self._host, reason="agent is stopping")
+            self._check_accepting()
             running = self._in_flight.get(node.uuid)
             if running == ("deploy", instance_uuid):
                 return "in-progress"
             if running is not None:
-                raise Conflict(
-                    field="node_uuid",
-                    value=node.uuid,
-                    reason=f"node is busy with {running[0]} of {running[1]}",
-                )
+                raise _busy(node.uuid, running)
             # Held while the back end is read: a second accept of the same
             # build answers "in-progress", another action waits.
             self._in_flight[node.uuid] = ("deploy", instance_uuid)
@@ -240,10 +251,7 @@ class NodeActions:
     def destroy(self, instance_uuid: str, node: Node, epoch: int) -> str:
         self._ownership.check(node.uuid, epoch)
         with self._lock:
-            if not self._accepting:
-                # Stopping or draining: the nodes are about to move; the
-                # conductor retries with whoever owns the node next.
-                raise Conflict(field="host", value=self._host, reason="agent is stopping")
+            self._check_accepting()
             running = self._in_flight.get(node.uuid)
             if running == ("destroy", instance_uuid):
                 return "in-progress"
@@ -264,11 +272,7 @@ class NodeActions:
                 return "accepted"
             if running is not None:
                 # Tear down only once the other action ends: the conductor retries.
-                raise Conflict(
-                    field="node_uuid",
-                    value=node.uuid,
-                    reason=f"node is busy with {running[0]} of {running[1]}; retry",
-                )
+                raise _busy(node.uuid, running)
             self._in_flight[node.uuid] = ("destroy", instance_uuid)
         self._start(self._destroy, instance_uuid, node, epoch)
         return "accepted"
@@ -281,17 +285,7 @@ class NodeActions:
             stopping (the conductor retries, with the next owner if need be)
         """
         self._ownership.check(node.uuid, epoch)
-        with self._lock:
-            if not self._accepting:
-                raise Conflict(field="host", value=self._host, reason="agent is stopping")
-            running = self._in_flight.get(node.uuid)
-            if running is not None:
-                raise Conflict(
-                    field="node_uuid",
-                    value=node.uuid,
-                    reason=f"node is busy with {running[0]}; retry",
-                )
-            self._in_flight[node.uuid] = ("power", target)
+        self._occupy(node.uuid, ("power", target))
         try:
             ctx = ActionContext(node.uuid, self._host, epoch)
             return self._driver.set_power(ctx, node, target)
@@ -317,17 +311,7 @@ class NodeActions:
         :raises DriverError: the rebuild failed
         """
         self._ownership.check(node.uuid, epoch)
-        with self._lock:
-            if not self._accepting:
-                raise Conflict(field="host", value=self._host, reason="agent is stopping")
-            running = self._in_flight.get(node.uuid)
-            if running is not None:
-                raise Conflict(
-                    field="node_uuid",
-                    value=node.uuid,
-                    reason=f"node is busy with {running[0]} of {running[1]}; retry",
-                )
-            self._in_flight[node.uuid] = ("rebuild", instance_uuid)
+        self._occupy(node.uuid, ("rebuild", instance_uuid))
 
         def progress(step: str) -> None:
             self._ownership.wait_can_act(node.uuid, epoch, self._suspend_wait)
@@ -557,3 +541,12 @@ class _DeployCancelled(Exception):
 
     def __init__(self, node_uuid: str) -> None:
         super().__init__(f"deploy on node {node_uuid} cancelled by a delete")
+
+
+def _busy(node_uuid: str, running: tuple[str, str]) -> Conflict:
+    """The refusal of an action on a node busy with another (retried)."""
+    return Conflict(
+        field="node_uuid",
+        value=node_uuid,
+        reason=f"node is busy with {running[0]} of {running[1]}; retry",
+    )
