@@ -375,6 +375,14 @@ class InstanceStateConflict(Conflict):
     kind = "instance"
 
 
+class NotUpgraded(Conflict):
+    """A call the services it goes to cannot take yet: ``[upgrade_levels]``
+    pins their RPC API below the version the call needs (a rolling upgrade
+    under way).  Nothing was sent; it works once the pin is lifted."""
+
+    kind = "service"
+
+
 class NodeInUse(Conflict):
     """A node cannot be deleted now; ``reason`` names why (it hosts an
     instance, it is not in maintenance, Ironic would bring it back)."""

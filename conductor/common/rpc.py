@@ -26,7 +26,7 @@ from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
 from conductor.common import broker_outage, checks, deep_messages, tenancy
-from conductor.common.exception import FieldError, InvalidInput, RingfleetError
+from conductor.common.exception import FieldError, InvalidInput, NotUpgraded, RingfleetError
 
 __all__ = [
     "COMPUTE_TOPIC",
@@ -152,6 +152,18 @@ def _call(client: Any, ctxt: dict[str, Any], method: str, kwargs: dict[str, Any]
     except messaging.MessageUndeliverable as exc:
         # Its own message is empty: say what it means.
         raise NoConsumer(client.target.topic) from exc
+    except messaging.RPCVersionCapError as exc:
+        # A call newer than [upgrade_levels] allows: oslo.messaging's message
+        # names versions only; say which call, which option, and what to do.
+        raise NotUpgraded(
+            field="version",
+            value=exc.version,
+            reason=(
+                f"{method} needs the {client.target.topic} RPC API {exc.version}; "
+                f"[upgrade_levels] pins it at {exc.version_cap} while services are "
+                "upgraded: finish the upgrade (and lift the pin) first"
+            ),
+        ) from None
 
 
 def _well_formed(request_id: object) -> str | None:

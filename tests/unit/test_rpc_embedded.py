@@ -33,6 +33,7 @@ from conductor.common.exception import (
     FlavorNotFound,
     InvalidInput,
     NodeNotFound,
+    NotUpgraded,
     ServiceUnavailable,
 )
 from conductor.db.engine import Database
@@ -450,3 +451,20 @@ def test_inventory_pages_travel_as_columns_and_read_as_objects(served: Served) -
     with pytest.raises(InvalidInput) as err:
         api.client.prepare(version="1.8").call({}, "list_node_uuids", columns="yes")
     assert err.value.fields == ["columns"]
+
+
+def test_a_call_newer_than_the_upgrade_pin_is_refused_naming_the_call_and_the_pin(
+    served: Served,
+) -> None:
+    """``[upgrade_levels] conductor`` below what a call needs (a rolling
+    upgrade): the client refuses it before sending, saying which call needs
+    which version and what to do, not oslo.messaging's bare version numbers."""
+    instance = str(uuidlib.uuid4())
+    pinned = ConductorAPI(served.api.client.transport, timeout=10, version_cap="1.12")
+    with pytest.raises(NotUpgraded) as refused:
+        pinned.reboot_instance(instance)
+    message = str(refused.value)
+    assert "reboot_instance" in message and "1.13" in message, message
+    assert "[upgrade_levels]" in message and "1.12" in message, message
+    # Calls the pin allows still go through.
+    assert pinned.list_flavors() == served.api.list_flavors()
