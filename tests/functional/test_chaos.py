@@ -49,7 +49,7 @@ usually settles in a few seconds.
 The recovery tests (``test_recovery_does_not_wait_for_build_timeout``) set
 ``build_timeout`` out of reach and must settle within ``TTL + rehome_grace +
 10 s``: an etcd-only partition of one agent (``etcd-partition``), kill -9
-and restart of one host every 5 s for a minute (``agent-restart-loop``),
+and restart of one host every 5 s for 30 s (``agent-restart-loop``),
 PostgreSQL stopped for 15 s (``postgres-stop``) and frozen (SIGSTOP, hung)
 for 20 s (``postgres-hang``); for both, clients must see a retryable error
 without the database's address, conductors at most a few ERROR lines and
@@ -688,7 +688,7 @@ PARTITIONED = "agent-1"
 #: long enough for the survivors to re-home the partitioned agent's pins
 PARTITION = TTL + REHOME_GRACE + 4.0
 #: kill -9 and restart of one host, every few seconds, for this long
-RESTART_LOOP = 60.0
+RESTART_LOOP = 30.0
 RESTART_EVERY = 5.0
 #: how long PostgreSQL is stopped
 DATABASE_OUTAGE = 15.0
