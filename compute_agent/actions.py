@@ -48,7 +48,9 @@ __all__ = ["PROGRESS_EVERY", "NodeActions"]
 LOG = logging.getLogger(__name__)
 
 #: Seconds a deploy runs before the agent reports the back end's progress
-#: on it, and between two such reports (see NodeActions.take_progress).
+#: on it, and between two such reports, unless the caller of
+#: NodeActions.take_progress says otherwise (the agent passes its
+#: ``report_interval``, whose default this is).
 PROGRESS_EVERY = 30.0
 
 #: Provision states of the back end no deploy starts from.
@@ -102,13 +104,15 @@ class NodeActions:
         with self._lock:
             return len(self._in_flight)
 
-    def take_progress(self, now: float | None = None) -> dict[str, int]:
+    def take_progress(
+        self, now: float | None = None, every: float = PROGRESS_EVERY
+    ) -> dict[str, int]:
         """Deploys the back end moved on that are due a heartbeat: node -> epoch.
 
-        A deploy is reported once it has run :data:`PROGRESS_EVERY` seconds,
-        then at most every :data:`PROGRESS_EVERY` seconds while the back end
-        moves it on (a new provision step): the conductor's ``build_timeout``
-        then counts from the back end's progress, and short deploys cost
+        A deploy is reported once it has run *every* seconds, then at most
+        every *every* seconds while the back end moves it on (a new
+        provision step): the conductor's ``build_timeout`` then counts from
+        the back end's progress, and deploys shorter than *every* cost
         nothing.
         """
         now = time.monotonic() if now is None else now
@@ -117,8 +121,8 @@ class NodeActions:
             for node_uuid, seen in self._progress.items():
                 if (
                     seen.moved > seen.reported
-                    and now - seen.started >= PROGRESS_EVERY
-                    and now - seen.told_at >= PROGRESS_EVERY
+                    and now - seen.started >= every
+                    and now - seen.told_at >= every
                 ):
                     due[node_uuid] = seen.epoch
                     seen.reported, seen.told_at = seen.moved, now

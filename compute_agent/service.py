@@ -490,12 +490,17 @@ class AgentService:
         """Tell the conductors which long deploys the back end moved on (a heartbeat).
 
         Best effort: a heartbeat lost here only lets the sweeper count from
-        an earlier one.  Conductors pinned below 1.10 get none.
+        an earlier one.  Conductors pinned below 1.10 get none.  A deploy is
+        due once it has run ``report_interval`` and then once per
+        ``report_interval`` while it moves, so the conductors hear of the
+        back end's progress within two intervals, whatever ``build_timeout``
+        they use: a fixed 30 s let a deploy that moved every few seconds
+        be failed by a ``build_timeout`` below ~30 s.
         """
         assert self.actions is not None and self._conductor is not None
         if not self._conductor.can_send_version("1.10"):
             return
-        due = self.actions.take_progress()
+        due = self.actions.take_progress(every=float(self.conf.compute_agent.report_interval))
         if not due:
             return
         try:

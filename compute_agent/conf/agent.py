@@ -35,7 +35,11 @@ opts = [
         help=(
             "Seconds between two reports of the owned nodes' power and "
             "provision states (changes are also reported at once). Shorter "
-            "keeps the conductor's view fresher at the cost of more messages."
+            "keeps the conductor's view fresher at the cost of more messages. "
+            "The back end's progress on deploys that run longer than this goes "
+            "with these reports, at most once per interval (a heartbeat for "
+            "the conductors' [conductor] build_timeout, which must stay above "
+            "twice this interval)."
         ),
     ),
     cfg.FloatOpt(

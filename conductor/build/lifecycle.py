@@ -56,10 +56,17 @@ class BuildLifecycle:
         self.queue = BuildQueue()
         #: Agents' reports, applied (fenced) to the record.
         self.results = BuildResults(
-            db, scheduler, self.queue, max_attempts=max_attempts, metrics=metrics
+            db,
+            scheduler,
+            self.queue,
+            max_attempts=max_attempts,
+            metrics=metrics,
+            clean_orphan=self._clean_late_deploy,
         )
         #: The last resort for builds that make no progress.
-        self.sweeper = BuildSweeper(db, self.queue, self.results)
+        self.sweeper = BuildSweeper(
+            db, self.queue, self.results, clean_orphan=self._clean_late_deploy
+        )
         self._agent_router: AgentRouter | None = None
         #: Power and lifecycle actions (reboot, stop, start; node power).
         self.actions: ActionRouter | None = None
@@ -122,6 +129,15 @@ class BuildLifecycle:
     def resume_agent(self, host: str) -> tuple[int, int]:
         """An agent (re)started: its nodes' builds and teardowns are routed again."""
         return self._workers.resume_agent(host)
+
+    def _clean_late_deploy(self, node: Node, instance_uuid: str) -> bool:
+        """A build ringfleet gave up on (timed out) may still be deployed on
+        *node*: ask its owner to tear it down (False without agents to ask)."""
+        if self._agent_router is None:
+            return False
+        return self._agent_router.clean_orphan(
+            node, instance_uuid, what=f"the build of instance {instance_uuid} was given up"
+        )
 
     def clean_orphan(self, node: Node, instance_uuid: str) -> bool:
         """Ask *node*'s owner to tear down an orphan claim (see

@@ -23,9 +23,13 @@ from conductor.db.ownership import Fence
 from conductor.metrics import ConductorMetrics
 from conductor.scheduler.scheduler import Scheduler
 
-__all__ = ["BuildResults"]
+__all__ = ["BuildResults", "CleanOrphan"]
 
 LOG = logging.getLogger(__name__)
+
+#: Asks a node's owner to tear down what its back end may still hold of an
+#: instance ringfleet no longer places there; whether the owner took it.
+CleanOrphan = Callable[[Node, str], bool]
 
 
 class BuildResults:
@@ -39,8 +43,13 @@ class BuildResults:
         *,
         max_attempts: Callable[[], int],
         metrics: ConductorMetrics,
+        clean_orphan: CleanOrphan | None = None,
     ) -> None:
+        """``clean_orphan``: how a deploy that succeeded after its attempt
+        was given up is handed to the node's owner for a teardown (``None``:
+        the success is only ignored)."""
         self._db = db
+        self._clean_orphan = clean_orphan
         self._scheduler = scheduler
         self._queue = queue
         self._max_attempts = max_attempts
@@ -89,6 +98,22 @@ class BuildResults:
                 # torn down now.
                 self._queue.delete(instance_uuid)
                 return True
+            given_up = self._free_node(host, node_uuid, epoch)
+            if given_up is not None and given_up.provision_state is ProvisionState.ERROR:
+                # Deployed after the sweeper gave the attempt up (freed the
+                # node as error, rescheduled the build): the node's owner
+                # tears it down rather than leave it active with nobody's
+                # instance.
+                LOG.info(
+                    "Instance %s: deployed on node %s by %s after its build was given up; "
+                    "tearing it down",
+                    instance_uuid,
+                    node_uuid,
+                    host,
+                )
+                if self._clean_orphan is not None:
+                    self._clean_orphan(given_up, instance_uuid)
+                return False
         else:
             if self.attempt_failed(
                 instance_uuid, node_uuid, fault or "unknown failure", clean=node_clean, fence=fence

@@ -539,9 +539,13 @@ class AgentRouter:
             self._waits.pop(instance.uuid + "/teardown", None)
         return True
 
-    def clean_orphan(self, node: Node, instance_uuid: str) -> bool:
+    def clean_orphan(self, node: Node, instance_uuid: str, *, what: str | None = None) -> bool:
         """Ask *node*'s owner to tear down what the back end still holds of
         *instance_uuid* on it; whether the owner took it.
+
+        *what* says why in the log (default: Ironic still holds the claim).
+        The sweeper asks the same for an attempt it failed (timed out), and
+        so does a success reported after that: the deploy may have gone on.
 
         For the Ironic sync's orphan claims (:mod:`conductor.ironic_sync`):
         ringfleet no longer places the instance on the node, which hosts
@@ -555,13 +559,20 @@ class AgentRouter:
         """
         owner = node.owner
         key = f"{node.uuid}/orphan"
+        again = "the next sync pass asks again"
+        if what is None:
+            what = (
+                f"Ironic still holds instance {instance_uuid}, which ringfleet no longer "
+                "places there"
+            )
+        else:
+            again = "a success its deploy reports later asks again"
         if owner is None or not self._is_live(owner):
             LOG.log(
                 self._level(key, f"owner {owner} gone", logging.INFO),
-                "Node %s: Ironic still holds instance %s, which ringfleet no longer places "
-                "there; its owner %s is not live: the teardown waits for the next owner",
+                "Node %s: %s; its owner %s is not live: the teardown waits for the next owner",
                 node.uuid,
-                instance_uuid,
+                what,
                 owner,
             )
             return False
@@ -576,21 +587,20 @@ class AgentRouter:
         except Exception as exc:  # the next sync pass asks again
             LOG.log(
                 self._level(key, first_line(exc), logging.WARNING),
-                "Node %s: Ironic still holds instance %s, which ringfleet no longer places "
-                "there; its owner %s did not take the teardown: %s; the next sync pass asks again",
+                "Node %s: %s; its owner %s did not take the teardown: %s; %s",
                 node.uuid,
-                instance_uuid,
+                what,
                 owner,
                 first_line(exc),
+                again,
             )
             return False
         with self._lock:
             self._waits.pop(key, None)
         LOG.info(
-            "Node %s: Ironic still holds instance %s, which ringfleet no longer places there; "
-            "its owner %s tears it down",
+            "Node %s: %s; its owner %s tears it down",
             node.uuid,
-            instance_uuid,
+            what,
             owner,
         )
         return True

@@ -12,10 +12,11 @@ import datetime
 import logging
 
 from conductor.build.queue import BuildQueue
-from conductor.build.results import BuildResults
+from conductor.build.results import BuildResults, CleanOrphan
 from conductor.common.clock import utcnow
-from conductor.common.objects import Instance, VmState
-from conductor.db import instances
+from conductor.common.exception import NotFound
+from conductor.common.objects import Instance, ProvisionState, VmState
+from conductor.db import instances, nodes
 from conductor.db.engine import Database
 
 __all__ = ["BuildSweeper"]
@@ -26,10 +27,20 @@ LOG = logging.getLogger(__name__)
 class BuildSweeper:
     """Finds builds and teardowns without progress for ``build_timeout``."""
 
-    def __init__(self, db: Database, queue: BuildQueue, results: BuildResults) -> None:
+    def __init__(
+        self,
+        db: Database,
+        queue: BuildQueue,
+        results: BuildResults,
+        *,
+        clean_orphan: CleanOrphan | None = None,
+    ) -> None:
+        """``clean_orphan``: how a timed-out attempt's node is handed to its
+        owner for a teardown (``None``: it is only freed as ``error``)."""
         self._db = db
         self._queue = queue
         self._results = results
+        self._clean_orphan = clean_orphan
         # (instance, node, attempt) already re-routed once
         self._swept: set[tuple[str, str | None, int]] = set()
 
@@ -39,9 +50,11 @@ class BuildSweeper:
         A stuck build without a node is queued again; one with a node is
         routed again (the agent de-duplicates; a lost result is re-sent);
         one still stuck a whole ``build_timeout`` later counts as a failed
-        attempt: the node is freed as ``error`` (its state is unknown) and
-        the build is rescheduled or goes to ERROR.  Returns how many builds
-        it acted on.
+        attempt: the node is freed as ``error`` (its state is unknown), the
+        build is rescheduled or goes to ERROR, and the node's owner is asked
+        to tear the node down: a deploy that hangs stops there and then, one
+        that was only slow is not left active with nobody's instance.
+        Returns how many builds it acted on.
         """
         older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
         stuck = instances.stuck_builds(self._db, older_than)
@@ -71,14 +84,34 @@ class BuildSweeper:
                 "Instance %s: no progress on node %s for %.0f s", uuid, node_uuid, build_timeout
             )
             # The conductor's own decision, not a report: no fence.
-            self._results.attempt_failed(
+            if self._results.attempt_failed(
                 uuid,
                 node_uuid,
                 f"build timed out after {build_timeout:.0f} s",
                 clean=False,
                 fence=None,
-            )
+            ):
+                self._tear_down(uuid, node_uuid)
         return len(stuck)
+
+    def _tear_down(self, instance_uuid: str, node_uuid: str) -> None:
+        """Ask the owner of a timed-out attempt's node to tear it down.
+
+        The owner stops the deploy if it still runs (as for a delete of a
+        deploying instance) and reports the teardown, which leaves the node
+        ``error`` and free (:meth:`BuildResults.report_destroyed`).  Best
+        effort: a deploy that ends anyway is reported, and its late success
+        asks again (:meth:`BuildResults.report_result`).
+        """
+        if self._clean_orphan is None:
+            return
+        try:
+            node = nodes.get_node(self._db, node_uuid)
+        except NotFound:
+            return
+        if node.instance_uuid is not None or node.provision_state is not ProvisionState.ERROR:
+            return  # taken meanwhile: not ours to tear down
+        self._clean_orphan(node, instance_uuid)
 
     def _forget_moved_on(self, stuck: list[Instance]) -> None:
         """Drop sweep marks of builds that progressed (the set stays small)."""

@@ -51,9 +51,11 @@ opts = [
         mutable=True,
         help=(
             "Seconds a build may stay BUILDING without progress before the "
-            "sweeper retries it elsewhere or fails it. Set it above the slowest "
-            "real deployment (firmware updates, large images), or healthy builds "
-            "get cut off."
+            "sweeper retries it elsewhere or fails it. The back end's progress "
+            "(a new provision step, reported by the agent with its state reports) "
+            "counts: set it above the longest single step of a real deployment "
+            "(firmware updates, large images) and above twice the agents' "
+            "[compute_agent] report_interval, or healthy builds get cut off."
         ),
     ),
     cfg.FloatOpt(

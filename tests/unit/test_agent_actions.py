@@ -303,6 +303,24 @@ def test_a_long_deploy_the_back_end_moves_on_is_reported_as_progress(tmp_path: P
     assert agent.actions.take_progress(later + 10 * PROGRESS_EVERY) == {}  # over
 
 
+def test_progress_is_due_at_the_pace_the_caller_asks(tmp_path: Path) -> None:
+    """The agent passes its report_interval: with a build_timeout of 10 s a
+    heartbeat every 30 s came too late for a deploy moving every 4 s."""
+    agent = make_agent(tmp_path, step_duration=0.3)
+    node = agent.nodes[0]
+    epoch = agent.epoch(node)
+    agent.actions.build(instance_id(), node, epoch)
+    wait_for(lambda: ("deploy_step", DEPLOY_STEPS[0]) in agent.log_of(node))
+    now = time.monotonic()
+    assert agent.actions.take_progress(now + 1.0, every=2.0) == {}
+    assert agent.actions.take_progress(now + 2.0, every=2.0) == {node.uuid: epoch}
+    assert agent.actions.take_progress(now + 3.0, every=2.0) == {}
+    steps = len(agent.log_of(node))
+    wait_for(lambda: len(agent.log_of(node)) > steps)
+    assert agent.actions.take_progress(now + 4.0, every=2.0) == {node.uuid: epoch}
+    assert agent.actions.wait_idle(5.0)
+
+
 def test_a_delete_of_a_deploying_instance_stops_the_deploy_and_tears_down(
     tmp_path: Path,
 ) -> None:

@@ -734,6 +734,49 @@ def test_sweep_reroutes_a_stuck_placed_build_then_fails_it_over(flow: Flow) -> N
     )
 
 
+def test_a_timed_out_attempts_node_is_handed_to_its_owner_for_a_teardown(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: a deploy that finishes after ringfleet gave up is torn down
+    by its owner, not left active.  The sweeper asks the owner when it fails
+    the attempt (a hung deploy stops there), and a success reported later
+    asks again (the ask was lost, or the deploy was past its last step)."""
+    asked: list[tuple[str, str | None, ProvisionState, str | None, int, str]] = []
+
+    def clean(node: Node, instance_uuid: str) -> bool:
+        asked.append(
+            (
+                node.uuid,
+                node.instance_uuid,
+                node.provision_state,
+                node.owner,
+                node.owner_epoch,
+                instance_uuid,
+            )
+        )
+        return True
+
+    monkeypatch.setattr(flow.builds.sweeper, "_clean_orphan", clean)
+    monkeypatch.setattr(flow.builds.results, "_clean_orphan", clean)
+    uuid = flow.build()
+    node, owner, epoch = flow.wait_routes(uuid, 1)
+    for _ in range(2):  # re-routed, then failed
+        flow.age(uuid)
+        assert flow.builds.sweeper.sweep(60) == 1
+    assert asked == [(node, None, ProvisionState.ERROR, owner, epoch, uuid)]
+    # The deploy went on and succeeded: not applied, and torn down.
+    assert not flow.builds.results.report_result(
+        owner or "", uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
+    assert asked[1:] == asked[:1]
+    assert flow.node(node).instance_uuid is None
+    # A stale owner's late success asks nothing (not its node to touch).
+    assert not flow.builds.results.report_result(
+        "agent-x", uuid, node, epoch, success=True, fault=None, node_clean=True
+    )
+    assert len(asked) == 2
+
+
 def test_sweep_of_the_last_attempt_puts_the_build_in_error(
     tmp_path: Path, fast_timers: list[tuple[float, str]]
 ) -> None:

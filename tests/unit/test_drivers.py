@@ -36,6 +36,7 @@ from compute_agent.drivers import (
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver, node_store
 from compute_agent.drivers.simulated import conf as simulated_conf
 from compute_agent.drivers.simulated.action_log import MAX_LINE, ActionLog, check_fencing, read_log
+from compute_agent.drivers.simulated.driver import FOLLOW_EVERY
 from conductor.common import rpc
 from conductor.common.exception import (
     ActionLogError,
@@ -474,6 +475,52 @@ def test_an_exception_from_progress_aborts_the_deploy_unlogged(tmp_path: Path) -
         ("deploy_step", "power on"),
         ("deploy_step", "deploying image"),
     ]
+
+
+def test_a_long_step_is_followed_and_can_be_stopped_midway(tmp_path: Path) -> None:
+    """progress(step) again every FOLLOW_EVERY s of a long step, as the
+    Ironic driver does: what it raises stops the deploy mid-step."""
+    log = tmp_path / "actions.log"
+    driver = make_driver(tmp_path, action_log=log, step_durations="deploying image:1.3")
+    node = make_node()
+    calls: list[str] = []
+
+    class Cancelled(Exception):
+        pass
+
+    def progress(step: str) -> None:
+        calls.append(step)
+        if calls.count("deploying image") == 3:
+            raise Cancelled("deleted")
+
+    start = time.monotonic()
+    with pytest.raises(Cancelled):
+        driver.deploy(ctx_for(node), node, progress)
+    assert 2 * FOLLOW_EVERY <= time.monotonic() - start < 1.3
+    assert calls == ["power on"] + ["deploying image"] * 3
+    state = driver.node_state(node.uuid)
+    assert state is not None and state.provision_state is ProvisionState.ERROR
+    assert "aborted during 'deploying image'" in (state.last_error or "")
+    assert [a.step for a in read_log(log) if a.action == "deploy_step"] == [
+        "power on",
+        "deploying image",
+    ]
+
+
+def test_deploys_on_stall_nodes_stall_at_the_stall_step(tmp_path: Path) -> None:
+    driver = make_driver(
+        tmp_path, stall_nodes="stuck-1", stall_step="writing config drive", stall_duration=0.3
+    )
+    stuck, other = make_node(name="stuck-1"), make_node()
+    for node, least, most in ((stuck, 0.3, 1.0), (other, 0.0, 0.2)):
+        start = time.monotonic()
+        driver.deploy(ctx_for(node), node, no_progress)
+        assert least <= time.monotonic() - start < most, node.name
+    # by uuid too
+    by_uuid = make_driver(tmp_path, stall_nodes=other.uuid, stall_duration=0.3)
+    start = time.monotonic()
+    by_uuid.deploy(ctx_for(make_node(uuid=other.uuid)), make_node(uuid=other.uuid), no_progress)
+    assert time.monotonic() - start >= 0.3
 
 
 def test_a_busy_node_refuses_a_second_action(tmp_path: Path) -> None:

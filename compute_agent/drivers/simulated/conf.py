@@ -66,6 +66,31 @@ opts = [
             "'deploying image:2.0,rebooting:0.5'. Keys must be step names."
         ),
     ),
+    cfg.ListOpt(
+        "stall_nodes",
+        default=[],
+        help=(
+            "Names or uuids of nodes whose deploys stall: on them the step "
+            "stall_step takes stall_duration instead of its own duration, and "
+            "the back end reports no progress meanwhile (a hung deploy, for "
+            "the conductors' build_timeout). The deploy still stops within "
+            "half a second when the agent stops it (a delete, a lost node). "
+            "Empty: no node stalls."
+        ),
+    ),
+    cfg.StrOpt(
+        "stall_step",
+        default="deploying image",
+        choices=("power on", "deploying image", "writing config drive", "rebooting"),
+        help="The provision step at which deploys on stall_nodes stall.",
+    ),
+    cfg.FloatOpt(
+        "stall_duration",
+        default=MAX_DURATION,
+        min=0.0,
+        max=MAX_DURATION,
+        help="Seconds the stalled step of a deploy on stall_nodes takes.",
+    ),
     cfg.FloatOpt(
         "clean_duration",
         default=0.5,

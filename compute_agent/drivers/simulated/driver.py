@@ -15,6 +15,13 @@ Failures are reproducible: whether a deploy fails, and at which step, is a
 pure function of ``(seed, node, instance)`` (through SHA-256, since Python's
 ``hash()`` of a string differs per process), so a test can force every
 deploy to fail (``failure_rate = 1``), none, or a fixed subset.
+
+A step longer than :data:`FOLLOW_EVERY` is followed as the Ironic driver
+follows a long transition: ``progress`` is called again with the same step
+every :data:`FOLLOW_EVERY` seconds, so the agent can stop the deploy
+mid-step (a delete, a lost node); the same step again is no new progress.
+Deploys on ``stall_nodes`` stall at ``stall_step`` for ``stall_duration``:
+a back end that stops making progress, for the conductors' sweeper.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ LOG = logging.getLogger(__name__)
 DEPLOY_STEPS: Final = ("power on", "deploying image", "writing config drive", "rebooting")
 #: the step of a destroy that takes ``clean_duration``
 CLEAN_STEP: Final = "cleaning"
+#: seconds between two calls of ``progress`` during one long deploy step
+FOLLOW_EVERY: Final = 0.5
 
 _GROUP = simulated_conf.group.name
 _POWER_ACTIONS: Final[Mapping[str, str]] = {
@@ -88,6 +97,9 @@ class SimulatedDriver(ComputeDriver):
         self.power_duration: float = options.power_duration
         self.failure_rate: float = options.failure_rate
         self.seed: int = options.seed
+        self.stall_nodes: frozenset[str] = frozenset(options.stall_nodes)
+        self.stall_step: str = options.stall_step
+        self.stall_duration: float = options.stall_duration
         self.action_log: ActionLog | None = (
             ActionLog(options.action_log) if options.action_log else None
         )
@@ -96,12 +108,13 @@ class SimulatedDriver(ComputeDriver):
         self._busy: dict[str, str] = {}
         LOG.debug(
             "Simulated driver of %s: steps %s, cleaning %.3fs, failure rate %.3f, "
-            "seed %d, action log %s, node store %s",
+            "seed %d, stalling %s, action log %s, node store %s",
             host,
             self.step_durations,
             self.clean_duration,
             self.failure_rate,
             self.seed,
+            sorted(self.stall_nodes) or "no node",
             options.action_log,
             options.node_store or "(this driver's memory)",
         )
@@ -144,21 +157,13 @@ class SimulatedDriver(ComputeDriver):
                 config_drive=None if spec.config_drive is None else dict(spec.config_drive),
             )
             for step in DEPLOY_STEPS:
-                try:
+                with self._aborting(ctx, f"before {step!r}"):
                     progress(step)
-                except BaseException as exc:
-                    # Not an action on the node: nothing is logged, the node
-                    # is left for its next owner to clean.
-                    reason = f"aborted before {step!r}: {type(exc).__name__}: {exc}"
-                    self._update(node.uuid, provision_state=ProvisionState.ERROR, last_error=reason)
-                    LOG.warning(
-                        "Deploy of instance %s on node %s %s", ctx.instance_uuid, node.uuid, reason
-                    )
-                    raise
                 self._record(ctx, "deploy_step", step=step)
                 if step in ("power on", "rebooting"):
                     self._update(node.uuid, power_state=PowerState.ON)
-                _sleep(self.step_durations[step])
+                with self._aborting(ctx, f"during {step!r}"):
+                    _follow(step, self._step_duration(node, step), progress)
                 if step == failing_step:
                     reason = f"simulated failure during {step!r}"
                     self._update(node.uuid, provision_state=ProvisionState.ERROR, last_error=reason)
@@ -324,6 +329,32 @@ class SimulatedDriver(ComputeDriver):
     # -- internals ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
+    def _aborting(self, ctx: ActionContext, where: str) -> Iterator[None]:
+        """What ``progress`` raises *where* stops the deploy: not an action
+        on the node, so nothing is logged; the node is left ``error`` for
+        its next owner to clean."""
+        try:
+            yield
+        except BaseException as exc:
+            reason = f"aborted {where}: {type(exc).__name__}: {exc}"
+            self._update(ctx.node_uuid, provision_state=ProvisionState.ERROR, last_error=reason)
+            LOG.warning(
+                "Deploy of instance %s on node %s %s", ctx.instance_uuid, ctx.node_uuid, reason
+            )
+            raise
+
+    def _step_duration(self, node: Node, step: str) -> float:
+        if step == self.stall_step and ({node.uuid, node.name} & self.stall_nodes):
+            LOG.info(
+                "Node %s stalls at %r for %.1f s (stall_nodes)",
+                node.uuid,
+                step,
+                self.stall_duration,
+            )
+            return self.stall_duration
+        return self.step_durations[step]
+
+    @contextlib.contextmanager
     def _exclusive(self, ctx: ActionContext, action: str) -> Iterator[None]:
         with self._lock:
             running = self._busy.get(ctx.node_uuid)
@@ -380,6 +411,16 @@ def _initial(node: Node) -> SimulatedNode:
 def _sleep(seconds: float) -> None:
     if seconds > 0:
         time.sleep(seconds)
+
+
+def _follow(step: str, seconds: float, progress: ProgressCallback) -> None:
+    """Take *seconds* over *step*, calling ``progress(step)`` again every
+    :data:`FOLLOW_EVERY` seconds (whatever it raises stops the step)."""
+    ends = time.monotonic() + seconds
+    while (left := ends - time.monotonic()) > FOLLOW_EVERY:
+        time.sleep(FOLLOW_EVERY)
+        progress(step)
+    _sleep(left)
 
 
 def _step_durations(default: float, overrides: Mapping[str, str]) -> dict[str, float]:
