@@ -621,6 +621,7 @@ for _conflict in (
     exception.NodeNotBuildable,
     exception.InstanceStateConflict,
     exception.NodeInUse,
+    exception.NotUpgraded,
 ):
     EXCEPTIONS[_conflict] = st.builds(
         _conflict,

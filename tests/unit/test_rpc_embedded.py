@@ -354,7 +354,7 @@ def test_a_client_capped_by_upgrade_levels_sends_nothing_newer(served: Served) -
     assert capped.can_send_version("1.1") and not capped.can_send_version("1.2")
     assert served.api.can_send_version(API_VERSION)  # unpinned: the newest
     assert "agents" in capped.fleet_status()  # a 1.1 method still works
-    with pytest.raises(messaging.RPCVersionCapError):
+    with pytest.raises(NotUpgraded):
         capped.report_build_results("agent-1", [])
     compute = ComputeAPI(transport, version_cap="1.0")
     assert not compute.can_send_version("1.1")
@@ -369,7 +369,7 @@ def test_scheduler_hints_are_sent_at_1_6_and_refused_by_a_cap_below(served: Serv
     [built] = api.build_instances(request)
     assert built["scheduler_hints"] == {"rack": "r1", "n": 2}
     capped = ConductorAPI(api.client.transport, timeout=10, version_cap="1.5")
-    with pytest.raises(messaging.RPCVersionCapError):
+    with pytest.raises(NotUpgraded):
         capped.build_instances(request)
     [plain] = capped.build_instances({"flavor": "rpc-hinted"})
     assert plain["scheduler_hints"] == {}
