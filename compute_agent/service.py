@@ -26,7 +26,7 @@ from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.reporting import ResultReporter
 from compute_agent.state_reports import StateReports
-from conductor.common import rpc, systemd
+from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
@@ -140,10 +140,17 @@ class AgentService:
         # the nodes at once, and one that cannot serve RPC (the broker is
         # unreachable; start() waits for it) would hold them unusable.
         self._server.start()
+        broker_outage.reachable()  # start() waited for it
         self._serving.set()
         self.membership.start()
         if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
-            LOG.warning("Agent %s: not connected to the group yet; it keeps trying", self.host)
+            # When the backend refuses, the membership said so already (one
+            # WARNING naming it): this is no second one.
+            LOG.log(
+                logging.INFO if self.membership.backend_failing else logging.WARNING,
+                "Agent %s: not connected to the group yet; it keeps trying",
+                self.host,
+            )
         self.metrics.membership_state(self.membership.state)
         loops = [("reconciler", self._reconcile_loop)]
         if self._driver.polls_power:

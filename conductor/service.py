@@ -17,7 +17,7 @@ from oslo_config import cfg
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.build import BuildLifecycle
-from conductor.common import rpc, systemd
+from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf.metrics import CONDUCTOR_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, DatabaseUnavailable, ServiceUnavailable
@@ -157,7 +157,10 @@ class ConductorService:
         )
         self._membership.start()
         if not self._membership.wait_connected(timeout=self._membership.ttl):
-            LOG.warning(
+            # When the backend refuses, the membership said so already (one
+            # WARNING naming it): this is no second one.
+            LOG.log(
+                logging.INFO if self._membership.backend_failing else logging.WARNING,
                 "Conductor %s: coordination backend not reachable yet; serving anyway "
                 "(claims wait for it)",
                 conf.host,
@@ -165,6 +168,7 @@ class ConductorService:
         self.metrics.membership_state(self._membership.state)
         self._builds.start()
         self._server.start()
+        broker_outage.reachable()  # start() waited for it
         self._serving.set()
         sweeper = threading.Thread(target=self._sweep_loop, name="build-sweeper", daemon=True)
         sweeper.start()

@@ -78,6 +78,11 @@ class BackendOutage:
         else:
             LOG.debug("Member %s: %s failed again: %s", self._member_id, action, described(exc))
 
+    @property
+    def ongoing(self) -> bool:
+        """Whether an outage was logged (its WARNING) and has not ended yet."""
+        return bool(self._failing)
+
     def succeeded(self, action: str) -> None:
         """``action`` worked: the outage ends when no other action still fails."""
         if action not in self._failing:  # the common case, without the lock

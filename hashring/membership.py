@@ -274,6 +274,12 @@ class Membership:
             return State.SUSPENDED
         return State.CONNECTED
 
+    @property
+    def backend_failing(self) -> bool:
+        """Whether the backend fails now, and this member said so (one WARNING
+        naming it, when the failures started)."""
+        return self._outage.ongoing
+
     def can_act(self) -> bool:
         """Whether node actions are safe now (the state is ``CONNECTED``)."""
         return self.state is State.CONNECTED

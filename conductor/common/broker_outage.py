@@ -18,7 +18,7 @@ import time
 
 import oslo_messaging as messaging
 
-__all__ = ["redacted", "watch"]
+__all__ = ["reachable", "redacted", "watch"]
 
 #: The logger oslo.messaging's rabbit driver writes its connection errors to.
 DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
@@ -72,15 +72,36 @@ class _OutageFilter(logging.Filter):
             _rewrite(record, logging.DEBUG, message)
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         if any(marker in message for marker in _CONNECTED):
-            with self._lock:
-                since, self._down_since = self._down_since, None
-            if since is not None:
-                _rewrite(
-                    record,
-                    logging.INFO,
-                    f"Broker {self._broker} reachable again after {time.monotonic() - since:.1f} s",
-                )
+            back = self.back()
+            if back is not None:
+                _rewrite(record, logging.INFO, back)
         return True
+
+    def back(self) -> str | None:
+        """The outage is over: what to say (None if there was none)."""
+        with self._lock:
+            since, self._down_since = self._down_since, None
+        if since is None:
+            return None
+        return f"Broker {self._broker} reachable again after {time.monotonic() - since:.1f} s"
+
+
+def reachable() -> None:
+    """Say that the broker answers again, if this process said it did not.
+
+    For a service whose RPC server started (its ``start()`` waits for the
+    broker): a first connection is said at DEBUG only by the driver
+    ("Connected to AMQP server", where a reconnection is INFO), below the
+    driver logger's level (``oslo.messaging=INFO``), so the filter never
+    sees it.  Without this a service started before its broker never said
+    it was back, and kept the outage open: a later one went unsaid.
+    """
+    driver = logging.getLogger(DRIVER_LOGGER)
+    for installed in driver.filters:
+        if isinstance(installed, _OutageFilter):
+            back = installed.back()
+            if back is not None:
+                driver.info(back)
 
 
 def _reason(message: str) -> str:

@@ -47,9 +47,14 @@ class Fleet:
         restart_grace: float = 60.0,
         driver: str = "simulated",
         common_extra: str = "",
+        client_transport_url: str | None = None,
+        client_db_url: str | None = None,
     ) -> None:
         """``driver`` is every agent's compute driver; ``common_extra`` is
-        appended to every process's config (whole groups, e.g. ``[ironic]``)."""
+        appended to every process's config (whole groups, e.g. ``[ironic]``).
+        ``client_transport_url`` and ``client_db_url`` are what the test's own
+        RPC client and database reads use, when not the processes' URLs (the
+        processes' go through a proxy the test cuts, the test's must not)."""
         self.workdir = workdir
         self.db_url = db_url
         self.group = unique_group("fleet")
@@ -83,8 +88,8 @@ class Fleet:
             f"{common_extra}"
         )
         self.procs: dict[str, ServiceProcess] = {}
-        self.api, self._transport = client(transport_url)
-        self.db = Database(db_url)
+        self.api, self._transport = client(client_transport_url or transport_url)
+        self.db = Database(client_db_url or db_url)
 
     def _spawn(self, module: str, name: str, extra: str = "") -> ServiceProcess:
         """Start a daemon; ``extra`` is appended to its config file (whole groups)."""

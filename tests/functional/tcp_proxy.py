@@ -60,6 +60,11 @@ class TcpProxy:
             listener, self._listener = self._listener, None
             conns, self._conns = self._conns, set()
         if listener is not None:
+            # shutdown() first: close() alone leaves the socket listening for
+            # as long as a thread is blocked in accept() on it, and the next
+            # client would be accepted, then reset, instead of refused.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
             listener.close()
         for conn in conns:
             with contextlib.suppress(OSError):

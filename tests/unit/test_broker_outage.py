@@ -95,3 +95,25 @@ def test_with_debug_the_retries_stay_visible(
 def test_watching_twice_installs_one_filter(watched: None) -> None:
     broker_outage.watch(_url("rabbit://other:pw@mq9:5672/"))
     assert sum(type(f).__name__ == "_OutageFilter" for f in DRIVER.filters) == 1
+
+
+def test_a_first_connection_ends_the_outage_when_the_server_started(
+    watched: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The driver says a first connection at DEBUG, below its logger's level:
+    a service started before its broker says it is back once its RPC server
+    started, and the next outage is said again."""
+    caplog.set_level(logging.INFO, logger=broker_outage.DRIVER_LOGGER)
+    DRIVER.error("Connection failed: %s (retrying in %s seconds)", "[Errno 111] refused", 1.0)
+    DRIVER.debug("[c1] Connected to AMQP server on mq1:5672 via [amqp] client with port 1.")
+    broker_outage.reachable()
+    broker_outage.reachable()  # said once
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in said] == ["WARNING", "INFO"]
+    assert said[1][1].startswith(
+        "Broker rabbit://ringfleet:***@mq1:5672,ringfleet:***@mq2:5672/ringfleet "
+        "reachable again after "
+    )
+    caplog.clear()
+    _outage(retries=1)
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]

@@ -244,9 +244,12 @@ def test_a_backend_away_at_start_is_one_warning_not_a_traceback_each_beat(
             "retrying (repeats logged at debug level until it answers)",
         )
     ]
+    # What a service waiting for the group asks before a WARNING of its own.
+    assert m.backend_failing
     backend.start_error = None
     assert m.wait_connected(5)
     assert any("answers again" in r.getMessage() for r in caplog.records)
+    assert not m.backend_failing
 
 
 def test_never_joined_is_lost(backend: FakeBackend) -> None:
