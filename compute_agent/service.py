@@ -82,12 +82,15 @@ class AgentService:
         self._serving = threading.Event()
         #: What a stop is doing now (the runner names it past the deadline).
         self.stop_step = "not stopping"
+        self._starting = systemd.StartupWait()
 
     # -- lifecycle -----------------------------------------------------------------
 
     def run(self) -> None:
         conf, agent_conf = self.conf, self.conf.compute_agent
         self.metrics_server.start(conf, AGENT_PORT, self.host)
+        # systemd waits as long as this start waits for the broker and etcd.
+        self._starting.start()
         self._transport = rpc.get_transport(conf)
         conductor = ConductorAPI(
             self._transport,
@@ -167,6 +170,7 @@ class AgentService:
             ", ".join(agent_conf.groups) or "all",
             agent_conf.driver,
         )
+        self._starting.done()
         systemd.notify("READY=1", f"STATUS=agent {self.host}")
         self._stopped.wait()
         if self._fatal is not None:
@@ -196,6 +200,7 @@ class AgentService:
         if not self._terminating.acquire(blocking=False):
             return
         deadline = time.monotonic() + self.stop_timeout() - _LEAVE_S
+        self._starting.done()
         systemd.notify("STOPPING=1")
         LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
         if self.actions is not None:

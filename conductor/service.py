@@ -60,11 +60,14 @@ class ConductorService:
         self._serving = threading.Event()
         #: What a stop is doing now (the runner names it past the deadline).
         self.stop_step = "not stopping"
+        self._starting = systemd.StartupWait()
 
     def run(self) -> None:
         """Start serving; return after :meth:`terminate`."""
         conf = self.conf
         self.metrics_server.start(conf, CONDUCTOR_PORT, conf.host)
+        # systemd waits as long as this start waits for its dependencies.
+        self._starting.start()
         self.db = db = database_from_conf(conf)
         # Started before its database: the database's one WARNING names it;
         # the conductor serves nothing (and systemd sees no READY) until then.
@@ -176,6 +179,7 @@ class ConductorService:
             threading.Thread(target=self._ironic_sync_loop, name="ironic-sync", daemon=True).start()
         self._started.set()
         LOG.info("Conductor %s serving topic %s", conf.host, rpc.CONDUCTOR_TOPIC)
+        self._starting.done()
         systemd.notify("READY=1", f"STATUS=serving as {conf.host}")
         self._stopped.wait()
 
@@ -212,6 +216,7 @@ class ConductorService:
 
     def terminate(self) -> None:
         """Graceful stop, in order (safe to call from another thread, once)."""
+        self._starting.done()
         systemd.notify("STOPPING=1")
         LOG.info("Conductor %s stopping", self.conf.host)
         if self._server is not None and self._serving.is_set():
