@@ -48,7 +48,7 @@ from typing import Final
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
-from conductor.build.routing import Retries
+from conductor.build.routing import Retries, WaitReasons, carries_spec, deploy_spec
 from conductor.common.exception import (
     ActionAbandoned,
     Conflict,
@@ -104,8 +104,6 @@ POWER_TARGETS: Final[Mapping[str, str]] = {
 
 #: How many times NotOwner is answered by re-reading and calling again at once.
 _REROUTES: Final = 3
-#: Actions whose last reason to wait is remembered (log once).
-_MAX_WAITS_REMEMBERED: Final = 10_000
 
 
 class ActionRouter:
@@ -130,8 +128,7 @@ class ActionRouter:
         self._lock = threading.Lock()
         # (instance or node, owner, epoch) of every call in flight: one at a time each.
         self._calls: set[tuple[str, str, int]] = set()
-        # Why each waiting action last waited: said at INFO once, DEBUG after.
-        self._waits: dict[str, str] = {}
+        self._waits = WaitReasons()
 
     def close(self) -> None:
         """Stop taking actions; calls in flight are not waited for (their
@@ -175,10 +172,9 @@ class ActionRouter:
                 "([upgrade_levels] compute)",
             )
             return
-        carries = instance.image is not None or instance.config_drive is not None
         if (
             target == _REBUILD
-            and carries
+            and carries_spec(instance)
             and not self._compute.can_send_version(REBUILD_SPEC_VERSION)
         ):
             # An older agent would redeploy the back end's image, which a
@@ -210,7 +206,7 @@ class ActionRouter:
             owner, epoch = node.owner, node.owner_epoch
             if owner is None or not self._is_live(owner):
                 LOG.log(
-                    self._level(instance_uuid, f"owner {owner} not live"),
+                    self._waits.level(instance_uuid, f"owner {owner} not live"),
                     "Instance %s: %s on node %s waits for a live owner (%s is not)",
                     instance_uuid,
                     task.value,
@@ -238,7 +234,7 @@ class ActionRouter:
                 continue
             except _Later as exc:
                 LOG.log(
-                    self._level(instance_uuid, str(exc)),
+                    self._waits.level(instance_uuid, str(exc)),
                     "Instance %s: %s on node %s by %s not done yet: %s; retrying",
                     instance_uuid,
                     task.value,
@@ -254,8 +250,7 @@ class ActionRouter:
             finally:
                 with self._lock:
                     self._calls.discard(key)
-            with self._lock:
-                self._waits.pop(instance_uuid, None)
+            self._waits.forget(instance_uuid)
             self._done(instance_uuid, task, node, Fence(owner, epoch), power)
             return
         self._retries.retry_later(instance_uuid, "act")
@@ -364,11 +359,8 @@ class ActionRouter:
                     instance_uuid=instance.uuid,
                     node=node.to_dict(),
                     epoch=epoch,
-                    image=None if instance.image is None else dict(instance.image),
-                    config_drive=(
-                        None if instance.config_drive is None else dict(instance.config_drive)
-                    ),
                     timeout=self._timeout,
+                    **deploy_spec(instance),
                 )
                 answer = PowerState.ON.value if answer == "active" else answer
             else:
@@ -401,16 +393,6 @@ class ActionRouter:
             "provision_state": None,
         }
         node_states.record_node_states(self._db, owner, [report])
-
-    def _level(self, instance_uuid: str, why: str) -> int:
-        """INFO the first time an action waits for *why*, DEBUG on every retry
-        after: one line per cause, not one every 2 s (as routing.py does)."""
-        with self._lock:
-            said = self._waits.get(instance_uuid) == why
-            if len(self._waits) >= _MAX_WAITS_REMEMBERED:
-                self._waits.clear()  # a bounded cache: at worst a line said twice
-            self._waits[instance_uuid] = why
-        return logging.DEBUG if said else logging.INFO
 
     def _is_live(self, host: str) -> bool:
         try:

@@ -55,12 +55,38 @@ from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
 
-__all__ = ["AgentRouter", "Refusals", "Retries"]
+__all__ = ["AgentRouter", "Refusals", "Retries", "WaitReasons", "carries_spec", "deploy_spec"]
 
 LOG = logging.getLogger(__name__)
 
-#: Builds and teardowns whose last reason to wait is remembered (log once).
-_MAX_WAITS_REMEMBERED = 10_000
+
+class WaitReasons:
+    """Why each waiting build, teardown or action last waited.
+
+    A cause is said at its level the first time, at DEBUG on every retry
+    after: one line per cause, not one every 2 s.  Bounded: past *limit*
+    keys it forgets them all (at worst a line said twice).
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._why: dict[str, str] = {}
+
+    def level(self, key: str, why: str, level: int = logging.INFO) -> int:
+        """*level* the first time *key* waits for *why*, DEBUG after."""
+        with self._lock:
+            said = self._why.get(key) == why
+            if len(self._why) >= self._limit:
+                self._why.clear()
+            self._why[key] = why
+        return logging.DEBUG if said else level
+
+    def forget(self, key: str) -> None:
+        """*key* no longer waits: its next wait is said again."""
+        with self._lock:
+            self._why.pop(key, None)
+
 
 #: The compute API version that has ``build_instances``.
 _BATCHED_VERSION = "1.1"
@@ -80,14 +106,14 @@ class Refusals(Protocol):
     ) -> None: ...
 
 
-def _carries_spec(instance: Instance) -> bool:
+def carries_spec(instance: Instance) -> bool:
     """Whether routing *instance* needs compute API 1.2 (an image or a config drive)."""
     return instance.image is not None or instance.config_drive is not None
 
 
-def _spec(instance: Instance) -> dict[str, Any]:
+def deploy_spec(instance: Instance) -> dict[str, Any]:
     """The build's image and config drive, as stored with the instance (API 1.2)."""
-    if not _carries_spec(instance):
+    if not carries_spec(instance):
         return {}
     return {
         "image": None if instance.image is None else dict(instance.image),
@@ -145,8 +171,7 @@ class AgentRouter:
         # Agents that refused build_instances although not pinned below it:
         # said once each (the fix is the pin, not a retry).
         self._told_to_pin: set[str] = set()
-        # Why each waiting build or teardown last waited (see _level).
-        self._waits: dict[str, str] = {}
+        self._waits = WaitReasons()
         self.calls = 0  # accept calls made (for tests)
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
@@ -226,7 +251,7 @@ class AgentRouter:
                         "instance_uuid": a.instance.uuid,
                         "node": a.node.to_dict(),
                         "epoch": a.claim.epoch,
-                        **_spec(a.instance),
+                        **deploy_spec(a.instance),
                     }
                     for a in batch
                 ],
@@ -240,7 +265,7 @@ class AgentRouter:
             # by one now; the operator is told once how to stop the refusals.
             if owner not in self._told_to_pin:
                 self._told_to_pin.add(owner)
-                carried = any(_carries_spec(a.instance) for a in batch)
+                carried = any(carries_spec(a.instance) for a in batch)
                 LOG.warning(
                     "Agent %s does not serve build_instances at compute API %s (%s): set "
                     "[upgrade_levels] compute = %s on the conductors until every agent is "
@@ -319,7 +344,7 @@ class AgentRouter:
             self._not_buildable(instance, node, Fence(owner, epoch), str(reason))
             return
         LOG.log(
-            self._level(instance.uuid, f"{error}: {reason}", logging.WARNING),
+            self._waits.level(instance.uuid, f"{error}: {reason}", logging.WARNING),
             "Instance %s: %s refused node %s: %s: %s; retrying later",
             instance.uuid,
             owner,
@@ -343,9 +368,7 @@ class AgentRouter:
     def _pinned_below_spec(self, accept: _Accept) -> bool:
         """Refuse a build with an image or config drive while ``[upgrade_levels]
         compute`` pins the agents below 1.2; whether it was refused."""
-        if not _carries_spec(accept.instance) or self._compute.can_send_version(
-            DEPLOY_SPEC_VERSION
-        ):
+        if not carries_spec(accept.instance) or self._compute.can_send_version(DEPLOY_SPEC_VERSION):
             return False
         self._spec_refused(
             accept.instance,
@@ -389,20 +412,10 @@ class AgentRouter:
             instance.uuid, node.uuid, f"refused by agent {owner}: {reason}", fence
         )
 
-    def _level(self, key: str, why: str, level: int) -> int:
-        """*level* the first time a build or teardown (*key*) waits for *why*,
-        DEBUG on every retry after: one line per cause, not one per 2 s."""
-        with self._lock:
-            said = self._waits.get(key) == why
-            if len(self._waits) >= _MAX_WAITS_REMEMBERED:
-                self._waits.clear()  # a bounded cache: at worst a line said twice
-            self._waits[key] = why
-        return logging.DEBUG if said else level
-
     def _later(self, instance: Instance, node: Node) -> None:
         """Back on the queue: routed again in a while, to whoever owns the node then."""
         LOG.log(
-            self._level(instance.uuid + "/later", node.uuid, logging.INFO),
+            self._waits.level(instance.uuid + "/later", node.uuid, logging.INFO),
             "Instance %s waits for node %s to have a reachable owner",
             instance.uuid,
             node.uuid,
@@ -442,12 +455,12 @@ class AgentRouter:
                     node=node.to_dict(),
                     epoch=epoch,
                     timeout=self._accept_timeout,
-                    **_spec(instance),
+                    **deploy_spec(instance),
                 )
                 self._log_accepted(instance, node, owner, epoch, answer)
                 return
             except messaging.RemoteError as exc:
-                if exc.exc_type in rpc.NOT_SERVED and _carries_spec(instance):
+                if exc.exc_type in rpc.NOT_SERVED and carries_spec(instance):
                     # An agent older than 1.2 (and no pin): it would deploy
                     # without the image; another node's owner may be newer.
                     self._spec_refused(
@@ -460,7 +473,7 @@ class AgentRouter:
                     )
                     return
                 LOG.log(
-                    self._level(instance.uuid, first_line(exc), logging.WARNING),
+                    self._waits.level(instance.uuid, first_line(exc), logging.WARNING),
                     "Instance %s: routing to %s for node %s failed: %s",
                     instance.uuid,
                     owner,
@@ -491,7 +504,7 @@ class AgentRouter:
                 break
             except Conflict as exc:
                 LOG.log(
-                    self._level(instance.uuid, first_line(exc), logging.WARNING),
+                    self._waits.level(instance.uuid, first_line(exc), logging.WARNING),
                     "Instance %s: %s refused node %s: %s",
                     instance.uuid,
                     owner,
@@ -501,7 +514,7 @@ class AgentRouter:
                 break
             except Exception as exc:  # any other failure: never drop the build
                 LOG.log(
-                    self._level(instance.uuid, first_line(exc), logging.WARNING),
+                    self._waits.level(instance.uuid, first_line(exc), logging.WARNING),
                     "Instance %s: routing to %s for node %s failed: %s",
                     instance.uuid,
                     owner,
@@ -535,8 +548,7 @@ class AgentRouter:
         except Exception as exc:  # the delete is retried, whatever failed
             self._teardown_waits_for(instance, node, first_line(exc))
             return False
-        with self._lock:
-            self._waits.pop(instance.uuid + "/teardown", None)
+        self._waits.forget(instance.uuid + "/teardown")
         return True
 
     def clean_orphan(self, node: Node, instance_uuid: str, *, what: str | None = None) -> bool:
@@ -569,7 +581,7 @@ class AgentRouter:
             again = "a success its deploy reports later asks again"
         if owner is None or not self._is_live(owner):
             LOG.log(
-                self._level(key, f"owner {owner} gone", logging.INFO),
+                self._waits.level(key, f"owner {owner} gone", logging.INFO),
                 "Node %s: %s; its owner %s is not live: the teardown waits for the next owner",
                 node.uuid,
                 what,
@@ -586,7 +598,7 @@ class AgentRouter:
             )
         except Exception as exc:  # the next sync pass asks again
             LOG.log(
-                self._level(key, first_line(exc), logging.WARNING),
+                self._waits.level(key, first_line(exc), logging.WARNING),
                 "Node %s: %s; its owner %s did not take the teardown: %s; %s",
                 node.uuid,
                 what,
@@ -595,8 +607,7 @@ class AgentRouter:
                 again,
             )
             return False
-        with self._lock:
-            self._waits.pop(key, None)
+        self._waits.forget(key)
         LOG.info(
             "Node %s: %s; its owner %s tears it down",
             node.uuid,
@@ -608,7 +619,7 @@ class AgentRouter:
     def _teardown_waits_for(self, instance: Instance, node: Node, why: str) -> None:
         """Say why a teardown is not accepted yet: once per reason, not every retry."""
         LOG.log(
-            self._level(instance.uuid + "/teardown", why, logging.INFO),
+            self._waits.level(instance.uuid + "/teardown", why, logging.INFO),
             "Instance %s: teardown of node %s by %s not accepted yet: %s; retrying",
             instance.uuid,
             node.uuid,

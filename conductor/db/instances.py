@@ -215,22 +215,18 @@ def _store(
             if image is None and flavor is not None:
                 image = flavor.default_image
             stored_image = None if image is None else dict(image)
-            if check_first:
-                existing = _existing(connection, uuids)
-                if existing:
-                    return (
-                        flavor,
-                        _retried(
-                            request,
-                            owner,
-                            uuids,
-                            names,
-                            existing,
-                            image=stored_image,
-                            drives=drives,
-                        ),
-                        False,
-                    )
+
+            def as_stored(
+                existing: dict[str, Row[Any]],
+            ) -> tuple[Flavor | None, list[Instance], bool]:
+                """A retry of the same request: what was stored (or refused)."""
+                kept = _retried(
+                    request, owner, uuids, names, existing, image=stored_image, drives=drives
+                )
+                return flavor, kept, False
+
+            if check_first and (existing := _existing(connection, uuids)):
+                return as_stored(existing)
             if flavor is not None and owner.quota is not None and owner.project_id is not None:
                 try:
                     quotas.check(
@@ -244,18 +240,8 @@ def _store(
                     # A client's retry of a stored request is answered with
                     # it, even when the project is at its quota now.
                     retry = request.instance_uuids and not check_first
-                    existing = _existing(connection, uuids) if retry else {}
-                    if existing:
-                        retried = _retried(
-                            request,
-                            owner,
-                            uuids,
-                            names,
-                            existing,
-                            image=stored_image,
-                            drives=drives,
-                        )
-                        return flavor, retried, False
+                    if retry and (existing := _existing(connection, uuids)):
+                        return as_stored(existing)
                     raise
             now = utcnow()
             requested = target(Event.REQUEST)
@@ -614,39 +600,28 @@ def acting(db: Database, limit: int = 10_000) -> list[Instance]:
         return [to_instance(r) for r in session.scalars(query)]
 
 
-@retry_on_dead_connection
 def stuck_actions(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
     """Instances whose action (reboot, stop, start, rebuild) has not moved since ``older_than``."""
-    query = (
-        select(InstanceModel)
-        .where(
-            InstanceModel.task_state.in_(ACTION_IN_FLIGHT),
-            InstanceModel.updated_at < older_than,
-        )
-        .order_by(InstanceModel.updated_at)
-        .limit(limit)
-    )
-    with db.reading() as session:
-        return [to_instance(r) for r in session.scalars(query)]
+    return _unchanged_since(db, InstanceModel.task_state.in_(ACTION_IN_FLIGHT), older_than, limit)
 
 
 def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
     """Instances still deleting whose row has not changed since ``older_than``."""
-    return _unchanged_since(db, VmState.DELETING, older_than, limit)
+    return _unchanged_since(db, InstanceModel.vm_state == VmState.DELETING.value, older_than, limit)
 
 
 def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
     """Instances still building whose row has not changed since ``older_than``."""
-    return _unchanged_since(db, VmState.BUILDING, older_than, limit)
+    return _unchanged_since(db, InstanceModel.vm_state == VmState.BUILDING.value, older_than, limit)
 
 
 @retry_on_dead_connection
 def _unchanged_since(
-    db: Database, state: VmState, older_than: datetime.datetime, limit: int
+    db: Database, which: ColumnElement[bool], older_than: datetime.datetime, limit: int
 ) -> list[Instance]:
     query = (
         select(InstanceModel)
-        .where(InstanceModel.vm_state == state.value, InstanceModel.updated_at < older_than)
+        .where(which, InstanceModel.updated_at < older_than)
         .order_by(InstanceModel.updated_at)
         .limit(limit)
     )
