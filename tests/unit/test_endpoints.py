@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from conductor.common.exception import (
     NodeNotFound,
     ServiceUnavailable,
 )
-from conductor.common.objects import Flavor, Instance, Node, Ownership
+from conductor.common.objects import Instance, Node, Ownership
 from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
@@ -45,39 +45,12 @@ from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from hashring.ring import Ring
 from tests.dbutil import add_nodes, migrated, pin
+from tests.endpoint_stubs import RecordingQueue, StubMembership
 
 CTXT: dict[str, Any] = {"request_id": "req-test"}
 
 
 # -- fixtures and stubs ---------------------------------------------------------------
-
-
-class StubMembership:
-    """The one thing FleetView asks its membership: the connection state."""
-
-    def __init__(self, state: State = State.CONNECTED) -> None:
-        self.state = state
-
-
-@dataclass
-class RecordingQueue:
-    """A build queue that only records what it was given."""
-
-    submitted: list[list[str]] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    acted: list[str] = field(default_factory=list)
-
-    def submit(self, instance_uuids: list[str]) -> None:
-        self.submitted.append(list(instance_uuids))
-
-    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
-        self.submit([i.uuid for i in stored])
-
-    def delete(self, instance_uuid: str) -> None:
-        self.deleted.append(instance_uuid)
-
-    def act(self, instance_uuid: str) -> None:
-        self.acted.append(instance_uuid)
 
 
 @dataclass

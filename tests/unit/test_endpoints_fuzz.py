@@ -20,8 +20,8 @@ import inspect
 import json
 import sys
 import uuid as uuidlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ from sqlalchemy import text
 from conductor.build import BuildLifecycle
 from conductor.common import exception, rpc
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
-from conductor.common.objects import Flavor, Instance
 from conductor.db import allocations, quotas
 from conductor.db.engine import Database
 from conductor.endpoints.agents import AgentsEndpoint
@@ -46,6 +45,7 @@ from conductor.fleet_view import FleetView
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
+from tests.endpoint_stubs import RecordingQueue, StubMembership
 
 CTXT: dict[str, Any] = {"request_id": "req-fuzz"}
 ENDPOINT_CLASSES = (
@@ -63,30 +63,6 @@ FUZZ = settings(
 
 
 # -- the shared database ------------------------------------------------------------------
-
-
-class StubMembership:
-    def __init__(self) -> None:
-        self.state = State.CONNECTED
-
-
-@dataclass
-class RecordingQueue:
-    submitted: list[list[str]] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    acted: list[str] = field(default_factory=list)
-
-    def submit(self, instance_uuids: list[str]) -> None:
-        self.submitted.append(list(instance_uuids))
-
-    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
-        self.submit([i.uuid for i in stored])
-
-    def delete(self, instance_uuid: str) -> None:
-        self.deleted.append(instance_uuid)
-
-    def act(self, instance_uuid: str) -> None:
-        self.acted.append(instance_uuid)
 
 
 class StubCompute:

@@ -10,8 +10,8 @@ real call's).  The race across conductors is ``tests/functional/test_quota_sql.p
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from conductor.common.exception import (
     InvalidInput,
     QuotaExceeded,
 )
-from conductor.common.objects import Flavor, Instance
 from conductor.common.tenancy import OPERATOR, Caller, CallerContext
 from conductor.db import quotas
 from conductor.db.engine import Database
@@ -42,6 +41,7 @@ from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.rpcapi import ConductorAPI
 from tests.dbutil import add_nodes, migrated
+from tests.endpoint_stubs import RecordingQueue
 
 
 def member(project: str) -> dict[str, Any]:
@@ -67,28 +67,9 @@ OPERATOR_CTXT: dict[str, Any] = {"request_id": "req-op"}
 
 
 @dataclass
-class Queue:
-    submitted: list[list[str]] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    acted: list[str] = field(default_factory=list)
-
-    def submit(self, instance_uuids: list[str]) -> None:
-        self.submitted.append(list(instance_uuids))
-
-    def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
-        self.submit([i.uuid for i in stored])
-
-    def delete(self, instance_uuid: str) -> None:
-        self.deleted.append(instance_uuid)
-
-    def act(self, instance_uuid: str) -> None:
-        self.acted.append(instance_uuid)
-
-
-@dataclass
 class Env:
     db: Database
-    queue: Queue
+    queue: RecordingQueue
     instances: InstancesEndpoint
     quotas: QuotasEndpoint
     defaults: list[quotas.Defaults]
@@ -117,7 +98,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
         inventory.create_flavor(
             OPERATOR_CTXT, flavor={"name": name, "resource_class": resource_class}
         )
-    queue = Queue()
+    queue = RecordingQueue()
     defaults = [quotas.Defaults()]
     yield Env(
         db=db,
