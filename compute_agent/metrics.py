@@ -70,6 +70,14 @@ class AgentMetrics(ServiceMetrics):
         )
         self._rehomed = takeovers.labels(host, "rehomed")
         self._lost = takeovers.labels(host, "lost")
+        self._inventory_rows = Counter(
+            "ringfleet_agent_inventory_rows",
+            "Node rows this agent read from the conductor for its inventory "
+            "(full and incremental reads): what scaling by share keeps near "
+            "this agent's share of the fleet.",
+            ["host"],
+            registry=reg,
+        ).labels(host)
         self._convergence = Histogram(
             "ringfleet_agent_convergence_seconds",
             "Seconds from a membership view change to this agent owning exactly "
@@ -97,6 +105,9 @@ class AgentMetrics(ServiceMetrics):
 
     def lost(self, count: int) -> None:
         self._lost.inc(count)
+
+    def inventory_read(self, rows: int) -> None:
+        self._inventory_rows.inc(rows)
 
     # -- gauges, after each reconcile ------------------------------------------------
 

@@ -305,6 +305,7 @@ class OwnershipManager:
         if deep:
             self._deep_since = self._since
         self._metrics.lost(lost)
+        self._metrics.inventory_read(seen)
         return seen
 
     def _learn(self, item: Mapping[str, Any]) -> int:
