@@ -27,6 +27,19 @@ class OwnershipCalls(Protocol):
         limit: int = 5000,
     ) -> dict[str, Any]: ...
 
+    def list_node_share(
+        self,
+        member: str,
+        *,
+        ring: dict[str, Any] | None = None,
+        previous_ring: dict[str, Any] | None = None,
+        groups: list[str] | None = None,
+        exclude_groups: list[str] | None = None,
+        since: str | None = None,
+        marker: str | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any] | None: ...
+
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome: ...
 
     def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome: ...

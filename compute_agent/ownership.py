@@ -32,7 +32,7 @@ from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
 from hashring.ring import Ring
 
-__all__ = ["OwnershipManager", "ReconcileResult"]
+__all__ = ["OwnershipManager", "ReconcileResult", "ShareKey", "share_rings"]
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +64,40 @@ _ADOPTION_SETTLE = 5.0
 #: hundred nodes unowned for 12-15 s after everything else had converged.)
 _HANDOVER_POLL = 1.0
 _HANDOVER_WAIT = 5.0
+#: Nodes per inventory page.
+_PAGE = 5000
+
+#: Which node groups one ring of a view covers: (the groups, or None for
+#: every group but the excluded ones; the excluded groups).
+ShareKey = tuple[tuple[str, ...] | None, tuple[str, ...]]
+
+
+def share_rings(
+    view: MembershipView, host: str, groups: Sequence[str] = ()
+) -> dict[ShareKey, dict[str, Any]]:
+    """The rings of ``view`` in which ``host`` has a share, by the groups each covers.
+
+    Each node group has its own ring, of the members serving it
+    (:meth:`hashring.membership.MembershipView.weights_for`); groups whose
+    rings are the same are read together.  An agent of ``groups`` reads
+    those; one serving every group reads the groups some member names, and
+    "every other group" (whose ring is that of the members serving all).
+    Each ring as the conductor takes it: ``{"version", "members"}``.
+    """
+    named = sorted(view.named_groups())
+    by_members: dict[tuple[tuple[str, float], ...], list[str]] = {}
+    for group in groups or named:
+        weights = view.weights_for(group)
+        by_members.setdefault(tuple(sorted(weights.items())), []).append(group)
+    rings: dict[ShareKey, dict[str, Any]] = {
+        (tuple(sorted(names)), ()): {"version": view.ring_version, "members": dict(members)}
+        for members, names in by_members.items()
+        if host in dict(members)
+    }
+    others = view.weights_for_unnamed()
+    if not groups and host in others:
+        rings[(None, tuple(named))] = {"version": view.ring_version, "members": others}
+    return rings
 
 
 @dataclass(frozen=True)
@@ -139,6 +173,10 @@ class OwnershipManager:
         # nodes are not asked for before the hold ends (monotonic deadline).
         self._restart_holds: dict[str, float] = {}
         self._since: datetime.datetime | None = None  # the last refresh's as_of
+        # The rings our inventory was read under, by share (None: not yet, or
+        # a conductor that does not read by share).
+        self._read_rings: dict[ShareKey, dict[str, Any]] | None = None
+        self._by_share = True  # until the conductor says it does not read by share
         self._deep_since: datetime.datetime | None = None  # the last deep one's
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -274,39 +312,136 @@ class OwnershipManager:
             or self._since - self._deep_since >= _DEEP_EVERY
         )
 
-    def refresh_inventory(self, deep: bool | None = None) -> int:
-        """Learn the nodes of our groups (all at first, then only changes).
+    def refresh_inventory(
+        self, deep: bool | None = None, view: MembershipView | None = None
+    ) -> int:
+        """Learn the nodes of our share (all at first, then only changes).
+
+        With ``view`` (by default the membership's latest), and a conductor
+        that reads by share (API 1.15), the
+        inventory is this agent's ring share in that view and the nodes it
+        holds: the first read is the share, after a membership change the
+        arcs gained are read whole and the nodes no longer ours forgotten,
+        and every other read is the share's changes.  Without (an older
+        conductor), the nodes of our groups, the whole fleet at first.
 
         ``deep``: re-read back to :data:`_DEEP_OVERLAP` before the previous
         deep refresh (``None``: when :meth:`deep_refresh_due`; ``False``:
         only the short overlap).  The first refresh reads everything.
+        Returns the rows read.
         """
         deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
         since = None
         if self._since is not None and self._deep_since is not None:
             start = self._deep_since - _DEEP_OVERLAP if deep else self._since - _RECENT_OVERLAP
             since = start.isoformat()
-        marker = None
-        seen = lost = 0
-        as_of = None
-        while True:
-            page = self._conductor.list_node_uuids(
-                groups=self._groups or None, since=since, marker=marker, limit=5000
+        view = view if view is not None else self._membership.view
+        read = None if view is None else self._read_share(view, since)
+        how = "by share"
+        if read is None:
+            if view is not None and self._by_share:
+                self._by_share = False
+                LOG.info(
+                    "Agent %s: the conductor does not read inventories by share (older "
+                    "than API 1.15, or [upgrade_levels] conductor pins it below): this "
+                    "agent reads the whole fleet",
+                    self.host,
+                )
+            read, how = self._read_groups(since), "whole fleet"
+        seen, lost, as_of = read
+        if seen:
+            LOG.debug(
+                "Agent %s read %d inventory rows (%s, %s)",
+                self.host,
+                seen,
+                how,
+                "changes" if since else "all",
             )
-            as_of = as_of or page["as_of"]
-            with self._lock:
-                for item in page["nodes"]:
-                    lost += self._learn(item)
-            seen += len(page["nodes"])
-            if len(page["nodes"]) < 5000:
-                break
-            marker = page["nodes"][-1]["uuid"]
         self._since = datetime.datetime.fromisoformat(as_of)
         if deep:
             self._deep_since = self._since
         self._metrics.lost(lost)
         self._metrics.inventory_read(seen)
         return seen
+
+    def _read_groups(self, since: str | None) -> tuple[int, int, str]:
+        """Every node of our groups (changed since ``since``): (rows, lost, as_of)."""
+        marker = None
+        seen = lost = 0
+        as_of = None
+        while True:
+            page = self._conductor.list_node_uuids(
+                groups=self._groups or None, since=since, marker=marker, limit=_PAGE
+            )
+            as_of = as_of or page["as_of"]
+            with self._lock:
+                for item in page["nodes"]:
+                    lost += self._learn(item)
+            seen += len(page["nodes"])
+            if len(page["nodes"]) < _PAGE:
+                return seen, lost, as_of
+            marker = page["nodes"][-1]["uuid"]
+
+    def _read_share(self, view: MembershipView, since: str | None) -> tuple[int, int, str] | None:
+        """Our share of ``view``'s rings and our nodes, by share: (rows, lost, as_of),
+        or ``None`` when the conductor does not read by share."""
+        rings = share_rings(view, self.host, self._groups)
+        previous = self._read_rings
+        reads: list[dict[str, Any]] = []
+        for key, ring in rings.items():
+            groups, excluded = key
+            where = {
+                "ring": ring,
+                "groups": None if groups is None else list(groups),
+                "exclude_groups": list(excluded) or None,
+            }
+            before = None if previous is None else previous.get(key)
+            if since is None or before is None:
+                reads.append({**where, "since": None})  # all of it: new to us
+                continue
+            if before != ring:
+                reads.append({**where, "previous_ring": before, "since": None})  # gained
+            reads.append({**where, "since": since})
+        reads.append({"since": since})  # the nodes we own, wherever they are
+        seen = lost = 0
+        as_of = None
+        for query in reads:
+            marker = None
+            while True:
+                page = self._conductor.list_node_share(
+                    self.host, marker=marker, limit=_PAGE, **query
+                )
+                if page is None:
+                    return None
+                as_of = as_of or page["as_of"]
+                with self._lock:
+                    for item in page["nodes"]:
+                        lost += self._learn(item)
+                seen += len(page["nodes"])
+                marker = page["next"]
+                if marker is None:
+                    break
+        assert as_of is not None
+        if previous is not None and previous != rings:
+            self._forget_outside(view)
+        self._read_rings = rings
+        return seen, lost, as_of
+
+    def _forget_outside(self, view: MembershipView) -> None:
+        """Drop the inventory's nodes that are neither our share of ``view`` nor
+        held: after a membership change they are another agent's to follow."""
+        share = self._ring_share(view)
+        with self._lock:
+            self._drop([n for n in self._inventory if n not in share and n not in self._held])
+
+    def _drop(self, nodes: Collection[str]) -> None:
+        """Forget nodes of the inventory (under the lock)."""
+        for node in nodes:
+            self._inventory.pop(node, None)
+            self._pinned_elsewhere.discard(node)
+            self._refused_by.pop(node, None)
+        if nodes:
+            self._inventory_version += 1
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory entry (under the lock): its group, and its claim.
@@ -425,6 +560,12 @@ class OwnershipManager:
                 len(view.members),
             )
             return None
+        if self._read_rings is not None and self._read_rings != share_rings(
+            view, self.host, self._groups
+        ):
+            # Our inventory is the share of another view: read what this
+            # one gives us first (a pass's caller may not have refreshed).
+            self.refresh_inventory(deep=False, view=view)
         lost = 0
         if self.needs_revalidation():
             lost = self._revalidate()[1]
@@ -530,6 +671,11 @@ class OwnershipManager:
         for start in range(0, len(items), self._batch):
             out = self._conductor.release_nodes(self.host, dict(items[start : start + self._batch]))
             self.forget(out.done)
+            if self._read_rings is not None:
+                # Read by share: a node released is no longer our share, and
+                # its changes are no longer read (nor is it asked for).
+                with self._lock:
+                    self._drop(out.done)
             # Refused: already not ours (taken over while we were away).
             self.forget(u for u, own in out.refused.items() if not own or own.owner != self.host)
             done += len(out.done)

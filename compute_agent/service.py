@@ -416,10 +416,10 @@ class AgentService:
                 # a cold start of 100k nodes that was the whole fleet again,
                 # 11 s under load, before the pass could claim the last
                 # nodes a peer had just released.
-                self.ownership.refresh_inventory(deep=False)
+                self.ownership.refresh_inventory(deep=False, view=view)
                 result = self.ownership.reconcile(view)
                 if self.ownership.deep_refresh_due():
-                    self.ownership.refresh_inventory(deep=True)
+                    self.ownership.refresh_inventory(deep=True, view=view)
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
                 elif result is not None and result.retry_in is not None:

@@ -66,6 +66,12 @@ API version history:
   checked as a build's, stored with the rebuild (what is not given is
   kept).  A rebuild with any of them is sent at 1.14, so that an older
   conductor refuses it rather than redeploy the old image.
+* 1.15 - list_node_uuids by share: ``ring`` and ``member`` (the nodes that
+  member owns in that ring, read by their stored ring position),
+  ``previous_ring`` (less those it owned in that one), ``exclude_groups``,
+  ``owner`` (the nodes an agent owns); replies carry ``next``, the marker
+  of the next page.  An agent whose conductor is older reads the whole
+  fleet as before.
 """
 
 from __future__ import annotations
@@ -84,7 +90,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.14"
+API_VERSION = "1.15"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -147,6 +153,7 @@ class ConductorAPI:
         )
         self._observe = observe
         self._columns = True  # False once a conductor did not serve list_node_uuids(columns)
+        self._by_share = True  # False once a conductor did not serve list_node_uuids(ring)
 
     def can_send_version(self, version: str) -> bool:
         """Whether calls of API ``version`` may be sent (within the pin, if any)."""
@@ -406,6 +413,46 @@ class ConductorAPI:
             else:
                 return {"nodes": inventory_entries(page), "as_of": page["as_of"]}
         return self._call("list_node_uuids", **query)  # type: ignore[no-any-return]
+
+    def list_node_share(
+        self,
+        member: str,
+        *,
+        ring: dict[str, Any] | None = None,
+        previous_ring: dict[str, Any] | None = None,
+        groups: list[str] | None = None,
+        exclude_groups: list[str] | None = None,
+        since: str | None = None,
+        marker: str | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any] | None:
+        """A page of the nodes ``ring`` gives ``member`` (1.15), or of those it
+        owns (no ``ring``): ``{"nodes", "as_of", "next"}``.
+
+        ``None`` when the conductor does not read by share (older, or pinned
+        below 1.15 by ``[upgrade_levels]``): read the whole inventory then.
+        """
+        if not self._by_share or not self.can_send_version("1.15"):
+            return None
+        query: dict[str, Any] = {"since": since, "marker": marker, "limit": limit}
+        if ring is None:
+            query["owner"] = member
+        else:
+            query.update(
+                ring=ring,
+                member=member,
+                previous_ring=previous_ring,
+                groups=groups,
+                exclude_groups=exclude_groups,
+            )
+        try:
+            page = self._call("list_node_uuids", version="1.15", columns=True, **query)
+        except messaging.RemoteError as exc:
+            if exc.exc_type not in rpc.NOT_SERVED:
+                raise
+            self._by_share = False  # an older conductor: the whole fleet from now on
+            return None
+        return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
 
     def owned_nodes(self, host: str) -> list[Ownership]:
         return [Ownership.from_dict(o) for o in self._call("owned_nodes", host=host)]

@@ -119,6 +119,24 @@ class MembershipView:
             if mid != exclude and (group is None or m.serves(group))
         }
 
+    def named_groups(self) -> frozenset[str]:
+        """The node groups some member limits itself to (capability ``groups``).
+
+        Any other group's ring is that of the members serving every group
+        (:meth:`weights_for_unnamed`).
+        """
+        return frozenset(
+            group for m in self.members.values() for group in m.capabilities.get("groups") or ()
+        )
+
+    def weights_for_unnamed(self) -> dict[str, float]:
+        """Member id to weight of the ring of every group no member names."""
+        return {
+            mid: m.weight or 1.0
+            for mid, m in self.members.items()
+            if not m.capabilities.get("groups")
+        }
+
     def ring(self, group: str | None = None, exclude: str | None = None) -> Ring:
         """The ring of this view's members; of those serving ``group`` if given.
 

@@ -55,10 +55,15 @@ from hashring.exceptions import (
 
 __all__ = [
     "MAX_WEIGHT",
+    "POSITION_MAX",
+    "POSITION_MIN",
     "VNODES_PER_WEIGHT",
+    "Arcs",
     "Move",
     "Ring",
     "moves",
+    "node_position",
+    "subtract_arcs",
 ]
 
 #: Points on the circle for a member of weight 1.0.
@@ -80,6 +85,48 @@ def _node_hash(node_id: str) -> int:
     if not isinstance(node_id, str):
         raise TypeError(f"node id must be a string, got {type(node_id).__name__}")
     return _hash64(node_id.encode("utf-8"))
+
+
+#: A node's ring position is its hash moved into the signed 64-bit range
+#: (``hash - 2**63``): databases store signed BIGINTs, and the shift keeps
+#: the order, so an arc of the circle is one ``BETWEEN`` of positions.
+_POSITION_SHIFT = 1 << 63
+POSITION_MIN = -_POSITION_SHIFT
+POSITION_MAX = _POSITION_SHIFT - 1
+
+#: Arcs of the circle as sorted, disjoint, inclusive ``(first, last)``
+#: position pairs (never wrapping: the arc across the top is split in two).
+Arcs = list[tuple[int, int]]
+
+
+def node_position(node_id: str) -> int:
+    """Where ``node_id`` sits on the circle, as a signed 64-bit integer.
+
+    A function of the node id alone (the ring version seeds the members'
+    points, never the nodes' hashes), so a stored position stays true for
+    every membership and ring version: :meth:`Ring.arcs` of a member selects
+    its nodes by position.
+    """
+    return _node_hash(node_id) - _POSITION_SHIFT
+
+
+def subtract_arcs(arcs: Arcs, other: Arcs) -> Arcs:
+    """The parts of ``arcs`` not in ``other`` (both sorted, disjoint, inclusive)."""
+    result: Arcs = []
+    j = 0
+    for first, last in arcs:
+        start = first
+        while j < len(other) and other[j][1] < start:
+            j += 1
+        k = j
+        while k < len(other) and other[k][0] <= last and start <= last:
+            if other[k][0] > start:
+                result.append((start, other[k][0] - 1))
+            start = max(start, other[k][1] + 1)
+            k += 1
+        if start <= last:
+            result.append((start, last))
+    return result
 
 
 def _member_points(member_id: str, count: int, version: int) -> npt.NDArray[np.uint64]:
@@ -250,6 +297,50 @@ class Ring:
             raise
         except IndexError:
             raise EmptyRingError(node_id) from None
+
+    def arcs(self, member_id: str) -> Arcs:
+        """The positions (:func:`node_position`) of the nodes ``member_id`` owns.
+
+        A node belongs to the first point at or after its hash, so a point
+        owns the hashes after the previous point up to itself; consecutive
+        points of the member make one arc.  A member not in the ring owns
+        nothing.  (Used to read a member's share of a fleet by an index on
+        the stored positions, instead of hashing every node.)
+        """
+        if member_id not in self._weights:
+            return []
+        index = list(self._weights).index(member_id)
+        mine = (self._owner_index == index).tolist()
+        points = self._points.tolist()
+        count = len(points)
+        if all(mine):
+            return [(POSITION_MIN, POSITION_MAX)]
+        top = (1 << 64) - 1
+        unsigned: Arcs = []
+        i = 0
+        # Start after a point that is not ours: every run of ours is then
+        # seen whole, the one across the top of the circle included.
+        first = mine.index(False)
+        while i < count:
+            at = (first + 1 + i) % count
+            if not mine[at]:
+                i += 1
+                continue
+            start = at
+            while i + 1 < count and mine[(first + 2 + i) % count]:
+                i += 1
+            end = (first + 1 + i) % count
+            i += 1
+            low, high = points[start - 1] + 1, points[end]  # start - 1 wraps to the last
+            if start == 0 or end < start:
+                # Across the top: from after the last point, and from 0.
+                if low <= top:
+                    unsigned.append((low, top))
+                unsigned.append((0, high))
+            elif low <= high:  # (equal points: the later one owns nothing)
+                unsigned.append((low, high))
+        unsigned.sort()
+        return [(a - _POSITION_SHIFT, b - _POSITION_SHIFT) for a, b in unsigned]
 
     def assign(self, node_ids: Sequence[str]) -> list[str]:
         """Owners of many nodes at once; the same answers as :meth:`owner`."""

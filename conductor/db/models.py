@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
@@ -41,6 +42,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from conductor.common.clock import utcnow
+from hashring.ring import node_position
 
 __all__ = [
     "MYSQL_DIALECTS",
@@ -95,6 +97,10 @@ _Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), *MYSQL_DIALECTS)
 _Double = Float().with_variant(mysql.DOUBLE(asdecimal=False), *MYSQL_DIALECTS)
 
 
+def _position_of_inserted(context: Any) -> int:
+    return node_position(context.get_current_parameters()["uuid"])
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -108,6 +114,7 @@ class NodeModel(Base):
         Index("nodes_owner_idx", "owner"),
         Index("nodes_sched_idx", "provision_state", "resource_class", "node_group"),
         Index("nodes_updated_at_idx", "updated_at"),
+        Index("nodes_ring_position_idx", "ring_position"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -139,6 +146,12 @@ class NodeModel(Base):
     backend_state: Mapped[str | None] = mapped_column(ExactString(32), nullable=True)
     backend_instance_uuid: Mapped[str | None] = mapped_column(ExactString(36), nullable=True)
     backend_seen_at: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
+    # Where the node sits on the hash ring (hashring.ring.node_position of
+    # its uuid): an agent reads its share as arcs of positions, by index.
+    # Computed from the uuid on every insert, whoever inserts.
+    ring_position: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, default=_position_of_inserted
+    )
 
 
 class FlavorModel(Base):

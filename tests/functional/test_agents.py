@@ -7,6 +7,7 @@ show two agents acting on one node with overlapping ownership.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -79,11 +80,21 @@ def _build(fleet: Fleet, count: int) -> list[str]:
 
 
 def test_agents_partition_join_and_crash(fleet: Fleet) -> None:
-    for name in ("agent-1", "agent-2", "agent-3"):
-        fleet.agent(name)
+    """Through a join and a kill -9, with agent-2 as in a rolling upgrade: pinned
+    below API 1.15, it reads the whole fleet; the others read their share."""
+    fleet.agent("agent-1")
+    fleet.agent("agent-2", extra="[upgrade_levels]\nconductor = 1.14\n")
+    fleet.agent("agent-3")
     three = {"agent-1", "agent-2", "agent-3"}
     owned = wait_for(lambda: _partitioned(fleet, three), 30, "3 agents partition the nodes")
     assert sum(len(v) for v in owned.values()) == NODES  # disjoint, covering
+    assert "this agent reads the whole fleet" in fleet.procs["agent-2"].log()
+    assert f"read {NODES} inventory rows (whole fleet, all)" in fleet.procs["agent-2"].log()
+    # agent-3 joined two peers: its first read is about a third of the fleet.
+    last = fleet.procs["agent-3"].log()
+    shared = re.findall(r"read (\d+) inventory rows \(by share, all\)", last)
+    assert shared and int(shared[0]) < NODES
+    assert "reads the whole fleet" not in last
     instances = _build(fleet, 6)
     pins = {n: o for n, (o, _e, i) in fleet.owners().items() if i is not None}
     assert len(pins) == 6

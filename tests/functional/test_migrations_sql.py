@@ -6,11 +6,12 @@ import datetime
 import uuid as uuidlib
 
 import pytest
-from sqlalchemy import bindparam, insert, select, text, update
+from sqlalchemy import Column, MetaData, Table, bindparam, insert, select, text, update
 
 from conductor.db import migration, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import Base, NodeModel, utcnow
+from hashring.ring import node_position
 from tests.dbutil import add_nodes
 
 # The last revision before MySQL/MariaDB got exact comparisons.
@@ -53,6 +54,12 @@ def test_identities_and_instants_are_exact_after_migrating(sql_url: str, start: 
                 ).where(NodeModel.uuid == node)
             ).one()
         assert tuple(observed) == (None, None, None)
+        # Its ring position (0009): computed for the row that was there.
+        with db.read() as connection:
+            position = connection.execute(
+                select(NodeModel.ring_position).where(NodeModel.uuid == node)
+            ).scalar_one()
+        assert position == node_position(node)
 
         if db.dialect == "mysql":
             _assert_mysql_columns_exact(db)
@@ -60,14 +67,20 @@ def test_identities_and_instants_are_exact_after_migrating(sql_url: str, start: 
         db.dispose()
 
 
+_COLUMNS_SINCE_0004 = {"backend_state", "backend_instance_uuid", "backend_seen_at", "ring_position"}
+
+
 def _old_node(db: Database, owner: str) -> str:
     """A node row as a conductor of the old revision writes it: the columns it
     had only (the model has more since)."""
     uuid = str(uuidlib.uuid4())
     now = utcnow()
+    # The columns of revision 0004, not the model's (it has more, with defaults).
+    old_columns = [c for c in NodeModel.__table__.columns if c.name not in _COLUMNS_SINCE_0004]
+    old_table = Table("nodes", MetaData(), *(Column(c.name, c.type) for c in old_columns))
     with db.writing() as connection:
         connection.execute(
-            insert(NodeModel.__table__).values(
+            insert(old_table).values(
                 uuid=uuid,
                 name=f"node-{uuid[:8]}",
                 resource_class="baremetal",

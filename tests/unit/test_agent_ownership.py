@@ -23,7 +23,12 @@ from sqlalchemy import update
 from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner
-from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
+from conductor.common.objects import (
+    ClaimOutcome,
+    Ownership,
+    ReleaseOutcome,
+    inventory_entries,
+)
 from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
@@ -58,6 +63,9 @@ class ConductorAdapter:
 
     endpoint: AgentsEndpoint
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    #: Whether "the conductor" reads by share (API 1.15): the agent's
+    #: refresh reads its share, else the whole fleet.
+    by_share: bool = True
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
         self.calls.append(("claim", list(node_uuids)))
@@ -90,6 +98,18 @@ class ConductorAdapter:
         return self.endpoint.list_node_uuids(
             CTXT, groups=groups, since=since, marker=marker, limit=limit
         )
+
+    def list_node_share(self, member: str, **query: Any) -> dict[str, Any] | None:
+        """As ConductorAPI.list_node_share: None when "the conductor" is older."""
+        self.calls.append(("share", {"member": member, **query}))
+        if not self.by_share:
+            return None
+        if query.get("ring") is None:
+            query["owner"] = member
+        else:
+            query["member"] = member
+        page = self.endpoint.list_node_uuids(CTXT, columns=True, **query)
+        return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
 
     def of(self, kind: str) -> list[Any]:
         return [args for name, args in self.calls if name == kind]
@@ -164,17 +184,22 @@ class Fleet:
                 manager.reconcile(self.view)
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Fleet]:
+@pytest.fixture(params=["by-share", "whole-fleet"])
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     fleet = FleetView(db)
     fleet.attach(StubMembership())  # type: ignore[arg-type]
     grace = [3600.0]
     endpoint = AgentsEndpoint(db, fleet, lambda: grace[0], restart_grace=lambda: 60.0)
     try:
-        yield Fleet(db=db, fleet=fleet, conductor=ConductorAdapter(endpoint), grace=grace)
+        conductor = ConductorAdapter(endpoint, by_share=request.param == "by-share")
+        yield Fleet(db=db, fleet=fleet, conductor=conductor, grace=grace)
     finally:
         db.dispose()
+
+
+#: A test of the whole-fleet reads (a conductor before API 1.15): it counts rows.
+WHOLE_FLEET = pytest.mark.parametrize("env", ["whole-fleet"], indirect=True)
 
 
 def grouped_nodes(db: Database, group: str, count: int) -> list[str]:
@@ -227,6 +252,7 @@ def test_serves_a_group_when_listed_or_when_serving_all() -> None:
     assert Member("a", 1, 1.0, {}).serves("")
 
 
+@WHOLE_FLEET
 def test_desired_is_the_ring_share_of_each_served_group_plus_pins(env: Fleet) -> None:
     rack1 = grouped_nodes(env.db, "rack1", 30)
     rack2 = grouped_nodes(env.db, "rack2", 30)
@@ -258,6 +284,7 @@ def test_desired_is_the_ring_share_of_each_served_group_plus_pins(env: Fleet) ->
     assert a1.desired(view) == want1
 
 
+@WHOLE_FLEET
 def test_the_ring_share_follows_every_change_of_rings_or_inventory_and_only_those(
     env: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -493,7 +520,7 @@ def test_a_refusal_is_remembered_only_for_a_while(
     """The release that would clear a refusal can be missed by the inventory's
     time window (its transaction committed late): the node is asked for again
     once the refusal is old, or it would stay unowned for good (issue 13)."""
-    monkeypatch.setattr(agent_ownership, "_REFUSAL_MEMORY", 0.2)
+    monkeypatch.setattr(agent_ownership, "_REFUSAL_MEMORY", 1.0)
     _nodes, a1, a2, view = _a2_joins_a1(env)
     first = a2.reconcile(view)  # a1 has not released its share yet: refused
     mine = a2.desired(view)
@@ -501,7 +528,7 @@ def test_a_refusal_is_remembered_only_for_a_while(
     a1.reconcile(view)  # a1 releases them; a2's inventory never hears of it
     again = a2.reconcile(view)
     assert again is not None and again.claimed == 0  # remembered: not asked
-    time.sleep(0.25)
+    time.sleep(1.05)
     late = a2.reconcile(view)
     assert late is not None and late.claimed == len(mine)
     assert set(a2.held()) == mine
@@ -764,6 +791,7 @@ def test_revalidate_replaces_held_epochs_after_a_takeover(env: Fleet) -> None:
 # -- inventory -------------------------------------------------------------------------
 
 
+@WHOLE_FLEET
 def test_inventory_is_read_whole_then_only_changes(env: Fleet) -> None:
     first = grouped_nodes(env.db, "rack1", 5)
     grouped_nodes(env.db, "rack2", 5)
@@ -784,6 +812,7 @@ def test_inventory_is_read_whole_then_only_changes(env: Fleet) -> None:
     assert a1.desired(env.view) == set(first + later)
 
 
+@WHOLE_FLEET
 def test_inventory_pages_through_a_large_fleet(env: Fleet) -> None:
     uuids = add_nodes(env.db, 5003)
     env.live({"a1": []})
@@ -792,6 +821,103 @@ def test_inventory_pages_through_a_large_fleet(env: Fleet) -> None:
     lists = env.conductor.of("list")
     assert len(lists) == 2 and lists[0]["marker"] is None
     assert lists[1]["marker"] == sorted(uuids)[4999]
+    assert a1.desired(env.view) == set(uuids)
+
+
+#: A test of the reads by share (API 1.15).
+BY_SHARE = pytest.mark.parametrize("env", ["by-share"], indirect=True)
+
+
+def _share_reads(env: Fleet) -> list[dict[str, Any]]:
+    return [call for call in env.conductor.of("share") if call.get("ring") is not None]
+
+
+@BY_SHARE
+def test_an_agent_reads_only_its_ring_share_of_each_group_and_its_own_nodes(env: Fleet) -> None:
+    rack1 = grouped_nodes(env.db, "rack1", 60)
+    rack2 = grouped_nodes(env.db, "rack2", 60)
+    lonely = grouped_nodes(env.db, "rack3", 20)  # only the all-groups agents serve it
+    view = env.live({"a1": ["rack1"], "a2": [], "a3": ["rack2"], "a4": []})
+    a1, a2 = env.agent("a1", ["rack1"]), env.agent("a2")
+    want1 = ring_share(["a1", "a2", "a4"], rack1, "a1")
+    want2 = (
+        ring_share(["a1", "a2", "a4"], rack1, "a2")
+        | ring_share(["a2", "a3", "a4"], rack2, "a2")
+        | ring_share(["a2", "a4"], lonely, "a2")
+    )
+    assert a1.refresh_inventory() == len(want1)
+    assert a2.refresh_inventory() == len(want2)
+    assert a1.desired(view) == want1 and a2.desired(view) == want2
+    # a2 serves every group: one ring per group some agent names, and one
+    # for every other group (rack3, and any group enrolled later).
+    rings = {
+        (None if c["groups"] is None else tuple(c["groups"]), tuple(c["exclude_groups"] or ()))
+        for c in _share_reads(env)
+        if c["member"] == "a2"
+    }
+    assert rings == {(("rack1",), ()), (("rack2",), ()), (None, ("rack1", "rack2"))}
+    # A node it holds outside its share (an instance pins it) is followed too.
+    outside = next(n for n in rack2 if n not in want2)
+    ownership.claim_nodes(env.db, "a2", [outside], live_members=set(view.members), rehome_grace=0.0)
+    env.conductor.calls.clear()
+    assert a2.refresh_inventory() == 1
+    assert a2.held() == {outside: env.owners()[outside][1]}  # adopted
+
+
+@BY_SHARE
+def test_after_a_membership_change_an_agent_reads_only_the_arcs_it_gained(env: Fleet) -> None:
+    nodes = add_nodes(env.db, 300)
+    env.live({"a1": [], "a2": [], "a3": []})
+    a1, _a2, a3 = env.agent("a1"), env.agent("a2"), env.agent("a3")
+    env.settle()
+    age_nodes(env.db, nodes)  # nothing changed lately: a change read is empty
+    share3 = ring_share(["a1", "a2", "a3"], nodes, "a3")
+    assert set(a3.held()) == share3
+    # a3 leaves (its nodes stay with it until a claim takes them).
+    view = env.live({"a1": [], "a2": []})
+    del env.agents["a3"]
+    env.conductor.calls.clear()
+    read = a1.refresh_inventory()
+    gained = ring_share(["a1", "a2"], nodes, "a1") - ring_share(["a1", "a2", "a3"], nodes, "a1")
+    assert read == len(gained) > 0  # the arcs gained, nothing else
+    [gained_read] = [c for c in _share_reads(env) if c.get("previous_ring") is not None]
+    assert gained_read["previous_ring"]["members"] == {"a1": 1.0, "a2": 1.0, "a3": 1.0}
+    env.settle()
+    assert env.owners().keys() == set(nodes)
+    assert {owner for owner, _epoch in env.owners().values()} == {"a1", "a2"}
+    assert a1.desired(view) == ring_share(["a1", "a2"], nodes, "a1")
+    # a3 comes back: a1 forgets what is a3's again, and releases it.
+    env.live({"a1": [], "a2": [], "a3": []})
+    a3 = env.agent("a3")
+    env.settle()
+    assert set(a3.held()) == share3
+    assert a1.refresh_inventory() == 0
+    assert a1.desired(env.view) == set(a1.held()) == ring_share(["a1", "a2", "a3"], nodes, "a1")
+    assert a1._inventory.keys() == set(a1.held())
+
+
+@BY_SHARE
+def test_changes_are_read_by_share_too(env: Fleet) -> None:
+    first = add_nodes(env.db, 50)
+    age_nodes(env.db, first)
+    env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    later = add_nodes(env.db, 50)
+    env.conductor.calls.clear()
+    assert a1.refresh_inventory() == len(ring_share(["a1", "a2"], later, "a1"))
+    assert all(c["since"] is not None for c in env.conductor.of("share"))
+    assert a1.desired(env.view) == ring_share(["a1", "a2"], first + later, "a1")
+
+
+@BY_SHARE
+def test_a_share_is_read_in_pages(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 5003)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    assert a1.refresh_inventory() == 5003
+    reads = _share_reads(env)
+    assert [c["marker"] is None for c in reads] == [True, False]
     assert a1.desired(env.view) == set(uuids)
 
 

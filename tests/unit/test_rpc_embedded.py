@@ -45,6 +45,7 @@ from conductor.fleet_view import FleetView
 from conductor.rpcapi import API_VERSION, ConductorAPI
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
+from hashring.ring import Ring
 from tests.dbutil import migrated
 
 
@@ -451,6 +452,49 @@ def test_inventory_pages_travel_as_columns_and_read_as_objects(served: Served) -
     with pytest.raises(InvalidInput) as err:
         api.client.prepare(version="1.8").call({}, "list_node_uuids", columns="yes")
     assert err.value.fields == ["columns"]
+
+
+def test_inventory_by_share_reads_what_the_ring_gives_a_member(served: Served) -> None:
+    api = served.api
+    api.import_nodes([_spec(f"share-{i}", group="share") for i in range(40)])
+    uuids = [n["uuid"] for n in api.list_node_uuids(groups=["share"])["nodes"]]
+    ring = {"version": 1, "members": {"agent-1": 1.0, "agent-2": 2.0}}
+    owners = Ring(ring["members"], version=1).assign(uuids)
+    for member in ("agent-1", "agent-2"):
+        read: list[str] = []
+        marker = None
+        while True:
+            page = api.list_node_share(member, ring=ring, groups=["share"], marker=marker, limit=7)
+            assert page is not None
+            read += [n["uuid"] for n in page["nodes"]]
+            marker = page["next"]
+            if marker is None:
+                break
+        assert sorted(read) == sorted(u for u, o in zip(uuids, owners, strict=True) if o == member)
+    # What a member gained when the ring changed, and what it owns.
+    alone = {"version": 1, "members": {"agent-1": 1.0}}
+    gained = api.list_node_share("agent-1", ring=alone, previous_ring=ring, groups=["share"])
+    assert gained is not None
+    assert {n["uuid"] for n in gained["nodes"]} == {
+        u for u, o in zip(uuids, owners, strict=True) if o == "agent-2"
+    }
+    owned = api.list_node_share("agent-1")
+    assert owned is not None and owned["next"] is None
+    assert {n["uuid"] for n in owned["nodes"]} == {o.node_uuid for o in api.owned_nodes("agent-1")}
+    # Bad arguments name their fields; nothing is read.
+    call = api.client.prepare(version="1.15").call
+    with pytest.raises(InvalidInput) as err:
+        call({}, "list_node_uuids", ring={"version": 0, "members": {"a": 1}}, member="a")
+    assert err.value.fields == ["ring"]
+    with pytest.raises(InvalidInput) as err:
+        call({}, "list_node_uuids", ring=ring, member=" a", marker="12/not-a-uuid")
+    assert sorted(err.value.fields) == ["marker", "member"]
+    with pytest.raises(InvalidInput) as err:
+        call({}, "list_node_uuids", ring={"members": {"a": -1.0}, "version": 1}, member="a")
+    assert err.value.fields == ["ring"]
+    # Pinned below 1.15 (a rolling upgrade): the agent reads the whole fleet.
+    capped = ConductorAPI(api.client.transport, timeout=10, version_cap="1.14")
+    assert capped.list_node_share("agent-1", ring=ring) is None
 
 
 def test_a_call_newer_than_the_upgrade_pin_is_refused_naming_the_call_and_the_pin(

@@ -1,0 +1,50 @@
+"""Nodes keep their position on the hash ring, indexed: agents read their share
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-11-26 17:00:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+import xxhash
+from alembic import op
+
+revision = "0009"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+# hashring.ring.node_position as of ring version 1, repeated here: a
+# migration must not change with the code.  (The position is the node
+# uuid's xxh3_64 hash moved into the signed range.)
+_SHIFT = 1 << 63
+_BATCH = 5000
+
+
+def _position(node_uuid: str) -> int:
+    return xxhash.xxh3_64_intdigest(node_uuid.encode("utf-8")) - _SHIFT
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("ring_position", sa.BigInteger(), nullable=True))
+    bind = op.get_bind()
+    nodes = sa.table("nodes", sa.column("id", sa.Integer), sa.column("uuid", sa.String))
+    update = sa.text("UPDATE nodes SET ring_position = :position WHERE id = :node_id")
+    last = 0
+    while True:
+        rows = bind.execute(
+            sa.select(nodes.c.id, nodes.c.uuid)
+            .where(nodes.c.id > last)
+            .order_by(nodes.c.id)
+            .limit(_BATCH)
+        ).all()
+        if not rows:
+            break
+        bind.execute(update, [{"position": _position(u), "node_id": i} for i, u in rows])
+        last = rows[-1][0]
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        batch_op.alter_column("ring_position", existing_type=sa.BigInteger(), nullable=False)
+        batch_op.create_index("nodes_ring_position_idx", ["ring_position"])
