@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -19,7 +21,16 @@ from hashring.exceptions import (
     InvalidMemberError,
     InvalidRingVersionError,
 )
-from hashring.ring import MAX_WEIGHT, Move, Ring, moves
+from hashring.ring import (
+    MAX_WEIGHT,
+    POSITION_MAX,
+    POSITION_MIN,
+    Move,
+    Ring,
+    moves,
+    node_position,
+    subtract_arcs,
+)
 
 
 def node_ids(count: int, seed: int) -> list[str]:
@@ -52,6 +63,53 @@ def test_assign_matches_owner(members: set[str], seed: int, version: int) -> Non
     owners = ring.assign(ids)
     assert owners == [ring.owner(n) for n in ids]
     assert set(owners) <= members
+
+
+def _in(arcs: list[tuple[int, int]], position: int) -> bool:
+    at = bisect.bisect_right(arcs, (position, POSITION_MAX)) - 1
+    return at >= 0 and arcs[at][0] <= position <= arcs[at][1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    weights=st.dictionaries(member_ids, st.sampled_from([0.25, 1.0, 3.0]), min_size=1, max_size=12),
+    seed=st.integers(0, 2**32),
+    version=st.integers(1, 2**31),
+)
+def test_arcs_are_exactly_the_positions_each_member_owns(
+    weights: dict[str, float], seed: int, version: int
+) -> None:
+    ring = Ring(weights, version=version)
+    arcs = {member: ring.arcs(member) for member in weights}
+    for member_arcs in arcs.values():  # sorted, disjoint, inclusive, in range
+        assert all(POSITION_MIN <= a <= b <= POSITION_MAX for a, b in member_arcs)
+        assert all(b < c for (_a, b), (c, _d) in itertools.pairwise(member_arcs))
+    # Together they cover the circle once.
+    assert sum(b - a + 1 for member_arcs in arcs.values() for a, b in member_arcs) == 2**64
+    ids = node_ids(300, seed)
+    for node, owner in zip(ids, ring.assign(ids), strict=True):
+        assert [m for m in weights if _in(arcs[m], node_position(node))] == [owner]
+    assert ring.arcs("not-a-member") == []
+
+
+def test_the_arcs_of_a_lone_member_are_the_whole_circle() -> None:
+    assert Ring(["a"]).arcs("a") == [(POSITION_MIN, POSITION_MAX)]
+
+
+def test_subtracting_arcs() -> None:
+    assert subtract_arcs([(0, 10), (20, 30), (40, 50)], [(5, 22), (45, 45), (60, 70)]) == [
+        (0, 4),
+        (23, 30),
+        (40, 44),
+        (46, 50),
+    ]
+    assert subtract_arcs([(0, 10)], []) == [(0, 10)]
+    assert subtract_arcs([(0, 10)], [(0, 10)]) == []
+    # A join: what a member gains is what the newcomer does not take... nothing;
+    # what the newcomer gains is all it owns.
+    before, after = Ring(["a", "b"]), Ring(["a", "b", "c"])
+    assert subtract_arcs(after.arcs("a"), before.arcs("a")) == []
+    assert subtract_arcs(after.arcs("c"), before.arcs("c")) == after.arcs("c")
 
 
 @settings(max_examples=30, deadline=None)
