@@ -80,6 +80,7 @@ from conductor.common.exception import ServiceUnavailable
 from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
+from hashring.ring import Ring
 from tests.dbutil import migrated
 from tests.functional.conductor_harness import client
 from tests.functional.fleet_harness import (
@@ -981,6 +982,59 @@ def test_a_power_action_racing_a_takeover_is_fenced_and_finished_by_the_new_owne
         )
     except BaseException:
         print(log_tails(fleet, mentioning=list(expected)[:5]))
+        raise
+    finally:
+        fleet.close()
+
+
+# -- a membership change during a cold start ----------------------------------------------
+
+COLD_NODES = 1500
+
+
+def test_a_membership_change_during_a_cold_start(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    """Three agents start together on a fleet nobody owns yet (each reads its
+    share by ring position); while they claim, a fourth joins and one is
+    killed.  The ring of the agents left converges within TTL + grace + 10 s:
+    every node owned once, by its ring owner, and builds land."""
+    migrated(pg_url).dispose()
+    fleet = Fleet(
+        tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url, step_duration=0.05
+    )
+    try:
+        start_processes(fleet, ["cond-1"])
+        fleet.api.import_nodes(
+            [{"name": f"cold-{i:04d}", "resource_class": "baremetal"} for i in range(COLD_NODES)]
+        )
+        fleet.api.create_flavor({"name": "small", "resource_class": "baremetal"})
+        for host in AGENTS:
+            fleet.agent(host, wait=False)
+        # Mid-way: some nodes claimed, not all.
+        wait_for(lambda: 0 < len(fleet.owned_by().get(None, ())) < COLD_NODES, 60, "claims begin")
+        fleet.agent("agent-4", wait=False)
+        fleet.procs["agent-2"].kill()
+        changed = time.monotonic()
+        left = {"agent-1", "agent-3", "agent-4"}
+        ring = Ring(sorted(left))
+
+        def converged() -> bool:
+            owners = fleet.owners()
+            return all(ring.owner(node) == owner for node, (owner, _e, _i) in owners.items())
+
+        wait_for(converged, TTL + REHOME_GRACE + 10, "the ring of the agents left")
+        took = time.monotonic() - changed
+        assert fleet.fencing_violations() == []
+        reply = fleet.api.build_instances({"flavor": "small", "count": 3})
+        wait_for(
+            lambda: all(fleet.api.show_instance(i["uuid"])["vm_state"] == "active" for i in reply),
+            30,
+            "builds after the cold start ACTIVE",
+        )
+        print(f"\ncold start with a join and a kill -9: converged {took:.1f} s after the change")
+    except BaseException:
+        print(log_tails(fleet))
         raise
     finally:
         fleet.close()
