@@ -79,7 +79,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,7 @@ from hashring.membership import Membership, MembershipView
 from tests.dbutil import fresh_database
 from tests.functional.fleet_harness import TTL, Fleet
 from tests.harness import ServiceProcess
+from tests.harness.process import REPO, SERVING
 
 __all__ = [
     "ConvergenceWatch",
@@ -213,6 +214,44 @@ def count_claims(text: str) -> dict[str, int]:
     return counts
 
 
+#: ``<host> serving metrics on URL``: every service logs its metrics endpoint
+#: (port 0: a free one), an agent of a group too, with its own host.
+METRICS_AT = re.compile(r"(\S+) serving metrics on (http://127\.0\.0\.1:\d+/metrics)")
+INVENTORY_ROWS = re.compile(r'^ringfleet_agent_inventory_rows_total\{host="([^"]+)"\} (\S+)$', re.M)
+
+
+def metrics_urls(log: str) -> dict[str, str]:
+    """Host -> metrics URL, from a process log (the last one logged per host)."""
+    return {host: url for host, url in METRICS_AT.findall(log)}
+
+
+def inventory_rows(text: str) -> dict[str, int]:
+    """Host -> ``ringfleet_agent_inventory_rows_total`` in a Prometheus text page."""
+    return {host: int(float(value)) for host, value in INVENTORY_ROWS.findall(text)}
+
+
+def scrape(url: str) -> str:
+    """A metrics page (the endpoints are the fleet's own, on 127.0.0.1)."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text: str = answer.read().decode()
+    return text
+
+
+def _since(now: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    """Per host, the counter's growth since ``before`` (a new host: all of it)."""
+    return {host: count - before.get(host, 0) for host, count in now.items()}
+
+
+def _rows_read(rows: Mapping[str, int], hosts: Iterable[str]) -> dict[str, Any]:
+    """Rows read by ``hosts`` (one that served no counter: 0): per host, sum, largest."""
+    mine = {host: rows.get(host, 0) for host in sorted(hosts)}
+    return {
+        "rows_read": mine,
+        "rows_read_total": sum(mine.values()),
+        "rows_read_max": max(mine.values(), default=0),
+    }
+
+
 # -- processes -------------------------------------------------------------------------
 
 
@@ -248,18 +287,89 @@ def spawn(fleet: Fleet, module: str, name: str, code: Path | None) -> ServicePro
     return proc
 
 
+#: The launcher of several agents in one process, run by path (see its docstring).
+MULTI_AGENT = Path(__file__).resolve().with_name("multi_agent.py")
+
+
+class AgentGroup(_CodeProcess):
+    """Several agents in one process (:mod:`benchmarks.multi_agent`): one log,
+    each agent's lines named by its host."""
+
+    def __init__(
+        self, name: str, hosts: Sequence[str], config: Path, log_file: Path, code: Path | None
+    ) -> None:
+        super().__init__("compute_agent.multi_agent", name, config, log_file, code)
+        self.hosts = list(hosts)
+
+    def start(self) -> ServiceProcess:
+        root = self.code or REPO
+        argv = [sys.executable, str(MULTI_AGENT), "--config-file", str(self.config)]
+        for host in self.hosts:
+            argv += ["--host", host]
+        with self.stderr_file.open("ab") as stderr:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=root,
+                env={**os.environ, "PYTHONPATH": str(root)},
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        return self
+
+    def wait_serving(self, timeout: float = 60) -> None:
+        """Until every agent of the group logged ``Agent <host> serving topic``."""
+        for host in self.hosts:
+            self.wait_log(f"Agent {host} {SERVING}", timeout)
+
+
+def hosts_of(proc: ServiceProcess) -> list[str]:
+    """The agents a process runs: a group's hosts, or the process's own name."""
+    return list(proc.hosts) if isinstance(proc, AgentGroup) else [proc.name]
+
+
+def spawn_agents(
+    fleet: Fleet, names: Sequence[str], per_process: int, code: Path | None
+) -> list[ServiceProcess]:
+    """The agents ``names``, ``per_process`` to a process (1: each its own
+    ``compute_agent.cmd.agent``, as before); not waited for."""
+    if per_process <= 1:
+        return [spawn(fleet, "compute_agent.cmd.agent", name, code) for name in names]
+    procs: list[ServiceProcess] = []
+    for start in range(0, len(names), per_process):
+        hosts = names[start : start + per_process]
+        if len(hosts) == 1:
+            procs.append(spawn(fleet, "compute_agent.cmd.agent", hosts[0], code))
+            continue
+        name = f"{hosts[0]}..{hosts[-1]}"
+        config = fleet.workdir / f"{name}.conf"
+        log_file = fleet.workdir / f"{name}.log"
+        # The [DEFAULT] host is each agent's own (set by the launcher); the
+        # file's is only what oslo.config checks at parse time.
+        config.write_text(f"[DEFAULT]\nhost = {hosts[0]}\nlog_file = {log_file}\n{fleet.common}")
+        proc = AgentGroup(name, hosts, config, log_file, code)
+        proc.start()
+        fleet.procs[name] = proc
+        procs.append(proc)
+    return procs
+
+
 class Sampler:
     """The RSS per role (largest now and largest seen) and each conductor's
-    CPU time, from /proc (psutil)."""
+    CPU time, from /proc (psutil).
+
+    An agent's RSS is its process's, or for K agents in one process
+    (:class:`AgentGroup`) its share, the process's RSS / K; the largest
+    such process is kept apart (``agent_process``).
+    """
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
-        self.max_rss = {"conductor": 0, "agent": 0}
-        self.rss_now = {"conductor": 0, "agent": 0}  # at the last sample
+        self.max_rss = {"conductor": 0, "agent": 0, "agent_process": 0}
+        self.rss_now = {"conductor": 0, "agent": 0, "agent_process": 0}  # at the last sample
         self._cpu: dict[str, float] = {}  # conductor name -> CPU seconds last seen
 
     def sample(self) -> None:
-        now = {"conductor": 0, "agent": 0}
+        now = {"conductor": 0, "agent": 0, "agent_process": 0}
         for name, proc in list(self.fleet.procs.items()):
             if proc.proc is None or proc.proc.poll() is not None:
                 continue
@@ -267,11 +377,13 @@ class Sampler:
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(proc.proc.pid)
                 rss = process.memory_info().rss
-                role = "conductor" if conductor else "agent"
-                now[role] = max(now[role], rss)
                 if conductor:
+                    now["conductor"] = max(now["conductor"], rss)
                     times = process.cpu_times()
                     self._cpu[name] = times.user + times.system
+                else:
+                    now["agent"] = max(now["agent"], rss // len(hosts_of(proc)))
+                    now["agent_process"] = max(now["agent_process"], rss)
         self.rss_now = now
         for role, rss in now.items():
             self.max_rss[role] = max(self.max_rss[role], rss)
@@ -340,11 +452,10 @@ class Traffic:
         """RPC calls the running conductors served, scraped from their metrics."""
         total = 0
         for proc in self.conductors():
-            found = re.search(r"serving metrics on (http://127\.0\.0\.1:\d+/metrics)", proc.log())
+            found = METRICS_AT.search(proc.log())
             if found is None or not proc.running():
                 continue
-            with urllib.request.urlopen(found.group(1), timeout=30) as answer:
-                text = answer.read().decode()
+            text = scrape(found.group(2))
             total += sum(
                 int(float(line.rsplit(" ", 1)[1]))
                 for line in text.splitlines()
@@ -380,12 +491,13 @@ class Traffic:
 
     def cost(
         self,
-        quiet: tuple[float | None, float],
+        quiet: tuple[float | None, float] | None,
         start: Sample,
         end: Sample,
     ) -> dict[str, Any]:
         """What went through between ``start`` and ``end`` (all of it), and
-        the quiet rate measured before, to compare it with.
+        the quiet rate measured before, to compare it with (``None``: not
+        measured, as for a cold start: there was no fleet to be quiet).
 
         Not the difference: the traffic a change causes goes on after the
         ring has converged (each newly held node's first state report, the
@@ -397,8 +509,8 @@ class Traffic:
             "seconds": end[0] - start[0],
             "broker_mb": None if octets is None else octets / 1e6,
             "calls": end[2] - start[2],
-            "quiet_broker_kb_s": None if quiet[0] is None else quiet[0] / 1e3,
-            "quiet_calls_s": quiet[1],
+            "quiet_broker_kb_s": None if quiet is None or quiet[0] is None else quiet[0] / 1e3,
+            "quiet_calls_s": None if quiet is None else quiet[1],
         }
 
 
@@ -416,6 +528,7 @@ class Run:
         self.traffic = Traffic(os.environ.get("RINGFLEET_TEST_RABBITMQCTL"), self.conductors)
         self.cli_conf = fleet.workdir / "cli.conf"
         self.cli_conf.write_text(f"[DEFAULT]\ntransport_url = {args.transport_url}\n")
+        self._metrics_urls: dict[str, dict[str, str]] = {}  # process name -> host -> URL
 
     def conductors(self) -> list[ServiceProcess]:
         return [p for p in self.fleet.procs.values() if p.module.startswith("conductor")]
@@ -428,12 +541,33 @@ class Run:
         """Claims and releases the conductors logged since ``marks``."""
         return count_claims("".join(p.log()[marks.get(p.name, 0) :] for p in self.conductors()))
 
-    def agents(self) -> set[str]:
-        return {
-            name
-            for name, p in self.fleet.procs.items()
+    def agent_procs(self) -> list[ServiceProcess]:
+        """The running agent processes (one agent each, or a group)."""
+        return [
+            p
+            for p in self.fleet.procs.values()
             if p.module.startswith("compute_agent") and p.running()
-        }
+        ]
+
+    def agents(self) -> set[str]:
+        """The hosts of the running agents."""
+        return {host for proc in self.agent_procs() for host in hosts_of(proc)}
+
+    def rows_read(self) -> dict[str, int]:
+        """Host -> node rows it read for its inventory so far
+        (``ringfleet_agent_inventory_rows_total``, scraped from each running
+        agent's own metrics endpoint: an agent of a group has its own)."""
+        rows: dict[str, int] = {}
+        for proc in self.agent_procs():
+            urls = self._metrics_urls.get(proc.name)
+            if urls is None:
+                urls = metrics_urls(proc.log())
+                if set(urls) >= set(hosts_of(proc)):  # complete: read the log once
+                    self._metrics_urls[proc.name] = urls
+            for url in dict.fromkeys(urls.values()):
+                with contextlib.suppress(OSError):  # gone meanwhile: as if not running
+                    rows.update(inventory_rows(scrape(url)))
+        return rows
 
     def ringfleet(self, *argv: str, timeout: float = 600) -> tuple[float, str]:
         started = time.monotonic()
@@ -492,25 +626,35 @@ class Run:
         )
         return {"seconds": None, "polls": polls, "off": off, "unowned": unowned, "nodes": nodes}
 
-    def cold(self, names: Sequence[str]) -> dict[str, Any]:
+    def cold(self, names: Sequence[str], alone: Sequence[str] = ()) -> dict[str, Any]:
+        """The agents ``names`` started together (``--agents-per-process`` to
+        a process, but each of ``alone`` in a process of its own) until the
+        ring converged; its cost: conductor CPU, broker bytes, rows read."""
         marks = self.log_marks()
         cpu_before = self.sampler.conductor_cpu()
+        start = self.traffic.sample()
         started = time.monotonic()
-        procs = [
-            spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code) for name in names
-        ]
+        code = self.args.code
+        grouped = [name for name in names if name not in alone]
+        procs = [spawn(self.fleet, "compute_agent.cmd.agent", name, code) for name in alone]
+        procs += spawn_agents(self.fleet, grouped, self.args.agents_per_process, code)
         for proc in procs:
             proc.wait_serving(120)
         serving = time.monotonic() - started
         done = self.wait_converged(set(names), started)
         cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = self.rows_read()
+        traffic = self.traffic.cost(None, start, self.traffic.sample())
         claims = self.claims_since(marks)
         return {
             "agents": len(names),
+            "processes": len(procs),
             "seconds": done["seconds"],
             "off": done["off"],
             "serving_s": serving,
             "conductor_cpu_s": cpu,
+            "traffic": traffic,
+            **_rows_read(rows, names),
             **claims,
         }
 
@@ -519,11 +663,16 @@ class Run:
         stayed = self.agents()
         quiet = self.traffic.quiet_rate()
         marks = self.log_marks()
+        rows_before = self.rows_read()
+        cpu_before = self.sampler.conductor_cpu()
         start = self.traffic.sample()
         started = time.monotonic()
+        # Always a process of its own: the kill -9 that follows is the real thing.
         proc = spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code)
         proc.wait_serving(120)
         done = self.wait_converged(stayed | {name}, started)
+        cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = self.rows_read()
         traffic = self.traffic.cost(quiet, start, self.traffic.sample())
         after: Nodes = done["nodes"]
         moved = between = 0
@@ -533,6 +682,7 @@ class Run:
                 moved += 1
                 if old in stayed and owner in stayed:
                     between += 1
+        others = _rows_read(_since(rows, rows_before), stayed)
         return {
             "agents_before": len(stayed),
             "seconds": done["seconds"],
@@ -541,15 +691,23 @@ class Run:
             "ideal": len(after) / (len(stayed) + 1),
             "moved_between_stayed": between,
             "unowned_after": sum(1 for _g, o, _p in after.values() if o is None),
+            "conductor_cpu_s": cpu,
             "traffic": traffic,
+            "rows_read_joiner": rows.get(name, 0),
+            "rows_read_others": others["rows_read_total"],
+            "rows_read_others_max": others["rows_read_max"],
             **self.claims_since(marks),
         }
 
     def kill(self, name: str) -> dict[str, Any]:
-        victim = self.fleet.procs[name]
+        victim = self.fleet.procs.get(name)
+        if victim is None:  # steps() keeps the victim in a process of its own
+            raise RuntimeError(f"{name} shares its process with other agents: no kill -9 of it")
         survivors = self.agents() - {name}
         owned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o == name)
         quiet = self.traffic.quiet_rate()
+        rows_before = self.rows_read()
+        cpu_before = self.sampler.conductor_cpu()
         start = self.traffic.sample()
         started = time.monotonic()
         victim.kill()
@@ -570,9 +728,14 @@ class Run:
         # If every node is not owned again: how many were left unowned.
         unowned_end = sum(1 for _g, o, _p in nodes.values() if o is None)
         ring_s = self.wait_converged(survivors, started)["seconds"]
+        cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = _rows_read(_since(self.rows_read(), rows_before), survivors)
         traffic = self.traffic.cost(quiet, start, self.traffic.sample())
         return {
             "traffic": traffic,
+            "conductor_cpu_s": cpu,
+            "rows_read_survivors": rows["rows_read_total"],
+            "rows_read_survivors_max": rows["rows_read_max"],
             "victim": name,
             "nodes_owned": owned,
             "unowned_before": unowned,
@@ -648,7 +811,11 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
         watch = ConvergenceWatch(args.etcd_url, fleet.group).start()
         stack.callback(watch.stop)
         bench = Run(args, fleet, watch, log)
-        results: dict[str, Any] = {"agents": agents, "workdir": str(workdir)}
+        results: dict[str, Any] = {
+            "agents": agents,
+            "agents_per_process": args.agents_per_process,
+            "workdir": str(workdir),
+        }
         started = time.monotonic()
         try:
             steps(args, bench, agents, results)
@@ -658,6 +825,7 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
         results["conductor_cpu_s"] = bench.sampler.conductor_cpu()
         results["conductor_rss_mb"] = bench.sampler.max_rss["conductor"] / 2**20
         results["agent_rss_mb"] = bench.sampler.max_rss["agent"] / 2**20
+        results["agent_process_rss_mb"] = bench.sampler.max_rss["agent_process"] / 2**20
         results["wall_s"] = time.monotonic() - started
         results["load_end"] = os.getloadavg()[0]  # a shared machine: how busy it was
         return results
@@ -685,8 +853,15 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
                     for i in range(start, min(args.nodes, start + 1000))
                 ]
             )
-    log(f"[{agents} agents] cold start of {agents} agents")
-    cold = bench.cold(names)
+    per_process = args.agents_per_process
+    # kill -9 of one agent must not take others with it: without a join
+    # (whose agent is killed then), the victim runs in a process of its own.
+    alone = names[:1] if per_process > 1 and "kill" in steps and "join" not in steps else []
+    log(
+        f"[{agents} agents] cold start of {agents} agents"
+        + (f", {per_process} to a process" if per_process > 1 else "")
+    )
+    cold = bench.cold(names, alone)
     if "cold" in steps:
         results["cold"] = cold
         seconds = _cell(cold["seconds"], cold["off"])
@@ -733,6 +908,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
         "config": {
             "nodes": args.nodes,
             "agents": list(args.agents),
+            "agents_per_process": args.agents_per_process,
             "conductors": args.conductors,
             "steps": list(args.steps),
             "builds": args.builds,
@@ -780,6 +956,68 @@ def _secs(seconds: float | None, step: Mapping[str, Any]) -> str:
     return "not within the wait"
 
 
+def bytes_per_row(cold: Mapping[str, Any]) -> float | None:
+    """Broker bytes of a cold start per node row the agents read in it
+    (``None``: bytes unknown or nothing read): an inventory entry's cost on
+    the bus, with the claims, state reports and heartbeats of the cold
+    start counted in (an upper bound of the entry's own bytes)."""
+    mb = cold.get("traffic", {}).get("broker_mb")
+    rows = cold.get("rows_read_total") or 0
+    return None if mb is None or rows <= 0 else mb * 1e6 / rows
+
+
+def join_share_mb(res: Mapping[str, Any]) -> float | None:
+    """The joiner's share on the bus: N/(M+1) nodes x :func:`bytes_per_row`
+    of the same fleet's cold start, in MB (``None``: not measured)."""
+    per_row = bytes_per_row(res.get("cold", {}))
+    if per_row is None or "join" not in res:
+        return None
+    return float(res["join"]["ideal"]) * per_row / 1e6
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def _ratio_goal(
+    goals: Goals, name: str, target: float, value: float | None, base: float | None, unit: str
+) -> None:
+    """``value <= target x base``; SKIP if either is unknown."""
+    ratio = _ratio(value, base)
+    detail = (
+        None
+        if ratio is None or value is None or base is None
+        else f"{ratio:.2f} x ({value:,.1f} {unit} / {base:,.1f} {unit})"
+    )
+    goals.add(name, f"<= {target:g} x", ratio, None if ratio is None else ratio <= target, detail)
+
+
+def _scaling_goals(goals: Goals, runs: Sequence[Mapping[str, Any]]) -> None:
+    """The cold start's cost at the largest agent count against the smallest
+    of the same invocation (same machine, same servers, same code)."""
+    colds = sorted((res for res in runs if "cold" in res), key=lambda res: res["agents"])
+    if len(colds) < 2 or colds[0]["agents"] == colds[-1]["agents"]:
+        return
+    small, large = colds[0], colds[-1]
+    tag = f"[{large['agents']} vs {small['agents']} agents]"
+    _ratio_goal(
+        goals,
+        f"{tag} cold start, conductor CPU",
+        1.3,
+        large["cold"]["conductor_cpu_s"],
+        small["cold"]["conductor_cpu_s"],
+        "s",
+    )
+    _ratio_goal(
+        goals,
+        f"{tag} cold start, broker bytes",
+        1.3,
+        large["cold"].get("traffic", {}).get("broker_mb"),
+        small["cold"].get("traffic", {}).get("broker_mb"),
+        "MB",
+    )
+
+
 def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]]:
     goals = Goals()
     for res in runs:
@@ -791,6 +1029,24 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
             s = res["cold"]["seconds"]
             goals.add(
                 f"{tag} cold start, ring converged", "<= 15 s", s, _le(s, 15), _secs(s, res["cold"])
+            )
+        if "cold" in res and "rows_read_total" in res["cold"]:
+            rows = res["cold"]["rows_read_total"]
+            goals.add(
+                f"{tag} cold start, rows read by all agents",
+                "<= 1.2 x nodes",
+                rows / nodes,
+                rows <= 1.2 * nodes,
+                f"{rows / nodes:.2f} x ({rows:,} rows / {nodes:,} nodes)",
+            )
+        if "join" in res and "cold" in res:
+            _ratio_goal(
+                goals,
+                f"{tag} join, broker bytes against the joiner's share",
+                2,
+                res["join"].get("traffic", {}).get("broker_mb"),
+                join_share_mb(res),
+                "MB",
             )
         if "join" in res:
             j = res["join"]
@@ -832,7 +1088,9 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
             s = res["node_list"]["seconds"]
             goals.add(f"{tag} node list", "<= 5 s", s, s <= 5, f"{s:.1f} s")
         rss = res["agent_rss_mb"]
-        goals.add(f"{tag} agent RSS (max)", "<= 150 MB", rss, rss <= 150, f"{rss:.0f} MB")
+        per_process = res.get("agents_per_process", 1)
+        shared = f"; {per_process} to a process: its RSS / {per_process}" if per_process > 1 else ""
+        goals.add(f"{tag} agent RSS (max{shared})", "<= 150 MB", rss, rss <= 150, f"{rss:.0f} MB")
         rss = res["conductor_rss_mb"]
         goals.add(f"{tag} conductor RSS (max)", "<= 1024 MB", rss, rss <= 1024, f"{rss:.0f} MB")
         waves = [w["conductor_rss_mb"] for w in res.get("waves", [])]
@@ -847,6 +1105,7 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
                 growth <= 0.05 * waves[0],
                 f"{growth:+.0f} MB",
             )
+    _scaling_goals(goals, runs)
     return goals.items
 
 
@@ -871,16 +1130,29 @@ def _traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     mb = traffic["broker_mb"]
     quiet_kb = traffic["quiet_broker_kb_s"]
-    return [
+    rows = [
         (
             f"  message bus over those {traffic['seconds']:.1f} s: broker MB / conductor calls",
             f"{'n/a' if mb is None else f'{mb:.1f}'} / {traffic['calls']:,}",
-        ),
-        (
-            "  (the same fleet quiet, before: kB/s / calls/s)",
-            f"{'n/a' if quiet_kb is None else f'{quiet_kb:.0f}'} / {traffic['quiet_calls_s']:.1f}",
-        ),
+        )
     ]
+    if traffic["quiet_calls_s"] is not None:  # a cold start has no quiet fleet before it
+        rows.append(
+            (
+                "  (the same fleet quiet, before: kB/s / calls/s)",
+                f"{'n/a' if quiet_kb is None else f'{quiet_kb:.0f}'} / "
+                f"{traffic['quiet_calls_s']:.1f}",
+            )
+        )
+    return rows
+
+
+def _rows_cell(total: int, most: int) -> str:
+    return f"{total:,} / {most:,}"
+
+
+def _mb(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -897,7 +1169,17 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  nodes released", f"{c['released']:,}"),
             ("  claim / release calls", f"{c['claim_calls']:,} / {c['release_calls']:,}"),
             ("  conductor CPU during it (s)", f"{c['conductor_cpu_s']:.1f}"),
+            *_traffic_rows(c),
         ]
+        if "rows_read_total" in c:
+            per_row = bytes_per_row(c)
+            rows += [
+                (
+                    "  inventory rows read: all agents / most by one",
+                    _rows_cell(c["rows_read_total"], c["rows_read_max"]),
+                ),
+                ("  broker bytes per row read", _mb(per_row, 0)),
+            ]
     if "join" in res:
         j = res["join"]
         rows += [
@@ -906,7 +1188,14 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  moved between agents that stayed", str(j["moved_between_stayed"])),
             ("  unowned when the wait ended", f"{j.get('unowned_after', 0):,}"),
             ("  claims granted / refused", f"{j['granted']:,} / {j['refused']:,}"),
+            ("  conductor CPU during it (s)", f"{j['conductor_cpu_s']:.1f}"),
             *_traffic_rows(j),
+            ("  the joiner's share on the bus (MB)", _mb(join_share_mb(res))),
+            ("  inventory rows read by the joiner", f"{j['rows_read_joiner']:,}"),
+            (
+                "  by the others: all / most by one",
+                _rows_cell(j["rows_read_others"], j["rows_read_others_max"]),
+            ),
         ]
     if "kill" in res:
         k = res["kill"]
@@ -916,7 +1205,12 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  nodes unowned before the kill", f"{k.get('unowned_before', 0):,}"),
             ("  nodes unowned when that wait ended", f"{k.get('unowned_end', 0):,}"),
             ("  ring converged again (s)", _cell(k["ring_s"])),
+            ("  conductor CPU during it (s)", f"{k['conductor_cpu_s']:.1f}"),
             *_traffic_rows(k),
+            (
+                "  inventory rows read by the survivors: all / most by one",
+                _rows_cell(k["rows_read_survivors"], k["rows_read_survivors_max"]),
+            ),
         ]
     for wave in res.get("builds", []):
         rows.append(
@@ -942,6 +1236,11 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("conductor RSS, max (MB)", f"{res['conductor_rss_mb']:.0f}"),
         ("agent RSS, max (MB)", f"{res['agent_rss_mb']:.0f}"),
     ]
+    per_process = res.get("agents_per_process", 1)
+    if per_process > 1:
+        label = f"agent RSS, max (MB; a process's RSS / its {per_process} agents)"
+        rows[-1] = (label, rows[-1][1])
+        rows.append(("agent process RSS, max (MB)", f"{res['agent_process_rss_mb']:.0f}"))
     return rows
 
 
@@ -950,7 +1249,13 @@ def format_report(report: Mapping[str, Any]) -> str:
     config, env = report["config"], report["environment"]
     lines = [
         f"scale benchmark: {config['nodes']:,} nodes, {config['conductors']} conductor(s), "
-        f"agents {', '.join(str(a) for a in config['agents'])}; membership_timeout "
+        f"agents {', '.join(str(a) for a in config['agents'])}"
+        + (
+            f" ({config['agents_per_process']} to a process)"
+            if config.get("agents_per_process", 1) > 1
+            else ""
+        )
+        + "; membership_timeout "
         f"{config['ttl_s']} s, deploy time 0; code {config['commit']}"
         + (f" ({config['code']})" if config["code"] else "")
         + f"; Python {env['python']}, {env['cpus']} CPUs, load {env['load_before']:.1f} before",
@@ -1009,6 +1314,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_agent_counts,
         default=[10],
         help="agent processes, or a comma-separated list of counts run one after another (10)",
+    )
+    parser.add_argument(
+        "--agents-per-process",
+        type=argtypes.at_least(1),
+        default=1,
+        metavar="K",
+        help="run the cold start's agents K to a Python process, as threads "
+        "(benchmarks/multi_agent.py); the joined agent, and the killed one, in their own (1)",
     )
     parser.add_argument("--conductors", type=int, choices=(1, 2), default=1, help="(1)")
     parser.add_argument(
