@@ -5,6 +5,7 @@ Run from the repository root, with the test servers::
     SERVERS=etcd,rabbit,postgres tools/with-test-servers.sh \\
         .venv/bin/python -m benchmarks.scale_bench --nodes 100000 --agents 10
     ... -m benchmarks.scale_bench --nodes 100000 --agents 10,30 --conductors 2 --json s.json
+    ... -m benchmarks.scale_bench --nodes 20000 --agents 10,50 --agents-per-process 10
 
 The fleet is the functional tests' (:class:`tests.functional.fleet_harness.Fleet`:
 real processes on the PostgreSQL, RabbitMQ and etcd of
@@ -27,19 +28,44 @@ each agent count it runs, in order:
     granted, refused and releases are counted from the conductors' log lines
     ``Agent X claimed A of B nodes (R refused ...)`` and ``Agent X released D nodes``.
 ``join``
-    One more agent; the time until the ring of M+1 agents is converged, the
-    nodes that moved against the ideal N/(M+1), and the nodes that moved
-    between two agents that were there before (should be 0).
+    One more agent (always a process of its own); the time until the ring
+    of M+1 agents is converged, the nodes that moved against the ideal
+    N/(M+1), and the nodes that moved between two agents that were there
+    before (should be 0).
 ``kill``
     kill -9 of that agent; the time until every node is owned by a live
     agent again (and until the ring is converged again).
-``join`` and ``kill`` also count what the membership change cost the
-message bus: the bytes through RabbitMQ (``rabbitmqctl list_connections
-recv_oct send_oct``, both directions, every connection) and the RPC calls
-the conductors served (their ``ringfleet_rpc_server_duration_seconds``
-counts, scraped from their metrics endpoints) from the change until the
-ring converged, next to the rate of the same fleet quiet just before (its
-heartbeats and state reports go on meanwhile).
+``cold``, ``join`` and ``kill`` also count what the step cost, from its
+start until the ring converged: the conductors' CPU seconds (user +
+system, psutil), the bytes through RabbitMQ (``rabbitmqctl
+list_connections recv_oct send_oct``, both directions, every connection;
+one opened meanwhile, such as a new agent's, counts whole) and the RPC
+calls the conductors served (their ``ringfleet_rpc_server_duration_seconds``
+counts, scraped from their metrics endpoints); for ``join`` and ``kill``
+next to the rate of the same fleet quiet just before (its heartbeats and
+state reports go on meanwhile; a cold start has no fleet before it).  And
+the node rows the agents read for their inventories (full and incremental
+reads): each agent's ``ringfleet_agent_inventory_rows_total{host=...}``,
+scraped from its own metrics endpoint at convergence -- for the cold start
+the sum over the agents and the most one agent read, for a join the
+joiner's and the growth of the others' (sum, most), for a kill the
+growth of the survivors'.
+``--agents-per-process K``
+    The cold start's agents run K to a Python process
+    (``benchmarks/multi_agent.py``: K
+    :class:`compute_agent.service.AgentService` objects, each on its own
+    ``cfg.ConfigOpts`` with its own host, RPC transport, etcd lease,
+    metrics registry and metrics port, run in native threads of one
+    interpreter; the process log is shared, each line names its host).  50
+    or 100 agent processes on 2 cores each import the whole package and
+    cost minutes of CPU before the first serves; K to a process measures
+    the fleet rather than the interpreters' start.  Per-agent numbers stay
+    apart: rows read come from each agent's own counter, and an agent's
+    RSS is its process's RSS / K (the largest process is reported too).
+    The joined agent, and a killed one, are always processes of their own
+    (without ``join`` the kill's victim, the first agent, runs alone), so
+    kill -9 is the real thing.  K = 1 (the default): one process per agent
+    (``compute_agent.cmd.agent``), as before.
 ``builds``
     ``--builds`` instances requested in requests of ``--batch`` by 4 client
     threads, until the last is ACTIVE (:func:`benchmarks.e2e_bench.throughput`);
@@ -53,7 +79,22 @@ heartbeats and state reports go on meanwhile).
 ``resources``
     Conductor CPU seconds (user + system, whole run and the cold start) and
     the largest RSS seen of any conductor and any agent (from /proc, sampled
-    while polling).
+    while polling; with ``--agents-per-process K`` an agent's is its
+    process's RSS / K, and the largest agent process's RSS is shown apart).
+
+Goals (besides the times above: cold start <= 15 s, join <= TTL + 5 s,
+kill -9 <= TTL + 2 s, agent RSS <= 150 MB, conductor <= 1 GB):
+
+* rows read by all agents in a cold start <= 1.2 x the nodes;
+* a join's broker bytes <= 2 x the joiner's share, where the share is
+  N/(M+1) nodes x the *bytes per row read* of the same fleet's cold start:
+  its broker bytes divided by the rows its agents read.  That counts the
+  cold start's claims, state reports and heartbeats against the rows, so it
+  is an upper bound of an inventory entry's own bytes (generous to the
+  join), measured on the same broker and code rather than assumed;
+* with two or more agent counts in one invocation: the cold start's
+  conductor CPU seconds and broker bytes at the largest count <= 1.3 x
+  those at the smallest.
 
 ``--code DIR`` runs the conductors and agents from another checkout of the
 project (same virtualenv), e.g. the commit before the claim-storm fix::
