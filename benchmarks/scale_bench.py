@@ -606,8 +606,10 @@ class Run:
                 if set(urls) >= set(hosts_of(proc)):  # complete: read the log once
                     self._metrics_urls[proc.name] = urls
             for url in dict.fromkeys(urls.values()):
-                with contextlib.suppress(OSError):  # gone meanwhile: as if not running
+                try:
                     rows.update(inventory_rows(scrape(url)))
+                except OSError as exc:  # gone meanwhile: as if not running, but say so
+                    self.log(f"  {proc.name}: metrics not read from {url}: {exc}")
         return rows
 
     def ringfleet(self, *argv: str, timeout: float = 600) -> tuple[float, str]:
