@@ -137,3 +137,16 @@ def test_multi_agent_gives_each_agent_its_own_configuration(tmp_path: Path) -> N
     assert one is not two
     assert (one.host, two.host) == ("agent-00", "agent-01")
     assert one.compute_agent.reconcile_interval == two.compute_agent.reconcile_interval == 7
+
+
+def test_goals_keep_agents_in_groups_apart() -> None:
+    res = _run(10, 10.0, 50.0, 1000)
+    res.update(agents_per_process=10, agent_share_rss_mb=20.0, agent_group_rss_mb=200.0)
+    res["agent_rss_mb"] = 0.0  # no agent ran in a process of its own
+    goals = scale_bench._goals([res], 1000)
+    assert _goal(goals, "[10 agents] agent RSS (max)")["status"] == "SKIP"
+    share = _goal(goals, "[10 agents] agent RSS share, 10 to a process")
+    assert share["status"] == "PASS" and share["value"] == 20.0
+    del res["cold"]  # the table's rows for it need a whole cold start
+    labels = [label for label, _value in scale_bench._rows({**res, "conductor_cpu_s": 1.0})]
+    assert "10-agent process RSS, max (MB)" in labels
