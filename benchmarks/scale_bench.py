@@ -49,7 +49,9 @@ reads): each agent's ``ringfleet_agent_inventory_rows_total{host=...}``,
 scraped from its own metrics endpoint at convergence -- for the cold start
 the sum over the agents and the most one agent read, for a join the
 joiner's and the growth of the others' (sum, most), for a kill the
-growth of the survivors'.
+growth of the survivors'.  Reads after the convergence are not counted:
+an agent re-reads the rows changed by the claims at its next pass, which
+may come after the ring converged (then the others' growth is 0).
 ``--agents-per-process K``
     The cold start's agents run K to a Python process
     (``benchmarks/multi_agent.py``: K
