@@ -5,6 +5,7 @@ Run from the repository root, with the test servers::
     SERVERS=etcd,rabbit,postgres tools/with-test-servers.sh \\
         .venv/bin/python -m benchmarks.scale_bench --nodes 100000 --agents 10
     ... -m benchmarks.scale_bench --nodes 100000 --agents 10,30 --conductors 2 --json s.json
+    ... -m benchmarks.scale_bench --nodes 20000 --agents 10,50 --agents-per-process 10
 
 The fleet is the functional tests' (:class:`tests.functional.fleet_harness.Fleet`:
 real processes on the PostgreSQL, RabbitMQ and etcd of
@@ -27,19 +28,47 @@ each agent count it runs, in order:
     granted, refused and releases are counted from the conductors' log lines
     ``Agent X claimed A of B nodes (R refused ...)`` and ``Agent X released D nodes``.
 ``join``
-    One more agent; the time until the ring of M+1 agents is converged, the
-    nodes that moved against the ideal N/(M+1), and the nodes that moved
-    between two agents that were there before (should be 0).
+    One more agent (always a process of its own); the time until the ring
+    of M+1 agents is converged, the nodes that moved against the ideal
+    N/(M+1), and the nodes that moved between two agents that were there
+    before (should be 0).
 ``kill``
     kill -9 of that agent; the time until every node is owned by a live
     agent again (and until the ring is converged again).
-``join`` and ``kill`` also count what the membership change cost the
-message bus: the bytes through RabbitMQ (``rabbitmqctl list_connections
-recv_oct send_oct``, both directions, every connection) and the RPC calls
-the conductors served (their ``ringfleet_rpc_server_duration_seconds``
-counts, scraped from their metrics endpoints) from the change until the
-ring converged, next to the rate of the same fleet quiet just before (its
-heartbeats and state reports go on meanwhile).
+``cold``, ``join`` and ``kill`` also count what the step cost, from its
+start until the ring converged: the conductors' CPU seconds (user +
+system, psutil), the bytes through RabbitMQ (``rabbitmqctl
+list_connections recv_oct send_oct``, both directions, every connection;
+one opened meanwhile, such as a new agent's, counts whole) and the RPC
+calls the conductors served (their ``ringfleet_rpc_server_duration_seconds``
+counts, scraped from their metrics endpoints); for ``join`` and ``kill``
+next to the rate of the same fleet quiet just before (its heartbeats and
+state reports go on meanwhile; a cold start has no fleet before it).  And
+the node rows the agents read for their inventories (full and incremental
+reads): each agent's ``ringfleet_agent_inventory_rows_total{host=...}``,
+scraped from its own metrics endpoint at convergence -- for the cold start
+the sum over the agents and the most one agent read, for a join the
+joiner's and the growth of the others' (sum, most), for a kill the
+growth of the survivors'.  Reads after the convergence are not counted:
+an agent re-reads the rows changed by the claims at its next pass, which
+may come after the ring converged (then the others' growth is 0).
+``--agents-per-process K``
+    The cold start's agents run K to a Python process
+    (``benchmarks/multi_agent.py``: K
+    :class:`compute_agent.service.AgentService` objects, each on its own
+    ``cfg.ConfigOpts`` with its own host, RPC transport, etcd lease,
+    metrics registry and metrics port, run in native threads of one
+    interpreter; the process log is shared, each line names its host).  50
+    or 100 agent processes on 2 cores each import the whole package and
+    cost minutes of CPU before the first serves; K to a process measures
+    the fleet rather than the interpreters' start.  Per-agent numbers stay
+    apart: rows read come from each agent's own counter, and an agent's
+    RSS share is its process's RSS / K (reported apart from the RSS of the
+    agents in processes of their own, with the process's whole RSS).
+    The joined agent, and a killed one, are always processes of their own
+    (without ``join`` the kill's victim, the first agent, runs alone), so
+    kill -9 is the real thing.  K = 1 (the default): one process per agent
+    (``compute_agent.cmd.agent``), as before.
 ``builds``
     ``--builds`` instances requested in requests of ``--batch`` by 4 client
     threads, until the last is ACTIVE (:func:`benchmarks.e2e_bench.throughput`);
@@ -53,7 +82,22 @@ heartbeats and state reports go on meanwhile).
 ``resources``
     Conductor CPU seconds (user + system, whole run and the cold start) and
     the largest RSS seen of any conductor and any agent (from /proc, sampled
-    while polling).
+    while polling; with ``--agents-per-process K`` the agents of a K-agent
+    process apart: their share, the process's RSS / K, and its RSS).
+
+Goals (besides the times above: cold start <= 15 s, join <= TTL + 5 s,
+kill -9 <= TTL + 2 s, agent RSS <= 150 MB, conductor <= 1 GB):
+
+* rows read by all agents in a cold start <= 1.2 x the nodes;
+* a join's broker bytes <= 2 x the joiner's share, where the share is
+  N/(M+1) nodes x the *bytes per row read* of the same fleet's cold start:
+  its broker bytes divided by the rows its agents read.  That counts the
+  cold start's claims, state reports and heartbeats against the rows, so it
+  is an upper bound of an inventory entry's own bytes (generous to the
+  join), measured on the same broker and code rather than assumed;
+* with two or more agent counts in one invocation: the cold start's
+  conductor CPU seconds and broker bytes at the largest count <= 1.3 x
+  those at the smallest.
 
 ``--code DIR`` runs the conductors and agents from another checkout of the
 project (same virtualenv), e.g. the commit before the claim-storm fix::
@@ -79,7 +123,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +140,7 @@ from hashring.membership import Membership, MembershipView
 from tests.dbutil import fresh_database
 from tests.functional.fleet_harness import TTL, Fleet
 from tests.harness import ServiceProcess
+from tests.harness.process import REPO, SERVING
 
 __all__ = [
     "ConvergenceWatch",
@@ -213,6 +258,44 @@ def count_claims(text: str) -> dict[str, int]:
     return counts
 
 
+#: ``<host> serving metrics on URL``: every service logs its metrics endpoint
+#: (port 0: a free one), an agent of a group too, with its own host.
+METRICS_AT = re.compile(r"(\S+) serving metrics on (http://127\.0\.0\.1:\d+/metrics)")
+INVENTORY_ROWS = re.compile(r'^ringfleet_agent_inventory_rows_total\{host="([^"]+)"\} (\S+)$', re.M)
+
+
+def metrics_urls(log: str) -> dict[str, str]:
+    """Host -> metrics URL, from a process log (the last one logged per host)."""
+    return {host: url for host, url in METRICS_AT.findall(log)}
+
+
+def inventory_rows(text: str) -> dict[str, int]:
+    """Host -> ``ringfleet_agent_inventory_rows_total`` in a Prometheus text page."""
+    return {host: int(float(value)) for host, value in INVENTORY_ROWS.findall(text)}
+
+
+def scrape(url: str) -> str:
+    """A metrics page (the endpoints are the fleet's own, on 127.0.0.1)."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text: str = answer.read().decode()
+    return text
+
+
+def _since(now: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    """Per host, the counter's growth since ``before`` (a new host: all of it)."""
+    return {host: count - before.get(host, 0) for host, count in now.items()}
+
+
+def _rows_read(rows: Mapping[str, int], hosts: Iterable[str]) -> dict[str, Any]:
+    """Rows read by ``hosts`` (one that served no counter: 0): per host, sum, largest."""
+    mine = {host: rows.get(host, 0) for host in sorted(hosts)}
+    return {
+        "rows_read": mine,
+        "rows_read_total": sum(mine.values()),
+        "rows_read_max": max(mine.values(), default=0),
+    }
+
+
 # -- processes -------------------------------------------------------------------------
 
 
@@ -248,18 +331,92 @@ def spawn(fleet: Fleet, module: str, name: str, code: Path | None) -> ServicePro
     return proc
 
 
+#: The launcher of several agents in one process, run by path (see its docstring).
+MULTI_AGENT = Path(__file__).resolve().with_name("multi_agent.py")
+
+
+class AgentGroup(_CodeProcess):
+    """Several agents in one process (:mod:`benchmarks.multi_agent`): one log,
+    each agent's lines named by its host."""
+
+    def __init__(
+        self, name: str, hosts: Sequence[str], config: Path, log_file: Path, code: Path | None
+    ) -> None:
+        super().__init__("compute_agent.multi_agent", name, config, log_file, code)
+        self.hosts = list(hosts)
+
+    def start(self) -> ServiceProcess:
+        root = self.code or REPO
+        argv = [sys.executable, str(MULTI_AGENT), "--config-file", str(self.config)]
+        for host in self.hosts:
+            argv += ["--host", host]
+        with self.stderr_file.open("ab") as stderr:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=root,
+                env={**os.environ, "PYTHONPATH": str(root)},
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        return self
+
+    def wait_serving(self, timeout: float = 60) -> None:
+        """Until every agent of the group logged ``Agent <host> serving topic``."""
+        for host in self.hosts:
+            self.wait_log(f"Agent {host} {SERVING}", timeout)
+
+
+def hosts_of(proc: ServiceProcess) -> list[str]:
+    """The agents a process runs: a group's hosts, or the process's own name."""
+    return list(proc.hosts) if isinstance(proc, AgentGroup) else [proc.name]
+
+
+def spawn_agents(
+    fleet: Fleet, names: Sequence[str], per_process: int, code: Path | None
+) -> list[ServiceProcess]:
+    """The agents ``names``, ``per_process`` to a process (1: each its own
+    ``compute_agent.cmd.agent``, as before); not waited for."""
+    if per_process <= 1:
+        return [spawn(fleet, "compute_agent.cmd.agent", name, code) for name in names]
+    procs: list[ServiceProcess] = []
+    for start in range(0, len(names), per_process):
+        hosts = names[start : start + per_process]
+        if len(hosts) == 1:
+            procs.append(spawn(fleet, "compute_agent.cmd.agent", hosts[0], code))
+            continue
+        name = f"{hosts[0]}..{hosts[-1]}"
+        config = fleet.workdir / f"{name}.conf"
+        log_file = fleet.workdir / f"{name}.log"
+        # The [DEFAULT] host is each agent's own (set by the launcher); the
+        # file's is only what oslo.config checks at parse time.
+        config.write_text(f"[DEFAULT]\nhost = {hosts[0]}\nlog_file = {log_file}\n{fleet.common}")
+        proc = AgentGroup(name, hosts, config, log_file, code)
+        proc.start()
+        fleet.procs[name] = proc
+        procs.append(proc)
+    return procs
+
+
 class Sampler:
     """The RSS per role (largest now and largest seen) and each conductor's
-    CPU time, from /proc (psutil)."""
+    CPU time, from /proc (psutil).
+
+    Agents are kept apart by how they run: ``agent`` is the largest
+    process of one agent; for K agents in one process (:class:`AgentGroup`)
+    ``agent_share`` is the largest such process's RSS / K and
+    ``agent_group`` its RSS.
+    """
+
+    ROLES = ("conductor", "agent", "agent_share", "agent_group")
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
-        self.max_rss = {"conductor": 0, "agent": 0}
-        self.rss_now = {"conductor": 0, "agent": 0}  # at the last sample
+        self.max_rss = dict.fromkeys(self.ROLES, 0)
+        self.rss_now = dict.fromkeys(self.ROLES, 0)  # at the last sample
         self._cpu: dict[str, float] = {}  # conductor name -> CPU seconds last seen
 
     def sample(self) -> None:
-        now = {"conductor": 0, "agent": 0}
+        now = dict.fromkeys(self.ROLES, 0)
         for name, proc in list(self.fleet.procs.items()):
             if proc.proc is None or proc.proc.poll() is not None:
                 continue
@@ -267,11 +424,15 @@ class Sampler:
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(proc.proc.pid)
                 rss = process.memory_info().rss
-                role = "conductor" if conductor else "agent"
-                now[role] = max(now[role], rss)
                 if conductor:
+                    now["conductor"] = max(now["conductor"], rss)
                     times = process.cpu_times()
                     self._cpu[name] = times.user + times.system
+                elif isinstance(proc, AgentGroup):
+                    now["agent_share"] = max(now["agent_share"], rss // len(proc.hosts))
+                    now["agent_group"] = max(now["agent_group"], rss)
+                else:
+                    now["agent"] = max(now["agent"], rss)
         self.rss_now = now
         for role, rss in now.items():
             self.max_rss[role] = max(self.max_rss[role], rss)
@@ -340,11 +501,10 @@ class Traffic:
         """RPC calls the running conductors served, scraped from their metrics."""
         total = 0
         for proc in self.conductors():
-            found = re.search(r"serving metrics on (http://127\.0\.0\.1:\d+/metrics)", proc.log())
+            found = METRICS_AT.search(proc.log())
             if found is None or not proc.running():
                 continue
-            with urllib.request.urlopen(found.group(1), timeout=30) as answer:
-                text = answer.read().decode()
+            text = scrape(found.group(2))
             total += sum(
                 int(float(line.rsplit(" ", 1)[1]))
                 for line in text.splitlines()
@@ -380,12 +540,13 @@ class Traffic:
 
     def cost(
         self,
-        quiet: tuple[float | None, float],
+        quiet: tuple[float | None, float] | None,
         start: Sample,
         end: Sample,
     ) -> dict[str, Any]:
         """What went through between ``start`` and ``end`` (all of it), and
-        the quiet rate measured before, to compare it with.
+        the quiet rate measured before, to compare it with (``None``: not
+        measured, as for a cold start: there was no fleet to be quiet).
 
         Not the difference: the traffic a change causes goes on after the
         ring has converged (each newly held node's first state report, the
@@ -397,8 +558,8 @@ class Traffic:
             "seconds": end[0] - start[0],
             "broker_mb": None if octets is None else octets / 1e6,
             "calls": end[2] - start[2],
-            "quiet_broker_kb_s": None if quiet[0] is None else quiet[0] / 1e3,
-            "quiet_calls_s": quiet[1],
+            "quiet_broker_kb_s": None if quiet is None or quiet[0] is None else quiet[0] / 1e3,
+            "quiet_calls_s": None if quiet is None else quiet[1],
         }
 
 
@@ -416,6 +577,7 @@ class Run:
         self.traffic = Traffic(os.environ.get("RINGFLEET_TEST_RABBITMQCTL"), self.conductors)
         self.cli_conf = fleet.workdir / "cli.conf"
         self.cli_conf.write_text(f"[DEFAULT]\ntransport_url = {args.transport_url}\n")
+        self._metrics_urls: dict[str, dict[str, str]] = {}  # process name -> host -> URL
 
     def conductors(self) -> list[ServiceProcess]:
         return [p for p in self.fleet.procs.values() if p.module.startswith("conductor")]
@@ -428,12 +590,35 @@ class Run:
         """Claims and releases the conductors logged since ``marks``."""
         return count_claims("".join(p.log()[marks.get(p.name, 0) :] for p in self.conductors()))
 
-    def agents(self) -> set[str]:
-        return {
-            name
-            for name, p in self.fleet.procs.items()
+    def agent_procs(self) -> list[ServiceProcess]:
+        """The running agent processes (one agent each, or a group)."""
+        return [
+            p
+            for p in self.fleet.procs.values()
             if p.module.startswith("compute_agent") and p.running()
-        }
+        ]
+
+    def agents(self) -> set[str]:
+        """The hosts of the running agents."""
+        return {host for proc in self.agent_procs() for host in hosts_of(proc)}
+
+    def rows_read(self) -> dict[str, int]:
+        """Host -> node rows it read for its inventory so far
+        (``ringfleet_agent_inventory_rows_total``, scraped from each running
+        agent's own metrics endpoint: an agent of a group has its own)."""
+        rows: dict[str, int] = {}
+        for proc in self.agent_procs():
+            urls = self._metrics_urls.get(proc.name)
+            if urls is None:
+                urls = metrics_urls(proc.log())
+                if set(urls) >= set(hosts_of(proc)):  # complete: read the log once
+                    self._metrics_urls[proc.name] = urls
+            for url in dict.fromkeys(urls.values()):
+                try:
+                    rows.update(inventory_rows(scrape(url)))
+                except OSError as exc:  # gone meanwhile: as if not running, but say so
+                    self.log(f"  {proc.name}: metrics not read from {url}: {exc}")
+        return rows
 
     def ringfleet(self, *argv: str, timeout: float = 600) -> tuple[float, str]:
         started = time.monotonic()
@@ -492,25 +677,35 @@ class Run:
         )
         return {"seconds": None, "polls": polls, "off": off, "unowned": unowned, "nodes": nodes}
 
-    def cold(self, names: Sequence[str]) -> dict[str, Any]:
+    def cold(self, names: Sequence[str], alone: Sequence[str] = ()) -> dict[str, Any]:
+        """The agents ``names`` started together (``--agents-per-process`` to
+        a process, but each of ``alone`` in a process of its own) until the
+        ring converged; its cost: conductor CPU, broker bytes, rows read."""
         marks = self.log_marks()
         cpu_before = self.sampler.conductor_cpu()
+        start = self.traffic.sample()
         started = time.monotonic()
-        procs = [
-            spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code) for name in names
-        ]
+        code = self.args.code
+        grouped = [name for name in names if name not in alone]
+        procs = [spawn(self.fleet, "compute_agent.cmd.agent", name, code) for name in alone]
+        procs += spawn_agents(self.fleet, grouped, self.args.agents_per_process, code)
         for proc in procs:
             proc.wait_serving(120)
         serving = time.monotonic() - started
         done = self.wait_converged(set(names), started)
         cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = self.rows_read()
+        traffic = self.traffic.cost(None, start, self.traffic.sample())
         claims = self.claims_since(marks)
         return {
             "agents": len(names),
+            "processes": len(procs),
             "seconds": done["seconds"],
             "off": done["off"],
             "serving_s": serving,
             "conductor_cpu_s": cpu,
+            "traffic": traffic,
+            **_rows_read(rows, names),
             **claims,
         }
 
@@ -519,11 +714,16 @@ class Run:
         stayed = self.agents()
         quiet = self.traffic.quiet_rate()
         marks = self.log_marks()
+        rows_before = self.rows_read()
+        cpu_before = self.sampler.conductor_cpu()
         start = self.traffic.sample()
         started = time.monotonic()
+        # Always a process of its own: the kill -9 that follows is the real thing.
         proc = spawn(self.fleet, "compute_agent.cmd.agent", name, self.args.code)
         proc.wait_serving(120)
         done = self.wait_converged(stayed | {name}, started)
+        cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = self.rows_read()
         traffic = self.traffic.cost(quiet, start, self.traffic.sample())
         after: Nodes = done["nodes"]
         moved = between = 0
@@ -533,6 +733,7 @@ class Run:
                 moved += 1
                 if old in stayed and owner in stayed:
                     between += 1
+        others = _rows_read(_since(rows, rows_before), stayed)
         return {
             "agents_before": len(stayed),
             "seconds": done["seconds"],
@@ -541,15 +742,23 @@ class Run:
             "ideal": len(after) / (len(stayed) + 1),
             "moved_between_stayed": between,
             "unowned_after": sum(1 for _g, o, _p in after.values() if o is None),
+            "conductor_cpu_s": cpu,
             "traffic": traffic,
+            "rows_read_joiner": rows.get(name, 0),
+            "rows_read_others": others["rows_read_total"],
+            "rows_read_others_max": others["rows_read_max"],
             **self.claims_since(marks),
         }
 
     def kill(self, name: str) -> dict[str, Any]:
-        victim = self.fleet.procs[name]
+        victim = self.fleet.procs.get(name)
+        if victim is None:  # steps() keeps the victim in a process of its own
+            raise RuntimeError(f"{name} shares its process with other agents: no kill -9 of it")
         survivors = self.agents() - {name}
         owned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o == name)
         quiet = self.traffic.quiet_rate()
+        rows_before = self.rows_read()
+        cpu_before = self.sampler.conductor_cpu()
         start = self.traffic.sample()
         started = time.monotonic()
         victim.kill()
@@ -570,9 +779,14 @@ class Run:
         # If every node is not owned again: how many were left unowned.
         unowned_end = sum(1 for _g, o, _p in nodes.values() if o is None)
         ring_s = self.wait_converged(survivors, started)["seconds"]
+        cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = _rows_read(_since(self.rows_read(), rows_before), survivors)
         traffic = self.traffic.cost(quiet, start, self.traffic.sample())
         return {
             "traffic": traffic,
+            "conductor_cpu_s": cpu,
+            "rows_read_survivors": rows["rows_read_total"],
+            "rows_read_survivors_max": rows["rows_read_max"],
             "victim": name,
             "nodes_owned": owned,
             "unowned_before": unowned,
@@ -648,7 +862,11 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
         watch = ConvergenceWatch(args.etcd_url, fleet.group).start()
         stack.callback(watch.stop)
         bench = Run(args, fleet, watch, log)
-        results: dict[str, Any] = {"agents": agents, "workdir": str(workdir)}
+        results: dict[str, Any] = {
+            "agents": agents,
+            "agents_per_process": args.agents_per_process,
+            "workdir": str(workdir),
+        }
         started = time.monotonic()
         try:
             steps(args, bench, agents, results)
@@ -658,6 +876,9 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
         results["conductor_cpu_s"] = bench.sampler.conductor_cpu()
         results["conductor_rss_mb"] = bench.sampler.max_rss["conductor"] / 2**20
         results["agent_rss_mb"] = bench.sampler.max_rss["agent"] / 2**20
+        if args.agents_per_process > 1:
+            results["agent_share_rss_mb"] = bench.sampler.max_rss["agent_share"] / 2**20
+            results["agent_group_rss_mb"] = bench.sampler.max_rss["agent_group"] / 2**20
         results["wall_s"] = time.monotonic() - started
         results["load_end"] = os.getloadavg()[0]  # a shared machine: how busy it was
         return results
@@ -685,8 +906,15 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
                     for i in range(start, min(args.nodes, start + 1000))
                 ]
             )
-    log(f"[{agents} agents] cold start of {agents} agents")
-    cold = bench.cold(names)
+    per_process = args.agents_per_process
+    # kill -9 of one agent must not take others with it: without a join
+    # (whose agent is killed then), the victim runs in a process of its own.
+    alone = names[:1] if per_process > 1 and "kill" in steps and "join" not in steps else []
+    log(
+        f"[{agents} agents] cold start of {agents} agents"
+        + (f", {per_process} to a process" if per_process > 1 else "")
+    )
+    cold = bench.cold(names, alone)
     if "cold" in steps:
         results["cold"] = cold
         seconds = _cell(cold["seconds"], cold["off"])
@@ -733,6 +961,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
         "config": {
             "nodes": args.nodes,
             "agents": list(args.agents),
+            "agents_per_process": args.agents_per_process,
             "conductors": args.conductors,
             "steps": list(args.steps),
             "builds": args.builds,
@@ -780,6 +1009,68 @@ def _secs(seconds: float | None, step: Mapping[str, Any]) -> str:
     return "not within the wait"
 
 
+def bytes_per_row(cold: Mapping[str, Any]) -> float | None:
+    """Broker bytes of a cold start per node row the agents read in it
+    (``None``: bytes unknown or nothing read): an inventory entry's cost on
+    the bus, with the claims, state reports and heartbeats of the cold
+    start counted in (an upper bound of the entry's own bytes)."""
+    mb = cold.get("traffic", {}).get("broker_mb")
+    rows = cold.get("rows_read_total") or 0
+    return None if mb is None or rows <= 0 else mb * 1e6 / rows
+
+
+def join_share_mb(res: Mapping[str, Any]) -> float | None:
+    """The joiner's share on the bus: N/(M+1) nodes x :func:`bytes_per_row`
+    of the same fleet's cold start, in MB (``None``: not measured)."""
+    per_row = bytes_per_row(res.get("cold", {}))
+    if per_row is None or "join" not in res:
+        return None
+    return float(res["join"]["ideal"]) * per_row / 1e6
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def _ratio_goal(
+    goals: Goals, name: str, target: float, value: float | None, base: float | None, unit: str
+) -> None:
+    """``value <= target x base``; SKIP if either is unknown."""
+    ratio = _ratio(value, base)
+    detail = (
+        None
+        if ratio is None or value is None or base is None
+        else f"{ratio:.2f} x ({value:,.1f} {unit} / {base:,.1f} {unit})"
+    )
+    goals.add(name, f"<= {target:g} x", ratio, None if ratio is None else ratio <= target, detail)
+
+
+def _scaling_goals(goals: Goals, runs: Sequence[Mapping[str, Any]]) -> None:
+    """The cold start's cost at the largest agent count against the smallest
+    of the same invocation (same machine, same servers, same code)."""
+    colds = sorted((res for res in runs if "cold" in res), key=lambda res: res["agents"])
+    if len(colds) < 2 or colds[0]["agents"] == colds[-1]["agents"]:
+        return
+    small, large = colds[0], colds[-1]
+    tag = f"[{large['agents']} vs {small['agents']} agents]"
+    _ratio_goal(
+        goals,
+        f"{tag} cold start, conductor CPU",
+        1.3,
+        large["cold"]["conductor_cpu_s"],
+        small["cold"]["conductor_cpu_s"],
+        "s",
+    )
+    _ratio_goal(
+        goals,
+        f"{tag} cold start, broker bytes",
+        1.3,
+        large["cold"].get("traffic", {}).get("broker_mb"),
+        small["cold"].get("traffic", {}).get("broker_mb"),
+        "MB",
+    )
+
+
 def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]]:
     goals = Goals()
     for res in runs:
@@ -791,6 +1082,24 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
             s = res["cold"]["seconds"]
             goals.add(
                 f"{tag} cold start, ring converged", "<= 15 s", s, _le(s, 15), _secs(s, res["cold"])
+            )
+        if "cold" in res and "rows_read_total" in res["cold"]:
+            rows = res["cold"]["rows_read_total"]
+            goals.add(
+                f"{tag} cold start, rows read by all agents",
+                "<= 1.2 x nodes",
+                rows / nodes,
+                rows <= 1.2 * nodes,
+                f"{rows / nodes:.2f} x ({rows:,} rows / {nodes:,} nodes)",
+            )
+        if "join" in res and "cold" in res:
+            _ratio_goal(
+                goals,
+                f"{tag} join, broker bytes against the joiner's share",
+                2,
+                res["join"].get("traffic", {}).get("broker_mb"),
+                join_share_mb(res),
+                "MB",
             )
         if "join" in res:
             j = res["join"]
@@ -832,7 +1141,19 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
             s = res["node_list"]["seconds"]
             goals.add(f"{tag} node list", "<= 5 s", s, s <= 5, f"{s:.1f} s")
         rss = res["agent_rss_mb"]
-        goals.add(f"{tag} agent RSS (max)", "<= 150 MB", rss, rss <= 150, f"{rss:.0f} MB")
+        # 0: no agent ran in a process of its own (all in groups, no join).
+        goals.add(
+            f"{tag} agent RSS (max)", "<= 150 MB", rss, rss <= 150 if rss else None, f"{rss:.0f} MB"
+        )
+        if "agent_share_rss_mb" in res:
+            rss, per_process = res["agent_share_rss_mb"], res["agents_per_process"]
+            goals.add(
+                f"{tag} agent RSS share, {per_process} to a process (max RSS / {per_process})",
+                "<= 150 MB",
+                rss,
+                rss <= 150,
+                f"{rss:.0f} MB",
+            )
         rss = res["conductor_rss_mb"]
         goals.add(f"{tag} conductor RSS (max)", "<= 1024 MB", rss, rss <= 1024, f"{rss:.0f} MB")
         waves = [w["conductor_rss_mb"] for w in res.get("waves", [])]
@@ -847,6 +1168,7 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
                 growth <= 0.05 * waves[0],
                 f"{growth:+.0f} MB",
             )
+    _scaling_goals(goals, runs)
     return goals.items
 
 
@@ -871,16 +1193,29 @@ def _traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     mb = traffic["broker_mb"]
     quiet_kb = traffic["quiet_broker_kb_s"]
-    return [
+    rows = [
         (
             f"  message bus over those {traffic['seconds']:.1f} s: broker MB / conductor calls",
             f"{'n/a' if mb is None else f'{mb:.1f}'} / {traffic['calls']:,}",
-        ),
-        (
-            "  (the same fleet quiet, before: kB/s / calls/s)",
-            f"{'n/a' if quiet_kb is None else f'{quiet_kb:.0f}'} / {traffic['quiet_calls_s']:.1f}",
-        ),
+        )
     ]
+    if traffic["quiet_calls_s"] is not None:  # a cold start has no quiet fleet before it
+        rows.append(
+            (
+                "  (the same fleet quiet, before: kB/s / calls/s)",
+                f"{'n/a' if quiet_kb is None else f'{quiet_kb:.0f}'} / "
+                f"{traffic['quiet_calls_s']:.1f}",
+            )
+        )
+    return rows
+
+
+def _rows_cell(total: int, most: int) -> str:
+    return f"{total:,} / {most:,}"
+
+
+def _mb(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -897,7 +1232,17 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  nodes released", f"{c['released']:,}"),
             ("  claim / release calls", f"{c['claim_calls']:,} / {c['release_calls']:,}"),
             ("  conductor CPU during it (s)", f"{c['conductor_cpu_s']:.1f}"),
+            *_traffic_rows(c),
         ]
+        if "rows_read_total" in c:
+            per_row = bytes_per_row(c)
+            rows += [
+                (
+                    "  inventory rows read: all agents / most by one",
+                    _rows_cell(c["rows_read_total"], c["rows_read_max"]),
+                ),
+                ("  broker bytes per row read", _mb(per_row, 0)),
+            ]
     if "join" in res:
         j = res["join"]
         rows += [
@@ -906,7 +1251,14 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  moved between agents that stayed", str(j["moved_between_stayed"])),
             ("  unowned when the wait ended", f"{j.get('unowned_after', 0):,}"),
             ("  claims granted / refused", f"{j['granted']:,} / {j['refused']:,}"),
+            ("  conductor CPU during it (s)", f"{j['conductor_cpu_s']:.1f}"),
             *_traffic_rows(j),
+            ("  the joiner's share on the bus (MB)", _mb(join_share_mb(res))),
+            ("  inventory rows read by the joiner", f"{j['rows_read_joiner']:,}"),
+            (
+                "  by the others: all / most by one",
+                _rows_cell(j["rows_read_others"], j["rows_read_others_max"]),
+            ),
         ]
     if "kill" in res:
         k = res["kill"]
@@ -916,7 +1268,12 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  nodes unowned before the kill", f"{k.get('unowned_before', 0):,}"),
             ("  nodes unowned when that wait ended", f"{k.get('unowned_end', 0):,}"),
             ("  ring converged again (s)", _cell(k["ring_s"])),
+            ("  conductor CPU during it (s)", f"{k['conductor_cpu_s']:.1f}"),
             *_traffic_rows(k),
+            (
+                "  inventory rows read by the survivors: all / most by one",
+                _rows_cell(k["rows_read_survivors"], k["rows_read_survivors_max"]),
+            ),
         ]
     for wave in res.get("builds", []):
         rows.append(
@@ -942,6 +1299,15 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("conductor RSS, max (MB)", f"{res['conductor_rss_mb']:.0f}"),
         ("agent RSS, max (MB)", f"{res['agent_rss_mb']:.0f}"),
     ]
+    if "agent_share_rss_mb" in res:
+        per_process = res["agents_per_process"]
+        rows += [
+            (
+                f"agent RSS share, {per_process} to a process, max (MB; RSS / {per_process})",
+                f"{res['agent_share_rss_mb']:.0f}",
+            ),
+            (f"{per_process}-agent process RSS, max (MB)", f"{res['agent_group_rss_mb']:.0f}"),
+        ]
     return rows
 
 
@@ -950,7 +1316,13 @@ def format_report(report: Mapping[str, Any]) -> str:
     config, env = report["config"], report["environment"]
     lines = [
         f"scale benchmark: {config['nodes']:,} nodes, {config['conductors']} conductor(s), "
-        f"agents {', '.join(str(a) for a in config['agents'])}; membership_timeout "
+        f"agents {', '.join(str(a) for a in config['agents'])}"
+        + (
+            f" ({config['agents_per_process']} to a process)"
+            if config.get("agents_per_process", 1) > 1
+            else ""
+        )
+        + "; membership_timeout "
         f"{config['ttl_s']} s, deploy time 0; code {config['commit']}"
         + (f" ({config['code']})" if config["code"] else "")
         + f"; Python {env['python']}, {env['cpus']} CPUs, load {env['load_before']:.1f} before",
@@ -1009,6 +1381,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_agent_counts,
         default=[10],
         help="agent processes, or a comma-separated list of counts run one after another (10)",
+    )
+    parser.add_argument(
+        "--agents-per-process",
+        type=argtypes.at_least(1),
+        default=1,
+        metavar="K",
+        help="run the cold start's agents K to a Python process, as threads "
+        "(benchmarks/multi_agent.py); the joined agent, and the killed one, in their own (1)",
     )
     parser.add_argument("--conductors", type=int, choices=(1, 2), default=1, help="(1)")
     parser.add_argument(

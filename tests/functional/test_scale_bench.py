@@ -4,7 +4,10 @@ Checks that the harness's convergence computation works on a real fleet:
 after the cold start every unpinned node is owned by its ring owner
 (``hashring`` over the live agents, per node group), the join moves nodes
 only to the new agent, the claim counts come from the conductor's log, and
-a wave (join, builds, kill -9) measures the conductor's RSS.
+a wave (join, builds, kill -9) measures the conductor's RSS.  The three
+agents run in one process (``--agents-per-process 3``); the inventory rows
+each read, the cold start's broker bytes and the join's are checked to be
+there and sane.
 No timing thresholds: the goals may print PASS or MISS.
 """
 
@@ -28,6 +31,11 @@ def test_cold_start_and_join_converge_on_the_ring(
             "--nodes",
             "200",
             "--agents",
+            "3",
+            # One process for the three (benchmarks/multi_agent.py): fewer
+            # interpreters to start than before, and the launcher is covered;
+            # the joined agents are processes of their own.
+            "--agents-per-process",
             "3",
             "--steps",
             "cold,join",
@@ -61,6 +69,16 @@ def test_cold_start_and_join_converge_on_the_ring(
         cold = results["cold"]
         assert isinstance(cold, dict)
         assert cold["granted"] >= 200  # every node claimed at least once
+        assert cold["processes"] == 1
+        # Each agent of the group has its own counter; every node was read
+        # by some agent, and no agent read more than the others together.
+        assert set(cold["rows_read"]) == {"agent-00", "agent-01", "agent-02"}
+        assert cold["rows_read_total"] >= 200
+        assert 0 < cold["rows_read_max"] <= cold["rows_read_total"]
+        assert cold["traffic"]["broker_mb"] > 0
+        assert cold["traffic"]["quiet_calls_s"] is None
+        assert cold["conductor_cpu_s"] > 0
+        assert scale_bench.bytes_per_row(cold) is not None
         join = results["join"]
         assert isinstance(join, dict)
         assert join["moved_between_stayed"] == 0
@@ -70,11 +88,21 @@ def test_cold_start_and_join_converge_on_the_ring(
         traffic = join["traffic"]
         assert traffic["calls"] >= join["claim_calls"] > 0
         assert traffic["broker_mb"] is not None and traffic["broker_mb"] > 0
+        assert join["rows_read_joiner"] > 0
+        assert join["rows_read_others"] >= 0 and join["conductor_cpu_s"] >= 0
+        share = scale_bench.join_share_mb(results)
+        assert share is not None and share > 0
         (label, value), _quiet = scale_bench._traffic_rows(join)
         assert "broker MB / conductor calls" in label
         assert value == f"{traffic['broker_mb']:.1f} / {traffic['calls']:,}"
         # A wave (--waves): another agent joins, builds, kill -9 of it.
         args.builds, args.batch = 10, 5
+        rss = bench.sampler.max_rss
+        assert 0 < rss["agent_share"] < rss["agent_group"]  # 1/3 of the group's process
+        assert rss["agent"] > 0  # the joiner, a process of its own
+        # Every agent's own endpoint still answers after the join (the
+        # group's three and the joiner's): no counter silently missing.
+        assert set(bench.rows_read()) == agents
         wave = bench.wave("agent-wave-1")
         assert wave["join_s"] is not None and wave["owned_s"] is not None
         assert wave["builds_per_s"] > 0 and wave["conductor_rss_mb"] > 0

@@ -1,0 +1,152 @@
+"""Unit tests of benchmarks.scale_bench's helpers and of benchmarks.multi_agent's
+configuration: no servers, no fleet (tests/functional/test_scale_bench.py runs one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import multi_agent, scale_bench
+
+METRICS_PAGE = """\
+# HELP ringfleet_agent_inventory_rows_total Node rows this agent read
+# TYPE ringfleet_agent_inventory_rows_total counter
+ringfleet_agent_inventory_rows_total{host="agent-00"} 1234.0
+ringfleet_agent_inventory_rows_created{host="agent-00"} 1.7e+09
+ringfleet_agent_claims_total{host="agent-00",outcome="granted"} 5.0
+"""
+
+
+def test_inventory_rows_reads_the_counter_per_host() -> None:
+    assert scale_bench.inventory_rows(METRICS_PAGE) == {"agent-00": 1234}
+    assert scale_bench.inventory_rows("") == {}
+
+
+def test_metrics_urls_name_each_agent_of_a_shared_log() -> None:
+    log = (
+        "2026-01-01 00:00:00.000 1 INFO conductor.common.metrics [-] agent-00 serving "
+        "metrics on http://127.0.0.1:4001/metrics\n"
+        "2026-01-01 00:00:00.001 1 INFO conductor.common.metrics [-] agent-01 serving "
+        "metrics on http://127.0.0.1:4002/metrics\n"
+    )
+    assert scale_bench.metrics_urls(log) == {
+        "agent-00": "http://127.0.0.1:4001/metrics",
+        "agent-01": "http://127.0.0.1:4002/metrics",
+    }
+
+
+def test_rows_read_per_host_sum_and_largest() -> None:
+    grown = scale_bench._since({"a": 10, "b": 7, "new": 3}, {"a": 4, "b": 7})
+    assert grown == {"a": 6, "b": 0, "new": 3}
+    rows = scale_bench._rows_read(grown, ["a", "b", "silent"])
+    assert rows == {
+        "rows_read": {"a": 6, "b": 0, "silent": 0},
+        "rows_read_total": 6,
+        "rows_read_max": 6,
+    }
+    assert scale_bench._rows_read({}, [])["rows_read_max"] == 0
+
+
+def _run(agents: int, cpu: float, mb: float | None, rows: int) -> dict[str, Any]:
+    traffic = {"seconds": 5.0, "broker_mb": mb, "calls": 10}
+    return {
+        "agents": agents,
+        "agents_per_process": 1,
+        "cold": {
+            "seconds": 5.0,
+            "off": 0,
+            "conductor_cpu_s": cpu,
+            "traffic": traffic,
+            "rows_read_total": rows,
+            "rows_read_max": rows // agents,
+        },
+        "agent_rss_mb": 100.0,
+        "conductor_rss_mb": 500.0,
+    }
+
+
+def _goal(goals: list[dict[str, Any]], start: str) -> dict[str, Any]:
+    (found,) = [g for g in goals if g["name"].startswith(start)]
+    return found
+
+
+def test_bytes_per_row_and_the_joiners_share() -> None:
+    res = _run(10, 10.0, 50.0, 1000)
+    assert scale_bench.bytes_per_row(res["cold"]) == pytest.approx(50_000)
+    assert scale_bench.join_share_mb(res) is None  # no join
+    res["join"] = {"ideal": 1000 / 11}
+    assert scale_bench.join_share_mb(res) == pytest.approx(1000 / 11 * 50_000 / 1e6)
+    assert scale_bench.bytes_per_row({**res["cold"], "rows_read_total": 0}) is None
+    assert scale_bench.bytes_per_row({**res["cold"], "traffic": {"broker_mb": None}}) is None
+
+
+def test_goals_rows_read_and_cold_start_scaling() -> None:
+    runs = [_run(10, 10.0, 50.0, 1100), _run(50, 14.0, 70.0, 5000)]
+    goals = scale_bench._goals(runs, 1000)
+    assert _goal(goals, "[10 agents] cold start, rows read")["status"] == "PASS"  # 1.1 x
+    assert _goal(goals, "[50 agents] cold start, rows read")["status"] == "MISS"  # 5 x
+    cpu = _goal(goals, "[50 vs 10 agents] cold start, conductor CPU")
+    assert cpu["status"] == "MISS" and cpu["value"] == pytest.approx(1.4)
+    octets = _goal(goals, "[50 vs 10 agents] cold start, broker bytes")
+    assert octets["status"] == "MISS" and octets["value"] == pytest.approx(1.4)
+    # One agent count: nothing to compare with.
+    assert not [g for g in scale_bench._goals(runs[:1], 1000) if " vs " in g["name"]]
+    # Broker bytes unknown (no rabbitmqctl): SKIP, not MISS.
+    runs = [_run(10, 10.0, None, 1000), _run(50, 12.0, None, 1000)]
+    goals = scale_bench._goals(runs, 1000)
+    assert _goal(goals, "[50 vs 10 agents] cold start, broker bytes")["status"] == "SKIP"
+    assert _goal(goals, "[50 vs 10 agents] cold start, conductor CPU")["status"] == "PASS"
+
+
+def test_goal_join_bytes_against_the_joiners_share() -> None:
+    res = _run(10, 10.0, 50.0, 1000)  # 50 kB per row read
+    res["join"] = {
+        "seconds": 5.0,
+        "off": 0,
+        "moved_between_stayed": 0,
+        "ideal": 1000 / 11,  # a share of 4.5 MB
+        "traffic": {"broker_mb": 10.0},
+    }
+    goal = _goal(scale_bench._goals([res], 1000), "[10 agents] join, broker bytes")
+    assert goal["status"] == "MISS" and goal["value"] == pytest.approx(10.0 / (1000 / 11 * 0.05))
+    res["join"]["traffic"]["broker_mb"] = 8.0
+    goal = _goal(scale_bench._goals([res], 1000), "[10 agents] join, broker bytes")
+    assert goal["status"] == "PASS"
+
+
+def test_agents_per_process_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DB_URL", "TRANSPORT_URL", "ETCD_URL"):
+        monkeypatch.setenv(f"RINGFLEET_TEST_{name}", "x://")
+    assert scale_bench.parse_args([]).agents_per_process == 1
+    assert scale_bench.parse_args(["--agents-per-process", "25"]).agents_per_process == 25
+    with pytest.raises(SystemExit):
+        scale_bench.parse_args(["--agents-per-process", "0"])
+
+
+def test_multi_agent_gives_each_agent_its_own_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "agents.conf"
+    config.write_text(
+        "[DEFAULT]\nhost = agent-00\ntransport_url = rabbit://\n"
+        "[compute_agent]\nreconcile_interval = 7\n"
+    )
+    one = multi_agent.agent_conf_for(str(config), "agent-00", setup_logging=False)
+    two = multi_agent.agent_conf_for(str(config), "agent-01", setup_logging=False)
+    assert one is not two
+    assert (one.host, two.host) == ("agent-00", "agent-01")
+    assert one.compute_agent.reconcile_interval == two.compute_agent.reconcile_interval == 7
+
+
+def test_goals_keep_agents_in_groups_apart() -> None:
+    res = _run(10, 10.0, 50.0, 1000)
+    res.update(agents_per_process=10, agent_share_rss_mb=20.0, agent_group_rss_mb=200.0)
+    res["agent_rss_mb"] = 0.0  # no agent ran in a process of its own
+    goals = scale_bench._goals([res], 1000)
+    assert _goal(goals, "[10 agents] agent RSS (max)")["status"] == "SKIP"
+    share = _goal(goals, "[10 agents] agent RSS share, 10 to a process")
+    assert share["status"] == "PASS" and share["value"] == 20.0
+    del res["cold"]  # the table's rows for it need a whole cold start
+    labels = [label for label, _value in scale_bench._rows({**res, "conductor_cpu_s": 1.0})]
+    assert "10-agent process RSS, max (MB)" in labels
