@@ -48,6 +48,7 @@ class StubMembership:
     def __init__(self) -> None:
         self.state = State.CONNECTED
         self.join_generation = 1
+        self.view: MembershipView | None = None  # the latest view, as Membership.view
 
     def can_act(self) -> bool:
         return self.state is State.CONNECTED
@@ -68,6 +69,9 @@ class FakeConductor:
             "nodes": [{"uuid": u, "group": ""} for u in sorted(self.epochs)],
             "as_of": "2024-01-01T00:00:00+00:00",
         }
+
+    def list_node_share(self, member: str, **_: Any) -> dict[str, Any] | None:
+        return None  # a conductor before API 1.15: the whole fleet is read
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
         return ClaimOutcome(granted=[Ownership(u, host, self.epochs[u]) for u in node_uuids])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 import xxhash
-from alembic import op
+from alembic import context, op
 
 revision = "0009"
 down_revision = "0008"
@@ -30,6 +30,26 @@ def _position(node_uuid: str) -> int:
 def upgrade() -> None:
     with op.batch_alter_table("nodes", schema=None) as batch_op:
         batch_op.add_column(sa.Column("ring_position", sa.BigInteger(), nullable=True))
+    if context.is_offline_mode():
+        # The positions are computed in Python, from rows that only an online
+        # upgrade can read.  On a table with nodes, the NOT NULL below then
+        # fails: nothing is half done.
+        op.execute(
+            "-- Revision 0009 computes each node's ring position from its uuid: "
+            "on a database with nodes, run `ringfleet-dbsync upgrade` online"
+        )
+    else:
+        _fill_positions()
+    # (SQLite alters a column by copying the table, which needs the live
+    # table: its offline SQL leaves the column nullable.)
+    offline_sqlite = context.is_offline_mode() and op.get_context().dialect.name == "sqlite"
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        if not offline_sqlite:
+            batch_op.alter_column("ring_position", existing_type=sa.BigInteger(), nullable=False)
+        batch_op.create_index("nodes_ring_position_idx", ["ring_position"])
+
+
+def _fill_positions() -> None:
     bind = op.get_bind()
     nodes = sa.table("nodes", sa.column("id", sa.Integer), sa.column("uuid", sa.String))
     update = sa.text("UPDATE nodes SET ring_position = :position WHERE id = :node_id")
@@ -45,6 +65,3 @@ def upgrade() -> None:
             break
         bind.execute(update, [{"position": _position(u), "node_id": i} for i, u in rows])
         last = rows[-1][0]
-    with op.batch_alter_table("nodes", schema=None) as batch_op:
-        batch_op.alter_column("ring_position", existing_type=sa.BigInteger(), nullable=False)
-        batch_op.create_index("nodes_ring_position_idx", ["ring_position"])
