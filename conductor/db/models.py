@@ -114,7 +114,7 @@ class NodeModel(Base):
         Index("nodes_owner_idx", "owner"),
         Index("nodes_sched_idx", "provision_state", "resource_class", "node_group"),
         Index("nodes_updated_at_idx", "updated_at"),
-        Index("nodes_ring_position_idx", "ring_position"),
+        Index("nodes_ring_position_idx", "ring_position", "updated_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

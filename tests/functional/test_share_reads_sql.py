@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 from sqlalchemy import select, update
 
 from conductor.db import migration, node_pages
@@ -28,7 +29,9 @@ def _read_all(db: Database, arcs: list[tuple[int, int]], **query: object) -> lis
             return read
 
 
-def test_a_share_is_read_exactly_in_pages_and_by_change(sql_url: str) -> None:
+def test_a_share_is_read_exactly_in_pages_and_by_change(
+    sql_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = Database(sql_url)
     try:
         migration.upgrade(db)
@@ -63,7 +66,11 @@ def test_a_share_is_read_exactly_in_pages_and_by_change(sql_url: str) -> None:
             connection.execute(
                 update(NodeModel).where(NodeModel.uuid.in_(nodes[:10])).values(node_group="rack9")
             )
+        wanted = {n for n in changed[10:] if owners[n] == "agent-0"}
         read = _read_all(db, ring.arcs("agent-0"), changed_after=since, exclude_groups=["rack9"])
-        assert set(read) == {n for n in changed[10:] if owners[n] == "agent-0"}
+        assert len(read) == len(wanted) and set(read) == wanted  # by the change time
+        monkeypatch.setattr(node_pages, "_FEW_CHANGES", 5)  # too many: by arc
+        read = _read_all(db, ring.arcs("agent-0"), changed_after=since, exclude_groups=["rack9"])
+        assert len(read) == len(wanted) and set(read) == wanted
     finally:
         db.dispose()
