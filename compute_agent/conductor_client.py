@@ -38,6 +38,7 @@ class OwnershipCalls(Protocol):
         since: str | None = None,
         marker: str | None = None,
         limit: int = 5000,
+        not_claimed_at: list[str] | None = None,
     ) -> dict[str, Any] | None: ...
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome: ...

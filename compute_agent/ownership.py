@@ -66,6 +66,9 @@ _HANDOVER_POLL = 1.0
 _HANDOVER_WAIT = 5.0
 #: Nodes per inventory page.
 _PAGE = 5000
+#: Seconds a claim's change time is sent with our change reads: well past
+#: the deepest window a change read reaches back (_DEEP_EVERY + _DEEP_OVERLAP).
+_CLAIM_TIMES_KEPT = 60.0
 
 #: Which node groups one ring of a view covers: (the groups, or None for
 #: every group but the excluded ones; the excluded groups).
@@ -177,6 +180,9 @@ class OwnershipManager:
         # a conductor that does not read by share).
         self._read_rings: dict[ShareKey, dict[str, Any]] | None = None
         self._by_share = True  # until the conductor says it does not read by share
+        # (monotonic, change time) of our claims: our change reads leave out
+        # the rows they changed last (we know those from the replies).
+        self._claim_times: list[tuple[float, str]] = []
         self._deep_since: datetime.datetime | None = None  # the last deep one's
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -403,6 +409,10 @@ class OwnershipManager:
                 reads.append({**where, "previous_ring": before, "since": None})  # gained
             reads.append({**where, "since": since})
         reads.append({"since": since})  # the nodes we own, wherever they are
+        if since is not None:
+            # What our own claims changed we know from their replies.
+            claimed = self._recent_claims()
+            reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
         seen = lost = 0
         as_of = None
         for query in reads:
@@ -426,6 +436,13 @@ class OwnershipManager:
             self._forget_outside(view)
         self._read_rings = rings
         return seen, lost, as_of
+
+    def _recent_claims(self) -> list[str] | None:
+        """The change times of our claims that a change read may still reach."""
+        with self._lock:
+            horizon = time.monotonic() - _CLAIM_TIMES_KEPT
+            self._claim_times = [(t, at) for t, at in self._claim_times if t > horizon][-1000:]
+            return [at for _t, at in self._claim_times] or None
 
     def _forget_outside(self, view: MembershipView) -> None:
         """Drop the inventory's nodes that are neither our share of ``view`` nor
@@ -718,6 +735,9 @@ class OwnershipManager:
                 # (Replies of conductors before API 1.5 carry no holds.)
                 for owner, seconds in out.restarting.items():
                     self._restart_holds[owner] = time.monotonic() + seconds
+            if out.changed_at is not None:
+                with self._lock:
+                    self._claim_times.append((time.monotonic(), out.changed_at))
             rehomed += len(out.rehomed)
             if out.rehomed:
                 LOG.warning(

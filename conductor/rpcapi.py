@@ -69,9 +69,10 @@ API version history:
 * 1.15 - list_node_uuids by share: ``ring`` and ``member`` (the nodes that
   member owns in that ring, read by their stored ring position),
   ``previous_ring`` (less those it owned in that one), ``exclude_groups``,
-  ``owner`` (the nodes an agent owns); replies carry ``next``, the marker
-  of the next page.  An agent whose conductor is older reads the whole
-  fleet as before.
+  ``owner`` (the nodes an agent owns), ``not_claimed_at`` (leave out the
+  rows an agent's own claims changed last); replies carry ``next``, the
+  marker of the next page; claim_nodes replies carry ``changed_at``.  An
+  agent whose conductor is older reads the whole fleet as before.
 """
 
 from __future__ import annotations
@@ -425,9 +426,11 @@ class ConductorAPI:
         since: str | None = None,
         marker: str | None = None,
         limit: int = 5000,
+        not_claimed_at: list[str] | None = None,
     ) -> dict[str, Any] | None:
         """A page of the nodes ``ring`` gives ``member`` (1.15), or of those it
-        owns (no ``ring``): ``{"nodes", "as_of", "next"}``.
+        owns (no ``ring``): ``{"nodes", "as_of", "next"}``; without the rows
+        last changed by ``member``'s claims stamped ``not_claimed_at``.
 
         ``None`` when the conductor does not read by share (older, or pinned
         below 1.15 by ``[upgrade_levels]``): read the whole inventory then.
@@ -435,6 +438,8 @@ class ConductorAPI:
         if not self._by_share or not self.can_send_version("1.15"):
             return None
         query: dict[str, Any] = {"since": since, "marker": marker, "limit": limit}
+        if not_claimed_at:
+            query["not_claimed_at"] = not_claimed_at
         if ring is None:
             query["owner"] = member
         else:

@@ -237,6 +237,9 @@ class ClaimOutcome:
     :ivar missing: requested uuids with no such node.
     :ivar restarting: owners among ``refused`` that are stopped for a
         restart, with the seconds left until their nodes may be claimed.
+    :ivar changed_at: the change time (ISO 8601) stamped on the nodes this
+        claim took (API 1.15; ``None`` before, or when it took none): an
+        agent's change reads leave out what its own claims changed.
     """
 
     granted: list[Ownership] = dataclasses.field(default_factory=list)
@@ -244,6 +247,7 @@ class ClaimOutcome:
     refused: dict[str, str | None] = dataclasses.field(default_factory=dict)
     missing: list[str] = dataclasses.field(default_factory=list)
     restarting: dict[str, float] = dataclasses.field(default_factory=dict)
+    changed_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -252,6 +256,7 @@ class ClaimOutcome:
             "refused": dict(self.refused),
             "missing": list(self.missing),
             "restarting": dict(self.restarting),
+            "changed_at": self.changed_at,
         }
 
     @classmethod
@@ -263,6 +268,7 @@ class ClaimOutcome:
             refused=dict(data["refused"]),
             missing=list(data["missing"]),
             restarting={k: float(v) for k, v in data.get("restarting", {}).items()},
+            changed_at=data.get("changed_at"),
         )
 
 

@@ -73,12 +73,14 @@ def inventory_page(
     changed_after: datetime.datetime | None = None,
     marker: str | None = None,
     owner: str | None = None,
+    not_claimed_at: Sequence[datetime.datetime] = (),
 ) -> InventoryPage:
     """Up to ``limit`` nodes after the uuid ``marker``, in uuid order.
 
     ``groups``: only nodes of these groups (``None``: all); ``changed_after``:
     only nodes whose row changed at or after that instant; ``owner``: only
-    the nodes this agent owns.
+    the nodes this agent owns; ``not_claimed_at``: with ``owner``, none
+    that owner's own claims changed last (:func:`_not_claimed_at`).
     """
     as_of = utcnow()
     query = (
@@ -99,7 +101,7 @@ def inventory_page(
     if marker is not None:
         query = query.where(NodeModel.uuid > marker)
     if owner is not None:
-        query = query.where(NodeModel.owner == owner)
+        query = query.where(NodeModel.owner == owner, *_not_claimed_at(owner, not_claimed_at))
     # A Core read, not a Session: at 100k nodes every agent reads the whole
     # fleet at start, and the Session's bookkeeping was a third of it.
     with db.read() as connection:
@@ -128,6 +130,7 @@ def share_page(
     exclude_groups: Sequence[str] = (),
     changed_after: datetime.datetime | None = None,
     after: tuple[int, str] | None = None,
+    claimed: tuple[str, Sequence[datetime.datetime]] | None = None,
 ) -> tuple[InventoryPage, tuple[int, str] | None]:
     """Up to ``limit`` nodes whose ring position is in ``arcs``, in position order.
 
@@ -136,7 +139,9 @@ def share_page(
     the work is the share's, not the fleet's.  ``groups`` /
     ``exclude_groups``: only nodes of these groups / of no such group;
     ``changed_after``: only rows changed at or after that instant;
-    ``after``: the ``(position, uuid)`` of the previous page's last node.
+    ``after``: the ``(position, uuid)`` of the previous page's last node;
+    ``claimed``: (an agent, the change times of its claims): none of the
+    rows those claims changed last (:func:`_not_claimed_at`).
     Returns the page and the marker of the next one (``None``: the end).
     """
     as_of = utcnow()
@@ -146,6 +151,8 @@ def share_page(
         conditions.append(NodeModel.node_group.in_(groups))
     if exclude_groups:
         conditions.append(NodeModel.node_group.not_in(exclude_groups))
+    if claimed is not None:
+        conditions.extend(_not_claimed_at(*claimed))
     with db.read() as connection:
         if changed_after is not None and _few_changes(connection, changed_after):
             rows = _changes_in_arcs(
@@ -186,6 +193,20 @@ _SHARE_COLUMNS = (
     NodeModel.instance_uuid,
     NodeModel.ring_position,
 )
+
+
+def _not_claimed_at(owner: str, times: Sequence[datetime.datetime]) -> list[Any]:
+    """Leave out the rows ``owner``'s own claims changed last (stamped at ``times``).
+
+    An agent knows what its claims did from their replies: read again, each
+    of its claims was most of what a cold start made it read (every node
+    of its share, twice or three times, for the windows of its change
+    reads overlap).  A row changed since by anything else has another
+    change time, and is read.
+    """
+    if not times:
+        return []
+    return [or_(NodeModel.owner != owner, NodeModel.updated_at.not_in(list(times)))]
 
 
 #: Changes since an instant that are few enough to read by the change time

@@ -198,6 +198,7 @@ def claim_nodes(
         ),
     )
     rehomed: list[str] = []
+    took = False
     with db.transaction() as session:
         for chunk in _chunks(wanted):
             condition = claimable
@@ -224,6 +225,7 @@ def claim_nodes(
                 {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now},
                 [_NODES.c.uuid, _NODES.c.instance_uuid],
             )
+            took = took or bool(taken)
             rehomed.extend(row.uuid for row in taken if row.instance_uuid is not None)
         for chunk in _chunks(rehomed):
             session.execute(
@@ -241,7 +243,7 @@ def claim_nodes(
                 )
             )
         }
-    outcome = ClaimOutcome(rehomed=rehomed)
+    outcome = ClaimOutcome(rehomed=rehomed, changed_at=now.isoformat() if took else None)
     for uuid in wanted:
         own = current.get(uuid)
         if own is None:

@@ -36,6 +36,25 @@ __all__ = ["AgentsEndpoint"]
 LOG = logging.getLogger(__name__)
 
 
+#: Claim times one read may leave out: an agent's claims of the last minute.
+MAX_CLAIM_TIMES = 1000
+
+
+def _claim_times(value: object) -> list[datetime.datetime]:
+    """``not_claimed_at``: null or a list of ISO 8601 times."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_CLAIM_TIMES:
+        raise InvalidInput(
+            [
+                FieldError.about(
+                    "not_claimed_at", f"must be a list of at most {MAX_CLAIM_TIMES} times", value
+                )
+            ]
+        )
+    return [arguments.check_time(t, "not_claimed_at") for t in value]
+
+
 def _share_marker(value: object) -> tuple[int, str]:
     """A by-share page marker, ``"<position>/<uuid>"`` (a previous reply's ``next``)."""
     position, _, uuid = value.partition("/") if isinstance(value, str) else ("", "", "")
@@ -203,6 +222,7 @@ class AgentsEndpoint:
         previous_ring: Any = None,
         exclude_groups: Any = None,
         owner: Any = None,
+        not_claimed_at: Any = None,
     ) -> dict[str, Any]:
         """Node uuids, groups and claims, paged: what an agent splits with the ring.
 
@@ -226,14 +246,18 @@ class AgentsEndpoint:
         membership change gave it); ``exclude_groups``: none of these groups
         (the groups whose rings differ).  ``owner``: only the nodes that
         agent owns.  Replies of 1.15 calls carry ``next``, the ``marker`` of
-        the next page (``None``: the last page).
+        the next page (``None``: the last page).  ``not_claimed_at`` (1.15, with
+        ``member`` or ``owner``): change times of that agent's own claims (their
+        replies' ``changed_at``); the rows they changed last are left out.
         """
         group_list = None if groups is None else arguments.check_groups(groups)
         changed_after = None if since is None else arguments.check_time(since, "since")
         page = arguments.check_limit(limit, maximum=50_000)
         arguments.check_bool(columns, "columns")
+        claims = _claim_times(not_claimed_at)
         if ring is not None:
             inventory, following = self._share_page(
+                claims=claims,
                 ring=ring,
                 member=member,
                 previous_ring=previous_ring,
@@ -252,6 +276,7 @@ class AgentsEndpoint:
                 changed_after=changed_after,
                 marker=None if marker is None else checks.validate_uuid(marker, "marker"),
                 owner=None if owner is None else arguments.check_host(owner, "owner"),
+                not_claimed_at=claims,
             )
             full = len(inventory.uuids) >= page
             next_marker = inventory.uuids[-1] if full else None
@@ -278,6 +303,7 @@ class AgentsEndpoint:
         limit: int,
         groups: list[str] | None,
         changed_after: datetime.datetime | None,
+        claims: list[datetime.datetime],
     ) -> tuple[node_pages.InventoryPage, tuple[int, str] | None]:
         """A page of ``list_node_uuids`` by share (1.15)."""
         spec, host, previous, excluded, after = checks.collect(
@@ -303,6 +329,7 @@ class AgentsEndpoint:
             exclude_groups=excluded,
             changed_after=changed_after,
             after=after,
+            claimed=(host, claims) if claims else None,
         )
 
     def report_build_result(

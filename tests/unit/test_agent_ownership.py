@@ -898,6 +898,26 @@ def test_after_a_membership_change_an_agent_reads_only_the_arcs_it_gained(env: F
 
 
 @BY_SHARE
+def test_change_reads_leave_out_what_the_agents_own_claims_changed(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 100)
+    age_nodes(env.db, uuids)
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == len(ring_share(["a1", "a2"], uuids, "a1")) > 0
+    claims = env.conductor.of("claim")
+    assert claims
+    # The claims changed every node of its share: none of it is read back ...
+    assert a1.refresh_inventory() == 0
+    assert a1.refresh_inventory(deep=True) == 0
+    # ... but a later change to one of them, by anything else, is.
+    mine = sorted(a1.held())[0]
+    nodes.set_maintenance(env.db, mine, True, "disk swap")
+    assert a1.refresh_inventory() == 2  # in its share, and among the nodes it owns
+
+
+@BY_SHARE
 def test_changes_are_read_by_share_too(env: Fleet) -> None:
     first = add_nodes(env.db, 50)
     age_nodes(env.db, first)
