@@ -88,6 +88,7 @@ from tests.functional.fleet_harness import (
     REHOME_GRACE,
     TTL,
     Fleet,
+    close_in_background,
     ironic_disagreements,
     log_tails,
     start_processes,
@@ -274,7 +275,7 @@ class Load:
 
     def close(self) -> None:
         self._halt.set()
-        self._transport.cleanup()
+        close_in_background(self._transport)
 
 
 # -- the checks ---------------------------------------------------------------------
