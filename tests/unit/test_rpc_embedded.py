@@ -492,6 +492,9 @@ def test_inventory_by_share_reads_what_the_ring_gives_a_member(served: Served) -
     with pytest.raises(InvalidInput) as err:
         call({}, "list_node_uuids", ring={"members": {"a": -1.0}, "version": 1}, member="a")
     assert err.value.fields == ["ring"]
+    with pytest.raises(InvalidInput) as err:
+        call({}, "list_node_uuids", owner="agent-1", not_claimed_at=["yesterday"])
+    assert err.value.fields == ["not_claimed_at"]
     # Pinned below 1.15 (a rolling upgrade): the agent reads the whole fleet.
     capped = ConductorAPI(api.client.transport, timeout=10, version_cap="1.14")
     assert capped.list_node_share("agent-1", ring=ring) is None
