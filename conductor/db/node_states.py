@@ -55,7 +55,9 @@ def _set_states(columns: tuple[str, ...]) -> Update:
 
 _COLUMNS = ("power_state", "provision_state")
 #: By the columns a report changes: power, provision state or both.
-_SET_STATES = {columns: _set_states(columns) for columns in (_COLUMNS[:1], _COLUMNS[1:], _COLUMNS)}
+_SET_STATES: dict[tuple[str, ...], Update] = {
+    columns: _set_states(columns) for columns in (_COLUMNS[:1], _COLUMNS[1:], _COLUMNS)
+}
 
 
 class StateReport(TypedDict):
@@ -112,8 +114,10 @@ def record_node_states(db: Database, agent: str, reports: Sequence[StateReport])
                 # The read above only skips what cannot apply; the write
                 # carries the fence itself: the row may have changed since.
                 columns = tuple(c for c in _COLUMNS if f"new_{c}" in params)
-                params.update(node=row.uuid, fence_owner=agent, fence_epoch=report["epoch"])
+                params.update(
+                    node=row.uuid, fence_owner=agent, fence_epoch=report["epoch"], now=now
+                )
                 writes.setdefault(columns, []).append(params)
         for columns, batch in writes.items():
-            connection.execute(_SET_STATES[columns], [{**p, "now": now} for p in batch])
+            connection.execute(_SET_STATES[columns], batch)
     return stale
