@@ -9,9 +9,11 @@ and the service tells it of every membership view change.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -145,13 +147,13 @@ class AgentMetrics(ServiceMetrics):
 
 
 def group_counts(
-    nodes: Iterable[str], group_of: Mapping[str, str], pinned: Iterable[str]
+    nodes: Collection[str], group_of: Mapping[str, str], pinned: Iterable[str]
 ) -> dict[str, tuple[int, int]]:
     """(owned, pinned) per node group of ``nodes`` (group unknown yet: ``""``)."""
-    pins = set(pinned)
-    counts: dict[str, tuple[int, int]] = {}
-    for node in nodes:
-        group = group_of.get(node, "")
-        owned, held_pins = counts.get(group, (0, 0))
-        counts[group] = (owned + 1, held_pins + (node in pins))
-    return counts
+    # Counted in C (map, collections.Counter), the few pins apart: it runs on
+    # every reconcile pass over every node the agent owns (10,000 at 100k
+    # nodes on 10 agents), and the loop in Python was a tenth of an agent's
+    # time while builds ran.
+    owned = collections.Counter(map(group_of.get, nodes, itertools.repeat("")))
+    pins = collections.Counter(group_of.get(n, "") for n in set(pinned) if n in nodes)
+    return {group: (count, pins[group]) for group, count in owned.items()}

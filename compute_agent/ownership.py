@@ -595,20 +595,20 @@ class OwnershipManager:
         with self._lock:
             settle = time.monotonic() - _ADOPTION_SETTLE
             self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
+            # Set differences first (in C): a pass walks only the nodes that
+            # differ, not every node held and desired (10,000 each at 100k
+            # nodes on 10 agents), which is the usual few once converged.
             releasable = {
-                n: e
-                for n, e in self._held.items()
-                if n not in desired
-                and n not in self._pinned
-                and n not in busy
-                and n not in self._adopted_at
+                n: self._held[n]
+                for n in self._held.keys() - desired
+                if n not in self._pinned and n not in busy and n not in self._adopted_at
             }
             members = view.members
             now = time.monotonic()
             self._restart_holds = {h: t for h, t in self._restart_holds.items() if t > now}
             keepers = members.keys() | self._restart_holds.keys()
             to_claim = sorted(
-                n for n in desired if n not in self._held and not self._kept(n, keepers, now)
+                n for n in desired.difference(self._held) if not self._kept(n, keepers, now)
             )
             settling = self._claims_after - now
             if settling > 0 and to_claim:

@@ -169,6 +169,10 @@ class ConductorService:
                 conf.host,
             )
         self.metrics.membership_state(self._membership.state)
+        # The node index is built and kept fresh here, not by the builds.
+        threading.Thread(
+            target=scheduler.keep_fresh, args=(self._stopped,), name="node-index", daemon=True
+        ).start()
         self._builds.start()
         self._server.start()
         broker_outage.reachable()  # start() waited for it

@@ -91,8 +91,9 @@ opts = [
         help=(
             "Seconds between two incremental refreshes of the in-memory node "
             "index, each reading only the nodes changed since the previous one. "
-            "A refresh runs before a decision once this much time has passed; "
-            "0 refreshes before every decision. A stale index never causes a "
+            "The conductor refreshes it in the background at this pace (at "
+            "least every 0.5 s), and a decision that finds it older refreshes "
+            "it first; 0 refreshes before every decision. A stale index never causes a "
             "double allocation (the allocation is a compare-and-swap), only "
             "retries or a missed free node until the next refresh."
         ),

@@ -177,6 +177,7 @@ class InstanceModel(Base):
         UniqueConstraint("uuid", name="uniq_instances0uuid"),
         UniqueConstraint("node_uuid", name="uniq_instances0node_uuid"),
         Index("instances_vm_state_idx", "vm_state"),
+        Index("instances_task_state_idx", "task_state"),
         Index("instances_host_idx", "host"),
         Index("instances_project_idx", "project_id"),
     )

@@ -1348,6 +1348,34 @@ def test_report_node_states_of_many_nodes_touches_only_the_changed(env: Env) -> 
         assert (node["updated_at"] != before[u]) == (u in changed)
 
 
+def test_report_node_states_records_a_power_state_unknown_until_then(env: Env) -> None:
+    """A node imported without a power state (NULL) gets the reported one; in one
+    report, nodes changing their power state, their provision state or both."""
+    env.live("agent-1")
+    unknown, power, provision, both = add_nodes(env.db, 4)
+    epochs = _claim(env, "agent-1", [unknown, power, provision, both])
+    with env.db.transaction() as session:
+        session.query(NodeModel).filter(NodeModel.uuid == unknown).update({"power_state": None})
+    states = {
+        unknown: ("power off", None),
+        power: ("power on", "available"),
+        provision: ("power off", "manageable"),
+        both: ("power on", "manageable"),
+    }
+    out = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[
+            {"node_uuid": u, "epoch": epochs[u], "power_state": p, "provision_state": s}
+            for u, (p, s) in states.items()
+        ],
+    )
+    assert out == {"accepted": 4, "stale": []}
+    for u, (p, s) in states.items():
+        node = env.node(u)
+        assert (node["power_state"], node["provision_state"]) == (p, s or "available")
+
+
 @pytest.mark.parametrize(
     ("states", "fields"),
     [

@@ -306,6 +306,59 @@ def test_refresh_happens_by_itself_after_the_interval(db: Database) -> None:
     sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
 
 
+class _StopAfter(threading.Event):
+    """A stop event that is set once :meth:`wait` was called *passes* times,
+    after running *between* at each of those calls."""
+
+    def __init__(self, passes: int, between: Any = lambda: None) -> None:
+        super().__init__()
+        self.passes, self.between, self.waits = passes, between, []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        self.between()
+        if len(self.waits) >= self.passes:
+            self.set()
+        return self.is_set()
+
+
+def test_keep_fresh_builds_the_index_and_refreshes_it_without_any_decision(db: Database) -> None:
+    now = [100.0]
+    sched = scheduler(db, refresh_interval=1.0, clock=lambda: now[0])
+    insert_nodes(db, 2)
+
+    def between() -> None:  # a node added, then the interval passes
+        insert_nodes(db, 1)
+        now[0] += 1.5
+
+    stopped = _StopAfter(2, between)
+    sched.keep_fresh(stopped)
+    assert stopped.waits == [1.0, 1.0]
+    # Built with 2, refreshed with the third; the fourth came after the last pass.
+    assert sched.stats()["nodes"] == sched.stats()["free"] == 3
+
+
+def test_keep_fresh_survives_a_failed_pass_and_waits_at_least_half_a_second(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched = scheduler(db, refresh_interval=0.0)
+    insert_nodes(db, 1)
+    calls = []
+    real = source.load_all
+
+    def failing_once(database: Database) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real(database)
+
+    monkeypatch.setattr(source, "load_all", failing_once)
+    stopped = _StopAfter(2)
+    sched.keep_fresh(stopped)
+    assert stopped.waits == [0.5, 0.5]
+    assert len(calls) == 2 and sched.stats()["nodes"] == 1
+
+
 def test_periodic_resync_forgets_deleted_nodes(db: Database) -> None:
     now = [100.0]
     sched = scheduler(db, refresh_interval=1.0, resync_interval=60.0, clock=lambda: now[0])
