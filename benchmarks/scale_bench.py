@@ -786,7 +786,7 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]
         tag = f"[{res['agents']} agents]"
         if "import" in res:
             s = res["import"]["seconds"]
-            goals.add(f"{tag} node import of {nodes:,}", "<= 20 s", s, s <= 20, f"{s:.1f} s")
+            goals.add(f"{tag} node import of {nodes:,}", "<= 10 s", s, s <= 10, f"{s:.1f} s")
         if "cold" in res:
             s = res["cold"]["seconds"]
             goals.add(
