@@ -94,7 +94,7 @@ def many_statements_are_one_transaction(db: Database) -> None:
     statement leaves nothing of the first."""
     size = 2 * max(bulk.COPY_CHUNK, bulk.INSERT_CHUNK) // 1000
     saved = bulk.COPY_CHUNK, bulk.INSERT_CHUNK
-    bulk.COPY_CHUNK = bulk.INSERT_CHUNK = 2  # type: ignore[misc]
+    bulk.COPY_CHUNK = bulk.INSERT_CHUNK = 2
     try:
         nodes.create_nodes(db, validate_node_specs([{"name": "last", "resource_class": "b"}]))
         specs = validate_node_specs(
@@ -108,7 +108,7 @@ def many_statements_are_one_transaction(db: Database) -> None:
         nodes.create_nodes(db, specs[:-1])
         assert nodes.count_nodes(db) == size + 1
     finally:
-        bulk.COPY_CHUNK, bulk.INSERT_CHUNK = saved  # type: ignore[misc]
+        bulk.COPY_CHUNK, bulk.INSERT_CHUNK = saved
 
 
 CASES = [

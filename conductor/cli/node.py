@@ -210,9 +210,11 @@ class NodeImport(ConductorCommand, Command):
         parser.add_argument(
             "--batch-size",
             type=int,
-            default=1000,
+            # 5000: a fifth of the round trips of 1000, each still well
+            # inside the RPC timeout (~0.3 s on the conductor).
+            default=5000,
             metavar="N",
-            help="nodes per import call (1..10000, default 1000)",
+            help="nodes per import call (1..10000, default 5000)",
         )
         parser.add_argument(
             "--max-problems",
