@@ -210,9 +210,11 @@ class NodeImport(ConductorCommand, Command):
         parser.add_argument(
             "--batch-size",
             type=int,
-            default=1000,
+            # 5000: a fifth of the round trips of 1000, each still well
+            # inside the RPC timeout (~0.3 s on the conductor).
+            default=5000,
             metavar="N",
-            help="nodes per import call (1..10000, default 1000)",
+            help="nodes per import call (1..10000, default 5000)",
         )
         parser.add_argument(
             "--max-problems",
@@ -254,10 +256,12 @@ class NodeImport(ConductorCommand, Command):
             specs = validate_node_specs([spec for _, spec in rows])
         except InvalidInput as exc:
             problems.extend(_row_errors(exc.errors, lines))
+        # Built once for both passes, without the fields at their defaults.
+        payloads = [spec.to_payload() for spec in specs]
         if not problems:
             # Rows can also clash with nodes stored already: check the whole
             # file before importing any of it.
-            problems = self._stored_clashes(specs, lines, parsed_args.batch_size, progress)
+            problems = self._stored_clashes(payloads, lines, parsed_args.batch_size, progress)
         if problems:
             progress.done()
             self._report(path, sorted(problems, key=lambda p: p[0]), parsed_args.max_problems)
@@ -270,9 +274,9 @@ class NodeImport(ConductorCommand, Command):
                     )
                 ]
             )
-        imported = self._import(specs, lines, parsed_args.batch_size, progress, path)
+        imported = self._import(payloads, lines, parsed_args.batch_size, progress, path)
         progress.done()
-        batches = (len(specs) + parsed_args.batch_size - 1) // parsed_args.batch_size
+        batches = (len(payloads) + parsed_args.batch_size - 1) // parsed_args.batch_size
         self.app.stdout.write(
             f"Imported {imported} nodes from {path} ({fmt}) in {batches} batches\n"
         )
@@ -301,32 +305,36 @@ class NodeImport(ConductorCommand, Command):
             raise InvalidInput([FieldError("FILE", f"cannot read {path}: {exc}")]) from None
 
     def _stored_clashes(
-        self, specs: Sequence[NodeSpec], lines: Sequence[int], size: int, progress: _Progress
+        self,
+        payloads: Sequence[dict[str, Any]],
+        lines: Sequence[int],
+        size: int,
+        progress: _Progress,
     ) -> list[tuple[int, str]]:
         """``(line, message)`` for every row whose name or uuid is stored already."""
         problems: list[tuple[int, str]] = []
-        for start in range(0, len(specs), size):
-            batch = specs[start : start + size]
+        for start in range(0, len(payloads), size):
+            batch = payloads[start : start + size]
             try:
-                self.client.import_nodes([spec.to_dict() for spec in batch], dry_run=True)
+                self.client.import_nodes(list(batch), dry_run=True)
             except InvalidInput as exc:
                 problems.extend(_row_errors(exc.errors, lines[start : start + size]))
-            progress.update(f"checked {start + len(batch)}/{len(specs)} nodes")
+            progress.update(f"checked {start + len(batch)}/{len(payloads)} nodes")
         return problems
 
     def _import(
         self,
-        specs: Sequence[NodeSpec],
+        payloads: Sequence[dict[str, Any]],
         lines: Sequence[int],
         size: int,
         progress: _Progress,
         path: str,
     ) -> int:
         imported = 0
-        for start in range(0, len(specs), size):
-            batch = specs[start : start + size]
+        for start in range(0, len(payloads), size):
+            batch = payloads[start : start + size]
             try:
-                self.client.import_nodes([spec.to_dict() for spec in batch])
+                self.client.import_nodes(list(batch))
             except Conflict as exc:
                 # Validated rows can still clash with nodes already stored.
                 progress.done()
@@ -344,7 +352,7 @@ class NodeImport(ConductorCommand, Command):
                     ]
                 ) from None
             imported += len(batch)
-            progress.update(f"imported {imported}/{len(specs)} nodes")
+            progress.update(f"imported {imported}/{len(payloads)} nodes")
         return imported
 
 

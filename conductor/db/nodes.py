@@ -20,7 +20,6 @@ from sqlalchemy import (
     delete,
     exists,
     func,
-    insert,
     or_,
     select,
     update,
@@ -30,6 +29,7 @@ from sqlalchemy.orm import aliased
 
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
+from conductor.db import bulk
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
@@ -56,7 +56,6 @@ __all__ = [
     "update_node",
 ]
 
-_IMPORT_CHUNK = 1000
 _NODES: Table = NodeModel.__table__  # type: ignore[assignment]
 #: The back end's view of a node (fleet check's alone: never listed nor sent).
 _BACK_END_COLUMNS = ("backend_state", "backend_instance_uuid", "backend_seen_at")
@@ -160,10 +159,12 @@ def create_nodes(
 ) -> list[Node]:
     """Insert validated nodes, all or none.
 
-    One multi-row INSERT per chunk (Core, not ORM objects), and the
-    nodes returned are built from the specs: every column is known before
-    the insert, so reading the rows back (half the cost of a large import)
-    would tell nothing new.
+    Written in one transaction by :func:`conductor.db.bulk.insert_rows`
+    (``COPY`` on PostgreSQL), and the nodes returned are built from the
+    specs: every column is known before the insert, so reading the rows
+    back (half the cost of a large import) would tell nothing new.  The
+    unique constraints on name and uuid are the check: a clash aborts the
+    insert, and only then is it looked up to be named.
 
     ``observed``: what the back end shows of some of them (uuid ->
     observation), stored with the row as seen at its creation: nothing of
@@ -171,37 +172,20 @@ def create_nodes(
     observation is as fresh as the row and the sync need not write it again.
 
     :raises DuplicateNode: when a name or uuid exists already (nothing is
-        inserted).
+        inserted); its ``index`` is the first such spec's.
     """
     now = utcnow()
     seen = observed or {}
-    rows = [
-        {
-            "uuid": spec.uuid,
-            "name": spec.name,
-            "resource_class": spec.resource_class,
-            "traits": sorted(spec.traits),
-            "properties": dict(spec.properties),
-            "node_group": spec.group,
-            "provision_state": spec.provision_state.value,
-            "power_state": spec.power_state.value,
-            "maintenance": spec.maintenance,
-            "maintenance_reason": spec.maintenance_reason,
-            "owner_epoch": 0,
-            "created_at": now,
-            "updated_at": now,
-            **_observation_values(seen.get(spec.uuid), now),
-        }
-        for spec in specs
-    ]
+    rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in specs]
     try:
-        with db.transaction() as session:
-            _refuse_existing(session, specs)
-            for start in range(0, len(rows), _IMPORT_CHUNK):
-                session.execute(insert(_NODES), rows[start : start + _IMPORT_CHUNK])
+        with db.writing() as connection:
+            bulk.insert_rows(connection, _NODES, rows)
     except IntegrityError as exc:
-        # A concurrent import won the race for a name or uuid.
-        raise DuplicateNode(field="name", value=None, reason=str(exc.orig)) from None
+        clashes = _stored_clashes(db, specs)
+        if not clashes:  # a concurrent import's rows, rolled back since
+            raise DuplicateNode(field="name", value=None, reason=str(exc.orig)) from None
+        index, field, value = clashes[0]
+        raise DuplicateNode(field=field, value=value, index=index) from None
     return [
         Node(
             uuid=spec.uuid,
@@ -222,49 +206,67 @@ def create_nodes(
     ]
 
 
+def _new_row(
+    spec: NodeSpec, now: datetime.datetime, observation: BackEndObservation | None
+) -> dict[str, Any]:
+    """The row of a new node: every column an insert writes, in one place
+    (one multi-row INSERT or COPY needs the same keys in every row)."""
+    return {
+        "uuid": spec.uuid,
+        "name": spec.name,
+        "resource_class": spec.resource_class,
+        "traits": sorted(spec.traits),
+        "properties": dict(spec.properties),
+        "node_group": spec.group,
+        "provision_state": spec.provision_state.value,
+        "power_state": spec.power_state.value,
+        "maintenance": spec.maintenance,
+        "maintenance_reason": spec.maintenance_reason,
+        "owner_epoch": 0,
+        "created_at": now,
+        "updated_at": now,
+        **_observation_values(observation, now),
+    }
+
+
+#: Names (and uuids) per clash query: an IN list of each.
+_CLASH_CHUNK = 1000
+
+
 @retry_on_dead_connection
+def _stored_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[tuple[int, str, str]]:
+    """``(index, "name" or "uuid", value)`` of every spec whose name or uuid is
+    stored already, by index (a name before a uuid)."""
+    index_of_name = {s.name: i for i, s in enumerate(specs)}
+    index_of_uuid = {s.uuid: i for i, s in enumerate(specs)}
+    clashes: list[tuple[int, str, str]] = []
+    with db.read() as connection:
+        for start in range(0, len(specs), _CLASH_CHUNK):
+            chunk = specs[start : start + _CLASH_CHUNK]
+            for name, uuid in connection.execute(
+                select(_NODES.c.name, _NODES.c.uuid).where(
+                    _NODES.c.name.in_([s.name for s in chunk])
+                    | _NODES.c.uuid.in_([s.uuid for s in chunk])
+                )
+            ):
+                if name in index_of_name:
+                    clashes.append((index_of_name[name], "name", name))
+                if uuid in index_of_uuid:
+                    clashes.append((index_of_uuid[uuid], "uuid", uuid))
+    return sorted(clashes)
+
+
 def existing_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[FieldError]:
     """Every spec whose name or uuid is stored already, as ``nodes[i]`` errors.
 
     For checking a whole import before any of it is written (the insert
     itself re-checks, in its transaction: another import may come between).
     """
-    index_of_name = {s.name: i for i, s in enumerate(specs)}
-    index_of_uuid = {s.uuid: i for i, s in enumerate(specs)}
-    errors: list[FieldError] = []
-    with db.reading() as session:
-        for start in range(0, len(specs), 500):
-            chunk = specs[start : start + 500]
-            for row in session.execute(
-                select(NodeModel.name, NodeModel.uuid).where(
-                    NodeModel.name.in_([s.name for s in chunk])
-                    | NodeModel.uuid.in_([s.uuid for s in chunk])
-                )
-            ):
-                if row.name in index_of_name:
-                    i = index_of_name[row.name]
-                    errors.append(FieldError.about(f"nodes[{i}].name", "exists already", row.name))
-                if row.uuid in index_of_uuid:
-                    i = index_of_uuid[row.uuid]
-                    errors.append(FieldError.about(f"nodes[{i}].uuid", "exists already", row.uuid))
+    errors = [
+        FieldError.about(f"nodes[{index}].{field}", "exists already", value)
+        for index, field, value in _stored_clashes(db, specs)
+    ]
     return sorted(errors, key=lambda e: e.field)
-
-
-def _refuse_existing(session: Any, specs: Sequence[NodeSpec]) -> None:
-    names = [s.name for s in specs]
-    uuids = [s.uuid for s in specs]
-    for start in range(0, len(specs), 500):
-        clash = session.execute(
-            select(NodeModel.name, NodeModel.uuid).where(
-                (NodeModel.name.in_(names[start : start + 500]))
-                | (NodeModel.uuid.in_(uuids[start : start + 500]))
-            )
-        ).first()
-        if clash is not None:
-            field = "name" if clash.name in set(names) else "uuid"
-            value = clash.name if field == "name" else clash.uuid
-            index = (names if field == "name" else uuids).index(value)
-            raise DuplicateNode(field=field, value=value, index=index)
 
 
 @retry_on_dead_connection

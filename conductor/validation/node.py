@@ -104,6 +104,31 @@ class NodeSpec:
             "power_state": self.power_state.value,
         }
 
+    def to_payload(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the fields at their defaults, which validation
+        fills in again: the same spec in less than half the bytes, and less
+        to decode and check (a large import sends every node twice)."""
+        payload: dict[str, Any] = {
+            "name": self.name,
+            "uuid": self.uuid,
+            "resource_class": self.resource_class,
+        }
+        if self.traits:
+            payload["traits"] = sorted(self.traits)
+        if self.properties:
+            payload["properties"] = dict(self.properties)
+        if self.group:
+            payload["group"] = self.group
+        if self.maintenance:
+            payload["maintenance"] = True
+            if self.maintenance_reason is not None:
+                payload["maintenance_reason"] = self.maintenance_reason
+        if self.provision_state is not ProvisionState.AVAILABLE:
+            payload["provision_state"] = self.provision_state.value
+        if self.power_state is not PowerState.OFF:
+            payload["power_state"] = self.power_state.value
+        return payload
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeUpdate:

@@ -1136,6 +1136,15 @@ def test_node_round_trip(spec: dict[str, Any]) -> None:
     again = v.validate_node_spec(json.loads(json.dumps(node.to_dict())))
     assert again == node
     assert v.validate_node_specs([node.to_dict()]) == [node]
+    # The import's payload leaves the defaults out: the same node all the same.
+    payload = node.to_payload()
+    assert v.validate_node_spec(json.loads(json.dumps(payload))) == node
+    assert {k: val for k, val in node.to_dict().items() if k in payload} == payload
+
+
+def test_node_payload_leaves_the_defaults_out() -> None:
+    node = v.validate_node_spec({"name": "n1", "resource_class": "baremetal"})
+    assert node.to_payload() == {"name": "n1", "uuid": node.uuid, "resource_class": "baremetal"}
 
 
 @st.composite
