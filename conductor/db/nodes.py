@@ -33,6 +33,7 @@ from conductor.db import bulk
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
+from hashring.ring import node_position
 
 __all__ = [
     "BackEndObservation",
@@ -225,6 +226,8 @@ def _new_row(
         "owner_epoch": 0,
         "created_at": now,
         "updated_at": now,
+        # Written here, not left to the column's default: COPY applies none.
+        "ring_position": node_position(spec.uuid),
         **_observation_values(observation, now),
     }
 

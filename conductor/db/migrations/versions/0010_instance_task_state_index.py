@@ -1,7 +1,7 @@
 """Instances indexed by task_state: the reads of actions in flight
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-26 17:30:00
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 revision = "0010"
 # 0009 (the nodes' ring positions) is on another branch: whichever of the two
 # is merged second revises the other.
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
