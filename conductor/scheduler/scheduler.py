@@ -190,6 +190,7 @@ class Scheduler:
             scheduler_hints=scheduler_hints,
         )
         self._ensure_fresh()
+        refreshed = False
         while True:
             with self._lock:
                 index = self._index
@@ -199,6 +200,14 @@ class Scheduler:
                 else:
                     # Taken now, so this conductor's other threads skip it.
                     index.put(_holding(node, instance_uuid), local=True)
+            if node is None and not refreshed:
+                # A node enrolled, claimed or freed since the last refresh (up
+                # to index_refresh_interval ago) is not in the index yet: read
+                # the changes once before saying there is none.
+                refreshed = True
+                with self._refresh_lock:
+                    self._refresh_locked()
+                continue
             if node is None:
                 LOG.info("Instance %s: %s", instance_uuid, error)
                 raise error

@@ -293,17 +293,24 @@ def test_refresh_adds_nodes_that_became_free_and_drops_the_others(db: Database) 
     assert node.uuid == added
 
 
-def test_refresh_happens_by_itself_after_the_interval(db: Database) -> None:
+def test_a_decision_that_finds_no_node_reads_the_changes_before_saying_so(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     now = [100.0]
     sched = scheduler(db, refresh_interval=1.0, clock=lambda: now[0])
     with pytest.raises(NoValidNode):
         sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
     insert_nodes(db, 1)
-    now[0] += 0.5
-    with pytest.raises(NoValidNode):  # not yet refreshed
-        sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
-    now[0] += 0.6
+    now[0] += 0.5  # within the interval: the decision does not refresh first ...
+    refreshes: list[int] = []
+    refresh = sched._refresh_locked
+    monkeypatch.setattr(sched, "_refresh_locked", lambda: refreshes.append(1) or refresh())
+    # ... but finding no node it reads the changes once: the new node.
     sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert refreshes == [1]
+    with pytest.raises(NoValidNode):  # none left: one refresh, then the answer
+        sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert refreshes == [1, 1]
 
 
 class _StopAfter(threading.Event):
