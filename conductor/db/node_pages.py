@@ -368,8 +368,8 @@ def index_rows(db: Database, *, page: int = PAGE) -> Iterator[Sequence[IndexRow]
         query = (
             select(*_INDEX_COLUMNS).where(NodeModel.id > last_id).order_by(NodeModel.id).limit(page)
         )
-        with db.transaction() as session:
-            rows = session.connection().execute(query).all()
+        with db.read() as connection:
+            rows = connection.execute(query).all()
         yield rows
         if len(rows) < page:
             return
@@ -393,8 +393,10 @@ def changed_index_rows(
             .order_by(NodeModel.updated_at, NodeModel.uuid)
             .limit(page)
         )
-        with db.transaction() as session:
-            rows = session.connection().execute(query).all()
+        # A read connection: on SQLite a transaction takes the write lock,
+        # and the conductor refreshes every second, busy or not.
+        with db.read() as connection:
+            rows = connection.execute(query).all()
         yield rows
         if len(rows) < page:
             return
