@@ -56,7 +56,7 @@ import logging
 import re
 import threading
 import types
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -137,17 +137,22 @@ def _supported_instances(raw_arch: object) -> list[list[str]]:
 
 
 def _canonical_arch(raw_arch: object) -> str | None:
-    # Nova's Architecture.canonicalize: lower-cased, aliases mapped, and an
-    # unknown name is no architecture (the driver logs and reports none).
-    from nova import exception as nova_exception
-    from nova.objects import fields as nova_fields
+    """Nova's ``Architecture.canonicalize``; an unknown name is no architecture.
+
+    Written out (lower-cased, Nova's aliases mapped, checked against
+    ``nova.virt.arch.ALL``) because ``nova.objects.fields`` imports
+    ``nova.exception`` and its web stack.
+    """
+    from nova.virt import arch as nova_arch
 
     if not raw_arch:
         return None
-    try:
-        return str(nova_fields.Architecture.canonicalize(raw_arch))
-    except nova_exception.InvalidArchitectureName:
-        return None
+    name = str(raw_arch).lower()
+    if name in ("i386", "i486", "i586", "x86_32", "x86_32p"):
+        name = nova_arch.I686
+    elif name == "amd64":
+        name = nova_arch.X86_64
+    return name if name in nova_arch.ALL else None
 
 
 def _service(owner: str | None) -> dict[str, Any]:
@@ -174,27 +179,58 @@ def _service(owner: str | None) -> dict[str, Any]:
     }
 
 
-class _NovaObjects:
-    """Nova's own empty metrics, PCI stats and PCI requests (imported lazily, once)."""
+class _NoPciDevices:
+    """Nova's ``PciDeviceStats`` of a host without PCI devices (a bare-metal node).
 
-    _lock = threading.Lock()
-    _loaded: _NovaObjects | None = None
+    Nova's own class is not used: importing ``nova.pci`` pulls in Nova's
+    objects and eventlet.  Like Nova's, it is truthy and has no pools.
+    """
+
+    __slots__ = ()
+    pools: ClassVar[tuple[Any, ...]] = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def support_requests(self, requests: Sequence[Any], *args: Any, **kwargs: Any) -> bool:
+        return not requests
+
+    def __repr__(self) -> str:
+        return "PciDeviceStats(no devices)"
+
+
+class _NoImageProperties(dict[str, Any]):
+    """Nova's ``ImageMetaProps`` with no property set."""
+
+    def obj_attr_is_set(self, name: str) -> bool:
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {}
+
+
+class _EmptyImage:
+    """Nova's ``ImageMeta`` of an image without Glance properties."""
+
+    __slots__ = ("properties",)
 
     def __init__(self) -> None:
-        from nova.objects import image_meta, instance_pci_requests, monitor_metric
-        from nova.pci import stats as pci_stats
+        self.properties = _NoImageProperties()
 
-        self.image_meta = image_meta.ImageMeta
-        self.pci_requests = instance_pci_requests.InstancePCIRequests
-        self.metrics = monitor_metric.MonitorMetricList
-        self.pci_stats = pci_stats.PciDeviceStats
+    def obj_attr_is_set(self, name: str) -> bool:
+        return name == "properties"
 
-    @classmethod
-    def get(cls) -> _NovaObjects:
-        with cls._lock:
-            if cls._loaded is None:
-                cls._loaded = cls()
-            return cls._loaded
+
+class _NoPciRequests:
+    """Nova's ``InstancePCIRequests`` asking for no device."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+
+_NO_PCI_DEVICES = _NoPciDevices()
 
 
 class HostState:
@@ -225,8 +261,8 @@ class HostState:
         resource-class unit)
     :ivar num_instances, num_io_ops, failed_builds: ``0`` (only free nodes
         are filtered)
-    :ivar metrics: Nova's empty ``MonitorMetricList``
-    :ivar pci_stats: Nova's empty ``PciDeviceStats``
+    :ivar metrics: ``[]`` (Nova: an empty ``MonitorMetricList``)
+    :ivar pci_stats: an empty ``PciDeviceStats`` (no pools, truthy as Nova's)
     :ivar numa_topology: ``None``
     :ivar aggregates: ``[]``; :ivar instances: ``{}``; :ivar limits: ``{}``
     :ivar cpu_allocation_ratio, ram_allocation_ratio, disk_allocation_ratio:
@@ -282,7 +318,6 @@ class HostState:
     )
 
     def __init__(self, node: Node, *, per_node: bool) -> None:
-        nova_objects = _NovaObjects.get()
         # A fresh dict: Nova's code may copy or mutate what it is given.
         self.stats = nova_stats(node)
         self.supported_instances = _supported_instances(node.properties.get("cpu_arch"))
@@ -303,8 +338,8 @@ class HostState:
             self.ram_allocation_ratio,
             self.disk_allocation_ratio,
         ) = _ALLOCATION_RATIOS
-        self.metrics = nova_objects.metrics(objects=[])
-        self.pci_stats = nova_objects.pci_stats(None)
+        self.metrics: list[Any] = []
+        self.pci_stats = _NO_PCI_DEVICES
         self.aggregates: list[Any] = []
         self.allocation_candidates: list[Any] = []
         self.instances: dict[str, Any] = {}
@@ -400,9 +435,9 @@ class NovaRequestSpec:
     :ivar instance_uuid: the instance being placed
     :ivar num_instances: ``1``: ringfleet places the instances of a request
         one by one (the request's count is not known to a decision)
-    :ivar image: Nova's ``ImageMeta`` of no properties (a ringfleet image is
+    :ivar image: an ``ImageMeta`` of no properties (a ringfleet image is
         a URL and checksums, with no Glance properties)
-    :ivar pci_requests: Nova's empty ``InstancePCIRequests``
+    :ivar pci_requests: an ``InstancePCIRequests`` of no request
     :ivar numa_topology: ``None``; :ivar instance_group: ``None``
     :ivar project_id: ``None``; :ivar user_id: ``None``;
         :ivar availability_zone: ``None``; :ivar force_hosts: ``None``;
@@ -445,7 +480,6 @@ class NovaRequestSpec:
     )
 
     def __init__(self, request: RequestSpec) -> None:
-        nova_objects = _NovaObjects.get()
         self.flavor = NovaFlavor(request)
         self.vcpus = self.memory_mb = self.root_gb = self.ephemeral_gb = self.swap = 0
         self.scheduler_hints: dict[str, list[Any]] = {
@@ -453,8 +487,8 @@ class NovaRequestSpec:
         }
         self.instance_uuid = request.instance_uuid
         self.num_instances = 1
-        self.image = nova_objects.image_meta.from_dict({})
-        self.pci_requests = nova_objects.pci_requests(requests=[])
+        self.image = _EmptyImage()
+        self.pci_requests = _NoPciRequests()
         self.numa_topology = None
         self.project_id = self.user_id = self.availability_zone = None
         self.instance_group = self.force_hosts = self.force_nodes = None

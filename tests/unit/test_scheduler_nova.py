@@ -189,7 +189,9 @@ def test_without_nova_installed_the_error_names_the_option_and_the_extra(
 
 
 def _documented(cls: type) -> set[str]:
-    return set(re.findall(r":ivar (\w+):", cls.__doc__ or ""))
+    # ":ivar a:" or ":ivar a, b, c:" (attributes documented together)
+    groups = re.findall(r":ivar (\w+(?:,\s+\w+)*):", cls.__doc__ or "")
+    return {name for group in groups for name in re.split(r",\s+", group)}
 
 
 @pytest.mark.parametrize("cls", [nova.HostState, nova.NovaFlavor, nova.NovaRequestSpec])
