@@ -143,8 +143,7 @@ def _canonical_arch(raw_arch: object) -> str | None:
     ``nova.virt.arch.ALL``) because ``nova.objects.fields`` imports
     ``nova.exception`` and its web stack.
     """
-    from nova.virt import arch as nova_arch
-
+    nova_arch = importlib.import_module("nova.virt.arch")
     if not raw_arch:
         return None
     name = str(raw_arch).lower()
@@ -269,10 +268,15 @@ class HostState:
         Nova's initial defaults, 4.0, 1.0, 1.0
     :ivar cell_uuid: ``None``; :ivar updated: ``None``;
         :ivar allocation_candidates: ``[]``
-    :ivar resource_class, traits, group, name: ringfleet's (not Nova's)
+    :ivar ringfleet_resource_class, ringfleet_traits, ringfleet_group,
+        ringfleet_name: *node* for the name -- ringfleet's (not Nova's;
+        prefixed so that ComputeCapabilitiesFilter, which reads an attribute
+        of the host state before its stats, reads a capability named
+        ``resource_class``, ``group``, ``traits`` or ``name`` from the stats,
+        as on Nova's host state)
 
     In a profile view (see the module documentation) ``host``,
-    ``nodename``, ``hypervisor_hostname``, ``uuid`` and ``name`` are ``None``
+    ``nodename``, ``hypervisor_hostname``, ``uuid`` and ``ringfleet_name`` are ``None``
     and ``stats``/``supported_instances`` are those of one node of the
     profile.
     """
@@ -288,7 +292,6 @@ class HostState:
         "failed_builds",
         "free_disk_mb",
         "free_ram_mb",
-        "group",
         "host",
         "host_ip",
         "hypervisor_hostname",
@@ -297,20 +300,21 @@ class HostState:
         "instances",
         "limits",
         "metrics",
-        "name",
         "nodename",
         "num_instances",
         "num_io_ops",
         "numa_topology",
         "pci_stats",
         "ram_allocation_ratio",
-        "resource_class",
+        "ringfleet_group",
+        "ringfleet_name",
+        "ringfleet_resource_class",
+        "ringfleet_traits",
         "service",
         "stats",
         "supported_instances",
         "total_usable_disk_gb",
         "total_usable_ram_mb",
-        "traits",
         "updated",
         "uuid",
         "vcpus_total",
@@ -322,9 +326,9 @@ class HostState:
         self.stats = nova_stats(node)
         self.supported_instances = _supported_instances(node.properties.get("cpu_arch"))
         self.service = _ReadOnlyDict(_service(node.owner))
-        self.resource_class = node.resource_class
-        self.traits = node.traits
-        self.group = node.group
+        self.ringfleet_resource_class = node.resource_class
+        self.ringfleet_traits = node.traits
+        self.ringfleet_group = node.group
         self.hypervisor_type = "ironic"
         self.hypervisor_version = IRONIC_HYPERVISOR_VERSION
         self.host_ip = self.cpu_info = self.numa_topology = None
@@ -348,16 +352,17 @@ class HostState:
         self.nodename: str | None = None
         self.hypervisor_hostname: str | None = None
         self.uuid: str | None = None
-        self.name: str | None = None
+        self.ringfleet_name: str | None = None
         if per_node:
             self.host = node.owner
             self.nodename = self.hypervisor_hostname = self.uuid = node.uuid
-            self.name = node.name
+            self.ringfleet_name = node.name
 
     def __repr__(self) -> str:
         # Nova's filters log "%(host_state)s fails ...".
         if self.nodename is None:
-            return f"(profile {self.resource_class}/{self.group or '-'} stats={self.stats})"
+            group = self.ringfleet_group or "-"
+            return f"(profile {self.ringfleet_resource_class}/{group} stats={self.stats})"
         return f"({self.host}, {self.nodename})"
 
 
@@ -719,8 +724,6 @@ def resolve_names(names: Sequence[str], *, kind: str, registered: Collection[str
     Nova class name is logged once.
     """
     option = "enabled_filters" if kind == "filter" else "weighers"
-    if not any(name == _ALL[kind] or name not in registered for name in names):
-        return list(names)
     if not nova_installed():
         if _ALL[kind] in names:
             raise ConfigurationError("scheduler", option, f"{_ALL[kind]}: {_INSTALL_HINT}")

@@ -56,8 +56,8 @@ class FlavorSpec:
     """A validated flavor to create.
 
     ``trait:<TRAIT>`` extra specs are merged into the trait sets, so
-    ``extra_specs`` holds the others (as written), and ``capabilities`` maps each ``<key>`` to its parsed
-    expression.  :meth:`to_dict` leaves ``capabilities`` out.
+    ``extra_specs`` holds the others (as written), and ``capabilities`` maps
+    each ``<key>`` to its parsed expression.  :meth:`to_dict` leaves ``capabilities`` out.
     ``default_image`` is the image of a build that names none (since API 1.11).
     """
 

@@ -48,6 +48,8 @@ NODE_PROPERTIES: list[dict[str, Any]] = [
     {"cpu_arch": "AMD64", "capabilities": "boot_mode: bios, rack :r2"},
     {"cpu_arch": "sparc-ish", "capabilities": "boot_mode:uefi,bad:a:b,,x:"},
     {"cpu_arch": "i386", "capabilities": "cpu_vt:true,memory_mb:2048"},
+    # Capabilities named like attributes of ringfleet's nodes, not of Nova's host state.
+    {"capabilities": "resource_class:gold,group:g1,traits:t,name:n"},
 ]
 EXTRA_SPECS: list[dict[str, str]] = [
     {},
@@ -59,6 +61,7 @@ EXTRA_SPECS: list[dict[str, str]] = [
     {"capabilities:memory_mb": ">= 1024"},
     {"hypervisor_type": "s== ironic"},
     {"mycompany:racks": "r1"},
+    {"capabilities:resource_class": "s== gold", "capabilities:group": "g1"},
 ]
 HINTS: list[dict[str, Any]] = [
     {},
@@ -82,7 +85,11 @@ def make_node(i: int, properties: dict[str, Any]) -> Node:
 
 NODES = [make_node(i, properties) for i, properties in enumerate(NODE_PROPERTIES)]
 # Each dimension varied against the other's default.
-REQUESTS = [(specs, hints) for specs, hints in itertools.product(EXTRA_SPECS, HINTS) if not specs or not hints]
+REQUESTS = [
+    (specs, hints)
+    for specs, hints in itertools.product(EXTRA_SPECS, HINTS)
+    if not specs or not hints
+]
 
 
 def nova_host_state(node: Node) -> Any:
@@ -166,7 +173,9 @@ def path_of(cls: type) -> str:
     return f"{cls.__module__}.{cls.__name__}"
 
 
-def nova_weights_of(classes: list[type], extra_specs: dict[str, str], hints: dict[str, Any]) -> dict[str, float]:
+def nova_weights_of(
+    classes: list[type], extra_specs: dict[str, str], hints: dict[str, Any]
+) -> dict[str, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         states = [nova_host_state(node) for node in NODES]
