@@ -68,3 +68,17 @@ class ScoreWeigher(weights.BaseHostWeigher):
 
 class NotAFilter:
     """Neither a ringfleet nor a Nova filter."""
+
+
+class RackSpecFilter(filters.BaseHostFilter):
+    """A site's own extra-spec namespace: ``mycompany:racks`` lists the racks a flavor may use.
+
+    Hosts whose ``rack`` stat is not listed fail; flavors without the spec
+    pass every host.
+    """
+
+    def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
+        wanted = spec_obj.flavor.extra_specs.get("mycompany:racks")
+        if wanted is None:
+            return True
+        return host_state.stats.get("rack") in {rack.strip() for rack in wanted.split(",")}
