@@ -609,10 +609,13 @@ class NovaWeigher(BaseWeigher):
     """A Nova ``BaseHostWeigher`` run as a ringfleet weigher.
 
     Calls ``_weigh_object(host_state, spec_obj)`` with a node view for each
-    node (its ``minval``/``maxval`` clamp the weight, as in Nova).  Its
-    ``weight_multiplier()`` is not called (Nova's read ``nova.conf``): the
-    multiplier is ``[scheduler] weigher_multipliers`` (default 1.0).  It is
-    not per owner, so the scheduler weighs every candidate node.
+    node weighed (its ``minval``/``maxval`` clamp the weight, as in Nova).
+    Its ``weight_multiplier()`` is called once, when loaded, for Nova's
+    default (the nova.conf option's default, no aggregates); ``[scheduler]
+    weigher_multipliers`` overrides it.  Nova's in-tree weighers are per
+    owner (they weigh every free node alike, see
+    :func:`_weighs_free_nodes_alike`); an operator's is weighed per node,
+    so the scheduler weighs every candidate node.
     """
 
     nova_class: ClassVar[type[Any]]
@@ -869,6 +872,22 @@ def load_nova_weigher(path: str) -> type[NovaWeigher]:
             "name": path,
             "nova_class": cls,
             "default_multiplier": _default_multiplier(cls),
+            "per_owner": _weighs_free_nodes_alike(cls),
             "__module__": __name__,
         },
     )
+
+
+def _weighs_free_nodes_alike(cls: type[Any]) -> bool:
+    """Whether a Nova weigher gives every free node the same weight here.
+
+    Nova's in-tree weighers read sizes, usage, metrics, PCI pools, the
+    hypervisor version, instances and failed builds: on the host state of
+    a free ironic node all of these are the same for every node (all zero
+    or empty, version 1), so, as in Nova on ironic, they weigh every free
+    node alike (``tests/unit/test_nova_differential.py`` checks it class by
+    class).  Weighing one node per agent then decides the same as weighing
+    every node, at no cost per node.  An operator's weigher may read the
+    node's stats: it is weighed per node.
+    """
+    return cls.__module__.startswith(_PACKAGES["weigher"] + ".")

@@ -223,6 +223,12 @@ def test_weights_equal_novas(cls: type) -> None:
         request = ringfleet_request(extra_specs, hints)
         got = total_weights([ours], NODES, request, WeighingContext({}))
         assert dict(zip((n.uuid for n in NODES), got, strict=True)) == pytest.approx(expected)
+        # Why ringfleet may weigh one node per agent: Nova weighs free nodes alike.
+        raw = cls().weigh_objects(
+            [nova_weights.WeighedHost(nova_host_state(node), 0.0) for node in NODES],
+            nova_request(extra_specs, hints),
+        )
+        assert ours.per_owner and len(set(raw)) == 1
     assert ours.failures.count == 0
 
 
