@@ -1,14 +1,16 @@
 """Running operators' Nova scheduler filters and weighers, unchanged.
 
 ``[scheduler] enabled_filters`` and ``weighers`` accept, besides ringfleet's
-own names, the import path of a Nova filter (a subclass of
-``nova.scheduler.filters.BaseHostFilter``) or weigher (a subclass of
-``nova.scheduler.weights.BaseHostWeigher``), e.g.
-``nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter``
-or an operator's ``mycompany.filters.RackFilter``.  Nova is an optional extra
-(``pip install ringfleet[nova-filters]``); only these modules are imported
-(about 0.15 s): never ``nova.scheduler.utils``, ``nova.conf`` or the filter
-handler, which would pull in eventlet and 2,000 modules.
+own names, Nova's names as nova.conf writes them (:func:`resolve_names`):
+an in-tree class's bare name (``ComputeFilter``), ``nova.scheduler.filters.
+all_filters`` / ``nova.scheduler.weights.all_weighers``, or the import path
+of a Nova filter (a subclass of ``nova.scheduler.filters.BaseHostFilter``)
+or weigher (a subclass of ``nova.scheduler.weights.BaseHostWeigher``),
+Nova's or an operator's (``mycompany.filters.RackFilter``).  Nova is an
+optional extra (``pip install ringfleet[nova-filters]``); only the
+configured classes' modules are imported, and what they import (some
+import ``nova.conf``, whose option defaults they then read: ringfleet does
+not read a nova.conf file).
 
 Each Nova class is wrapped in a ringfleet :class:`~conductor.scheduler.filters.BaseFilter`
 (:class:`NovaFilter`) or :class:`~conductor.scheduler.weighers.BaseWeigher`
@@ -17,11 +19,14 @@ valid node" messages call it.  The wrapper calls ``host_passes(host_state,
 spec_obj)`` (never ``filter_all``, ``_filter_one`` or the rebuild check: a
 build is never a rebuild) or ``_weigh_object(host_state, spec_obj)`` with
 
-* a :class:`HostState`: the node as Nova's ironic driver presented it;
+* a :class:`HostState`: the node as Nova's ironic path builds it (its
+  driver's ``_node_resource``, the resource tracker, ``HostState.update``);
 * a :class:`NovaRequestSpec`: the request as Nova's ``RequestSpec``.
 
 Their docstrings list every attribute there is; a Nova filter reading any
-other attribute raises ``AttributeError``.
+other attribute raises ``AttributeError``.  ``tests/unit/test_nova_differential.py``
+checks, for every in-tree filter and weigher, that they give the verdicts
+and weights Nova's own host state and request spec give.
 
 Per profile or per node
 -----------------------
@@ -29,9 +34,10 @@ A Nova filter is called once per node *profile* (resource class, group,
 traits, capabilities) and flavor-and-hints, and its verdict cached, like
 ringfleet's per-profile filters: a decision then costs the same at 1,000 or
 100,000 nodes.  The host state it sees is then a **profile view**, in which
-everything that may differ between nodes of a profile (``host``,
-``nodename``, ``uuid``, the properties-derived sizes) is ``None``, so that a
-filter cannot silently base a cached verdict on one arbitrary node.  A filter
+the node's identity (``host``, ``nodename``, ``hypervisor_hostname``,
+``uuid``) is ``None``, so that a filter cannot silently base a cached
+verdict on one arbitrary node; its ``stats`` are one node's (nodes of one
+profile share capabilities, but may differ in ``cpu_arch``).  A filter
 that reads per-node state must be declared per node, either by the class
 attribute ``ringfleet_per_node = True`` or by listing its import path in
 ``[scheduler] per_node_filters``; it is then called for each node the
@@ -723,8 +729,8 @@ def resolve_names(names: Sequence[str], *, kind: str, registered: Collection[str
     in-tree classes (as in nova.conf) becomes that class's import path;
     ``nova.scheduler.filters.all_filters`` / ``nova.scheduler.weights.all_weighers``
     becomes every in-tree class.  Import paths and unknown names are kept
-    (loading reports the unknown ones).  A ringfleet name that is also a
-    Nova class name is logged once.
+    (loading reports the unknown ones, naming the option).  A ringfleet
+    name that is also a Nova class name is logged once.
     """
     option = "enabled_filters" if kind == "filter" else "weighers"
     if not nova_installed():
