@@ -82,3 +82,11 @@ class RackSpecFilter(filters.BaseHostFilter):
         if wanted is None:
             return True
         return host_state.stats.get("rack") in {rack.strip() for rack in wanted.split(",")}
+
+
+class ProjectStatFilter(filters.BaseHostFilter):
+    """Hosts whose ``project`` stat, if any, is the request's project."""
+
+    def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
+        owner = host_state.stats.get("project")
+        return owner is None or owner == spec_obj.project_id

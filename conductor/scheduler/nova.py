@@ -214,16 +214,29 @@ class _NoImageProperties(dict[str, Any]):
         return {}
 
 
-class _EmptyImage:
-    """Nova's ``ImageMeta`` of an image without Glance properties."""
+class _Image:
+    """Nova's ``ImageMeta`` of a build's image: its checksums and disk format, no properties.
 
-    __slots__ = ("properties",)
+    A ringfleet image is a URL and checksums (``conductor.validation.deploy``),
+    without Glance's id, name or properties; a build naming none gets an
+    ``ImageMeta`` with nothing set but its empty properties.
+    """
 
-    def __init__(self) -> None:
+    _FIELDS = ("checksum", "os_hash_algo", "os_hash_value", "disk_format")
+
+    def __init__(self, image: Mapping[str, str] | None) -> None:
         self.properties = _NoImageProperties()
+        for name in self._FIELDS:
+            if image is not None and name in image:
+                setattr(self, name, image[name])
 
     def obj_attr_is_set(self, name: str) -> bool:
-        return name == "properties"
+        return name == "properties" or name in self.__dict__
+
+    def __getattr__(self, name: str) -> Any:
+        # Nova's objects raise on an unset field too (NotImplementedError
+        # "Cannot load ..."); an AttributeError fails the node the same way.
+        raise AttributeError(f"ImageMeta field {name!r} is not set")
 
 
 class _NoPciRequests:
@@ -446,11 +459,15 @@ class NovaRequestSpec:
     :ivar instance_uuid: the instance being placed
     :ivar num_instances: ``1``: ringfleet places the instances of a request
         one by one (the request's count is not known to a decision)
-    :ivar image: an ``ImageMeta`` of no properties (a ringfleet image is
-        a URL and checksums, with no Glance properties)
+    :ivar image: an ``ImageMeta`` of the build's own image (its checksums
+        and disk format; no properties: a ringfleet image is a URL and
+        checksums, with no Glance properties), or of nothing set when the
+        build names none
     :ivar pci_requests: an ``InstancePCIRequests`` of no request
     :ivar numa_topology: ``None``; :ivar instance_group: ``None``
-    :ivar project_id: ``None``; :ivar user_id: ``None``;
+    :ivar project_id: the instance's project (``None``: built before
+        projects, API 1.12)
+    :ivar user_id: ``None``;
         :ivar availability_zone: ``None``; :ivar force_hosts: ``None``;
         :ivar force_nodes: ``None``; :ivar ignore_hosts: ``None``;
         :ivar requested_destination: ``None``; :ivar retry: ``None``;
@@ -498,10 +515,11 @@ class NovaRequestSpec:
         }
         self.instance_uuid = request.instance_uuid
         self.num_instances = 1
-        self.image = _EmptyImage()
+        self.image = _Image(request.image)
         self.pci_requests = _NoPciRequests()
         self.numa_topology = None
-        self.project_id = self.user_id = self.availability_zone = None
+        self.project_id = request.project_id
+        self.user_id = self.availability_zone = None
         self.instance_group = self.force_hosts = self.force_nodes = None
         self.ignore_hosts = self.requested_destination = self.retry = None
         self.limits = None
@@ -594,7 +612,8 @@ class NovaFilter(BaseFilter):
     """
 
     nova_class: ClassVar[type[Any]]
-    # Nova filters may read spec_obj.scheduler_hints (JsonFilter does).
+    # Nova filters may read spec_obj.scheduler_hints (JsonFilter does),
+    # project_id and image.
     reads_hints = True
 
     def __init__(self) -> None:

@@ -84,12 +84,16 @@ def make_node(i: int, properties: dict[str, Any]) -> Node:
 
 
 NODES = [make_node(i, properties) for i, properties in enumerate(NODE_PROPERTIES)]
-# Each dimension varied against the other's default.
-REQUESTS = [
-    (specs, hints)
+IMAGE = {"source": "https://images.example/a.qcow2", "checksum": "0" * 32, "disk_format": "qcow2"}
+# Each dimension varied against the others' defaults; then a build with an
+# image and a project.
+Context = tuple[str | None, dict[str, str] | None]  # project id, the build's image
+NO_CONTEXT: Context = (None, None)
+REQUESTS: list[tuple[dict[str, str], dict[str, Any], Context]] = [
+    (specs, hints, NO_CONTEXT)
     for specs, hints in itertools.product(EXTRA_SPECS, HINTS)
     if not specs or not hints
-]
+] + [({}, {}, ("project-a", IMAGE)), ({"capabilities:boot_mode": "uefi"}, {}, ("p", None))]
 
 
 def nova_host_state(node: Node) -> Any:
@@ -125,7 +129,11 @@ def nova_host_state(node: Node) -> Any:
     return state
 
 
-def nova_request(extra_specs: dict[str, str], hints: dict[str, Any]) -> Any:
+def nova_request(
+    extra_specs: dict[str, str], hints: dict[str, Any], context: Context = NO_CONTEXT
+) -> Any:
+    project_id, image = context
+    image_meta = {} if image is None else {k: image[k] for k in ("checksum", "disk_format")}
     flavor = nova_objects.Flavor(
         name="bm",
         flavorid="bm",
@@ -140,14 +148,14 @@ def nova_request(extra_specs: dict[str, str], hints: dict[str, Any]) -> Any:
     )
     return nova_objects.RequestSpec(
         flavor=flavor,
-        image=nova_objects.ImageMeta.from_dict({}),
+        image=nova_objects.ImageMeta.from_dict(image_meta),
         scheduler_hints={name: [value] for name, value in hints.items()},
         instance_uuid=str(uuidlib.UUID(int=1000)),
         num_instances=1,
         pci_requests=nova_objects.InstancePCIRequests(requests=[]),
         numa_topology=None,
         instance_group=None,
-        project_id=None,
+        project_id=project_id,
         user_id=None,
         availability_zone=None,
         ignore_hosts=None,
@@ -159,13 +167,18 @@ def nova_request(extra_specs: dict[str, str], hints: dict[str, Any]) -> Any:
     )
 
 
-def ringfleet_request(extra_specs: dict[str, str], hints: dict[str, Any]) -> RequestSpec:
+def ringfleet_request(
+    extra_specs: dict[str, str], hints: dict[str, Any], context: Context = NO_CONTEXT
+) -> RequestSpec:
     flavor = Flavor(name="bm", resource_class="baremetal", extra_specs=dict(extra_specs))
-    return RequestSpec(
-        flavor=flavor,
-        instance_uuid=str(uuidlib.UUID(int=1000)),
+    project_id, image = context
+    return RequestSpec.build(
+        flavor,
+        str(uuidlib.UUID(int=1000)),
         live_members=frozenset({OWNER}),
-        scheduler_hints=types.MappingProxyType(dict(hints)),
+        scheduler_hints=hints,
+        project_id=project_id,
+        image=image,
     )
 
 
@@ -174,13 +187,16 @@ def path_of(cls: type) -> str:
 
 
 def nova_weights_of(
-    classes: list[type], extra_specs: dict[str, str], hints: dict[str, Any]
+    classes: list[type],
+    extra_specs: dict[str, str],
+    hints: dict[str, Any],
+    context: Context = NO_CONTEXT,
 ) -> dict[str, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         states = [nova_host_state(node) for node in NODES]
         weighed = nova_weights.HostWeightHandler().get_weighed_objects(
-            [cls() for cls in classes], states, nova_request(extra_specs, hints)
+            [cls() for cls in classes], states, nova_request(extra_specs, hints, context)
         )
     # Nova returns them sorted by weight: key them by node.
     return {w.obj.nodename: w.weight for w in weighed}
@@ -200,12 +216,12 @@ def test_filter_verdicts_equal_novas(cls: type) -> None:
         (per_profile,) = load_filters([path_of(cls)])
         theirs = cls()
     differences = []
-    for node, (extra_specs, hints) in itertools.product(NODES, REQUESTS):
+    for node, (extra_specs, hints, context) in itertools.product(NODES, REQUESTS):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            state, spec = nova_host_state(node), nova_request(extra_specs, hints)
+            state, spec = nova_host_state(node), nova_request(extra_specs, hints, context)
             expected = bool(theirs.host_passes(state, spec))
-        request = ringfleet_request(extra_specs, hints)
+        request = ringfleet_request(extra_specs, hints, context)
         got = (per_node.filter(node, request), per_profile.filter(node, request))
         if got != (expected, expected):
             differences.append((node.properties, extra_specs, hints, expected, got))
@@ -218,15 +234,15 @@ def test_weights_equal_novas(cls: type) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         (ours,) = load_weighers([path_of(cls)])
-    for extra_specs, hints in REQUESTS:
-        expected = nova_weights_of([cls], extra_specs, hints)
-        request = ringfleet_request(extra_specs, hints)
+    for extra_specs, hints, context in REQUESTS:
+        expected = nova_weights_of([cls], extra_specs, hints, context)
+        request = ringfleet_request(extra_specs, hints, context)
         got = total_weights([ours], NODES, request, WeighingContext({}))
         assert dict(zip((n.uuid for n in NODES), got, strict=True)) == pytest.approx(expected)
         # Why ringfleet may weigh one node per agent: Nova weighs free nodes alike.
         raw = cls().weigh_objects(
             [nova_weights.WeighedHost(nova_host_state(node), 0.0) for node in NODES],
-            nova_request(extra_specs, hints),
+            nova_request(extra_specs, hints, context),
         )
         assert ours.per_owner and len(set(raw)) == 1
     assert ours.failures.count == 0

@@ -28,7 +28,7 @@ from conductor.scheduler.decide import Chooser
 from conductor.scheduler.filters import CapabilitiesFilter, TraitsFilter
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.plugins import load_filters, load_weighers
-from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.request import RequestSpec, flavor_key
 from conductor.scheduler.scheduler import Scheduler
 from conductor.scheduler.weighers import SpreadWeigher, WeighingContext
 from conductor.validation.capabilities import CapabilityExpression
@@ -286,6 +286,35 @@ def test_hints_are_in_the_cache_key_only_when_a_cached_filter_reads_them(
     theirs = keys[RACK]
     assert len(set(theirs)) == 3
     assert theirs[2] == ours[2]  # without hints, the flavor's key as before
+
+
+def test_project_and_image_reach_nova_filters_and_split_their_cache(tmp_path: Path) -> None:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    flavor = Flavor(name="f", resource_class="gold")
+    image = {"source": "https://img.example/a.raw", "checksum": "0" * 32, "disk_format": "raw"}
+    try:
+        sched = Scheduler(db, filters=load_filters(["tests.nova_filters.ProjectStatFilter"]))
+        requests = [
+            sched._request(
+                flavor, "i", OWNERS, None, (), scheduler_hints=None, project_id=p, image=i
+            )
+            for p, i in (("a", None), ("b", None), ("a", image), (None, None))
+        ]
+    finally:
+        db.dispose()
+    assert len({r.flavor_key for r in requests}) == 4
+    assert requests[3].flavor_key == flavor_key(flavor)  # no context: as before
+    spec = nova.NovaRequestSpec(requests[2])
+    assert spec.project_id == "a"
+    assert spec.image.disk_format == "raw" and spec.image.checksum == "0" * 32
+    assert not spec.image.obj_attr_is_set("name")
+    # The project steers a per-profile Nova filter, each project with its verdict.
+    index = index_of([make_node(i, capabilities={"project": "ab"[i % 2]}) for i in range(6)])
+    chooser = Chooser(load_filters(["tests.nova_filters.ProjectStatFilter"]), [])
+    for request, wanted in ((requests[0], "a"), (requests[1], "b")):
+        for _ in range(5):
+            chosen = chooser.choose(index, request)
+            assert chosen is not None and chosen.capabilities["project"] == wanted
 
 
 def test_per_node_nova_filter_sees_nodes_and_decides_per_node() -> None:
