@@ -215,14 +215,16 @@ class _NoImageProperties(dict[str, Any]):
 
 
 class _Image:
-    """Nova's ``ImageMeta`` of a build's image: its checksums and disk format, no properties.
+    """Nova's ``ImageMeta`` of a build's image: its disk format, no properties.
 
     A ringfleet image is a URL and checksums (``conductor.validation.deploy``),
-    without Glance's id, name or properties; a build naming none gets an
-    ``ImageMeta`` with nothing set but its empty properties.
+    without Glance's id, name or properties; its checksums are left out so
+    that per-profile verdicts can be cached per disk format, not per image
+    (:func:`conductor.scheduler.request.request_key`).  A build naming no
+    image gets an ``ImageMeta`` with nothing set but its empty properties.
     """
 
-    _FIELDS = ("checksum", "os_hash_algo", "os_hash_value", "disk_format")
+    _FIELDS = ("disk_format",)
 
     def __init__(self, image: Mapping[str, str] | None) -> None:
         self.properties = _NoImageProperties()
@@ -459,10 +461,9 @@ class NovaRequestSpec:
     :ivar instance_uuid: the instance being placed
     :ivar num_instances: ``1``: ringfleet places the instances of a request
         one by one (the request's count is not known to a decision)
-    :ivar image: an ``ImageMeta`` of the build's own image (its checksums
-        and disk format; no properties: a ringfleet image is a URL and
-        checksums, with no Glance properties), or of nothing set when the
-        build names none
+    :ivar image: an ``ImageMeta`` of the build's own image (its disk format;
+        no properties: a ringfleet image is a URL and checksums, with no
+        Glance properties), or of nothing set when the build names none
     :ivar pci_requests: an ``InstancePCIRequests`` of no request
     :ivar numa_topology: ``None``; :ivar instance_group: ``None``
     :ivar project_id: the instance's project (``None``: built before

@@ -51,7 +51,7 @@ class RequestSpec:
     :ivar project_id: the instance's project (``None``: unknown), for Nova
         filters' ``spec_obj.project_id``
     :ivar image: the build's own image (``None``: it names none), for Nova
-        filters' ``spec_obj.image``
+        filters' ``spec_obj.image`` (which shows its disk format only)
     """
 
     flavor: Flavor
@@ -120,9 +120,12 @@ def request_key(
     Without them it is the flavor's key itself, so requests without hints
     share one cache entry per flavor as before hints existed.
     """
-    if not scheduler_hints and project_id is None and image is None:
+    # Of the image, only its disk format is shown to Nova filters: its
+    # checksums would make every build's key distinct and defeat the cache.
+    disk_format = None if image is None else image.get("disk_format", "")
+    if not scheduler_hints and project_id is None and disk_format is None:
         return key_of_flavor
-    context = (project_id, None if image is None else tuple(sorted(image.items())))
+    context = (project_id, disk_format)
     if context == (None, None):
         return (key_of_flavor, tuple(sorted(scheduler_hints.items())))
     return (key_of_flavor, tuple(sorted(scheduler_hints.items())), context)

@@ -306,8 +306,15 @@ def test_project_and_image_reach_nova_filters_and_split_their_cache(tmp_path: Pa
     assert requests[3].flavor_key == flavor_key(flavor)  # no context: as before
     spec = nova.NovaRequestSpec(requests[2])
     assert spec.project_id == "a"
-    assert spec.image.disk_format == "raw" and spec.image.checksum == "0" * 32
-    assert not spec.image.obj_attr_is_set("name")
+    assert spec.image.disk_format == "raw"
+    assert not spec.image.obj_attr_is_set("checksum")  # not in the cache key: not shown
+    other = {**image, "checksum": "1" * 32}
+    assert (
+        requests[2].flavor_key
+        == sched._request(
+            flavor, "i", OWNERS, None, (), scheduler_hints=None, project_id="a", image=other
+        ).flavor_key
+    )
     # The project steers a per-profile Nova filter, each project with its verdict.
     index = index_of([make_node(i, capabilities={"project": "ab"[i % 2]}) for i in range(6)])
     chooser = Chooser(load_filters(["tests.nova_filters.ProjectStatFilter"]), [])
