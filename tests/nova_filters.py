@@ -90,3 +90,13 @@ class ProjectStatFilter(filters.BaseHostFilter):
     def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
         owner = host_state.stats.get("project")
         return owner is None or owner == spec_obj.project_id
+
+
+class RecordingWeigher(weights.BaseHostWeigher):
+    """Weighs every host 0; records the host states it was given."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def _weigh_object(self, host_state: Any, weight_properties: Any) -> float:
+        RecordingWeigher.seen.append(host_state)
+        return 0.0

@@ -61,6 +61,7 @@ import importlib.util
 import logging
 import re
 import threading
+import time
 import types
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -605,6 +606,44 @@ class _RequestCache:
         return view
 
 
+class _WeighedHosts:
+    """Node views shared by every Nova weigher of this thread, for a second.
+
+    Nova passes one host state to all its weighers; so does this, which
+    also spares building one per weigher (13 of Nova's defaults) per node
+    per decision.  A view is kept while its node object is the index's
+    (a node's change replaces it) and at most :attr:`TTL` seconds, so that
+    its service record stays fresh.
+    """
+
+    MAX = 4096
+    TTL = 1.0
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def view(self, node: Node) -> HostState:
+        entries: dict[int, tuple[Node, float, HostState]] | None = getattr(
+            self._local, "entries", None
+        )
+        if entries is None:
+            entries = self._local.entries = {}
+        now = time.monotonic()
+        entry = entries.get(id(node))
+        if entry is not None and entry[0] is node and now - entry[1] < self.TTL:
+            return entry[2]
+        if len(entries) >= self.MAX:
+            entries.clear()
+        state = HostState(node, per_node=True)
+        entries[id(node)] = (node, now, state)
+        return state
+
+
+_WEIGHED_HOSTS = _WeighedHosts()
+#: the request view shared by every Nova weigher (one per decision, as in Nova)
+_WEIGHED_REQUESTS = _RequestCache()
+
+
 class NovaFilter(BaseFilter):
     """A Nova ``BaseHostFilter`` run as a ringfleet filter (see the module doc).
 
@@ -650,11 +689,10 @@ class NovaWeigher(BaseWeigher):
         super().__init__()
         self.nova_weigher: Any = self.nova_class()
         self.failures = _FailureLog("weigher", self.name)
-        self._requests = _RequestCache()
 
     def weigh(self, node: Node, request: RequestSpec, context: WeighingContext) -> float:
-        host_state = HostState(node, per_node=True)
-        spec_obj = self._requests.view(request)
+        host_state = _WEIGHED_HOSTS.view(node)
+        spec_obj = _WEIGHED_REQUESTS.view(request)
         try:
             weight = float(self.nova_weigher._weigh_object(host_state, spec_obj))
         except Exception as exc:

@@ -607,3 +607,26 @@ def test_a_bare_name_nova_does_not_know_is_unknown() -> None:
         load_filters(["ComputeFiltr"])
     message = str(info.value)
     assert "enabled_filters" in message and "'ComputeFiltr'" in message
+
+
+def test_nova_weighers_of_a_decision_share_one_host_state_per_node() -> None:
+    nova_filters.RecordingWeigher.seen = []
+    path = "tests.nova_filters.RecordingWeigher"
+    with warnings.catch_warnings():
+        # Nova's weighers import its policies, which warn on import.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        weighers = load_weighers([path, "nova.scheduler.weights.ram.RAMWeigher"])
+    nodes = [make_node(i) for i in range(3)]
+    request = make_request()
+    for weigher in weighers:
+        for node in nodes:
+            weigher.weigh(node, request, WeighingContext({}))
+    weighers[0].weigh(nodes[0], request, WeighingContext({}))
+    seen = nova_filters.RecordingWeigher.seen
+    assert [state.nodename for state in seen] == [n.uuid for n in nodes] + [nodes[0].uuid]
+    assert seen[3] is seen[0]  # the same node object: the same host state
+    # A node's change (a new object in the index) gets a new host state.
+    changed = make_node(0, properties={"cpu_arch": "aarch64"})
+    weighers[0].weigh(changed, request, WeighingContext({}))
+    assert seen[-1] is not seen[0]
+    assert seen[-1].supported_instances == [["aarch64", "baremetal", "hvm"]]
