@@ -29,6 +29,12 @@ Then, each on its own copy of the same database (on PostgreSQL
     installed.  With the same seed it must place every request on the same
     node as ``ringfleet`` (the filters agree, so the random draws do too):
     the report counts the placements that differ.
+``nova-defaults``
+    The same scheduler with Nova's default ``enabled_filters`` and
+    ``weighers`` pasted from nova.conf (``ComputeFilter``,
+    ``ComputeCapabilitiesFilter``, ``ImagePropertiesFilter``, the two
+    server-group filters; ``nova.scheduler.weights.all_weighers``: 13
+    weighers), after ringfleet's ``TraitsFilter``.  Skipped without Nova.
 ``nova-mem``
     The stronger baseline: every node held in memory (kept up to date with
     its own allocations), and for each request the same filters run on
@@ -65,6 +71,7 @@ import tempfile
 import time
 import tracemalloc
 import uuid as uuidlib
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -88,12 +95,25 @@ from conductor.scheduler.filters import BaseFilter
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.request import RequestSpec
 from conductor.scheduler.scheduler import Scheduler
-from conductor.scheduler.weighers import WeighingContext, total_weights
+from conductor.scheduler.weighers import BaseWeigher, WeighingContext, total_weights
 
 __all__ = ["FLAVORS", "main", "make_fleet", "parse_args", "run"]
 
 AGENTS = tuple(f"agent-{i:02d}" for i in range(10))
-IMPLEMENTATIONS = ("ringfleet", "ringfleet+nova", "nova-mem", "nova-db")
+IMPLEMENTATIONS = ("ringfleet", "ringfleet+nova", "nova-defaults", "nova-mem", "nova-db")
+#: the runs that need Nova installed
+_NEEDS_NOVA = ("ringfleet+nova", "nova-defaults")
+#: Nova's default [filter_scheduler] enabled_filters and weight_classes, as
+#: nova.conf writes them, after ringfleet's TraitsFilter ("nova-defaults")
+NOVA_DEFAULT_FILTERS = (
+    "TraitsFilter",
+    "ComputeFilter",
+    "ComputeCapabilitiesFilter",
+    "ImagePropertiesFilter",
+    "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+)
+NOVA_DEFAULT_WEIGHERS = ("nova.scheduler.weights.all_weighers",)
 #: Nova's filter, in place of ringfleet's CapabilitiesFilter in "ringfleet+nova"
 NOVA_CAPABILITIES_FILTER = (
     "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
@@ -451,14 +471,30 @@ def nova_filters() -> list[BaseFilter] | None:
         return None
 
 
+def nova_defaults() -> tuple[list[BaseFilter], list[BaseWeigher]] | None:
+    """Nova's default filters and weighers as nova.conf names them, or ``None`` without Nova."""
+    try:
+        with warnings.catch_warnings():
+            # all_weighers imports Nova's policies, which warn about their own
+            # deprecations on import: not what this benchmark measures.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return (
+                plugins.load_filters(NOVA_DEFAULT_FILTERS),
+                plugins.load_weighers(NOVA_DEFAULT_WEIGHERS),
+            )
+    except ConfigurationError:
+        return None
+
+
 def bench_ours(
     db: Database,
     requests: list[Request],
     instances: list[str],
     seed: int,
     filters: Sequence[BaseFilter] | None = None,
+    weighers: Sequence[BaseWeigher] | None = None,
 ) -> dict[str, Any]:
-    scheduler = Scheduler(db, filters=filters, rng=random.Random(seed))
+    scheduler = Scheduler(db, filters=filters, weighers=weighers, rng=random.Random(seed))
     start = time.perf_counter()
     scheduler.resync()
     build_s = time.perf_counter() - start
@@ -604,10 +640,11 @@ def bench_size(
         "index_bytes_per_node": per_node,
     }
     with_nova = nova_filters()
-    if with_nova is None:
-        log("  ringfleet+nova: skipped (Nova is not installed: the nova-filters extra)")
-    for name in ("ringfleet", "ringfleet+nova", "nova-mem", "nova-db", "db-floor"):
-        if name == "ringfleet+nova" and with_nova is None:
+    defaults = nova_defaults()
+    if with_nova is None or defaults is None:
+        log("  ringfleet+nova, nova-defaults: skipped (Nova is not installed: the extra)")
+    for name in (*IMPLEMENTATIONS, "db-floor"):
+        if name in _NEEDS_NOVA and (with_nova is None or defaults is None):
             continue
         copy = f"run-{size}-{name.replace('+', '-')}"
         db = store.copy(pristine, copy)
@@ -621,6 +658,13 @@ def bench_size(
                 measured = bench_ours(db, requests, instances, seed)
             elif name == "ringfleet+nova":
                 measured = bench_ours(db, requests, instances, seed, filters=with_nova)
+            elif name == "nova-defaults":
+                assert defaults is not None
+                filters, weighers = defaults
+                measured = bench_ours(
+                    db, requests, instances, seed, filters=filters, weighers=weighers
+                )
+                measured.pop("placements")
             else:
                 measured = bench_baseline(
                     db,
@@ -683,6 +727,13 @@ def _goals(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rate = measured("100000", "ringfleet+nova", "allocations_per_s")
     add(
         "with Nova's ComputeCapabilitiesFilter at 100,000 nodes",
+        ">= 1,000/s",
+        rate,
+        None if rate is None else rate >= 1000.0,
+    )
+    rate = measured("100000", "nova-defaults", "allocations_per_s")
+    add(
+        "with Nova's default filters and weighers at 100,000 nodes",
         ">= 1,000/s",
         rate,
         None if rate is None else rate >= 1000.0,
@@ -764,7 +815,7 @@ def run(
         "implementations": [
             name
             for name in IMPLEMENTATIONS
-            if name != "ringfleet+nova" or any(name in res for res in results.values())
+            if name not in _NEEDS_NOVA or any(name in res for res in results.values())
         ],
         "results": results,
         "goals": _goals(results),
@@ -798,6 +849,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"Python {report['environment']['python']}, {report['environment']['cpus']} CPUs",
         "every decision includes its allocation, committed (compare-and-swap)",
         "ringfleet+nova: ringfleet's scheduler running Nova's ComputeCapabilitiesFilter; "
+        "nova-defaults: Nova's default enabled_filters and weighers, as nova.conf names them; "
         "nova-mem: all nodes in memory, every filter on every node per request; "
         "nova-db: all nodes read from the database per request (Nova's HostManager)",
     ]

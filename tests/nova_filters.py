@@ -68,3 +68,35 @@ class ScoreWeigher(weights.BaseHostWeigher):
 
 class NotAFilter:
     """Neither a ringfleet nor a Nova filter."""
+
+
+class RackSpecFilter(filters.BaseHostFilter):
+    """A site's own extra-spec namespace: ``mycompany:racks`` lists the racks a flavor may use.
+
+    Hosts whose ``rack`` stat is not listed fail; flavors without the spec
+    pass every host.
+    """
+
+    def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
+        wanted = spec_obj.flavor.extra_specs.get("mycompany:racks")
+        if wanted is None:
+            return True
+        return host_state.stats.get("rack") in {rack.strip() for rack in wanted.split(",")}
+
+
+class ProjectStatFilter(filters.BaseHostFilter):
+    """Hosts whose ``project`` stat, if any, is the request's project."""
+
+    def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
+        owner = host_state.stats.get("project")
+        return owner is None or owner == spec_obj.project_id
+
+
+class RecordingWeigher(weights.BaseHostWeigher):
+    """Weighs every host 0; records the host states it was given."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def _weigh_object(self, host_state: Any, weight_properties: Any) -> float:
+        RecordingWeigher.seen.append(host_state)
+        return 0.0

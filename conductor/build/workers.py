@@ -180,6 +180,8 @@ class BuildWorkers:
                 group=instance.group_hint,
                 exclude_nodes=instance.tried_nodes,
                 scheduler_hints=instance.scheduler_hints,
+                project_id=instance.project_id,
+                image=instance.image,
             )
         except NoValidNode as exc:
             self._no_valid_node(instance, exc)

@@ -34,6 +34,7 @@ __all__ = [
     "CAPABILITY_KEY_PATTERN",
     "CONFIG_DRIVE_FIELDS",
     "DISK_FORMATS",
+    "EXTRA_SPEC_KEY_PATTERN",
     "FLAVOR_SPEC",
     "GROUP_PATTERN",
     "HASH_LENGTHS",
@@ -65,6 +66,9 @@ RESOURCE_CLASS_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
 TRAIT_PATTERN: Final = r"^[A-Z][A-Z0-9_]{0,254}$"
 GROUP_PATTERN: Final = r"^[A-Za-z0-9._-]{0,80}$"
 CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
+#: any other extra spec's key (an operator's ``mycompany:racks``, ``boot_mode``):
+#: Nova's flavor extra-spec key pattern
+EXTRA_SPEC_KEY_PATTERN: Final = r"^[A-Za-z0-9_.: -]{1,255}$"
 
 MAX_TRAITS: Final = 64
 #: Nodes in one bulk import.
@@ -257,12 +261,14 @@ FLAVOR_SPEC: Final = Resource(
             "type": "object",
             "propertyNames": {
                 "pattern": f"^({CAPABILITIES_SCOPE}{_inner(CAPABILITY_KEY_PATTERN)}"
-                f"|{TRAIT_SCOPE}{_inner(TRAIT_PATTERN)})$"
+                f"|{TRAIT_SCOPE}{_inner(TRAIT_PATTERN)}"
+                f"|(?!{CAPABILITIES_SCOPE}|{TRAIT_SCOPE}){_inner(EXTRA_SPEC_KEY_PATTERN)})$"
             },
             "additionalProperties": {"type": "string", "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH},
             "description": "'capabilities:<key>': a capability expression (Nova's "
             "ComputeCapabilitiesFilter language); 'trait:<TRAIT>': 'required' or "
-            "'forbidden', merged into the trait lists.",
+            "'forbidden', merged into the trait lists; any other key (an operator's "
+            "'mycompany:racks', 'boot_mode'): stored as given, for Nova filters.",
         },
         "default_image": {
             **IMAGE_SCHEMA,

@@ -14,12 +14,17 @@ naming the option, so a conductor never starts with fewer filters than
 configured.
 
 A name with a dot is the import path of a Nova filter or weigher class
-(:mod:`conductor.scheduler.nova`), loaded and wrapped there; Nova itself is
-imported only when such a name is configured.
+(:mod:`conductor.scheduler.nova`), loaded and wrapped there; so is a bare
+name that no ringfleet entry point registers but that is one of Nova's
+in-tree classes (``ComputeFilter``, as nova.conf writes it), and
+``nova.scheduler.filters.all_filters`` / ``nova.scheduler.weights.all_weighers``
+stand for all of them.  Nova itself is imported only when such a name is
+configured.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -52,8 +57,8 @@ def load_filters(
 ) -> list[BaseFilter]:
     """Instances of the filters *names*, in that order.
 
-    :param per_node: import paths of Nova filters to call per node rather
-        than per profile (``[scheduler] per_node_filters``)
+    :param per_node: Nova filters (as named in *names*) to call per node
+        rather than per profile (``[scheduler] per_node_filters``)
     :param manager: the extensions to look names up in; by default a
         stevedore manager over the ``ringfleet.scheduler.filters`` entry
         points (tests pass ``ExtensionManager.make_test_instance(...)``)
@@ -61,12 +66,17 @@ def load_filters(
         ``per_node_filters``
     """
     option = "enabled_filters"
-    stray = sorted(set(per_node) - {name for name in names if nova.is_import_path(name)})
+    registered = _registered(FILTER_NAMESPACE, manager)
+    stray = sorted(
+        name
+        for name in per_node
+        if name not in names or (not nova.is_import_path(name) and name in registered)
+    )
     if stray:
         raise ConfigurationError(
             _GROUP,
             "per_node_filters",
-            f"not the import path of a Nova filter in enabled_filters: {', '.join(stray)}",
+            f"not a Nova filter in enabled_filters: {', '.join(stray)}",
         )
     always = {cls.name for cls in ALWAYS_APPLIED}
     for name in names:
@@ -84,7 +94,9 @@ def load_filters(
         manager,
         base=BaseFilter,
         option=option,
-        by_path=lambda path: nova.load_nova_filter(path, per_node=path in per_node),
+        by_path=lambda path: nova.load_nova_filter(
+            path, per_node=path in per_node or path.rpartition(".")[2] in per_node
+        ),
     )
 
 
@@ -111,15 +123,25 @@ def load_weighers(
         by_path=nova.load_nova_weigher,
     )
     multipliers = dict(multipliers or {})
-    unknown = sorted(set(multipliers) - set(names))
+    # A Nova weigher's multiplier may be keyed by its import path or its class name.
+    keys = {weigher: _config_names(weigher) for weigher in weighers}
+    unknown = sorted(set(multipliers) - {key for names_ in keys.values() for key in names_})
     if unknown:
         raise ConfigurationError(
             _GROUP, "weigher_multipliers", f"not a configured weigher: {', '.join(unknown)}"
         )
-    for weigher, name in zip(weighers, names, strict=True):
-        if name in multipliers:
-            weigher.multiplier = _multiplier(name, multipliers[name])
+    for weigher, names_ in keys.items():
+        for key in names_:
+            if key in multipliers:
+                weigher.multiplier = _multiplier(key, multipliers[key])
     return weighers
+
+
+def _config_names(plugin: BaseFilter | BaseWeigher) -> tuple[str, ...]:
+    """The names the configuration may call *plugin* by (a Nova class: path or class name)."""
+    if nova.is_import_path(plugin.name):
+        return (plugin.name, plugin.name.rpartition(".")[2])
+    return (plugin.name,)
 
 
 def _multiplier(name: str, value: Any) -> float:
@@ -143,10 +165,11 @@ def _load(
     option: str,
     by_path: Callable[[str], object],
 ) -> list[T]:
+    kind = base.__name__.removeprefix("Base").lower()  # filter, weigher
+    names = nova.resolve_names(names, kind=kind, registered=_registered(namespace, manager))
     duplicates = sorted({name for name in names if list(names).count(name) > 1})
     if duplicates:
         raise ConfigurationError(_GROUP, option, f"listed twice: {', '.join(duplicates)}")
-    kind = base.__name__.removeprefix("Base").lower()  # filter, weigher
     found = common_plugins.find(
         namespace,
         [name for name in names if not nova.is_import_path(name)],
@@ -165,3 +188,10 @@ def _load(
             LOG.debug("%s %s is the class named %s", option, name, instance.name)
         instances.append(instance)
     return instances
+
+
+def _registered(namespace: str, manager: ExtensionManager[Any] | None) -> set[str]:
+    """The names registered in *namespace* (entry points are listed, not imported)."""
+    if manager is not None:
+        return {extension.name for extension in manager}
+    return {entry_point.name for entry_point in importlib.metadata.entry_points(group=namespace)}

@@ -48,6 +48,10 @@ class RequestSpec:
     :ivar scheduler_hints: the build's scheduler hints: name -> a string,
         number, boolean or ``None`` (read by Nova filters such as JsonFilter,
         :mod:`conductor.scheduler.nova`)
+    :ivar project_id: the instance's project (``None``: unknown), for Nova
+        filters' ``spec_obj.project_id``
+    :ivar image: the build's own image (``None``: it names none), for Nova
+        filters' ``spec_obj.image`` (which shows its disk format only)
     """
 
     flavor: Flavor
@@ -62,6 +66,8 @@ class RequestSpec:
     scheduler_hints: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    project_id: str | None = None
+    image: Mapping[str, str] | None = None
 
     @classmethod
     def build(
@@ -73,6 +79,8 @@ class RequestSpec:
         group: str | None = None,
         exclude_nodes: frozenset[str] = frozenset(),
         scheduler_hints: Mapping[str, Any] | None = None,
+        project_id: str | None = None,
+        image: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         """A request with the flavor's capabilities parsed (uncached)."""
         hints = MappingProxyType(dict(scheduler_hints or {}))
@@ -83,8 +91,10 @@ class RequestSpec:
             group=group,
             exclude_nodes=exclude_nodes,
             capabilities=parse_flavor_capabilities(flavor),
-            flavor_key=request_key(flavor_key(flavor), hints),
+            flavor_key=request_key(flavor_key(flavor), hints, project_id, image),
             scheduler_hints=hints,
+            project_id=project_id,
+            image=None if image is None else MappingProxyType(dict(image)),
         )
 
 
@@ -99,15 +109,26 @@ def flavor_key(flavor: Flavor) -> Hashable:
     )
 
 
-def request_key(key_of_flavor: Hashable, scheduler_hints: Mapping[str, Any]) -> Hashable:
-    """:attr:`RequestSpec.flavor_key`: the flavor's key, with the hints if any.
+def request_key(
+    key_of_flavor: Hashable,
+    scheduler_hints: Mapping[str, Any],
+    project_id: str | None = None,
+    image: Mapping[str, str] | None = None,
+) -> Hashable:
+    """:attr:`RequestSpec.flavor_key`: the flavor's key, with the hints, project and image if any.
 
-    Without hints it is the flavor's key itself, so requests without hints
+    Without them it is the flavor's key itself, so requests without hints
     share one cache entry per flavor as before hints existed.
     """
-    if not scheduler_hints:
+    # Of the image, only its disk format is shown to Nova filters: its
+    # checksums would make every build's key distinct and defeat the cache.
+    disk_format = None if image is None else image.get("disk_format", "")
+    if not scheduler_hints and project_id is None and disk_format is None:
         return key_of_flavor
-    return (key_of_flavor, tuple(sorted(scheduler_hints.items())))
+    context = (project_id, disk_format)
+    if context == (None, None):
+        return (key_of_flavor, tuple(sorted(scheduler_hints.items())))
+    return (key_of_flavor, tuple(sorted(scheduler_hints.items())), context)
 
 
 def parse_flavor_capabilities(flavor: Flavor) -> Mapping[str, CapabilityExpression]:

@@ -111,7 +111,8 @@ class Scheduler:
         if weighers is None:
             weighers = plugins.load_weighers(scheduler_conf.DEFAULT_WEIGHERS)
         self._chooser = Chooser(filters, weighers, rng)
-        # Hints split the verdict caches only when a cached verdict may depend on them.
+        # Hints (and the project and image) split the verdict caches only when a
+        # cached verdict may depend on them.
         self._hints_in_key = any(f.per_profile and f.reads_hints for f in filters)
         self._refresh_interval = refresh_interval
         self._overlap = datetime.timedelta(seconds=refresh_overlap)
@@ -163,6 +164,8 @@ class Scheduler:
         group: str | None = None,
         exclude_nodes: Iterable[str] = (),
         scheduler_hints: Mapping[str, Any] | None = None,
+        project_id: str | None = None,
+        image: Mapping[str, str] | None = None,
     ) -> tuple[Node, Ownership]:
         """Choose a node for the instance and allocate it (committed) by compare-and-swap.
 
@@ -173,6 +176,8 @@ class Scheduler:
         :param exclude_nodes: nodes not to use (a reschedule's failed attempts)
         :param scheduler_hints: the build's hints (validated: name -> JSON
             primitive), for filters that read them (Nova's JsonFilter)
+        :param project_id: the instance's project, for Nova filters
+        :param image: the build's own image, for Nova filters
         :returns: the node as allocated (hosting the instance, ``deploying``,
             with the owner and epoch of the returned ownership; without
             timestamps, with read-only mappings) and the ownership to route
@@ -188,6 +193,8 @@ class Scheduler:
             group,
             exclude_nodes,
             scheduler_hints=scheduler_hints,
+            project_id=project_id,
+            image=image,
         )
         self._ensure_fresh()
         refreshed = False
@@ -240,6 +247,8 @@ class Scheduler:
         exclude_nodes: Iterable[str],
         *,
         scheduler_hints: Mapping[str, Any] | None,
+        project_id: str | None = None,
+        image: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         key = flavor_key(flavor)
         capabilities = self._capabilities.get(key)
@@ -249,6 +258,7 @@ class Scheduler:
                 self._capabilities.clear()
             self._capabilities[key] = capabilities
         hints: Mapping[str, Any] = MappingProxyType(dict(scheduler_hints or {}))
+        frozen_image = None if image is None else MappingProxyType(dict(image))
         return RequestSpec(
             flavor=flavor,
             instance_uuid=instance_uuid,
@@ -256,8 +266,12 @@ class Scheduler:
             group=group,
             exclude_nodes=frozenset(exclude_nodes),
             capabilities=capabilities,
-            flavor_key=request_key(key, hints if self._hints_in_key else {}),
+            flavor_key=(
+                request_key(key, hints, project_id, frozen_image) if self._hints_in_key else key
+            ),
             scheduler_hints=hints,
+            project_id=project_id,
+            image=frozen_image,
         )
 
     def _allocate(self, node: Node, instance_uuid: str) -> Ownership | None:

@@ -2,20 +2,25 @@
 
 A flavor's ``extra_specs`` hold ``capabilities:<key>`` expressions (parsed
 with :mod:`conductor.validation.capabilities`, the language of Nova's
-ComputeCapabilitiesFilter) and ``trait:<TRAIT>`` entries (merged into the
-flavor's required or forbidden traits).  The fields, patterns and limits are
+ComputeCapabilitiesFilter), ``trait:<TRAIT>`` entries (merged into the
+flavor's required or forbidden traits), and specs of any other namespace
+(an operator's ``mycompany:racks``, Nova's unscoped ``boot_mode``), whose
+keys must match Nova's extra-spec key pattern and which are stored as given
+for Nova filters (:mod:`conductor.scheduler.nova`) to read.  The fields, patterns and limits are
 those of :data:`conductor.common.schemas.FLAVOR_SPEC`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.schemas import (
     CAPABILITIES_SCOPE,
+    EXTRA_SPEC_KEY_PATTERN,
     FLAVOR_SPEC,
     MAX_EXTRA_SPEC_VALUE_LENGTH,
     TRAIT_SCOPE,
@@ -43,6 +48,7 @@ _TRAIT_REQUIRED: Final = "required"
 _TRAIT_FORBIDDEN: Final = "forbidden"
 
 _FLAVOR_FIELDS: Final = FLAVOR_SPEC.fields
+_EXTRA_SPEC_KEY_RE: Final = re.compile(EXTRA_SPEC_KEY_PATTERN)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,9 +56,8 @@ class FlavorSpec:
     """A validated flavor to create.
 
     ``trait:<TRAIT>`` extra specs are merged into the trait sets, so
-    ``extra_specs`` holds only the ``capabilities:<key>`` entries (as
-    written), and ``capabilities`` maps each ``<key>`` to its parsed
-    expression.  :meth:`to_dict` leaves ``capabilities`` out.
+    ``extra_specs`` holds the others (as written), and ``capabilities`` maps
+    each ``<key>`` to its parsed expression.  :meth:`to_dict` leaves ``capabilities`` out.
     ``default_image`` is the image of a build that names none (since API 1.11).
     """
 
@@ -86,7 +91,7 @@ def _parse_expression(text: str, field: str, errors: Errors) -> CapabilityExpres
 
 @dataclasses.dataclass(slots=True)
 class _ExtraSpecs:
-    specs: dict[str, str] = dataclasses.field(default_factory=dict)  # capabilities:* only
+    specs: dict[str, str] = dataclasses.field(default_factory=dict)  # all but trait:*
     expressions: dict[str, CapabilityExpression] = dataclasses.field(default_factory=dict)
     traits: dict[str, str] = dataclasses.field(default_factory=dict)  # -> required|forbidden
 
@@ -131,8 +136,13 @@ def _check_extra_spec(
         return _check_capability_spec(key, text, field, errors, out)
     elif key.startswith(TRAIT_SCOPE):
         return _check_trait_spec(key, text, field, errors, out)
+    elif not _EXTRA_SPEC_KEY_RE.fullmatch(key):
+        errors.add(field, f"extra spec key must match {EXTRA_SPEC_KEY_PATTERN}", key)
     else:
-        errors.add(field, "unknown extra spec (use 'capabilities:<key>' or 'trait:<TRAIT>')")
+        # Another namespace (an operator's Nova filter's, or unscoped): not
+        # ringfleet's to interpret, stored as given for the filters that read it.
+        out.specs[key] = text
+        return True
     return False
 
 
@@ -158,7 +168,8 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
     ``extra_specs``: ``capabilities:<key>`` -> a capability expression (see
     :func:`parse_capability_expression`), ``trait:<TRAIT>`` -> ``required``
     or ``forbidden`` (merged into the trait sets; contradicting them is an
-    error); ``default_image`` (an image, as a build request's).
+    error), any other key matching Nova's extra-spec key pattern -> a string
+    (stored as given); ``default_image`` (an image, as a build request's).
 
     :raises InvalidInput: naming every bad, missing or unknown field
     """

@@ -1,12 +1,14 @@
-"""Operators' Nova filters steer real builds through a conductor (issue 14).
+"""Operators' Nova filters steer real builds through a conductor (issues 14 and 27).
 
 Real etcd, RabbitMQ and PostgreSQL; one conductor process configured with
-Nova's own ComputeCapabilitiesFilter and a downstream-style filter defined in
-the tests (``tests.nova_filters.RackHintFilter``: a subclass of Nova's
-BaseHostFilter reading ``host_state.stats`` and a scheduler hint), both by
-import path; two agents running the simulated driver.  ringfleet's own
-CapabilitiesFilter is left out, so Nova's code alone matches the flavor's
-capabilities.
+Nova's default ``enabled_filters`` and ``weighers`` as nova.conf writes them
+(bare class names, ``nova.scheduler.weights.all_weighers``) and two
+downstream-style filters defined in the tests, by import path:
+``tests.nova_filters.RackHintFilter`` (reads ``host_state.stats`` and a
+scheduler hint) and ``tests.nova_filters.RackSpecFilter`` (reads the site's
+own ``mycompany:racks`` flavor extra spec); two agents running the simulated
+driver.  ringfleet's own CapabilitiesFilter is left out, so Nova's code alone
+matches the flavor's capabilities.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from tests.harness.process import REPO
 
 CCF = "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
 RACK = "tests.nova_filters.RackHintFilter"
+RACK_SPEC = "tests.nova_filters.RackSpecFilter"
+#: Nova's default [filter_scheduler] enabled_filters, pasted from nova.conf
+NOVA_DEFAULT_FILTERS = (
+    "ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,"
+    "ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter"
+)
 #: node i: rack r1, r2 or r3; boot mode uefi except in rack r3
 RACKS = ("r1", "r2", "r3")
 NODES = 18
@@ -36,7 +44,10 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
     migrated(pg_url).dispose()
     f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
     try:
-        f.conductor(extra=f"[scheduler]\nenabled_filters = TraitsFilter,{CCF},{RACK}\n")
+        f.conductor(
+            extra=f"[scheduler]\nenabled_filters = TraitsFilter,{NOVA_DEFAULT_FILTERS},"
+            f"{RACK},{RACK_SPEC}\nweighers = nova.scheduler.weights.all_weighers\n"
+        )
         nodes = []
         for i in range(NODES):
             rack = RACKS[i % 3]
@@ -54,6 +65,14 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
                 "name": "uefi",
                 "resource_class": "baremetal",
                 "extra_specs": {"capabilities:boot_mode": "s== uefi"},
+            }
+        )
+        f.api.create_flavor(
+            {
+                "name": "uefi-r1",
+                "resource_class": "baremetal",
+                # A site's own namespace, and an unscoped spec as Nova allows.
+                "extra_specs": {"mycompany:racks": "r1", "boot_mode": "uefi"},
             }
         )
         f.agent("agent-1")
@@ -109,11 +128,17 @@ def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
     assert f"{CCF} removed 6" in failed["fault"]
     assert f"{RACK} removed 8" in failed["fault"]
 
+    # The site's extra spec steers: the flavor's builds land in rack r1 only.
+    assert fleet.api.show_flavor("uefi-r1")["extra_specs"]["mycompany:racks"] == "r1"
+    in_r1 = fleet.api.build_instances({"flavor": "uefi-r1", "count": 2})
+    in_r1 = _settle(fleet, [i["uuid"] for i in in_r1], "active")
+    assert all("rack:r1" in racks[i["node_uuid"]] for i in in_r1)
+
     # Without a hint, Nova's ComputeCapabilitiesFilter alone keeps the bios
-    # nodes (rack r3) out: the 8 uefi nodes left take the 8 builds.
-    plain = fleet.api.build_instances({"flavor": "uefi", "count": 8})
+    # nodes (rack r3) out: the 6 uefi nodes left take the 6 builds.
+    plain = fleet.api.build_instances({"flavor": "uefi", "count": 6})
     settled = _settle(fleet, [i["uuid"] for i in plain], "active")
-    used = {i["node_uuid"] for i in active + settled}
+    used = {i["node_uuid"] for i in active + in_r1 + settled}
     assert len(used) == 12
     assert not any("rack:r3" in racks[node] for node in used)
 

@@ -50,7 +50,13 @@ def test_config_is_recorded(report: dict[str, Any]) -> None:
     assert config["agents"] == 10
     assert config["resource_classes"] == 20
     assert len(config["flavors"]) >= 3
-    assert report["implementations"] == ["ringfleet", "ringfleet+nova", "nova-mem", "nova-db"]
+    assert report["implementations"] == [
+        "ringfleet",
+        "ringfleet+nova",
+        "nova-defaults",
+        "nova-mem",
+        "nova-db",
+    ]
     assert set(report["environment"]["versions"]) == {"SQLAlchemy", "stevedore", "nova"}
 
 
@@ -73,7 +79,7 @@ def test_results_are_sane(report: dict[str, Any], size: int) -> None:
     assert res["ringfleet+nova"]["placements_differing"] == 0
     assert res["ringfleet+nova"]["no_valid_node"] == ours["no_valid_node"]
     assert "placements" not in ours
-    for name in ("ringfleet", "ringfleet+nova", "nova-mem", "nova-db"):
+    for name in ("ringfleet", "ringfleet+nova", "nova-defaults", "nova-mem", "nova-db"):
         run = res[name]
         assert run["double_allocations"] == 0
         assert 1 <= run["decisions"] <= REQUESTS
@@ -90,7 +96,7 @@ def test_results_are_sane(report: dict[str, Any], size: int) -> None:
 
 def test_goals_are_reported_not_enforced(report: dict[str, Any]) -> None:
     goals = report["goals"]
-    assert len(goals) == 5
+    assert len(goals) == 6
     for goal in goals:
         assert set(goal) == {"name", "target", "value", "status"}
         # 10k and 100k nodes were not measured here.
@@ -103,7 +109,8 @@ def test_report_prints_a_table(report: dict[str, Any]) -> None:
     assert "committed allocations/s" in text
     assert "index build (s)" in text
     assert "nova-db: all nodes read from the database per request" in text
-    assert text.count("SKIP") == 5
+    assert text.count("SKIP") == 6
+    assert "nova-defaults" in text
     assert "ringfleet+nova" in text
     assert "placed 0 of 40 requests differently" in text
 

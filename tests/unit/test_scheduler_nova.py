@@ -11,11 +11,15 @@ import random
 import re
 import sys
 import uuid as uuidlib
+import warnings
 from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from nova.scheduler import filters as nova_host_filters
+from nova.scheduler import weights as nova_weights
+from stevedore.extension import Extension, ExtensionManager
 
 from conductor.common.exception import ConfigurationError, InvalidInput
 from conductor.common.objects import Flavor, Node
@@ -24,7 +28,7 @@ from conductor.scheduler.decide import Chooser
 from conductor.scheduler.filters import CapabilitiesFilter, TraitsFilter
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.plugins import load_filters, load_weighers
-from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.request import RequestSpec, flavor_key
 from conductor.scheduler.scheduler import Scheduler
 from conductor.scheduler.weighers import SpreadWeigher, WeighingContext
 from conductor.validation.capabilities import CapabilityExpression
@@ -189,7 +193,9 @@ def test_without_nova_installed_the_error_names_the_option_and_the_extra(
 
 
 def _documented(cls: type) -> set[str]:
-    return set(re.findall(r":ivar (\w+):", cls.__doc__ or ""))
+    # ":ivar a:" or ":ivar a, b, c:" (attributes documented together)
+    groups = re.findall(r":ivar (\w+(?:,\s+\w+)*):", cls.__doc__ or "")
+    return {name for group in groups for name in re.split(r",\s+", group)}
 
 
 @pytest.mark.parametrize("cls", [nova.HostState, nova.NovaFlavor, nova.NovaRequestSpec])
@@ -200,22 +206,24 @@ def test_every_attribute_is_documented(cls: type) -> None:
 def test_node_and_profile_views() -> None:
     node = make_node(0, capabilities={"boot_mode": "uefi"}, traits=frozenset({"HW_A"}))
     view = nova.HostState(node, per_node=True)
-    assert (view.host, view.nodename, view.uuid, view.name) == (
+    assert (view.host, view.nodename, view.uuid, view.ringfleet_name) == (
         "agent-1",
         node.uuid,
         node.uuid,
         "node-0",
     )
-    assert (view.vcpus_total, view.free_ram_mb, view.free_disk_mb) == (8, 4096, 100 * 1024)
-    assert view.stats == {"boot_mode": "uefi"}
-    assert view.traits == {"HW_A"}
+    # Nova's ironic driver reports no sizes, whatever the node's properties.
+    assert (view.vcpus_total, view.free_ram_mb, view.free_disk_mb) == (0, 0, 0)
+    assert view.stats == {"cpu_arch": None, "boot_mode": "uefi"}
+    assert view.ringfleet_traits == {"HW_A"}
+    assert view.service["disabled"] is False and view.hypervisor_version == 1
     profile = nova.HostState(node, per_node=False)
-    assert profile.stats == view.stats and profile.resource_class == "gold"
+    assert profile.stats == view.stats and profile.ringfleet_resource_class == "gold"
     assert (profile.host, profile.nodename, profile.uuid, profile.free_ram_mb) == (
         None,
         None,
         None,
-        None,
+        0,
     )
     spec = nova.NovaRequestSpec(
         make_request(
@@ -228,7 +236,11 @@ def test_node_and_profile_views() -> None:
     assert spec.scheduler_hints == {"rack": ["r1"], "n": [3]}
     assert spec.get_scheduler_hint("rack") == "r1"
     assert spec.get_scheduler_hint("missing", "dflt") == "dflt"
-    assert spec.obj_attr_is_set("flavor") and not spec.obj_attr_is_set("image")
+    assert spec.obj_attr_is_set("flavor") and not spec.obj_attr_is_set("project_id")
+    assert spec.image.properties.get("hw_architecture") is None
+    clone = spec.obj_clone()
+    clone.scheduler_hints["rack"] = ["r2"]
+    assert spec.get_scheduler_hint("rack") == "r1"
 
 
 # -- per profile, per node ------------------------------------------------------------------
@@ -274,6 +286,42 @@ def test_hints_are_in_the_cache_key_only_when_a_cached_filter_reads_them(
     theirs = keys[RACK]
     assert len(set(theirs)) == 3
     assert theirs[2] == ours[2]  # without hints, the flavor's key as before
+
+
+def test_project_and_image_reach_nova_filters_and_split_their_cache(tmp_path: Path) -> None:
+    db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    flavor = Flavor(name="f", resource_class="gold")
+    image = {"source": "https://img.example/a.raw", "checksum": "0" * 32, "disk_format": "raw"}
+    try:
+        sched = Scheduler(db, filters=load_filters(["tests.nova_filters.ProjectStatFilter"]))
+        requests = [
+            sched._request(
+                flavor, "i", OWNERS, None, (), scheduler_hints=None, project_id=p, image=i
+            )
+            for p, i in (("a", None), ("b", None), ("a", image), (None, None))
+        ]
+    finally:
+        db.dispose()
+    assert len({r.flavor_key for r in requests}) == 4
+    assert requests[3].flavor_key == flavor_key(flavor)  # no context: as before
+    spec = nova.NovaRequestSpec(requests[2])
+    assert spec.project_id == "a"
+    assert spec.image.disk_format == "raw"
+    assert not spec.image.obj_attr_is_set("checksum")  # not in the cache key: not shown
+    other = {**image, "checksum": "1" * 32}
+    assert (
+        requests[2].flavor_key
+        == sched._request(
+            flavor, "i", OWNERS, None, (), scheduler_hints=None, project_id="a", image=other
+        ).flavor_key
+    )
+    # The project steers a per-profile Nova filter, each project with its verdict.
+    index = index_of([make_node(i, capabilities={"project": "ab"[i % 2]}) for i in range(6)])
+    chooser = Chooser(load_filters(["tests.nova_filters.ProjectStatFilter"]), [])
+    for request, wanted in ((requests[0], "a"), (requests[1], "b")):
+        for _ in range(5):
+            chosen = chooser.choose(index, request)
+            assert chosen is not None and chosen.capabilities["project"] == wanted
 
 
 def test_per_node_nova_filter_sees_nodes_and_decides_per_node() -> None:
@@ -332,27 +380,31 @@ def test_a_raising_filter_fails_only_its_nodes_and_is_logged_once(
     assert dict(error.removed)[BROKEN] == 25
     assert isinstance(broken, nova.NovaFilter)
     assert broken.failures.count >= 6  # 6 failing profiles
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert BROKEN in warnings[0].getMessage()
-    assert "ValueError: cannot parse this host's stats" in warnings[0].getMessage()
-    assert warnings[0].exc_info is not None
+    logged = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(logged) == 1
+    assert BROKEN in logged[0].getMessage()
+    assert "ValueError: cannot parse this host's stats" in logged[0].getMessage()
+    assert logged[0].exc_info is not None
 
 
 def test_nova_json_filter_with_a_bad_query_fails_nodes_without_killing_scheduling(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    index = index_of([make_node(i, properties={"memory_mb": 1024 * (i + 1)}) for i in range(8)])
+    nodes = [make_node(i) for i in range(8)]
+    index = index_of(nodes)
     chooser = Chooser(load_filters([JSON_FILTER], per_node=[JSON_FILTER]), [SpreadWeigher()])
-    good = make_request(hints={"query": '[">=", "$free_ram_mb", 6144]'})
+    wanted = {nodes[6].uuid, nodes[7].uuid}
+    good = make_request(
+        hints={"query": f'["in", "$nodename", "{nodes[6].uuid}", "{nodes[7].uuid}"]'}
+    )
     for _ in range(10):
         chosen = chooser.choose(index, good)
-        assert chosen is not None and chosen.properties["memory_mb"] >= 6144
+        assert chosen is not None and chosen.uuid in wanted
     bad = make_request(hints={"query": '["~", "$free_ram_mb", 1]'})  # unknown operator
     assert chooser.choose(index, bad) is None
     assert dict(chooser.explain(index, bad).removed)[JSON_FILTER] == 8
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "KeyError" in warnings[0].getMessage()
+    logged = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(logged) == 1 and "KeyError" in logged[0].getMessage()
     # Scheduling goes on.
     assert chooser.choose(index, good) is not None
 
@@ -425,7 +477,7 @@ def test_nova_and_ringfleet_capabilities_filters_agree(
     (theirs,) = _CCF
     assert theirs.filter(node, request) is ours
     # Also through the per-node view (the profile view is what the scheduler uses).
-    assert nova.HostState(node, per_node=True).stats == capabilities
+    assert nova.HostState(node, per_node=True).stats == {"cpu_arch": None, **capabilities}
 
 
 _CCF = load_filters([CCF])
@@ -436,11 +488,11 @@ _CCF = load_filters([CCF])
     [
         # Unscoped keys: Nova compares them against stats (an old
         # compatibility rule); ringfleet's filter reads only the
-        # capabilities: scope (and flavor validation refuses other keys).
+        # capabilities: scope (flavor validation stores other keys as given).
         ({"boot_mode": "uefi"}, {"boot_mode": "bios"}, True, False),
-        # A capability named like a HostState attribute: Nova reads the
-        # attribute (here the node's resource class), ringfleet the capability.
-        ({"resource_class": "x"}, {"capabilities:resource_class": "s== gold"}, False, True),
+        # A capability named like a HostState attribute Nova's host state
+        # has: Nova reads the attribute (here "ironic"), ringfleet the capability.
+        ({"hypervisor_type": "kvm"}, {"capabilities:hypervisor_type": "s== kvm"}, True, False),
     ],
 )
 def test_documented_differences(
@@ -474,3 +526,107 @@ def test_traits_filter_still_applies_beside_nova_filters() -> None:
     for _ in range(10):
         chosen = chooser.choose(index, make_request(flavor))
         assert chosen is not None and "HW_A" in chosen.traits
+
+
+# -- names as nova.conf writes them -----------------------------------------------------
+
+NOVA_DEFAULT_FILTERS = [
+    "ComputeFilter",
+    "ComputeCapabilitiesFilter",
+    "ImagePropertiesFilter",
+    "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+]
+
+
+def test_novas_default_filters_pasted_from_nova_conf_load_as_novas_classes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    filters = load_filters(NOVA_DEFAULT_FILTERS)
+    assert [type(f).nova_class.__name__ for f in filters] == NOVA_DEFAULT_FILTERS  # type: ignore[attr-defined]
+    assert filters[0].name == "nova.scheduler.filters.compute_filter.ComputeFilter"
+    # Server-group filters cannot act without Nova's services: one line each.
+    lines = [
+        r.getMessage() for r in caplog.records if "needs Nova's own services" in r.getMessage()
+    ]
+    assert len(lines) == 2 and all("ServerGroup" in line for line in lines)
+    # ... and pass every node; ComputeFilter and ImagePropertiesFilter pass live nodes.
+    nodes = [make_node(i, properties={"cpu_arch": "x86_64"}) for i in range(6)]
+    chooser = Chooser(filters, [SpreadWeigher()])
+    assert chooser.choose(index_of(nodes), make_request()) is not None
+
+
+def test_all_filters_and_all_weighers_stand_for_every_in_tree_class() -> None:
+    with warnings.catch_warnings():
+        # Importing every Nova filter imports Nova's policies, which warn on import.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        filters = load_filters([nova.ALL_FILTERS])
+    assert {type(f).nova_class for f in filters} == set(nova_host_filters.all_filters())  # type: ignore[attr-defined]
+    weighers = load_weighers([nova.ALL_WEIGHERS], {"IoOpsWeigher": 2.0})
+    assert {type(w).nova_class for w in weighers} == set(nova_weights.all_weighers())  # type: ignore[attr-defined]
+    by_name = {w.name.rpartition(".")[2]: w.multiplier for w in weighers}
+    # Nova's default multipliers, unless configured (by class name or path).
+    assert by_name["IoOpsWeigher"] == 2.0
+    assert by_name["BuildFailureWeigher"] == -1000000.0  # Nova negates its option
+    assert by_name["RAMWeigher"] == 1.0
+
+
+def test_ringfleet_names_keep_priority_and_a_clash_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    manager = ExtensionManager.make_test_instance(
+        [Extension("ComputeFilter", None, TraitsFilter, None)]
+    )
+    (loaded,) = load_filters(["ComputeFilter"], manager=manager)
+    assert isinstance(loaded, TraitsFilter)
+    clashes = [r.getMessage() for r in caplog.records if "not Nova's" in r.getMessage()]
+    assert clashes == [
+        "[scheduler] enabled_filters: ComputeFilter is ringfleet's filter, not Nova's "
+        "nova.scheduler.filters.compute_filter.ComputeFilter (give Nova's by its import path)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("nova.scheduler.filter.compute_filter.ComputeFilter", "no module nova.scheduler.filter"),
+        ("nova.scheduler.filters.compute_filter.ComputFilter", "did you mean Nova's ComputeFilter"),
+        ("nova.scheduler.filters.ComputeFilter", "Nova's ComputeFilter is nova.scheduler.filters"),
+    ],
+)
+def test_a_misspelled_nova_path_names_the_option_and_the_name(name: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_filters([name])
+    message = str(info.value)
+    assert "enabled_filters" in message and name in message and says in message
+    assert "install the extra" not in message
+
+
+def test_a_bare_name_nova_does_not_know_is_unknown() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        load_filters(["ComputeFiltr"])
+    message = str(info.value)
+    assert "enabled_filters" in message and "'ComputeFiltr'" in message
+
+
+def test_nova_weighers_of_a_decision_share_one_host_state_per_node() -> None:
+    nova_filters.RecordingWeigher.seen = []
+    path = "tests.nova_filters.RecordingWeigher"
+    with warnings.catch_warnings():
+        # Nova's weighers import its policies, which warn on import.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        weighers = load_weighers([path, "nova.scheduler.weights.ram.RAMWeigher"])
+    nodes = [make_node(i) for i in range(3)]
+    request = make_request()
+    for weigher in weighers:
+        for node in nodes:
+            weigher.weigh(node, request, WeighingContext({}))
+    weighers[0].weigh(nodes[0], request, WeighingContext({}))
+    seen = nova_filters.RecordingWeigher.seen
+    assert [state.nodename for state in seen] == [n.uuid for n in nodes] + [nodes[0].uuid]
+    assert seen[3] is seen[0]  # the same node object: the same host state
+    # A node's change (a new object in the index) gets a new host state.
+    changed = make_node(0, properties={"cpu_arch": "aarch64"})
+    weighers[0].weigh(changed, request, WeighingContext({}))
+    assert seen[-1] is not seen[0]
+    assert seen[-1].supported_instances == [["aarch64", "baremetal", "hvm"]]

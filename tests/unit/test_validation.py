@@ -501,9 +501,11 @@ BAD_FLAVOR_FIELDS: list[tuple[str, object, list[str]]] = [
     ("extra_specs", {"trait:lower": "required"}, ["extra_specs.trait:lower"]),
     ("extra_specs", {"trait:CUSTOM_A": "yes"}, ["extra_specs.trait:CUSTOM_A"]),
     ("extra_specs", {"trait:CUSTOM_A": "Required"}, ["extra_specs.trait:CUSTOM_A"]),
-    ("extra_specs", {"resources:VCPU": "1"}, ["extra_specs.resources:VCPU"]),
-    ("extra_specs", {"hw:cpu_policy": "dedicated"}, ["extra_specs.hw:cpu_policy"]),
-    ("extra_specs", {"boot_mode": "uefi"}, ["extra_specs.boot_mode"]),
+    ("extra_specs", {"mycompany:racks/a": "r1"}, ["extra_specs.mycompany:racks/a"]),
+    ("extra_specs", {"": "x"}, ["extra_specs.''"]),
+    ("extra_specs", {"k" * 256: "x"}, [f"extra_specs.'{'k' * 27}...{'k' * 28}'"]),
+    ("extra_specs", {"boot_mode": "u" * 256}, ["extra_specs.boot_mode"]),
+    ("extra_specs", {"mycompany:racks": 3}, ["extra_specs.mycompany:racks"]),
     ("extra_specs", {3: "x"}, ["extra_specs.3"]),
     ("disk_gb", 100, ["disk_gb"]),
 ]
@@ -1240,3 +1242,27 @@ def test_first_line_of_an_exception_never_fails() -> None:
     # IndexError inside the caller's except block.
     assert first_line(ConnectionError()) == "ConnectionError"
     assert first_line(AssertionError(), default="") == ""
+
+
+@pytest.mark.parametrize(
+    "extra_specs",
+    [
+        {"mycompany:racks": "<in> r1"},
+        {"boot_mode": "uefi"},
+        {"hw:cpu_policy": "dedicated", "resources:VCPU": "0"},
+        {"a b.c-d_e:f": ""},
+    ],
+)
+def test_flavor_keeps_extra_specs_of_any_namespace(extra_specs: dict[str, str]) -> None:
+    flavor = v.validate_flavor_spec({**FLAVOR, "extra_specs": extra_specs})
+    assert flavor.extra_specs == extra_specs
+    assert flavor.capabilities == {}
+    assert v.validate_flavor_spec(flavor.to_dict()) == flavor
+
+
+def test_other_namespaces_do_not_excuse_a_bad_capability() -> None:
+    exc = refused(
+        v.validate_flavor_spec,
+        {**FLAVOR, "extra_specs": {"mycompany:racks": "r1", "capabilities:boot_mode": "s== "}},
+    )
+    assert exc.fields == ["extra_specs.capabilities:boot_mode"]

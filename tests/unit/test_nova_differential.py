@@ -1,0 +1,259 @@
+"""Per Nova class: ringfleet's verdicts and weights equal Nova's own on Nova's ironic host state.
+
+For each of Nova's in-tree filters (``all_filters()``) and weighers
+(``all_weighers()``), a corpus of nodes and requests is given to the class
+twice: through ringfleet's wrapper (:mod:`conductor.scheduler.nova`), and
+directly, on the ``HostState`` Nova's scheduler builds
+(``nova.scheduler.host_manager.HostState`` updated from the ``ComputeNode``
+Nova's resource tracker makes of what ``IronicDriver._node_resource``
+reports) with a real ``RequestSpec``.  Nova's test fakes are not used: its
+own code builds both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import types
+import uuid as uuidlib
+import warnings
+from typing import Any
+
+import pytest
+
+from conductor.common.objects import Flavor, Node
+from conductor.scheduler import nova
+from conductor.scheduler.plugins import load_filters, load_weighers
+from conductor.scheduler.request import RequestSpec
+from conductor.scheduler.weighers import WeighingContext, total_weights
+
+with warnings.catch_warnings():
+    # Nova's objects and policies warn about their own deprecations on import.
+    warnings.simplefilter("ignore")
+    from nova import objects as nova_objects
+    from nova.scheduler import filters as nova_filters
+    from nova.scheduler import host_manager
+    from nova.scheduler import weights as nova_weights
+    from nova.virt.ironic import driver as ironic_driver
+
+    nova_objects.register_all()
+    FILTER_CLASSES = nova_filters.all_filters()
+    WEIGHER_CLASSES = nova_weights.all_weighers()
+
+OWNER = "agent-1"
+NODE_PROPERTIES: list[dict[str, Any]] = [
+    {},
+    {"cpus": 8, "memory_mb": 4096, "local_gb": 100, "cpu_arch": "x86_64"},
+    {"cpu_arch": "aarch64", "capabilities": "boot_mode:uefi,rack:r1"},
+    {"cpu_arch": "AMD64", "capabilities": "boot_mode: bios, rack :r2"},
+    {"cpu_arch": "sparc-ish", "capabilities": "boot_mode:uefi,bad:a:b,,x:"},
+    {"cpu_arch": "i386", "capabilities": "cpu_vt:true,memory_mb:2048"},
+    # Capabilities named like attributes of ringfleet's nodes, not of Nova's host state.
+    {"capabilities": "resource_class:gold,group:g1,traits:t,name:n"},
+]
+EXTRA_SPECS: list[dict[str, str]] = [
+    {},
+    {"capabilities:boot_mode": "uefi"},
+    {"capabilities:boot_mode": "s== bios"},
+    {"boot_mode": "uefi"},
+    {"cpu_arch": "x86_64"},
+    {"capabilities:cpu_arch": "<in> aarch"},
+    {"capabilities:memory_mb": ">= 1024"},
+    {"hypervisor_type": "s== ironic"},
+    {"mycompany:racks": "r1"},
+    {"capabilities:resource_class": "s== gold", "capabilities:group": "g1"},
+]
+HINTS: list[dict[str, Any]] = [
+    {},
+    {"query": '[">=", "$free_ram_mb", 0]'},
+    {"query": '["=", "$hypervisor_type", "ironic"]'},
+    {"different_host": str(uuidlib.UUID(int=99))},
+    {"same_host": str(uuidlib.UUID(int=99))},
+]
+
+
+def make_node(i: int, properties: dict[str, Any]) -> Node:
+    return Node(
+        uuid=str(uuidlib.UUID(int=i + 1)),
+        name=f"node-{i}",
+        resource_class="baremetal",
+        properties=properties,
+        owner=OWNER,
+        owner_epoch=1,
+    )
+
+
+NODES = [make_node(i, properties) for i, properties in enumerate(NODE_PROPERTIES)]
+IMAGE = {"source": "https://images.example/a.qcow2", "checksum": "0" * 32, "disk_format": "qcow2"}
+# Each dimension varied against the others' defaults; then a build with an
+# image and a project.
+Context = tuple[str | None, dict[str, str] | None]  # project id, the build's image
+NO_CONTEXT: Context = (None, None)
+REQUESTS: list[tuple[dict[str, str], dict[str, Any], Context]] = [
+    (specs, hints, NO_CONTEXT)
+    for specs, hints in itertools.product(EXTRA_SPECS, HINTS)
+    if not specs or not hints
+] + [({}, {}, ("project-a", IMAGE)), ({"capabilities:boot_mode": "uefi"}, {}, ("p", None))]
+
+
+def nova_host_state(node: Node) -> Any:
+    """Nova's HostState of *node*, built by Nova's ironic driver and host manager code."""
+    driver = ironic_driver.IronicDriver.__new__(ironic_driver.IronicDriver)
+    ironic_node = types.SimpleNamespace(
+        id=node.uuid, properties=dict(node.properties), resource_class=node.resource_class
+    )
+    resources = driver._node_resource(ironic_node)
+    compute = nova_objects.ComputeNode(host=OWNER, host_ip=None, metrics="[]")
+    compute.update_from_virt_driver(resources)
+    compute.stats = dict(resources["stats"])  # the tracker digests the driver's stats
+    # What the resource tracker adds for a node hosting no instance.
+    compute.free_ram_mb = compute.memory_mb - compute.memory_mb_used
+    compute.free_disk_gb = compute.local_gb - compute.local_gb_used
+    compute.current_workload = compute.running_vms = 0
+    compute.cpu_allocation_ratio, compute.ram_allocation_ratio = 4.0, 1.0
+    compute.disk_allocation_ratio = 1.0
+    compute.pci_device_pools = nova_objects.PciDevicePoolList(objects=[])
+    compute.updated_at = None
+    state = host_manager.HostState(OWNER, node.uuid, None)
+    now = datetime.datetime.now(datetime.UTC)
+    service = {
+        "host": OWNER,
+        "binary": "nova-compute",
+        "disabled": False,
+        "disabled_reason": None,
+        "forced_down": False,
+        "last_seen_up": now,
+        "created_at": now,
+    }
+    state.update(compute=compute, service=service, aggregates=[], inst_dict={})
+    return state
+
+
+def nova_request(
+    extra_specs: dict[str, str], hints: dict[str, Any], context: Context = NO_CONTEXT
+) -> Any:
+    project_id, image = context
+    image_meta = {} if image is None else {k: image[k] for k in ("checksum", "disk_format")}
+    # (Nova's holds the checksum too; no in-tree class reads it.)
+    flavor = nova_objects.Flavor(
+        name="bm",
+        flavorid="bm",
+        vcpus=0,
+        memory_mb=0,
+        root_gb=0,
+        ephemeral_gb=0,
+        swap=0,
+        is_public=True,
+        disabled=False,
+        extra_specs=dict(extra_specs),
+    )
+    return nova_objects.RequestSpec(
+        flavor=flavor,
+        image=nova_objects.ImageMeta.from_dict(image_meta),
+        scheduler_hints={name: [value] for name, value in hints.items()},
+        instance_uuid=str(uuidlib.UUID(int=1000)),
+        num_instances=1,
+        pci_requests=nova_objects.InstancePCIRequests(requests=[]),
+        numa_topology=None,
+        instance_group=None,
+        project_id=project_id,
+        user_id=None,
+        availability_zone=None,
+        ignore_hosts=None,
+        force_hosts=None,
+        force_nodes=None,
+        requested_destination=None,
+        retry=None,
+        is_bfv=False,
+    )
+
+
+def ringfleet_request(
+    extra_specs: dict[str, str], hints: dict[str, Any], context: Context = NO_CONTEXT
+) -> RequestSpec:
+    flavor = Flavor(name="bm", resource_class="baremetal", extra_specs=dict(extra_specs))
+    project_id, image = context
+    return RequestSpec.build(
+        flavor,
+        str(uuidlib.UUID(int=1000)),
+        live_members=frozenset({OWNER}),
+        scheduler_hints=hints,
+        project_id=project_id,
+        image=image,
+    )
+
+
+def path_of(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def nova_weights_of(
+    classes: list[type],
+    extra_specs: dict[str, str],
+    hints: dict[str, Any],
+    context: Context = NO_CONTEXT,
+) -> dict[str, float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        states = [nova_host_state(node) for node in NODES]
+        weighed = nova_weights.HostWeightHandler().get_weighed_objects(
+            [cls() for cls in classes], states, nova_request(extra_specs, hints, context)
+        )
+    # Nova returns them sorted by weight: key them by node.
+    return {w.obj.nodename: w.weight for w in weighed}
+
+
+def test_the_corpus_covers_every_in_tree_filter_and_weigher() -> None:
+    assert len(FILTER_CLASSES) >= 20
+    assert len(WEIGHER_CLASSES) >= 12
+    assert {c.__name__ for c in FILTER_CLASSES} >= {"ComputeFilter", "ImagePropertiesFilter"}
+
+
+@pytest.mark.parametrize("cls", FILTER_CLASSES, ids=lambda cls: cls.__name__)
+def test_filter_verdicts_equal_novas(cls: type) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (per_node,) = load_filters([path_of(cls)], per_node=[path_of(cls)])
+        (per_profile,) = load_filters([path_of(cls)])
+        theirs = cls()
+    differences = []
+    for node, (extra_specs, hints, context) in itertools.product(NODES, REQUESTS):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state, spec = nova_host_state(node), nova_request(extra_specs, hints, context)
+            expected = bool(theirs.host_passes(state, spec))
+        request = ringfleet_request(extra_specs, hints, context)
+        got = (per_node.filter(node, request), per_profile.filter(node, request))
+        if got != (expected, expected):
+            differences.append((node.properties, extra_specs, hints, expected, got))
+    assert differences == []
+    assert per_node.failures.count == per_profile.failures.count == 0
+
+
+@pytest.mark.parametrize("cls", WEIGHER_CLASSES, ids=lambda cls: cls.__name__)
+def test_weights_equal_novas(cls: type) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (ours,) = load_weighers([path_of(cls)])
+    for extra_specs, hints, context in REQUESTS:
+        expected = nova_weights_of([cls], extra_specs, hints, context)
+        request = ringfleet_request(extra_specs, hints, context)
+        got = total_weights([ours], NODES, request, WeighingContext({}))
+        assert dict(zip((n.uuid for n in NODES), got, strict=True)) == pytest.approx(expected)
+        # Why ringfleet may weigh one node per agent: Nova weighs free nodes alike.
+        raw = cls().weigh_objects(
+            [nova_weights.WeighedHost(nova_host_state(node), 0.0) for node in NODES],
+            nova_request(extra_specs, hints, context),
+        )
+        assert ours.per_owner and len(set(raw)) == 1
+    assert ours.failures.count == 0
+
+
+def test_default_weigher_list_totals_equal_novas() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = load_weighers([nova.ALL_WEIGHERS])
+    assert [w.name for w in ours] == [path_of(cls) for cls in WEIGHER_CLASSES]
+    expected = nova_weights_of(WEIGHER_CLASSES, {}, {})
+    got = total_weights(ours, NODES, ringfleet_request({}, {}), WeighingContext({}))
+    assert dict(zip((n.uuid for n in NODES), got, strict=True)) == pytest.approx(expected)
