@@ -6,11 +6,27 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from oslo_context import context as request_context
 
 # Before any test module imports oslo.messaging: the services' own choice of
 # oslo.service's threading backend, and no eventlet (conductor.common.native_threads).
 import conductor  # noqa: F401
 from tests.harness.ports import free_port, silent_port
+
+
+@pytest.fixture(autouse=True)
+def _no_request_context_left() -> Iterator[None]:
+    """Remove the oslo.context request context a test left on its thread.
+
+    ``RequestContext(overwrite=True)`` makes a context the thread's current
+    one, and nothing public takes it away: a later test on the same worker
+    (which test follows which depends on how xdist spreads the files) saw it
+    as its own.
+    """
+    yield
+    store = request_context._request_store
+    if hasattr(store, "context"):
+        del store.context
 
 
 @pytest.fixture(autouse=True)
