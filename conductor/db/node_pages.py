@@ -106,14 +106,7 @@ def inventory_page(
     # fleet at start, and the Session's bookkeeping was a third of it.
     with db.read() as connection:
         rows = connection.execute(query).all()
-    return InventoryPage(
-        as_of=as_of,
-        uuids=[row[0] for row in rows],
-        groups=[row[1] for row in rows],
-        owners=[row[2] for row in rows],
-        epochs=[row[3] for row in rows],
-        pinned=[row[4] is not None for row in rows],
-    )
+    return _page(as_of, rows)
 
 
 #: Arcs per statement where the arcs are written into it (not PostgreSQL):
@@ -174,7 +167,12 @@ def share_page(
                 limit=limit,
             )
     full = len(rows) >= limit
-    page = InventoryPage(
+    return _page(as_of, rows), ((rows[-1][5], rows[-1][0]) if full else None)
+
+
+def _page(as_of: datetime.datetime, rows: Sequence[Any]) -> InventoryPage:
+    """Rows of (uuid, group, owner, epoch, instance uuid, ...) as a page in columns."""
+    return InventoryPage(
         as_of=as_of,
         uuids=[row[0] for row in rows],
         groups=[row[1] for row in rows],
@@ -182,7 +180,6 @@ def share_page(
         epochs=[row[3] for row in rows],
         pinned=[row[4] is not None for row in rows],
     )
-    return page, ((rows[-1][5], rows[-1][0]) if full else None)
 
 
 _SHARE_COLUMNS = (
