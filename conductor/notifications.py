@@ -255,8 +255,9 @@ class NodeOwnershipPayload(_Payload):
 
 # -- the notifier --------------------------------------------------------------------
 
-#: Sends one notification: (priority, event type, payload envelope, context).
-Send = Callable[[Priority, str, dict[str, Any], dict[str, Any]], None]
+#: Sends one notification: (priority, event type, payload envelope, the
+#: request's context: its ids only, or ``None``).
+Send = Callable[[Priority, str, dict[str, Any], "request_context.RequestContext | None"], None]
 
 #: The logger oslo.messaging's notifier reports a failed send to (and swallows it).
 _OSLO_NOTIFIER_LOGGER: Final = "oslo_messaging.notify.notifier"
@@ -282,9 +283,9 @@ class Notifier:
         self._send = send
         self._db = db
         self._close = close
-        self._queue: queue.Queue[tuple[Priority, str, dict[str, Any], dict[str, Any]] | None] = (
-            queue.Queue(maxsize=queue_size)
-        )
+        self._queue: queue.Queue[
+            tuple[Priority, str, dict[str, Any], request_context.RequestContext | None] | None
+        ] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -314,9 +315,13 @@ class Notifier:
         )
 
         def send(
-            priority: Priority, event_type: str, payload: dict[str, Any], ctxt: dict[str, Any]
+            priority: Priority,
+            event_type: str,
+            payload: dict[str, Any],
+            ctxt: request_context.RequestContext | None,
         ) -> None:
-            getattr(notifier, priority.value)(ctxt, event_type, payload)
+            # oslo.messaging sends a context object's redacted copy, and no dict.
+            getattr(notifier, priority.value)(ctxt if ctxt is not None else {}, event_type, payload)
 
         return cls(send, db, close=lambda: rpc.close_transport(transport))
 
@@ -379,7 +384,7 @@ class Notifier:
         for reason, pinned in ((OwnerChange.CLAIM, False), (OwnerChange.REHOME, True)):
             nodes = [
                 NodeOwner(uuid, agent, epochs[uuid], instance_uuid=instance)
-                for uuid, instance in outcome.taken.items()
+                for uuid, instance in sorted(outcome.taken.items())
                 if (instance is not None) is pinned and uuid in epochs
             ]
             self.ownership(reason, agent, nodes)
@@ -388,7 +393,7 @@ class Notifier:
         """*agent* gave up ``outcome.done``."""
         nodes = [
             NodeOwner(uuid, None, epoch, previous_owner=agent)
-            for uuid, epoch in outcome.done.items()
+            for uuid, epoch in sorted(outcome.done.items())
         ]
         self.ownership(OwnerChange.RELEASE, agent, nodes)
 
@@ -410,7 +415,7 @@ class Notifier:
                 previous_owner=previous_owner,
                 instance_uuid=outcome.hosted.get(uuid),
             )
-            for uuid, epoch in outcome.done.items()
+            for uuid, epoch in sorted(outcome.done.items())
         ]
         agent = previous_owner if reason is OwnerChange.TRANSFER else None
         self.ownership(reason, agent, nodes)
@@ -486,13 +491,17 @@ class Notifier:
             self._close()
 
 
-def _context() -> dict[str, Any]:
-    """The request ids of the call that made the change (audit: which request did it)."""
+def _context() -> request_context.RequestContext | None:
+    """The request ids of the call that made the change (audit: which request
+    did it), and nothing else of its context."""
     current = request_context.get_current()
     if current is None:
-        return {}
-    ids = {"request_id": current.request_id, "global_request_id": current.global_request_id}
-    return {k: v for k, v in ids.items() if v}
+        return None
+    return request_context.RequestContext(
+        request_id=current.request_id,
+        global_request_id=current.global_request_id,
+        overwrite=False,
+    )
 
 
 class _SwallowedFailures(logging.Filter):
