@@ -363,6 +363,8 @@ class Notifier:
 
     def instances_created(self, created: Iterable[Instance]) -> None:
         """Build requests stored (``instance.create.start`` each, no read)."""
+        if self._send is None:
+            return
         for instance in created:
             self.instance(Event.REQUEST, instance)
 
@@ -391,6 +393,8 @@ class Notifier:
 
     def released(self, agent: str, outcome: ReleaseOutcome) -> None:
         """*agent* gave up ``outcome.done``."""
+        if self._send is None:
+            return
         nodes = [
             NodeOwner(uuid, None, epoch, previous_owner=agent)
             for uuid, epoch in sorted(outcome.done.items())
@@ -407,6 +411,8 @@ class Notifier:
     ) -> None:
         """``outcome.done`` moved from *previous_owner* to ``new_owners[node]``:
         the agent's hand-over, or (``reason`` ``move``) an operator's move."""
+        if self._send is None:
+            return
         nodes = [
             NodeOwner(
                 uuid,
