@@ -21,6 +21,7 @@ import pytest
 from oslo_config import cfg
 
 from conductor.common import rpc
+from hashring.ring import Ring
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import Fleet, close_in_background
 from tests.functional.harness import unique_group
@@ -140,7 +141,12 @@ def test_builds_a_failure_a_reboot_a_delete_and_a_drain_are_notified(
     api.create_flavor({"name": "gpu", "resource_class": "gpu"})  # no node has it
     fleet.agent("agent-1")
     fleet.agent("agent-2")
-    wait_for(lambda: set(fleet.owned_by()) == {"agent-1", "agent-2"}, 30, "both agents own nodes")
+    ring = Ring(["agent-1", "agent-2"])
+    wait_for(
+        lambda: all(o == ring.owner(n) for n, (o, _e, _i) in fleet.owners().items()),
+        30,
+        "the two agents own their ring shares",
+    )
 
     built = [i["uuid"] for i in api.build_instances({"flavor": "small", "count": 3})]
     [failed] = [i["uuid"] for i in api.build_instances({"flavor": "gpu"})]
@@ -151,12 +157,15 @@ def test_builds_a_failure_a_reboot_a_delete_and_a_drain_are_notified(
     )
     wait_for(lambda: api.show_instance(failed)["vm_state"] == "error", 30, "the gpu build failed")
     rebooted, deleted, kept = built
+    # The drain moves the kept instance's node, and the other agent takes it.
+    drained = api.show_instance(kept)["host"]
+    (heir,) = {"agent-1", "agent-2"} - {drained}
     api.reboot_instance(rebooted)
     wait_for(lambda: api.show_instance(rebooted)["task_state"] is None, 30, "the reboot is done")
     api.delete_instance(deleted)
     wait_for(lambda: api.show_instance(deleted)["vm_state"] == "deleted", 30, "the delete is done")
-    api.drain_agent("agent-2")
-    wait_for(lambda: set(fleet.owned_by()) == {"agent-1"}, 30, "agent-2 drained")
+    api.drain_agent(drained)
+    wait_for(lambda: set(fleet.owned_by()) == {heir}, 30, f"{drained} drained")
     wait_for(lambda: _every_change_notified(fleet, listened), 30, "every ownership change notified")
     wait_for(lambda: len(listened.types(deleted)) == 4, 30, "the delete's end notified")
 
@@ -220,10 +229,10 @@ def test_builds_a_failure_a_reboot_a_delete_and_a_drain_are_notified(
     ]
     reasons = {(data["reason"], data["agent"]) for data in changes}
     assert ("claim", "agent-1") in reasons and ("claim", "agent-2") in reasons
-    assert ("transfer", "agent-2") in reasons
+    assert ("transfer", drained) in reasons
     owners = fleet.owners()
     handed = [node for data in changes if data["reason"] == "transfer" for node in data["nodes"]]
-    assert {(n["owner"], n["previous_owner"]) for n in handed} == {("agent-1", "agent-2")}
+    assert {(n["owner"], n["previous_owner"]) for n in handed} == {(heir, drained)}
     # Pinned nodes moved with their instances, and say which.
     assert any(n["instance_uuid"] is not None for n in handed)
     for node in handed:
