@@ -36,6 +36,7 @@ import enum
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
@@ -488,10 +489,11 @@ class Notifier:
             self._closed = True
             thread = self._thread
         if thread is not None:
+            deadline = time.monotonic() + timeout
             # Full: the thread is stuck on the broker (a daemon, left behind).
             with contextlib.suppress(queue.Full):
                 self._queue.put(None, timeout=timeout)
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
             _swallowed_failures().forget(thread.name)
         if self._close is not None:
             self._close()
