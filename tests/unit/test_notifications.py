@@ -51,6 +51,14 @@ from tests.unit.test_endpoints import StubMembership, view_of
 from tests.unit.test_instance_actions import Agents, Queue
 
 CTXT: dict[str, Any] = {"request_id": "req-test"}
+#: How long a step of the build flow may take on a loaded machine.
+WAIT = 30.0
+
+
+def _routed(flow: Any, uuid: str) -> tuple[str, str | None, int]:
+    """The build's first route: (node, owner, epoch)."""
+    wait_for(lambda: bool(flow.router.routes_of(uuid)), WAIT)
+    return flow.router.routes_of(uuid)[0]
 
 
 @dataclass
@@ -204,13 +212,16 @@ def _conf(**notifications: Any) -> cfg.ConfigOpts:
 
 @pytest.mark.parametrize("drivers", [[], ["noop"]])
 def test_notifications_are_off_by_default_and_with_noop(drivers: list[str]) -> None:
-    threads = threading.active_count()
+    def notifier_threads() -> set[str]:
+        return {t.name for t in threading.enumerate() if t.name.startswith("notifier-")}
+
+    threads = notifier_threads()
     notifier = Notifier.from_conf(_conf(driver=drivers), db=None)
     assert not notifier.enabled
     # Off: no read (there is no database to read), no thread, nothing raised.
     notifier.instance(Event.DEPLOYED, "4b1c0d2e-0000-4000-8000-000000000001")
     notifier.ownership(OwnerChange.CLAIM, "a", [NodeOwner("n", "a", 1)])
-    assert threading.active_count() == threads
+    assert notifier_threads() == threads
     notifier.close()
 
 
@@ -279,7 +290,7 @@ def test_a_full_queue_drops_new_notifications_and_never_blocks_the_caller(
         # The first is taken by the sender (stuck on the broker), two wait,
         # the rest find the queue full; none of the callers waits.
         notifier.ownership(OwnerChange.CLAIM, "a", [NodeOwner("n0", "a", 1)])
-        wait_for(lambda: notifier._queue.qsize() == 0)
+        wait_for(lambda: notifier._queue.qsize() == 0, WAIT)
         for i in range(1, 6):
             notifier.ownership(OwnerChange.CLAIM, "a", [NodeOwner(f"n{i}", "a", 1)])
         gate.set()
@@ -322,14 +333,14 @@ def _build_and_delete(built: Built) -> str:
     flow = built.flow
     [stored] = built.endpoint.build_instances(CTXT, request={"flavor": "small"})
     uuid = stored["uuid"]
-    node, owner, epoch = flow.wait_routes(uuid, 1)
+    node, owner, epoch = _routed(flow, uuid)
     assert owner is not None
     assert flow.builds.results.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     built.endpoint.delete_instance(CTXT, instance=uuid)
     built.endpoint.delete_instance(CTXT, instance=uuid)  # routed again: no second start
-    wait_for(lambda: uuid in flow.router.destroyed)
+    wait_for(lambda: uuid in flow.router.destroyed, WAIT)
     assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     return uuid
 
@@ -363,7 +374,7 @@ def test_a_build_and_a_delete_are_notified_in_order_with_the_committed_state(
 def test_a_build_no_node_fits_is_a_create_error_with_its_fault(built: Built) -> None:
     [stored] = built.endpoint.build_instances(CTXT, request={"flavor": "small", "group": "nowhere"})
     uuid = stored["uuid"]
-    wait_for(lambda: instances.get_instance(built.flow.db, uuid).vm_state is VmState.ERROR)
+    wait_for(lambda: instances.get_instance(built.flow.db, uuid).vm_state is VmState.ERROR, WAIT)
     built.notifier.close()
     assert built.sent.types(uuid) == ["instance.create.start", "instance.create.error"]
     [error] = [item for item in built.sent.items if item[1] == "instance.create.error"]
@@ -376,13 +387,13 @@ def test_a_failed_teardown_is_a_delete_error(built: Built) -> None:
     flow = built.flow
     [stored] = built.endpoint.build_instances(CTXT, request={"flavor": "small"})
     uuid = stored["uuid"]
-    node, owner, epoch = flow.wait_routes(uuid, 1)
+    node, owner, epoch = _routed(flow, uuid)
     assert owner is not None
     flow.builds.results.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     built.endpoint.delete_instance(CTXT, instance=uuid)
-    wait_for(lambda: uuid in flow.router.destroyed)
+    wait_for(lambda: uuid in flow.router.destroyed, WAIT)
     flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=False, fault="bmc")
     built.notifier.close()
     assert built.sent.types(uuid)[-2:] == ["instance.delete.start", "instance.delete.error"]
