@@ -143,36 +143,45 @@ def check_backend_url(backend_url: str, member_id: str = "-") -> urllib.parse.Sp
         )
     query = urllib.parse.parse_qs(parsed.query)
     for name, values in query.items():
-        raw = values[-1]
-        if name in _WHOLE_SECONDS[parsed.scheme]:
-            if not raw.isdigit() or int(raw) == 0:
-                raise MembershipError(
-                    member_id,
-                    "backend_url",
-                    f"{name} must be a whole number of seconds > 0, got {raw!r}",
-                )
-        elif redis and name in (*_REDIS_SOCKET_OPTIONS, "membership_timeout"):
-            try:
-                seconds = float(raw)
-            except ValueError:
-                seconds = -1.0
-            if not seconds > 0:
-                raise MembershipError(
-                    member_id, "backend_url", f"{name} must be a number of seconds > 0, got {raw!r}"
-                )
+        _check_option(parsed.scheme, name, values[-1], member_id)
     if redis:
-        for fallback in query.get("sentinel_fallback", []):
-            host, _, port_text = fallback.rpartition(":")
-            if not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-                raise MembershipError(
-                    member_id,
-                    "backend_url",
-                    f"sentinel_fallback must be HOST:PORT, got {fallback!r}",
-                )
-        if "sentinel_fallback" in query and "sentinel" not in query:
+        _check_sentinel(query, member_id)
+    return parsed
+
+
+def _check_option(scheme: str, name: str, raw: str, member_id: str) -> None:
+    """Refuse a timeout tooz would fail to read (int() or float() of it)."""
+    if name in _WHOLE_SECONDS[scheme]:
+        if not raw.isdigit() or int(raw) == 0:
             raise MembershipError(
                 member_id,
                 "backend_url",
-                "sentinel_fallback needs sentinel=NAME (the primary's name in Sentinel)",
+                f"{name} must be a whole number of seconds > 0, got {raw!r}",
             )
-    return parsed
+    elif scheme == "redis" and name in (*_REDIS_SOCKET_OPTIONS, "membership_timeout"):
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise MembershipError(
+                member_id, "backend_url", f"{name} must be a number of seconds > 0, got {raw!r}"
+            )
+
+
+def _check_sentinel(query: dict[str, list[str]], member_id: str) -> None:
+    """Sentinel options of a redis:// URL: the other sentinels as HOST:PORT."""
+    for fallback in query.get("sentinel_fallback", []):
+        host, _, port_text = fallback.rpartition(":")
+        if not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+            raise MembershipError(
+                member_id,
+                "backend_url",
+                f"sentinel_fallback must be HOST:PORT, got {fallback!r}",
+            )
+    if "sentinel_fallback" in query and "sentinel" not in query:
+        raise MembershipError(
+            member_id,
+            "backend_url",
+            "sentinel_fallback needs sentinel=NAME (the primary's name in Sentinel)",
+        )

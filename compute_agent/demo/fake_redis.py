@@ -22,6 +22,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from tooz.drivers import redis as tooz_redis
+
 __all__ = ["FakeRedisServer", "MissingFakeRedis", "in_process_redis"]
 
 #: What INFO reports: tooz only checks ``redis_version`` (>= 2.6.0).
@@ -43,8 +45,8 @@ class FakeRedisServer:
 
     def __init__(self) -> None:
         try:
-            import fakeredis
-            import lupa  # noqa: F401  # tooz's group operations are Lua scripts
+            import fakeredis  # noqa: PLC0415 -- optional extra (demo-redis)
+            import lupa  # noqa: F401, PLC0415 -- tooz's group operations are Lua scripts
         except ImportError:
             raise MissingFakeRedis() from None
 
@@ -83,7 +85,6 @@ def in_process_redis() -> Iterator[FakeRedisServer]:
     :raises MissingFakeRedis: when fakeredis or lupa is not installed.
     """
     server = FakeRedisServer()
-    from tooz.drivers import redis as tooz_redis
 
     def make_client(cls: Any, parsed_url: Any, options: Any, default_socket_timeout: Any) -> Any:
         return server.client()
