@@ -19,6 +19,7 @@ its data.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,11 +47,12 @@ class FakeRedisServer:
     def __init__(self) -> None:
         try:
             import fakeredis  # noqa: PLC0415 -- optional extra (demo-redis)
-            import lupa  # noqa: F401, PLC0415 -- tooz's group operations are Lua scripts
         except ImportError:
             raise MissingFakeRedis() from None
+        if importlib.util.find_spec("lupa") is None:  # tooz's group operations are Lua
+            raise MissingFakeRedis()
 
-        class _Client(fakeredis.FakeRedis):
+        class _Client(fakeredis.FakeRedis):  # type: ignore[misc]  # untyped for mypy here
             # The shim: fakeredis has no INFO (see the module docstring).
             def info(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
                 return {"redis_version": REDIS_VERSION}

@@ -5,8 +5,8 @@ servers: the conductors' database is SQLite in a temporary directory, RPC
 goes over oslo.messaging's ``kombu+memory:////`` (one in-process broker that
 every transport of the process shares), membership is a tooz ``file://``
 group in the same directory (or tooz's ``redis://`` driver on fakeredis in
-this process, :mod:`.fake_redis`, with ``backend="redis"``), and the agents use the ``simulated`` driver,
-all of them appending to one action log there.
+this process, :mod:`.fake_redis`, with ``backend="redis"``), and the agents
+use the ``simulated`` driver, all of them appending to one action log there.
 
 Each service gets its own ``cfg.ConfigOpts`` (no config file is read), so
 several agents with different ``host`` names run side by side; the services
