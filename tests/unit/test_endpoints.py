@@ -433,6 +433,10 @@ def test_move_node_never_robs_a_live_owner(env: Env) -> None:
         env.inventory.move_node(CTXT, node=node, host="agent-2")
     assert err.value.field == "owner" and err.value.value == "agent-1"
     assert env.node(node) == before
+    # To its own live owner: nothing to do, and no conflict (a retried move
+    # succeeds; docs/http-api.rst, POST /v1/nodes/{node}/move).
+    assert env.inventory.move_node(CTXT, node=node, host="agent-1") == before
+    assert env.node(node) == before
 
 
 def test_move_node_to_a_host_that_is_not_live(env: Env) -> None:
