@@ -91,6 +91,33 @@ def error_response(exc: ApiError, environ: Environ) -> webob.Response:
     return response
 
 
+#: The most of a refused body read and dropped (see :func:`_drain`).
+MAX_DRAIN = 64 * 1024 * 1024
+
+
+def _drain(environ: Environ) -> None:
+    """Read and drop the body of a request refused as too large, up to
+    :data:`MAX_DRAIN` bytes.
+
+    ``sizelimit`` refuses on the ``Content-Length`` alone, the body unread;
+    gunicorn then drains at most 64 KiB and closes the connection, which
+    the client, still sending, sees as a reset instead of the 413.
+    """
+    stream = environ.get("wsgi.input")
+    try:
+        left = min(int(environ.get("CONTENT_LENGTH") or 0), MAX_DRAIN)
+    except ValueError:
+        return
+    while stream is not None and left > 0:
+        try:
+            chunk = stream.read(min(left, 1 << 16))
+        except Exception:  # a client gone or a broken encoding: nothing more to drain
+            return
+        if not chunk:
+            return
+        left -= len(chunk)
+
+
 class JsonErrors:
     """Middleware: an error answered by a middleware after it in the pipeline,
     in its own format (webob's HTML or text page: ``sizelimit``'s 413, a
@@ -111,6 +138,8 @@ class JsonErrors:
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         request = webob.Request(environ)
         response = request.get_response(self.application)
+        if response.status_code == 413:
+            _drain(environ)
         media = (response.content_type or "").lower()
         if response.status_code < 400 or media == "application/json" or request.method == "HEAD":
             return response(environ, start_response)  # type: ignore[no-any-return]
