@@ -374,7 +374,8 @@ def test_a_build_and_a_delete_are_notified_in_order_with_the_committed_state(
 def test_a_build_no_node_fits_is_a_create_error_with_its_fault(built: Built) -> None:
     [stored] = built.endpoint.build_instances(CTXT, request={"flavor": "small", "group": "nowhere"})
     uuid = stored["uuid"]
-    wait_for(lambda: instances.get_instance(built.flow.db, uuid).vm_state is VmState.ERROR, WAIT)
+    # Sent by a build worker after its commit: waited for (closing first would drop it).
+    wait_for(lambda: len(built.sent.types(uuid)) == 2, WAIT)
     built.notifier.close()
     assert built.sent.types(uuid) == ["instance.create.start", "instance.create.error"]
     [error] = [item for item in built.sent.items if item[1] == "instance.create.error"]
