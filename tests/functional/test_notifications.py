@@ -167,7 +167,11 @@ def test_builds_a_failure_a_reboot_a_delete_and_a_drain_are_notified(
     api.drain_agent(drained)
     wait_for(lambda: set(fleet.owned_by()) == {heir}, 30, f"{drained} drained")
     wait_for(lambda: _every_change_notified(fleet, listened), 30, "every ownership change notified")
-    wait_for(lambda: len(listened.types(deleted)) == 4, 30, "the delete's end notified")
+    wait_for(
+        lambda: [len(listened.types(u)) for u in (kept, rebooted, deleted, failed)] == [2, 4, 4, 2],
+        30,
+        "every instance step notified",
+    )
 
     items = listened.items()
     assert {i["publisher_id"] for i in items} == {PUBLISHER}
