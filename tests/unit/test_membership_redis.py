@@ -95,13 +95,16 @@ def test_a_crashed_member_is_gone_once_its_lease_expires(started: list[Membershi
     a, b = member(started, "a"), member(started, "b")
     for m in (a, b):
         wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+    # CONNECTED: b's last beat was at most half a TTL ago (a loaded machine
+    # can starve its heartbeats longer; then its lease is already going).
+    wait_for(lambda: b.state is State.CONNECTED, DEADLINE, "b connected")
     crashed_at = time.monotonic()
     b.stop(leave=False)  # no leave: as after kill -9
     started.remove(b)
     wait_for(lambda: sees(a, {"a"}), DEADLINE, "a sees b gone")
-    # Through the lease: its heartbeat key outlived the crash (the last beat
-    # was at most a quarter TTL before it).
-    assert time.monotonic() - crashed_at >= TTL * 0.75 - 0.1
+    # Through the lease: its heartbeat key outlived the crash by the rest of
+    # its TTL, at least half of it.
+    assert time.monotonic() - crashed_at >= TTL / 2 - 0.05
     assert a.can_act()
 
 
