@@ -132,17 +132,15 @@ class ConductorService:
                 },
             )
 
+        fleet_endpoint = FleetEndpoint(
+            db, fleet, conf.host, compute, stuck_after=lambda: float(conf.conductor.stuck_after)
+        )
+        self.metrics.watch_fleet(fleet_endpoint.problem_counts)
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync, power=builds.actions),
             InstancesEndpoint(db, builds, quota=quota_defaults),
             QuotasEndpoint(db, quota_defaults),
-            FleetEndpoint(
-                db,
-                fleet,
-                conf.host,
-                compute,
-                stuck_after=lambda: float(conf.conductor.stuck_after),
-            ),
+            fleet_endpoint,
             AgentsEndpoint(
                 db,
                 fleet,
