@@ -17,7 +17,7 @@ from importlib.metadata import version as _version
 
 project = "ringfleet"
 author = "ringfleet developers"
-copyright = "ringfleet developers"  # noqa: A001  (Sphinx's name for it)
+copyright = "ringfleet developers"
 try:
     release = _version("ringfleet")
 except PackageNotFoundError:  # building from a tree that was never installed
@@ -67,3 +67,5 @@ man_pages = [
     ),
 ]
 man_show_urls = False
+# man1/, man8/: the output directory is a MANPATH entry as it is.
+man_make_section_directory = True
