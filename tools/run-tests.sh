@@ -41,6 +41,25 @@ if command -v shellcheck >/dev/null; then
     shellcheck -s bash devstack/plugin.sh devstack/settings
 fi
 
+step "docs: HTML and man pages (sphinx-build -W), release notes (reno lint)"
+docs_out=$(mktemp -d)
+sphinx-build -W -q -b html docs "$docs_out/html"
+sphinx-build -W -q -b man docs "$docs_out/man"
+rm -rf "$docs_out"
+reno -q lint
+step "sdist and wheel with the oldest build requirements pyproject.toml allows"
+tools/check-sdist.sh
+step "Prometheus rules (promtool check rules, promtool test rules)"
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+    # Debian's prometheus package is where promtool comes from.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+        || echo "prometheus (promtool) could not be installed; skipping the rules checks" >&2
+fi
+if command -v promtool >/dev/null; then
+    promtool check rules etc/prometheus/ringfleet-rules.yml
+    promtool test rules tests/prometheus/ringfleet-rules-test.yml
+fi
+
 # --durations: the slowest tests in every log, to keep CI under its 25 minutes.
 if (($#)); then
     step "tests: $* (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
