@@ -7,7 +7,6 @@ HTTP endpoint come from :mod:`conductor.common.metrics`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter
@@ -18,8 +17,6 @@ from conductor.common.exception import DatabaseUnavailable
 from conductor.common.metrics import ServiceMetrics
 
 __all__ = ["BUILD_OUTCOMES", "ConductorMetrics"]
-
-LOG = logging.getLogger(__name__)
 
 #: The ``outcome`` label of ``ringfleet_conductor_builds_total``.
 BUILD_OUTCOMES = ("active", "error", "rescheduled")
@@ -48,10 +45,11 @@ class ConductorMetrics(ServiceMetrics):
         """Count one build outcome (one of :data:`BUILD_OUTCOMES`)."""
         self._builds[outcome].inc()
 
-    def watch_fleet(self, counts: ProblemCounts) -> None:
-        """Export ``counts()`` (the fleet check's problems by kind) and whether
-        the database answered it, computed at every scrape."""
-        self.registry.register(_FleetCollector(self.host, counts))
+    def watch_fleet(self, counts: ProblemCounts, database_reachable: Callable[[], bool]) -> None:
+        """Export ``counts()`` (the fleet check's problems by kind) and
+        ``database_reachable()`` (the conductor's :attr:`Database.reachable`),
+        read at every scrape."""
+        self.registry.register(_FleetCollector(self.host, counts, database_reachable))
 
 
 class _FleetCollector(Collector):
@@ -59,10 +57,12 @@ class _FleetCollector(Collector):
     read from the database when scraped (a few grouped counts, as ``fleet
     check`` does), so an alert needs nobody to run the check."""
 
-    def __init__(self, host: str, counts: ProblemCounts) -> None:
+    def __init__(
+        self, host: str, counts: ProblemCounts, database_reachable: Callable[[], bool]
+    ) -> None:
         self._host = host
         self._counts = counts
-        self._database_up = True  # the last scrape's, to log changes only
+        self._reachable = database_reachable
 
     def describe(self) -> Iterator[Metric]:
         # Without describe(), registering would call collect(): a query at start-up.
@@ -72,21 +72,16 @@ class _FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         problems, up = self._problems(), self._up()
         try:
-            counts = self._counts()
-        except DatabaseUnavailable as exc:
-            if self._database_up:
-                LOG.warning("Conductor %s: fleet metrics: %s", self._host, exc)
-            self._database_up = False
-            up.add_metric([self._host], 0)
-            yield up
-            return
-        if not self._database_up:
-            LOG.info("Conductor %s: fleet metrics: the database answers again", self._host)
-        self._database_up = True
+            counts: Mapping[str, int] = self._counts()
+        except DatabaseUnavailable:
+            # Down, or every pooled connection busy: the database logs which
+            # (once), and its reachable flag below tells them apart.
+            counts = {}
         for kind, count in sorted(counts.items()):
             problems.add_metric([self._host, kind], count)
-        up.add_metric([self._host], 1)
-        yield problems
+        up.add_metric([self._host], 1 if self._reachable() else 0)
+        if counts:
+            yield problems
         yield up
 
     @staticmethod
@@ -103,6 +98,7 @@ class _FleetCollector(Collector):
     def _up() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "ringfleet_conductor_database_up",
-            "1 if the database answered this scrape's fleet counts, 0 if it could not be reached.",
+            "1 while the conductor reaches its database, 0 from a failure to "
+            "reach it until a transaction succeeds again.",
             labels=["host"],
         )

@@ -135,7 +135,7 @@ class ConductorService:
         fleet_endpoint = FleetEndpoint(
             db, fleet, conf.host, compute, stuck_after=lambda: float(conf.conductor.stuck_after)
         )
-        self.metrics.watch_fleet(fleet_endpoint.problem_counts)
+        self.metrics.watch_fleet(fleet_endpoint.problem_counts, lambda: db.reachable)
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync, power=builds.actions),
             InstancesEndpoint(db, builds, quota=quota_defaults),

@@ -60,7 +60,7 @@ def metric_names(expr: str) -> set[str]:
 def exported_names() -> set[str]:
     """Every series name a conductor or an agent serves on /metrics."""
     conductor = ConductorMetrics("c")
-    conductor.watch_fleet(lambda: {})  # the scrape-time fleet metrics
+    conductor.watch_fleet(lambda: {"orphaned": 0}, lambda: True)  # the scrape-time ones
     names: set[str] = set()
     for metrics in (conductor, AgentMetrics("a")):
         for family in metrics.registry.collect():
