@@ -36,7 +36,7 @@ from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
-from conductor.endpoints.fleet import PROBLEM_KINDS, FleetEndpoint
+from conductor.endpoints.fleet import PROBLEM_KINDS, FleetEndpoint, problem_counts
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
@@ -1547,7 +1547,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
     add_nodes(env.db, 2, prefix="free")
     [node] = add_nodes(env.db, 1, owner="agent-1", prefix="slow")
     _in_flight(env, node, "building", "spawning", age=700, owner="agent-1")
-    counts = env.fleet_ep.problem_counts()
+    counts = problem_counts(env.db, env.fleet, 600.0)
     assert counts == {
         "orphaned": 3 + 2,  # the dead owner's nodes, pinned or not, and the free ones
         "excluded": 1,
@@ -1561,7 +1561,10 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
     assert set(counts) == set(PROBLEM_KINDS)
     # Who is alive cannot be told: orphaned and excluded are left out, not 0.
     env.membership.state = State.SUSPENDED
-    assert set(env.fleet_ep.problem_counts()) == set(PROBLEM_KINDS) - {"orphaned", "excluded"}
+    assert set(problem_counts(env.db, env.fleet, 600.0)) == set(PROBLEM_KINDS) - {
+        "orphaned",
+        "excluded",
+    }
 
 
 def test_fleet_check_ok(env: Env) -> None:
