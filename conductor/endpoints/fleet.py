@@ -28,7 +28,7 @@ from conductor.rpcapi import API_VERSION
 from conductor.validation import arguments
 from hashring.membership import MembershipView, State
 
-__all__ = ["FleetEndpoint"]
+__all__ = ["PROBLEM_KINDS", "FleetEndpoint", "problem_counts"]
 
 LOG = logging.getLogger(__name__)
 
@@ -38,6 +38,17 @@ _STUCK_KINDS: Final = {
     VmState.DELETING.value: "stuck-delete",
     fleet_report.STUCK_ACTION: "stuck-action",
 }
+#: The kinds of problem :func:`problem_counts` counts (every
+#: kind of :meth:`FleetEndpoint.fleet_check` but ``membership``, which the
+#: ``ringfleet_membership_state`` metric shows).
+PROBLEM_KINDS: Final = (
+    "orphaned",
+    "excluded",
+    "double-claimed",
+    *_STUCK_KINDS.values(),
+    "state-mismatch",
+    "backend-mismatch",
+)
 #: What a stuck instance is doing, in a problem's message.
 _STUCK_WORK: Final = {
     VmState.BUILDING.value: "builds",
@@ -409,3 +420,40 @@ def _agent_row(
         "pinned": pinned,
         "in_flight": in_flight.get(host, 0),
     }
+
+
+def problem_counts(db: Database, fleet: FleetView, stuck_after: float) -> dict[str, int]:
+    """How many of each kind of problem :meth:`FleetEndpoint.fleet_check` finds,
+    counted in full (the check lists samples): the conductor's
+    ``ringfleet_fleet_problems`` metric.  Not an endpoint method: those are
+    all RPC methods, and this one answers nobody but the metrics.
+
+    ``orphaned`` counts nodes (of dead owners, and schedulable nodes with no
+    owner) and ``excluded`` agents; both are left out while the conductor's
+    membership is not connected (it cannot tell who is alive).  The other
+    kinds count instances or nodes.
+
+    :raises DatabaseUnavailable: the database cannot be used.
+    """
+    counts = dict.fromkeys(PROBLEM_KINDS, 0)
+    view, state = fleet.view(), fleet.state
+    if view is None or state is not State.CONNECTED:
+        del counts["orphaned"], counts["excluded"]
+    else:
+        found = fleet_report.orphans(db, view.members, sample=0)
+        counts["orphaned"] = (
+            sum(n for n, _pinned in found.dead_owners.values()) + found.unowned_schedulable
+        )
+        counts["excluded"] = len(view.excluded)
+    counts["double-claimed"] = fleet_report.allocation_mismatches(db, sample=0)[0]
+    for vm_state, (total, _items) in fleet_report.stuck_work(db, stuck_after, sample=0).items():
+        counts[_STUCK_KINDS[vm_state]] = total
+    counts["state-mismatch"] = fleet_report.state_mismatches(db, REMOVED_REASON, sample=0)[0]
+    counts["backend-mismatch"] = fleet_report.back_end_mismatches(
+        db,
+        active_state=ironic_states.ACTIVE,
+        failed_states=ironic_states.FAILED,
+        retired_reason=REMOVED_REASON,
+        sample=0,
+    )[0]
+    return counts
