@@ -25,7 +25,14 @@ from conductor.cli.http_client import HttpConductorAPI
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
 
 # Libraries whose warnings are shown only with -v.
-_QUIET_LIBRARIES = ("kombu", "oslo.messaging", "oslo_messaging", "amqp")
+_QUIET_LIBRARIES = (
+    "kombu",
+    "oslo.messaging",
+    "oslo_messaging",
+    "amqp",
+    "keystoneauth",
+    "openstack",
+)
 
 # Entry point namespace of the CLI's commands (pyproject.toml).
 COMMAND_NAMESPACE = "ringfleet.cli"
