@@ -30,19 +30,27 @@ function _ringfleet_url_host {
     echo "$host"
 }
 
-# The tooz URL of the membership group: RINGFLEET_COORDINATION_URL, else this
-# node's etcd gateway (RINGFLEET_ETCD_GATEWAY), else devstack's etcd3 (on
-# this node, or on the controller for a subnode).
+# The tooz URL of the membership group: RINGFLEET_COORDINATION_URL, else
+# devstack's Redis (RINGFLEET_COORDINATION=redis), else this node's etcd
+# gateway (RINGFLEET_ETCD_GATEWAY), else devstack's etcd3 (on this node, or on
+# the controller for a subnode).
 function _ringfleet_coordination_url {
     if [[ -n "$RINGFLEET_COORDINATION_URL" ]]; then
         echo "$RINGFLEET_COORDINATION_URL"
+        return
+    fi
+    local host
+    if [[ "$RINGFLEET_COORDINATION" == redis ]]; then
+        # devstack's Redis (REDIS_HOST, REDIS_PORT, REDIS_PASSWORD as its
+        # redis service sets them), on the controller for a subnode.
+        host=$(_ringfleet_url_host "${REDIS_HOST:-$SERVICE_HOST}")
+        echo "redis://${REDIS_PASSWORD:+:$REDIS_PASSWORD@}$host:${REDIS_PORT:-6379}?membership_timeout=$RINGFLEET_MEMBERSHIP_TIMEOUT"
         return
     fi
     if is_service_enabled ringfleet-etcd-gateway; then
         echo "etcd3+http://127.0.0.1:$RINGFLEET_ETCD_GATEWAY_PORT?membership_timeout=$RINGFLEET_MEMBERSHIP_TIMEOUT"
         return
     fi
-    local host
     host=$(_ringfleet_url_host "${ETCD_HOST:-$SERVICE_HOST}")
     echo "etcd3+http://$host:${ETCD_PORT:-2379}?membership_timeout=$RINGFLEET_MEMBERSHIP_TIMEOUT"
 }
@@ -101,9 +109,16 @@ function install_ringfleet {
     if ! "${PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
         die $LINENO "ringfleet needs Python 3.11 or newer; set PYTHON3_VERSION in local.conf"
     fi
+    local extras=''
     if is_service_enabled ringfleet-api; then
         # gunicorn to serve it, keystonemiddleware for Keystone tokens.
-        setup_develop "$RINGFLEET_DIR" api-server,keystone
+        extras=api-server,keystone
+    fi
+    if [[ "$RINGFLEET_COORDINATION" == redis ]]; then
+        extras=${extras:+$extras,}redis # redis-py, for tooz's Redis driver
+    fi
+    if [[ -n "$extras" ]]; then
+        setup_develop "$RINGFLEET_DIR" "$extras"
     else
         setup_develop "$RINGFLEET_DIR"
     fi
@@ -114,7 +129,11 @@ function configure_ringfleet {
     if ! [[ "$RINGFLEET_MEMBERSHIP_TIMEOUT" =~ ^[0-9]+$ ]]; then
         die $LINENO "RINGFLEET_MEMBERSHIP_TIMEOUT must be whole seconds, got '$RINGFLEET_MEMBERSHIP_TIMEOUT'"
     fi
-    if [[ -z "$RINGFLEET_COORDINATION_URL" ]] && ! is_service_enabled etcd3 \
+    if [[ "$RINGFLEET_COORDINATION" == redis ]] && is_service_enabled ringfleet-etcd-gateway; then
+        die $LINENO "set RINGFLEET_COORDINATION=redis or RINGFLEET_ETCD_GATEWAY, not both"
+    fi
+    if [[ -z "$RINGFLEET_COORDINATION_URL" && "$RINGFLEET_COORDINATION" == etcd ]] \
+            && ! is_service_enabled etcd3 \
             && [[ -z "$RINGFLEET_ETCD_ENDPOINTS" && "$SERVICE_HOST" == "$HOST_IP" ]]; then
         die $LINENO "ringfleet needs etcd: enable the etcd3 service or set RINGFLEET_COORDINATION_URL"
     fi

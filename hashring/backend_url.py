@@ -12,10 +12,21 @@ import urllib.parse
 
 from hashring.exceptions import MembershipError
 
-__all__ = ["check_backend_url", "ttl_from_url"]
+__all__ = ["check_backend_url", "tooz_url", "ttl_from_url"]
 
 #: tooz's own defaults when the URL names no timeout.
-_DEFAULT_TTL = {"etcd3+http": 30.0, "etcd3+https": 30.0, "file": 10.0}
+_DEFAULT_TTL = {"etcd3+http": 30.0, "etcd3+https": 30.0, "file": 10.0, "redis": 30.0}
+
+#: Options tooz reads with int(): "2.5" would fail at every connection.
+_WHOLE_SECONDS = {
+    "etcd3+http": ("timeout", "membership_timeout", "lock_timeout"),
+    "etcd3+https": ("timeout", "membership_timeout", "lock_timeout"),
+    # The redis driver reads membership_timeout with float() (a lease in ms).
+    "redis": ("timeout", "lock_timeout"),
+}
+
+#: Redis socket options ringfleet sets when the URL does not (:func:`tooz_url`).
+_REDIS_SOCKET_OPTIONS = ("socket_timeout", "socket_connect_timeout")
 
 
 def ttl_from_url(backend_url: str, member_id: str = "-") -> float:
@@ -46,6 +57,27 @@ def ttl_from_url(backend_url: str, member_id: str = "-") -> float:
     return ttl
 
 
+def tooz_url(backend_url: str, ttl: float) -> str:
+    """The URL handed to tooz: ``backend_url``, with a Redis socket timeout.
+
+    tooz's Redis client waits ``timeout`` (default 30 s) for an answer: a
+    Redis that hangs (a frozen host, a partition that drops packets) would
+    hold the heartbeat that long, past the TTL, and the member would re-join
+    only that late after the Redis answers again.  Unless the URL sets them,
+    ``socket_timeout`` and ``socket_connect_timeout`` are a quarter of the
+    TTL (the heartbeat period), so a hung call fails and is retried within
+    one beat.  Other back ends' URLs are returned unchanged.
+    """
+    parsed = urllib.parse.urlsplit(backend_url)
+    if parsed.scheme != "redis":
+        return backend_url
+    query = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
+    present = {name for name, _ in query}
+    timeout = f"{max(0.5, ttl / 4):g}"
+    query += [(name, timeout) for name in _REDIS_SOCKET_OPTIONS if name not in present]
+    return urllib.parse.urlunsplit(parsed._replace(query=urllib.parse.urlencode(query)))
+
+
 def check_backend_url(backend_url: str, member_id: str = "-") -> urllib.parse.SplitResult:
     """Refuse a tooz URL that could never work; return it parsed.
 
@@ -69,19 +101,27 @@ def check_backend_url(backend_url: str, member_id: str = "-") -> urllib.parse.Sp
                 member_id, "backend_url", "a file:// URL needs a directory, e.g. file:///var/lib/x"
             )
         return parsed
+    redis = parsed.scheme == "redis"
     netloc = parsed.netloc
     if "," in netloc or ";" in netloc or " " in netloc:
-        raise MembershipError(
-            member_id,
-            "backend_url",
-            f"names several etcd endpoints ({netloc!r}), but tooz talks to exactly one. "
-            "To survive the loss of any etcd member, run 'etcd gateway start "
-            "--endpoints=A,B,C --listen-addr=127.0.0.1:PORT' on each host and point "
-            "backend_url at it: etcd3+http://127.0.0.1:PORT",
-        )
-    if "@" in netloc:
+        if redis:
+            advice = (
+                f"names several Redis hosts ({netloc!r}), but tooz connects to one. "
+                "For a Sentinel-monitored primary, name one sentinel and the others "
+                "as options: redis://S1:26379?sentinel=NAME&sentinel_fallback=S2:26379"
+                "&sentinel_fallback=S3:26379"
+            )
+        else:
+            advice = (
+                f"names several etcd endpoints ({netloc!r}), but tooz talks to exactly one. "
+                "To survive the loss of any etcd member, run 'etcd gateway start "
+                "--endpoints=A,B,C --listen-addr=127.0.0.1:PORT' on each host and point "
+                "backend_url at it: etcd3+http://127.0.0.1:PORT"
+            )
+        raise MembershipError(member_id, "backend_url", advice)
+    if "@" in netloc and not redis:
         # tooz's etcd driver ignores them: the operator would believe the
-        # connection authenticated when it is not.
+        # connection authenticated when it is not.  (Redis uses them.)
         raise MembershipError(
             member_id,
             "backend_url",
@@ -97,14 +137,51 @@ def check_backend_url(backend_url: str, member_id: str = "-") -> urllib.parse.Sp
             "backend_url",
             f"bad port in {netloc!r}: must be a number in 1..65535",
         )
-    for name, values in urllib.parse.parse_qs(parsed.query).items():
-        # The etcd driver reads these with int(): "2.5" would fail at connect.
-        if name in ("timeout", "membership_timeout", "lock_timeout"):
-            raw = values[-1]
-            if not raw.isdigit() or int(raw) == 0:
-                raise MembershipError(
-                    member_id,
-                    "backend_url",
-                    f"{name} must be a whole number of seconds > 0, got {raw!r}",
-                )
+    if redis and not parsed.hostname:
+        raise MembershipError(
+            member_id, "backend_url", "a redis:// URL needs a host, e.g. redis://127.0.0.1:6379"
+        )
+    query = urllib.parse.parse_qs(parsed.query)
+    for name, values in query.items():
+        _check_option(parsed.scheme, name, values[-1], member_id)
+    if redis:
+        _check_sentinel(query, member_id)
     return parsed
+
+
+def _check_option(scheme: str, name: str, raw: str, member_id: str) -> None:
+    """Refuse a timeout tooz would fail to read (int() or float() of it)."""
+    if name in _WHOLE_SECONDS[scheme]:
+        if not raw.isdigit() or int(raw) == 0:
+            raise MembershipError(
+                member_id,
+                "backend_url",
+                f"{name} must be a whole number of seconds > 0, got {raw!r}",
+            )
+    elif scheme == "redis" and name in (*_REDIS_SOCKET_OPTIONS, "membership_timeout"):
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise MembershipError(
+                member_id, "backend_url", f"{name} must be a number of seconds > 0, got {raw!r}"
+            )
+
+
+def _check_sentinel(query: dict[str, list[str]], member_id: str) -> None:
+    """Sentinel options of a redis:// URL: the other sentinels as HOST:PORT."""
+    for fallback in query.get("sentinel_fallback", []):
+        host, _, port_text = fallback.rpartition(":")
+        if not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+            raise MembershipError(
+                member_id,
+                "backend_url",
+                f"sentinel_fallback must be HOST:PORT, got {fallback!r}",
+            )
+    if "sentinel_fallback" in query and "sentinel" not in query:
+        raise MembershipError(
+            member_id,
+            "backend_url",
+            "sentinel_fallback needs sentinel=NAME (the primary's name in Sentinel)",
+        )

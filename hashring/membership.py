@@ -1,7 +1,7 @@
 """Group membership over tooz: the live member set the ring is computed from.
 
-A :class:`Membership` joins a tooz group (etcd 3 in production, ``file://``
-for the embedded mode and tests), keeps its lease alive, polls the group at
+A :class:`Membership` joins a tooz group (etcd 3 or Redis in production,
+``file://`` for the embedded mode and tests), keeps its lease alive, polls the group at
 least once a second and hands every changed :class:`MembershipView` to a
 callback.  It also answers the one question an agent must ask before every
 node action: *am I still certainly a member?*
@@ -50,7 +50,7 @@ from typing import Any
 from tooz import coordination
 
 from hashring.backend_outage import BackendOutage
-from hashring.backend_url import ttl_from_url
+from hashring.backend_url import tooz_url, ttl_from_url
 from hashring.exceptions import HashRingError, InvalidMemberError, MembershipError
 from hashring.ring import Ring, _validate_member_id, _validate_weight
 
@@ -149,8 +149,9 @@ class MembershipView:
 class Membership:
     """Membership of one process in a tooz group.
 
-    :param backend_url: tooz URL, ``etcd3+http://host:2379?membership_timeout=10``
-        or ``file:///dir?timeout=5``.  The TTL is the URL's
+    :param backend_url: tooz URL, ``etcd3+http://host:2379?membership_timeout=10``,
+        ``redis://host:6379?membership_timeout=10`` (``&sentinel=NAME`` through
+        a Sentinel) or ``file:///dir?timeout=5``.  The TTL is the URL's
         ``membership_timeout`` (else ``timeout``).
     :param member_id: this process's id in the group (the agent's host).
     :param group: the tooz group name.
@@ -421,7 +422,7 @@ class Membership:
 
     def _connect(self) -> None:
         coordinator = coordination.get_coordinator(
-            self._backend_url, self._member_id.encode("utf-8")
+            tooz_url(self._backend_url, self._ttl), self._member_id.encode("utf-8")
         )
         coordinator.start(start_heart=False)
         with contextlib.suppress(coordination.GroupAlreadyExist):
@@ -524,7 +525,13 @@ class Membership:
             coordinator = self._coordinator
         if coordinator is None:
             return
-        raw = coordinator.get_members_with_capabilities(self._group).get()
+        try:
+            raw = coordinator.get_members_with_capabilities(self._group).get()
+        except coordination.GroupNotCreated:
+            if not self._join:
+                raise  # an outage of the group for a watcher, until a member creates it
+            self._group_gone(generation)
+            return
         members: dict[str, Member] = {}
         excluded: dict[str, str] = {}
         for raw_id, caps in raw.items():
@@ -595,6 +602,22 @@ class Membership:
         except InvalidMemberError as exc:
             return member, exc.reason
         return member, None
+
+    def _group_gone(self, generation: int) -> None:
+        """The group itself is gone (a Redis restarted without its data, or a
+        failover to a replica that never received it): we are not in it any
+        more, whatever our heartbeats say.  The re-join creates it again."""
+        with self._lock:
+            if not self._joined or generation != self._join_generation:
+                return
+            self._joined = False
+        LOG.warning(
+            "Group %s is gone from %s (backend restarted without its data?); %s re-joining",
+            self._group_name,
+            self._redacted_url,
+            self._member_id,
+        )
+        self._wake_keeper.set()
 
     def _check_self(self, raw: Mapping[bytes, Any], generation: int) -> None:
         if not self._join:

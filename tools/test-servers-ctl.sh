@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic / Keystone servers
+# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic / Keystone / Redis servers
 # started by tools/with-test-servers.sh, e.g. from a functional test that injects faults.
 #
 # Usage (inside a command run by tools/with-test-servers.sh, which exports
@@ -33,7 +33,11 @@
 #       Keystone under gunicorn on the same SQLite file and fernet keys, so
 #       users, roles and unrevoked tokens survive; kill-keystone = SIGKILL of
 #       its process group (gunicorn master and worker).
-#   pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone  print the current PID (changes on restart)
+#   start-redis | stop-redis | kill-redis | restart-redis | wait-redis
+#       stop-redis = SIGTERM (Redis saves its RDB snapshot on the way out, so
+#       the data survives restart-redis); kill-redis = SIGKILL (the data
+#       written since the last snapshot is lost, as on a crashed host).
+#   pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone|redis  print the current PID (changes on restart)
 #   rabbitmqctl ARGS...        run rabbitmqctl against our node
 #   status                     one line per server: running/stopped, PID
 #   env                        print the RINGFLEET_TEST_* variables
@@ -156,6 +160,9 @@ rf_paths() {
     RF_KEYSTONE_CONF=$RF_KEYSTONE_DIR/keystone.conf
     RF_KEYSTONE_PIDF=$RF_KEYSTONE_DIR/gunicorn.pid
     RF_KEYSTONE_LOG=$RF_KEYSTONE_DIR/stdout.log
+    RF_REDIS_DIR=$RF_DIR/redis
+    RF_REDIS_PIDF=$RF_REDIS_DIR/redis.pid
+    RF_REDIS_LOG=$RF_REDIS_DIR/redis.log
 }
 
 rf_load_state() {
@@ -894,6 +901,45 @@ rf_keystone_wait() {
 
 rf_keystone_stop() { rf_group_stop "$RF_KEYSTONE_PIDF" keystone "${1:-TERM}"; }
 
+# ------------------------------------------------------------------ redis --
+
+rf_redis_url() { printf 'redis://127.0.0.1:%s' "$RF_REDIS_PORT"; }
+
+# A snapshot at most once an hour (and at every graceful shutdown): a
+# restart keeps the data, a kill -9 loses what came since the last one.
+rf_redis_start_bg() {
+    local pid
+    pid=$(rf_read_pid "$RF_REDIS_PIDF")
+    if rf_alive "$pid"; then rf_msg "redis already running (pid $pid)"; return 0; fi
+    mkdir -p "$RF_REDIS_DIR"
+    printf '=== start %(%F %T)T ===\n' -1 >>"$RF_REDIS_LOG"
+    setsid "$(command -v redis-server)" --bind 127.0.0.1 --port "$RF_REDIS_PORT" \
+        --dir "$RF_REDIS_DIR" --dbfilename dump.rdb --save '3600 1' --appendonly no \
+        --daemonize no --logfile '' </dev/null >>"$RF_REDIS_LOG" 2>&1 &
+    printf '%s\n' "$!" >"$RF_REDIS_PIDF"
+    disown "$!"
+}
+
+# 0 ready, 1 not yet, 2 process gone.
+rf_redis_ready() {
+    rf_alive "$(rf_read_pid "$RF_REDIS_PIDF")" || return 2
+    [[ $(timeout 2 redis-cli -h 127.0.0.1 -p "$RF_REDIS_PORT" ping 2>/dev/null) == PONG ]] || return 1
+}
+rf_redis_ready_or_dead() { local r=0; rf_redis_ready || r=$?; ((r != 1)); }
+
+rf_redis_wait() {
+    local rc=0
+    rf_wait_for "$1" rf_redis_ready_or_dead || rc=1
+    if ((rc == 0)) && rf_redis_ready; then return 0; fi
+    rf_msg "redis $(rf_why_not "$(rf_read_pid "$RF_REDIS_PIDF")" "$1")"
+    rf_tail "$RF_REDIS_LOG"
+    return 1
+}
+
+rf_redis_stop() { # [SIGNAL]
+    rf_kill_pid "$(rf_read_pid "$RF_REDIS_PIDF")" redis "${1:-TERM}" 15
+}
+
 # -------------------------------------------------------------------- env --
 
 rf_print_env() {
@@ -926,6 +972,12 @@ rf_print_env() {
         printf 'RINGFLEET_TEST_KEYSTONE_URL=%s\n' "$(rf_keystone_url)"
         printf 'RINGFLEET_TEST_KEYSTONE_PID=%s\n' "$(rf_read_pid "$RF_KEYSTONE_PIDF")"
         printf 'RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD=%s\n' "$RF_KEYSTONE_ADMIN_PASSWORD"
+    fi
+    if rf_has redis; then
+        printf 'RINGFLEET_TEST_REDIS_URL=%s\n' "$(rf_redis_url)"
+        printf 'RINGFLEET_TEST_REDIS_PID=%s\n' "$(rf_read_pid "$RF_REDIS_PIDF")"
+        printf 'RINGFLEET_TEST_REDIS_SERVER=%s\n' "$(command -v redis-server)"
+        printf 'RINGFLEET_TEST_REDIS_SENTINEL=%s\n' "$(command -v redis-sentinel || true)"
     fi
 }
 
@@ -974,6 +1026,11 @@ rf_main() {
     stop-keystone) rf_keystone_stop TERM ;;
     kill-keystone) rf_keystone_stop KILL ;;
     restart-keystone) rf_keystone_stop TERM; rf_keystone_start_bg; rf_keystone_wait "$secs" ;;
+    start-redis) rf_redis_start_bg; rf_redis_wait "$secs" ;;
+    wait-redis) rf_redis_wait "$secs" ;;
+    stop-redis) rf_redis_stop TERM ;;
+    kill-redis) rf_redis_stop KILL ;;
+    restart-redis) rf_redis_stop TERM; rf_redis_start_bg; rf_redis_wait "$secs" ;;
     pid)
         case ${1:-} in
         etcd) rf_read_pid "$RF_ETCD_PIDF" ;;
@@ -983,13 +1040,14 @@ rf_main() {
         epmd) rf_read_pid "$RF_EPMD_PIDF" ;;
         ironic) rf_read_pid "$RF_IRONIC_PIDF" ;;
         keystone) rf_read_pid "$RF_KEYSTONE_PIDF" ;;
-        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone" ;;
+        redis) rf_read_pid "$RF_REDIS_PIDF" ;;
+        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone|redis" ;;
         esac
         echo
         ;;
     status)
         local name pid
-        for name in etcd rabbit postgres mariadb ironic keystone; do
+        for name in etcd rabbit postgres mariadb ironic keystone redis; do
             rf_has "$name" || continue
             case $name in
             etcd) pid=$(rf_read_pid "$RF_ETCD_PIDF"); rf_alive "$pid" || pid='' ;;
@@ -998,6 +1056,7 @@ rf_main() {
             mariadb) pid=$(rf_maria_pid) ;;
             ironic) pid=$(rf_read_pid "$RF_IRONIC_PIDF"); rf_alive "$pid" || pid='' ;;
             keystone) pid=$(rf_read_pid "$RF_KEYSTONE_PIDF"); rf_alive "$pid" || pid='' ;;
+            redis) pid=$(rf_read_pid "$RF_REDIS_PIDF"); rf_alive "$pid" || pid='' ;;
             esac
             if [[ -n $pid ]]; then echo "$name running pid $pid"; else echo "$name stopped"; fi
         done

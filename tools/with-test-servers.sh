@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic and Keystone servers.
+# Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone and Redis servers.
 #
 # Usage: tools/with-test-servers.sh COMMAND [ARGS...]
 #
@@ -15,7 +15,7 @@
 # role, and the reader/member/manager/service roles).
 #
 # Environment:
-#   SERVERS=etcd,rabbit,postgres,mariadb,ironic,keystone  which servers to start (default: all)
+#   SERVERS=etcd,rabbit,postgres,mariadb,ironic,keystone,redis  which servers to start (default: all)
 #   RINGFLEET_TEST_SERVER_TIMEOUT=90  seconds each server may take to be ready
 #   RINGFLEET_TEST_KEEP_DIR=1         keep the private dir (logs) afterwards
 #   RINGFLEET_IRONIC_VENV=DIR         Ironic's virtualenv (default
@@ -48,12 +48,19 @@
 #   RINGFLEET_TEST_KEYSTONE_PID   PID of Keystone's gunicorn master as started
 #   RINGFLEET_TEST_KEYSTONE_ADMIN_PASSWORD  password of user admin (domain Default),
 #       admin on project admin and on the system
+#   RINGFLEET_TEST_REDIS_URL      redis://127.0.0.1:PORT (tooz URL; Debian's redis-server)
+#   RINGFLEET_TEST_REDIS_PID      PID of redis-server as started
+#   RINGFLEET_TEST_REDIS_SERVER   the redis-server executable, and
+#   RINGFLEET_TEST_REDIS_SENTINEL the redis-sentinel one (Debian's redis-sentinel):
+#       a test starts its own replica and sentinels with them, under
+#       RINGFLEET_TEST_SERVERS_DIR (stopped at the end like any leftover)
 # (variables of servers not selected by SERVERS are not set).
 #
 # Fault injection from a test: "$RINGFLEET_TEST_CTL" ACTION, e.g. kill-etcd,
 # start-etcd, restart-etcd, stop-app-rabbit, start-app-rabbit, restart-rabbit,
 # kill-rabbit, restart-pg, restart-mariadb, kill-ironic, start-ironic, restart-ironic,
-# kill-keystone, start-keystone, pid etcd (see tools/test-servers-ctl.sh). Starts
+# kill-keystone, start-keystone, restart-redis, kill-redis, start-redis, pid etcd
+# (see tools/test-servers-ctl.sh). Starts
 # block until the server is ready. The *_PID variables are the PIDs at startup;
 # after a restart ask `"$RINGFLEET_TEST_CTL" pid etcd|rabbit|pg|mariadb|ironic|keystone`.
 # A test may also start etcd itself: shlex.split(open($..._ETCD_CMD).read());
@@ -130,6 +137,10 @@ ensure_packages() {
     if rf_has mariadb; then
         [[ -x /usr/sbin/mariadbd ]] && command -v mariadb-install-db >/dev/null ||
             pkgs+=(mariadb-server)
+    fi
+    if rf_has redis; then
+        command -v redis-server >/dev/null && command -v redis-cli >/dev/null || pkgs+=(redis-server)
+        command -v redis-sentinel >/dev/null || pkgs+=(redis-sentinel)
     fi
     if { rf_has ironic && [[ ! -x $RF_IRONIC_VENV/bin/ironic ]]; } ||
         { rf_has keystone && [[ ! -x $RF_KEYSTONE_VENV/bin/keystone-manage ]]; }; then
@@ -282,13 +293,15 @@ kill_leftovers() {
 stop_servers() {
     [[ -n $RF_DIR && -e $RF_DIR/state.env ]] || return 0
     # Postgres and etcd stop quickly: signal them first, then the broker.
-    local pgpid mariapid etcdpid
+    local pgpid mariapid etcdpid redispid
+    redispid=$(rf_read_pid "$RF_REDIS_PIDF")
     pgpid=$(rf_pg_pid 2>/dev/null || true)
     mariapid=$(rf_maria_pid 2>/dev/null || true)
     etcdpid=$(rf_read_pid "$RF_ETCD_PIDF")
     if rf_alive "$pgpid"; then kill -INT "$pgpid" 2>/dev/null || true; fi
     if rf_alive "$mariapid"; then kill -TERM "$mariapid" 2>/dev/null || true; fi
     if rf_alive "$etcdpid"; then kill -TERM "$etcdpid" 2>/dev/null || true; fi
+    if rf_alive "$redispid"; then kill -TERM "$redispid" 2>/dev/null || true; fi
     if rf_has ironic; then kill -TERM -- "-$(rf_read_pid "$RF_IRONIC_PIDF")" 2>/dev/null || true; fi
     if rf_has keystone; then kill -TERM -- "-$(rf_read_pid "$RF_KEYSTONE_PIDF")" 2>/dev/null || true; fi
     if rf_has rabbit; then rf_rabbit_stop; fi
@@ -297,6 +310,7 @@ stop_servers() {
     rf_kill_pid "$pgpid" postgres INT 20
     rf_kill_pid "$mariapid" mariadb TERM 30
     rf_kill_pid "$etcdpid" etcd TERM 15
+    rf_kill_pid "$redispid" redis TERM 15
     rf_epmd_stop
     kill_leftovers
 }
@@ -368,16 +382,16 @@ main() {
 
     local s out=''
     local -a sel
-    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,mariadb,ironic,keystone}"
+    IFS=', ' read -r -a sel <<<"${SERVERS:-etcd,rabbit,postgres,mariadb,ironic,keystone,redis}"
     for s in "${sel[@]}"; do
         case $s in
         etcd) ;;
         rabbit | rabbitmq) s=rabbit ;;
         postgres | postgresql | pg) s=postgres ;;
         mariadb | mysql) s=mariadb ;;
-        ironic | keystone) ;;
+        ironic | keystone | redis) ;;
         '') continue ;;
-        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, mariadb, ironic, keystone)" ;;
+        *) rf_die "SERVERS: unknown server '$s' (etcd, rabbit, postgres, mariadb, ironic, keystone, redis)" ;;
         esac
         out+=,$s
     done
@@ -414,7 +428,7 @@ main() {
 
     RF_ETCD_PORT='' RF_ETCD_PEER_PORT='' RF_AMQP_PORT='' RF_DIST_PORT='' RF_EPMD_PORT=''
     RF_PG_PORT='' RF_PG_BIN='' RF_PG_OSUSER='' RF_MARIA_PORT='' RF_MARIA_OSUSER=''
-    RF_IRONIC_PORT='' RF_KEYSTONE_PORT=''
+    RF_IRONIC_PORT='' RF_KEYSTONE_PORT='' RF_REDIS_PORT=''
     RF_RABBIT_NODE="ringfleet-ci-$$@localhost"
     RF_DB_USER=ringfleet RF_DB_PASS=ringfleet RF_DB_NAME=ringfleet
     local -a want=()
@@ -431,6 +445,7 @@ main() {
     fi
     if rf_has ironic; then want+=(RF_IRONIC_PORT=26385); fi
     if rf_has keystone; then want+=(RF_KEYSTONE_PORT=25000); fi
+    if rf_has redis; then want+=(RF_REDIS_PORT=26390); fi
     # Concurrent runs: pick ports and publish them in state.env under a lock.
     local lockfd='' v
     { : >>"$RF_LOCK"; } 2>/dev/null || true
@@ -442,7 +457,8 @@ main() {
         RF_EPMD_PORT RF_PG_PORT RF_PG_BIN RF_PG_OSUSER RF_MARIA_PORT RF_MARIA_OSUSER \
         RF_RABBIT_NODE \
         RF_DB_USER RF_DB_PASS RF_DB_NAME RF_IRONIC_PORT RF_IRONIC_VENV \
-        RF_IRONIC_DEPLOY_DELAY RF_KEYSTONE_PORT RF_KEYSTONE_VENV RF_KEYSTONE_ADMIN_PASSWORD; do
+        RF_IRONIC_DEPLOY_DELAY RF_KEYSTONE_PORT RF_KEYSTONE_VENV RF_KEYSTONE_ADMIN_PASSWORD \
+        RF_REDIS_PORT; do
         printf '%s=%q\n' "$v" "${!v}"
     done >"$RF_STATE"
     if [[ -n $lockfd ]]; then exec {lockfd}<&-; fi
@@ -454,6 +470,11 @@ main() {
         t_rabbit=$(rf_now_us)
         # (servers must not hold our saved stdin/stderr open)
         { rf_epmd_start_bg && rf_rabbit_start_bg; } {RF_STDERR}>&- {RF_STDIN}<&-
+    fi
+    local t_redis
+    if rf_has redis; then
+        t_redis=$(rf_now_us)
+        rf_redis_start_bg {RF_STDERR}>&- {RF_STDIN}<&-
     fi
     if rf_has etcd; then
         mkdir -p "$RF_ETCD_DIR"
@@ -497,6 +518,10 @@ main() {
     if rf_has etcd; then
         rf_etcd_wait "$RF_TIMEOUT" || fail_start etcd
         up etcd "etcd3+$(rf_etcd_url)" "$t_etcd"
+    fi
+    if rf_has redis; then
+        rf_redis_wait "$RF_TIMEOUT" || fail_start redis
+        up redis "$(rf_redis_url)" "$t_redis"
     fi
     if rf_has postgres; then
         wait "$RF_PG_STARTER" || { rf_tail "$RF_PG_LOG"; fail_start postgres; }

@@ -95,6 +95,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "--backend",
+        choices=("file", "redis"),
+        default=defaults.backend,
+        help=(
+            "membership backend: tooz file:// in a temp directory, or tooz's redis:// "
+            "driver on fakeredis in this process (needs the demo-redis extra; "
+            f"{defaults.backend})"
+        ),
+    )
+    parser.add_argument(
         "--seed",
         type=_number(int, 0),
         default=defaults.seed,
@@ -144,6 +154,7 @@ class Demo(Command):
             step_duration=float(parsed_args.step_duration),
             failure_rate=float(parsed_args.failure_rate),
             seed=int(parsed_args.seed),
+            backend=str(parsed_args.backend),
         )
         with self._quiet_fleet():
             result = scenario.run_demo(options, self.app.stdout)

@@ -4,8 +4,9 @@ Everything a production fleet has, with the embedded backends instead of
 servers: the conductors' database is SQLite in a temporary directory, RPC
 goes over oslo.messaging's ``kombu+memory:////`` (one in-process broker that
 every transport of the process shares), membership is a tooz ``file://``
-group in the same directory, and the agents use the ``simulated`` driver,
-all of them appending to one action log there.
+group in the same directory (or tooz's ``redis://`` driver on fakeredis in
+this process, :mod:`.fake_redis`, with ``backend="redis"``), and the agents
+use the ``simulated`` driver, all of them appending to one action log there.
 
 Each service gets its own ``cfg.ConfigOpts`` (no config file is read), so
 several agents with different ``host`` names run side by side; the services
@@ -15,6 +16,7 @@ every service, waits for their threads and removes the directory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
+from compute_agent.demo.fake_redis import MissingFakeRedis, in_process_redis
 from compute_agent.service import AgentService
 from conductor import conf as conductor_conf
 from conductor.common import rpc
@@ -55,11 +58,13 @@ class FleetError(Exception):
 class FleetSettings:
     """The knobs of the embedded fleet (validated by the caller).
 
-    :ivar ttl: membership TTL in seconds (tooz ``file://`` ``timeout``).
+    :ivar ttl: membership TTL in seconds (tooz ``file://`` ``timeout``,
+        ``redis://`` ``membership_timeout``).
     :ivar rehome_grace: ``[conductor] rehome_grace``.
     :ivar step_duration: seconds per simulated provision step.
     :ivar failure_rate: probability that a simulated deploy fails.
     :ivar seed: seed of the simulated failures.
+    :ivar backend: the membership backend, ``file`` or ``redis`` (fakeredis).
     """
 
     ttl: float = 2.0
@@ -67,6 +72,7 @@ class FleetSettings:
     step_duration: float = 0.02
     failure_rate: float = 0.0
     seed: int = 0
+    backend: str = "file"
 
 
 class _Service(Protocol):
@@ -104,6 +110,12 @@ class EmbeddedFleet:
 
     def __init__(self, settings: FleetSettings) -> None:
         self.settings = settings
+        self._backend = contextlib.ExitStack()
+        if settings.backend == "redis":
+            try:
+                self._backend.enter_context(in_process_redis())
+            except MissingFakeRedis as exc:
+                raise FleetError(str(exc)) from None
         self.workdir = Path(tempfile.mkdtemp(prefix="ringfleet-demo-"))
         self.action_log = self.workdir / "actions.jsonl"
         #: the simulated machines, shared by the agents: what reached each one
@@ -129,6 +141,10 @@ class EmbeddedFleet:
 
     @property
     def coordination_url(self) -> str:
+        if self.settings.backend == "redis":
+            # The host is never reached: every tooz Redis client of this
+            # process talks to the in-process fakeredis server.
+            return f"redis://in-process:6379?membership_timeout={self.settings.ttl:g}"
         return f"file://{self.workdir / 'coordination'}?timeout={self.settings.ttl:g}"
 
     def _conf(self, host: str) -> cfg.ConfigOpts:
@@ -265,5 +281,6 @@ class EmbeddedFleet:
                 self._client_transport = self._client = None
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self._backend.close()
         if stuck:
             raise FleetError(f"service threads did not stop: {', '.join(stuck)}")

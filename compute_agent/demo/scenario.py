@@ -86,6 +86,8 @@ class DemoOptions:
     step_duration: float = 0.02
     failure_rate: float = 0.0
     seed: int = 0
+    #: membership backend: "file" (tooz file://) or "redis" (tooz redis:// on fakeredis)
+    backend: str = "file"
 
 
 class _StepFailed(Exception):
@@ -107,6 +109,7 @@ def run_demo(options: DemoOptions, out: TextIO) -> DemoResult:
         step_duration=options.step_duration,
         failure_rate=options.failure_rate,
         seed=options.seed,
+        backend=options.backend,
     )
     started = time.monotonic()
     try:
@@ -215,13 +218,19 @@ class _Scenario:
             time.sleep(_POLL)
         return time.monotonic() - start
 
+    @property
+    def _membership(self) -> str:
+        if self.options.backend == "redis":
+            return "tooz redis:// on an in-process fakeredis"
+        return "tooz file://"
+
     # -- the steps -----------------------------------------------------------------
 
     def start(self) -> None:
         options = self.options
         self.say(
             f"Starting a conductor and {options.agents} compute agents in this process "
-            f"(SQLite, kombu+memory, tooz file:// in {self.fleet.workdir})"
+            f"(SQLite, kombu+memory, {self._membership} in {self.fleet.workdir})"
         )
         self.fleet.start_conductor()
         for i in range(options.agents):

@@ -15,10 +15,13 @@ claiming the same nodes (tests/ownership_cases.py) deadlocked in 2 runs of 6
 on MariaDB 10.11, with READ COMMITTED in none.
 
 A database that cannot be reached (stopped, restarting, a dead pooled
-connection, the pool exhausted) is :class:`DatabaseUnavailable` to every
-caller: a retryable error without the server's address.  The process logs
-one WARNING when the database becomes unreachable and one INFO when it is
-back, however many transactions fail in between.  A transaction that failed
+connection) is :class:`DatabaseUnavailable` to every caller: a retryable
+error without the server's address.  The process logs one WARNING when the
+database becomes unreachable and one INFO when it is back, however many
+transactions fail in between.  A pool with no connection free in time is
+the same error to callers, but the database is not down: this process is
+busier than its pool (one WARNING a minute says so, and which option to
+raise).  A transaction that failed
 on a dead connection before its commit changed nothing: functions decorated
 with :func:`retry_on_dead_connection` run it once more on a fresh one.
 
@@ -56,6 +59,8 @@ _SQLITE_BUSY_TIMEOUT_S = 30
 # A pooled connection unused for longer than this is pinged before use.
 _PING_IDLE_S = 1.0
 _DEFAULT_POOL_SIZE = 20
+# At most one "pool exhausted" WARNING per this many seconds.
+_BUSY_LOG_INTERVAL_S = 60.0
 _DEFAULT_CONNECT_TIMEOUT_S = 10
 _DEFAULT_STATEMENT_TIMEOUT_S = 60
 # A live PostgreSQL server cancels a statement at statement_timeout; one that
@@ -131,6 +136,7 @@ class Database:
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
         self._health_lock = threading.Lock()
         self._down_since: float | None = None  # monotonic; None while reachable
+        self._busy_logged_at: float | None = None  # monotonic
 
     @property
     def dialect(self) -> str:
@@ -208,6 +214,10 @@ class Database:
                 deadlock = DatabaseUnavailable("a deadlock rolled the transaction back")
                 deadlock.cause, deadlock.retry_safe = first_line(error), True
                 raise deadlock from None
+            if isinstance(error, exc.TimeoutError):
+                # QueuePool's "limit ... reached, connection timed out": no
+                # statement was sent, and the server may be perfectly well.
+                raise self._pool_exhausted(error) from None
             # Not chained: a remote caller would get the driver's error (and the
             # server's address) in the traceback text sent with it.
             raise self._unavailable(error, committing=committing) from None
@@ -241,6 +251,32 @@ class Database:
             and not committing
         )
         return unavailable
+
+    def _pool_exhausted(self, error: BaseException) -> DatabaseUnavailable:
+        """Every pooled connection stayed busy past the pool's timeout.
+
+        Not an outage (``reachable`` stays true, and no "reachable again"
+        follows): the callers get the same retryable error, the operator a
+        WARNING at most once a minute naming the limit to raise.
+        """
+        now = time.monotonic()
+        with self._health_lock:
+            log = self._busy_logged_at is None or now - self._busy_logged_at >= _BUSY_LOG_INTERVAL_S
+            if log:
+                self._busy_logged_at = now
+        if log:
+            LOG.warning(
+                "Database %s: no pooled connection free in time (%s): this process "
+                "has more threads using the database at once than [database] "
+                "max_pool_size allows; requests get ServiceUnavailable meanwhile",
+                self.location,
+                first_line(error),
+            )
+        busy = DatabaseUnavailable("every pooled database connection is busy")
+        # Not retry_safe: nothing ran, but trying again at once would only
+        # double the wait for a connection.
+        busy.cause = first_line(error)
+        return busy
 
     def _back(self) -> None:
         with self._health_lock:

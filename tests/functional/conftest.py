@@ -1,7 +1,7 @@
 """Fixtures for functional tests: the real servers started by the test script.
 
 ``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL, MariaDB,
-Ironic and Keystone and passes their URLs in ``RINGFLEET_TEST_*`` variables.
+Ironic, Keystone and Redis and passes their URLs in ``RINGFLEET_TEST_*`` variables.
 Outside CI a test whose server is missing is skipped; with ``CI=true`` it
 fails, so a broken server start can never turn into a silently green run.
 """
@@ -60,6 +60,12 @@ def mysql_server_url() -> str:
 def ironic_url() -> str:
     """``http://127.0.0.1:PORT`` of the test Ironic (noauth, fake hardware)."""
     return _require("RINGFLEET_TEST_IRONIC_URL", "Ironic")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """``redis://127.0.0.1:PORT`` of the test redis-server (tooz URL, no options)."""
+    return _require("RINGFLEET_TEST_REDIS_URL", "Redis")
 
 
 @pytest.fixture(scope="session")

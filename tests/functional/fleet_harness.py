@@ -51,12 +51,15 @@ class Fleet:
         common_extra: str = "",
         client_transport_url: str | None = None,
         client_db_url: str | None = None,
+        backend_url: str | None = None,
     ) -> None:
         """``driver`` is every agent's compute driver; ``common_extra`` is
         appended to every process's config (whole groups, e.g. ``[ironic]``).
         ``client_transport_url`` and ``client_db_url`` are what the test's own
         RPC client and database reads use, when not the processes' URLs (the
-        processes' go through a proxy the test cuts, the test's must not)."""
+        processes' go through a proxy the test cuts, the test's must not).
+        ``backend_url`` is the whole ``[coordination] backend_url`` when not
+        ``etcd_url`` with the test TTL (a Redis one, say)."""
         self.workdir = workdir
         self.db_url = db_url
         self.group = unique_group("fleet")
@@ -67,7 +70,7 @@ class Fleet:
             "[database]\n"
             f"connection = {db_url}\n"
             "[coordination]\n"
-            f"backend_url = {etcd_url}?membership_timeout={TTL}\n"
+            f"backend_url = {backend_url or f'{etcd_url}?membership_timeout={TTL}'}\n"
             f"group = {self.group}\n"
             "watch_interval = 0.2\n"
             "[conductor]\n"

@@ -470,9 +470,11 @@ def _start_fleet(
     driver: str = "simulated",
     common_extra: str = "",
     populate: Callable[[Fleet], object] | None = None,
+    backend_url: str | None = None,
 ) -> Fleet:
     """The chaos fleet: :data:`NODES` nodes (imported, or ``populate(fleet)``
-    for a back end that has its own inventory), flavor ``small``."""
+    for a back end that has its own inventory), flavor ``small``; membership
+    on ``etcd_url``, or on ``backend_url`` whole (Redis)."""
     migrated(pg_url).dispose()
     f = Fleet(
         tmp_path,
@@ -482,6 +484,7 @@ def _start_fleet(
         step_duration=STEP_DURATION,
         driver=driver,
         common_extra=common_extra,
+        backend_url=backend_url,
     )
     # A later value of an option overrides an earlier one.
     f.common += extra

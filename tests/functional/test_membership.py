@@ -1,4 +1,4 @@
-"""Membership against real etcd (and the file backend), members as processes.
+"""Membership against real etcd and Redis (and the file backend), members as processes.
 
 Faults are real: kill -9, SIGSTOP/SIGCONT of a member, SIGSTOP of etcd.
 Deadlines come from the protocol: a crash is noticed within the TTL plus the
@@ -38,17 +38,23 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         member.cleanup()
 
 
-@pytest.fixture(params=["etcd", "file"])
+@pytest.fixture(params=["etcd", "redis", "file"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A backend URL with the test TTL, for tests run on both backends."""
+    """A backend URL with the test TTL, for tests run on every backend."""
     if request.param == "etcd":
         etcd: str = request.getfixturevalue("etcd_url")
         return f"{etcd}?membership_timeout={TTL:g}"
+    if request.param == "redis":
+        redis: str = request.getfixturevalue("redis_url")
+        return f"{redis}?membership_timeout={TTL:g}"
     directory = tmp_path / "tooz"
     directory.mkdir()
     return f"file://{directory}?timeout={TTL:g}"
 
 
+# Joins, leaves and exclusions are the same on every backend (Redis: the unit
+# tests on fakeredis); the lease, pauses and restarts are not.
+@pytest.mark.parametrize("backend", ["etcd", "file"], indirect=True)
 def test_join_and_leave_seen_by_all(spawn: Spawn, backend: str) -> None:
     group = unique_group("join-leave")
     # A long TTL here: a graceful leave must be seen without waiting for it.
@@ -138,6 +144,7 @@ def test_fast_restart_with_the_same_id(spawn: Spawn, backend: str) -> None:
     assert second.states()[-1] == "connected"
 
 
+@pytest.mark.parametrize("backend", ["etcd", "file"], indirect=True)
 def test_peer_with_another_ring_version_is_excluded(spawn: Spawn, backend: str) -> None:
     group = unique_group("version")
     a = spawn("a", backend, group)
@@ -154,12 +161,17 @@ def test_peer_with_another_ring_version_is_excluded(spawn: Spawn, backend: str) 
     odd.wait_for(lambda e: e["event"] == "view" and {"a", "b"} <= set(e["excluded"]), 15)
 
 
-def test_etcd_paused_suspends_then_recovers(spawn: Spawn, etcd_url: str) -> None:
-    # The current pid: an earlier test may have restarted etcd.
-    etcd_pid = int(server_ctl("pid etcd").strip())
-    group = unique_group("etcd-pause")
-    # A short HTTP timeout so heartbeats fail fast while etcd is paused.
-    url = f"{etcd_url}?membership_timeout={TTL:g}&timeout=1"
+@pytest.mark.parametrize("server", ["etcd", "redis"])
+def test_backend_paused_suspends_then_recovers(
+    spawn: Spawn, server: str, request: pytest.FixtureRequest
+) -> None:
+    # The current pid: an earlier test may have restarted the server.
+    etcd_pid = int(server_ctl(f"pid {server}").strip())
+    group = unique_group(f"{server}-pause")
+    base: str = request.getfixturevalue(f"{server}_url")
+    # A short timeout so heartbeats fail fast while the server is paused
+    # (Redis: ringfleet makes its socket timeout a quarter of the TTL).
+    url = f"{base}?membership_timeout={TTL:g}" + ("&timeout=1" if server == "etcd" else "")
     a, b = spawn("a", url, group), spawn("b", url, group)
     for member in (a, b):
         member.wait_members({"a", "b"}, timeout=15)

@@ -149,7 +149,7 @@ def test_membership_needs_a_backend_url(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "group", "option"),
     [
-        ("[coordination]\nbackend_url = redis://x\n", "coordination", "backend_url"),
+        ("[coordination]\nbackend_url = memcached://x\n", "coordination", "backend_url"),
         (
             "[coordination]\nbackend_url = etcd3+http://127.0.0.1:2379,127.0.0.1:22379\n",
             "coordination",

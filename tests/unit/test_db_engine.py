@@ -1,4 +1,4 @@
-"""The connection pool's ping of idle connections (conductor.db.engine)."""
+"""conductor.db.engine: the pool's ping of idle connections, and how failures are told apart."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from conductor.common.exception import DatabaseUnavailable
 from conductor.db.engine import Database, _ping_when_idle, retry_on_dead_connection
 
 
@@ -96,3 +98,28 @@ def test_a_deadlock_victim_is_run_again_and_the_database_stays_up(
     db.dispose()
     assert len(runs) == 2 and db.reachable
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_exhausted_pool_is_not_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No pooled connection free in time: callers get the retryable error, the
+    operator one WARNING naming the pool (not "unreachable"), and no outage
+    episode starts (so no "reachable again" either)."""
+    db = Database(f"sqlite:///{tmp_path / 'busy.db'}")
+    timeout = PoolTimeout(
+        "QueuePool limit of size 20 overflow 10 reached, connection timed out, timeout 30.00"
+    )
+    with caplog.at_level(logging.INFO, logger="conductor.db.engine"):
+        for _ in range(3):
+            with pytest.raises(DatabaseUnavailable) as raised, db.transaction():
+                raise timeout
+            assert not raised.value.retry_safe
+            assert "busy" in str(raised.value)
+        with db.transaction():
+            pass
+    db.dispose()
+    assert db.reachable
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "max_pool_size" in lines[0] and "unreachable" not in lines[0]

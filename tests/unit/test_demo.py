@@ -7,6 +7,7 @@ The invariant checkers are also fed fabricated states that break them.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -36,11 +37,12 @@ class Ran:
     threads_before: set[threading.Thread]
 
 
-@pytest.fixture(scope="module")
-def ran() -> Iterator[Ran]:
+@pytest.fixture(scope="module", params=["file", "redis"])
+def ran(request: pytest.FixtureRequest) -> Iterator[Ran]:
+    """The demo on each membership backend: the same story, the same checks."""
     before = set(threading.enumerate())
     out = io.StringIO()
-    result = scenario.run_demo(OPTIONS, out)
+    result = scenario.run_demo(dataclasses.replace(OPTIONS, backend=request.param), out)
     yield Ran(result, out.getvalue(), before)
 
 
@@ -104,7 +106,7 @@ def test_tables_and_plain_progress_lines_are_printed(ran: Ran) -> None:
 def test_every_thread_stopped_and_the_temp_dir_is_gone(ran: Ran) -> None:
     left = [t for t in set(threading.enumerate()) - ran.threads_before if t.is_alive()]
     assert left == []
-    match = re.search(r"tooz file:// in (\S+)\)", ran.text)
+    match = re.search(r"tooz (?:file://|redis:// on an in-process fakeredis) in (\S+)\)", ran.text)
     assert match is not None
     assert not Path(match.group(1)).exists()
 
@@ -152,6 +154,7 @@ def test_cli_runs_the_demo_and_exits_0() -> None:
         (["--step-duration", "nan"], "--step-duration"),
         (["--failure-rate", "1.5"], "--failure-rate"),
         (["--seed", "-1"], "--seed"),
+        (["--backend", "etcd"], "--backend"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(
@@ -308,3 +311,17 @@ def test_progress_bar_redraws_on_a_terminal_and_prints_tenths_otherwise() -> Non
     bar.finish()
     lines = plain.getvalue().splitlines()
     assert [line.split("%")[0].strip() for line in lines] == ["0", "10", "55", "100"]
+
+
+def test_the_redis_demo_without_fakeredis_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fakeredis is an optional extra: the default demo never needs it, the
+    Redis one says how to get it and fails before starting anything."""
+    monkeypatch.setitem(sys.modules, "fakeredis", None)
+    out = io.StringIO()
+    result = scenario.run_demo(dataclasses.replace(OPTIONS, backend="redis"), out)
+    assert result.violations == [
+        "embedded fleet: the in-process Redis needs fakeredis with Lua: "
+        "pip install 'ringfleet[demo-redis]' (or 'fakeredis[lua]')"
+    ]

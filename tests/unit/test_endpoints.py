@@ -187,6 +187,20 @@ def test_create_node_refuses_bad_and_duplicate_input(env: Env) -> None:
     assert len(env.inventory.list_nodes(CTXT)) == 1
 
 
+def test_a_retried_create_with_its_uuid_is_a_conflict_on_the_uuid(env: Env) -> None:
+    """The same spec again (name and uuid both stored): the clash named is the
+    uuid, which tells the client its first attempt was stored (issue 28)."""
+    spec = {**_node_spec("n1"), "uuid": "6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}
+    env.inventory.create_node(CTXT, node=spec)
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.create_node(CTXT, node=spec)
+    assert (dup.value.field, dup.value.value) == ("uuid", spec["uuid"])
+    # Another node's name alone is still a clash on the name.
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    assert dup.value.field == "name"
+
+
 def test_import_dry_run_reports_every_stored_clash_and_writes_nothing(env: Env) -> None:
     stored = env.inventory.create_node(CTXT, node=_node_spec("n1"))
     env.inventory.create_node(CTXT, node=_node_spec("n3"))
@@ -419,6 +433,10 @@ def test_move_node_never_robs_a_live_owner(env: Env) -> None:
     with pytest.raises(Conflict) as err:
         env.inventory.move_node(CTXT, node=node, host="agent-2")
     assert err.value.field == "owner" and err.value.value == "agent-1"
+    assert env.node(node) == before
+    # To its own live owner: nothing to do, and no conflict (a retried move
+    # succeeds; docs/http-api.rst, POST /v1/nodes/{node}/move).
+    assert env.inventory.move_node(CTXT, node=node, host="agent-1") == before
     assert env.node(node) == before
 
 

@@ -400,6 +400,9 @@ def test_start_twice_is_refused(backend: FakeBackend, started: list[Membership])
         ("etcd3+http://h:2379?timeout=7&membership_timeout=3", 3.0),
         ("file:///tmp/x?timeout=2", 2.0),
         ("file:///tmp/x", 10.0),
+        ("redis://h:6379", 30.0),
+        ("redis://h:6379?timeout=5", 5.0),
+        ("redis://h:6379?timeout=5&membership_timeout=2.5", 2.5),
     ],
 )
 def test_ttl_from_url(url: str, ttl: float) -> None:
@@ -409,7 +412,7 @@ def test_ttl_from_url(url: str, ttl: float) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"backend_url": "redis://h"}, "backend_url"),
+        ({"backend_url": "memcached://h"}, "backend_url"),
         ({"backend_url": "etcd3+http://h?membership_timeout=0"}, "backend_url"),
         ({"backend_url": "etcd3+http://h?timeout=soon"}, "backend_url"),
         ({"member_id": ""}, "member_id"),
@@ -445,6 +448,14 @@ def test_bad_parameters_name_the_field(kwargs: dict[str, Any], field: str) -> No
         ("etcd3://h:2379", "unsupported scheme"),
         ("etcd3gw://h:2379", "unsupported scheme"),
         ("file://", "needs a directory"),
+        ("redis://a:6379,b:6379", "sentinel_fallback=S2:26379"),
+        ("redis://h:6379?timeout=1.5", "whole number"),
+        ("redis://h:6379?membership_timeout=0", "number of seconds > 0"),
+        ("redis://h:6379?socket_timeout=soon", "number of seconds > 0"),
+        ("redis://h:26379?sentinel=m&sentinel_fallback=h2", "HOST:PORT"),
+        ("redis://h:26379?sentinel_fallback=h2:26379", "needs sentinel=NAME"),
+        ("redis:///var/run/redis.sock", "needs a host"),
+        ("rediss://h:6379", "unsupported scheme"),
     ],
 )
 def test_an_unusable_backend_url_is_refused_at_construction(url: str, says: str) -> None:
@@ -463,6 +474,10 @@ def test_an_unusable_backend_url_is_refused_at_construction(url: str, says: str)
         "etcd3+http://[::1]:2379",
         "etcd3+http://localhost",
         "file:///tmp/x?timeout=2",
+        "redis://127.0.0.1:6379?membership_timeout=10&timeout=2",
+        "redis://:secret@redis.example.org:6379?membership_timeout=10",
+        "redis://s1:26379?sentinel=ringfleet&sentinel_fallback=s2:26379"
+        "&sentinel_fallback=s3:26379&membership_timeout=10",
     ],
 )
 def test_a_usable_backend_url_is_accepted(url: str) -> None:

@@ -28,7 +28,11 @@ opts = [
             "(tooz talks to one): for an etcd cluster, run 'etcd gateway start "
             "--endpoints=A,B,C --listen-addr=127.0.0.1:23790' on each host and "
             "use 'etcd3+http://127.0.0.1:23790?membership_timeout=10'. A URL "
-            "listing several endpoints is refused at start. The embedded mode "
+            "listing several endpoints is refused at start. Redis instead "
+            "(the redis extra): 'redis://host:6379?membership_timeout=10', or "
+            "through Sentinel 'redis://s1:26379?sentinel=NAME&sentinel_fallback="
+            "s2:26379&membership_timeout=10' (docs/operations.rst, 'Redis "
+            "instead of etcd'). The embedded mode "
             "uses 'file:///some/dir?timeout=5' (one machine only)."
         ),
     ),

@@ -1,0 +1,262 @@
+"""hashring.membership on tooz's real Redis driver, against fakeredis: no server.
+
+What is specific to a backend is proven here on Redis as tests/functional
+proves it on etcd and a real redis-server: the lease (a heartbeat key that
+expires after the TTL), outage detection, the re-join after the lease or the
+whole group was lost, and the self-check (our own entry, our incarnation)
+before acting.  tooz's driver, its Lua scripts and the key expiry are real;
+only the server is fakeredis, in this process
+(:mod:`compute_agent.demo.fake_redis`: fakeredis answers no INFO, which
+tooz's ``start()`` calls, so its client gets a one-method shim).
+
+TTLs are one second: a member that stops heart-beating is gone from its
+peers' views about a second later, so the whole module runs in seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from compute_agent.demo.fake_redis import FakeRedisServer, in_process_redis
+from hashring.backend_url import tooz_url
+from hashring.membership import Membership, State
+from tests.harness import wait_for
+
+TTL = 1.0
+URL = f"redis://127.0.0.1:6379?membership_timeout={TTL:g}"
+GROUP = "redis-unit"
+#: the TTL and a few watch periods and beats, on a loaded 2-core machine
+DEADLINE = TTL + 4.0
+
+
+@pytest.fixture
+def redis() -> Iterator[FakeRedisServer]:
+    with in_process_redis() as server:
+        yield server
+
+
+@pytest.fixture
+def started(redis: FakeRedisServer) -> Iterator[list[Membership]]:
+    members: list[Membership] = []
+    yield members
+    redis.start()
+    # Together: stopping tooz's coordinator takes about a second each.
+    stoppers = [threading.Thread(target=m.stop, kwargs={"leave": False}) for m in members]
+    for thread in stoppers:
+        thread.start()
+    for thread in stoppers:
+        thread.join()
+
+
+def member(started: list[Membership], member_id: str, **kwargs: Any) -> Membership:
+    m = Membership(URL, member_id, group=GROUP, watch_interval=0.05, **kwargs)
+    m.start()
+    started.append(m)
+    return m
+
+
+def members_seen(m: Membership) -> set[str]:
+    return set(m.view.members) if m.view is not None else set()
+
+
+def sees(m: Membership, expected: set[str]) -> bool:
+    return members_seen(m) == expected
+
+
+def beat_key(redis: FakeRedisServer, member_id: str) -> bytes:
+    """tooz's heartbeat key of ``member_id`` (its lease)."""
+    keys = [k for k in redis.client().keys("*") if k.endswith(b"_beats:" + member_id.encode())]
+    assert len(keys) == 1, keys
+    return bytes(keys[0])
+
+
+def test_members_see_each_other_and_a_graceful_leave_at_once(
+    started: list[Membership],
+) -> None:
+    a, b, c = (member(started, h) for h in ("a", "b", "c"))
+    watcher = member(started, "cond", join=False)
+    for m in (a, b, c, watcher):
+        wait_for(lambda m=m: sees(m, {"a", "b", "c"}), DEADLINE, f"{m.member_id} sees a, b, c")
+    assert all(m.can_act() for m in (a, b, c))
+    b.stop(leave=True)
+    started.remove(b)
+    # Leaving deletes the entry: no waiting for the lease.
+    for m in (a, c, watcher):
+        wait_for(lambda m=m: sees(m, {"a", "c"}), 1.0, f"{m.member_id} sees b leave")
+
+
+def test_a_crashed_member_is_gone_once_its_lease_expires(started: list[Membership]) -> None:
+    a, b = member(started, "a"), member(started, "b")
+    for m in (a, b):
+        wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+    crashed_at = time.monotonic()
+    b.stop(leave=False)  # no leave: as after kill -9
+    started.remove(b)
+    wait_for(lambda: sees(a, {"a"}), DEADLINE, "a sees b gone")
+    # Through the lease: its heartbeat key outlived the crash (the last beat
+    # was at most a quarter TTL before it).
+    assert time.monotonic() - crashed_at >= TTL * 0.75 - 0.1
+    assert a.can_act()
+
+
+def test_outage_suspends_then_loses_then_rejoins(
+    redis: FakeRedisServer, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = member(started, "a"), member(started, "b")
+    for m in (a, b):
+        assert m.wait_connected(DEADLINE)
+        wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+    generations = {m.member_id: m.join_generation for m in (a, b)}
+    states: dict[str, list[State]] = {"a": [], "b": []}
+    for m in (a, b):
+        m._on_state_change = lambda _old, new, mid=m.member_id: states[mid].append(new)
+    caplog.set_level(logging.DEBUG, logger="hashring")
+    redis.stop()
+    for m in (a, b):
+        wait_for(lambda m=m: m.state is State.LOST, DEADLINE, f"{m.member_id} lost")
+        assert not m.can_act()
+        assert m.backend_failing
+    redis.start()
+    for m in (a, b):
+        wait_for(lambda m=m: m.can_act(), DEADLINE, f"{m.member_id} connected again")
+        wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+        # Suspended first (no beat for half the TTL), then lost (a whole TTL):
+        # peers may have seen its lease expire, so it joined again.
+        assert states[m.member_id][:2] == [State.SUSPENDED, State.LOST], states
+        assert m.join_generation > generations[m.member_id]
+        assert not m.backend_failing
+    # One WARNING per member when the outage began, one INFO when it ended.
+    for mid in ("a", "b"):
+        began = [
+            r
+            for r in caplog.records
+            if r.levelno == logging.WARNING
+            and r.getMessage().startswith(f"Member {mid}: ")
+            and "failed at redis://127.0.0.1:6379" in r.getMessage()
+        ]
+        assert len(began) == 1, [r.getMessage() for r in caplog.records if r.levelno >= 30]
+        assert "emulating a connection error" in began[0].getMessage()
+        ended = [r for r in caplog.records if r.getMessage().startswith(f"Member {mid}: redis://")]
+        assert len(ended) == 1 and "answers again" in ended[0].getMessage()
+    assert "Traceback" not in caplog.text
+
+
+def test_a_restart_that_lost_the_data_makes_every_member_rejoin(
+    redis: FakeRedisServer, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis restarted without persistence: the group, every entry and every
+    lease are gone, while heartbeats go on working.  Each agent finds the
+    group missing, stops acting, re-joins (creating the group) and may act
+    again only then; a watcher sees them back."""
+    a, b = member(started, "a"), member(started, "b")
+    watcher = member(started, "cond", join=False)
+    for m in (a, b, watcher):
+        wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+    generations = {m.member_id: m.join_generation for m in (a, b)}
+    caplog.set_level(logging.INFO, logger="hashring")
+    redis.lose_data()
+    for m in (a, b):
+        wait_for(
+            lambda m=m: m.join_generation > generations[m.member_id] and m.can_act(),
+            DEADLINE,
+            f"{m.member_id} re-joined",
+        )
+    wait_for(lambda: sees(watcher, {"a", "b"}), DEADLINE, "the watcher sees a and b again")
+    assert "Group redis-unit is gone from redis://127.0.0.1:6379" in caplog.text
+
+
+def test_lease_expired_while_paused_is_lost_first_then_rejoined(
+    redis: FakeRedisServer, started: list[Membership]
+) -> None:
+    """The process was paused past the TTL (its clock jumps ten TTLs): the
+    first state it reads says it may not act, before any of its threads ran;
+    its keeper then sees the gap and re-joins (replacing its own entry)."""
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.monotonic() + offset[0]
+
+    a = member(started, "a", clock=clock)
+    b = member(started, "b")
+    for m in (a, b):
+        wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+    generation = a.join_generation
+    offset[0] = 10 * TTL
+    assert a.state is State.LOST and not a.can_act()
+    wait_for(lambda: a.join_generation > generation and a.can_act(), DEADLINE, "a re-joined")
+    wait_for(lambda: sees(b, {"a", "b"}), DEADLINE, "b sees a")
+
+
+def test_own_entry_removed_by_a_peer_is_noticed_and_rejoined(
+    redis: FakeRedisServer, started: list[Membership]
+) -> None:
+    """Redis keeps an entry and its lease apart: a reader removes the entries
+    whose heartbeat key expired, except its own.  A member whose lease was
+    lost (a failover to a replica that missed its last beats) finds itself
+    missing from the group, stops acting and re-joins."""
+    a, b = member(started, "a"), member(started, "b")
+    for m in (a, b):
+        wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
+    generation = a.join_generation
+    lost: list[State] = []
+    a._on_state_change = lambda _old, new: lost.append(new)
+    # No more beats of its own after the next one: its lease goes, as in a
+    # failover that lost its last beats, and peers remove its entry.
+    a._beat_interval = 60.0
+    a._wake_keeper.set()
+    redis.client().delete(beat_key(redis, "a"))
+    wait_for(lambda: a.join_generation > generation, DEADLINE, "a re-joined")
+    assert State.LOST in lost
+    wait_for(lambda: sees(b, {"a", "b"}), DEADLINE, "b sees a back")
+
+
+def test_another_process_with_our_id_wins_and_we_never_act_again(
+    started: list[Membership],
+) -> None:
+    first = member(started, "a")
+    assert first.wait_connected(DEADLINE)
+    second = member(started, "a")  # a second process with the same host
+    assert second.wait_connected(DEADLINE)
+    wait_for(lambda: first.superseded_by == second.incarnation, DEADLINE, "first superseded")
+    assert first.state is State.LOST and not first.can_act()
+    time.sleep(4 * 0.05)
+    assert second.can_act()
+
+
+def test_fast_restart_replaces_the_previous_incarnation(started: list[Membership]) -> None:
+    peer = member(started, "peer")
+    old = member(started, "a")
+    wait_for(lambda: sees(peer, {"a", "peer"}), DEADLINE, "peer sees a")
+    old.stop(leave=False)  # crashed: its entry and lease remain
+    started.remove(old)
+    new = member(started, "a")
+    assert new.wait_connected(DEADLINE)
+    wait_for(
+        lambda: (
+            peer.view is not None
+            and "a" in peer.view.members
+            and peer.view.members["a"].capabilities.get("incarnation") == new.incarnation
+        ),
+        DEADLINE,
+        "peer sees the new incarnation",
+    )
+    assert new.superseded_by is None
+
+
+def test_a_redis_socket_timeout_follows_the_ttl() -> None:
+    """A hung Redis must fail a heartbeat within one beat, not after
+    redis-py's 30 s: ringfleet sets the socket timeouts unless the URL does."""
+    assert tooz_url(URL, TTL) == (URL + "&socket_timeout=0.5&socket_connect_timeout=0.5")
+    assert tooz_url("redis://h?membership_timeout=10", 10) == (
+        "redis://h?membership_timeout=10&socket_timeout=2.5&socket_connect_timeout=2.5"
+    )
+    mine = "redis://h?membership_timeout=10&socket_timeout=1"
+    assert tooz_url(mine, 10) == mine + "&socket_connect_timeout=2.5"
+    etcd = "etcd3+http://h:2379?membership_timeout=10"
+    assert tooz_url(etcd, 10) == etcd
