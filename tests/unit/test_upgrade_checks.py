@@ -286,3 +286,14 @@ def test_the_help_is_a_manual_page(tmp_path: Path) -> None:
     assert "usage: ringfleet-status upgrade [-h] [--json] {check}" in done.stdout
     assert "[upgrade_levels]" in done.stdout and "exit status: 0" in done.stdout
     assert _status("upgrade", "chek").returncode == 2
+
+
+def test_the_options_checked_are_those_of_the_sample_config() -> None:
+    """Every namespace of ringfleet.conf.sample, and the API's Keystone middleware."""
+    generator = REPO / "etc" / "ringfleet" / "ringfleet-config-generator.conf"
+    sample = [
+        line.split("=", 1)[1].strip()
+        for line in generator.read_text().splitlines()
+        if line.startswith("namespace")
+    ]
+    assert set(upgrade_checks.OPTION_NAMESPACES) == {*sample, "keystonemiddleware.auth_token"}
