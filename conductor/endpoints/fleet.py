@@ -8,6 +8,7 @@ from this conductor's own membership view.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -58,12 +59,15 @@ _STUCK_WORK: Final = {
 
 Problem = dict[str, Any]
 
+#: An RPC API version as announced in a membership (``1.4``).
+_VERSION: Final = re.compile(r"[1-9][0-9]*\.[0-9]+")
+
 
 class FleetEndpoint:
     """Fleet methods of the conductor RPC API (since 1.0; 1.1 adds the
     per-agent details of ``fleet_status``, ``ring_status`` and ``fleet_check``;
     1.9 stuck work, node state mismatches and back-end mismatches to
-    ``fleet_check``).
+    ``fleet_check``; 1.16 the API versions to ``fleet_status``).
 
     ``stuck_after``: ``[conductor] stuck_after``, read at each check (the
     option is mutable).
@@ -124,6 +128,7 @@ class FleetEndpoint:
                     "last_seen": now,
                     "ring_version": member.ring_version,
                     "groups": sorted(member.capabilities.get("groups") or []),
+                    "rpc_api": _announced_version(member.capabilities.get("rpc_api")),
                 }
             )
         excluded = dict(view.excluded) if view else {}
@@ -148,6 +153,7 @@ class FleetEndpoint:
                 )
         return {
             "conductor": self._host,
+            "conductor_api": API_VERSION,
             "membership": self._fleet.state.value,
             "ring_version": view.ring_version if view else None,
             "agents": agents,
@@ -397,6 +403,14 @@ _VERB_HINTS: Final = {
     "powering-on": "ringfleet instance start",
     "rebuilding": "ringfleet instance rebuild",
 }
+
+
+def _announced_version(value: Any) -> str | None:
+    """A member's announced ``rpc_api``, or ``None`` when absent or not a
+    version (a member of an older release announces none)."""
+    if isinstance(value, str) and _VERSION.fullmatch(value):
+        return value
+    return None
 
 
 def _more(kind: str, count: int, what: str) -> list[Problem]:

@@ -41,6 +41,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON
+from conductor.rpcapi import API_VERSION
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from hashring.ring import Ring
@@ -1026,6 +1027,7 @@ def test_fleet_status_without_a_view(env: Env) -> None:
     env.membership.state = State.LOST
     assert env.fleet_ep.fleet_status(CTXT) == {
         "conductor": "cond-1",
+        "conductor_api": API_VERSION,
         "membership": "lost",
         "ring_version": None,
         "agents": [],
@@ -1488,6 +1490,28 @@ def test_fleet_status_1_1_details(env: Env) -> None:
     [excluded] = status["excluded_agents"]
     assert excluded["host"] == "agent-x" and excluded["state"] == "excluded"
     assert excluded["owned"] == 1 and excluded["reason"] == "ring version 2"
+
+
+def test_fleet_status_1_16_versions(env: Env) -> None:
+    """The conductor's API and each member's announced agent API (none from
+    an agent of an older release, nor a malformed one)."""
+    members = {
+        "agent-new": Member(
+            member_id="agent-new", ring_version=1, weight=1.0, capabilities={"rpc_api": "1.4"}
+        ),
+        "agent-old": Member(member_id="agent-old", ring_version=1, weight=1.0),
+        "agent-odd": Member(
+            member_id="agent-odd", ring_version=1, weight=1.0, capabilities={"rpc_api": "v1"}
+        ),
+    }
+    env.fleet.on_change(MembershipView(members=members, excluded={}, ring_version=1))
+    status = env.fleet_ep.fleet_status(CTXT)
+    assert status["conductor_api"] == API_VERSION == "1.16"
+    assert {a["host"]: a["rpc_api"] for a in status["agents"]} == {
+        "agent-new": "1.4",
+        "agent-odd": None,
+        "agent-old": None,
+    }
 
 
 def test_ring_status_counts_per_group_against_weights(env: Env) -> None:
