@@ -26,6 +26,7 @@ from compute_agent.first_read import FirstReadSettle
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.reporting import ResultReporter
+from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from compute_agent.state_reports import StateReports
 from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf.metrics import AGENT_PORT
@@ -104,7 +105,9 @@ class AgentService:
         driver = load_driver(agent_conf.driver, conf, self.host)
         self.membership = membership_from_conf(
             conf,
-            capabilities={"groups": list(agent_conf.groups)},
+            # rpc_api: the API version this agent serves, for the upgrade
+            # check (ringfleet-status) to compare with [upgrade_levels].
+            capabilities={"groups": list(agent_conf.groups), "rpc_api": COMPUTE_API_VERSION},
             on_change=self._on_view,
             on_state_change=self._on_state,
         )
