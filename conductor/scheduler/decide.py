@@ -63,7 +63,9 @@ class Chooser:
         self.weighers: tuple[BaseWeigher, ...] = tuple(weighers)
         self._profile_filters = tuple(f for f in self.filters if f.per_profile)
         self._node_filters = tuple(f for f in self.filters if not f.per_profile)
-        self._per_owner = all(w.per_owner for w in self.weighers)
+        # Per-request weighers weigh every candidate alike: they add 0 to each total.
+        self._weighing = tuple(w for w in self.weighers if not w.per_request)
+        self._per_owner = all(w.per_owner for w in self._weighing)
         self._rng = rng or random.Random()
         # (resource class, group, flavor key) -> owner -> its free node sets in
         # the profiles that pass; valid while the index's structure is unchanged.
@@ -146,10 +148,10 @@ class Chooser:
     ) -> Node | None:
         owners = list(sets_by_owner)
         self._rng.shuffle(owners)  # the tie-break: sorting below is stable
-        if self.weighers and len(owners) > 1:
+        if self._weighing and len(owners) > 1:
             # Per-owner weighers give every node of an owner the same weight.
             samples = [sets_by_owner[owner][0].at(0) for owner in owners]
-            totals = total_weights(self.weighers, samples, request, context)
+            totals = total_weights(self._weighing, samples, request, context)
             order = sorted(range(len(owners)), key=totals.__getitem__, reverse=True)
             owners = [owners[i] for i in order]
         for owner in owners:
@@ -195,7 +197,7 @@ class Chooser:
         if not candidates:
             return None
         self._rng.shuffle(candidates)  # the tie-break: max() keeps the first best
-        totals = total_weights(self.weighers, candidates, request, context)
+        totals = total_weights(self._weighing, candidates, request, context)
         best = max(range(len(candidates)), key=totals.__getitem__)
         return candidates[best]
 

@@ -303,6 +303,25 @@ class HostState:
     profile.
     """
 
+    #: the attributes that may differ between the host states of two free
+    #: nodes; every other attribute is the same on all of them
+    PER_NODE: ClassVar[frozenset[str]] = frozenset(
+        {
+            "host",
+            "host_ip",
+            "hypervisor_hostname",
+            "nodename",
+            "ringfleet_group",
+            "ringfleet_name",
+            "ringfleet_resource_class",
+            "ringfleet_traits",
+            "service",
+            "stats",
+            "supported_instances",
+            "uuid",
+        }
+    )
+
     __slots__ = (
         "aggregates",
         "allocation_candidates",
@@ -678,8 +697,9 @@ class NovaWeigher(BaseWeigher):
     Its ``weight_multiplier()`` is called once, when loaded, for Nova's
     default (the nova.conf option's default, no aggregates); ``[scheduler]
     weigher_multipliers`` overrides it.  Nova's in-tree weighers are per
-    owner (they weigh every free node alike, see
-    :func:`_weighs_free_nodes_alike`); an operator's is weighed per node,
+    request (they weigh every free node alike, see
+    :func:`_weighs_free_nodes_alike`): the scheduler does not call them,
+    as their normalized weights are 0.  An operator's is weighed per node,
     so the scheduler weighs every candidate node.
     """
 
@@ -937,6 +957,7 @@ def load_nova_weigher(path: str) -> type[NovaWeigher]:
             "nova_class": cls,
             "default_multiplier": _default_multiplier(cls),
             "per_owner": _weighs_free_nodes_alike(cls),
+            "per_request": _weighs_free_nodes_alike(cls),
             "__module__": __name__,
         },
     )
@@ -948,10 +969,12 @@ def _weighs_free_nodes_alike(cls: type[Any]) -> bool:
     Nova's in-tree weighers read sizes, usage, metrics, PCI pools, the
     hypervisor version, instances and failed builds: on the host state of
     a free ironic node all of these are the same for every node (all zero
-    or empty, version 1), so, as in Nova on ironic, they weigh every free
-    node alike (``tests/unit/test_nova_differential.py`` checks it class by
-    class).  Weighing one node per agent then decides the same as weighing
-    every node, at no cost per node.  An operator's weigher may read the
-    node's stats: it is weighed per node.
+    or empty, version 1: none is in :data:`HostState.PER_NODE`), so, as in
+    Nova on ironic, they weigh every free node alike, and their normalized
+    weights are 0 (``tests/unit/test_nova_differential.py`` checks, class by
+    class, which host-state attributes each reads, and its weights).  They
+    are therefore ``per_request``: left out of the totals, which is what
+    Nova's default weigher list costs per decision here.  An operator's
+    weigher may read the node's stats: it is weighed per node.
     """
     return cls.__module__.startswith(_PACKAGES["weigher"] + ".")

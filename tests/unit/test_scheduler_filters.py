@@ -329,3 +329,23 @@ def test_total_weights_sum_normalized_weights_times_multipliers() -> None:
     totals = total_weights([spread, by_name], nodes, request(), context)
     # spread: agent-1 -> 0, agent-2 -> 1; by name: n1 -> 0, n3 -> 1, times -2
     assert totals == pytest.approx([0.0, 1.0 - 2.0])
+
+
+def test_total_weights_leave_out_per_request_weighers_uncalled() -> None:
+    calls: list[str] = []
+
+    class SameForAll(BaseWeigher):
+        per_owner = per_request = True
+
+        def weigh(self, node: Node, request: RequestSpec, context: WeighingContext) -> float:
+            calls.append(node.uuid)
+            return 42.0
+
+    nodes = [node(name="n1", owner="agent-1"), node(name="n3", owner="agent-2")]
+    context = WeighingContext({"agent-1": 4})
+    with_it = total_weights([SpreadWeigher(), SameForAll()], nodes, request(), context)
+    assert with_it == total_weights([SpreadWeigher()], nodes, request(), context)
+    assert with_it == pytest.approx([0.0, 1.0])
+    # Called, its equal weights would have normalized to 0 anyway.
+    assert normalize([SameForAll().weigh(n, request(), context) for n in nodes]) == [0.0, 0.0]
+    assert len(calls) == 2

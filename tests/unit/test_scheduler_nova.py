@@ -6,6 +6,7 @@ extra, tools/venv.sh); these tests import its real filters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import re
@@ -419,6 +420,30 @@ def test_nova_weigher_ranks_nodes_and_a_raising_one_weighs_zero() -> None:
     context = WeighingContext({})
     assert weigher.weigh(bad, make_request(), context) == 0.0
     assert weigher.weigh(nodes[5], make_request(), context) == 5.0
+
+
+def test_novas_in_tree_weighers_are_left_out_of_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They weigh every free node alike (test_nova_differential): 0 once normalized."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        weighers = load_weighers([nova.ALL_WEIGHERS])
+    assert all(w.per_request and w.per_owner for w in weighers)
+    calls: list[str] = []
+    for weigher in weighers:
+        monkeypatch.setattr(
+            weigher.nova_weigher, "_weigh_object", lambda *args: calls.append("x") or 1.0
+        )
+    nodes = [make_node(i) for i in range(30)]
+    with_novas = Chooser([], [*weighers, SpreadWeigher()], random.Random(5))
+    without = Chooser([], [SpreadWeigher()], random.Random(5))
+    index_a, index_b = index_of(nodes), index_of(nodes)
+    for i in range(10):
+        request = make_request()
+        chosen = with_novas.choose(index_a, request)
+        assert chosen is not None and chosen == without.choose(index_b, request)
+        for index in (index_a, index_b):
+            index.put(dataclasses.replace(chosen, instance_uuid=f"i-{i}"))
+    assert calls == []
 
 
 # -- differential: Nova's ComputeCapabilitiesFilter vs ringfleet's CapabilitiesFilter --------
