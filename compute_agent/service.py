@@ -28,6 +28,7 @@ from compute_agent.ownership import OwnershipManager
 from compute_agent.reporting import ResultReporter
 from compute_agent.state_reports import StateReports
 from conductor.common import broker_outage, rpc, systemd
+from conductor.common.conf import default as default_conf
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
@@ -104,7 +105,8 @@ class AgentService:
         driver = load_driver(agent_conf.driver, conf, self.host)
         self.membership = membership_from_conf(
             conf,
-            capabilities={"groups": list(agent_conf.groups)},
+            # host_ip: what Nova filters see as the host state's host_ip.
+            capabilities={"groups": list(agent_conf.groups), "host_ip": default_conf.my_ip(conf)},
             on_change=self._on_view,
             on_state_change=self._on_state,
         )

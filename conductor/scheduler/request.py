@@ -52,6 +52,9 @@ class RequestSpec:
         filters' ``spec_obj.project_id``
     :ivar image: the build's own image (``None``: it names none), for Nova
         filters' ``spec_obj.image`` (which shows its disk format only)
+    :ivar host_ips: live agent -> its IP address (``[DEFAULT] my_ip``, as
+        announced with its membership), for Nova filters'
+        ``host_state.host_ip``; agents announcing none are absent
     """
 
     flavor: Flavor
@@ -68,6 +71,7 @@ class RequestSpec:
     )
     project_id: str | None = None
     image: Mapping[str, str] | None = None
+    host_ips: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def build(
@@ -81,6 +85,7 @@ class RequestSpec:
         scheduler_hints: Mapping[str, Any] | None = None,
         project_id: str | None = None,
         image: Mapping[str, str] | None = None,
+        host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         """A request with the flavor's capabilities parsed (uncached)."""
         hints = MappingProxyType(dict(scheduler_hints or {}))
@@ -95,6 +100,7 @@ class RequestSpec:
             scheduler_hints=hints,
             project_id=project_id,
             image=None if image is None else MappingProxyType(dict(image)),
+            host_ips=MappingProxyType(dict(host_ips or {})),
         )
 
 

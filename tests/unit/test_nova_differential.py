@@ -44,6 +44,8 @@ with warnings.catch_warnings():
     WEIGHER_CLASSES = nova_weights.all_weighers()
 
 OWNER = "agent-1"
+#: the owner's [DEFAULT] my_ip, as it announces it (Nova: the compute node's host_ip)
+HOST_IP = "192.0.2.10"
 NODE_PROPERTIES: list[dict[str, Any]] = [
     {},
     {"cpus": 8, "memory_mb": 4096, "local_gb": 100, "cpu_arch": "x86_64"},
@@ -72,6 +74,8 @@ HINTS: list[dict[str, Any]] = [
     {"query": '["=", "$hypervisor_type", "ironic"]'},
     {"different_host": str(uuidlib.UUID(int=99))},
     {"same_host": str(uuidlib.UUID(int=99))},
+    {"build_near_host_ip": "192.0.2.1"},
+    {"build_near_host_ip": "198.51.100.7", "cidr": "/16"},
 ]
 
 
@@ -106,7 +110,7 @@ def nova_host_state(node: Node) -> Any:
         id=node.uuid, properties=dict(node.properties), resource_class=node.resource_class
     )
     resources = driver._node_resource(ironic_node)
-    compute = nova_objects.ComputeNode(host=OWNER, host_ip=None, metrics="[]")
+    compute = nova_objects.ComputeNode(host=OWNER, host_ip=HOST_IP, metrics="[]")
     compute.update_from_virt_driver(resources)
     compute.stats = dict(resources["stats"])  # the tracker digests the driver's stats
     # What the resource tracker adds for a node hosting no instance.
@@ -180,6 +184,7 @@ def ringfleet_request(
         flavor,
         str(uuidlib.UUID(int=1000)),
         live_members=frozenset({OWNER}),
+        host_ips={OWNER: HOST_IP},
         scheduler_hints=hints,
         project_id=project_id,
         image=image,

@@ -267,6 +267,87 @@ def test_nova_filter_is_called_once_per_profile_and_request() -> None:
     assert chooser.choose(index, make_request(hints={"rack": "r9"})) is None
 
 
+@pytest.mark.parametrize(
+    ("good", "bad", "spec"),
+    [
+        # ringfleet parses both texts to boot_mode=uefi; Nova keeps the value as written.
+        ({"capabilities": "boot_mode:uefi"}, {"capabilities": "boot_mode:uefi "}, "s== uefi"),
+        # The same capabilities, another architecture (in Nova's stats).
+        (
+            {"capabilities": "boot_mode:uefi", "cpu_arch": "aarch64"},
+            {"capabilities": "boot_mode:uefi", "cpu_arch": "x86_64"},
+            None,
+        ),
+    ],
+)
+def test_a_cached_verdict_is_novas_for_every_node_of_its_profile(
+    good: dict[str, str], bad: dict[str, str], spec: str | None
+) -> None:
+    """Nodes that ringfleet parses alike but Nova does not are not one profile."""
+    extra_specs = {"capabilities:boot_mode": spec} if spec else {"capabilities:cpu_arch": "aarch64"}
+    nodes = [
+        make_node(i, capabilities={"boot_mode": "uefi"}, properties=good if i % 2 else bad)
+        for i in range(40)
+    ]
+    index = index_of(nodes)
+    chooser = Chooser(load_filters([CCF]), [SpreadWeigher()], random.Random(1))
+    request = make_request(Flavor(name="f", resource_class="gold", extra_specs=extra_specs))
+    for _ in range(10):
+        chosen = chooser.choose(index, request)
+        assert chosen is not None and chosen.properties == good
+    assert dict(chooser.explain(index, request).removed)[CCF] == 20
+    # Nova's own verdicts, node by node, for the record.
+    (per_node,) = load_filters([CCF], per_node=[CCF])
+    assert [per_node.filter(n, request) for n in nodes[:2]] == [False, True]
+
+
+def test_simple_cidr_affinity_filter_is_decided_per_profile_and_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """host_state.host_ip is the owner's announced address (its [DEFAULT] my_ip)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        (cidr,) = load_filters(["SimpleCIDRAffinityFilter"])
+    assert cidr.per_owner and not cidr.per_profile
+    calls: list[tuple[str | None, str | None, str | None]] = []
+    real = cidr.nova_filter.host_passes  # type: ignore[attr-defined]
+
+    def counting(host_state: nova.HostState, spec_obj: object) -> bool:
+        calls.append((host_state.host, host_state.host_ip, host_state.nodename))
+        return bool(real(host_state, spec_obj))
+
+    monkeypatch.setattr(cidr.nova_filter, "host_passes", counting)  # type: ignore[attr-defined]
+    nodes = [make_node(i) for i in range(60)]  # one profile, three owners
+    index = index_of(nodes)
+    chooser = Chooser([cidr], [SpreadWeigher()], random.Random(2))
+    ips = {"agent-1": "10.0.0.5", "agent-2": "10.1.0.5"}  # agent-3 announces none
+
+    def near(address: str, ips: dict[str, str] = ips) -> RequestSpec:
+        return RequestSpec.build(
+            Flavor(name="f", resource_class="gold"),
+            "inst-0",
+            live_members=frozenset(OWNERS),
+            scheduler_hints={"build_near_host_ip": address},
+            host_ips=ips,
+        )
+
+    for _ in range(10):
+        chosen = chooser.choose(index, near("10.0.0.1"))
+        assert chosen is not None and chosen.owner == "agent-1"
+    # Once per owner (agent-3's fails: no address), not per node or per decision.
+    assert sorted(calls) == [
+        ("agent-1", "10.0.0.5", None),
+        ("agent-2", "10.1.0.5", None),
+        ("agent-3", None, None),
+    ]
+    assert dict(chooser.explain(index, near("10.0.0.1")).removed)[cidr.name] == 40
+    # An agent's new address is another verdict.
+    moved = {**ips, "agent-2": "10.0.0.6"}
+    owners = {chooser.choose(index, near("10.0.0.1", moved)).owner for _ in range(30)}  # type: ignore[union-attr]
+    assert owners == {"agent-1", "agent-2"}
+    assert chooser.choose(index, near("192.0.2.1")) is None
+
+
 def test_hints_are_in_the_cache_key_only_when_a_cached_filter_reads_them(
     tmp_path: Path,
 ) -> None:
