@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from functools import total_ordering
 
 __all__ = [
-    "HEADER",
     "ANY_EXTRA_SPECS",
+    "HEADER",
     "IMAGES",
     "MAX_VERSION",
     "MIN_VERSION",

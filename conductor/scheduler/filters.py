@@ -170,14 +170,22 @@ class CapabilitiesFilter(BaseFilter):
     :meth:`conductor.validation.capabilities.CapabilityExpression.matches`): a node
     without the capability never matches, ``= N`` means "at least N",
     ``s==`` compares strings, ``<in>`` looks for a substring, ``<or>``
-    accepts one of several words.
+    accepts one of several words.  As in Nova, an unscoped extra spec
+    (``boot_mode``, no colon) is a requirement too, but only on nodes that
+    have a capability of that name: the others pass.
     """
 
     per_profile = True
 
     def filter(self, node: Node, request: RequestSpec) -> bool:
         capabilities = node.capabilities
-        return all(
+        if not all(
             expression.matches(capabilities.get(key))
             for key, expression in request.capabilities.items()
-        )
+        ):
+            return False
+        for key, expression in request.unscoped_capabilities.items():
+            value = capabilities.get(key)
+            if value is not None and not expression.matches(value):
+                return False
+        return True

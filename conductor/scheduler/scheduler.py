@@ -57,6 +57,7 @@ from conductor.scheduler.request import (
     RequestSpec,
     flavor_key,
     parse_flavor_capabilities,
+    parse_unscoped_capabilities,
     request_key,
 )
 from conductor.scheduler.weighers import BaseWeigher
@@ -124,7 +125,10 @@ class Scheduler:
         self._built = False
         self._since = datetime.datetime.min
         self._refreshed_at = self._resynced_at = 0.0
-        self._capabilities: dict[Hashable, Mapping[str, CapabilityExpression]] = {}
+        self._capabilities: dict[
+            Hashable,
+            tuple[Mapping[str, CapabilityExpression], Mapping[str, CapabilityExpression]],
+        ] = {}
         self.lost_races = 0
         """allocations lost to another conductor (or a stale index) so far"""
 
@@ -256,12 +260,13 @@ class Scheduler:
         host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         key = flavor_key(flavor)
-        capabilities = self._capabilities.get(key)
-        if capabilities is None:
-            capabilities = parse_flavor_capabilities(flavor)
+        parsed = self._capabilities.get(key)
+        if parsed is None:
+            parsed = (parse_flavor_capabilities(flavor), parse_unscoped_capabilities(flavor))
             if len(self._capabilities) >= _MAX_FLAVORS:
                 self._capabilities.clear()
-            self._capabilities[key] = capabilities
+            self._capabilities[key] = parsed
+        capabilities, unscoped = parsed
         hints: Mapping[str, Any] = MappingProxyType(dict(scheduler_hints or {}))
         frozen_image = None if image is None else MappingProxyType(dict(image))
         return RequestSpec(
@@ -271,6 +276,7 @@ class Scheduler:
             group=group,
             exclude_nodes=frozenset(exclude_nodes),
             capabilities=capabilities,
+            unscoped_capabilities=unscoped,
             flavor_key=(
                 request_key(key, hints, project_id, frozen_image) if self._hints_in_key else key
             ),

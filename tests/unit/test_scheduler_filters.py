@@ -20,7 +20,11 @@ from conductor.scheduler.filters import (
     RetryFilter,
     TraitsFilter,
 )
-from conductor.scheduler.request import RequestSpec, parse_flavor_capabilities
+from conductor.scheduler.request import (
+    RequestSpec,
+    parse_flavor_capabilities,
+    parse_unscoped_capabilities,
+)
 from conductor.scheduler.weighers import (
     BaseWeigher,
     SpreadWeigher,
@@ -260,6 +264,23 @@ def test_request_refuses_a_malformed_stored_expression() -> None:
     with pytest.raises(InvalidInput) as excinfo:
         parse_flavor_capabilities(caps_flavor({"capabilities:boot_mode": "s==uefi"}))
     assert excinfo.value.fields == ["extra_specs.capabilities:boot_mode"]
+
+
+def test_an_unscoped_spec_binds_only_nodes_with_that_capability() -> None:
+    """Nova's rule: ``boot_mode`` (no colon) is ignored on a host without it."""
+    flavor = caps_flavor({"boot_mode": "uefi", "cpus": ">= 8", "hw:cpu_policy": "dedicated"})
+    passes = CapabilitiesFilter().filter
+    assert passes(node(capabilities={"boot_mode": "uefi", "cpus": "16"}), request(flavor))
+    assert passes(node(capabilities={}), request(flavor))
+    assert not passes(node(capabilities={"boot_mode": "bios"}), request(flavor))
+    assert not passes(node(capabilities={"boot_mode": "uefi", "cpus": "4"}), request(flavor))
+
+
+def test_an_unscoped_stored_value_that_does_not_parse_binds_no_node() -> None:
+    # Written before unscoped values were validated: left out, not an error.
+    flavor = caps_flavor({"boot_mode": "s==uefi", "cpus": ">= 8"})
+    assert list(parse_unscoped_capabilities(flavor)) == ["cpus"]
+    assert CapabilitiesFilter().filter(node(capabilities={"boot_mode": "x"}), request(flavor))
 
 
 def test_flavor_key_tells_flavors_apart() -> None:

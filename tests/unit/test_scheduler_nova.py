@@ -555,17 +555,32 @@ def expressions(draw: st.DrawFn) -> CapabilityExpression:
     return CapabilityExpression(op, (draw(VALUES),))
 
 
+_BIOS = CapabilityExpression(None, ("bios",))
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     capabilities=st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=4),
     requirements=st.dictionaries(st.sampled_from(KEYS), expressions(), max_size=3),
+    # Unscoped keys (Nova: checked on hosts having them); cpu_arch is a
+    # documented difference (Nova's stats always hold it).
+    unscoped=st.dictionaries(st.sampled_from(KEYS[:1] + KEYS[2:]), expressions(), max_size=2),
 )
 @example(
-    capabilities={"memory": "big"}, requirements={"memory": CapabilityExpression(">=", ("2",))}
+    capabilities={"memory": "big"},
+    requirements={"memory": CapabilityExpression(">=", ("2",))},
+    unscoped={},
 )
-@example(capabilities={}, requirements={"gen": CapabilityExpression("s!=", ("a",))})
+@example(capabilities={}, requirements={"gen": CapabilityExpression("s!=", ("a",))}, unscoped={})
+@example(
+    capabilities={"boot_mode": "uefi"},
+    requirements={},
+    unscoped={"boot_mode": CapabilityExpression(None, ("bios",)), "gen": _BIOS},
+)
 def test_nova_and_ringfleet_capabilities_filters_agree(
-    capabilities: dict[str, str], requirements: dict[str, CapabilityExpression]
+    capabilities: dict[str, str],
+    requirements: dict[str, CapabilityExpression],
+    unscoped: dict[str, CapabilityExpression],
 ) -> None:
     """Same verdict on every well-formed flavor (what ringfleet's validation accepts).
 
@@ -575,7 +590,10 @@ def test_nova_and_ringfleet_capabilities_filters_agree(
     flavor = Flavor(
         name="f",
         resource_class="gold",
-        extra_specs={f"capabilities:{key}": str(expr) for key, expr in requirements.items()},
+        extra_specs={
+            **{f"capabilities:{key}": str(expr) for key, expr in requirements.items()},
+            **{key: str(expr) for key, expr in unscoped.items()},
+        },
     )
     request = make_request(flavor)
     node = make_node(0, capabilities=capabilities)
@@ -592,10 +610,11 @@ _CCF = load_filters([CCF])
 @pytest.mark.parametrize(
     ("capabilities", "extra_specs", "ours", "novas"),
     [
-        # Unscoped keys: Nova compares them against stats (an old
-        # compatibility rule); ringfleet's filter reads only the
-        # capabilities: scope (flavor validation stores other keys as given).
-        ({"boot_mode": "uefi"}, {"boot_mode": "bios"}, True, False),
+        # Unscoped keys named like an attribute or a stat Nova's host state
+        # always has: Nova checks them on every node; ringfleet's filter only
+        # on nodes with a capability of that name.
+        ({}, {"cpu_arch": "x86_64"}, True, False),
+        ({"boot_mode": "uefi"}, {"hypervisor_type": "kvm"}, True, False),
         # A capability named like a HostState attribute Nova's host state
         # has: Nova reads the attribute (here "ironic"), ringfleet the capability.
         ({"hypervisor_type": "kvm"}, {"capabilities:hypervisor_type": "s== kvm"}, True, False),
