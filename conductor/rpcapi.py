@@ -73,6 +73,12 @@ API version history:
   rows an agent's own claims changed last); replies carry ``next``, the
   marker of the next page; claim_nodes replies carry ``changed_at``.  An
   agent whose conductor is older reads the whole fleet as before.
+* 1.16 - Versions for upgrade checks: fleet_status replies carry
+  ``conductor_api`` (the API the answering conductor serves) and, per ring
+  member in ``agents``, ``rpc_api`` (the compute agent API the agent
+  announces in its membership; null for an agent of an older release).
+  Asked at 1.16 (:meth:`ConductorAPI.service_versions`), an older
+  conductor refuses rather than answer without them.
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.15"
+API_VERSION = "1.16"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -367,6 +373,13 @@ class ConductorAPI:
         """``fleet_status`` asked at 1.1: refused by a 1.0 conductor, whose
         reply would lack the per-agent details."""
         return self._call("fleet_status", version="1.1")  # type: ignore[no-any-return]
+
+    def service_versions(self) -> dict[str, Any]:
+        """``fleet_status`` asked at 1.16: with the answering conductor's
+        ``conductor_api`` and each live agent's ``rpc_api``; refused by an
+        older conductor (``UnsupportedVersion``), which is how an upgrade
+        check tells it is older."""
+        return self._call("fleet_status", version="1.16")  # type: ignore[no-any-return]
 
     def ring_status(self) -> dict[str, Any]:
         return self._call("ring_status", version="1.1")  # type: ignore[no-any-return]

@@ -25,7 +25,7 @@ from conductor.common.metrics import MetricsServer
 from conductor.db import migration, quotas
 from conductor.db.engine import Database, database_from_conf
 from conductor.endpoints.agents import AgentsEndpoint
-from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.fleet import FleetEndpoint, problem_counts
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
@@ -132,6 +132,10 @@ class ConductorService:
                 },
             )
 
+        self.metrics.watch_fleet(
+            lambda: problem_counts(db, fleet, float(conf.conductor.stuck_after)),
+            lambda: db.reachable,
+        )
         endpoints = [
             InventoryEndpoint(db, fleet, self._ironic_sync, power=builds.actions),
             InstancesEndpoint(db, builds, quota=quota_defaults),

@@ -375,12 +375,22 @@ class Membership:
                     self._group_name,
                     exc,
                 )
+        redis_client = None
         if not leave:
             # tooz's stop() leaves every joined group; forget them so that the
             # entry stays until its lease expires, as after a crash.
             coordinator._joined_groups.clear()
+            # Its Redis driver also deletes the member's heartbeat key on
+            # stop, which peers read as "gone" at once: a restart's hold (or
+            # a crash, in the demo) would end before its TTL.  Without its
+            # client the driver skips that; the client is closed here.
+            if type(coordinator).__module__ == "tooz.drivers.redis":
+                redis_client, coordinator._client = coordinator._client, None
         with contextlib.suppress(Exception):
             coordinator.stop()
+        if redis_client is not None:
+            with contextlib.suppress(Exception):
+                redis_client.close()
         self._report_state()
 
     # -- keeper: connect, join, heartbeat, re-join -----------------------

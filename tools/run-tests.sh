@@ -41,6 +41,31 @@ if command -v shellcheck >/dev/null; then
     shellcheck -s bash devstack/plugin.sh devstack/settings
 fi
 
+step "docs: HTML and man pages (sphinx-build -W), release notes (reno lint)"
+docs_out=$(mktemp -d)
+# One doctree cache: the man pages reuse what the HTML build read (about 1 s, not 5).
+sphinx-build -W -q -d "$docs_out/doctrees" -b html docs "$docs_out/html"
+sphinx-build -W -q -d "$docs_out/doctrees" -b man docs "$docs_out/man"
+rm -rf "$docs_out"
+reno -q lint
+step "sdist and wheel with the oldest build requirements pyproject.toml allows"
+tools/check-sdist.sh
+step "Prometheus rules (promtool check rules, promtool test rules)"
+install_promtool() {
+    # Debian's prometheus package is where promtool comes from (the server is
+    # not started: there is no systemd here).
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
+        --no-install-recommends prometheus >/dev/null 2>&1
+}
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+    install_promtool || { apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null 2>&1 && install_promtool; } \
+        || echo "prometheus (promtool) could not be installed; skipping the rules checks" >&2
+fi
+if command -v promtool >/dev/null; then
+    promtool check rules etc/prometheus/ringfleet-rules.yml
+    promtool test rules tests/prometheus/ringfleet-rules-test.yml
+fi
+
 # --durations: the slowest tests in every log, to keep CI under its 25 minutes.
 if (($#)); then
     step "tests: $* (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"

@@ -52,7 +52,7 @@ class FakeRedisServer:
         if importlib.util.find_spec("lupa") is None:  # tooz's group operations are Lua
             raise MissingFakeRedis()
 
-        class _Client(fakeredis.FakeRedis):  # type: ignore[misc]  # untyped for mypy here
+        class _Client(fakeredis.FakeRedis):
             # The shim: fakeredis has no INFO (see the module docstring).
             def info(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
                 return {"redis_version": REDIS_VERSION}

@@ -365,6 +365,11 @@ class _Scenario:
             "no leave, no RPC, its membership left to expire"
         )
         self.result.crashed = victim
+        # At a moment its membership is CONNECTED (its last heartbeat at most
+        # half a TTL ago): the takeover then shows the lease's expiry, not a
+        # heartbeat that a busy machine had delayed already.
+        service = self.fleet.agents()[victim]
+        self.wait(f"{victim} connected", service.membership.can_act, self.options.ttl + self.slack)
         crashed_at = time.monotonic()
         self.fleet.crash_agent(victim)
 

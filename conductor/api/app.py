@@ -1,5 +1,11 @@
-"""The WSGI application: routing, authentication, policy, microversions,
-request ids, JSON bodies and the mapping of conductor errors to HTTP.
+"""The WSGI application: routing, policy, microversions, JSON bodies, the
+text rule on everything a request carries, and the mapping of conductor
+errors to HTTP.
+
+It is the last element of the pipeline of ``etc/ringfleet/api-paste.ini``
+(:mod:`conductor.api.pipeline`): the request id, the body size limit and
+authentication are the middlewares' before it (:mod:`conductor.api.auth`
+leaves the caller's credentials in the environ).
 
 Built on WebOb and Routes (the building blocks of Nova's and Placement's
 APIs, already required by oslo.middleware and keystonemiddleware): a
@@ -15,11 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import uuid
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import oslo_messaging as messaging
@@ -28,14 +32,15 @@ import webob
 import webob.exc
 from oslo_config import cfg
 from oslo_context import context as request_context
+from oslo_middleware import request_id as oslo_request_id
 
-from conductor.api import microversion, policy
-from conductor.common import exception, tenancy
+from conductor.api import auth, microversion, policy
+from conductor.api.errors import ApiError, request_id_of
+from conductor.common import checks, exception, tenancy
 from conductor.common.schemas import Resource
 from conductor.rpcapi import ConductorAPI
 
 __all__ = [
-    "KEYSTONE_UNAVAILABLE",
     "REQUEST_ID_HEADER",
     "ApiError",
     "Application",
@@ -43,48 +48,16 @@ __all__ = [
     "Param",
     "Reply",
     "Route",
-    "global_request_id",
-    "load_tokens",
 ]
 
 LOG = logging.getLogger(__name__)
 
-REQUEST_ID_HEADER = "x-openstack-request-id"
-
-#: WSGI environ key set by :class:`conductor.api.auth_token.AuthToken` when
-#: Keystone could not be reached to check the request's token.
-KEYSTONE_UNAVAILABLE = "ringfleet.keystone_unavailable"
+#: Answered by oslo.middleware's ``request_id`` filter on every response.
+REQUEST_ID_HEADER = oslo_request_id.HTTP_RESP_HEADER_REQUEST_ID
 
 Json = Any
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
-
-
-class ApiError(Exception):
-    """An error answered as JSON: ``status`` and one entry per problem."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        detail: str,
-        *,
-        fields: Iterable[Mapping[str, Any]] = (),
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.fields = [dict(f) for f in fields]
-        self.headers = dict(headers or {})
-
-    @classmethod
-    def invalid(cls, field_name: str, reason: str, value: object = None) -> ApiError:
-        """400 naming one field, as the conductor's ``InvalidInput`` does."""
-        shown = None if value is None else exception.render_value(value)
-        item = {"field": field_name, "reason": reason, "value": shown}
-        return cls(400, "ringfleet.invalid_input", f"{field_name}: {reason}", fields=[item])
 
 
 @dataclass(frozen=True)
@@ -157,85 +130,17 @@ class Route:
         return None if self.envelope is None else self.envelope.fields
 
 
-# -- request ids ------------------------------------------------------------------
-
-_GLOBAL_REQUEST_ID = re.compile(r"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def global_request_id(header: str | None) -> str | None:
-    """The global request id another service sent (``X-OpenStack-Request-ID``
-    on the request), or None.
-
-    OpenStack services pass their own request id on, so that one id ties a
-    user's request together across services (oslo.log prints it before the
-    local id).  Anything but ``req-<uuid>`` is ignored, as oslo.middleware
-    does: a client must not be able to put arbitrary text in our logs.  The
-    response's ``x-openstack-request-id`` is always this API's own id.
-    """
-    if header is not None and _GLOBAL_REQUEST_ID.fullmatch(header):
-        return header
-    return None
-
-
-# -- authentication ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Credentials:
-    user_id: str | None
-    project_id: str | None
-    roles: tuple[str, ...]
-
-    def for_policy(self) -> dict[str, Any]:
-        return {"roles": list(self.roles), "project_id": self.project_id, "user_id": self.user_id}
-
-
-def load_tokens(path: str) -> dict[str, Credentials]:
-    """Parse a token file (``[api] token_file``): ``TOKEN ROLES [PROJECT]`` lines.
-
-    The project is the caller's, as a Keystone token's: what it builds
-    belongs to that project, and it sees that project's instances only.  A
-    token without one builds instances that only admins see.
-    """
-    tokens: dict[str, Credentials] = {}
-    for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) not in (2, 3):
-            raise ValueError(f"{path}:{number}: expected 'TOKEN ROLES [PROJECT]'")
-        roles = tuple(r for r in parts[1].split(",") if r)
-        project = parts[2] if len(parts) == 3 else None
-        tokens[parts[0]] = Credentials(user_id=f"token-{number}", project_id=project, roles=roles)
-    return tokens
-
-
-def _keystone_credentials(environ: Environ) -> Credentials | None:
-    """What keystonemiddleware (auth_token) found, from the headers it sets."""
-    if environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed":
-        return None
-    roles = tuple(r.strip() for r in environ.get("HTTP_X_ROLES", "").split(",") if r.strip())
-    return Credentials(
-        user_id=environ.get("HTTP_X_USER_ID"),
-        project_id=environ.get("HTTP_X_PROJECT_ID"),
-        roles=roles,
-    )
-
-
-NOAUTH = Credentials(user_id="noauth", project_id=None, roles=("admin", "member", "reader"))
-
-
 # -- the application ------------------------------------------------------------
 
 
 class Application:
-    """The ``ringfleet-api`` WSGI application.
+    """The ``ringfleet-api`` WSGI application, the end of the pipeline.
 
     :param conf: parsed, with the ``[api]`` options registered.
     :param api: the conductors' client (shared by every request thread).
     :param route_table: :data:`conductor.api.v1.ROUTES`.
-    :param public: handlers of unauthenticated paths (version discovery, the OpenAPI document).
+    :param public: handlers of :data:`conductor.api.auth.PUBLIC_PATHS`
+        (version discovery, the OpenAPI document).
     """
 
     def __init__(
@@ -245,20 +150,15 @@ class Application:
         route_table: Iterable[Route],
         public: Mapping[str, Callable[[str], Json]],
     ) -> None:
+        if set(public) != auth.PUBLIC_PATHS:
+            raise ValueError(
+                f"public handlers {sorted(public)} are not {sorted(auth.PUBLIC_PATHS)}"
+            )
         self.api = api
         self.routes = list(route_table)
         self.public = dict(public)
-        self.max_body = conf.api.max_request_body_size
         self.max_limit = conf.api.max_limit
         self.public_endpoint = (conf.api.public_endpoint or "").rstrip("/") or None
-        self.strategy = conf.api.auth_strategy
-        self.tokens: dict[str, Credentials] = {}
-        if self.strategy == "token":
-            if not conf.api.token_file:
-                raise exception.ConfigurationError(
-                    "api", "token_file", "required with auth_strategy = token"
-                )
-            self.tokens = load_tokens(conf.api.token_file)
         self.enforcer = policy.Enforcer(conf)
         self.mapper = routes.Mapper()
         self.paths = routes.Mapper()
@@ -270,35 +170,27 @@ class Application:
             if route.path not in self.allowed:
                 self.paths.connect(route.path, template=route.path)
             self.allowed.setdefault(route.path, []).append(route.method)
-        # Set by wsgi.py for auth_strategy = keystone: the authenticated part.
-        self.authenticated: Callable[[Environ, StartResponse], Iterable[bytes]] = self.serve
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "") or "/"
-        if path.rstrip("/") in self.public:
-            return self.serve(environ, start_response)
-        return self.authenticated(environ, start_response)
 
     def base_url(self, request: webob.Request) -> str:
         return self.public_endpoint or request.host_url + request.script_name
 
-    def serve(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        """One request: a fresh request id, the conductor calls made under it."""
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """One request, the conductor calls made under its request id."""
         request = webob.Request(environ)
-        request_id = f"req-{uuid.uuid4()}"
+        request_id = request_id_of(environ)
         version = microversion.MIN_VERSION
-        raw: bytes | None = b""
         previous = request_context.get_current()
         # A caller's context: the conductor calls made under it carry the
         # caller's identity once authenticated (nobody's until then).
         tenancy.CallerContext(
             request_id=request_id,
-            global_request_id=global_request_id(request.headers.get(REQUEST_ID_HEADER)),
+            global_request_id=environ.get(oslo_request_id.GLOBAL_REQ_ID),
             overwrite=True,
         )
         try:
             try:
                 raw = self._read(request)
+                _check_decodable(request)
                 version = microversion.requested(request.headers.get(microversion.HEADER))
                 reply = self._dispatch(request, version, raw)
             except microversion.BadVersion as exc:
@@ -306,13 +198,11 @@ class Application:
             except microversion.UnsupportedVersion as exc:
                 raise ApiError(406, "ringfleet.unsupported_version", str(exc)) from None
         except ApiError as exc:
-            reply = self._error_reply(exc, request_id)
+            reply = Reply(exc.status, exc.body(request_id), exc.headers)
         except Exception:
-            LOG.exception("Unexpected error serving %s %s", request.method, request.path)
-            reply = self._error_reply(
-                ApiError(500, "ringfleet.internal_error", "unexpected error; see the API's log"),
-                request_id,
-            )
+            LOG.exception("Unexpected error serving %s %s", request.method, _shown_path(environ))
+            error = ApiError(500, "ringfleet.internal_error", "unexpected error; see the API's log")
+            reply = Reply(500, error.body(request_id))
         finally:
             if previous is not None:
                 previous.update_store()
@@ -325,28 +215,15 @@ class Application:
         else:
             response.content_type = None
         response.headers.update(reply.headers)
-        response.headers[REQUEST_ID_HEADER] = request_id
         response.headers[microversion.HEADER] = f"{microversion.SERVICE_TYPE} {version}"
         response.headers["Vary"] = microversion.HEADER
         if request.method != "HEAD" or reply.status >= 400:
-            LOG.info("%s %s -> %d (%s)", request.method, request.path_qs, reply.status, request_id)
+            LOG.info(
+                "%s %s -> %d (%s)", request.method, _shown_path(environ), reply.status, request_id
+            )
         return response(environ, start_response)  # type: ignore[no-any-return]
 
-    def _error_reply(self, exc: ApiError, request_id: str) -> Reply:
-        title = webob.exc.status_map[exc.status].title
-        base = {
-            "status": exc.status,
-            "code": exc.code,
-            "title": title,
-            "detail": exc.detail,
-            "request_id": request_id,
-        }
-        errors = [{**base, **f} for f in exc.fields] or [base]
-        return Reply(exc.status, {"errors": errors}, exc.headers)
-
-    def _dispatch(
-        self, request: webob.Request, version: microversion.Version, raw: bytes | None
-    ) -> Reply:
+    def _dispatch(self, request: webob.Request, version: microversion.Version, raw: bytes) -> Reply:
         path = request.path_info or "/"
         public = self.public.get(path.rstrip("/"))
         if public is not None:
@@ -358,6 +235,12 @@ class Application:
                     headers={"Allow": "GET, HEAD"},
                 )
             return Reply(200, public(self.base_url(request)))
+        credentials = request.environ.get(auth.CREDENTIALS)
+        if not isinstance(credentials, auth.Credentials):
+            # The pipeline authenticates every other path first
+            # (conductor.api.auth): an application served without it is
+            # misconfigured, and refuses rather than serve anyone.
+            raise ApiError(401, "ringfleet.unauthorized", "authentication required (X-Auth-Token)")
         route, match = self._match(request, path)
         if version < route.min_version:
             raise ApiError(
@@ -365,7 +248,6 @@ class Application:
                 "ringfleet.not_found",
                 f"{route.method} {route.path} needs microversion {route.min_version}",
             )
-        credentials = self._authenticate(request)
         policy_values = credentials.for_policy()
         path_values = {k: v for k, v in match.items() if k not in ("action", "controller")}
         # The path's project is the target: a rule may compare it with the
@@ -380,13 +262,15 @@ class Application:
             context.project_id = credentials.project_id
             context.roles = list(credentials.roles)
             context.is_admin = self.enforcer.allowed(policy.CONTEXT_IS_ADMIN, policy_values)
+        _check_text(path_values)
+        query = self._query(request, route, version)
         body = self._body(request, route, raw)
         self._check_fields_since(route, body, version)
         call = Call(
             api=self.api,
             request=request,
             path=path_values,
-            query=self._query(request, route, version),
+            query=query,
             body=body,
             version=version,
             base_url=self.base_url(request),
@@ -429,30 +313,6 @@ class Application:
         route = self.routes[int(match.pop("route_index"))]
         return route, match
 
-    def _authenticate(self, request: webob.Request) -> Credentials:
-        if self.strategy == "noauth":
-            return NOAUTH
-        if self.strategy == "token":
-            token = request.headers.get("X-Auth-Token")
-            found = self.tokens.get(token) if token else None
-        else:
-            found = _keystone_credentials(request.environ)
-        if found is not None:
-            return found
-        if request.environ.get(KEYSTONE_UNAVAILABLE):
-            raise ApiError(
-                503,
-                "ringfleet.keystone_unavailable",
-                "Keystone could not be reached to check the token; retry",
-                headers={"Retry-After": "5"},
-            )
-        # Under keystone, keystonemiddleware adds WWW-Authenticate: Keystone
-        # uri="..." (its www_authenticate_uri) to every 401 itself.
-        headers = {"WWW-Authenticate": "X-Auth-Token"} if self.strategy == "token" else None
-        raise ApiError(
-            401, "ringfleet.unauthorized", "authentication required (X-Auth-Token)", headers=headers
-        )
-
     def _query(
         self, request: webob.Request, route: Route, version: microversion.Version
     ) -> dict[str, Any]:
@@ -472,43 +332,43 @@ class Application:
                 continue
             if len(given) > 1:
                 raise ApiError.invalid(name, "given more than once")
+            _check_text({name: given[0]})
             values[name] = _convert(param, given[0])
         return values
 
-    def _read(self, request: webob.Request) -> bytes | None:
-        """The whole body, read before anything else, or None when it is
-        larger than ``max_request_body_size``.
+    @staticmethod
+    def _read(request: webob.Request) -> bytes:
+        """The whole body, read before anything else.
 
-        A refused request's body is read too (and an oversized one read and
-        dropped, up to 64 times the limit): WSGI servers such as gunicorn
-        neither drain an unread body nor honour an application's
-        ``Connection: close``, so a body left unread would be parsed as the
-        next request of a kept-alive connection.
+        Read even when the request is refused: a body left unread would make
+        the server drain it (or close the connection) after the answer.  Its
+        size is limited before it gets here (oslo.middleware's ``sizelimit``,
+        ``[oslo_middleware] max_request_body_size``): a body that only
+        proves too large while read (chunked) is a 413 here.  A body that
+        cannot be read (a malformed chunked encoding, a client gone) is the
+        client's: 400 naming the body.
         """
         length = request.content_length
         chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         if not length and not chunked:
             return b""
         stream = request.body_file_raw
-        if length is not None and length <= self.max_body:
-            data: bytes = stream.read(length)
-            return data
-        kept = b""
-        left = 64 * self.max_body if length is None else min(length, 64 * self.max_body)
-        while left > 0:
-            chunk = stream.read(min(left, 1 << 16))
-            if not chunk:
-                break
-            left -= len(chunk)
-            if len(kept) <= self.max_body:
-                kept += chunk
-        return None if len(kept) > self.max_body else kept
-
-    def _body(self, request: webob.Request, route: Route, raw: bytes | None) -> Json:
-        if raw is None:
+        try:
+            if length:
+                data: bytes = stream.read(length)
+            else:
+                # In pieces: the size limit's reader checks after each read.
+                data = b"".join(iter(lambda: stream.read(1 << 16), b""))
+        except webob.exc.HTTPRequestEntityTooLarge:
             raise ApiError(
-                413, "ringfleet.too_large", f"the body is larger than {self.max_body} bytes"
-            )
+                413, "ringfleet.too_large", "the body is larger than max_request_body_size"
+            ) from None
+        except Exception as exc:  # the server's own errors: any failure of the client's bytes
+            reason = f"could not be read: {exception.first_line(exc)[:200] or type(exc).__name__}"
+            raise ApiError.invalid("body", reason) from None
+        return data
+
+    def _body(self, request: webob.Request, route: Route, raw: bytes) -> Json:
         if route.body is None:
             if raw:
                 raise ApiError.invalid("body", "this call takes no body")
@@ -526,6 +386,9 @@ class Application:
             raise ApiError.invalid("body", f"not JSON: {str(exc)[:200]}") from None
         if not isinstance(body, dict):
             raise ApiError.invalid("body", "must be a JSON object", body)
+        # The conductors apply the same rule; refused here, the caller's
+        # fields are named as it sent them, and no conductor is called.
+        _check_text(body)
         if route.envelope is not None:
             _check_envelope(body, route.envelope)
         return body
@@ -653,3 +516,44 @@ def _convert(param: Param, text: str) -> Any:
     if len(text) > 255:
         raise ApiError.invalid(param.name, "at most 255 characters", text)
     return text
+
+
+def _check_decodable(request: webob.Request) -> None:
+    """A path or query that is not UTF-8 once percent-decoded is the
+    client's mistake (400 naming it), never a failure of webob's decoding.
+
+    :raises ApiError: naming ``path`` or ``query``
+    """
+    try:
+        request.path_info  # noqa: B018 -- decoded on access
+    except UnicodeDecodeError:
+        raise ApiError.invalid("path", "is not UTF-8 once percent-decoded") from None
+    try:
+        request.GET  # noqa: B018 -- decoded on access
+    except UnicodeDecodeError:
+        raise ApiError.invalid("query", "is not UTF-8 once percent-decoded") from None
+
+
+def _check_text(values: dict[str, Any]) -> None:
+    """The one text rule (:func:`conductor.common.checks.text_problem`) on
+    what a request carries: no control character, no lone surrogate.
+
+    :raises ApiError: 400 naming every offending field
+    """
+    try:
+        checks.check_text_everywhere(values)
+    except exception.InvalidInput as exc:
+        raise ApiError(
+            400, "ringfleet.invalid_input", exception.first_line(exc)[:1000], fields=_fields(exc)
+        ) from None
+
+
+def _shown_path(environ: Environ) -> str:
+    """The request's path and query for a log line: as sent, percent-encoded
+    (undecodable bytes and control characters cannot reach the log)."""
+    raw = environ.get("PATH_INFO", "").encode("latin-1", "replace")
+    shown = urllib.parse.quote(raw[:300], safe="/:@!$&'()*+,;=-._~")
+    query = environ.get("QUERY_STRING", "")
+    if query:
+        shown += "?" + urllib.parse.quote(query.encode("latin-1", "replace")[:300], safe="=&%+")
+    return shown

@@ -2,14 +2,14 @@
 auth_strategy = keystone``), telling an unreachable Keystone from a bad token.
 
 The middleware runs with ``delay_auth_decision``: it only marks a request's
-token valid or not (``X-Identity-Status``), and the application answers 401
-itself, in its own error format, after routing (so the public documents and
-a 404 need no token).  In that mode keystonemiddleware reports a Keystone it
+token valid or not (``X-Identity-Status``), and
+:class:`conductor.api.auth.Authenticate`, after it, answers 401 in the API's
+own error format, before any routing.  In that mode keystonemiddleware reports a Keystone it
 could not reach as an *invalid token* (it logs ``Unable to validate token``
 at CRITICAL and defers), so every client would get a 401 and be told to get
 a new token during a Keystone outage.  :class:`AuthToken` marks those
-requests instead (:data:`conductor.api.app.KEYSTONE_UNAVAILABLE` in the WSGI
-environ); the application answers them 503 with ``Retry-After``.
+requests instead (:data:`conductor.api.auth.KEYSTONE_UNAVAILABLE` in the WSGI
+environ); ``Authenticate`` answers them 503 with ``Retry-After``.
 
 A 401 gets its ``WWW-Authenticate: Keystone uri="..."`` header from the
 middleware (``[keystone_authtoken] www_authenticate_uri``).
@@ -25,7 +25,7 @@ from typing import Any
 from keystoneauth1 import exceptions as ksa_exceptions
 from keystonemiddleware import auth_token
 
-from conductor.api import app as api_app
+from conductor.api import auth
 
 __all__ = ["AuthToken"]
 
@@ -63,5 +63,5 @@ class AuthToken(auth_token.AuthProtocol):  # type: ignore[misc]  # keystonemiddl
             # The token's identity headers were already removed (the first
             # thing process_request does) and none were set: the request
             # goes on unauthenticated, marked.
-            request.environ[api_app.KEYSTONE_UNAVAILABLE] = True
+            request.environ[auth.KEYSTONE_UNAVAILABLE] = True
             return None

@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 from oslo_config import cfg
+from oslo_middleware import cors, sizelimit
 
 from conductor.common.conf.groups import register_group_opts
 
-__all__ = ["AUTH_STRATEGIES", "group", "list_opts", "opts", "register_opts"]
+__all__ = [
+    "AUTH_STRATEGIES",
+    "DEFAULT_PASTE_CONFIG",
+    "MAX_REQUEST_BODY_SIZE",
+    "group",
+    "list_opts",
+    "opts",
+    "register_opts",
+    "set_defaults",
+]
+
+#: ringfleet's default of ``[oslo_middleware] max_request_body_size`` (the
+#: sizelimit filter of the pipeline): an import of about 50,000 small
+#: nodes, where oslo.middleware's own default (112 KiB) holds about 350.
+MAX_REQUEST_BODY_SIZE = 16 * 1024 * 1024
+#: ``[api] api_paste_config``'s default.
+DEFAULT_PASTE_CONFIG = "api-paste.ini"
 
 #: ``[api] auth_strategy`` values.
 AUTH_STRATEGIES = ("keystone", "token", "noauth")
@@ -56,15 +73,6 @@ opts = [
         ),
     ),
     cfg.IntOpt(
-        "max_request_body_size",
-        default=16 * 1024 * 1024,
-        min=1024,
-        help=(
-            "Largest request body accepted, in bytes (413 beyond). The "
-            "default fits an import of about 50,000 small nodes."
-        ),
-    ),
-    cfg.IntOpt(
         "max_limit",
         default=1000,
         min=1,
@@ -82,6 +90,17 @@ opts = [
         ),
     ),
     cfg.StrOpt(
+        "api_paste_config",
+        default=DEFAULT_PASTE_CONFIG,
+        help=(
+            "The WSGI pipeline of the API (paste.deploy): a path, or a file "
+            "name looked for in the directories of the config files (e.g. "
+            "/etc/ringfleet/api-paste.ini). Without such a file, "
+            "api-paste.ini is the copy installed with ringfleet "
+            "(etc/ringfleet/api-paste.ini)."
+        ),
+    ),
+    cfg.StrOpt(
         "public_endpoint",
         help=(
             "Base URL clients reach the API at (e.g. "
@@ -93,8 +112,26 @@ opts = [
 ]
 
 
+def set_defaults() -> None:
+    """ringfleet's defaults of the oslo.middleware options its pipeline uses.
+
+    Also the ``oslo.config.opts.defaults`` hook of the ``ringfleet.api``
+    namespace, so that the sample config shows them.
+    """
+    cfg.set_defaults(sizelimit.OPTS, max_request_body_size=MAX_REQUEST_BODY_SIZE)
+    cors.set_defaults(
+        allow_headers=["X-Auth-Token", "OpenStack-API-Version", "X-OpenStack-Request-ID"],
+        expose_headers=["OpenStack-API-Version", "X-OpenStack-Request-ID", "Location"],
+        allow_methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+    )
+
+
 def register_opts(conf: cfg.ConfigOpts) -> None:
+    set_defaults()
     register_group_opts(conf, group, opts)
+    # The sizelimit filter registers it too, when the pipeline loads; here
+    # so that it is known (and may be overridden) before.
+    conf.register_opts(sizelimit.OPTS, group="oslo_middleware")
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:

@@ -5,7 +5,10 @@ Three roles, as Keystone's default roles: ``reader`` (looks), ``member``
 moves, drains, flavors).  ``admin`` implies ``member`` implies ``reader``.
 Operators override any rule in a policy file (oslo.policy's ``[oslo_policy]
 policy_file``); ``oslopolicy-sample-generator --namespace ringfleet.api``
-writes the defaults (entry point ``oslo.policy.policies``).
+writes the defaults (entry point ``oslo.policy.policies``);
+``oslopolicy-policy-generator``, ``oslopolicy-list-redundant`` and
+``oslopolicy-validator`` with ``--namespace ringfleet.api`` read the policy
+file the API would (entry point ``oslo.policy.enforcer``, :func:`get_enforcer`).
 
 Every rule is project-scoped (``scope_types=["project"]``, as Nova's since
 its 2023 defaults: an admin is a project admin, with the ``admin`` role).
@@ -18,6 +21,7 @@ project with the caller's (``project_id:%(project_id)s``).
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -25,7 +29,15 @@ from typing import Any
 from oslo_config import cfg
 from oslo_policy import policy
 
-__all__ = ["ADMIN", "CONTEXT_IS_ADMIN", "MEMBER", "READER", "Enforcer", "list_rules"]
+__all__ = [
+    "ADMIN",
+    "CONTEXT_IS_ADMIN",
+    "MEMBER",
+    "READER",
+    "Enforcer",
+    "get_enforcer",
+    "list_rules",
+]
 
 ADMIN = "role:admin"
 MEMBER = "role:member or " + ADMIN
@@ -172,6 +184,24 @@ def list_rules() -> list[policy.RuleDefault]:
             for name, check, description, operations in _RULES
         ),
     ]
+
+
+def get_enforcer() -> policy.Enforcer:
+    """The API's enforcer for the oslopolicy tools (entry point ``oslo.policy.enforcer``).
+
+    It reads the same ``--config-file``/``--config-dir`` as the tool was
+    given (else ``/etc/ringfleet/ringfleet.conf``), so ``[oslo_policy]
+    policy_file`` is the one ringfleet-api reads.
+    """
+    # The tools parse their options into oslo.config's global object, and
+    # oslopolicy-validator reads [oslo_policy] policy_file from it: the
+    # enforcer must be built on that object (only here; the services never
+    # use it).  Parsed again with the project's name for its default files.
+    conf = cfg.CONF
+    conf(sys.argv[1:], project="ringfleet")
+    enforcer = policy.Enforcer(conf)
+    enforcer.register_defaults(list_rules())
+    return enforcer
 
 
 RULE_NAMES = frozenset([CONTEXT_IS_ADMIN, *(name for name, *_ in _RULES)])

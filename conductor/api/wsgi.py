@@ -9,29 +9,43 @@ Production (see ``docs/http-api.rst``)::
 or uwsgi with ``--module 'conductor.api.wsgi:application'`` (the module
 attribute is built on first access, in each worker).  Each worker process
 builds its own RPC transport when it loads the application, after the fork.
+
+The application is the pipeline of ``api-paste.ini`` (``[api]
+api_paste_config``; :mod:`conductor.api.pipeline`): the health checks,
+oslo.middleware's filters, authentication, then the API.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from oslo_config import cfg
 
-from conductor.api import app as api_app
 from conductor.api import conf as api_conf
-from conductor.api import microversion, openapi, v1
+from conductor.api import pipeline
+from conductor.api.errors import WsgiApp
 from conductor.common import rpc
 from conductor.common.exception import ConfigurationError
 from conductor.common.prepare import prepare_service
 from conductor.rpcapi import ConductorAPI
 
-__all__ = ["CONFIG_ENV", "build_application", "configure", "init_application"]
+__all__ = [
+    "CONFIG_ENV",
+    "PACKAGED_PASTE_FILE",
+    "build_application",
+    "configure",
+    "init_application",
+    "paste_file",
+]
 
 #: Environment variable naming the config file(s) of a WSGI worker (comma-separated).
 CONFIG_ENV = "RINGFLEET_API_CONFIG"
 DEFAULT_CONFIG = "/etc/ringfleet/ringfleet.conf"
+#: The pipeline installed with ringfleet (a copy of etc/ringfleet/api-paste.ini).
+PACKAGED_PASTE_FILE = Path(__file__).with_name("api-paste.ini")
 
 
 def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
@@ -43,60 +57,32 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     return conf
 
 
-def _versions(base_url: str) -> dict[str, Any]:
-    return {"versions": [_version(base_url)], "default_version": _version(base_url)}
+def paste_file(conf: cfg.ConfigOpts) -> str:
+    """The pipeline's paste file: ``[api] api_paste_config`` as a path, or
+    found beside the config files, or (the default name) the installed copy.
+
+    :raises ConfigurationError: when it names no file
+    """
+    name = conf.api.api_paste_config
+    if os.path.isabs(name) and os.path.exists(name):
+        return str(name)
+    found = conf.find_file(name)
+    if found:
+        return str(found)
+    if name == api_conf.DEFAULT_PASTE_CONFIG:
+        return str(PACKAGED_PASTE_FILE)
+    raise ConfigurationError("api", "api_paste_config", f"{name}: no such file")
 
 
-def _version(base_url: str) -> dict[str, Any]:
-    return {
-        "id": "v1",
-        "status": "CURRENT",
-        "min_version": str(microversion.MIN_VERSION),
-        "version": str(microversion.MAX_VERSION),
-        "service_type": microversion.SERVICE_TYPE,
-        "links": [
-            {"rel": "self", "href": f"{base_url}/v1/"},
-            {
-                "rel": "describedby",
-                "type": "application/vnd.oai.openapi+json;version=3.1",
-                "href": f"{base_url}/v1/openapi.json",
-            },
-        ],
-    }
-
-
-def build_application(conf: cfg.ConfigOpts, api: ConductorAPI | None = None) -> api_app.Application:
-    """The application for a parsed ``conf``; ``api`` defaults to a client
-    of ``[DEFAULT] transport_url`` with ``[api] rpc_timeout``."""
+def build_application(conf: cfg.ConfigOpts, api: ConductorAPI | None = None) -> WsgiApp:
+    """The API's pipeline (``api-paste.ini``) for a parsed ``conf``; ``api``
+    defaults to a client of ``[DEFAULT] transport_url`` with ``[api] rpc_timeout``."""
     if api is None:
         api = ConductorAPI(rpc.get_transport(conf), timeout=conf.api.rpc_timeout)
-    spec = openapi.document(v1.ROUTES)
-    application = api_app.Application(
-        conf,
-        api,
-        v1.ROUTES,
-        public={
-            "": _versions,
-            "/v1": lambda base: {"version": _version(base)},
-            "/v1/openapi.json": lambda base: spec,
-        },
-    )
-    if conf.api.auth_strategy == "keystone":
-        try:
-            from conductor.api import auth_token  # noqa: PLC0415 -- optional extra
-        except ImportError:
-            raise ConfigurationError(
-                "api",
-                "auth_strategy",
-                "keystone needs keystonemiddleware: pip install 'ringfleet[keystone]'",
-            ) from None
-        application.authenticated = auth_token.AuthToken(
-            application.serve, {"oslo_config_config": conf, "delay_auth_decision": True}
-        )
-    return application
+    return pipeline.load(conf, api, paste_file(conf))
 
 
-def init_application(argv: Sequence[str] | None = None) -> api_app.Application:
+def init_application(argv: Sequence[str] | None = None) -> WsgiApp:
     """For a WSGI server: config files from ``$RINGFLEET_API_CONFIG`` (or
     ``/etc/ringfleet/ringfleet.conf``), no command line."""
     if argv is None:
@@ -107,7 +93,7 @@ def init_application(argv: Sequence[str] | None = None) -> api_app.Application:
     return build_application(configure(argv))
 
 
-_application: api_app.Application | None = None
+_application: WsgiApp | None = None
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

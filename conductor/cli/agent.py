@@ -17,7 +17,7 @@ class AgentDrain(ConductorCommand, ShowOne):
     """Ask a live agent to hand all its nodes (pinned ones too) to the others, then stop.
 
     The hand-over happens afterwards, in the agent: follow it with
-    ``ringfleet fleet status``.
+    'ringfleet fleet status'.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

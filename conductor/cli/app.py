@@ -18,13 +18,21 @@ from typing import Any
 from cliff.app import App
 from cliff.commandmanager import CommandManager
 
+from conductor.cli import login
 from conductor.cli.client import build_client
 from conductor.cli.http_client import HttpConductorAPI
 
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
 
 # Libraries whose warnings are shown only with -v.
-_QUIET_LIBRARIES = ("kombu", "oslo.messaging", "oslo_messaging", "amqp")
+_QUIET_LIBRARIES = (
+    "kombu",
+    "oslo.messaging",
+    "oslo_messaging",
+    "amqp",
+    "keystoneauth",
+    "openstack",
+)
 
 # Entry point namespace of the CLI's commands (pyproject.toml).
 COMMAND_NAMESPACE = "ringfleet.cli"
@@ -72,14 +80,18 @@ class RingfleetApp(App):
             default=os.environ.get("OS_ENDPOINT"),
             metavar="URL",
             help="go through the HTTP API (ringfleet-api) at URL instead of RPC "
-            "(env OS_ENDPOINT); the config file is then not read",
+            "(env OS_ENDPOINT); the config file is then not read. With a "
+            "Keystone login and no --os-endpoint, the catalog's baremetal-fleet "
+            "endpoint",
         )
         parser.add_argument(
             "--os-token",
             default=os.environ.get("OS_TOKEN"),
             metavar="TOKEN",
-            help="X-Auth-Token for --os-endpoint (env OS_TOKEN)",
+            help="a token: sent as it is with only --os-endpoint; with --os-cloud or "
+            "--os-auth-url, a Keystone token to log in with (env OS_TOKEN)",
         )
+        login.add_arguments(parser)
         return parser
 
     def configure_logging(self) -> None:
@@ -110,9 +122,10 @@ class RingfleetApp(App):
     def conductor_client(self) -> Any:
         """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""
         if self._client is None:
-            if self.options.os_endpoint:
+            if login.wants_http(self.options):
                 self._client = HttpConductorAPI(
-                    self.options.os_endpoint, self.options.os_token, self.options.rpc_timeout
+                    login.log_in(self.options, self.options.rpc_timeout),
+                    self.options.rpc_timeout,
                 )
             else:
                 self._transport, self._client = build_client(

@@ -23,7 +23,7 @@ from conductor.common import broker_outage, rpc
 from conductor.common.exception import ConfigurationError, ServiceUnavailable, first_line
 from conductor.rpcapi import ConductorAPI
 
-__all__ = ["DEFAULT_CONFIG_FILE", "build_client"]
+__all__ = ["DEFAULT_CONFIG_FILE", "build_client", "client_from_conf"]
 
 DEFAULT_CONFIG_FILE = "/etc/ringfleet/ringfleet.conf"
 
@@ -55,6 +55,19 @@ def build_client(
     )
     # No argv: the CLI's own parser already consumed the command line.
     conf([], project="ringfleet", default_config_files=files)
+    return client_from_conf(conf, timeout, source)
+
+
+def client_from_conf(
+    conf: cfg.ConfigOpts, timeout: float, source: str
+) -> tuple[messaging.Transport, ConductorAPI]:
+    """(transport, client) for a parsed ``conf`` (with the RPC options
+    registered); ``source`` names where its configuration came from, for
+    the errors.
+
+    :raises ConfigurationError: no ``[DEFAULT] transport_url``
+    :raises ServiceUnavailable: the broker did not answer within *timeout*
+    """
     if not conf.transport_url:
         raise ConfigurationError(
             "DEFAULT", "transport_url", f"not set ({source}); or use --os-endpoint"

@@ -112,8 +112,13 @@ class ConductorCommand:
 
     @property
     def client(self) -> Any:
-        """The :class:`conductor.rpcapi.ConductorAPI` of the app."""
-        return self.app.conductor_client()
+        """The :class:`conductor.rpcapi.ConductorAPI` of the app (``ringfleet``),
+        or the API client of the openstack CLI's plugin
+        (:mod:`conductor.cli.osc_plugin`)."""
+        conductor_client = getattr(self.app, "conductor_client", None)
+        if conductor_client is None:
+            return self.app.client_manager.ringfleet
+        return conductor_client()
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         try:

@@ -35,8 +35,13 @@ class FlavorCreate(ConductorCommand, ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME")
-        parser.add_argument("--resource-class", required=True, metavar="CLASS")
+        parser.add_argument("name", metavar="NAME", help="unique flavor name")
+        parser.add_argument(
+            "--resource-class",
+            required=True,
+            metavar="CLASS",
+            help="the resource class of the nodes it builds on",
+        )
         parser.add_argument("--required-trait", action="append", metavar="TRAIT", help="repeatable")
         parser.add_argument(
             "--forbidden-trait", action="append", metavar="TRAIT", help="repeatable"
@@ -87,7 +92,7 @@ class FlavorShow(ConductorCommand, ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME")
+        parser.add_argument("name", metavar="NAME", help="flavor name")
         return parser
 
     def take_action(
@@ -101,7 +106,7 @@ class FlavorDelete(ConductorCommand, Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("names", metavar="NAME", nargs="+")
+        parser.add_argument("names", metavar="NAME", nargs="+", help="flavor names")
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:

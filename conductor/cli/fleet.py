@@ -80,7 +80,7 @@ class FleetCheck(ConductorCommand, Command):
     claim), live agents excluded from the ring (another ring version), a
     conductor that cannot tell who is alive, builds, deletes and instance
     power actions (reboot, stop, start, rebuild) whose instance has not
-    changed for the conductor's ``[conductor] stuck_after``, and nodes
+    changed for the conductor's [conductor] stuck_after, and nodes
     whose stored state disagrees with their instance (an ACTIVE instance
     on a node not active, a node deploying or active hosting nothing, a
     node gone from Ironic hosting an instance) or
@@ -88,9 +88,9 @@ class FleetCheck(ConductorCommand, Command):
     hold, an ACTIVE instance on a node Ironic does not show deployed with
     it, a node failed in Ironic hosting nothing).
 
-    (A plain command: its text output is one ``KIND: message`` line per
-    problem, as monitoring plugins expect; ``-f json|yaml`` gives the
-    conductor's whole report, with the same exit status.)
+    Its text output is one 'KIND: message' line per problem, as
+    monitoring plugins expect; -f json or -f yaml gives the
+    conductor's whole report, with the same exit status.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""The conductor API through ``ringfleet-api`` (``ringfleet --os-endpoint URL``).
+"""The conductor API through ``ringfleet-api`` (``ringfleet --os-endpoint URL``,
+``--os-cloud NAME``...: :mod:`conductor.cli.login`).
 
 :class:`HttpConductorAPI` has the methods of :class:`conductor.rpcapi.ConductorAPI`
 that the CLI calls, each one HTTP request (or several, following ``next``
@@ -15,7 +16,9 @@ import urllib.parse
 from typing import Any
 
 import requests
+from keystoneauth1 import exceptions as ks_exceptions
 
+from conductor.cli.login import Login
 from conductor.common import exception
 
 __all__ = ["HttpConductorAPI", "HttpError"]
@@ -47,38 +50,43 @@ _CONFLICT = {
 class HttpConductorAPI:
     """The CLI's conductor client over HTTP.
 
-    :param endpoint: the API's base URL, e.g. ``http://fleet.example.com:6486``
-    :param token: sent as ``X-Auth-Token`` (None: noauth)
+    :param login: the API's base URL (e.g. ``http://fleet.example.com:6486``)
+        and the keystoneauth session that adds the token
     :param timeout: seconds per HTTP request
     """
 
-    def __init__(self, endpoint: str, token: str | None, timeout: float) -> None:
-        self.endpoint = endpoint.rstrip("/")
+    def __init__(self, login: Login, timeout: float) -> None:
+        self.endpoint = login.endpoint.rstrip("/")
         self.timeout = timeout
-        self.session = requests.Session()
-        self.session.headers.update(API_VERSION_HEADER)
-        if token:
-            self.session.headers["X-Auth-Token"] = token
+        self.session = login.session
 
     def _request(self, method: str, path: str, body: Any = None, **query: Any) -> Any:
         url = path if path.startswith("http") else f"{self.endpoint}{path}"
         params = {k: _text(v) for k, v in query.items() if v is not None}
         try:
             response = self.session.request(
-                method,
                 url,
+                method,
                 json=body,
                 params=params or None,
+                headers=API_VERSION_HEADER,
                 timeout=self.timeout,
+                raise_exc=False,
             )
-        except requests.RequestException as exc:
+        except ks_exceptions.Unauthorized:
+            # Raised by the login itself (an API 401 is a response).
+            raise HttpError("Keystone refused the credentials") from None
+        except (ks_exceptions.ClientException, requests.RequestException) as exc:
             raise HttpError(f"no answer from {self.endpoint}: {type(exc).__name__}") from None
         if response.status_code >= 400:
             raise _error(response, path)
         return response.json() if response.content else None
 
     def close(self) -> None:
-        self.session.close()
+        # keystoneauth's Session keeps its requests.Session as ``session``.
+        transport = getattr(self.session, "session", None)
+        if transport is not None:
+            transport.close()
 
     def _pages(self, path: str, key: str, limit: int, query: dict[str, Any]) -> list[Any]:
         """Up to ``limit`` items, following the API's ``next`` links."""

@@ -210,11 +210,13 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
 
 
 class InstanceCreate(ConductorCommand, Lister):
-    """Build instances of a flavor (``--count`` of them)."""
+    """Build instances of a flavor (--count of them)."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("--flavor", required=True, metavar="FLAVOR")
+        parser.add_argument(
+            "--flavor", required=True, metavar="FLAVOR", help="flavor name (flavor list)"
+        )
         parser.add_argument("--count", type=int, default=1, metavar="N", help="(default 1)")
         parser.add_argument("--name", metavar="NAME", help="name (NAME-1..NAME-N for N > 1)")
         parser.add_argument("--group", metavar="GROUP", help="node group to build in")
@@ -352,7 +354,7 @@ class InstanceShow(ConductorCommand, ShowOne):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("instance", metavar="UUID")
+        parser.add_argument("instance", metavar="UUID", help="instance uuid")
         return parser
 
     def take_action(
@@ -367,7 +369,7 @@ class InstanceDelete(ConductorCommand, Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("instances", metavar="UUID", nargs="+")
+        parser.add_argument("instances", metavar="UUID", nargs="+", help="instance uuids")
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
@@ -381,7 +383,7 @@ class _InstanceVerb(ConductorCommand, Lister):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("instances", metavar="UUID", nargs="+")
+        parser.add_argument("instances", metavar="UUID", nargs="+", help="instance uuids")
         return parser
 
     def take_action(
@@ -396,7 +398,7 @@ class _InstanceVerb(ConductorCommand, Lister):
 class InstanceReboot(_InstanceVerb):
     """Reboot active instances: soft (the OS restarts; hard where the hardware
     cannot) or --hard (a power cycle).  Issued again while one hangs, it
-    routes it anew (see ``fleet check``'s stuck-action)."""
+    routes it anew (see the stuck-action problem of 'fleet check')."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -408,25 +410,25 @@ class InstanceReboot(_InstanceVerb):
 
 
 class InstanceStop(_InstanceVerb):
-    """Power active instances off (a clean shutdown first): ``stopped``."""
+    """Power active instances off (a clean shutdown first): stopped."""
 
     def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
         return self.client.stop_instance(instance)  # type: ignore[no-any-return]
 
 
 class InstanceStart(_InstanceVerb):
-    """Power stopped instances on: ``active``."""
+    """Power stopped instances on: active."""
 
     def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
         return self.client.start_instance(instance)  # type: ignore[no-any-return]
 
 
 class InstanceRebuild(_InstanceVerb):
-    """Re-image active or stopped instances on their nodes: ``active``.
+    """Re-image active or stopped instances on their nodes: active.
 
     With the image and config drive they were deployed with, or a new
-    ``--image`` and/or config drive parts (``--user-data``, ``--public-key``
-    and ``--meta`` as meta_data, ``--network-data``): each given replaces
+    --image and/or config drive parts (--user-data, --public-key
+    and --meta as meta_data, --network-data): each given replaces
     the instance's, the others are kept.
     """
 

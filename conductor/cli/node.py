@@ -82,7 +82,12 @@ class NodeCreate(ConductorCommand, ShowOne):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="NAME", help="unique node name")
-        parser.add_argument("--resource-class", required=True, metavar="CLASS")
+        parser.add_argument(
+            "--resource-class",
+            required=True,
+            metavar="CLASS",
+            help="the node's resource class, which flavors select (e.g. baremetal)",
+        )
         parser.add_argument("--uuid", metavar="UUID", help="node uuid (generated if absent)")
         parser.add_argument("--group", metavar="GROUP", help="node group (default: '')")
         parser.add_argument(
@@ -96,13 +101,21 @@ class NodeCreate(ConductorCommand, ShowOne):
             metavar="KEY=VALUE",
             help="repeatable; 'capabilities=k1:v1,k2:v2' sets the capabilities",
         )
-        parser.add_argument("--maintenance", action="store_true", default=None)
-        parser.add_argument("--maintenance-reason", metavar="TEXT")
+        parser.add_argument(
+            "--maintenance",
+            action="store_true",
+            default=None,
+            help="enroll it in maintenance: never scheduled until cleared",
+        )
+        parser.add_argument("--maintenance-reason", metavar="TEXT", help="why it is in maintenance")
         parser.add_argument(
             "--provision-state",
             choices=[ProvisionState.ENROLL, ProvisionState.MANAGEABLE, ProvisionState.AVAILABLE],
+            help="initial provision state (default: available, schedulable)",
         )
-        parser.add_argument("--power-state", choices=list(PowerState))
+        parser.add_argument(
+            "--power-state", choices=list(PowerState), help="power state as last known"
+        )
         return parser
 
     def take_action(
@@ -157,6 +170,17 @@ class _Progress:
             self._stream.flush()
 
 
+def _label(path: str) -> str:
+    """How messages name the imported file."""
+    return "<stdin>" if path == "-" else path
+
+
+def _in_file(path: str, error: FieldError) -> FieldError:
+    """A problem of the file itself (field '' or 'line N'), naming the file."""
+    where = f"{_label(path)}: {error.field}" if error.field else _label(path)
+    return FieldError(where, error.reason, error.value)
+
+
 def _row_errors(errors: Sequence[FieldError], lines: Sequence[int]) -> list[tuple[int, str]]:
     """``(line, message)`` for validation errors on ``nodes[i]`` paths."""
 
@@ -184,28 +208,36 @@ class NodeImport(ConductorCommand, Command):
     Every row is validated first, and checked against the nodes stored
     already; bad rows are reported with their line and field (the first
     --max-problems of them, then how many more), and then nothing is
-    imported.  Good files are imported in batches (each batch all
-    or nothing on the conductor; a concurrent import of the same names can
-    still make a later batch fail, and the message says what was imported).  YAML and JSON
-    files hold a list of node specs (or a mapping whose ``nodes`` is that
-    list); see ``ringfleet node create`` for the fields.  CSV columns:
-    name, uuid, resource_class, traits (space/comma/semicolon separated),
-    group, maintenance, maintenance_reason, provision_state, power_state,
+    imported.  Good files are imported in batches (each batch all or
+    nothing on the conductor; a concurrent import of the same names can
+    still make a later batch fail, and the message says what was
+    imported), and one summary line is printed.  YAML and JSON files hold
+    a list of node specs (or a mapping whose 'nodes' is that list); see
+    'ringfleet node create' for the fields.  CSV columns: name, uuid,
+    resource_class, traits (space/comma/semicolon separated), group,
+    maintenance, maintenance_reason, provision_state, power_state,
     capabilities, and properties.<name> for any other property.
-
-    (A plain command, not a ShowOne: ``--format`` is the file's format
-    here, and the result is one summary line.)
     """
+
+    # --format was this command's first spelling of --input-format; it is
+    # still read (with a warning) because the command has no -f/--format of
+    # its own to clash with.
+    _DEPRECATED_FORMAT = "--format"
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.description = self.__doc__
         parser.add_argument("file", metavar="FILE", help="the file ('-' reads stdin)")
         parser.add_argument(
-            "--format",
+            "--input-format",
             dest="file_format",
             choices=node_files.FORMATS,
-            help="file format (default: from the extension)",
+            help="the file's format (default: from its extension)",
+        )
+        parser.add_argument(
+            self._DEPRECATED_FORMAT,
+            dest="deprecated_file_format",
+            choices=node_files.FORMATS,
+            help="deprecated spelling of --input-format",
         )
         parser.add_argument(
             "--batch-size",
@@ -240,14 +272,19 @@ class NodeImport(ConductorCommand, Command):
             raise InvalidInput(
                 [FieldError.about("--max-problems", "must be 0 or more", parsed_args.max_problems)]
             )
+        fmt = self._input_format(parsed_args)
         path = parsed_args.file
-        fmt = node_files.detect_format("" if path == "-" else path, parsed_args.file_format)
-        text = self._read(path)
+        try:
+            fmt = node_files.detect_format("" if path == "-" else path, fmt)
+            text = self._read(path)
+            rows, bad_rows = node_files.read_nodes(text, fmt)
+        except InvalidInput as exc:
+            # The file itself is unusable: name it in every problem.
+            raise InvalidInput([_in_file(path, error) for error in exc.errors]) from None
         enabled = parsed_args.progress
         progress = _Progress(
             self.app.stderr, self.app.stderr.isatty() if enabled is None else enabled
         )
-        rows, bad_rows = node_files.read_nodes(text, fmt)
         progress.update(f"read {len(rows)} rows from {path}; validating")
         lines = [line for line, _ in rows]
         problems = [(int(e.field.split()[1]), e.reason) for e in bad_rows]
@@ -269,7 +306,7 @@ class NodeImport(ConductorCommand, Command):
             raise InvalidInput(
                 [
                     FieldError(
-                        "FILE",
+                        _label(path),
                         f"{bad} of {len(rows) + len(bad_rows)} rows are bad; nothing imported",
                     )
                 ]
@@ -278,9 +315,29 @@ class NodeImport(ConductorCommand, Command):
         progress.done()
         batches = (len(payloads) + parsed_args.batch_size - 1) // parsed_args.batch_size
         self.app.stdout.write(
-            f"Imported {imported} nodes from {path} ({fmt}) in {batches} batches\n"
+            f"Imported {imported} nodes from {_label(path)} ({fmt}) in {batches} batches\n"
         )
         return 0
+
+    def _input_format(self, parsed_args: argparse.Namespace) -> str | None:
+        old = parsed_args.deprecated_file_format
+        if old is None:
+            return parsed_args.file_format  # type: ignore[no-any-return]
+        if parsed_args.file_format not in (None, old):
+            raise InvalidInput(
+                [
+                    FieldError.about(
+                        self._DEPRECATED_FORMAT,
+                        f"contradicts --input-format {parsed_args.file_format}",
+                        old,
+                    )
+                ]
+            )
+        self.app.stderr.write(
+            f"ringfleet {self.cmd_name}: warning: {self._DEPRECATED_FORMAT} is deprecated, "
+            "use --input-format\n"
+        )
+        return old  # type: ignore[no-any-return]
 
     def _report(self, path: str, problems: Sequence[tuple[int, str]], most: int) -> None:
         """The first ``most`` problems (0: all), then how many more: a
@@ -288,10 +345,10 @@ class NodeImport(ConductorCommand, Command):
         shown = problems[:most] if most else problems
         for line, message in shown:
             where = f"line {line}: " if line else ""
-            self.app.stderr.write(f"{path}: {where}{message}\n")
+            self.app.stderr.write(f"{_label(path)}: {where}{message}\n")
         if len(shown) < len(problems):
             self.app.stderr.write(
-                f"{path}: ... and {len(problems) - len(shown):,} more problems "
+                f"{_label(path)}: ... and {len(problems) - len(shown):,} more problems "
                 "(--max-problems 0 prints every one)\n"
             )
 
@@ -302,7 +359,7 @@ class NodeImport(ConductorCommand, Command):
             with open(path, encoding="utf-8") as handle:
                 return handle.read()
         except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInput([FieldError("FILE", f"cannot read {path}: {exc}")]) from None
+            raise InvalidInput([FieldError("", f"cannot read: {exc}")]) from None
 
     def _stored_clashes(
         self,
@@ -341,11 +398,11 @@ class NodeImport(ConductorCommand, Command):
                 line = lines[start + exc.index] if exc.index is not None else None
                 where = f"line {line}: " if line is not None else ""
                 first = lines[start] if start < len(lines) else 0
-                self.app.stderr.write(f"{path}: {where}{describe_error(exc)[0]}\n")
+                self.app.stderr.write(f"{_label(path)}: {where}{describe_error(exc)[0]}\n")
                 raise InvalidInput(
                     [
                         FieldError(
-                            "FILE",
+                            _label(path),
                             f"{imported} nodes imported, before the batch starting at "
                             f"line {first}; that batch and the rest were not",
                         )
@@ -369,11 +426,21 @@ class NodeList(ConductorCommand, StreamingLister):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("--resource-class", metavar="CLASS")
-        parser.add_argument("--group", metavar="GROUP")
-        parser.add_argument("--owner", metavar="HOST")
-        parser.add_argument("--provision-state", choices=list(ProvisionState))
-        parser.add_argument("--maintenance", action=argparse.BooleanOptionalAction)
+        parser.add_argument(
+            "--resource-class", metavar="CLASS", help="only nodes of this resource class"
+        )
+        parser.add_argument("--group", metavar="GROUP", help="only nodes of this node group")
+        parser.add_argument("--owner", metavar="HOST", help="only nodes this agent owns")
+        parser.add_argument(
+            "--provision-state",
+            choices=list(ProvisionState),
+            help="only nodes in this provision state",
+        )
+        parser.add_argument(
+            "--maintenance",
+            action=argparse.BooleanOptionalAction,
+            help="only nodes in (--maintenance) or out of (--no-maintenance) maintenance",
+        )
         parser.add_argument(
             "--pinned",
             action=argparse.BooleanOptionalAction,
@@ -470,7 +537,7 @@ class NodeSet(ConductorCommand, Command):
         )
         parser.add_argument("--add-trait", action="append", metavar="TRAIT", help="repeatable")
         parser.add_argument("--remove-trait", action="append", metavar="TRAIT", help="repeatable")
-        parser.add_argument("--resource-class", metavar="CLASS")
+        parser.add_argument("--resource-class", metavar="CLASS", help="a new resource class")
         parser.add_argument(
             "--maintenance",
             action=argparse.BooleanOptionalAction,
@@ -542,8 +609,8 @@ class NodeSync(ConductorCommand, ShowOne):
     """Import Ironic's inventory now: new nodes, changed states, removed nodes retired,
     orphan claims handed to their owners.
 
-    A conductor runs one pass (the same as its periodic ``[ironic]
-    sync_interval`` pass) and answers what it did.
+    A conductor runs one pass (the same as its periodic [ironic]
+    sync_interval pass) and answers what it did.
     """
 
     def take_action(
@@ -576,11 +643,13 @@ _POWER_VERBS = {
 
 class NodePower(ConductorCommand, ShowOne):
     """Power a node on or off, or reboot it (its owner does it in the background;
-    ``node show`` then shows power_state).  An instance on it keeps its state."""
+    'node show' then shows power_state).  An instance on it keeps its state."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("verb", choices=("on", "off", "reboot"))
+        parser.add_argument(
+            "verb", choices=("on", "off", "reboot"), help="power on, off, or reboot"
+        )
         parser.add_argument("node", metavar="NODE", help="uuid or name")
         parser.add_argument(
             "--soft", action="store_true", help="off/reboot: ask the OS to shut down first"

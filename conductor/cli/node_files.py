@@ -61,14 +61,10 @@ def detect_format(path: str, given: str | None) -> str:
     for extension, name in _EXTENSIONS.items():
         if path.lower().endswith(extension):
             return name
+    if not path:
+        raise InvalidInput([FieldError("", "standard input needs --input-format")])
     raise InvalidInput(
-        [
-            FieldError.about(
-                "FILE",
-                "unknown extension; use .yaml, .yml, .json or .csv, or --format",
-                path,
-            )
-        ]
+        [FieldError("", "unknown extension; use .yaml, .yml, .json or .csv, or --input-format")]
     )
 
 
@@ -273,9 +269,9 @@ def _read_yaml(text: str) -> list[LineSpec]:
         ]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}" if mark is not None else "FILE"
+        where = f"line {mark.line + 1}" if mark is not None else ""
         raise InvalidInput([FieldError(where, f"bad YAML: {exc.problem or exc}")]) from None
     except yaml.YAMLError as exc:
-        raise InvalidInput([FieldError("FILE", f"bad YAML: {exc}")]) from None
+        raise InvalidInput([FieldError("", f"bad YAML: {exc}")]) from None
     finally:
         loader.dispose()

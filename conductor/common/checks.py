@@ -32,6 +32,7 @@ __all__ = [
     "looks_like_uuid",
     "name_problem",
     "normalized_uuid",
+    "text_problem",
     "validate_name",
     "validate_uuid",
 ]
@@ -204,6 +205,13 @@ def check_record(
 #: PostgreSQL and came back as a server error, or was stored in properties
 #: and extra specs (issue 16).
 _CONTROL_RE: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: Lone surrogates (U+D800 to U+DFFF): what JSON's ``"\ud800"`` escape
+#: decodes to, and no Unicode text.  PostgreSQL refused them in a text column
+#: with a server error; a JSON column stored them and handed them back as
+#: invalid Unicode (issue 28).
+_SURROGATE_RE: Final = re.compile("[\ud800-\udfff]")
+CONTROL_REASON: Final = "must not contain control characters"
+SURROGATE_REASON: Final = "must not contain lone surrogates (\\ud800-\\udfff: not Unicode text)"
 #: Deepest nesting of lists and mappings any argument may have (the deepest
 #: legitimate one, a node spec's properties in an import, has 3).
 MAX_NESTING: Final = 16
@@ -211,14 +219,30 @@ MAX_NESTING: Final = 16
 _MAX_NAMED: Final = 20
 
 
+def text_problem(text: str) -> str | None:
+    """Why ``text`` may not be a string of the API (the reason to refuse it
+    with), or None: no control character but tab, line feed and carriage
+    return, no lone surrogate.
+
+    The one text rule: the RPC server applies it to every argument of every
+    call (:func:`check_text_everywhere`) and the HTTP API to every query
+    value, path variable and body before it calls a conductor.
+    """
+    if _CONTROL_RE.search(text):
+        return CONTROL_REASON
+    if _SURROGATE_RE.search(text):
+        return SURROGATE_REASON
+    return None
+
+
 def check_text_everywhere(arguments: dict[str, Any]) -> None:
     """The rule for every string of every RPC call, in one place.
 
     No key or value anywhere in ``arguments`` (mappings and lists walked to
-    :data:`MAX_NESTING`) may hold a control character other than tab, line
-    feed and carriage return.  Applied by the RPC server to each call before
-    the method runs (:mod:`conductor.common.rpc`), so no method can forget
-    it and nothing is changed by a refused call.
+    :data:`MAX_NESTING`) may break :func:`text_problem`.  Applied by the RPC
+    server to each call before the method runs (:mod:`conductor.common.rpc`),
+    so no method can forget it and nothing is changed by a refused call; the
+    HTTP API applies it to what it is sent, with the fields of the request.
 
     :raises InvalidInput: naming each offending field by its path
         (``node.properties.rack``, ``node_uuids[3]``), at most 20
@@ -228,18 +252,18 @@ def check_text_everywhere(arguments: dict[str, Any]) -> None:
     while stack and len(errors) < _MAX_NAMED:
         path, value, depth = stack.pop()
         if isinstance(value, str):
-            if _CONTROL_RE.search(value):
-                errors.append(FieldError.about(path, "must not contain control characters", value))
+            problem = text_problem(value)
+            if problem is not None:
+                errors.append(FieldError.about(path, problem, value))
         elif isinstance(value, (dict, list, tuple)):
             if depth >= MAX_NESTING:
                 errors.append(FieldError(path, f"is nested deeper than {MAX_NESTING} levels"))
                 continue
             if isinstance(value, dict):
                 for key, item in value.items():
-                    if isinstance(key, str) and _CONTROL_RE.search(key):
-                        errors.append(
-                            FieldError.about(path, "keys must not contain control characters", key)
-                        )
+                    problem = text_problem(key) if isinstance(key, str) else None
+                    if problem is not None:
+                        errors.append(FieldError.about(path, "keys " + problem, key))
                     stack.append((f"{path}.{key}", item, depth + 1))
             else:
                 stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))

@@ -25,7 +25,7 @@ from oslo_messaging._metrics import client as metrics_client
 from oslo_messaging._tracing import client as tracing_client
 from oslo_messaging.rpc import dispatcher
 
-from conductor.common import broker_outage, checks, deep_messages, tenancy
+from conductor.common import broker_outage, checks, deep_messages, prompt_stop, tenancy
 from conductor.common.exception import FieldError, InvalidInput, NotUpgraded, RingfleetError
 
 __all__ = [
@@ -188,8 +188,10 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 
 def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
     """The RPC transport of ``[DEFAULT] transport_url``; its outages are said
-    once each (:mod:`conductor.common.broker_outage`)."""
+    once each (:mod:`conductor.common.broker_outage`), and its listeners stop
+    within about a second (:mod:`conductor.common.prompt_stop`)."""
     register_opts(conf)
+    prompt_stop.install(float(conf.oslo_messaging_rabbit.kombu_reconnect_delay))
     url = messaging.TransportURL.parse(conf, conf.transport_url)
     broker_outage.watch(url)
     return messaging.get_rpc_transport(conf, url=url, allowed_remote_exmods=ALLOWED_EXMODS)

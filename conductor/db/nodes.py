@@ -238,8 +238,10 @@ _CLASH_CHUNK = 1000
 
 @retry_on_dead_connection
 def _stored_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[tuple[int, str, str]]:
-    """``(index, "name" or "uuid", value)`` of every spec whose name or uuid is
-    stored already, by index (a name before a uuid)."""
+    """``(index, "uuid" or "name", value)`` of every spec whose uuid or name is
+    stored already, by index, a uuid before a name: a stored uuid says the
+    very node exists (a retried create), which is what its client needs to
+    hear, whatever the name."""
     index_of_name = {s.name: i for i, s in enumerate(specs)}
     index_of_uuid = {s.uuid: i for i, s in enumerate(specs)}
     clashes: list[tuple[int, str, str]] = []
@@ -256,7 +258,7 @@ def _stored_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[tuple[int, 
                     clashes.append((index_of_name[name], "name", name))
                 if uuid in index_of_uuid:
                     clashes.append((index_of_uuid[uuid], "uuid", uuid))
-    return sorted(clashes)
+    return sorted(clashes, key=lambda clash: (clash[0], clash[1] != "uuid", clash[2]))
 
 
 def existing_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[FieldError]:

@@ -8,6 +8,7 @@ from this conductor's own membership view.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -28,7 +29,7 @@ from conductor.rpcapi import API_VERSION
 from conductor.validation import arguments
 from hashring.membership import MembershipView, State
 
-__all__ = ["FleetEndpoint"]
+__all__ = ["PROBLEM_KINDS", "FleetEndpoint", "problem_counts"]
 
 LOG = logging.getLogger(__name__)
 
@@ -38,6 +39,17 @@ _STUCK_KINDS: Final = {
     VmState.DELETING.value: "stuck-delete",
     fleet_report.STUCK_ACTION: "stuck-action",
 }
+#: The kinds of problem :func:`problem_counts` counts (every
+#: kind of :meth:`FleetEndpoint.fleet_check` but ``membership``, which the
+#: ``ringfleet_membership_state`` metric shows).
+PROBLEM_KINDS: Final = (
+    "orphaned",
+    "excluded",
+    "double-claimed",
+    *_STUCK_KINDS.values(),
+    "state-mismatch",
+    "backend-mismatch",
+)
 #: What a stuck instance is doing, in a problem's message.
 _STUCK_WORK: Final = {
     VmState.BUILDING.value: "builds",
@@ -47,12 +59,15 @@ _STUCK_WORK: Final = {
 
 Problem = dict[str, Any]
 
+#: An RPC API version as announced in a membership (``1.4``).
+_VERSION: Final = re.compile(r"[1-9][0-9]*\.[0-9]+")
+
 
 class FleetEndpoint:
     """Fleet methods of the conductor RPC API (since 1.0; 1.1 adds the
     per-agent details of ``fleet_status``, ``ring_status`` and ``fleet_check``;
     1.9 stuck work, node state mismatches and back-end mismatches to
-    ``fleet_check``).
+    ``fleet_check``; 1.16 the API versions to ``fleet_status``).
 
     ``stuck_after``: ``[conductor] stuck_after``, read at each check (the
     option is mutable).
@@ -113,6 +128,7 @@ class FleetEndpoint:
                     "last_seen": now,
                     "ring_version": member.ring_version,
                     "groups": sorted(member.capabilities.get("groups") or []),
+                    "rpc_api": _announced_version(member.capabilities.get("rpc_api")),
                 }
             )
         excluded = dict(view.excluded) if view else {}
@@ -137,6 +153,7 @@ class FleetEndpoint:
                 )
         return {
             "conductor": self._host,
+            "conductor_api": API_VERSION,
             "membership": self._fleet.state.value,
             "ring_version": view.ring_version if view else None,
             "agents": agents,
@@ -388,6 +405,14 @@ _VERB_HINTS: Final = {
 }
 
 
+def _announced_version(value: Any) -> str | None:
+    """A member's announced ``rpc_api``, or ``None`` when absent or not a
+    version (a member of an older release announces none)."""
+    if isinstance(value, str) and _VERSION.fullmatch(value):
+        return value
+    return None
+
+
 def _more(kind: str, count: int, what: str) -> list[Problem]:
     """The one entry that stands for the ``count`` problems not listed, if any."""
     if count <= 0:
@@ -409,3 +434,40 @@ def _agent_row(
         "pinned": pinned,
         "in_flight": in_flight.get(host, 0),
     }
+
+
+def problem_counts(db: Database, fleet: FleetView, stuck_after: float) -> dict[str, int]:
+    """How many of each kind of problem :meth:`FleetEndpoint.fleet_check` finds,
+    counted in full (the check lists samples): the conductor's
+    ``ringfleet_fleet_problems`` metric.  Not an endpoint method: those are
+    all RPC methods, and this one answers nobody but the metrics.
+
+    ``orphaned`` counts nodes (of dead owners, and schedulable nodes with no
+    owner) and ``excluded`` agents; both are left out while the conductor's
+    membership is not connected (it cannot tell who is alive).  The other
+    kinds count instances or nodes.
+
+    :raises DatabaseUnavailable: the database cannot be used.
+    """
+    counts = dict.fromkeys(PROBLEM_KINDS, 0)
+    view, state = fleet.view(), fleet.state
+    if view is None or state is not State.CONNECTED:
+        del counts["orphaned"], counts["excluded"]
+    else:
+        found = fleet_report.orphans(db, view.members, sample=0)
+        counts["orphaned"] = (
+            sum(n for n, _pinned in found.dead_owners.values()) + found.unowned_schedulable
+        )
+        counts["excluded"] = len(view.excluded)
+    counts["double-claimed"] = fleet_report.allocation_mismatches(db, sample=0)[0]
+    for vm_state, (total, _items) in fleet_report.stuck_work(db, stuck_after, sample=0).items():
+        counts[_STUCK_KINDS[vm_state]] = total
+    counts["state-mismatch"] = fleet_report.state_mismatches(db, REMOVED_REASON, sample=0)[0]
+    counts["backend-mismatch"] = fleet_report.back_end_mismatches(
+        db,
+        active_state=ironic_states.ACTIVE,
+        failed_states=ironic_states.FAILED,
+        retired_reason=REMOVED_REASON,
+        sample=0,
+    )[0]
+    return counts

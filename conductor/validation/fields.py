@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
-from conductor.common.checks import UUID_REASON, name_problem, normalized_uuid
+from conductor.common.checks import UUID_REASON, name_problem, normalized_uuid, text_problem
 from conductor.common.exception import FieldError, InvalidInput, render_value
 from conductor.common.schemas import (
     CAPABILITY_KEY_PATTERN,
@@ -226,6 +226,8 @@ def check_display_name(
         errors.add(field, "must not start or end with whitespace", value)
     elif _CONTROL_RE.search(value):
         errors.add(field, "must not contain control characters", value)
+    elif (problem := text_problem(value)) is not None:
+        errors.add(field, problem, value)
     else:
         return value
     return None

@@ -56,7 +56,7 @@ class ApiServer:
             f"debug = {'true' if debug else 'false'}\n"
             f"transport_url = {transport_url}\n"
             f"[api]\nauth_strategy = {auth}\ntoken_file = {tokens}\n"
-            "max_request_body_size = 1048576\nrpc_timeout = 20\n"
+            "rpc_timeout = 20\n[oslo_middleware]\nmax_request_body_size = 1048576\n"
             f"{extra}"
         )
         self.workers, self.threads = workers, threads

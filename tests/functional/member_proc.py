@@ -23,7 +23,7 @@ from oslo_config import cfg
 
 from conductor.common.coordination import membership_from_conf
 from conductor.common.prepare import prepare_service
-from hashring.membership import MembershipView
+from hashring.membership import MembershipView, State
 
 _print_lock = threading.Lock()
 
@@ -42,14 +42,25 @@ def main() -> int:
     def on_change(view: MembershipView) -> None:
         emit("view", members=sorted(view.members), excluded=dict(view.excluded))
 
-    membership = membership_from_conf(conf, on_change=on_change)
+    last: list[State | None] = [None]
+    said = threading.Lock()
+
+    def say(state: State) -> None:
+        with said:
+            if state is not last[0]:
+                emit("state", state=state.value)
+                last[0] = state
+
+    # Every transition the membership reports (a re-join after a pause goes
+    # LOST -> CONNECTED within a millisecond, which a poll would miss), and
+    # a poll for what the clock alone changes while its threads are blocked
+    # (a hung backend: SUSPENDED, then LOST, with nobody reporting it).
+    membership = membership_from_conf(
+        conf, on_change=on_change, on_state_change=lambda _old, new: say(new)
+    )
     membership.start()
-    last = None
     while not stop.is_set():
-        state = membership.state
-        if state is not last:
-            emit("state", state=state.value)
-            last = state
+        say(membership.state)
         stop.wait(0.02)
     membership.stop(leave=True)
     emit("stopped")

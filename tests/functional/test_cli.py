@@ -187,6 +187,6 @@ def test_node_import_progress_and_capped_problems(fleet: Fleet, transport_url: s
     assert again.stderr.splitlines() == [
         *(f"{path}: line {i + 2}: name: exists already (got 'more-{i:02d}')" for i in range(5)),
         f"{path}: ... and 25 more problems (--max-problems 0 prints every one)",
-        "ringfleet node import: error: FILE: 30 of 30 rows are bad; nothing imported",
+        f"ringfleet node import: error: {path}: 30 of 30 rows are bad; nothing imported",
     ]
     assert len(fleet.api.list_nodes()) == NODES + 30

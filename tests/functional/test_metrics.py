@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import Fleet
+from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import ServiceProcess, wait_for
 from tests.metricsutil import scrape, value
 
@@ -103,3 +105,48 @@ def test_agent_metrics_show_owned_nodes_and_a_connected_membership(fleet: Fleet)
         == 1
     )
     assert value(conductor_port, "ringfleet_ring_members", host="cond-1", group="*") == 2
+
+
+def test_conductor_counts_orphans_and_says_when_the_database_is_unreachable(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    """The fleet-check metrics of a real conductor on PostgreSQL, reached
+    through a TCP proxy that the test cuts and heals."""
+    migrated(pg_url).dispose()
+    proxy = TcpProxy(make_url(pg_url).port or 5432)
+    proxied = make_url(pg_url).set(host="127.0.0.1", port=proxy.port)
+    f = Fleet(
+        tmp_path,
+        db_url=proxied.render_as_string(hide_password=False),
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+    )
+    try:
+        f.conductor(extra=METRICS)
+        port = _port(f.procs["cond-1"])
+        # No agent: every imported node is schedulable and has no owner.
+        f.api.import_nodes(
+            [{"name": f"onode-{i}", "resource_class": "baremetal"} for i in range(7)]
+        )
+        assert value(port, "ringfleet_conductor_database_up", host="cond-1") == 1
+        wait_for(
+            lambda: value(port, "ringfleet_fleet_problems", host="cond-1", kind="orphaned") == 7,
+            30,
+            "7 orphaned nodes counted (the conductor's membership connected)",
+        )
+        assert value(port, "ringfleet_fleet_problems", host="cond-1", kind="stuck-build") == 0
+
+        proxy.cut()
+        samples = scrape(port)
+        assert samples[("ringfleet_conductor_database_up", frozenset({("host", "cond-1")}))] == 0
+        assert not [name for name, _ in samples if name == "ringfleet_fleet_problems"]
+        proxy.heal()
+        assert value(port, "ringfleet_conductor_database_up", host="cond-1") == 1
+        assert value(port, "ringfleet_fleet_problems", host="cond-1", kind="orphaned") == 7
+        # One WARNING for the outage, however many scrapes failed.
+        log = f.procs["cond-1"].log()
+        assert len(re.findall(r"Database \S+ unreachable:", log)) == 1, log[-3000:]
+    finally:
+        proxy.heal()
+        f.close()
+        proxy.cut()

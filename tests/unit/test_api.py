@@ -24,8 +24,8 @@ from oslo_context import context as request_context
 from oslo_policy import generator
 
 from conductor.api import app as api_app
+from conductor.api import auth, microversion, openapi, pipeline, policy, v1, wsgi
 from conductor.api import conf as api_conf
-from conductor.api import microversion, openapi, policy, v1, wsgi
 from conductor.common import exception, rpc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +95,9 @@ def make_app(
     conf.set_override("auth_strategy", strategy, "api")
     conf.set_override("token_file", str(tokens), "api")
     for name, value in overrides.items():
-        conf.set_override(name, value, "api")
+        # The body size limit is oslo.middleware's sizelimit filter's.
+        group = "oslo_middleware" if name == "max_request_body_size" else "api"
+        conf.set_override(name, value, group)
     fake = FakeConductors()
     return wsgi.build_application(conf, fake), fake  # type: ignore[arg-type]
 
@@ -439,9 +441,23 @@ def test_tokens_and_policy(tmp_path: Path) -> None:
     ]
 
 
+def _behind_keystone_auth(tmp_path: Path) -> tuple[Any, FakeConductors]:
+    """The application behind conductor.api.auth under auth_strategy =
+    keystone, without keystonemiddleware: the requests say what it would
+    have found (its X-Identity-Status headers, or the outage mark)."""
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    api_conf.register_opts(conf)
+    conf([], project="ringfleet-test", default_config_files=[])
+    conf.set_override("auth_strategy", "keystone", "api")
+    fake = FakeConductors()
+    with pipeline.loading(pipeline.Parts(conf, fake)):  # type: ignore[arg-type]
+        application = pipeline.app_factory({})
+    return auth.Authenticate(application, conf), fake
+
+
 def test_keystone_headers_are_read(tmp_path: Path) -> None:
-    application, _ = make_app(tmp_path)
-    application.strategy = "keystone"
+    application, _ = _behind_keystone_auth(tmp_path)
     confirmed = {"X_Identity_Status": "Confirmed", "X_Roles": "reader", "X_Project_Id": "p"}
     assert call(application, "GET", "/v1/nodes", **confirmed).status_code == 200
     assert call(application, "POST", "/v1/flavors", {}, **confirmed).status_code == 403
@@ -452,10 +468,9 @@ def test_keystone_headers_are_read(tmp_path: Path) -> None:
 def test_a_token_keystone_could_not_check_is_503(tmp_path: Path) -> None:
     """Marked by conductor.api.auth_token when Keystone is unreachable: not
     the client's fault, so no 401; the conductors are not called."""
-    application, fake = make_app(tmp_path)
-    application.strategy = "keystone"
+    application, fake = _behind_keystone_auth(tmp_path)
     request = webob.Request.blank("/v1/nodes")
-    request.environ[api_app.KEYSTONE_UNAVAILABLE] = True
+    request.environ[auth.KEYSTONE_UNAVAILABLE] = True
     response = request.get_response(application)
     assert response.status_code == 503
     assert errors(response)[0]["code"] == "ringfleet.keystone_unavailable"
@@ -467,7 +482,7 @@ def test_a_bad_token_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t"
     path.write_text("only-a-token\n")
     with pytest.raises(ValueError, match=":1:"):
-        api_app.load_tokens(str(path))
+        auth.load_tokens(str(path))
 
 
 def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
@@ -774,7 +789,6 @@ def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
     wsgi.build_application(conf, fake)  # type: ignore[arg-type]  # registers [keystone_authtoken]
     conf.set_override("www_authenticate_uri", "http://keystone.invalid/", "keystone_authtoken")
     application = wsgi.build_application(conf, fake)  # type: ignore[arg-type]
-    assert application.authenticated is not application.serve
     refused = call(application, "GET", "/v1/nodes")
     assert refused.status_code == 401
     assert errors(refused)[0]["code"] == "ringfleet.unauthorized"
@@ -841,6 +855,149 @@ def test_the_development_server_serves_the_api(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- never a 500 for bad input (issue 28) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/instances/%c0%ae", "path"),
+        ("/v1/nodes/%ed%a0%80", "path"),  # an encoded surrogate is no UTF-8
+        ("/v1/nodes?marker=%ff", "query"),
+        ("/v1/nodes?%ff=1", "query"),
+        ("/v1/nodes?marker=%00", "marker"),
+        ("/v1/nodes/a%00b", "node"),
+    ],
+)
+def test_undecodable_paths_and_queries_are_400_naming_the_part(
+    tmp_path: Path, path: str, field: str
+) -> None:
+    application, fake = make_app(tmp_path, "token")
+    response = call(application, "GET", path, X_Auth_Token="adm")
+    assert response.status_code == 400, response.text
+    assert errors(response)[0]["field"] == field
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw", "field"),
+    [
+        (
+            "PUT",
+            "/v1/nodes/n1/maintenance",
+            b'{"maintenance": true, "reason": "\\ud800"}',
+            "reason",
+        ),
+        (
+            "POST",
+            "/v1/nodes",
+            b'{"name": "n", "maintenance_reason": "a\\udfff"}',
+            "maintenance_reason",
+        ),
+        ("POST", "/v1/instances", b'{"flavor": "f", "name": "vm\\ud800"}', "name"),
+        ("POST", "/v1/nodes", b'{"name": "n", "properties": {"k": "\\udc00"}}', "properties.k"),
+        ("POST", "/v1/flavors", b'{"name": "f", "extra_specs": {"\\ud800": "v"}}', "extra_specs"),
+    ],
+)
+def test_lone_surrogates_in_a_body_are_400_naming_the_field(
+    app: tuple[api_app.Application, FakeConductors],
+    method: str,
+    path: str,
+    raw: bytes,
+    field: str,
+) -> None:
+    application, fake = app
+    response = call(application, method, path, raw=raw)
+    assert response.status_code == 400, response.text
+    assert errors(response)[0]["field"] == field
+    assert "lone surrogates" in errors(response)[0]["reason"]
+    assert fake.calls == []
+
+
+class _BrokenChunks:
+    """A request body whose transfer encoding breaks while read, as
+    gunicorn's reader raises for a malformed chunk."""
+
+    def read(self, size: int = -1) -> bytes:
+        raise ValueError("Invalid chunk size: 'zz'")
+
+
+def test_a_body_that_cannot_be_read_is_400_naming_the_body(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    request = webob.Request.blank("/v1/nodes", method="POST")
+    request.environ["wsgi.input"] = _BrokenChunks()
+    request.environ["wsgi.input_terminated"] = True  # as gunicorn says of chunked bodies
+    request.headers["Transfer-Encoding"] = "chunked"
+    request.content_type = "application/json"
+    request.environ.pop("CONTENT_LENGTH", None)
+    response = request.get_response(application)
+    assert response.status_code == 400, response.text
+    assert errors(response)[0]["field"] == "body"
+    assert "Invalid chunk size" in errors(response)[0]["reason"]
+    assert fake.calls == []
+
+
+def test_authentication_comes_before_routing_and_validation(tmp_path: Path) -> None:
+    """No token: 401 whatever the path, method or body (no 404, 405 or 400)."""
+    application, fake = make_app(tmp_path, "token")
+    for method, path, raw in [
+        ("GET", "/no/such/path", None),
+        ("DELETE", "/v1/nodes", None),
+        ("POST", "/v1/nodes", b"not json"),
+        ("GET", "/v1/instances/%c0%ae", None),
+        ("GET", "/v1/nodes?colour=red", None),
+    ]:
+        response = call(application, method, path, raw=raw)
+        assert response.status_code == 401, (method, path, response.status_code)
+        assert errors(response)[0]["code"] == "ringfleet.unauthorized"
+        assert response.headers["WWW-Authenticate"] == "X-Auth-Token"
+    assert fake.calls == []
+
+
+def test_a_body_over_the_size_limit_is_a_json_413(tmp_path: Path) -> None:
+    """oslo.middleware's sizelimit refuses it; the error is the API's JSON,
+    with the request id."""
+    application, fake = make_app(tmp_path, max_request_body_size=2048)
+    response = call(application, "POST", "/v1/nodes", raw=b'{"name": "' + b"x" * 3000 + b'"}')
+    assert response.status_code == 413
+    [error] = errors(response)
+    assert error["code"] == "ringfleet.too_large"
+    assert error["request_id"] == response.headers["x-openstack-request-id"]
+    assert fake.calls == []
+
+
+def test_the_health_checks(tmp_path: Path) -> None:
+    """/healthcheck for load balancers: no token, no conductor call;
+    /healthcheck/detailed for admins: the conductors' RPC path too."""
+    application, fake = make_app(tmp_path, "token")
+    probe = call(application, "GET", "/healthcheck")
+    assert probe.status_code == 200 and fake.calls == []
+    assert call(application, "HEAD", "/healthcheck").status_code == 204
+    assert call(application, "GET", "/healthcheck/detailed").status_code == 401
+    assert call(application, "GET", "/healthcheck/detailed", X_Auth_Token="rd").status_code == 403
+    detailed = call(
+        application, "GET", "/healthcheck/detailed", X_Auth_Token="adm", Accept="application/json"
+    )
+    assert detailed.status_code == 200
+    [reason] = [r for r in detailed.json["reasons"] if r["class"] == "HealthcheckResult"]
+    assert reason["reason"] == "conductors answer over RPC"
+    assert [name for name, _, _ in fake.calls] == ["fleet_status"]
+    fake.fail = messaging.MessagingTimeout("no reply")
+    down = call(
+        application, "GET", "/healthcheck/detailed", X_Auth_Token="adm", Accept="application/json"
+    )
+    assert down.status_code == 503
+    assert down.json["reasons"][0]["reason"] == "no conductor answered over RPC"
+
+
+def test_the_installed_pipeline_is_the_one_in_etc() -> None:
+    assert (
+        wsgi.PACKAGED_PASTE_FILE.read_text() == (REPO / "etc/ringfleet/api-paste.ini").read_text()
+    )
 
 
 V16 = {"OpenStack_API_Version": "baremetal-fleet 1.6"}

@@ -443,7 +443,7 @@ def test_import_reports_every_bad_row_with_its_line_and_imports_nothing(
     assert any(line.startswith(f"{path}: line 8: maintenance:") for line in lines)
     assert f"{path}: line 9: has 2 cells, the header has 5" in lines
     assert lines[-1] == (
-        "ringfleet node import: error: FILE: 5 of 7 rows are bad; nothing imported"
+        f"ringfleet node import: error: {path}: 5 of 7 rows are bad; nothing imported"
     )
     assert fleet.api.list_nodes(limit=10000) == before
 
@@ -467,17 +467,45 @@ def test_import_yaml_and_json_report_the_item_line(fleet: Embedded, tmp_path: Pa
         '[\n  {"name": "j-1", "resource_class": "baremetal"},\n'
         '  {"name": "j-2", "resource_class": "baremetal", "colour": "red"}\n]\n'
     )
-    result = fleet.run("node", "import", "--format", "json", str(json_file))
+    result = fleet.run("node", "import", "--input-format", "json", str(json_file))
     assert result.code == 1
     assert f"{json_file}: line 3: colour: unknown field" in result.err
+    assert "deprecated" not in result.err
 
     json_file.write_text('[{"name": "j-1", "resource_class": "baremetal"},\n  {"name": ]')
-    result = fleet.run("node", "import", "--format", "json", str(json_file))
-    assert result.code == 1 and "line 2: bad JSON" in result.err
+    result = fleet.run("node", "import", "--input-format", "json", str(json_file))
+    assert result.code == 1 and f"error: {json_file}: line 2: bad JSON" in result.err
     assert fleet.run("node", "show", "j-1").code == 1
 
     unknown = fleet.run("node", "import", str(tmp_path / "nodes.xml"))
-    assert unknown.code == 1 and "FILE: unknown extension" in unknown.err
+    assert unknown.code == 1
+    assert f"error: {tmp_path / 'nodes.xml'}: unknown extension" in unknown.err
+    missing = fleet.run("node", "import", str(tmp_path / "none.csv"))
+    assert missing.code == 1
+    assert f"error: {tmp_path / 'none.csv'}: cannot read: " in missing.err
+
+
+def test_import_format_is_the_deprecated_spelling_of_input_format(
+    fleet: Embedded, tmp_path: Path
+) -> None:
+    """``-f/--format`` is the output format everywhere else; ``node import``
+    reads its old ``--format`` (the file's) with a warning."""
+    json_file = tmp_path / "nodes.txt"
+    json_file.write_text('[{"name": "dep-1", "resource_class": "baremetal"}]\n')
+    clash = fleet.run(
+        "node", "import", "--format", "yaml", "--input-format", "json", str(json_file)
+    )
+    assert clash.code == 1
+    assert "--format: contradicts --input-format json (got 'yaml')" in clash.err
+    assert fleet.run("node", "show", "dep-1").code == 1
+
+    result = fleet.run("node", "import", "--format", "json", str(json_file))
+    assert result.code == 0, result.err
+    assert result.err == (
+        "ringfleet node import: warning: --format is deprecated, use --input-format\n"
+    )
+    assert result.out == f"Imported 1 nodes from {json_file} (json) in 1 batches\n"
+    assert fleet.run("node", "show", "dep-1").code == 0
 
 
 def test_import_yaml_and_json_succeed(fleet: Embedded, tmp_path: Path) -> None:

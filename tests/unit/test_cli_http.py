@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 import requests
+from keystoneauth1.session import Session
 
 from conductor.cli import http_client
 from conductor.cli.command import describe_error
+from conductor.cli.login import Login
 from conductor.common import exception
 
 
@@ -110,7 +112,8 @@ def test_anything_else_is_an_http_error_with_its_status(
 
 
 def test_an_unreachable_endpoint_is_an_http_error() -> None:
-    client = http_client.HttpConductorAPI("http://127.0.0.1:9", None, timeout=2)
+    endpoint = "http://127.0.0.1:9"
+    client = http_client.HttpConductorAPI(Login(endpoint, Session()), timeout=2)
     with pytest.raises(http_client.HttpError, match=r"no answer from http://127\.0\.0\.1:9"):
         client.show_node("n1")
     with pytest.raises(http_client.HttpError, match=r"no answer from http://127\.0\.0\.1:9"):

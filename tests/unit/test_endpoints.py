@@ -36,11 +36,12 @@ from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
-from conductor.endpoints.fleet import FleetEndpoint
+from conductor.endpoints.fleet import PROBLEM_KINDS, FleetEndpoint, problem_counts
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON
+from conductor.rpcapi import API_VERSION
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from hashring.ring import Ring
@@ -184,6 +185,20 @@ def test_create_node_refuses_bad_and_duplicate_input(env: Env) -> None:
         env.inventory.create_node(CTXT, node=_node_spec("n1"))
     assert dup.value.field == "name"
     assert len(env.inventory.list_nodes(CTXT)) == 1
+
+
+def test_a_retried_create_with_its_uuid_is_a_conflict_on_the_uuid(env: Env) -> None:
+    """The same spec again (name and uuid both stored): the clash named is the
+    uuid, which tells the client its first attempt was stored (issue 28)."""
+    spec = {**_node_spec("n1"), "uuid": "6f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}
+    env.inventory.create_node(CTXT, node=spec)
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.create_node(CTXT, node=spec)
+    assert (dup.value.field, dup.value.value) == ("uuid", spec["uuid"])
+    # Another node's name alone is still a clash on the name.
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    assert dup.value.field == "name"
 
 
 def test_import_dry_run_reports_every_stored_clash_and_writes_nothing(env: Env) -> None:
@@ -418,6 +433,10 @@ def test_move_node_never_robs_a_live_owner(env: Env) -> None:
     with pytest.raises(Conflict) as err:
         env.inventory.move_node(CTXT, node=node, host="agent-2")
     assert err.value.field == "owner" and err.value.value == "agent-1"
+    assert env.node(node) == before
+    # To its own live owner: nothing to do, and no conflict (a retried move
+    # succeeds; docs/http-api.rst, POST /v1/nodes/{node}/move).
+    assert env.inventory.move_node(CTXT, node=node, host="agent-1") == before
     assert env.node(node) == before
 
 
@@ -1008,6 +1027,7 @@ def test_fleet_status_without_a_view(env: Env) -> None:
     env.membership.state = State.LOST
     assert env.fleet_ep.fleet_status(CTXT) == {
         "conductor": "cond-1",
+        "conductor_api": API_VERSION,
         "membership": "lost",
         "ring_version": None,
         "agents": [],
@@ -1472,6 +1492,28 @@ def test_fleet_status_1_1_details(env: Env) -> None:
     assert excluded["owned"] == 1 and excluded["reason"] == "ring version 2"
 
 
+def test_fleet_status_1_16_versions(env: Env) -> None:
+    """The conductor's API and each member's announced agent API (none from
+    an agent of an older release, nor a malformed one)."""
+    members = {
+        "agent-new": Member(
+            member_id="agent-new", ring_version=1, weight=1.0, capabilities={"rpc_api": "1.4"}
+        ),
+        "agent-old": Member(member_id="agent-old", ring_version=1, weight=1.0),
+        "agent-odd": Member(
+            member_id="agent-odd", ring_version=1, weight=1.0, capabilities={"rpc_api": "v1"}
+        ),
+    }
+    env.fleet.on_change(MembershipView(members=members, excluded={}, ring_version=1))
+    status = env.fleet_ep.fleet_status(CTXT)
+    assert status["conductor_api"] == API_VERSION == "1.16"
+    assert {a["host"]: a["rpc_api"] for a in status["agents"]} == {
+        "agent-new": "1.4",
+        "agent-odd": None,
+        "agent-old": None,
+    }
+
+
 def test_ring_status_counts_per_group_against_weights(env: Env) -> None:
     members = {
         "agent-1": Member(member_id="agent-1", ring_version=1, weight=1.0),
@@ -1537,6 +1579,34 @@ def test_fleet_check_finds_each_kind_of_problem(env: Env) -> None:
     env.membership.state = State.SUSPENDED
     [problem] = env.fleet_ep.fleet_check(CTXT)["problems"][:1]
     assert problem["kind"] == "membership" and "suspended" in problem["message"]
+
+
+def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
+    """The conductor's ringfleet_fleet_problems: the check's kinds, counted."""
+    env.fleet.on_change(view_of("agent-1", excluded={"agent-x": "ring version 2"}))
+    pin(env.db, add_nodes(env.db, 2, owner="agent-1", prefix="good"), "agent-1")
+    pin(env.db, add_nodes(env.db, 3, owner="agent-dead", prefix="dead")[:1], "agent-dead")
+    add_nodes(env.db, 2, prefix="free")
+    [node] = add_nodes(env.db, 1, owner="agent-1", prefix="slow")
+    _in_flight(env, node, "building", "spawning", age=700, owner="agent-1")
+    counts = problem_counts(env.db, env.fleet, 600.0)
+    assert counts == {
+        "orphaned": 3 + 2,  # the dead owner's nodes, pinned or not, and the free ones
+        "excluded": 1,
+        "double-claimed": 0,
+        "stuck-build": 1,
+        "stuck-delete": 0,
+        "stuck-action": 0,
+        "state-mismatch": 0,
+        "backend-mismatch": 0,
+    }
+    assert set(counts) == set(PROBLEM_KINDS)
+    # Who is alive cannot be told: orphaned and excluded are left out, not 0.
+    env.membership.state = State.SUSPENDED
+    assert set(problem_counts(env.db, env.fleet, 600.0)) == set(PROBLEM_KINDS) - {
+        "orphaned",
+        "excluded",
+    }
 
 
 def test_fleet_check_ok(env: Env) -> None:

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from keystoneauth1.session import Session
 
 from conductor.api import microversion
 from conductor.cli.http_client import HttpConductorAPI
+from conductor.cli.login import Login
 from conductor.common.exception import InvalidInput
 from conductor.common.schemas import IMAGE_SCHEMA, MAX_USER_DATA
 from conductor.validation import validate_build_request, validate_flavor_spec
@@ -176,12 +178,12 @@ def test_the_cli_asks_for_a_microversion_that_takes_images(monkeypatch: pytest.M
         def json() -> dict[str, Any]:
             return {"instances": []}
 
-    def request(method: str, url: str, **kwargs: Any) -> Response:
-        headers = kwargs.get("headers") or client.session.headers
+    def request(url: str, method: str, **kwargs: Any) -> Response:
+        headers = kwargs["headers"]
         sent.append(headers.get("OpenStack-API-Version"))
         return Response()
 
-    client = HttpConductorAPI("http://api.test", None, 1.0)
+    client = HttpConductorAPI(Login("http://api.test", Session()), 1.0)
     monkeypatch.setattr(client.session, "request", request)
     client.build_instances({"flavor": "small"})
     client.build_instances({"flavor": "small", "image": IMAGE})
@@ -204,12 +206,12 @@ def test_the_http_cli_sends_a_rebuilds_new_fields_at_1_4(monkeypatch: pytest.Mon
         def json() -> dict[str, Any]:
             return {}
 
-    def request(method: str, url: str, **kwargs: Any) -> Response:
-        headers = kwargs.get("headers") or client.session.headers
+    def request(url: str, method: str, **kwargs: Any) -> Response:
+        headers = kwargs["headers"]
         sent.append((headers.get("OpenStack-API-Version"), kwargs.get("json")))
         return Response()
 
-    client = HttpConductorAPI("http://api.test", None, 1.0)
+    client = HttpConductorAPI(Login("http://api.test", Session()), 1.0)
     monkeypatch.setattr(client.session, "request", request)
     client.rebuild_instance("i-1")
     client.rebuild_instance("i-1", image=IMAGE, user_data=SECRET, network_data=None)

@@ -30,7 +30,7 @@ from compute_agent.metrics import AgentMetrics
 from compute_agent.service import AgentService
 from conductor import conf as conductor_conf
 from conductor.common import rpc
-from conductor.common.exception import ConfigurationError
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable
 from conductor.common.metrics import ALL_GROUPS, MetricsServer
 from conductor.metrics import ConductorMetrics
 from conductor.rpcapi import ConductorAPI
@@ -174,6 +174,11 @@ def test_agent_owns_its_nodes_and_says_so(fleet: Fleet) -> None:
         outcome="ok",
     )
     assert served is not None and served >= made
+    # The conductor counts the fleet's problems when scraped: none here.
+    port = fleet.conductor_port
+    assert value(port, "ringfleet_conductor_database_up", host="cond-m") == 1
+    assert value(port, "ringfleet_fleet_problems", host="cond-m", kind="orphaned") == 0
+    assert value(port, "ringfleet_fleet_problems", host="cond-m", kind="stuck-build") == 0
 
 
 def test_a_build_counts_as_active(fleet: Fleet) -> None:
@@ -348,13 +353,56 @@ def test_json_logging_carries_the_request_id_and_the_node(tmp_path: Path) -> Non
     assert node_uuid in created["message"]
 
 
+def test_fleet_problems_and_database_up_at_scrape_time() -> None:
+    metrics = ConductorMetrics("cond-x")
+    reachable = [True]
+    answers: list[dict[str, int] | Exception] = [
+        {"orphaned": 4, "stuck-build": 0},
+        DatabaseUnavailable(),  # down
+        DatabaseUnavailable("every pooled database connection is busy"),  # busy, not down
+    ]
+
+    def counts() -> dict[str, int]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    metrics.watch_fleet(counts, lambda: reachable[0])
+    assert len(answers) == 3  # registering queries nothing
+
+    def scrape() -> dict[tuple[str, str | None], float]:
+        """One scrape: (name, kind label) -> value, for host cond-x."""
+        return {
+            (s.name, s.labels.get("kind")): s.value
+            for family in metrics.registry.collect()
+            for s in family.samples
+            if s.name.startswith(("ringfleet_fleet", "ringfleet_conductor_database"))
+            and s.labels["host"] == "cond-x"
+        }
+
+    assert scrape() == {
+        ("ringfleet_fleet_problems", "orphaned"): 4,
+        ("ringfleet_fleet_problems", "stuck-build"): 0,
+        ("ringfleet_conductor_database_up", None): 1,
+    }
+    reachable[0] = False
+    assert scrape() == {("ringfleet_conductor_database_up", None): 0}
+    # A busy pool fails the counts too, but the database is up.
+    reachable[0] = True
+    assert scrape() == {("ringfleet_conductor_database_up", None): 1}
+
+
 def test_every_metric_is_documented() -> None:
     text = (REPO / "docs" / "metrics.rst").read_text()
+    conductor = ConductorMetrics("c")
+    conductor.watch_fleet(lambda: {"orphaned": 0}, lambda: True)
     names = {
         family.name + ("_total" if family.type == "counter" else "")
-        for metrics in (AgentMetrics("a"), ConductorMetrics("c"))
+        for metrics in (AgentMetrics("a"), conductor)
         for family in metrics.registry.collect()
     }
+    assert {"ringfleet_fleet_problems", "ringfleet_conductor_database_up"} <= names
     assert names and {n for n in names if f"``{n}``" not in text} == set()
 
 

@@ -217,6 +217,52 @@ def test_control_characters_are_refused_in_every_string_of_every_call(served: Se
     api.set_node_maintenance(node["uuid"], False, None)
 
 
+def test_lone_surrogates_are_refused_in_every_string_of_every_call(served: Served) -> None:
+    """The same rule (issue 28): JSON's "\\ud800" decodes to a lone surrogate,
+    no Unicode text.  In a maintenance reason or an instance name PostgreSQL
+    refused it (a server error); in properties, extra specs and hints it was
+    stored and handed back as invalid Unicode."""
+    api = served.api
+    nodes_before, flavors_before = api.list_nodes(), api.list_flavors()
+    [node] = nodes_before[:1] or [api.create_node(_spec("sur-0"))]
+    nodes_before = api.list_nodes()
+    refused = [
+        (lambda: api.set_node_maintenance(node["uuid"], True, "disk \ud800"), ["reason"]),
+        (
+            lambda: api.create_node(_spec("sur-1", maintenance_reason="\udfff")),
+            ["node.maintenance_reason"],
+        ),
+        (
+            lambda: api.create_node(
+                _spec("sur-2", properties={"rack\udc80": "1", "pdu": "\ud800"})
+            ),
+            ["node.properties", "node.properties.pdu"],
+        ),
+        (
+            lambda: api.create_flavor(
+                {"name": "sur", "resource_class": "baremetal", "extra_specs": {"k": "\ud83d"}}
+            ),
+            ["flavor.extra_specs.k"],
+        ),
+        (
+            lambda: api.build_instances(
+                {"flavor": "sur", "name": "vm-\ud800", "scheduler_hints": {"h": "\udfff"}}
+            ),
+            ["request.name", "request.scheduler_hints.h"],
+        ),
+    ]
+    for call, fields in refused:
+        with pytest.raises(InvalidInput) as err:
+            call()
+        assert err.value.fields == fields
+        assert all("lone surrogates" in e.reason for e in err.value.errors)
+    assert api.list_nodes() == nodes_before and api.list_flavors() == flavors_before
+    # A character outside the BMP, as its JSON surrogate pair, is text.
+    api.set_node_maintenance(node["uuid"], True, json.loads('"disk \\ud83d\\udca5"'))
+    assert api.show_node(node["uuid"])["maintenance_reason"] == "disk \U0001f4a5"
+    api.set_node_maintenance(node["uuid"], False, None)
+
+
 def test_client_mistakes_are_refused_with_one_info_line_not_an_error(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:

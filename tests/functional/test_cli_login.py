@@ -1,0 +1,227 @@
+"""``ringfleet --os-cloud``: the CLI logs in to a real Keystone and finds the API in its catalog.
+
+The Keystone of ``tools/with-test-servers.sh``; this module registers the
+API (service type ``baremetal-fleet``) in its catalog, in a region of its
+own, makes a user with the ``admin`` role on a project and an application
+credential of that user, and writes a ``clouds.yaml`` with both.  The API
+runs under gunicorn with ``auth_strategy = keystone`` in front of a real
+conductor (etcd, RabbitMQ, PostgreSQL).  The CLI runs as an operator runs
+it: its own process, ``OS_CLIENT_CONFIG_FILE`` naming the clouds.yaml, no
+``--os-endpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3
+
+from tests.functional.api_harness import ApiServer
+from tests.functional.fleet_harness import Fleet, running_fleet
+from tests.functional.keystone_harness import Identity, make_identity
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def identity(keystone_url: str) -> Identity:
+    return make_identity(keystone_url)
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory,
+    database_url: str,
+    transport_url: str,
+    etcd_url: str,
+    identity: Identity,
+) -> Iterator[ApiServer]:
+    with running_fleet(
+        tmp_path_factory.mktemp("login-fleet"),
+        database_url=database_url,
+        db_prefix="rf_login",
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+    ) as fleet:
+        api = _api(fleet, transport_url, identity)
+        try:
+            yield api
+        finally:
+            api.stop()
+
+
+def _api(fleet: Fleet, transport_url: str, identity: Identity) -> ApiServer:
+    return ApiServer(
+        fleet.workdir,
+        transport_url,
+        name="api-login",
+        auth="keystone",
+        debug=False,
+        extra=identity.authtoken_config(),
+    ).start()
+
+
+@pytest.fixture(scope="module")
+def clouds(tmp_path_factory: pytest.TempPathFactory, identity: Identity, server: ApiServer) -> Path:
+    """clouds.yaml: ``rf-password``, ``rf-appcred`` and ``rf-elsewhere`` (a
+    region without the API)."""
+    suffix = uuid.uuid4().hex[:8]
+    region = identity.create("region", {"id": f"rf-login-{suffix}"})
+    empty_region = identity.create("region", {"id": f"rf-empty-{suffix}"})
+    service = identity.create(
+        "service", {"type": "baremetal-fleet", "name": f"ringfleet-{suffix}", "enabled": True}
+    )
+    identity.create(
+        "endpoint",
+        {"service_id": service, "interface": "public", "region_id": region, "url": server.url},
+    )
+    name, password = f"rf-operator-{suffix}", uuid.uuid4().hex
+    user = identity.create("user", {"name": name, "password": password, "domain_id": "default"})
+    identity.grant(identity.project_id, user, "admin")
+    # An application credential is made by its user, with the user's token.
+    own = ks_session.Session(
+        auth=v3.Password(
+            auth_url=identity.url,
+            username=name,
+            password=password,
+            user_domain_id="default",
+            project_id=identity.project_id,
+        )
+    )
+    credential = own.post(
+        f"{identity.url}/users/{user}/application_credentials",
+        json={"application_credential": {"name": f"rf-cli-{suffix}"}},
+    ).json()["application_credential"]
+    password_auth = {
+        "auth_url": identity.url,
+        "username": name,
+        "password": password,
+        "user_domain_id": "default",
+        "project_id": identity.project_id,
+    }
+    path = tmp_path_factory.mktemp("login") / "clouds.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "clouds": {
+                    "rf-password": {"auth": password_auth, "region_name": region},
+                    "rf-appcred": {
+                        "auth_type": "v3applicationcredential",
+                        "auth": {
+                            "auth_url": identity.url,
+                            "application_credential_id": credential["id"],
+                            "application_credential_secret": credential["secret"],
+                        },
+                        "region_name": region,
+                    },
+                    "rf-elsewhere": {"auth": password_auth, "region_name": empty_region},
+                    "rf-wrong": {"auth": {**password_auth, "password": "wrong-pw-7f3"}},
+                }
+            }
+        )
+    )
+    return path
+
+
+def ringfleet(
+    clouds: Path, *argv: str, script: str = "ringfleet", **env: str
+) -> subprocess.CompletedProcess[str]:
+    # The script by this interpreter: a copied virtualenv's shebangs may point elsewhere.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+    return subprocess.run(
+        [sys.executable, str(BIN / script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**clean, "OS_CLIENT_CONFIG_FILE": str(clouds), **env},
+    )
+
+
+def test_a_password_login_from_clouds_yaml_runs_commands_through_the_catalog(
+    clouds: Path,
+) -> None:
+    node = f"login-{uuid.uuid4().hex[:8]}"
+    made = ringfleet(
+        clouds, "--os-cloud", "rf-password", "node", "create", node, "--resource-class", "bm"
+    )
+    assert made.returncode == 0, made.stderr
+    shown = ringfleet(clouds, "--os-cloud", "rf-password", "node", "show", node, "-f", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["resource_class"] == "bm"
+    # OS_CLOUD instead of the option.
+    listed = ringfleet(clouds, "node", "list", "-f", "json", OS_CLOUD="rf-password")
+    assert listed.returncode == 0, listed.stderr
+    assert node in {row["Name"] for row in json.loads(listed.stdout)}
+
+
+def test_an_application_credential_logs_in_too(clouds: Path) -> None:
+    listed = ringfleet(clouds, "--os-cloud", "rf-appcred", "flavor", "list", "-f", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert isinstance(json.loads(listed.stdout), list)
+    flavor = f"login-{uuid.uuid4().hex[:8]}"
+    made = ringfleet(
+        clouds, "--os-cloud", "rf-appcred", "flavor", "create", flavor, "--resource-class", "bm"
+    )
+    assert made.returncode == 0, made.stderr
+
+
+def test_the_openstack_cli_plugin_runs_the_same_commands(clouds: Path) -> None:
+    node = f"osc-{uuid.uuid4().hex[:8]}"
+    made = ringfleet(
+        clouds,
+        "--os-cloud",
+        "rf-appcred",
+        "ringfleet",
+        "node",
+        "create",
+        node,
+        "--resource-class",
+        "bm",
+        script="openstack",
+    )
+    assert made.returncode == 0, made.stderr
+    shown = ringfleet(
+        clouds,
+        "--os-cloud",
+        "rf-password",
+        "ringfleet",
+        "node",
+        "show",
+        node,
+        "-f",
+        "json",
+        script="openstack",
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["name"] == node
+    # Errors are the same one line per problem as ringfleet's.
+    missing = ringfleet(
+        clouds, "--os-cloud", "rf-password", "ringfleet", "node", "show", "nope", script="openstack"
+    )
+    assert missing.returncode == 1
+    assert "error: node 'nope' not found" in missing.stderr
+
+
+def test_login_failures_are_one_line(clouds: Path) -> None:
+    wrong = ringfleet(clouds, "--os-cloud", "rf-wrong", "node", "list")
+    assert wrong.returncode == 1
+    [line] = wrong.stderr.splitlines()
+    assert line.startswith("ringfleet node list: error: Keystone at ")
+    assert line.endswith("refused the credentials"), line
+    assert "wrong-pw-7f3" not in wrong.stderr
+    elsewhere = ringfleet(clouds, "--os-cloud", "rf-elsewhere", "node", "list")
+    assert elsewhere.returncode == 1
+    [line] = elsewhere.stderr.splitlines()
+    assert "no baremetal-fleet endpoint in the service catalog" in line
+    unknown = ringfleet(clouds, "--os-cloud", "rf-none", "node", "list")
+    assert unknown.returncode == 1 and "rf-none" in unknown.stderr

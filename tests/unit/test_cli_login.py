@@ -1,0 +1,191 @@
+"""``ringfleet`` login options: ``--os-cloud``/``clouds.yaml``, ``--os-*``, ``OS_*``.
+
+Resolution only (no Keystone here: ``tests/functional/test_cli_login.py``
+logs in to a real one): which options reach keystoneauth, in which order of
+precedence, with which auth type, and the errors of bad ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from keystoneauth1 import token_endpoint
+
+from conductor.cli import login
+from conductor.cli.app import RingfleetApp
+
+AUTH_URL = "https://keystone.example.com/v3"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No OS_* variable of the machine's, and clouds.yaml in a temp dir."""
+    for name in list(os.environ):
+        if name.startswith("OS_"):
+            monkeypatch.delenv(name)
+    clouds = tmp_path / "clouds.yaml"
+    clouds.write_text(
+        yaml.safe_dump(
+            {
+                "clouds": {
+                    "fleet": {
+                        "auth": {
+                            "auth_url": AUTH_URL,
+                            "username": "alice",
+                            "password": "pw-from-yaml",
+                            "project_name": "ops",
+                            "user_domain_name": "Default",
+                            "project_domain_name": "Default",
+                        },
+                        "region_name": "RegionTwo",
+                    },
+                    "fleet-appcred": {
+                        "auth_type": "v3applicationcredential",
+                        "auth": {
+                            "auth_url": AUTH_URL,
+                            "application_credential_id": "ac-1",
+                            "application_credential_secret": "s3cret",
+                        },
+                        "baremetal_fleet_endpoint_override": "https://fleet.example.com:6486",
+                    },
+                }
+            }
+        )
+    )
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(clouds))
+    # No user-wide or system-wide clouds.yaml either.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return clouds
+
+
+def options(*argv: str) -> argparse.Namespace:
+    """The app's global options as parsed (after the environment is set)."""
+    parsed, _rest = RingfleetApp().parser.parse_known_args(list(argv))
+    return parsed
+
+
+def test_no_login_option_means_rpc() -> None:
+    assert not login.wants_http(options())
+    assert not login.wants_http(options("--os-token", "t"))  # a token alone: RPC
+    assert login.wants_http(options("--os-endpoint", "http://api:6486"))
+    assert login.wants_http(options("--os-cloud", "fleet"))
+    assert login.wants_http(options("--os-auth-url", AUTH_URL))
+
+
+def test_the_environment_asks_for_the_api_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OS_CLOUD", "fleet")
+    assert login.wants_http(options())
+
+
+def test_a_cloud_of_clouds_yaml_gives_the_password_login() -> None:
+    region = login.cloud_config(options("--os-cloud", "fleet"))
+    assert region.config["auth_type"] == "password"
+    assert region.config["auth"] == {
+        "auth_url": AUTH_URL,
+        "username": "alice",
+        "password": "pw-from-yaml",
+        "project_name": "ops",
+        "user_domain_name": "Default",
+        "project_domain_name": "Default",
+    }
+    assert region.get_region_name(login.SERVICE_TYPE) == "RegionTwo"
+
+
+def test_an_option_beats_its_variable_which_beats_clouds_yaml(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OS_PROJECT_NAME", "from-env")
+    monkeypatch.setenv("OS_INTERFACE", "internal")
+    by_env = login.cloud_config(options("--os-cloud", "fleet"))
+    assert by_env.config["auth"]["project_name"] == "from-env"
+    assert by_env.get_interface(login.SERVICE_TYPE) == "internal"
+    by_option = login.cloud_config(
+        options("--os-cloud", "fleet", "--os-project-name", "from-option")
+    )
+    assert by_option.config["auth"]["project_name"] == "from-option"
+    # What neither sets comes from clouds.yaml.
+    assert by_option.config["auth"]["password"] == "pw-from-yaml"
+
+
+def test_password_login_from_options_alone() -> None:
+    region = login.cloud_config(
+        options(
+            "--os-auth-url",
+            AUTH_URL,
+            "--os-username",
+            "bob",
+            "--os-password",
+            "pw",
+            "--os-project-id",
+            "p-1",
+            "--os-user-domain-id",
+            "default",
+            "--os-interface",
+            "internal",
+        )
+    )
+    assert region.config["auth_type"] == "password"
+    assert region.config["auth"]["username"] == "bob"
+    assert region.config["auth"]["project_id"] == "p-1"
+    assert region.get_interface(login.SERVICE_TYPE) == "internal"
+
+
+def test_an_application_credential_selects_its_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OS_AUTH_URL", AUTH_URL)
+    monkeypatch.setenv("OS_APPLICATION_CREDENTIAL_ID", "ac-9")
+    monkeypatch.setenv("OS_APPLICATION_CREDENTIAL_SECRET", "sec")
+    region = login.cloud_config(options())
+    assert region.config["auth_type"] == "v3applicationcredential"
+    assert region.config["auth"]["application_credential_id"] == "ac-9"
+    assert region.config["auth"]["application_credential_secret"] == "sec"
+    # From clouds.yaml, with the API's address there too: no catalog lookup.
+    cloud = login.log_in(options("--os-cloud", "fleet-appcred"), timeout=5)
+    assert cloud.endpoint == "https://fleet.example.com:6486"
+
+
+def test_an_endpoint_option_overrides_the_catalog() -> None:
+    found = login.log_in(
+        options("--os-cloud", "fleet", "--os-endpoint", "http://10.0.0.5:6486"), timeout=5
+    )
+    assert found.endpoint == "http://10.0.0.5:6486"
+    assert found.session.auth is not None  # Keystone still logs in, lazily
+
+
+def test_a_raw_token_with_an_endpoint_is_sent_as_it_is() -> None:
+    found = login.log_in(
+        options("--os-endpoint", "http://api:6486", "--os-token", "tok-1"), timeout=5
+    )
+    assert isinstance(found.session.auth, token_endpoint.Token)
+    assert found.session.get_auth_headers() == {"X-Auth-Token": "tok-1"}
+    anonymous = login.log_in(options("--os-endpoint", "http://api:6486"), timeout=5)
+    assert anonymous.session.auth is None
+
+
+def test_a_token_with_keystone_options_logs_in_with_it() -> None:
+    region = login.cloud_config(
+        options("--os-auth-url", AUTH_URL, "--os-token", "tok-2", "--os-project-id", "p-1")
+    )
+    assert region.config["auth_type"] == "token"
+    assert region.config["auth"]["token"] == "tok-2"
+
+
+def test_bad_login_options_are_one_line_errors() -> None:
+    with pytest.raises(login.LoginError, match="no-such-cloud"):
+        login.cloud_config(options("--os-cloud", "no-such-cloud"))
+    # A region the cloud does not list.
+    with pytest.raises(login.LoginError, match="RegionNine"):
+        login.cloud_config(options("--os-cloud", "fleet", "--os-region-name", "RegionNine"))
+    with pytest.raises(login.LoginError, match=r"auth.url|auth_url"):
+        login.cloud_config(options("--os-username", "bob", "--os-password", "pw"))
+
+
+def test_login_options_have_their_variables_in_the_help() -> None:
+    parser = RingfleetApp().parser
+    helps = {a.option_strings[0]: a.help or "" for a in parser._actions if a.option_strings}
+    for option, variable, *_ in login._AUTH_OPTIONS:
+        assert f"(env {variable})" in helps[option]
