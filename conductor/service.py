@@ -32,6 +32,7 @@ from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import IronicInventorySync
 from conductor.metrics import ConductorMetrics
+from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Membership
 
@@ -54,6 +55,7 @@ class ConductorService:
         self._builds: BuildLifecycle | None = None
         self._membership: Membership | None = None
         self._ironic_sync: IronicInventorySync | None = None
+        self._notifier = Notifier.disabled()
         self.metrics = ConductorMetrics(conf.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
         # Set once the RPC server has started (it waits for the broker).
@@ -93,6 +95,8 @@ class ConductorService:
         fleet.add_listener(self.metrics.ring_members)
         scheduler = Scheduler.from_conf(db, conf)
         self._transport = rpc.get_transport(conf)
+        # Here, not at import: after the runner's fork and with the config read.
+        self._notifier = notifier = Notifier.from_conf(conf, db)
         compute = ComputeAPI(
             self._transport,
             observe=self.metrics.rpc_made,
@@ -116,6 +120,7 @@ class ConductorService:
                 + max(float(conf.conductor.rehome_grace), float(conf.conductor.restart_grace))
             ),
             metrics=self.metrics,
+            notifier=notifier,
         )
         # The sync hands the orphan claims it finds in Ironic to their
         # nodes' owners through the router (its on-demand passes too).
@@ -137,8 +142,10 @@ class ConductorService:
             lambda: db.reachable,
         )
         endpoints = [
-            InventoryEndpoint(db, fleet, self._ironic_sync, power=builds.actions),
-            InstancesEndpoint(db, builds, quota=quota_defaults),
+            InventoryEndpoint(
+                db, fleet, self._ironic_sync, power=builds.actions, notifier=notifier
+            ),
+            InstancesEndpoint(db, builds, quota=quota_defaults, notifier=notifier),
             QuotasEndpoint(db, quota_defaults),
             FleetEndpoint(
                 db,
@@ -153,6 +160,7 @@ class ConductorService:
                 lambda: float(conf.conductor.rehome_grace),
                 builds=builds,
                 restart_grace=lambda: float(conf.conductor.restart_grace),
+                notifier=notifier,
             ),
         ]
         self._server = rpc.get_server(
@@ -236,6 +244,8 @@ class ConductorService:
         if self._builds is not None:
             self.stop_step = "stopping the build workers"
             self._builds.stop()  # then sends the accepts already handed to the senders
+        self.stop_step = "sending the notifications queued"
+        self._notifier.close()
         if self._membership is not None:
             self.stop_step = "leaving the coordination group"
             self._membership.stop(leave=False)

@@ -65,6 +65,13 @@ man_pages = [
         [author],
         8,
     ),
+    (
+        "man/ringfleet-status",
+        "ringfleet-status",
+        "check that a ringfleet host is ready for an upgrade, or done with it",
+        [author],
+        8,
+    ),
 ]
 man_show_urls = False
 # man1/, man8/: the output directory is a MANPATH entry as it is.

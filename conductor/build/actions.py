@@ -65,6 +65,7 @@ from conductor.db import instances, node_states, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.notifications import Notifier
 
 __all__ = ["POWER_TARGETS", "ActionRouter"]
 
@@ -118,8 +119,10 @@ class ActionRouter:
         *,
         timeout: float = 300.0,
         senders: int = 8,
+        notifier: Notifier | None = None,
     ) -> None:
         self._db = db
+        self._notifier = notifier or Notifier.disabled()
         self._fleet = fleet
         self._compute = compute
         self._retries = retries
@@ -279,6 +282,7 @@ class ActionRouter:
                 epoch,
                 power.value,
             )
+            self._notifier.instance(event, instance_uuid, task=task)
         else:
             LOG.info(
                 "Instance %s: %s on node %s done, but the instance moved on meanwhile",
@@ -292,6 +296,7 @@ class ActionRouter:
             self._db, instance_uuid, Event.ACTION_FAILED, fault=fault, task_state=task
         ):
             LOG.warning("Instance %s: %s", instance_uuid, fault)
+            self._notifier.instance(Event.ACTION_FAILED, instance_uuid, task=task)
 
     # -- nodes --------------------------------------------------------------------------
 

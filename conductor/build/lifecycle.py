@@ -21,6 +21,7 @@ from conductor.common.objects import Flavor, Instance, Node
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.metrics import ConductorMetrics
+from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildLifecycle"]
@@ -49,10 +50,13 @@ class BuildLifecycle:
         accept_timeout: float = 10.0,
         accept_senders: int = 0,
         action_timeout: float = 300.0,
+        notifier: Notifier | None = None,
     ) -> None:
+        """``notifier``: where the instances' versioned notifications go (none by default)."""
         if compute is not None and router is not None:
             raise ValueError("route over compute or through router, not both")
         metrics = metrics if metrics is not None else ConductorMetrics("-")
+        notifier = notifier or Notifier.disabled()
         self.queue = BuildQueue()
         #: Agents' reports, applied (fenced) to the record.
         self.results = BuildResults(
@@ -62,6 +66,7 @@ class BuildLifecycle:
             max_attempts=max_attempts,
             metrics=metrics,
             clean_orphan=self._clean_late_deploy,
+            notifier=notifier,
         )
         #: The last resort for builds that make no progress.
         self.sweeper = BuildSweeper(
@@ -71,7 +76,9 @@ class BuildLifecycle:
         #: Power and lifecycle actions (reboot, stop, start; node power).
         self.actions: ActionRouter | None = None
         if compute is not None:
-            self.actions = ActionRouter(db, fleet, compute, self.queue, timeout=action_timeout)
+            self.actions = ActionRouter(
+                db, fleet, compute, self.queue, timeout=action_timeout, notifier=notifier
+            )
             self._agent_router = router = AgentRouter(
                 db,
                 fleet,
@@ -92,6 +99,7 @@ class BuildLifecycle:
             owner_wait=owner_wait,
             metrics=metrics,
             actions=self.actions,
+            notifier=notifier,
         )
 
     def start(self) -> None:

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from conductor.build.queue import BuildQueue
 from conductor.common.exception import NotFound
 from conductor.common.instance_states import Event
-from conductor.common.objects import Node, ProvisionState
+from conductor.common.objects import Node, ProvisionState, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.metrics import ConductorMetrics
+from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildResults", "CleanOrphan"]
@@ -44,11 +45,13 @@ class BuildResults:
         max_attempts: Callable[[], int],
         metrics: ConductorMetrics,
         clean_orphan: CleanOrphan | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         """``clean_orphan``: how a deploy that succeeded after its attempt
         was given up is handed to the node's owner for a teardown (``None``:
         the success is only ignored)."""
         self._db = db
+        self._notifier = notifier or Notifier.disabled()
         self._clean_orphan = clean_orphan
         self._scheduler = scheduler
         self._queue = queue
@@ -92,6 +95,7 @@ class BuildResults:
                 # The usual case in one transaction: fenced and completed.
                 self._metrics.build_ended("active")
                 LOG.info("Instance %s ACTIVE on node %s of %s", instance_uuid, node_uuid, host)
+                self._notifier.instance(Event.DEPLOYED, instance_uuid)
                 return True
             if allocations.deployed_while_deleting(self._db, node_uuid, instance_uuid, fence):
                 # Deleted while it was being built: it is deployed, so it is
@@ -243,6 +247,7 @@ class BuildResults:
                 node_uuid,
                 fault,
             )
+            self._notifier.instance(Event.FAIL, instance_uuid)
         else:
             self._metrics.build_ended("rescheduled")
             LOG.info(
@@ -301,9 +306,13 @@ class BuildResults:
                     instance_uuid,
                     reason,
                 )
+                self._notifier.instance(Event.TEARDOWN_FAILED, instance_uuid)
             return True
         if not allocations.release(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
             return self._not_freed(host, instance_uuid, node_uuid, epoch)
         self._scheduler.refresh()
         LOG.info("Instance %s deleted; node %s available again", instance_uuid, node_uuid)
+        # Only if it was deleting: a repeated teardown of an instance in
+        # error frees the node and keeps the error.
+        self._notifier.instance(Event.TORN_DOWN, instance_uuid, if_state=VmState.DELETED)
         return True

@@ -32,6 +32,7 @@ from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.metrics import ConductorMetrics
+from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildWorkers", "Router"]
@@ -74,8 +75,10 @@ class BuildWorkers:
         owner_wait: Callable[[], float],
         metrics: ConductorMetrics,
         actions: Actions | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self._actions = actions
+        self._notifier = notifier or Notifier.disabled()
         self._db = db
         self._metrics = metrics
         self._scheduler = scheduler
@@ -335,6 +338,7 @@ class BuildWorkers:
             return
         self._metrics.build_ended("error")
         LOG.warning("Instance %s failed: %s", instance.uuid, fault)
+        self._notifier.instance(Event.FAIL, instance.uuid)
 
     def _delete(self, instance_uuid: str) -> None:
         try:
@@ -355,10 +359,12 @@ class BuildWorkers:
                     self._queue.retry_later(instance.uuid, "delete")
                 return
             # No agent was ever asked to deploy it: nothing to tear down.
-            allocations.release(self._db, instance.node_uuid, instance.uuid, fence=None)
+            deleted = allocations.release(self._db, instance.node_uuid, instance.uuid, fence=None)
         else:
-            instances.set_state(self._db, instance.uuid, Event.TORN_DOWN)
+            deleted = instances.set_state(self._db, instance.uuid, Event.TORN_DOWN)
         LOG.info("Instance %s deleted", instance.uuid)
+        if deleted:
+            self._notifier.instance(Event.TORN_DOWN, instance.uuid, if_state=VmState.DELETED)
 
 
 def _work(instance: Instance) -> str:

@@ -240,6 +240,9 @@ class ClaimOutcome:
     :ivar changed_at: the change time (ISO 8601) stamped on the nodes this
         claim took (API 1.15; ``None`` before, or when it took none): an
         agent's change reads leave out what its own claims changed.
+    :ivar taken: the nodes this claim took (a new epoch), each with the
+        instance it hosts (re-homed) or ``None``; the conductor's own
+        record (its notifications), not in the reply.
     """
 
     granted: list[Ownership] = dataclasses.field(default_factory=list)
@@ -248,6 +251,7 @@ class ClaimOutcome:
     missing: list[str] = dataclasses.field(default_factory=list)
     restarting: dict[str, float] = dataclasses.field(default_factory=dict)
     changed_at: str | None = None
+    taken: dict[str, str | None] = dataclasses.field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -279,10 +283,14 @@ class ReleaseOutcome:
     :ivar done: uuids whose ownership changed, with their new epoch.
     :ivar refused: uuid -> the current ownership (``None``: no such node),
         for claims that were stale or nodes that are pinned.
+    :ivar hosted: of the nodes a transfer moved, the pinned ones with the
+        instance each hosts; the conductor's own record (its
+        notifications), not in the reply.
     """
 
     done: dict[str, int] = dataclasses.field(default_factory=dict)
     refused: dict[str, Ownership | None] = dataclasses.field(default_factory=dict)
+    hosted: dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

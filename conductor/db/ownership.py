@@ -198,7 +198,7 @@ def claim_nodes(
         ),
     )
     rehomed: list[str] = []
-    took = False
+    taken_now: dict[str, str | None] = {}
     with db.transaction() as session:
         for chunk in _chunks(wanted):
             condition = claimable
@@ -225,7 +225,7 @@ def claim_nodes(
                 {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now},
                 [_NODES.c.uuid, _NODES.c.instance_uuid],
             )
-            took = took or bool(taken)
+            taken_now.update((row.uuid, row.instance_uuid) for row in taken)
             rehomed.extend(row.uuid for row in taken if row.instance_uuid is not None)
         for chunk in _chunks(rehomed):
             session.execute(
@@ -243,7 +243,9 @@ def claim_nodes(
                 )
             )
         }
-    outcome = ClaimOutcome(rehomed=rehomed, changed_at=now.isoformat() if took else None)
+    outcome = ClaimOutcome(
+        rehomed=rehomed, changed_at=now.isoformat() if taken_now else None, taken=taken_now
+    )
     for uuid in wanted:
         own = current.get(uuid)
         if own is None:
@@ -364,6 +366,9 @@ def transfer_nodes(db: Database, agent: str, transfers: Sequence[Transfer]) -> R
                     [_NODES.c.uuid, _NODES.c.instance_uuid],
                 )
                 outcome.done.update({row.uuid: wanted[row.uuid] + 1 for row in moved})
+                outcome.hosted.update(
+                    {row.uuid: row.instance_uuid for row in moved if row.instance_uuid is not None}
+                )
                 instances = [row.instance_uuid for row in moved if row.instance_uuid is not None]
                 if instances:
                     session.execute(

@@ -27,6 +27,7 @@ from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import agent_reports, arguments
 from hashring.ring import POSITION_MAX, POSITION_MIN, Ring
@@ -82,8 +83,11 @@ class AgentsEndpoint:
         rehome_grace: Callable[[], float],
         builds: BuildLifecycle | None = None,
         restart_grace: Callable[[], float] = lambda: 0.0,
+        *,
+        notifier: Notifier | None = None,
     ) -> None:
         self._db = db
+        self._notifier = notifier or Notifier.disabled()
         self._fleet = fleet
         # The build queue (re-routing after a re-home or a restart) and the
         # results it applies (reschedule, ERROR); None: a conductor without
@@ -110,6 +114,7 @@ class AgentsEndpoint:
             rehome_grace=self._rehome_grace(),
             rehome_owners=self._ring_owners,
         )
+        self._notifier.claimed(agent, out)
         if out.rehomed and self._builds is not None:
             self._builds.rehomed(out.rehomed)
         if out.rehomed:
@@ -192,6 +197,7 @@ class AgentsEndpoint:
         """Give up nodes held at the given epochs (pinned nodes are refused)."""
         agent = arguments.check_host(host)
         out = ownership.release_nodes(self._db, agent, arguments.check_epoch_map(claims, "claims"))
+        self._notifier.released(agent, out)
         LOG.info("Agent %s released %d nodes (%d refused)", agent, len(out.done), len(out.refused))
         return out.to_dict()
 
@@ -203,6 +209,7 @@ class AgentsEndpoint:
             for transfer in agent_reports.check_transfers(transfers, self._fleet.live_members())
         ]
         out = ownership.transfer_nodes(self._db, agent, checked)
+        self._notifier.transferred(agent, {t.node_uuid: t.new_owner for t in checked}, out)
         LOG.info(
             "Agent %s handed over %d nodes (%d refused)", agent, len(out.done), len(out.refused)
         )

@@ -28,10 +28,11 @@ from conductor.common.exception import (
     QuotaExceeded,
 )
 from conductor.common.instance_states import Event, can, transition
-from conductor.common.objects import Flavor, Instance
+from conductor.common.objects import Flavor, Instance, VmState
 from conductor.common.tenancy import Caller
 from conductor.db import instances, quotas
 from conductor.db.engine import Database
+from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     RebuildRequest,
@@ -72,10 +73,12 @@ class InstancesEndpoint:
         db: Database,
         queue: BuildQueue,
         quota: Callable[[], quotas.Defaults] = quotas.Defaults,
+        notifier: Notifier | None = None,
     ) -> None:
         """``quota``: the ``[quota]`` defaults, read at each build (a
         reloaded configuration applies to the next one)."""
         self._db = db
+        self._notifier = notifier or Notifier.disabled()
         self._queue = queue
         self._quota = quota
 
@@ -116,6 +119,7 @@ class InstancesEndpoint:
                 build.flavor,
                 caller.project_id,
             )
+            self._notifier.instances_created(stored)
             self._queue.submit_stored(stored, flavor)
         return [i.to_dict() for i in stored]
 
@@ -178,8 +182,10 @@ class InstancesEndpoint:
         current = self._visible(ctxt, uuid)
         # Deleting a deleted instance answers with it and changes nothing.
         if can(Event.DELETE, current.vm_state):
-            instances.set_state(self._db, uuid, Event.DELETE)
+            deleting = instances.set_state(self._db, uuid, Event.DELETE)
             LOG.info("Instance %s delete requested", uuid)
+            if deleting and current.vm_state is not VmState.DELETING:  # not a re-route
+                self._notifier.instance(Event.DELETE, uuid)
             self._queue.delete(uuid)
         return instances.get_instance(self._db, uuid).to_dict()
 
@@ -257,7 +263,7 @@ class InstancesEndpoint:
         if current.task_state is not None:
             state += f" ({current.task_state.value})"
         try:
-            transition(event, current.vm_state, current.task_state)
+            after = transition(event, current.vm_state, current.task_state)
         except InvalidTransition:
             raise InstanceStateConflict(
                 field="vm_state",
@@ -282,6 +288,8 @@ class InstancesEndpoint:
                 value=now.vm_state.value,
                 reason=f"instance changed to state {now.vm_state.value} meanwhile, cannot {verb}",
             )
+        if current.task_state is not after.task_state:  # not a re-route of the same action
+            self._notifier.instance(event, uuid)
         LOG.info(
             "Instance %s: %s requested on node %s%s%s",
             uuid,

@@ -29,6 +29,7 @@ from conductor.ironic_sync import (
     SHARD_PROPERTY,
     IronicInventorySync,
 )
+from conductor.notifications import NodeOwner, Notifier, OwnerChange
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     arguments,
@@ -76,8 +77,10 @@ class InventoryEndpoint:
         fleet: FleetView,
         ironic_sync: IronicInventorySync | None = None,
         power: NodePower | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self._db = db
+        self._notifier = notifier or Notifier.disabled()
         self._fleet = fleet
         self._ironic_sync = ironic_sync
         self._power = power
@@ -198,10 +201,31 @@ class InventoryEndpoint:
             found.owner or "",
             [ownership.Transfer(found.uuid, found.owner_epoch, target)],
         )
+        # The epoch and instance of this move, for its notification (the
+        # node may have moved on by the time it is read again).
+        epoch, hosted = result.done.get(found.uuid), result.hosted.get(found.uuid)
         if found.owner is None or found.uuid in result.refused:
             # Free, or changed meanwhile: a plain claim decides.
-            ownership.claim_nodes(
+            claim = ownership.claim_nodes(
                 self._db, target, [found.uuid], live_members=live, rehome_grace=0.0
+            )
+            if found.uuid in claim.taken:
+                hosted = claim.taken[found.uuid]
+                epoch = next(o.epoch for o in claim.granted if o.node_uuid == found.uuid)
+        if epoch is not None:
+            self._notifier.ownership(
+                OwnerChange.MOVE,
+                None,
+                [
+                    NodeOwner(
+                        found.uuid,
+                        target,
+                        epoch,
+                        # A claim's previous owner is not known (free, or changed meanwhile).
+                        previous_owner=found.owner if found.uuid in result.done else None,
+                        instance_uuid=hosted,
+                    )
+                ],
             )
         moved = node_db.get_node(self._db, found.uuid)
         if moved.owner != target:

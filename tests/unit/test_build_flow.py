@@ -33,6 +33,7 @@ from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 from conductor.validation import validate_build_request, validate_flavor_spec
 from hashring.membership import Member, MembershipView, State
@@ -163,7 +164,9 @@ def make_flow(
     max_attempts: int = 3,
     owner_wait: float = 0.0,
     routed: bool = True,
+    notifier: Callable[[Database], Notifier] | None = None,
 ) -> Iterator[Flow]:
+    """``notifier``: makes the notifier of the builds from the flow's database."""
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     membership = StubMembership()
     fleet = FleetView(db)
@@ -186,6 +189,7 @@ def make_flow(
         router=router if routed else None,
         max_attempts=lambda: max_attempts,
         owner_wait=lambda: owner_wait,
+        notifier=None if notifier is None else notifier(db),
     )
     workers.start()
     try:
