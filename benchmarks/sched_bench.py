@@ -454,8 +454,8 @@ def index_memory(db: Database) -> tuple[int, float]:
     try:
         before = tracemalloc.get_traced_memory()[0]
         index = NodeIndex()
-        for node, caps_key in source.load_all(db):
-            index.put(node, caps_key)
+        for node, hardware in source.load_all(db):
+            index.put(node, hardware)
         gc.collect()
         retained = tracemalloc.get_traced_memory()[0] - before
     finally:

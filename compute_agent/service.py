@@ -29,6 +29,7 @@ from compute_agent.reporting import ResultReporter
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from compute_agent.state_reports import StateReports
 from conductor.common import broker_outage, rpc, systemd
+from conductor.common.conf import default as default_conf
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
@@ -106,8 +107,13 @@ class AgentService:
         self.membership = membership_from_conf(
             conf,
             # rpc_api: the API version this agent serves, for the upgrade
-            # check (ringfleet-status) to compare with [upgrade_levels].
-            capabilities={"groups": list(agent_conf.groups), "rpc_api": COMPUTE_API_VERSION},
+            # check (ringfleet-status) to compare with [upgrade_levels];
+            # host_ip: what Nova filters see as the host state's host_ip.
+            capabilities={
+                "groups": list(agent_conf.groups),
+                "rpc_api": COMPUTE_API_VERSION,
+                "host_ip": default_conf.my_ip(conf),
+            },
             on_change=self._on_view,
             on_state_change=self._on_state,
         )

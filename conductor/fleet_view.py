@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from conductor.common.exception import DatabaseUnavailable, ServiceUnavailable
 from conductor.db import agents
@@ -34,6 +35,7 @@ class FleetView:
         self._db = db
         self._lock = threading.Lock()
         self._view: MembershipView | None = None
+        self._host_ips: Mapping[str, str] = MappingProxyType({})
         self._listeners: list[Callable[[MembershipView], None]] = []
         self._record_retry: threading.Timer | None = None
 
@@ -46,8 +48,9 @@ class FleetView:
 
     def on_change(self, view: MembershipView) -> None:
         """Membership callback: record the view, then tell the listeners."""
+        host_ips = MappingProxyType(view.host_ips())
         with self._lock:
-            self._view = view
+            self._view, self._host_ips = view, host_ips
         self._record(view)
         for listener in self._listeners:
             listener(view)
@@ -96,6 +99,14 @@ class FleetView:
                 reason=f"membership is {state.value}; cannot tell who is alive"
             )
         return frozenset(view.members)
+
+    def host_ips(self) -> Mapping[str, str]:
+        """Live agent -> its IP address (``[DEFAULT] my_ip``), for those announcing one.
+
+        Nova filters see it as ``host_state.host_ip``; empty before the first view.
+        """
+        with self._lock:
+            return self._host_ips
 
     def ring(self, group: str | None = None) -> Ring:
         """The ring of the latest view (of ``group``'s members if given);

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import ipaddress
 import logging
 import threading
 import time
@@ -84,6 +85,18 @@ class Member:
     weight: float | None
     capabilities: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def host_ip(self) -> str | None:
+        """The member's IP address (capability ``host_ip``: an agent's
+        ``[DEFAULT] my_ip``); ``None`` when it announces no valid one."""
+        value = self.capabilities.get("host_ip")
+        if not isinstance(value, str):
+            return None
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            return None
+
     def serves(self, group: str) -> bool:
         """Whether the member serves a node group (capability ``groups``:
         the groups it serves; absent or empty means every group)."""
@@ -118,6 +131,10 @@ class MembershipView:
             for mid, m in self.members.items()
             if mid != exclude and (group is None or m.serves(group))
         }
+
+    def host_ips(self) -> dict[str, str]:
+        """Member id to IP address, of the members that announce one."""
+        return {mid: m.host_ip for mid, m in self.members.items() if m.host_ip is not None}
 
     def named_groups(self) -> frozenset[str]:
         """The node groups some member limits itself to (capability ``groups``).

@@ -11,9 +11,9 @@ from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import REBUILD_IMAGE, VERBS_VERSION
+from conductor.api.microversion import ANY_EXTRA_SPECS, REBUILD_IMAGE, VERBS_VERSION
 from conductor.common import schemas
-from conductor.common.schemas import Resource
+from conductor.common.schemas import CAPABILITIES_SCOPE, TRAIT_SCOPE, Resource
 
 __all__ = ["ROUTES"]
 
@@ -239,9 +239,27 @@ def show_flavor(call: Call) -> Reply:
 
 
 def create_flavor(call: Call) -> Reply:
+    if call.version < ANY_EXTRA_SPECS:
+        _refuse_other_extra_specs(call)
     flavor = call.api.create_flavor(call.body)
     location = f"{call.base_url}/v1/flavors/{_quote(flavor['name'])}"
     return Reply(201, flavor, {"Location": location})
+
+
+def _refuse_other_extra_specs(call: Call) -> None:
+    """Before 1.6 a flavor's extra specs are ``capabilities:`` and ``trait:`` ones only."""
+    body = call.body
+    specs = body.get("extra_specs") if isinstance(body, dict) else None
+    if not isinstance(specs, dict):
+        return  # the conductor's validation names what is wrong with it
+    for key in sorted(k for k in specs if isinstance(k, str)):
+        if not key.startswith((CAPABILITIES_SCOPE, TRAIT_SCOPE)):
+            raise ApiError.invalid(
+                f"extra_specs.{key[:100]}",
+                "unknown extra spec (use 'capabilities:<key>' or 'trait:<TRAIT>'); "
+                f"other namespaces need microversion {ANY_EXTRA_SPECS} or later "
+                f"(this request is {call.version})",
+            )
 
 
 def delete_flavor(call: Call) -> Reply:

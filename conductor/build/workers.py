@@ -180,6 +180,7 @@ class BuildWorkers:
                 flavor,
                 instance.uuid,
                 live_members=self._fleet.live_members(),
+                host_ips=self._fleet.host_ips(),
                 group=instance.group_hint,
                 exclude_nodes=instance.tried_nodes,
                 scheduler_hints=instance.scheduler_hints,

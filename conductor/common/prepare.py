@@ -37,8 +37,9 @@ def prepare_service(
         if default_config_files is not None
         else None,
     )
-    try:
-        conf.host  # noqa: B018 -- read now: a bad host name is an error at start
-    except ValueError as exc:  # oslo.config's ConfigFileValueError
-        raise SystemExit(f"{argv[0] if argv else PROJECT}: [DEFAULT] host: {exc}") from None
+    for name in ("host", "my_ip"):
+        try:
+            getattr(conf, name)  # read now: a bad value is an error at start
+        except ValueError as exc:  # oslo.config's ConfigFileValueError
+            raise SystemExit(f"{argv[0] if argv else PROJECT}: [DEFAULT] {name}: {exc}") from None
     log.setup(conf, PROJECT)

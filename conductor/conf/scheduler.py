@@ -52,12 +52,12 @@ opts = [
         help=(
             "Nova filters among enabled_filters (as named there) that read "
             "per-node state (the host state's host, nodename, uuid or "
-            "hypervisor_hostname, or a cpu_arch that differs between nodes "
-            "of one profile): they are called for each node the scheduler is "
-            "about to choose. Every other Nova filter is called once per node "
-            "profile (resource class, group, traits, capabilities) and flavor "
-            "and scheduler hints, its verdict cached, and sees those per-node "
-            "attributes as None. A filter class may instead set "
+            "hypervisor_hostname): they are called for each node the "
+            "scheduler is about to choose. Every other Nova filter is called "
+            "once per node profile (resource class, group, traits, "
+            "capabilities and the cpu_arch and capabilities properties) and "
+            "flavor and scheduler hints, its verdict cached, and sees those "
+            "per-node attributes as None. A filter class may instead set "
             "ringfleet_per_node = True."
         ),
     ),

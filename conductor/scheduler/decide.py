@@ -3,8 +3,10 @@
 :meth:`Chooser.choose` walks the index instead of the fleet: the buckets of
 the flavor's resource class (and the group hint), the profiles in them whose
 cached per-profile verdict passes, the live owners holding free nodes of
-those profiles (this owner -> node sets map is cached per resource class,
-group and flavor until a set appears or empties in the index).  It then
+those profiles that pass the per-owner filters (this owner -> node sets map
+is cached per resource class, group and flavor -- and the agents' addresses
+when a per-owner filter is configured -- until a set appears or empties in
+the index).  It then
 ranks the owners with the (per-owner) weighers, random tie-break first, and
 draws a random free node of the best owner that passes the per-node checks.
 Only when a configured weigher needs to see every node does it weigh every
@@ -62,8 +64,11 @@ class Chooser:
         self.filters: tuple[BaseFilter, ...] = tuple(filters)
         self.weighers: tuple[BaseWeigher, ...] = tuple(weighers)
         self._profile_filters = tuple(f for f in self.filters if f.per_profile)
-        self._node_filters = tuple(f for f in self.filters if not f.per_profile)
-        self._per_owner = all(w.per_owner for w in self.weighers)
+        self._owner_filters = tuple(f for f in self.filters if f.per_owner and not f.per_profile)
+        self._node_filters = tuple(f for f in self.filters if not f.per_profile and not f.per_owner)
+        # Per-request weighers weigh every candidate alike: they add 0 to each total.
+        self._weighing = tuple(w for w in self.weighers if not w.per_request)
+        self._per_owner = all(w.per_owner for w in self._weighing)
         self._rng = rng or random.Random()
         # (resource class, group, flavor key) -> owner -> its free node sets in
         # the profiles that pass; valid while the index's structure is unchanged.
@@ -103,7 +108,11 @@ class Chooser:
         if state != self._cached_for:
             self._sets_cache.clear()
             self._cached_for = state
-        key = (request.flavor.resource_class, request.group, request.flavor_key)
+        key: tuple[Any, ...] = (request.flavor.resource_class, request.group, request.flavor_key)
+        owner_filters = self._owner_filters
+        if owner_filters:
+            # What they may read of an owner besides its name: its address.
+            key += (tuple(sorted(request.host_ips.items())),)
         cached = self._sets_cache.get(key)
         if cached is not None:
             return cached
@@ -113,6 +122,10 @@ class Chooser:
                 if not self._profile_passes(profile, request):
                     continue
                 for owner, nodes in profile.by_owner.items():
+                    if owner_filters and not all(
+                        f.filter(nodes.at(0), request) for f in owner_filters
+                    ):
+                        continue
                     sets = result.get(owner)
                     if sets is None:
                         result[owner] = [nodes]
@@ -146,10 +159,10 @@ class Chooser:
     ) -> Node | None:
         owners = list(sets_by_owner)
         self._rng.shuffle(owners)  # the tie-break: sorting below is stable
-        if self.weighers and len(owners) > 1:
+        if self._weighing and len(owners) > 1:
             # Per-owner weighers give every node of an owner the same weight.
             samples = [sets_by_owner[owner][0].at(0) for owner in owners]
-            totals = total_weights(self.weighers, samples, request, context)
+            totals = total_weights(self._weighing, samples, request, context)
             order = sorted(range(len(owners)), key=totals.__getitem__, reverse=True)
             owners = [owners[i] for i in order]
         for owner in owners:
@@ -195,7 +208,7 @@ class Chooser:
         if not candidates:
             return None
         self._rng.shuffle(candidates)  # the tie-break: max() keeps the first best
-        totals = total_weights(self.weighers, candidates, request, context)
+        totals = total_weights(self._weighing, candidates, request, context)
         best = max(range(len(candidates)), key=totals.__getitem__)
         return candidates[best]
 
@@ -226,15 +239,16 @@ class Chooser:
         counts[1] = of_class - len(nodes)
         rest = chain[2:]
         awaiting_owner = 0
-        memo: dict[tuple[int, int], bool] = {}
+        memo: dict[tuple[int, int, str | None], bool] = {}
 
         def passes(node_filter: BaseFilter, node: Node) -> bool:
             # Only free nodes get past AvailabilityFilter to the configured
             # filters, and each is in a profile of the index.
-            profile = index.profile_of(node.uuid) if node_filter.per_profile else None
+            per_profile, per_owner = node_filter.per_profile, node_filter.per_owner
+            profile = index.profile_of(node.uuid) if per_profile or per_owner else None
             if profile is None:
                 return node_filter.filter(node, request)
-            key = (id(node_filter), id(profile))
+            key = (id(node_filter), id(profile), None if per_profile else node.owner)
             verdict = memo.get(key)
             if verdict is None:
                 verdict = memo[key] = node_filter.filter(node, request)

@@ -28,7 +28,8 @@ as the conductor's index knows it: its ``created_at`` and ``updated_at`` may
 be missing, and its mappings are read-only.
 
 A filter that looks only at ``node.resource_class``, ``node.group``,
-``node.traits``, ``node.capabilities`` and ``request.flavor`` (or
+``node.traits``, ``node.capabilities`` (and the ``cpu_arch`` and
+``capabilities`` of ``node.properties``) and ``request.flavor`` (or
 ``request.capabilities``, which comes from the flavor) should set
 ``per_profile = True``: it is then called once per distinct combination of
 those node attributes and flavor, not once per node, which keeps a decision
@@ -38,6 +39,11 @@ reads ``request.scheduler_hints`` must set ``reads_hints = True``: its
 verdicts are then cached per flavor *and hints*.  (Otherwise the hints are
 left out of the cache key, so that clients sending hints nobody reads do not
 defeat the cache.)
+
+A filter whose verdict also depends on the node's owner (``node.owner``,
+or its address in ``request.host_ips``) but on nothing else of the node may
+set ``per_owner = True`` instead: it is then called once per profile and
+owning agent.
 
 Filters written for Nova (``host_passes(host_state, spec_obj)``) need no
 rewrite: name them by import path (:mod:`conductor.scheduler.nova`).
@@ -70,11 +76,13 @@ class BaseFilter:
     :cvar name: how the configuration and "no valid node" messages name the
         filter; the class name unless a subclass sets it
     :cvar per_profile: see the module documentation
+    :cvar per_owner: see the module documentation (ignored when ``per_profile``)
     :cvar reads_hints: see the module documentation
     """
 
     name: ClassVar[str] = "BaseFilter"
     per_profile: ClassVar[bool] = False
+    per_owner: ClassVar[bool] = False
     reads_hints: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -162,14 +170,22 @@ class CapabilitiesFilter(BaseFilter):
     :meth:`conductor.validation.capabilities.CapabilityExpression.matches`): a node
     without the capability never matches, ``= N`` means "at least N",
     ``s==`` compares strings, ``<in>`` looks for a substring, ``<or>``
-    accepts one of several words.
+    accepts one of several words.  As in Nova, an unscoped extra spec
+    (``boot_mode``, no colon) is a requirement too, but only on nodes that
+    have a capability of that name: the others pass.
     """
 
     per_profile = True
 
     def filter(self, node: Node, request: RequestSpec) -> bool:
         capabilities = node.capabilities
-        return all(
+        if not all(
             expression.matches(capabilities.get(key))
             for key, expression in request.capabilities.items()
-        )
+        ):
+            return False
+        for key, expression in request.unscoped_capabilities.items():
+            value = capabilities.get(key)
+            if value is not None and not expression.matches(value):
+                return False
+        return True

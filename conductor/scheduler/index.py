@@ -6,7 +6,8 @@ Layout (all of it guarded by the scheduler's lock; nothing here locks):
   by (resource class, group), which is how a flavor and a group hint select
   nodes;
 * inside a bucket, the **free** nodes (``available``, not in maintenance,
-  no instance) grouped by *profile* -- their (traits, capabilities) -- and
+  no instance) grouped by *profile* -- their traits and hardware
+  (:data:`HardwareKey`: capabilities, and what Nova reads them from) -- and
   within a profile by owning agent.  Filters that only look at a node's
   profile are evaluated once per profile and cached there, per flavor; the
   spread weigher looks at owners.  A decision therefore costs about
@@ -30,11 +31,27 @@ from typing import Any
 
 from conductor.common.objects import Node, ProvisionState
 
-__all__ = ["Bucket", "NodeIndex", "NodeSet", "Profile", "capabilities_key", "is_free"]
+__all__ = [
+    "Bucket",
+    "HardwareKey",
+    "NodeIndex",
+    "NodeSet",
+    "Profile",
+    "hardware_key",
+    "hardware_key_of",
+    "is_free",
+]
 
-#: (traits, sorted capability items): what per-profile filters may look at,
-#: besides the bucket's resource class and group
-ProfileKey = tuple[frozenset[str], tuple[tuple[str, str], ...]]
+#: a node's hardware as per-profile filters may see it: its sorted capability
+#: items, then ``properties["cpu_arch"]`` and ``properties["capabilities"]``
+#: as text (``None``: absent), from which Nova's host state is built
+#: (:func:`conductor.scheduler.nova.nova_stats`: nodes whose capabilities
+#: parse alike may still differ there, in architecture or in items Nova
+#: reads differently)
+HardwareKey = tuple[tuple[tuple[str, str], ...], str | None, str | None]
+#: (traits, hardware): what per-profile filters may look at, besides the
+#: bucket's resource class and group
+ProfileKey = tuple[frozenset[str], HardwareKey]
 
 _AVAILABLE = ProvisionState.AVAILABLE
 _SERIALS = itertools.count(1)
@@ -51,9 +68,20 @@ def is_free(node: Node) -> bool:
     )
 
 
-def capabilities_key(node: Node) -> tuple[tuple[str, str], ...]:
-    """*node*'s capabilities as a hashable, order-independent value."""
-    return tuple(sorted(node.capabilities.items()))
+def hardware_key(node: Node) -> HardwareKey:
+    """*node*'s :data:`HardwareKey`: its capabilities (order-independent) and their source."""
+    return hardware_key_of(node.capabilities, node.properties)
+
+
+def hardware_key_of(capabilities: Mapping[str, str], properties: Mapping[str, Any]) -> HardwareKey:
+    """The :data:`HardwareKey` of a node's parsed *capabilities* and its *properties*."""
+    arch = properties.get("cpu_arch")
+    text = properties.get("capabilities")
+    return (
+        tuple(sorted(capabilities.items())),
+        None if arch is None else str(arch),
+        None if text is None else str(text),
+    )
 
 
 class NodeSet:
@@ -100,10 +128,11 @@ class NodeSet:
 
 
 class Profile:
-    """The free nodes of one bucket sharing traits and capabilities.
+    """The free nodes of one bucket sharing traits and hardware (:data:`HardwareKey`).
 
     :ivar sample: a node with this profile (perhaps no longer free: only its
-        resource class, group, traits and capabilities are meant to be read)
+        resource class, group, traits, capabilities and the properties
+        ``cpu_arch`` and ``capabilities`` are meant to be read)
     :ivar by_owner: owning agent (``None``: no owner) -> its free nodes
     :ivar verdicts: flavor key -> whether the per-profile filters pass
     """
@@ -238,13 +267,13 @@ class NodeIndex:
     def put(
         self,
         node: Node,
-        caps_key: tuple[tuple[str, str], ...] | None = None,
+        hardware: HardwareKey | None = None,
         *,
         local: bool = False,
     ) -> None:
         """Insert or replace *node*.
 
-        :param caps_key: :func:`capabilities_key` of *node*, when already known
+        :param hardware: :func:`hardware_key` of *node*, when already known
         :param local: this conductor made the change (recorded, see the module doc)
         """
         uuid = node.uuid
@@ -265,7 +294,7 @@ class NodeIndex:
             and not node.maintenance
             and node.instance_uuid is None
         ):
-            key = (node.traits, caps_key if caps_key is not None else capabilities_key(node))
+            key = (node.traits, hardware if hardware is not None else hardware_key(node))
             profile = bucket.profiles.get(key)
             if profile is None:
                 profile = bucket.profiles[key] = Profile(key, node)

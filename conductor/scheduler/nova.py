@@ -31,13 +31,20 @@ and weights Nova's own host state and request spec give.
 Per profile or per node
 -----------------------
 A Nova filter is called once per node *profile* (resource class, group,
-traits, capabilities) and flavor-and-hints, and its verdict cached, like
-ringfleet's per-profile filters: a decision then costs the same at 1,000 or
-100,000 nodes.  The host state it sees is then a **profile view**, in which
-the node's identity (``host``, ``nodename``, ``hypervisor_hostname``,
-``uuid``) is ``None``, so that a filter cannot silently base a cached
-verdict on one arbitrary node; its ``stats`` are one node's (nodes of one
-profile share capabilities, but may differ in ``cpu_arch``).  A filter
+traits, and hardware: the parsed capabilities and the ``cpu_arch`` and
+``capabilities`` properties Nova's host state is built from,
+:data:`~conductor.scheduler.index.HardwareKey`) and flavor-and-hints, and
+its verdict cached, like ringfleet's per-profile filters: a decision then
+costs the same at 1,000 or 100,000 nodes.  The host state it sees is then
+a **profile view**, in which the node's identity (``host``, ``host_ip``,
+``nodename``, ``hypervisor_hostname``, ``uuid``) is ``None``, so that a
+filter cannot silently base a cached verdict on one arbitrary node; every
+other attribute is the same on every node of the profile, so the cached
+verdict is the one Nova gives each of them.  A filter that reads the
+owner's host state (``host``, ``host_ip``: Nova's
+``SimpleCIDRAffinityFilter``, or a class setting ``ringfleet_per_owner =
+True``) is called once per profile and owning agent, with an **owner
+view** (``host`` and ``host_ip`` set).  A filter
 that reads per-node state must be declared per node, either by the class
 attribute ``ringfleet_per_node = True`` or by listing its import path in
 ``[scheduler] per_node_filters``; it is then called for each node the
@@ -261,13 +268,15 @@ class HostState:
     updated from the compute node Nova's ironic driver reports for a free
     node (``IronicDriver._node_resource``) and its compute service:
 
-    :ivar host: *node* -- the owning agent (Nova: the nova-compute host)
+    :ivar host: *owner* -- the owning agent (Nova: the nova-compute host)
     :ivar nodename: *node* -- the node's uuid
     :ivar hypervisor_hostname: *node* -- the same
     :ivar uuid: *node* -- the same (Nova: the compute node's uuid, which
         for ironic is the node's)
-    :ivar host_ip: ``None`` (Nova: the compute service's ``my_ip``; an
-        agent's address is not known to the scheduler)
+    :ivar host_ip: *owner* -- the owning agent's ``[DEFAULT] my_ip`` as it
+        announces it with its membership (:attr:`RequestSpec.host_ips
+        <conductor.scheduler.request.RequestSpec.host_ips>`), ``None`` if it
+        announces none (Nova: the compute service's ``my_ip``)
     :ivar service: the owner's service record: enabled, not forced down,
         heard from now (a read-only dict, like Nova's)
     :ivar hypervisor_type: ``"ironic"``
@@ -297,11 +306,30 @@ class HostState:
         ``resource_class``, ``group``, ``traits`` or ``name`` from the stats,
         as on Nova's host state)
 
-    In a profile view (see the module documentation) ``host``,
-    ``nodename``, ``hypervisor_hostname``, ``uuid`` and ``ringfleet_name`` are ``None``
-    and ``stats``/``supported_instances`` are those of one node of the
-    profile.
+    Attributes marked *node* are ``None`` in an owner view, and those
+    marked *node* or *owner* in a profile view (see the module
+    documentation); ``stats``/``supported_instances`` are those of every
+    node of the profile.
     """
+
+    #: the attributes that may differ between the host states of two free
+    #: nodes; every other attribute is the same on all of them
+    PER_NODE: ClassVar[frozenset[str]] = frozenset(
+        {
+            "host",
+            "host_ip",
+            "hypervisor_hostname",
+            "nodename",
+            "ringfleet_group",
+            "ringfleet_name",
+            "ringfleet_resource_class",
+            "ringfleet_traits",
+            "service",
+            "stats",
+            "supported_instances",
+            "uuid",
+        }
+    )
 
     __slots__ = (
         "aggregates",
@@ -343,7 +371,14 @@ class HostState:
         "vcpus_used",
     )
 
-    def __init__(self, node: Node, *, per_node: bool) -> None:
+    def __init__(
+        self,
+        node: Node,
+        *,
+        per_node: bool,
+        per_owner: bool = False,
+        host_ip: str | None = None,
+    ) -> None:
         # A fresh dict: Nova's code may copy or mutate what it is given.
         self.stats = nova_stats(node)
         self.supported_instances = _supported_instances(node.properties.get("cpu_arch"))
@@ -353,7 +388,8 @@ class HostState:
         self.ringfleet_group = node.group
         self.hypervisor_type = "ironic"
         self.hypervisor_version = IRONIC_HYPERVISOR_VERSION
-        self.host_ip = self.cpu_info = self.numa_topology = None
+        self.host_ip: str | None = None
+        self.cpu_info = self.numa_topology = None
         self.cell_uuid = self.updated = None
         self.vcpus_total = self.vcpus_used = 0
         self.total_usable_ram_mb = self.free_ram_mb = 0
@@ -375,8 +411,10 @@ class HostState:
         self.hypervisor_hostname: str | None = None
         self.uuid: str | None = None
         self.ringfleet_name: str | None = None
-        if per_node:
+        if per_node or per_owner:
             self.host = node.owner
+            self.host_ip = host_ip
+        if per_node:
             self.nodename = self.hypervisor_hostname = self.uuid = node.uuid
             self.ringfleet_name = node.name
 
@@ -384,7 +422,8 @@ class HostState:
         # Nova's filters log "%(host_state)s fails ...".
         if self.nodename is None:
             group = self.ringfleet_group or "-"
-            return f"(profile {self.ringfleet_resource_class}/{group} stats={self.stats})"
+            owner = "" if self.host is None else f" of {self.host}"
+            return f"(profile {self.ringfleet_resource_class}/{group}{owner} stats={self.stats})"
         return f"({self.host}, {self.nodename})"
 
 
@@ -648,7 +687,8 @@ class NovaFilter(BaseFilter):
     """A Nova ``BaseHostFilter`` run as a ringfleet filter (see the module doc).
 
     Subclassed per Nova class by :func:`load_nova_filter`, which sets
-    :attr:`nova_class`, ``name`` (the import path) and ``per_profile``.
+    :attr:`nova_class`, ``name`` (the import path), ``per_profile`` and
+    ``per_owner``.
     """
 
     nova_class: ClassVar[type[Any]]
@@ -662,7 +702,12 @@ class NovaFilter(BaseFilter):
         self._requests = _RequestCache()
 
     def filter(self, node: Node, request: RequestSpec) -> bool:
-        host_state = HostState(node, per_node=not self.per_profile)
+        host_state = HostState(
+            node,
+            per_node=not self.per_profile and not self.per_owner,
+            per_owner=self.per_owner,
+            host_ip=request.host_ips.get(node.owner) if node.owner is not None else None,
+        )
         try:
             return bool(self.nova_filter.host_passes(host_state, self._requests.view(request)))
         except Exception as exc:
@@ -678,8 +723,9 @@ class NovaWeigher(BaseWeigher):
     Its ``weight_multiplier()`` is called once, when loaded, for Nova's
     default (the nova.conf option's default, no aggregates); ``[scheduler]
     weigher_multipliers`` overrides it.  Nova's in-tree weighers are per
-    owner (they weigh every free node alike, see
-    :func:`_weighs_free_nodes_alike`); an operator's is weighed per node,
+    request (they weigh every free node alike, see
+    :func:`_weighs_free_nodes_alike`): the scheduler does not call them,
+    as their normalized weights are 0.  An operator's is weighed per node,
     so the scheduler weighs every candidate node.
     """
 
@@ -692,6 +738,8 @@ class NovaWeigher(BaseWeigher):
 
     def weigh(self, node: Node, request: RequestSpec, context: WeighingContext) -> float:
         host_state = _WEIGHED_HOSTS.view(node)
+        # The owner's address is the request's (the view outlives it).
+        host_state.host_ip = request.host_ips.get(node.owner) if node.owner else None
         spec_obj = _WEIGHED_REQUESTS.view(request)
         try:
             weight = float(self.nova_weigher._weigh_object(host_state, spec_obj))
@@ -737,6 +785,11 @@ NOT_APPLICABLE: Mapping[str, str] = {
     "MetricsWeigher": "weighs every node 0 (no metrics)",
     "BuildFailureWeigher": "weighs every node 0 (ringfleet counts no failed builds per node)",
 }
+
+
+#: in-tree Nova filters whose verdict depends on the owner's host state
+#: (``host_ip``): called once per profile and owner, with an owner view
+PER_OWNER: frozenset[str] = frozenset({"SimpleCIDRAffinityFilter"})
 
 
 def nova_installed() -> bool:
@@ -891,6 +944,10 @@ def _log_not_applicable(cls: type[Any], path: str, option: str) -> None:
 def load_nova_filter(path: str, *, per_node: bool = False) -> type[NovaFilter]:
     """The :class:`NovaFilter` subclass running the Nova filter class at *path*.
 
+    It is called per profile, or per profile and owner when it reads the
+    owner's host state (:data:`PER_OWNER`, or the class sets
+    ``ringfleet_per_owner = True``).
+
     :param per_node: call it per node (``[scheduler] per_node_filters``);
         also when the class sets ``ringfleet_per_node = True``
     :raises ConfigurationError: about ``[scheduler] enabled_filters``: Nova
@@ -901,10 +958,20 @@ def load_nova_filter(path: str, *, per_node: bool = False) -> type[NovaFilter]:
     cls = _check_subclass(path, _import_class(path, option), base, option)
     _log_not_applicable(cls, path, option)
     per_node = per_node or bool(getattr(cls, "ringfleet_per_node", False))
+    per_owner = not per_node and (
+        bool(getattr(cls, "ringfleet_per_owner", False))
+        or (cls.__module__.startswith("nova.") and cls.__name__ in PER_OWNER)
+    )
     return type(
         f"Nova{cls.__name__}",
         (NovaFilter,),
-        {"name": path, "per_profile": not per_node, "nova_class": cls, "__module__": __name__},
+        {
+            "name": path,
+            "per_profile": not per_node and not per_owner,
+            "per_owner": per_owner,
+            "nova_class": cls,
+            "__module__": __name__,
+        },
     )
 
 
@@ -937,6 +1004,7 @@ def load_nova_weigher(path: str) -> type[NovaWeigher]:
             "nova_class": cls,
             "default_multiplier": _default_multiplier(cls),
             "per_owner": _weighs_free_nodes_alike(cls),
+            "per_request": _weighs_free_nodes_alike(cls),
             "__module__": __name__,
         },
     )
@@ -948,10 +1016,12 @@ def _weighs_free_nodes_alike(cls: type[Any]) -> bool:
     Nova's in-tree weighers read sizes, usage, metrics, PCI pools, the
     hypervisor version, instances and failed builds: on the host state of
     a free ironic node all of these are the same for every node (all zero
-    or empty, version 1), so, as in Nova on ironic, they weigh every free
-    node alike (``tests/unit/test_nova_differential.py`` checks it class by
-    class).  Weighing one node per agent then decides the same as weighing
-    every node, at no cost per node.  An operator's weigher may read the
-    node's stats: it is weighed per node.
+    or empty, version 1: none is in :data:`HostState.PER_NODE`), so, as in
+    Nova on ironic, they weigh every free node alike, and their normalized
+    weights are 0 (``tests/unit/test_nova_differential.py`` checks, class by
+    class, which host-state attributes each reads, and its weights).  They
+    are therefore ``per_request``: left out of the totals, which is what
+    Nova's default weigher list costs per decision here.  An operator's
+    weigher may read the node's stats: it is weighed per node.
     """
     return cls.__module__.startswith(_PACKAGES["weigher"] + ".")

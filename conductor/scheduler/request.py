@@ -14,13 +14,18 @@ from types import MappingProxyType
 from typing import Any
 
 from conductor.common.objects import Flavor
-from conductor.validation.capabilities import CapabilityExpression, parse_capability_expression
+from conductor.validation.capabilities import (
+    CapabilityExpression,
+    expression_or_reason,
+    parse_capability_expression,
+)
 
 __all__ = [
     "CAPABILITIES_SCOPE",
     "RequestSpec",
     "flavor_key",
     "parse_flavor_capabilities",
+    "parse_unscoped_capabilities",
     "request_key",
 ]
 
@@ -41,6 +46,9 @@ class RequestSpec:
     :ivar exclude_nodes: nodes not to use (a reschedule's earlier attempts)
     :ivar capabilities: the flavor's capability requirements, parsed:
         capability key (without the ``capabilities:`` scope) -> expression
+    :ivar unscoped_capabilities: the flavor's unscoped extra specs (no
+        colon), parsed: key -> expression, a requirement only on nodes that
+        have a capability of that name (Nova's rule)
     :ivar flavor_key: a hashable identity of everything per-profile filters
         may read of the request: the flavor, and the scheduler hints when a
         per-profile filter reads them (see :func:`request_key`); the
@@ -52,6 +60,9 @@ class RequestSpec:
         filters' ``spec_obj.project_id``
     :ivar image: the build's own image (``None``: it names none), for Nova
         filters' ``spec_obj.image`` (which shows its disk format only)
+    :ivar host_ips: live agent -> its IP address (``[DEFAULT] my_ip``, as
+        announced with its membership), for Nova filters'
+        ``host_state.host_ip``; agents announcing none are absent
     """
 
     flavor: Flavor
@@ -63,11 +74,15 @@ class RequestSpec:
         default_factory=lambda: MappingProxyType({})
     )
     flavor_key: Hashable = None
+    unscoped_capabilities: Mapping[str, CapabilityExpression] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
     scheduler_hints: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
     project_id: str | None = None
     image: Mapping[str, str] | None = None
+    host_ips: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def build(
@@ -81,6 +96,7 @@ class RequestSpec:
         scheduler_hints: Mapping[str, Any] | None = None,
         project_id: str | None = None,
         image: Mapping[str, str] | None = None,
+        host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         """A request with the flavor's capabilities parsed (uncached)."""
         hints = MappingProxyType(dict(scheduler_hints or {}))
@@ -91,10 +107,12 @@ class RequestSpec:
             group=group,
             exclude_nodes=exclude_nodes,
             capabilities=parse_flavor_capabilities(flavor),
+            unscoped_capabilities=parse_unscoped_capabilities(flavor),
             flavor_key=request_key(flavor_key(flavor), hints, project_id, image),
             scheduler_hints=hints,
             project_id=project_id,
             image=None if image is None else MappingProxyType(dict(image)),
+            host_ips=MappingProxyType(dict(host_ips or {})),
         )
 
 
@@ -147,4 +165,23 @@ def parse_flavor_capabilities(flavor: Flavor) -> Mapping[str, CapabilityExpressi
             parsed[key[len(CAPABILITIES_SCOPE) :]] = parse_capability_expression(
                 value, field=f"extra_specs.{key}"
             )
+    return MappingProxyType(parsed)
+
+
+def parse_unscoped_capabilities(flavor: Flavor) -> Mapping[str, CapabilityExpression]:
+    """The unscoped extra specs of *flavor* (keys without a colon), parsed (read-only).
+
+    Nova's ComputeCapabilitiesFilter checks an unscoped key against the
+    host's attribute or stat of that name when the host has one, and
+    ignores it otherwise; :class:`~conductor.scheduler.filters.CapabilitiesFilter`
+    checks it against the node's capability of that name.  A stored value
+    that does not parse (a flavor written before unscoped values were
+    validated) is left out: it constrains no node, as before.
+    """
+    parsed: dict[str, CapabilityExpression] = {}
+    for key, value in sorted(flavor.extra_specs.items()):
+        if ":" not in key:
+            result = expression_or_reason(value)
+            if not isinstance(result, str):
+                parsed[key] = result
     return MappingProxyType(parsed)

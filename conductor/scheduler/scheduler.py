@@ -57,6 +57,7 @@ from conductor.scheduler.request import (
     RequestSpec,
     flavor_key,
     parse_flavor_capabilities,
+    parse_unscoped_capabilities,
     request_key,
 )
 from conductor.scheduler.weighers import BaseWeigher
@@ -113,7 +114,7 @@ class Scheduler:
         self._chooser = Chooser(filters, weighers, rng)
         # Hints (and the project and image) split the verdict caches only when a
         # cached verdict may depend on them.
-        self._hints_in_key = any(f.per_profile and f.reads_hints for f in filters)
+        self._hints_in_key = any((f.per_profile or f.per_owner) and f.reads_hints for f in filters)
         self._refresh_interval = refresh_interval
         self._overlap = datetime.timedelta(seconds=refresh_overlap)
         self._resync_interval = resync_interval
@@ -124,7 +125,10 @@ class Scheduler:
         self._built = False
         self._since = datetime.datetime.min
         self._refreshed_at = self._resynced_at = 0.0
-        self._capabilities: dict[Hashable, Mapping[str, CapabilityExpression]] = {}
+        self._capabilities: dict[
+            Hashable,
+            tuple[Mapping[str, CapabilityExpression], Mapping[str, CapabilityExpression]],
+        ] = {}
         self.lost_races = 0
         """allocations lost to another conductor (or a stale index) so far"""
 
@@ -166,6 +170,7 @@ class Scheduler:
         scheduler_hints: Mapping[str, Any] | None = None,
         project_id: str | None = None,
         image: Mapping[str, str] | None = None,
+        host_ips: Mapping[str, str] | None = None,
     ) -> tuple[Node, Ownership]:
         """Choose a node for the instance and allocate it (committed) by compare-and-swap.
 
@@ -178,6 +183,8 @@ class Scheduler:
             primitive), for filters that read them (Nova's JsonFilter)
         :param project_id: the instance's project, for Nova filters
         :param image: the build's own image, for Nova filters
+        :param host_ips: live agent -> its IP address, for Nova filters
+            (``host_state.host_ip``)
         :returns: the node as allocated (hosting the instance, ``deploying``,
             with the owner and epoch of the returned ownership; without
             timestamps, with read-only mappings) and the ownership to route
@@ -195,6 +202,7 @@ class Scheduler:
             scheduler_hints=scheduler_hints,
             project_id=project_id,
             image=image,
+            host_ips=host_ips,
         )
         self._ensure_fresh()
         refreshed = False
@@ -249,14 +257,16 @@ class Scheduler:
         scheduler_hints: Mapping[str, Any] | None,
         project_id: str | None = None,
         image: Mapping[str, str] | None = None,
+        host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         key = flavor_key(flavor)
-        capabilities = self._capabilities.get(key)
-        if capabilities is None:
-            capabilities = parse_flavor_capabilities(flavor)
+        parsed = self._capabilities.get(key)
+        if parsed is None:
+            parsed = (parse_flavor_capabilities(flavor), parse_unscoped_capabilities(flavor))
             if len(self._capabilities) >= _MAX_FLAVORS:
                 self._capabilities.clear()
-            self._capabilities[key] = capabilities
+            self._capabilities[key] = parsed
+        capabilities, unscoped = parsed
         hints: Mapping[str, Any] = MappingProxyType(dict(scheduler_hints or {}))
         frozen_image = None if image is None else MappingProxyType(dict(image))
         return RequestSpec(
@@ -266,12 +276,14 @@ class Scheduler:
             group=group,
             exclude_nodes=frozenset(exclude_nodes),
             capabilities=capabilities,
+            unscoped_capabilities=unscoped,
             flavor_key=(
                 request_key(key, hints, project_id, frozen_image) if self._hints_in_key else key
             ),
             scheduler_hints=hints,
             project_id=project_id,
             image=frozen_image,
+            host_ips=MappingProxyType(dict(host_ips or {})),
         )
 
     def _allocate(self, node: Node, instance_uuid: str) -> Ownership | None:
@@ -426,10 +438,10 @@ class Scheduler:
         for start in range(0, len(rows), _APPLY_CHUNK):
             with self._lock:
                 index = self._index
-                for node, caps_key in rows[start : start + _APPLY_CHUNK]:
+                for node, hardware in rows[start : start + _APPLY_CHUNK]:
                     # A local change made after the read began is newer than the row.
                     if not index.changed_locally_after(node.uuid, generation):
-                        index.put(node, caps_key)
+                        index.put(node, hardware)
         with self._lock:
             self._index.forget_local_changes(generation)
         self._since = started_at - self._overlap
@@ -443,8 +455,8 @@ class Scheduler:
             generation = self._index.generation
         fresh = NodeIndex()
         with _collector_paused():
-            for node, caps_key in source.load_all(self._db):
-                fresh.put(node, caps_key)
+            for node, hardware in source.load_all(self._db):
+                fresh.put(node, hardware)
         with self._lock:
             fresh.adopt_local_changes(self._index, after=generation)
             self._index = fresh

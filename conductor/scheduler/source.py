@@ -25,11 +25,10 @@ from conductor.common.objects import Node, PowerState, ProvisionState
 from conductor.db import node_pages
 from conductor.db.engine import Database
 from conductor.scheduler.fastnode import new_node
+from conductor.scheduler.index import HardwareKey, hardware_key_of
 
-__all__ = ["CapabilitiesKey", "NodeDecoder", "load_all", "load_changed"]
+__all__ = ["NodeDecoder", "load_all", "load_changed"]
 
-#: a node's capabilities as a sorted tuple of (key, value): hashable
-CapabilitiesKey = tuple[tuple[str, str], ...]
 
 _PROVISION_STATES = {state.value: state for state in ProvisionState}
 _POWER_STATES = {state.value: state for state in PowerState}
@@ -46,7 +45,7 @@ class NodeDecoder:
     def __init__(self) -> None:
         self._traits: dict[str | None, frozenset[str]] = {}
         self._properties: dict[
-            str | None, tuple[Mapping[str, Any], Mapping[str, str], CapabilitiesKey]
+            str | None, tuple[Mapping[str, Any], Mapping[str, str], HardwareKey]
         ] = {}
         self._strings: dict[str, str] = {}
 
@@ -60,7 +59,7 @@ class NodeDecoder:
 
     def _decode_properties(
         self, text: str | None
-    ) -> tuple[Mapping[str, Any], Mapping[str, str], CapabilitiesKey]:
+    ) -> tuple[Mapping[str, Any], Mapping[str, str], HardwareKey]:
         decoded = self._properties.get(text)
         if decoded is None:
             properties = (json.loads(text) if text else None) or {}
@@ -75,14 +74,14 @@ class NodeDecoder:
             decoded = (
                 MappingProxyType(properties) if properties else _EMPTY,
                 MappingProxyType(capabilities) if capabilities else _EMPTY,
-                tuple(sorted(capabilities.items())),
+                hardware_key_of(capabilities, properties),
             )
             self._properties[text] = decoded
         return decoded
 
-    def decode(self, row: node_pages.IndexRow) -> tuple[Node, CapabilitiesKey]:
+    def decode(self, row: node_pages.IndexRow) -> tuple[Node, HardwareKey]:
         """The node of an :data:`~conductor.db.node_pages.IndexRow` (which may
-        have more fields after), and its capabilities key."""
+        have more fields after), and its :data:`~conductor.scheduler.index.HardwareKey`."""
         traits = self._traits.get(row[4])
         if traits is None:
             traits = self._decode_traits(row[4])
@@ -117,9 +116,7 @@ class NodeDecoder:
         return node, decoded[2]
 
 
-def load_all(
-    db: Database, *, page: int = node_pages.PAGE
-) -> Iterator[tuple[Node, CapabilitiesKey]]:
+def load_all(db: Database, *, page: int = node_pages.PAGE) -> Iterator[tuple[Node, HardwareKey]]:
     """Every node, in pages of *page* rows (each its own short transaction)."""
     decoder = NodeDecoder()
     for rows in node_pages.index_rows(db, page=page):
@@ -129,7 +126,7 @@ def load_all(
 
 def load_changed(
     db: Database, since: datetime.datetime, *, page: int = node_pages.PAGE
-) -> Iterator[tuple[Node, CapabilitiesKey]]:
+) -> Iterator[tuple[Node, HardwareKey]]:
     """Nodes whose row changed at or after *since*, oldest change first.
 
     A burst of more than *page* changes with equal timestamps is read whole,

@@ -23,6 +23,12 @@ context should set ``per_owner = True``: the scheduler then weighs one node
 per agent instead of every candidate node.  As long as every configured
 weigher is ``per_owner``, a decision costs the same at 1,000 or 100,000
 nodes.
+
+A weigher whose weight depends on nothing of the node (only the request and
+the context) gives every candidate of a decision the same weight, which
+normalization turns into 0 for each: it may set ``per_request = True``, and
+the scheduler then leaves it out of the totals without calling it (Nova's
+in-tree weighers on bare-metal nodes, :mod:`conductor.scheduler.nova`).
 """
 
 from __future__ import annotations
@@ -61,12 +67,14 @@ class BaseWeigher:
     :cvar name: how the configuration names the weigher; the class name
         unless a subclass sets it
     :cvar per_owner: see the module documentation
+    :cvar per_request: see the module documentation (implies ``per_owner``)
     :ivar multiplier: factor of the normalized weight (``[scheduler]
         weigher_multipliers`` overrides the class default)
     """
 
     name: ClassVar[str] = "BaseWeigher"
     per_owner: ClassVar[bool] = False
+    per_request: ClassVar[bool] = False
     default_multiplier: ClassVar[float] = 1.0
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -118,9 +126,15 @@ def total_weights(
     request: RequestSpec,
     context: WeighingContext,
 ) -> list[float]:
-    """Each node's sum over *weighers* of multiplier x normalized weight."""
+    """Each node's sum over *weighers* of multiplier x normalized weight.
+
+    A ``per_request`` weigher is not called: it weighs every node alike,
+    which :func:`normalize` maps to 0 for each.
+    """
     totals = [0.0] * len(nodes)
     for weigher in weighers:
+        if weigher.per_request:
+            continue
         raw = [weigher.weigh(node, request, context) for node in nodes]
         multiplier = weigher.multiplier
         for i, value in enumerate(normalize(raw)):

@@ -6,8 +6,11 @@ ComputeCapabilitiesFilter), ``trait:<TRAIT>`` entries (merged into the
 flavor's required or forbidden traits), and specs of any other namespace
 (an operator's ``mycompany:racks``, Nova's unscoped ``boot_mode``), whose
 keys must match Nova's extra-spec key pattern and which are stored as given
-for Nova filters (:mod:`conductor.scheduler.nova`) to read.  The fields, patterns and limits are
-those of :data:`conductor.common.schemas.FLAVOR_SPEC`.
+for Nova filters (:mod:`conductor.scheduler.nova`) to read; an unscoped
+one's value must be a capability expression, since Nova's
+ComputeCapabilitiesFilter and ringfleet's CapabilitiesFilter read it as
+one.  The fields, patterns and limits are those of
+:data:`conductor.common.schemas.FLAVOR_SPEC`.
 """
 
 from __future__ import annotations
@@ -138,9 +141,13 @@ def _check_extra_spec(
         return _check_trait_spec(key, text, field, errors, out)
     elif not _EXTRA_SPEC_KEY_RE.fullmatch(key):
         errors.add(field, f"extra spec key must match {EXTRA_SPEC_KEY_PATTERN}", key)
+    elif ":" not in key and _parse_expression(text, field, errors) is None:
+        # Unscoped: Nova's ComputeCapabilitiesFilter, and ringfleet's
+        # CapabilitiesFilter, match it against a capability of that name.
+        return False
     else:
-        # Another namespace (an operator's Nova filter's, or unscoped): not
-        # ringfleet's to interpret, stored as given for the filters that read it.
+        # Another namespace (an operator's Nova filter's), or unscoped:
+        # stored as given for the filters that read it.
         out.specs[key] = text
         return True
     return False
@@ -168,7 +175,9 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
     ``extra_specs``: ``capabilities:<key>`` -> a capability expression (see
     :func:`parse_capability_expression`), ``trait:<TRAIT>`` -> ``required``
     or ``forbidden`` (merged into the trait sets; contradicting them is an
-    error), any other key matching Nova's extra-spec key pattern -> a string
+    error), an unscoped key (no colon) -> a capability expression (stored
+    as given: see :class:`~conductor.scheduler.filters.CapabilitiesFilter`),
+    any other key matching Nova's extra-spec key pattern -> a string
     (stored as given); ``default_image`` (an image, as a build request's).
 
     :raises InvalidInput: naming every bad, missing or unknown field

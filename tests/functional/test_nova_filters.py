@@ -27,6 +27,8 @@ from tests.harness import wait_for
 from tests.harness.process import REPO
 
 CCF = "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
+CIDR = "SimpleCIDRAffinityFilter"
+AGENT_IPS = {"agent-1": "10.0.1.5", "agent-2": "10.0.2.5"}
 RACK = "tests.nova_filters.RackHintFilter"
 RACK_SPEC = "tests.nova_filters.RackSpecFilter"
 #: Nova's default [filter_scheduler] enabled_filters, pasted from nova.conf
@@ -46,7 +48,7 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
     try:
         f.conductor(
             extra=f"[scheduler]\nenabled_filters = TraitsFilter,{NOVA_DEFAULT_FILTERS},"
-            f"{RACK},{RACK_SPEC}\nweighers = nova.scheduler.weights.all_weighers\n"
+            f"{RACK},{RACK_SPEC},{CIDR}\nweighers = nova.scheduler.weights.all_weighers\n"
         )
         nodes = []
         for i in range(NODES):
@@ -75,8 +77,10 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
                 "extra_specs": {"mycompany:racks": "r1", "boot_mode": "uefi"},
             }
         )
-        f.agent("agent-1")
-        f.agent("agent-2")
+        f.api.create_flavor({"name": "any", "resource_class": "baremetal"})
+        # Their [DEFAULT] my_ip: Nova filters' host_state.host_ip of their nodes.
+        for agent, address in AGENT_IPS.items():
+            f.agent(agent, extra=f"[DEFAULT]\nmy_ip = {address}\n")
         yield f
         assert f.fencing_violations() == []
     finally:
@@ -147,6 +151,23 @@ def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
     (failed,) = _settle(fleet, [extra["uuid"]], "error")
     assert f"{CCF} removed 6" in failed["fault"]
     assert RACK not in failed["fault"]  # it removed nothing this time
+
+    # The agents' addresses steer: a build near one agent's lands on its nodes.
+    wait_for(lambda: _every_node_with_a_live_owner(fleet), 30, "every node owned by a live agent")
+    free = {node: owner for node, (owner, _, instance) in fleet.owners().items() if not instance}
+    assert len(free) == 6  # the bios nodes
+    owner = sorted(free.values())[-1]
+    near_ip = AGENT_IPS[str(owner)].rpartition(".")[0] + ".1"  # in the agent's /24
+    (near,) = fleet.api.build_instances(
+        {"flavor": "any", "scheduler_hints": {"build_near_host_ip": near_ip}}
+    )
+    (near,) = _settle(fleet, [near["uuid"]], "active")
+    assert free[near["node_uuid"]] == owner
+    (far,) = fleet.api.build_instances(
+        {"flavor": "any", "scheduler_hints": {"build_near_host_ip": "192.0.2.1"}}
+    )
+    (failed,) = _settle(fleet, [far["uuid"]], "error")
+    assert f"nova.scheduler.filters.affinity_filter.{CIDR} removed 5" in failed["fault"]
     assert "Traceback" not in fleet.procs["cond-1"].log()
 
 

@@ -998,3 +998,29 @@ def test_the_installed_pipeline_is_the_one_in_etc() -> None:
     assert (
         wsgi.PACKAGED_PASTE_FILE.read_text() == (REPO / "etc/ringfleet/api-paste.ini").read_text()
     )
+
+
+V16 = {"OpenStack_API_Version": "baremetal-fleet 1.6"}
+
+
+@pytest.mark.parametrize("key", ["boot_mode", "mycompany:racks"])
+def test_extra_specs_of_other_namespaces_need_1_6(
+    app: tuple[api_app.Application, FakeConductors], key: str
+) -> None:
+    application, fake = app
+    body = {
+        "name": "f",
+        "resource_class": "gold",
+        "extra_specs": {"capabilities:boot_mode": "uefi", "trait:HW_A": "required", key: "r1"},
+    }
+    response = call(application, "POST", "/v1/flavors", body, **V14)
+    assert response.status_code == 400
+    [error] = errors(response)
+    assert error["field"] == f"extra_specs.{key}" and "microversion 1.6" in error["reason"]
+    assert fake.calls == []
+    response = call(application, "POST", "/v1/flavors", body, **V16)
+    assert response.status_code == 201, response.json
+    assert fake.calls == [("create_flavor", (body,), {})]
+    # Capabilities and traits alone are flavors at every version.
+    del body["extra_specs"][key]
+    assert call(application, "POST", "/v1/flavors", body).status_code == 201

@@ -16,6 +16,7 @@ from compute_agent.cmd import agent as agent_cmd
 from compute_agent.conf import opts as agent_opts
 from conductor import conf as conductor_conf
 from conductor.cmd import conductor as conductor_cmd
+from conductor.common.conf import default
 from conductor.common.conf import opts as common_opts
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, RingfleetError
@@ -246,3 +247,19 @@ def test_a_host_that_is_no_dns_name_stops_the_service_at_start(tmp_path: Path, b
         prepare_service(["ringfleet-compute-agent", "--config-file", str(path)], cfg.ConfigOpts())
     assert str(stopped.value).startswith("ringfleet-compute-agent: [DEFAULT] host: ")
     assert "is not a valid host address" in str(stopped.value)
+
+
+def test_my_ip_is_the_configured_address_else_novas_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert default.my_ip(make_conf(tmp_path, "[DEFAULT]\nmy_ip = 192.0.2.7\n")) == "192.0.2.7"
+    monkeypatch.setattr(default.netutils, "get_my_ipv4", lambda: "198.51.100.3")
+    assert default.my_ip(make_conf(tmp_path, "")) == "198.51.100.3"
+
+
+def test_a_my_ip_that_is_no_address_stops_the_service_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "ringfleet.conf"
+    path.write_text("[DEFAULT]\nmy_ip = agent-1\n")
+    with pytest.raises(SystemExit) as stopped:
+        prepare_service(["ringfleet-compute-agent", "--config-file", str(path)], cfg.ConfigOpts())
+    assert str(stopped.value).startswith("ringfleet-compute-agent: [DEFAULT] my_ip: ")

@@ -78,6 +78,9 @@ class Fleet:
     def live_members(self) -> frozenset[str]:
         return frozenset(self.live)
 
+    def host_ips(self) -> dict[str, str]:
+        return {}
+
 
 @dataclass
 class Agents:

@@ -501,3 +501,18 @@ def test_a_pause_past_the_ttl_is_reported_as_lost_before_the_rejoin(
     lost = [i for i, (_, new) in enumerate(transitions) if new is State.LOST]
     assert lost, transitions
     assert transitions[lost[-1] + 1 :][-1] == (State.LOST, State.CONNECTED)
+
+
+def test_a_view_gives_the_address_each_member_announces(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    views: list[MembershipView] = []
+    m = make(started, capabilities={"host_ip": "192.0.2.5"}, on_change=views.append)
+    assert m.wait_connected(5)
+    version = m._capabilities["ring_version"]
+    backend.groups[GROUP][b"garbled"] = {"ring_version": version, "host_ip": "192.0.2.300"}
+    backend.groups[GROUP][b"older"] = {"ring_version": version}  # announces none
+    backend.groups[GROUP][b"v6"] = {"ring_version": version, "host_ip": "2001:DB8::1"}
+    wait_until(lambda: bool(views) and len(views[-1].members) == 4)
+    assert views[-1].host_ips() == {"agent-1": "192.0.2.5", "v6": "2001:db8::1"}
+    assert views[-1].members["garbled"].host_ip is None

@@ -12,8 +12,11 @@ own code builds both.
 
 from __future__ import annotations
 
+import ast
 import datetime
+import inspect
 import itertools
+import textwrap
 import types
 import uuid as uuidlib
 import warnings
@@ -41,6 +44,8 @@ with warnings.catch_warnings():
     WEIGHER_CLASSES = nova_weights.all_weighers()
 
 OWNER = "agent-1"
+#: the owner's [DEFAULT] my_ip, as it announces it (Nova: the compute node's host_ip)
+HOST_IP = "192.0.2.10"
 NODE_PROPERTIES: list[dict[str, Any]] = [
     {},
     {"cpus": 8, "memory_mb": 4096, "local_gb": 100, "cpu_arch": "x86_64"},
@@ -69,6 +74,8 @@ HINTS: list[dict[str, Any]] = [
     {"query": '["=", "$hypervisor_type", "ironic"]'},
     {"different_host": str(uuidlib.UUID(int=99))},
     {"same_host": str(uuidlib.UUID(int=99))},
+    {"build_near_host_ip": "192.0.2.1"},
+    {"build_near_host_ip": "198.51.100.7", "cidr": "/16"},
 ]
 
 
@@ -103,7 +110,7 @@ def nova_host_state(node: Node) -> Any:
         id=node.uuid, properties=dict(node.properties), resource_class=node.resource_class
     )
     resources = driver._node_resource(ironic_node)
-    compute = nova_objects.ComputeNode(host=OWNER, host_ip=None, metrics="[]")
+    compute = nova_objects.ComputeNode(host=OWNER, host_ip=HOST_IP, metrics="[]")
     compute.update_from_virt_driver(resources)
     compute.stats = dict(resources["stats"])  # the tracker digests the driver's stats
     # What the resource tracker adds for a node hosting no instance.
@@ -177,6 +184,7 @@ def ringfleet_request(
         flavor,
         str(uuidlib.UUID(int=1000)),
         live_members=frozenset({OWNER}),
+        host_ips={OWNER: HOST_IP},
         scheduler_hints=hints,
         project_id=project_id,
         image=image,
@@ -240,13 +248,86 @@ def test_weights_equal_novas(cls: type) -> None:
         request = ringfleet_request(extra_specs, hints, context)
         got = total_weights([ours], NODES, request, WeighingContext({}))
         assert dict(zip((n.uuid for n in NODES), got, strict=True)) == pytest.approx(expected)
-        # Why ringfleet may weigh one node per agent: Nova weighs free nodes alike.
+        # The raw weights (before normalization), which the scheduler leaves
+        # out of its totals (per_request): Nova weighs free nodes alike.
         raw = cls().weigh_objects(
             [nova_weights.WeighedHost(nova_host_state(node), 0.0) for node in NODES],
             nova_request(extra_specs, hints, context),
         )
-        assert ours.per_owner and len(set(raw)) == 1
+        assert [ours.weigh(node, request, WeighingContext({})) for node in NODES] == raw
+        assert ours.per_owner and ours.per_request and len(set(raw)) == 1
     assert ours.failures.count == 0
+
+
+class _Recording:
+    """A host state that records which of its attributes are read."""
+
+    def __init__(self, state: nova.HostState, read: set[str]) -> None:
+        self._state, self._read = state, read
+
+    def __getattr__(self, name: str) -> Any:
+        self._read.add(name)
+        return getattr(self._state, name)
+
+
+def _host_state_reads(cls: type) -> set[str]:
+    """``host_state.X`` read in the weigher's own methods and its Nova bases', outside ``raise``.
+
+    (An attribute read only to name the host in an exception changes no
+    weight: every failure weighs 0.)
+    """
+    read: set[str] = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("nova.scheduler.weights"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        raised = {
+            id(node)
+            for raise_ in ast.walk(tree)
+            if isinstance(raise_, ast.Raise)
+            for node in ast.walk(raise_)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "host_state"
+                and id(node) not in raised
+            ):
+                read.add(node.attr)
+    return read
+
+
+def test_host_state_attributes_other_than_per_node_are_alike_on_every_node() -> None:
+    owners = ["agent-1", "agent-2", None]
+    states = [
+        nova.HostState(make_node(i, properties), per_node=True)
+        for i, properties in enumerate(NODE_PROPERTIES)
+    ]
+    for i, state in enumerate(states):
+        state.host = owners[i % len(owners)]
+    shared = set(nova.HostState.__slots__) - nova.HostState.PER_NODE
+    assert shared >= {"free_ram_mb", "metrics", "pci_stats", "instances", "hypervisor_version"}
+    for name in sorted(shared):
+        assert all(getattr(s, name) == getattr(states[0], name) for s in states), name
+    # ... and do differ where PER_NODE says they may.
+    assert len({str(s.stats) for s in states}) > 1
+
+
+@pytest.mark.parametrize("cls", WEIGHER_CLASSES, ids=lambda cls: cls.__name__)
+def test_in_tree_weighers_read_no_per_node_attribute(cls: type) -> None:
+    """Why Nova's weighers are per_request: they read nothing that differs between nodes."""
+    assert not _host_state_reads(cls) & nova.HostState.PER_NODE
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (ours,) = load_weighers([path_of(cls)])
+    read: set[str] = set()
+    for node, (extra_specs, hints, context) in itertools.product(NODES, REQUESTS):
+        spec = nova.NovaRequestSpec(ringfleet_request(extra_specs, hints, context))
+        state = _Recording(nova.HostState(node, per_node=True), read)
+        ours.nova_weigher._weigh_object(state, spec)
+    assert not read & nova.HostState.PER_NODE
+    assert ours.per_request
 
 
 def test_default_weigher_list_totals_equal_novas() -> None:

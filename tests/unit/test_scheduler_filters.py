@@ -20,7 +20,11 @@ from conductor.scheduler.filters import (
     RetryFilter,
     TraitsFilter,
 )
-from conductor.scheduler.request import RequestSpec, parse_flavor_capabilities
+from conductor.scheduler.request import (
+    RequestSpec,
+    parse_flavor_capabilities,
+    parse_unscoped_capabilities,
+)
 from conductor.scheduler.weighers import (
     BaseWeigher,
     SpreadWeigher,
@@ -262,6 +266,23 @@ def test_request_refuses_a_malformed_stored_expression() -> None:
     assert excinfo.value.fields == ["extra_specs.capabilities:boot_mode"]
 
 
+def test_an_unscoped_spec_binds_only_nodes_with_that_capability() -> None:
+    """Nova's rule: ``boot_mode`` (no colon) is ignored on a host without it."""
+    flavor = caps_flavor({"boot_mode": "uefi", "cpus": ">= 8", "hw:cpu_policy": "dedicated"})
+    passes = CapabilitiesFilter().filter
+    assert passes(node(capabilities={"boot_mode": "uefi", "cpus": "16"}), request(flavor))
+    assert passes(node(capabilities={}), request(flavor))
+    assert not passes(node(capabilities={"boot_mode": "bios"}), request(flavor))
+    assert not passes(node(capabilities={"boot_mode": "uefi", "cpus": "4"}), request(flavor))
+
+
+def test_an_unscoped_stored_value_that_does_not_parse_binds_no_node() -> None:
+    # Written before unscoped values were validated: left out, not an error.
+    flavor = caps_flavor({"boot_mode": "s==uefi", "cpus": ">= 8"})
+    assert list(parse_unscoped_capabilities(flavor)) == ["cpus"]
+    assert CapabilitiesFilter().filter(node(capabilities={"boot_mode": "x"}), request(flavor))
+
+
 def test_flavor_key_tells_flavors_apart() -> None:
     a = request(caps_flavor({"capabilities:x": "1"}))
     b = request(caps_flavor({"capabilities:x": "2"}))
@@ -329,3 +350,23 @@ def test_total_weights_sum_normalized_weights_times_multipliers() -> None:
     totals = total_weights([spread, by_name], nodes, request(), context)
     # spread: agent-1 -> 0, agent-2 -> 1; by name: n1 -> 0, n3 -> 1, times -2
     assert totals == pytest.approx([0.0, 1.0 - 2.0])
+
+
+def test_total_weights_leave_out_per_request_weighers_uncalled() -> None:
+    calls: list[str] = []
+
+    class SameForAll(BaseWeigher):
+        per_owner = per_request = True
+
+        def weigh(self, node: Node, request: RequestSpec, context: WeighingContext) -> float:
+            calls.append(node.uuid)
+            return 42.0
+
+    nodes = [node(name="n1", owner="agent-1"), node(name="n3", owner="agent-2")]
+    context = WeighingContext({"agent-1": 4})
+    with_it = total_weights([SpreadWeigher(), SameForAll()], nodes, request(), context)
+    assert with_it == total_weights([SpreadWeigher()], nodes, request(), context)
+    assert with_it == pytest.approx([0.0, 1.0])
+    # Called, its equal weights would have normalized to 0 anyway.
+    assert normalize([SameForAll().weigh(n, request(), context) for n in nodes]) == [0.0, 0.0]
+    assert len(calls) == 2

@@ -6,6 +6,7 @@ extra, tools/venv.sh); these tests import its real filters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import re
@@ -266,6 +267,87 @@ def test_nova_filter_is_called_once_per_profile_and_request() -> None:
     assert chooser.choose(index, make_request(hints={"rack": "r9"})) is None
 
 
+@pytest.mark.parametrize(
+    ("good", "bad", "spec"),
+    [
+        # ringfleet parses both texts to boot_mode=uefi; Nova keeps the value as written.
+        ({"capabilities": "boot_mode:uefi"}, {"capabilities": "boot_mode:uefi "}, "s== uefi"),
+        # The same capabilities, another architecture (in Nova's stats).
+        (
+            {"capabilities": "boot_mode:uefi", "cpu_arch": "aarch64"},
+            {"capabilities": "boot_mode:uefi", "cpu_arch": "x86_64"},
+            None,
+        ),
+    ],
+)
+def test_a_cached_verdict_is_novas_for_every_node_of_its_profile(
+    good: dict[str, str], bad: dict[str, str], spec: str | None
+) -> None:
+    """Nodes that ringfleet parses alike but Nova does not are not one profile."""
+    extra_specs = {"capabilities:boot_mode": spec} if spec else {"capabilities:cpu_arch": "aarch64"}
+    nodes = [
+        make_node(i, capabilities={"boot_mode": "uefi"}, properties=good if i % 2 else bad)
+        for i in range(40)
+    ]
+    index = index_of(nodes)
+    chooser = Chooser(load_filters([CCF]), [SpreadWeigher()], random.Random(1))
+    request = make_request(Flavor(name="f", resource_class="gold", extra_specs=extra_specs))
+    for _ in range(10):
+        chosen = chooser.choose(index, request)
+        assert chosen is not None and chosen.properties == good
+    assert dict(chooser.explain(index, request).removed)[CCF] == 20
+    # Nova's own verdicts, node by node, for the record.
+    (per_node,) = load_filters([CCF], per_node=[CCF])
+    assert [per_node.filter(n, request) for n in nodes[:2]] == [False, True]
+
+
+def test_simple_cidr_affinity_filter_is_decided_per_profile_and_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """host_state.host_ip is the owner's announced address (its [DEFAULT] my_ip)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        (cidr,) = load_filters(["SimpleCIDRAffinityFilter"])
+    assert cidr.per_owner and not cidr.per_profile
+    calls: list[tuple[str | None, str | None, str | None]] = []
+    real = cidr.nova_filter.host_passes  # type: ignore[attr-defined]
+
+    def counting(host_state: nova.HostState, spec_obj: object) -> bool:
+        calls.append((host_state.host, host_state.host_ip, host_state.nodename))
+        return bool(real(host_state, spec_obj))
+
+    monkeypatch.setattr(cidr.nova_filter, "host_passes", counting)  # type: ignore[attr-defined]
+    nodes = [make_node(i) for i in range(60)]  # one profile, three owners
+    index = index_of(nodes)
+    chooser = Chooser([cidr], [SpreadWeigher()], random.Random(2))
+    ips = {"agent-1": "10.0.0.5", "agent-2": "10.1.0.5"}  # agent-3 announces none
+
+    def near(address: str, ips: dict[str, str] = ips) -> RequestSpec:
+        return RequestSpec.build(
+            Flavor(name="f", resource_class="gold"),
+            "inst-0",
+            live_members=frozenset(OWNERS),
+            scheduler_hints={"build_near_host_ip": address},
+            host_ips=ips,
+        )
+
+    for _ in range(10):
+        chosen = chooser.choose(index, near("10.0.0.1"))
+        assert chosen is not None and chosen.owner == "agent-1"
+    # Once per owner (agent-3's fails: no address), not per node or per decision.
+    assert sorted(calls) == [
+        ("agent-1", "10.0.0.5", None),
+        ("agent-2", "10.1.0.5", None),
+        ("agent-3", None, None),
+    ]
+    assert dict(chooser.explain(index, near("10.0.0.1")).removed)[cidr.name] == 40
+    # An agent's new address is another verdict.
+    moved = {**ips, "agent-2": "10.0.0.6"}
+    owners = {chooser.choose(index, near("10.0.0.1", moved)).owner for _ in range(30)}  # type: ignore[union-attr]
+    assert owners == {"agent-1", "agent-2"}
+    assert chooser.choose(index, near("192.0.2.1")) is None
+
+
 def test_hints_are_in_the_cache_key_only_when_a_cached_filter_reads_them(
     tmp_path: Path,
 ) -> None:
@@ -421,6 +503,30 @@ def test_nova_weigher_ranks_nodes_and_a_raising_one_weighs_zero() -> None:
     assert weigher.weigh(nodes[5], make_request(), context) == 5.0
 
 
+def test_novas_in_tree_weighers_are_left_out_of_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They weigh every free node alike (test_nova_differential): 0 once normalized."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        weighers = load_weighers([nova.ALL_WEIGHERS])
+    assert all(w.per_request and w.per_owner for w in weighers)
+    calls: list[str] = []
+    for weigher in weighers:
+        monkeypatch.setattr(
+            weigher.nova_weigher, "_weigh_object", lambda *args: calls.append("x") or 1.0
+        )
+    nodes = [make_node(i) for i in range(30)]
+    with_novas = Chooser([], [*weighers, SpreadWeigher()], random.Random(5))
+    without = Chooser([], [SpreadWeigher()], random.Random(5))
+    index_a, index_b = index_of(nodes), index_of(nodes)
+    for i in range(10):
+        request = make_request()
+        chosen = with_novas.choose(index_a, request)
+        assert chosen is not None and chosen == without.choose(index_b, request)
+        for index in (index_a, index_b):
+            index.put(dataclasses.replace(chosen, instance_uuid=f"i-{i}"))
+    assert calls == []
+
+
 # -- differential: Nova's ComputeCapabilitiesFilter vs ringfleet's CapabilitiesFilter --------
 
 KEYS = ("boot_mode", "cpu_arch", "disk_label", "gen", "memory", "profile")
@@ -449,17 +555,32 @@ def expressions(draw: st.DrawFn) -> CapabilityExpression:
     return CapabilityExpression(op, (draw(VALUES),))
 
 
+_BIOS = CapabilityExpression(None, ("bios",))
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     capabilities=st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=4),
     requirements=st.dictionaries(st.sampled_from(KEYS), expressions(), max_size=3),
+    # Unscoped keys (Nova: checked on hosts having them); cpu_arch is a
+    # documented difference (Nova's stats always hold it).
+    unscoped=st.dictionaries(st.sampled_from(KEYS[:1] + KEYS[2:]), expressions(), max_size=2),
 )
 @example(
-    capabilities={"memory": "big"}, requirements={"memory": CapabilityExpression(">=", ("2",))}
+    capabilities={"memory": "big"},
+    requirements={"memory": CapabilityExpression(">=", ("2",))},
+    unscoped={},
 )
-@example(capabilities={}, requirements={"gen": CapabilityExpression("s!=", ("a",))})
+@example(capabilities={}, requirements={"gen": CapabilityExpression("s!=", ("a",))}, unscoped={})
+@example(
+    capabilities={"boot_mode": "uefi"},
+    requirements={},
+    unscoped={"boot_mode": CapabilityExpression(None, ("bios",)), "gen": _BIOS},
+)
 def test_nova_and_ringfleet_capabilities_filters_agree(
-    capabilities: dict[str, str], requirements: dict[str, CapabilityExpression]
+    capabilities: dict[str, str],
+    requirements: dict[str, CapabilityExpression],
+    unscoped: dict[str, CapabilityExpression],
 ) -> None:
     """Same verdict on every well-formed flavor (what ringfleet's validation accepts).
 
@@ -469,7 +590,10 @@ def test_nova_and_ringfleet_capabilities_filters_agree(
     flavor = Flavor(
         name="f",
         resource_class="gold",
-        extra_specs={f"capabilities:{key}": str(expr) for key, expr in requirements.items()},
+        extra_specs={
+            **{f"capabilities:{key}": str(expr) for key, expr in requirements.items()},
+            **{key: str(expr) for key, expr in unscoped.items()},
+        },
     )
     request = make_request(flavor)
     node = make_node(0, capabilities=capabilities)
@@ -486,10 +610,11 @@ _CCF = load_filters([CCF])
 @pytest.mark.parametrize(
     ("capabilities", "extra_specs", "ours", "novas"),
     [
-        # Unscoped keys: Nova compares them against stats (an old
-        # compatibility rule); ringfleet's filter reads only the
-        # capabilities: scope (flavor validation stores other keys as given).
-        ({"boot_mode": "uefi"}, {"boot_mode": "bios"}, True, False),
+        # Unscoped keys named like an attribute or a stat Nova's host state
+        # always has: Nova checks them on every node; ringfleet's filter only
+        # on nodes with a capability of that name.
+        ({}, {"cpu_arch": "x86_64"}, True, False),
+        ({"boot_mode": "uefi"}, {"hypervisor_type": "kvm"}, True, False),
         # A capability named like a HostState attribute Nova's host state
         # has: Nova reads the attribute (here "ironic"), ringfleet the capability.
         ({"hypervisor_type": "kvm"}, {"capabilities:hypervisor_type": "s== kvm"}, True, False),

@@ -506,6 +506,10 @@ BAD_FLAVOR_FIELDS: list[tuple[str, object, list[str]]] = [
     ("extra_specs", {"k" * 256: "x"}, [f"extra_specs.'{'k' * 27}...{'k' * 28}'"]),
     ("extra_specs", {"boot_mode": "u" * 256}, ["extra_specs.boot_mode"]),
     ("extra_specs", {"mycompany:racks": 3}, ["extra_specs.mycompany:racks"]),
+    # Unscoped: a capability expression (Nova's and ringfleet's filters read it as one).
+    ("extra_specs", {"boot_mode": "s==uefi"}, ["extra_specs.boot_mode"]),
+    ("extra_specs", {"gen": "<in> a zzz"}, ["extra_specs.gen"]),
+    ("extra_specs", {"boot_mode": ""}, ["extra_specs.boot_mode"]),
     ("extra_specs", {3: "x"}, ["extra_specs.3"]),
     ("disk_gb", 100, ["disk_gb"]),
 ]
@@ -1248,7 +1252,7 @@ def test_first_line_of_an_exception_never_fails() -> None:
     "extra_specs",
     [
         {"mycompany:racks": "<in> r1"},
-        {"boot_mode": "uefi"},
+        {"boot_mode": "uefi", "cpus": ">= 8"},
         {"hw:cpu_policy": "dedicated", "resources:VCPU": "0"},
         {"a b.c-d_e:f": ""},
     ],

@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 
 from oslo_config import cfg, types
+from oslo_utils import netutils
 
-__all__ = ["HostName", "opts", "register_opts"]
+__all__ = ["HostName", "my_ip", "opts", "register_opts"]
 
 
 class HostName(types.HostDomain):
@@ -40,7 +41,27 @@ opts = [
             "lower-cased (Agent-1 and agent-1 are the same host)."
         ),
     ),
+    cfg.IPOpt(
+        "my_ip",
+        sample_default="<host_ipv4>",
+        help=(
+            "IP address of this host, as Nova's [DEFAULT] my_ip (default: "
+            "the address of the interface this host would reach the Internet "
+            "through, as Nova computes it; 127.0.0.1 without one). An agent "
+            "announces it with its membership, and Nova filters see it as "
+            "host_state.host_ip of the nodes it owns "
+            "(SimpleCIDRAffinityFilter's build_near_host_ip hint)."
+        ),
+    ),
 ]
+
+
+def my_ip(conf: cfg.ConfigOpts) -> str:
+    """``[DEFAULT] my_ip``, or this host's address as Nova's default computes it."""
+    configured: str | None = conf.my_ip
+    if configured:
+        return configured
+    return netutils.get_my_ipv4()
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
