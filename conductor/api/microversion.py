@@ -29,10 +29,10 @@ the routes or fields it adds name it as their ``min_version``):
   "network_data": {...}}}``, each optional and checked as a build's; each
   given replaces the stored one, the others are kept.  Under 1.4 a rebuild
   with any of them is refused (400 naming the field).
-* 1.6 - Flavors' extra specs of any namespace: ``POST /v1/flavors`` keeps
+* 1.5 - Flavors' extra specs of any namespace: ``POST /v1/flavors`` keeps
   keys other than ``capabilities:<key>`` and ``trait:<TRAIT>`` (an
   operator's ``mycompany:racks``, Nova's unscoped ``boot_mode``) for Nova
-  filters.  Under 1.6 such a key is refused (400 naming it), as before.
+  filters.  Under 1.5 such a key is refused (400 naming it), as before.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 6)
+MAX_VERSION = Version(1, 5)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: The microversion of the power and lifecycle verbs.
@@ -102,7 +102,7 @@ VERBS_VERSION = Version(1, 3)
 #: A rebuild's new image and config drive.
 REBUILD_IMAGE = Version(1, 4)
 #: Flavors' extra specs of any namespace.
-ANY_EXTRA_SPECS = Version(1, 6)
+ANY_EXTRA_SPECS = Version(1, 5)
 
 
 def requested(header: str | None) -> Version:

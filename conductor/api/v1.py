@@ -247,7 +247,7 @@ def create_flavor(call: Call) -> Reply:
 
 
 def _refuse_other_extra_specs(call: Call) -> None:
-    """Before 1.6 a flavor's extra specs are ``capabilities:`` and ``trait:`` ones only."""
+    """Before 1.5 a flavor's extra specs are ``capabilities:`` and ``trait:`` ones only."""
     body = call.body
     specs = body.get("extra_specs") if isinstance(body, dict) else None
     if not isinstance(specs, dict):

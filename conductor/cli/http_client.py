@@ -24,7 +24,7 @@ from conductor.common import exception
 __all__ = ["HttpConductorAPI", "HttpError"]
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.6"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.5"}
 
 
 class HttpError(exception.RingfleetError):

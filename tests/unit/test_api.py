@@ -1000,7 +1000,7 @@ def test_the_installed_pipeline_is_the_one_in_etc() -> None:
     )
 
 
-V16 = {"OpenStack_API_Version": "baremetal-fleet 1.6"}
+V15 = {"OpenStack_API_Version": "baremetal-fleet 1.5"}
 
 
 @pytest.mark.parametrize("key", ["boot_mode", "mycompany:racks"])
@@ -1016,9 +1016,9 @@ def test_extra_specs_of_other_namespaces_need_1_6(
     response = call(application, "POST", "/v1/flavors", body, **V14)
     assert response.status_code == 400
     [error] = errors(response)
-    assert error["field"] == f"extra_specs.{key}" and "microversion 1.6" in error["reason"]
+    assert error["field"] == f"extra_specs.{key}" and "microversion 1.5" in error["reason"]
     assert fake.calls == []
-    response = call(application, "POST", "/v1/flavors", body, **V16)
+    response = call(application, "POST", "/v1/flavors", body, **V15)
     assert response.status_code == 201, response.json
     assert fake.calls == [("create_flavor", (body,), {})]
     # Capabilities and traits alone are flavors at every version.
