@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmarks of ringfleet; run them with ``python -m benchmarks.<name>``."""
 
 # Before any benchmark imports oslo.messaging itself: native threads, as in

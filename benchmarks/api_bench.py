@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """HTTP API benchmark: the same calls through ringfleet-api and straight over RPC.
 
 Run from the repository root, with the test servers::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """argparse ``type=`` converters shared by the benchmarks (errors name the value)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end benchmark: builds routed over real RabbitMQ to agent processes.
 
 Run from the repository root, with the test servers::

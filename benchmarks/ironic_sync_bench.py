@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Ironic inventory sync at 1,000 nodes, beside what Nova's ironic driver did.
 
 Run against a real Ironic (``tools/with-test-servers.sh`` starts one)::

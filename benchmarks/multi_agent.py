@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """K compute agents in one Python process, for the scale benchmark.
 
 Run as ``python benchmarks/multi_agent.py --config-file FILE --host a --host b ...``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every benchmark's report shares: one percentile, and goals stated one way.
 
 A benchmark reports, tests check: each goal is PASS, MISS, or SKIP (not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark of ringfleet's hash ring against tooz's, on the same node ids.
 
 Run from the repository root::

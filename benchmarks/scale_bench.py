@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scale benchmark (issue 13): 100k nodes, 10-50 agent processes, 1-2 conductors.
 
 Run from the repository root, with the test servers::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark of ringfleet's scheduler against a Nova-style scheduler, in one run.
 
 Run from the repository root::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ringfleet compute agent: membership, fenced node ownership, drivers."""
 
 from conductor.common.native_threads import use_native_threads

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node actions of the agent: deploy, destroy, power — fenced and in the background.
 
 Every action starts with :meth:`OwnershipManager.check` (the epoch held, a

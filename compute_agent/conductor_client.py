@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the agent calls on the conductor, as Protocols.
 
 The service passes :class:`conductor.rpcapi.ConductorAPI`, which satisfies

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC endpoint of the compute agent (topic ``ringfleet-compute``, server = host)."""
 
 from __future__ import annotations

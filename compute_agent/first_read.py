@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """When an agent reads its first inventory: once its peers stopped joining.
 
 In a cold start the agents start within seconds of each other.  An agent

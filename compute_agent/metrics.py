@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A compute agent's Prometheus metrics: ownership, claims, convergence.
 
 The common ones (RPC latency, membership state, ring members) and the HTTP

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which nodes this agent owns, at which epochs, and keeping that true.
 
 On every membership change (and every ``reconcile_interval``) the agent

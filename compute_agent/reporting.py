@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build and teardown results on their way to the conductor, retried until taken.
 
 When many deployments end at once, one RPC call per result cost the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client side of the compute agent RPC API (topic ``ringfleet-compute``).
 
 Each agent listens on ``server=<its host>``: the conductor calls the agent

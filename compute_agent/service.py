@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compute agent service: membership, ownership, RPC endpoint, driver.
 
 Shaped like a cotyledon service: :meth:`run` blocks until :meth:`terminate`;

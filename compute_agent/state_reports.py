@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which of an agent's node states to send the conductor at each report.
 
 An agent reads the power state of every node it owns each

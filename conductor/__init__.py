@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ringfleet conductor: database, scheduler, RPC service and operator CLI.
 
 The conductor service (:mod:`conductor.service`): the database

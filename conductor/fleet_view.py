@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's view of the agent fleet: who is alive, from the group itself.
 
 Membership comes only from the coordination service (never from a database

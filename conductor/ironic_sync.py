@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Importing Ironic's inventory: nodes enrolled in Ironic appear in ringfleet.
 
 One pass (:meth:`IronicInventorySync.run`) lists Ironic's nodes -- only the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A conductor's Prometheus metrics: the common ones, builds by outcome, and
 the fleet check's problems and the database's reachability at scrape time.
 

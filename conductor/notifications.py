@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Versioned notifications: what happened to instances and to node ownership, on the bus.
 
 As Nova and Ironic do for billing, audit and monitoring: an oslo.messaging

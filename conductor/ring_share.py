@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An agent's share of the fleet, as arcs of ring positions (the conductor's side).
 
 An agent reading its inventory sends the ring it computes with (the ring

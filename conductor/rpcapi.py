@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client side of the conductor RPC API (topic ``ringfleet-conductor``).
 
 Any oslo.messaging client can call these methods; this class is the

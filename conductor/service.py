@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor service: RPC server, fleet view, scheduler and build workers.
 
 Shaped like a cotyledon service: :meth:`run` starts everything and blocks

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The checks of ``ringfleet-status upgrade check`` (oslo.upgradecheck).
 
 Deployment tools run the command before and after an upgrade of each host,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # devstack/plugin.sh - devstack plugin for ringfleet.
 #
 # Enable it in local.conf with

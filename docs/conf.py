@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sphinx configuration: the HTML documentation and the man pages.
 
 Build (from the repository root, with the ``test`` extra installed)::

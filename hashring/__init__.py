@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Consistent hashing and group membership for ringfleet.
 
 :mod:`hashring.ring` is pure computation; :mod:`hashring.membership` adapts a

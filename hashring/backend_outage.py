@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The membership backend's failures, logged the way an operator needs them.
 
 During an etcd outage every heartbeat and every read of the group fails

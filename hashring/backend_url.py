@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which coordination back ends ringfleet accepts, and what their URLs configure.
 
 tooz parses a back end's URL only when it connects, and the membership keeps

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Exceptions raised by the hash ring and the membership adapter.
 
 Every exception derives from :class:`HashRingError`, so a caller can catch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Group membership over tooz: the live member set the ring is computed from.
 
 A :class:`Membership` joins a tooz group (etcd 3 or Redis in production,

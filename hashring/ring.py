@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The consistent hash ring that splits nodes between agents.
 
 Pure computation, no I/O: ``Ring(members, version).owner(node_id)`` is a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Allocation behaviour, run on SQLite (unit) and PostgreSQL and MariaDB (functional).
 
 Each function takes a migrated :class:`Database` and asserts one rule of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Database helpers shared by unit (SQLite) and functional (PostgreSQL, MariaDB) tests."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-ins for what the conductor's endpoints call, for unit tests of the endpoints."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ironic in memory, with :class:`~conductor.common.ironic.client.BaremetalClient`'s methods.
 
 It behaves the way a real Ironic 39 does where ringfleet depends on it, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reading a service's Prometheus endpoint in tests."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bulk node creation, run on SQLite (unit) and PostgreSQL and MariaDB (functional).
 
 PostgreSQL writes through ``COPY`` (its own text format and escapes),

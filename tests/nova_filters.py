@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Downstream-style Nova filters and weighers, written as an operator writes them.
 
 Subclasses of Nova's own base classes, using only what a Nova filter may use

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the sdist and a wheel from it as a packager would, with the oldest
 # setuptools and setuptools-scm pyproject.toml's [build-system] allows (its
 # floors, read from the file), in a throwaway virtualenv; then check that the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Check a built sdist: it holds every file git tracks, and says its version.
 
 A packager builds and tests from the sdist alone, so it must carry what the

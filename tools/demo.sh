@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's main command: install ringfleet in .venv and run the embedded
 # demo (no servers). Arguments go to `ringfleet demo` (try --help).
 set -euo pipefail

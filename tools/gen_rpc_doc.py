@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generate ``docs/rpc-reference.rst``: the RPC method reference, from the code.
 
 For each of the two RPC APIs (conductor, compute agent) it reads the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The project's test command (README.rst): lint, type-check, then unit and
 # functional tests against real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic and Keystone.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic / Keystone / Redis servers
 # started by tools/with-test-servers.sh, e.g. from a functional test that injects faults.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by tools/run-tests.sh and tools/demo.sh: make sure the project's
 # virtualenv exists with ringfleet installed at the pinned versions.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone and Redis servers.
 #
 # Usage: tools/with-test-servers.sh COMMAND [ARGS...]

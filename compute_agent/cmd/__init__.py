@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """Console-script entry points of the compute agent."""

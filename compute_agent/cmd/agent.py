@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-compute-agent``: run one compute agent (systemd ``Type=notify``).
 
 SIGTERM/SIGINT stop it gracefully (pins kept), SIGHUP reloads the mutable

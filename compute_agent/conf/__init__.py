@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Configuration options of the compute agent, one module per option group.
 
 :func:`register_opts` registers everything an agent reads: the shared groups

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[compute_agent]`` group."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet demo``: a whole fleet in one process, no servers, at work.
 
 A real conductor and real compute agents run as threads of the command on the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The invariants the demo verifies, as pure functions of what it read back.
 
 A :class:`FleetState` is one reading of the fleet: the nodes and instances

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet demo``: the embedded fleet demo as a cliff command.
 
 Exit status: 0 when every invariant held, 1 when one was violated (each is

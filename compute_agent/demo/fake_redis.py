@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tooz's ``redis://`` driver on fakeredis: a Redis in this process, no server.
 
 ``ringfleet demo --backend redis`` and the unit tests run the real tooz

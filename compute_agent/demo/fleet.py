@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The embedded fleet: one conductor and N compute agents as threads of one process.
 
 Everything a production fleet has, with the embedded backends instead of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the demo prints: the fleet table, the build progress bar, the summary.
 
 Everything writes to the stream it is given (the cliff app's stdout), so the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The demo's story, step by step, driven through the conductor's RPC API.
 
 Start a conductor and N agents; enroll nodes of a few resource classes (and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Compute drivers: how an agent acts on bare-metal nodes.
 
 The agent talks to every back end through :class:`ComputeDriver`, loaded by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The driver interface of the compute agent, and loading drivers by entry point.
 
 The agent decides *whether* to act on a node (it owns it, at the epoch it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-api``: the conductor API over HTTP/JSON (a stateless WSGI service).
 
 Every request is served by calling the conductors over RPC with the

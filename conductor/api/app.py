@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The WSGI application: routing, policy, microversions, JSON bodies, the
 text rule on everything a request carries, and the mapping of conductor
 errors to HTTP.

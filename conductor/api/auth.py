@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Authentication, the filter before the application (``etc/ringfleet/api-paste.ini``).
 
 Every request but the public documents (``/``, ``/v1``,

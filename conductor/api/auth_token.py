@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """keystonemiddleware's ``auth_token`` in front of the API (``[api]
 auth_strategy = keystone``), telling an unreachable Keystone from a bad token.
 

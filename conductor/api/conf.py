@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[api]`` group, read by ``ringfleet-api`` only."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The API's errors: :class:`ApiError` and the JSON body every error has.
 
 One format (the OpenStack API-WG's, ``docs/http-api.rst``, "Errors") for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductors' RPC path as a backend of oslo.middleware's health check.
 
 An API host is useless without a conductor answering its RPC calls, but

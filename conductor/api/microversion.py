@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """API microversions, in the OpenStack manner.
 
 A client asks for a version with ``OpenStack-API-Version: baremetal-fleet

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The OpenAPI 3 document, generated from the route table and the schemas below.
 
 ``docs/openapi.json`` is this document as checked in (regenerate it with

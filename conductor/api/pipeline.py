@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The API's WSGI pipeline, as paste.deploy loads it from ``api-paste.ini``.
 
 Like Nova's, Ironic's and Placement's, the API is a pipeline of

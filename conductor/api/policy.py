@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Authorization: oslo.policy rules with their defaults in code.
 
 Three roles, as Keystone's default roles: ``reader`` (looks), ``member``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The routes of API v1 and their handlers: each calls the conductors over RPC.
 
 :data:`ROUTES` is the one table the application dispatches on, checks

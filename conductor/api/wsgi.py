@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The application factory: what a WSGI server loads.
 
 Production (see ``docs/http-api.rst``)::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One build's life, from the stored request to ``active``, ``error`` or ``deleted``.
 
 The story, in the order it happens (each step's module in brackets):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Power and lifecycle actions routed to the agent that owns the node.
 
 An instance verb (reboot, stop, start, rebuild) is stored first: its task state

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The build lifecycle wired once: queue, workers, router, results and sweeper.
 
 Each piece gets what it depends on when it is made, in the one order the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The build queue: what the build workers do next, by instance id.
 
 A request is stored before it reaches the queue (see

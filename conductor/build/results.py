@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Agents' build and teardown reports, applied to the record.
 
 Every write a report causes is fenced in its own statement by the

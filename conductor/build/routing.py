@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Routing builds and teardowns to the agent that owns the node.
 
 The conductor reads the node's ``(owner, epoch)`` and calls that agent with

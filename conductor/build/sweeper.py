@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The last resort for builds and teardowns that make no progress.
 
 Recovery does not wait for this: results are re-sent until taken, a

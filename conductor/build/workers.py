@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The build workers: threads that schedule, route and tear down queued instances.
 
 Each takes an item off the :class:`~conductor.build.queue.BuildQueue`:

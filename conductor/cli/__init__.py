@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The operator CLI ``ringfleet`` (cliff, OpenStack-client conventions).
 
 Commands are cliff commands registered under the ``ringfleet.cli`` entry

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet agent drain HOST``: hand every node of an agent over, then stop it."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``ringfleet`` cliff application.
 
 The configuration is read only when a command first asks for the conductor

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Building the CLI's conductor client from the operator's configuration.
 
 Before the first call the broker is tried once, within ``--rpc-timeout``:

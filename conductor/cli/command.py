@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every conductor-calling command shares: the client, errors, exit codes.
 
 An error the conductor raises on purpose (bad input, not found, conflict,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet flavor create|list|show|delete``."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet fleet status`` and ``ringfleet fleet check``.
 
 ``status`` is the per-agent table; ``check`` is meant for monitoring: it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor API through ``ringfleet-api`` (``ringfleet --os-endpoint URL``,
 ``--os-cloud NAME``...: :mod:`conductor.cli.login`).
 

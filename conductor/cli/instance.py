@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet instance create|list|show|delete|reboot|stop|start|rebuild``.
 
 ``instance create --wait`` follows the builds until every instance is

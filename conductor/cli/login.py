@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How the CLI logs in to the HTTP API: Keystone through keystoneauth sessions.
 
 The options are the OpenStack client's (``--os-cloud`` and ``clouds.yaml``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet node create|import|list|show|set|move|owner|sync``.
 
 ``node import`` validates every row locally with the conductor's own

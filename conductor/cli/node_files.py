@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reading node import files (YAML, JSON, CSV), remembering each row's line.
 
 An operator fixing a 10,000-row file needs the line of every bad row, so

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``openstack`` CLI plugin: ``openstack ringfleet node list`` & co.
 
 python-openstackclient loads this module from the entry point

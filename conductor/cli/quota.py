@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet quota show|set|delete|list``: projects' quotas (admins).
 
 Resources are ``instances`` and ``resource_class:<class>`` (nodes of that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet ring show``: how the nodes of each group are split between agents.
 
 The table draws each agent's node count as a bar, scaled per group, next

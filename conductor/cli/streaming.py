@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Listings that print each page as it arrives (``ringfleet node list`` of a large fleet).
 
 A listing of 100,000 nodes is a hundred RPC calls; printing nothing until

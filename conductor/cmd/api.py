@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-api``: the HTTP API on a development server (threaded wsgiref).
 
 For production run the application under gunicorn or uwsgi

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet``: the operator CLI (see :mod:`conductor.cli`)."""
 
 from __future__ import annotations

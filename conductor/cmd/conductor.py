@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-conductor``: run one conductor (systemd ``Type=notify``).
 
 SIGTERM/SIGINT stop it gracefully, SIGHUP reloads the mutable options.

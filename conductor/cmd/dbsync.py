@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-dbsync``: create, upgrade or check the conductors' database schema.
 
 ``ringfleet-dbsync [--config-file F] upgrade`` brings the schema to the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-status upgrade check``: is this deployment ready for (or done with) an upgrade?
 
 The checks are in :mod:`conductor.upgrade_checks`; the output and exit

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the conductor and the compute agent share: RPC plumbing, the wire's
 exceptions and data objects, the shared option groups, process start-up.
 

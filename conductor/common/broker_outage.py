@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One WARNING per broker outage, naming the broker, instead of oslo.messaging's flood.
 
 While RabbitMQ cannot be reached, oslo.messaging's rabbit driver logs an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks of the RPC argument values both services take: uuids, names, epochs,
 and lists of records validated whole.
 

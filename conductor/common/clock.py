@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The clock of stored timestamps: naive datetimes in UTC.
 
 Every timestamp the conductors store (``created_at``, ``updated_at``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds a :class:`hashring.membership.Membership` from the configuration.
 
 Agents join the group with it; conductors and the operator CLI watch the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An error reply, not silence, for an RPC message nested too deeply to decode.
 
 oslo.messaging decodes a message's body (``oslo.message``, JSON in a JSON

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Exceptions of both ringfleet services, all rooted at :class:`RingfleetError`.
 
 Each carries the values it is about as attributes, so callers never parse

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The instance state machine: every state an instance can be in, and how it moves.
 
 Declared once, here, as a table (after Ironic's ``ironic/common/states.py``):

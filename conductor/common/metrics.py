@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus metrics both services have: the HTTP endpoint, RPC latency, membership.
 
 Every service owns a :class:`prometheus_client.CollectorRegistry` (never the

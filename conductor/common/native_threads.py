@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Native threads only: eventlet is never imported into a ringfleet process.
 
 ringfleet runs on threads (``threading``, oslo.messaging's threading

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Data objects exchanged between the database, scheduler, RPC and agents.
 
 Plain frozen dataclasses: the database layer returns them, the scheduler

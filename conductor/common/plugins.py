@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding configured plugins by name among entry points, for both services.
 
 ringfleet's extension points -- the agent's compute drivers, the scheduler's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Process start-up shared by every ringfleet command: options, then logging.
 
 Kept out of import time on purpose: a command builds its ``ConfigOpts``,

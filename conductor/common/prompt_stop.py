@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A graceful stop that waits for the work, not for idle library threads.
 
 A conductor's or an agent's graceful stop took 5-6.5 s with nothing in

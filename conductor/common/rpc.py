@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC plumbing shared by the conductor, the agents and the CLI.
 
 One place builds transports, clients and servers so that every process

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Running a service from a console script: signals, reload, ordered stop on time.
 
 Signal handlers only set flags: stopping oslo.messaging inside a handler can

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The request schemas: each resource a client sends, its fields and their limits, declared once.
 
 A node to create, a change to a node, a flavor and a build request are each

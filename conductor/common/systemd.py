@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """systemd ``Type=notify`` support: READY, RELOADING, STOPPING and STATUS messages.
 
 A few lines of the sd_notify protocol (a datagram on ``$NOTIFY_SOCKET``)

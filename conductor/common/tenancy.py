@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who is calling: the project, user and admin flag a conductor call carries.
 
 An instance belongs to the project of whoever asked for it (invariant 12,

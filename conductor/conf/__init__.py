@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Configuration options of the conductor, one module per option group.
 
 :func:`register_opts` registers everything a conductor (and the operator

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Option listing for oslo-config-generator (entry point ``oslo.config.opts``,
 namespace ``ringfleet.conductor``)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[quota]`` group: the limits of a project without its own.
 
 A project's own limits (``ringfleet quota set``, ``PUT /v1/quotas/{project}``)

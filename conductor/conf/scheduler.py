@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[scheduler]`` group: filters, weighers and the node index.
 
 The filters that the in-memory index is organized by (resource class, group,

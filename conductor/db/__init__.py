@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's database: models, migrations and one module per concern.
 
 The only package that uses SQLAlchemy and the models (enforced by

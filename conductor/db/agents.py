@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What conductors saw of agent membership: when each agent left.
 
 The membership group says who is alive *now*; re-homing pinned nodes needs

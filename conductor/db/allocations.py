@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Putting an instance on a node, and taking it off, by compare-and-swap.
 
 One instance per node (invariant 7) holds however many conductors race:

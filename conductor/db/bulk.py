@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Inserting many rows in one transaction: PostgreSQL ``COPY``, a multi-row INSERT elsewhere.
 
 A 100,000-node import spent most of its database time in SQLAlchemy's

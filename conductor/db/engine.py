@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Opening the database: one :class:`Database` per process, sessions per transaction.
 
 SQLite (the embedded default) gets the settings that make it safe with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Flavor queries: create, read, list, delete."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Set-based fleet reports: counts per agent and group, and consistency checks.
 
 The operator's ``fleet status``, ``ring show`` and ``fleet check`` read a

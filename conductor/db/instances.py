@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Instance records: build requests are stored here before they are routed.
 
 A build request becomes instance rows in state ``building`` at once, so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Schema migrations with alembic: ``upgrade`` to the newest (or its SQL), or ``version``.
 
 The migration scripts live in ``conductor/db/migrations/versions``; they are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SQLAlchemy models of the conductor's tables.
 
 The schema enforces what must never be broken by any code path:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lean paged reads of the node table: agents' inventory pages, the scheduler's index.
 
 The hottest reads of the fleet: every agent pages through every node at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Power and provision states reported by agents, each fenced by the node's epoch.
 
 Every agent reports the states of every node it owns every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node inventory queries: create, import, read, list, maintenance.
 
 Ownership columns are not written here (see :mod:`conductor.db.ownership`),

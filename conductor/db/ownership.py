@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ownership records: who may act on a node, fenced by epochs.
 
 Every change of a node's ``(owner, owner_epoch)`` happens here, as a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Quotas: a project's limits, its usage, and the check a build makes.
 
 Usage is counted from ``instances``, never stored (no usage row to drift

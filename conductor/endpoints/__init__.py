@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's RPC endpoints, one module per responsibility.
 
 Every method validates its payload first (invalid input changes nothing and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC endpoint for compute agents: ownership claims and state reports.
 
 Every method that touches a node is fenced: the agent sends the epoch it

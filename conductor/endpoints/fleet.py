@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC endpoint: the fleet at a glance (members, ownership counts, ring, checks).
 
 Every report is built from a few grouped queries over all nodes (see

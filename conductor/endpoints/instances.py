@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC endpoint: instances (build, list, show, delete; reboot, stop, start, rebuild).
 
 A build request is stored as instance rows before anything else happens,

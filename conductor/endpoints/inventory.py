@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC endpoint: nodes and flavors (create, import, list, show, maintenance, move,
 power, delete)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RPC endpoint: quotas (show, set, delete, list), since API 1.12.
 
 A project's limits are ``[quota]``'s defaults unless it has its own (set by

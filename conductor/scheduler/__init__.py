@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's scheduler: which node a build lands on.
 
 Modules, by responsibility:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Choosing a node from the index, and explaining why none fits.
 
 :meth:`Chooser.choose` walks the index instead of the fleet: the buckets of

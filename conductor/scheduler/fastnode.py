@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fast construction of :class:`~conductor.common.objects.Node` objects for the hot paths.
 
 ``Node`` is a frozen, slotted dataclass: its ``__init__`` assigns every field

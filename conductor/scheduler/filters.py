@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scheduler filters: which nodes a build may land on.
 
 A filter answers, for one node and one request, "may this build go there?".

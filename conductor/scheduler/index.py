@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scheduler's in-memory index of nodes, so a decision does not scan the fleet.
 
 Layout (all of it guarded by the scheduler's lock; nothing here locks):

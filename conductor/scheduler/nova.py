@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Running operators' Nova scheduler filters and weighers, unchanged.
 
 ``[scheduler] enabled_filters`` and ``weighers`` accept, besides ringfleet's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading the configured filters and weighers through stevedore entry points.
 
 Operators extend the scheduler by installing a package that registers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What one scheduling decision is about, as filters and weighers see it.
 
 A :class:`RequestSpec` is built once per decision from the flavor and the

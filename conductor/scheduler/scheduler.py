@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scheduler: pick a node for a build and allocate it, coherent with the database.
 
 Several conductors run at once, each with its own :class:`Scheduler` and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nodes for the scheduler's index, from the database layer's lean node rows.
 
 Why not :func:`conductor.db.nodes.iter_nodes`: it loads ORM objects and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scheduler weighers: which of the nodes that passed every filter is best.
 
 As in Nova, every weigher's raw weights are normalized to [0, 1] across the

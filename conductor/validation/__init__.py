@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every input rule of the conductor, one module per resource.
 
 Why this package exists: invariant 8 (``docs/architecture.rst``, "The

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What compute agents report: build and teardown results, node states, hand-overs.
 
 Each report is validated whole before anything is applied: a malformed one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The small arguments of the conductor's lookups and agent calls.
 
 Hosts, node idents, flags, times, page sizes, lists of node uuids and maps

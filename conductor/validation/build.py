@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build requests: how many instances of which flavor, named how, with which hints.
 
 The fields and limits are those of :data:`conductor.common.schemas.BUILD_REQUEST`.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The capability expressions of flavors, and how a node's capability matches one.
 
 The language of Nova's ComputeCapabilitiesFilter

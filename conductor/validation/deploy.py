@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a build deploys: its image and its config drive (since API 1.11 / HTTP 1.1).
 
 An image is where Ironic fetches the disk image (an http(s) URL: Ironic

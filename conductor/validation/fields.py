@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The field-level rules every client payload shares: one value, one error list.
 
 The patterns and limits are those of the resources' schemas

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Flavors: the spec of a flavor to create, extra specs included.
 
 A flavor's ``extra_specs`` hold ``capabilities:<key>`` expressions (parsed

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nodes: the spec of a node to create, a bulk import, and a change to a node.
 
 The fields, patterns and limits are those of :data:`conductor.common.schemas.NODE_SPEC`

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-api`` under gunicorn, as a real child process on 127.0.0.1.
 
 Started with ``python -m gunicorn 'conductor.api.wsgi:init_application()'``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Conductor configs for functional tests, and an RPC client to drive them."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for functional tests: the real servers started by the test script.
 
 ``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL, MariaDB,

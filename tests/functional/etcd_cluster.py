@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real 3-member etcd cluster on 127.0.0.1, and an ``etcd gateway`` in front of it.
 
 The members run the etcd of the test servers (the binary named in

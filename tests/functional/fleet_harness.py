@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A whole fleet as processes: conductors and compute agents on real servers.
 
 Every process gets its own config file and log; the simulated driver of all

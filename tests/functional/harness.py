@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Process harness for functional tests: start members, read events, inject faults.
 
 Each member is a separate OS process (``tests.functional.member_proc``), so

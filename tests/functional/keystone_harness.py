@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Projects, users and tokens in the test Keystone (ringfleet-api, ``auth_strategy = keystone``).
 
 The Keystone of ``tools/with-test-servers.sh`` (keystone-manage bootstrap's

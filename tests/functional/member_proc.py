@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A member process for the functional tests: joins a group, reports events.
 
 Run as ``python -m tests.functional.member_proc --config-file FILE``.  It

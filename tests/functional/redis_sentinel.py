@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Redis primary, one replica and one Sentinel on 127.0.0.1, for a real failover.
 
 The servers are the test servers' own executables

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A TCP proxy on 127.0.0.1 that a test can cut and heal: a real network partition.
 
 Put between one process and one server (an agent and etcd, say), it forwards

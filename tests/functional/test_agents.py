@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Compute agents as processes: partition, join, crash, pause, restart, drain.
 
 Real etcd, RabbitMQ and PostgreSQL; one conductor; agents are separate

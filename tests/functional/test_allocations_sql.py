@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Allocation rules on real PostgreSQL and MariaDB (see tests/allocation_cases.py)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ringfleet-api under gunicorn against a real conductor and agents.
 
 Real etcd, RabbitMQ and PostgreSQL; one conductor, two agents (simulated

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every route of the served OpenAPI document fuzzed: never a 5xx.
 
 schemathesis generates requests from ``/v1/openapi.json`` as the API

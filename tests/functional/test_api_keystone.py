@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ringfleet-api with ``auth_strategy = keystone`` against a real Keystone.
 
 The Keystone of ``tools/with-test-servers.sh`` (keystone-manage bootstrap's

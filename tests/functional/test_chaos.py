@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Chaos suite: faults injected under a steady stream of builds and deletes.
 
 Two conductors and three agents (processes) on real etcd, RabbitMQ and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The chaos suite's membership faults with the fleet on Redis instead of etcd.
 
 Two conductors and three agents (processes) on real RabbitMQ and

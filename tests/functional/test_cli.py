@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The installed ``ringfleet`` console script against a real fleet.
 
 One conductor and two agent processes on real RabbitMQ, PostgreSQL and

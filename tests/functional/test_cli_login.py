@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet --os-cloud``: the CLI logs in to a real Keystone and finds the API in its catalog.
 
 The Keystone of ``tools/with-test-servers.sh``; this module registers the

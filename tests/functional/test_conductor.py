@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor as real processes on PostgreSQL, RabbitMQ and etcd.
 
 Two conductors serve one database; a test client drives every RPC method

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's connection pool survives a database restart and outage (PostgreSQL, MariaDB).
 
 Pooled connections are pinged before use once idle (instead of on every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Dependencies down when services start or stop: any start order works, stops are on time.
 
 Real PostgreSQL, etcd and RabbitMQ.  First the broker's URL names a port

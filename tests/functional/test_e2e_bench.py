@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smoke test of benchmarks.e2e_bench: a tiny run on the real servers.
 
 Checks the structure of the table and of the JSON report, and that the run

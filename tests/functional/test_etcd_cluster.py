@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One etcd member is not the cluster: losing any one member of three changes nothing.
 
 A real 3-member etcd cluster on 127.0.0.1, an ``etcd gateway`` in front of

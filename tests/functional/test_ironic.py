@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ringfleet on a real Ironic: sync, build, delete, adoption, fencing, claim race.
 
 A real standalone Ironic (fake hardware, ``[fake] deploy_delay`` of a second

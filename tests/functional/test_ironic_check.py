@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``fleet check`` against a real Ironic: a claim made in Ironic behind
 ringfleet's back, and an orphan claim of a ringfleet instance cleaned.
 

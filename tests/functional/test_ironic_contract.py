@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The unit tests' fake Ironic and a real one, put through the same cases.
 
 The ``ironic`` driver's unit tests run against :class:`tests.fake_ironic.FakeIronic`;

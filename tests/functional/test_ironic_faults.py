@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ringfleet on a real Ironic under Ironic's own faults.
 
 The faults are Ironic's, not ringfleet's: its process killed (-9) in the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The test Ironic and :mod:`tests.harness.ironic` work: enroll, claim race, restart."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Membership against real etcd and Redis (and the file backend), members as processes.
 
 Faults are real: kill -9, SIGSTOP/SIGCONT of a member, SIGSTOP of etcd.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Metrics endpoints of real processes: agents and a conductor on real servers.
 
 Each daemon serves its metrics on 127.0.0.1 with a port the system picks

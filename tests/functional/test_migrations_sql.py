@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The schema migrations on real PostgreSQL and MariaDB: from scratch, and upgrading rows."""
 
 from __future__ import annotations

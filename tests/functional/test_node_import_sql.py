@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bulk node creation on real PostgreSQL (COPY) and MariaDB (multi-row INSERT)
 (see tests/node_import_cases.py)."""
 

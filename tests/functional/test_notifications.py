@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Versioned notifications on the real RabbitMQ, consumed as a billing or audit service would.
 
 One conductor with ``[oslo_messaging_notifications] driver = messagingv2``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Operators' Nova filters steer real builds through a conductor (issues 14 and 27).
 
 Real etcd, RabbitMQ and PostgreSQL; one conductor process configured with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ownership compare-and-swap rules on real PostgreSQL and MariaDB, races included."""
 
 from __future__ import annotations

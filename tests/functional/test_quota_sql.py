@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Invariant 12 on real PostgreSQL and MariaDB: a project's quota is never
 exceeded, however builds race across conductors.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smoke test of benchmarks.scale_bench at a tiny size (200 nodes, 3 agents).
 
 Checks that the harness's convergence computation works on a real fleet:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smoke test of benchmarks.sched_bench on PostgreSQL: a tiny size, side by side with SQLite.
 
 No wall-clock assertions: the PostgreSQL columns only have to exist, hold

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two scheduler processes ("conductors") allocating from one PostgreSQL, or MariaDB, at once.
 
 Each process has its own index and several threads; the indexes never agree

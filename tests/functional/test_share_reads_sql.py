@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An agent's share read by ring position on real PostgreSQL and MariaDB.
 
 PostgreSQL joins the arcs as two arrays, MariaDB (and SQLite) get them

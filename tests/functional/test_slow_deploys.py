@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 25: back-end progress is the sweeper's heartbeat.
 
 "While the back end reports progress, the sweeper does not fail the

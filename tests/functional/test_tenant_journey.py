@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A tenant's machine, through the HTTP API only, on a real Ironic, with Keystone tokens.
 
 What a tenant of a cloud does with a bare-metal server, end to end: with a

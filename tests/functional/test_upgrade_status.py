@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-status upgrade check`` on real PostgreSQL, RabbitMQ and etcd.
 
 The console script runs as a deployment tool runs it (the virtualenv's

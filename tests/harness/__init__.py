@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one harness for running ringfleet for real: processes, waiting, faults.
 
 In the manner of kazoo's testing harness: functional tests, the chaos suite

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An HTTP proxy on 127.0.0.1 that a test can make answer 503: a back end's API in trouble.
 
 Put between the processes under test and one HTTP server (the test Ironic),

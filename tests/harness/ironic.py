@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A tiny client for the test Ironic, to set up and check its nodes from tests.
 
 ``tools/with-test-servers.sh`` starts a real standalone Ironic (fake

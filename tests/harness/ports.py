@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ports on 127.0.0.1 for tests: one nothing listens on, one that never answers."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A ringfleet service (conductor or agent) as a real child process.
 
 Real processes, so that kill -9, SIGSTOP and SIGTERM are the real thing.

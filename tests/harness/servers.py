@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults on the servers of ``tools/with-test-servers.sh`` (etcd, RabbitMQ, PostgreSQL, Ironic)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Waiting for a condition, with a deadline that says what was awaited."""
 
 from __future__ import annotations

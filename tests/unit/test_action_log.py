@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fencing check over the action log, and strict reading of the log."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NodeActions: fenced background deploy/destroy/power on the real simulated driver.
 
 The driver is the real :class:`SimulatedDriver` (tiny step durations, its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A build's image and config drive on the agent side (compute API 1.2).
 
 The endpoint hands them to the deploy; the ``ironic`` driver puts the image

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's OwnershipManager against the REAL conductor agents endpoint on SQLite.
 
 The conductor side is :class:`conductor.endpoints.agents.AgentsEndpoint`

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's result reporter: batches, retries until taken, refusals, fallback."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compute agent service's own decisions, without running its loops."""
 
 from __future__ import annotations

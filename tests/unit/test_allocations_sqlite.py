@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Allocation rules on SQLite (see tests/allocation_cases.py)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The HTTP API in-process: routing, errors, policy, microversions, bodies, paging.
 
 The conductors are a fake :class:`~conductor.rpcapi.ConductorAPI` that

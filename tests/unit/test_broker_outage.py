@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A broker outage is one WARNING naming the broker and one INFO when it is back.
 
 The records are the rabbit driver's own (its logger, its messages, as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's build flow: BuildLifecycle with the real Scheduler on SQLite, and AgentRouter.
 
 Agents are not involved: a recording router stands for them in the build

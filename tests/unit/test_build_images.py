@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A build's image and config drive: stored with the instance, routed from the record.
 
 The conductor side (the agent side is in ``test_agent_images.py``): the

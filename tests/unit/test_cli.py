@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``ringfleet`` CLI against an embedded conductor, in-process, no servers.
 
 A real :class:`conductor.service.ConductorService` runs in a thread on

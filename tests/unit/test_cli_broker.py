@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CLI and an unreachable broker: one line within --rpc-timeout, naming where it looked.
 
 The CLI runs as its own process, as an operator runs it.  Without the check

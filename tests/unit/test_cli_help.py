@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every option and argument of every ``ringfleet`` command has help, in plain text.
 
 ``--help`` prints the commands' docstrings and the options' help as they

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet --os-endpoint``: the API's JSON errors rebuilt as the RPC API's exceptions."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet`` login options: ``--os-cloud``/``clouds.yaml``, ``--os-*``, ``OS_*``.
 
 Resolution only (no Keystone here: ``tests/functional/test_cli_login.py``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of the option groups, the sample config and the membership factory."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """etc/grafana/ringfleet.json and etc/prometheus/ringfleet-rules.yml ask only
 for series the services export.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """COPY's text format as conductor.db.bulk writes it (the server side is in
 tests/functional/test_node_import_sql.py)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """conductor.db.engine: the pool's ping of idle connections, and how failures are told apart."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node, flavor, instance and allocation queries on SQLite."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-dbsync`` as an operator and a DBA run it, and the database's timeouts.
 
 Each command runs as its own process, as from a shell or a deployment tool:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet demo``: a real conductor and real agents in this process, no servers.
 
 One small demo runs for the whole module (a few seconds: the crash waits for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Sphinx project in docs/: a man page for every command, and the
 systemd units' ``Documentation=`` pages are the ones it builds.
 

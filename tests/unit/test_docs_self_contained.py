@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The project stands alone: what it cites is in the repository.
 
 Design notes and measured facts once lived in files outside the repository

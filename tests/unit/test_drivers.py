@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compute driver layer: interface, loading, the bare-metal simulator, its action log."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The conductor's RPC endpoints, called in-process (no RPC) on SQLite.
 
 The fleet view is a real :class:`conductor.fleet_view.FleetView` fed real

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hypothesis fuzzing of every public conductor RPC endpoint method.
 
 For arbitrary JSON-like payloads (and, mixed in, valid-looking ones so that the

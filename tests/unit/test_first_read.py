@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """compute_agent.first_read: the first inventory read waits for peers to stop joining."""
 
 from __future__ import annotations

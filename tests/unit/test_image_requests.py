@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a client may ask of a build's image and config drive, over RPC and HTTP.
 
 Validation (:mod:`conductor.validation.deploy`) names every bad field, never

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Power and lifecycle verbs: the endpoints, the routing to the owner, node delete.
 
 The database is real (SQLite, migrated); the agents are a scripted stub of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The instance state machine: the table walked, and the database held to it.
 
 Every (state, event) pair is tried in memory and against a stored instance:

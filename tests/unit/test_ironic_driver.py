@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``ironic`` compute driver and the Ironic client, against an in-memory fake Ironic.
 
 :class:`~tests.fake_ironic.FakeIronic` has the methods of

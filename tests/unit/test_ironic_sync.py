@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Ironic inventory sync on SQLite, against the in-memory fake Ironic, and
 fleet check of what it recorded of Ironic."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The import rule between ringfleet's packages, checked on every module's AST.
 
 The layers, bottom up::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unit tests of hashring.membership with a fake tooz coordinator and clock.
 
 The real backends are exercised in tests/functional; here the coordinator

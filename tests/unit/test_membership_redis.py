@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hashring.membership on tooz's real Redis driver, against fakeredis: no server.
 
 What is specific to a backend is proven here on Redis as tests/functional

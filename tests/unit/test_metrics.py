@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus metrics scraped over HTTP from running services, and JSON logging.
 
 A conductor and a compute agent run in this process as they run in the

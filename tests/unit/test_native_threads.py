@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """No ringfleet process imports eventlet, nor prints its deprecation warning.
 
 Each entry point is imported in a fresh interpreter, as its console script

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bulk node creation on SQLite (see tests/node_import_cases.py)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Versioned notifications: event types, payloads, the sender, and the call sites.
 
 The sender is the real :class:`~conductor.notifications.Notifier` with a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per Nova class: ringfleet's verdicts and weights equal Nova's own on Nova's ironic host state.
 
 For each of Nova's in-tree filters (``all_filters()``) and weighers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``openstack`` CLI plugin: ``openstack ringfleet ...`` has ringfleet's commands.
 
 (``tests/functional/test_cli_login.py`` runs one through a real Keystone.)

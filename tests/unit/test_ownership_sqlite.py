@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ownership compare-and-swap rules on SQLite (see tests/ownership_cases.py)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The oslo.policy console tools on ringfleet's rules (entry points
 ``oslo.policy.policies`` and ``oslo.policy.enforcer``, ``ringfleet.api``).
 

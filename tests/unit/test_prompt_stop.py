@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A graceful stop does not wait out the libraries' idle timeouts (conductor.common.prompt_stop)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of hashring.ring: determinism, minimal movement, balance, validation."""
 
 from __future__ import annotations

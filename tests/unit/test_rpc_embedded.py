@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real oslo.messaging round trip, in-process, over ``kombu+memory:////``.
 
 The conductor's endpoints are served as conductor/service.py serves them

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The RPC reference stays true to the code.
 
 ``docs/rpc-reference.rst`` is generated from the RPC clients and endpoints

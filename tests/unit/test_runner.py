@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A service's stop has a deadline: past it the process exits, naming what it waited for.
 
 The service runs as its own process under :func:`run_service`, as from its

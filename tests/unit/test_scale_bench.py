@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unit tests of benchmarks.scale_bench's helpers and of benchmarks.multi_agent's
 configuration: no servers, no fleet (tests/functional/test_scale_bench.py runs one).
 """

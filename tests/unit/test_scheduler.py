@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scheduler against a real (SQLite) database: allocation, coherence, races."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smoke test of benchmarks.sched_bench: tiny sizes, structure and sanity only.
 
 No wall-clock assertions: timings only have to be positive numbers.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Semantics of the scheduler's filters, weighers and requests (pure, no database)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node index and the decision procedure, without a database.
 
 The central property: whatever the index holds, choosing from it agrees

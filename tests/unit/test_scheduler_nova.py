@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nova filters and weighers run unchanged (conductor.scheduler.nova), against real Nova code.
 
 Nova is installed by the test environment (the ``ringfleet[nova-filters]``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading filters and weighers: ringfleet's own, stevedore entry points, errors, config."""
 
 from __future__ import annotations

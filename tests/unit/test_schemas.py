@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of conductor.common.schemas: the published schemas and validation agree.
 
 The OpenAPI document publishes each resource's JSON Schema; the conductor's

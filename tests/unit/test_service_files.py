@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The systemd units in etc/systemd and the devstack plugin in devstack/.
 
 The units are checked against the code they run: stop timeouts against the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which node states an agent sends: changes only, and everything every full interval."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """systemd notify messages: a service waiting for a dependency keeps its start alive."""
 
 from __future__ import annotations

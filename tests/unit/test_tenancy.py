@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Invariant 12, tenancy: instances belong to a project, are seen and acted on
 by it (and admins) only, and its quotas are never exceeded.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``ringfleet-status upgrade check``: each check's success, warning and failure.
 
 The schema check runs on real SQLite files; the RPC check gets the

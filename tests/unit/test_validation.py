@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of conductor.validation: payload rules, normalization, bulk import,
 capability expressions (Nova's ComputeCapabilitiesFilter semantics) and
 fuzzing (invariant 8: bad input is refused whole, with a field path)."""

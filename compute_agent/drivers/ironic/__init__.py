@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``ironic`` compute driver: bare metal through OpenStack Ironic (:class:`IronicDriver`).
 
 The driver's client, its ``[ironic]`` options and Ironic's states are shared

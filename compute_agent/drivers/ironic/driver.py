@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``ironic`` compute driver: real bare metal through OpenStack Ironic.
 
 Two fences guard every node.  Ringfleet's own (the owner's epoch, checked

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ``simulated`` compute driver: a bare-metal simulator (:class:`SimulatedDriver`).
 
 Everything of the simulator is here: the driver (:mod:`.driver`), where the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The append-only action log, and the fencing check that reads it.
 
 Invariant 1 (single owner, ``docs/architecture.rst`` "The invariants") is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[simulated_driver]`` group: the bare-metal simulator.
 
 The simulated driver is the default of the embedded mode and of the tests, so

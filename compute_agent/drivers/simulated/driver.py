@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A bare-metal simulator: the default driver of the embedded mode and the tests.
 
 It behaves like hardware where it matters to the agent: deploys go through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The simulated hardware: what each simulated node is doing, seen by every agent.
 
 Real bare metal is one machine seen by all: a node torn down by one agent

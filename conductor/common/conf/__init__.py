@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Option groups that both services read, one module per group.
 
 ``[DEFAULT] host``, ``[coordination]``, ``[ring]``, ``[metrics]`` and

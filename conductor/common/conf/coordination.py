@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[coordination]`` group: the membership backend."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[DEFAULT]`` group shared by every ringfleet service."""
 
 from __future__ import annotations

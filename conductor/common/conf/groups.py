@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Registering an option group so that its values stay with one ``ConfigOpts``.
 
 oslo.config's ``ConfigOpts.register_group`` keeps a *shallow* copy of the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[metrics]`` group: the Prometheus endpoint of each service.
 
 Shared by the conductor and the compute agent; each service has its own

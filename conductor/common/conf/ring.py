@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[ring]`` group: the consistent hash ring."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[upgrade_levels]`` group: RPC versions pinned during an upgrade.
 
 As in Nova and Ironic: while a rolling upgrade runs, the services of the new

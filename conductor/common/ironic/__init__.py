@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Ironic back end, as far as both services share it.
 
 * :mod:`~conductor.common.ironic.conf` -- the ``[ironic]`` options (how to

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small client of the Ironic API, shared by the ``ironic`` driver and the inventory sync.
 
 Both services talk to Ironic the same way, so the rules live here once:

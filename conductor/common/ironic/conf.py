@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Options of the ``[ironic]`` group: how ringfleet reaches OpenStack Ironic.
 
 Read by the compute agents that use the ``ironic`` driver (they act on the

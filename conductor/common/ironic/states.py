@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ironic's provision states, declared once: what they mean to ringfleet.
 
 Three readings of the same state names, for the two services:

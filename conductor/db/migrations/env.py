@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Alembic environment: runs migrations on the connection handed in by
 :mod:`conductor.db.migration` (never on a URL read from alembic.ini), or,
 offline, writes their SQL for the dialect of the URL handed in."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Initial schema
 
 Revision ID: 0001

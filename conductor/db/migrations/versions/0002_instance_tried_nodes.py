@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Instances remember the nodes their build failed on
 
 Revision ID: 0002

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Agents stopped for a restart keep their nodes until a deadline
 
 Revision ID: 0003

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Instances keep their build's scheduler hints
 
 Revision ID: 0004

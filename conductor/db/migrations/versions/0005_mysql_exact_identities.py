@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MySQL/MariaDB: strings compared byte for byte, timestamps with microseconds
 
 Revision ID: 0005

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nodes keep what their back end (Ironic) showed at the last sync pass
 
 Revision ID: 0006

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Instances belong to a project and carry their image and config drive
 
 Revision ID: 0007

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Quotas: per-project limits, and the row each project's builds lock
 
 Revision ID: 0008

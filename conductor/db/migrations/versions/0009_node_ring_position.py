@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nodes keep their position on the hash ring, indexed: agents read their share
 
 Revision ID: 0009

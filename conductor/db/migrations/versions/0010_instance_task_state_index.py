@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Instances indexed by task_state: the reads of actions in flight
 
 Revision ID: 0010
