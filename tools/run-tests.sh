@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The project's test command (README.rst): lint, type-check, then unit and
-# functional tests against real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic and Keystone.
+# functional tests against real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB,
+# Ironic and Keystone.
 #
 # Usage: tools/run-tests.sh [PYTEST ARGS...]
 #
@@ -75,9 +76,40 @@ if (($#)); then
 fi
 # The unit tests need no server: one worker per core, each test module on
 # one worker, in its order.
-# The functional tests share the servers (and stop, freeze and restart
-# them): one at a time.
+# The functional tests share their servers (and stop, freeze and restart
+# them): one at a time on a set of servers.  They mostly wait (for leases,
+# deploys, timeouts), so two streams run side by side, each on servers of
+# its own; the first takes the membership and chaos faults, the second the
+# rest (about half the time each).
 step "unit tests (one worker per core)"
 python -m pytest -p no:cacheprovider -ra -q -n auto --dist loadfile --durations=5 tests/unit
-step "functional tests (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
-tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 tests/functional
+step "functional tests (real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone), two streams"
+faults=(
+    tests/functional/test_chaos.py tests/functional/test_chaos_redis.py
+    tests/functional/test_membership.py tests/functional/test_db_reconnect.py
+    tests/functional/test_agents.py tests/functional/test_dependency_down.py
+    tests/functional/test_etcd_cluster.py tests/functional/test_slow_deploys.py
+    tests/functional/test_scale_bench.py tests/functional/test_e2e_bench.py
+)
+rest=()
+for file in tests/functional/test_*.py; do
+    [[ " ${faults[*]} " == *" $file "* ]] || rest+=("$file")
+done
+tools/with-test-servers.sh --install # once: two apt-get runs would race
+logs=$(mktemp -d)
+pytest_args=(-p no:cacheprovider -ra --durations=10)
+tools/with-test-servers.sh python -m pytest "${pytest_args[@]}" "${faults[@]}" >"$logs/faults" 2>&1 &
+faults_pid=$!
+tools/with-test-servers.sh python -m pytest "${pytest_args[@]}" "${rest[@]}" >"$logs/rest" 2>&1 &
+rest_pid=$!
+# Interrupted: stop both (each stops its servers when TERMed).
+trap 'kill -TERM "$faults_pid" "$rest_pid" 2>/dev/null; wait' INT TERM
+status=0
+wait "$faults_pid" || status=1
+wait "$rest_pid" || status=1
+printf '\n--- stream 1: membership and chaos faults\n'
+cat "$logs/faults"
+printf '\n--- stream 2: the other functional tests\n'
+cat "$logs/rest"
+rm -rf "$logs"
+exit "$status"

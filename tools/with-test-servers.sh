@@ -3,12 +3,17 @@
 # Run a command with private etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone and Redis servers.
 #
 # Usage: tools/with-test-servers.sh COMMAND [ARGS...]
+#        tools/with-test-servers.sh --install
 #
 # Starts the servers (bound to 127.0.0.1 only, all state in a private temp
 # dir), exports RINGFLEET_TEST_* variables to COMMAND, runs it, stops every
 # server by PID, removes the dir and exits with COMMAND's status. Missing
 # Debian packages are installed (as root) without starting their system
 # services; any system-wide instance is left alone (we use our own ports).
+# With --install it only installs the Debian packages SERVERS need, and
+# exits: first, for a caller that then starts several runs at once (their
+# apt-get runs would race for the package manager; runs on free ports and
+# the virtualenvs' installs are safe side by side).
 # Ironic (standalone: API and conductor in one process, no Keystone, fake
 # hardware, SQLite) is pip-installed into its own virtualenv, cached outside
 # the clone and reused by later runs. So is Keystone (SQLite, fernet tokens,
@@ -412,6 +417,7 @@ main() {
     trap 'on_signal TERM 143' TERM
 
     ensure_packages
+    [[ $1 == --install ]] && exit 0
 
     RF_DIR=$(mktemp -d /tmp/ringfleet-servers.XXXXXX)
     chmod 711 "$RF_DIR" # the postgres and mysql users must reach $RF_DIR/pg, /mariadb
