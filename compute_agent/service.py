@@ -23,7 +23,6 @@ from oslo_config import cfg
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import ActionContext, load_driver
 from compute_agent.endpoints import ComputeEndpoint
-from compute_agent.first_read import FirstReadSettle
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.reporting import ResultReporter
@@ -69,8 +68,6 @@ class AgentService:
         self._conductor: ConductorAPI | None = None
         self.membership: Any = None  # a Membership once run() joined
         self.ownership: OwnershipManager | None = None
-        self._first_read: FirstReadSettle | None = None
-        self._first_read_delayed = False
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None
         self._reconcile_failure: str | None = None  # why the last reconcile failed
@@ -131,12 +128,6 @@ class AgentService:
             rejoin_settle=self.membership.ttl / 2 + conf.coordination.watch_interval,
             # One watch interval: peers started with us appear in the view.
             join_settle=conf.coordination.watch_interval,
-        )
-        # Quiet for two reads of the group (at least 1 s), for at most a TTL.
-        self._first_read = FirstReadSettle(
-            self.host,
-            quiet=max(1.0, 2 * conf.coordination.watch_interval),
-            limit=self.membership.ttl,
         )
         self._reporter = ResultReporter(self.host, conductor)
         self._reporter.start()
@@ -389,8 +380,6 @@ class AgentService:
     # -- membership ------------------------------------------------------------------
 
     def _on_view(self, view: MembershipView) -> None:
-        if self._first_read is not None:
-            self._first_read.saw(view)
         self.metrics.view_changed(view)
         self.metrics.ring_members(view, self.conf.compute_agent.groups)
         self._wake.set()
@@ -429,19 +418,6 @@ class AgentService:
                 return
             view = self.membership.view
             if view is None or not self.membership.can_act():
-                continue
-            settling = self._first_read.wait() if self._first_read is not None else 0.0
-            if settling > 0:
-                # Peers are still joining (a cold start): read the share of
-                # the ring they end with, not of this one.
-                if not self._first_read_delayed:
-                    self._first_read_delayed = True
-                    LOG.info(
-                        "Agent %s: peers still joining; first inventory read in %.1f s",
-                        self.host,
-                        settling,
-                    )
-                delay = settling
                 continue
             try:
                 # The changes since the last refresh first, the deep re-read
