@@ -837,10 +837,6 @@ class Run:
 _TEST_INTERVALS = "reconcile_interval = 1\nreport_interval = 2\n"
 
 
-#: the functional fleet's membership settings, replaced by --ttl and --watch-interval
-_TEST_MEMBERSHIP = (f"membership_timeout={TTL}\n", "watch_interval = 0.2\n")
-
-
 def make_fleet(
     workdir: Path,
     db_url: str,
@@ -854,16 +850,19 @@ def make_fleet(
     reconcile and report intervals at their defaults, and the membership
     TTL and watch interval given."""
     fleet = Fleet(
-        workdir, db_url=db_url, transport_url=transport_url, etcd_url=etcd_url, step_duration=0.0
+        workdir,
+        db_url=db_url,
+        transport_url=transport_url,
+        etcd_url=etcd_url,
+        step_duration=0.0,
+        backend_url=f"{etcd_url}?membership_timeout={ttl}",
+        watch_interval=watch_interval,
     )
     assert _TEST_INTERVALS in fleet.common, "the functional fleet's intervals changed"
-    assert all(part in fleet.common for part in _TEST_MEMBERSHIP), "its membership changed"
     fleet.common = (
         fleet.common.replace("debug = true", "debug = false")
         .replace("clean_duration = 0.05", "clean_duration = 0")
         .replace(_TEST_INTERVALS, "")
-        .replace(_TEST_MEMBERSHIP[0], f"membership_timeout={ttl}\n")
-        .replace(_TEST_MEMBERSHIP[1], f"watch_interval = {watch_interval:g}\n")
     ) + "[metrics]\nenabled = true\nlisten_address = 127.0.0.1\nport = 0\n"  # Traffic reads them
     return fleet
 

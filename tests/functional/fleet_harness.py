@@ -53,6 +53,7 @@ class Fleet:
         client_transport_url: str | None = None,
         client_db_url: str | None = None,
         backend_url: str | None = None,
+        watch_interval: float = 0.2,
     ) -> None:
         """``driver`` is every agent's compute driver; ``common_extra`` is
         appended to every process's config (whole groups, e.g. ``[ironic]``).
@@ -60,7 +61,8 @@ class Fleet:
         RPC client and database reads use, when not the processes' URLs (the
         processes' go through a proxy the test cuts, the test's must not).
         ``backend_url`` is the whole ``[coordination] backend_url`` when not
-        ``etcd_url`` with the test TTL (a Redis one, say)."""
+        ``etcd_url`` with the test TTL (a Redis one, say); ``watch_interval``
+        is ``[coordination] watch_interval``."""
         self.workdir = workdir
         self.db_url = db_url
         self.group = unique_group("fleet")
@@ -73,7 +75,7 @@ class Fleet:
             "[coordination]\n"
             f"backend_url = {backend_url or f'{etcd_url}?membership_timeout={TTL}'}\n"
             f"group = {self.group}\n"
-            "watch_interval = 0.2\n"
+            f"watch_interval = {watch_interval:g}\n"
             "[conductor]\n"
             f"rehome_grace = {REHOME_GRACE}\n"
             f"restart_grace = {restart_grace}\n"
