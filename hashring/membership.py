@@ -637,14 +637,19 @@ class Membership:
         more, whatever our heartbeats say.  The re-join creates it again."""
         with self._lock:
             if not self._joined or generation != self._join_generation:
-                return
-            self._joined = False
-        LOG.warning(
-            "Group %s is gone from %s (backend restarted without its data?); %s re-joining",
-            self._group_name,
-            self._redacted_url,
-            self._member_id,
-        )
+                return  # a join is under way, or happened during our read
+            self._rejoin(
+                "Group %s is gone from %s (backend restarted without its data?); %s re-joining",
+                self._group_name,
+                self._redacted_url,
+                self._member_id,
+            )
+
+    def _rejoin(self, message: str, *args: object) -> None:
+        """We are not in the group (under the lock): say why once, and have
+        the keeper join again at once."""
+        LOG.warning(message, *args)
+        self._joined = False
         self._wake_keeper.set()
 
     def _check_self(self, raw: Mapping[bytes, Any], generation: int) -> None:
@@ -655,13 +660,11 @@ class Membership:
             if not self._joined or generation != self._join_generation:
                 return  # a join is under way, or happened during our read
             if entry is None:
-                LOG.warning(
+                self._rejoin(
                     "Member %s is missing from group %s (lease expired?); re-joining",
                     self._member_id,
                     self._group_name,
                 )
-                self._joined = False
-                self._wake_keeper.set()
                 return
             incarnation = entry.get("incarnation") if isinstance(entry, dict) else None
             if incarnation != self._incarnation and self._superseded_by is None:
