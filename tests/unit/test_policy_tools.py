@@ -32,6 +32,13 @@ def _tool(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _on_ringfleet(
+    name: str, config: Path, *args: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """A tool run on ringfleet's rules with the deployment's configuration."""
+    return _tool(name, "--namespace", "ringfleet.api", "--config-file", str(config), *args, cwd=cwd)
+
+
 def _deployment(tmp_path: Path) -> Path:
     """A ringfleet.conf whose policy file overrides one rule and repeats one default."""
     policy_file = tmp_path / "policy.yaml"
@@ -46,14 +53,7 @@ def _deployment(tmp_path: Path) -> Path:
 
 def test_policy_generator_prints_the_effective_policy(tmp_path: Path) -> None:
     config = _deployment(tmp_path)
-    out = _tool(
-        "oslopolicy-policy-generator",
-        "--namespace",
-        "ringfleet.api",
-        "--config-file",
-        str(config),
-        cwd=tmp_path,
-    )
+    out = _on_ringfleet("oslopolicy-policy-generator", config, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     effective = yaml.safe_load(out.stdout)
     assert set(effective) == set(policy.RULE_NAMES)
@@ -63,39 +63,18 @@ def test_policy_generator_prints_the_effective_policy(tmp_path: Path) -> None:
 
 def test_list_redundant_names_only_the_rules_equal_to_their_default(tmp_path: Path) -> None:
     config = _deployment(tmp_path)
-    out = _tool(
-        "oslopolicy-list-redundant",
-        "--namespace",
-        "ringfleet.api",
-        "--config-file",
-        str(config),
-        cwd=tmp_path,
-    )
+    out = _on_ringfleet("oslopolicy-list-redundant", config, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ['"ringfleet:flavor:create": "role:admin"']
 
 
 def test_validator_accepts_the_policy_file(tmp_path: Path) -> None:
     config = _deployment(tmp_path)
-    out = _tool(
-        "oslopolicy-validator",
-        "--namespace",
-        "ringfleet.api",
-        "--config-file",
-        str(config),
-        cwd=tmp_path,
-    )
+    out = _on_ringfleet("oslopolicy-validator", config, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     # Without a policy file where the configuration says, it says so.
     config.write_text(f"[oslo_policy]\npolicy_file = {tmp_path / 'missing.yaml'}\n")
-    missing = _tool(
-        "oslopolicy-validator",
-        "--namespace",
-        "ringfleet.api",
-        "--config-file",
-        str(config),
-        cwd=tmp_path,
-    )
+    missing = _on_ringfleet("oslopolicy-validator", config, cwd=tmp_path)
     assert missing.returncode == 1
     assert "missing.yaml" in missing.stdout
 
@@ -120,15 +99,8 @@ def _access(tmp_path: Path, *roles: str) -> Path:
 def test_checker_evaluates_the_generated_policy_for_a_token(tmp_path: Path) -> None:
     config = _deployment(tmp_path)
     effective = tmp_path / "effective.yaml"
-    generated = _tool(
-        "oslopolicy-policy-generator",
-        "--namespace",
-        "ringfleet.api",
-        "--config-file",
-        str(config),
-        "--output-file",
-        str(effective),
-        cwd=tmp_path,
+    generated = _on_ringfleet(
+        "oslopolicy-policy-generator", config, "--output-file", str(effective), cwd=tmp_path
     )
     assert generated.returncode == 0, generated.stderr
 
