@@ -579,13 +579,24 @@ rf_maria_init() {
     mkdir -p "$RF_MARIA_DIR"
     if ((EUID == 0)); then chown "$RF_MARIA_OSUSER:" "$RF_MARIA_DIR"; fi
     chmod 700 "$RF_MARIA_DIR"
-    if ! rf_maria_as mariadb-install-db --no-defaults --datadir="$RF_MARIA_DATA" \
-        --auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
-        >"$RF_MARIA_DIR/install-db.log" 2>&1; then
-        rf_msg "mariadb-install-db failed"
-        rf_tail "$RF_MARIA_DIR/install-db.log"
-        return 1
-    fi
+    # The bootstrap server's temporary tables go to our private dir, not the
+    # shared /tmp: two test-server sets bootstrapping at once (CI runs two
+    # streams) failed there with "Could not remove temporary table
+    # '/tmp/#sql-temptable-…'". One more try from an empty datadir covers a
+    # bootstrap that fails for a reason of its own; the first log is kept.
+    local try
+    for try in 1 2; do
+        if rf_maria_as mariadb-install-db --no-defaults --datadir="$RF_MARIA_DATA" \
+            --tmpdir="$RF_MARIA_DIR" \
+            --auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
+            >"$RF_MARIA_DIR/install-db.$try.log" 2>&1; then
+            return 0
+        fi
+        rf_msg "mariadb-install-db failed (try $try of 2)"
+        rf_tail "$RF_MARIA_DIR/install-db.$try.log"
+        rm -rf "$RF_MARIA_DATA"
+    done
+    return 1
 }
 
 rf_maria_start_bg() {
