@@ -27,10 +27,10 @@ from typing import Any, Final
 import openstack.connection
 import openstack.exceptions
 from keystoneauth1 import exceptions as ks_exceptions
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from conductor.common.exception import ConfigurationError, DriverError, ServiceUnavailable
+from conductor.common.conf import keystoneauth
+from conductor.common.exception import DriverError, ServiceUnavailable
 from conductor.common.ironic import conf as ironic_conf
 
 __all__ = [
@@ -171,21 +171,7 @@ class BaremetalClient:
         """
         ironic_conf.register_opts(conf)
         group = ironic_conf.group.name
-        try:
-            auth = ks_loading.load_auth_from_conf_options(conf, group)
-        except ks_exceptions.MissingRequiredOptions as exc:
-            names = ", ".join(opt.dest for opt in exc.options)
-            raise ConfigurationError(group, "auth_type", f"missing options: {names}") from exc
-        except ks_exceptions.NoMatchingPlugin as exc:
-            raise ConfigurationError(group, "auth_type", str(exc)) from exc
-        if auth is None:
-            raise ConfigurationError(
-                group,
-                "auth_type",
-                "not set: use 'none' with endpoint_override for a standalone Ironic, "
-                "or a Keystone plugin such as 'password'",
-            )
-        session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+        session = keystoneauth.load_session(conf, group, "Ironic")
         connection = openstack.connection.Connection(session=session, oslo_conf=conf)
         proxy = connection.baremetal
         proxy.default_microversion = ironic_conf.API_VERSION
