@@ -9,8 +9,9 @@ writes the providers whose record changed since this agent last made them
 agree.  A node this agent did not have at the previous pass (a takeover, a
 start) is first read back from Placement: another agent wrote it last, or
 nobody did.  Nothing is written while the membership does not allow acting
-(a peer may own the nodes by then), and every provider is read back after.  Every ``[placement] resync_interval`` the memory is dropped and
-every owned provider compared again (drift repair).
+(a peer may own the nodes by then), and every provider is read back after.
+Every ``[placement] resync_interval`` the memory is dropped and every owned
+provider compared again (drift repair).
 
 New allocations of a pass go to Placement in one request (``POST
 /allocations``); providers, inventories and traits, which Placement writes
