@@ -232,15 +232,16 @@ def mend(
     :raises ServiceUnavailable: Placement did not answer
     :raises PlacementRefused: Placement refused a write (the reason says which)
     """
+    created = shown is None
     if shown is None:
-        created = _create(client, want)
+        created_provider = _create(client, want)
         shown = Shown(
-            name=str(created["name"]),
+            name=str(created_provider["name"]),
             inventories={},
             traits=frozenset(),
             aggregates=frozenset(),
             consumers={},
-            generation=int(created["generation"]),
+            generation=int(created_provider["generation"]),
         )
     provider = _Provider(client, want.uuid, shown.generation)
     if shown.name != want.name:
@@ -260,7 +261,8 @@ def mend(
             lambda generation, _: client.set_traits(want.uuid, generation, want.traits),
         )
     if aggregate not in shown.aggregates:
-        provider.generation = None  # read them: an operator's own are kept
+        if not created:
+            provider.generation = None  # read them: an operator's own are kept
         provider.write(
             client.get_aggregates,
             lambda generation, current: client.set_aggregates(
