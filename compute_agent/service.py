@@ -25,6 +25,7 @@ from compute_agent.drivers.base import ActionContext, load_driver
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
+from compute_agent.placement_report import PlacementReporter
 from compute_agent.reporting import ResultReporter
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from compute_agent.state_reports import StateReports
@@ -34,6 +35,8 @@ from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
 from conductor.common.metrics import MetricsServer
+from conductor.common.placement import conf as placement_conf
+from conductor.common.placement.client import PlacementClient
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import MembershipView, State
 
@@ -70,6 +73,7 @@ class AgentService:
         self.ownership: OwnershipManager | None = None
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None
+        self.placement: PlacementReporter | None = None
         self._reconcile_failure: str | None = None  # why the last reconcile failed
         # Since when (monotonic) state reports fail: one WARNING per outage.
         self._reports_failing_since: float | None = None
@@ -131,6 +135,17 @@ class AgentService:
         )
         self._reporter = ResultReporter(self.host, conductor)
         self._reporter.start()
+        if placement_conf.enabled(conf):
+            # Built before joining: a [placement] misconfiguration stops the
+            # start with the option named, not the first pass.
+            self.placement = PlacementReporter(
+                self.host,
+                conf,
+                PlacementClient.from_conf(conf),
+                conductor,
+                interval=lambda: float(self.conf.compute_agent.reconcile_interval),
+                can_act=lambda: self.membership is not None and self.membership.can_act(),
+            )
         self.actions = NodeActions(
             self.host,
             driver,
@@ -172,6 +187,8 @@ class AgentService:
             thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
             self._threads.append(thread)
             thread.start()
+        if self.placement is not None:
+            self.placement.start()
         self._started.set()
         LOG.info(
             "Agent %s serving topic %s (groups: %s, driver %s)",
@@ -238,6 +255,9 @@ class AgentService:
             self._stop_server()
         self._stopped.set()
         self._wake.set()
+        if self.placement is not None:
+            self.stop_step = "stopping the Placement reporter"
+            self.placement.stop(min(5.0, _left(deadline)))
         self.stop_step = "stopping the reconciler"
         for thread in self._threads:
             thread.join(min(10.0, _left(deadline)))
@@ -287,6 +307,8 @@ class AgentService:
     def _shut_down_superseded(self) -> None:
         if self.actions is not None:
             self.actions.stop_accepting()
+        if self.placement is not None:
+            self.placement.stop()
         self._stop_server()
         self._wake.set()
         self._close(leave=False)  # the entry is the survivor's now
@@ -341,6 +363,8 @@ class AgentService:
         LOG.warning("Agent %s crashing on purpose (no leave, no hand-over)", self.host)
         if self.actions is not None:
             self.actions.stop_accepting()
+        if self.placement is not None:
+            self.placement.stop()
         if self.membership is not None:
             self.membership.stop(leave=False)
         if self._server is not None:
@@ -428,6 +452,12 @@ class AgentService:
                 # nodes a peer had just released.
                 self.ownership.refresh_inventory(deep=False, view=view)
                 result = self.ownership.reconcile(view)
+                if (
+                    self.placement is not None
+                    and result is not None
+                    and (result.claimed or result.released or result.lost)
+                ):
+                    self.placement.wake()  # its providers are ours to write now
                 if self.ownership.deep_refresh_due():
                     self.ownership.refresh_inventory(deep=True, view=view)
                 if result is not None and result.retry_soon:

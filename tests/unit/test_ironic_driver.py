@@ -49,7 +49,8 @@ from tests.harness import wait_for
 HOST = "agent-1"
 EPOCH = 4
 #: the logger of the Ironic client (conductor/common/ironic/client.py)
-CLIENT_LOGGER = "conductor.common.ironic.client"
+# The client logs an outage through the shared outage tracker.
+CLIENT_LOGGER = "conductor.common.service_outage"
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -1012,10 +1013,10 @@ def test_client_is_up_again_after_a_refusal() -> None:
         client.get_node("n-1", action="inspect")
     with pytest.raises(DriverError):
         client.get_node("n-1", action="inspect")  # Ironic answered: up again
-    assert client._down is False
+    assert client.outage.down is False
     with pytest.raises(ServiceUnavailable):
         client.get_node("n-1", action="inspect")
-    assert client._down is True
+    assert client.outage.down is True
 
 
 # -- the agent: a refused build is never torn down -----------------------------------------
@@ -1214,7 +1215,7 @@ def test_client_takes_no_answer_to_a_request_sent_before_the_outage_as_ironic_ba
             client.get_node("n-1", action="inspect")  # Ironic goes
         answer.set()
         early.join(5)  # the answer to the early request arrives
-        assert client._down is True
+        assert client.outage.down is True
         client.get_node("n-1", action="inspect")  # sent after: Ironic is back
     records = [r.levelno for r in caplog.records if r.name == CLIENT_LOGGER]
     assert records == [logging.WARNING, logging.INFO]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
@@ -27,11 +26,12 @@ from typing import Any, Final
 import openstack.connection
 import openstack.exceptions
 from keystoneauth1 import exceptions as ks_exceptions
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from conductor.common.exception import ConfigurationError, DriverError, ServiceUnavailable
+from conductor.common.conf import keystoneauth
+from conductor.common.exception import DriverError
 from conductor.common.ironic import conf as ironic_conf
+from conductor.common.service_outage import ServiceOutage
 
 __all__ = [
     "NODE_FIELDS",
@@ -159,9 +159,7 @@ class BaremetalClient:
     def __init__(self, proxy: Any, endpoint: str) -> None:
         self._proxy = proxy
         self.endpoint = endpoint
-        self._down = False
-        self._down_at = 0.0  # when it went (time.monotonic())
-        self._down_lock = threading.Lock()
+        self.outage = ServiceOutage("Ironic", endpoint)
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> BaremetalClient:
@@ -171,21 +169,7 @@ class BaremetalClient:
         """
         ironic_conf.register_opts(conf)
         group = ironic_conf.group.name
-        try:
-            auth = ks_loading.load_auth_from_conf_options(conf, group)
-        except ks_exceptions.MissingRequiredOptions as exc:
-            names = ", ".join(opt.dest for opt in exc.options)
-            raise ConfigurationError(group, "auth_type", f"missing options: {names}") from exc
-        except ks_exceptions.NoMatchingPlugin as exc:
-            raise ConfigurationError(group, "auth_type", str(exc)) from exc
-        if auth is None:
-            raise ConfigurationError(
-                group,
-                "auth_type",
-                "not set: use 'none' with endpoint_override for a standalone Ironic, "
-                "or a Keystone plugin such as 'password'",
-            )
-        session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+        session = keystoneauth.load_session(conf, group, "Ironic")
         connection = openstack.connection.Connection(session=session, oslo_conf=conf)
         proxy = connection.baremetal
         proxy.default_microversion = ironic_conf.API_VERSION
@@ -298,50 +282,28 @@ class BaremetalClient:
         try:
             yield
         except IronicClaimConflict:
-            self._up(started)
+            self.outage.answered(started)
             raise
         except openstack.exceptions.NotFoundException as exc:
-            self._up(started)
+            self.outage.answered(started)
             raise IronicNodeGone(node_uuid, action, "Ironic has no such node") from exc
         except openstack.exceptions.HttpException as exc:
             status = exc.status_code
             if status == 409 and _is_locked(exc):
-                self._up(started)
+                self.outage.answered(started)
                 raise IronicNodeLocked(_details(exc)) from exc
             if status is not None and status >= 500 and status != 501:
-                raise self._unavailable(f"Ironic answered {status}: {_details(exc)}") from exc
-            self._up(started)
+                raise self.outage.unavailable(f"Ironic answered {status}: {_details(exc)}") from exc
+            self.outage.answered(started)
             raise DriverError(
                 node_uuid, action, f"Ironic refused ({status}): {_details(exc)}"
             ) from exc
         except (ks_exceptions.ConnectFailure, ks_exceptions.ConnectTimeout) as exc:
-            raise self._unavailable(f"Ironic at {self.endpoint} unreachable: {exc}") from exc
+            raise self.outage.unavailable(f"Ironic at {self.endpoint} unreachable: {exc}") from exc
         except (ks_exceptions.ClientException, openstack.exceptions.SDKException) as exc:
-            raise self._unavailable(f"Ironic request failed: {exc}") from exc
+            raise self.outage.unavailable(f"Ironic request failed: {exc}") from exc
         else:
-            self._up(started)
-
-    def _unavailable(self, reason: str) -> ServiceUnavailable:
-        with self._down_lock:
-            first, self._down = not self._down, True
-            if first:
-                self._down_at = time.monotonic()
-        if first:
-            LOG.warning("Ironic unavailable: %s", reason)
-        return ServiceUnavailable(reason)
-
-    def _up(self, started: float) -> None:
-        """A request sent at *started* was answered: Ironic is back if it was
-        sent after Ironic went (an answer to one sent before proves nothing,
-        and would make one outage read as several)."""
-        if not self._down:
-            return
-        with self._down_lock:
-            was = self._down and started >= self._down_at
-            if was:
-                self._down = False
-        if was:
-            LOG.info("Ironic at %s answers again", self.endpoint)
+            self.outage.answered(started)
 
 
 def _is_locked(exc: openstack.exceptions.HttpException) -> bool:

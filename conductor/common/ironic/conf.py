@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from conductor.common.conf import keystoneauth
 from conductor.common.conf.groups import register_group_opts
 
 __all__ = ["API_VERSION", "group", "list_opts", "opts", "register_opts"]
@@ -121,31 +121,12 @@ opts = [
 ]
 
 
-def _keystoneauth_opts() -> list[cfg.Opt]:
-    """keystoneauth's session, adapter and auth options (password plugin shown)."""
-    listed = (
-        ks_loading.get_session_conf_options()
-        + ks_loading.get_adapter_conf_options(include_deprecated=False)
-        + ks_loading.get_auth_common_conf_options()
-        + ks_loading.get_auth_plugin_conf_options("password")
-    )
-    unique: dict[str, cfg.Opt] = {}
-    for opt in listed:
-        unique.setdefault(opt.dest, opt)
-    return list(unique.values())
-
-
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register ``[ironic]``: ringfleet's options and keystoneauth's (idempotent)."""
     register_group_opts(conf, group, opts)
-    ks_loading.register_session_conf_options(conf, group.name)
-    ks_loading.register_auth_conf_options(conf, group.name)
-    ks_loading.register_adapter_conf_options(conf, group.name, include_deprecated=False)
-    # The service this group's adapter finds in the catalog.
-    conf.set_default("service_type", "baremetal", group.name)
-    conf.set_default("valid_interfaces", ["internal", "public"], group.name)
+    keystoneauth.register_opts(conf, group.name, "baremetal")
 
 
 def list_opts() -> list[cfg.Opt]:
     """Every option of ``[ironic]``, for the sample configuration."""
-    return list(opts) + _keystoneauth_opts()
+    return list(opts) + keystoneauth.list_opts()

@@ -1,0 +1,316 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The agent's report of the nodes it owns to OpenStack Placement (``[placement]``).
+
+Only the owner of a node writes its provider, and it writes what ringfleet's
+records say (:mod:`conductor.common.placement.provider`), never what it
+remembers: every pass (each ``reconcile_interval``, and at once after a
+change of the nodes owned) reads the owned nodes from the conductor and
+writes the providers whose record changed since this agent last made them
+agree.  A node this agent did not have at the previous pass (a takeover, a
+start) is first read back from Placement: another agent wrote it last, or
+nobody did.  Nothing is written while the membership does not allow acting
+(a peer may own the nodes by then), and every provider is read back after.
+Every ``[placement] resync_interval`` the memory is dropped and every owned
+provider compared again (drift repair).
+
+New allocations of a pass go to Placement in one request (``POST
+/allocations``); providers, inventories and traits, which Placement writes
+one provider per request, go ``[placement] concurrency`` at a time.
+
+Placement down: one WARNING (the client's), the pass ends, the next one
+tries again.  A refusal a retry cannot fix (a trait Placement does not know
+is left out and said once; a name another provider has) is logged once per
+node and record, and not tried again until the record changes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from oslo_config import cfg
+
+from conductor.common.exception import NodeNotFound, NotFound, ServiceUnavailable
+from conductor.common.placement import provider
+from conductor.common.placement.client import PlacementClient, PlacementConflict, PlacementRefused
+from conductor.common.placement.provider import Wanted
+from conductor.rpcapi import ConductorAPI, pages
+
+__all__ = ["PassResult", "PlacementReporter"]
+
+LOG = logging.getLogger(__name__)
+
+#: Consumers per ``POST /allocations``: one request per pass in the usual
+#: case, bounded so that a takeover of many pinned nodes sends no huge body.
+_ALLOCATION_BATCH: Final = 500
+#: Nodes per page of the owned-node read.
+_PAGE: Final = 1000
+
+
+@dataclasses.dataclass(slots=True)
+class PassResult:
+    """What one pass did."""
+
+    owned: int = 0
+    checked: int = 0  # providers compared (changed records, gained nodes)
+    mended: int = 0  # providers written
+    allocations: int = 0  # allocations written
+    deleted: int = 0  # providers of deleted nodes removed
+    refused: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+
+
+class PlacementReporter:
+    """One agent's Placement reporter: a thread of passes (module docstring)."""
+
+    def __init__(
+        self,
+        host: str,
+        conf: cfg.ConfigOpts,
+        client: PlacementClient,
+        conductor: ConductorAPI,
+        *,
+        interval: Callable[[], float],
+        can_act: Callable[[], bool],
+    ) -> None:
+        self.host = host
+        self._conf = conf
+        self._client = client
+        self._conductor = conductor
+        self._interval = interval
+        self._can_act = can_act
+        #: node uuid -> what this agent last made Placement show for it.
+        self._written: dict[str, Wanted] = {}
+        #: node uuid -> (the record, why Placement refused it): not retried
+        #: until the record changes.
+        self._refused: dict[str, tuple[Wanted, str]] = {}
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_full = time.monotonic()
+        self.last: PassResult | None = None
+
+    @property
+    def aggregate(self) -> str:
+        return str(self._conf.placement.aggregate)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._loop, name=f"placement-{self.host}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wake(self) -> None:
+        """The owned nodes changed: a pass now, not at the next interval."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self._interval())
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            if not self._can_act():
+                # Our nodes may be a peer's by now (the membership was
+                # suspended or lost): write nothing, and read every
+                # provider back once we may act again.
+                self._written.clear()
+                continue
+            resync = float(self._conf.placement.resync_interval)
+            full = resync > 0 and time.monotonic() - self._last_full >= resync
+            try:
+                self.run_pass(full=full)
+            except ServiceUnavailable as exc:  # said once by the client or the RPC layer
+                LOG.debug("Agent %s: Placement pass stopped: %s", self.host, exc)
+            except Exception:  # the next pass tries again
+                LOG.exception("Agent %s: Placement pass failed", self.host)
+
+    # -- one pass ---------------------------------------------------------------------
+
+    def run_pass(self, *, full: bool = False) -> PassResult:
+        """Make Placement show every owned node as its record says.
+
+        ``full``: forget what was written and compare every provider (drift
+        repair).
+
+        :raises ServiceUnavailable: Placement or the conductors did not answer
+        """
+        started = time.monotonic()
+        result = PassResult()
+        if full:
+            self._written.clear()
+            self._refused.clear()
+            self._last_full = started
+        nodes = list(
+            pages(
+                lambda n, m: self._conductor.list_nodes(
+                    filters={"owner": self.host}, limit=n, marker=m
+                ),
+                page_size=_PAGE,
+            )
+        )
+        result.owned = len(nodes)
+        owned = {node["uuid"] for node in nodes}
+        self._forget_departed(owned, result)
+        wanted = [self._wanted(node) for node in nodes]
+        todo = [
+            w
+            for w in wanted
+            if self._written.get(w.uuid) != w
+            and (w.uuid not in self._refused or self._refused[w.uuid][0] != w)
+        ]
+        result.checked = len(todo)
+        entries = self._mend_all(todo, result)
+        self._write_allocations(entries, result)
+        result.seconds = time.monotonic() - started
+        self.last = result
+        if result.mended or result.deleted or result.refused:
+            LOG.info(
+                "Agent %s: Placement: %d of %d owned nodes' providers written "
+                "(%d allocations, %d deleted, %d refused) in %.1f s%s",
+                self.host,
+                result.mended,
+                result.owned,
+                result.allocations,
+                result.deleted,
+                result.refused,
+                result.seconds,
+                " (full comparison)" if full else "",
+            )
+        return result
+
+    def _wanted(self, node: Mapping[str, Any]) -> Wanted:
+        default = str(self._conf.placement.default_project_id)
+        consumer = node.get("instance_uuid")
+        known = self._written.get(node["uuid"])
+        instance: Mapping[str, Any] | None = None
+        if consumer is not None:
+            if known is not None and known.consumer == consumer:
+                instance = {"project_id": known.project_id, "user_id": known.user_id}
+            else:
+                instance = self._instance(consumer)
+        return provider.wanted(node, instance, default)
+
+    def _instance(self, instance_uuid: str) -> Mapping[str, Any] | None:
+        try:
+            return self._conductor.show_instance(instance_uuid)
+        except NotFound:
+            return None  # deleted meanwhile: the next pass sees the node free
+
+    def _mend_all(self, todo: list[Wanted], result: PassResult) -> list[tuple[Wanted, Any]]:
+        """Mend each provider of ``todo`` (several at once); the new
+        allocations left to write, with the record each is for."""
+        if not todo:
+            return []
+        entries: list[tuple[Wanted, Any]] = []
+        workers = int(self._conf.placement.concurrency)
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"placement-{self.host}"
+        ) as pool:
+            futures = {pool.submit(self._mend_one, want): want for want in todo}
+            unavailable: ServiceUnavailable | None = None
+            for future in concurrent.futures.as_completed(futures):
+                want = futures[future]
+                try:
+                    entry = future.result()
+                except ServiceUnavailable as exc:
+                    unavailable = exc
+                    continue
+                except PlacementRefused as exc:
+                    self._refuse(want, exc, result)
+                    continue
+                result.mended += 1
+                if entry is None:
+                    self._written[want.uuid] = want
+                else:
+                    entries.append((want, entry))
+        if unavailable is not None:
+            result.complete = False
+            # What was written stays written; the rest waits for Placement.
+            self._write_allocations(entries, result)
+            raise unavailable
+        return entries
+
+    def _mend_one(self, want: Wanted) -> Any:
+        written = self._written.get(want.uuid)
+        if written is None:
+            shown = provider.read(self._client, want.uuid)  # gained: read back first
+        else:
+            shown = provider.as_written(written, self.aggregate)
+        return provider.mend(self._client, want, shown, self.aggregate)
+
+    def _write_allocations(self, entries: list[tuple[Wanted, Any]], result: PassResult) -> None:
+        for start in range(0, len(entries), _ALLOCATION_BATCH):
+            chunk = entries[start : start + _ALLOCATION_BATCH]
+            try:
+                self._client.put_allocations({w.consumer: e for w, e in chunk})  # type: ignore[misc]
+            except PlacementConflict:
+                # One consumer's generation moved (or one node has no room):
+                # the batch wrote nothing; each alone, read again, says which.
+                for want, _ in chunk:
+                    self._write_one_allocation(want, result)
+                continue
+            for want, _ in chunk:
+                self._written[want.uuid] = want
+            result.allocations += len(chunk)
+
+    def _write_one_allocation(self, want: Wanted, result: PassResult) -> None:
+        try:
+            entry = provider.allocation_entry(self._client, want)
+            self._client.put_allocations({want.consumer: entry})  # type: ignore[dict-item]
+        except PlacementRefused as exc:
+            self._refuse(want, exc, result)
+            return
+        self._written[want.uuid] = want
+        result.allocations += 1
+
+    def _refuse(self, want: Wanted, exc: PlacementRefused, result: PassResult) -> None:
+        result.refused += 1
+        reason = str(exc)
+        previous = self._refused.get(want.uuid)
+        self._refused[want.uuid] = (want, reason)
+        if previous is None or previous[1] != reason:
+            LOG.warning(
+                "Agent %s: node %s: %s; not tried again until its record changes",
+                self.host,
+                want.uuid,
+                reason,
+            )
+
+    def _forget_departed(self, owned: set[str], result: PassResult) -> None:
+        """Forget the nodes no longer owned (their new owner writes them);
+        delete the providers of those that were deleted.
+
+        Only a node in maintenance that hosts nothing can be deleted, so only
+        departed nodes whose provider had no capacity and no consumer are
+        looked up.
+        """
+        departed = [uuid for uuid in self._written if uuid not in owned]
+        for uuid in departed:
+            last = self._written.pop(uuid)
+            self._refused.pop(uuid, None)
+            if last.reserved and last.consumer is None and self._deleted(uuid):
+                self._client.delete_provider(uuid)
+                result.deleted += 1
+                LOG.info("Agent %s: node %s deleted: its provider too", self.host, uuid)
+        for uuid in [u for u in self._refused if u not in owned]:
+            del self._refused[uuid]
+
+    def _deleted(self, node_uuid: str) -> bool:
+        try:
+            self._conductor.show_node(node_uuid)
+        except NodeNotFound:
+            return True
+        return False

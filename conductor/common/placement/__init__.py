@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
+"""OpenStack Placement: its options, a client, and a node as a resource provider."""

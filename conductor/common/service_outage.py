@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An OpenStack service's outage as one process sees it: one WARNING, one INFO.
+
+A client of Ironic or Placement makes many requests a second while the
+service is down; the operator needs one line when it goes and one when it
+answers again, not one per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from conductor.common.exception import ServiceUnavailable
+
+__all__ = ["ServiceOutage"]
+
+LOG = logging.getLogger(__name__)
+
+
+class ServiceOutage:
+    """Whether ``service`` answers, for one client (thread-safe)."""
+
+    def __init__(self, service: str, endpoint: str) -> None:
+        self.service = service
+        self.endpoint = endpoint
+        self.down = False
+        self._down_at = 0.0  # when it went (time.monotonic())
+        self._lock = threading.Lock()
+
+    def unavailable(self, reason: str) -> ServiceUnavailable:
+        """The error for a request that got no answer; the first of an outage
+        is logged (WARNING)."""
+        with self._lock:
+            first, self.down = not self.down, True
+            if first:
+                self._down_at = time.monotonic()
+        if first:
+            LOG.warning("%s unavailable: %s", self.service, reason)
+        return ServiceUnavailable(reason)
+
+    def answered(self, started: float) -> None:
+        """A request sent at ``started`` (``time.monotonic()``) was answered:
+        the service is back if it was sent after the service went (an answer
+        to one sent before proves nothing, and would make one outage read as
+        several)."""
+        if not self.down:
+            return
+        with self._lock:
+            was = self.down and started >= self._down_at
+            if was:
+                self.down = False
+        if was:
+            LOG.info("%s at %s answers again", self.service, self.endpoint)
