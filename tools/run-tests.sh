@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # The project's test command (README.rst): lint, type-check, then unit and
 # functional tests against real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB,
-# Ironic and Keystone.
+# Ironic, Keystone and Placement.
 #
 # Usage: tools/run-tests.sh [PYTEST ARGS...]
 #
 # Installs what it needs on a fresh Debian machine with Python 3.11: a
 # virtualenv in .venv with the pinned versions of constraints.txt, and (via
-# tools/with-test-servers.sh) the Debian server packages and Ironic's and
-# Keystone's own cached virtualenvs. The servers are
+# tools/with-test-servers.sh) the Debian server packages and Ironic's,
+# Keystone's and Placement's own cached virtualenvs. The servers are
 # started on 127.0.0.1 in a private directory and stopped by PID afterwards.
 # PYTHON and RINGFLEET_VENV: see tools/venv.sh.
 set -euo pipefail
@@ -70,7 +70,7 @@ fi
 
 # --durations: the slowest tests in every log, to keep CI under its 25 minutes.
 if (($#)); then
-    step "tests: $* (real etcd, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone)"
+    step "tests: $* (real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone, Placement)"
     tools/with-test-servers.sh python -m pytest -p no:cacheprovider -ra --durations=20 "$@"
     exit
 fi
@@ -80,10 +80,11 @@ fi
 # them): one at a time on a set of servers.  They mostly wait (for leases,
 # deploys, timeouts), so two streams run side by side, each on servers of
 # its own; the first takes the membership and chaos faults, the second the
-# rest (about half the time each).
+# rest, Ironic's, Keystone's and Placement's tests among them (about half
+# the time each).
 step "unit tests (one worker per core)"
 python -m pytest -p no:cacheprovider -ra -q -n auto --dist loadfile --durations=5 tests/unit
-step "functional tests (real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone), two streams"
+step "functional tests (real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone, Placement), two streams"
 faults=(
     tests/functional/test_chaos.py tests/functional/test_chaos_redis.py
     tests/functional/test_membership.py tests/functional/test_db_reconnect.py
@@ -95,7 +96,9 @@ rest=()
 for file in tests/functional/test_*.py; do
     [[ " ${faults[*]} " == *" $file "* ]] || rest+=("$file")
 done
-tools/with-test-servers.sh --install # once: two apt-get runs would race
+# Once: two apt-get runs would race, and both streams would build the same
+# virtualenvs (Ironic's, Keystone's, Placement's) when they are not cached.
+tools/with-test-servers.sh --install
 logs=$(mktemp -d)
 pytest_args=(-p no:cacheprovider -ra --durations=10)
 tools/with-test-servers.sh python -m pytest "${pytest_args[@]}" "${faults[@]}" >"$logs/faults" 2>&1 &

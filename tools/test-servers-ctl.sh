@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic / Keystone / Redis servers
-# started by tools/with-test-servers.sh, e.g. from a functional test that injects faults.
+# Control the private etcd / RabbitMQ / PostgreSQL / MariaDB / Ironic / Keystone / Redis /
+# Placement servers started by tools/with-test-servers.sh, e.g. from a functional test that injects faults.
 #
 # Usage (inside a command run by tools/with-test-servers.sh, which exports
 # RINGFLEET_TEST_SERVERS_DIR):
@@ -38,7 +38,12 @@
 #       stop-redis = SIGTERM (Redis saves its RDB snapshot on the way out, so
 #       the data survives restart-redis); kill-redis = SIGKILL (the data
 #       written since the last snapshot is lost, as on a crashed host).
-#   pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone|redis  print the current PID (changes on restart)
+#   start-placement | stop-placement | kill-placement | restart-placement | wait-placement
+#       Placement under gunicorn on the same SQLite file, so resource
+#       providers, inventories and allocations survive; kill-placement =
+#       SIGKILL of its process group (gunicorn master and worker).
+#   pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone|redis|placement
+#                              print the current PID (changes on restart)
 #   rabbitmqctl ARGS...        run rabbitmqctl against our node
 #   status                     one line per server: running/stopped, PID
 #   env                        print the RINGFLEET_TEST_* variables
@@ -164,6 +169,10 @@ rf_paths() {
     RF_REDIS_DIR=$RF_DIR/redis
     RF_REDIS_PIDF=$RF_REDIS_DIR/redis.pid
     RF_REDIS_LOG=$RF_REDIS_DIR/redis.log
+    RF_PLACEMENT_DIR=$RF_DIR/placement
+    RF_PLACEMENT_CONF=$RF_PLACEMENT_DIR/placement.conf
+    RF_PLACEMENT_PIDF=$RF_PLACEMENT_DIR/gunicorn.pid
+    RF_PLACEMENT_LOG=$RF_PLACEMENT_DIR/stdout.log
 }
 
 rf_load_state() {
@@ -952,6 +961,85 @@ rf_redis_stop() { # [SIGNAL]
     rf_kill_pid "$(rf_read_pid "$RF_REDIS_PIDF")" redis "${1:-TERM}" 15
 }
 
+# -------------------------------------------------------------- placement --
+
+rf_placement_url() { printf 'http://127.0.0.1:%s' "$RF_PLACEMENT_PORT"; }
+
+# The microversion the readiness check asks for: Placement 16.0.0's newest.
+RF_PLACEMENT_MICROVERSION=1.39
+
+# Config and schema (first start only); RF_PLACEMENT_VENV comes from state.env.
+rf_placement_init() {
+    local dir=$RF_PLACEMENT_DIR
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    # noauth2, no Keystone: the token is USER[:PROJECT], user "admin" has the
+    # admin role, others none (unless the request sends X-Roles). Without
+    # randomize_allocation_candidates, schedulers asking at once with a
+    # limit all get the same candidates, and all but one lose their claim.
+    cat >"$RF_PLACEMENT_CONF" <<EOF
+# private test server (tools/with-test-servers.sh)
+[DEFAULT]
+log_file = $dir/placement.log
+[api]
+auth_strategy = noauth2
+[placement_database]
+connection = sqlite:///$dir/placement.sqlite
+[placement]
+randomize_allocation_candidates = true
+EOF
+    # The WSGI application reads placement.conf from OS_PLACEMENT_CONFIG_DIR
+    # (no command line); gunicorn reads this file from its working
+    # directory, as Keystone's does. One sync worker: two processes on one
+    # SQLite file fail writes with "database is locked".
+    cat >"$dir/gunicorn.conf.py" <<EOF
+# private test server (tools/with-test-servers.sh)
+wsgi_app = "placement.wsgi.api:application"
+bind = "127.0.0.1:$RF_PLACEMENT_PORT"
+workers = 1
+graceful_timeout = 5
+errorlog = "$dir/gunicorn.log"
+raw_env = ["OS_PLACEMENT_CONFIG_DIR=$dir"]
+control_socket_disable = True
+EOF
+    # The schema: 0.9 s, hidden behind the other servers' startup.
+    if ! "$RF_PLACEMENT_VENV/bin/placement-manage" --config-file "$RF_PLACEMENT_CONF" db sync \
+        >"$dir/db_sync.log" 2>&1; then
+        rf_msg "placement-manage db sync failed"
+        rf_tail "$dir/db_sync.log"
+        return 1
+    fi
+}
+
+rf_placement_start_bg() {
+    # gunicorn reads its settings from gunicorn.conf.py in its directory.
+    rf_group_start placement "$RF_PLACEMENT_PIDF" "$RF_PLACEMENT_LOG" "$RF_PLACEMENT_DIR" \
+        "$RF_PLACEMENT_VENV/bin/gunicorn"
+}
+
+# 0 ready, 1 not yet, 2 process gone. Ready = an authenticated list of
+# resource providers answers, i.e. the application loaded and reads its
+# database (the root document needs neither).
+rf_placement_ready() {
+    rf_alive "$(rf_read_pid "$RF_PLACEMENT_PIDF")" || return 2
+    curl -sf --max-time 2 -H 'X-Auth-Token: admin' \
+        -H "OpenStack-API-Version: placement $RF_PLACEMENT_MICROVERSION" \
+        "$(rf_placement_url)/resource_providers" 2>/dev/null |
+        grep -q '"resource_providers"' || return 1
+}
+rf_placement_ready_or_dead() { local r=0; rf_placement_ready || r=$?; ((r != 1)); }
+
+rf_placement_wait() {
+    local rc=0
+    rf_wait_for "$1" rf_placement_ready_or_dead || rc=1
+    if ((rc == 0)) && rf_placement_ready; then return 0; fi
+    rf_msg "placement $(rf_why_not "$(rf_read_pid "$RF_PLACEMENT_PIDF")" "$1")"
+    rf_tail "$RF_PLACEMENT_LOG" "$RF_PLACEMENT_DIR/gunicorn.log" "$RF_PLACEMENT_DIR/placement.log"
+    return 1
+}
+
+rf_placement_stop() { rf_group_stop "$RF_PLACEMENT_PIDF" placement "${1:-TERM}"; }
+
 # -------------------------------------------------------------------- env --
 
 rf_print_env() {
@@ -990,6 +1078,10 @@ rf_print_env() {
         printf 'RINGFLEET_TEST_REDIS_PID=%s\n' "$(rf_read_pid "$RF_REDIS_PIDF")"
         printf 'RINGFLEET_TEST_REDIS_SERVER=%s\n' "$(command -v redis-server)"
         printf 'RINGFLEET_TEST_REDIS_SENTINEL=%s\n' "$(command -v redis-sentinel || true)"
+    fi
+    if rf_has placement; then
+        printf 'RINGFLEET_TEST_PLACEMENT_URL=%s\n' "$(rf_placement_url)"
+        printf 'RINGFLEET_TEST_PLACEMENT_PID=%s\n' "$(rf_read_pid "$RF_PLACEMENT_PIDF")"
     fi
 }
 
@@ -1043,6 +1135,11 @@ rf_main() {
     stop-redis) rf_redis_stop TERM ;;
     kill-redis) rf_redis_stop KILL ;;
     restart-redis) rf_redis_stop TERM; rf_redis_start_bg; rf_redis_wait "$secs" ;;
+    start-placement) rf_placement_start_bg; rf_placement_wait "$secs" ;;
+    wait-placement) rf_placement_wait "$secs" ;;
+    stop-placement) rf_placement_stop TERM ;;
+    kill-placement) rf_placement_stop KILL ;;
+    restart-placement) rf_placement_stop TERM; rf_placement_start_bg; rf_placement_wait "$secs" ;;
     pid)
         case ${1:-} in
         etcd) rf_read_pid "$RF_ETCD_PIDF" ;;
@@ -1053,13 +1150,14 @@ rf_main() {
         ironic) rf_read_pid "$RF_IRONIC_PIDF" ;;
         keystone) rf_read_pid "$RF_KEYSTONE_PIDF" ;;
         redis) rf_read_pid "$RF_REDIS_PIDF" ;;
-        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone|redis" ;;
+        placement) rf_read_pid "$RF_PLACEMENT_PIDF" ;;
+        *) rf_die "usage: pid etcd|rabbit|pg|mariadb|epmd|ironic|keystone|redis|placement" ;;
         esac
         echo
         ;;
     status)
         local name pid
-        for name in etcd rabbit postgres mariadb ironic keystone redis; do
+        for name in etcd rabbit postgres mariadb ironic keystone redis placement; do
             rf_has "$name" || continue
             case $name in
             etcd) pid=$(rf_read_pid "$RF_ETCD_PIDF"); rf_alive "$pid" || pid='' ;;
@@ -1069,6 +1167,7 @@ rf_main() {
             ironic) pid=$(rf_read_pid "$RF_IRONIC_PIDF"); rf_alive "$pid" || pid='' ;;
             keystone) pid=$(rf_read_pid "$RF_KEYSTONE_PIDF"); rf_alive "$pid" || pid='' ;;
             redis) pid=$(rf_read_pid "$RF_REDIS_PIDF"); rf_alive "$pid" || pid='' ;;
+            placement) pid=$(rf_read_pid "$RF_PLACEMENT_PIDF"); rf_alive "$pid" || pid='' ;;
             esac
             if [[ -n $pid ]]; then echo "$name running pid $pid"; else echo "$name stopped"; fi
         done
