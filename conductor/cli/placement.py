@@ -47,8 +47,7 @@ def _node_label(node: Mapping[str, Any]) -> str:
     return f"node {node['uuid']} ({name}, owner {owner})"
 
 
-def _node_problem(node: Mapping[str, Any], found: list[str]) -> dict[str, Any]:
-    missing = found == ["no resource provider"]
+def _node_problem(node: Mapping[str, Any], found: list[str], missing: bool) -> dict[str, Any]:
     return {
         "kind": "missing" if missing else "drift",
         "node": node["uuid"],
@@ -97,9 +96,10 @@ def check(
         try:
             for future in concurrent.futures.as_completed(futures):
                 uuid = futures[future]
-                found = provider.differences(wanted[uuid], future.result(), aggregate, refused)
+                shown = future.result()
+                found = provider.differences(wanted[uuid], shown, aggregate, refused)
                 if found:
-                    problems.append(_node_problem(by_uuid[uuid], found))
+                    problems.append(_node_problem(by_uuid[uuid], found, missing=shown is None))
         except BaseException:
             # Placement is down (or refusing): the rest would only fail too.
             pool.shutdown(wait=False, cancel_futures=True)
