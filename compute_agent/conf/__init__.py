@@ -5,7 +5,8 @@
 of :mod:`conductor.common.conf` (``[DEFAULT]``, ``[coordination]``,
 ``[ring]``, ``[metrics]``), the agent's own, and the simulator's
 (``[simulated_driver]``, kept with the simulator in
-:mod:`compute_agent.drivers.simulated.conf`).  The conductor's groups
+:mod:`compute_agent.drivers.simulated.conf`), and ``[placement]`` (the
+reporter, off unless configured).  The conductor's groups
 (``[conductor]``, ``[database]``, ``[scheduler]``) are never registered here.
 """
 
@@ -16,6 +17,7 @@ from oslo_config import cfg
 from compute_agent.conf import agent
 from compute_agent.drivers.simulated import conf as simulated_conf
 from conductor.common import conf as common_conf
+from conductor.common.placement import conf as placement_conf
 
 __all__ = ["register_opts"]
 
@@ -25,3 +27,4 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     common_conf.register_opts(conf)
     agent.register_opts(conf)
     simulated_conf.register_opts(conf)
+    placement_conf.register_opts(conf)

@@ -7,6 +7,7 @@ from oslo_config import cfg
 
 from compute_agent.conf import agent
 from compute_agent.drivers.simulated import conf as simulated_conf
+from conductor.common.placement import conf as placement_conf
 
 
 def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
@@ -14,4 +15,6 @@ def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
     return [
         (agent.group, list(agent.opts)),
         (simulated_conf.group, list(simulated_conf.opts)),
+        # Read by the agents (the reporter) and 'ringfleet placement check'.
+        (placement_conf.group, placement_conf.list_opts()),
     ]

@@ -2,7 +2,8 @@
 """Fixtures for functional tests: the real servers started by the test script.
 
 ``tools/with-test-servers.sh`` starts etcd, RabbitMQ, PostgreSQL, MariaDB,
-Ironic, Keystone and Redis and passes their URLs in ``RINGFLEET_TEST_*`` variables.
+Ironic, Keystone, Redis and Placement and passes their URLs in ``RINGFLEET_TEST_*``
+variables.
 Outside CI a test whose server is missing is skipped; with ``CI=true`` it
 fails, so a broken server start can never turn into a silently green run.
 """
@@ -73,6 +74,13 @@ def redis_url() -> str:
 def keystone_url() -> str:
     """``http://127.0.0.1:PORT/v3`` of the test Keystone (its identity endpoint)."""
     return _require("RINGFLEET_TEST_KEYSTONE_URL", "Keystone")
+
+
+@pytest.fixture(scope="session")
+def placement_url() -> str:
+    """``http://127.0.0.1:PORT`` of the test Placement (noauth2: send
+    ``X-Auth-Token: admin``; microversions up to 1.39)."""
+    return _require("RINGFLEET_TEST_PLACEMENT_URL", "Placement")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

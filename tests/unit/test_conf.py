@@ -22,6 +22,7 @@ from conductor.common.conf import opts as common_opts
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, RingfleetError
 from conductor.common.ironic import conf as ironic_conf
+from conductor.common.placement import conf as placement_conf
 from conductor.common.prepare import prepare_service
 from conductor.conf import opts as conductor_opts
 
@@ -70,12 +71,18 @@ def test_every_registered_option_is_listed(role: str) -> None:
     # keystoneauth registers an auth plugin's own options only when it loads
     # the plugin named by [ironic] auth_type; the sample lists the password
     # plugin's, the one most deployments use.
-    plugin = {("ironic", opt.dest) for opt in ks_loading.get_auth_plugin_conf_options("password")}
+    plugin = {
+        (group, opt.dest)
+        for group in ("ironic", "placement")
+        for opt in ks_loading.get_auth_plugin_conf_options("password")
+    }
     registered = registered_options(register)
     assert listed - (plugin - registered) == registered
     for group, group_opts in listing:
         for opt in group_opts:
-            if getattr(group, "name", group) == "ironic" and opt not in ironic_conf.opts:
+            ours = {"ironic": ironic_conf.opts, "placement": placement_conf.opts}
+            name = getattr(group, "name", group)
+            if name in ours and opt not in ours[name]:
                 continue  # keystoneauth's own options, with keystoneauth's help
             assert opt.help and len(opt.help) > 20, opt.dest
 

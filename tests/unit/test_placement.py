@@ -1,0 +1,365 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Placement client, a node as a provider, and the agent's reporter, on the in-memory fake."""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuid_lib
+from typing import Any
+
+import pytest
+from keystoneauth1 import exceptions as ks_exceptions
+from oslo_config import cfg
+
+from compute_agent.placement_report import PlacementReporter
+from conductor.common.exception import ConfigurationError, NodeNotFound, ServiceUnavailable
+from conductor.common.placement import conf as placement_conf
+from conductor.common.placement import provider
+from conductor.common.placement.client import PlacementClient
+from tests import placement_contract
+from tests.fake_placement import FakePlacement
+
+AGG = "b2f5f1d6-3a0e-5c2b-9d64-7a1f1c4e2a10"
+
+
+@pytest.fixture
+def fake() -> FakePlacement:
+    return FakePlacement()
+
+
+@pytest.fixture
+def client(fake: FakePlacement) -> PlacementClient:
+    return PlacementClient(fake, "http://placement.test")
+
+
+@pytest.mark.parametrize("case", placement_contract.CASES, ids=lambda c: c.__name__)
+def test_the_fake_keeps_the_contract(
+    case: placement_contract.Case, client: PlacementClient
+) -> None:
+    case(client)
+
+
+# -- configuration ------------------------------------------------------------------
+
+
+def test_the_reporter_is_off_unless_auth_type_is_set() -> None:
+    conf = cfg.ConfigOpts()
+    conf([])
+    assert placement_conf.enabled(conf) is False
+    with pytest.raises(ConfigurationError) as missing:
+        PlacementClient.from_conf(conf)
+    assert "[placement] auth_type" in str(missing.value)
+    conf.set_override("auth_type", "none", "placement")
+    conf.set_override("endpoint_override", "http://127.0.0.1:1", "placement")
+    assert placement_conf.enabled(conf) is True
+    assert PlacementClient.from_conf(conf).endpoint == "http://127.0.0.1:1"
+
+
+# -- a node as a provider ----------------------------------------------------------------
+
+
+def _node(**fields: Any) -> dict[str, Any]:
+    node = {
+        "uuid": str(uuid_lib.uuid4()),
+        "name": "n-1",
+        "resource_class": "baremetal-gold",
+        "traits": ["CUSTOM_RAID", "HW_CPU_X86_AVX2"],
+        "maintenance": False,
+        "provision_state": "available",
+        "instance_uuid": None,
+        "owner": "agent-1",
+    }
+    node.update(fields)
+    return node
+
+
+def test_resource_class_names_are_nova_s() -> None:
+    assert provider.resource_class_name("baremetal-gold") == "CUSTOM_BAREMETAL_GOLD"
+    assert provider.resource_class_name("gpu.large v2") == "CUSTOM_GPU_LARGE_V2"
+    assert provider.resource_class_name("CUSTOM_X") == "CUSTOM_CUSTOM_X"  # as Nova does
+
+
+@pytest.mark.parametrize(
+    ("fields", "reserved"),
+    [
+        ({}, 0),
+        ({"maintenance": True}, 1),
+        ({"provision_state": "cleaning"}, 1),
+        ({"provision_state": "enroll"}, 1),
+        ({"provision_state": "error"}, 1),
+        # In use: the unit stays given to the instance, even in maintenance.
+        ({"provision_state": "active", "instance_uuid": "i-1"}, 0),
+        ({"provision_state": "active", "instance_uuid": "i-1", "maintenance": True}, 0),
+    ],
+)
+def test_no_capacity_while_the_node_cannot_take_a_build(
+    fields: dict[str, Any], reserved: int
+) -> None:
+    assert provider.wanted(_node(**fields), None, "ringfleet").reserved == reserved
+
+
+def test_an_instance_without_a_project_is_the_default_project_s() -> None:
+    node = _node(instance_uuid="i-1", provision_state="active")
+    mine = provider.wanted(node, {"project_id": "p", "user_id": "u"}, "ringfleet")
+    assert (mine.consumer, mine.project_id, mine.user_id) == ("i-1", "p", "u")
+    operator = provider.wanted(node, {"project_id": None}, "ringfleet")
+    assert (operator.project_id, operator.user_id) == ("ringfleet", "ringfleet")
+
+
+def test_mend_builds_the_provider_from_nothing(
+    client: PlacementClient, fake: FakePlacement
+) -> None:
+    want = provider.wanted(_node(), None, "ringfleet")
+    assert provider.mend(client, want, None, AGG) is None
+    shown = provider.read(client, want.uuid)
+    assert provider.differences(want, shown, AGG) == []
+    assert shown is not None and shown.inventories["CUSTOM_BAREMETAL_GOLD"]["total"] == 1
+
+
+def test_mend_rereads_a_generation_a_concurrent_writer_moved(
+    client: PlacementClient, fake: FakePlacement
+) -> None:
+    want = provider.wanted(_node(), None, "ringfleet")
+    provider.mend(client, want, None, AGG)
+    shown = provider.read(client, want.uuid)
+    assert shown is not None
+    fake.providers[want.uuid].generation += 1  # someone wrote meanwhile
+    traits_puts = fake.count("PUT", f"/resource_providers/{want.uuid}/traits")
+    changed = provider.wanted(_node(uuid=want.uuid, traits=["CUSTOM_NEW"]), None, "ringfleet")
+    provider.mend(client, changed, shown, AGG)
+    assert fake.providers[want.uuid].traits == {"CUSTOM_NEW"}
+    assert fake.count("PUT", f"/resource_providers/{want.uuid}/traits") == traits_puts + 2
+
+
+def test_a_name_another_provider_has_falls_back_to_the_uuid(
+    client: PlacementClient, fake: FakePlacement, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.create_provider(str(uuid_lib.uuid4()), "n-1")  # e.g. Nova's
+    want = provider.wanted(_node(), None, "ringfleet")
+    with caplog.at_level(logging.WARNING):
+        provider.mend(client, want, None, AGG)
+    assert fake.providers[want.uuid].name == want.uuid
+    assert "another provider named 'n-1'" in caplog.text
+
+
+# -- the agent's reporter -----------------------------------------------------------------
+
+
+class Conductor:
+    """The conductor calls the reporter makes, over in-memory records."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.instances: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+
+    def list_nodes(
+        self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
+    ) -> list[dict[str, Any]]:
+        self.calls.append("list_nodes")
+        owner = (filters or {}).get("owner")
+        found = sorted(
+            (n for n in self.nodes.values() if owner is None or n["owner"] == owner),
+            key=lambda n: n["uuid"],
+        )
+        if marker is not None:
+            found = [n for n in found if n["uuid"] > marker]
+        return [dict(n) for n in found[:limit]]
+
+    def show_instance(self, instance: str) -> dict[str, Any]:
+        self.calls.append("show_instance")
+        return dict(self.instances[instance])
+
+    def show_node(self, node: str) -> dict[str, Any]:
+        self.calls.append("show_node")
+        if node not in self.nodes:
+            raise NodeNotFound(node)
+        return dict(self.nodes[node])
+
+
+def _conf() -> cfg.ConfigOpts:
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    conf([])
+    return conf
+
+
+class Agent:
+    def __init__(self, host: str, client: PlacementClient, conductor: Conductor) -> None:
+        self.acting = True
+        self.reporter = PlacementReporter(
+            host,
+            _conf(),
+            client,
+            conductor,  # type: ignore[arg-type]
+            interval=lambda: 60.0,
+            can_act=lambda: self.acting,
+        )
+
+
+@pytest.fixture
+def conductor() -> Conductor:
+    return Conductor()
+
+
+def _enroll(conductor: Conductor, n: int, owner: str = "agent-1") -> list[str]:
+    uuids = []
+    for i in range(n):
+        node = _node(name=f"node-{owner}-{i}", owner=owner)
+        conductor.nodes[node["uuid"]] = node
+        uuids.append(node["uuid"])
+    return uuids
+
+
+def _agree(client: PlacementClient, conductor: Conductor, uuids: list[str]) -> None:
+    """Placement shows each node as its record says."""
+    for uuid in uuids:
+        node = conductor.nodes[uuid]
+        instance = conductor.instances.get(node["instance_uuid"] or "")
+        want = provider.wanted(node, instance, "ringfleet")
+        assert provider.differences(want, provider.read(client, uuid), AGG) == [], uuid
+
+
+def test_a_pass_reports_every_owned_node_and_then_only_changes(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    mine = _enroll(conductor, 12)
+    theirs = _enroll(conductor, 3, owner="agent-2")
+    agent = Agent("agent-1", client, conductor)
+    first = agent.reporter.run_pass()
+    assert (first.owned, first.mended) == (12, 12)
+    _agree(client, conductor, mine)
+    assert not set(theirs) & set(fake.providers)
+    before = len(fake.requests)
+    second = agent.reporter.run_pass()
+    assert (second.checked, second.mended) == (0, 0)
+    assert len(fake.requests) == before  # nothing changed: Placement not called
+
+    conductor.nodes[mine[0]]["maintenance"] = True
+    third = agent.reporter.run_pass()
+    assert (third.checked, third.mended) == (1, 1)
+    assert fake.providers[mine[0]].inventories["CUSTOM_BAREMETAL_GOLD"]["reserved"] == 1
+    _agree(client, conductor, mine)
+
+
+def test_builds_of_a_pass_are_allocated_in_one_request_and_deletes_give_the_unit_back(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    mine = _enroll(conductor, 5)
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    for i, uuid in enumerate(mine[:3]):
+        instance = str(uuid_lib.uuid4())
+        conductor.instances[instance] = {"uuid": instance, "project_id": f"p{i}", "user_id": "u"}
+        conductor.nodes[uuid].update(instance_uuid=instance, provision_state="active")
+    posts = fake.count("POST", "/allocations")
+    assert agent.reporter.run_pass().allocations == 3
+    assert fake.count("POST", "/allocations") == posts + 1
+    _agree(client, conductor, mine)
+    assert {c.project_id for c in fake.consumers.values()} == {"p0", "p1", "p2"}
+
+    gone = conductor.nodes[mine[0]]["instance_uuid"]
+    conductor.nodes[mine[0]].update(instance_uuid=None, provision_state="cleaning")
+    agent.reporter.run_pass()
+    assert gone not in fake.consumers
+    assert fake.providers[mine[0]].inventories["CUSTOM_BAREMETAL_GOLD"]["reserved"] == 1
+    conductor.nodes[mine[0]]["provision_state"] = "available"
+    agent.reporter.run_pass()
+    _agree(client, conductor, mine)
+
+
+def test_a_takeover_reads_the_providers_back_and_mends_them(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    nodes = _enroll(conductor, 6)
+    first = Agent("agent-1", client, conductor)
+    first.reporter.run_pass()
+    # agent-1 dies; while nobody owned them, two records changed, and
+    # someone wrote a provider by hand.
+    conductor.nodes[nodes[0]]["maintenance"] = True
+    instance = str(uuid_lib.uuid4())
+    conductor.instances[instance] = {"uuid": instance, "project_id": "p", "user_id": "u"}
+    conductor.nodes[nodes[1]].update(instance_uuid=instance, provision_state="active")
+    fake.providers[nodes[2]].traits.clear()
+    for node in conductor.nodes.values():
+        node["owner"] = "agent-2"
+    second = Agent("agent-2", client, conductor)
+    result = second.reporter.run_pass()
+    assert (result.checked, result.mended, result.allocations) == (6, 6, 1)
+    _agree(client, conductor, nodes)
+
+
+def test_a_node_released_is_forgotten_and_a_deleted_one_loses_its_provider(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    kept, released, deleted = _enroll(conductor, 3)
+    conductor.nodes[deleted]["maintenance"] = True
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    conductor.nodes[released]["owner"] = "agent-2"
+    del conductor.nodes[deleted]
+    result = agent.reporter.run_pass()
+    assert result.deleted == 1
+    assert deleted not in fake.providers
+    assert released in fake.providers and kept in fake.providers
+    # Only the node that could have been deleted was looked up.
+    assert conductor.calls.count("show_node") == 1
+
+
+def test_nothing_is_written_while_the_agent_may_not_act(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    _enroll(conductor, 2)
+    agent = Agent("agent-1", client, conductor)
+    agent.acting = False
+    agent.reporter.start()
+    try:
+        agent.reporter.wake()
+        agent.reporter.wake()
+    finally:
+        agent.reporter.stop()
+    assert fake.requests == []
+
+
+def test_placement_down_or_answering_junk_ends_the_pass_with_one_warning(
+    client: PlacementClient,
+    fake: FakePlacement,
+    conductor: Conductor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mine = _enroll(conductor, 3)
+    agent = Agent("agent-1", client, conductor)
+    caplog.set_level(logging.INFO)
+    fake.fail_next = [ks_exceptions.ConnectFailure("refused")] * 3
+    with pytest.raises(ServiceUnavailable):
+        agent.reporter.run_pass()
+    fake.fail_next = [(200, "<html>proxy error</html>")] * 3
+    with pytest.raises(ServiceUnavailable, match="not JSON"):
+        agent.reporter.run_pass()
+    fake.fail_next = [(502, "<html>bad gateway</html>")]
+    with pytest.raises(ServiceUnavailable):
+        agent.reporter.run_pass()
+    agent.reporter.run_pass()
+    _agree(client, conductor, mine)
+    outage = [r for r in caplog.records if r.name == "conductor.common.service_outage"]
+    assert [r.levelno for r in outage] == [logging.WARNING, logging.INFO]
+
+
+def test_a_refusal_is_said_once_and_not_retried_until_the_record_changes(
+    client: PlacementClient,
+    fake: FakePlacement,
+    conductor: Conductor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    (uuid,) = _enroll(conductor, 1)
+    agent = Agent("agent-1", client, conductor)
+    fake.fail_next = [(400, {"errors": [{"status": 400, "detail": "bad name"}]})]
+    with caplog.at_level(logging.WARNING):
+        assert agent.reporter.run_pass().refused == 1
+        before = len(fake.requests)
+        assert agent.reporter.run_pass().checked == 0
+    assert len(fake.requests) == before
+    assert caplog.text.count("bad name") == 1
+    conductor.nodes[uuid]["name"] = "renamed"
+    agent.reporter.run_pass()
+    _agree(client, conductor, [uuid])
