@@ -18,9 +18,10 @@ from typing import Any
 
 from cliff.app import App
 from cliff.commandmanager import CommandManager
+from oslo_config import cfg
 
 from conductor.cli import login
-from conductor.cli.client import build_client
+from conductor.cli.client import client_from_conf, load_config
 from conductor.cli.http_client import HttpConductorAPI
 
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
@@ -33,6 +34,9 @@ _QUIET_LIBRARIES = (
     "amqp",
     "keystoneauth",
     "openstack",
+    # An OpenStack service's outage (Placement, for "placement check") is
+    # the command's own error line; the services' one WARNING would repeat it.
+    "conductor.common.service_outage",
 )
 
 # Entry point namespace of the CLI's commands (pyproject.toml).
@@ -51,6 +55,7 @@ class RingfleetApp(App):
         )
         self._client: Any = None
         self._transport: Any = None
+        self._conf: tuple[cfg.ConfigOpts, str] | None = None
 
     def build_option_parser(
         self,
@@ -120,6 +125,13 @@ class RingfleetApp(App):
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else 2
 
+    def config(self) -> tuple[cfg.ConfigOpts, str]:
+        """The configuration of RPC mode (``--config-file``, or the default
+        file), parsed on first use, and where it came from in words."""
+        if self._conf is None:
+            self._conf = load_config(self.options.config_file)
+        return self._conf
+
     def conductor_client(self) -> Any:
         """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""
         if self._client is None:
@@ -129,8 +141,9 @@ class RingfleetApp(App):
                     self.options.rpc_timeout,
                 )
             else:
-                self._transport, self._client = build_client(
-                    self.options.config_file, self.options.rpc_timeout
+                conf, source = self.config()
+                self._transport, self._client = client_from_conf(
+                    conf, self.options.rpc_timeout, source
                 )
         return self._client
 

@@ -24,7 +24,7 @@ from conductor.common import broker_outage, rpc
 from conductor.common.exception import ConfigurationError, ServiceUnavailable, first_line
 from conductor.rpcapi import ConductorAPI
 
-__all__ = ["DEFAULT_CONFIG_FILE", "build_client", "client_from_conf"]
+__all__ = ["DEFAULT_CONFIG_FILE", "client_from_conf", "load_config"]
 
 DEFAULT_CONFIG_FILE = "/etc/ringfleet/ringfleet.conf"
 
@@ -35,14 +35,10 @@ _AMQP_DRIVERS = ("rabbit",)
 _Connection: Any = kombu.connection.Connection
 
 
-def build_client(
-    config_files: Sequence[str], timeout: float
-) -> tuple[messaging.Transport, ConductorAPI]:
-    """Parse the config files and return (transport, client) for the conductors.
-
-    :raises ConfigurationError: no ``[DEFAULT] transport_url`` anywhere
-    :raises ServiceUnavailable: the broker did not answer within *timeout*
-    """
+def load_config(config_files: Sequence[str]) -> tuple[cfg.ConfigOpts, str]:
+    """The CLI's configuration parsed from ``config_files`` (or the default
+    file when none is given and it exists), with the RPC options registered;
+    and where it came from, in words, for the errors."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     conductor_conf.register_opts(conf)
@@ -56,7 +52,7 @@ def build_client(
     )
     # No argv: the CLI's own parser already consumed the command line.
     conf([], project="ringfleet", default_config_files=files)
-    return client_from_conf(conf, timeout, source)
+    return conf, source
 
 
 def client_from_conf(

@@ -98,11 +98,15 @@ class ConductorCommand:
     stderr and exit status 1.  A command sets :attr:`exit_code` when it
     succeeded in talking to the conductor but the outcome is a failure
     (``fleet check`` found problems, a waited-for build ended in ERROR).
+    A check whose 1 means "problems found" sets :attr:`error_exit_code`
+    so that "could not check" reads differently to a monitoring system.
     """
 
     app: Any
     cmd_name: str | None
     exit_code = 0
+    #: The exit status of an expected failure (the lines on stderr).
+    error_exit_code = 1
 
     _EXPECTED = (
         RingfleetError,
@@ -129,5 +133,5 @@ class ConductorCommand:
             rpc_timeout = getattr(getattr(self.app, "options", None), "rpc_timeout", None)
             for line in describe_error(exc, rpc_timeout):
                 self.app.stderr.write(f"ringfleet {self.cmd_name or ''}: error: {line}\n")
-            return 1
+            return self.error_exit_code
         return result or self.exit_code

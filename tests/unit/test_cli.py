@@ -1,12 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The ``ringfleet`` CLI against an embedded conductor, in-process, no servers.
 
-A real :class:`conductor.service.ConductorService` runs in a thread on
-``kombu+memory:////``, SQLite and a tooz ``file://`` group; "agents" are
-plain memberships in that group (one announcing another ring version), and
-nodes are claimed for them through the agents' RPC method.  Every command is
-driven through ``RingfleetApp().run([...])`` with ``--config-file``, as an
-operator would type it.
+The conductor, its agents' memberships and the way commands are run are
+:mod:`tests.embedded_fleet`'s: every command is driven through
+``RingfleetApp().run([...])`` with ``--config-file``, as an operator would
+type it.
 """
 
 from __future__ import annotations
@@ -15,145 +13,36 @@ import csv
 import datetime
 import io
 import json
-import re
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import oslo_messaging as messaging
 import pytest
 import yaml
-from oslo_config import cfg
 
-from conductor import conf as conductor_conf
 from conductor.cli import fleet as fleet_cli
 from conductor.cli import node_files
 from conductor.cli.app import RingfleetApp
 from conductor.cli.command import describe_error
 from conductor.cli.ring import bar
-from conductor.common import rpc
 from conductor.common.exception import InvalidInput
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.rpcapi import ConductorAPI, pages
-from conductor.service import ConductorService
-from hashring.membership import Membership
-from tests.dbutil import migrated
+from conductor.rpcapi import pages
+from tests.embedded_fleet import Embedded, embedded_fleet
 
 GROUP = "cli-test"
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-@dataclass
-class Embedded:
-    config: Path
-    service: ConductorService
-    api: ConductorAPI
-    workdir: Path
-
-    def run(self, *argv: str) -> Result:
-        app = RingfleetApp()
-        out, err = io.StringIO(), io.StringIO()
-        app.stdout, app.stderr = out, err
-        code = app.run(["--config-file", str(self.config), *argv])
-        return Result(code, out.getvalue(), _without_fleet_lines(err.getvalue()))
-
-
-#: What the fleet's own services, run in this process, log when a loaded
-#: machine delays their heartbeats: it reaches the CLI's stderr here only.
-_FLEET_LINE = re.compile(r"^(Membership of \S+ in group |Agent \S+ membership )")
-
-
-def _without_fleet_lines(err: str) -> str:
-    return "".join(line for line in err.splitlines(keepends=True) if not _FLEET_LINE.match(line))
-
-
-def _wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
-    workdir = tmp_path_factory.mktemp("cli")
-    db_url = f"sqlite:///{workdir / 'ringfleet.db'}"
-    migrated(db_url).dispose()
-    coordination = workdir / "tooz"
-    coordination.mkdir()
-    url = f"file://{coordination}?timeout=5"
-    config = workdir / "ringfleet.conf"
-    config.write_text(
-        "[DEFAULT]\n"
-        "host = cond-1\n"
-        "transport_url = kombu+memory:////\n"
-        "[database]\n"
-        f"connection = {db_url}\n"
-        "[coordination]\n"
-        f"backend_url = {url}\n"
-        f"group = {GROUP}\n"
-        "watch_interval = 0.1\n"
-        "[scheduler]\n"
-        "index_refresh_interval = 0.1\n"
-    )
-    conf = cfg.ConfigOpts()
-    rpc.register_opts(conf)
-    conductor_conf.register_opts(conf)
-    conf(["--config-file", str(config)], project="ringfleet")
-    service = ConductorService(conf)
-    thread = threading.Thread(target=service.run, name="conductor", daemon=True)
-    thread.start()
-    assert service.wait_started(30)
-    agents = [
-        Membership(url, "agent-1", group=GROUP, watch_interval=0.1),
-        Membership(
-            url, "agent-2", group=GROUP, watch_interval=0.1, capabilities={"groups": ["rack-b"]}
-        ),
-        # Another ring version: excluded from every view.
-        Membership(url, "agent-old", group=GROUP, watch_interval=0.1, ring_version=2),
-    ]
-    for agent in agents:
-        agent.start()
-    transport = rpc.get_transport(conf)
-    api = ConductorAPI(transport, timeout=30)
-    embedded = Embedded(config, service, api, workdir)
-    try:
-
-        def sees_all() -> bool:
-            view = service.fleet.view() if service.fleet else None
-            return (
-                view is not None
-                and set(view.members) == {"agent-1", "agent-2"}
-                and bool(view.excluded)
-            )
-
-        _wait_for(sees_all)
+    with embedded_fleet(tmp_path_factory.mktemp("cli"), GROUP) as embedded:
         yield embedded
-    finally:
-        for agent in agents:
-            agent.stop()
-        transport.cleanup()
-        service.terminate()
-        thread.join(30)
 
 
 def _nodes(fleet: Embedded, names: list[str], group: str = "") -> list[str]:
