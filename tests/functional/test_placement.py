@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,7 +148,7 @@ def fleet(
 
 
 def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
-    fleet: tuple[Fleet, TcpProxy], placement_url: str, tmp_path: Path
+    fleet: tuple[Fleet, TcpProxy], placement_url: str, transport_url: str, tmp_path: Path
 ) -> None:
     f, proxy = fleet
     client = _client(placement_url, tmp_path)
@@ -215,3 +217,31 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     assert "Placement at" in log and "answers again" in log
     assert "Traceback" not in log
     assert f.fencing_violations() == []
+
+    # The operator's check, as a process: OK now; a provider changed by
+    # hand is reported, and the exit status says so.
+    config = tmp_path / "cli.conf"
+    config.write_text(
+        f"[DEFAULT]\ntransport_url = {transport_url}\n" + _placement_options(placement_url)
+    )
+    healthy = _ringfleet(config, "placement", "check")
+    assert (healthy.returncode, healthy.stdout.split(":")[0]) == (0, "OK"), healthy
+    node = f.api.show_node("pl-node-002")
+    generation, _ = client.get_traits(node["uuid"])
+    client.set_traits(node["uuid"], generation, [])
+    drifted = _ringfleet(config, "placement", "check")
+    assert drifted.returncode == 1, drifted
+    assert drifted.stdout.splitlines() == [
+        line for line in drifted.stdout.splitlines() if line.startswith("DRIFT: ")
+    ]
+    assert f"node {node['uuid']} (pl-node-002" in drifted.stdout
+
+
+def _ringfleet(config: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("ringfleet")), "--config-file", str(config), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
