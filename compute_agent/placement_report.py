@@ -3,13 +3,15 @@
 
 Only the owner of a node writes its provider, and it writes what ringfleet's
 records say (:mod:`conductor.common.placement.provider`), never what it
-remembers: every pass (each ``reconcile_interval``, and at once after a
-change of the nodes owned) reads the owned nodes from the conductor and
-writes the providers whose record changed since this agent last made them
-agree.  A node this agent did not have at the previous pass (a takeover, a
-start) is first read back from Placement: another agent wrote it last, or
-nobody did.  Nothing is written while the membership does not allow acting
-(a peer may own the nodes by then), and every provider is read back after.
+remembers.  Every pass (each ``reconcile_interval``, and at once after a
+change of the nodes owned) reads the owned nodes whose record changed —
+the conductor's change feed of an agent's nodes (API 1.15); all of them at
+the first pass, after a resync, or from an older conductor — and writes the
+providers whose record changed since this agent last made them agree.  A
+node this agent did not have at the previous pass (a takeover, a start) is
+first read back from Placement: another agent wrote it last, or nobody
+did.  Nothing is written while the membership does not allow acting (a
+peer may own the nodes by then), and every provider is read back after.
 Every ``[placement] resync_interval`` the memory is dropped and every owned
 provider compared again (drift repair).
 
@@ -27,10 +29,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from oslo_config import cfg
@@ -50,6 +53,13 @@ LOG = logging.getLogger(__name__)
 _ALLOCATION_BATCH: Final = 500
 #: Nodes per page of the owned-node read.
 _PAGE: Final = 1000
+#: A change read reaches this far behind the previous one: a node row is
+#: stamped before its transaction commits (the ownership manager's deepest
+#: overlap, for the same reason).  Nodes re-read are compared, not rewritten.
+_CHANGE_OVERLAP: Final = datetime.timedelta(seconds=5)
+#: More changed nodes than this in one pass are read with the owned-node
+#: listing (a page per 1,000) rather than one by one.
+_READ_ONE_BY_ONE: Final = 100
 
 
 @dataclasses.dataclass(slots=True)
@@ -78,13 +88,23 @@ class PlacementReporter:
         *,
         interval: Callable[[], float],
         can_act: Callable[[], bool],
+        held: Callable[[], Collection[str]],
     ) -> None:
+        """``held``: the nodes the agent's ownership holds now (its claims)."""
         self.host = host
         self._conf = conf
         self._client = client
         self._conductor = conductor
         self._interval = interval
         self._can_act = can_act
+        self._held = held
+        #: The conductor's time of the last owned-node read of a pass that
+        #: completed (None: read them all next time).
+        self._as_of: datetime.datetime | None = None
+        self._next_as_of: datetime.datetime | None = None
+        #: Owned nodes last seen in maintenance hosting nothing: the only
+        #: ones an operator can delete (then their provider goes too).
+        self._deletable: set[str] = set()
         #: node uuid -> what this agent last made Placement show for it.
         self._written: dict[str, Wanted] = {}
         #: node uuid -> (the record, why Placement refused it): not retried
@@ -127,6 +147,7 @@ class PlacementReporter:
                 # suspended or lost): write nothing, and read every
                 # provider back once we may act again.
                 self._written.clear()
+                self._as_of = None
                 continue
             resync = float(self._conf.placement.resync_interval)
             full = resync > 0 and time.monotonic() - self._last_full >= resync
@@ -152,18 +173,21 @@ class PlacementReporter:
         if full:
             self._written.clear()
             self._refused.clear()
+            self._as_of = None
             self._last_full = started
-        nodes = list(
-            pages(
-                lambda n, m: self._conductor.list_nodes(
-                    filters={"owner": self.host}, limit=n, marker=m
-                ),
-                page_size=_PAGE,
-            )
+        incremental = self._as_of is not None
+        nodes, owned = self._read_owned()
+        for node in nodes:
+            if node.get("maintenance") and node.get("instance_uuid") is None:
+                self._deletable.add(node["uuid"])
+            else:
+                self._deletable.discard(node["uuid"])
+        deleted = (
+            self._deleted_since(owned, {node["uuid"] for node in nodes}) if incremental else set()
         )
-        result.owned = len(nodes)
-        owned = {node["uuid"] for node in nodes}
-        self._forget_departed(owned, result)
+        owned -= deleted
+        result.owned = len(owned)
+        self._forget_departed(owned, deleted, result)
         wanted = [self._wanted(node) for node in nodes]
         todo = [
             w
@@ -174,6 +198,8 @@ class PlacementReporter:
         result.checked = len(todo)
         entries = self._mend_all(todo, result)
         self._write_allocations(entries, result)
+        # Complete: the next pass reads the changes from here on.
+        self._as_of = self._next_as_of
         result.seconds = time.monotonic() - started
         self.last = result
         if result.mended or result.deleted or result.refused:
@@ -190,6 +216,69 @@ class PlacementReporter:
                 " (full comparison)" if full else "",
             )
         return result
+
+    def _read_owned(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """The records to compare (the owned nodes changed since the last
+        read, or all of them) and the uuids of every node owned now."""
+        changed = self._changed_since_last_read()
+        if changed is None:
+            return self._read_all_owned()
+        held = set(self._held())
+        # Held but never written: a claim this pass's change read missed.
+        wanted = sorted(changed | (held - set(self._written)))
+        if len(wanted) > _READ_ONE_BY_ONE:
+            return self._read_all_owned()
+        records = []
+        for uuid in wanted:
+            try:
+                record = self._conductor.show_node(uuid)
+            except NodeNotFound:
+                continue
+            if record.get("owner") == self.host:
+                records.append(record)
+        owned = (held - changed) | {r["uuid"] for r in records}
+        return records, owned
+
+    def _changed_since_last_read(self) -> set[str] | None:
+        """The uuids of our nodes changed since the last read (and of nodes
+        changed that were ours: the feed is of their new owner's) — None
+        when there was no read to follow, or the conductor has no feed."""
+        since = self._as_of
+        if since is None:
+            return None
+        changed: set[str] = set()
+        marker: str | None = None
+        as_of = None
+        while True:
+            page = self._conductor.list_node_share(
+                self.host, since=(since - _CHANGE_OVERLAP).isoformat(), marker=marker, limit=5000
+            )
+            if page is None:
+                return None
+            as_of = as_of or page["as_of"]
+            changed.update(entry["uuid"] for entry in page["nodes"])
+            marker = page["next"]
+            if marker is None:
+                break
+        self._next_as_of = datetime.datetime.fromisoformat(as_of)
+        return changed
+
+    def _read_all_owned(self) -> tuple[list[dict[str, Any]], set[str]]:
+        # The conductor's clock first: what changes during the listing is
+        # read again by the next pass.
+        first = self._conductor.list_node_share(self.host, since=None, limit=1)
+        nodes = list(
+            pages(
+                lambda n, m: self._conductor.list_nodes(
+                    filters={"owner": self.host}, limit=n, marker=m
+                ),
+                page_size=_PAGE,
+            )
+        )
+        self._next_as_of = (
+            None if first is None else datetime.datetime.fromisoformat(first["as_of"])
+        )
+        return nodes, {node["uuid"] for node in nodes}
 
     def _wanted(self, node: Mapping[str, Any]) -> Wanted:
         default = str(self._conf.placement.default_project_id)
@@ -289,22 +378,45 @@ class PlacementReporter:
                 reason,
             )
 
-    def _forget_departed(self, owned: set[str], result: PassResult) -> None:
-        """Forget the nodes no longer owned (their new owner writes them);
-        delete the providers of those that were deleted.
+    def _deleted_since(self, owned: set[str], read: set[str]) -> set[str]:
+        """Of the nodes owned, those deleted since the last pass.
 
-        Only a node in maintenance that hosts nothing can be deleted, so only
-        departed nodes whose provider had no capacity and no consumer are
-        looked up.
+        A deleted node leaves no change behind; only a node in maintenance
+        hosting nothing can be deleted, so the owned ones in maintenance
+        are listed (one request: usually few) and any such node missing from
+        the list, and not read this pass, is looked up.
         """
+        candidates = (self._deletable & owned) - read
+        if not candidates:
+            return set()
+        listed = {
+            node["uuid"]
+            for node in pages(
+                lambda n, m: self._conductor.list_nodes(
+                    filters={"owner": self.host, "maintenance": True, "pinned": False},
+                    limit=n,
+                    marker=m,
+                ),
+                page_size=_PAGE,
+            )
+        }
+        return {uuid for uuid in candidates - listed if self._deleted(uuid)}
+
+    def _forget_departed(self, owned: set[str], deleted: set[str], result: PassResult) -> None:
+        """Forget the nodes no longer owned (their new owner writes them);
+        delete the providers of those that were deleted (``deleted``: known
+        to be; else looked up if they could have been)."""
         departed = [uuid for uuid in self._written if uuid not in owned]
         for uuid in departed:
             last = self._written.pop(uuid)
             self._refused.pop(uuid, None)
-            if last.reserved and last.consumer is None and self._deleted(uuid):
+            if uuid in deleted or (
+                uuid in self._deletable and last.consumer is None and self._deleted(uuid)
+            ):
                 self._client.delete_provider(uuid)
                 result.deleted += 1
                 LOG.info("Agent %s: node %s deleted: its provider too", self.host, uuid)
+            self._deletable.discard(uuid)
         for uuid in [u for u in self._refused if u not in owned]:
             del self._refused[uuid]
 

@@ -5,8 +5,8 @@ The contract cases the unit tests' fake keeps (``tests/placement_contract.py``)
 run here on the real server; then a fleet (one conductor, two agents as
 processes, real etcd, RabbitMQ and PostgreSQL) reports to it: providers
 appear for enrolled nodes, inventory follows maintenance, allocations
-follow builds and deletes, a ``kill -9`` takeover leaves Placement
-consistent, and junk from Placement (an HTML page where JSON was due) is
+follow builds and deletes, a deleted node's provider goes, a ``kill -9``
+takeover leaves Placement consistent, and junk from Placement (an HTML page where JSON was due) is
 survived with one WARNING per agent.
 """
 
@@ -217,6 +217,12 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     assert "Placement at" in log and "answers again" in log
     assert "Traceback" not in log
     assert f.fencing_violations() == []
+
+    # A node deleted (in maintenance, hosting nothing): its provider goes.
+    gone = f.api.show_node("pl-node-001")["uuid"]
+    f.api.delete_node("pl-node-001")
+    wait_for(lambda: client.get_provider(gone) is None, 30, "the deleted node's provider gone")
+    _agrees(f.api, client, "a node deleted")
 
     # The operator's check, as a process: OK now; a provider changed by
     # hand is reported, and the exit status says so.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import uuid as uuid_lib
 from typing import Any
@@ -146,25 +147,75 @@ def test_a_name_another_provider_has_falls_back_to_the_uuid(
 
 
 class Conductor:
-    """The conductor calls the reporter makes, over in-memory records."""
+    """The conductor calls the reporter makes, over in-memory records.
+
+    Its change feed (``list_node_share`` by owner) finds the records a test
+    changed by comparing each with what it was at the previous call, on a
+    clock that moves 10 s per call (more than the reporter's overlap).
+    """
 
     def __init__(self) -> None:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.instances: dict[str, dict[str, Any]] = {}
         self.calls: list[str] = []
+        self.shown: list[str] = []  # the nodes show_node was asked for
+        self.feed = True  # False: an older conductor, without the feed
+        self._clock = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        self._seen: dict[str, tuple[str, datetime.datetime]] = {}
+
+    def delete(self, uuid: str) -> None:
+        del self.nodes[uuid]
 
     def list_nodes(
         self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
     ) -> list[dict[str, Any]]:
         self.calls.append("list_nodes")
-        owner = (filters or {}).get("owner")
+        filters = filters or {}
         found = sorted(
-            (n for n in self.nodes.values() if owner is None or n["owner"] == owner),
+            (
+                n
+                for n in self.nodes.values()
+                if all(
+                    n["owner"] == v
+                    if k == "owner"
+                    else (n["instance_uuid"] is not None) == v
+                    if k == "pinned"
+                    else n[k] == v
+                    for k, v in filters.items()
+                )
+            ),
             key=lambda n: n["uuid"],
         )
         if marker is not None:
             found = [n for n in found if n["uuid"] > marker]
         return [dict(n) for n in found[:limit]]
+
+    def list_node_share(
+        self,
+        member: str,
+        *,
+        since: str | None = None,
+        marker: str | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any] | None:
+        self.calls.append("list_node_share")
+        if not self.feed:
+            return None
+        # A change the test made since the previous call is stamped 1 s
+        # after that call; this call answers 10 s after it.
+        changed_at = self._clock + datetime.timedelta(seconds=1)
+        self._clock += datetime.timedelta(seconds=10)
+        for uuid, node in self.nodes.items():
+            snapshot = repr(sorted(node.items()))
+            if self._seen.get(uuid, ("", None))[0] != snapshot:
+                self._seen[uuid] = (snapshot, changed_at)
+        after = None if since is None else datetime.datetime.fromisoformat(since)
+        changed = [
+            {"uuid": uuid}
+            for uuid, node in sorted(self.nodes.items())
+            if node["owner"] == member and (after is None or self._seen[uuid][1] > after)
+        ]
+        return {"nodes": changed[:limit], "as_of": self._clock.isoformat(), "next": None}
 
     def show_instance(self, instance: str) -> dict[str, Any]:
         self.calls.append("show_instance")
@@ -172,6 +223,7 @@ class Conductor:
 
     def show_node(self, node: str) -> dict[str, Any]:
         self.calls.append("show_node")
+        self.shown.append(node)
         if node not in self.nodes:
             raise NodeNotFound(node)
         return dict(self.nodes[node])
@@ -187,6 +239,15 @@ def _conf() -> cfg.ConfigOpts:
 class Agent:
     def __init__(self, host: str, client: PlacementClient, conductor: Conductor) -> None:
         self.acting = True
+        #: What the agent's ownership holds: what it claimed, and keeps
+        #: holding after the node is deleted (nothing tells it).
+        self.held: set[str] = set()
+
+        def held() -> set[str]:
+            self.held |= {u for u, n in conductor.nodes.items() if n["owner"] == host}
+            self.held -= {u for u, n in conductor.nodes.items() if n["owner"] != host}
+            return set(self.held)
+
         self.reporter = PlacementReporter(
             host,
             _conf(),
@@ -194,6 +255,7 @@ class Agent:
             conductor,  # type: ignore[arg-type]
             interval=lambda: 60.0,
             can_act=lambda: self.acting,
+            held=held,
         )
 
 
@@ -297,13 +359,15 @@ def test_a_node_released_is_forgotten_and_a_deleted_one_loses_its_provider(
     agent = Agent("agent-1", client, conductor)
     agent.reporter.run_pass()
     conductor.nodes[released]["owner"] = "agent-2"
-    del conductor.nodes[deleted]
+    conductor.delete(deleted)
+    conductor.shown.clear()
     result = agent.reporter.run_pass()
     assert result.deleted == 1
     assert deleted not in fake.providers
     assert released in fake.providers and kept in fake.providers
-    # Only the node that could have been deleted was looked up.
-    assert conductor.calls.count("show_node") == 1
+    # Only the node that could have been deleted was looked up: not the
+    # released one, nor the unchanged one.
+    assert conductor.shown == [deleted]
 
 
 def test_nothing_is_written_while_the_agent_may_not_act(
@@ -363,3 +427,56 @@ def test_a_refusal_is_said_once_and_not_retried_until_the_record_changes(
     conductor.nodes[uuid]["name"] = "renamed"
     agent.reporter.run_pass()
     _agree(client, conductor, [uuid])
+
+
+def test_passes_after_the_first_read_only_the_changed_nodes(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    mine = _enroll(conductor, 30)
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    agent.reporter.run_pass()  # the first read's own window, re-read once
+    conductor.calls.clear()
+    conductor.shown.clear()
+    conductor.nodes[mine[7]]["maintenance"] = True
+    assert agent.reporter.run_pass().mended == 1
+    assert "list_nodes" not in conductor.calls  # no listing of the 30
+    assert conductor.shown == [mine[7]]
+    _agree(client, conductor, mine)
+
+    conductor.feed = False  # an older conductor: every pass lists them all
+    conductor.calls.clear()
+    conductor.nodes[mine[8]]["maintenance"] = True
+    agent.reporter.run_pass()
+    assert "list_nodes" in conductor.calls
+    _agree(client, conductor, mine)
+
+
+def test_a_node_deleted_while_still_held_loses_its_provider(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    kept, deleted = _enroll(conductor, 2)
+    conductor.nodes[deleted]["maintenance"] = True
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    agent.held = {kept, deleted}  # the ownership does not know of deletes
+    conductor.delete(deleted)
+    conductor.shown.clear()
+    assert agent.reporter.run_pass().deleted == 1
+    assert deleted not in fake.providers and kept in fake.providers
+    assert deleted in conductor.shown
+
+
+def test_changes_seen_by_a_pass_placement_failed_are_written_by_the_next(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    mine = _enroll(conductor, 4)
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    agent.reporter.run_pass()
+    conductor.nodes[mine[2]]["maintenance"] = True
+    fake.fail_next = [ks_exceptions.ConnectFailure("refused")]
+    with pytest.raises(ServiceUnavailable):
+        agent.reporter.run_pass()
+    agent.reporter.run_pass()  # the feed has moved on: the change must not be lost
+    _agree(client, conductor, mine)
