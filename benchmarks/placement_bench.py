@@ -33,6 +33,7 @@ its compute nodes' providers one after the other, one request at a time.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -68,6 +69,15 @@ class _Records:
                 "owner": host,
             }
         self.instances: dict[str, dict[str, Any]] = {}
+        self.changed: set[str] = set()  # the bench's changes since the last feed read
+
+    def list_node_share(
+        self, member: str, *, since: str | None = None, marker: str | None = None, limit: int = 5000
+    ) -> dict[str, Any]:
+        """The change feed of the agent's nodes: what the bench changed."""
+        changed, self.changed = sorted(self.changed), set()
+        as_of = datetime.datetime.now(datetime.UTC).isoformat()
+        return {"nodes": [{"uuid": u} for u in changed], "as_of": as_of, "next": None}
 
     def list_nodes(
         self, filters: Any = None, limit: int = 1000, marker: str | None = None
@@ -114,6 +124,7 @@ def _reporter(url: str, concurrency: int, records: _Records) -> tuple[PlacementR
         records,  # type: ignore[arg-type]
         interval=lambda: 60.0,
         can_act=lambda: True,
+        held=records.nodes.keys,
     )
     return reporter, counting
 
@@ -136,6 +147,7 @@ def run(url: str, nodes: int, concurrency: int) -> dict[str, Any]:
     out["unchanged_requests"] = counting.requests
 
     changed = sorted(records.nodes)[: max(1, nodes // 100) * 2]
+    records.changed.update(changed)
     for i, uuid in enumerate(changed):
         if i % 2:
             records.nodes[uuid]["maintenance"] = True
