@@ -61,15 +61,18 @@ class Embedded:
         app.stdout, app.stderr = out, err
         files = [arg for path in (self.config, *config) for arg in ("--config-file", str(path))]
         code = app.run([*files, *argv])
-        return Result(code, out.getvalue(), _without_fleet_lines(err.getvalue()))
+        return Result(code, out.getvalue(), without_fleet_lines(err.getvalue()))
 
 
 #: What the fleet's own services, run in this process, log when a loaded
-#: machine delays their heartbeats: it reaches the CLI's stderr here only.
-_FLEET_LINE = re.compile(r"^(Membership of \S+ in group |Agent \S+ membership )")
+#: machine delays their heartbeats, or a build's routing (a thread of an
+#: earlier test's conductor, still winding down): it reaches the CLI's
+#: stderr here only.
+_FLEET_LINE = re.compile(r"^(Membership of \S+ in group |Agent \S+ membership |Instance \S+: )")
 
 
-def _without_fleet_lines(err: str) -> str:
+def without_fleet_lines(err: str) -> str:
+    """``err`` without the lines of the services run in this process."""
     return "".join(line for line in err.splitlines(keepends=True) if not _FLEET_LINE.match(line))
 
 

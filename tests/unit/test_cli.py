@@ -34,7 +34,7 @@ from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.rpcapi import pages
-from tests.embedded_fleet import Embedded, embedded_fleet
+from tests.embedded_fleet import Embedded, embedded_fleet, without_fleet_lines
 
 GROUP = "cli-test"
 
@@ -857,7 +857,9 @@ def test_conductor_unreachable_is_one_line(tmp_path: Path) -> None:
     app.stdout, app.stderr = io.StringIO(), io.StringIO()
     code = app.run(["--config-file", str(config), "--rpc-timeout", "0.5", "fleet", "status"])
     assert code == 1
-    assert app.stderr.getvalue().startswith("ringfleet fleet status: error: no conductor answered")
+    assert without_fleet_lines(app.stderr.getvalue()).startswith(
+        "ringfleet fleet status: error: no conductor answered"
+    )
 
 
 # -- pure helpers -------------------------------------------------------------------
