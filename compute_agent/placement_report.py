@@ -114,6 +114,7 @@ class PlacementReporter:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_full = time.monotonic()
+        self._resync = False  # asked for a comparison of every provider
         self.last: PassResult | None = None
 
     @property
@@ -131,6 +132,11 @@ class PlacementReporter:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def resync_soon(self) -> None:
+        """Compare every owned provider at the next pass, now (drift repair)."""
+        self._resync = True
+        self._wake.set()
 
     def wake(self) -> None:
         """The owned nodes changed: a pass now, not at the next interval."""
@@ -150,7 +156,8 @@ class PlacementReporter:
                 self._as_of = None
                 continue
             resync = float(self._conf.placement.resync_interval)
-            full = resync > 0 and time.monotonic() - self._last_full >= resync
+            full = self._resync or (resync > 0 and time.monotonic() - self._last_full >= resync)
+            self._resync = False
             try:
                 self.run_pass(full=full)
             except ServiceUnavailable as exc:  # said once by the client or the RPC layer

@@ -19,6 +19,7 @@ from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient
 from tests import placement_contract
 from tests.fake_placement import FakePlacement
+from tests.harness import wait_for
 
 AGG = "b2f5f1d6-3a0e-5c2b-9d64-7a1f1c4e2a10"
 
@@ -479,4 +480,22 @@ def test_changes_seen_by_a_pass_placement_failed_are_written_by_the_next(
     with pytest.raises(ServiceUnavailable):
         agent.reporter.run_pass()
     agent.reporter.run_pass()  # the feed has moved on: the change must not be lost
+    _agree(client, conductor, mine)
+
+
+def test_drift_is_mended_by_the_resync_not_by_ordinary_passes(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    mine = _enroll(conductor, 3)
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    fake.providers[mine[1]].traits.clear()  # changed by hand
+    agent.reporter.run_pass()
+    assert fake.providers[mine[1]].traits == set()  # memory says it is right
+    agent.reporter.start()
+    try:
+        agent.reporter.resync_soon()  # what a SIGHUP asks for
+        wait_for(lambda: fake.providers[mine[1]].traits, 10, "the traits written back")
+    finally:
+        agent.reporter.stop()
     _agree(client, conductor, mine)
