@@ -81,6 +81,24 @@ class AgentMetrics(ServiceMetrics):
             ["host"],
             registry=reg,
         ).labels(host)
+        self._placement_writes = Counter(
+            "ringfleet_agent_placement_writes",
+            "What the Placement reporter wrote, by kind: providers (created or "
+            "mended), allocations, deleted (providers of deleted nodes), "
+            "refused (Placement refused a node's provider: see the log).",
+            ["host", "kind"],
+            registry=reg,
+        )
+        for kind in ("providers", "allocations", "deleted", "refused"):
+            self._placement_writes.labels(host, kind)
+        self._placement_up = Gauge(
+            "ringfleet_agent_placement_up",
+            "1 when the Placement reporter's last pass completed, 0 when "
+            "Placement (or a conductor) did not answer it; absent without "
+            "[placement].",
+            ["host"],
+            registry=reg,
+        )
         self._convergence = Histogram(
             "ringfleet_agent_convergence_seconds",
             "Seconds from a membership view change to this agent owning exactly "
@@ -111,6 +129,26 @@ class AgentMetrics(ServiceMetrics):
 
     def inventory_read(self, rows: int) -> None:
         self._inventory_rows.inc(rows)
+
+    def placement_pass(
+        self,
+        *,
+        complete: bool,
+        providers: int = 0,
+        allocations: int = 0,
+        deleted: int = 0,
+        refused: int = 0,
+    ) -> None:
+        """A Placement reporter's pass ended (``complete``: Placement answered it all)."""
+        for kind, count in (
+            ("providers", providers),
+            ("allocations", allocations),
+            ("deleted", deleted),
+            ("refused", refused),
+        ):
+            if count:
+                self._placement_writes.labels(self.host, kind).inc(count)
+        self._placement_up.labels(self.host).set(1 if complete else 0)
 
     # -- gauges, after each reconcile ------------------------------------------------
 

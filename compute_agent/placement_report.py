@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from oslo_config import cfg
 
+from compute_agent.metrics import AgentMetrics
 from conductor.common.exception import NodeNotFound, NotFound, ServiceUnavailable
 from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient, PlacementConflict, PlacementRefused
@@ -89,6 +90,7 @@ class PlacementReporter:
         interval: Callable[[], float],
         can_act: Callable[[], bool],
         held: Callable[[], Collection[str]],
+        metrics: AgentMetrics | None = None,
     ) -> None:
         """``held``: the nodes the agent's ownership holds now (its claims)."""
         self.host = host
@@ -98,6 +100,7 @@ class PlacementReporter:
         self._interval = interval
         self._can_act = can_act
         self._held = held
+        self._metrics = metrics
         #: The conductor's time of the last owned-node read of a pass that
         #: completed (None: read them all next time).
         self._as_of: datetime.datetime | None = None
@@ -164,6 +167,15 @@ class PlacementReporter:
                 LOG.debug("Agent %s: Placement pass stopped: %s", self.host, exc)
             except Exception:  # the next pass tries again
                 LOG.exception("Agent %s: Placement pass failed", self.host)
+            if self._metrics is not None and self.last is not None:
+                last = self.last
+                self._metrics.placement_pass(
+                    complete=last.complete,
+                    providers=last.mended,
+                    allocations=last.allocations,
+                    deleted=last.deleted,
+                    refused=last.refused,
+                )
 
     # -- one pass ---------------------------------------------------------------------
 
@@ -176,7 +188,8 @@ class PlacementReporter:
         :raises ServiceUnavailable: Placement or the conductors did not answer
         """
         started = time.monotonic()
-        result = PassResult()
+        # What this pass did so far, also when it ends early (Placement down).
+        result = self.last = PassResult(complete=False)
         if full:
             self._written.clear()
             self._refused.clear()
@@ -207,8 +220,8 @@ class PlacementReporter:
         self._write_allocations(entries, result)
         # Complete: the next pass reads the changes from here on.
         self._as_of = self._next_as_of
+        result.complete = True
         result.seconds = time.monotonic() - started
-        self.last = result
         if result.mended or result.deleted or result.refused:
             LOG.info(
                 "Agent %s: Placement: %d of %d owned nodes' providers written "
@@ -333,7 +346,6 @@ class PlacementReporter:
                 else:
                     entries.append((want, entry))
         if unavailable is not None:
-            result.complete = False
             # What was written stays written; the rest waits for Placement.
             self._write_allocations(entries, result)
             raise unavailable

@@ -146,6 +146,7 @@ class AgentService:
                 interval=lambda: float(self.conf.compute_agent.reconcile_interval),
                 can_act=lambda: self.membership is not None and self.membership.can_act(),
                 held=lambda: self.ownership.held() if self.ownership is not None else (),
+                metrics=self.metrics,
             )
         self.actions = NodeActions(
             self.host,

@@ -12,6 +12,7 @@ import pytest
 from keystoneauth1 import exceptions as ks_exceptions
 from oslo_config import cfg
 
+from compute_agent.metrics import AgentMetrics
 from compute_agent.placement_report import PlacementReporter
 from conductor.common.exception import ConfigurationError, NodeNotFound, ServiceUnavailable
 from conductor.common.placement import conf as placement_conf
@@ -240,6 +241,7 @@ def _conf() -> cfg.ConfigOpts:
 class Agent:
     def __init__(self, host: str, client: PlacementClient, conductor: Conductor) -> None:
         self.acting = True
+        self.metrics = AgentMetrics(host)
         #: What the agent's ownership holds: what it claimed, and keeps
         #: holding after the node is deleted (nothing tells it).
         self.held: set[str] = set()
@@ -257,6 +259,7 @@ class Agent:
             interval=lambda: 60.0,
             can_act=lambda: self.acting,
             held=held,
+            metrics=self.metrics,
         )
 
 
@@ -499,3 +502,25 @@ def test_drift_is_mended_by_the_resync_not_by_ordinary_passes(
     finally:
         agent.reporter.stop()
     _agree(client, conductor, mine)
+
+
+def test_the_passes_are_counted_and_a_failing_one_shows(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    _enroll(conductor, 3)
+    agent = Agent("agent-1", client, conductor)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return agent.metrics.registry.get_sample_value(name, {"host": "agent-1", **labels})
+
+    fake.fail_next = [ks_exceptions.ConnectFailure("refused")]
+    agent.reporter.start()
+    try:
+        agent.reporter.wake()
+        wait_for(lambda: sample("ringfleet_agent_placement_up") == 0, 10, "up 0")
+        agent.reporter.wake()
+        wait_for(lambda: sample("ringfleet_agent_placement_up") == 1, 10, "up 1")
+    finally:
+        agent.reporter.stop()
+    assert sample("ringfleet_agent_placement_writes_total", kind="providers") == 3
+    assert sample("ringfleet_agent_placement_writes_total", kind="refused") == 0
