@@ -172,6 +172,9 @@ function configure_ringfleet {
     if is_service_enabled ringfleet-api; then
         _ringfleet_configure_api
     fi
+    if [[ "$RINGFLEET_PLACEMENT" == True ]]; then
+        _ringfleet_configure_placement
+    fi
 
     # Each agent: the shared file plus its own, which names it in the fleet
     # (unique and stable: its pinned nodes are found again by this name).
@@ -191,6 +194,21 @@ function _ringfleet_configure_api {
     else
         iniset "$RINGFLEET_CONF" api auth_strategy noauth
     fi
+}
+
+# The [placement] group: the agents report their nodes to devstack's
+# Placement as the ringfleet service user, which Placement's default policy
+# wants an admin.
+function _ringfleet_configure_placement {
+    create_service_user ringfleet admin
+    iniset "$RINGFLEET_CONF" placement auth_type password
+    iniset "$RINGFLEET_CONF" placement auth_url "$KEYSTONE_SERVICE_URI"
+    iniset "$RINGFLEET_CONF" placement username ringfleet
+    iniset "$RINGFLEET_CONF" placement password "$SERVICE_PASSWORD"
+    iniset "$RINGFLEET_CONF" placement user_domain_name "$SERVICE_DOMAIN_NAME"
+    iniset "$RINGFLEET_CONF" placement project_name "$SERVICE_PROJECT_NAME"
+    iniset "$RINGFLEET_CONF" placement project_domain_name "$SERVICE_DOMAIN_NAME"
+    iniset "$RINGFLEET_CONF" placement region_name "$REGION_NAME"
 }
 
 # The address ringfleet-api listens on (see _ringfleet_configure_api).
