@@ -134,6 +134,18 @@ def test_mend_rereads_a_generation_a_concurrent_writer_moved(
     assert fake.count("PUT", f"/resource_providers/{want.uuid}/traits") == traits_puts + 2
 
 
+def test_a_provider_created_meanwhile_is_read_and_mended_not_overwritten(
+    client: PlacementClient, fake: FakePlacement
+) -> None:
+    want = provider.wanted(_node(), None, "ringfleet")
+    created = client.create_provider(want.uuid, "by-hand")  # between our read and create
+    operators = str(uuid_lib.uuid4())
+    client.set_aggregates(want.uuid, int(created["generation"]), [operators])
+    assert provider.mend(client, want, None, AGG) is None
+    assert fake.providers[want.uuid].aggregates == {operators, AGG}
+    assert provider.differences(want, provider.read(client, want.uuid), AGG) == []
+
+
 def test_a_name_another_provider_has_falls_back_to_the_uuid(
     client: PlacementClient, fake: FakePlacement, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -232,17 +232,22 @@ def mend(
     :raises ServiceUnavailable: Placement did not answer
     :raises PlacementRefused: Placement refused a write (the reason says which)
     """
-    created = shown is None
+    fresh = False  # created now: nothing on it yet, nothing to read back
     if shown is None:
-        created_provider = _create(client, want)
-        shown = Shown(
-            name=str(created_provider["name"]),
-            inventories={},
-            traits=frozenset(),
-            aggregates=frozenset(),
-            consumers={},
-            generation=int(created_provider["generation"]),
-        )
+        created = _create(client, want)
+        if created is None:  # created meanwhile (another agent, a Nova)
+            shown = read(client, want.uuid)
+        if created is not None or shown is None:
+            created = created or client.create_provider(want.uuid, want.name)
+            fresh = True
+            shown = Shown(
+                name=str(created["name"]),
+                inventories={},
+                traits=frozenset(),
+                aggregates=frozenset(),
+                consumers={},
+                generation=int(created["generation"]),
+            )
     provider = _Provider(client, want.uuid, shown.generation)
     if shown.name != want.name:
         _rename(client, want, shown)
@@ -261,7 +266,7 @@ def mend(
             lambda generation, _: client.set_traits(want.uuid, generation, want.traits),
         )
     if aggregate not in shown.aggregates:
-        if not created:
+        if not fresh:
             provider.generation = None  # read them: an operator's own are kept
         provider.write(
             client.get_aggregates,
@@ -290,13 +295,13 @@ def allocation_entry(client: PlacementClient, want: Wanted) -> dict[str, Any]:
     }
 
 
-def _create(client: PlacementClient, want: Wanted) -> dict[str, Any]:
+def _create(client: PlacementClient, want: Wanted) -> dict[str, Any] | None:
+    """The provider created for ``want``; None if one with its uuid exists."""
     try:
         return client.create_provider(want.uuid, want.name)
     except PlacementConflict:
-        existing = client.get_provider(want.uuid)
-        if existing is not None:  # created meanwhile (another pass, a Nova)
-            return existing
+        if client.get_provider(want.uuid) is not None:
+            return None
         # The name is another provider's (a Nova's compute node, a node of
         # another fleet): the uuid names it until the clash is resolved.
         LOG.warning(
