@@ -357,7 +357,15 @@ class PlacementReporter:
             shown = provider.read(self._client, want.uuid)  # gained: read back first
         else:
             shown = provider.as_written(written, self.aggregate)
-        return provider.mend(self._client, want, shown, self.aggregate)
+        return provider.mend(self._client, want, shown, self.aggregate, self._is_instance)
+
+    def _is_instance(self, consumer: str) -> bool:
+        """Whether ``consumer`` is a ringfleet instance (deleted ones too)."""
+        try:
+            self._conductor.show_instance(consumer)
+        except NotFound:
+            return False
+        return True
 
     def _write_allocations(self, entries: list[tuple[Wanted, Any]], result: PassResult) -> None:
         for start in range(0, len(entries), _ALLOCATION_BATCH):

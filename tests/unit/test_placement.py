@@ -14,7 +14,12 @@ from oslo_config import cfg
 
 from compute_agent.metrics import AgentMetrics
 from compute_agent.placement_report import PlacementReporter
-from conductor.common.exception import ConfigurationError, NodeNotFound, ServiceUnavailable
+from conductor.common.exception import (
+    ConfigurationError,
+    InstanceNotFound,
+    NodeNotFound,
+    ServiceUnavailable,
+)
 from conductor.common.placement import conf as placement_conf
 from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient
@@ -233,6 +238,8 @@ class Conductor:
 
     def show_instance(self, instance: str) -> dict[str, Any]:
         self.calls.append("show_instance")
+        if instance not in self.instances:
+            raise InstanceNotFound(instance)
         return dict(self.instances[instance])
 
     def show_node(self, node: str) -> dict[str, Any]:
@@ -536,3 +543,38 @@ def test_the_passes_are_counted_and_a_failing_one_shows(
         agent.reporter.stop()
     assert sample("ringfleet_agent_placement_writes_total", kind="providers") == 3
     assert sample("ringfleet_agent_placement_writes_total", kind="refused") == 0
+
+
+def test_an_allocation_of_no_ringfleet_instance_is_left_to_its_owner(
+    client: PlacementClient,
+    fake: FakePlacement,
+    conductor: Conductor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A node imported from Nova's ironic driver hosts a Nova instance:
+    ringfleet has no instance for it, and must not free Nova's allocation."""
+    (uuid,) = _enroll(conductor, 1)
+    conductor.nodes[uuid].update(provision_state="error")
+    created = client.create_provider(uuid, uuid)
+    client.set_inventories(
+        uuid, int(created["generation"]), {"CUSTOM_BAREMETAL_GOLD": {"total": 1, "reserved": 0}}
+    )
+    nova = str(uuid_lib.uuid4())
+    client.put_allocations(
+        {
+            nova: {
+                "allocations": {uuid: {"resources": {"CUSTOM_BAREMETAL_GOLD": 1}}},
+                "project_id": "nova-project",
+                "user_id": "nova-user",
+                "consumer_generation": None,
+                "consumer_type": "INSTANCE",
+            }
+        }
+    )
+    agent = Agent("agent-1", client, conductor)
+    with caplog.at_level(logging.WARNING):
+        agent.reporter.run_pass()
+    assert nova in fake.consumers
+    assert fake.providers[uuid].name == "node-agent-1-0"
+    assert fake.providers[uuid].inventories["CUSTOM_BAREMETAL_GOLD"]["reserved"] == 1
+    assert f"allocation of {nova}, which is no ringfleet instance" in caplog.text

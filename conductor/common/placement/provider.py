@@ -218,7 +218,11 @@ class _Provider:
 
 
 def mend(
-    client: PlacementClient, want: Wanted, shown: Shown | None, aggregate: str
+    client: PlacementClient,
+    want: Wanted,
+    shown: Shown | None,
+    aggregate: str,
+    is_ours: Callable[[str], bool] = lambda consumer: True,
 ) -> dict[str, Any] | None:
     """Make the provider agree with ``want``, except for a new allocation,
     which is returned (the caller writes many in one request): the entry of
@@ -227,7 +231,8 @@ def mend(
     Allocations of other consumers against the provider are removed first
     (an instance deleted), so that the inventory may then take the node's
     capacity away; a new allocation is written after the inventory gave it
-    back.
+    back.  Only consumers ``is_ours`` says are ringfleet instances are
+    removed: another's (a Nova instance) is left, with a WARNING.
 
     :raises ServiceUnavailable: Placement did not answer
     :raises PlacementRefused: Placement refused a write (the reason says which)
@@ -252,6 +257,16 @@ def mend(
     if shown.name != want.name:
         _rename(client, want, shown)
     for consumer in sorted(set(shown.consumers) - {want.consumer}):
+        if not is_ours(consumer):
+            # Not a ringfleet instance: a Nova instance on a node imported
+            # from Nova's ironic driver.  Its allocation is Nova's to keep.
+            LOG.warning(
+                "Node %s: Placement has an allocation of %s, which is no ringfleet "
+                "instance, on its provider; left as it is",
+                want.uuid,
+                consumer,
+            )
+            continue
         _remove_consumer(client, consumer, want.uuid)
         provider.generation = None  # an allocation write bumps it
     if _inventory_differs(shown.inventories, want):
