@@ -12,10 +12,12 @@ errors (argparse) exit 2, in :class:`conductor.cli.app.RingfleetApp`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from typing import Any
 
 import oslo_messaging as messaging
+import yaml
 from oslo_config import cfg
 
 from conductor.common import rpc
@@ -80,6 +82,27 @@ def describe_error(exc: BaseException, rpc_timeout: float | None = None) -> list
     else:
         line = str(exc) or type(exc).__name__
     return [line.splitlines()[0] if line else type(exc).__name__]
+
+
+def add_check_format(parser: argparse.ArgumentParser) -> None:
+    """``-f text|json|yaml`` of the check commands (``fleet check``,
+    ``placement check``): one line per problem, or the whole report."""
+    parser.add_argument(
+        "-f",
+        "--format",
+        dest="output_format",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="output format (default: text, one line per problem)",
+    )
+
+
+def write_document(stream: Any, output_format: str, document: Any) -> None:
+    """A check's whole report as JSON or YAML (``output_format``), keys sorted."""
+    if output_format == "json":
+        stream.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        stream.write(yaml.safe_dump(document, sort_keys=True))
 
 
 def key_value(text: str) -> tuple[str, str]:

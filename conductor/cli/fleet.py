@@ -11,15 +11,13 @@ prints ``OK`` and exits 0.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from cliff.command import Command
 from cliff.lister import Lister
 
-from conductor.cli.command import ConductorCommand
+from conductor.cli.command import ConductorCommand, add_check_format, write_document
 
 __all__ = ["FleetCheck", "FleetStatus"]
 
@@ -96,14 +94,7 @@ class FleetCheck(ConductorCommand, Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument(
-            "-f",
-            "--format",
-            dest="output_format",
-            choices=("text", "json", "yaml"),
-            default="text",
-            help="output format (default: text, one line per problem)",
-        )
+        add_check_format(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
@@ -112,10 +103,7 @@ class FleetCheck(ConductorCommand, Command):
         self.exit_code = 1 if problems else 0
         if parsed_args.output_format != "text":
             document = {"ok": not problems, **report}
-            if parsed_args.output_format == "json":
-                self.app.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-            else:
-                self.app.stdout.write(yaml.safe_dump(document, sort_keys=True))
+            write_document(self.app.stdout, parsed_args.output_format, document)
             return self.exit_code
         if not problems:
             self.app.stdout.write(_ok_line(report))

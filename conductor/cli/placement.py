@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-import yaml
 from cliff.command import Command
 from oslo_config import cfg
 
 from conductor.cli import login
-from conductor.cli.command import ConductorCommand
+from conductor.cli.command import ConductorCommand, add_check_format, write_document
 from conductor.common.exception import ConfigurationError, RingfleetError
 from conductor.common.placement import conf as placement_conf
 from conductor.common.placement import provider
@@ -154,14 +152,7 @@ class PlacementCheck(ConductorCommand, Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument(
-            "-f",
-            "--format",
-            dest="output_format",
-            choices=("text", "json", "yaml"),
-            default="text",
-            help="output format (default: text, one line per problem)",
-        )
+        add_check_format(parser)
         parser.add_argument(
             "--node",
             action="append",
@@ -236,10 +227,7 @@ class PlacementCheck(ConductorCommand, Command):
                 "aggregate": aggregate,
                 "placement": client.endpoint,
             }
-            if parsed_args.output_format == "json":
-                self.app.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-            else:
-                self.app.stdout.write(yaml.safe_dump(document, sort_keys=True))
+            write_document(self.app.stdout, parsed_args.output_format, document)
             return self.exit_code
         if not problems:
             others = "" if providers is None else ", and no provider of a node it lacks"

@@ -208,15 +208,35 @@ class PlacementClient:
 
     # -- inventory, traits, aggregates (each under the provider generation) ---
 
-    def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
-        what = f"read the inventory of provider {uuid}"
+    def _get_part(self, uuid: str, part: str, what: str) -> tuple[int, Any]:
+        """``(generation, value)`` of one of the provider's parts
+        (``inventories``, ``traits``, ``aggregates``)."""
         answer = self._object(
-            self._request("GET", f"/resource_providers/{uuid}/inventories", what),
+            self._request("GET", f"/resource_providers/{uuid}/{part}", what),
             what,
             "resource_provider_generation",
-            "inventories",
+            part,
         )
-        return int(answer["resource_provider_generation"]), dict(answer["inventories"])
+        return int(answer["resource_provider_generation"]), answer[part]
+
+    def _put_part(self, uuid: str, part: str, what: str, generation: int, value: Any) -> int:
+        """Replace one of the provider's parts under ``generation``; the new generation.
+
+        :raises PlacementConflict: the generation is stale (:data:`CONCURRENT_UPDATE`)
+        """
+        body = {"resource_provider_generation": generation, part: value}
+        answer = self._request("PUT", f"/resource_providers/{uuid}/{part}", what, body)
+        return int(
+            self._object(answer, what, "resource_provider_generation")[
+                "resource_provider_generation"
+            ]
+        )
+
+    def get_inventories(self, uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        generation, value = self._get_part(
+            uuid, "inventories", f"read the inventory of provider {uuid}"
+        )
+        return generation, dict(value)
 
     def set_inventories(
         self, uuid: str, generation: int, inventories: Mapping[str, Mapping[str, Any]]
@@ -224,24 +244,17 @@ class PlacementClient:
         """Replace the provider's inventory; the new generation."""
         for resource_class in inventories:
             self.ensure_resource_class(resource_class)
-        what = f"set the inventory of provider {uuid}"
-        body = {"resource_provider_generation": generation, "inventories": dict(inventories)}
-        answer = self._request("PUT", f"/resource_providers/{uuid}/inventories", what, body)
-        return int(
-            self._object(answer, what, "resource_provider_generation")[
-                "resource_provider_generation"
-            ]
+        return self._put_part(
+            uuid,
+            "inventories",
+            f"set the inventory of provider {uuid}",
+            generation,
+            dict(inventories),
         )
 
     def get_traits(self, uuid: str) -> tuple[int, frozenset[str]]:
-        what = f"read the traits of provider {uuid}"
-        answer = self._object(
-            self._request("GET", f"/resource_providers/{uuid}/traits", what),
-            what,
-            "resource_provider_generation",
-            "traits",
-        )
-        return int(answer["resource_provider_generation"]), frozenset(answer["traits"])
+        generation, value = self._get_part(uuid, "traits", f"read the traits of provider {uuid}")
+        return generation, frozenset(value)
 
     def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int:
         """Replace the provider's traits (custom ones created first, ones
@@ -249,33 +262,23 @@ class PlacementClient:
         generation."""
         wanted = set(traits)
         wanted -= self.ensure_traits(wanted)
-        what = f"set the traits of provider {uuid}"
-        body = {"resource_provider_generation": generation, "traits": sorted(wanted)}
-        answer = self._request("PUT", f"/resource_providers/{uuid}/traits", what, body)
-        return int(
-            self._object(answer, what, "resource_provider_generation")[
-                "resource_provider_generation"
-            ]
+        return self._put_part(
+            uuid, "traits", f"set the traits of provider {uuid}", generation, sorted(wanted)
         )
 
     def get_aggregates(self, uuid: str) -> tuple[int, frozenset[str]]:
-        what = f"read the aggregates of provider {uuid}"
-        answer = self._object(
-            self._request("GET", f"/resource_providers/{uuid}/aggregates", what),
-            what,
-            "resource_provider_generation",
-            "aggregates",
+        generation, value = self._get_part(
+            uuid, "aggregates", f"read the aggregates of provider {uuid}"
         )
-        return int(answer["resource_provider_generation"]), frozenset(answer["aggregates"])
+        return generation, frozenset(value)
 
     def set_aggregates(self, uuid: str, generation: int, aggregates: Iterable[str]) -> int:
-        what = f"set the aggregates of provider {uuid}"
-        body = {"resource_provider_generation": generation, "aggregates": sorted(set(aggregates))}
-        answer = self._request("PUT", f"/resource_providers/{uuid}/aggregates", what, body)
-        return int(
-            self._object(answer, what, "resource_provider_generation")[
-                "resource_provider_generation"
-            ]
+        return self._put_part(
+            uuid,
+            "aggregates",
+            f"set the aggregates of provider {uuid}",
+            generation,
+            sorted(set(aggregates)),
         )
 
     def ensure_resource_class(self, name: str) -> None:
