@@ -36,10 +36,17 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
+import oslo_messaging as messaging
 from oslo_config import cfg
 
 from compute_agent.metrics import AgentMetrics
-from conductor.common.exception import NodeNotFound, NotFound, ServiceUnavailable
+from conductor.common.exception import (
+    NodeNotFound,
+    NotFound,
+    RingfleetError,
+    ServiceUnavailable,
+    first_line,
+)
 from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient, PlacementConflict, PlacementRefused
 from conductor.common.placement.provider import Wanted
@@ -118,6 +125,7 @@ class PlacementReporter:
         self._thread: threading.Thread | None = None
         self._last_full = time.monotonic()
         self._resync = False  # asked for a comparison of every provider
+        self._failure: str | None = None  # why the last pass failed
         self.last: PassResult | None = None
 
     @property
@@ -163,10 +171,10 @@ class PlacementReporter:
             self._resync = False
             try:
                 self.run_pass(full=full)
-            except ServiceUnavailable as exc:  # said once by the client or the RPC layer
-                LOG.debug("Agent %s: Placement pass stopped: %s", self.host, exc)
-            except Exception:  # the next pass tries again
-                LOG.exception("Agent %s: Placement pass failed", self.host)
+            except Exception as exc:  # the next pass tries again
+                self._failed(exc)
+            else:
+                self._failed(None)
             if self._metrics is not None and self.last is not None:
                 last = self.last
                 self._metrics.placement_pass(
@@ -176,6 +184,32 @@ class PlacementReporter:
                     deleted=last.deleted,
                     refused=last.refused,
                 )
+
+    def _failed(self, exc: Exception | None) -> None:
+        """One line per new reason passes fail, one INFO when one completes again.
+
+        While Placement or the conductors are down every pass fails alike:
+        Placement's outage is said by its client (one WARNING), the rest
+        here, once; an unexpected error once with its traceback.
+        """
+        previous = self._failure
+        if exc is None:
+            self._failure = None
+            if previous is not None:
+                LOG.info("Agent %s: Placement passes complete again", self.host)
+            return
+        reason = first_line(exc)
+        self._failure = reason
+        if reason == previous:
+            LOG.debug("Agent %s: Placement pass failed again: %s", self.host, reason)
+        elif isinstance(exc, ServiceUnavailable):  # Placement's: said by its client
+            LOG.debug("Agent %s: Placement pass stopped: %s", self.host, reason)
+        elif isinstance(exc, (RingfleetError, messaging.MessagingException)):
+            LOG.warning(
+                "Agent %s: Placement pass failed: %s; the next pass tries again", self.host, reason
+            )
+        else:
+            LOG.error("Agent %s: Placement pass failed", self.host, exc_info=exc)
 
     # -- one pass ---------------------------------------------------------------------
 

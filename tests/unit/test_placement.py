@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 import uuid as uuid_lib
 from typing import Any
 
+import oslo_messaging as messaging
 import pytest
 from keystoneauth1 import exceptions as ks_exceptions
 from oslo_config import cfg
@@ -578,3 +580,44 @@ def test_an_allocation_of_no_ringfleet_instance_is_left_to_its_owner(
     assert fake.providers[uuid].name == "node-agent-1-0"
     assert fake.providers[uuid].inventories["CUSTOM_BAREMETAL_GOLD"]["reserved"] == 1
     assert f"allocation of {nova}, which is no ringfleet instance" in caplog.text
+
+
+def test_a_conductor_outage_is_one_warning_and_one_info(
+    client: PlacementClient,
+    fake: FakePlacement,
+    conductor: Conductor,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _enroll(conductor, 2)
+    agent = Agent("agent-1", client, conductor)
+    calls = {"n": 0}
+    real = conductor.list_node_share
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] <= 4:
+            raise messaging.MessagingTimeout("no reply on topic ringfleet-conductor")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conductor, "list_node_share", down)
+    caplog.set_level(logging.DEBUG, logger="compute_agent.placement_report")
+    agent.reporter.start()
+    try:
+        for _ in range(5):
+            agent.reporter.wake()
+            time.sleep(0.05)
+        wait_for(lambda: agent.reporter.last and agent.reporter.last.complete, 10, "a pass")
+    finally:
+        agent.reporter.stop()
+    levels = [
+        (r.levelno, r.getMessage().split(":")[1].strip())
+        for r in caplog.records
+        if r.levelno >= logging.INFO
+        and r.name == "compute_agent.placement_report"
+        and "providers written" not in r.getMessage()
+    ]
+    assert levels == [
+        (logging.WARNING, "Placement pass failed"),
+        (logging.INFO, "Placement passes complete again"),
+    ], levels
