@@ -115,6 +115,8 @@ class PlacementReporter:
         #: Owned nodes last seen in maintenance hosting nothing: the only
         #: ones an operator can delete (then their provider goes too).
         self._deletable: set[str] = set()
+        #: Nodes found deleted (bounded by the deletes an agent sees).
+        self._gone: set[str] = set()
         #: node uuid -> what this agent last made Placement show for it.
         self._written: dict[str, Wanted] = {}
         #: node uuid -> (the record, why Placement refused it): not retried
@@ -277,9 +279,11 @@ class PlacementReporter:
         changed = self._changed_since_last_read()
         if changed is None:
             return self._read_all_owned()
-        held = set(self._held())
-        # Held but never written: a claim this pass's change read missed.
-        wanted = sorted(changed | (held - set(self._written)))
+        # (The ownership holds a deleted node until it re-validates: nothing
+        # tells it; such nodes are left out once found gone.)
+        held = set(self._held()) - self._gone
+        # Held but neither written nor refused: a claim the feed missed.
+        wanted = sorted(changed | (held - self._written.keys() - self._refused.keys()))
         if len(wanted) > _READ_ONE_BY_ONE:
             return self._read_all_owned()
         records = []
@@ -287,6 +291,7 @@ class PlacementReporter:
             try:
                 record = self._conductor.show_node(uuid)
             except NodeNotFound:
+                self._gone.add(uuid)
                 continue
             if record.get("owner") == self.host:
                 records.append(record)
@@ -294,9 +299,9 @@ class PlacementReporter:
         return records, owned
 
     def _changed_since_last_read(self) -> set[str] | None:
-        """The uuids of our nodes changed since the last read (and of nodes
-        changed that were ours: the feed is of their new owner's) — None
-        when there was no read to follow, or the conductor has no feed."""
+        """The uuids of the nodes we own that changed since the last read
+        (a node released is in its new owner's feed, not ours) — None when
+        there was no read to follow, or the conductor has no feed."""
         since = self._as_of
         if since is None:
             return None
@@ -461,7 +466,9 @@ class PlacementReporter:
                 page_size=_PAGE,
             )
         }
-        return {uuid for uuid in candidates - listed if self._deleted(uuid)}
+        deleted = {uuid for uuid in candidates - listed if self._deleted(uuid)}
+        self._gone |= deleted
+        return deleted
 
     def _forget_departed(self, owned: set[str], deleted: set[str], result: PassResult) -> None:
         """Forget the nodes no longer owned (their new owner writes them);

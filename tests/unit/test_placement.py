@@ -490,6 +490,9 @@ def test_a_node_deleted_while_still_held_loses_its_provider(
     assert agent.reporter.run_pass().deleted == 1
     assert deleted not in fake.providers and kept in fake.providers
     assert deleted in conductor.shown
+    conductor.shown.clear()
+    agent.reporter.run_pass()
+    assert conductor.shown == []  # still held, known gone: not asked for again
 
 
 def test_changes_seen_by_a_pass_placement_failed_are_written_by_the_next(
