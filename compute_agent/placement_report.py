@@ -76,7 +76,7 @@ class PassResult:
 
     owned: int = 0
     checked: int = 0  # providers compared (changed records, gained nodes)
-    mended: int = 0  # providers written
+    mended: int = 0  # providers written (the others agreed already)
     allocations: int = 0  # allocations written
     deleted: int = 0  # providers of deleted nodes removed
     refused: int = 0
@@ -372,14 +372,19 @@ class PlacementReporter:
             for future in concurrent.futures.as_completed(futures):
                 want = futures[future]
                 try:
-                    entry = future.result()
+                    wrote, entry = future.result()
+                except concurrent.futures.CancelledError:
+                    continue
                 except ServiceUnavailable as exc:
+                    if unavailable is None:  # no use asking it for the rest
+                        for pending in futures:
+                            pending.cancel()
                     unavailable = exc
                     continue
                 except PlacementRefused as exc:
                     self._refuse(want, exc, result)
                     continue
-                result.mended += 1
+                result.mended += wrote
                 if entry is None:
                     self._written[want.uuid] = want
                 else:
@@ -390,13 +395,17 @@ class PlacementReporter:
             raise unavailable
         return entries
 
-    def _mend_one(self, want: Wanted) -> Any:
+    def _mend_one(self, want: Wanted) -> tuple[bool, Any]:
+        """Whether the provider needed writing, and the allocation left to write."""
         written = self._written.get(want.uuid)
         if written is None:
             shown = provider.read(self._client, want.uuid)  # gained: read back first
         else:
             shown = provider.as_written(written, self.aggregate)
-        return provider.mend(self._client, want, shown, self.aggregate, self._is_instance)
+        refused = self._client.ensure_traits(want.traits)
+        if not provider.differences(want, shown, self.aggregate, refused):
+            return False, None
+        return True, provider.mend(self._client, want, shown, self.aggregate, self._is_instance)
 
     def _is_instance(self, consumer: str) -> bool:
         """Whether ``consumer`` is a ringfleet instance (deleted ones too)."""
