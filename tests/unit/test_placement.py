@@ -342,6 +342,7 @@ def test_builds_of_a_pass_are_allocated_in_one_request_and_deletes_give_the_unit
     posts = fake.count("POST", "/allocations")
     assert agent.reporter.run_pass().allocations == 3
     assert fake.count("POST", "/allocations") == posts + 1
+    assert fake.count("GET", "/allocations/") == 0  # new consumers: nothing to read
     _agree(client, conductor, mine)
     assert {c.project_id for c in fake.consumers.values()} == {"p0", "p1", "p2"}
 
@@ -625,3 +626,40 @@ def test_a_conductor_outage_is_one_warning_and_one_info(
         (logging.WARNING, "Placement pass failed"),
         (logging.INFO, "Placement passes complete again"),
     ], levels
+
+
+def test_a_new_instance_that_has_allocations_elsewhere_keeps_them(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    """A build's allocation is written optimistically (no read of the
+    consumer first); a consumer Placement knows already is refused as stale,
+    then read and written with what it has elsewhere."""
+    (uuid,) = _enroll(conductor, 1)
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    other = str(uuid_lib.uuid4())
+    created = client.create_provider(other, "a-disk-array")
+    client.set_inventories(
+        other, int(created["generation"]), {"DISK_GB": {"total": 100, "reserved": 0}}
+    )
+    instance = str(uuid_lib.uuid4())
+    client.put_allocations(
+        {
+            instance: {
+                "allocations": {other: {"resources": {"DISK_GB": 10}}},
+                "project_id": "p",
+                "user_id": "u",
+                "consumer_generation": None,
+                "consumer_type": "INSTANCE",
+            }
+        }
+    )
+    conductor.instances[instance] = {"uuid": instance, "project_id": "p", "user_id": "u"}
+    conductor.nodes[uuid].update(instance_uuid=instance, provision_state="active")
+    gets = fake.count("GET", f"/allocations/{instance}")
+    assert agent.reporter.run_pass().allocations == 1
+    assert fake.consumers[instance].allocations == {
+        other: {"DISK_GB": 10},
+        uuid: {"CUSTOM_BAREMETAL_GOLD": 1},
+    }
+    assert fake.count("GET", f"/allocations/{instance}") == gets + 1  # after the refusal only

@@ -291,14 +291,25 @@ def mend(
         )
     if want.consumer is None or shown.consumers.get(want.consumer) == {want.resource_class: 1}:
         return None
-    return allocation_entry(client, want)
+    if want.consumer in shown.consumers:  # another amount, another class: read it
+        return allocation_entry(client, want)
+    # A new instance: Placement has no allocation of it yet (consumer
+    # generation null).  If it has one elsewhere after all, the write is
+    # refused as stale and the caller writes it with allocation_entry().
+    return allocation_entry(client, want, known=(None, {}))
 
 
-def allocation_entry(client: PlacementClient, want: Wanted) -> dict[str, Any]:
+def allocation_entry(
+    client: PlacementClient,
+    want: Wanted,
+    known: tuple[int | None, dict[str, dict[str, int]]] | None = None,
+) -> dict[str, Any]:
     """The ``POST /allocations`` entry giving ``want.consumer`` its node, and
-    nothing else (its allocations elsewhere, if any, are kept)."""
+    nothing else (its allocations elsewhere, if any, are kept): read from
+    Placement, unless ``known`` gives the consumer's generation and
+    allocations."""
     assert want.consumer is not None
-    generation, allocations, _ = client.get_consumer(want.consumer)
+    generation, allocations = known if known is not None else client.get_consumer(want.consumer)[:2]
     allocations = {p: r for p, r in allocations.items() if p != want.uuid}
     allocations[want.uuid] = {want.resource_class: 1}
     return {
