@@ -125,6 +125,7 @@ def _reporter(url: str, concurrency: int, records: _Records) -> tuple[PlacementR
         interval=lambda: 60.0,
         can_act=lambda: True,
         held=records.nodes.keys,
+        holds=records.nodes.__contains__,
     )
     return reporter, counting
 

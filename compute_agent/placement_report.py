@@ -97,9 +97,11 @@ class PlacementReporter:
         interval: Callable[[], float],
         can_act: Callable[[], bool],
         held: Callable[[], Collection[str]],
+        holds: Callable[[str], bool],
         metrics: AgentMetrics | None = None,
     ) -> None:
-        """``held``: the nodes the agent's ownership holds now (its claims)."""
+        """``held``: the nodes the agent's ownership holds now (its claims);
+        ``holds(node)``: whether it holds that one (asked before each write)."""
         self.host = host
         self._conf = conf
         self._client = client
@@ -107,6 +109,7 @@ class PlacementReporter:
         self._interval = interval
         self._can_act = can_act
         self._held = held
+        self._holds = holds
         self._metrics = metrics
         #: The conductor's time of the last owned-node read of a pass that
         #: completed (None: read them all next time).
@@ -372,7 +375,7 @@ class PlacementReporter:
             for future in concurrent.futures.as_completed(futures):
                 want = futures[future]
                 try:
-                    wrote, entry = future.result()
+                    outcome = future.result()
                 except concurrent.futures.CancelledError:
                     continue
                 except ServiceUnavailable as exc:
@@ -384,6 +387,9 @@ class PlacementReporter:
                 except PlacementRefused as exc:
                     self._refuse(want, exc, result)
                     continue
+                if outcome is None:
+                    continue
+                wrote, entry = outcome
                 result.mended += wrote
                 if entry is None:
                     self._written[want.uuid] = want
@@ -395,8 +401,13 @@ class PlacementReporter:
             raise unavailable
         return entries
 
-    def _mend_one(self, want: Wanted) -> tuple[bool, Any]:
-        """Whether the provider needed writing, and the allocation left to write."""
+    def _mend_one(self, want: Wanted) -> tuple[bool, Any] | None:
+        """Whether the provider needed writing, and the allocation left to
+        write; None when the node is not held (nothing done)."""
+        if not self._holds(want.uuid):
+            # Released since this pass read it (its new owner writes it), or
+            # claimed and not recorded as held yet (the next pass writes it).
+            return None
         written = self._written.get(want.uuid)
         if written is None:
             shown = provider.read(self._client, want.uuid)  # gained: read back first

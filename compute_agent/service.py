@@ -146,6 +146,9 @@ class AgentService:
                 interval=lambda: float(self.conf.compute_agent.reconcile_interval),
                 can_act=lambda: self.membership is not None and self.membership.can_act(),
                 held=lambda: self.ownership.held() if self.ownership is not None else (),
+                holds=lambda node: (
+                    self.ownership is not None and self.ownership.epoch(node) is not None
+                ),
                 metrics=self.metrics,
             )
         self.actions = NodeActions(

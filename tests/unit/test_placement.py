@@ -280,6 +280,7 @@ class Agent:
             interval=lambda: 60.0,
             can_act=lambda: self.acting,
             held=held,
+            holds=lambda node: node in held(),
             metrics=self.metrics,
         )
 
@@ -663,3 +664,18 @@ def test_a_new_instance_that_has_allocations_elsewhere_keeps_them(
         uuid: {"CUSTOM_BAREMETAL_GOLD": 1},
     }
     assert fake.count("GET", f"/allocations/{instance}") == gets + 1  # after the refusal only
+
+
+def test_a_node_released_while_a_pass_runs_is_not_written(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    kept, released = _enroll(conductor, 2)
+    agent = Agent("agent-1", client, conductor)
+    # The pass read both as ours; the ownership released one since.
+    agent.reporter._holds = lambda node: node != released
+    agent.reporter.run_pass()
+    assert kept in fake.providers and released not in fake.providers
+    # Held after all (a claim recorded late): the next pass writes it.
+    agent.reporter._holds = lambda node: True
+    agent.reporter.run_pass()
+    assert released in fake.providers
