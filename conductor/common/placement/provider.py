@@ -196,8 +196,8 @@ def differences(
 class _Provider:
     """One provider being mended: its generation, re-read when a write finds it stale."""
 
-    def __init__(self, client: PlacementClient, uuid: str, generation: int | None) -> None:
-        self.client, self.uuid, self.generation = client, uuid, generation
+    def __init__(self, uuid: str, generation: int | None) -> None:
+        self.uuid, self.generation = uuid, generation
 
     def write(self, read: Callable[[str], tuple[int, Any]], put: Callable[[int, Any], int]) -> None:
         """``put(generation, current)`` under the provider's generation;
@@ -253,7 +253,7 @@ def mend(
                 consumers={},
                 generation=int(created["generation"]),
             )
-    provider = _Provider(client, want.uuid, shown.generation)
+    provider = _Provider(want.uuid, shown.generation)
     if shown.name != want.name:
         _rename(client, want, shown)
     for consumer in sorted(set(shown.consumers) - {want.consumer}):
