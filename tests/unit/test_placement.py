@@ -553,6 +553,26 @@ def test_the_passes_are_counted_and_a_failing_one_shows(
     assert sample("ringfleet_agent_placement_writes_total", kind="refused") == 0
 
 
+def _allocated_elsewhere(
+    client: PlacementClient, provider_uuid: str, name: str, resource_class: str, amount: int
+) -> str:
+    """A provider written by someone else (a Nova), with ``amount`` of its
+    ``resource_class`` allocated to a new consumer; that consumer."""
+    created = client.create_provider(provider_uuid, name)
+    inventory = {resource_class: {"total": max(amount, 1), "reserved": 0}}
+    client.set_inventories(provider_uuid, int(created["generation"]), inventory)
+    consumer = str(uuid_lib.uuid4())
+    entry = {
+        "allocations": {provider_uuid: {"resources": {resource_class: amount}}},
+        "project_id": "p",
+        "user_id": "u",
+        "consumer_generation": None,
+        "consumer_type": "INSTANCE",
+    }
+    client.put_allocations({consumer: entry})
+    return consumer
+
+
 def test_an_allocation_of_no_ringfleet_instance_is_left_to_its_owner(
     client: PlacementClient,
     fake: FakePlacement,
@@ -563,22 +583,7 @@ def test_an_allocation_of_no_ringfleet_instance_is_left_to_its_owner(
     ringfleet has no instance for it, and must not free Nova's allocation."""
     (uuid,) = _enroll(conductor, 1)
     conductor.nodes[uuid].update(provision_state="error")
-    created = client.create_provider(uuid, uuid)
-    client.set_inventories(
-        uuid, int(created["generation"]), {"CUSTOM_BAREMETAL_GOLD": {"total": 1, "reserved": 0}}
-    )
-    nova = str(uuid_lib.uuid4())
-    client.put_allocations(
-        {
-            nova: {
-                "allocations": {uuid: {"resources": {"CUSTOM_BAREMETAL_GOLD": 1}}},
-                "project_id": "nova-project",
-                "user_id": "nova-user",
-                "consumer_generation": None,
-                "consumer_type": "INSTANCE",
-            }
-        }
-    )
+    nova = _allocated_elsewhere(client, uuid, uuid, "CUSTOM_BAREMETAL_GOLD", 1)
     agent = Agent("agent-1", client, conductor)
     with caplog.at_level(logging.WARNING):
         agent.reporter.run_pass()
@@ -639,22 +644,7 @@ def test_a_new_instance_that_has_allocations_elsewhere_keeps_them(
     agent = Agent("agent-1", client, conductor)
     agent.reporter.run_pass()
     other = str(uuid_lib.uuid4())
-    created = client.create_provider(other, "a-disk-array")
-    client.set_inventories(
-        other, int(created["generation"]), {"DISK_GB": {"total": 100, "reserved": 0}}
-    )
-    instance = str(uuid_lib.uuid4())
-    client.put_allocations(
-        {
-            instance: {
-                "allocations": {other: {"resources": {"DISK_GB": 10}}},
-                "project_id": "p",
-                "user_id": "u",
-                "consumer_generation": None,
-                "consumer_type": "INSTANCE",
-            }
-        }
-    )
+    instance = _allocated_elsewhere(client, other, "a-disk-array", "DISK_GB", 10)
     conductor.instances[instance] = {"uuid": instance, "project_id": "p", "user_id": "u"}
     conductor.nodes[uuid].update(instance_uuid=instance, provision_state="active")
     gets = fake.count("GET", f"/allocations/{instance}")
