@@ -17,8 +17,7 @@ import io
 import json
 import re
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,9 @@ from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
 from hashring.membership import Membership
 from tests.dbutil import migrated
+from tests.harness import wait_for
 
-__all__ = ["Embedded", "Result", "embedded_fleet", "wait_for"]
+__all__ = ["Embedded", "Result", "embedded_fleet", "without_fleet_lines"]
 
 
 @dataclass
@@ -74,17 +74,6 @@ _FLEET_LINE = re.compile(r"^(Membership of \S+ in group |Agent \S+ membership |I
 def without_fleet_lines(err: str) -> str:
     """``err`` without the lines of the services run in this process."""
     return "".join(line for line in err.splitlines(keepends=True) if not _FLEET_LINE.match(line))
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -141,7 +130,7 @@ def embedded_fleet(workdir: Path, group: str, extra_config: str = "") -> Iterato
                 and bool(view.excluded)
             )
 
-        wait_for(sees_all)
+        wait_for(sees_all, 20, "the conductor sees both agents and the excluded one", step=0.05)
         yield embedded
     finally:
         for agent in agents:
