@@ -40,6 +40,7 @@ import oslo_messaging as messaging
 from oslo_config import cfg
 
 from compute_agent.metrics import AgentMetrics
+from conductor.common import rpc
 from conductor.common.exception import (
     NodeNotFound,
     NotFound,
@@ -65,9 +66,6 @@ _PAGE: Final = 1000
 #: stamped before its transaction commits (the ownership manager's deepest
 #: overlap, for the same reason).  Nodes re-read are compared, not rewritten.
 _CHANGE_OVERLAP: Final = datetime.timedelta(seconds=5)
-#: More changed nodes than this in one pass are read with the owned-node
-#: listing (a page per 1,000) rather than one by one.
-_READ_ONE_BY_ONE: Final = 100
 
 
 @dataclasses.dataclass(slots=True)
@@ -120,6 +118,7 @@ class PlacementReporter:
         self._deletable: set[str] = set()
         #: Nodes found deleted (bounded by the deletes an agent sees).
         self._gone: set[str] = set()
+        self._by_uuids = True  # False: the conductor reads no nodes by uuid
         #: node uuid -> what this agent last made Placement show for it.
         self._written: dict[str, Wanted] = {}
         #: node uuid -> (the record, why Placement refused it): not retried
@@ -234,16 +233,13 @@ class PlacementReporter:
             self._refused.clear()
             self._as_of = None
             self._last_full = started
-        incremental = self._as_of is not None
         nodes, owned = self._read_owned()
         for node in nodes:
             if node.get("maintenance") and node.get("instance_uuid") is None:
                 self._deletable.add(node["uuid"])
             else:
                 self._deletable.discard(node["uuid"])
-        deleted = (
-            self._deleted_since(owned, {node["uuid"] for node in nodes}) if incremental else set()
-        )
+        deleted = self._deleted_since(owned, {node["uuid"] for node in nodes})
         owned -= deleted
         result.owned = len(owned)
         self._forget_departed(owned, deleted, result)
@@ -286,20 +282,47 @@ class PlacementReporter:
         # tells it; such nodes are left out once found gone.)
         held = set(self._held()) - self._gone
         # Held but neither written nor refused: a claim the feed missed.
-        wanted = sorted(changed | (held - self._written.keys() - self._refused.keys()))
-        if len(wanted) > _READ_ONE_BY_ONE:
+        wanted = changed | (held - self._written.keys() - self._refused.keys())
+        records = self._records(wanted)
+        if records is None:  # an older conductor: no reads by uuid
             return self._read_all_owned()
-        records = []
-        for uuid in wanted:
+        self._gone |= wanted - {r["uuid"] for r in records}
+        mine = [r for r in records if r.get("owner") == self.host]
+        owned = (held - changed - self._gone) | {r["uuid"] for r in mine}
+        return mine, owned
+
+    def _records(self, uuids: Collection[str]) -> list[dict[str, Any]] | None:
+        """The records of those of ``uuids`` that exist, 1,000 a call; None
+        when the conductor cannot read nodes by uuid (older than API 1.17)."""
+        ordered = sorted(uuids)
+        if not self._by_uuids or not self._conductor.can_send_version("1.17"):
+            return None
+        records: list[dict[str, Any]] = []
+        for start in range(0, len(ordered), _PAGE):
+            chunk = ordered[start : start + _PAGE]
             try:
-                record = self._conductor.show_node(uuid)
+                records += self._conductor.list_nodes(filters={"uuids": chunk}, limit=len(chunk))
+            except messaging.RemoteError as exc:
+                if exc.exc_type not in rpc.NOT_SERVED:
+                    raise
+                self._by_uuids = False  # an older conductor: full listings from now on
+                return None
+        return records
+
+    def _missing(self, uuids: Collection[str]) -> set[str]:
+        """Of ``uuids``, the nodes that no longer exist (deleted)."""
+        if not uuids:
+            return set()
+        records = self._records(uuids)
+        if records is not None:
+            return set(uuids) - {r["uuid"] for r in records}
+        missing = set()
+        for uuid in uuids:  # an older conductor: one by one
+            try:
+                self._conductor.show_node(uuid)
             except NodeNotFound:
-                self._gone.add(uuid)
-                continue
-            if record.get("owner") == self.host:
-                records.append(record)
-        owned = (held - changed) | {r["uuid"] for r in records}
-        return records, owned
+                missing.add(uuid)
+        return missing
 
     def _changed_since_last_read(self) -> set[str] | None:
         """The uuids of the nodes we own that changed since the last read
@@ -468,25 +491,10 @@ class PlacementReporter:
         """Of the nodes owned, those deleted since the last pass.
 
         A deleted node leaves no change behind; only a node in maintenance
-        hosting nothing can be deleted, so the owned ones in maintenance
-        are listed (one request: usually few) and any such node missing from
-        the list, and not read this pass, is looked up.
+        hosting nothing can be deleted, so those owned (usually few), not
+        read this pass, are looked up.
         """
-        candidates = (self._deletable & owned) - read
-        if not candidates:
-            return set()
-        listed = {
-            node["uuid"]
-            for node in pages(
-                lambda n, m: self._conductor.list_nodes(
-                    filters={"owner": self.host, "maintenance": True, "pinned": False},
-                    limit=n,
-                    marker=m,
-                ),
-                page_size=_PAGE,
-            )
-        }
-        deleted = {uuid for uuid in candidates - listed if self._deleted(uuid)}
+        deleted = self._missing((self._deletable & owned) - read)
         self._gone |= deleted
         return deleted
 
@@ -494,23 +502,19 @@ class PlacementReporter:
         """Forget the nodes no longer owned (their new owner writes them);
         delete the providers of those that were deleted (``deleted``: known
         to be; else looked up if they could have been)."""
-        departed = [uuid for uuid in self._written if uuid not in owned]
+        departed = {
+            uuid: self._written.pop(uuid) for uuid in list(self._written) if uuid not in owned
+        }
+        deleted = deleted | self._missing(
+            {u for u, last in departed.items() if u in self._deletable and last.consumer is None}
+            - deleted
+        )
         for uuid in departed:
-            last = self._written.pop(uuid)
             self._refused.pop(uuid, None)
-            if uuid in deleted or (
-                uuid in self._deletable and last.consumer is None and self._deleted(uuid)
-            ):
-                self._client.delete_provider(uuid)
-                result.deleted += 1
-                LOG.info("Agent %s: node %s deleted: its provider too", self.host, uuid)
             self._deletable.discard(uuid)
+        for uuid in sorted(deleted & departed.keys()):
+            self._client.delete_provider(uuid)
+            result.deleted += 1
+            LOG.info("Agent %s: node %s deleted: its provider too", self.host, uuid)
         for uuid in [u for u in self._refused if u not in owned]:
             del self._refused[uuid]
-
-    def _deleted(self, node_uuid: str) -> bool:
-        try:
-            self._conductor.show_node(node_uuid)
-        except NodeNotFound:
-            return True
-        return False

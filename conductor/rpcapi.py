@@ -80,6 +80,9 @@ API version history:
   announces in its membership; null for an agent of an older release).
   Asked at 1.16 (:meth:`ConductorAPI.service_versions`), an older
   conductor refuses rather than answer without them.
+* 1.17 - list_nodes takes a ``uuids`` filter (at most 1,000): the records
+  of the nodes a change feed named, in one call.  Sent at 1.17, so that an
+  older conductor refuses it rather than ignore it.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.16"
+API_VERSION = "1.17"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -186,8 +189,11 @@ class ConductorAPI:
         self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
     ) -> list[dict[str, Any]]:
         """Nodes in uuid order after ``marker`` (exclusive), at most ``limit``,
-        matching every ``filters`` key given."""
-        return self._call("list_nodes", filters=filters, limit=limit, marker=marker)  # type: ignore[no-any-return]
+        matching every ``filters`` key given (``uuids`` since 1.17)."""
+        version = "1.17" if filters and "uuids" in filters else "1.0"
+        return self._call(  # type: ignore[no-any-return]
+            "list_nodes", version=version, filters=filters, limit=limit, marker=marker
+        )
 
     def show_node(self, node: str) -> dict[str, Any]:
         """The node whose uuid or name is ``node``."""

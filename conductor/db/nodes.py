@@ -323,8 +323,11 @@ def _conditions(
     provision_state: str | None = None,
     maintenance: bool | None = None,
     pinned: bool | None = None,
+    uuids: Sequence[str] | None = None,
 ) -> list[Any]:
     conditions: list[Any] = []
+    if uuids is not None:
+        conditions.append(NodeModel.uuid.in_(uuids))
     if resource_class is not None:
         conditions.append(NodeModel.resource_class == resource_class)
     if group is not None:

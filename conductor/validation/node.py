@@ -17,6 +17,7 @@ import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from conductor.common.checks import UUID_REASON, normalized_uuid
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import PowerState, ProvisionState
 from conductor.common.schemas import (
@@ -64,8 +65,10 @@ PropertyValue = str | int | float | bool
 _POWER_STATES: Final = tuple(PowerState)
 _NODE_FIELDS: Final = NODE_SPEC.fields
 _NODE_FILTERS: Final = frozenset(
-    {"resource_class", "group", "owner", "provision_state", "maintenance", "pinned"}
+    {"resource_class", "group", "owner", "provision_state", "maintenance", "pinned", "uuids"}
 )
+#: At most this many uuids in one ``uuids`` filter (a page of them).
+MAX_UUIDS_FILTER: Final = 1000
 _NODE_UPDATE_FIELDS: Final = NODE_UPDATE.fields
 
 
@@ -479,7 +482,8 @@ def validate_maintenance(maintenance: object, reason: object) -> tuple[bool, str
 
 
 def validate_node_filters(filters: object) -> dict[str, Any]:
-    """``list_nodes``' filters: known keys, booleans and strings; ``owner`` lower-cased.
+    """``list_nodes``' filters: known keys, booleans and strings; ``owner``
+    lower-cased; ``uuids`` a list of uuids, normalized.
 
     :raises InvalidInput: naming every bad filter
     """
@@ -498,8 +502,25 @@ def validate_node_filters(filters: object) -> dict[str, Any]:
     for key in ("resource_class", "group", "owner", "provision_state"):
         if key in filters and not isinstance(filters[key], str):
             errors.append(FieldError.about(f"filters.{key}", "must be text", filters[key]))
+    checked = dict(filters)
+    if "uuids" in filters:  # since 1.17: these nodes only
+        uuids = filters["uuids"]
+        if not isinstance(uuids, list) or len(uuids) > MAX_UUIDS_FILTER:
+            errors.append(
+                FieldError.about(
+                    "filters.uuids", f"must be a list of at most {MAX_UUIDS_FILTER} uuids", uuids
+                )
+            )
+        else:
+            normalized = [normalized_uuid(u) for u in uuids]
+            errors.extend(
+                FieldError.about(f"filters.uuids[{i}]", UUID_REASON, u)
+                for i, (u, n) in enumerate(zip(uuids, normalized, strict=True))
+                if n is None
+            )
+            checked["uuids"] = normalized
     if errors:
         raise InvalidInput(errors)
     if "owner" in filters:  # host names are case-insensitive (check_host)
-        return {**filters, "owner": filters["owner"].lower()}
-    return dict(filters)
+        checked["owner"] = filters["owner"].lower()
+    return checked

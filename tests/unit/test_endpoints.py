@@ -291,6 +291,22 @@ def test_list_nodes_filters(env: Env) -> None:
     assert names(pinned=True) == ["a0"]
     assert names(pinned=False, resource_class="baremetal") == ["a1", "a2"]
     assert env.inventory.list_nodes(CTXT, filters=None) == env.inventory.list_nodes(CTXT)
+    a2 = env.node("a2")["uuid"]
+    missing = str(uuidlib.uuid4())
+    assert names(uuids=[a0, a2.upper(), missing]) == ["a0", "a2"]
+    assert names(uuids=[a0], owner="agent-1") == ["a0"]
+    assert names(uuids=[]) == []
+
+
+def test_list_nodes_refuses_bad_uuid_filters(env: Env) -> None:
+    for bad, field in (
+        ("x", "filters.uuids"),
+        ([str(uuidlib.uuid4())] * 1001, "filters.uuids"),
+        (["not-a-uuid"], "filters.uuids[0]"),
+    ):
+        with pytest.raises(InvalidInput) as refused:
+            env.inventory.list_nodes(CTXT, filters={"uuids": bad})
+        assert [e.field for e in refused.value.errors] == [field]
 
 
 def test_list_nodes_pages_by_uuid(env: Env) -> None:

@@ -179,8 +179,9 @@ class Conductor:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.instances: dict[str, dict[str, Any]] = {}
         self.calls: list[str] = []
-        self.shown: list[str] = []  # the nodes show_node was asked for
-        self.feed = True  # False: an older conductor, without the feed
+        self.shown: list[str] = []  # the nodes asked for by uuid
+        self.feed = True  # False: a conductor older than 1.15, without the feed
+        self.by_uuid = True  # False: older than 1.17, no list_nodes by uuids
         self._clock = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
         self._seen: dict[str, tuple[str, datetime.datetime]] = {}
 
@@ -190,8 +191,15 @@ class Conductor:
     def list_nodes(
         self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
     ) -> list[dict[str, Any]]:
-        self.calls.append("list_nodes")
-        filters = filters or {}
+        filters = dict(filters or {})
+        uuids = filters.pop("uuids", None)
+        if uuids is not None:
+            self.calls.append("list_nodes by uuid")
+            if not self.by_uuid:
+                raise messaging.RemoteError("UnsupportedVersion", "1.17", "")
+            self.shown.extend(uuids)
+        else:
+            self.calls.append("list_nodes")
         found = sorted(
             (
                 n
@@ -204,6 +212,7 @@ class Conductor:
                     else n[k] == v
                     for k, v in filters.items()
                 )
+                and (uuids is None or n["uuid"] in uuids)
             ),
             key=lambda n: n["uuid"],
         )
@@ -237,6 +246,9 @@ class Conductor:
             if node["owner"] == member and (after is None or self._seen[uuid][1] > after)
         ]
         return {"nodes": changed[:limit], "as_of": self._clock.isoformat(), "next": None}
+
+    def can_send_version(self, version: str) -> bool:
+        return True
 
     def show_instance(self, instance: str) -> dict[str, Any]:
         self.calls.append("show_instance")
@@ -472,9 +484,16 @@ def test_passes_after_the_first_read_only_the_changed_nodes(
     assert conductor.shown == [mine[7]]
     _agree(client, conductor, mine)
 
-    conductor.feed = False  # an older conductor: every pass lists them all
+    conductor.by_uuid = False  # a 1.15 conductor: a feed, no reads by uuid
     conductor.calls.clear()
     conductor.nodes[mine[8]]["maintenance"] = True
+    agent.reporter.run_pass()
+    assert "list_nodes" in conductor.calls  # the agent's nodes listed
+    _agree(client, conductor, mine)
+
+    conductor.feed = False  # older still: every pass lists them all
+    conductor.calls.clear()
+    conductor.nodes[mine[9]]["maintenance"] = True
     agent.reporter.run_pass()
     assert "list_nodes" in conductor.calls
     _agree(client, conductor, mine)
@@ -669,3 +688,18 @@ def test_a_node_released_while_a_pass_runs_is_not_written(
     agent.reporter._holds = lambda node: True
     agent.reporter.run_pass()
     assert released in fake.providers
+
+
+def test_the_changed_nodes_of_a_pass_are_read_in_one_call(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    mine = _enroll(conductor, 160)
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    for uuid in mine[:150]:
+        conductor.nodes[uuid]["maintenance"] = True
+    conductor.calls.clear()
+    assert agent.reporter.run_pass().mended == 150
+    assert conductor.calls.count("list_nodes by uuid") == 1
+    assert "show_node" not in conductor.calls and "list_nodes" not in conductor.calls
+    _agree(client, conductor, mine)
