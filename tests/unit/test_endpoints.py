@@ -299,14 +299,14 @@ def test_list_nodes_filters(env: Env) -> None:
 
 
 def test_list_nodes_refuses_bad_uuid_filters(env: Env) -> None:
-    for bad, field in (
+    for bad, named in (
         ("x", "filters.uuids"),
         ([str(uuidlib.uuid4())] * 1001, "filters.uuids"),
         (["not-a-uuid"], "filters.uuids[0]"),
     ):
         with pytest.raises(InvalidInput) as refused:
             env.inventory.list_nodes(CTXT, filters={"uuids": bad})
-        assert [e.field for e in refused.value.errors] == [field]
+        assert [e.field for e in refused.value.errors] == [named]
 
 
 def test_list_nodes_pages_by_uuid(env: Env) -> None:
