@@ -51,6 +51,7 @@ from conductor.common.exception import (
 from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient, PlacementConflict, PlacementRefused
 from conductor.common.placement.provider import Wanted
+from conductor.common.repeated_failure import RepeatedFailure
 from conductor.rpcapi import ConductorAPI, pages
 
 __all__ = ["PassResult", "PlacementReporter"]
@@ -129,7 +130,13 @@ class PlacementReporter:
         self._thread: threading.Thread | None = None
         self._last_full = time.monotonic()
         self._resync = False  # asked for a comparison of every provider
-        self._failure: str | None = None  # why the last pass failed
+        self._failures = RepeatedFailure(
+            LOG,
+            "Agent %s: Placement pass failed: %s; the next pass tries again",
+            "Agent %s: Placement pass failed again: %s",
+            "Agent %s: Placement passes complete again",
+            host,
+        )
         self.last: PassResult | None = None
 
     @property
@@ -192,28 +199,17 @@ class PlacementReporter:
     def _failed(self, exc: Exception | None) -> None:
         """One line per new reason passes fail, one INFO when one completes again.
 
-        While Placement or the conductors are down every pass fails alike:
-        Placement's outage is said by its client (one WARNING), the rest
-        here, once; an unexpected error once with its traceback.
+        Placement's own outage is said by its client (one WARNING), so it is
+        at debug level here; an unexpected error comes with its traceback.
         """
-        previous = self._failure
         if exc is None:
-            self._failure = None
-            if previous is not None:
-                LOG.info("Agent %s: Placement passes complete again", self.host)
-            return
-        reason = first_line(exc)
-        self._failure = reason
-        if reason == previous:
-            LOG.debug("Agent %s: Placement pass failed again: %s", self.host, reason)
-        elif isinstance(exc, ServiceUnavailable):  # Placement's: said by its client
-            LOG.debug("Agent %s: Placement pass stopped: %s", self.host, reason)
+            self._failures.worked()
+        elif isinstance(exc, ServiceUnavailable):
+            self._failures.failed(first_line(exc), logging.DEBUG)
         elif isinstance(exc, (RingfleetError, messaging.MessagingException)):
-            LOG.warning(
-                "Agent %s: Placement pass failed: %s; the next pass tries again", self.host, reason
-            )
+            self._failures.failed(first_line(exc))
         else:
-            LOG.error("Agent %s: Placement pass failed", self.host, exc_info=exc)
+            self._failures.failed(first_line(exc), logging.ERROR, exc_info=exc)
 
     # -- one pass ---------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetErr
 from conductor.common.metrics import MetricsServer
 from conductor.common.placement import conf as placement_conf
 from conductor.common.placement.client import PlacementClient
+from conductor.common.repeated_failure import RepeatedFailure
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import MembershipView, State
 
@@ -74,7 +75,13 @@ class AgentService:
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None
         self.placement: PlacementReporter | None = None
-        self._reconcile_failure: str | None = None  # why the last reconcile failed
+        self._reconcile_failures = RepeatedFailure(
+            LOG,
+            "Agent %s: reconcile failed: %s; retrying",
+            "Agent %s: reconcile failed again: %s",
+            "Agent %s: reconcile works again",
+            self.host,
+        )
         # Since when (monotonic) state reports fail: one WARNING per outage.
         self._reports_failing_since: float | None = None
         self._terminating = threading.Lock()
@@ -491,22 +498,14 @@ class AgentService:
         conductor that does not see us in the group yet is no fault: we
         joined since it last read the group (a restart), and it will.
         """
-        previous = self._reconcile_failure
         if exc is None:
-            self._reconcile_failure = None
-            if previous is not None:
-                LOG.info("Agent %s: reconcile works again", self.host)
-            return
-        if isinstance(exc, InvalidInput) and exc.is_not_live_member:
-            reason = "the conductor does not see this agent in the group yet"
-            level = logging.INFO
+            self._reconcile_failures.worked()
+        elif isinstance(exc, InvalidInput) and exc.is_not_live_member:
+            self._reconcile_failures.failed(
+                "the conductor does not see this agent in the group yet", logging.INFO
+            )
         else:
-            reason, level = first_line(exc), logging.WARNING
-        self._reconcile_failure = reason
-        if reason != previous:
-            LOG.log(level, "Agent %s: reconcile failed: %s; retrying", self.host, reason)
-        else:
-            LOG.debug("Agent %s: reconcile failed again: %s", self.host, reason)
+            self._reconcile_failures.failed(first_line(exc))
 
     def _resume_work(self) -> None:
         """Once per validation of our claims: have our in-flight work routed to us.
