@@ -276,13 +276,17 @@ class PlacementReporter:
             return self._read_all_owned()
         # (The ownership holds a deleted node until it re-validates: nothing
         # tells it; such nodes are left out once found gone.)
-        held = set(self._held()) - self._gone
+        held = set(self._held())
+        self._gone &= held  # re-validated away: nothing to remember
+        held -= self._gone
         # Held but neither written nor refused: a claim the feed missed.
         wanted = changed | (held - self._written.keys() - self._refused.keys())
         records = self._records(wanted)
         if records is None:  # an older conductor: no reads by uuid
             return self._read_all_owned()
-        self._gone |= wanted - {r["uuid"] for r in records}
+        found = {r["uuid"] for r in records}
+        # (A uuid found again was imported again.)
+        self._gone = (self._gone - found) | (wanted - found)
         mine = [r for r in records if r.get("owner") == self.host]
         owned = (held - changed - self._gone) | {r["uuid"] for r in mine}
         return mine, owned
@@ -359,7 +363,9 @@ class PlacementReporter:
         self._next_as_of = (
             None if first is None else datetime.datetime.fromisoformat(first["as_of"])
         )
-        return nodes, {node["uuid"] for node in nodes}
+        owned = {node["uuid"] for node in nodes}
+        self._gone -= owned  # imported again since
+        return nodes, owned
 
     def _wanted(self, node: Mapping[str, Any]) -> Wanted:
         default = str(self._conf.placement.default_project_id)

@@ -703,3 +703,26 @@ def test_the_changed_nodes_of_a_pass_are_read_in_one_call(
     assert conductor.calls.count("list_nodes by uuid") == 1
     assert "show_node" not in conductor.calls and "list_nodes" not in conductor.calls
     _agree(client, conductor, mine)
+
+
+def test_a_node_deleted_and_imported_again_is_reported_again(
+    client: PlacementClient, fake: FakePlacement, conductor: Conductor
+) -> None:
+    kept, again = _enroll(conductor, 2)
+    conductor.nodes[again]["maintenance"] = True
+    agent = Agent("agent-1", client, conductor)
+    agent.reporter.run_pass()
+    agent.held = {kept, again}  # the ownership does not know of deletes
+    record = conductor.nodes[again]
+    conductor.delete(again)
+    assert agent.reporter.run_pass().deleted == 1
+    conductor.nodes[again] = {**record, "maintenance": False}  # the same uuid, imported again
+    agent.reporter.run_pass()
+    agent.reporter.run_pass()  # and a pass in which it did not change
+    _agree(client, conductor, [kept, again])
+    # Still ours to follow: a second delete takes its provider too.
+    conductor.nodes[again]["maintenance"] = True
+    agent.reporter.run_pass()
+    conductor.delete(again)
+    assert agent.reporter.run_pass().deleted == 1
+    assert again not in fake.providers
