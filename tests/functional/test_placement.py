@@ -35,7 +35,7 @@ from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import wait_for
 from tests.harness.servers import server_ctl
 
-AGGREGATE = placement_conf.opts[2].default
+AGGREGATE = placement_conf.DEFAULT_AGGREGATE
 NODES = 40
 
 

@@ -29,7 +29,7 @@ from tests import placement_contract
 from tests.fake_placement import FakePlacement
 from tests.harness import wait_for
 
-AGG = "b2f5f1d6-3a0e-5c2b-9d64-7a1f1c4e2a10"
+AGG = placement_conf.DEFAULT_AGGREGATE
 
 
 @pytest.fixture

@@ -18,7 +18,15 @@ from oslo_config import cfg
 from conductor.common.conf import keystoneauth
 from conductor.common.conf.groups import register_group_opts
 
-__all__ = ["API_VERSION", "group", "list_opts", "opts", "register_opts"]
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_AGGREGATE",
+    "enabled",
+    "group",
+    "list_opts",
+    "opts",
+    "register_opts",
+]
 
 group = cfg.OptGroup(
     "placement",
@@ -36,6 +44,9 @@ group = cfg.OptGroup(
 #: on allocations), 1.28 (consumer generations) and 1.19 (aggregates with the
 #: provider generation).
 API_VERSION: Final = "1.39"
+
+#: ``[placement] aggregate`` unless set: the same in every ringfleet.
+DEFAULT_AGGREGATE: Final = "b2f5f1d6-3a0e-5c2b-9d64-7a1f1c4e2a10"
 
 opts = [
     cfg.IntOpt(
@@ -66,7 +77,7 @@ opts = [
     ),
     cfg.StrOpt(
         "aggregate",
-        default="b2f5f1d6-3a0e-5c2b-9d64-7a1f1c4e2a10",
+        default=DEFAULT_AGGREGATE,
         help=(
             "The uuid of the Placement aggregate every ringfleet node's "
             "provider is a member of: how 'ringfleet placement check' finds "
