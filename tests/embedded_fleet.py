@@ -65,10 +65,14 @@ class Embedded:
 
 
 #: What the fleet's own services, run in this process, log when a loaded
-#: machine delays their heartbeats, or a build's routing (a thread of an
+#: machine delays their heartbeats, when a membership first sees the agent
+#: of another ring version, or a build's routing (a thread of an
 #: earlier test's conductor, still winding down): it reaches the CLI's
 #: stderr here only.
-_FLEET_LINE = re.compile(r"^(Membership of \S+ in group |Agent \S+ membership |Instance \S+: )")
+_FLEET_LINE = re.compile(
+    r"^(Membership of \S+ in group |Agent \S+ membership |Instance \S+: "
+    r"|Member \S+ is excluded from the ring )"
+)
 
 
 def without_fleet_lines(err: str) -> str:
