@@ -9,6 +9,7 @@ what to do instead, and read the membership TTL it configures.
 
 from __future__ import annotations
 
+import importlib.util
 import urllib.parse
 
 from hashring.exceptions import MembershipError
@@ -138,15 +139,11 @@ def check_backend_url(backend_url: str, member_id: str = "-") -> urllib.parse.Sp
             "backend_url",
             f"bad port in {netloc!r}: must be a number in 1..65535",
         )
-    if redis and not parsed.hostname:
-        raise MembershipError(
-            member_id, "backend_url", "a redis:// URL needs a host, e.g. redis://127.0.0.1:6379"
-        )
     query = urllib.parse.parse_qs(parsed.query)
     for name, values in query.items():
         _check_option(parsed.scheme, name, values[-1], member_id)
     if redis:
-        _check_sentinel(query, member_id)
+        _check_redis(parsed, query, member_id)
     return parsed
 
 
@@ -170,8 +167,23 @@ def _check_option(scheme: str, name: str, raw: str, member_id: str) -> None:
             )
 
 
-def _check_sentinel(query: dict[str, list[str]], member_id: str) -> None:
-    """Sentinel options of a redis:// URL: the other sentinels as HOST:PORT."""
+def _check_redis(
+    parsed: urllib.parse.SplitResult, query: dict[str, list[str]], member_id: str
+) -> None:
+    """A redis:// URL: its client library, its host, its Sentinel options
+    (the other sentinels as HOST:PORT)."""
+    if importlib.util.find_spec("redis") is None:
+        # tooz would fail on every connection attempt, forever.
+        raise MembershipError(
+            member_id,
+            "backend_url",
+            "a redis:// URL needs the redis client library, the 'redis' extra: "
+            "pip install 'ringfleet[redis]'",
+        )
+    if not parsed.hostname:
+        raise MembershipError(
+            member_id, "backend_url", "a redis:// URL needs a host, e.g. redis://127.0.0.1:6379"
+        )
     for fallback in query.get("sentinel_fallback", []):
         host, _, port_text = fallback.rpartition(":")
         if not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:

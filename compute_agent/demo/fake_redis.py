@@ -24,22 +24,15 @@ import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
-from tooz.drivers import redis as tooz_redis
+from conductor.common.extras import MissingExtra
 
-__all__ = ["FakeRedisServer", "MissingFakeRedis", "in_process_redis"]
+__all__ = ["FakeRedisServer", "in_process_redis"]
+
+_EXTRA = "demo-redis"
+_FEATURE = "the in-process Redis (ringfleet demo --backend redis)"
 
 #: What INFO reports: tooz only checks ``redis_version`` (>= 2.6.0).
 REDIS_VERSION = "7.0.15"
-
-
-class MissingFakeRedis(Exception):
-    """fakeredis (with Lua) is not installed."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "the in-process Redis needs fakeredis with Lua: "
-            "pip install 'ringfleet[demo-redis]' (or 'fakeredis[lua]')"
-        )
 
 
 class FakeRedisServer:
@@ -48,10 +41,10 @@ class FakeRedisServer:
     def __init__(self) -> None:
         try:
             import fakeredis  # noqa: PLC0415 -- optional extra (demo-redis)
-        except ImportError:
-            raise MissingFakeRedis() from None
+        except ImportError as exc:
+            raise MissingExtra(_EXTRA, _FEATURE, exc.name or "fakeredis") from None
         if importlib.util.find_spec("lupa") is None:  # tooz's group operations are Lua
-            raise MissingFakeRedis()
+            raise MissingExtra(_EXTRA, _FEATURE, "lupa")
 
         class _Client(fakeredis.FakeRedis):
             # The shim: fakeredis has no INFO (see the module docstring).
@@ -85,9 +78,13 @@ class FakeRedisServer:
 def in_process_redis() -> Iterator[FakeRedisServer]:
     """Every tooz ``redis://`` coordinator created inside uses one fake server.
 
-    :raises MissingFakeRedis: when fakeredis or lupa is not installed.
+    :raises conductor.common.extras.MissingExtra: when fakeredis or lupa (the
+        ``demo-redis`` extra) is not installed.
     """
     server = FakeRedisServer()
+    # tooz's Redis driver imports redis-py: the demo-redis extra, as fakeredis
+    # is.  Imported here so that the default demo (file://) never needs it.
+    from tooz.drivers import redis as tooz_redis  # noqa: PLC0415
 
     def make_client(cls: Any, parsed_url: Any, options: Any, default_socket_timeout: Any) -> Any:
         return server.client()

@@ -30,10 +30,11 @@ from typing import Any, Protocol
 from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
-from compute_agent.demo.fake_redis import MissingFakeRedis, in_process_redis
+from compute_agent.demo.fake_redis import in_process_redis
 from compute_agent.service import AgentService
 from conductor import conf as conductor_conf
 from conductor.common import rpc
+from conductor.common.extras import MissingExtra
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import ConductorAPI
@@ -115,7 +116,7 @@ class EmbeddedFleet:
         if settings.backend == "redis":
             try:
                 self._backend.enter_context(in_process_redis())
-            except MissingFakeRedis as exc:
+            except MissingExtra as exc:
                 raise FleetError(str(exc)) from None
         self.workdir = Path(tempfile.mkdtemp(prefix="ringfleet-demo-"))
         self.action_log = self.workdir / "actions.jsonl"

@@ -25,6 +25,7 @@ from oslo_config import cfg
 from conductor.api import policy
 from conductor.api.errors import ApiError, Environ, StartResponse, WsgiApp, error_response
 from conductor.common import exception
+from conductor.common.extras import MissingExtra, install_hint
 
 __all__ = [
     "CREDENTIALS",
@@ -186,11 +187,11 @@ def authenticated(
     if conf.api.auth_strategy == "keystone":
         try:
             from conductor.api import auth_token  # noqa: PLC0415 -- optional extra
-        except ImportError:
+        except MissingExtra as exc:
             raise exception.ConfigurationError(
                 "api",
                 "auth_strategy",
-                "keystone needs keystonemiddleware: pip install 'ringfleet[keystone]'",
+                f"keystone needs keystonemiddleware: {install_hint(exc.extra)}",
             ) from None
         guarded = auth_token.AuthToken(
             guarded, {"oslo_config_config": conf, "delay_auth_decision": True}

@@ -24,9 +24,14 @@ from __future__ import annotations
 from typing import Any
 
 from keystoneauth1 import exceptions as ksa_exceptions
-from keystonemiddleware import auth_token
 
 from conductor.api import auth
+from conductor.common.extras import MissingExtra
+
+try:
+    from keystonemiddleware import auth_token
+except ImportError as exc:
+    raise MissingExtra("keystone", "[api] auth_strategy = keystone", exc.name or "") from None
 
 __all__ = ["AuthToken"]
 

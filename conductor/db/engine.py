@@ -51,6 +51,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from conductor.common.exception import ConfigurationError, DatabaseUnavailable, first_line
+from conductor.common.extras import install_hint
 
 __all__ = ["Database", "database_from_conf", "retry_on_dead_connection"]
 
@@ -540,5 +541,15 @@ def database_from_conf(conf: cfg.ConfigOpts) -> Database:
             connect_timeout=conf.database.connect_timeout,
             statement_timeout=conf.database.statement_timeout,
         )
+    except ModuleNotFoundError as exc:  # the URL's driver (DBAPI) is not installed
+        raise ConfigurationError("database", "connection", _missing_driver(url, exc)) from None
     except Exception as exc:  # SQLAlchemy raises several types for bad URLs
         raise ConfigurationError("database", "connection", f"unusable: {exc}") from exc
+
+
+def _missing_driver(url: str, exc: ModuleNotFoundError) -> str:
+    """What to install for the driver of ``url`` (MariaDB's is an extra)."""
+    backend = make_url(url).get_backend_name()
+    if backend in _MYSQL_BACKENDS:
+        return f"{backend} needs {exc.name}, the 'mysql' extra: {install_hint('mysql')}"
+    return f"the driver of {backend} is not installed ({exc.name})"
