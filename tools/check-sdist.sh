@@ -5,10 +5,13 @@
 # floors, read from the file), in a throwaway virtualenv; then check that the
 # sdist holds every tracked file (tools/check_sdist.py) and list it.
 #
-# Usage: tools/check-sdist.sh   (from anywhere; needs python3 with venv, git, PyPI)
+# Usage: tools/check-sdist.sh [OUTDIR]   (from anywhere; needs python3 with
+#        venv, git, PyPI).  OUTDIR: keep the sdist and the wheel there
+#        (tools/check-install.sh installs that wheel); default: thrown away.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+outdir=${1:+$(mkdir -p "$1" && cd "$1" && pwd)}
 cd "$repo"
 python=${PYTHON:-python3}
 tmp=$(mktemp -d)
@@ -31,3 +34,6 @@ echo "build requirements at their floors: ${floors[*]}"
     || { cat "$tmp/build.log" >&2; exit 1; }
 ls "$tmp"/dist/*.whl >/dev/null
 "$python" -m tools.check_sdist "$tmp"/dist/*.tar.gz
+if [[ -n $outdir ]]; then
+    cp "$tmp"/dist/*.tar.gz "$tmp"/dist/*.whl "$outdir"/
+fi

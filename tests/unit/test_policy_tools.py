@@ -127,3 +127,23 @@ def test_checker_evaluates_the_generated_policy_for_a_token(tmp_path: Path) -> N
     assert operator["ringfleet:node:create"] == "passed"
     assert operator["ringfleet:flavor:create"] == "failed"
     assert check("admin")["ringfleet:flavor:create"] == "passed"
+
+
+def test_the_policy_sample_is_up_to_date(tmp_path: Path) -> None:
+    """etc/ringfleet/policy.yaml.sample (installed in share/ringfleet) is what
+    oslopolicy-sample-generator makes of the rules in the code."""
+    repo = Path(__file__).resolve().parents[2]
+    generated = tmp_path / "policy.yaml.sample"
+    out = _tool(
+        "oslopolicy-sample-generator",
+        "--config-file",
+        str(repo / "etc/ringfleet/ringfleet-policy-generator.conf"),
+        "--output-file",
+        str(generated),
+        cwd=repo,
+    )
+    assert out.returncode == 0, out.stderr
+    assert generated.read_text() == (repo / "etc/ringfleet/policy.yaml.sample").read_text(), (
+        "the policy sample is out of date: run oslopolicy-sample-generator "
+        "--config-file etc/ringfleet/ringfleet-policy-generator.conf"
+    )
