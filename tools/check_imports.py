@@ -52,15 +52,15 @@ def check(extra_modules: dict[str, str]) -> list[str]:
         extra = extra_modules.get(name)
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 -- every failure is reported
+        except Exception as exc:  # every failure is reported
             error = f"{type(exc).__name__}: {exc}"
             if extra is None:
                 problems.append(f"{name}: {error}")
             elif not isinstance(exc, ImportError) or f"ringfleet[{extra}]" not in str(exc):
-                problems.append(f"{name}: needs the {extra!r} extra, but its error does not say so: {error}")
+                problems.append(f"{name}: its error does not name the {extra!r} extra: {error}")
             continue
         if extra is not None:
-            problems.append(f"{name}: declared as needing the {extra!r} extra, but imports without it")
+            problems.append(f"{name}: imports without the {extra!r} extra it is declared to need")
     if count == 0:
         problems.append("no ringfleet module found: is ringfleet installed in this interpreter?")
     print(f"{count} ringfleet modules imported, {len(problems)} problems", file=sys.stderr)
