@@ -87,7 +87,6 @@ API version history:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import oslo_messaging as messaging
@@ -95,6 +94,7 @@ from oslo_context import context as request_context
 
 from conductor.common import rpc, tenancy
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
+from conductor.common.paging import pages
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 
@@ -105,30 +105,6 @@ API_VERSION = "1.17"
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
-
-
-def pages(
-    fetch: Callable[[int, str | None], list[dict[str, Any]]],
-    limit: int | None = None,
-    page_size: int = 1000,
-) -> Iterator[dict[str, Any]]:
-    """Every item of a paged list call, in pages of ``page_size``, at most ``limit``.
-
-    ``fetch(limit, marker)`` is one call, e.g.
-    ``lambda n, m: api.list_nodes(limit=n, marker=m)``; the marker is the
-    last item's uuid.
-    """
-    marker: str | None = None
-    left = limit
-    while left is None or left > 0:
-        size = page_size if left is None else min(page_size, left)
-        page = fetch(size, marker)
-        yield from page
-        if len(page) < size:
-            return
-        if left is not None:
-            left -= len(page)
-        marker = page[-1]["uuid"]
 
 
 class ConductorAPI:

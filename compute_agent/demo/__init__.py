@@ -8,7 +8,8 @@ through the conductor's RPC API (enroll, build, crash, re-home, join),
 :mod:`.checks` verifies the invariants (``docs/architecture.rst``, "The
 invariants") on what it reads back,
 :mod:`.report` prints the tables, the progress bar and the summary, and
-:mod:`.command` is the cliff command.
+:mod:`.command` is the cliff command (its options, :mod:`.options`, apart
+from the scenario: ``--help`` does not import the fleet).
 
 It runs both services, so it sits above both: the conductor and the agent
 never import each other's service code (only the RPC clients and

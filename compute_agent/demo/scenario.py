@@ -18,7 +18,6 @@ import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TextIO
 
 from compute_agent.demo.checks import (
@@ -33,6 +32,7 @@ from compute_agent.demo.checks import (
     check_single_owner,
 )
 from compute_agent.demo.fleet import EmbeddedFleet, FleetError, FleetSettings
+from compute_agent.demo.options import DemoOptions
 from compute_agent.demo.report import (
     AgentRow,
     DemoResult,
@@ -73,22 +73,6 @@ _POLL = 0.1
 #: plus this much per node (claims and listings grow with the fleet).
 _SLACK = 20.0
 _SLACK_PER_NODE = 0.005
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    """The demo's sizes and timings (validated by the command)."""
-
-    agents: int = 3
-    nodes: int = 300
-    instances: int = 100
-    ttl: float = 2.0
-    rehome_grace: float = 3.0
-    step_duration: float = 0.02
-    failure_rate: float = 0.0
-    seed: int = 0
-    #: membership backend: "file" (tooz file://) or "redis" (tooz redis:// on fakeredis)
-    backend: str = "file"
 
 
 class _StepFailed(Exception):

@@ -22,7 +22,6 @@ from oslo_config import cfg
 
 from conductor.cli import login
 from conductor.cli.client import client_from_conf, load_config
-from conductor.cli.http_client import HttpConductorAPI
 
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
 
@@ -136,6 +135,9 @@ class RingfleetApp(App):
         """The :class:`conductor.rpcapi.ConductorAPI`, built on first use."""
         if self._client is None:
             if login.wants_http(self.options):
+                # requests and keystoneauth: for the HTTP API only.
+                from conductor.cli.http_client import HttpConductorAPI  # noqa: PLC0415 -- see above
+
                 self._client = HttpConductorAPI(
                     login.log_in(self.options, self.options.rpc_timeout),
                     self.options.rpc_timeout,
@@ -151,9 +153,12 @@ class RingfleetApp(App):
         if self._transport is not None:
             self._transport.cleanup()
             self._transport = self._client = None
-        elif isinstance(self._client, HttpConductorAPI):
-            self._client.close()
-            self._client = None
+        elif self._client is not None:
+            from conductor.cli.http_client import HttpConductorAPI  # noqa: PLC0415 -- loaded: in use
+
+            if isinstance(self._client, HttpConductorAPI):
+                self._client.close()
+                self._client = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

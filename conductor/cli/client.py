@@ -13,16 +13,20 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kombu.connection
-import oslo_messaging as messaging
 from oslo_config import cfg
 
-from conductor import conf as conductor_conf
-from conductor.common import broker_outage, rpc
 from conductor.common.exception import ConfigurationError, ServiceUnavailable, first_line
-from conductor.rpcapi import ConductorAPI
+
+if TYPE_CHECKING:
+    import oslo_messaging as messaging
+
+    from conductor.rpcapi import ConductorAPI
+
+# oslo.messaging, kombu and the option groups (the hash ring's) are imported
+# where they are used: a command that never calls the conductor over RPC
+# (--help, the HTTP API, the demo) starts without them (issue 36).
 
 __all__ = ["DEFAULT_CONFIG_FILE", "client_from_conf", "load_config"]
 
@@ -31,14 +35,14 @@ DEFAULT_CONFIG_FILE = "/etc/ringfleet/ringfleet.conf"
 #: The drivers whose broker is tried before the first call (AMQP over kombu).
 _AMQP_DRIVERS = ("rabbit",)
 
-#: kombu has no type hints.
-_Connection: Any = kombu.connection.Connection
-
 
 def load_config(config_files: Sequence[str]) -> tuple[cfg.ConfigOpts, str]:
     """The CLI's configuration parsed from ``config_files`` (or the default
     file when none is given and it exists), with the RPC options registered;
     and where it came from, in words, for the errors."""
+    from conductor import conf as conductor_conf  # noqa: PLC0415 -- the ring's options: RPC only
+    from conductor.common import rpc  # noqa: PLC0415 -- oslo.messaging: RPC only
+
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     conductor_conf.register_opts(conf)
@@ -65,6 +69,11 @@ def client_from_conf(
     :raises ConfigurationError: no ``[DEFAULT] transport_url``
     :raises ServiceUnavailable: the broker did not answer within *timeout*
     """
+    import oslo_messaging as messaging  # noqa: PLC0415 -- heavy: RPC only
+
+    from conductor.common import rpc  # noqa: PLC0415 -- oslo.messaging: RPC only
+    from conductor.rpcapi import ConductorAPI  # noqa: PLC0415 -- oslo.messaging: RPC only
+
     if not conf.transport_url:
         raise ConfigurationError(
             "DEFAULT", "transport_url", f"not set ({source}); or use --os-endpoint"
@@ -83,12 +92,19 @@ def client_from_conf(
 
 def _try_broker(url: messaging.TransportURL, timeout: float, source: str) -> None:
     """Connect to one of the URL's brokers within *timeout*, or say why not."""
+    import kombu.connection  # noqa: PLC0415 -- heavy: RPC only
+    import oslo_messaging as messaging  # noqa: PLC0415 -- heavy: RPC only
+
+    from conductor.common import broker_outage  # noqa: PLC0415 -- oslo.messaging: RPC only
+
+    # kombu has no type hints.
+    connection_class: Any = kombu.connection.Connection
     failures: list[str] = []
     reached = threading.Event()
 
     def attempt() -> None:
         for host in url.hosts or [messaging.TransportHost()]:
-            connection = _Connection(
+            connection = connection_class(
                 hostname=host.hostname or "localhost",
                 port=host.port or 5672,
                 userid=host.username or "guest",

@@ -14,14 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-import oslo_messaging as messaging
 import yaml
 from oslo_config import cfg
 
-from conductor.common import rpc
 from conductor.common.exception import InvalidInput, RingfleetError
+
+if TYPE_CHECKING:
+    import oslo_messaging as messaging
 
 __all__ = [
     "ConductorCommand",
@@ -47,7 +49,24 @@ def _local(exc: RingfleetError) -> RingfleetError:
     return exc
 
 
+def _loaded_messaging() -> Any:
+    """oslo.messaging if something imported it already (the RPC client), else None.
+
+    Its exceptions are looked for only then: none can have been raised
+    without it, and a command that never talked RPC (``--help``, the HTTP
+    API, the demo) starts and fails without importing it (half a second of
+    CPU, issue 36).
+    """
+    if "oslo_messaging" not in sys.modules:
+        return None
+    import oslo_messaging  # noqa: PLC0415 -- imported already (see above)
+
+    return oslo_messaging
+
+
 def _remote_error(exc: messaging.RemoteError) -> str:
+    from conductor.common import rpc  # noqa: PLC0415 -- oslo.messaging: loaded already
+
     if exc.exc_type in rpc.NOT_SERVED:
         # The conductor runs an older RPC API than this client.
         return f"the conductor is too old for this command ({exc.exc_type}: {exc.value})"
@@ -61,27 +80,40 @@ def describe_error(exc: BaseException, rpc_timeout: float | None = None) -> list
     """
     if isinstance(exc, InvalidInput):
         return [str(error) for error in exc.errors] or ["invalid input"]
+    loaded = _loaded_messaging()
     if isinstance(exc, RingfleetError):
         line = str(_local(exc))
-    elif isinstance(exc, rpc.NoConsumer):
-        # The broker returned the call: no conductor ever consumed the topic.
-        line = (
-            f"no conductor consumes topic {exc.topic}: is a ringfleet-conductor running and "
-            "connected to the same [DEFAULT] transport_url (and control_exchange)?"
-        )
-    elif isinstance(exc, messaging.MessagingTimeout):
-        within = f" within {rpc_timeout:g} s" if rpc_timeout is not None else " in time"
-        line = (
-            f"no conductor answered{within} on topic {rpc.CONDUCTOR_TOPIC}: is a "
-            "ringfleet-conductor running and connected to the same [DEFAULT] transport_url?"
-        )
-    elif isinstance(exc, messaging.RemoteError):
-        line = _remote_error(exc)
+    elif loaded is not None and isinstance(exc, loaded.MessagingTimeout | loaded.RemoteError):
+        line = _messaging_error(exc, rpc_timeout)
     elif isinstance(exc, cfg.Error):
         line = f"configuration: {exc}"
     else:
         line = str(exc) or type(exc).__name__
     return [line.splitlines()[0] if line else type(exc).__name__]
+
+
+def _messaging_error(
+    exc: messaging.MessagingTimeout | messaging.RemoteError, rpc_timeout: float | None
+) -> str:
+    """The line of an oslo.messaging timeout or remote error (the module is
+    loaded: it raised it)."""
+    import oslo_messaging as messaging  # noqa: PLC0415 -- loaded already
+
+    from conductor.common import rpc  # noqa: PLC0415 -- oslo.messaging: loaded already
+
+    if isinstance(exc, rpc.NoConsumer):
+        # The broker returned the call: no conductor ever consumed the topic.
+        return (
+            f"no conductor consumes topic {exc.topic}: is a ringfleet-conductor running and "
+            "connected to the same [DEFAULT] transport_url (and control_exchange)?"
+        )
+    if isinstance(exc, messaging.MessagingTimeout):
+        within = f" within {rpc_timeout:g} s" if rpc_timeout is not None else " in time"
+        return (
+            f"no conductor answered{within} on topic {rpc.CONDUCTOR_TOPIC}: is a "
+            "ringfleet-conductor running and connected to the same [DEFAULT] transport_url?"
+        )
+    return _remote_error(exc)
 
 
 def add_check_format(parser: argparse.ArgumentParser) -> None:
@@ -131,12 +163,14 @@ class ConductorCommand:
     #: The exit status of an expected failure (the lines on stderr).
     error_exit_code = 1
 
-    _EXPECTED = (
-        RingfleetError,
-        messaging.MessagingTimeout,
-        messaging.MessagingException,
-        cfg.Error,
-    )
+    @staticmethod
+    def _expected() -> tuple[type[BaseException], ...]:
+        """The failures :meth:`run` reports in a line: ours, the configuration's,
+        and oslo.messaging's once it is loaded (none can be raised before)."""
+        loaded = _loaded_messaging()
+        if loaded is None:
+            return (RingfleetError, cfg.Error)
+        return (RingfleetError, loaded.MessagingTimeout, loaded.MessagingException, cfg.Error)
 
     @property
     def client(self) -> Any:
@@ -151,7 +185,7 @@ class ConductorCommand:
     def run(self, parsed_args: argparse.Namespace) -> int:
         try:
             result = int(super().run(parsed_args) or 0)  # type: ignore[misc]
-        except self._EXPECTED as exc:
+        except self._expected() as exc:
             LOG.debug("ringfleet %s failed", self.cmd_name, exc_info=True)
             rpc_timeout = getattr(getattr(self.app, "options", None), "rpc_timeout", None)
             for line in describe_error(exc, rpc_timeout):

@@ -22,7 +22,7 @@ from cliff.show import ShowOne
 from conductor.cli.command import ConductorCommand, key_value
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import VmState
-from conductor.rpcapi import pages
+from conductor.common.paging import pages
 
 __all__ = [
     "InstanceCreate",

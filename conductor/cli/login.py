@@ -22,15 +22,17 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from typing import Any
-
-from keystoneauth1 import exceptions as ks_exceptions
-from keystoneauth1 import session as ks_session
-from keystoneauth1 import token_endpoint
-from openstack import exceptions as sdk_exceptions
-from openstack.config import cloud_region, loader
+from typing import TYPE_CHECKING, Any
 
 from conductor.common.exception import RingfleetError
+
+if TYPE_CHECKING:
+    from keystoneauth1 import session as ks_session
+    from openstack.config import cloud_region
+
+# keystoneauth and openstacksdk are imported by the functions that log in:
+# the options are added to every command's parser, and a command that never
+# logs in (--help, RPC mode, the demo) starts without them (issue 36).
 
 __all__ = ["SERVICE_TYPE", "Login", "LoginError", "add_arguments", "log_in", "wants_http"]
 
@@ -149,6 +151,10 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
     :raises LoginError: an unknown cloud, a broken clouds.yaml, a missing
         required option of the auth type
     """
+    from keystoneauth1 import exceptions as ks_exceptions  # noqa: PLC0415 -- on login only
+    from openstack import exceptions as sdk_exceptions  # noqa: PLC0415 -- heavy: on login only
+    from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
+
     args: dict[str, Any] = {
         dest[3:]: getattr(options, dest)
         for dest in (*_KEYSTONE_DESTS, "os_region_name", "os_interface", "os_cacert")
@@ -182,6 +188,10 @@ def log_in(options: argparse.Namespace, timeout: float) -> Login:
 
     :raises LoginError: bad options, Keystone refusing, no catalog entry
     """
+    from keystoneauth1 import exceptions as ks_exceptions  # noqa: PLC0415 -- on login only
+    from keystoneauth1 import session as ks_session  # noqa: PLC0415 -- on login only
+    from keystoneauth1 import token_endpoint  # noqa: PLC0415 -- on login only
+
     keystone = any(getattr(options, d) for d in _KEYSTONE_DESTS)
     if not keystone:
         endpoint = str(options.os_endpoint)

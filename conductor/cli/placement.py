@@ -20,7 +20,7 @@ import argparse
 import concurrent.futures
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cliff.command import Command
 from oslo_config import cfg
@@ -28,10 +28,14 @@ from oslo_config import cfg
 from conductor.cli import login
 from conductor.cli.command import ConductorCommand, add_check_format, write_document
 from conductor.common.exception import ConfigurationError, RingfleetError
-from conductor.common.placement import conf as placement_conf
-from conductor.common.placement import provider
-from conductor.common.placement.client import PlacementClient
-from conductor.rpcapi import pages
+from conductor.common.paging import pages
+
+if TYPE_CHECKING:
+    from conductor.common.placement import provider
+    from conductor.common.placement.client import PlacementClient
+
+# The Placement modules (keystoneauth, the hash ring's options) are imported
+# where the check runs: every ringfleet command's --help loads this module.
 
 __all__ = ["PlacementCheck", "check"]
 
@@ -81,6 +85,8 @@ def check(
     :raises ServiceUnavailable: Placement did not answer
     :raises PlacementRefused: Placement refused a read (credentials, policy)
     """
+    from conductor.common.placement import provider  # noqa: PLC0415 -- heavy: on use only
+
     # The instance's project and user are not compared (an allocation's
     # consumer is, by uuid): no instance needs reading.
     wanted = {node["uuid"]: provider.wanted(node, None, default_project) for node in nodes}
@@ -165,6 +171,8 @@ class PlacementCheck(ConductorCommand, Command):
 
     def placement_client(self, conf: cfg.ConfigOpts) -> PlacementClient:
         """The Placement client (a seam for the tests)."""
+        from conductor.common.placement.client import PlacementClient  # noqa: PLC0415 -- heavy
+
         return PlacementClient.from_conf(conf)
 
     def _config(self) -> cfg.ConfigOpts:
@@ -174,6 +182,8 @@ class PlacementCheck(ConductorCommand, Command):
                 "placement check needs RPC mode (a configuration file with [DEFAULT] "
                 "transport_url and [placement] credentials), not the HTTP API"
             )
+        from conductor.common.placement import conf as placement_conf  # noqa: PLC0415 -- heavy
+
         conf, source = config()
         placement_conf.register_opts(conf)
         if not placement_conf.enabled(conf):

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``ringfleet`` starts without the services' heavy libraries (issue 36, point 4).
+
+``ringfleet --help`` loads every command class of the ``ringfleet.cli``
+entry points; a command module that imported oslo.messaging, SQLAlchemy,
+openstacksdk or the demo's whole fleet at module level made every
+``--help`` (and every command up to its first call) cost seconds of CPU.
+The commands import those where they use them.  What is imported is
+checked here, in a fresh interpreter, rather than the time taken (the
+machine is shared: ``benchmarks/cli_start_bench.py`` measures the time).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+#: What neither the help nor a command up to its first HTTP call may import.
+HEAVY = (
+    "oslo_messaging",
+    "kombu",
+    "sqlalchemy",
+    "alembic",
+    "openstack",
+    "tooz",
+    "conductor.service",
+    "conductor.db",
+    "compute_agent.demo.scenario",
+    "compute_agent.demo.fleet",
+)
+
+#: Runs in a fresh interpreter; prints, per case, which of HEAVY were imported
+#: by then (the cases run one after the other: what one imported stays).
+_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, io, json, socket, sys
+    from importlib import metadata
+
+    HEAVY = {heavy!r}
+
+    def heavy():
+        return [h for h in HEAVY if any(m == h or m.startswith(h + ".") for m in sys.modules)]
+
+    from conductor.cmd import cli
+
+    found = {{}}
+    statuses = {{}}
+
+    def run(case, argv):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                statuses[case] = cli.main(argv)
+            except SystemExit as exc:  # cliff's own --help exits
+                statuses[case] = exc.code or 0
+        found[case] = heavy()
+        return out.getvalue(), err.getvalue()
+
+    found["import"] = heavy()
+    help_text, _ = run("--help", ["--help"])
+    for entry_point in metadata.entry_points(group="ringfleet.cli"):
+        entry_point.load()
+    found["entry points"] = heavy()
+    for entry_point in metadata.entry_points(group="ringfleet.cli"):
+        run(entry_point.name + " --help", [*entry_point.name.split(), "--help"])
+    # A port bound but not listening: the first call is refused at once.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        endpoint = "http://127.0.0.1:%d" % sock.getsockname()[1]
+        _, error = run("node list", ["--os-endpoint", endpoint, "node", "list"])
+    print(json.dumps({{"found": found, "statuses": statuses, "help": help_text,
+                       "error": error}}))
+    """
+).format(heavy=HEAVY)
+
+
+def _run() -> dict[str, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, dict[str, object]] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_help_and_commands_import_no_heavy_library() -> None:
+    result = _run()
+    statuses, found = result["statuses"], result["found"]
+    # The runs did what they should: help for every command, one refused call.
+    commands = {name.removesuffix(" --help") for name in statuses if name.endswith(" --help")}
+    assert len(commands) > 30
+    assert "node list" in commands and "demo" in commands
+    assert all(statuses[f"{c} --help"] == 0 for c in commands), statuses
+    assert "node list" in str(result["help"]) and "demo" in str(result["help"])
+    assert statuses["node list"] == 1
+    assert str(result["error"]).startswith("ringfleet node list: error: no answer from")
+    assert {case: modules for case, modules in found.items() if modules} == {}
