@@ -32,7 +32,7 @@ fail() { printf 'check-install: %s\n' "$*" >&2; exit 1; }
 git clone -q "$repo" "$tmp/clone"
 (unset RINGFLEET_VENV && exec "$tmp/clone/tools/demo.sh") >"$tmp/clone-demo.out" 2>&1 &
 clone_demo=$!
-trap 'kill "$clone_demo" 2>/dev/null; wait; rm -rf "$tmp"' EXIT
+trap 'kill "$clone_demo" 2>/dev/null || true; wait; rm -rf "$tmp"' EXIT
 
 step "sdist and wheel with the oldest build requirements pyproject.toml allows"
 "$repo/tools/check-sdist.sh" "$tmp/dist"
