@@ -50,8 +50,6 @@ sphinx-build -W -q -d "$docs_out/doctrees" -b html docs "$docs_out/html"
 sphinx-build -W -q -d "$docs_out/doctrees" -b man docs "$docs_out/man"
 rm -rf "$docs_out"
 reno -q lint
-step "sdist and wheel with the oldest build requirements pyproject.toml allows"
-tools/check-sdist.sh
 step "Prometheus rules (promtool check rules, promtool test rules)"
 install_promtool() {
     # Debian's prometheus package is where promtool comes from (the server is
@@ -82,6 +80,10 @@ fi
 # its own; the first takes the membership and chaos faults, the second the
 # rest, Ironic's, Keystone's and Placement's tests among them (about half
 # the time each).
+# The install a user does: the wheel alone, without extras, and the README's
+# first command from a fresh clone (the sdist and wheel built on the way).
+step "a plain install: the wheel without extras, its scripts, modules and demo; ./tools/demo.sh from a fresh clone"
+tools/check-install.sh
 step "unit tests (one worker per core)"
 python -m pytest -p no:cacheprovider -ra -q -n auto --dist loadfile --durations=5 tests/unit
 step "functional tests (real etcd, Redis, RabbitMQ, PostgreSQL, MariaDB, Ironic, Keystone, Placement), two streams"
