@@ -59,6 +59,8 @@ for script in "${scripts[@]}"; do
     "$venv/bin/$script" --help >"$tmp/help.out" 2>"$tmp/help.err" || rc=$?
     ((rc == 0)) || { cat "$tmp/help.err" >&2; fail "$script --help exited $rc"; }
     ! grep -q Traceback "$tmp/help.err" || { cat "$tmp/help.err" >&2; fail "$script --help: a traceback"; }
+    # cliff lists a command whose class it cannot load as "Could not load".
+    ! grep -h "Could not" "$tmp/help.out" "$tmp/help.err" || fail "$script --help: a command did not load"
     echo "$script --help: ok"
 done
 
