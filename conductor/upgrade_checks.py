@@ -7,7 +7,9 @@ may go on, read the details), 2 a failure (stop and fix it).
 
 ``Database schema``
     the database is at the newest schema revision this release knows (a
-    conductor refuses to start otherwise).
+    conductor refuses to start otherwise); a revision it does not know means
+    a newer ringfleet upgraded the database, and this host's ringfleet needs
+    upgrading (``ringfleet-dbsync upgrade`` cannot help).
 ``RPC version pins``
     ``[upgrade_levels]`` agrees with the live services: a conductor of an
     older release (it refuses conductor API 1.16) needs ``conductor``
@@ -112,6 +114,8 @@ class UpgradeChecks(upgradecheck.UpgradeCommands):
             return Result(Code.FAILURE, f"database {db.location} unreachable: {cause}")
         finally:
             db.dispose()
+        if current is not None and current != head and not migration.is_known(current):
+            return Result(Code.FAILURE, str(migration.SchemaNewerThanCode(current)))
         if current != head:
             return Result(
                 Code.FAILURE,

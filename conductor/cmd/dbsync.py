@@ -6,28 +6,76 @@ newest version (idempotent, safe to run on every deploy); ``upgrade --sql
 [--from REV]`` writes the SQL of that upgrade instead, without connecting,
 for a DBA who applies schema changes by hand; ``version`` prints the current
 and newest revisions; ``check`` exits 0 when the schema is current, 1 when
-it needs an upgrade (for deployment tools and monitoring).  Every command
-exits 2 with one line on stderr when the database cannot be reached or the
-configuration is unusable.
+it needs an upgrade, 3 when the database is at a revision this code does not
+know (a newer ringfleet upgraded it: upgrade this host's ringfleet), for
+deployment tools and monitoring.  Every command exits 2 with one line on
+stderr, never a traceback, when the database cannot be reached, the
+configuration is unusable (a file missing, unreadable or malformed, a value
+not valid), the database is newer than this code (``upgrade``) or
+``--from`` names no revision of this code.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
 from oslo_config import cfg
 
 from conductor import conf as conductor_conf
-from conductor.common.exception import ConfigurationError, DatabaseUnavailable
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable, first_line
 from conductor.common.prepare import prepare_service
 from conductor.db import migration
 from conductor.db.engine import Database, database_from_conf
 
-#: Exit statuses.
-CURRENT, BEHIND, FAILED = 0, 1, 2
+__all__ = ["CONFIG_ERRORS", "config_error", "invalid_option", "main"]
+
+#: Exit statuses: ``check`` says CURRENT, BEHIND or AHEAD (the database is
+#: newer than this code); any command FAILED with one line on stderr.
+CURRENT, BEHIND, FAILED, AHEAD = 0, 1, 2, 3
+
+#: What reading the configuration files raises when one is missing,
+#: unreadable (a directory, no permission, not text) or malformed.
+CONFIG_ERRORS: tuple[type[Exception], ...] = (cfg.Error, OSError, UnicodeDecodeError)
+
+_BAD_VALUE = re.compile(
+    r"Value for option (?P<name>\S+) from (?P<where>.*) is not valid: (?P<why>.*)"
+)
+_LOCATION = re.compile(r"LocationInfo\(location=<[^>]*>, detail='(?P<file>[^']*)'\)")
+
+
+def config_error(exc: BaseException, group: str | None = None) -> str:
+    """One line for an error of :data:`CONFIG_ERRORS`, naming the file (when
+    known) and the problem; *group* is the option's group, for a value that
+    is not valid."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"cannot read configuration file {exc.filename}: {exc.strerror}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"cannot read a configuration file (not text): {exc}"
+    line = first_line(exc)
+    bad = _BAD_VALUE.fullmatch(line) if isinstance(exc, cfg.ConfigSourceValueError) else None
+    if bad is None:
+        return line
+    # oslo.config's "Value for option X from LocationInfo(...) is not valid: Y"
+    location = _LOCATION.fullmatch(bad["where"])
+    where = location["file"] if location else bad["where"]
+    option = f"[{group}] {bad['name']}" if group else bad["name"]
+    return f"{where}: {option}: not valid: {bad['why']}"
+
+
+def invalid_option(conf: cfg.ConfigOpts, group: str) -> str | None:
+    """One line for the first option of *group* whose value is not valid
+    (oslo.config converts values when read), ``None`` when every one is."""
+    options = conf[group]
+    for name in sorted(options):
+        try:
+            getattr(options, name)
+        except cfg.ConfigSourceValueError as exc:
+            return config_error(exc, group)
+    return None
 
 
 def _add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -47,7 +95,9 @@ def _add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: igno
     )
     subparsers.add_parser("version", help="print the current and the newest schema version")
     subparsers.add_parser(
-        "check", help="exit 0 when the schema is current, 1 when it needs an upgrade"
+        "check",
+        help="exit 0 when the schema is current, 1 when it needs an upgrade, "
+        "3 when the database is newer than this ringfleet",
     )
 
 
@@ -56,35 +106,61 @@ def _fail(message: str) -> int:
     return FAILED
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _configure(argv: Sequence[str]) -> cfg.ConfigOpts | str:
+    """The parsed configuration, or the one line saying why it cannot be."""
     conf = cfg.ConfigOpts()
     conf.register_cli_opt(
         cfg.SubCommandOpt("command", title="Commands", handler=_add_commands, dest="command")
     )
     conductor_conf.register_opts(conf)
-    prepare_service(list(argv) if argv is not None else sys.argv, conf)
+    try:
+        prepare_service(argv, conf)
+    except CONFIG_ERRORS as exc:
+        return config_error(exc)
+    return invalid_option(conf, "database") or conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    conf = _configure(list(argv) if argv is not None else sys.argv)
+    if isinstance(conf, str):
+        return _fail(conf)
     # This command says in one line of its own what failed, and stdout may
     # be SQL for a DBA: the database's WARNING and alembic's progress of an
     # offline run would only repeat or pollute it.
     logging.getLogger("conductor.db.engine").setLevel(logging.ERROR)
     command = conf.command
     if command.name == "upgrade" and command.sql:
-        if not conf.database.connection:
-            return _fail("[database] connection: must be set (it names the SQL dialect)")
-        migration.upgrade_sql(conf.database.connection, command.start, sys.stdout)
-        return CURRENT
+        return _upgrade_sql(conf.database.connection, command.start)
     if command.name == "upgrade" and command.start:
         return _fail("--from is only for --sql: online, the database says where it is")
+    return _online(command.name, conf)
+
+
+def _online(name: str, conf: cfg.ConfigOpts) -> int:
     try:
         db = database_from_conf(conf)
     except ConfigurationError as exc:
         return _fail(str(exc))
     try:
-        return _run(command.name, db)
+        return _run(name, db)
     except DatabaseUnavailable as exc:
         return _fail(f"database {db.location} unreachable: {exc.cause}")
+    except migration.SchemaNewerThanCode as exc:
+        return _fail(str(exc))
     finally:
         db.dispose()
+
+
+def _upgrade_sql(url: str | None, start: str | None) -> int:
+    if not url:
+        return _fail("[database] connection: must be set (it names the SQL dialect)")
+    try:
+        migration.upgrade_sql(url, start, sys.stdout)
+    except ConfigurationError as exc:
+        return _fail(str(exc))
+    except migration.UnknownRevision as exc:
+        return _fail(f"--from: {exc}")
+    return CURRENT
 
 
 def _run(name: str, db: Database) -> int:
@@ -99,6 +175,9 @@ def _run(name: str, db: Database) -> int:
     if current == head:
         print(f"schema current at {head}")
         return CURRENT
+    if current is not None and not migration.is_known(current):
+        print(migration.SchemaNewerThanCode(current))
+        return AHEAD
     print(f"schema at {current or 'nothing'}, newest is {head}: run ringfleet-dbsync upgrade")
     return BEHIND
 

@@ -3,24 +3,32 @@
 
 The checks are in :mod:`conductor.upgrade_checks`; the output and exit
 statuses are oslo.upgradecheck's, as ``nova-status`` and ``ironic-status``.
+A configuration that cannot be read (a file missing, unreadable or
+malformed, a value not valid) is one line on stderr and exit status 255,
+oslo.upgradecheck's "the check itself failed", never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 
 from conductor import conf as conductor_conf
 from conductor import upgrade_checks
+from conductor.cmd.dbsync import CONFIG_ERRORS, config_error
 from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.common.prepare import PROJECT
 
 __all__ = ["main"]
+
+#: oslo.upgradecheck's exit status when the check itself failed.
+CHECK_FAILED = 255
 
 DESCRIPTION = (
     "Check that this deployment is ready for an upgrade, or that an upgrade "
@@ -59,9 +67,28 @@ def _add_commands(checks: upgrade_checks.UpgradeChecks) -> object:
             help="print the results as JSON (name, and per check: check, result 0/1/2, "
             "details) instead of a table",
         )
-        upgrade.set_defaults(action_fn=checks.check)
+        upgrade.set_defaults(action_fn=_one_line_on_bad_values(checks.check))
 
     return add
+
+
+def _fail(message: str) -> int:
+    print(f"ringfleet-status: {message}", file=sys.stderr)
+    return CHECK_FAILED
+
+
+def _one_line_on_bad_values(check: Callable[[], int]) -> Callable[[], int]:
+    """*check*, with an option value that is not valid (read by a check,
+    possibly of a library) said in one line: oslo.upgradecheck would print
+    the traceback on stdout."""
+
+    def run() -> int:
+        try:
+            return check()
+        except cfg.ConfigSourceValueError as exc:
+            return _fail(config_error(exc))
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,17 +105,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="'upgrade check' is the only command",
         )
     )
-    conf(
-        list(sys.argv[1:] if argv is None else argv),
-        project=PROJECT,
-        prog="ringfleet-status",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-    )
+    try:
+        conf(
+            list(sys.argv[1:] if argv is None else argv),
+            project=PROJECT,
+            prog="ringfleet-status",
+            description=DESCRIPTION,
+            epilog=EPILOG,
+        )
+    except CONFIG_ERRORS as exc:
+        return _fail(config_error(exc))
     # oslo.upgradecheck reads --json from its module's CONF (as its own main
     # sets it); the checks themselves use ``conf`` only.
     upgradecheck.CONF = conf
-    return upgradecheck.run(conf)
+    # The schema check's details say it: not the database's WARNING too,
+    # written for a service's log ("requests get ServiceUnavailable").
+    engine_log = logging.getLogger("conductor.db.engine")
+    level = engine_log.level
+    engine_log.setLevel(logging.ERROR)
+    try:
+        return upgradecheck.run(conf)
+    finally:
+        engine_log.setLevel(level)
 
 
 if __name__ == "__main__":

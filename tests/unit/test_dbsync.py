@@ -7,6 +7,9 @@ its exit status, its one line on an error, and what it leaves behind.
 
 from __future__ import annotations
 
+import io
+import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -46,6 +49,125 @@ def test_check_says_whether_the_schema_needs_an_upgrade(tmp_path: Path) -> None:
     assert dbsync(conf, "upgrade").returncode == 0
     current = dbsync(conf, "check")
     assert (current.returncode, current.stdout.strip()) == (0, f"schema current at {head}")
+
+
+def _one_line(done: subprocess.CompletedProcess[str], status: int = 2) -> str:
+    """The one line a failed command writes, on stderr: nothing on stdout."""
+    assert (done.returncode, done.stdout) == (status, ""), done
+    [line] = done.stderr.splitlines()
+    assert line.startswith("ringfleet-dbsync: ")
+    return line
+
+
+def _newer_database(tmp_path: Path) -> Path:
+    """A database upgraded by a newer ringfleet: at a revision this code does not know."""
+    path = tmp_path / "ringfleet.db"
+    db = Database(f"sqlite:///{path}")
+    try:
+        migration.upgrade(db)
+    finally:
+        db.dispose()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '9999'")
+    connection.close()
+    return config(tmp_path, f"sqlite:///{path}")
+
+
+def test_check_says_the_database_is_newer_than_the_code(tmp_path: Path) -> None:
+    conf = _newer_database(tmp_path)
+    head = migration.head_version()
+    said = (
+        f"the database is at revision 9999, which this ringfleet ({migration.release()}, "
+        f"newest revision {head}) does not know: the database was upgraded by a newer "
+        "ringfleet; upgrade this host's ringfleet"
+    )
+    ahead = dbsync(conf, "check")
+    assert (ahead.returncode, ahead.stdout.strip(), ahead.stderr) == (3, said, "")
+    # Upgrading cannot help: refused in one line, the database left as it is.
+    refused = dbsync(conf, "upgrade")
+    assert _one_line(refused) == f"ringfleet-dbsync: {said}"
+    version = dbsync(conf, "version")
+    assert (version.returncode, version.stdout.strip()) == (0, f"current: 9999  newest: {head}")
+
+
+def test_upgrade_leaves_a_database_newer_than_the_code_as_it_is(tmp_path: Path) -> None:
+    _newer_database(tmp_path)
+    db = Database(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    try:
+        with pytest.raises(migration.SchemaNewerThanCode) as refused:
+            migration.upgrade(db)
+        assert refused.value.revision == "9999"
+        assert migration.current_version(db) == "9999"
+    finally:
+        db.dispose()
+    assert not migration.is_known("9999")
+    assert migration.is_known(migration.head_version()) and migration.is_known("0001")
+    assert not migration.is_known("head") and not migration.is_known("000")
+
+
+@pytest.mark.parametrize(
+    ("config_file", "said"),
+    [
+        ("missing.conf", "Failed to find some config files: {path}"),
+        ("a-directory", "cannot read configuration file {path}: Is a directory"),
+        ("malformed.conf", "Failed to parse {path}: at {path}:2, No ':' or '=' found"),
+        ("binary.conf", "cannot read a configuration file (not text): 'utf-8' codec"),
+        ("bad-value.conf", "{path}: [database] connect_timeout: not valid: invalid literal"),
+    ],
+)
+def test_a_configuration_that_cannot_be_read_is_one_line(
+    tmp_path: Path, config_file: str, said: str
+) -> None:
+    path = tmp_path / config_file
+    if config_file == "a-directory":
+        path.mkdir()
+    elif config_file == "malformed.conf":
+        path.write_text("[database]\nconnection\n")
+    elif config_file == "binary.conf":
+        path.write_bytes(b"[database]\n\xff\xfe = 1\n")
+    elif config_file == "bad-value.conf":
+        path.write_text("[database]\nconnection = sqlite://\nconnect_timeout = soon\n")
+    line = _one_line(dbsync(path, "check"))
+    assert line.startswith(f"ringfleet-dbsync: {said.format(path=path)}"), line
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root reads a file of mode 000: the directory case above is the unreadable file",
+)
+def test_a_configuration_file_without_read_permission_is_one_line(tmp_path: Path) -> None:
+    path = config(tmp_path, "sqlite://")
+    path.chmod(0)
+    line = _one_line(dbsync(path, "check"))
+    assert line == f"ringfleet-dbsync: Failed to open some config files: {path}"
+
+
+def test_the_sql_of_an_upgrade_from_an_unknown_revision_is_one_line_and_no_sql(
+    tmp_path: Path,
+) -> None:
+    pg = config(tmp_path, "postgresql+psycopg2://ringfleet:pw@127.0.0.1:1/ringfleet")
+    line = _one_line(dbsync(pg, "upgrade", "--sql", "--from", "zzz"))
+    assert line == (
+        f"ringfleet-dbsync: --from: revision zzz is unknown to this ringfleet "
+        f"({migration.release()}), whose newest revision is {migration.head_version()}"
+    )
+    for url, said in [
+        ("not a url", "Could not parse SQLAlchemy URL"),
+        ("nosuchdialect://h/db", "Can't load plugin: sqlalchemy.dialects:nosuchdialect"),
+    ]:
+        line = _one_line(dbsync(config(tmp_path, url), "upgrade", "--sql", "--from", "0005"))
+        assert line.startswith(f"ringfleet-dbsync: [database] connection: unusable: {said}")
+
+
+def test_the_sql_of_an_upgrade_is_written_whole_or_not_at_all() -> None:
+    """PostgreSQL's SQL starts with BEGIN: none of it before a failure."""
+    out = io.StringIO()
+    url = "postgresql+psycopg2://ringfleet:pw@127.0.0.1:1/ringfleet"
+    with pytest.raises(migration.UnknownRevision):
+        migration.upgrade_sql(url, "zzz", out)
+    assert out.getvalue() == ""
+    migration.upgrade_sql(url, "0009", out)
+    assert out.getvalue().startswith("BEGIN;") and "0010" in out.getvalue()
 
 
 def test_an_unreachable_database_is_one_line_naming_it_without_its_password(

@@ -10,6 +10,8 @@ as a deployment tool runs it.
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -87,6 +89,26 @@ def test_schema_fails_naming_an_unset_or_unreachable_database(
         "unreachable: "
     )
     assert "s3cret" not in down.details
+
+
+def test_schema_fails_saying_a_newer_ringfleet_upgraded_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "ringfleet.db"
+    db = Database(f"sqlite:///{path}")
+    try:
+        migration.upgrade(db)
+    finally:
+        db.dispose()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '9999'")
+    connection.close()
+    checks = _checks(_conf(tmp_path, f"[database]\nconnection = sqlite:///{path}\n"))
+    ahead = checks._check_schema()
+    assert (ahead.code, ahead.details) == (
+        Code.FAILURE,
+        f"the database is at revision 9999, which this ringfleet ({migration.release()}, "
+        f"newest revision {migration.head_version()}) does not know: the database was "
+        "upgraded by a newer ringfleet; upgrade this host's ringfleet",
+    )
 
 
 # -- RPC version pins --------------------------------------------------------------
@@ -279,6 +301,67 @@ def test_the_command_prints_every_check_and_exits_with_the_worst(
     table = _status("--config-file", str(config), "upgrade", "check")
     assert table.returncode == Code.FAILURE
     assert "Check: Deprecated options" in table.stdout and "Result: Warning" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("config_file", "said"),
+    [
+        ("missing.conf", "Failed to find some config files: {path}"),
+        ("a-directory", "cannot read configuration file {path}: Is a directory"),
+        ("malformed.conf", "Failed to parse {path}: at {path}:1, No ':' or '=' found"),
+    ],
+)
+def test_a_configuration_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, config_file: str, said: str
+) -> None:
+    path = tmp_path / config_file
+    if config_file == "a-directory":
+        path.mkdir()
+    elif config_file == "malformed.conf":
+        path.write_text("no assignment here\n")
+    done = _status("--config-file", str(path), "upgrade", "check")
+    assert (done.returncode, done.stdout) == (255, ""), done  # "the check itself failed"
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"ringfleet-status: {said.format(path=path)}"), line
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root reads a file of mode 000: the directory case above is the unreadable file",
+)
+def test_a_configuration_file_without_read_permission_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ringfleet.conf"
+    path.write_text("")
+    path.chmod(0)
+    done = _status("--config-file", str(path), "upgrade", "check")
+    assert (done.returncode, done.stdout) == (255, "")
+    assert done.stderr == f"ringfleet-status: Failed to open some config files: {path}\n"
+
+
+def test_a_value_not_valid_is_one_line_and_the_database_only_in_the_details(
+    tmp_path: Path, closed_port: int
+) -> None:
+    config = tmp_path / "ringfleet.conf"
+    database = f"postgresql+psycopg2://u:pw@127.0.0.1:{closed_port}/ringfleet"
+    config.write_text(
+        f"[DEFAULT]\ntransport_url = rabbit://u:p@127.0.0.1:{closed_port}/\n"
+        f"rpc_response_timeout = 2\n[database]\nconnection = {database}\n"
+    )
+    done = _status("--config-file", str(config), "upgrade", "check", "--json")
+    assert done.returncode == Code.FAILURE
+    assert done.stderr == ""  # not the database's WARNING, written for a service's log
+    [schema] = [c for c in json.loads(done.stdout)["checks"] if c["check"] == "Database schema"]
+    assert "unreachable" in schema["details"]
+    # A value read by a check (the RPC timeout, by the pins check): one line, no traceback.
+    config.write_text(
+        config.read_text().replace("rpc_response_timeout = 2", "rpc_response_timeout = soon")
+    )
+    done = _status("--config-file", str(config), "upgrade", "check", "--json")
+    assert (done.returncode, done.stdout) == (255, ""), done
+    assert done.stderr == (
+        f"ringfleet-status: {config}: rpc_response_timeout: not valid: "
+        "invalid literal for int() with base 10: 'soon'\n"
+    )
 
 
 def test_the_help_is_a_manual_page(tmp_path: Path) -> None:
