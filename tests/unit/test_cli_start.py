@@ -16,6 +16,11 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: What neither the help nor a command up to its first HTTP call may import.
 HEAVY = (
@@ -101,3 +106,43 @@ def test_help_and_commands_import_no_heavy_library() -> None:
     assert statuses["node list"] == 1
     assert str(result["error"]).startswith("ringfleet node list: error: no answer from")
     assert {case: modules for case, modules in found.items() if modules} == {}
+
+
+def test_the_benchmark_measures_every_command(tmp_path: Path) -> None:
+    """``benchmarks/cli_start_bench.py`` runs (one round, no prior art) and
+    reports every command; the numbers themselves are not checked."""
+    if not (Path(sys.executable).parent / "ringfleet").exists():
+        pytest.skip("no ringfleet console script next to this Python")
+    report = tmp_path / "cli.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.cli_start_bench",
+            "--runs",
+            "1",
+            "--openstack",
+            "",
+            "--json",
+            str(report),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(report.read_text(encoding="utf-8"))
+    assert found["commands"] == [
+        "ringfleet --help",
+        "ringfleet node list --help",
+        "ringfleet demo --help",
+        "ringfleet --os-endpoint URL node list",
+        "python -c pass (the floor)",
+    ]
+    for name in found["commands"]:
+        (cpu,) = found["results"][name]["this tree"]["cpu_s"]
+        assert cpu > 0
+    assert [goal["status"] in ("PASS", "MISS") for goal in found["goals"]] == [True] * 4
+    assert "ringfleet --help" in done.stdout and "goals" in done.stdout
