@@ -43,8 +43,9 @@ DESCRIPTION = (
 EPILOG = (
     "exit status: 0 every check succeeded; 1 a warning (read the details, the "
     "upgrade may go on); 2 a failure (fix it before going on); 255 the check "
-    "itself failed. Files: /etc/ringfleet/ringfleet.conf unless --config-file "
-    "or --config-dir is given."
+    "itself failed (a configuration file missing, unreadable or malformed, or "
+    "a value not valid: one line on stderr). Files: /etc/ringfleet/ringfleet.conf "
+    "unless --config-file or --config-dir is given."
 )
 
 
