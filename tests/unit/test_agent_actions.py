@@ -50,9 +50,13 @@ class StubMembership:
         self.state = State.CONNECTED
         self.join_generation = 1
         self.view: MembershipView | None = None  # the latest view, as Membership.view
+        self.refused = threading.Event()  # set whenever can_act() says no
 
     def can_act(self) -> bool:
-        return self.state is State.CONNECTED
+        if self.state is not State.CONNECTED:
+            self.refused.set()
+            return False
+        return True
 
 
 @dataclass
@@ -134,12 +138,92 @@ class Agent:
         return [(a.action, a.step) for a in self.log() if a.node == node.uuid]
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
+#: How long a test waits for what must happen (it normally comes in
+#: milliseconds): a last resort, for a machine loaded by other jobs.
+LONG = 30.0
+
+
+def wait_for(check: Callable[[], bool], timeout: float = LONG) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.005)
+
+
+class Hold:
+    """The back end moves on when the test says, not when a step's time is up.
+
+    Every deploy of the agent's driver stops at each of *steps*: after
+    NodeActions was told of the step (its progress callback: the fence
+    check, the progress kept for :meth:`NodeActions.take_progress`) and
+    before the driver carries it out.  A teardown stops before it starts,
+    when *destroys*.  The test then looks at a deploy that is certainly
+    still running, and lets it go on (:meth:`release`); whatever is still
+    held when the test ends is let go.
+    """
+
+    def __init__(
+        self, agent: Agent, steps: tuple[str, ...], destroys: bool, mp: pytest.MonkeyPatch
+    ) -> None:
+        self._steps = steps
+        self._lock = threading.Lock()
+        self._open = False
+        self._reached: dict[tuple[str, str], threading.Event] = {}
+        self._go: dict[tuple[str, str], threading.Event] = {}
+        deploy, destroy = agent.driver.deploy, agent.driver.destroy
+
+        def held_deploy(ctx: ActionContext, node: Node, progress: Any, *rest: Any) -> None:
+            def held_progress(step: str) -> None:
+                progress(step)
+                if step in self._steps:
+                    self._stop(node.uuid, step)
+
+            deploy(ctx, node, held_progress, *rest)
+
+        def held_destroy(ctx: ActionContext, node: Node) -> None:
+            self._stop(node.uuid, "destroy")
+            destroy(ctx, node)
+
+        mp.setattr(agent.driver, "deploy", held_deploy)
+        if destroys:
+            mp.setattr(agent.driver, "destroy", held_destroy)
+
+    def _events(self, node_uuid: str, where: str) -> tuple[threading.Event, threading.Event]:
+        with self._lock:
+            key = (node_uuid, where)
+            return (
+                self._reached.setdefault(key, threading.Event()),
+                self._go.setdefault(key, threading.Event()),
+            )
+
+    def _stop(self, node_uuid: str, where: str) -> None:
+        with self._lock:
+            if self._open:
+                return
+        reached, go = self._events(node_uuid, where)
+        if reached.is_set():
+            return  # a step's progress is reported again while it runs: once is enough
+        reached.set()
+        go.wait(LONG)
+
+    def wait_at(self, node: Node, where: str) -> None:
+        """Wait until the node's deploy is held at step *where* (or its
+        teardown, at ``"destroy"``)."""
+        reached, _go = self._events(node.uuid, where)
+        assert reached.wait(LONG), f"node {node.name} never reached {where!r}"
+
+    def release(self, node: Node, where: str) -> None:
+        """Let the node's deploy go on from step *where* (or its teardown)."""
+        self._events(node.uuid, where)[1].set()
+
+    def release_all(self) -> None:
+        """Let every deploy and teardown go on, now and later."""
+        with self._lock:
+            self._open = True
+            goes = list(self._go.values())
+        for go in goes:
+            go.set()
 
 
 def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
@@ -154,7 +238,9 @@ def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
     return conf
 
 
-def make_agent(tmp_path: Path, *, nodes: int = 3, **driver_options: object) -> Agent:
+def make_agent(
+    tmp_path: Path, *, nodes: int = 3, suspend_wait: float = 10.0, **driver_options: object
+) -> Agent:
     log_path = tmp_path / "actions.log"
     options: dict[str, object] = {
         "step_duration": 0.005,
@@ -177,7 +263,9 @@ def make_agent(tmp_path: Path, *, nodes: int = 3, **driver_options: object) -> A
         membership,  # type: ignore[arg-type]
         busy_nodes=lambda: holder[0].busy_nodes() if holder else set(),
     )
-    actions = NodeActions(HOST, driver, ownership, DirectResults(conductor))
+    actions = NodeActions(
+        HOST, driver, ownership, DirectResults(conductor), suspend_wait=suspend_wait
+    )
     holder.append(actions)
     view = MembershipView(members={HOST: Member(HOST, 1, 1.0, {})}, excluded={}, ring_version=1)
     ownership.refresh_inventory()
@@ -191,7 +279,22 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     made = make_agent(tmp_path)
     yield made
     made.actions.stop_accepting()
-    assert made.actions.wait_idle(5.0)
+    assert made.actions.wait_idle(LONG)
+
+
+@pytest.fixture
+def hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Hold]]:
+    """``hold(agent, steps=DEPLOY_STEPS, destroys=False)``: a :class:`Hold` on
+    that agent's driver, let go at the end of the test."""
+    made: list[Hold] = []
+
+    def make(agent: Agent, steps: tuple[str, ...] = DEPLOY_STEPS, destroys: bool = False) -> Hold:
+        made.append(Hold(agent, steps, destroys, monkeypatch))
+        return made[-1]
+
+    yield make
+    for held in made:
+        held.release_all()
 
 
 def instance_id() -> str:
@@ -234,16 +337,19 @@ def test_build_is_accepted_deployed_reported_and_pinned(agent: Agent) -> None:
     assert state.instance_uuid == instance
 
 
-def test_same_instance_again_is_in_progress_then_done_and_re_reported(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, step_duration=0.1)
+def test_same_instance_again_is_in_progress_then_done_and_re_reported(
+    agent: Agent, hold: Callable[..., Hold]
+) -> None:
     node = agent.nodes[0]
     epoch = agent.epoch(node)
     instance = instance_id()
+    held = hold(agent, steps=DEPLOY_STEPS[:1])
     assert agent.actions.build(instance, node, epoch) == "accepted"
     assert agent.actions.build(instance, node, epoch) == "in-progress"
     assert agent.actions.busy_nodes() == {node.uuid}
+    held.release(node, DEPLOY_STEPS[0])
     wait_for(lambda: len(agent.conductor.builds) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
 
     # The conductor asks again (its accept or our report was lost): no second
     # deploy, the result is sent again.
@@ -252,7 +358,7 @@ def test_same_instance_again_is_in_progress_then_done_and_re_reported(tmp_path: 
     first, second = agent.conductor.builds
     assert first == second and second["success"] is True
     assert agent.log_of(node) == FULL_DEPLOY  # deployed once
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
 
 
 def test_a_lost_report_is_sent_again_when_the_conductor_asks(agent: Agent) -> None:
@@ -262,7 +368,7 @@ def test_a_lost_report_is_sent_again_when_the_conductor_asks(agent: Agent) -> No
     agent.conductor.fail_reports = True  # the first report does not arrive
     agent.actions.build(instance, node, epoch)
     wait_for(lambda: len(agent.conductor.builds) == 1)
-    assert agent.actions.wait_idle(5.0)  # the failed report does not kill the thread
+    assert agent.actions.wait_idle(LONG)  # the failed report does not kill the thread
     agent.conductor.fail_reports = False
     assert agent.actions.build(instance, node, epoch) == "done"
     wait_for(lambda: len(agent.conductor.builds) == 2)
@@ -270,11 +376,13 @@ def test_a_lost_report_is_sent_again_when_the_conductor_asks(agent: Agent) -> No
     assert agent.log_of(node) == FULL_DEPLOY
 
 
-def test_another_instance_on_a_busy_node_is_a_conflict(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, step_duration=0.1)
+def test_another_instance_on_a_busy_node_is_a_conflict(
+    agent: Agent, hold: Callable[..., Hold]
+) -> None:
     node = agent.nodes[0]
     epoch = agent.epoch(node)
     first = instance_id()
+    held = hold(agent, steps=DEPLOY_STEPS[:1])
     agent.actions.build(first, node, epoch)
     with pytest.raises(Conflict) as err:
         agent.actions.build(instance_id(), node, epoch)
@@ -282,65 +390,77 @@ def test_another_instance_on_a_busy_node_is_a_conflict(tmp_path: Path) -> None:
     assert first in str(err.value)
     with pytest.raises(Conflict):  # nor the teardown of another instance
         agent.actions.destroy(instance_id(), node, epoch)
-    assert agent.actions.wait_idle(5.0)
+    held.release(node, DEPLOY_STEPS[0])
+    assert agent.actions.wait_idle(LONG)
     assert [b["instance_uuid"] for b in agent.conductor.builds] == [first]
 
 
-def test_a_long_deploy_the_back_end_moves_on_is_reported_as_progress(tmp_path: Path) -> None:
+def test_a_long_deploy_the_back_end_moves_on_is_reported_as_progress(
+    agent: Agent, hold: Callable[..., Hold]
+) -> None:
     """A heartbeat for the conductor's sweeper: a deploy that has run
     PROGRESS_EVERY seconds is due once per PROGRESS_EVERY while the back end
-    moves it on to new steps; short and finished deploys are never due."""
-    agent = make_agent(tmp_path, step_duration=0.3)
+    moves it on to new steps; short and finished deploys are never due.
+    (The deploy waits at each step for the test; the times are the test's.)"""
     node = agent.nodes[0]
     epoch = agent.epoch(node)
+    held = hold(agent)
     agent.actions.build(instance_id(), node, epoch)
-    wait_for(lambda: ("deploy_step", DEPLOY_STEPS[0]) in agent.log_of(node))
+    held.wait_at(node, DEPLOY_STEPS[0])
     now = time.monotonic()
     assert agent.actions.take_progress(now) == {}  # a deploy this young costs nothing
     later = now + PROGRESS_EVERY
     assert agent.actions.take_progress(later) == {node.uuid: epoch}
     assert agent.actions.take_progress(later) == {}  # said: not again so soon
-    steps = len(agent.log_of(node))
-    wait_for(lambda: len(agent.log_of(node)) > steps)  # the back end moves on
+    # Not moved on since: nothing to say, however long it waits.
+    assert agent.actions.take_progress(later + PROGRESS_EVERY) == {}
+    held.release(node, DEPLOY_STEPS[0])
+    held.wait_at(node, DEPLOY_STEPS[1])  # the back end moves on
     assert agent.actions.take_progress(later + PROGRESS_EVERY) == {node.uuid: epoch}
+    held.release_all()
     wait_for(lambda: len(agent.conductor.builds) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert agent.actions.take_progress(later + 10 * PROGRESS_EVERY) == {}  # over
 
 
-def test_progress_is_due_at_the_pace_the_caller_asks(tmp_path: Path) -> None:
+def test_progress_is_due_at_the_pace_the_caller_asks(
+    agent: Agent, hold: Callable[..., Hold]
+) -> None:
     """The agent passes its report_interval: with a build_timeout of 10 s a
     heartbeat every 30 s came too late for a deploy moving every 4 s."""
-    agent = make_agent(tmp_path, step_duration=0.3)
     node = agent.nodes[0]
     epoch = agent.epoch(node)
+    held = hold(agent)
     agent.actions.build(instance_id(), node, epoch)
-    wait_for(lambda: ("deploy_step", DEPLOY_STEPS[0]) in agent.log_of(node))
+    held.wait_at(node, DEPLOY_STEPS[0])
     now = time.monotonic()
     assert agent.actions.take_progress(now + 1.0, every=2.0) == {}
     assert agent.actions.take_progress(now + 2.0, every=2.0) == {node.uuid: epoch}
     assert agent.actions.take_progress(now + 3.0, every=2.0) == {}
-    steps = len(agent.log_of(node))
-    wait_for(lambda: len(agent.log_of(node)) > steps)
+    held.release(node, DEPLOY_STEPS[0])
+    held.wait_at(node, DEPLOY_STEPS[1])
     assert agent.actions.take_progress(now + 4.0, every=2.0) == {node.uuid: epoch}
-    assert agent.actions.wait_idle(5.0)
+    held.release_all()
+    assert agent.actions.wait_idle(LONG)
 
 
 def test_a_delete_of_a_deploying_instance_stops_the_deploy_and_tears_down(
-    tmp_path: Path,
+    tmp_path: Path, hold: Callable[..., Hold]
 ) -> None:
     """A delete never waits for a deploy that may hang: the deploy stops at
     its next step, the node is torn down, and only the teardown is reported."""
-    agent = make_agent(tmp_path, step_duration=0.2)
+    agent = make_agent(tmp_path)
     node = agent.nodes[0]
     epoch = agent.epoch(node)
     instance = instance_id()
+    held = hold(agent, steps=DEPLOY_STEPS[:1])
     agent.actions.build(instance, node, epoch)
-    wait_for(lambda: ("deploy_start", None) in agent.log_of(node))
+    held.wait_at(node, DEPLOY_STEPS[0])
     assert agent.actions.destroy(instance, node, epoch) == "accepted"
     assert agent.actions.destroy(instance, node, epoch) == "in-progress"
+    held.release(node, DEPLOY_STEPS[0])
     wait_for(lambda: len(agent.conductor.destroys) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     [destroyed] = agent.conductor.destroys
     assert (destroyed["instance_uuid"], destroyed["success"]) == (instance, True)
     assert agent.conductor.builds == []  # the build's outcome is the delete's
@@ -376,20 +496,29 @@ def test_a_stale_epoch_is_refused_and_nothing_is_done(agent: Agent, delta: int) 
     assert agent.conductor.builds == [] and agent.conductor.destroys == []
 
 
-def test_a_brief_suspension_is_ridden_out(tmp_path: Path) -> None:
+def test_a_brief_suspension_is_ridden_out(tmp_path: Path, hold: Callable[..., Hold]) -> None:
     """SUSPENDED (a heartbeat hiccup) pauses a deployment; it goes on once
     CONNECTED again, rather than abandon the build."""
-    agent = make_agent(tmp_path, step_durations="deploying image:0.4")
+    # The suspension lasts as long as the test makes it: not long enough
+    # to give up, however slowly this thread runs.
+    agent = make_agent(tmp_path, suspend_wait=LONG)
     node = agent.nodes[0]
     instance = instance_id()
+    held = hold(agent, steps=("deploying image",))
     assert agent.actions.build(instance, node, agent.epoch(node)) == "accepted"
-    wait_for(lambda: ("deploy_step", "deploying image") in agent.log_of(node))
+    held.wait_at(node, "deploying image")
     agent.membership.state = State.SUSPENDED
-    time.sleep(0.8)  # the next step is due meanwhile: it must wait, not run
+    held.release(node, "deploying image")
+    # The next step is due: it asks, is refused, and asks again (it waits,
+    # neither runs nor gives up).
+    for _ in range(2):
+        assert agent.membership.refused.wait(LONG)
+        agent.membership.refused.clear()
     steps = agent.log_of(node)
+    assert ("deploy_step", "deploying image") in steps
     assert ("deploy_step", "writing config drive") not in steps
     agent.membership.state = State.CONNECTED
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert ("deploy_done", None) in agent.log_of(node)
     assert [b["success"] for b in agent.conductor.builds] == [True]
 
@@ -414,15 +543,17 @@ def _lose_membership(agent: Agent, node: Node) -> None:
     "lose", [_lose_the_node, _lose_membership], ids=["taken-over", "membership-lost"]
 )
 def test_a_deploy_whose_node_is_lost_stops_at_the_next_step(
-    tmp_path: Path, lose: Callable[[Agent, Node], None]
+    tmp_path: Path, lose: Callable[[Agent, Node], None], hold: Callable[..., Hold]
 ) -> None:
-    agent = make_agent(tmp_path, step_durations="deploying image:0.4")
+    agent = make_agent(tmp_path)
     node = agent.nodes[0]
     epoch = agent.epoch(node)
+    held = hold(agent, steps=("deploying image",))
     assert agent.actions.build(instance_id(), node, epoch) == "accepted"
-    wait_for(lambda: ("deploy_step", "deploying image") in agent.log_of(node))
-    lose(agent, node)  # during the slow step
-    assert agent.actions.wait_idle(5.0)
+    held.wait_at(node, "deploying image")
+    lose(agent, node)  # during that step
+    held.release(node, "deploying image")
+    assert agent.actions.wait_idle(LONG)
     assert agent.log_of(node) == [
         ("deploy_start", None),
         ("deploy_step", "power on"),
@@ -455,7 +586,7 @@ def test_a_failed_deploy_is_cleaned_and_reported(tmp_path: Path) -> None:
     state = agent.driver.node_state(node.uuid)
     assert state is not None and state.provision_state is ProvisionState.AVAILABLE
     # Not remembered as done: a retry of that instance deploys again.
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert agent.actions.build(instance, node, epoch) == "accepted"
     wait_for(lambda: len(agent.conductor.builds) == 2)
 
@@ -477,29 +608,31 @@ def test_a_driver_crash_is_cleaned_and_reported_as_a_failure(tmp_path: Path) -> 
     [report] = agent.conductor.builds
     assert report["success"] is False and report["node_clean"] is True
     assert "driver error: driver bug" in report["fault"]
-    assert actions.wait_idle(5.0) and actions.in_flight() == 0
+    assert actions.wait_idle(LONG) and actions.in_flight() == 0
 
 
 def test_a_failed_deploy_whose_cleaning_is_fenced_off_reports_a_dirty_node(
-    tmp_path: Path,
+    tmp_path: Path, hold: Callable[..., Hold]
 ) -> None:
-    agent = make_agent(tmp_path, failure_rate=1.0, step_durations="power on:0.3")
+    agent = make_agent(tmp_path, failure_rate=1.0)
     node = agent.nodes[0]
     epoch = agent.epoch(node)
-    # An instance whose deploy fails at the first (slow) step.
+    # An instance whose deploy fails at the first step.
     instance = next(
         i
         for i in iter(instance_id, None)
         if agent.driver.planned_failure(node.uuid, i) == "power on"
     )
+    held = hold(agent, steps=("power on",))
     agent.actions.build(instance, node, epoch)
-    wait_for(lambda: ("deploy_step", "power on") in agent.log_of(node))
+    held.wait_at(node, "power on")
     agent.membership.state = State.SUSPENDED  # the step fails after this: no cleaning
+    held.release(node, "power on")
     wait_for(lambda: len(agent.conductor.builds) == 1)
     [report] = agent.conductor.builds
     assert (report["success"], report["node_clean"]) == (False, False)
     assert [a for a, _ in agent.log_of(node)] == ["deploy_start", "deploy_step", "deploy_failed"]
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
 
 
 # -- destroy ---------------------------------------------------------------------------
@@ -511,7 +644,7 @@ def test_destroy_tears_down_unpins_and_reports(agent: Agent) -> None:
     instance = instance_id()
     agent.actions.build(instance, node, epoch)
     wait_for(lambda: len(agent.conductor.builds) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert agent.ownership.pinned() == {node.uuid}
 
     assert agent.actions.destroy(instance, node, epoch) == "accepted"
@@ -532,29 +665,32 @@ def test_destroy_tears_down_unpins_and_reports(agent: Agent) -> None:
     assert state is not None and state.provision_state is ProvisionState.AVAILABLE
     assert state.instance_uuid is None and state.power_state is PowerState.OFF
     # The instance is no longer "done" here: a build of it deploys again.
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert agent.actions.build(instance, node, epoch) == "accepted"
     wait_for(lambda: len(agent.conductor.builds) == 2)
 
 
-def test_destroy_same_instance_again_is_in_progress(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, clean_duration=0.2)
+def test_destroy_same_instance_again_is_in_progress(
+    agent: Agent, hold: Callable[..., Hold]
+) -> None:
     node = agent.nodes[0]
     epoch = agent.epoch(node)
     instance = instance_id()
+    held = hold(agent, steps=(), destroys=True)
     assert agent.actions.destroy(instance, node, epoch) == "accepted"
     assert agent.actions.destroy(instance, node, epoch) == "in-progress"
     with pytest.raises(Conflict):
         agent.actions.build(instance_id(), node, epoch)
+    held.release(node, "destroy")
     wait_for(lambda: len(agent.conductor.destroys) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert [a for a, _ in agent.log_of(node)] == ["destroy", "destroy_done"]
 
 
 def test_destroy_with_the_membership_lost_meanwhile_reports_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = make_agent(tmp_path, step_duration=0.1)
+    agent = make_agent(tmp_path)
     node = agent.nodes[0]
     epoch = agent.epoch(node)
     # Accepted while connected; the background check fails once suspended.
@@ -563,7 +699,7 @@ def test_destroy_with_the_membership_lost_meanwhile_reports_failure(
 
     def check(node_uuid: str, held: int) -> None:
         if threading.current_thread() is not threading.main_thread():
-            gate.wait(5.0)
+            gate.wait(LONG)
         original(node_uuid, held)
 
     monkeypatch.setattr(agent.ownership, "check", check)
@@ -575,7 +711,7 @@ def test_destroy_with_the_membership_lost_meanwhile_reports_failure(
     [report] = agent.conductor.destroys
     assert report["success"] is False and "owned by" in report["fault"]
     assert agent.log_of(node) == []
-    assert agent.actions.wait_idle(5.0) and agent.actions.in_flight() == 0
+    assert agent.actions.wait_idle(LONG) and agent.actions.in_flight() == 0
 
 
 # -- power -----------------------------------------------------------------------------
@@ -604,7 +740,7 @@ def test_a_rebuild_is_fenced_at_every_step_and_busy_nodes_refuse_it(agent: Agent
     epoch = agent.epoch(node)
     instance = instance_id()
     agent.actions.build(instance, node, epoch)
-    assert agent.actions.wait_idle(10)
+    assert agent.actions.wait_idle(LONG)
     assert agent.actions.rebuild(instance, node, epoch) == "active"
     assert [a for a, _ in agent.log_of(node)][-1] == "rebuild_done"
     assert agent.actions.in_flight() == 0
@@ -628,24 +764,25 @@ def test_stop_accepting_refuses_new_builds(agent: Agent) -> None:
     assert agent.log() == [] and agent.actions.in_flight() == 0
 
 
-def test_wait_idle_waits_for_running_actions(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, step_duration=0.1)
+def test_wait_idle_waits_for_running_actions(agent: Agent, hold: Callable[..., Hold]) -> None:
     started = [instance_id() for _ in agent.nodes]
+    held = hold(agent, steps=DEPLOY_STEPS[:1])
     for instance, node in zip(started, agent.nodes, strict=True):
         agent.actions.build(instance, node, agent.epoch(node))
     assert agent.actions.in_flight() == 3
     assert agent.actions.busy_nodes() == {n.uuid for n in agent.nodes}
     assert agent.actions.wait_idle(0.01) is False
-    assert agent.actions.wait_idle(5.0) is True
+    held.release_all()
+    assert agent.actions.wait_idle(LONG) is True
     assert agent.actions.in_flight() == 0
     assert sorted(b["instance_uuid"] for b in agent.conductor.builds) == sorted(started)
     assert agent.ownership.pinned() == {n.uuid for n in agent.nodes}
     assert check_fencing(agent.log()) == []
 
 
-def test_busy_nodes_are_not_released_by_reconcile(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, step_duration=0.1)
+def test_busy_nodes_are_not_released_by_reconcile(agent: Agent, hold: Callable[..., Hold]) -> None:
     node = agent.nodes[0]
+    held = hold(agent, steps=DEPLOY_STEPS[:1])
     agent.actions.build(instance_id(), node, agent.epoch(node))
     # The agent no longer wants the node (it now serves another rack only,
     # another agent serves this one): it is busy, so kept.
@@ -660,7 +797,8 @@ def test_busy_nodes_are_not_released_by_reconcile(tmp_path: Path) -> None:
     result = agent.ownership.reconcile(elsewhere)
     assert result is not None and result.released == 2
     assert set(agent.ownership.held()) == {node.uuid}
-    assert agent.actions.wait_idle(5.0)
+    held.release_all()
+    assert agent.actions.wait_idle(LONG)
     assert agent.conductor.builds[0]["success"] is True
 
 
@@ -670,10 +808,10 @@ def test_a_build_never_tears_down_another_instance_deployed_on_the_node(agent: A
     hosted = instance_id()
     agent.actions.build(hosted, node, epoch)
     wait_for(lambda: len(agent.conductor.builds) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     with contextlib.suppress(Conflict):  # refusing at accept would be right too
         agent.actions.build(instance_id(), node, epoch)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     state = agent.driver.node_state(node.uuid)
     assert state is not None and state.instance_uuid == hosted
     assert ("destroy", None) not in agent.log_of(node)
@@ -690,9 +828,12 @@ def _item(instance: str, node: Node, epoch: int) -> dict[str, Any]:
     return {"instance_uuid": instance, "node": node.to_dict(), "epoch": epoch}
 
 
-def test_build_instances_accepts_each_build_on_its_own(agent: Agent) -> None:
+def test_build_instances_accepts_each_build_on_its_own(
+    agent: Agent, hold: Callable[..., Hold]
+) -> None:
     """A stale epoch, a node taken over and a busy node refuse their own items only."""
     fresh, stale, lost = agent.nodes
+    held = hold(agent, steps=DEPLOY_STEPS[:1])  # busy until the replies are in
     first, second = instance_id(), instance_id()
     _lose_the_node(agent, lost)  # the conductor's claim predates a takeover
     reply = _endpoint(agent).build_instances(
@@ -712,7 +853,8 @@ def test_build_instances_accepts_each_build_on_its_own(agent: Agent) -> None:
     assert results[3]["error"] == "Conflict" and "busy" in results[3]["reason"]
     assert results[4] == {"answer": "in-progress"}
     assert len(results) == 5
-    assert agent.actions.wait_idle(5.0)
+    held.release_all()
+    assert agent.actions.wait_idle(LONG)
     # Only the accepted build ran, once, and only on its node.
     assert [(b["instance_uuid"], b["success"]) for b in agent.conductor.builds] == [(first, True)]
     assert {a.node for a in agent.log()} == {fresh.uuid}
@@ -725,12 +867,12 @@ def test_build_instances_is_idempotent_by_instance(agent: Agent) -> None:
     endpoint = _endpoint(agent)
     batch = [_item(instance, node, agent.epoch(node))]
     assert endpoint.build_instances({}, builds=batch) == {"results": [{"answer": "accepted"}]}
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     wait_for(lambda: len(agent.conductor.builds) == 1)
     # Sent again after it was deployed: not deployed again, the result is re-sent.
     assert endpoint.build_instances({}, builds=batch) == {"results": [{"answer": "done"}]}
     wait_for(lambda: len(agent.conductor.builds) == 2)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert [a.action for a in agent.log()].count("deploy_start") == 1
 
 
@@ -784,7 +926,7 @@ def test_a_node_torn_down_by_another_agent_takes_a_new_build_at_once(tmp_path: P
     first = instance_id()
     assert agent.actions.build(first, node, epoch) == "accepted"
     wait_for(lambda: len(agent.conductor.builds) == 1)
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     # Meanwhile (this agent partitioned away) another agent owned the node
     # and tore the instance down, on the same hardware.
     other = _other_driver(tmp_path, store)
@@ -842,5 +984,5 @@ def test_a_restarted_agent_resumes_a_deploy_its_previous_process_left(tmp_path: 
     assert state is not None and state.provision_state is ProvisionState.ACTIVE
     # Asked again (its result was lost): done, nothing deployed twice.
     assert agent.actions.build(build, node, 3) == "done"
-    assert agent.actions.wait_idle(5.0)
+    assert agent.actions.wait_idle(LONG)
     assert [a for a, _s in agent.log_of(node)].count("deploy_done") == 1
