@@ -104,9 +104,8 @@ def imports() -> Iterator[tuple[str, str, bool]]:
 def _imports_of(module: str, tree: ast.Module) -> Iterator[tuple[str, str, bool]]:
     lazy: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            lazy.update(id(n) for n in ast.walk(node))
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        if function or (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)):
             lazy.update(id(n) for n in ast.walk(node))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
