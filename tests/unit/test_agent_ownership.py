@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import types
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -183,6 +184,15 @@ class Fleet:
             for manager in self.agents.values():
                 manager.refresh_inventory()
                 manager.reconcile(self.view)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The agent's monotonic clock, moved by the test alone: ``clock[0] += s``."""
+    now = [1000.0]
+    fake = types.SimpleNamespace(monotonic=lambda: now[0], sleep=time.sleep)
+    monkeypatch.setattr(agent_ownership, "time", fake)
+    return now
 
 
 @pytest.fixture(params=["by-share", "whole-fleet"])
@@ -487,12 +497,10 @@ def test_a_node_a_live_owner_keeps_is_not_asked_for_again_until_view_or_record_c
 
 
 def test_a_refusal_by_a_live_owner_brings_the_next_pass_forward_for_a_while(
-    env: Fleet, monkeypatch: pytest.MonkeyPatch
+    env: Fleet, clock: list[float]
 ) -> None:
     """An owner that saw the same change releases on its own pass: the refused
     agent looks again within a second, not a reconcile_interval later."""
-    clock = [1000.0]
-    monkeypatch.setattr(agent_ownership.time, "monotonic", lambda: clock[0])
     _nodes, a1, a2, view = _a2_joins_a1(env)
     refused = a2.reconcile(view)  # before a1 released anything
     assert refused is not None and refused.refused > 0 and not refused.converged
@@ -515,13 +523,10 @@ def test_a_refusal_by_a_live_owner_brings_the_next_pass_forward_for_a_while(
     assert a3.reconcile(view3).retry_in is None  # type: ignore[union-attr]
 
 
-def test_a_refusal_is_remembered_only_for_a_while(
-    env: Fleet, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_refusal_is_remembered_only_for_a_while(env: Fleet, clock: list[float]) -> None:
     """The release that would clear a refusal can be missed by the inventory's
     time window (its transaction committed late): the node is asked for again
     once the refusal is old, or it would stay unowned for good (issue 13)."""
-    monkeypatch.setattr(agent_ownership, "_REFUSAL_MEMORY", 1.0)
     _nodes, a1, a2, view = _a2_joins_a1(env)
     first = a2.reconcile(view)  # a1 has not released its share yet: refused
     mine = a2.desired(view)
@@ -529,7 +534,10 @@ def test_a_refusal_is_remembered_only_for_a_while(
     a1.reconcile(view)  # a1 releases them; a2's inventory never hears of it
     again = a2.reconcile(view)
     assert again is not None and again.claimed == 0  # remembered: not asked
-    time.sleep(1.05)
+    clock[0] += agent_ownership._REFUSAL_MEMORY / 2
+    again = a2.reconcile(view)
+    assert again is not None and again.claimed == 0  # still
+    clock[0] += agent_ownership._REFUSAL_MEMORY / 2 + 0.1
     late = a2.reconcile(view)
     assert late is not None and late.claimed == len(mine)
     assert set(a2.held()) == mine
@@ -606,7 +614,9 @@ def test_a_view_without_this_agent_is_not_acted_on(env: Fleet) -> None:
     assert a2.reconcile(view_of({"a2": []})) is not None  # a peer's view is fine
 
 
-def test_after_a_re_join_peers_missing_from_the_view_get_time_to_re_join(env: Fleet) -> None:
+def test_after_a_re_join_peers_missing_from_the_view_get_time_to_re_join(
+    env: Fleet, clock: list[float]
+) -> None:
     """The etcd member every service used was away past the TTL: every lease
     expired, and the agents re-join one after the other.  The first one back
     must not take the nodes of peers that re-join a heartbeat later."""
@@ -624,11 +634,11 @@ def test_after_a_re_join_peers_missing_from_the_view_get_time_to_re_join(env: Fl
     env.conductor.calls.clear()
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 0
-    assert result.retry_in is not None and 0 < result.retry_in <= 0.3
+    assert result.retry_in == pytest.approx(0.3)
     assert env.conductor.of("claim") == [] and env.owners() == before
     # a2 re-joins meanwhile: nothing moved, nothing will.
     view = env.live({"a1": [], "a2": []})
-    time.sleep(0.3)
+    clock[0] += 0.4
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 0 and env.owners() == before
     assert a2.reconcile(view) is not None and env.owners() == before
@@ -647,7 +657,7 @@ def test_a_first_join_claims_at_once(env: Fleet) -> None:
     assert result is not None and result.claimed == 6 and result.retry_in is None
 
 
-def test_a_first_join_lets_the_view_settle_before_claiming(env: Fleet) -> None:
+def test_a_first_join_lets_the_view_settle_before_claiming(env: Fleet, clock: list[float]) -> None:
     """Agents started together each join seeing few peers: the first pass
     waits join_settle (one watch interval) for the view to fill in."""
     add_nodes(env.db, 6)
@@ -656,9 +666,13 @@ def test_a_first_join_lets_the_view_settle_before_claiming(env: Fleet) -> None:
     a1.refresh_inventory()
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 0
-    assert result.retry_in is not None and 0 < result.retry_in <= 0.3
+    assert result.retry_in == pytest.approx(0.3)
     assert env.conductor.of("claim") == []
-    time.sleep(0.3)
+    clock[0] += 0.15
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0  # not yet
+    assert result.retry_in == pytest.approx(0.15)
+    clock[0] += 0.2
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 6
 
