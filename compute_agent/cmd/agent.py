@@ -25,7 +25,7 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     agent_conf.register_opts(conf)
-    prepare_service(argv, conf)
+    prepare_service(argv, conf, prog="ringfleet-compute-agent")
     return conf
 
 

@@ -54,7 +54,7 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     api_conf.register_opts(conf)
-    prepare_service(argv, conf)
+    prepare_service(argv, conf, prog="ringfleet-api")
     return conf
 
 

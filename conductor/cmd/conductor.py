@@ -24,7 +24,7 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
     conductor_conf.register_opts(conf)
-    prepare_service(argv, conf)
+    prepare_service(argv, conf, prog="ringfleet-conductor")
     return conf
 
 

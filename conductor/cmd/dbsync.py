@@ -19,63 +19,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from collections.abc import Sequence
 
 from oslo_config import cfg
 
 from conductor import conf as conductor_conf
-from conductor.common.exception import ConfigurationError, DatabaseUnavailable, first_line
-from conductor.common.prepare import prepare_service
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable
+from conductor.common.prepare import invalid_option, prepare_service
 from conductor.db import migration
 from conductor.db.engine import Database, database_from_conf
 
-__all__ = ["CONFIG_ERRORS", "config_error", "invalid_option", "main"]
+__all__ = ["main"]
 
 #: Exit statuses: ``check`` says CURRENT, BEHIND or AHEAD (the database is
 #: newer than this code); any command FAILED with one line on stderr.
 CURRENT, BEHIND, FAILED, AHEAD = 0, 1, 2, 3
-
-#: What reading the configuration files raises when one is missing,
-#: unreadable (a directory, no permission, not text) or malformed.
-CONFIG_ERRORS: tuple[type[Exception], ...] = (cfg.Error, OSError, UnicodeDecodeError)
-
-_BAD_VALUE = re.compile(
-    r"Value for option (?P<name>\S+) from (?P<where>.*) is not valid: (?P<why>.*)"
-)
-_LOCATION = re.compile(r"LocationInfo\(location=<[^>]*>, detail='(?P<file>[^']*)'\)")
-
-
-def config_error(exc: BaseException, group: str | None = None) -> str:
-    """One line for an error of :data:`CONFIG_ERRORS`, naming the file (when
-    known) and the problem; *group* is the option's group, for a value that
-    is not valid."""
-    if isinstance(exc, OSError) and exc.filename:
-        return f"cannot read configuration file {exc.filename}: {exc.strerror}"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"cannot read a configuration file (not text): {exc}"
-    line = first_line(exc)
-    bad = _BAD_VALUE.fullmatch(line) if isinstance(exc, cfg.ConfigSourceValueError) else None
-    if bad is None:
-        return line
-    # oslo.config's "Value for option X from LocationInfo(...) is not valid: Y"
-    location = _LOCATION.fullmatch(bad["where"])
-    where = location["file"] if location else bad["where"]
-    option = f"[{group}] {bad['name']}" if group else bad["name"]
-    return f"{where}: {option}: not valid: {bad['why']}"
-
-
-def invalid_option(conf: cfg.ConfigOpts, group: str) -> str | None:
-    """One line for the first option of *group* whose value is not valid
-    (oslo.config converts values when read), ``None`` when every one is."""
-    options = conf[group]
-    for name in sorted(options):
-        try:
-            getattr(options, name)
-        except cfg.ConfigSourceValueError as exc:
-            return config_error(exc, group)
-    return None
 
 
 def _add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -113,10 +72,7 @@ def _configure(argv: Sequence[str]) -> cfg.ConfigOpts | str:
         cfg.SubCommandOpt("command", title="Commands", handler=_add_commands, dest="command")
     )
     conductor_conf.register_opts(conf)
-    try:
-        prepare_service(argv, conf)
-    except CONFIG_ERRORS as exc:
-        return config_error(exc)
+    prepare_service(argv, conf, prog="ringfleet-dbsync", exit_status=FAILED)
     return invalid_option(conf, "database") or conf
 
 

@@ -20,10 +20,9 @@ from oslo_upgradecheck import upgradecheck
 
 from conductor import conf as conductor_conf
 from conductor import upgrade_checks
-from conductor.cmd.dbsync import CONFIG_ERRORS, config_error
 from conductor.common import conf as common_conf
 from conductor.common import rpc
-from conductor.common.prepare import PROJECT
+from conductor.common.prepare import CONFIG_ERRORS, PROJECT, config_error
 
 __all__ = ["main"]
 

@@ -248,13 +248,17 @@ def test_host_is_a_dns_name_in_lower_case(tmp_path: Path, given: str, host: str)
 
 
 @pytest.mark.parametrize("bad", ["agent 1", "", "agent-1!"])
-def test_a_host_that_is_no_dns_name_stops_the_service_at_start(tmp_path: Path, bad: str) -> None:
+def test_a_host_that_is_no_dns_name_stops_the_service_at_start(
+    tmp_path: Path, bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "ringfleet.conf"
     path.write_text(f"[DEFAULT]\nhost = {bad}\n")
     with pytest.raises(SystemExit) as stopped:
         prepare_service(["ringfleet-compute-agent", "--config-file", str(path)], cfg.ConfigOpts())
-    assert str(stopped.value).startswith("ringfleet-compute-agent: [DEFAULT] host: ")
-    assert "is not a valid host address" in str(stopped.value)
+    assert stopped.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("ringfleet-compute-agent: [DEFAULT] host: ")
+    assert "is not a valid host address" in line
 
 
 def test_my_ip_is_the_configured_address_else_novas_default(
@@ -265,9 +269,48 @@ def test_my_ip_is_the_configured_address_else_novas_default(
     assert default.my_ip(make_conf(tmp_path, "")) == "198.51.100.3"
 
 
-def test_a_my_ip_that_is_no_address_stops_the_service_at_start(tmp_path: Path) -> None:
+def test_a_my_ip_that_is_no_address_stops_the_service_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "ringfleet.conf"
     path.write_text("[DEFAULT]\nmy_ip = agent-1\n")
     with pytest.raises(SystemExit) as stopped:
         prepare_service(["ringfleet-compute-agent", "--config-file", str(path)], cfg.ConfigOpts())
-    assert str(stopped.value).startswith("ringfleet-compute-agent: [DEFAULT] my_ip: ")
+    assert stopped.value.code == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("ringfleet-compute-agent: [DEFAULT] my_ip: ")
+
+
+@pytest.mark.parametrize(
+    ("service", "prog"),
+    [
+        ("conductor.cmd.conductor", "ringfleet-conductor"),
+        ("compute_agent.cmd.agent", "ringfleet-compute-agent"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("problem", "said"),
+    [
+        ("missing", "Failed to find some config files: {path}"),
+        ("a directory", "cannot read configuration file {path}: Is a directory"),
+        ("malformed", "Failed to parse {path}: "),
+    ],
+)
+def test_a_configuration_file_it_cannot_use_stops_a_service_in_one_line(
+    tmp_path: Path, service: str, prog: str, problem: str, said: str
+) -> None:
+    path = tmp_path / "ringfleet.conf"
+    if problem == "a directory":
+        path.mkdir()
+    elif problem == "malformed":
+        path.write_text("[DEFAULT\nhost = a\n")
+    done = subprocess.run(
+        [sys.executable, "-m", service, "--config-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (1, ""), done
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"{prog}: {said.format(path=path)}")
