@@ -12,6 +12,11 @@ tooz's ``start()`` calls, so its client gets a one-method shim).
 
 TTLs are one second: a member that stops heart-beating is gone from its
 peers' views about a second later, so the whole module runs in seconds.
+What a test asserts never depends on a one-second lease outliving a
+loaded machine's pauses, though: a lease that must not run out is long
+(:data:`LONG_TTL`), a member's own connection state is read from a clock the
+test moves (:class:`FakeClock`) where the test looks at it, and states a
+pause may flip for a moment (CONNECTED) are waited for, not asserted once.
 """
 
 from __future__ import annotations
@@ -37,6 +42,25 @@ GROUP = "redis-unit"
 #: more was short once, for a second process taking over an id; only a
 #: failure waits it out).
 DEADLINE = TTL + 20.0
+#: A lease that outlives every test (and DEADLINE): what is seen gone was
+#: removed, never expired meanwhile.
+LONG_TTL = 60.0
+
+
+def url_with_ttl(ttl: float) -> str:
+    return URL.replace(f"={TTL:g}", f"={ttl:g}")
+
+
+class FakeClock:
+    """A member's monotonic clock, moved by the test alone: its state goes
+    SUSPENDED or LOST when the test says, not when a loaded machine pauses
+    its threads.  (Redis's own key expiry stays real time.)"""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture
@@ -91,43 +115,47 @@ def drop_lease(redis: FakeRedisServer, member_id: str) -> None:
 def test_members_see_each_other_and_a_graceful_leave_at_once(
     started: list[Membership],
 ) -> None:
-    a, b, c = (member(started, h) for h in ("a", "b", "c"))
+    # b's lease outlives the test: it can be seen gone only because it left.
+    a, c = member(started, "a"), member(started, "c")
+    b = member(started, "b", url=url_with_ttl(LONG_TTL))
     watcher = member(started, "cond", join=False)
     for m in (a, b, c, watcher):
         wait_for(lambda m=m: sees(m, {"a", "b", "c"}), DEADLINE, f"{m.member_id} sees a, b, c")
-    assert all(m.can_act() for m in (a, b, c))
+    wait_for(lambda: all(m.can_act() for m in (a, b, c)), DEADLINE, "a, b and c may act")
     b.stop(leave=True)
     started.remove(b)
     # Leaving deletes the entry: no waiting for the lease.
     for m in (a, c, watcher):
-        wait_for(lambda m=m: sees(m, {"a", "c"}), 1.0, f"{m.member_id} sees b leave")
+        wait_for(lambda m=m: sees(m, {"a", "c"}), DEADLINE, f"{m.member_id} sees b leave")
 
 
 def test_a_crashed_member_is_gone_once_its_lease_expires(
     redis: FakeRedisServer, started: list[Membership]
 ) -> None:
-    # b's lease outlives its stop (which joins its threads: about a second).
-    a, b = member(started, "a"), member(started, "b", url=URL.replace(f"={TTL:g}", "=3"))
+    # b's lease outlives its stop (which joins its threads: about a second)
+    # however slow a loaded machine makes that.
+    a, b = member(started, "a"), member(started, "b", url=url_with_ttl(LONG_TTL))
     for m in (a, b):
         wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
-    # CONNECTED: b's last beat was at most half its TTL ago, so its lease has
-    # that much left (a loaded machine can starve its heartbeats longer).
-    wait_for(lambda: b.state is State.CONNECTED, DEADLINE, "b connected")
     lease = beat_key(redis, "b")
     b.stop(leave=False)  # no leave: as after kill -9
     started.remove(b)
     # Stopped without leaving, its lease is left to expire: tooz's stop()
     # would delete it (peers would see a leave, not a crash).
     assert redis.client().pttl(lease) > 0
+    time.sleep(0.2)  # a few of a's reads (0.05 s apart): b's entry stays with its lease
+    assert sees(a, {"a", "b"})
+    redis.client().pexpire(lease, 1)  # time passes: the lease runs out
     wait_for(lambda: sees(a, {"a"}), DEADLINE, "a sees b gone")
     assert not redis.client().exists(lease)
-    assert a.can_act()
+    wait_for(a.can_act, DEADLINE, "a may act")
 
 
 def test_outage_suspends_then_loses_then_rejoins(
     redis: FakeRedisServer, started: list[Membership], caplog: pytest.LogCaptureFixture
 ) -> None:
-    a, b = member(started, "a"), member(started, "b")
+    clock = FakeClock()
+    a, b = member(started, "a", clock=clock), member(started, "b", clock=clock)
     for m in (a, b):
         assert m.wait_connected(DEADLINE)
         wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
@@ -137,9 +165,17 @@ def test_outage_suspends_then_loses_then_rejoins(
         m._on_state_change = lambda _old, new, mid=m.member_id: states[mid].append(new)
     caplog.set_level(logging.DEBUG, logger="hashring")
     redis.stop()
+    # Every beat from now on fails: the last one that worked started before.
     for m in (a, b):
-        wait_for(lambda m=m: m.state is State.LOST, DEADLINE, f"{m.member_id} lost")
-        assert not m.can_act()
+        wait_for(lambda m=m: m.backend_failing, DEADLINE, f"{m.member_id} fails")
+    clock.now += 0.75 * TTL
+    for m in (a, b):
+        wait_for(lambda m=m: State.SUSPENDED in states[m.member_id], DEADLINE, "suspended")
+        assert m.state is State.SUSPENDED and not m.can_act()
+    clock.now += TTL
+    for m in (a, b):
+        wait_for(lambda m=m: State.LOST in states[m.member_id], DEADLINE, f"{m.member_id} lost")
+        assert m.state is State.LOST and not m.can_act()
         assert m.backend_failing
     redis.start()
     for m in (a, b):
@@ -147,7 +183,7 @@ def test_outage_suspends_then_loses_then_rejoins(
         wait_for(lambda m=m: sees(m, {"a", "b"}), DEADLINE, f"{m.member_id} sees a and b")
         # Suspended first (no beat for half the TTL), then lost (a whole TTL):
         # peers may have seen its lease expire, so it joined again.
-        assert states[m.member_id][:2] == [State.SUSPENDED, State.LOST], states
+        assert states[m.member_id][:3] == [State.SUSPENDED, State.LOST, State.CONNECTED], states
         assert m.join_generation > generations[m.member_id]
         assert not m.backend_failing
     # One WARNING per member when the outage began, one INFO when it ended.
@@ -264,8 +300,9 @@ def test_another_process_with_our_id_wins_and_we_never_act_again(
     assert second.wait_connected(DEADLINE)
     wait_for(lambda: first.superseded_by == second.incarnation, DEADLINE, "first superseded")
     assert first.state is State.LOST and not first.can_act()
-    time.sleep(4 * 0.05)
-    assert second.can_act()
+    time.sleep(4 * 0.05)  # a few of first's reads: it does not fight back
+    assert first.superseded_by == second.incarnation and second.superseded_by is None
+    wait_for(second.can_act, DEADLINE, "second may act")
 
 
 def test_fast_restart_replaces_the_previous_incarnation(started: list[Membership]) -> None:
