@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from cliff.command import Command
 
 from compute_agent.demo.options import DemoOptions
+from conductor.cli.command import own_epilog
 
 __all__ = ["Demo"]
 
@@ -138,6 +139,10 @@ class Demo(Command):
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         add_arguments(parser)
         return parser
+
+    def get_epilog(self) -> str:
+        epilog = own_epilog(self)
+        return super().get_epilog() if epilog is None else epilog
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.instances > parsed_args.nodes:
