@@ -561,65 +561,15 @@ class OwnershipManager:
         self, view: MembershipView
     ) -> tuple[ReconcileResult, dict[str, tuple[int, int]]] | None:
         """One pass (under the reconcile lock): the result and (owned, pinned) per group."""
-        if not self._membership.can_act():
-            LOG.info(
-                "Agent %s: membership %s, reconcile postponed",
-                self.host,
-                self._membership.state.value,
-            )
+        if not self._may_reconcile(view):
             return None
-        if self.host not in view.members:
-            # Not a view to act on: we are CONNECTED, so it was read while we
-            # were (re-)joining.  Acting on it would release every unpinned
-            # node we own, to claim them back on the next view.
-            LOG.warning(
-                "Agent %s: view of %d members does not contain this agent, reconcile postponed",
-                self.host,
-                len(view.members),
-            )
-            return None
-        if self._read_rings is not None and self._read_rings != share_rings(
-            view, self.host, self._groups
-        ):
-            # Our inventory is the share of another view: read what this
-            # one gives us first (a pass's caller may not have refreshed).
-            self.refresh_inventory(deep=False, view=view)
-        lost = 0
-        if self.needs_revalidation():
-            lost = self._revalidate()[1]
-            if self._validated_generation > 1:  # a re-join, not our first join
-                self._claims_after = time.monotonic() + self._rejoin_settle
-            else:
-                self._claims_after = time.monotonic() + self._join_settle
+        lost = self._catch_up(view)
         desired = self.desired(view)
         busy = self._busy_nodes()
+        members = view.members
         with self._lock:
-            settle = time.monotonic() - _ADOPTION_SETTLE
-            self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
-            # Set differences first (in C): a pass walks only the nodes that
-            # differ, not every node held and desired (10,000 each at 100k
-            # nodes on 10 agents), which is the usual few once converged.
-            releasable = {
-                n: self._held[n]
-                for n in self._held.keys() - desired
-                if n not in self._pinned and n not in busy and n not in self._adopted_at
-            }
-            members = view.members
-            now = time.monotonic()
-            self._restart_holds = {h: t for h, t in self._restart_holds.items() if t > now}
-            keepers = members.keys() | self._restart_holds.keys()
-            to_claim = sorted(
-                n for n in desired.difference(self._held) if not self._kept(n, keepers, now)
-            )
-            settling = self._claims_after - now
-            if settling > 0 and to_claim:
-                LOG.info(
-                    "Agent %s joined: %d claims wait %.1f s for the view to settle",
-                    self.host,
-                    len(to_claim),
-                    settling,
-                )
-                to_claim = []
+            releasable = self._releasable(desired, busy)
+            to_claim = self._to_claim(desired, members)
         released = self._release(releasable)
         claimed, refused, rehomed, refusals, stale = self._claim(to_claim, view)
         with self._lock:
@@ -628,28 +578,8 @@ class OwnershipManager:
             # what stays with another agent's instances.
             converged = self._held.keys() == desired - self._pinned_elsewhere
             counts = group_counts(self._held, self._inventory, self._pinned)
-            # Owners our view says are gone that the conductor still saw:
-            # it will in a moment, so ask again soon -- but not for pinned
-            # nodes, which wait for rehome_grace whatever we do.
-            # (Nor for owners stopped for a restart: their hold has a deadline.)
-            retry_soon = stale or any(
-                owner is not None
-                and owner not in members
-                and owner not in self._restart_holds
-                and node not in self._pinned_elsewhere
-                for node, owner in refusals.items()
-            )
-            now = time.monotonic()
-            waits = [t - now for t in self._restart_holds.values()]
-            if self._claims_after > now:
-                waits.append(self._claims_after - now)
-            if any(
-                owner in members and now - when < _HANDOVER_WAIT
-                for node, (owner, when) in self._refused_by.items()
-                if node not in self._pinned_elsewhere
-            ):
-                waits.append(_HANDOVER_POLL)
-            retry_in = min(waits, default=None)
+            retry_soon = stale or self._retry_soon(refusals, members)
+            retry_in = self._retry_in(members)
         result = ReconcileResult(
             desired=len(desired),
             held=held_now,
@@ -673,6 +603,114 @@ class OwnershipManager:
                 refused,
             )
         return result, counts
+
+    def _may_reconcile(self, view: MembershipView) -> bool:
+        """Whether a pass may act on *view* now (else it is postponed, and logged)."""
+        if not self._membership.can_act():
+            LOG.info(
+                "Agent %s: membership %s, reconcile postponed",
+                self.host,
+                self._membership.state.value,
+            )
+            return False
+        if self.host not in view.members:
+            # Not a view to act on: we are CONNECTED, so it was read while we
+            # were (re-)joining.  Acting on it would release every unpinned
+            # node we own, to claim them back on the next view.
+            LOG.warning(
+                "Agent %s: view of %d members does not contain this agent, reconcile postponed",
+                self.host,
+                len(view.members),
+            )
+            return False
+        return True
+
+    def _catch_up(self, view: MembershipView) -> int:
+        """Before a pass on *view*: read the inventory of its share if ours is
+        another view's, and the held set after a (re-)join.  Returns the nodes
+        found taken over by a peer meanwhile."""
+        if self._read_rings is not None and self._read_rings != share_rings(
+            view, self.host, self._groups
+        ):
+            # Our inventory is the share of another view: read what this
+            # one gives us first (a pass's caller may not have refreshed).
+            self.refresh_inventory(deep=False, view=view)
+        lost = 0
+        if self.needs_revalidation():
+            lost = self._revalidate()[1]
+            if self._validated_generation > 1:  # a re-join, not our first join
+                self._claims_after = time.monotonic() + self._rejoin_settle
+            else:
+                self._claims_after = time.monotonic() + self._join_settle
+        return lost
+
+    def _releasable(self, desired: set[str], busy: Collection[str]) -> dict[str, int]:
+        """The nodes held and not desired that may be released now, with their
+        epochs (under the lock): not pinned, busy or adopted lately."""
+        settle = time.monotonic() - _ADOPTION_SETTLE
+        self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
+        # Set differences first (in C): a pass walks only the nodes that
+        # differ, not every node held and desired (10,000 each at 100k
+        # nodes on 10 agents), which is the usual few once converged.
+        return {
+            n: self._held[n]
+            for n in self._held.keys() - desired
+            if n not in self._pinned and n not in busy and n not in self._adopted_at
+        }
+
+    def _to_claim(self, desired: set[str], members: Mapping[str, object]) -> list[str]:
+        """The desired nodes not held to claim now, sorted (under the lock):
+        not those a live or restarting owner keeps (:meth:`_kept`), and none
+        while the view settles after a (re-)join."""
+        now = time.monotonic()
+        self._restart_holds = {h: t for h, t in self._restart_holds.items() if t > now}
+        keepers = members.keys() | self._restart_holds.keys()
+        to_claim = sorted(
+            n for n in desired.difference(self._held) if not self._kept(n, keepers, now)
+        )
+        settling = self._claims_after - now
+        if settling > 0 and to_claim:
+            LOG.info(
+                "Agent %s joined: %d claims wait %.1f s for the view to settle",
+                self.host,
+                len(to_claim),
+                settling,
+            )
+            to_claim = []
+        return to_claim
+
+    def _retry_soon(
+        self, refusals: Mapping[str, str | None], members: Mapping[str, object]
+    ) -> bool:
+        """Whether some refusals came from owners our view says are gone (under
+        the lock).
+
+        The conductor still saw them: it will in a moment, so ask again soon
+        -- but not for pinned nodes, which wait for rehome_grace whatever we
+        do.  (Nor for owners stopped for a restart: their hold has a deadline.)
+        """
+        return any(
+            owner is not None
+            and owner not in members
+            and owner not in self._restart_holds
+            and node not in self._pinned_elsewhere
+            for node, owner in refusals.items()
+        )
+
+    def _retry_in(self, members: Mapping[str, object]) -> float | None:
+        """Seconds until the next pass may claim what this one could not
+        (:attr:`ReconcileResult.retry_in`, not yet clamped at 0; under the lock)."""
+        now = time.monotonic()
+        waits = [t - now for t in self._restart_holds.values()]
+        if self._claims_after > now:
+            waits.append(self._claims_after - now)
+        if any(
+            owner in members and now - when < _HANDOVER_WAIT
+            for node, (owner, when) in self._refused_by.items()
+            if node not in self._pinned_elsewhere
+        ):
+            waits.append(_HANDOVER_POLL)
+        return min(waits, default=None)
 
     def _kept(self, node: str, keepers: Collection[str], now: float) -> bool:
         """Whether *node* is left alone this pass: a live owner refused it lately
