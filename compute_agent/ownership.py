@@ -15,6 +15,10 @@ before every node action and refuses when the epoch is not the one held or
 when the membership is not CONNECTED.  After the membership was LOST, the
 held set is re-read from the conductor (:meth:`revalidate`) before anything
 else: a peer may have taken nodes over meanwhile.
+
+Reading the inventory, the nodes of the agent's share that it follows, is
+:class:`compute_agent.inventory_reads.InventoryReader`'s, a base of the
+manager.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
+from compute_agent.inventory_reads import InventoryReader, ShareKey, share_rings
 from compute_agent.metrics import AgentMetrics, group_counts
 from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
@@ -37,18 +42,6 @@ __all__ = ["OwnershipManager", "ReconcileResult", "ShareKey", "share_rings"]
 
 LOG = logging.getLogger(__name__)
 
-#: A node row is stamped (``updated_at``) before its transaction commits, and
-#: by its conductor's clock: a refresh can miss a row committed just after
-#: it read, stamped just before.  So a refresh re-reads _RECENT_OVERLAP before
-#: the previous one, which covers a commit of the usual milliseconds; and
-#: one every _DEEP_EVERY goes back _DEEP_OVERLAP before the previous such
-#: one, for a commit that stalled or a conductor whose clock is behind.
-#: (Re-reading 5 s at every refresh made the agents' inventory reads the
-#: conductor's largest cost at 100k nodes: every claim of a cold start or
-#: a join was read by every agent five or six times.)
-_RECENT_OVERLAP = datetime.timedelta(seconds=0.5)
-_DEEP_OVERLAP = datetime.timedelta(seconds=5)
-_DEEP_EVERY = datetime.timedelta(seconds=5)
 #: How long a live owner's refusal keeps a node from being asked for again.
 #: It bounds how long a missed release leaves a node unowned (seen at 100k
 #: nodes: releases whose ``updated_at``, taken when their transaction began,
@@ -65,43 +58,10 @@ _ADOPTION_SETTLE = 5.0
 #: hundred nodes unowned for 12-15 s after everything else had converged.)
 _HANDOVER_POLL = 1.0
 _HANDOVER_WAIT = 5.0
-#: Nodes per inventory page.
-_PAGE = 5000
 #: Seconds a claim's change time is sent with our change reads: well past
-#: the deepest window a change read reaches back (_DEEP_EVERY + _DEEP_OVERLAP).
+#: the deepest window a change read reaches back (_DEEP_EVERY + _DEEP_OVERLAP
+#: of compute_agent.inventory_reads).
 _CLAIM_TIMES_KEPT = 60.0
-
-#: Which node groups one ring of a view covers: (the groups, or None for
-#: every group but the excluded ones; the excluded groups).
-ShareKey = tuple[tuple[str, ...] | None, tuple[str, ...]]
-
-
-def share_rings(
-    view: MembershipView, host: str, groups: Sequence[str] = ()
-) -> dict[ShareKey, dict[str, Any]]:
-    """The rings of ``view`` in which ``host`` has a share, by the groups each covers.
-
-    Each node group has its own ring, of the members serving it
-    (:meth:`hashring.membership.MembershipView.weights_for`); groups whose
-    rings are the same are read together.  An agent of ``groups`` reads
-    those; one serving every group reads the groups some member names, and
-    "every other group" (whose ring is that of the members serving all).
-    Each ring as the conductor takes it: ``{"version", "members"}``.
-    """
-    named = sorted(view.named_groups())
-    by_members: dict[tuple[tuple[str, float], ...], list[str]] = {}
-    for group in groups or named:
-        weights = view.weights_for(group)
-        by_members.setdefault(tuple(sorted(weights.items())), []).append(group)
-    rings: dict[ShareKey, dict[str, Any]] = {
-        (tuple(sorted(names)), ()): {"version": view.ring_version, "members": dict(members)}
-        for members, names in by_members.items()
-        if host in dict(members)
-    }
-    others = view.weights_for_unnamed()
-    if not groups and host in others:
-        rings[(None, tuple(named))] = {"version": view.ring_version, "members": others}
-    return rings
 
 
 @dataclass(frozen=True)
@@ -127,7 +87,7 @@ class ReconcileResult:
     retry_in: float | None = None
 
 
-class OwnershipManager:
+class OwnershipManager(InventoryReader):
     """The agent's held nodes and epochs; thread-safe."""
 
     def __init__(
@@ -311,155 +271,12 @@ class OwnershipManager:
             )
         return len(self._held), len(lost)
 
-    def deep_refresh_due(self) -> bool:
-        """Whether the next refresh should go back before the previous deep one."""
-        return (
-            self._since is None
-            or self._deep_since is None
-            or self._since - self._deep_since >= _DEEP_EVERY
-        )
-
-    def refresh_inventory(
-        self, deep: bool | None = None, view: MembershipView | None = None
-    ) -> int:
-        """Learn the nodes of our share (all at first, then only changes).
-
-        With ``view`` (by default the membership's latest), and a conductor
-        that reads by share (API 1.15), the
-        inventory is this agent's ring share in that view and the nodes it
-        holds: the first read is the share, after a membership change the
-        arcs gained are read whole and the nodes no longer ours forgotten,
-        and every other read is the share's changes.  Without (an older
-        conductor), the nodes of our groups, the whole fleet at first.
-
-        ``deep``: re-read back to :data:`_DEEP_OVERLAP` before the previous
-        deep refresh (``None``: when :meth:`deep_refresh_due`; ``False``:
-        only the short overlap).  The first refresh reads everything.
-        Returns the rows read.
-        """
-        deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
-        since = None
-        if self._since is not None and self._deep_since is not None:
-            start = self._deep_since - _DEEP_OVERLAP if deep else self._since - _RECENT_OVERLAP
-            since = start.isoformat()
-        view = view if view is not None else self._membership.view
-        read = None if view is None else self._read_share(view, since)
-        how = "by share"
-        if read is None:
-            if view is not None and self._by_share:
-                self._by_share = False
-                LOG.info(
-                    "Agent %s: the conductor does not read inventories by share (older "
-                    "than API 1.15, or [upgrade_levels] conductor pins it below): this "
-                    "agent reads the whole fleet",
-                    self.host,
-                )
-            read, how = self._read_groups(since), "whole fleet"
-        seen, lost, as_of = read
-        if seen:
-            LOG.debug(
-                "Agent %s read %d inventory rows (%s, %s)",
-                self.host,
-                seen,
-                how,
-                "changes" if since else "all",
-            )
-        self._since = datetime.datetime.fromisoformat(as_of)
-        if deep:
-            self._deep_since = self._since
-        self._metrics.lost(lost)
-        self._metrics.inventory_read(seen)
-        return seen
-
-    def _read_groups(self, since: str | None) -> tuple[int, int, str]:
-        """Every node of our groups (changed since ``since``): (rows, lost, as_of)."""
-        marker = None
-        seen = lost = 0
-        as_of = None
-        while True:
-            page = self._conductor.list_node_uuids(
-                groups=self._groups or None, since=since, marker=marker, limit=_PAGE
-            )
-            as_of = as_of or page["as_of"]
-            with self._lock:
-                for item in page["nodes"]:
-                    lost += self._learn(item)
-            seen += len(page["nodes"])
-            if len(page["nodes"]) < _PAGE:
-                return seen, lost, as_of
-            marker = page["nodes"][-1]["uuid"]
-
-    def _read_share(self, view: MembershipView, since: str | None) -> tuple[int, int, str] | None:
-        """Our share of ``view``'s rings and our nodes, by share: (rows, lost, as_of),
-        or ``None`` when the conductor does not read by share."""
-        rings = share_rings(view, self.host, self._groups)
-        previous = self._read_rings
-        reads: list[dict[str, Any]] = []
-        for key, ring in rings.items():
-            groups, excluded = key
-            where = {
-                "ring": ring,
-                "groups": None if groups is None else list(groups),
-                "exclude_groups": list(excluded) or None,
-            }
-            before = None if previous is None else previous.get(key)
-            if since is None or before is None:
-                reads.append({**where, "since": None})  # all of it: new to us
-                continue
-            if before != ring:
-                reads.append({**where, "previous_ring": before, "since": None})  # gained
-            reads.append({**where, "since": since})
-        reads.append({"since": since})  # the nodes we own, wherever they are
-        if since is not None:
-            # What our own claims changed we know from their replies.
-            claimed = self._recent_claims()
-            reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
-        seen = lost = 0
-        as_of = None
-        for query in reads:
-            marker = None
-            while True:
-                page = self._conductor.list_node_share(
-                    self.host, marker=marker, limit=_PAGE, **query
-                )
-                if page is None:
-                    return None
-                as_of = as_of or page["as_of"]
-                with self._lock:
-                    for item in page["nodes"]:
-                        lost += self._learn(item)
-                seen += len(page["nodes"])
-                marker = page["next"]
-                if marker is None:
-                    break
-        assert as_of is not None
-        if previous is not None and previous != rings:
-            self._forget_outside(view)
-        self._read_rings = rings
-        return seen, lost, as_of
-
     def _recent_claims(self) -> list[str] | None:
         """The change times of our claims that a change read may still reach."""
         with self._lock:
             horizon = time.monotonic() - _CLAIM_TIMES_KEPT
             self._claim_times = [(t, at) for t, at in self._claim_times if t > horizon][-1000:]
             return [at for _t, at in self._claim_times] or None
-
-    def _forget_outside(self, view: MembershipView) -> None:
-        """Drop the inventory's nodes that are neither our share of ``view`` nor
-        held: after a membership change they are another agent's to follow."""
-        share = self._ring_share(view)
-        with self._lock:
-            self._drop([n for n in self._inventory if n not in share and n not in self._held])
-
-    def _drop(self, nodes: Collection[str]) -> None:
-        """Forget nodes of the inventory (under the lock)."""
-        for node in nodes:
-            self._inventory.pop(node, None)
-            self._pinned_elsewhere.discard(node)
-            self._refused_by.pop(node, None)
-        if nodes:
-            self._inventory_version += 1
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory entry (under the lock): its group, and its claim.

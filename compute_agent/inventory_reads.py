@@ -1,0 +1,255 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Reading an agent's inventory from the conductor: the nodes of its ring share.
+
+An agent follows the nodes it may have to own -- those the rings of its node
+groups give it, and those it holds -- with each one's group; after a first
+read whole, it reads only what changed (:meth:`InventoryReader.refresh_inventory`).
+:class:`InventoryReader` is the reading part of
+:class:`compute_agent.ownership.OwnershipManager`, which holds the state it
+reads into (under the manager's lock) and decides what a row read means
+(``_learn``), what the agent's ring share is (``_ring_share``) and which
+changes are its own claims' (``_recent_claims``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from compute_agent.conductor_client import OwnershipCalls
+from compute_agent.metrics import AgentMetrics
+from hashring.membership import Membership, MembershipView
+
+__all__ = ["InventoryReader", "ShareKey", "share_rings"]
+
+#: The ownership manager's logger: these reads are its own.
+LOG = logging.getLogger("compute_agent.ownership")
+
+#: A node row is stamped (``updated_at``) before its transaction commits, and
+#: by its conductor's clock: a refresh can miss a row committed just after
+#: it read, stamped just before.  So a refresh re-reads _RECENT_OVERLAP before
+#: the previous one, which covers a commit of the usual milliseconds; and
+#: one every _DEEP_EVERY goes back _DEEP_OVERLAP before the previous such
+#: one, for a commit that stalled or a conductor whose clock is behind.
+#: (Re-reading 5 s at every refresh made the agents' inventory reads the
+#: conductor's largest cost at 100k nodes: every claim of a cold start or
+#: a join was read by every agent five or six times.)
+_RECENT_OVERLAP = datetime.timedelta(seconds=0.5)
+_DEEP_OVERLAP = datetime.timedelta(seconds=5)
+_DEEP_EVERY = datetime.timedelta(seconds=5)
+#: Nodes per inventory page.
+_PAGE = 5000
+
+#: Which node groups one ring of a view covers: (the groups, or None for
+#: every group but the excluded ones; the excluded groups).
+ShareKey = tuple[tuple[str, ...] | None, tuple[str, ...]]
+
+
+def share_rings(
+    view: MembershipView, host: str, groups: Sequence[str] = ()
+) -> dict[ShareKey, dict[str, Any]]:
+    """The rings of ``view`` in which ``host`` has a share, by the groups each covers.
+
+    Each node group has its own ring, of the members serving it
+    (:meth:`hashring.membership.MembershipView.weights_for`); groups whose
+    rings are the same are read together.  An agent of ``groups`` reads
+    those; one serving every group reads the groups some member names, and
+    "every other group" (whose ring is that of the members serving all).
+    Each ring as the conductor takes it: ``{"version", "members"}``.
+    """
+    named = sorted(view.named_groups())
+    by_members: dict[tuple[tuple[str, float], ...], list[str]] = {}
+    for group in groups or named:
+        weights = view.weights_for(group)
+        by_members.setdefault(tuple(sorted(weights.items())), []).append(group)
+    rings: dict[ShareKey, dict[str, Any]] = {
+        (tuple(sorted(names)), ()): {"version": view.ring_version, "members": dict(members)}
+        for members, names in by_members.items()
+        if host in dict(members)
+    }
+    others = view.weights_for_unnamed()
+    if not groups and host in others:
+        rings[(None, tuple(named))] = {"version": view.ring_version, "members": others}
+    return rings
+
+
+class InventoryReader:
+    """Reads the inventory of :class:`~compute_agent.ownership.OwnershipManager`.
+
+    A base of the manager only: the attributes below are the manager's
+    (set by its ``__init__``), and the three hooks are its methods.
+    """
+
+    host: str
+    _conductor: OwnershipCalls
+    _membership: Membership
+    _metrics: AgentMetrics
+    _groups: list[str]
+    _lock: threading.Lock
+    _held: dict[str, int]
+    _inventory: dict[str, str]
+    _inventory_version: int
+    _pinned_elsewhere: set[str]
+    _refused_by: dict[str, tuple[str, float]]
+    _since: datetime.datetime | None
+    _deep_since: datetime.datetime | None
+    _read_rings: dict[ShareKey, dict[str, Any]] | None
+    _by_share: bool
+
+    def _learn(self, item: Mapping[str, Any]) -> int:
+        """One inventory row (under the lock); 1 for a node found taken over."""
+        raise NotImplementedError
+
+    def _ring_share(self, view: MembershipView) -> frozenset[str]:
+        """The nodes of the inventory that the rings of ``view`` give this agent."""
+        raise NotImplementedError
+
+    def _recent_claims(self) -> list[str] | None:
+        """The change times of our claims that a change read may still reach."""
+        raise NotImplementedError
+
+    def deep_refresh_due(self) -> bool:
+        """Whether the next refresh should go back before the previous deep one."""
+        return (
+            self._since is None
+            or self._deep_since is None
+            or self._since - self._deep_since >= _DEEP_EVERY
+        )
+
+    def refresh_inventory(
+        self, deep: bool | None = None, view: MembershipView | None = None
+    ) -> int:
+        """Learn the nodes of our share (all at first, then only changes).
+
+        With ``view`` (by default the membership's latest), and a conductor
+        that reads by share (API 1.15), the
+        inventory is this agent's ring share in that view and the nodes it
+        holds: the first read is the share, after a membership change the
+        arcs gained are read whole and the nodes no longer ours forgotten,
+        and every other read is the share's changes.  Without (an older
+        conductor), the nodes of our groups, the whole fleet at first.
+
+        ``deep``: re-read back to :data:`_DEEP_OVERLAP` before the previous
+        deep refresh (``None``: when :meth:`deep_refresh_due`; ``False``:
+        only the short overlap).  The first refresh reads everything.
+        Returns the rows read.
+        """
+        deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
+        since = None
+        if self._since is not None and self._deep_since is not None:
+            start = self._deep_since - _DEEP_OVERLAP if deep else self._since - _RECENT_OVERLAP
+            since = start.isoformat()
+        view = view if view is not None else self._membership.view
+        read = None if view is None else self._read_share(view, since)
+        how = "by share"
+        if read is None:
+            if view is not None and self._by_share:
+                self._by_share = False
+                LOG.info(
+                    "Agent %s: the conductor does not read inventories by share (older "
+                    "than API 1.15, or [upgrade_levels] conductor pins it below): this "
+                    "agent reads the whole fleet",
+                    self.host,
+                )
+            read, how = self._read_groups(since), "whole fleet"
+        seen, lost, as_of = read
+        if seen:
+            LOG.debug(
+                "Agent %s read %d inventory rows (%s, %s)",
+                self.host,
+                seen,
+                how,
+                "changes" if since else "all",
+            )
+        self._since = datetime.datetime.fromisoformat(as_of)
+        if deep:
+            self._deep_since = self._since
+        self._metrics.lost(lost)
+        self._metrics.inventory_read(seen)
+        return seen
+
+    def _read_groups(self, since: str | None) -> tuple[int, int, str]:
+        """Every node of our groups (changed since ``since``): (rows, lost, as_of)."""
+        marker = None
+        seen = lost = 0
+        as_of = None
+        while True:
+            page = self._conductor.list_node_uuids(
+                groups=self._groups or None, since=since, marker=marker, limit=_PAGE
+            )
+            as_of = as_of or page["as_of"]
+            with self._lock:
+                for item in page["nodes"]:
+                    lost += self._learn(item)
+            seen += len(page["nodes"])
+            if len(page["nodes"]) < _PAGE:
+                return seen, lost, as_of
+            marker = page["nodes"][-1]["uuid"]
+
+    def _read_share(self, view: MembershipView, since: str | None) -> tuple[int, int, str] | None:
+        """Our share of ``view``'s rings and our nodes, by share: (rows, lost, as_of),
+        or ``None`` when the conductor does not read by share."""
+        rings = share_rings(view, self.host, self._groups)
+        previous = self._read_rings
+        reads: list[dict[str, Any]] = []
+        for key, ring in rings.items():
+            groups, excluded = key
+            where = {
+                "ring": ring,
+                "groups": None if groups is None else list(groups),
+                "exclude_groups": list(excluded) or None,
+            }
+            before = None if previous is None else previous.get(key)
+            if since is None or before is None:
+                reads.append({**where, "since": None})  # all of it: new to us
+                continue
+            if before != ring:
+                reads.append({**where, "previous_ring": before, "since": None})  # gained
+            reads.append({**where, "since": since})
+        reads.append({"since": since})  # the nodes we own, wherever they are
+        if since is not None:
+            # What our own claims changed we know from their replies.
+            claimed = self._recent_claims()
+            reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
+        seen = lost = 0
+        as_of = None
+        for query in reads:
+            marker = None
+            while True:
+                page = self._conductor.list_node_share(
+                    self.host, marker=marker, limit=_PAGE, **query
+                )
+                if page is None:
+                    return None
+                as_of = as_of or page["as_of"]
+                with self._lock:
+                    for item in page["nodes"]:
+                        lost += self._learn(item)
+                seen += len(page["nodes"])
+                marker = page["next"]
+                if marker is None:
+                    break
+        assert as_of is not None
+        if previous is not None and previous != rings:
+            self._forget_outside(view)
+        self._read_rings = rings
+        return seen, lost, as_of
+
+    def _forget_outside(self, view: MembershipView) -> None:
+        """Drop the inventory's nodes that are neither our share of ``view`` nor
+        held: after a membership change they are another agent's to follow."""
+        share = self._ring_share(view)
+        with self._lock:
+            self._drop([n for n in self._inventory if n not in share and n not in self._held])
+
+    def _drop(self, nodes: Collection[str]) -> None:
+        """Forget nodes of the inventory (under the lock)."""
+        for node in nodes:
+            self._inventory.pop(node, None)
+            self._pinned_elsewhere.discard(node)
+            self._refused_by.pop(node, None)
+        if nodes:
+            self._inventory_version += 1
