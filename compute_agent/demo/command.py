@@ -16,6 +16,7 @@ from cliff.command import Command
 
 from compute_agent.demo.options import DemoOptions
 from conductor.cli.command import own_epilog
+from conductor.common.extras import MissingExtra
 
 __all__ = ["Demo"]
 
@@ -166,8 +167,12 @@ class Demo(Command):
             seed=int(parsed_args.seed),
             backend=str(parsed_args.backend),
         )
-        with self._quiet_fleet():
-            result = scenario.run_demo(options, self.app.stdout)
+        try:
+            with self._quiet_fleet():
+                result = scenario.run_demo(options, self.app.stdout)
+        except MissingExtra as exc:  # --backend redis without its extra: nothing ran
+            self.app.stderr.write(f"ringfleet demo: error: {exc}\n")
+            return 1
         return 1 if result.violations else 0
 
     @contextmanager

@@ -34,7 +34,6 @@ from compute_agent.demo.fake_redis import in_process_redis
 from compute_agent.service import AgentService
 from conductor import conf as conductor_conf
 from conductor.common import rpc
-from conductor.common.extras import MissingExtra
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import ConductorAPI
@@ -114,10 +113,8 @@ class EmbeddedFleet:
         self.settings = settings
         self._backend = contextlib.ExitStack()
         if settings.backend == "redis":
-            try:
-                self._backend.enter_context(in_process_redis())
-            except MissingExtra as exc:
-                raise FleetError(str(exc)) from None
+            # Raises MissingExtra (the demo-redis extra) before anything starts.
+            self._backend.enter_context(in_process_redis())
         self.workdir = Path(tempfile.mkdtemp(prefix="ringfleet-demo-"))
         self.action_log = self.workdir / "actions.jsonl"
         #: the simulated machines, shared by the agents: what reached each one

@@ -80,7 +80,11 @@ class _StepFailed(Exception):
 
 
 def run_demo(options: DemoOptions, out: TextIO) -> DemoResult:
-    """Run the whole demo, printing as it goes; return what was measured."""
+    """Run the whole demo, printing as it goes; return what was measured.
+
+    :raises conductor.common.extras.MissingExtra: for ``backend="redis"``
+        without the ``demo-redis`` extra, before anything starts.
+    """
     result = DemoResult(
         agents=options.agents,
         nodes=options.nodes,

@@ -25,6 +25,7 @@ from compute_agent.demo import checks, scenario
 from compute_agent.demo.checks import FleetState, InstanceRecord, NodeRecord
 from compute_agent.demo.report import DemoResult, ProgressBar
 from conductor.cmd import cli
+from conductor.common.extras import MissingExtra
 
 OPTIONS = scenario.DemoOptions(
     agents=3, nodes=90, instances=30, ttl=2.0, rehome_grace=1.0, step_duration=0.0, seed=7
@@ -315,14 +316,18 @@ def test_progress_bar_redraws_on_a_terminal_and_prints_tenths_otherwise() -> Non
 
 
 def test_the_redis_demo_without_fakeredis_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """fakeredis is an optional extra: the default demo never needs it, the
-    Redis one says how to get it and fails before starting anything."""
+    Redis one says in one line how to get it and fails before starting anything."""
     monkeypatch.setitem(sys.modules, "fakeredis", None)
-    out = io.StringIO()
-    result = scenario.run_demo(dataclasses.replace(OPTIONS, backend="redis"), out)
-    assert result.violations == [
-        "embedded fleet: the in-process Redis needs fakeredis with Lua: "
-        "pip install 'ringfleet[demo-redis]' (or 'fakeredis[lua]')"
+    with pytest.raises(MissingExtra) as missing:
+        scenario.run_demo(dataclasses.replace(OPTIONS, backend="redis"), io.StringIO())
+    assert missing.value.extra == "demo-redis"
+    assert cli.main(["demo", "--backend", "redis", "--nodes", "1", "--instances", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "ringfleet demo: error: the in-process Redis (ringfleet demo --backend redis) needs "
+        "the 'demo-redis' extra (fakeredis is not installed): pip install 'ringfleet[demo-redis]'"
     ]
