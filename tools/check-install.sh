@@ -87,6 +87,16 @@ rc=0
 ((rc == 0)) || { cat "$tmp/demo.out" >&2; fail "ringfleet demo exited $rc"; }
 tail -n 5 "$tmp/demo.out"
 
+step "an extra's feature without it: one line naming the extra"
+rc=0
+"$venv/bin/ringfleet" demo --backend redis >"$tmp/extra.out" 2>"$tmp/extra.err" || rc=$?
+if ((rc != 1)) || [[ -s $tmp/extra.out ]] || [[ $(wc -l <"$tmp/extra.err") != 1 ]] \
+    || ! grep -q "pip install 'ringfleet\[demo-redis\]'" "$tmp/extra.err"; then
+    cat "$tmp/extra.out" "$tmp/extra.err" >&2
+    fail "ringfleet demo --backend redis (exit $rc): not one line naming the demo-redis extra"
+fi
+cat "$tmp/extra.err"
+
 step "./tools/demo.sh from a fresh clone (started above)"
 rc=0
 wait "$clone_demo" || rc=$?
