@@ -74,7 +74,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final
 
 from oslo_config import cfg
@@ -259,47 +259,15 @@ class IronicInventorySync:
         summary.excluded, new_specs = len(new_specs) - len(kept), kept
         for start in range(0, len(new_specs), _CREATE_BATCH):
             summary.created += self._create(new_specs[start : start + _CREATE_BATCH], sightings)
-        for node in known.values():
-            if node.uuid not in listed and not _retired(node):
-                observed.append(
-                    db_nodes.BackEndState(
-                        node.uuid,
-                        maintenance=(
-                            (node.maintenance, node.maintenance_reason),
-                            (True, REMOVED_REASON),
-                        ),
-                    )
-                )
-                summary.retired += 1
-                LOG.warning(
-                    "Node %s (%s) is no longer in Ironic: retired (maintenance); "
-                    "instance %s keeps its record",
-                    node.uuid,
-                    node.name,
-                    node.instance_uuid,
-                )
+        retirements = _retirements(known.values(), listed)
+        observed += retirements
+        summary.retired += len(retirements)
         if observed:
             summary.updated += db_nodes.mirror_back_end_states(self._db, observed)
         summary.observed = self._record(to_record, claimed, seen_at)
         summary.orphans = self._hand_orphans()
         summary.seconds = time.monotonic() - started
-        if summary.invalid:
-            LOG.warning(
-                "Ironic sync skipped %d nodes ringfleet cannot store: %s",
-                len(summary.invalid),
-                "; ".join(summary.invalid[:_MAX_NAMED]),
-            )
-        LOG.info(
-            "Ironic sync: %d nodes listed, %d created, %d changes, %d retired, "
-            "%d observations recorded, %d orphan claims handed to their owners in %.2f s",
-            summary.listed,
-            summary.created,
-            summary.updated,
-            summary.retired,
-            summary.observed,
-            summary.orphans,
-            summary.seconds,
-        )
+        _log_pass(summary)
         return summary
 
     def _record(
@@ -592,3 +560,49 @@ def _reason(found: IronicNode) -> str:
 
 def _retired(node: Node) -> bool:
     return node.maintenance and node.maintenance_reason == REMOVED_REASON
+
+
+def _retirements(known: Iterable[Node], listed: Collection[str]) -> list[db_nodes.BackEndState]:
+    """The maintenance of the ``known`` nodes no longer ``listed`` in Ironic
+    and not retired yet: each retired (and logged), its instance kept."""
+    retirements = []
+    for node in known:
+        if node.uuid not in listed and not _retired(node):
+            retirements.append(
+                db_nodes.BackEndState(
+                    node.uuid,
+                    maintenance=(
+                        (node.maintenance, node.maintenance_reason),
+                        (True, REMOVED_REASON),
+                    ),
+                )
+            )
+            LOG.warning(
+                "Node %s (%s) is no longer in Ironic: retired (maintenance); "
+                "instance %s keeps its record",
+                node.uuid,
+                node.name,
+                node.instance_uuid,
+            )
+    return retirements
+
+
+def _log_pass(summary: SyncSummary) -> None:
+    """Log what a pass did (and the nodes it skipped)."""
+    if summary.invalid:
+        LOG.warning(
+            "Ironic sync skipped %d nodes ringfleet cannot store: %s",
+            len(summary.invalid),
+            "; ".join(summary.invalid[:_MAX_NAMED]),
+        )
+    LOG.info(
+        "Ironic sync: %d nodes listed, %d created, %d changes, %d retired, "
+        "%d observations recorded, %d orphan claims handed to their owners in %.2f s",
+        summary.listed,
+        summary.created,
+        summary.updated,
+        summary.retired,
+        summary.observed,
+        summary.orphans,
+        summary.seconds,
+    )

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Select, and_, func, not_, null, or_, select
+from sqlalchemy import ColumnElement, Select, and_, func, not_, null, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from conductor.common.objects import ProvisionState, VmState
@@ -508,41 +508,10 @@ def back_end_mismatches(
     hosted = aliased(InstanceModel)
     claimant = aliased(InstanceModel)
     seen = node.backend_seen_at
-    orphan_claim = and_(
-        node.backend_instance_uuid.is_not(None),
-        or_(node.instance_uuid.is_(None), node.instance_uuid != node.backend_instance_uuid),
+    orphan_claim, not_deployed, out_of_service = _back_end_conditions(
+        hosted, active_state=active_state, failed_states=failed_states
     )
-    not_deployed = and_(
-        hosted.vm_state == VmState.ACTIVE.value,
-        or_(
-            node.backend_state != active_state,
-            node.backend_instance_uuid.is_(None),
-            node.backend_instance_uuid != node.instance_uuid,
-        ),
-    )
-    out_of_service = and_(
-        node.instance_uuid.is_(None),
-        node.backend_instance_uuid.is_(None),
-        node.backend_state.in_(list(failed_states)),
-    )
-    # What state_mismatches reports: left to it.  (Each never NULL, or its
-    # NOT would be NULL too and drop the row: guarded with IS NOT NULL.)
-    inconsistent = [
-        and_(
-            hosted.vm_state.is_not(None),
-            hosted.vm_state == VmState.ACTIVE.value,
-            node.provision_state != ProvisionState.ACTIVE.value,
-        ),
-        and_(node.instance_uuid.is_(None), node.provision_state.in_(_BUSY)),
-    ]
-    if retired_reason is not None:
-        inconsistent.append(
-            and_(
-                node.maintenance.is_(True),
-                node.maintenance_reason.is_not(None),
-                node.maintenance_reason == retired_reason,
-            )
-        )
+    inconsistent = _left_to_state_mismatches(hosted, retired_reason)
     query = (
         select(
             node.uuid,
@@ -573,31 +542,86 @@ def back_end_mismatches(
     )
     with db.reading() as session:
         total, rows = _count_and_sample(session, query, sample)
-    found = []
-    for row in rows:
-        uuid, owner, instance, vm_state, provision, state, claim, seen_at, c_state, c_node = row
-        if claim is not None and claim != instance:
-            reason = ORPHAN_CLAIM
-        elif vm_state == VmState.ACTIVE.value:
-            reason = NOT_DEPLOYED
-        else:
-            reason = OUT_OF_SERVICE
-        found.append(
-            BackEndMismatch(
-                node_uuid=uuid,
-                owner=owner,
-                instance_uuid=instance,
-                vm_state=vm_state,
-                provision_state=provision,
-                backend_state=state,
-                backend_instance_uuid=claim,
-                backend_seen_at=seen_at,
-                claimant_state=c_state if claim != instance else None,
-                claimant_node=c_node if claim != instance else None,
-                reason=reason,
+    return total, [_back_end_mismatch(row) for row in rows]
+
+
+def _back_end_conditions(
+    hosted: type[InstanceModel], *, active_state: str, failed_states: Collection[str]
+) -> tuple[ColumnElement[bool], ColumnElement[bool], ColumnElement[bool]]:
+    """The conditions of :data:`ORPHAN_CLAIM`, :data:`NOT_DEPLOYED` and
+    :data:`OUT_OF_SERVICE` (see :func:`back_end_mismatches`), on a node and
+    ``hosted``, the instance it hosts."""
+    node = NodeModel
+    orphan_claim = and_(
+        node.backend_instance_uuid.is_not(None),
+        or_(node.instance_uuid.is_(None), node.instance_uuid != node.backend_instance_uuid),
+    )
+    not_deployed = and_(
+        hosted.vm_state == VmState.ACTIVE.value,
+        or_(
+            node.backend_state != active_state,
+            node.backend_instance_uuid.is_(None),
+            node.backend_instance_uuid != node.instance_uuid,
+        ),
+    )
+    out_of_service = and_(
+        node.instance_uuid.is_(None),
+        node.backend_instance_uuid.is_(None),
+        node.backend_state.in_(list(failed_states)),
+    )
+    return orphan_claim, not_deployed, out_of_service
+
+
+def _left_to_state_mismatches(
+    hosted: type[InstanceModel], retired_reason: str | None
+) -> list[ColumnElement[bool]]:
+    """The disagreements of a node's records with each other (on a node and
+    ``hosted``, the instance it hosts) that :func:`state_mismatches` reports:
+    :func:`back_end_mismatches` leaves them to it."""
+    node = NodeModel
+    # (Each never NULL, or its NOT would be NULL too and drop the row:
+    # guarded with IS NOT NULL.)
+    inconsistent = [
+        and_(
+            hosted.vm_state.is_not(None),
+            hosted.vm_state == VmState.ACTIVE.value,
+            node.provision_state != ProvisionState.ACTIVE.value,
+        ),
+        and_(node.instance_uuid.is_(None), node.provision_state.in_(_BUSY)),
+    ]
+    if retired_reason is not None:
+        inconsistent.append(
+            and_(
+                node.maintenance.is_(True),
+                node.maintenance_reason.is_not(None),
+                node.maintenance_reason == retired_reason,
             )
         )
-    return total, found
+    return inconsistent
+
+
+def _back_end_mismatch(row: tuple[Any, ...]) -> BackEndMismatch:
+    """One row of :func:`back_end_mismatches`' query, with the first reason that applies."""
+    uuid, owner, instance, vm_state, provision, state, claim, seen_at, c_state, c_node = row
+    if claim is not None and claim != instance:
+        reason = ORPHAN_CLAIM
+    elif vm_state == VmState.ACTIVE.value:
+        reason = NOT_DEPLOYED
+    else:
+        reason = OUT_OF_SERVICE
+    return BackEndMismatch(
+        node_uuid=uuid,
+        owner=owner,
+        instance_uuid=instance,
+        vm_state=vm_state,
+        provision_state=provision,
+        backend_state=state,
+        backend_instance_uuid=claim,
+        backend_seen_at=seen_at,
+        claimant_state=c_state if claim != instance else None,
+        claimant_node=c_node if claim != instance else None,
+        reason=reason,
+    )
 
 
 def _count_and_sample(

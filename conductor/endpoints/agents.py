@@ -71,6 +71,24 @@ def _share_marker(value: object) -> tuple[int, str]:
         ) from None
 
 
+def _inventory_reply(
+    inventory: node_pages.InventoryPage, next_marker: str | None, *, columns: object
+) -> dict[str, Any]:
+    """A reply of :meth:`AgentsEndpoint.list_node_uuids`: its page with the
+    ``next`` marker, as one list per field (``columns``) or one object per node."""
+    found: dict[str, list[Any]] = {
+        "uuids": inventory.uuids,
+        "groups": inventory.groups,
+        "owners": inventory.owners,
+        "epochs": inventory.epochs,
+        "pinned": inventory.pinned,
+    }
+    reply = {"as_of": inventory.as_of.isoformat(), "next": next_marker}
+    if columns:
+        return {**found, **reply}
+    return {"nodes": inventory_entries(found), **reply}
+
+
 class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
     ``report_build_results``, 1.4 ``resume_work``, 1.5 ``hold_for_restart``)."""
@@ -288,17 +306,7 @@ class AgentsEndpoint:
             )
             full = len(inventory.uuids) >= page
             next_marker = inventory.uuids[-1] if full else None
-        found: dict[str, list[Any]] = {
-            "uuids": inventory.uuids,
-            "groups": inventory.groups,
-            "owners": inventory.owners,
-            "epochs": inventory.epochs,
-            "pinned": inventory.pinned,
-        }
-        reply = {"as_of": inventory.as_of.isoformat(), "next": next_marker}
-        if columns:
-            return {**found, **reply}
-        return {"nodes": inventory_entries(found), **reply}
+        return _inventory_reply(inventory, next_marker, columns=columns)
 
     def _share_page(
         self,
