@@ -527,7 +527,11 @@ def test_deploys_on_stall_nodes_stall_at_the_stall_step(
     def stalls(node: Node, by: SimulatedDriver = driver) -> list[str]:
         caplog.clear()
         at: dict[str, float] = {}
-        by.deploy(ctx_for(node), node, lambda step: at.setdefault(step, time.monotonic()))
+
+        def progress(step: str) -> None:
+            at.setdefault(step, time.monotonic())
+
+        by.deploy(ctx_for(node), node, progress)
         at["done"] = time.monotonic()
         said = [r.getMessage() for r in caplog.records if "stalls at" in r.getMessage()]
         if said:

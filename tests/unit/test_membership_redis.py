@@ -165,16 +165,16 @@ def test_outage_suspends_then_loses_then_rejoins(
         m._on_state_change = lambda _old, new, mid=m.member_id: states[mid].append(new)
     caplog.set_level(logging.DEBUG, logger="hashring")
     redis.stop()
-    # Every beat from now on fails: the last one that worked started before.
-    for m in (a, b):
-        wait_for(lambda m=m: m.backend_failing, DEADLINE, f"{m.member_id} fails")
+    # Both see the outage (a call failed) before their clock moves on: no
+    # beat works from now on, and every one that did started before.
+    wait_for(lambda: a.backend_failing and b.backend_failing, DEADLINE, "a and b fail")
     clock.now += 0.75 * TTL
+    wait_for(lambda: all(State.SUSPENDED in s for s in states.values()), DEADLINE, "suspended")
     for m in (a, b):
-        wait_for(lambda m=m: State.SUSPENDED in states[m.member_id], DEADLINE, "suspended")
         assert m.state is State.SUSPENDED and not m.can_act()
     clock.now += TTL
+    wait_for(lambda: all(State.LOST in s for s in states.values()), DEADLINE, "a and b lost")
     for m in (a, b):
-        wait_for(lambda m=m: State.LOST in states[m.member_id], DEADLINE, f"{m.member_id} lost")
         assert m.state is State.LOST and not m.can_act()
         assert m.backend_failing
     redis.start()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import uuid as uuid_lib
 from typing import Any
@@ -629,6 +630,9 @@ def test_a_conductor_outage_is_one_warning_and_one_info(
             raise messaging.MessagingTimeout("no reply on topic ringfleet-conductor")
         return real(*args, **kwargs)
 
+    def asked(times: int) -> bool:
+        return calls["n"] >= times
+
     monkeypatch.setattr(conductor, "list_node_share", down)
     caplog.set_level(logging.DEBUG, logger="compute_agent.placement_report")
     agent.reporter.start()
@@ -637,7 +641,7 @@ def test_a_conductor_outage_is_one_warning_and_one_info(
         # (wakes that come faster are one pass, however many).
         for n in range(1, 6):
             agent.reporter.wake()
-            wait_for(lambda n=n: calls["n"] >= n, 30, f"pass {n}")
+            wait_for(functools.partial(asked, n), 30, f"pass {n}")
         wait_for(lambda: agent.reporter.last and agent.reporter.last.complete, 30, "a pass")
     finally:
         agent.reporter.stop()
