@@ -6,7 +6,7 @@ The conductor service (:mod:`conductor.service`): the database
 endpoints (:mod:`conductor.endpoints`) and their reference client
 (:mod:`conductor.rpcapi`), one build's lifecycle — the queue, its workers,
 routing to the owning agent, the agents' reports applied and the sweeper —
-(:mod:`conductor.build`), the view of the agent fleet
+(:mod:`conductor.lifecycle`), the view of the agent fleet
 (:mod:`conductor.fleet_view`) and the operator CLI ``ringfleet``
 (:mod:`conductor.cli`).
 

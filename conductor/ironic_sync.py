@@ -134,7 +134,7 @@ _MAX_NAMED: Final = 10
 MAX_ORPHANS: Final = 100
 
 #: Asks a node's owner to tear down what the back end still holds of an
-#: instance on it (:meth:`conductor.build.routing.AgentRouter.clean_orphan`);
+#: instance on it (:meth:`conductor.lifecycle.routing.AgentRouter.clean_orphan`);
 #: whether the owner took it.
 CleanOrphan = Callable[[Node, str], bool]
 

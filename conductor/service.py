@@ -17,7 +17,6 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor.build import BuildLifecycle
 from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf.metrics import CONDUCTOR_PORT
 from conductor.common.coordination import membership_from_conf
@@ -32,6 +31,7 @@ from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import IronicInventorySync
+from conductor.lifecycle import BuildLifecycle
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler

@@ -15,7 +15,6 @@ from typing import Any, cast
 import oslo_messaging as messaging
 
 from conductor import ring_share
-from conductor.build import BuildLifecycle
 from conductor.common import checks
 from conductor.common.exception import (
     FieldError,
@@ -28,6 +27,7 @@ from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.lifecycle import BuildLifecycle
 from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import agent_reports, arguments

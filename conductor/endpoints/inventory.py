@@ -55,12 +55,12 @@ def _for_caller(ctxt: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[
     return [{**n, "instance_uuid": None} if n.get("instance_uuid") else n for n in nodes]
 
 
-#: The node power targets (Ironic's names; :data:`conductor.build.actions.POWER_TARGETS`).
+#: The node power targets (Ironic's names; :data:`conductor.lifecycle.actions.POWER_TARGETS`).
 POWER_TARGETS = ("power on", "power off", "rebooting", "soft power off", "soft rebooting")
 
 
 class NodePower(Protocol):
-    """Routes a node power verb to the node's owner (:mod:`conductor.build.actions`)."""
+    """Routes a node power verb to the node's owner (:mod:`conductor.lifecycle.actions`)."""
 
     def set_node_power(self, node: Node, target: str) -> None: ...
 

@@ -24,8 +24,6 @@ import oslo_messaging as messaging
 import pytest
 from sqlalchemy import update
 
-from conductor.build import BuildLifecycle
-from conductor.build.routing import AgentRouter
 from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
 from conductor.common.instance_states import Event
 from conductor.common.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
@@ -34,6 +32,8 @@ from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.lifecycle import BuildLifecycle
+from conductor.lifecycle.routing import AgentRouter
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 from conductor.validation import validate_build_request, validate_flavor_spec
@@ -152,7 +152,7 @@ def compress_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
         recorded.append((delay, action))
         return real(delay / 50, function)
 
-    monkeypatch.setattr(threading, "Timer", timer)  # as conductor.build.queue uses it
+    monkeypatch.setattr(threading, "Timer", timer)  # as conductor.lifecycle.queue uses it
     return recorded
 
 
@@ -615,7 +615,7 @@ def test_the_teardown_of_an_orphan_claim_is_accepted_and_changes_no_instance(
     orphan, orphan_owner, orphan_epoch = _orphan_claim_on(flow, node)
     before = (flow.instance(uuid), flow.node(node), flow.node(orphan))
 
-    with caplog.at_level(logging.INFO, logger="conductor.build.results"):
+    with caplog.at_level(logging.INFO, logger="conductor.lifecycle.results"):
         assert flow.builds.results.report_destroyed(
             orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
         )
@@ -1125,7 +1125,7 @@ def test_a_definitive_refusal_is_not_retried_but_reported_once(
     routing.compute.behaviour["a1"] = NodeNotBuildable(
         field="node_uuid", value=routing.node, reason="node hosts instance X; destroy it first"
     )
-    with caplog.at_level(logging.WARNING, logger="conductor.build.routing"):
+    with caplog.at_level(logging.WARNING, logger="conductor.lifecycle.routing"):
         routing.router.route(*routing.args())
     assert len(routing.compute.builds) == 1
     assert routing.retries == []
@@ -1205,7 +1205,7 @@ def test_an_orphan_claim_goes_to_the_live_owner_at_its_epoch(
 ) -> None:
     node = nodes.get_node(routing.db, routing.node)
     orphan = str(uuidlib.uuid4())
-    with caplog.at_level(logging.INFO, logger="conductor.build.routing"):
+    with caplog.at_level(logging.INFO, logger="conductor.lifecycle.routing"):
         assert routing.router.clean_orphan(node, orphan) is True
     assert routing.compute.destroys == [("a1", routing.node, node.owner_epoch)]
     assert routing.compute.destroyed_instances == [orphan]
@@ -1234,7 +1234,7 @@ def test_a_teardown_waiting_says_why_once_per_cause(
     instance, _node, _ = routing.args()
     busy = Conflict(field="node_uuid", value=routing.node, reason="busy with power")
     routing.compute.behaviour["a1"] = [busy, busy, busy, messaging.MessagingTimeout("slow")]
-    with caplog.at_level(logging.INFO, logger="conductor.build.routing"):
+    with caplog.at_level(logging.INFO, logger="conductor.lifecycle.routing"):
         for _ in range(4):
             assert routing.router.destroy(instance) is False
     said = [r.getMessage() for r in caplog.records if "not accepted yet" in r.getMessage()]

@@ -23,13 +23,13 @@ import oslo_messaging as messaging
 import pytest
 from sqlalchemy import update
 
-from conductor.build import BuildLifecycle
-from conductor.build.queue import Stored
 from conductor.common.exception import InvalidInput
 from conductor.common.objects import Instance, Node, Ownership
 from conductor.db import flavors, instances
 from conductor.db.models import InstanceModel
 from conductor.endpoints.instances import InstancesEndpoint
+from conductor.lifecycle import BuildLifecycle
+from conductor.lifecycle.queue import Stored
 from conductor.validation import validate_build_request, validate_flavor_spec
 from tests.unit.test_build_flow import (
     AGENTS,

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from conductor.build import BuildLifecycle
 from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -42,6 +41,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON
+from conductor.lifecycle import BuildLifecycle
 from conductor.rpcapi import API_VERSION
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State

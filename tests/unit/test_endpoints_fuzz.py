@@ -32,7 +32,6 @@ from hypothesis import strategies as st
 from oslo_messaging._drivers import common as rpc_common
 from sqlalchemy import text
 
-from conductor.build import BuildLifecycle
 from conductor.common import exception, rpc
 from conductor.common.exception import FieldError, InvalidInput, RingfleetError
 from conductor.db import allocations, quotas
@@ -43,6 +42,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
+from conductor.lifecycle import BuildLifecycle
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin

@@ -22,9 +22,6 @@ import oslo_messaging as messaging
 import pytest
 from sqlalchemy import update
 
-from conductor.build.actions import ActionRouter
-from conductor.build.queue import Action, BuildQueue
-from conductor.build.workers import BuildWorkers
 from conductor.common.exception import (
     Conflict,
     DriverError,
@@ -45,6 +42,9 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import EXCLUDE_TRAIT, REMOVED_REASON, SHARD_PROPERTY
+from conductor.lifecycle.actions import ActionRouter
+from conductor.lifecycle.queue import Action, BuildQueue
+from conductor.lifecycle.workers import BuildWorkers
 from conductor.validation import validate_rebuild
 from tests.dbutil import add_nodes, migrated, pin
 from tests.unit.test_endpoints import StubMembership, view_of
@@ -351,7 +351,7 @@ def test_an_owner_not_live_is_not_called_the_action_waits(
 ) -> None:
     env.instances.reboot_instance(CTXT, instance=env.instance)
     env.fleet.live = {"agent-2"}
-    with caplog.at_level("DEBUG", logger="conductor.build.actions"):
+    with caplog.at_level("DEBUG", logger="conductor.lifecycle.actions"):
         for _retry in range(3):
             env.router._act(env.instance)
     assert env.agents.calls == []

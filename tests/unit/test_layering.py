@@ -26,7 +26,7 @@ service into the other one.  Imports inside functions and ``TYPE_CHECKING``
 blocks count too: the rule is about which code depends on which.
 
 Within a package, the parts one level down (``conductor.db``,
-``conductor.scheduler``, ``conductor.validation``, ``conductor.builds``, ...)
+``conductor.scheduler``, ``conductor.validation``, ``conductor.lifecycle``, ...)
 import each other without a cycle: a part can be read, tested and changed
 standing on the parts below it only.
 """
@@ -258,8 +258,8 @@ def test_the_layers_are_all_there() -> None:
         ("compute_agent.service", "import conductor.service"),
         ("compute_agent.service", "from conductor import conf"),
         ("compute_agent.conf.agent", "from conductor.conf import groups"),
-        ("conductor.build.routing", "from compute_agent.service import AgentService"),
-        ("conductor.build.routing", "from compute_agent.demo import fleet"),
+        ("conductor.lifecycle.routing", "from compute_agent.service import AgentService"),
+        ("conductor.lifecycle.routing", "from compute_agent.demo import fleet"),
         ("compute_agent.service", "from compute_agent.demo import fleet"),
         ("conductor.common.rpc", "from conductor.exception import RingfleetError"),
         ("conductor.common.rpc", "from conductor import validation"),
@@ -292,7 +292,7 @@ def test_a_forbidden_import_is_found(module: str, source: str) -> None:
     [
         ("compute_agent.service", "from conductor.common import rpc, systemd"),
         ("compute_agent.service", "from conductor.rpcapi import ConductorAPI"),
-        ("conductor.build.routing", "from compute_agent.rpcapi import ComputeAPI"),
+        ("conductor.lifecycle.routing", "from compute_agent.rpcapi import ComputeAPI"),
         ("conductor.common.rpc", "from conductor.common.exception import RingfleetError"),
         ("conductor.common.conf.ring", "from hashring.ring import MAX_WEIGHT"),
         ("conductor.common.conf", "from . import coordination"),

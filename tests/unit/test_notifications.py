@@ -24,7 +24,6 @@ from oslo_context import context as request_context
 from oslo_messaging.notify import _impl_test
 
 from conductor import notifications
-from conductor.build.actions import ActionRouter
 from conductor.common import rpc
 from conductor.common.exception import DatabaseUnavailable, InvalidInput
 from conductor.common.instance_states import Event
@@ -35,6 +34,7 @@ from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.actions import ActionRouter
 from conductor.notifications import (
     INSTANCE_EVENT_TYPES,
     NODES_PER_NOTIFICATION,

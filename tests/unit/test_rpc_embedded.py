@@ -26,7 +26,6 @@ from oslo_config import cfg
 from oslo_context import context as request_context
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor.build import BuildLifecycle
 from conductor.common import deep_messages, rpc
 from conductor.common.exception import (
     Conflict,
@@ -43,6 +42,7 @@ from conductor.endpoints.fleet import FleetEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
+from conductor.lifecycle import BuildLifecycle
 from conductor.rpcapi import API_VERSION, ConductorAPI
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Member, MembershipView, State

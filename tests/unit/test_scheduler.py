@@ -242,7 +242,7 @@ def test_no_valid_node_says_what_each_filter_removed(db: Database) -> None:
 
 def test_no_valid_node_counts_the_nodes_that_lack_only_a_live_owner(db: Database) -> None:
     """Those may fit in a moment (an agent re-joins, a peer takes its nodes
-    over): the build waits for them instead of failing (see conductor.build.workers)."""
+    over): the build waits for them instead of failing (see conductor.lifecycle.workers)."""
     insert_nodes(db, 3, owner="agent-gone")
     insert_nodes(db, 2, owner=None)  # not claimed yet
     insert_nodes(db, 4, owner="agent-gone", traits=["CUSTOM_FORBIDDEN"])  # never fit

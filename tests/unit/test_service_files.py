@@ -33,11 +33,11 @@ from compute_agent.service import STOP_MARGIN
 from conductor import conf as conductor_conf
 from conductor.api import conf as api_options
 from conductor.api import wsgi
-from conductor.build import BuildLifecycle
 from conductor.cmd import dbsync
 from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.conf import conductor as conductor_opts
+from conductor.lifecycle import BuildLifecycle
 from hashring.backend_url import ttl_from_url
 
 REPO = Path(__file__).resolve().parents[2]

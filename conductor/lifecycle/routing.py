@@ -40,7 +40,6 @@ from typing import Any, Protocol
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import DEPLOY_SPEC_VERSION, ComputeAPI
-from conductor.build.queue import Action
 from conductor.common import rpc
 from conductor.common.exception import (
     Conflict,
@@ -55,6 +54,7 @@ from conductor.db import nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.queue import Action
 
 __all__ = ["AgentRouter", "Refusals", "Retries", "WaitReasons", "carries_spec", "deploy_spec"]
 
@@ -132,7 +132,7 @@ class _Accept:
 
 
 class AgentRouter:
-    """Implements :class:`conductor.build.workers.Router` over the agents' RPC API."""
+    """Implements :class:`conductor.lifecycle.workers.Router` over the agents' RPC API."""
 
     def __init__(
         self,
@@ -566,7 +566,7 @@ class AgentRouter:
         instance.  The same call as a delete's (``destroy_instance`` at the
         node's epoch): the agent tears the node down only while Ironic shows
         it claimed by that instance (or by none), never by another, and
-        reports the teardown (:meth:`conductor.build.results.BuildResults.report_destroyed`).
+        reports the teardown (:meth:`conductor.lifecycle.results.BuildResults.report_destroyed`).
         Only a live owner is asked; nothing is retried here: the next sync
         pass asks again while the claim is there.
         """

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from compute_agent.rpcapi import ComputeAPI
-from conductor.build.actions import ActionRouter
-from conductor.build.queue import BuildQueue
-from conductor.build.results import BuildResults
-from conductor.build.routing import AgentRouter
-from conductor.build.sweeper import BuildSweeper
-from conductor.build.workers import BuildWorkers, Router
 from conductor.common.objects import Flavor, Instance, Node
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.actions import ActionRouter
+from conductor.lifecycle.queue import BuildQueue
+from conductor.lifecycle.results import BuildResults
+from conductor.lifecycle.routing import AgentRouter
+from conductor.lifecycle.sweeper import BuildSweeper
+from conductor.lifecycle.workers import BuildWorkers, Router
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler

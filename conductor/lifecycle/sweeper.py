@@ -12,13 +12,13 @@ from __future__ import annotations
 import datetime
 import logging
 
-from conductor.build.queue import BuildQueue
-from conductor.build.results import BuildResults, CleanOrphan
 from conductor.common.clock import utcnow
 from conductor.common.exception import NotFound
 from conductor.common.objects import Instance, ProvisionState, VmState
 from conductor.db import instances, nodes
 from conductor.db.engine import Database
+from conductor.lifecycle.queue import BuildQueue
+from conductor.lifecycle.results import BuildResults, CleanOrphan
 
 __all__ = ["BuildSweeper"]
 

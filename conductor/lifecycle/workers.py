@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The build workers: threads that schedule, route and tear down queued instances.
 
-Each takes an item off the :class:`~conductor.build.queue.BuildQueue`:
+Each takes an item off the :class:`~conductor.lifecycle.queue.BuildQueue`:
 a build is scheduled and allocated a node (one compare-and-swap, which also
 makes it ``spawning``) and handed to the :class:`Router`; a delete is handed
 to the node's owner (or, with no node, ends at once).  A build no node fits
@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from conductor.build.queue import Action, BuildQueue, Stored
 from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -32,6 +31,7 @@ from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.queue import Action, BuildQueue, Stored
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
@@ -55,7 +55,7 @@ class Router(Protocol):
 
 
 class Actions(Protocol):
-    """Routes an instance's power or lifecycle action (:mod:`conductor.build.actions`)."""
+    """Routes an instance's power or lifecycle action (:mod:`conductor.lifecycle.actions`)."""
 
     def act(self, instance_uuid: str) -> None: ...
 

@@ -25,6 +25,6 @@ Every state change is an event of the instance state machine
 these pieces together, once.
 """
 
-from conductor.build.lifecycle import BuildLifecycle
+from conductor.lifecycle.wiring import BuildLifecycle
 
 __all__ = ["BuildLifecycle"]

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from conductor.build.queue import BuildQueue
 from conductor.common.exception import NotFound
 from conductor.common.instance_states import Event
 from conductor.common.objects import Node, ProvisionState, VmState
 from conductor.db import allocations, instances, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
+from conductor.lifecycle.queue import BuildQueue
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
@@ -275,7 +275,7 @@ class BuildResults:
         A teardown of a node that hosts no instance and is out of service
         (``error``), reported by its owner at its epoch, is the cleanup of
         an orphan claim the Ironic sync handed over
-        (:meth:`conductor.build.routing.AgentRouter.clean_orphan`): accepted, and
+        (:meth:`conductor.lifecycle.routing.AgentRouter.clean_orphan`): accepted, and
         the instance's record is not touched (it may be ACTIVE on another
         node, or deleted long ago).  The next sync pass puts the node back
         in service once Ironic shows it available.

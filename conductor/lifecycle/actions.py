@@ -9,7 +9,7 @@ the node's ``(owner, epoch)`` and calls that agent's fenced
 owner that is not live, busy, stopping or unreachable (a 503 from its back
 end, a call that timed out) puts the action back on the build queue for
 later, and a takeover routes it at once to the new owner
-(:meth:`conductor.build.workers.BuildWorkers.rehomed`, ``resume_work``),
+(:meth:`conductor.lifecycle.workers.BuildWorkers.rehomed`, ``resume_work``),
 which finishes it from the record.  The answer ends the action: a
 compare-and-swap on the very task state it was for, so a late answer never
 ends a later verb; a refusal retrying cannot fix (the back end failed the
@@ -49,7 +49,6 @@ from typing import Final
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
-from conductor.build.routing import Retries, WaitReasons, carries_spec, deploy_spec
 from conductor.common.exception import (
     ActionAbandoned,
     Conflict,
@@ -66,6 +65,7 @@ from conductor.db import instances, node_states, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.routing import Retries, WaitReasons, carries_spec, deploy_spec
 from conductor.notifications import Notifier
 
 __all__ = ["POWER_TARGETS", "ActionRouter"]
