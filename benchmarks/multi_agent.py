@@ -13,7 +13,7 @@ interpreter start-up more than the fleet.  Here each agent is what
 ``ringfleet-compute-agent`` builds -- an
 :class:`compute_agent.service.AgentService` on a ``cfg.ConfigOpts`` of its
 own (oslo.config's global ``CONF`` is not used by the services, see
-:mod:`compute_agent.demo.fleet`), from the same config file with its own
+:mod:`fleet_demo.fleet`), from the same config file with its own
 ``[DEFAULT] host`` -- and its ``run()`` in a native thread.  Every agent
 keeps its own RPC transport, etcd membership (its own lease and
 heartbeats), ownership manager, driver and metrics registry, and serves its

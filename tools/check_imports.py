@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("hashring", "conductor", "compute_agent")
+PACKAGES = ("hashring", "conductor", "compute_agent", "fleet_demo")
 
 #: Scripts that Alembic runs, not modules anything imports: its environment
 #: script reads Alembic's context, which exists only during a migration.

@@ -40,8 +40,8 @@ HEAVY = (
     "tooz",
     "conductor.service",
     "conductor.db",
-    "compute_agent.demo.scenario",
-    "compute_agent.demo.fleet",
+    "fleet_demo.scenario",
+    "fleet_demo.fleet",
 )
 
 #: Runs in a fresh interpreter; prints, per case, which of HEAVY were imported

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from compute_agent.demo import checks, scenario
-from compute_agent.demo.checks import FleetState, InstanceRecord, NodeRecord
-from compute_agent.demo.report import DemoResult, ProgressBar
 from conductor.cmd import cli
 from conductor.common.extras import MissingExtra
+from fleet_demo import checks, scenario
+from fleet_demo.checks import FleetState, InstanceRecord, NodeRecord
+from fleet_demo.report import DemoResult, ProgressBar
 
 OPTIONS = scenario.DemoOptions(
     agents=3, nodes=90, instances=30, ttl=2.0, rehome_grace=1.0, step_duration=0.0, seed=7

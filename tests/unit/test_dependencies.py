@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("hashring", "conductor", "compute_agent")
+PACKAGES = ("hashring", "conductor", "compute_agent", "fleet_demo")
 
 #: Declared dependencies no ``import`` statement names, and what uses each.
 USED_WITHOUT_IMPORT = {

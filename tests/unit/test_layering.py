@@ -12,7 +12,7 @@ The layers, bottom up::
     conductor.api           conductor.common, hashring, conductor.rpcapi and
                             itself: the HTTP API is a client of the
                             conductors, like the CLI (never their database)
-    compute_agent.demo      anything: ``ringfleet demo`` runs both services in
+    fleet_demo              anything: ``ringfleet demo`` runs both services in
                             one process; nothing else imports it
 
 Across the layers, the database boundary: only ``conductor.db`` imports
@@ -40,12 +40,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("hashring", "conductor", "compute_agent")
+PACKAGES = ("hashring", "conductor", "compute_agent", "fleet_demo")
 
 #: Runs a conductor and agents in one process (the README's first command):
-#: above both services, though it lives in the agent's package (the
-#: project's top-level layout stays hashring/, conductor/, compute_agent/).
-DEMO = "compute_agent.demo"
+#: a package of its own, above both services.
+DEMO = "fleet_demo"
 
 #: The HTTP API service: a client of the conductors (see the module docstring).
 API = "conductor.api"
@@ -247,6 +246,7 @@ def test_the_layers_are_all_there() -> None:
         "conductor.rpcapi",
         "compute_agent",
         "conductor.api.app",
+        "fleet_demo.fleet",
     ):
         assert name in MODULES, name
 
@@ -259,8 +259,8 @@ def test_the_layers_are_all_there() -> None:
         ("compute_agent.service", "from conductor import conf"),
         ("compute_agent.conf.agent", "from conductor.conf import groups"),
         ("conductor.lifecycle.routing", "from compute_agent.service import AgentService"),
-        ("conductor.lifecycle.routing", "from compute_agent.demo import fleet"),
-        ("compute_agent.service", "from compute_agent.demo import fleet"),
+        ("conductor.lifecycle.routing", "from fleet_demo import fleet"),
+        ("compute_agent.service", "from fleet_demo import fleet"),
         ("conductor.common.rpc", "from conductor.exception import RingfleetError"),
         ("conductor.common.rpc", "from conductor import validation"),
         ("conductor.common.rpc", "from compute_agent.rpcapi import ComputeAPI"),
@@ -279,7 +279,7 @@ def test_the_layers_are_all_there() -> None:
         ("conductor.common.objects", "import sqlalchemy.engine"),
         ("compute_agent.service", "from sqlalchemy import create_engine"),
         ("hashring.ring", "import sqlalchemy"),
-        ("compute_agent.demo.fleet", "from conductor.db.models import NodeModel"),
+        ("fleet_demo.fleet", "from conductor.db.models import NodeModel"),
     ],
 )
 def test_a_forbidden_import_is_found(module: str, source: str) -> None:
@@ -296,7 +296,7 @@ def test_a_forbidden_import_is_found(module: str, source: str) -> None:
         ("conductor.common.rpc", "from conductor.common.exception import RingfleetError"),
         ("conductor.common.conf.ring", "from hashring.ring import MAX_WEIGHT"),
         ("conductor.common.conf", "from . import coordination"),
-        ("compute_agent.demo.fleet", "from conductor.service import ConductorService"),
+        ("fleet_demo.fleet", "from conductor.service import ConductorService"),
         ("conductor.api.v1", "from conductor.rpcapi import ConductorAPI"),
         ("conductor.api.wsgi", "from conductor.common.prepare import prepare_service"),
         ("conductor.api.wsgi", "from conductor.api import v1"),

@@ -7,7 +7,7 @@ expires after the TTL), outage detection, the re-join after the lease or the
 whole group was lost, and the self-check (our own entry, our incarnation)
 before acting.  tooz's driver, its Lua scripts and the key expiry are real;
 only the server is fakeredis, in this process
-(:mod:`compute_agent.demo.fake_redis`: fakeredis answers no INFO, which
+(:mod:`fleet_demo.fake_redis`: fakeredis answers no INFO, which
 tooz's ``start()`` calls, so its client gets a one-method shim).
 
 TTLs are one second: a member that stops heart-beating is gone from its
@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from compute_agent.demo.fake_redis import FakeRedisServer, in_process_redis
+from fleet_demo.fake_redis import FakeRedisServer, in_process_redis
 from hashring.backend_url import tooz_url
 from hashring.membership import Membership, State
 from tests.harness import wait_for

@@ -23,7 +23,7 @@ ENTRY_POINTS = (
     "conductor.cmd.cli",
     "conductor.cmd.dbsync",
     "compute_agent.cmd.agent",
-    "compute_agent.demo.command",
+    "fleet_demo.command",
 )
 
 _PROBE = """

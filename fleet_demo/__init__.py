@@ -14,6 +14,10 @@ from the scenario: ``--help`` does not import the fleet).
 It runs both services, so it sits above both: the conductor and the agent
 never import each other's service code (only the RPC clients and
 :mod:`conductor.common`), and this is the one place that imports the two,
-exempt from that rule and imported by nothing (``tests/unit/test_layering.py``).
-It lives in ``compute_agent/`` to keep the project's top-level layout.
+exempt from that rule and imported by nothing (``tests/unit/test_layering.py``):
+a package of its own, beside them.
 """
+
+from conductor.common.native_threads import use_native_threads
+
+use_native_threads()  # before any of our modules imports oslo.messaging

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 
 from cliff.command import Command
 
-from compute_agent.demo.options import DemoOptions
 from conductor.cli.command import own_epilog
 from conductor.common.extras import MissingExtra
+from fleet_demo.options import DemoOptions
 
 __all__ = ["Demo"]
 
@@ -154,7 +154,7 @@ class Demo(Command):
             return 2
         # The whole fleet (both services, SQLAlchemy, oslo.messaging, tooz):
         # imported to run it, not for every ringfleet command's --help.
-        from compute_agent.demo import scenario  # noqa: PLC0415 -- see above
+        from fleet_demo import scenario  # noqa: PLC0415 -- see above
 
         options = DemoOptions(
             agents=int(parsed_args.agents),

@@ -20,7 +20,11 @@ import uuid as uuidlib
 from collections.abc import Callable
 from typing import TextIO
 
-from compute_agent.demo.checks import (
+from compute_agent.drivers.simulated.node_store import SqliteNodeStore
+from conductor.common.objects import VmState
+from conductor.rpcapi import ConductorAPI, pages
+from conductor.validation import MAX_COUNT
+from fleet_demo.checks import (
     FINAL_STATES,
     FleetState,
     InstanceRecord,
@@ -31,19 +35,15 @@ from compute_agent.demo.checks import (
     check_moves,
     check_single_owner,
 )
-from compute_agent.demo.fleet import EmbeddedFleet, FleetError, FleetSettings
-from compute_agent.demo.options import DemoOptions
-from compute_agent.demo.report import (
+from fleet_demo.fleet import EmbeddedFleet, FleetError, FleetSettings
+from fleet_demo.options import DemoOptions
+from fleet_demo.report import (
     AgentRow,
     DemoResult,
     ProgressBar,
     print_summary,
     print_table,
 )
-from compute_agent.drivers.simulated.node_store import SqliteNodeStore
-from conductor.common.objects import VmState
-from conductor.rpcapi import ConductorAPI, pages
-from conductor.validation import MAX_COUNT
 from hashring.ring import Ring
 
 __all__ = ["RESOURCE_CLASSES", "DemoOptions", "run_demo"]

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
-from compute_agent.demo.fake_redis import in_process_redis
 from compute_agent.service import AgentService
 from conductor import conf as conductor_conf
 from conductor.common import rpc
@@ -38,6 +37,7 @@ from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
+from fleet_demo.fake_redis import in_process_redis
 
 __all__ = ["EmbeddedFleet", "FleetError", "FleetSettings"]
 
