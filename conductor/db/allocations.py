@@ -17,10 +17,12 @@ from typing import Any, cast
 from sqlalchemy import Connection, Table, bindparam, exists, update
 
 from conductor.common.instance_states import Event
-from conductor.common.objects import Ownership, ProvisionState, VmState
+from conductor.common.objects import Ownership, VmState
+from conductor.common.provision_states import Event as NodeEvent
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.instances import count_attempt, may_happen, state_values
 from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.db.node_states import provision_guard, provision_value
 from conductor.db.ownership import Fence, holds, update_nodes_returning
 
 __all__ = [
@@ -42,13 +44,13 @@ _INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
 _NODE_IS_FREE = (
     _NODES.c.uuid == bindparam("node"),
     _NODES.c.instance_uuid.is_(None),
-    _NODES.c.provision_state == ProvisionState.AVAILABLE.value,
+    *provision_guard(_NODES.c.provision_state, NodeEvent.ALLOCATE),
     _NODES.c.maintenance.is_(False),
     _NODES.c.owner.is_not(None),
 )
 _NODE_TAKEN = {
     "instance_uuid": bindparam("instance"),
-    "provision_state": ProvisionState.DEPLOYING.value,
+    "provision_state": provision_value(NodeEvent.ALLOCATE),
     "updated_at": bindparam("now"),
 }
 _TAKE_NODE = (
@@ -92,8 +94,9 @@ _COMPLETE_NODE_FENCED = (
         _NODES.c.uuid == bindparam("node"),
         _NODES.c.instance_uuid == bindparam("instance"),
         holds(_REPORTER),
+        *provision_guard(_NODES.c.provision_state, NodeEvent.DEPLOYED),
     )
-    .values(provision_state=ProvisionState.ACTIVE.value, updated_at=bindparam("now"))
+    .values(provision_state=provision_value(NodeEvent.DEPLOYED), updated_at=bindparam("now"))
 )
 
 
@@ -157,7 +160,9 @@ def give_back(db: Database, node_uuid: str, instance_uuid: str) -> bool:
     live), so no fence.  False when the instance was not on that node.
     """
     with db.writing() as connection:
-        return _take_off(connection, node_uuid, instance_uuid, Event.GIVE_BACK, fence=None)
+        return _take_off(
+            connection, node_uuid, instance_uuid, (Event.GIVE_BACK, NodeEvent.GIVE_BACK), fence=None
+        )
 
 
 @retry_on_dead_connection
@@ -170,19 +175,36 @@ def release(db: Database, node_uuid: str, instance_uuid: str, *, fence: Fence | 
     the fence did not hold: nothing changed.
     """
     with db.writing() as connection:
-        return _take_off(connection, node_uuid, instance_uuid, Event.TORN_DOWN, fence=fence)
+        return _take_off(
+            connection,
+            node_uuid,
+            instance_uuid,
+            (Event.TORN_DOWN, NodeEvent.TORN_DOWN),
+            fence=fence,
+        )
 
 
 def _take_off(
-    connection: Connection, node_uuid: str, instance_uuid: str, event: Event, fence: Fence | None
+    connection: Connection,
+    node_uuid: str,
+    instance_uuid: str,
+    events: tuple[Event, NodeEvent],
+    fence: Fence | None,
 ) -> bool:
-    """Free *node_uuid* of *instance_uuid* and apply *event* to the instance, in one transaction."""
+    """Free *node_uuid* of *instance_uuid* and apply *events* (the instance's,
+    the node's) to each, in one transaction."""
+    event, node_event = events
     now = utcnow()
     fenced = [holds(fence)] if fence is not None else []
     node = connection.execute(
         update(_NODES)
-        .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid, *fenced)
-        .values(instance_uuid=None, provision_state=ProvisionState.AVAILABLE.value, updated_at=now)
+        .where(
+            _NODES.c.uuid == node_uuid,
+            _NODES.c.instance_uuid == instance_uuid,
+            *fenced,
+            *provision_guard(_NODES.c.provision_state, node_event),
+        )
+        .values(instance_uuid=None, provision_state=provision_value(node_event), updated_at=now)
     )
     if node.rowcount != 1:
         return False
@@ -258,7 +280,8 @@ def fail_attempt(
     In one transaction, conditioned on the instance still building on that
     node: the attempt is counted, its fault appended, the node remembered
     (a reschedule avoids it) and freed — ``available`` if it was cleaned,
-    ``error`` if its state is unknown — and the instance rescheduled
+    ``error`` if its state is unknown (:attr:`NodeEvent.ATTEMPT_FAILED_CLEAN`,
+    :attr:`NodeEvent.ATTEMPT_FAILED`) — and the instance rescheduled
     (:attr:`Event.RESCHEDULE`), or failed (:attr:`Event.FAIL`) once this was
     attempt ``max_attempts``.  ``fence``: the reporting agent's
     when its report (a failure, a definitive refusal) causes this; ``None``
@@ -279,12 +302,17 @@ def fail_attempt(
             )
             if attempts is None:
                 return None
-            state = ProvisionState.AVAILABLE if node_clean else ProvisionState.ERROR
+            event = NodeEvent.ATTEMPT_FAILED_CLEAN if node_clean else NodeEvent.ATTEMPT_FAILED
             fenced = [holds(fence)] if fence is not None else []
             freed = connection.execute(
                 update(_NODES)
-                .where(_NODES.c.uuid == node_uuid, _NODES.c.instance_uuid == instance_uuid, *fenced)
-                .values(instance_uuid=None, provision_state=state.value, updated_at=now)
+                .where(
+                    _NODES.c.uuid == node_uuid,
+                    _NODES.c.instance_uuid == instance_uuid,
+                    *fenced,
+                    *provision_guard(_NODES.c.provision_state, event),
+                )
+                .values(instance_uuid=None, provision_state=provision_value(event), updated_at=now)
             )
             if fence is not None and freed.rowcount != 1:
                 raise _LostRace  # a stale report: roll the instance back too
@@ -296,7 +324,8 @@ def fail_attempt(
 
 @retry_on_dead_connection
 def deployed_while_deleting(db: Database, node_uuid: str, instance_uuid: str, fence: Fence) -> bool:
-    """A deploy succeeded on an instance deleted meanwhile: the node is ``active``.
+    """A deploy succeeded on an instance deleted meanwhile: the node is ``active``
+    (:attr:`NodeEvent.DEPLOYED`).
 
     The caller then tears it down.  Fenced like every report: False when
     the instance is not being deleted on that node, or the fence did not
@@ -314,7 +343,8 @@ def deployed_while_deleting(db: Database, node_uuid: str, instance_uuid: str, fe
                     _INSTANCES.c.node_uuid == node_uuid,
                     _INSTANCES.c.vm_state == VmState.DELETING.value,
                 ),
+                *provision_guard(_NODES.c.provision_state, NodeEvent.DEPLOYED),
             )
-            .values(provision_state=ProvisionState.ACTIVE.value, updated_at=utcnow())
+            .values(provision_state=provision_value(NodeEvent.DEPLOYED), updated_at=utcnow())
         )
         return bool(marked.rowcount == 1)

@@ -1,26 +1,43 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Power and provision states reported by agents, each fenced by the node's epoch.
+"""A node's power and provision states as observed: by its owner, or in the back end.
 
 Every agent reports the states of every node it owns every
 ``report_interval``.  A report applies only while the node is still the
 agent's at the epoch it sent (:func:`conductor.db.ownership.holds`, in the
 ``UPDATE`` itself), and only a real change touches the row: periodic
 reports of an unchanged fleet must not look like a fleet of changes to the
-schedulers' incremental index refresh.
+schedulers' incremental index refresh.  The inventory sync mirrors what the
+back end (Ironic) shows (:func:`mirror_back_end_states`), each change a
+compare-and-swap on what it read.
+
+Every write of a node's ``provision_state`` takes its condition and its value
+from the node's state table (:mod:`conductor.common.provision_states`), by
+the helpers here: :func:`provision_guard` and :func:`provision_value`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
-from sqlalchemy import Table, Update, bindparam, or_, select, update
+from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, update
 
+from conductor.common.objects import PowerState, ProvisionState
+from conductor.common.provision_states import Event as NodeEvent
+from conductor.common.provision_states import sources, target, transition
 from conductor.db import ownership
-from conductor.db.engine import Database
+from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import NodeModel, utcnow
 
-__all__ = ["StateReport", "record_node_states"]
+__all__ = [
+    "BackEndState",
+    "StateReport",
+    "mirror_back_end_states",
+    "provision_guard",
+    "provision_value",
+    "record_node_states",
+]
 
 _NODES: Table = NodeModel.__table__  # type: ignore[assignment]
 _REPORTER = ownership.Fence(
@@ -33,6 +50,33 @@ _CURRENT = select(
     _NODES.c.power_state,
     _NODES.c.provision_state,
 ).where(_NODES.c.uuid.in_(bindparam("uuids", expanding=True)))
+
+
+def provision_guard(
+    column: ColumnElement[str], event: NodeEvent
+) -> tuple[ColumnElement[bool], ...]:
+    """The condition that the ``provision_state`` *column* is one *event* may
+    happen in: none for an event of any state, ``=`` for one source (an
+    expanding ``IN`` costs a rendering step on every execution)."""
+    states = sources(event)
+    if states is None:
+        return ()
+    if not states:
+        raise ValueError(f"{event.value}: no stored node to compare")
+    return (column == states[0],) if len(states) == 1 else (column.in_(states),)
+
+
+def provision_value(
+    event: NodeEvent, wanted: str | None = None, *, stored: ProvisionState | None = None
+) -> str:
+    """The ``provision_state`` *event* writes: its one target, or *wanted*
+    among its targets; with *stored* (the state the write compares and
+    swaps on), the table must allow *event* from it too.
+
+    :raises InvalidProvisionTransition: the table has no such transition
+    """
+    state = target(event, wanted) if stored is None else transition(event, stored, wanted)
+    return state.value
 
 
 def _set_states(columns: tuple[str, ...]) -> Update:
@@ -48,6 +92,11 @@ def _set_states(columns: tuple[str, ...]) -> Update:
         .where(
             _NODES.c.uuid == bindparam("node"),
             ownership.holds(_REPORTER),
+            *(
+                provision_guard(_NODES.c.provision_state, NodeEvent.REPORT)
+                if "provision_state" in columns
+                else ()
+            ),
             or_(*(_NODES.c[c].is_distinct_from(bindparam(f"new_{c}")) for c in columns)),
         )
         .values({**{c: bindparam(f"new_{c}") for c in columns}, "updated_at": bindparam("now")})
@@ -110,7 +159,7 @@ def record_node_states(db: Database, agent: str, reports: Sequence[StateReport])
             if power is not None and power != row.power_state:
                 params["new_power_state"] = power
             if provision is not None and provision != row.provision_state:
-                params["new_provision_state"] = provision
+                params["new_provision_state"] = provision_value(NodeEvent.REPORT, provision)
             if params:
                 # The read above only skips what cannot apply; the write
                 # carries the fence itself: the row may have changed since.
@@ -122,3 +171,85 @@ def record_node_states(db: Database, agent: str, reports: Sequence[StateReport])
         for columns, batch in writes.items():
             connection.execute(_SET_STATES[columns], batch)
     return stale
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackEndState:
+    """Changes to one node that its back end's state calls for (see
+    :func:`mirror_back_end_states`).
+
+    :ivar provision_state: ``(stored, wanted)``, or ``None`` for no change
+    :ivar set_power: whether to store :attr:`power_state` (``None``: unknown)
+    :ivar maintenance: ``((stored flag, stored reason), (flag, reason))``
+    """
+
+    uuid: str
+    provision_state: tuple[ProvisionState, ProvisionState] | None = None
+    set_power: bool = False
+    power_state: PowerState | None = None
+    maintenance: tuple[tuple[bool, str | None], tuple[bool, str | None]] | None = None
+
+
+@retry_on_dead_connection
+def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> int:
+    """Apply what the back end (Ironic) shows of nodes; how many rows changed.
+
+    Three kinds of change, each a compare-and-swap on what the caller read,
+    so none can undo a concurrent allocation or an operator's change:
+
+    * ``provision_state`` only of a node hosting nothing in ringfleet, and
+      only between the states of an idle node (:attr:`NodeEvent.MIRROR`:
+      available, enroll, manageable, cleaning, error): deploying, active and
+      deleting belong to the build and teardown flows;
+    * ``power_state`` as observed;
+    * ``maintenance`` set or cleared with its reason, only when the stored
+      flag and reason are still those read (the sync decides, from the
+      reason's prefix, whether a maintenance is its own to clear).
+    """
+    changed = 0
+    now = utcnow()
+    with db.transaction() as session:
+        for item in observed:
+            if item.provision_state is not None:
+                stored, wanted = item.provision_state
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid,
+                        NodeModel.instance_uuid.is_(None),
+                        # The state read, which the table allows MIRROR from
+                        # (provision_value checks it): the guard is exact.
+                        NodeModel.provision_state == stored.value,
+                    )
+                    .values(
+                        provision_state=provision_value(NodeEvent.MIRROR, wanted, stored=stored),
+                        updated_at=now,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
+            if item.set_power:
+                power = item.power_state.value if item.power_state else None
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid, NodeModel.power_state.is_distinct_from(power)
+                    )
+                    .values(power_state=power, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
+            if item.maintenance is not None:
+                (was, was_reason), (now_on, now_reason) = item.maintenance
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid,
+                        NodeModel.maintenance == was,
+                        NodeModel.maintenance_reason.is_not_distinct_from(was_reason),
+                    )
+                    .values(maintenance=now_on, maintenance_reason=now_reason, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
+    return changed

@@ -2,7 +2,9 @@
 """Node inventory queries: create, import, read, list, maintenance.
 
 Ownership columns are not written here (see :mod:`conductor.db.ownership`),
-nor the instance a node hosts (see :mod:`conductor.db.allocations`).
+nor the instance a node hosts (see :mod:`conductor.db.allocations`), nor
+its states as observed (see :mod:`conductor.db.node_states`, whose
+:class:`BackEndState` and :func:`mirror_back_end_states` are also here).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from sqlalchemy.orm import aliased
 
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
+from conductor.common.provision_states import Event as NodeEvent
 from conductor.db import bulk
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
+from conductor.db.node_states import BackEndState, mirror_back_end_states, provision_value
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
 from hashring.ring import node_position
 
@@ -71,23 +75,6 @@ _LIST_COLUMNS = (
     cast(_NODES.c.traits, Text).label("traits_text"),
     cast(_NODES.c.properties, Text).label("properties_text"),
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BackEndState:
-    """Changes to one node that its back end's state calls for (see
-    :func:`mirror_back_end_states`).
-
-    :ivar provision_state: ``(stored, wanted)``, or ``None`` for no change
-    :ivar set_power: whether to store :attr:`power_state` (``None``: unknown)
-    :ivar maintenance: ``((stored flag, stored reason), (flag, reason))``
-    """
-
-    uuid: str
-    provision_state: tuple[ProvisionState, ProvisionState] | None = None
-    set_power: bool = False
-    power_state: PowerState | None = None
-    maintenance: tuple[tuple[bool, str | None], tuple[bool, str | None]] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -220,7 +207,7 @@ def _new_row(
         "traits": sorted(spec.traits),
         "properties": dict(spec.properties),
         "node_group": spec.group,
-        "provision_state": spec.provision_state.value,
+        "provision_state": provision_value(NodeEvent.CREATE, spec.provision_state),
         "power_state": spec.power_state.value,
         "maintenance": spec.maintenance,
         "maintenance_reason": spec.maintenance_reason,
@@ -502,65 +489,6 @@ def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
         row.updated_at = utcnow()
         session.flush()
         return to_node(row)
-
-
-@retry_on_dead_connection
-def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> int:
-    """Apply what the back end (Ironic) shows of nodes; how many rows changed.
-
-    Three kinds of change, each a compare-and-swap on what the caller read,
-    so none can undo a concurrent allocation or an operator's change:
-
-    * ``provision_state`` only of a node hosting nothing in ringfleet, and
-      only between the states of an idle node (available, enroll,
-      manageable, cleaning, error): deploying, active and deleting belong to
-      the build and teardown flows;
-    * ``power_state`` as observed;
-    * ``maintenance`` set or cleared with its reason, only when the stored
-      flag and reason are still those read (the sync decides, from the
-      reason's prefix, whether a maintenance is its own to clear).
-    """
-    changed = 0
-    now = utcnow()
-    with db.transaction() as session:
-        for item in observed:
-            if item.provision_state is not None:
-                result = session.execute(
-                    update(NodeModel)
-                    .where(
-                        NodeModel.uuid == item.uuid,
-                        NodeModel.instance_uuid.is_(None),
-                        NodeModel.provision_state == item.provision_state[0].value,
-                    )
-                    .values(provision_state=item.provision_state[1].value, updated_at=now)
-                    .execution_options(synchronize_session=False)
-                )
-                changed += result.rowcount  # type: ignore[attr-defined]
-            if item.set_power:
-                power = item.power_state.value if item.power_state else None
-                result = session.execute(
-                    update(NodeModel)
-                    .where(
-                        NodeModel.uuid == item.uuid, NodeModel.power_state.is_distinct_from(power)
-                    )
-                    .values(power_state=power, updated_at=now)
-                    .execution_options(synchronize_session=False)
-                )
-                changed += result.rowcount  # type: ignore[attr-defined]
-            if item.maintenance is not None:
-                (was, was_reason), (now_on, now_reason) = item.maintenance
-                result = session.execute(
-                    update(NodeModel)
-                    .where(
-                        NodeModel.uuid == item.uuid,
-                        NodeModel.maintenance == was,
-                        NodeModel.maintenance_reason.is_not_distinct_from(was_reason),
-                    )
-                    .values(maintenance=now_on, maintenance_reason=now_reason, updated_at=now)
-                    .execution_options(synchronize_session=False)
-                )
-                changed += result.rowcount  # type: ignore[attr-defined]
-    return changed
 
 
 def _observation_values(

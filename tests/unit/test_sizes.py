@@ -39,7 +39,6 @@ EXCEPTIONS: Mapping[str, tuple[int, str]] = {
     "hashring/membership.py": (712, "the membership and its view; hashring/ is being reworked"),
     "conductor/api/v1.py": (801, "API v1's routes and handlers; conductor/api/ is being reworked"),
     "conductor/db/instances.py": (720, "instance records; conductor/db/ is being reworked"),
-    "conductor/db/nodes.py": (741, "node inventory queries; conductor/db/ is being reworked"),
     "conductor/lifecycle/routing.py::AgentRouter._route_one": (
         91,
         "one build_instance call and its NotOwner retries; conductor/lifecycle/ is being reworked",
