@@ -143,9 +143,7 @@ class ConductorService:
             lambda: db.reachable,
         )
         endpoints = [
-            InventoryEndpoint(
-                db, fleet, self._ironic_sync, power=builds.actions, notifier=notifier
-            ),
+            InventoryEndpoint(db, fleet, self._ironic_sync, power=builds, notifier=notifier),
             InstancesEndpoint(db, builds, quota=quota_defaults, notifier=notifier),
             QuotasEndpoint(db, quota_defaults),
             FleetEndpoint(
@@ -219,7 +217,7 @@ class ConductorService:
                 return
             try:
                 assert self._builds is not None
-                self._builds.sweeper.sweep(timeout)
+                self._builds.sweep(timeout)
             except DatabaseUnavailable:  # logged once by the database; next sweep
                 LOG.debug("Build sweep skipped: database unreachable")
             except Exception:  # the next sweep tries again

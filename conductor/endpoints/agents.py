@@ -376,7 +376,7 @@ class AgentsEndpoint:
         )
         if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
-        accepted = self._builds.results.report_result(
+        accepted = self._builds.report_result(
             agent,
             result["instance_uuid"],
             result["node_uuid"],
@@ -409,7 +409,7 @@ class AgentsEndpoint:
         replies: list[dict[str, Any]] = []
         for item in items:
             try:
-                accepted = self._builds.results.report_result(agent, **item)
+                accepted = self._builds.report_result(agent, **item)
             except ServiceUnavailable as exc:
                 # Neither applied nor refused: the agent sends it again.
                 replies.append({"accepted": False, "error": str(exc), "retry": True})
@@ -446,7 +446,7 @@ class AgentsEndpoint:
         )
         if self._builds is None:
             raise ServiceUnavailable(reason="this conductor runs no build workers")
-        accepted = self._builds.results.report_destroyed(
+        accepted = self._builds.report_destroyed(
             agent, instance, node, held, success=ok, fault=text
         )
         return {"accepted": accepted}

@@ -23,7 +23,6 @@ from conductor.db.ownership import Fence
 from conductor.lifecycle.queue import BuildQueue
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
-from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildResults", "CleanOrphan"]
 
@@ -40,21 +39,24 @@ class BuildResults:
     def __init__(
         self,
         db: Database,
-        scheduler: Scheduler,
         queue: BuildQueue,
         *,
+        nodes_freed: Callable[[], object],
         max_attempts: Callable[[], int],
         metrics: ConductorMetrics,
         clean_orphan: CleanOrphan | None = None,
         notifier: Notifier | None = None,
     ) -> None:
-        """``clean_orphan``: how a deploy that succeeded after its attempt
+        """``nodes_freed``: called after a report freed a node (the write is
+        committed), so that whoever keeps a view of the free nodes reads it
+        now rather than at its next refresh (the scheduler's node index).
+        ``clean_orphan``: how a deploy that succeeded after its attempt
         was given up is handed to the node's owner for a teardown (``None``:
         the success is only ignored)."""
         self._db = db
         self._notifier = notifier or Notifier.disabled()
         self._clean_orphan = clean_orphan
-        self._scheduler = scheduler
+        self._nodes_freed = nodes_freed
         self._queue = queue
         self._max_attempts = max_attempts
         self._metrics = metrics
@@ -238,7 +240,7 @@ class BuildResults:
         )
         if attempts is None:
             return False
-        self._scheduler.refresh()
+        self._nodes_freed()
         if attempts >= max_attempts:
             self._metrics.build_ended("error")
             LOG.warning(
@@ -311,7 +313,7 @@ class BuildResults:
             return True
         if not allocations.release(self._db, node_uuid, instance_uuid, fence=Fence(host, epoch)):
             return self._not_freed(host, instance_uuid, node_uuid, epoch)
-        self._scheduler.refresh()
+        self._nodes_freed()
         LOG.info("Instance %s deleted; node %s available again", instance_uuid, node_uuid)
         # Only if it was deleting: a repeated teardown of an instance in
         # error frees the node and keeps the error.

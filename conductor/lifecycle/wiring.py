@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.common.exception import ConfigurationError
 from conductor.common.objects import Flavor, Instance, Node
 from conductor.db.engine import Database
+from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
 from conductor.lifecycle.actions import ActionRouter
 from conductor.lifecycle.queue import BuildQueue
-from conductor.lifecycle.results import BuildResults
+from conductor.lifecycle.results import BuildResults, CleanOrphan
 from conductor.lifecycle.routing import AgentRouter
 from conductor.lifecycle.sweeper import BuildSweeper
 from conductor.lifecycle.workers import BuildWorkers, Router
@@ -34,6 +36,9 @@ class BuildLifecycle:
     Routing goes to the agents over ``compute`` (an :class:`AgentRouter`),
     or to ``router`` when given instead (tests); with neither, an allocated
     build waits in ``building``/``spawning``.
+
+    Callers use its verbs (submit, report a result, sweep, ...); its parts
+    are its own.
     """
 
     def __init__(
@@ -52,40 +57,48 @@ class BuildLifecycle:
         accept_senders: int = 0,
         action_timeout: float = 300.0,
         notifier: Notifier | None = None,
+        clean_late_deploy: CleanOrphan | None = None,
     ) -> None:
-        """``notifier``: where the instances' versioned notifications go (none by default)."""
+        """``notifier``: where the instances' versioned notifications go (none by default).
+
+        ``clean_late_deploy``: how a deploy that may go on after its build
+        was given up (timed out) is handed to the node's owner for a
+        teardown, for a ``router`` given instead of ``compute`` (tests); by
+        default the agents' router asks the owner (nothing without one).
+        """
         if compute is not None and router is not None:
             raise ValueError("route over compute or through router, not both")
         metrics = metrics if metrics is not None else ConductorMetrics("-")
         notifier = notifier or Notifier.disabled()
-        self.queue = BuildQueue()
+        clean = clean_late_deploy or self._clean_late_deploy
+        self._queue = BuildQueue()
         #: Agents' reports, applied (fenced) to the record.
-        self.results = BuildResults(
+        self._results = BuildResults(
             db,
-            scheduler,
-            self.queue,
+            self._queue,
+            # Hurries the freed node into this conductor's node index (its
+            # refreshes would read the row anyway).
+            nodes_freed=scheduler.refresh,
             max_attempts=max_attempts,
             metrics=metrics,
-            clean_orphan=self._clean_late_deploy,
+            clean_orphan=clean,
             notifier=notifier,
         )
         #: The last resort for builds that make no progress.
-        self.sweeper = BuildSweeper(
-            db, self.queue, self.results, clean_orphan=self._clean_late_deploy
-        )
+        self._sweeper = BuildSweeper(db, self._queue, self._results, clean_orphan=clean)
         self._agent_router: AgentRouter | None = None
         #: Power and lifecycle actions (reboot, stop, start; node power).
-        self.actions: ActionRouter | None = None
+        self._actions: ActionRouter | None = None
         if compute is not None:
-            self.actions = ActionRouter(
-                db, fleet, compute, self.queue, timeout=action_timeout, notifier=notifier
+            self._actions = ActionRouter(
+                db, fleet, compute, self._queue, timeout=action_timeout, notifier=notifier
             )
             self._agent_router = router = AgentRouter(
                 db,
                 fleet,
                 compute,
-                self.queue,
-                self.results,
+                self._queue,
+                self._results,
                 accept_timeout=accept_timeout,
                 senders=accept_senders,
             )
@@ -93,13 +106,13 @@ class BuildLifecycle:
             db,
             scheduler,
             fleet,
-            self.queue,
+            self._queue,
             router,
             workers=workers,
             max_attempts=max_attempts,
             owner_wait=owner_wait,
             metrics=metrics,
-            actions=self.actions,
+            actions=self._actions,
             notifier=notifier,
         )
 
@@ -113,23 +126,34 @@ class BuildLifecycle:
         self._workers.stop(timeout)
         if self._agent_router is not None:
             self._agent_router.close()
-        if self.actions is not None:
-            self.actions.close()
+        if self._actions is not None:
+            self._actions.close()
 
     # -- what the endpoints and the Ironic sync ask for --------------------------------
 
     def submit(self, instance_uuids: Sequence[str]) -> None:
-        self.queue.submit(instance_uuids)
+        self._queue.submit(instance_uuids)
 
     def submit_stored(self, stored: Sequence[Instance], flavor: Flavor) -> None:
-        self.queue.submit_stored(stored, flavor)
+        self._queue.submit_stored(stored, flavor)
 
     def delete(self, instance_uuid: str) -> None:
-        self.queue.delete(instance_uuid)
+        self._queue.delete(instance_uuid)
 
     def act(self, instance_uuid: str) -> None:
         """Route the instance's action in flight (a verb just stored) to its owner."""
-        self.queue.act(instance_uuid)
+        self._queue.act(instance_uuid)
+
+    def set_node_power(self, node: Node, target: str) -> None:
+        """Route an operator's node power verb to the node's owner (in the background).
+
+        :raises ConfigurationError: this lifecycle has no RPC client for the agents
+        """
+        if self._actions is None:
+            raise ConfigurationError(
+                "DEFAULT", "transport_url", "this conductor has no RPC client for the agents"
+            )
+        self._actions.set_node_power(node, target)
 
     def rehomed(self, node_uuids: list[str]) -> None:
         """Pinned nodes changed owner: their builds and teardowns go to the new owner."""
@@ -138,6 +162,62 @@ class BuildLifecycle:
     def resume_agent(self, host: str) -> tuple[int, int]:
         """An agent (re)started: its nodes' builds and teardowns are routed again."""
         return self._workers.resume_agent(host)
+
+    # -- what the agents report (the agents' endpoint) ----------------------------------
+
+    def report_result(
+        self,
+        host: str,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+        node_clean: bool,
+    ) -> bool:
+        """An agent's report of a build it ran, applied fenced by its epoch;
+        False when stale (ignored).  See :meth:`BuildResults.report_result`."""
+        return self._results.report_result(
+            host,
+            instance_uuid,
+            node_uuid,
+            epoch,
+            success=success,
+            fault=fault,
+            node_clean=node_clean,
+        )
+
+    def report_destroyed(
+        self,
+        host: str,
+        instance_uuid: str,
+        node_uuid: str,
+        epoch: int,
+        *,
+        success: bool,
+        fault: str | None,
+    ) -> bool:
+        """An agent tore a node down (or failed to), applied fenced by its
+        epoch; False when stale.  See :meth:`BuildResults.report_destroyed`."""
+        return self._results.report_destroyed(
+            host, instance_uuid, node_uuid, epoch, success=success, fault=fault
+        )
+
+    def refused(
+        self, instance_uuid: str, node_uuid: str, fault: str, fence: Fence, *, clean: bool = False
+    ) -> None:
+        """The node's owner (``fence``) refused the build for good: the attempt
+        fails and the build is rescheduled now.  What the agents' router does
+        with such a refusal; a ``router`` given instead reports it here."""
+        self._results.refused(instance_uuid, node_uuid, fault, fence, clean=clean)
+
+    # -- the service's timer -----------------------------------------------------------
+
+    def sweep(self, build_timeout: float) -> int:
+        """Act on the builds and teardowns without progress for *build_timeout*
+        seconds (the last resort, :meth:`BuildSweeper.sweep`); how many."""
+        return self._sweeper.sweep(build_timeout)
 
     def _clean_late_deploy(self, node: Node, instance_uuid: str) -> bool:
         """A build ringfleet gave up on (timed out) may still be deployed on

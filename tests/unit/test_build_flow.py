@@ -166,8 +166,11 @@ def make_flow(
     owner_wait: float = 0.0,
     routed: bool = True,
     notifier: Callable[[Database], Notifier] | None = None,
+    clean_late_deploy: Callable[[Node, str], bool] | None = None,
 ) -> Iterator[Flow]:
-    """``notifier``: makes the notifier of the builds from the flow's database."""
+    """``notifier``: makes the notifier of the builds from the flow's database;
+    ``clean_late_deploy``: stands for the owner asked to tear down a deploy
+    given up (the builds' ``clean_late_deploy``)."""
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     membership = StubMembership()
     fleet = FleetView(db)
@@ -191,6 +194,7 @@ def make_flow(
         max_attempts=lambda: max_attempts,
         owner_wait=lambda: owner_wait,
         notifier=None if notifier is None else notifier(db),
+        clean_late_deploy=clean_late_deploy,
     )
     workers.start()
     try:
@@ -229,7 +233,7 @@ def test_a_definitive_refusal_reschedules_at_once_with_the_reason(flow: Flow) ->
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
-    flow.builds.results.refused(
+    flow.builds.refused(
         uuid, node, "refused by agent a1: node hosts instance X", Fence(owner, epoch)
     )
     second, _, _ = flow.wait_routes(uuid, 2)  # rescheduled, not waiting for a timeout
@@ -284,7 +288,7 @@ def test_a_failure_report_racing_a_takeover_changes_nothing(
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     _racing_a_takeover(flow, monkeypatch, "fail_attempt", node, uuid)
-    assert not flow.builds.results.report_result(
+    assert not flow.builds.report_result(
         owner, uuid, node, epoch, success=False, fault="bmc", node_clean=True
     )
     # The new owner's build goes on: the node is still the instance's.
@@ -301,9 +305,7 @@ def test_a_definitive_refusal_racing_a_takeover_changes_nothing(
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     _racing_a_takeover(flow, monkeypatch, "fail_attempt", node, uuid)
-    flow.builds.results.refused(
-        uuid, node, "refused by agent: node hosts instance X", Fence(owner, epoch)
-    )
+    flow.builds.refused(uuid, node, "refused by agent: node hosts instance X", Fence(owner, epoch))
     instance = flow.instance(uuid)
     assert (instance.node_uuid, instance.attempts) == (node, 0)
     assert flow.node(node).provision_state is ProvisionState.DEPLOYING
@@ -315,9 +317,7 @@ def test_a_teardown_report_racing_a_takeover_changes_nothing(
     uuid, node, owner, epoch = _active(flow)
     _request_delete(flow, uuid)
     _racing_a_takeover(flow, monkeypatch, "release", node, uuid)
-    assert not flow.builds.results.report_destroyed(
-        owner, uuid, node, epoch, success=True, fault=None
-    )
+    assert not flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     # The new owner has not torn it down: the node still hosts the instance.
     assert flow.node(node).instance_uuid == uuid
     assert flow.instance(uuid).vm_state is VmState.DELETING
@@ -331,7 +331,7 @@ def test_a_late_success_for_a_deleted_build_racing_a_takeover_changes_nothing(
     assert owner is not None
     _request_delete(flow, uuid)
     _take_over(flow, node, uuid)
-    assert not flow.builds.results.report_result(
+    assert not flow.builds.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert flow.node(node).provision_state is ProvisionState.DEPLOYING
@@ -375,7 +375,7 @@ def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
-    ok = flow.builds.results.report_result(
+    ok = flow.builds.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert ok is True
@@ -387,7 +387,7 @@ def test_a_successful_report_makes_the_instance_active(flow: Flow) -> None:
     )
     assert flow.node(node).provision_state is ProvisionState.ACTIVE
     # A re-sent result (the agent's answer to a re-route) changes nothing.
-    again = flow.builds.results.report_result(
+    again = flow.builds.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert again is True
@@ -456,7 +456,7 @@ def test_stale_reports_are_ignored(flow: Flow) -> None:
         (owner, str(uuidlib.uuid4()), epoch),  # no such node
     ):
         for success in (True, False):
-            accepted = flow.builds.results.report_result(
+            accepted = flow.builds.report_result(
                 host, uuid, reported_node, held, success=success, fault="x", node_clean=False
             )
             assert accepted is False
@@ -477,7 +477,7 @@ def test_failures_are_rescheduled_to_other_nodes_until_max_attempts(flow: Flow) 
         assert node not in tried  # never the same node twice
         tried.append(node)
         clean = attempt != 1
-        assert flow.builds.results.report_result(
+        assert flow.builds.report_result(
             owner, uuid, node, epoch, success=False, fault=fault, node_clean=clean
         )
         freed = flow.node(node)
@@ -505,7 +505,7 @@ def test_reschedule_runs_out_of_untried_nodes_and_errors(
         for attempt in (1, 2):
             node, owner, epoch = flow.wait_routes(uuid, attempt)
             assert owner is not None
-            flow.builds.results.report_result(
+            flow.builds.report_result(
                 owner, uuid, node, epoch, success=False, fault=f"f{attempt}", node_clean=True
             )
         wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
@@ -522,9 +522,7 @@ def _active(flow: Flow) -> tuple[str, str, str, int]:
     uuid = flow.build()
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
-    flow.builds.results.report_result(
-        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
-    )
+    flow.builds.report_result(owner, uuid, node, epoch, success=True, fault=None, node_clean=True)
     return uuid, node, owner, epoch
 
 
@@ -540,11 +538,9 @@ def test_delete_asks_the_owner_and_frees_the_node_on_its_report(flow: Flow) -> N
     assert flow.instance(uuid).vm_state is VmState.DELETING  # waits for the agent
     other = "a2" if owner == "a1" else "a1"
     for host, held in ((owner, epoch + 1), (other, epoch)):
-        assert not flow.builds.results.report_destroyed(
-            host, uuid, node, held, success=True, fault=None
-        )
+        assert not flow.builds.report_destroyed(host, uuid, node, held, success=True, fault=None)
     assert flow.instance(uuid).vm_state is VmState.DELETING
-    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     deleted = flow.instance(uuid)
     assert (deleted.vm_state, deleted.node_uuid, deleted.host) == (VmState.DELETED, None, None)
     freed = flow.node(node)
@@ -563,7 +559,7 @@ def test_a_refused_destroy_is_retried_later(flow: Flow) -> None:
     time.sleep(0.1)
     assert flow.router.destroyed == [uuid] * 3  # accepted the third time: no more retries
     assert flow.instance(uuid).vm_state is VmState.DELETING
-    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
@@ -575,7 +571,7 @@ def test_a_failed_teardown_ends_the_delete_in_error_and_keeps_the_node(flow: Flo
     uuid, node, owner, epoch = _active(flow)
     _request_delete(flow, uuid)
     wait_for(lambda: flow.router.destroyed == [uuid])
-    assert flow.builds.results.report_destroyed(
+    assert flow.builds.report_destroyed(
         owner, uuid, node, epoch, success=False, fault="Ironic shows the node error: bmc"
     )
     shown = flow.instance(uuid)
@@ -587,7 +583,7 @@ def test_a_failed_teardown_ends_the_delete_in_error_and_keeps_the_node(flow: Flo
     assert flow.router.destroyed == [uuid]  # not retried on its own
     _request_delete(flow, uuid)  # the operator's way out: delete again
     wait_for(lambda: flow.router.destroyed == [uuid, uuid])
-    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
@@ -616,7 +612,7 @@ def test_the_teardown_of_an_orphan_claim_is_accepted_and_changes_no_instance(
     before = (flow.instance(uuid), flow.node(node), flow.node(orphan))
 
     with caplog.at_level(logging.INFO, logger="conductor.lifecycle.results"):
-        assert flow.builds.results.report_destroyed(
+        assert flow.builds.report_destroyed(
             orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
         )
     assert (flow.instance(uuid), flow.node(node), flow.node(orphan)) == before
@@ -630,15 +626,15 @@ def test_the_teardown_of_an_orphan_claim_is_accepted_and_changes_no_instance(
     ]
     # Failed: said, accepted (asked again by the next pass), the instance
     # is not put in ERROR.
-    assert flow.builds.results.report_destroyed(
+    assert flow.builds.report_destroyed(
         orphan_owner, uuid, orphan, orphan_epoch, success=False, fault="Ironic: error"
     )
     assert (flow.instance(uuid), flow.node(node), flow.node(orphan)) == before
     # Deleted meanwhile: the same, the instance stays DELETED.
     _request_delete(flow, uuid)
-    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     deleted = flow.instance(uuid)
-    assert flow.builds.results.report_destroyed(
+    assert flow.builds.report_destroyed(
         orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
     )
     assert flow.instance(uuid) == deleted
@@ -653,14 +649,14 @@ def test_an_orphan_teardown_report_is_fenced_like_any_other(flow: Flow) -> None:
     other = "a2" if orphan_owner == "a1" else "a1"
     for host, held in ((other, orphan_epoch), (orphan_owner, orphan_epoch + 1)):
         for success in (True, False):
-            assert not flow.builds.results.report_destroyed(
+            assert not flow.builds.report_destroyed(
                 host, uuid, orphan, held, success=success, fault=None
             )
     with flow.db.transaction() as session:
         session.execute(
             update(NodeModel).where(NodeModel.uuid == orphan).values(provision_state="available")
         )
-    assert not flow.builds.results.report_destroyed(
+    assert not flow.builds.report_destroyed(
         orphan_owner, uuid, orphan, orphan_epoch, success=True, fault=None
     )
     assert flow.instance(uuid).vm_state is VmState.ACTIVE
@@ -688,13 +684,13 @@ def test_a_success_reported_after_delete_was_requested_tears_the_node_down(flow:
     _request_delete(flow, uuid)
     wait_for(lambda: len(flow.router.destroyed) >= 1)
     flow.router.destroy_answers.clear()
-    assert flow.builds.results.report_result(
+    assert flow.builds.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     assert flow.instance(uuid).vm_state is VmState.DELETING
     assert flow.node(node).provision_state is ProvisionState.ACTIVE
     wait_for(lambda: flow.router.destroyed[-1:] == [uuid] and not flow.router.destroy_answers)
-    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     assert flow.instance(uuid).vm_state is VmState.DELETED
 
 
@@ -704,9 +700,9 @@ def test_a_success_reported_after_delete_was_requested_tears_the_node_down(flow:
 def test_sweep_requeues_a_stuck_build_without_a_node(flow: Flow) -> None:
     [instance], _ = instances.create_instances(flow.db, validate_build_request({"flavor": "small"}))
     uuid = instance.uuid  # stored, but its queue entry was lost (conductor killed)
-    assert flow.builds.sweeper.sweep(60) == 0  # not old enough yet
+    assert flow.builds.sweep(60) == 0  # not old enough yet
     flow.age(uuid)
-    assert flow.builds.sweeper.sweep(60) == 1
+    assert flow.builds.sweep(60) == 1
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert (owner, epoch) == (flow.node(node).owner, flow.node(node).owner_epoch)
 
@@ -717,14 +713,14 @@ def test_sweep_reroutes_a_stuck_placed_build_then_fails_it_over(flow: Flow) -> N
     flow.age(uuid)
 
     # First sweep: routed again, same node and claim (the agent de-duplicates).
-    assert flow.builds.sweeper.sweep(60) == 1
+    assert flow.builds.sweep(60) == 1
     assert flow.wait_routes(uuid, 2) == first
-    assert flow.builds.sweeper.sweep(60) == 0  # the re-route counted as progress
+    assert flow.builds.sweep(60) == 0  # the re-route counted as progress
     assert flow.instance(uuid).attempts == 0
 
     # Still no result a whole build_timeout later: a failed attempt.
     flow.age(uuid)
-    assert flow.builds.sweeper.sweep(60) == 1
+    assert flow.builds.sweep(60) == 1
     node = first[0]
     freed = flow.node(node)
     assert (freed.instance_uuid, freed.provision_state) == (None, ProvisionState.ERROR)
@@ -734,13 +730,13 @@ def test_sweep_reroutes_a_stuck_placed_build_then_fails_it_over(flow: Flow) -> N
     assert instance.attempts == 1 and list(instance.tried_nodes) == [node]
     assert instance.fault is not None and "build timed out after 60 s" in instance.fault
     # The late result of the first attempt is stale now.
-    assert not flow.builds.results.report_result(
+    assert not flow.builds.report_result(
         first[1] or "", uuid, node, first[2], success=True, fault=None, node_clean=True
     )
 
 
 def test_a_timed_out_attempts_node_is_handed_to_its_owner_for_a_teardown(
-    flow: Flow, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fast_timers: list[tuple[float, str]]
 ) -> None:
     """Issue 25: a deploy that finishes after ringfleet gave up is torn down
     by its owner, not left active.  The sweeper asks the owner when it fails
@@ -761,25 +757,24 @@ def test_a_timed_out_attempts_node_is_handed_to_its_owner_for_a_teardown(
         )
         return True
 
-    monkeypatch.setattr(flow.builds.sweeper, "_clean_orphan", clean)
-    monkeypatch.setattr(flow.builds.results, "_clean_orphan", clean)
-    uuid = flow.build()
-    node, owner, epoch = flow.wait_routes(uuid, 1)
-    for _ in range(2):  # re-routed, then failed
-        flow.age(uuid)
-        assert flow.builds.sweeper.sweep(60) == 1
-    assert asked == [(node, None, ProvisionState.ERROR, owner, epoch, uuid)]
-    # The deploy went on and succeeded: not applied, and torn down.
-    assert not flow.builds.results.report_result(
-        owner or "", uuid, node, epoch, success=True, fault=None, node_clean=True
-    )
-    assert asked[1:] == asked[:1]
-    assert flow.node(node).instance_uuid is None
-    # A stale owner's late success asks nothing (not its node to touch).
-    assert not flow.builds.results.report_result(
-        "agent-x", uuid, node, epoch, success=True, fault=None, node_clean=True
-    )
-    assert len(asked) == 2
+    with make_flow(tmp_path, fast_timers, clean_late_deploy=clean) as flow:
+        uuid = flow.build()
+        node, owner, epoch = flow.wait_routes(uuid, 1)
+        for _ in range(2):  # re-routed, then failed
+            flow.age(uuid)
+            assert flow.builds.sweep(60) == 1
+        assert asked == [(node, None, ProvisionState.ERROR, owner, epoch, uuid)]
+        # The deploy went on and succeeded: not applied, and torn down.
+        assert not flow.builds.report_result(
+            owner or "", uuid, node, epoch, success=True, fault=None, node_clean=True
+        )
+        assert asked[1:] == asked[:1]
+        assert flow.node(node).instance_uuid is None
+        # A stale owner's late success asks nothing (not its node to touch).
+        assert not flow.builds.report_result(
+            "agent-x", uuid, node, epoch, success=True, fault=None, node_clean=True
+        )
+        assert len(asked) == 2
 
 
 def test_sweep_of_the_last_attempt_puts_the_build_in_error(
@@ -790,7 +785,7 @@ def test_sweep_of_the_last_attempt_puts_the_build_in_error(
         flow.wait_routes(uuid, 1)
         for _ in range(2):
             flow.age(uuid)
-            flow.builds.sweeper.sweep(60)
+            flow.builds.sweep(60)
             time.sleep(0.02)
         wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
         assert "build timed out" in (flow.instance(uuid).fault or "")
@@ -1249,7 +1244,7 @@ def test_a_result_arriving_during_a_sweep_is_not_undone(
     node, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     flow.age(uuid)
-    assert flow.builds.sweeper.sweep(60) == 1  # re-routed
+    assert flow.builds.sweep(60) == 1  # re-routed
     flow.wait_routes(uuid, 2)
     flow.age(uuid)
     read = instances.stuck_builds
@@ -1257,13 +1252,13 @@ def test_a_result_arriving_during_a_sweep_is_not_undone(
     def stuck_then_reported(*args: Any, **kwargs: Any) -> list[Instance]:
         stuck = read(*args, **kwargs)
         # The agent's result arrives right after the sweeper's read.
-        flow.builds.results.report_result(
+        flow.builds.report_result(
             owner, uuid, node, epoch, success=True, fault=None, node_clean=True
         )
         return stuck
 
     monkeypatch.setattr(instances, "stuck_builds", stuck_then_reported)
-    flow.builds.sweeper.sweep(60)
+    flow.builds.sweep(60)
     instance = flow.instance(uuid)
     assert (instance.vm_state, instance.node_uuid, instance.attempts) == (VmState.ACTIVE, node, 0)
     placed = flow.node(node)
@@ -1275,15 +1270,13 @@ def test_each_attempt_is_rerouted_once_before_the_sweeper_fails_it(flow: Flow) -
     first, owner, epoch = flow.wait_routes(uuid, 1)
     assert owner is not None
     flow.age(uuid)
-    assert flow.builds.sweeper.sweep(60) == 1
+    assert flow.builds.sweep(60) == 1
     flow.wait_routes(uuid, 2)  # attempt 1 re-routed ...
-    flow.builds.results.report_result(
-        owner, uuid, first, epoch, success=False, fault="x", node_clean=True
-    )
+    flow.builds.report_result(owner, uuid, first, epoch, success=False, fault="x", node_clean=True)
     second = flow.wait_routes(uuid, 3)  # ... then failed and rescheduled
     assert second[0] != first
     flow.age(uuid)  # attempt 2 stuck in turn
-    assert flow.builds.sweeper.sweep(60) == 1
+    assert flow.builds.sweep(60) == 1
     assert flow.wait_routes(uuid, 4) == second  # re-routed, not failed
     assert flow.instance(uuid).attempts == 1
 

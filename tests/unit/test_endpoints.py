@@ -1952,14 +1952,14 @@ def test_batched_results_one_failing_item_does_not_lose_the_others(
 ) -> None:
     owner = "agent-1"
     (first, node1, epoch1), (second, node2, epoch2) = _routed_to(routed, 3, owner)
-    real = routed.builds.results.report_result
+    real = routed.builds.report_result
 
     def flaky(host: str, instance_uuid: str, *args: Any, **kwargs: Any) -> bool:
         if instance_uuid == first:
             raise RuntimeError("database went away")
         return real(host, instance_uuid, *args, **kwargs)
 
-    monkeypatch.setattr(routed.builds.results, "report_result", flaky)
+    monkeypatch.setattr(routed.builds, "report_result", flaky)
     reply = routed.agents.report_build_results(
         CTXT,
         host=owner,
@@ -1985,14 +1985,14 @@ def test_batched_results_an_item_the_database_could_not_take_is_marked_retry(
 ) -> None:
     owner = "agent-1"
     (first, node1, epoch1), (second, node2, epoch2) = _routed_to(routed, 3, owner)
-    real = routed.builds.results.report_result
+    real = routed.builds.report_result
 
     def database_down_for_first(host: str, instance_uuid: str, *args: Any, **kwargs: Any) -> bool:
         if instance_uuid == first:
             raise DatabaseUnavailable()
         return real(host, instance_uuid, *args, **kwargs)
 
-    monkeypatch.setattr(routed.builds.results, "report_result", database_down_for_first)
+    monkeypatch.setattr(routed.builds, "report_result", database_down_for_first)
     reply = routed.agents.report_build_results(
         CTXT,
         host=owner,

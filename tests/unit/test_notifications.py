@@ -336,13 +336,13 @@ def _build_and_delete(built: Built) -> str:
     uuid = stored["uuid"]
     node, owner, epoch = _routed(flow, uuid)
     assert owner is not None
-    assert flow.builds.results.report_result(
+    assert flow.builds.report_result(
         owner, uuid, node, epoch, success=True, fault=None, node_clean=True
     )
     built.endpoint.delete_instance(CTXT, instance=uuid)
     built.endpoint.delete_instance(CTXT, instance=uuid)  # routed again: no second start
     wait_for(lambda: uuid in flow.router.destroyed, WAIT)
-    assert flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
+    assert flow.builds.report_destroyed(owner, uuid, node, epoch, success=True, fault=None)
     return uuid
 
 
@@ -391,12 +391,10 @@ def test_a_failed_teardown_is_a_delete_error(built: Built) -> None:
     uuid = stored["uuid"]
     node, owner, epoch = _routed(flow, uuid)
     assert owner is not None
-    flow.builds.results.report_result(
-        owner, uuid, node, epoch, success=True, fault=None, node_clean=True
-    )
+    flow.builds.report_result(owner, uuid, node, epoch, success=True, fault=None, node_clean=True)
     built.endpoint.delete_instance(CTXT, instance=uuid)
     wait_for(lambda: uuid in flow.router.destroyed, WAIT)
-    flow.builds.results.report_destroyed(owner, uuid, node, epoch, success=False, fault="bmc")
+    flow.builds.report_destroyed(owner, uuid, node, epoch, success=False, fault="bmc")
     built.notifier.close()
     assert built.sent.types(uuid)[-2:] == ["instance.delete.start", "instance.delete.error"]
 
