@@ -24,13 +24,20 @@ import oslo_messaging as messaging
 import pytest
 from sqlalchemy import update
 
-from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotBuildable, NotOwner
+from conductor.common.exception import (
+    ConfigurationError,
+    Conflict,
+    DatabaseUnavailable,
+    NodeNotBuildable,
+    NotOwner,
+)
 from conductor.common.instance_states import Event
 from conductor.common.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
 from conductor.db import allocations, flavors, instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence
+from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.lifecycle import BuildLifecycle
 from conductor.lifecycle.routing import AgentRouter
@@ -789,6 +796,18 @@ def test_sweep_of_the_last_attempt_puts_the_build_in_error(
             time.sleep(0.02)
         wait_for(lambda: flow.instance(uuid).vm_state is VmState.ERROR)
         assert "build timed out" in (flow.instance(uuid).fault or "")
+
+
+def test_node_power_without_agents_to_ask_is_a_configuration_error(flow: Flow) -> None:
+    """The lifecycle routes an operator's node power verb to the owner over
+    the agents' RPC client; without one (a ``router`` given instead) it says
+    so, as the inventory endpoint does without a power router."""
+    node = flow.node(flow.nodes[0])
+    with pytest.raises(ConfigurationError, match="no RPC client for the agents"):
+        flow.builds.set_node_power(node, "power on")
+    inventory = InventoryEndpoint(flow.db, flow.fleet, power=flow.builds)
+    with pytest.raises(ConfigurationError, match="no RPC client for the agents"):
+        inventory.set_node_power_state({}, node=node.uuid, target="power on")
 
 
 def test_a_build_waits_while_the_fleet_view_is_unavailable(flow: Flow) -> None:
