@@ -141,21 +141,32 @@ class InvalidProvisionTransition(InvalidTransition):
     """A node was asked to move where its provision-state machine does not go.
 
     A programming error, never a user's (see :data:`TRANSITIONS`).  Nothing
-    was written.  ``state`` is the node's state (``None``: not stored yet),
-    or, when the target was refused, ``"-> <target>"``.
+    was written.  ``state``: the node's state (``None``: not stored yet, or
+    not known to the writer); ``wanted``: the target refused (``""``: none
+    named, for an event with several); ``allowed``: the event's sources, or
+    its targets when ``wanted`` is given.
     """
 
-    def __init__(self, *, event: str, state: str | None, allowed: list[str]) -> None:
+    def __init__(
+        self, *, event: str, state: str | None, allowed: list[str], wanted: str | None = None
+    ) -> None:
         self.event = event
         self.state = state
         self.allowed = allowed
+        self.wanted = wanted
+        if wanted is None:
+            message = (
+                f"node event {event!r} is not allowed from state {state!r} "
+                f"(only from {', '.join(allowed) or 'a node not stored yet'})"
+            )
+        elif not wanted:
+            message = f"node event {event!r} needs its target named (one of {', '.join(allowed)})"
+        else:
+            message = (
+                f"node event {event!r} cannot lead to {wanted!r} (only to {', '.join(allowed)})"
+            )
         RingfleetError.__init__(
-            self,
-            f"node event {event!r} is not allowed from state {state!r} "
-            f"(only {', '.join(allowed) or 'for a node not stored yet'})",
-            event=event,
-            state=state,
-            allowed=allowed,
+            self, message, event=event, state=state, allowed=allowed, wanted=wanted
         )
 
 
@@ -176,16 +187,15 @@ def target(event: Event, wanted: str | None = None) -> ProvisionState:
     :raises InvalidProvisionTransition: when *wanted* is not a target of *event*
     """
     targets = TRANSITIONS[event].targets
-    if wanted is None:
-        if len(targets) != 1:
-            raise InvalidProvisionTransition(
-                event=event.value, state="-> ?", allowed=sorted(t.value for t in targets)
-            )
+    if wanted is None and len(targets) == 1:
         [only] = targets
         return only
-    if wanted not in targets:  # a str equals its ProvisionState member
+    if not wanted or wanted not in targets:  # a str equals its ProvisionState member
         raise InvalidProvisionTransition(
-            event=event.value, state=f"-> {wanted}", allowed=sorted(t.value for t in targets)
+            event=event.value,
+            state=None,
+            allowed=sorted(t.value for t in targets),
+            wanted=wanted or "",
         )
     return ProvisionState(wanted)
 
