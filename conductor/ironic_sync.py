@@ -85,6 +85,7 @@ from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic.client import BaremetalClient, IronicNode
 from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
+from conductor.common.provision_states import IDLE
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
@@ -113,16 +114,6 @@ CONDUCTOR_GROUP_PROPERTY: Final = "ironic_conductor_group"
 #: not see it come back at the next pass.
 EXCLUDE_TRAIT: Final = "CUSTOM_RINGFLEET_EXCLUDE"
 
-#: Provision states of an idle node, which the sync may change between.
-_IDLE: Final = frozenset(
-    {
-        ProvisionState.AVAILABLE,
-        ProvisionState.ENROLL,
-        ProvisionState.MANAGEABLE,
-        ProvisionState.CLEANING,
-        ProvisionState.ERROR,
-    }
-)
 #: Longest provision state stored (``nodes.backend_state``).
 _STATE_LENGTH: Final = 32
 #: How many nodes are created per transaction.
@@ -411,7 +402,7 @@ class IronicInventorySync:
         # manageable or available, but the sync stores what Ironic shows.
         return dataclasses.replace(
             validate_node_spec(spec),
-            provision_state=state if state in _IDLE else ProvisionState.ERROR,
+            provision_state=state if state in IDLE else ProvisionState.ERROR,
         )
 
     def _create(
@@ -461,8 +452,8 @@ class IronicInventorySync:
         if (
             node.instance_uuid is None
             and found.instance_uuid is None
-            and node.provision_state in _IDLE
-            and wanted in _IDLE
+            and node.provision_state in IDLE
+            and wanted in IDLE
             and wanted is not node.provision_state
         ):
             provision = (node.provision_state, wanted)
@@ -502,7 +493,7 @@ def _held_in_ironic(node: Node, found: IronicNode, seen_at: datetime.datetime) -
     return (
         node.instance_uuid is None
         and found.instance_uuid is not None
-        and node.provision_state in _IDLE
+        and node.provision_state in IDLE
         and node.provision_state is not ProvisionState.ERROR
         and node.updated_at is not None
         and node.updated_at <= seen_at
