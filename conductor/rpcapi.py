@@ -87,7 +87,7 @@ API version history:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import oslo_messaging as messaging
 from oslo_context import context as request_context
@@ -102,6 +102,8 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
 API_VERSION = "1.17"
+
+_T = TypeVar("_T")
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -146,20 +148,30 @@ class ConductorAPI:
         """Whether calls of API ``version`` may be sent (within the pin, if any)."""
         return bool(self.client.can_send_version(version))
 
-    def _call(self, method: str, version: str = "1.0", **kwargs: Any) -> Any:
-        return rpc.call(self.client.prepare(version=version), method, self._observe, **kwargs)
+    def _call(self, answer: type[_T], method: str, version: str = "1.0", **kwargs: Any) -> _T:
+        """Call ``method`` at ``version``; its reply, typed as ``answer``.
+
+        The one seam between oslo.messaging's untyped replies and this typed
+        API: ``answer`` is what the method's documentation
+        (``docs/rpc-api.rst``) says it returns, ``object`` when the caller
+        ignores it.
+        """
+        reply = rpc.call(self.client.prepare(version=version), method, self._observe, **kwargs)
+        return cast(_T, reply)
 
     # -- nodes -----------------------------------------------------------------
 
     def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
         """Create one node from a node spec: no owner, epoch 0, not scheduled until claimed."""
-        return self._call("create_node", node=node)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "create_node", node=node)
 
     def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
         """``dry_run`` since 1.3: check only (see the endpoint)."""
         if dry_run:
-            return self._call("import_nodes", version="1.3", nodes=nodes, dry_run=True)  # type: ignore[no-any-return]
-        return self._call("import_nodes", nodes=nodes)  # type: ignore[no-any-return]
+            return self._call(
+                dict[str, Any], "import_nodes", version="1.3", nodes=nodes, dry_run=True
+            )
+        return self._call(dict[str, Any], "import_nodes", nodes=nodes)
 
     def list_nodes(
         self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
@@ -167,47 +179,56 @@ class ConductorAPI:
         """Nodes in uuid order after ``marker`` (exclusive), at most ``limit``,
         matching every ``filters`` key given (``uuids`` since 1.17)."""
         version = "1.17" if filters and "uuids" in filters else "1.0"
-        return self._call(  # type: ignore[no-any-return]
-            "list_nodes", version=version, filters=filters, limit=limit, marker=marker
+        return self._call(
+            list[dict[str, Any]],
+            "list_nodes",
+            version=version,
+            filters=filters,
+            limit=limit,
+            marker=marker,
         )
 
     def show_node(self, node: str) -> dict[str, Any]:
         """The node whose uuid or name is ``node``."""
-        return self._call("show_node", node=node)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "show_node", node=node)
 
     def set_node_maintenance(
         self, node: str, maintenance: bool, reason: str | None = None
     ) -> dict[str, Any]:
         """Put a node in maintenance (with an optional ``reason``) or take it
         out; its instance, owner and epoch are untouched."""
-        return self._call(  # type: ignore[no-any-return]
-            "set_node_maintenance", node=node, maintenance=maintenance, reason=reason
+        return self._call(
+            dict[str, Any],
+            "set_node_maintenance",
+            node=node,
+            maintenance=maintenance,
+            reason=reason,
         )
 
     def set_node(self, node: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Since 1.1: see :class:`conductor.validation.NodeUpdate`."""
-        return self._call("set_node", version="1.1", node=node, changes=changes)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "set_node", version="1.1", node=node, changes=changes)
 
     def node_owner(self, node: str) -> dict[str, Any]:
-        return self._call("node_owner", node=node)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "node_owner", node=node)
 
     def move_node(self, node: str, host: str) -> dict[str, Any]:
-        return self._call("move_node", node=node, host=host)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "move_node", node=node, host=host)
 
     def set_node_power_state(self, node: str, target: str) -> dict[str, Any]:
         """Power a node (1.13): ``power on``, ``power off``, ``rebooting``,
         ``soft power off``, ``soft rebooting``; answers at once with the node."""
-        return self._call(  # type: ignore[no-any-return]
-            "set_node_power_state", version="1.13", node=node, target=target
+        return self._call(
+            dict[str, Any], "set_node_power_state", version="1.13", node=node, target=target
         )
 
     def delete_node(self, node: str) -> None:
         """Forget a node in maintenance that hosts nothing (1.13)."""
-        self._call("delete_node", version="1.13", node=node)
+        self._call(object, "delete_node", version="1.13", node=node)
 
     def sync_ironic_nodes(self) -> dict[str, Any]:
         """Import Ironic's inventory now (one pass); what it did."""
-        return self._call("sync_ironic_nodes", version="1.7")  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "sync_ironic_nodes", version="1.7")
 
     # -- flavors ---------------------------------------------------------------
 
@@ -215,19 +236,19 @@ class ConductorAPI:
         """Store a flavor spec; the flavor as stored.  One with a
         ``default_image`` is sent at 1.11: an older conductor refuses it."""
         version = "1.11" if flavor.get("default_image") is not None else "1.0"
-        return self._call("create_flavor", version=version, flavor=flavor)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "create_flavor", version=version, flavor=flavor)
 
     def list_flavors(self) -> list[dict[str, Any]]:
         """Every flavor, by name (no paging)."""
-        return self._call("list_flavors")  # type: ignore[no-any-return]
+        return self._call(list[dict[str, Any]], "list_flavors")
 
     def show_flavor(self, flavor: str) -> dict[str, Any]:
         """The flavor named ``flavor``."""
-        return self._call("show_flavor", flavor=flavor)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "show_flavor", flavor=flavor)
 
     def delete_flavor(self, flavor: str) -> None:
         """Delete a flavor no instance uses (``deleted`` instances do not count)."""
-        self._call("delete_flavor", flavor=flavor)
+        self._call(object, "delete_flavor", flavor=flavor)
 
     # -- instances -------------------------------------------------------------
 
@@ -249,7 +270,7 @@ class ConductorAPI:
         else:
             version = "1.6" if request.get("scheduler_hints") else "1.0"
         version = self._scoped(version)
-        return self._call("build_instances", version=version, request=request)  # type: ignore[no-any-return]
+        return self._call(list[dict[str, Any]], "build_instances", version=version, request=request)
 
     def list_instances(
         self,
@@ -274,44 +295,48 @@ class ConductorAPI:
         if all_projects or project_id is not None:
             version = "1.12"
             kwargs |= {"all_projects": all_projects, "project_id": project_id}
-        return self._call("list_instances", version=version, **kwargs)  # type: ignore[no-any-return]
+        return self._call(list[dict[str, Any]], "list_instances", version=version, **kwargs)
 
     def show_instance(self, instance: str) -> dict[str, Any]:
         """The instance whose uuid is ``instance``."""
-        return self._call("show_instance", version=self._scoped("1.0"), instance=instance)  # type: ignore[no-any-return]
+        return self._call(
+            dict[str, Any], "show_instance", version=self._scoped("1.0"), instance=instance
+        )
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
-        return self._call("delete_instance", version=self._scoped("1.0"), instance=instance)  # type: ignore[no-any-return]
+        return self._call(
+            dict[str, Any], "delete_instance", version=self._scoped("1.0"), instance=instance
+        )
 
     # -- quotas ----------------------------------------------------------------
 
     def show_quota(self, project_id: str) -> dict[str, Any]:
         """Since 1.12: a project's limits and usage, per resource."""
-        return self._call("show_quota", version="1.12", project_id=project_id)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "show_quota", version="1.12", project_id=project_id)
 
     def set_quota(self, project_id: str, quotas: dict[str, int]) -> dict[str, Any]:
         """Since 1.12: set some of a project's own limits; its quota after."""
-        return self._call("set_quota", version="1.12", project_id=project_id, quotas=quotas)  # type: ignore[no-any-return]
+        return self._call(
+            dict[str, Any], "set_quota", version="1.12", project_id=project_id, quotas=quotas
+        )
 
     def delete_quota(self, project_id: str) -> dict[str, Any]:
         """Since 1.12: drop a project's own limits; its quota after."""
-        return self._call("delete_quota", version="1.12", project_id=project_id)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "delete_quota", version="1.12", project_id=project_id)
 
     def list_quotas(self) -> list[dict[str, Any]]:
         """Since 1.12: the projects with limits of their own."""
-        return self._call("list_quotas", version="1.12")  # type: ignore[no-any-return]
+        return self._call(list[dict[str, Any]], "list_quotas", version="1.12")
 
     def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
         """Reboot an active instance, soft or ``hard`` (1.13); answers at once."""
-        return self._call(  # type: ignore[no-any-return]
-            "reboot_instance", version="1.13", instance=instance, hard=hard
+        return self._call(
+            dict[str, Any], "reboot_instance", version="1.13", instance=instance, hard=hard
         )
 
     def stop_instance(self, instance: str) -> dict[str, Any]:
         """Power an active instance off (1.13): ``stopped``; answers at once."""
-        return self._call(  # type: ignore[no-any-return]
-            "stop_instance", version="1.13", instance=instance
-        )
+        return self._call(dict[str, Any], "stop_instance", version="1.13", instance=instance)
 
     def rebuild_instance(
         self,
@@ -337,57 +362,63 @@ class ConductorAPI:
             )
             if value is not None
         }
-        return self._call(  # type: ignore[no-any-return]
-            "rebuild_instance", version="1.14" if new else "1.13", instance=instance, **new
+        return self._call(
+            dict[str, Any],
+            "rebuild_instance",
+            version="1.14" if new else "1.13",
+            instance=instance,
+            **new,
         )
 
     def start_instance(self, instance: str) -> dict[str, Any]:
         """Power a stopped instance on (1.13): ``active``; answers at once."""
-        return self._call(  # type: ignore[no-any-return]
-            "start_instance", version="1.13", instance=instance
-        )
+        return self._call(dict[str, Any], "start_instance", version="1.13", instance=instance)
 
     # -- fleet -----------------------------------------------------------------
 
     def fleet_status(self) -> dict[str, Any]:
-        return self._call("fleet_status")  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "fleet_status")
 
     def fleet_status_details(self) -> dict[str, Any]:
         """``fleet_status`` asked at 1.1: refused by a 1.0 conductor, whose
         reply would lack the per-agent details."""
-        return self._call("fleet_status", version="1.1")  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "fleet_status", version="1.1")
 
     def service_versions(self) -> dict[str, Any]:
         """``fleet_status`` asked at 1.16: with the answering conductor's
         ``conductor_api`` and each live agent's ``rpc_api``; refused by an
         older conductor (``UnsupportedVersion``), which is how an upgrade
         check tells it is older."""
-        return self._call("fleet_status", version="1.16")  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "fleet_status", version="1.16")
 
     def ring_status(self) -> dict[str, Any]:
-        return self._call("ring_status", version="1.1")  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "ring_status", version="1.1")
 
     def fleet_check(self) -> dict[str, Any]:
         """Asked at 1.1 whatever the conductor: a 1.9 one adds stuck work,
         state and back-end mismatches to the same reply (with
         ``stuck_after``), an older one answers without them instead of
         refusing."""
-        return self._call("fleet_check", version="1.1")  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "fleet_check", version="1.1")
 
     def drain_agent(self, host: str) -> dict[str, Any]:
-        return self._call("drain_agent", host=host)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "drain_agent", host=host)
 
     # -- agents ----------------------------------------------------------------
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
-        return ClaimOutcome.from_dict(self._call("claim_nodes", host=host, node_uuids=node_uuids))
+        return ClaimOutcome.from_dict(
+            self._call(dict[str, Any], "claim_nodes", host=host, node_uuids=node_uuids)
+        )
 
     def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome:
-        return ReleaseOutcome.from_dict(self._call("release_nodes", host=host, claims=claims))
+        return ReleaseOutcome.from_dict(
+            self._call(dict[str, Any], "release_nodes", host=host, claims=claims)
+        )
 
     def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> ReleaseOutcome:
         return ReleaseOutcome.from_dict(
-            self._call("transfer_nodes", host=host, transfers=transfers)
+            self._call(dict[str, Any], "transfer_nodes", host=host, transfers=transfers)
         )
 
     def list_node_uuids(
@@ -402,14 +433,16 @@ class ConductorAPI:
         query: dict[str, Any] = {"groups": groups, "since": since, "marker": marker, "limit": limit}
         if self._columns and self.can_send_version("1.8"):
             try:
-                page = self._call("list_node_uuids", version="1.8", columns=True, **query)
+                page = self._call(
+                    dict[str, Any], "list_node_uuids", version="1.8", columns=True, **query
+                )
             except messaging.RemoteError as exc:
                 if exc.exc_type not in rpc.NOT_SERVED:
                     raise
                 self._columns = False  # an older conductor: objects from now on
             else:
                 return {"nodes": inventory_entries(page), "as_of": page["as_of"]}
-        return self._call("list_node_uuids", **query)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "list_node_uuids", **query)
 
     def list_node_share(
         self,
@@ -447,7 +480,9 @@ class ConductorAPI:
                 exclude_groups=exclude_groups,
             )
         try:
-            page = self._call("list_node_uuids", version="1.15", columns=True, **query)
+            page = self._call(
+                dict[str, Any], "list_node_uuids", version="1.15", columns=True, **query
+            )
         except messaging.RemoteError as exc:
             if exc.exc_type not in rpc.NOT_SERVED:
                 raise
@@ -456,19 +491,22 @@ class ConductorAPI:
         return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
 
     def owned_nodes(self, host: str) -> list[Ownership]:
-        return [Ownership.from_dict(o) for o in self._call("owned_nodes", host=host)]
+        return [
+            Ownership.from_dict(o)
+            for o in self._call(list[dict[str, Any]], "owned_nodes", host=host)
+        ]
 
     def resume_work(self, host: str) -> dict[str, Any]:
-        return self._call("resume_work", version="1.4", host=host)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "resume_work", version="1.4", host=host)
 
     def hold_for_restart(self, host: str) -> dict[str, Any]:
-        return self._call("hold_for_restart", version="1.5", host=host)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "hold_for_restart", version="1.5", host=host)
 
     def report_progress(self, host: str, nodes: dict[str, int]) -> dict[str, Any]:
-        return self._call("report_progress", version="1.10", host=host, nodes=nodes)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "report_progress", version="1.10", host=host, nodes=nodes)
 
     def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._call("report_node_states", host=host, states=states)  # type: ignore[no-any-return]
+        return self._call(dict[str, Any], "report_node_states", host=host, states=states)
 
     def report_build_result(
         self,
@@ -481,7 +519,8 @@ class ConductorAPI:
         fault: str | None = None,
         node_clean: bool = True,
     ) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+        return self._call(
+            dict[str, Any],
             "report_build_result",
             host=host,
             instance_uuid=instance_uuid,
@@ -494,8 +533,8 @@ class ConductorAPI:
 
     def report_build_results(self, host: str, results: list[dict[str, Any]]) -> dict[str, Any]:
         """Since 1.2: ``results`` as the keyword arguments of report_build_result."""
-        return self._call(  # type: ignore[no-any-return]
-            "report_build_results", version="1.2", host=host, results=results
+        return self._call(
+            dict[str, Any], "report_build_results", version="1.2", host=host, results=results
         )
 
     def report_destroy_result(
@@ -508,7 +547,8 @@ class ConductorAPI:
         success: bool,
         fault: str | None = None,
     ) -> dict[str, Any]:
-        return self._call(  # type: ignore[no-any-return]
+        return self._call(
+            dict[str, Any],
             "report_destroy_result",
             host=host,
             instance_uuid=instance_uuid,

@@ -482,9 +482,9 @@ def test_inventory_pages_travel_as_columns_and_read_as_objects(served: Served) -
     versions: list[str] = []
     call = api._call
 
-    def spy(method: str, version: str = "1.0", **kwargs: Any) -> Any:
+    def spy(answer: type[Any], method: str, version: str = "1.0", **kwargs: Any) -> Any:
         versions.append(version)
-        return call(method, version, **kwargs)
+        return call(answer, method, version, **kwargs)
 
     api._call = spy  # type: ignore[method-assign]
     try:
