@@ -14,7 +14,7 @@ one line per problem.  Anything else (401, 403, 5xx, no answer) is an
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import requests
 from keystoneauth1 import exceptions as ks_exceptions
@@ -23,6 +23,8 @@ from conductor.cli.login import Login
 from conductor.common import exception
 
 __all__ = ["HttpConductorAPI", "HttpError"]
+
+_T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
 API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.5"}
@@ -61,7 +63,12 @@ class HttpConductorAPI:
         self.timeout = timeout
         self.session = login.session
 
-    def _request(self, method: str, path: str, body: Any = None, **query: Any) -> Any:
+    def _request(
+        self, answer: type[_T], method: str, path: str, body: Any = None, **query: Any
+    ) -> _T:
+        """``method`` on ``path`` of the API; the decoded reply, typed as
+        ``answer`` (what ``docs/http-api.rst`` says the call returns: the one
+        place where the untyped JSON meets this typed client)."""
         url = path if path.startswith("http") else f"{self.endpoint}{path}"
         params = {k: _text(v) for k, v in query.items() if v is not None}
         try:
@@ -81,7 +88,7 @@ class HttpConductorAPI:
             raise HttpError(f"no answer from {self.endpoint}: {type(exc).__name__}") from None
         if response.status_code >= 400:
             raise _error(response, path)
-        return response.json() if response.content else None
+        return cast(_T, response.json() if response.content else None)
 
     def close(self) -> None:
         # keystoneauth's Session keeps its requests.Session as ``session``.
@@ -91,24 +98,24 @@ class HttpConductorAPI:
 
     def _pages(self, path: str, key: str, limit: int, query: dict[str, Any]) -> list[Any]:
         """Up to ``limit`` items, following the API's ``next`` links."""
-        reply = self._request("GET", path, limit=limit, **query)
+        reply = self._request(dict[str, Any], "GET", path, limit=limit, **query)
         items: list[Any] = list(reply[key])
         while len(items) < limit and reply.get("next"):
             nxt = urllib.parse.urlsplit(reply["next"])
             next_query = dict(urllib.parse.parse_qsl(nxt.query))
             next_query["limit"] = str(min(limit - len(items), int(next_query.get("limit", limit))))
-            reply = self._request("GET", nxt.path, **next_query)
+            reply = self._request(dict[str, Any], "GET", nxt.path, **next_query)
             items.extend(reply[key])
         return items[:limit]
 
     # -- nodes ---------------------------------------------------------------------
 
     def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", "/v1/nodes", node)  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "POST", "/v1/nodes", node)
 
     def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
         body = {"nodes": nodes, "dry_run": dry_run}
-        return self._request("POST", "/v1/nodes/import", body)  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "POST", "/v1/nodes/import", body)
 
     def list_nodes(
         self, filters: dict[str, Any] | None = None, limit: int = 1000, marker: str | None = None
@@ -116,55 +123,55 @@ class HttpConductorAPI:
         return self._pages("/v1/nodes", "nodes", limit, {**(filters or {}), "marker": marker})
 
     def show_node(self, node: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/nodes/{_quote(node)}")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", f"/v1/nodes/{_quote(node)}")
 
     def set_node_maintenance(
         self, node: str, maintenance: bool, reason: str | None = None
     ) -> dict[str, Any]:
         body = {"maintenance": maintenance, "reason": reason}
-        return self._request(  # type: ignore[no-any-return]
-            "PUT", f"/v1/nodes/{_quote(node)}/maintenance", body
-        )
+        return self._request(dict[str, Any], "PUT", f"/v1/nodes/{_quote(node)}/maintenance", body)
 
     def set_node(self, node: str, changes: dict[str, Any]) -> dict[str, Any]:
-        return self._request("PATCH", f"/v1/nodes/{_quote(node)}", changes)  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "PATCH", f"/v1/nodes/{_quote(node)}", changes)
 
     def node_owner(self, node: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/nodes/{_quote(node)}/owner")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", f"/v1/nodes/{_quote(node)}/owner")
 
     def move_node(self, node: str, host: str) -> dict[str, Any]:
-        return self._request(  # type: ignore[no-any-return]
-            "POST", f"/v1/nodes/{_quote(node)}/move", {"host": host}
+        return self._request(
+            dict[str, Any], "POST", f"/v1/nodes/{_quote(node)}/move", {"host": host}
         )
 
     def set_node_power_state(self, node: str, target: str) -> dict[str, Any]:
         path = f"/v1/nodes/{_quote(node)}/states/power"
-        return self._request("PUT", path, {"target": target})  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "PUT", path, {"target": target})
 
     def delete_node(self, node: str) -> None:
-        self._request("DELETE", f"/v1/nodes/{_quote(node)}")
+        self._request(object, "DELETE", f"/v1/nodes/{_quote(node)}")
 
     def sync_ironic_nodes(self) -> dict[str, Any]:
-        return self._request("POST", "/v1/nodes/sync")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "POST", "/v1/nodes/sync")
 
     # -- flavors -------------------------------------------------------------------
 
     def create_flavor(self, flavor: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", "/v1/flavors", flavor)  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "POST", "/v1/flavors", flavor)
 
     def list_flavors(self) -> list[dict[str, Any]]:
-        return self._request("GET", "/v1/flavors")["flavors"]  # type: ignore[no-any-return]
+        return self._request(dict[str, list[dict[str, Any]]], "GET", "/v1/flavors")["flavors"]
 
     def show_flavor(self, flavor: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/flavors/{_quote(flavor)}")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", f"/v1/flavors/{_quote(flavor)}")
 
     def delete_flavor(self, flavor: str) -> None:
-        self._request("DELETE", f"/v1/flavors/{_quote(flavor)}")
+        self._request(object, "DELETE", f"/v1/flavors/{_quote(flavor)}")
 
     # -- instances -----------------------------------------------------------------
 
     def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        return self._request("POST", "/v1/instances", request)["instances"]  # type: ignore[no-any-return]
+        return self._request(dict[str, list[dict[str, Any]]], "POST", "/v1/instances", request)[
+            "instances"
+        ]
 
     def list_instances(
         self,
@@ -184,25 +191,25 @@ class HttpConductorAPI:
         return self._pages("/v1/instances", "instances", limit, query)
 
     def show_instance(self, instance: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", f"/v1/instances/{_quote(instance)}")
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/instances/{_quote(instance)}")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "DELETE", f"/v1/instances/{_quote(instance)}")
 
     # -- quotas --------------------------------------------------------------------
 
     def show_quota(self, project_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/quotas/{_quote(project_id)}")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", f"/v1/quotas/{_quote(project_id)}")
 
     def set_quota(self, project_id: str, quotas: dict[str, int]) -> dict[str, Any]:
         body = {"quotas": quotas}
-        return self._request("PUT", f"/v1/quotas/{_quote(project_id)}", body)  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "PUT", f"/v1/quotas/{_quote(project_id)}", body)
 
     def delete_quota(self, project_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/quotas/{_quote(project_id)}")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "DELETE", f"/v1/quotas/{_quote(project_id)}")
 
     def list_quotas(self) -> list[dict[str, Any]]:
-        return self._request("GET", "/v1/quotas")["quotas"]  # type: ignore[no-any-return]
+        return self._request(dict[str, list[dict[str, Any]]], "GET", "/v1/quotas")["quotas"]
 
     def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
         body = {"reboot": {"type": "HARD" if hard else "SOFT"}}
@@ -220,23 +227,23 @@ class HttpConductorAPI:
 
     def _action(self, instance: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"/v1/instances/{_quote(instance)}/action"
-        return self._request("POST", path, body)  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "POST", path, body)
 
     # -- fleet ---------------------------------------------------------------------
 
     def fleet_status_details(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/fleet/status")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", "/v1/fleet/status")
 
     fleet_status = fleet_status_details
 
     def fleet_check(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/fleet/check")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", "/v1/fleet/check")
 
     def ring_status(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/fleet/ring")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "GET", "/v1/fleet/ring")
 
     def drain_agent(self, host: str) -> dict[str, Any]:
-        return self._request("POST", f"/v1/agents/{_quote(host)}/drain")  # type: ignore[no-any-return]
+        return self._request(dict[str, Any], "POST", f"/v1/agents/{_quote(host)}/drain")
 
 
 def _quote(value: str) -> str:
