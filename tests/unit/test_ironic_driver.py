@@ -33,7 +33,6 @@ from compute_agent.drivers import ActionContext, BackendNode
 from compute_agent.drivers.base import DeploySpec
 from compute_agent.drivers.ironic import driver as ironic_driver
 from compute_agent.drivers.ironic.driver import IronicDriver
-from conductor.common.conf import keystoneauth
 from conductor.common.exception import (
     ActionAbandoned,
     DriverError,
@@ -45,7 +44,6 @@ from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic.client import BaremetalClient, IronicClaimConflict
 from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, PowerState, ProvisionState
-from conductor.common.placement import conf as placement_conf
 from tests.fake_ironic import FakeIronic, FakeNode
 from tests.harness import wait_for
 
@@ -1237,54 +1235,3 @@ def test_client_takes_no_answer_to_a_request_sent_before_the_outage_as_ironic_ba
         client.get_node("n-1", action="inspect")  # sent after: Ironic is back
     records = [r.levelno for r in caplog.records if r.name == CLIENT_LOGGER]
     assert records == [logging.WARNING, logging.INFO]
-
-
-def test_requests_to_ironic_and_placement_have_a_timeout_by_default() -> None:
-    conf = cfg.ConfigOpts()
-    ironic_conf.register_opts(conf)
-    placement_conf.register_opts(conf)
-    conf([], default_config_files=[])
-    assert conf.ironic.timeout == conf.placement.timeout == keystoneauth.REQUEST_TIMEOUT == 60
-
-
-@pytest.mark.timeout(120)
-def test_an_ironic_that_hangs_is_an_outage_within_the_request_timeout() -> None:
-    """A server that accepts and never answers (a frozen Ironic): the request
-    ends at [ironic] timeout, not blocked for ever."""
-    import socket  # noqa: PLC0415 -- only this test listens
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])  # and never answer
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    conf = cfg.ConfigOpts()
-    ironic_conf.register_opts(conf)
-    conf([], default_config_files=[])
-    conf.set_override("auth_type", "none", group="ironic")
-    conf.set_override("endpoint_override", f"http://127.0.0.1:{port}", group="ironic")
-    conf.set_override("timeout", 0.5, group="ironic")
-    # The session every Ironic request goes through (BaremetalClient.from_conf's),
-    # whose timeout keystoneauth turns into ConnectTimeout, which the client
-    # says as ServiceUnavailable (test_client_translates_sdk_errors).
-    session = keystoneauth.load_session(conf, "ironic", "Ironic")
-    try:
-        with pytest.raises(ks_exceptions.ConnectTimeout):
-            session.get(f"http://127.0.0.1:{port}/v1/nodes")
-        assert accepted, "the request never reached the frozen server"
-    finally:
-        stop.set()
-        thread.join()
-        for connection in accepted:
-            connection.close()
-        listener.close()

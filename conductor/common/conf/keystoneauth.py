@@ -15,14 +15,7 @@ from oslo_config import cfg
 
 from conductor.common.exception import ConfigurationError
 
-__all__ = ["REQUEST_TIMEOUT", "list_opts", "load_session", "register_opts"]
-
-#: ``timeout`` of every request to the service, in seconds.  keystoneauth
-#: has none by default: a service that hangs (a frozen process, a partition
-#: that drops packets) would block the caller for ever, silently -- the
-#: deploy's own deadline cannot fire while a request blocks, nor a stop end
-#: it.  With one, a hang is an outage, said once, like a refused connection.
-REQUEST_TIMEOUT = 60
+__all__ = ["list_opts", "load_session", "register_opts"]
 
 
 def list_opts() -> list[cfg.Opt]:
@@ -36,8 +29,6 @@ def list_opts() -> list[cfg.Opt]:
     unique: dict[str, cfg.Opt] = {}
     for opt in listed:
         unique.setdefault(opt.dest, opt)
-    # keystoneauth returns new option objects on each call: ours to change.
-    unique["timeout"].default = REQUEST_TIMEOUT
     return list(unique.values())
 
 
@@ -47,7 +38,6 @@ def register_opts(conf: cfg.ConfigOpts, group: str, service_type: str) -> None:
     ks_loading.register_session_conf_options(conf, group)
     ks_loading.register_auth_conf_options(conf, group)
     ks_loading.register_adapter_conf_options(conf, group, include_deprecated=False)
-    conf.set_default("timeout", REQUEST_TIMEOUT, group)
     conf.set_default("service_type", service_type, group)
     conf.set_default("valid_interfaces", ["internal", "public"], group)
 
