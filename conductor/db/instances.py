@@ -58,7 +58,6 @@ ACTION_IN_FLIGHT = tuple(sorted(t.value for t in ACTION_TASKS))
 __all__ = [
     "ACTION_IN_FLIGHT",
     "IN_FLIGHT",
-    "acting",
     "count_attempt",
     "create_instances",
     "fail_build",
@@ -72,9 +71,6 @@ __all__ = [
     "set_state",
     "state_values",
     "store_build_request",
-    "stuck_actions",
-    "stuck_builds",
-    "stuck_deletes",
     "to_instance",
     "touch",
 ]
@@ -586,48 +582,6 @@ def count_attempt(
         .values(values)
     )
     return attempts if counted.rowcount == 1 else None
-
-
-@retry_on_dead_connection
-def acting(db: Database, limit: int = 10_000) -> list[Instance]:
-    """Instances with an action (reboot, stop, start, rebuild) in flight."""
-    query = (
-        select(InstanceModel)
-        .where(InstanceModel.task_state.in_(ACTION_IN_FLIGHT))
-        .order_by(InstanceModel.uuid)
-        .limit(limit)
-    )
-    with db.reading() as session:
-        return [to_instance(r) for r in session.scalars(query)]
-
-
-def stuck_actions(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
-    """Instances whose action (reboot, stop, start, rebuild) has not moved since ``older_than``."""
-    return _unchanged_since(db, InstanceModel.task_state.in_(ACTION_IN_FLIGHT), older_than, limit)
-
-
-def stuck_deletes(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
-    """Instances still deleting whose row has not changed since ``older_than``."""
-    return _unchanged_since(db, InstanceModel.vm_state == VmState.DELETING.value, older_than, limit)
-
-
-def stuck_builds(db: Database, older_than: datetime.datetime, limit: int = 500) -> list[Instance]:
-    """Instances still building whose row has not changed since ``older_than``."""
-    return _unchanged_since(db, InstanceModel.vm_state == VmState.BUILDING.value, older_than, limit)
-
-
-@retry_on_dead_connection
-def _unchanged_since(
-    db: Database, which: ColumnElement[bool], older_than: datetime.datetime, limit: int
-) -> list[Instance]:
-    query = (
-        select(InstanceModel)
-        .where(which, InstanceModel.updated_at < older_than)
-        .order_by(InstanceModel.updated_at)
-        .limit(limit)
-    )
-    with db.reading() as session:
-        return [to_instance(r) for r in session.scalars(query)]
 
 
 @retry_on_dead_connection

@@ -15,7 +15,7 @@ import logging
 from conductor.common.clock import utcnow
 from conductor.common.exception import NotFound
 from conductor.common.objects import Instance, ProvisionState, VmState
-from conductor.db import instances, nodes
+from conductor.db import instance_sweeps, instances, nodes
 from conductor.db.engine import Database
 from conductor.lifecycle.queue import BuildQueue
 from conductor.lifecycle.results import BuildResults, CleanOrphan
@@ -58,9 +58,9 @@ class BuildSweeper:
         Returns how many builds it acted on.
         """
         older_than = utcnow() - datetime.timedelta(seconds=build_timeout)
-        stuck = instances.stuck_builds(self._db, older_than)
+        stuck = instance_sweeps.stuck_builds(self._db, older_than)
         self._forget_moved_on(stuck)
-        deletes = instances.stuck_deletes(self._db, older_than)
+        deletes = instance_sweeps.stuck_deletes(self._db, older_than)
         unplaced: list[str] = []
         reroute: list[str] = []
         timed_out: list[tuple[str, str]] = []

@@ -28,7 +28,7 @@ from conductor.common.exception import (
 )
 from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
-from conductor.db import allocations, instances, nodes
+from conductor.db import allocations, instance_sweeps, instances, nodes
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.lifecycle.queue import Action, BuildQueue, Stored
@@ -108,7 +108,7 @@ class BuildWorkers:
         waiting = [i.uuid for i in building if i.node_uuid is None]
         placed = [i.uuid for i in building if i.node_uuid is not None]
         deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
-        acting = instances.acting(self._db, limit=10_000)
+        acting = instance_sweeps.acting(self._db, limit=10_000)
         self._queue.submit(waiting)
         for instance in acting:
             self._queue.act(instance.uuid)

@@ -33,7 +33,7 @@ from conductor.common.exception import (
 )
 from conductor.common.instance_states import Event
 from conductor.common.objects import Instance, Node, Ownership, ProvisionState, TaskState, VmState
-from conductor.db import allocations, flavors, instances, nodes, ownership
+from conductor.db import allocations, flavors, instance_sweeps, instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.ownership import Fence
@@ -1266,7 +1266,7 @@ def test_a_result_arriving_during_a_sweep_is_not_undone(
     assert flow.builds.sweep(60) == 1  # re-routed
     flow.wait_routes(uuid, 2)
     flow.age(uuid)
-    read = instances.stuck_builds
+    read = instance_sweeps.stuck_builds
 
     def stuck_then_reported(*args: Any, **kwargs: Any) -> list[Instance]:
         stuck = read(*args, **kwargs)
@@ -1276,7 +1276,7 @@ def test_a_result_arriving_during_a_sweep_is_not_undone(
         )
         return stuck
 
-    monkeypatch.setattr(instances, "stuck_builds", stuck_then_reported)
+    monkeypatch.setattr(instance_sweeps, "stuck_builds", stuck_then_reported)
     flow.builds.sweep(60)
     instance = flow.instance(uuid)
     assert (instance.vm_state, instance.node_uuid, instance.attempts) == (VmState.ACTIVE, node, 0)
