@@ -27,7 +27,10 @@ instance with an image or config drive fails (its fault says so) rather
 than redeploy what the back end has, which may be an image replaced since.
 
 The call waits for the action's end (``[conductor] action_timeout``), so
-it runs on this module's own threads, never on a build worker's.  A call
+it runs on its own lane of threads (:data:`ACTION_LANE`), never on a build
+worker's; like every call to a node's owner it is one
+:meth:`~conductor.lifecycle.owner_calls.OwnerCalls.call`, which reads the
+answer the same way for every verb.  A call
 to an agent that dies mid-action hangs until that timeout: the takeover's
 re-route does not wait for it (one call per action *and owner epoch* runs
 at a time), and the hung call, when it ends, finds the action done.
@@ -40,35 +43,24 @@ death is logged, and issued again by the operator.
 
 from __future__ import annotations
 
+import functools
 import logging
-import queue
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
-import oslo_messaging as messaging
-
 from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
-from conductor.common.exception import (
-    ActionAbandoned,
-    Conflict,
-    NodeNotBuildable,
-    NotFound,
-    NotOwner,
-    RingfleetError,
-    ServiceUnavailable,
-    first_line,
-)
+from conductor.common.exception import NotFound, ServiceUnavailable
 from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Instance, Node, PowerState, TaskState
 from conductor.db import instances, node_states, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
-from conductor.lifecycle.routing import Retries, WaitReasons, carries_spec, deploy_spec
+from conductor.lifecycle.owner_calls import Outcome, OwnerCalls, Reply
+from conductor.lifecycle.routing import Retries, carries_spec, deploy_spec
 from conductor.notifications import Notifier
 
-__all__ = ["POWER_TARGETS", "ActionRouter"]
+__all__ = ["ACTION_LANE", "POWER_TARGETS", "ActionRouter"]
 
 LOG = logging.getLogger(__name__)
 
@@ -104,8 +96,8 @@ POWER_TARGETS: Final[Mapping[str, str]] = {
     "soft rebooting": "soft reboot",
 }
 
-#: How many times NotOwner is answered by re-reading and calling again at once.
-_REROUTES: Final = 3
+#: The :class:`OwnerCalls` lane whose threads carry the actions (they wait for their end).
+ACTION_LANE: Final = "action-sender"
 
 
 class ActionRouter:
@@ -121,29 +113,31 @@ class ActionRouter:
         timeout: float = 300.0,
         senders: int = 8,
         notifier: Notifier | None = None,
+        owners: OwnerCalls | None = None,
     ) -> None:
+        """``owners``: the calls to the nodes' owners, shared with the other
+        verbs (its :data:`ACTION_LANE` carries the actions); by default this
+        router's own, with *senders* threads."""
         self._db = db
         self._notifier = notifier or Notifier.disabled()
-        self._fleet = fleet
         self._compute = compute
         self._retries = retries
         self._timeout = timeout
-        self._pool = _DaemonPool(senders, "action-sender")
-        self._lock = threading.Lock()
-        # (instance or node, owner, epoch) of every call in flight: one at a time each.
-        self._calls: set[tuple[str, str, int]] = set()
-        self._waits = WaitReasons()
+        self._own_calls = owners is None
+        self._owners = owners or OwnerCalls(db, fleet, {ACTION_LANE: senders})
+        self._waits = self._owners.waits
 
     def close(self) -> None:
         """Stop taking actions; calls in flight are not waited for (their
         records stay, and the next start or takeover routes them again)."""
-        self._pool.close()
+        if self._own_calls:
+            self._owners.close()
 
     # -- instances ------------------------------------------------------------------
 
     def act(self, instance_uuid: str) -> None:
         """Route the instance's action in flight (if any) to its node's owner."""
-        if not self._pool.submit(self._act_logged, instance_uuid):
+        if not self._owners.in_background(ACTION_LANE, self._act_logged, instance_uuid):
             # The conductor stops: the record stays, its next start routes it.
             LOG.debug("Instance %s: action not routed, the conductor is stopping", instance_uuid)
 
@@ -203,61 +197,47 @@ class ActionRouter:
         self._route(instance, task, instance.node_uuid, target)
 
     def _route(self, instance: Instance, task: TaskState, node_uuid: str, target: str) -> None:
-        """Call the node's owner, re-reading on NotOwner; the answer ends the action."""
-        instance_uuid = instance.uuid
-        for _attempt in range(_REROUTES):
-            node = nodes.get_node(self._db, node_uuid)
-            owner, epoch = node.owner, node.owner_epoch
-            if owner is None or not self._is_live(owner):
-                LOG.log(
-                    self._waits.level(instance_uuid, f"owner {owner} not live"),
-                    "Instance %s: %s on node %s waits for a live owner (%s is not)",
-                    instance_uuid,
-                    task.value,
-                    node_uuid,
-                    owner,
-                )
-                self._retries.retry_later(instance_uuid, "act")
-                return
-            key = (instance_uuid, owner, epoch)
-            with self._lock:
-                if key in self._calls:
-                    return  # that call ends the action
-                self._calls.add(key)
-            try:
-                power = self._call(owner, node, epoch, target, instance)
-            except NotOwner as exc:
-                LOG.info(
-                    "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
-                    instance_uuid,
-                    owner,
-                    node_uuid,
-                    epoch,
-                    first_line(exc),
-                )
-                continue
-            except _Later as exc:
-                LOG.log(
-                    self._waits.level(instance_uuid, str(exc)),
-                    "Instance %s: %s on node %s by %s not done yet: %s; retrying",
-                    instance_uuid,
-                    task.value,
-                    node_uuid,
-                    owner,
-                    exc,
-                )
-                self._retries.retry_later(instance_uuid, "act")
-                return
-            except RingfleetError as exc:
-                self._failed(instance_uuid, task, f"{task.value} failed: {first_line(exc)}")
-                return
-            finally:
-                with self._lock:
-                    self._calls.discard(key)
-            self._waits.forget(instance_uuid)
-            self._done(instance_uuid, task, node, Fence(owner, epoch), power)
+        """Call the node's owner (one call per action and owner epoch at a
+        time); the answer ends the action."""
+        uuid = instance.uuid
+        reply = self._owners.call(
+            f"Instance {uuid}",
+            nodes.get_node(self._db, node_uuid),
+            functools.partial(self._call, target=target, instance=instance),
+            once_per=uuid,
+        )
+        if reply.outcome is Outcome.ACCEPTED:
+            assert reply.answer is not None
+            self._waits.forget(uuid)
+            self._done(uuid, task, reply.node, reply.fence, reply.answer)
+        elif reply.outcome is Outcome.REFUSED:
+            self._failed(uuid, task, f"{task.value} failed: {reply.reason}")
+        elif reply.outcome is Outcome.WAIT:
+            self._waiting(uuid, task, reply)
+            self._retries.retry_later(uuid, "act")
+        # MOOT: the call in flight ends the action
+
+    def _waiting(self, instance_uuid: str, task: TaskState, reply: Reply[PowerState]) -> None:
+        """Say once per cause why the action waits (then DEBUG)."""
+        if reply.error is None:
+            LOG.log(
+                self._waits.level(instance_uuid, reply.reason),
+                "Instance %s: %s on node %s waits for a live owner (%s)",
+                instance_uuid,
+                task.value,
+                reply.node.uuid,
+                reply.reason,
+            )
             return
-        self._retries.retry_later(instance_uuid, "act")
+        LOG.log(
+            self._waits.level(instance_uuid, reply.reason),
+            "Instance %s: %s on node %s by %s not done yet: %s; retrying",
+            instance_uuid,
+            task.value,
+            reply.node.uuid,
+            reply.fence.owner,
+            reply.reason,
+        )
 
     def _done(
         self,
@@ -269,7 +249,7 @@ class ActionRouter:
     ) -> None:
         owner, epoch = fence.owner, fence.epoch
         expected, event = _DONE[task]
-        self._record_power(node.uuid, owner, epoch, power)
+        self._record_power(node.uuid, fence, power)
         if power is not expected:
             self._failed(instance_uuid, task, f"{task.value}: the node ended {power.value}")
             return
@@ -303,7 +283,8 @@ class ActionRouter:
 
     def set_node_power(self, node: Node, target: str) -> None:
         """Power *node* (an API target, :data:`POWER_TARGETS`) in the background."""
-        if not self._pool.submit(self._node_power_logged, node.uuid, POWER_TARGETS[target]):
+        call = self._node_power_logged
+        if not self._owners.in_background(ACTION_LANE, call, node.uuid, POWER_TARGETS[target]):
             raise ServiceUnavailable("the conductor is stopping; issue the power action again")
 
     def _node_power_logged(self, node_uuid: str, target: str) -> None:
@@ -315,142 +296,74 @@ class ActionRouter:
     def _node_power(self, node_uuid: str, target: str) -> None:
         if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
             target = _HARD[target]
-        for _attempt in range(_REROUTES):
-            node = nodes.get_node(self._db, node_uuid)
-            owner, epoch = node.owner, node.owner_epoch
-            if owner is None or not self._is_live(owner):
-                LOG.warning(
-                    "Node %s: %s not done: its owner %s is not live; issue it again "
-                    "once the node has an owner",
-                    node_uuid,
-                    target,
-                    owner,
-                )
-                return
-            try:
-                power = self._call(owner, node, epoch, target)
-            except NotOwner:
-                continue
-            except (_Later, RingfleetError) as exc:
-                LOG.warning("Node %s: %s by %s failed: %s", node_uuid, target, owner, exc)
-                return
-            self._record_power(node_uuid, owner, epoch, power)
+        reply = self._owners.call(
+            f"Node {node_uuid}",
+            nodes.get_node(self._db, node_uuid),
+            functools.partial(self._call, target=target),
+        )
+        fence = reply.fence
+        if reply.outcome is Outcome.ACCEPTED:
+            assert reply.answer is not None
+            self._record_power(node_uuid, fence, reply.answer)
             LOG.info(
                 "Node %s: %s done by %s (epoch %d): %s",
                 node_uuid,
                 target,
-                owner,
-                epoch,
-                power.value,
+                fence.owner,
+                fence.epoch,
+                reply.answer.value,
             )
-            return
-        LOG.warning("Node %s: %s not done: its owner kept changing", node_uuid, target)
+        elif reply.error is None:  # no live owner, or it kept changing
+            LOG.warning(
+                "Node %s: %s not done: %s; issue it again once the node has an owner",
+                node_uuid,
+                target,
+                reply.reason,
+            )
+        else:
+            why = reply.reason
+            LOG.warning("Node %s: %s by %s failed: %s", node_uuid, target, fence.owner, why)
 
     # -- shared -------------------------------------------------------------------------
 
     def _call(
-        self, owner: str, node: Node, epoch: int, target: str, instance: Instance | None = None
+        self, fence: Fence, node: Node, *, target: str, instance: Instance | None = None
     ) -> PowerState:
-        """One fenced call; the power state the node ended in (a rebuild ends on).
-
-        :raises NotOwner: re-read and call again
-        :raises _Later: retrying later can help (busy, stopping, unreachable)
-        :raises RingfleetError: refused for good
-        """
-        try:
-            if target == _REBUILD and instance is not None:
-                # The record's image and config drive: what this rebuild stored.
-                answer = self._compute.rebuild_instance(
-                    owner,
-                    instance_uuid=instance.uuid,
-                    node=node.to_dict(),
-                    epoch=epoch,
-                    timeout=self._timeout,
-                    **deploy_spec(instance),
-                )
-                answer = PowerState.ON.value if answer == "active" else answer
-            else:
-                answer = self._compute.set_power_state(
-                    owner, node=node.to_dict(), epoch=epoch, target=target, timeout=self._timeout
-                )
-        except (NotOwner, NodeNotBuildable):
-            # NodeNotBuildable is a Conflict retrying cannot fix: the back
-            # end shows the node hosting another instance.
-            raise
-        except (Conflict, ServiceUnavailable, ActionAbandoned) as exc:
-            raise _Later(first_line(exc)) from exc
-        except messaging.MessagingTimeout as exc:
-            raise _Later(f"no answer from {owner} within {self._timeout:.0f} s") from exc
-        except RingfleetError:
-            raise
-        except Exception as exc:  # transport trouble, an unexpected remote error
-            raise _Later(first_line(exc)) from exc
+        """One fenced call; the power state the node ended in (a rebuild ends on)."""
+        if target == _REBUILD and instance is not None:
+            # The record's image and config drive: what this rebuild stored.
+            answer = self._compute.rebuild_instance(
+                fence.owner,
+                instance_uuid=instance.uuid,
+                node=node.to_dict(),
+                epoch=fence.epoch,
+                timeout=self._timeout,
+                **deploy_spec(instance),
+            )
+            answer = PowerState.ON.value if answer == "active" else answer
+        else:
+            answer = self._compute.set_power_state(
+                fence.owner,
+                node=node.to_dict(),
+                epoch=fence.epoch,
+                target=target,
+                timeout=self._timeout,
+            )
         try:
             return PowerState(answer)
         except ValueError:
-            raise _Later(f"unexpected answer {answer!r}") from None
+            raise _UnexpectedAnswer(f"unexpected answer {answer!r}") from None
 
-    def _record_power(self, node_uuid: str, owner: str, epoch: int, power: PowerState) -> None:
+    def _record_power(self, node_uuid: str, fence: Fence, power: PowerState) -> None:
         # Fenced as the agents' own reports: only while the owner still holds that epoch.
         report: node_states.StateReport = {
             "node_uuid": node_uuid,
-            "epoch": epoch,
+            "epoch": fence.epoch,
             "power_state": power.value,
             "provision_state": None,
         }
-        node_states.record_node_states(self._db, owner, [report])
-
-    def _is_live(self, host: str) -> bool:
-        try:
-            return host in self._fleet.live_members()
-        except ServiceUnavailable:
-            return True  # cannot tell: assume alive, never act as if it died
+        node_states.record_node_states(self._db, fence.owner, [report])
 
 
-class _DaemonPool:
-    """A few daemon threads running submitted calls, started on first use.
-
-    Not a ``ThreadPoolExecutor``: its threads are joined at interpreter
-    exit, and a call to an agent that died waits ``action_timeout`` (300 s)
-    for its answer: a stopping conductor must not wait for that.
-    """
-
-    def __init__(self, size: int, name: str) -> None:
-        self._size = size
-        self._name = name
-        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._closed = False
-
-    def submit(self, call: Callable[..., None], *args: object) -> bool:
-        """Run ``call(*args)`` on a pool thread; False once the pool is closed."""
-        with self._lock:
-            if self._closed:
-                return False
-            if not self._threads:  # never started before a fork
-                self._threads = [
-                    threading.Thread(target=self._run, name=f"{self._name}-{i}", daemon=True)
-                    for i in range(self._size)
-                ]
-                for thread in self._threads:
-                    thread.start()
-            self._calls.put((call, args))
-        return True
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            for _thread in self._threads:
-                self._calls.put(None)
-
-    def _run(self) -> None:
-        while (item := self._calls.get()) is not None:
-            call, args = item
-            call(*args)  # the calls log their own failures
-
-
-class _Later(Exception):
-    """The action could not be done now; retrying later can help."""
+class _UnexpectedAnswer(Exception):
+    """The owner answered with no power state: retrying later can help."""

@@ -27,13 +27,18 @@ queued up for that agent meanwhile.  While ``[upgrade_levels]
 compute`` pins the agents' API below 1.1 (a rolling upgrade from a release
 without ``build_instances``), every build gets a call of its own; nothing
 is probed.
+
+Every call goes through :class:`~conductor.lifecycle.owner_calls.OwnerCalls`
+(the one way to a node's owner, and its one reading of what an answer
+means); this module decides what each outcome means for a build, a
+teardown and an orphan's clean-up.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,52 +46,25 @@ import oslo_messaging as messaging
 
 from compute_agent.rpcapi import DEPLOY_SPEC_VERSION, ComputeAPI
 from conductor.common import rpc
-from conductor.common.exception import (
-    Conflict,
-    DatabaseUnavailable,
-    NodeNotBuildable,
-    NotOwner,
-    ServiceUnavailable,
-    first_line,
-)
+from conductor.common.exception import DatabaseUnavailable, first_line
 from conductor.common.objects import Instance, Node, Ownership
 from conductor.db import nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.owner_calls import (
+    REROUTES,
+    Outcome,
+    OwnerCalls,
+    Reply,
+    WaitReasons,
+    outcome_of_error,
+)
 from conductor.lifecycle.queue import Action
 
-__all__ = ["AgentRouter", "Refusals", "Retries", "WaitReasons", "carries_spec", "deploy_spec"]
+__all__ = ["ACCEPT_LANE", "AgentRouter", "Refusals", "Retries", "carries_spec", "deploy_spec"]
 
 LOG = logging.getLogger(__name__)
-
-
-class WaitReasons:
-    """Why each waiting build, teardown or action last waited.
-
-    A cause is said at its level the first time, at DEBUG on every retry
-    after: one line per cause, not one every 2 s.  Bounded: past *limit*
-    keys it forgets them all (at worst a line said twice).
-    """
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._why: dict[str, str] = {}
-
-    def level(self, key: str, why: str, level: int = logging.INFO) -> int:
-        """*level* the first time *key* waits for *why*, DEBUG after."""
-        with self._lock:
-            said = self._why.get(key) == why
-            if len(self._why) >= self._limit:
-                self._why.clear()
-            self._why[key] = why
-        return logging.DEBUG if said else level
-
-    def forget(self, key: str) -> None:
-        """*key* no longer waits: its next wait is said again."""
-        with self._lock:
-            self._why.pop(key, None)
 
 
 #: The compute API version that has ``build_instances``.
@@ -145,19 +123,17 @@ class AgentRouter:
         accept_timeout: float = 10.0,
         max_batch: int = 50,
         senders: int = 0,
+        owners: OwnerCalls | None = None,
     ) -> None:
+        """``owners``: the calls to the nodes' owners, shared with the other
+        verbs (its ``accept`` lane sends the accepts); by default this
+        router's own, with *senders* threads sending."""
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, not {max_batch}")
-        if senders < 0:
-            raise ValueError(f"senders must be >= 0, not {senders}")
-        # Started on the first accept (threads are never started before a fork).
-        self._senders = (
-            ThreadPoolExecutor(max_workers=senders, thread_name_prefix="accept-sender")
-            if senders
-            else None
-        )
+        self._own_calls = owners is None
+        # Its lane's threads start on the first accept (never before a fork).
+        self._owners = owners or OwnerCalls(db, fleet, {ACCEPT_LANE: senders})
         self._db = db
-        self._fleet = fleet
         self._compute = compute
         self._accept_timeout = accept_timeout
         self._retries = retries
@@ -172,8 +148,11 @@ class AgentRouter:
         # Agents that refused build_instances although not pinned below it:
         # said once each (the fix is the pin, not a retry).
         self._told_to_pin: set[str] = set()
-        self._waits = WaitReasons()
         self.calls = 0  # accept calls made (for tests)
+
+    @property
+    def _waits(self) -> WaitReasons:
+        return self._owners.waits
 
     def route(self, instance: Instance, node: Node, claim: Ownership) -> None:
         """Hand the build to the node's owner; never holds a worker for long.
@@ -188,7 +167,7 @@ class AgentRouter:
         others schedule).
         """
         owner = claim.owner
-        if owner is None or not self._is_live(owner):
+        if owner is None or not self._owners.is_live(owner):
             self._route_one(instance, node, claim)  # waits for the takeover
             return
         with self._lock:
@@ -198,18 +177,16 @@ class AgentRouter:
                 return
             self._waiting[owner] = []
         batch = [_Accept(instance, node, claim)]
-        if self._senders is None:
-            self._send(owner, batch)
-            return
-        try:
-            self._senders.submit(self._send_in_background, owner, batch)
-        except RuntimeError:  # the pool is shut down: the conductor is stopping
+        # Without the lane's threads (none, or the conductor is stopping):
+        # this worker sends.
+        if not self._owners.in_background(ACCEPT_LANE, self._send_in_background, owner, batch):
             self._send(owner, batch)
 
-    def close(self) -> None:
-        """Wait for the accepts being sent (the conductor is stopping)."""
-        if self._senders is not None:
-            self._senders.shutdown(wait=True)
+    def close(self, timeout: float = 30.0) -> None:
+        """Send the accepts already handed over, for up to *timeout* seconds
+        (the conductor is stopping; what is not sent stays stored)."""
+        if self._own_calls:
+            self._owners.close({ACCEPT_LANE: timeout})
 
     def _send_in_background(self, owner: str, batch: list[_Accept]) -> None:
         try:
@@ -238,7 +215,7 @@ class AgentRouter:
             with self._lock:
                 left = batch + self._waiting.pop(owner, [])
             for accept in left:
-                self._later(accept.instance, accept.node)
+                self._later(accept.instance, accept.node, "sending failed")
             raise
 
     def _route_batch(self, owner: str, batch: list[_Accept]) -> None:
@@ -260,111 +237,95 @@ class AgentRouter:
             )
         except messaging.RemoteError as exc:
             if exc.exc_type not in rpc.NOT_SERVED:
-                self._batch_failed(owner, batch, exc)
+                self._batch_waits(owner, batch, first_line(exc))
                 return
-            # An agent of an older release, and no pin: these builds go one
-            # by one now; the operator is told once how to stop the refusals.
-            if owner not in self._told_to_pin:
-                self._told_to_pin.add(owner)
-                carried = any(carries_spec(a.instance) for a in batch)
-                LOG.warning(
-                    "Agent %s does not serve build_instances at compute API %s (%s): set "
-                    "[upgrade_levels] compute = %s on the conductors until every agent is "
-                    "upgraded",
-                    owner,
-                    DEPLOY_SPEC_VERSION if carried else _BATCHED_VERSION,
-                    exc.exc_type,
-                    _BATCHED_VERSION if carried else "1.0",
-                )
-            for accept in batch:
-                self._route_one(accept.instance, accept.node, accept.claim)
+            self._unbatched(owner, batch, exc.exc_type)
             return
         except messaging.MessagingTimeout:
-            LOG.warning(
-                "Accept of %d builds from %s timed out; retrying later: %s",
-                len(batch),
-                owner,
-                " ".join(a.instance.uuid for a in batch),
-            )
             # What queued up meanwhile would wait as long: back on the queue too.
             with self._lock:
                 left = self._waiting.get(owner, [])
                 batch = batch + left
                 left.clear()
-            for accept in batch:
-                self._later(accept.instance, accept.node)
+            self._batch_waits(owner, batch, "timed out")
             return
         except Exception as exc:  # any other failure: never drop a build
-            self._batch_failed(owner, batch, exc)
+            self._batch_waits(owner, batch, first_line(exc))
             return
         results = reply.get("results") if isinstance(reply, dict) else None
         if not isinstance(results, list) or len(results) != len(batch):
-            LOG.warning(
-                "Agent %s: unexpected reply to %d accepts; retrying later", owner, len(batch)
-            )
-            for accept in batch:
-                self._later(accept.instance, accept.node)
+            self._batch_waits(owner, batch, "unexpected reply")
             return
         for accept, result in zip(batch, results, strict=True):
             try:
                 self._batch_item_done(owner, accept, result)
             except DatabaseUnavailable:  # logged once by the database
-                self._later(accept.instance, accept.node)
+                self._later(accept.instance, accept.node, "the database is unavailable")
             except Exception:  # one build's trouble must not lose the rest
                 LOG.exception(
                     "Instance %s: handling the accept from %s failed; retrying later",
                     accept.instance.uuid,
                     owner,
                 )
-                self._later(accept.instance, accept.node)
+                self._later(accept.instance, accept.node, "handling the accept failed")
+
+    def _unbatched(self, owner: str, batch: list[_Accept], exc_type: str | None) -> None:
+        """An agent of an older release, and no pin: these builds go one by
+        one now; the operator is told once how to stop the refusals."""
+        if owner not in self._told_to_pin:
+            self._told_to_pin.add(owner)
+            carried = any(carries_spec(a.instance) for a in batch)
+            LOG.warning(
+                "Agent %s does not serve build_instances at compute API %s (%s): set "
+                "[upgrade_levels] compute = %s on the conductors until every agent is "
+                "upgraded",
+                owner,
+                DEPLOY_SPEC_VERSION if carried else _BATCHED_VERSION,
+                exc_type,
+                _BATCHED_VERSION if carried else "1.0",
+            )
+        for accept in batch:
+            self._route_one(accept.instance, accept.node, accept.claim)
 
     def _batch_item_done(self, owner: str, accept: _Accept, result: Any) -> None:
         instance, node, epoch = accept.instance, accept.node, accept.claim.epoch
         error = result.get("error") if isinstance(result, dict) else "malformed reply"
+        fence = Fence(owner, epoch)
         if error is None:
-            self._log_accepted(instance, node, owner, epoch, result.get("answer"))
+            self._settle(instance, Reply(Outcome.ACCEPTED, node, fence, result.get("answer")))
             return
-        reason = result.get("reason") if isinstance(result, dict) else result
-        if error == "NotOwner":
-            LOG.info(
-                "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
-                instance.uuid,
-                owner,
-                node.uuid,
-                epoch,
-                reason,
-            )
-            node = nodes.get_node(self._db, node.uuid)
-            if node.instance_uuid != instance.uuid:
-                LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
-                return
-            claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
-            self._route_one(instance, node, claim, attempts=2)
+        reason = str(result.get("reason") if isinstance(result, dict) else result)
+        outcome = outcome_of_error(error)
+        if outcome is not None:
+            why = reason if outcome is Outcome.REFUSED else f"{error}: {reason}"
+            self._settle(instance, Reply(outcome, node, fence, reason=why, error=error))
             return
-        if error == NodeNotBuildable.__name__:
-            self._not_buildable(instance, node, Fence(owner, epoch), str(reason))
-            return
-        LOG.log(
-            self._waits.level(instance.uuid, f"{error}: {reason}", logging.WARNING),
-            "Instance %s: %s refused node %s: %s: %s; retrying later",
+        LOG.info(
+            "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
             instance.uuid,
             owner,
             node.uuid,
-            error,
+            epoch,
             reason,
         )
-        self._later(instance, node)
+        node = nodes.get_node(self._db, node.uuid)
+        if node.instance_uuid != instance.uuid:
+            LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
+            return
+        claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
+        self._route_one(instance, node, claim, attempts=REROUTES - 1)
 
-    def _batch_failed(self, owner: str, batch: list[_Accept], exc: Exception) -> None:
-        LOG.warning(
+    def _batch_waits(self, owner: str, batch: list[_Accept], why: str) -> None:
+        LOG.log(
+            self._waits.level(f"{owner}/accepts", why, logging.WARNING),
             "Accept of %d builds from %s failed (%s); retrying later: %s",
             len(batch),
             owner,
-            first_line(exc),
+            why,
             " ".join(a.instance.uuid for a in batch),
         )
         for accept in batch:
-            self._later(accept.instance, accept.node)
+            self._retries.retry_later(accept.instance.uuid, "route")
 
     def _pinned_below_spec(self, accept: _Accept) -> bool:
         """Refuse a build with an image or config drive while ``[upgrade_levels]
@@ -399,27 +360,94 @@ class AgentRouter:
             clean=True,
         )
 
-    def _not_buildable(self, instance: Instance, node: Node, fence: Fence, reason: str) -> None:
-        """The owner refused for good: fail this attempt now, never retry it."""
-        owner = fence.owner
-        LOG.warning(
-            "Instance %s: %s refused node %s for good (%s); rescheduling",
-            instance.uuid,
-            owner,
-            node.uuid,
-            reason,
-        )
-        self._refusals.refused(
-            instance.uuid, node.uuid, f"refused by agent {owner}: {reason}", fence
-        )
+    def _route_one(
+        self, instance: Instance, node: Node, claim: Ownership, attempts: int = REROUTES
+    ) -> None:
+        """One ``build_instance`` call, re-read and repeated on ``NotOwner``."""
+        if self._pinned_below_spec(_Accept(instance, node, claim)):
+            return
 
-    def _later(self, instance: Instance, node: Node) -> None:
-        """Back on the queue: routed again in a while, to whoever owns the node then."""
+        def build(fence: Fence, node: Node) -> Any:
+            self.calls += 1
+            return self._compute.build_instance(
+                fence.owner,
+                instance_uuid=instance.uuid,
+                node=node.to_dict(),
+                epoch=fence.epoch,
+                timeout=self._accept_timeout,
+                **deploy_spec(instance),
+            )
+
+        reply = self._owners.call(
+            f"Instance {instance.uuid}",
+            node,
+            build,
+            fence=Fence(claim.owner or "", claim.epoch),
+            holds=lambda read: read.instance_uuid == instance.uuid,
+            attempts=attempts,
+        )
+        self._settle(instance, reply)
+
+    def _settle(self, instance: Instance, reply: Reply[Any]) -> None:
+        """What an owner's answer to a build's accept means for the build."""
+        node, fence = reply.node, reply.fence
+        if reply.outcome is Outcome.ACCEPTED:
+            self._waits.forget(instance.uuid)
+            self._log_accepted(instance, node, fence.owner, fence.epoch, reply.answer)
+        elif reply.outcome is Outcome.MOOT:
+            LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
+        elif reply.outcome is Outcome.REFUSED and reply.untouched and carries_spec(instance):
+            # An agent older than 1.2 (and no pin): it would deploy without
+            # the image; another node's owner may be newer.
+            self._spec_refused(
+                instance,
+                node,
+                fence,
+                f"the agent does not serve compute API {DEPLOY_SPEC_VERSION} "
+                f"({reply.error}), which a build with an image or a config drive needs",
+            )
+        elif reply.outcome is Outcome.REFUSED:
+            # The owner refused for good: fail this attempt now, never retry it.
+            LOG.warning(
+                "Instance %s: %s refused node %s for good (%s); rescheduling",
+                instance.uuid,
+                fence.owner,
+                node.uuid,
+                reply.reason,
+            )
+            self._refusals.refused(
+                instance.uuid,
+                node.uuid,
+                f"refused by agent {fence.owner}: {reply.reason}",
+                fence,
+                clean=reply.untouched,
+            )
+        else:
+            self._later(instance, node, reply.reason, fence.owner, error=reply.error)
+
+    def _later(
+        self,
+        instance: Instance,
+        node: Node,
+        why: str,
+        owner: str | None = None,
+        *,
+        error: str | None = None,
+    ) -> None:
+        """Back on the queue: routed again in a while, to whoever owns the node then.
+
+        Said once per cause (then DEBUG): a WARNING when the owner failed
+        the call, INFO when it is only not live (a takeover comes).
+        """
         LOG.log(
-            self._waits.level(instance.uuid + "/later", node.uuid, logging.INFO),
-            "Instance %s waits for node %s to have a reachable owner",
+            self._waits.level(
+                instance.uuid, why, logging.INFO if error is None else logging.WARNING
+            ),
+            "Instance %s waits for node %s to have a reachable owner (%s: %s); retrying later",
             instance.uuid,
             node.uuid,
+            owner or node.owner,
+            why,
         )
         self._retries.retry_later(instance.uuid, "route")
 
@@ -438,119 +466,38 @@ class AgentRouter:
             answer,
         )
 
-    def _route_one(
-        self, instance: Instance, node: Node, claim: Ownership, attempts: int = 3
-    ) -> None:
-        """One ``build_instance`` call, re-read and repeated on ``NotOwner``."""
-        for _attempt in range(attempts):
-            owner, epoch = claim.owner, claim.epoch
-            if owner is None or not self._is_live(owner):
-                break  # wait for the takeover
-            if self._pinned_below_spec(_Accept(instance, node, claim)):
-                return  # every way to an agent (a re-route, a NotOwner re-read) ends here
-            try:
-                self.calls += 1
-                answer = self._compute.build_instance(
-                    owner,
-                    instance_uuid=instance.uuid,
-                    node=node.to_dict(),
-                    epoch=epoch,
-                    timeout=self._accept_timeout,
-                    **deploy_spec(instance),
-                )
-                self._log_accepted(instance, node, owner, epoch, answer)
-                return
-            except messaging.RemoteError as exc:
-                if exc.exc_type in rpc.NOT_SERVED and carries_spec(instance):
-                    # An agent older than 1.2 (and no pin): it would deploy
-                    # without the image; another node's owner may be newer.
-                    self._spec_refused(
-                        instance,
-                        node,
-                        Fence(owner, epoch),
-                        f"the agent does not serve compute API {DEPLOY_SPEC_VERSION} "
-                        f"({exc.exc_type}), which a build with an image or a config "
-                        "drive needs",
-                    )
-                    return
-                LOG.log(
-                    self._waits.level(instance.uuid, first_line(exc), logging.WARNING),
-                    "Instance %s: routing to %s for node %s failed: %s",
-                    instance.uuid,
-                    owner,
-                    node.uuid,
-                    first_line(exc),
-                )
-                break
-            except NotOwner as exc:
-                # A remote exception's text carries its traceback: first line only.
-                LOG.info(
-                    "Instance %s: %s refused node %s at epoch %d (%s); re-reading",
-                    instance.uuid,
-                    owner,
-                    node.uuid,
-                    epoch,
-                    first_line(exc),
-                )
-            except NodeNotBuildable as exc:
-                self._not_buildable(instance, node, Fence(owner, epoch), _reason(exc))
-                return
-            except messaging.MessagingTimeout:
-                LOG.warning(
-                    "Instance %s: accept from %s for node %s timed out; retrying later",
-                    instance.uuid,
-                    owner,
-                    node.uuid,
-                )
-                break
-            except Conflict as exc:
-                LOG.log(
-                    self._waits.level(instance.uuid, first_line(exc), logging.WARNING),
-                    "Instance %s: %s refused node %s: %s",
-                    instance.uuid,
-                    owner,
-                    node.uuid,
-                    first_line(exc),
-                )
-                break
-            except Exception as exc:  # any other failure: never drop the build
-                LOG.log(
-                    self._waits.level(instance.uuid, first_line(exc), logging.WARNING),
-                    "Instance %s: routing to %s for node %s failed: %s",
-                    instance.uuid,
-                    owner,
-                    node.uuid,
-                    first_line(exc),
-                )
-                break
-            node = nodes.get_node(self._db, node.uuid)
-            claim = Ownership(node.uuid, node.owner, node.owner_epoch, pinned=True)
-            if node.instance_uuid != instance.uuid:
-                LOG.warning("Instance %s no longer holds node %s", instance.uuid, node.uuid)
-                return
-        self._later(instance, node)
-
     def destroy(self, instance: Instance) -> bool:
         if instance.node_uuid is None:
             return True
         node = nodes.get_node(self._db, instance.node_uuid)
-        if node.owner is None or not self._is_live(node.owner):
-            # Re-homing first: a node is never left dirty.
-            self._teardown_waits_for(instance, node, "its owner is gone; waiting for the takeover")
-            return False
-        try:
-            self._compute.destroy_instance(
-                node.owner,
-                instance_uuid=instance.uuid,
+        reply = self._owners.call(f"Instance {instance.uuid}", node, self._destroyer(instance.uuid))
+        if reply.outcome is Outcome.ACCEPTED:
+            self._waits.forget(instance.uuid + "/teardown")
+            return True
+        # Re-homing first when the owner is gone: a node is never left dirty.
+        LOG.log(
+            self._waits.level(instance.uuid + "/teardown", reply.reason, logging.INFO),
+            "Instance %s: teardown of node %s by %s not accepted yet: %s; retrying",
+            instance.uuid,
+            node.uuid,
+            reply.fence.owner or None,
+            reply.reason,
+        )
+        return False
+
+    def _destroyer(self, instance_uuid: str) -> Callable[[Fence, Node], Any]:
+        """The owner's fenced ``destroy_instance`` of *instance_uuid*."""
+
+        def destroy(fence: Fence, node: Node) -> Any:
+            return self._compute.destroy_instance(
+                fence.owner,
+                instance_uuid=instance_uuid,
                 node=node.to_dict(),
-                epoch=node.owner_epoch,
+                epoch=fence.epoch,
                 timeout=self._accept_timeout,
             )
-        except Exception as exc:  # the delete is retried, whatever failed
-            self._teardown_waits_for(instance, node, first_line(exc))
-            return False
-        self._waits.forget(instance.uuid + "/teardown")
-        return True
+
+        return destroy
 
     def clean_orphan(self, node: Node, instance_uuid: str, *, what: str | None = None) -> bool:
         """Ask *node*'s owner to tear down what the back end still holds of
@@ -570,7 +517,6 @@ class AgentRouter:
         Only a live owner is asked; nothing is retried here: the next sync
         pass asks again while the claim is there.
         """
-        owner = node.owner
         key = f"{node.uuid}/orphan"
         again = "the next sync pass asks again"
         if what is None:
@@ -580,61 +526,32 @@ class AgentRouter:
             )
         else:
             again = "a success its deploy reports later asks again"
-        if owner is None or not self._is_live(owner):
+        reply = self._owners.call(f"Node {node.uuid}", node, self._destroyer(instance_uuid))
+        owner = reply.fence.owner or None
+        if reply.outcome is Outcome.ACCEPTED:
+            self._waits.forget(key)
+            LOG.info("Node %s: %s; its owner %s tears it down", node.uuid, what, owner)
+            return True
+        if reply.error is None:  # no live owner to ask
             LOG.log(
-                self._waits.level(key, f"owner {owner} gone", logging.INFO),
-                "Node %s: %s; its owner %s is not live: the teardown waits for the next owner",
+                self._waits.level(key, reply.reason, logging.INFO),
+                "Node %s: %s; %s: the teardown waits for the next owner",
                 node.uuid,
                 what,
-                owner,
+                reply.reason,
             )
             return False
-        try:
-            self._compute.destroy_instance(
-                owner,
-                instance_uuid=instance_uuid,
-                node=node.to_dict(),
-                epoch=node.owner_epoch,
-                timeout=self._accept_timeout,
-            )
-        except Exception as exc:  # the next sync pass asks again
-            LOG.log(
-                self._waits.level(key, first_line(exc), logging.WARNING),
-                "Node %s: %s; its owner %s did not take the teardown: %s; %s",
-                node.uuid,
-                what,
-                owner,
-                first_line(exc),
-                again,
-            )
-            return False
-        self._waits.forget(key)
-        LOG.info(
-            "Node %s: %s; its owner %s tears it down",
+        LOG.log(
+            self._waits.level(key, reply.reason, logging.WARNING),
+            "Node %s: %s; its owner %s did not take the teardown: %s; %s",
             node.uuid,
             what,
             owner,
+            reply.reason,
+            again,
         )
-        return True
-
-    def _teardown_waits_for(self, instance: Instance, node: Node, why: str) -> None:
-        """Say why a teardown is not accepted yet: once per reason, not every retry."""
-        LOG.log(
-            self._waits.level(instance.uuid + "/teardown", why, logging.INFO),
-            "Instance %s: teardown of node %s by %s not accepted yet: %s; retrying",
-            instance.uuid,
-            node.uuid,
-            node.owner,
-            why,
-        )
-
-    def _is_live(self, host: str) -> bool:
-        try:
-            return host in self._fleet.live_members()
-        except ServiceUnavailable:
-            return True  # cannot tell: assume alive, never act as if it died
+        return False
 
 
-def _reason(exc: NodeNotBuildable) -> str:
-    # Rebuilt from its kwargs on this side: the reason, without the traceback.
-    return exc.reason or first_line(exc)
+#: The :class:`OwnerCalls` lane whose threads send the accepts (``[conductor] accept_senders``).
+ACCEPT_LANE = "accept-sender"

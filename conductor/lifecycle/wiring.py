@@ -17,10 +17,11 @@ from conductor.common.objects import Flavor, Instance, Node
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
-from conductor.lifecycle.actions import ActionRouter
+from conductor.lifecycle.actions import ACTION_LANE, ActionRouter
+from conductor.lifecycle.owner_calls import OwnerCalls
 from conductor.lifecycle.queue import BuildQueue
 from conductor.lifecycle.results import BuildResults, CleanOrphan
-from conductor.lifecycle.routing import AgentRouter
+from conductor.lifecycle.routing import ACCEPT_LANE, AgentRouter
 from conductor.lifecycle.sweeper import BuildSweeper
 from conductor.lifecycle.workers import BuildWorkers, Router
 from conductor.metrics import ConductorMetrics
@@ -28,6 +29,9 @@ from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 
 __all__ = ["BuildLifecycle"]
+
+#: Threads carrying instance actions and node power verbs, each waiting for its end.
+_ACTION_SENDERS = 8
 
 
 class BuildLifecycle:
@@ -89,9 +93,19 @@ class BuildLifecycle:
         self._agent_router: AgentRouter | None = None
         #: Power and lifecycle actions (reboot, stop, start; node power).
         self._actions: ActionRouter | None = None
+        #: The one way to a node's owner, for every verb, and its threads.
+        self._owners = OwnerCalls(
+            db, fleet, {ACCEPT_LANE: accept_senders, ACTION_LANE: _ACTION_SENDERS}
+        )
         if compute is not None:
             self._actions = ActionRouter(
-                db, fleet, compute, self._queue, timeout=action_timeout, notifier=notifier
+                db,
+                fleet,
+                compute,
+                self._queue,
+                timeout=action_timeout,
+                notifier=notifier,
+                owners=self._owners,
             )
             self._agent_router = router = AgentRouter(
                 db,
@@ -100,7 +114,7 @@ class BuildLifecycle:
                 self._queue,
                 self._results,
                 accept_timeout=accept_timeout,
-                senders=accept_senders,
+                owners=self._owners,
             )
         self._workers = BuildWorkers(
             db,
@@ -122,12 +136,10 @@ class BuildLifecycle:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work (what is queued stays stored), then send the accepts
-        already handed to the router's senders."""
+        already handed to the senders, for up to *timeout* seconds more;
+        actions in flight are not waited for (their records stay)."""
         self._workers.stop(timeout)
-        if self._agent_router is not None:
-            self._agent_router.close()
-        if self._actions is not None:
-            self._actions.close()
+        self._owners.close({ACCEPT_LANE: timeout})
 
     # -- what the endpoints and the Ironic sync ask for --------------------------------
 

@@ -601,7 +601,8 @@ def test_act_runs_in_the_background_pool(env: Env) -> None:
         time.sleep(0.01)
     assert env.stored() == (VmState.ACTIVE, None, None)
     # Daemon threads: a call hung on a dead agent never holds up the exit.
-    assert all(t.daemon for t in env.router._pool._threads)
+    senders = [t for t in threading.enumerate() if t.name.startswith("action-sender")]
+    assert senders and all(t.daemon for t in senders)
     env.router.close()
     env.instances.reboot_instance(CTXT, instance=env.instance)
     env.router.act(env.instance)  # stopping: not routed, the record stays
