@@ -98,23 +98,13 @@ class BuildLifecycle:
             db, fleet, {ACCEPT_LANE: accept_senders, ACTION_LANE: _ACTION_SENDERS}
         )
         if compute is not None:
-            self._actions = ActionRouter(
+            router = self._route_over(
                 db,
                 fleet,
                 compute,
-                self._queue,
-                timeout=action_timeout,
-                notifier=notifier,
-                owners=self._owners,
-            )
-            self._agent_router = router = AgentRouter(
-                db,
-                fleet,
-                compute,
-                self._queue,
-                self._results,
                 accept_timeout=accept_timeout,
-                owners=self._owners,
+                action_timeout=action_timeout,
+                notifier=notifier,
             )
         self._workers = BuildWorkers(
             db,
@@ -129,6 +119,37 @@ class BuildLifecycle:
             actions=self._actions,
             notifier=notifier,
         )
+
+    def _route_over(
+        self,
+        db: Database,
+        fleet: FleetView,
+        compute: ComputeAPI,
+        *,
+        accept_timeout: float,
+        action_timeout: float,
+        notifier: Notifier,
+    ) -> AgentRouter:
+        """Make the routers to the agents, through the one owner call; the builds' router."""
+        self._actions = ActionRouter(
+            db,
+            fleet,
+            compute,
+            self._queue,
+            timeout=action_timeout,
+            notifier=notifier,
+            owners=self._owners,
+        )
+        self._agent_router = AgentRouter(
+            db,
+            fleet,
+            compute,
+            self._queue,
+            self._results,
+            accept_timeout=accept_timeout,
+            owners=self._owners,
+        )
+        return self._agent_router
 
     def start(self) -> None:
         """Start the workers; every build and delete still in flight is queued again."""
