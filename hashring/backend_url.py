@@ -10,6 +10,7 @@ what to do instead, and read the membership TTL it configures.
 from __future__ import annotations
 
 import importlib.util
+import math
 import urllib.parse
 
 from hashring.exceptions import MembershipError
@@ -26,6 +27,10 @@ _WHOLE_SECONDS = {
     # The redis driver reads membership_timeout with float() (a lease in ms).
     "redis": ("timeout", "lock_timeout"),
 }
+
+#: etcd options that default to ``timeout`` in tooz: pinned to their value
+#: when ringfleet sets ``timeout`` (:func:`tooz_url`).
+_ETCD_TIMEOUTS = ("membership_timeout", "lock_timeout")
 
 #: Redis socket options ringfleet sets when the URL does not (:func:`tooz_url`).
 _REDIS_SOCKET_OPTIONS = ("socket_timeout", "socket_connect_timeout")
@@ -60,23 +65,40 @@ def ttl_from_url(backend_url: str, member_id: str = "-") -> float:
 
 
 def tooz_url(backend_url: str, ttl: float) -> str:
-    """The URL handed to tooz: ``backend_url``, with a Redis socket timeout.
+    """The URL handed to tooz: ``backend_url``, with a request timeout that
+    follows the TTL.
 
-    tooz's Redis client waits ``timeout`` (default 30 s) for an answer: a
-    Redis that hangs (a frozen host, a partition that drops packets) would
-    hold the heartbeat that long, past the TTL, and the member would re-join
-    only that late after the Redis answers again.  Unless the URL sets them,
-    ``socket_timeout`` and ``socket_connect_timeout`` are a quarter of the
-    TTL (the heartbeat period), so a hung call fails and is retried within
-    one beat.  Other back ends' URLs are returned unchanged.
+    A back end that hangs (a frozen host, a partition that drops packets)
+    would otherwise hold the heartbeat until it answers again, past the
+    TTL, and the member would say nothing and re-join only that late:
+
+    - tooz's Redis client waits ``timeout`` (default 30 s): unless the URL
+      sets them, ``socket_timeout`` and ``socket_connect_timeout`` are a
+      quarter of the TTL (the heartbeat period), so a hung call fails and is
+      retried within one beat.
+    - tooz's etcd driver hands its ``timeout`` option (default 30 s, also the
+      default lease TTL) to etcd3gw as every request's timeout: unless the
+      URL sets ``timeout``, it is half the TTL (whole seconds, at least 1; an
+      etcd leader election, about a second, fits within it), and
+      ``membership_timeout`` and ``lock_timeout`` keep the values they had,
+      so the lease TTL does not change.  A hung etcd then fails a beat
+      within half the TTL and the member says so (one WARNING) before its
+      lease runs out.
+
+    Other back ends' URLs are returned unchanged.
     """
     parsed = urllib.parse.urlsplit(backend_url)
-    if parsed.scheme != "redis":
-        return backend_url
     query = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
     present = {name for name, _ in query}
-    timeout = f"{max(0.5, ttl / 4):g}"
-    query += [(name, timeout) for name in _REDIS_SOCKET_OPTIONS if name not in present]
+    if parsed.scheme == "redis":
+        timeout = f"{max(0.5, ttl / 4):g}"
+        query += [(name, timeout) for name in _REDIS_SOCKET_OPTIONS if name not in present]
+    elif parsed.scheme.startswith("etcd3") and "timeout" not in present:
+        default = f"{_DEFAULT_TTL[parsed.scheme]:g}"
+        query += [(name, default) for name in _ETCD_TIMEOUTS if name not in present]
+        query.append(("timeout", str(max(1, math.ceil(ttl / 2)))))
+    else:
+        return backend_url
     return urllib.parse.urlunsplit(parsed._replace(query=urllib.parse.urlencode(query)))
 
 

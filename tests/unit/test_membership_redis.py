@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from fleet_demo.fake_redis import FakeRedisServer, in_process_redis
-from hashring.backend_url import tooz_url
+from hashring.backend_url import tooz_url, ttl_from_url
 from hashring.membership import Membership, State
 from tests.harness import wait_for
 
@@ -334,5 +334,36 @@ def test_a_redis_socket_timeout_follows_the_ttl() -> None:
     )
     mine = "redis://h?membership_timeout=10&socket_timeout=1"
     assert tooz_url(mine, 10) == mine + "&socket_connect_timeout=2.5"
-    etcd = "etcd3+http://h:2379?membership_timeout=10"
-    assert tooz_url(etcd, 10) == etcd
+    mine = "etcd3+http://h:2379?membership_timeout=10&timeout=7"
+    assert tooz_url(mine, 10) == mine  # the URL's own request timeout wins
+    assert tooz_url("file:///tmp/x", 10) == "file:///tmp/x"
+
+
+@pytest.mark.parametrize(
+    ("url", "ttl", "tooz"),
+    [
+        # The lease TTL stays 10 s; each request waits 5 s at most.
+        (
+            "etcd3+http://h:2379?membership_timeout=10",
+            10,
+            "etcd3+http://h:2379?membership_timeout=10&lock_timeout=30&timeout=5",
+        ),
+        # No TTL in the URL: tooz's default (30 s) stays, pinned, requests 15 s.
+        (
+            "etcd3+https://h:2379",
+            30,
+            "etcd3+https://h:2379?membership_timeout=30&lock_timeout=30&timeout=15",
+        ),
+        # TTL 3 (the tests'): 2 s, whole seconds as tooz reads them.
+        (
+            "etcd3+http://h:2379?membership_timeout=3&lock_timeout=4",
+            3,
+            "etcd3+http://h:2379?membership_timeout=3&lock_timeout=4&timeout=2",
+        ),
+    ],
+)
+def test_an_etcd_request_timeout_follows_the_ttl(url: str, ttl: float, tooz: str) -> None:
+    """A hung etcd must fail a heartbeat within half the TTL, not after
+    tooz's 30 s, and the lease TTL must not change with it."""
+    assert tooz_url(url, ttl) == tooz
+    assert ttl_from_url(tooz) == ttl
