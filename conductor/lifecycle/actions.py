@@ -230,7 +230,7 @@ class ActionRouter:
             )
             return
         LOG.log(
-            self._waits.level(instance_uuid, reply.reason),
+            logging.DEBUG if reply.outage else self._waits.level(instance_uuid, reply.reason),
             "Instance %s: %s on node %s by %s not done yet: %s; retrying",
             instance_uuid,
             task.value,

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import oslo_messaging as messaging
 
@@ -52,6 +52,7 @@ from conductor.db import nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.outages import Outages
 
 __all__ = [
     "CallPool",
@@ -92,6 +93,9 @@ class Reply(Generic[_T]):
     reason: str = ""
     #: The error's name (``NodeNotBuildable``, ``NoSuchMethod``...), when there was one.
     error: str | None = None
+    #: WAIT because the owner cannot take any work now (it was said once for
+    #: all the work waiting on it: :class:`~conductor.lifecycle.outages.Outages`).
+    outage: bool = False
 
     @property
     def untouched(self) -> bool:
@@ -128,6 +132,14 @@ def outcome_of_error(name: str) -> Outcome | None:
     if issubclass(error, (errors.Conflict, *_RETRYABLE)):
         return Outcome.WAIT
     return Outcome.REFUSED
+
+
+def _is_outage(exc: Exception) -> bool:
+    """Whether *exc* says the owner cannot take any work now, not only this
+    piece: no answer, stopping or cut from its back end, transport trouble."""
+    if isinstance(exc, (messaging.MessagingTimeout, errors.ServiceUnavailable)):
+        return True
+    return not isinstance(exc, (errors.RingfleetError, messaging.RemoteError))
 
 
 def _error_name(exc: Exception) -> str:
@@ -179,6 +191,8 @@ class OwnerCalls:
         self._db = db
         self._fleet = fleet
         self.waits = WaitReasons()
+        #: Agents that cannot take work now: said once for all the work waiting.
+        self.outages = Outages("Agent")
         self._lock = threading.Lock()
         # (work, owner, epoch) of every guarded call in flight: one at a time each.
         self._in_flight: set[tuple[Hashable, str, int]] = set()
@@ -216,13 +230,7 @@ class OwnerCalls:
             except Exception as exc:
                 outcome = outcome_of_error(_error_name(exc))
                 if outcome is not None:
-                    return Reply(
-                        outcome,
-                        node,
-                        fence,
-                        reason=_reason(exc, fence.owner),
-                        error=_error_name(exc),
-                    )
+                    return self._refused(outcome, node, fence, exc)
                 # A remote exception's text carries its traceback: first line only.
                 LOG.info(
                     "%s: %s refused node %s at epoch %d (%s); re-reading",
@@ -237,8 +245,28 @@ class OwnerCalls:
                 if holds is not None and not holds(node):
                     return Reply(Outcome.MOOT, node, fence, reason="the node no longer holds it")
                 continue
+            self.outages.answered(fence.owner)
             return Reply(Outcome.ACCEPTED, node, fence, answer=answer)
         return Reply(Outcome.WAIT, node, fence, reason="its owner kept changing")
+
+    def _refused(self, outcome: Outcome, node: Node, fence: Fence, exc: Exception) -> Reply[Any]:
+        """The reply to a refusal or failure; an owner that cannot take any
+        work is said once for all the work waiting on it."""
+        outage = outcome is Outcome.WAIT and _is_outage(exc)
+        if outage:
+            # The cause without what differs per call (a timeout's message id).
+            timed_out = isinstance(exc, messaging.MessagingTimeout)
+            self.outages.failed(fence.owner, "no answer in time" if timed_out else first_line(exc))
+        else:
+            self.outages.answered(fence.owner)
+        return Reply(
+            outcome,
+            node,
+            fence,
+            reason=_reason(exc, fence.owner),
+            error=_error_name(exc),
+            outage=outage,
+        )
 
     def _guarded(self, key: Hashable | None, fence: Fence, send: Callable[[], _T]) -> _T:
         if key is None:

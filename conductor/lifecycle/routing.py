@@ -256,6 +256,7 @@ class AgentRouter:
         if not isinstance(results, list) or len(results) != len(batch):
             self._batch_waits(owner, batch, "unexpected reply")
             return
+        self._owners.outages.answered(owner)
         for accept, result in zip(batch, results, strict=True):
             try:
                 self._batch_item_done(owner, accept, result)
@@ -316,8 +317,9 @@ class AgentRouter:
         self._route_one(instance, node, claim, attempts=REROUTES - 1)
 
     def _batch_waits(self, owner: str, batch: list[_Accept], why: str) -> None:
-        LOG.log(
-            self._waits.level(f"{owner}/accepts", why, logging.WARNING),
+        """The owner did not take a batch: said once for all the work waiting on it."""
+        self._owners.outages.failed(owner, f"accepts {why}")
+        LOG.debug(
             "Accept of %d builds from %s failed (%s); retrying later: %s",
             len(batch),
             owner,
@@ -423,7 +425,7 @@ class AgentRouter:
                 clean=reply.untouched,
             )
         else:
-            self._later(instance, node, reply.reason, fence.owner, error=reply.error)
+            self._later(instance, node, reply.reason, fence.owner, reply)
 
     def _later(
         self,
@@ -431,18 +433,19 @@ class AgentRouter:
         node: Node,
         why: str,
         owner: str | None = None,
-        *,
-        error: str | None = None,
+        reply: Reply[Any] | None = None,
     ) -> None:
         """Back on the queue: routed again in a while, to whoever owns the node then.
 
-        Said once per cause (then DEBUG): a WARNING when the owner failed
-        the call, INFO when it is only not live (a takeover comes).
+        Said once per build and cause (then DEBUG): a WARNING when the owner
+        refused it, INFO when the owner is not live (a takeover comes); at
+        DEBUG when the owner cannot take any work (said once for all).
         """
+        level = logging.INFO if reply is None or reply.error is None else logging.WARNING
         LOG.log(
-            self._waits.level(
-                instance.uuid, why, logging.INFO if error is None else logging.WARNING
-            ),
+            logging.DEBUG
+            if reply is not None and reply.outage
+            else self._waits.level(instance.uuid, why, level),
             "Instance %s waits for node %s to have a reachable owner (%s: %s); retrying later",
             instance.uuid,
             node.uuid,
@@ -476,7 +479,9 @@ class AgentRouter:
             return True
         # Re-homing first when the owner is gone: a node is never left dirty.
         LOG.log(
-            self._waits.level(instance.uuid + "/teardown", reply.reason, logging.INFO),
+            logging.DEBUG
+            if reply.outage
+            else self._waits.level(instance.uuid + "/teardown", reply.reason, logging.INFO),
             "Instance %s: teardown of node %s by %s not accepted yet: %s; retrying",
             instance.uuid,
             node.uuid,
@@ -542,7 +547,9 @@ class AgentRouter:
             )
             return False
         LOG.log(
-            self._waits.level(key, reply.reason, logging.WARNING),
+            logging.DEBUG
+            if reply.outage
+            else self._waits.level(key, reply.reason, logging.WARNING),
             "Node %s: %s; its owner %s did not take the teardown: %s; %s",
             node.uuid,
             what,

@@ -25,12 +25,14 @@ from conductor.common.exception import (
     NoValidNode,
     RingfleetError,
     ServiceUnavailable,
+    first_line,
 )
 from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
 from conductor.db import allocations, instance_sweeps, instances, nodes
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.lifecycle.outages import Outages
 from conductor.lifecycle.queue import Action, BuildQueue, Stored
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
@@ -92,6 +94,8 @@ class BuildWorkers:
         # owner; it waits for one up to owner_wait() from then.
         self._owner_waits: dict[str, float] = {}
         self._owner_waits_lock = threading.Lock()
+        # What stops every build from being scheduled (the fleet view is lost).
+        self._outages = Outages("Conductor")
         self._threads = [
             threading.Thread(target=self._work, name=f"build-worker-{i}", daemon=True)
             for i in range(workers)
@@ -199,13 +203,16 @@ class BuildWorkers:
             # reach the database: the request stays stored and is tried
             # again, it does not fail.  The database says once that it is down.
             if not isinstance(exc, DatabaseUnavailable):
-                LOG.warning("Instance %s waits: %s", instance.uuid, exc)
+                # Once for every build waiting on it, not once per build and retry.
+                self._outages.failed("scheduling", first_line(exc), "builds wait")
+                LOG.debug("Instance %s waits: %s", instance.uuid, exc)
             self._queue.retry_later(instance.uuid, "build")
             return
         except RingfleetError as exc:
             self._fail(instance, str(exc))
             return
         self._end_owner_wait(instance.uuid)
+        self._outages.answered("scheduling")
         # The operator's line for the allocation, logged before the owner
         # answers; the router adds a line only when the answer is unusual.
         LOG.info(

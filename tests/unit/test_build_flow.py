@@ -810,18 +810,27 @@ def test_node_power_without_agents_to_ask_is_a_configuration_error(flow: Flow) -
         inventory.set_node_power_state({}, node=node.uuid, target="power on")
 
 
-def test_a_build_waits_while_the_fleet_view_is_unavailable(flow: Flow) -> None:
+def test_a_build_waits_while_the_fleet_view_is_unavailable(
+    flow: Flow, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The builds wait, and the cause is said once for all of them (not once
+    per build and retry), and once when it ends."""
     flow.membership.state = State.SUSPENDED
-    uuid = flow.build()
-    wait_for(lambda: (2.0, "build") in flow.delays)
-    time.sleep(0.1)  # a few retries
-    instance = flow.instance(uuid)
-    assert instance.vm_state is VmState.BUILDING and instance.fault is None
-    assert instance.attempts == 0 and instance.node_uuid is None
-    assert flow.router.routed == []
-    flow.membership.state = State.CONNECTED
-    flow.wait_routes(uuid, 1)
-    assert flow.instance(uuid).vm_state is VmState.BUILDING
+    with caplog.at_level(logging.INFO):
+        built = [flow.build() for _ in range(3)]
+        wait_for(lambda: flow.delays.count((2.0, "build")) >= 6)  # a few retries each
+        for uuid in built:
+            instance = flow.instance(uuid)
+            assert instance.vm_state is VmState.BUILDING and instance.fault is None
+            assert instance.attempts == 0 and instance.node_uuid is None
+        assert flow.router.routed == []
+        flow.membership.state = State.CONNECTED
+        for uuid in built:
+            flow.wait_routes(uuid, 1)
+            assert flow.instance(uuid).vm_state is VmState.BUILDING
+    said = [r for r in caplog.records if r.name == "conductor.lifecycle.outages"]
+    assert [r.levelname for r in said] == ["WARNING", "INFO"], said
+    assert "builds wait" in said[0].getMessage() and "works again" in said[1].getMessage()
 
 
 def test_a_build_that_meets_a_database_outage_goes_back_on_the_queue(
@@ -1247,16 +1256,23 @@ def test_a_teardown_waiting_says_why_once_per_cause(
     routing: Routing, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A delete retried every 2 s logs its cause once (then DEBUG), and again
-    only when the cause changes."""
+    only when the cause changes; an owner that answers nothing is said once
+    for all the work waiting on it, and once when it answers again."""
     instance, _node, _ = routing.args()
     busy = Conflict(field="node_uuid", value=routing.node, reason="busy with power")
-    routing.compute.behaviour["a1"] = [busy, busy, busy, messaging.MessagingTimeout("slow")]
-    with caplog.at_level(logging.INFO, logger="conductor.lifecycle.routing"):
-        for _ in range(4):
+    slow = messaging.MessagingTimeout("slow")
+    routing.compute.behaviour["a1"] = [busy, busy, busy, slow, slow, None]
+    with caplog.at_level(logging.INFO):
+        for _ in range(5):
             assert routing.router.destroy(instance) is False
+        assert routing.router.destroy(instance) is True
     said = [r.getMessage() for r in caplog.records if "not accepted yet" in r.getMessage()]
-    assert len(said) == 2, said
-    assert "busy with power" in said[0] and "slow" in said[1]
+    assert len(said) == 1, said
+    assert "busy with power" in said[0]
+    outage = [r for r in caplog.records if r.name == "conductor.lifecycle.outages"]
+    assert [r.levelname for r in outage] == ["WARNING", "INFO"], outage
+    assert "a1" in outage[0].getMessage() and "no answer in time" in outage[0].getMessage()
+    assert "works again" in outage[1].getMessage() and "(2 waits)" in outage[1].getMessage()
 
 
 def test_a_result_arriving_during_a_sweep_is_not_undone(

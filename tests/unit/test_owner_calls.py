@@ -8,9 +8,10 @@ second call for the same work, and the lanes' bounded stop.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from conductor.db import nodes
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
 from conductor.db.ownership import Fence
+from conductor.lifecycle.outages import Outages
 from conductor.lifecycle.owner_calls import (
     CallPool,
     Outcome,
@@ -202,3 +204,50 @@ def test_a_lane_runs_calls_in_the_background_and_its_stop_is_bounded() -> None:
     assert CallPool(0, "none").submit(ran.append, 3) is False  # no threads: caller runs it
     with pytest.raises(ValueError, match="senders"):
         CallPool(-1, "bad")
+
+
+def test_an_outage_is_said_once_for_all_the_work_waiting_on_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outages = Outages("Agent")
+    with caplog.at_level(logging.DEBUG, logger="conductor.lifecycle.outages"):
+        for _ in range(50):  # 50 builds, each retried: one WARNING
+            outages.failed("a1", "no answer in time")
+        outages.failed("a1", "stopping")  # a new cause is said
+        outages.failed("a2", "no answer in time")  # another agent's own outage
+        assert outages.ongoing("a1")
+        outages.answered("a1")
+        outages.answered("a1")  # over: nothing more
+        outages.answered("a3")  # never failed: nothing
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.DEBUG]
+    assert [level for level, _ in said] == ["WARNING", "WARNING", "WARNING", "INFO"]
+    assert "a1" in said[0][1] and "no answer in time" in said[0][1]
+    assert "stopping" in said[1][1] and "a2" in said[2][1]
+    assert "a1 works again" in said[3][1] and "(51 waits)" in said[3][1]
+    assert not outages.ongoing("a1") and outages.ongoing("a2")
+
+
+def test_an_owner_that_cannot_take_work_is_an_outage_a_busy_node_is_not(db: Database) -> None:
+    node = _node(db)
+    owners = OwnerCalls(db, Fleet())  # type: ignore[arg-type]
+
+    def failing(exc: Exception) -> Callable[[Fence, Node], None]:
+        def send(_fence: Fence, _node: Node) -> None:
+            raise exc
+
+        return send
+
+    for exc, outage in [
+        (messaging.MessagingTimeout("id 1"), True),
+        (errors.ServiceUnavailable("stopping"), True),
+        (OSError("connection reset"), True),
+        (errors.Conflict(field="node_uuid", value="n", reason="busy"), False),
+        (messaging.RemoteError("KeyError", "x"), False),
+    ]:
+        reply = owners.call("Instance x", node, failing(exc))
+        assert (reply.outcome, reply.outage) == (Outcome.WAIT, outage), exc
+        assert owners.outages.ongoing("agent-1") is outage  # a refusal is an answer
+    owners.call("Instance x", node, failing(messaging.MessagingTimeout("id 2")))
+    assert owners.outages.ongoing("agent-1")
+    owners.call("Instance x", node, lambda *_: "accepted")
+    assert not owners.outages.ongoing("agent-1")
