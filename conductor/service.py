@@ -22,6 +22,7 @@ from conductor.common.conf.metrics import CONDUCTOR_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, DatabaseUnavailable, ServiceUnavailable
 from conductor.common.metrics import MetricsServer
+from conductor.common.stop_steps import StopSteps
 from conductor.db import migration, quotas
 from conductor.db.engine import Database, database_from_conf
 from conductor.endpoints.agents import AgentsEndpoint
@@ -40,6 +41,18 @@ from hashring.membership import Membership
 __all__ = ["ConductorService"]
 
 LOG = logging.getLogger(__name__)
+
+#: Seconds each step of a stop may take at most (within ``graceful_timeout``):
+#: 28 s in all; when the broker is frozen the steps that wait on it are cut
+#: short and the others still run.
+_STEP_S = {
+    "rpc server": 8.0,
+    "build workers": 8.0,
+    "notifier": 3.0,
+    "membership": 3.0,
+    "transport": 3.0,
+    "database": 3.0,
+}
 
 
 class ConductorService:
@@ -62,7 +75,7 @@ class ConductorService:
         # Set once the RPC server has started (it waits for the broker).
         self._serving = threading.Event()
         #: What a stop is doing now (the runner names it past the deadline).
-        self.stop_step = "not stopping"
+        self._stop_steps: StopSteps | None = None
         self._starting = systemd.StartupWait()
 
     def run(self) -> None:
@@ -230,33 +243,55 @@ class ConductorService:
         return float(self.conf.conductor.graceful_timeout)
 
     def terminate(self) -> None:
-        """Graceful stop, in order (safe to call from another thread, once)."""
+        """Graceful stop, in order, each step within its own deadline (safe to
+        call from another thread, once): a broker or database that does not
+        answer costs the step that waits on it, not the whole stop."""
         self._starting.done()
         systemd.notify("STOPPING=1")
         LOG.info("Conductor %s stopping", self.conf.host)
-        if self._server is not None and self._serving.is_set():
+        steps = StopSteps(f"Conductor {self.conf.host}", self.stop_timeout())
+        self._stop_steps = steps
+        server = self._server
+        if server is not None and self._serving.is_set():
             # Not before it started: oslo.messaging's stop would wait for a
             # start that waits for the broker.
-            self.stop_step = "stopping the RPC server (the requests in flight)"
-            self._server.stop()
-            self._server.wait()
-        if self._builds is not None:
-            self.stop_step = "stopping the build workers"
-            self._builds.stop()  # then sends the accepts already handed to the senders
-        self.stop_step = "sending the notifications queued"
-        self._notifier.close()
-        if self._membership is not None:
-            self.stop_step = "leaving the coordination group"
-            self._membership.stop(leave=False)
-        if self._transport is not None:
-            self.stop_step = "closing the connection to the broker"
-            rpc.close_transport(self._transport)
-        if self.db is not None:
-            self.stop_step = "closing the database connections"
-            self.db.dispose()
+            steps.run(
+                "stopping the RPC server (the requests in flight)",
+                lambda: (server.stop(), server.wait()),
+                _STEP_S["rpc server"],
+            )
+        builds = self._builds
+        if builds is not None:
+            # Then the accepts already handed to the senders are sent.
+            limit = _STEP_S["build workers"]
+            steps.run("stopping the build workers", lambda: builds.stop(limit / 2), limit)
+        steps.run("sending the notifications queued", self._notifier.close, _STEP_S["notifier"])
+        membership = self._membership
+        if membership is not None:
+            steps.run(
+                "leaving the coordination group",
+                lambda: membership.stop(leave=False),
+                _STEP_S["membership"],
+            )
+        transport = self._transport
+        if transport is not None:
+            steps.run(
+                "closing the connection to the broker",
+                lambda: rpc.close_transport(transport),
+                _STEP_S["transport"],
+            )
+        db = self.db
+        if db is not None:
+            steps.run("closing the database connections", db.dispose, _STEP_S["database"])
         self.metrics_server.stop()
         self._stopped.set()
         LOG.info("Conductor %s stopped", self.conf.host)
+
+    @property
+    def stop_step(self) -> str:
+        """What the stop is doing now (the runner names it if its deadline passes)."""
+        steps = self._stop_steps
+        return "not stopping" if steps is None else steps.current
 
     def reload(self) -> None:
         """SIGHUP: re-read the config files; mutable options apply at once."""
