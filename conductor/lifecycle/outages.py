@@ -26,6 +26,7 @@ LOG = logging.getLogger(__name__)
 class _Outage:
     cause: str
     since: float
+    last: float
     waits: int = 0
 
 
@@ -42,14 +43,16 @@ class Outages:
 
     def failed(self, key: str, cause: str, consequence: str = "the work waits") -> None:
         """*key* failed for *cause*: a WARNING when its outage starts or its cause changes."""
+        now = time.monotonic()
         with self._lock:
             outage = self._ongoing.get(key)
             said = outage is not None and outage.cause == cause
             if outage is None:
                 if len(self._ongoing) >= self._limit:
                     self._ongoing.pop(next(iter(self._ongoing)))
-                outage = self._ongoing[key] = _Outage(cause, time.monotonic())
+                outage = self._ongoing[key] = _Outage(cause, now, now)
             outage.cause = cause
+            outage.last = now
             outage.waits += 1
         if said:
             LOG.debug("%s %s still fails: %s", self._what, key, cause)
@@ -76,6 +79,12 @@ class Outages:
                 time.monotonic() - outage.since,
                 outage.waits,
             )
+
+    def failing(self, within: float) -> frozenset[str]:
+        """The keys whose outage is ongoing and failed within the last *within* seconds."""
+        since = time.monotonic() - within
+        with self._lock:
+            return frozenset(key for key, o in self._ongoing.items() if o.last >= since)
 
     def ongoing(self, key: str) -> bool:
         """Whether an outage of *key* was said and has not ended."""

@@ -70,6 +70,11 @@ _T = TypeVar("_T")
 #: How many times ``NotOwner`` is answered by re-reading the node and calling again.
 REROUTES = 3
 
+#: Seconds after an agent's last failed call during which the scheduler
+#: does not choose its nodes for new builds (work already there retries,
+#: and its first answer ends the outage at once).
+SKIP_S = 30.0
+
 
 class Outcome(enum.Enum):
     """What became of one call to a node's owner (see the module docstring)."""
@@ -256,7 +261,11 @@ class OwnerCalls:
         if outage:
             # The cause without what differs per call (a timeout's message id).
             timed_out = isinstance(exc, messaging.MessagingTimeout)
-            self.outages.failed(fence.owner, "no answer in time" if timed_out else first_line(exc))
+            self.outages.failed(
+                fence.owner,
+                "no answer in time" if timed_out else first_line(exc),
+                "the work waits; new builds go to other agents meanwhile",
+            )
         else:
             self.outages.answered(fence.owner)
         return Reply(
@@ -281,6 +290,12 @@ class OwnerCalls:
         finally:
             with self._lock:
                 self._in_flight.discard(guard)
+
+    def unreachable(self) -> frozenset[str]:
+        """The agents not to choose for new builds: their last call failed
+        (no answer, stopping, transport trouble) within :data:`SKIP_S`, and
+        none answered since."""
+        return self.outages.failing(SKIP_S)
 
     def is_live(self, host: str) -> bool:
         try:

@@ -318,7 +318,11 @@ class AgentRouter:
 
     def _batch_waits(self, owner: str, batch: list[_Accept], why: str) -> None:
         """The owner did not take a batch: said once for all the work waiting on it."""
-        self._owners.outages.failed(owner, f"accepts {why}")
+        self._owners.outages.failed(
+            owner,
+            f"accepts {why}",
+            "the work waits; new builds go to other agents meanwhile",
+        )
         LOG.debug(
             "Accept of %d builds from %s failed (%s); retrying later: %s",
             len(batch),

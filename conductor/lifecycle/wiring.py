@@ -118,6 +118,7 @@ class BuildLifecycle:
             metrics=metrics,
             actions=self._actions,
             notifier=notifier,
+            unreachable=self._owners.unreachable,
         )
 
     def _route_over(

@@ -79,7 +79,10 @@ class BuildWorkers:
         metrics: ConductorMetrics,
         actions: Actions | None = None,
         notifier: Notifier | None = None,
+        unreachable: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
+        """``unreachable``: the live agents not to choose for new builds now."""
+        self._unreachable = unreachable
         self._actions = actions
         self._notifier = notifier or Notifier.disabled()
         self._db = db
@@ -184,7 +187,9 @@ class BuildWorkers:
             node, claim = self._scheduler.select_and_allocate(
                 flavor,
                 instance.uuid,
-                live_members=self._fleet.live_members(),
+                # An agent that fails its calls now is not chosen (its
+                # nodes count as waiting for a live owner).
+                live_members=self._fleet.live_members() - self._unreachable(),
                 host_ips=self._fleet.host_ips(),
                 group=instance.group_hint,
                 exclude_nodes=instance.tried_nodes,

@@ -810,6 +810,21 @@ def test_node_power_without_agents_to_ask_is_a_configuration_error(flow: Flow) -
         inventory.set_node_power_state({}, node=node.uuid, target="power on")
 
 
+def test_an_agent_that_fails_its_calls_gets_no_new_builds_until_it_answers(
+    flow: Flow,
+) -> None:
+    """An owner whose accept timed out is skipped for new builds (they go to
+    its peer); its first answer makes it a candidate again."""
+    outages = flow.builds._owners.outages  # what a timed-out call to a1 records
+    outages.failed("a1", "no answer in time")
+    built = [flow.build() for _ in range(2)]
+    owners = {flow.wait_routes(uuid, 1)[1] for uuid in built}
+    assert owners == {"a2"}
+    outages.answered("a1")
+    third = flow.build()
+    assert flow.wait_routes(third, 1)[1] == "a1"  # a2's two nodes are taken
+
+
 def test_a_build_waits_while_the_fleet_view_is_unavailable(
     flow: Flow, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -249,5 +249,7 @@ def test_an_owner_that_cannot_take_work_is_an_outage_a_busy_node_is_not(db: Data
         assert owners.outages.ongoing("agent-1") is outage  # a refusal is an answer
     owners.call("Instance x", node, failing(messaging.MessagingTimeout("id 2")))
     assert owners.outages.ongoing("agent-1")
+    assert owners.unreachable() == {"agent-1"}  # not chosen for new builds
     owners.call("Instance x", node, lambda *_: "accepted")
     assert not owners.outages.ongoing("agent-1")
+    assert owners.unreachable() == frozenset()
