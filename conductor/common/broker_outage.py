@@ -9,6 +9,15 @@ WARNING, which broker it waits for (its URL without the password), and
 once, at INFO, that it is back.  :func:`watch` installs a filter on the
 driver's logger that does exactly that; the retries it replaces stay
 visible at DEBUG.
+
+A broker that froze (SIGSTOP, a stalled disk) and comes back redelivers the
+messages whose acknowledgement never reached it.  oslo.messaging recognises
+each as one it already took (its unique id is in the listener's cache of
+recent ids) and drops it, but says so as an ERROR with a traceback
+(``DuplicateMessageError``), 9-27 of them per service after a 20 s freeze.
+Dropping it is right: the message was dispatched already, and every RPC
+ringfleet serves is idempotent besides.  :func:`watch` also makes that one
+INFO line saying so, without a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +32,12 @@ __all__ = ["reachable", "redacted", "watch"]
 
 #: The logger oslo.messaging's rabbit driver writes its connection errors to.
 DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
+
+#: The logger oslo.messaging's AMQP listener says a redelivered message on.
+LISTENER_LOGGER = "oslo_messaging._drivers.amqpdriver"
+
+#: The listener's words for a message it already took (then dropped).
+_DUPLICATE = "ignoring duplicate message"
 
 #: The driver's messages: a failed (re)connection, and a connection made.
 _FAILED = ("Connection failed: ", " is unreachable: ")
@@ -43,9 +58,28 @@ def redacted(url: messaging.TransportURL) -> str:
 def watch(url: messaging.TransportURL) -> None:
     """Say broker outages of this process once each (idempotent; the first URL is named)."""
     driver = logging.getLogger(DRIVER_LOGGER)
+    listener = logging.getLogger(LISTENER_LOGGER)
     with _install_lock:
         if not any(isinstance(f, _OutageFilter) for f in driver.filters):
             driver.addFilter(_OutageFilter(redacted(url)))
+        if not any(isinstance(f, _DuplicateFilter) for f in listener.filters):
+            listener.addFilter(_DuplicateFilter())
+
+
+class _DuplicateFilter(logging.Filter):
+    """A redelivered message the listener dropped: one INFO line, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(_DUPLICATE):
+            msg_id = message[len(_DUPLICATE) :].strip() or "(no id)"
+            _rewrite(
+                record,
+                logging.INFO,
+                f"Broker redelivered message {msg_id}, already taken (its "
+                "acknowledgement did not reach the broker): dropped as the repeat it is",
+            )
+        return True
 
 
 class _OutageFilter(logging.Filter):

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import oslo_messaging as messaging
 import pytest
 from oslo_config import cfg
+from oslo_messaging._drivers import amqp as rpc_amqp
+from oslo_messaging._drivers import amqpdriver
 
 from conductor.common import broker_outage
 
 DRIVER = logging.getLogger(broker_outage.DRIVER_LOGGER)
+LISTENER = logging.getLogger(broker_outage.LISTENER_LOGGER)
 
 
 def _url(text: str) -> messaging.TransportURL:
@@ -27,17 +31,19 @@ def _url(text: str) -> messaging.TransportURL:
 def watched() -> Iterator[None]:
     """This test's broker watched, as in a fresh process (an earlier test's
     transport may have installed the filter in this one)."""
-    before = list(DRIVER.filters)
-    for installed in before:
-        DRIVER.removeFilter(installed)
+    before = {logger: list(logger.filters) for logger in (DRIVER, LISTENER)}
+    for logger, installed in before.items():
+        for old in installed:
+            logger.removeFilter(old)
     broker_outage.watch(
         _url("rabbit://ringfleet:s3cret@mq1:5672,ringfleet:s3cret@mq2:5672/ringfleet")
     )
     yield
-    for added in list(DRIVER.filters):
-        DRIVER.removeFilter(added)
-    for installed in before:
-        DRIVER.addFilter(installed)
+    for logger, installed in before.items():
+        for added in list(logger.filters):
+            logger.removeFilter(added)
+        for old in installed:
+            logger.addFilter(old)
 
 
 def _outage(retries: int) -> None:
@@ -118,3 +124,21 @@ def test_a_first_connection_ends_the_outage_when_the_server_started(
     caplog.clear()
     _outage(retries=1)
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+
+
+def test_a_redelivered_message_is_dropped_in_one_info_line_without_a_traceback(
+    watched: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a frozen broker comes back it redelivers what it never saw
+    acknowledged: oslo.messaging's own listener drops the repeat, and says
+    so as one INFO line instead of an ERROR with a traceback."""
+    cache = rpc_amqp._MsgIdCache()
+    cache.add("u1")  # taken once already
+    listener = SimpleNamespace(msg_id_cache=cache, use_cache=False, incoming=[])
+    message = {rpc_amqp.UNIQUE_ID: "u1", "_msg_id": "m1", "method": "ping", "args": {}}
+    with caplog.at_level(logging.DEBUG, logger=broker_outage.LISTENER_LOGGER):
+        amqpdriver.AMQPListener.__call__(listener, message)  # type: ignore[arg-type]
+    assert listener.incoming == []  # dropped: never dispatched again
+    [record] = [r for r in caplog.records if r.name == broker_outage.LISTENER_LOGGER]
+    assert (record.levelname, record.exc_info, record.exc_text) == ("INFO", None, None)
+    assert "m1" in record.getMessage() and "dropped as the repeat" in record.getMessage()
