@@ -117,9 +117,8 @@ class NodeActions(NodeTasks):
             if found is None:
                 task.spawn_after(*deploy)
                 return "accepted"
-            if found.instance_uuid == instance_uuid and found.provision_state is (
-                ProvisionState.ACTIVE
-            ):
+            ours = found.instance_uuid == instance_uuid
+            if ours and found.provision_state is ProvisionState.ACTIVE:
                 # Deployed already (by us or a previous owner): the conductor
                 # asks again because the result was lost.
                 self._pins.pin(node.uuid)
@@ -131,9 +130,7 @@ class NodeActions(NodeTasks):
                 instance_uuid,
                 node.uuid,
                 epoch,
-                f"; resuming from {found.provision_state.value}"
-                if found.instance_uuid == instance_uuid
-                else "",
+                f"; resuming from {found.provision_state.value}" if ours else "",
             )
             task.spawn_after(*deploy)
         return "accepted"
