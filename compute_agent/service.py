@@ -39,7 +39,7 @@ from conductor.common.placement import conf as placement_conf
 from conductor.common.placement.client import PlacementClient
 from conductor.common.repeated_failure import RepeatedFailure
 from conductor.rpcapi import ConductorAPI
-from hashring.membership import MembershipView, State
+from hashring.membership import Membership, MembershipView, State
 
 __all__ = ["AgentService"]
 
@@ -101,63 +101,24 @@ class AgentService:
     # -- lifecycle -----------------------------------------------------------------
 
     def run(self) -> None:
-        conf, agent_conf = self.conf, self.conf.compute_agent
+        """Start the agent, step by step, then serve until :meth:`terminate`."""
+        conf = self.conf
         self.metrics_server.start(conf, AGENT_PORT, self.host)
         # systemd waits as long as this start waits for the broker and etcd.
         self._starting.start()
         self._transport = rpc.get_transport(conf)
         conductor = ConductorAPI(
             self._transport,
-            timeout=agent_conf.conductor_timeout,
+            timeout=conf.compute_agent.conductor_timeout,
             observe=self.metrics.rpc_made,
             version_cap=conf.upgrade_levels.conductor,
         )
-        driver = load_driver(agent_conf.driver, conf, self.host)
-        self.membership = membership_from_conf(
-            conf,
-            # rpc_api: the API version this agent serves, for the upgrade
-            # check (ringfleet-status) to compare with [upgrade_levels];
-            # host_ip: what Nova filters see as the host state's host_ip.
-            capabilities={
-                "groups": list(agent_conf.groups),
-                "rpc_api": COMPUTE_API_VERSION,
-                "host_ip": default_conf.my_ip(conf),
-            },
-            on_change=self._on_view,
-            on_state_change=self._on_state,
-        )
-        self.ownership = OwnershipManager(
-            self.host,
-            conductor,
-            self.membership,
-            groups=agent_conf.groups,
-            claim_batch=agent_conf.claim_batch,
-            busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
-            metrics=self.metrics,
-            # Peers cut off with us re-join within a heartbeat (TTL/4) of us,
-            # and we see them at the next read of the group.
-            rejoin_settle=self.membership.ttl / 2 + conf.coordination.watch_interval,
-            # One watch interval: peers started with us appear in the view.
-            join_settle=conf.coordination.watch_interval,
-        )
+        driver = load_driver(conf.compute_agent.driver, conf, self.host)
+        self.membership = self._new_membership()
+        self.ownership = self._new_ownership(conductor)
         self._reporter = ResultReporter(self.host, conductor)
         self._reporter.start()
-        if placement_conf.enabled(conf):
-            # Built before joining: a [placement] misconfiguration stops the
-            # start with the option named, not the first pass.
-            self.placement = PlacementReporter(
-                self.host,
-                conf,
-                PlacementClient.from_conf(conf),
-                conductor,
-                interval=lambda: float(self.conf.compute_agent.reconcile_interval),
-                can_act=lambda: self.membership is not None and self.membership.can_act(),
-                held=lambda: self.ownership.held() if self.ownership is not None else (),
-                holds=lambda node: (
-                    self.ownership is not None and self.ownership.epoch(node) is not None
-                ),
-                metrics=self.metrics,
-            )
+        self.placement = self._new_placement(conductor)
         self.actions = NodeActions(
             self.host,
             driver,
@@ -166,6 +127,86 @@ class AgentService:
             suspend_wait=self.membership.ttl,
         )
         self._driver, self._conductor = driver, conductor
+        self._serve()
+        self._join()
+        self._start_loops()
+        self._started.set()
+        LOG.info(
+            "Agent %s serving topic %s (groups: %s, driver %s)",
+            self.host,
+            rpc.COMPUTE_TOPIC,
+            ", ".join(conf.compute_agent.groups) or "all",
+            conf.compute_agent.driver,
+        )
+        self._starting.done()
+        systemd.notify("READY=1", f"STATUS=agent {self.host}")
+        self._stopped.wait()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _new_membership(self) -> Membership:
+        """The agent's membership of the group, not joined yet."""
+        return membership_from_conf(
+            self.conf,
+            # rpc_api: the API version this agent serves, for the upgrade
+            # check (ringfleet-status) to compare with [upgrade_levels];
+            # host_ip: what Nova filters see as the host state's host_ip.
+            capabilities={
+                "groups": list(self.conf.compute_agent.groups),
+                "rpc_api": COMPUTE_API_VERSION,
+                "host_ip": default_conf.my_ip(self.conf),
+            },
+            on_change=self._on_view,
+            on_state_change=self._on_state,
+        )
+
+    def _new_ownership(self, conductor: ConductorAPI) -> OwnershipManager:
+        """The agent's held nodes, claimed through *conductor* once the agent joined."""
+        return OwnershipManager(
+            self.host,
+            conductor,
+            self.membership,
+            groups=self.conf.compute_agent.groups,
+            claim_batch=self.conf.compute_agent.claim_batch,
+            busy_nodes=lambda: self.actions.busy_nodes() if self.actions else set(),
+            metrics=self.metrics,
+            # Peers cut off with us re-join within a heartbeat (TTL/4) of us,
+            # and we see them at the next read of the group.
+            rejoin_settle=self.membership.ttl / 2 + self.conf.coordination.watch_interval,
+            # One watch interval: peers started with us appear in the view.
+            join_settle=self.conf.coordination.watch_interval,
+        )
+
+    def _new_placement(self, conductor: ConductorAPI) -> PlacementReporter | None:
+        """The Placement reporter, when [placement] is enabled.
+
+        Built before joining: a [placement] misconfiguration stops the start
+        with the option named, not the first pass.
+        """
+        if not placement_conf.enabled(self.conf):
+            return None
+        return PlacementReporter(
+            self.host,
+            self.conf,
+            PlacementClient.from_conf(self.conf),
+            conductor,
+            interval=lambda: float(self.conf.compute_agent.reconcile_interval),
+            can_act=lambda: self.membership is not None and self.membership.can_act(),
+            held=lambda: self.ownership.held() if self.ownership is not None else (),
+            holds=lambda node: (
+                self.ownership is not None and self.ownership.epoch(node) is not None
+            ),
+            metrics=self.metrics,
+        )
+
+    def _serve(self) -> None:
+        """Serve the compute RPC API (waits for the broker).
+
+        Serving first, then joining: an agent in the ring takes a share of
+        the nodes at once, and one that cannot serve RPC (the broker is
+        unreachable) would hold them unusable.
+        """
+        assert self.actions is not None
         endpoint = ComputeEndpoint(
             self.host, self.actions, self.status, lambda: self.terminate(drain=True)
         )
@@ -176,12 +217,12 @@ class AgentService:
             [endpoint],
             observe=self.metrics.rpc_served,
         )
-        # Serving first, then joining: an agent in the ring takes a share of
-        # the nodes at once, and one that cannot serve RPC (the broker is
-        # unreachable; start() waits for it) would hold them unusable.
         self._server.start()
         broker_outage.reachable()  # start() waited for it
         self._serving.set()
+
+    def _join(self) -> None:
+        """Join the group and wait (a while) to be CONNECTED; it keeps trying after."""
         self.membership.start()
         if not self.membership.wait_connected(timeout=max(30.0, self.membership.ttl * 2)):
             # When the backend refuses, the membership said so already (one
@@ -192,6 +233,9 @@ class AgentService:
                 self.host,
             )
         self.metrics.membership_state(self.membership.state)
+
+    def _start_loops(self) -> None:
+        """The reconciler, the power reporter (if the driver polls) and Placement's."""
         loops = [("reconciler", self._reconcile_loop)]
         if self._driver.polls_power:
             loops.append(("reporter", self._report_loop))
@@ -201,19 +245,6 @@ class AgentService:
             thread.start()
         if self.placement is not None:
             self.placement.start()
-        self._started.set()
-        LOG.info(
-            "Agent %s serving topic %s (groups: %s, driver %s)",
-            self.host,
-            rpc.COMPUTE_TOPIC,
-            ", ".join(agent_conf.groups) or "all",
-            agent_conf.driver,
-        )
-        self._starting.done()
-        systemd.notify("READY=1", f"STATUS=agent {self.host}")
-        self._stopped.wait()
-        if self._fatal is not None:
-            raise self._fatal
 
     def wait_started(self, timeout: float) -> bool:
         return self._started.wait(timeout)
