@@ -28,7 +28,7 @@ from compute_agent.ownership import OwnershipManager
 from compute_agent.placement_report import PlacementReporter
 from compute_agent.reporting import ResultReporter
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
-from compute_agent.state_reports import StateReports
+from compute_agent.state_reports import StateReports, StateSender
 from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf import default as default_conf
 from conductor.common.conf.metrics import AGENT_PORT
@@ -38,6 +38,7 @@ from conductor.common.metrics import MetricsServer
 from conductor.common.placement import conf as placement_conf
 from conductor.common.placement.client import PlacementClient
 from conductor.common.repeated_failure import RepeatedFailure
+from conductor.common.stop_steps import StopSteps
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import Membership, MembershipView, State
 
@@ -55,6 +56,11 @@ STOP_MARGIN = 20.0
 #: Of STOP_MARGIN, the seconds kept for leaving the group and closing the
 #: connection to the broker (rpc.CLOSE_TIMEOUT at most).
 _LEAVE_S = 8.0
+
+#: Seconds each other step of a stop may take at most (the RPC server's
+#: stop, the reconciler's threads, the restart hold): a broker that is
+#: frozen costs each of them this much, not the whole budget.
+_STEP_S = 8.0
 
 
 class AgentService:
@@ -83,7 +89,6 @@ class AgentService:
             self.host,
         )
         # Since when (monotonic) state reports fail: one WARNING per outage.
-        self._reports_failing_since: float | None = None
         self._terminating = threading.Lock()
         # Why run() must fail once stopped (another process took our host).
         self._fatal: RingfleetError | None = None
@@ -95,7 +100,7 @@ class AgentService:
         # Set once the RPC server has started (it waits for the broker).
         self._serving = threading.Event()
         #: What a stop is doing now (the runner names it past the deadline).
-        self.stop_step = "not stopping"
+        self._stop_steps: StopSteps | None = None
         self._starting = systemd.StartupWait()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -252,24 +257,27 @@ class AgentService:
     def stop_timeout(self) -> float:
         return float(self.conf.compute_agent.graceful_timeout) + STOP_MARGIN
 
-    def _stop_server(self) -> None:
+    def _stop_server(self, steps: StopSteps) -> None:
         # Not before it started: oslo.messaging's stop would wait for a
         # start that waits for the broker.
-        if self._server is not None and self._serving.is_set():
-            self.stop_step = "stopping the RPC server"
-            self._server.stop()
-            self._server.wait()
+        server = self._server
+        if server is not None and self._serving.is_set():
+            steps.run("stopping the RPC server", lambda: (server.stop(), server.wait()), _STEP_S)
 
     def terminate(self, *, drain: bool = False) -> None:
         """Graceful stop (see module doc); ``drain`` hands every node over first.
 
-        Each wait takes what is left of :meth:`stop_timeout`, keeping the last
-        seconds for leaving the group: a broker that does not answer costs
-        the results and the restart hold, never the leave.
+        Each step has its own deadline within :meth:`stop_timeout`, and the
+        last seconds are kept for leaving the group: a broker that does not
+        answer costs the steps that need it (each cut short with one
+        WARNING, skipped at once when the broker is known down), never the
+        leave.
         """
         if not self._terminating.acquire(blocking=False):
             return
-        deadline = time.monotonic() + self.stop_timeout() - _LEAVE_S
+        steps = self._stop_steps = StopSteps(
+            f"Agent {self.host}", self.stop_timeout(), reserve=_LEAVE_S
+        )
         self._starting.done()
         systemd.notify("STOPPING=1")
         LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
@@ -278,52 +286,95 @@ class AgentService:
         if not drain:
             # (A drain is requested over RPC: its own call must not wait for
             # the server to stop; the server stops after the hand-over.)
-            self._stop_server()
-        self.stop_step = "waiting for the deployments in flight"
-        if self.actions is not None and not self.actions.wait_idle(
-            min(self.conf.compute_agent.graceful_timeout, _left(deadline))
-        ):
-            LOG.warning(
-                "Agent %s leaves with %d actions still running", self.host, self.actions.in_flight()
-            )
-        self.stop_step = "delivering build results to a conductor"
-        if self._reporter is not None and not self._reporter.stop(
-            min(self.conf.compute_agent.conductor_timeout, _left(deadline))
-        ):
-            LOG.warning("Agent %s leaves with build results not yet delivered", self.host)
+            self._stop_server(steps)
+        self._finish_work(steps)
         if drain and self.ownership is not None and self.membership.view is not None:
-            self.stop_step = "handing the nodes over (drain)"
-            self.ownership.drain(self.membership.view)
+            ownership, view = self.ownership, self.membership.view
+            steps.run("handing the nodes over (drain)", lambda: ownership.drain(view), steps.left())
         if drain:
-            self._stop_server()
+            self._stop_server(steps)
         self._stopped.set()
         self._wake.set()
         if self.placement is not None:
-            self.stop_step = "stopping the Placement reporter"
-            self.placement.stop(min(5.0, _left(deadline)))
-        self.stop_step = "stopping the reconciler"
-        for thread in self._threads:
-            thread.join(min(10.0, _left(deadline)))
-        if not drain and _left(deadline) > 0:
-            self.stop_step = "asking a conductor for the restart hold"
-            # In a thread: with the broker gone the call waits for it, not
-            # for its timeout; the leave must not wait for the hold.
-            asking = threading.Thread(target=self._hold_for_restart, name="hold", daemon=True)
-            asking.start()
-            asking.join(_left(deadline))
-        self._close(leave=True)
+            placement = self.placement
+            steps.run("stopping the Placement reporter", lambda: placement.stop(5.0), 6.0)
+        steps.run("stopping the reconciler", self._join_threads, _STEP_S)
+        if not drain:
+            self._ask_restart_hold(steps)
+        self._close(leave=True, steps=steps)
         LOG.info("Agent %s stopped", self.host)
 
-    def _close(self, *, leave: bool) -> None:
+    def _finish_work(self, steps: StopSteps) -> None:
+        """Let the deployments in flight end, then deliver their results."""
+        actions, reporter = self.actions, self._reporter
+        if actions is not None:
+            waited = steps.run(
+                "waiting for the deployments in flight",
+                lambda: actions.wait_idle(self.conf.compute_agent.graceful_timeout),
+                float(self.conf.compute_agent.graceful_timeout) + 1.0,
+            )
+            if not waited or actions.in_flight():
+                LOG.warning(
+                    "Agent %s leaves with %d actions still running", self.host, actions.in_flight()
+                )
+        if reporter is None:
+            return
+        if broker_outage.known_down():
+            LOG.warning(
+                "Agent %s leaves with build results not delivered: the broker is down "
+                "(a conductor's sweeper finds those builds)",
+                self.host,
+            )
+            return
+        timeout = float(self.conf.compute_agent.conductor_timeout)
+        delivered = steps.run(
+            "delivering build results to a conductor",
+            lambda: reporter.stop(min(timeout, steps.left())),
+            timeout + 1.0,
+        )
+        if not delivered:
+            LOG.warning("Agent %s leaves with build results not yet delivered", self.host)
+
+    def _join_threads(self) -> None:
+        for thread in self._threads:
+            thread.join(_STEP_S)
+
+    def _ask_restart_hold(self, steps: StopSteps) -> None:
+        """The restart hold, unless the broker is known down (it would only
+        wait for its timeout): then the nodes move to the peers now."""
+        if broker_outage.known_down():
+            LOG.warning(
+                "Agent %s: no restart hold (the broker is down); its nodes move to its peers now",
+                self.host,
+            )
+            return
+        steps.run("asking a conductor for the restart hold", self._hold_for_restart, _STEP_S)
+
+    def _close(self, *, leave: bool, steps: StopSteps) -> None:
         """The last steps of any stop: membership (leaving the group or not),
-        transport, metrics endpoint."""
-        if self.membership is not None:
-            self.stop_step = "leaving the coordination group"
-            self.membership.stop(leave=leave)
-        if self._transport is not None:
-            self.stop_step = "closing the connection to the broker"
-            rpc.close_transport(self._transport)
+        transport, metrics endpoint; within the time reserved for them."""
+        membership, transport = self.membership, self._transport
+        if membership is not None:
+            steps.run(
+                "leaving the coordination group",
+                lambda: membership.stop(leave=leave),
+                _LEAVE_S - rpc.CLOSE_TIMEOUT,
+                reserved=True,
+            )
+        if transport is not None:
+            steps.run(
+                "closing the connection to the broker",
+                lambda: rpc.close_transport(transport),
+                rpc.CLOSE_TIMEOUT,
+                reserved=True,
+            )
         self.metrics_server.stop()
+
+    @property
+    def stop_step(self) -> str:
+        """What the stop is doing now (the runner names it if its deadline passes)."""
+        steps = self._stop_steps
+        return "not stopping" if steps is None else steps.current
 
     def _stop_superseded(self, incarnation: str) -> None:
         """Another process joined as our host: stop consuming RPC now, then fail.
@@ -348,13 +399,16 @@ class AgentService:
         ).start()
 
     def _shut_down_superseded(self) -> None:
+        steps = self._stop_steps = StopSteps(
+            f"Agent {self.host}", self.stop_timeout(), reserve=_LEAVE_S
+        )
         if self.actions is not None:
             self.actions.stop_accepting()
         if self.placement is not None:
             self.placement.stop()
-        self._stop_server()
+        self._stop_server(steps)
         self._wake.set()
-        self._close(leave=False)  # the entry is the survivor's now
+        self._close(leave=False, steps=steps)  # the entry is the survivor's now
         self._stopped.set()
 
     def _hold_for_restart(self) -> None:
@@ -602,6 +656,7 @@ class AgentService:
     def _report_loop(self) -> None:
         assert self.ownership is not None and self._conductor is not None
         reports = StateReports(self.conf.compute_agent.full_report_interval)
+        sender = StateSender(self._conductor, self.host, self.conf.compute_agent.report_interval)
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             if not self.membership.can_act():
                 continue
@@ -624,39 +679,4 @@ class AgentService:
                 for node_uuid, epoch in held
                 if node_uuid in powers
             ]
-            self._send_states(reports, reports.due(states, time.monotonic()))
-
-    def _send_states(self, reports: StateReports, due: list[dict[str, Any]]) -> None:
-        """Report *due* states in chunks; what is not taken is due next time."""
-        assert self._conductor is not None
-        for start in range(0, len(due), 1000):
-            chunk = due[start : start + 1000]
-            try:
-                out = self._conductor.report_node_states(self.host, chunk)
-            except Exception as exc:  # what was not taken is due next time
-                # The first line only (a remote error's text carries the
-                # conductor's traceback), and once per outage: the
-                # conductor's database may be down for minutes.
-                LOG.log(
-                    logging.WARNING if self._reports_failing_since is None else logging.DEBUG,
-                    "Agent %s: state report failed: %s; retrying every %.0f s",
-                    self.host,
-                    first_line(exc),
-                    self.conf.compute_agent.report_interval,
-                )
-                if self._reports_failing_since is None:
-                    self._reports_failing_since = time.monotonic()
-                return
-            reports.sent(chunk, out.get("stale", ()))
-            if self._reports_failing_since is not None:
-                LOG.info(
-                    "Agent %s: state reports taken again after %.1f s",
-                    self.host,
-                    time.monotonic() - self._reports_failing_since,
-                )
-                self._reports_failing_since = None
-
-
-def _left(deadline: float) -> float:
-    """Seconds until *deadline* (monotonic), never below 0."""
-    return max(0.0, deadline - time.monotonic())
+            sender.send(reports, reports.due(states, time.monotonic()))

@@ -19,10 +19,20 @@ that reset a node), so the full report re-asserts what the hardware says.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["StateReports"]
+from conductor.common.exception import first_line
+from conductor.rpcapi import ConductorAPI
+
+__all__ = ["StateReports", "StateSender"]
+
+LOG = logging.getLogger(__name__)
+
+#: States per ``report_node_states`` call.
+_CHUNK = 1000
 
 
 class StateReports:
@@ -58,6 +68,47 @@ class StateReports:
                 self._accepted.pop(state["node_uuid"], None)
             else:
                 self._accepted[state["node_uuid"]] = _key(state)
+
+
+class StateSender:
+    """Sends an agent's due states to a conductor, in chunks; a conductor
+    that does not take them is said once per outage (then DEBUG), and once
+    when it takes them again."""
+
+    def __init__(self, conductor: ConductorAPI, host: str, interval: float) -> None:
+        self._conductor = conductor
+        self._host = host
+        self._interval = interval
+        self._failing_since: float | None = None
+
+    def send(self, reports: StateReports, due: list[dict[str, Any]]) -> None:
+        """Report *due* states; what is not taken is due next time."""
+        for start in range(0, len(due), _CHUNK):
+            chunk = due[start : start + _CHUNK]
+            try:
+                out = self._conductor.report_node_states(self._host, chunk)
+            except Exception as exc:  # what was not taken is due next time
+                # The first line only (a remote error's text carries the
+                # conductor's traceback), and once per outage: the
+                # conductor's database may be down for minutes.
+                LOG.log(
+                    logging.WARNING if self._failing_since is None else logging.DEBUG,
+                    "Agent %s: state report failed: %s; retrying every %.0f s",
+                    self._host,
+                    first_line(exc),
+                    self._interval,
+                )
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+                return
+            reports.sent(chunk, out.get("stale", ()))
+            if self._failing_since is not None:
+                LOG.info(
+                    "Agent %s: state reports taken again after %.1f s",
+                    self._host,
+                    time.monotonic() - self._failing_since,
+                )
+                self._failing_since = None
 
 
 def _key(state: Mapping[str, Any]) -> tuple[int, str | None, str | None]:

@@ -28,7 +28,7 @@ import time
 
 import oslo_messaging as messaging
 
-__all__ = ["reachable", "redacted", "watch"]
+__all__ = ["known_down", "reachable", "redacted", "watch"]
 
 #: The logger oslo.messaging's rabbit driver writes its connection errors to.
 DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
@@ -112,6 +112,10 @@ class _OutageFilter(logging.Filter):
                 _rewrite(record, logging.INFO, back)
         return True
 
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
     def back(self) -> str | None:
         """The outage is over: what to say (None if there was none)."""
         with self._lock:
@@ -119,6 +123,14 @@ class _OutageFilter(logging.Filter):
         if since is None:
             return None
         return f"Broker {self._broker} reachable again after {time.monotonic() - since:.1f} s"
+
+
+def known_down() -> bool:
+    """Whether this process saw its broker fail and not come back since: a
+    stop then skips what needs the broker (results, the restart hold) at
+    once instead of waiting for their timeouts."""
+    driver = logging.getLogger(DRIVER_LOGGER)
+    return any(isinstance(f, _OutageFilter) and f.down for f in driver.filters)
 
 
 def reachable() -> None:

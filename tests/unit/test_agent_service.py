@@ -11,7 +11,7 @@ from oslo_config import cfg
 
 from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
-from compute_agent.state_reports import StateReports
+from compute_agent.state_reports import StateReports, StateSender
 from conductor.common import rpc
 from conductor.common.exception import FieldError, InvalidInput
 
@@ -81,18 +81,17 @@ class _Conductor:
 
 
 def test_a_state_report_outage_is_one_warning_without_the_remote_traceback(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    service = _service(tmp_path)
     conductor = _Conductor()
-    service._conductor = conductor  # type: ignore[assignment]
+    sender = StateSender(conductor, "agent-7", 30.0)  # type: ignore[arg-type]
     reports = StateReports(full_interval=60.0)
     state = {"node_uuid": "n1", "epoch": 1, "power_state": "power on", "provision_state": None}
-    caplog.set_level(logging.DEBUG, logger="compute_agent.service")
+    caplog.set_level(logging.DEBUG, logger="compute_agent.state_reports")
     for _ in range(5):  # the database is down for five report intervals
-        service._send_states(reports, reports.due([state], 0.0))
+        sender.send(reports, reports.due([state], 0.0))
     conductor.down = False
-    service._send_states(reports, reports.due([state], 0.0))
+    sender.send(reports, reports.due([state], 0.0))
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert said[0] == (
         logging.WARNING,
