@@ -8,12 +8,15 @@ policy with and generates the OpenAPI document from.
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import ApiError, Call, Param, Reply, Route
 from conductor.api.microversion import ANY_EXTRA_SPECS, REBUILD_IMAGE, VERBS_VERSION
-from conductor.common import schemas
+from conductor.common import schemas, verbs
+from conductor.common.instance_states import TRANSITIONS, Event
+from conductor.common.objects import VmState
 from conductor.common.schemas import CAPABILITIES_SCOPE, TRAIT_SCOPE, Resource
 
 __all__ = ["ROUTES"]
@@ -32,8 +35,8 @@ INSTANCE_FILTERS = (
     Param(
         "vm_state",
         "string",
-        "building, active, stopped, deleting, deleted or error "
-        "(without it, deleted instances are left out).",
+        ", ".join(state.value for state in list(VmState)[:-1])
+        + f" or {list(VmState)[-1].value} (without it, deleted instances are left out).",
     ),
     Param("host", "string", "Only instances on this agent."),
     Param(
@@ -86,8 +89,6 @@ QUOTA_SET = Resource(
     required=frozenset({"quotas"}),
     null_means_absent=False,
 )
-#: Nova's reboot types (case as Nova accepts them).
-REBOOT_TYPES = ("SOFT", "HARD")
 #: What a rebuild may replace (microversion 1.4), as a build request has them.
 REBUILD_FIELDS = ("image", "user_data", "meta_data", "network_data")
 #: Nova's names for what ringfleet's rebuild takes otherwise: said in the refusal.
@@ -96,31 +97,59 @@ _NOVA_REBUILD_NAMES = {
     "key_name": "meta_data.public_keys",
     "metadata": "meta_data.meta",
 }
+#: The instance actions by their body's key (the verb table's), each with its
+#: verbs: one, or one per ``type`` (reboot's SOFT and HARD).
+_ACTIONS: Mapping[str, tuple[verbs.Verb, ...]] = {
+    key: tuple(verb for verb in verbs.ACTIONS if verb.http.action == key)
+    for key in dict.fromkeys(verb.http.action for verb in verbs.ACTIONS if verb.http.action)
+}
+#: The actions whose body is an object of fields (the others take null, or a type).
+_OBJECT_ACTIONS: Mapping[str, dict[str, Any]] = {
+    "rebuild": {
+        "type": "object",
+        "description": "Each field given replaces the instance's stored one (since "
+        "microversion 1.4; before it, only {}); the others are kept.",
+        "properties": {key: schemas.BUILD_REQUEST.properties[key] for key in REBUILD_FIELDS},
+        "additionalProperties": False,
+    }
+}
+
+
+def _types(key: str) -> tuple[str, ...]:
+    """The ``type`` values an action takes (none: it takes null or an object)."""
+    return tuple(verb.http.action_type for verb in _ACTIONS[key] if verb.http.action_type)
+
+
+def _action_schema(key: str) -> dict[str, Any]:
+    if key in _OBJECT_ACTIONS:
+        return _OBJECT_ACTIONS[key]
+    if _types(key):
+        return {
+            "type": "object",
+            "properties": {"type": {"type": "string", "enum": list(_types(key))}},
+            "required": ["type"],
+            "additionalProperties": False,
+        }
+    return {"type": "null"}
+
+
+def _action_example(key: str) -> str:
+    if key in _OBJECT_ACTIONS:
+        return f'{{"{key}": {{...}}}}'
+    if _types(key):
+        return f'{{"{key}": {{"type": ' + "|".join(f'"{t}"' for t in _types(key)) + "}}"
+    return f'{{"{key}": null}}'
+
+
+_EXAMPLES = [_action_example(key) for key in _ACTIONS]
 INSTANCE_ACTION = Resource(
     name="InstanceAction",
     description=(
-        'One action, Nova style: {"reboot": {"type": "SOFT"|"HARD"}}, '
-        '{"os-stop": null}, {"os-start": null} or {"rebuild": {...}}: the '
+        f"One action, Nova style: {', '.join(_EXAMPLES[:-1])} or {_EXAMPLES[-1]}: the "
         "instance redeployed on its node, with its own image and config drive, "
         "or (since microversion 1.4) a new image and/or config drive parts."
     ),
-    properties={
-        "reboot": {
-            "type": "object",
-            "properties": {"type": {"type": "string", "enum": list(REBOOT_TYPES)}},
-            "required": ["type"],
-            "additionalProperties": False,
-        },
-        "os-stop": {"type": "null"},
-        "os-start": {"type": "null"},
-        "rebuild": {
-            "type": "object",
-            "description": "Each field given replaces the instance's stored one (since "
-            "microversion 1.4; before it, only {}); the others are kept.",
-            "properties": {key: schemas.BUILD_REQUEST.properties[key] for key in REBUILD_FIELDS},
-            "additionalProperties": False,
-        },
-    },
+    properties={key: _action_schema(key) for key in _ACTIONS},
     null_means_absent=False,
 )
 NODE_POWER = Resource(
@@ -316,8 +345,21 @@ def show_instance(call: Call) -> Reply:
     return Reply(200, _shown(call, call.api.show_instance(call.path["instance"])))
 
 
+#: The delete verb's row: its route's method, path and rule.
+_DELETE = verbs.BY_EVENT[Event.DELETE]
+
+
 def delete_instance(call: Call) -> Reply:
-    return Reply(202, _shown(call, call.api.delete_instance(call.path["instance"])))
+    conductor_method = getattr(call.api, _DELETE.conductor_method)
+    return Reply(202, _shown(call, conductor_method(call.path["instance"])))
+
+
+def _done_state(verb: verbs.Verb) -> str:
+    """The ``vm_state`` an instance is in once *verb* is done."""
+    state = TRANSITIONS[verb.done].target.vm_state
+    if state is None:  # an answer that keeps the state ends no verb
+        raise ValueError(f"{verb.done.value} keeps the vm_state")
+    return state.value
 
 
 # -- quotas --------------------------------------------------------------------
@@ -340,27 +382,46 @@ def delete_quota(call: Call) -> Reply:
 
 
 def instance_action(call: Call) -> Reply:
-    """202 with the instance, its task state showing the action in flight."""
+    """202 with the instance, its task state showing the action in flight.
+
+    The body's one key picks the verb of the table (:mod:`conductor.common.verbs`),
+    whose conductor method is called with the instance.
+    """
     body = call.body if isinstance(call.body, dict) else {}
     if len(body) != 1:
         raise ApiError.invalid(
             "body", "exactly one action: " + ", ".join(sorted(INSTANCE_ACTION.fields))
         )
     [(action, value)] = body.items()
+    arguments: dict[str, Any] = {}
+    if action == "rebuild":
+        verb, arguments = _ACTIONS[action][0], _rebuild_arguments(call, value)
+    elif _types(action):
+        verb = _typed_verb(action, value)
+    else:
+        if value is not None:
+            raise ApiError.invalid(action, "must be null", value)
+        verb = _ACTIONS[action][0]
+    conductor_method = getattr(call.api, verb.conductor_method)
     instance = call.path["instance"]
-    if action == "reboot":
-        kind = value.get("type") if isinstance(value, dict) else None
-        if not isinstance(value, dict) or set(value) != {"type"}:
-            raise ApiError.invalid("reboot", 'must be {"type": "SOFT" or "HARD"}', value)
-        if not isinstance(kind, str) or kind.upper() not in REBOOT_TYPES:
-            raise ApiError.invalid("reboot.type", "must be SOFT or HARD", kind)
-        return Reply(202, call.api.reboot_instance(instance, hard=kind.upper() == "HARD"))
-    if value is not None and action in ("os-stop", "os-start"):
-        raise ApiError.invalid(action, "must be null", value)
-    if action == "os-stop":
-        return Reply(202, call.api.stop_instance(instance))
-    if action == "os-start":
-        return Reply(202, call.api.start_instance(instance))
+    return Reply(202, conductor_method(instance, **verb.conductor_arguments, **arguments))
+
+
+def _typed_verb(action: str, value: Any) -> verbs.Verb:
+    """The verb of an action with a type (``{"reboot": {"type": "HARD"}}``)."""
+    if not isinstance(value, dict) or set(value) != {"type"}:
+        quoted = " or ".join(f'"{kind}"' for kind in _types(action))
+        raise ApiError.invalid(action, f'must be {{"type": {quoted}}}', value)
+    kind = value["type"]
+    for verb in _ACTIONS[action]:
+        if isinstance(kind, str) and kind.upper() == verb.http.action_type:
+            return verb
+    raise ApiError.invalid(f"{action}.type", "must be " + " or ".join(_types(action)), kind)
+
+
+def _rebuild_arguments(call: Call, value: Any) -> dict[str, Any]:
+    """What a rebuild replaces: the fields given (the conductor checks them as
+    a build's, naming e.g. image.source)."""
     if not isinstance(value, dict):
         raise ApiError.invalid("rebuild", "must be an object", value)
     for key in sorted(value):
@@ -376,8 +437,7 @@ def instance_action(call: Call) -> Reply:
             f"needs microversion {REBUILD_IMAGE} or later "
             f"(this request is {call.version}); under it a rebuild takes {{}}",
         )
-    # The conductor checks them as a build's (naming e.g. image.source).
-    return Reply(202, call.api.rebuild_instance(instance, **given))
+    return given
 
 
 # -- fleet ---------------------------------------------------------------------
@@ -658,10 +718,10 @@ ROUTES: tuple[Route, ...] = (
         description="Another project's instance is 404, unless the caller is an admin.",
     ),
     Route(
-        "DELETE",
-        "/v1/instances/{instance}",
+        _DELETE.http.method,
+        _DELETE.http.path,
         delete_instance,
-        "ringfleet:instance:delete",
+        _DELETE.policy_rule,
         "deleteInstance",
         "Start deleting an instance (idempotent).",
         status=202,
@@ -728,11 +788,11 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "POST",
-        "/v1/instances/{instance}/action",
+        verbs.ACTION_PATH,
         instance_action,
-        "ringfleet:instance:action",
+        verbs.ACTION_RULE,
         "instanceAction",
-        "Reboot, stop, start or rebuild an instance (Nova-style body); answers at once (202).",
+        f"{verbs.action_names()} an instance (Nova-style body); answers at once (202).",
         status=202,
         body=INSTANCE_ACTION.name,
         response="Instance",
@@ -741,9 +801,11 @@ ROUTES: tuple[Route, ...] = (
         min_version=VERBS_VERSION,
         tag="instances",
         description=(
-            "The instance's task_state shows the action in flight (rebooting, "
-            "rebooting_hard, powering-off, powering-on, rebuilding); vm_state is active "
-            "or stopped when it is done. 409 names the state that does not allow the action. "
+            "The instance's task_state shows the action in flight ("
+            + ", ".join(verb.task_state.value for verb in verbs.ACTIONS)
+            + "); vm_state is "
+            + " or ".join(dict.fromkeys(_done_state(verb) for verb in verbs.ACTIONS))
+            + " when it is done. 409 names the state that does not allow the action. "
             "Issuing the same action again while it is in flight routes it anew (the "
             "way out of an action fleet check reports stuck). Since microversion 1.4 a "
             "rebuild takes a new image and/or config drive parts (user_data, meta_data, "
