@@ -296,3 +296,33 @@ def test_a_verb_is_notified_by_its_name(verb: Verb) -> None:
         f"instance.{verb.notification}.error",
         Priority.ERROR,
     )
+
+
+# -- the architecture document ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=_id)
+def test_the_architecture_documents_table_shows_the_verb(verb: Verb) -> None:
+    text = (REPO / "docs/architecture.rst").read_text().split("\nInstance verbs\n", 1)[1]
+    [row] = [line for line in text.splitlines() if line.startswith(f"{verb.name}  ")]
+    agent = verb.agent.method
+    if verb.agent.target is not None:
+        agent += f" ``{verb.agent.target}``"
+    for shown in (verb.event.value, verb.cli, f"{agent}, {verb.agent.version}"):
+        assert shown in row, (shown, row)
+    assert row.endswith(f"  {verb.notification}"), row
+
+
+def _lists(text: str, start: str) -> list[str]:
+    """The text from each place *start* begins a list in *text*."""
+    return [text[i : i + 300] for i in range(len(text)) if text.startswith(start, i)]
+
+
+def test_the_rpc_reference_lists_every_state_and_action() -> None:
+    text = (REPO / "docs/rpc-api.rst").read_text()
+    vm_states = _lists(text, "``building``, ``active``")
+    assert len(vm_states) == 2
+    for listed in vm_states:
+        assert all(f"``{state.value}``" in listed for state in VmState), listed
+    [tasks] = _lists(text, "``scheduling``, ``spawning``")
+    assert all(f"``{verb.task_state.value}``" in tasks for verb in VERBS), tasks
