@@ -326,3 +326,18 @@ def test_the_rpc_reference_lists_every_state_and_action() -> None:
         assert all(f"``{state.value}``" in listed for state in VmState), listed
     [tasks] = _lists(text, "``scheduling``, ``spawning``")
     assert all(f"``{verb.task_state.value}``" in tasks for verb in VERBS), tasks
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=_id)
+def test_the_cli_http_client_sends_the_verbs_http_call(verb: Verb) -> None:
+    sent: list[tuple[str, str, Any]] = []
+
+    def request(answer: Any, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        sent.append((method, path, body))
+        return {}
+
+    client = HttpConductorAPI.__new__(HttpConductorAPI)
+    client._request = request  # type: ignore[method-assign,assignment]
+    getattr(client, verb.conductor_method)(INSTANCE, **verb.conductor_arguments)
+    path = verb.http.path.replace("{instance}", INSTANCE)
+    assert sent == [(verb.http.method, path, _request_body(verb))]
