@@ -45,7 +45,7 @@ import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_context import context as request_context
 
-from conductor.common import rpc
+from conductor.common import rpc, verbs
 from conductor.common.instance_states import Event
 from conductor.common.objects import ClaimOutcome, Instance, ReleaseOutcome, TaskState, VmState
 from conductor.db import instances
@@ -86,29 +86,21 @@ class Priority(enum.StrEnum):
 
 
 #: The action of each power and lifecycle verb, by its task state, in event
-#: types (Nova's names: a stop is ``power_off``, a start ``power_on``).
+#: types (the verb table's: Nova's names, a stop is ``power_off``).
 ACTION_NAMES: Final[Mapping[TaskState, str]] = {
-    TaskState.REBOOTING: "reboot",
-    TaskState.REBOOTING_HARD: "reboot",
-    TaskState.POWERING_OFF: "power_off",
-    TaskState.POWERING_ON: "power_on",
-    TaskState.REBUILDING: "rebuild",
+    verb.task_state: verb.notification for verb in verbs.ACTIONS
 }
 
-#: The event type of each state machine event that is notified; the end of
-#: an action (``*``) is named by the action's task state (:data:`ACTION_NAMES`).
+#: The event type of each state machine event that is notified; a verb's
+#: start is named by the verb table, the end of an action (``*``) by the
+#: action's task state (:data:`ACTION_NAMES`).
 INSTANCE_EVENT_TYPES: Final[Mapping[Event, str]] = {
     Event.REQUEST: "instance.create.start",
     Event.DEPLOYED: "instance.create.end",
     Event.FAIL: "instance.create.error",
-    Event.DELETE: "instance.delete.start",
     Event.TORN_DOWN: "instance.delete.end",
     Event.TEARDOWN_FAILED: "instance.delete.error",
-    Event.REBOOT: "instance.reboot.start",
-    Event.REBOOT_HARD: "instance.reboot.start",
-    Event.STOP: "instance.power_off.start",
-    Event.START: "instance.power_on.start",
-    Event.REBUILD: "instance.rebuild.start",
+    **{verb.event: f"instance.{verb.notification}.start" for verb in verbs.VERBS},
     Event.POWERED_ON: "instance.*.end",
     Event.POWERED_OFF: "instance.*.end",
     Event.REBUILT: "instance.*.end",

@@ -13,9 +13,9 @@ APIs, already required by oslo.middleware and keystonemiddleware): a
 request costs about 16 us of framework time, against about 1 ms for the
 RPC call it makes (``docs/http-api.rst``, "Why WebOb and Routes").
 
-The routes themselves, and their handlers, are in :mod:`conductor.api.v1`;
-one table (:data:`conductor.api.v1.ROUTES`) drives the dispatch, the policy
-checks and the OpenAPI document.
+The routes themselves, and their handlers, are in the ``conductor.api.v1_*``
+modules, one per resource; one table (:data:`conductor.api.v1.ROUTES`, made
+of theirs) drives the dispatch, the policy checks and the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ from conductor.common.schemas import Resource
 from conductor.rpcapi import ConductorAPI
 
 __all__ = [
+    "E400",
+    "E404",
+    "E409",
+    "E503",
     "REQUEST_ID_HEADER",
     "ApiError",
     "Application",
@@ -94,6 +98,10 @@ class Reply:
     status: int = 200
     body: Json = None
     headers: dict[str, str] = field(default_factory=dict)
+
+
+#: The error statuses routes list (:attr:`Route.errors`), by name.
+E400, E404, E409, E503 = 400, 404, 409, 503
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ __all__ = [
     "MIN_VERSION",
     "REBUILD_IMAGE",
     "SERVICE_TYPE",
+    "TENANCY",
     "VERBS_VERSION",
     "BadVersion",
     "UnsupportedVersion",
@@ -98,6 +99,8 @@ MIN_VERSION = Version(1, 0)
 MAX_VERSION = Version(1, 5)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
+#: Tenancy: instances show their project and user, quotas.
+TENANCY = Version(1, 2)
 #: The microversion of the power and lifecycle verbs.
 VERBS_VERSION = Version(1, 3)
 #: A rebuild's new image and config drive.

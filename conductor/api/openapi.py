@@ -22,6 +22,7 @@ from typing import Any
 from conductor.api import microversion
 from conductor.api.app import Route
 from conductor.common import schemas
+from conductor.common.objects import TaskState, VmState
 
 __all__ = ["SCHEMAS", "document"]
 
@@ -116,8 +117,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "uuid": {**_STR, "format": "uuid"},
             "name": _STR,
             "flavor": _STR,
-            "vm_state": {"enum": ["building", "active", "deleting", "deleted", "error"]},
-            "task_state": _NSTR,
+            # From the state machine's own enums, so that no state is left out.
+            "vm_state": {"enum": [state.value for state in VmState]},
+            "task_state": {**_NSTR, "enum": [*(task.value for task in TaskState), None]},
             "node_uuid": _NSTR,
             "host": _NSTR,
             "group_hint": _NSTR,

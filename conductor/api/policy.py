@@ -30,6 +30,9 @@ from typing import Any
 from oslo_config import cfg
 from oslo_policy import policy
 
+from conductor.common import verbs
+from conductor.common.instance_states import Event
+
 __all__ = [
     "ADMIN",
     "CONTEXT_IS_ADMIN",
@@ -49,6 +52,9 @@ PROJECT_READER_OR_ADMIN = "(role:reader and project_id:%(project_id)s) or " + AD
 #: Whether a caller is an admin to the conductor: reaches every project's
 #: instances (the RPC context's ``is_admin``).
 CONTEXT_IS_ADMIN = "context_is_admin"
+
+#: The delete verb's row (its rule, method and path).
+_DELETE = verbs.BY_EVENT[Event.DELETE]
 
 _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     # name, check, description, operations
@@ -122,10 +128,10 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("POST", "/v1/instances")],
     ),
     (
-        "ringfleet:instance:delete",
+        verbs.DELETE_RULE,
         MEMBER,
         "Delete an instance (of the caller's project; an admin's of any project).",
-        [("DELETE", "/v1/instances/{instance}")],
+        [(_DELETE.http.method, _DELETE.http.path)],
     ),
     ("ringfleet:quota:list", ADMIN, "List projects' own quotas.", [("GET", "/v1/quotas")]),
     (
@@ -141,12 +147,12 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("PUT", "/v1/quotas/{project_id}"), ("DELETE", "/v1/quotas/{project_id}")],
     ),
     (
-        "ringfleet:instance:action",
+        verbs.ACTION_RULE,
         # Whoever may delete an instance may reboot, stop or start it: the
         # delete rule itself, so that overriding it covers both.
-        "rule:ringfleet:instance:delete",
-        "Reboot, stop, start or rebuild an instance.",
-        [("POST", "/v1/instances/{instance}/action")],
+        f"rule:{verbs.DELETE_RULE}",
+        f"{verbs.action_names()} an instance.",
+        sorted({(verb.http.method, verb.http.path) for verb in verbs.ACTIONS}),
     ),
     (
         "ringfleet:fleet:get",

@@ -20,7 +20,8 @@ import requests
 from keystoneauth1 import exceptions as ks_exceptions
 
 from conductor.cli.login import Login
-from conductor.common import exception
+from conductor.common import exception, verbs
+from conductor.common.instance_states import Event
 
 __all__ = ["HttpConductorAPI", "HttpError"]
 
@@ -194,7 +195,7 @@ class HttpConductorAPI:
         return self._request(dict[str, Any], "GET", f"/v1/instances/{_quote(instance)}")
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
-        return self._request(dict[str, Any], "DELETE", f"/v1/instances/{_quote(instance)}")
+        return self._verb(instance, Event.DELETE)
 
     # -- quotas --------------------------------------------------------------------
 
@@ -212,22 +213,29 @@ class HttpConductorAPI:
         return self._request(dict[str, list[dict[str, Any]]], "GET", "/v1/quotas")["quotas"]
 
     def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
-        body = {"reboot": {"type": "HARD" if hard else "SOFT"}}
-        return self._action(instance, body)
+        return self._verb(instance, Event.REBOOT_HARD if hard else Event.REBOOT)
 
     def stop_instance(self, instance: str) -> dict[str, Any]:
-        return self._action(instance, {"os-stop": None})
+        return self._verb(instance, Event.STOP)
 
     def start_instance(self, instance: str) -> dict[str, Any]:
-        return self._action(instance, {"os-start": None})
+        return self._verb(instance, Event.START)
 
     def rebuild_instance(self, instance: str, **new: Any) -> dict[str, Any]:
         """``new``: the image and config drive parts to replace (microversion 1.4)."""
-        return self._action(instance, {"rebuild": {k: v for k, v in new.items() if v is not None}})
+        replaced = {k: v for k, v in new.items() if v is not None}
+        return self._verb(instance, Event.REBUILD, replaced)
 
-    def _action(self, instance: str, body: dict[str, Any]) -> dict[str, Any]:
-        path = f"/v1/instances/{_quote(instance)}/action"
-        return self._request(dict[str, Any], "POST", path, body)
+    def _verb(self, instance: str, event: Event, value: Any = None) -> dict[str, Any]:
+        """The HTTP call of the verb *event* starts (the verb table's): an
+        action's body is ``{action: value}``, or its type (reboot's)."""
+        http = verbs.BY_EVENT[event].http
+        path = http.path.replace("{instance}", _quote(instance))
+        if http.action is None:
+            return self._request(dict[str, Any], http.method, path)
+        if http.action_type is not None:
+            value = {"type": http.action_type}
+        return self._request(dict[str, Any], http.method, path, {http.action: value})
 
     # -- fleet ---------------------------------------------------------------------
 

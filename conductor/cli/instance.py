@@ -13,7 +13,7 @@ import sys
 import time
 import uuid as uuidlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from cliff.command import Command
 from cliff.lister import Lister
@@ -23,6 +23,7 @@ from conductor.cli.command import ConductorCommand, key_value
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import VmState
 from conductor.common.paging import pages
+from conductor.common.verbs import VERBS, Verb
 
 __all__ = [
     "InstanceCreate",
@@ -380,11 +381,28 @@ class InstanceDelete(ConductorCommand, Command):
 
 
 class _InstanceVerb(ConductorCommand, Lister):
-    """A power verb on instances: each answers at once, its task state showing it."""
+    """A verb on instances: each answers at once, its task state showing it.
+
+    :attr:`command` names the verb table's rows it runs
+    (:mod:`conductor.common.verbs`): their options (reboot's ``--hard``)
+    pick one, whose conductor method is called for each instance.
+    """
+
+    #: The command (``instance reboot``) of the verb table's rows.
+    command: ClassVar[str]
+
+    @classmethod
+    def verbs(cls) -> tuple[Verb, ...]:
+        """The verb table's rows of :attr:`command`, the plainest first."""
+        rows = (verb for verb in VERBS if verb.cli_command == cls.command)
+        return tuple(sorted(rows, key=lambda verb: len(verb.cli_options)))
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("instances", metavar="UUID", nargs="+", help="instance uuids")
+        for verb in self.verbs():
+            for option in verb.cli_options:
+                parser.add_argument(option, action="store_true", help=verb.summary)
         return parser
 
     def take_action(
@@ -392,8 +410,29 @@ class _InstanceVerb(ConductorCommand, Lister):
     ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
         return _titles(), _rows(self._verb(parsed_args, i) for i in parsed_args.instances)
 
+    def _chosen(self, parsed_args: argparse.Namespace) -> Verb:
+        """The row whose options were all given, the one with most of them."""
+        given = [
+            verb
+            for verb in self.verbs()
+            if all(
+                getattr(parsed_args, option.lstrip("-").replace("-", "_"))
+                for option in verb.cli_options
+            )
+        ]
+        return given[-1]
+
     def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
-        raise NotImplementedError
+        verb = self._chosen(parsed_args)
+        conductor_method = getattr(self.client, verb.conductor_method)
+        answer: dict[str, Any] = conductor_method(
+            instance, **verb.conductor_arguments, **self._arguments(parsed_args)
+        )
+        return answer
+
+    def _arguments(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
+        """The verb's own arguments beyond the table's (a rebuild's new image)."""
+        return {}
 
 
 class InstanceReboot(_InstanceVerb):
@@ -401,27 +440,19 @@ class InstanceReboot(_InstanceVerb):
     cannot) or --hard (a power cycle).  Issued again while one hangs, it
     routes it anew (see the stuck-action problem of 'fleet check')."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("--hard", action="store_true", help="power-cycle the node")
-        return parser
-
-    def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
-        return self.client.reboot_instance(instance, hard=parsed_args.hard)  # type: ignore[no-any-return]
+    command = "instance reboot"
 
 
 class InstanceStop(_InstanceVerb):
     """Power active instances off (a clean shutdown first): stopped."""
 
-    def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
-        return self.client.stop_instance(instance)  # type: ignore[no-any-return]
+    command = "instance stop"
 
 
 class InstanceStart(_InstanceVerb):
     """Power stopped instances on: active."""
 
-    def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
-        return self.client.start_instance(instance)  # type: ignore[no-any-return]
+    command = "instance start"
 
 
 class InstanceRebuild(_InstanceVerb):
@@ -433,15 +464,17 @@ class InstanceRebuild(_InstanceVerb):
     the instance's, the others are kept.
     """
 
+    command = "instance rebuild"
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         image_options(parser)
         config_drive_options(parser)
         return parser
 
-    def _verb(self, parsed_args: argparse.Namespace, instance: str) -> dict[str, Any]:
+    def _arguments(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         new = config_drive_from(parsed_args)
         image = image_from(parsed_args)
         if image is not None:
             new["image"] = image
-        return self.client.rebuild_instance(instance, **new)  # type: ignore[no-any-return]
+        return new

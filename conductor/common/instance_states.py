@@ -41,6 +41,10 @@ A failed action keeps the instance where it was (its ``fault`` says why)
 rather than ``error``: the node's power state shows what the hardware did,
 and the user may issue the verb again.
 
+Each verb's API action, policy rule, CLI command, agent call and
+notification are in the verb table beside this one,
+:mod:`conductor.common.verbs`.
+
 ``deleted`` is final.  A compare-and-swap that finds the instance in no
 source state changes nothing and says so (a late report lost a race); a
 caller asking for an event from a state it *knows* the instance is in, where

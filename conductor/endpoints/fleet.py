@@ -16,6 +16,7 @@ from typing import Any, Final
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.common import verbs
 from conductor.common.clock import utcnow
 from conductor.common.exception import FieldError, Forbidden, InvalidInput, ServiceUnavailable
 from conductor.common.ironic import states as ironic_states
@@ -396,14 +397,8 @@ def _stuck_problem(kind: str, item: fleet_report.StuckWork) -> Problem:
     }
 
 
-#: The command that routes each stuck action again.
-_VERB_HINTS: Final = {
-    "rebooting": "ringfleet instance reboot",
-    "rebooting_hard": "ringfleet instance reboot --hard",
-    "powering-off": "ringfleet instance stop",
-    "powering-on": "ringfleet instance start",
-    "rebuilding": "ringfleet instance rebuild",
-}
+#: The command that routes each stuck action again (the verb table's), by task state.
+_VERB_HINTS: Final = {verb.task_state.value: f"ringfleet {verb.cli}" for verb in verbs.ACTIONS}
 
 
 def _announced_version(value: Any) -> str | None:
