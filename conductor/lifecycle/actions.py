@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
+from conductor.common import verbs
 from conductor.common.exception import NotFound, ServiceUnavailable
 from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Instance, Node, PowerState, TaskState
@@ -64,26 +65,15 @@ __all__ = ["ACTION_LANE", "POWER_TARGETS", "ActionRouter"]
 
 LOG = logging.getLogger(__name__)
 
-_REBUILD: Final = "rebuild"
-#: What the agent is asked for, by the instance's action in flight.  Stop
-#: is a clean shutdown first, as Nova's; the agent falls back to the hard
-#: target where the back end has no soft one.
-_INSTANCE_TARGETS: Final[Mapping[TaskState, str]] = {
-    TaskState.REBOOTING: "soft reboot",
-    TaskState.REBOOTING_HARD: "reboot",
-    TaskState.POWERING_OFF: "soft power off",
-    TaskState.POWERING_ON: "power on",
-    # Not a power target: the agent's rebuild_instance (compute API 1.3).
-    TaskState.REBUILDING: _REBUILD,
+#: The power state the node ends in, by the answer that ends the verb.
+_POWER_AFTER: Final[Mapping[Event, PowerState]] = {
+    Event.POWERED_ON: PowerState.ON,
+    Event.POWERED_OFF: PowerState.OFF,
+    Event.REBUILT: PowerState.ON,
 }
-#: The power state each action ends in, and the event its end is.
-_DONE: Final[Mapping[TaskState, tuple[PowerState, Event]]] = {
-    TaskState.REBOOTING: (PowerState.ON, Event.POWERED_ON),
-    TaskState.REBOOTING_HARD: (PowerState.ON, Event.POWERED_ON),
-    TaskState.POWERING_OFF: (PowerState.OFF, Event.POWERED_OFF),
-    TaskState.POWERING_ON: (PowerState.ON, Event.POWERED_ON),
-    TaskState.REBUILDING: (PowerState.ON, Event.REBUILT),
-}
+#: The compute API method of a rebuild (the others are power targets).
+_REBUILD: Final = "rebuild_instance"
+
 #: A soft target's hard equivalent, for agents older than compute API 1.3.
 _HARD: Final[Mapping[str, str]] = {"soft reboot": "reboot", "soft power off": "power off"}
 
@@ -160,41 +150,53 @@ class ActionRouter:
         if task not in ACTION_TASKS or instance.node_uuid is None:
             return  # done, or overtaken by a delete
         assert task is not None
-        target = _INSTANCE_TARGETS[task]
-        if target == _REBUILD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+        # What the owner is asked: the verb table's agent call.
+        verb = verbs.BY_TASK[task]
+        call = verb.agent
+        fault = self._pinned_below(verb, instance)
+        if fault is not None:
             # A refusal retrying cannot fix until the pin is lifted.
-            self._failed(
-                instance_uuid,
-                task,
-                f"rebuild needs compute API {SOFT_POWER_VERSION}; the agents are pinned below it "
-                "([upgrade_levels] compute)",
-            )
+            self._failed(instance_uuid, task, fault)
             return
-        if (
-            target == _REBUILD
-            and carries_spec(instance)
-            and not self._compute.can_send_version(REBUILD_SPEC_VERSION)
-        ):
-            # An older agent would redeploy the back end's image, which a
-            # rebuild may have replaced: refused until the pin is lifted.
-            self._failed(
-                instance_uuid,
-                task,
-                "rebuild of an instance with an image or config drive needs compute API "
-                f"{REBUILD_SPEC_VERSION}; the agents are pinned below it "
-                "([upgrade_levels] compute)",
-            )
-            return
-        if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
+        target = call.target or call.method
+        if not self._compute.can_send_version(call.version):
             LOG.info(
                 "Instance %s: agents are pinned below compute API %s: %s instead of %s",
                 instance_uuid,
-                SOFT_POWER_VERSION,
+                call.version,
                 _HARD[target],
                 target,
             )
             target = _HARD[target]
         self._route(instance, task, instance.node_uuid, target)
+
+    def _pinned_below(self, verb: verbs.Verb, instance: Instance) -> str | None:
+        """Why ``[upgrade_levels] compute`` forbids *verb*'s call for *instance*, if it does.
+
+        A soft power target has a hard equivalent the older agents serve; a
+        rebuild has none, and one of an instance with an image or config
+        drive needs 1.4: an older agent would redeploy the back end's image,
+        which the rebuild may have replaced.
+        """
+        call = verb.agent
+        if call.target in _HARD:
+            return None
+        if not self._compute.can_send_version(call.version):
+            return (
+                f"{verb.name} needs compute API {call.version}; the agents "
+                "are pinned below it ([upgrade_levels] compute)"
+            )
+        if (
+            call.method == _REBUILD
+            and carries_spec(instance)
+            and not self._compute.can_send_version(REBUILD_SPEC_VERSION)
+        ):
+            return (
+                "rebuild of an instance with an image or config drive needs compute API "
+                f"{REBUILD_SPEC_VERSION}; the agents are pinned below it "
+                "([upgrade_levels] compute)"
+            )
+        return None
 
     def _route(self, instance: Instance, task: TaskState, node_uuid: str, target: str) -> None:
         """Call the node's owner (one call per action and owner epoch at a
@@ -248,7 +250,8 @@ class ActionRouter:
         power: PowerState,
     ) -> None:
         owner, epoch = fence.owner, fence.epoch
-        expected, event = _DONE[task]
+        event = verbs.BY_TASK[task].done
+        expected = _POWER_AFTER[event]
         self._record_power(node.uuid, fence, power)
         if power is not expected:
             self._failed(instance_uuid, task, f"{task.value}: the node ended {power.value}")
