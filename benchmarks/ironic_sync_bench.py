@@ -39,7 +39,7 @@ from typing import Any
 from oslo_config import cfg
 
 from benchmarks.report import Goals, format_goals
-from conductor.conf import register_opts
+from conductor.common import conf as common_conf
 from conductor.db.engine import Database
 from conductor.ironic_sync import IronicInventorySync
 from tests.dbutil import migrated
@@ -69,7 +69,7 @@ def _enroll(url: str, shard: str, count: int, threads: int) -> list[str]:
 
 def _sync(db_url: str, url: str, shard: str) -> tuple[IronicInventorySync, Database]:
     conf = cfg.ConfigOpts()
-    register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     conf([], project="ringfleet-bench")
     conf.set_override("auth_type", "none", "ironic")
     conf.set_override("endpoint_override", url, "ironic")

@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from oslo_config import cfg
 from oslo_log import log as oslo_log
 
-from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
 from conductor.common import conf as common_conf
 from conductor.common import rpc
@@ -63,7 +62,7 @@ def agent_conf_for(config_file: str, host: str, setup_logging: bool) -> cfg.Conf
     """
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    agent_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.COMPUTE_AGENT)
     argv = [PROJECT, "--config-file", config_file]
     if setup_logging:
         prepare_service(argv, conf)

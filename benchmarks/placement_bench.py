@@ -47,7 +47,7 @@ from oslo_config import cfg
 import conductor  # noqa: F401  (native threads first: no eventlet)
 from benchmarks.argtypes import at_least
 from compute_agent.placement_report import PlacementReporter
-from conductor.common.placement import conf as placement_conf
+from conductor.common.conf import placement as placement_conf
 from conductor.common.placement.client import PlacementClient
 
 
@@ -106,7 +106,7 @@ class _Counting:
 
 def _reporter(url: str, concurrency: int, records: _Records) -> tuple[PlacementReporter, _Counting]:
     conf = cfg.ConfigOpts()
-    placement_conf.register_opts(conf)
+    placement_conf.OPTIONS.register(conf)
     conf([])
     conf.set_override("auth_type", "admin_token", "placement")
     conf.register_opts(ks_loading.get_auth_plugin_conf_options("admin_token"), "placement")

@@ -83,9 +83,9 @@ from sqlalchemy.engine import make_url
 
 from benchmarks import argtypes
 from benchmarks.report import Goals, format_goals, log_line, percentile, publish
+from conductor.common.conf import scheduler as scheduler_conf
 from conductor.common.exception import ConfigurationError, NoValidNode
 from conductor.common.objects import Flavor, Node, ProvisionState
-from conductor.conf import scheduler as scheduler_conf
 from conductor.db import allocations, migration
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database

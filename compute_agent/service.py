@@ -31,11 +31,11 @@ from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from compute_agent.state_reports import StateReports, StateSender
 from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf import default as default_conf
+from conductor.common.conf import placement as placement_conf
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
 from conductor.common.metrics import MetricsServer
-from conductor.common.placement import conf as placement_conf
 from conductor.common.placement.client import PlacementClient
 from conductor.common.repeated_failure import RepeatedFailure
 from conductor.common.stop_steps import StopSteps

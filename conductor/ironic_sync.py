@@ -80,8 +80,8 @@ from typing import Any, Final
 from oslo_config import cfg
 
 from conductor.common.clock import utcnow
+from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
-from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic.client import BaremetalClient, IronicNode
 from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
@@ -175,7 +175,7 @@ class IronicInventorySync:
     ) -> None:
         """``clean_orphan``: hands an orphan claim to the node's owner
         (module docstring); ``None``: orphan claims are only recorded."""
-        ironic_conf.register_opts(conf)
+        ironic_conf.OPTIONS.register(conf)
         options = conf[ironic_conf.group.name]
         self._db = db
         self._shards: list[str] = list(options.shards)
@@ -193,7 +193,7 @@ class IronicInventorySync:
         cls, db: Database, conf: cfg.ConfigOpts, *, clean_orphan: CleanOrphan | None = None
     ) -> IronicInventorySync | None:
         """The sync ``[ironic]`` configures, or ``None`` when it names no Ironic."""
-        ironic_conf.register_opts(conf)
+        ironic_conf.OPTIONS.register(conf)
         if not conf[ironic_conf.group.name].auth_type:
             return None
         return cls(db, conf, clean_orphan=clean_orphan)

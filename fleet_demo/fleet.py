@@ -29,9 +29,8 @@ from typing import Any, Protocol
 
 from oslo_config import cfg
 
-from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
-from conductor import conf as conductor_conf
+from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.db import migration
 from conductor.db.engine import Database
@@ -151,8 +150,7 @@ class EmbeddedFleet:
         settings = self.settings
         conf = cfg.ConfigOpts()
         rpc.register_opts(conf)
-        conductor_conf.register_opts(conf)
-        agent_conf.register_opts(conf)
+        common_conf.register_opts(conf, common_conf.CONDUCTOR, common_conf.COMPUTE_AGENT)
         overrides: dict[str | None, dict[str, Any]] = {
             None: {"host": host, "transport_url": TRANSPORT_URL},
             "database": {"connection": f"sqlite:///{self.workdir / 'ringfleet.db'}"},

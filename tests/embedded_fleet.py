@@ -24,8 +24,8 @@ from typing import Any
 
 from oslo_config import cfg
 
-from conductor import conf as conductor_conf
 from conductor.cli.app import RingfleetApp
+from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
@@ -105,7 +105,7 @@ def embedded_fleet(workdir: Path, group: str, extra_config: str = "") -> Iterato
     )
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     conf(["--config-file", str(config)], project="ringfleet")
     service = ConductorService(conf)
     thread = threading.Thread(target=service.run, name="conductor", daemon=True)

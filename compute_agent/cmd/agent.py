@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
+from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.common.prepare import prepare_service
 from conductor.common.runner import run_service
@@ -24,7 +24,7 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     ``argv[1:]`` and the config files parsed, logging set up."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    agent_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.COMPUTE_AGENT)
     prepare_service(argv, conf, prog="ringfleet-compute-agent")
     return conf
 

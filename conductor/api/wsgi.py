@@ -25,10 +25,11 @@ from typing import Any
 
 from oslo_config import cfg
 
-from conductor.api import conf as api_conf
 from conductor.api import pipeline
 from conductor.api.errors import WsgiApp
+from conductor.common import conf as common_conf
 from conductor.common import rpc
+from conductor.common.conf import api as api_conf
 from conductor.common.exception import ConfigurationError
 from conductor.common.prepare import prepare_service
 from conductor.rpcapi import ConductorAPI
@@ -53,7 +54,7 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     """The API's configuration: its options, oslo.messaging's, oslo.policy's, parsed."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    api_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.API)
     prepare_service(argv, conf, prog="ringfleet-api")
     return conf
 

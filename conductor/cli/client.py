@@ -40,12 +40,12 @@ def load_config(config_files: Sequence[str]) -> tuple[cfg.ConfigOpts, str]:
     """The CLI's configuration parsed from ``config_files`` (or the default
     file when none is given and it exists), with the RPC options registered;
     and where it came from, in words, for the errors."""
-    from conductor import conf as conductor_conf  # noqa: PLC0415 -- the ring's options: RPC only
+    from conductor.common import conf as common_conf  # noqa: PLC0415 -- the ring's options: RPC only
     from conductor.common import rpc  # noqa: PLC0415 -- oslo.messaging: RPC only
 
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     files = list(config_files)
     if not files and os.path.exists(DEFAULT_CONFIG_FILE):
         files = [DEFAULT_CONFIG_FILE]

@@ -182,10 +182,10 @@ class PlacementCheck(ConductorCommand, Command):
                 "placement check needs RPC mode (a configuration file with [DEFAULT] "
                 "transport_url and [placement] credentials), not the HTTP API"
             )
-        from conductor.common.placement import conf as placement_conf  # noqa: PLC0415 -- heavy
+        from conductor.common.conf import placement as placement_conf  # noqa: PLC0415 -- heavy
 
         conf, source = config()
-        placement_conf.register_opts(conf)
+        placement_conf.OPTIONS.register(conf)
         if not placement_conf.enabled(conf):
             raise ConfigurationError(
                 "placement",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from conductor import conf as conductor_conf
+from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.common.prepare import prepare_service
 from conductor.common.runner import run_service
@@ -23,7 +23,7 @@ def configure(argv: Sequence[str]) -> cfg.ConfigOpts:
     and the config files parsed, logging set up."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     prepare_service(argv, conf, prog="ringfleet-conductor")
     return conf
 

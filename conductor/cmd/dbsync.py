@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from conductor import conf as conductor_conf
+from conductor.common import conf as common_conf
 from conductor.common.exception import ConfigurationError, DatabaseUnavailable
 from conductor.common.prepare import invalid_option, prepare_service
 from conductor.db import migration
@@ -71,7 +71,7 @@ def _configure(argv: Sequence[str]) -> cfg.ConfigOpts | str:
     conf.register_cli_opt(
         cfg.SubCommandOpt("command", title="Commands", handler=_add_commands, dest="command")
     )
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     prepare_service(argv, conf, prog="ringfleet-dbsync", exit_status=FAILED)
     return invalid_option(conf, "database") or conf
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 
-from conductor import conf as conductor_conf
 from conductor import upgrade_checks
 from conductor.common import conf as common_conf
 from conductor.common import rpc
@@ -94,8 +93,7 @@ def _one_line_on_bad_values(check: Callable[[], int]) -> Callable[[], int]:
 def main(argv: Sequence[str] | None = None) -> int:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    common_conf.register_opts(conf)
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     checks = upgrade_checks.UpgradeChecks(conf)
     conf.register_cli_opt(
         cfg.SubCommandOpt(

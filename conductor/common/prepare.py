@@ -2,8 +2,8 @@
 """Process start-up shared by every ringfleet command: options, then logging.
 
 Kept out of import time on purpose: a command builds its ``ConfigOpts``,
-registers its own role's options on it (:mod:`conductor.conf` or
-:mod:`compute_agent.conf`), calls :func:`prepare_service` with its argv, and
+registers the options its role reads on it
+(:func:`conductor.common.conf.register_opts`), calls :func:`prepare_service` with its argv, and
 only then reads options.  A configuration file that is missing, unreadable
 or malformed stops the command with one line naming it, never a traceback.
 """

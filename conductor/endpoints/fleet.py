@@ -18,11 +18,11 @@ import oslo_messaging as messaging
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common import verbs
 from conductor.common.clock import utcnow
+from conductor.common.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.common.exception import FieldError, Forbidden, InvalidInput, ServiceUnavailable
 from conductor.common.ironic import states as ironic_states
 from conductor.common.objects import VmState
 from conductor.common.tenancy import Caller
-from conductor.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.db import fleet_report
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView

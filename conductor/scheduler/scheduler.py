@@ -43,9 +43,9 @@ from typing import Any
 from oslo_config import cfg
 
 from conductor.common.clock import utcnow
+from conductor.common.conf import scheduler as scheduler_conf
 from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotFound
 from conductor.common.objects import Flavor, Node, Ownership, ProvisionState
-from conductor.conf import scheduler as scheduler_conf
 from conductor.db import allocations
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database

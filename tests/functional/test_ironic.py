@@ -22,8 +22,8 @@ import pytest
 from oslo_config import cfg
 
 from compute_agent.drivers.base import ActionContext, load_driver
+from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import NodeNotBuildable
-from conductor.common.ironic import conf as ironic_conf
 from conductor.common.objects import Node
 from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
 from tests.harness import wait_for
@@ -311,7 +311,7 @@ def test_a_paused_agent_touches_nothing_in_ironic_after_it_lost_the_node(
 
 def _driver(ironic_url: str, host: str) -> Any:
     conf = cfg.ConfigOpts()
-    ironic_conf.register_opts(conf)
+    ironic_conf.OPTIONS.register(conf)
     conf([], project="ringfleet-test")
     conf.set_override("auth_type", "none", "ironic")
     conf.set_override("endpoint_override", ironic_url, "ironic")

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import pytest
 from oslo_config import cfg
 
+from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import DriverError
-from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic import states
 from conductor.common.ironic.client import (
     BaremetalClient,
@@ -60,7 +60,7 @@ class FakeBackend:
 class RealBackend:
     def __init__(self, url: str, harness: IronicHarness, shard: str) -> None:
         conf = cfg.ConfigOpts()
-        ironic_conf.register_opts(conf)
+        ironic_conf.OPTIONS.register(conf)
         conf([], project="ringfleet-test")
         conf.set_override("auth_type", "none", "ironic")
         conf.set_override("endpoint_override", url, "ironic")

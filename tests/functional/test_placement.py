@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from oslo_config import cfg
 
-from conductor.common.placement import conf as placement_conf
+from conductor.common.conf import placement as placement_conf
 from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient
 from conductor.rpcapi import ConductorAPI, pages
@@ -55,7 +55,7 @@ def _client(url: str, workdir: Path) -> PlacementClient:
     config = workdir / "placement-client.conf"
     config.write_text(_placement_options(url))
     conf = cfg.ConfigOpts()
-    placement_conf.register_opts(conf)
+    placement_conf.OPTIONS.register(conf)
     conf(["--config-file", str(config)])
     return PlacementClient.from_conf(conf)
 

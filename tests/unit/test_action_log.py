@@ -13,8 +13,8 @@ from oslo_config import cfg
 
 from compute_agent.drivers import ActionContext
 from compute_agent.drivers.simulated import SimulatedDriver
-from compute_agent.drivers.simulated import conf as simulated_conf
 from compute_agent.drivers.simulated.action_log import Action, ActionLog, check_fencing, read_log
+from conductor.common.conf import simulated_driver as simulated_conf
 from conductor.common.exception import ActionLogError
 from conductor.common.objects import Node
 
@@ -143,7 +143,7 @@ def simulated(tmp_path: Path, host: str, log: Path) -> SimulatedDriver:
         f"[simulated_driver]\nstep_duration = 0\nclean_duration = 0\naction_log = {log}\n"
     )
     conf = cfg.ConfigOpts()
-    simulated_conf.register_opts(conf)
+    simulated_conf.OPTIONS.register(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return SimulatedDriver(conf, host)
 

@@ -24,10 +24,10 @@ from oslo_config import cfg
 from compute_agent.actions import PROGRESS_EVERY, NodeActions
 from compute_agent.drivers import ActionContext
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver
-from compute_agent.drivers.simulated import conf as simulated_conf
 from compute_agent.drivers.simulated.action_log import Action, check_fencing, read_log
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.ownership import OwnershipManager
+from conductor.common.conf import simulated_driver as simulated_conf
 from conductor.common.exception import Conflict, InvalidInput, NodeNotBuildable, NotOwner
 from conductor.common.objects import (
     ClaimOutcome,
@@ -233,7 +233,7 @@ def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
         "[simulated_driver]\n" + "".join(f"{key} = {value}\n" for key, value in values.items())
     )
     conf = cfg.ConfigOpts()
-    simulated_conf.register_opts(conf)
+    simulated_conf.OPTIONS.register(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from oslo_config import cfg
 
-from compute_agent import conf as agent_conf
 from compute_agent.service import AgentService
 from compute_agent.state_reports import StateReports, StateSender
+from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.common.exception import FieldError, InvalidInput
 
@@ -21,7 +21,7 @@ def _service(tmp_path: Path) -> AgentService:
     path.write_text("[DEFAULT]\nhost = agent-7\n")
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    agent_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.COMPUTE_AGENT)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return AgentService(conf)
 

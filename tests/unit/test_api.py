@@ -26,8 +26,8 @@ from oslo_policy import generator
 
 from conductor.api import app as api_app
 from conductor.api import auth, microversion, openapi, pipeline, policy, v1, wsgi
-from conductor.api import conf as api_conf
 from conductor.common import exception, rpc
+from conductor.common.conf import api as api_conf
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = {"uuid": "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1", "name": "n1"}
@@ -89,7 +89,7 @@ def make_app(
 ) -> tuple[api_app.Application, FakeConductors]:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    api_conf.register_opts(conf)
+    api_conf.OPTIONS.register(conf)
     conf([], project="ringfleet-test", default_config_files=[])
     tokens = tmp_path / "tokens"
     tokens.write_text("# comment\nadm admin,member,reader p1\nmem member,reader p1\nrd reader\n")
@@ -448,7 +448,7 @@ def _behind_keystone_auth(tmp_path: Path) -> tuple[Any, FakeConductors]:
     have found (its X-Identity-Status headers, or the outage mark)."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    api_conf.register_opts(conf)
+    api_conf.OPTIONS.register(conf)
     conf([], project="ringfleet-test", default_config_files=[])
     conf.set_override("auth_strategy", "keystone", "api")
     fake = FakeConductors()
@@ -783,7 +783,7 @@ def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
     request without a token is refused without asking Keystone."""
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    api_conf.register_opts(conf)
+    api_conf.OPTIONS.register(conf)
     conf([], project="ringfleet-test", default_config_files=[])
     conf.set_override("auth_strategy", "keystone", "api")
     fake = FakeConductors()

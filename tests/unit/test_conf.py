@@ -11,20 +11,19 @@ from pathlib import Path
 import pytest
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
+from oslo_middleware import opts as middleware_opts
 
-from compute_agent import conf as agent_conf
 from compute_agent.cmd import agent as agent_cmd
-from compute_agent.conf import opts as agent_opts
-from conductor import conf as conductor_conf
 from conductor.cmd import conductor as conductor_cmd
+from conductor.common import conf as common_conf
 from conductor.common.conf import default
-from conductor.common.conf import opts as common_opts
+from conductor.common.conf import ironic as ironic_conf
+from conductor.common.conf import placement as placement_conf
+from conductor.common.conf.groups import ListedOpts
+from conductor.common.conf.opts import Namespace
 from conductor.common.coordination import membership_from_conf
 from conductor.common.exception import ConfigurationError, RingfleetError
-from conductor.common.ironic import conf as ironic_conf
-from conductor.common.placement import conf as placement_conf
 from conductor.common.prepare import prepare_service
-from conductor.conf import opts as conductor_opts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,16 +32,24 @@ def make_conf(tmp_path: Path, text: str) -> cfg.ConfigOpts:
     path = tmp_path / "ringfleet.conf"
     path.write_text(text)
     conf = cfg.ConfigOpts()
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 
 
-ListedOpts = list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]
-ROLES: dict[str, tuple[Callable[[cfg.ConfigOpts], None], Callable[[], ListedOpts]]] = {
-    "conductor": (conductor_conf.register_opts, conductor_opts.list_opts),
-    "compute_agent": (agent_conf.register_opts, agent_opts.list_opts),
+#: Each kind of process: its namespace (what it registers beside the shared
+#: groups), and what it also registers of a library's options, listed by that
+#: library's own namespace.
+ROLES: dict[str, tuple[Namespace, ListedOpts]] = {
+    "conductor": (common_conf.CONDUCTOR, []),
+    "compute_agent": (common_conf.COMPUTE_AGENT, []),
+    "api": (common_conf.API, middleware_opts.list_opts_sizelimit()),
 }
+
+
+def registering(namespace: Namespace) -> Callable[[cfg.ConfigOpts], None]:
+    """What a process of ``namespace`` does to register its options."""
+    return lambda conf: common_conf.register_opts(conf, namespace)
 
 
 def registered_options(register: Callable[[cfg.ConfigOpts], None]) -> set[tuple[str, str]]:
@@ -61,8 +68,9 @@ def registered_options(register: Callable[[cfg.ConfigOpts], None]) -> set[tuple[
 def test_every_registered_option_is_listed(role: str) -> None:
     """A role registers the shared options and its own: exactly what the config
     generator lists for it (namespaces ringfleet.common and ringfleet.<role>)."""
-    register, list_opts = ROLES[role]
-    listing = common_opts.list_opts() + list_opts()
+    namespace, library = ROLES[role]
+    assert namespace.name == f"ringfleet.{role}"
+    listing = common_conf.COMMON.list_opts() + namespace.list_opts() + library
     listed = {
         (getattr(group, "name", group), opt.dest)
         for group, group_opts in listing
@@ -76,9 +84,9 @@ def test_every_registered_option_is_listed(role: str) -> None:
         for group in ("ironic", "placement")
         for opt in ks_loading.get_auth_plugin_conf_options("password")
     }
-    registered = registered_options(register)
+    registered = registered_options(registering(namespace))
     assert listed - (plugin - registered) == registered
-    for group, group_opts in listing:
+    for group, group_opts in common_conf.COMMON.list_opts() + namespace.list_opts():
         for opt in group_opts:
             ours = {"ironic": ironic_conf.opts, "placement": placement_conf.opts}
             name = getattr(group, "name", group)
@@ -98,9 +106,8 @@ def test_an_agent_registers_no_conductor_option_group(tmp_path: Path) -> None:
     conf = agent_cmd.configure(["ringfleet-compute-agent", "--config-file", str(empty)])
     assert not CONDUCTOR_GROUPS & set(conf)
     assert {"compute_agent", "simulated_driver", "coordination", "ring", "metrics"} <= set(conf)
-    assert {group for group, _ in registered_options(agent_conf.register_opts)}.isdisjoint(
-        CONDUCTOR_GROUPS
-    )
+    registered = registered_options(registering(common_conf.COMPUTE_AGENT))
+    assert {group for group, _ in registered}.isdisjoint(CONDUCTOR_GROUPS)
 
 
 def test_a_conductor_registers_its_option_groups(tmp_path: Path) -> None:
@@ -221,8 +228,7 @@ def test_overrides_stay_with_their_own_conf() -> None:
     registered OptGroup's option table between every ConfigOpts it is given to)."""
     first, second = cfg.ConfigOpts(), cfg.ConfigOpts()
     for conf in (first, second):
-        conductor_conf.register_opts(conf)
-        agent_conf.register_opts(conf)
+        common_conf.register_opts(conf, common_conf.CONDUCTOR, common_conf.COMPUTE_AGENT)
     first.set_override("backend_url", "file:///tmp/first?timeout=2", group="coordination")
     first.set_override("rehome_grace", 1.0, group="conductor")
     first.set_override("step_duration", 0.0, group="simulated_driver")
@@ -231,7 +237,7 @@ def test_overrides_stay_with_their_own_conf() -> None:
     assert second.simulated_driver.step_duration == 0.2
     assert first.coordination.backend_url == "file:///tmp/first?timeout=2"
     # Registering again (the simulated driver does) keeps the override.
-    agent_conf.register_opts(first)
+    common_conf.register_opts(first, common_conf.COMPUTE_AGENT)
     assert first.simulated_driver.step_duration == 0.0
 
 

@@ -36,10 +36,10 @@ from compute_agent.drivers import (
     load_driver,
 )
 from compute_agent.drivers.simulated import DEPLOY_STEPS, SimulatedDriver, node_store
-from compute_agent.drivers.simulated import conf as simulated_conf
 from compute_agent.drivers.simulated.action_log import MAX_LINE, ActionLog, check_fencing, read_log
 from compute_agent.drivers.simulated.driver import FOLLOW_EVERY
 from conductor.common import rpc
+from conductor.common.conf import simulated_driver as simulated_conf
 from conductor.common.exception import (
     ActionLogError,
     ConfigurationError,
@@ -61,7 +61,7 @@ def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
     lines = [f"{key} = {value}" for key, value in values.items()]
     path.write_text("[simulated_driver]\n" + "\n".join(lines) + "\n")
     conf = cfg.ConfigOpts()
-    simulated_conf.register_opts(conf)
+    simulated_conf.OPTIONS.register(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 

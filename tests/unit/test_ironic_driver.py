@@ -33,6 +33,7 @@ from compute_agent.drivers import ActionContext, BackendNode
 from compute_agent.drivers.base import DeploySpec
 from compute_agent.drivers.ironic import driver as ironic_driver
 from compute_agent.drivers.ironic.driver import IronicDriver
+from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
     ActionAbandoned,
     DriverError,
@@ -40,7 +41,6 @@ from conductor.common.exception import (
     NotOwner,
     ServiceUnavailable,
 )
-from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic.client import BaremetalClient, IronicClaimConflict
 from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, PowerState, ProvisionState
@@ -63,7 +63,7 @@ def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
     path = directory / f"{uuidlib.uuid4()}.conf"
     path.write_text("[ironic]\n" + "".join(f"{k} = {v}\n" for k, v in options.items()))
     conf = cfg.ConfigOpts()
-    ironic_conf.register_opts(conf)
+    ironic_conf.OPTIONS.register(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 

@@ -15,7 +15,7 @@ import pytest
 from oslo_config import cfg
 from sqlalchemy import event, select, update
 
-from conductor import conf as conductor_conf
+from conductor.common import conf as common_conf
 from conductor.common.exception import NodeInUse, NodeNotFound
 from conductor.common.ironic.client import IronicNode
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
@@ -57,7 +57,7 @@ def make_conf(directory: Path, **values: object) -> cfg.ConfigOpts:
     path = directory / f"{uuidlib.uuid4()}.conf"
     path.write_text("[ironic]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
     conf = cfg.ConfigOpts()
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 

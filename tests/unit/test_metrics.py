@@ -26,10 +26,9 @@ from oslo_config import cfg
 from oslo_context import context as request_context
 from prometheus_client import CollectorRegistry
 
-from compute_agent import conf as agent_conf
 from compute_agent.metrics import AgentMetrics
 from compute_agent.service import AgentService
-from conductor import conf as conductor_conf
+from conductor.common import conf as common_conf
 from conductor.common import rpc
 from conductor.common.exception import ConfigurationError, DatabaseUnavailable
 from conductor.common.metrics import ALL_GROUPS, MetricsServer
@@ -86,8 +85,7 @@ def make_conf(tmp: Path, host: str, metrics: bool = True) -> cfg.ConfigOpts:
     )
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    conductor_conf.register_opts(conf)
-    agent_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR, common_conf.COMPUTE_AGENT)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 

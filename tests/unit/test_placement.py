@@ -16,13 +16,13 @@ from oslo_config import cfg
 
 from compute_agent.metrics import AgentMetrics
 from compute_agent.placement_report import PlacementReporter
+from conductor.common.conf import placement as placement_conf
 from conductor.common.exception import (
     ConfigurationError,
     InstanceNotFound,
     NodeNotFound,
     ServiceUnavailable,
 )
-from conductor.common.placement import conf as placement_conf
 from conductor.common.placement import provider
 from conductor.common.placement.client import PlacementClient
 from tests import placement_contract
@@ -266,7 +266,7 @@ class Conductor:
 
 def _conf() -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
-    placement_conf.register_opts(conf)
+    placement_conf.OPTIONS.register(conf)
     conf([])
     return conf
 

@@ -15,9 +15,9 @@ from oslo_config import cfg
 from stevedore import _cache
 from stevedore.extension import Extension, ExtensionManager
 
+from conductor.common.conf import scheduler as scheduler_conf
 from conductor.common.exception import ConfigurationError
 from conductor.common.objects import Flavor, Node
-from conductor.conf import scheduler as scheduler_conf
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel
 from conductor.scheduler import BaseFilter, RequestSpec
@@ -227,7 +227,7 @@ def make_conf(tmp_path: Path, text: str = "") -> cfg.ConfigOpts:
     path = tmp_path / "ringfleet.conf"
     path.write_text("[scheduler]\n" + textwrap.dedent(text))
     conf = cfg.ConfigOpts()
-    scheduler_conf.register_opts(conf)
+    scheduler_conf.OPTIONS.register(conf)
     conf(["--config-file", str(path)], project="ringfleet", default_config_files=[])
     return conf
 

@@ -27,16 +27,14 @@ from oslo_config import cfg
 from oslo_log import log as oslo_log
 from oslo_messaging import opts as messaging_opts
 
-from compute_agent import conf as agent_conf
-from compute_agent.conf import agent as agent_opts
 from compute_agent.service import STOP_MARGIN
-from conductor import conf as conductor_conf
-from conductor.api import conf as api_options
 from conductor.api import wsgi
 from conductor.cmd import dbsync
 from conductor.common import conf as common_conf
 from conductor.common import rpc
-from conductor.conf import conductor as conductor_opts
+from conductor.common.conf import compute_agent as agent_opts
+from conductor.common.conf import conductor as conductor_opts
+from conductor.common.conf import database as database_opts
 from conductor.lifecycle import BuildLifecycle
 from hashring.backend_url import ttl_from_url
 
@@ -244,7 +242,7 @@ def test_units_run_as_ringfleet_with_hardening(units: dict[str, Unit], name: str
     assert service["PrivateTmp"][-1] == "yes"
     # SQLite's documented place and the drivers' state: /var/lib/ringfleet.
     assert service["StateDirectory"][-1] == "ringfleet"
-    connection_help = conductor_conf.database.opts[0].help
+    connection_help = database_opts.opts[0].help
     assert connection_help and "/var/lib/ringfleet" in connection_help
 
 
@@ -283,9 +281,9 @@ def _cli_conf(script: str) -> cfg.ConfigOpts:
     if script != "ringfleet-dbsync":
         rpc.register_opts(conf)
     if script == "ringfleet-compute-agent":
-        agent_conf.register_opts(conf)
+        common_conf.register_opts(conf, common_conf.COMPUTE_AGENT)
     else:
-        conductor_conf.register_opts(conf)
+        common_conf.register_opts(conf, common_conf.CONDUCTOR)
     if script == "ringfleet-dbsync":
         conf.register_cli_opt(
             cfg.SubCommandOpt("command", handler=dbsync._add_commands, dest="command")
@@ -728,9 +726,8 @@ def test_devstack_runs_the_api_when_enabled(tmp_path: Path) -> None:
     # Every option written is one the API registers.
     api_conf = cfg.ConfigOpts()
     rpc.register_opts(api_conf)
-    api_options.register_opts(api_conf)
+    common_conf.register_opts(api_conf, common_conf.API)
     oslo_log.register_options(api_conf)
-    common_conf.register_opts(api_conf)
     for section in conf.sections():
         for option in conf[section]:
             if section in ("api", "DEFAULT"):

@@ -22,9 +22,9 @@ from oslo_config import cfg
 from oslo_context import context as request_context
 
 from conductor.api import app as api_app
-from conductor.api import conf as api_conf
 from conductor.api import wsgi
 from conductor.common import rpc
+from conductor.common.conf import api as api_conf
 from conductor.common.exception import (
     Forbidden,
     InstanceNotFound,
@@ -413,7 +413,7 @@ class Direct:
 def http(env: Env, tmp_path: Path) -> api_app.Application:
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    api_conf.register_opts(conf)
+    api_conf.OPTIONS.register(conf)
     conf([], project="ringfleet-test", default_config_files=[])
     tokens = tmp_path / "tokens"
     tokens.write_text(

@@ -24,7 +24,6 @@ from oslo_config import cfg
 from oslo_upgradecheck.upgradecheck import Code
 
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API
-from conductor import conf as conductor_conf
 from conductor import upgrade_checks
 from conductor.common import conf as common_conf
 from conductor.common import rpc
@@ -40,8 +39,7 @@ def _conf(tmp_path: Path, text: str = "") -> cfg.ConfigOpts:
     path.write_text(text)
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    common_conf.register_opts(conf)
-    conductor_conf.register_opts(conf)
+    common_conf.register_opts(conf, common_conf.CONDUCTOR)
     conf(["--config-file", str(path)], project="ringfleet-test", default_config_files=[])
     return conf
 

@@ -49,13 +49,13 @@ from compute_agent.drivers.base import (
     ProgressCallback,
     validate_power_target,
 )
+from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
     ActionAbandoned,
     DriverError,
     NodeNotBuildable,
     ServiceUnavailable,
 )
-from conductor.common.ironic import conf as ironic_conf
 from conductor.common.ironic import states
 from conductor.common.ironic.client import (
     BaremetalClient,
@@ -110,7 +110,7 @@ class IronicDriver(ComputeDriver):
         self, conf: cfg.ConfigOpts, host: str, *, client: BaremetalClient | None = None
     ) -> None:
         super().__init__(conf, host)
-        ironic_conf.register_opts(conf)
+        ironic_conf.OPTIONS.register(conf)
         options = conf[ironic_conf.group.name]
         self._poll_interval: float = options.poll_interval
         self._poll_max_interval: float = max(options.poll_max_interval, options.poll_interval)

@@ -49,9 +49,9 @@ from compute_agent.drivers.base import (
     ProgressCallback,
     validate_power_target,
 )
-from compute_agent.drivers.simulated import conf as simulated_conf
 from compute_agent.drivers.simulated.action_log import ActionLog
 from compute_agent.drivers.simulated.node_store import SimulatedNode, open_store
+from conductor.common.conf import simulated_driver as simulated_conf
 from conductor.common.exception import ConfigurationError, DriverError, NodeNotBuildable
 from conductor.common.objects import Node, PowerState, ProvisionState
 
@@ -89,7 +89,7 @@ class SimulatedDriver(ComputeDriver):
 
     def __init__(self, conf: cfg.ConfigOpts, host: str) -> None:
         super().__init__(conf, host)
-        simulated_conf.register_opts(conf)
+        simulated_conf.OPTIONS.register(conf)
         options = conf[_GROUP]
         self.step_durations: dict[str, float] = _step_durations(
             options.step_duration, options.step_durations

@@ -8,7 +8,9 @@ import socket
 from oslo_config import cfg, types
 from oslo_utils import netutils
 
-__all__ = ["HostName", "my_ip", "opts", "register_opts"]
+from conductor.common.conf.groups import GroupOptions
+
+__all__ = ["OPTIONS", "HostName", "my_ip", "opts"]
 
 
 class HostName(types.HostDomain):
@@ -56,6 +58,8 @@ opts = [
     ),
 ]
 
+OPTIONS = GroupOptions(None, opts)
+
 
 def my_ip(conf: cfg.ConfigOpts) -> str:
     """``[DEFAULT] my_ip``, or this host's address as Nova's default computes it."""
@@ -63,7 +67,3 @@ def my_ip(conf: cfg.ConfigOpts) -> str:
     if configured:
         return configured
     return netutils.get_my_ipv4()
-
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_opts(opts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 
 group = cfg.OptGroup(
     "metrics",
@@ -65,6 +65,4 @@ opts = [
     ),
 ]
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    register_group_opts(conf, group, opts)
+OPTIONS = GroupOptions(group, opts)

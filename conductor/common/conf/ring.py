@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 from hashring.ring import MAX_WEIGHT
 
 group = cfg.OptGroup(
@@ -39,6 +39,4 @@ opts = [
     ),
 ]
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    register_group_opts(conf, group, opts)
+OPTIONS = GroupOptions(group, opts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from oslo_config import cfg, types
 
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 
 group = cfg.OptGroup(
     "upgrade_levels",
@@ -46,6 +46,4 @@ opts = [
     ),
 ]
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    register_group_opts(conf, group, opts)
+OPTIONS = GroupOptions(group, opts)

@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Ironic back end, as far as both services share it.
 
-* :mod:`~conductor.common.ironic.conf` -- the ``[ironic]`` options (how to
-  reach Ironic, how often to poll and to import its inventory);
 * :mod:`~conductor.common.ironic.client` -- the small Ironic API client;
 * :mod:`~conductor.common.ironic.states` -- Ironic's provision states and
   what each means to ringfleet, declared once.
@@ -12,5 +10,9 @@ of ``tests/unit/test_layering.py`` keeps each service out of the other):
 the agent's driver in :mod:`compute_agent.drivers.ironic`, the conductors'
 import of Ironic's inventory in :mod:`conductor.ironic_sync`.
 
-Nothing is imported here, so reading the options does not load openstacksdk.
+Its options, ``[ironic]`` (how to reach Ironic, how often to poll and to
+import its inventory), are with every other option, in
+:mod:`conductor.common.conf.ironic`.
+
+Nothing is imported here, so importing one part does not load openstacksdk.
 """

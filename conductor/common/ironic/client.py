@@ -3,7 +3,7 @@
 
 Both services talk to Ironic the same way, so the rules live here once:
 
-* every request is pinned to :data:`~conductor.common.ironic.conf.API_VERSION`;
+* every request is pinned to :data:`~conductor.common.conf.ironic.API_VERSION`;
 * no status-code retries: a lost claim (409) must fail in milliseconds, not
   after openstacksdk's default five retries (15.8 s measured);
 * Ironic's answers become ringfleet's errors here and nowhere else: an
@@ -28,9 +28,9 @@ import openstack.exceptions
 from keystoneauth1 import exceptions as ks_exceptions
 from oslo_config import cfg
 
+from conductor.common.conf import ironic as ironic_conf
 from conductor.common.conf import keystoneauth
 from conductor.common.exception import DriverError
-from conductor.common.ironic import conf as ironic_conf
 from conductor.common.service_outage import ServiceOutage
 
 __all__ = [
@@ -167,7 +167,7 @@ class BaremetalClient:
 
         :raises ConfigurationError: the authentication options are incomplete
         """
-        ironic_conf.register_opts(conf)
+        ironic_conf.OPTIONS.register(conf)
         group = ironic_conf.group.name
         session = keystoneauth.load_session(conf, group, "Ironic")
         connection = openstack.connection.Connection(session=session, oslo_conf=conf)

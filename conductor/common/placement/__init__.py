@@ -1,2 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""OpenStack Placement: its options, a client, and a node as a resource provider."""
+"""OpenStack Placement: a client, and a node as a resource provider.
+
+Its options, ``[placement]``, are with every other option, in
+:mod:`conductor.common.conf.placement`.
+"""

@@ -3,7 +3,7 @@
 
 The rules live here once:
 
-* every request is pinned to :data:`~conductor.common.placement.conf.API_VERSION`
+* every request is pinned to :data:`~conductor.common.conf.placement.API_VERSION`
   and sent through keystoneauth (its session, auth plugin and endpoint);
 * no retries of its own: the callers know which refusal a retry fixes (a
   provider generation conflict: re-read, then write again);
@@ -27,8 +27,8 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from conductor.common.conf import keystoneauth
+from conductor.common.conf import placement as placement_conf
 from conductor.common.exception import RingfleetError
-from conductor.common.placement import conf as placement_conf
 from conductor.common.service_outage import ServiceOutage
 
 __all__ = [
@@ -84,7 +84,7 @@ class PlacementClient:
 
         :raises ConfigurationError: the authentication options are incomplete
         """
-        placement_conf.register_opts(conf)
+        placement_conf.OPTIONS.register(conf)
         group = placement_conf.group.name
         session = keystoneauth.load_session(conf, group, "Placement")
         adapter = ks_loading.load_adapter_from_conf_options(conf, group, session=session)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 
 group = cfg.OptGroup(
     "scheduler",
@@ -130,6 +130,4 @@ opts = [
     ),
 ]
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    register_group_opts(conf, group, opts)
+OPTIONS = GroupOptions(group, opts)

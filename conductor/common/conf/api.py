@@ -6,16 +6,15 @@ from __future__ import annotations
 from oslo_config import cfg
 from oslo_middleware import cors, sizelimit
 
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 
 __all__ = [
     "AUTH_STRATEGIES",
     "DEFAULT_PASTE_CONFIG",
     "MAX_REQUEST_BODY_SIZE",
+    "OPTIONS",
     "group",
-    "list_opts",
     "opts",
-    "register_opts",
     "set_defaults",
 ]
 
@@ -116,8 +115,8 @@ opts = [
 def set_defaults() -> None:
     """ringfleet's defaults of the oslo.middleware options its pipeline uses.
 
-    Also the ``oslo.config.opts.defaults`` hook of the ``ringfleet.api``
-    namespace, so that the sample config shows them.
+    Set whenever ``[api]`` is registered, and the ``oslo.config.opts.defaults``
+    hook of the ``ringfleet.api`` namespace, so that the sample config shows them.
     """
     cfg.set_defaults(sizelimit.OPTS, max_request_body_size=MAX_REQUEST_BODY_SIZE)
     cors.set_defaults(
@@ -127,14 +126,14 @@ def set_defaults() -> None:
     )
 
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
+def _register_middleware_opts(conf: cfg.ConfigOpts) -> None:
+    """oslo.middleware's options, with ringfleet's defaults.
+
+    The sizelimit filter registers its own too, when the pipeline loads;
+    here so that they are known (and may be overridden) before.
+    """
     set_defaults()
-    register_group_opts(conf, group, opts)
-    # The sizelimit filter registers it too, when the pipeline loads; here
-    # so that it is known (and may be overridden) before.
     conf.register_opts(sizelimit.OPTS, group="oslo_middleware")
 
 
-def list_opts() -> list[tuple[str | cfg.OptGroup, list[cfg.Opt]]]:
-    """For oslo-config-generator (namespace ``ringfleet.api``)."""
-    return [(group, list(opts))]
+OPTIONS = GroupOptions(group, opts, prepare=_register_middleware_opts)

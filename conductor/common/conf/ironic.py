@@ -18,10 +18,9 @@ from typing import Final
 
 from oslo_config import cfg
 
-from conductor.common.conf import keystoneauth
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 
-__all__ = ["API_VERSION", "group", "list_opts", "opts", "register_opts"]
+__all__ = ["API_VERSION", "OPTIONS", "group", "opts"]
 
 group = cfg.OptGroup(
     "ironic",
@@ -120,13 +119,5 @@ opts = [
     ),
 ]
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    """Register ``[ironic]``: ringfleet's options and keystoneauth's (idempotent)."""
-    register_group_opts(conf, group, opts)
-    keystoneauth.register_opts(conf, group.name, "baremetal")
-
-
-def list_opts() -> list[cfg.Opt]:
-    """Every option of ``[ironic]``, for the sample configuration."""
-    return list(opts) + keystoneauth.list_opts()
+#: ringfleet's options and keystoneauth's, finding Ironic as ``baremetal``.
+OPTIONS = GroupOptions(group, opts, service_type="baremetal")

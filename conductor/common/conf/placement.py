@@ -15,18 +15,9 @@ from typing import Final
 
 from oslo_config import cfg
 
-from conductor.common.conf import keystoneauth
-from conductor.common.conf.groups import register_group_opts
+from conductor.common.conf.groups import GroupOptions
 
-__all__ = [
-    "API_VERSION",
-    "DEFAULT_AGGREGATE",
-    "enabled",
-    "group",
-    "list_opts",
-    "opts",
-    "register_opts",
-]
+__all__ = ["API_VERSION", "DEFAULT_AGGREGATE", "OPTIONS", "enabled", "group", "opts"]
 
 group = cfg.OptGroup(
     "placement",
@@ -97,19 +88,11 @@ opts = [
     ),
 ]
 
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    """Register ``[placement]``: ringfleet's options and keystoneauth's (idempotent)."""
-    register_group_opts(conf, group, opts)
-    keystoneauth.register_opts(conf, group.name, "placement")
+#: ringfleet's options and keystoneauth's, finding Placement as ``placement``.
+OPTIONS = GroupOptions(group, opts, service_type="placement")
 
 
 def enabled(conf: cfg.ConfigOpts) -> bool:
     """Whether the reporter is configured (``[placement] auth_type`` set)."""
-    register_opts(conf)
+    OPTIONS.register(conf)
     return bool(conf.placement.auth_type)
-
-
-def list_opts() -> list[cfg.Opt]:
-    """Every option of ``[placement]``, for the sample configuration."""
-    return list(opts) + keystoneauth.list_opts()
