@@ -28,6 +28,7 @@ from compute_agent.ownership import OwnershipManager
 from compute_agent.placement_report import PlacementReporter
 from compute_agent.reporting import ResultReporter
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
+from compute_agent.serving import ServingCheck
 from compute_agent.state_reports import StateReports, StateSender
 from conductor.common import broker_outage, rpc, systemd
 from conductor.common.conf import default as default_conf
@@ -101,6 +102,7 @@ class AgentService:
         self._serving = threading.Event()
         #: What a stop is doing now (the runner names it past the deadline).
         self._stop_steps: StopSteps | None = None
+        self._serving_check: ServingCheck | None = None
         self._starting = systemd.StartupWait()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -250,6 +252,9 @@ class AgentService:
             thread.start()
         if self.placement is not None:
             self.placement.start()
+        assert self._transport is not None
+        self._serving_check = ServingCheck.through(self._transport, self.host, self.membership)
+        self._serving_check.start()
 
     def wait_started(self, timeout: float) -> bool:
         return self._started.wait(timeout)
@@ -281,6 +286,8 @@ class AgentService:
         self._starting.done()
         systemd.notify("STOPPING=1")
         LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
+        if self._serving_check is not None:
+            self._serving_check.stop()  # the stop leaves the group its own way
         if self.actions is not None:
             self.actions.stop_accepting()
         if not drain:
@@ -519,7 +526,9 @@ class AgentService:
             # Our own leave on a stop: expected, not a fault to look into.
             LOG.info("Agent %s left the group (membership %s)", self.host, new.value)
         elif new is not State.CONNECTED:
-            LOG.warning("Agent %s membership %s: node actions suspended", self.host, new.value)
+            # Stepped aside (it cannot serve): said once already, at WARNING.
+            level = logging.INFO if self.membership.aside is not None else logging.WARNING
+            LOG.log(level, "Agent %s membership %s: node actions suspended", self.host, new.value)
         # Back from LOST: the ownership manager sees the new join generation
         # and re-reads its claims before any action (see OwnershipManager).
         self._wake.set()

@@ -156,6 +156,9 @@ class Membership:
         self._join_generation = 0
         self._last_beat: float | None = None
         self._superseded_by: str | None = None
+        # Why this member stays out of the group though it could be in it
+        # (it cannot serve: see step_aside), or None.
+        self._aside: str | None = None
         self._view: MembershipView | None = None
         self._reported_state: State | None = None
         self._excluded_logged: dict[str, str] = {}
@@ -219,6 +222,49 @@ class Membership:
         """Whether the backend fails now, and this member said so (one WARNING
         naming it, when the failures started)."""
         return self._outage.ongoing
+
+    @property
+    def aside(self) -> str | None:
+        """Why this member stepped aside (left the group while it cannot
+        serve), or None."""
+        return self._aside
+
+    def step_aside(self, why: str) -> None:
+        """Leave the group while this process cannot serve, though it is alive.
+
+        Its peers see it leave and take its share over as for a member that
+        died (fenced); it keeps its connection and heartbeat, is ``LOST``
+        meanwhile (no node action), and joins again on :meth:`step_back`.
+        """
+        with self._lock:
+            if self._aside is not None or not self._join:
+                return
+            self._aside = why
+        self._wake_keeper.set()
+
+    def announce(self, name: str, value: Any) -> bool:
+        """Set capability *name* of this member's entry (peers see it at their
+        next read; a later join carries it); whether the entry took it now."""
+        with self._lock:
+            self._capabilities[name] = value
+            coordinator = self._coordinator if self._joined else None
+        if coordinator is None:
+            return False
+        try:
+            coordinator.update_capabilities(self._group, dict(self._capabilities)).get()
+        except Exception as exc:  # the backend is away: the next join carries it
+            LOG.debug("Member %s: capability %s not announced: %s", self._member_id, name, exc)
+            return False
+        self._wake_watcher.set()
+        return True
+
+    def step_back(self) -> None:
+        """Join the group again after :meth:`step_aside` (a new join generation)."""
+        with self._lock:
+            if self._aside is None:
+                return
+            self._aside = None
+        self._wake_keeper.set()
 
     def can_act(self) -> bool:
         """Whether node actions are safe now (the state is ``CONNECTED``)."""
@@ -344,12 +390,30 @@ class Membership:
             # re-validate what they hold), even though the re-join follows
             # within this very call.
             self._report_state()
-        if self._join and not self._joined:
+        if self._aside is not None:
+            self._stay_aside()
+        elif self._join and not self._joined:
             if self._superseded_by is not None:
                 return
             self._join_group()
         with self._lock:
             self._last_beat = started
+
+    def _stay_aside(self) -> None:
+        """Out of the group while stepped aside: leave it once (said once)."""
+        if not self._joined:
+            return
+        with contextlib.suppress(coordination.MemberNotJoined):
+            self._coordinator.leave_group(self._group).get()
+        with self._lock:
+            self._joined = False
+        LOG.info(
+            "Member %s left group %s while it cannot serve: %s",
+            self._member_id,
+            self._group_name,
+            self._aside,
+        )
+        self._wake_watcher.set()
 
     def _connect(self) -> None:
         coordinator = coordination.get_coordinator(
@@ -599,7 +663,7 @@ class Membership:
             old, self._reported_state = self._reported_state, state
         if old is state or old is None:
             return
-        deliberate = state is State.CONNECTED or self._stopping.is_set()
+        deliberate = state is State.CONNECTED or self._stopping.is_set() or self._aside is not None
         log = LOG.info if deliberate else LOG.warning
         log(
             "Membership of %s in group %s: %s -> %s",

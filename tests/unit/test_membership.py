@@ -95,6 +95,16 @@ class FakeCoordinator:
 
         return _Result(run)
 
+    def update_capabilities(self, group: bytes, caps: dict[str, Any]) -> _Result:
+        def run() -> None:
+            with self.backend.lock:
+                members = self.backend.groups[group]
+                if self.member_id not in members:
+                    raise coordination.MemberNotJoined(group, self.member_id)
+                members[self.member_id] = dict(caps)
+
+        return _Result(run)
+
     def get_members_with_capabilities(self, group: bytes) -> _Result:
         def run() -> dict[bytes, dict[str, Any]]:
             with self.backend.lock:
@@ -297,6 +307,48 @@ def test_no_view_without_this_member_is_published_while_it_re_joins(
     absent = [sorted(v.members) for v in views if "agent-1" not in v.members]
     assert absent == []
     assert m.view is not None and set(m.view.members) == {"agent-1", "peer"}
+
+
+def test_a_member_that_cannot_serve_steps_aside_and_back(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Alive but unable to serve: out of the group (its peers take its share
+    as for a dead member), LOST meanwhile, and in again with a new join
+    generation (what it holds is re-read) once it serves."""
+    peer = make(started, "agent-2")
+    m = make(started)
+    assert m.wait_connected(5) and peer.wait_connected(5)
+    wait_until(lambda: peer.view is not None and "agent-1" in peer.view.members)
+    generation = m.join_generation
+    caplog.set_level(logging.INFO, logger="hashring")
+    m.step_aside("no answer over the broker for 12 s")
+    m.step_aside("said twice")  # stepping aside twice is once
+    wait_until(lambda: b"agent-1" not in backend.groups[GROUP])
+    wait_until(lambda: peer.view is not None and "agent-1" not in peer.view.members)
+    assert m.state is State.LOST and not m.can_act()
+    assert m.aside == "no answer over the broker for 12 s"
+    m._wake_keeper.set()  # more beats: it stays out
+    time.sleep(0.1)
+    assert b"agent-1" not in backend.groups[GROUP]
+    assert m.announce("serving", False) is False  # out of the group: kept for the join
+    m.step_back()
+    wait_until(lambda: m.state is State.CONNECTED)
+    assert backend.groups[GROUP][b"agent-1"]["serving"] is False
+    assert m.announce("serving", True) is True
+    wait_until(
+        lambda: (
+            peer.view is not None
+            and peer.view.members.get("agent-1") is not None
+            and peer.view.members["agent-1"].capabilities.get("serving") is True
+        )
+    )
+    assert m.join_generation == generation + 1 and m.aside is None
+    wait_until(lambda: peer.view is not None and "agent-1" in peer.view.members)
+    said = [
+        r for r in caplog.records if r.name == "hashring.membership" and "agent-1" in r.getMessage()
+    ]
+    assert not [r for r in said if r.levelno >= logging.WARNING], said  # deliberate
+    assert any("while it cannot serve" in r.getMessage() for r in said)
 
 
 def test_stale_entry_of_a_previous_incarnation_is_replaced(
