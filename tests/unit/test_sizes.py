@@ -41,10 +41,6 @@ EXCEPTIONS: Mapping[str, tuple[int, str]] = {
         91,
         "one build_instance call and its NotOwner retries; conductor/lifecycle/ is being reworked",
     ),
-    "conductor/db/ownership.py::claim_nodes": (
-        103,
-        "the claims' compare-and-swap, one transaction; conductor/db/ is being reworked",
-    ),
     "conductor/scheduler/scheduler.py::Scheduler.select_and_allocate": (
         86,
         "a decision and its allocation, with their retries; not split yet",
