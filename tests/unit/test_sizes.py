@@ -41,10 +41,6 @@ EXCEPTIONS: Mapping[str, tuple[int, str]] = {
         91,
         "one build_instance call and its NotOwner retries; conductor/lifecycle/ is being reworked",
     ),
-    "conductor/scheduler/scheduler.py::Scheduler.select_and_allocate": (
-        86,
-        "a decision and its allocation, with their retries; not split yet",
-    ),
     "conductor/service.py::ConductorService.run": (
         134,
         "the conductor's start-up sequence; conductor/service.py is being reworked",
