@@ -41,10 +41,6 @@ EXCEPTIONS: Mapping[str, tuple[int, str]] = {
         91,
         "one build_instance call and its NotOwner retries; conductor/lifecycle/ is being reworked",
     ),
-    "conductor/service.py::ConductorService.run": (
-        134,
-        "the conductor's start-up sequence; conductor/service.py is being reworked",
-    ),
     "compute_agent/service.py::AgentService.run": (
         114,
         "the agent's start-up sequence; compute_agent/service.py is being reworked",
