@@ -20,6 +20,7 @@ import pytest
 from conductor.common.exception import DatabaseUnavailable
 from conductor.db import migration
 from conductor.db.engine import Database
+from tests import config_file_cases
 from tests.harness.process import REPO
 
 
@@ -108,9 +109,7 @@ def test_upgrade_leaves_a_database_newer_than_the_code_as_it_is(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("config_file", "said"),
     [
-        ("missing.conf", "Failed to find some config files: {path}"),
-        ("a-directory", "cannot read configuration file {path}: Is a directory"),
-        ("malformed.conf", "Failed to parse {path}: at {path}:2, No ':' or '=' found"),
+        *config_file_cases.CASES,
         ("binary.conf", "cannot read a configuration file (not text): 'utf-8' codec"),
         ("bad-value.conf", "{path}: [database] connect_timeout: not valid: invalid literal"),
     ],
@@ -119,11 +118,8 @@ def test_a_configuration_that_cannot_be_read_is_one_line(
     tmp_path: Path, config_file: str, said: str
 ) -> None:
     path = tmp_path / config_file
-    if config_file == "a-directory":
-        path.mkdir()
-    elif config_file == "malformed.conf":
-        path.write_text("[database]\nconnection\n")
-    elif config_file == "binary.conf":
+    config_file_cases.make(path)
+    if config_file == "binary.conf":
         path.write_bytes(b"[database]\n\xff\xfe = 1\n")
     elif config_file == "bad-value.conf":
         path.write_text("[database]\nconnection = sqlite://\nconnect_timeout = soon\n")

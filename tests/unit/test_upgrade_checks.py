@@ -32,6 +32,7 @@ from conductor.common.exception import ServiceUnavailable
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION as CONDUCTOR_API
+from tests import config_file_cases
 from tests.harness.process import REPO
 
 
@@ -303,22 +304,12 @@ def test_the_command_prints_every_check_and_exits_with_the_worst(
     assert "Check: Deprecated options" in table.stdout and "Result: Warning" in table.stdout
 
 
-@pytest.mark.parametrize(
-    ("config_file", "said"),
-    [
-        ("missing.conf", "Failed to find some config files: {path}"),
-        ("a-directory", "cannot read configuration file {path}: Is a directory"),
-        ("malformed.conf", "Failed to parse {path}: at {path}:1, No ':' or '=' found"),
-    ],
-)
+@pytest.mark.parametrize(("config_file", "said"), config_file_cases.CASES)
 def test_a_configuration_file_that_cannot_be_read_is_one_line(
     tmp_path: Path, config_file: str, said: str
 ) -> None:
     path = tmp_path / config_file
-    if config_file == "a-directory":
-        path.mkdir()
-    elif config_file == "malformed.conf":
-        path.write_text("no assignment here\n")
+    config_file_cases.make(path)
     done = _status("--config-file", str(path), "upgrade", "check")
     assert (done.returncode, done.stdout) == (255, ""), done  # "the check itself failed"
     [line] = done.stderr.splitlines()
