@@ -30,7 +30,6 @@ from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import (
     DuplicateInstance,
-    FlavorNotFound,
     InstanceNotFound,
     InstanceStateConflict,
     QuotaExceeded,
@@ -45,7 +44,7 @@ from conductor.common.instance_states import (
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
+from conductor.db.flavors import FLAVOR_BY_NAME, flavor_named, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import BuildRequest, RebuildRequest
 
@@ -201,7 +200,7 @@ def _store(
     drives = [_config_drive(request, u, name) for u, name in zip(uuids, names, strict=True)]
     try:
         with db.writing() as connection:
-            flavor = _requested_flavor(connection, request) if with_flavor else None
+            flavor = flavor_named(connection, request.flavor) if with_flavor else None
             image = _stored_image(request, flavor)
             found = _stored_before(
                 connection, request, owner, flavor, uuids, check_first=check_first
@@ -220,14 +219,6 @@ def _store(
         # An id is stored already (a retry, a reused id, or a concurrent
         # identical request that won): read first this time.
         return _store(db, request, owner, with_flavor=with_flavor, check_first=True)
-
-
-def _requested_flavor(connection: Connection, request: BuildRequest) -> Flavor:
-    """:raises FlavorNotFound:"""
-    row = connection.execute(FLAVOR_BY_NAME, {"name": request.flavor}).first()
-    if row is None:
-        raise FlavorNotFound(request.flavor)
-    return to_flavor(row)
 
 
 def _stored_image(request: BuildRequest, flavor: Flavor | None) -> dict[str, Any] | None:
