@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from conductor.common.exception import DatabaseUnavailable
 from conductor.db import migration
 from conductor.db.engine import Database
 from tests import config_file_cases
+from tests.dbutil import upgraded_by_a_newer_ringfleet
 from tests.harness.process import REPO
 
 
@@ -62,16 +62,7 @@ def _one_line(done: subprocess.CompletedProcess[str], status: int = 2) -> str:
 
 def _newer_database(tmp_path: Path) -> Path:
     """A database upgraded by a newer ringfleet: at a revision this code does not know."""
-    path = tmp_path / "ringfleet.db"
-    db = Database(f"sqlite:///{path}")
-    try:
-        migration.upgrade(db)
-    finally:
-        db.dispose()
-    with sqlite3.connect(path) as connection:
-        connection.execute("UPDATE alembic_version SET version_num = '9999'")
-    connection.close()
-    return config(tmp_path, f"sqlite:///{path}")
+    return config(tmp_path, upgraded_by_a_newer_ringfleet(tmp_path / "ringfleet.db"))
 
 
 def test_check_says_the_database_is_newer_than_the_code(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -33,6 +32,7 @@ from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION as CONDUCTOR_API
 from tests import config_file_cases
+from tests.dbutil import upgraded_by_a_newer_ringfleet
 from tests.harness.process import REPO
 
 
@@ -93,16 +93,8 @@ def test_schema_fails_naming_an_unset_or_unreachable_database(
 
 
 def test_schema_fails_saying_a_newer_ringfleet_upgraded_the_database(tmp_path: Path) -> None:
-    path = tmp_path / "ringfleet.db"
-    db = Database(f"sqlite:///{path}")
-    try:
-        migration.upgrade(db)
-    finally:
-        db.dispose()
-    with sqlite3.connect(path) as connection:
-        connection.execute("UPDATE alembic_version SET version_num = '9999'")
-    connection.close()
-    checks = _checks(_conf(tmp_path, f"[database]\nconnection = sqlite:///{path}\n"))
+    url = upgraded_by_a_newer_ringfleet(tmp_path / "ringfleet.db")
+    checks = _checks(_conf(tmp_path, f"[database]\nconnection = {url}\n"))
     ahead = checks._check_schema()
     assert (ahead.code, ahead.details) == (
         Code.FAILURE,
