@@ -89,14 +89,41 @@ class ConductorService:
         # the conductor serves nothing (and systemd sees no READY) until then.
         if not db.wait_reachable(self._stopped):
             return
-        current, head = migration.current_version(db), migration.head_version()
-        if current != head:
-            raise ConfigurationError(
-                "database",
-                "connection",
-                f"schema is at {current or 'nothing'}, this conductor needs {head}: "
-                "run ringfleet-dbsync upgrade",
-            )
+        _require_schema_head(db)
+        fleet, membership = self._fleet_view(db)
+        scheduler = Scheduler.from_conf(db, conf)
+        self._transport = rpc.get_transport(conf)
+        # Here, not at import: after the runner's fork and with the config read.
+        self._notifier = Notifier.from_conf(conf, db)
+        compute = ComputeAPI(
+            self._transport,
+            observe=self.metrics.rpc_made,
+            version_cap=conf.upgrade_levels.compute,
+        )
+        self._builds = builds = self._build_lifecycle(db, scheduler, fleet, membership, compute)
+        # The sync hands the orphan claims it finds in Ironic to their
+        # nodes' owners through the router (its on-demand passes too).
+        self._ironic_sync = IronicInventorySync.from_conf(
+            db, conf, clean_orphan=builds.clean_orphan
+        )
+        self.metrics.watch_fleet(
+            lambda: problem_counts(db, fleet, float(conf.conductor.stuck_after)),
+            lambda: db.reachable,
+        )
+        self._server = rpc.get_server(
+            self._transport,
+            rpc.CONDUCTOR_TOPIC,
+            conf.host,
+            self._endpoints(db, fleet, builds, compute),
+            observe=self.metrics.rpc_served,
+        )
+        self._join_group(membership)
+        self._start_serving(scheduler, builds)
+        self._stopped.wait()
+
+    def _fleet_view(self, db: Database) -> tuple[FleetView, Membership]:
+        """The fleet view, following a membership of the group (not started yet)."""
+        conf = self.conf
         self.fleet = fleet = FleetView(db)
         self._membership = membership = membership_from_conf(
             conf,
@@ -105,18 +132,21 @@ class ConductorService:
             on_change=fleet.on_change,
             on_state_change=lambda _old, new: self.metrics.membership_state(new),
         )
-        fleet.attach(self._membership)
+        fleet.attach(membership)
         fleet.add_listener(self.metrics.ring_members)
-        scheduler = Scheduler.from_conf(db, conf)
-        self._transport = rpc.get_transport(conf)
-        # Here, not at import: after the runner's fork and with the config read.
-        self._notifier = notifier = Notifier.from_conf(conf, db)
-        compute = ComputeAPI(
-            self._transport,
-            observe=self.metrics.rpc_made,
-            version_cap=conf.upgrade_levels.compute,
-        )
-        self._builds = builds = BuildLifecycle(
+        return fleet, membership
+
+    def _build_lifecycle(
+        self,
+        db: Database,
+        scheduler: Scheduler,
+        fleet: FleetView,
+        membership: Membership,
+        compute: ComputeAPI,
+    ) -> BuildLifecycle:
+        """The builds' workers, as ``[conductor]`` configures them (not started yet)."""
+        conf = self.conf
+        return BuildLifecycle(
             db,
             scheduler,
             fleet,
@@ -134,31 +164,29 @@ class ConductorService:
                 + max(float(conf.conductor.rehome_grace), float(conf.conductor.restart_grace))
             ),
             metrics=self.metrics,
-            notifier=notifier,
-        )
-        # The sync hands the orphan claims it finds in Ironic to their
-        # nodes' owners through the router (its on-demand passes too).
-        self._ironic_sync = IronicInventorySync.from_conf(
-            db, conf, clean_orphan=builds.clean_orphan
+            notifier=self._notifier,
         )
 
-        def quota_defaults() -> quotas.Defaults:
-            return quotas.Defaults(
-                instances=int(conf.quota.instances),
-                nodes=int(conf.quota.nodes),
-                resource_class_nodes={
-                    str(k): int(v) for k, v in (conf.quota.resource_class_nodes or {}).items()
-                },
-            )
-
-        self.metrics.watch_fleet(
-            lambda: problem_counts(db, fleet, float(conf.conductor.stuck_after)),
-            lambda: db.reachable,
+    def _quota_defaults(self) -> quotas.Defaults:
+        """The ``[quota]`` defaults as they are now (the options are mutable)."""
+        quota = self.conf.quota
+        return quotas.Defaults(
+            instances=int(quota.instances),
+            nodes=int(quota.nodes),
+            resource_class_nodes={
+                str(k): int(v) for k, v in (quota.resource_class_nodes or {}).items()
+            },
         )
-        endpoints = [
+
+    def _endpoints(
+        self, db: Database, fleet: FleetView, builds: BuildLifecycle, compute: ComputeAPI
+    ) -> list[object]:
+        """What the conductor's RPC server serves."""
+        conf, notifier = self.conf, self._notifier
+        return [
             InventoryEndpoint(db, fleet, self._ironic_sync, power=builds, notifier=notifier),
-            InstancesEndpoint(db, builds, quota=quota_defaults, notifier=notifier),
-            QuotasEndpoint(db, quota_defaults),
+            InstancesEndpoint(db, builds, quota=self._quota_defaults, notifier=notifier),
+            QuotasEndpoint(db, self._quota_defaults),
             FleetEndpoint(
                 db,
                 fleet,
@@ -175,29 +203,30 @@ class ConductorService:
                 notifier=notifier,
             ),
         ]
-        self._server = rpc.get_server(
-            self._transport,
-            rpc.CONDUCTOR_TOPIC,
-            conf.host,
-            endpoints,
-            observe=self.metrics.rpc_served,
-        )
-        self._membership.start()
-        if not self._membership.wait_connected(timeout=self._membership.ttl):
+
+    def _join_group(self, membership: Membership) -> None:
+        """Start the membership and wait up to its TTL for the coordination
+        backend: the conductor serves anyway (claims wait for it)."""
+        membership.start()
+        if not membership.wait_connected(timeout=membership.ttl):
             # When the backend refuses, the membership said so already (one
             # WARNING naming it): this is no second one.
             LOG.log(
-                logging.INFO if self._membership.backend_failing else logging.WARNING,
+                logging.INFO if membership.backend_failing else logging.WARNING,
                 "Conductor %s: coordination backend not reachable yet; serving anyway "
                 "(claims wait for it)",
-                conf.host,
+                self.conf.host,
             )
-        self.metrics.membership_state(self._membership.state)
+        self.metrics.membership_state(membership.state)
+
+    def _start_serving(self, scheduler: Scheduler, builds: BuildLifecycle) -> None:
+        """Start the threads and the RPC server, then tell systemd the conductor is ready."""
+        conf = self.conf
         # The node index is built and kept fresh here, not by the builds.
         threading.Thread(
             target=scheduler.keep_fresh, args=(self._stopped,), name="node-index", daemon=True
         ).start()
-        self._builds.start()
+        builds.start()
         self._server.start()
         broker_outage.reachable()  # start() waited for it
         self._serving.set()
@@ -209,7 +238,6 @@ class ConductorService:
         LOG.info("Conductor %s serving topic %s", conf.host, rpc.CONDUCTOR_TOPIC)
         self._starting.done()
         systemd.notify("READY=1", f"STATUS=serving as {conf.host}")
-        self._stopped.wait()
 
     def _ironic_sync_loop(self) -> None:
         assert self._ironic_sync is not None
@@ -299,3 +327,15 @@ class ConductorService:
         self.conf.mutate_config_files()
         LOG.info("Conductor %s reloaded its configuration", self.conf.host)
         systemd.notify("READY=1")
+
+
+def _require_schema_head(db: Database) -> None:
+    """:raises ConfigurationError: the database's schema is not the one this conductor needs"""
+    current, head = migration.current_version(db), migration.head_version()
+    if current != head:
+        raise ConfigurationError(
+            "database",
+            "connection",
+            f"schema is at {current or 'nothing'}, this conductor needs {head}: "
+            "run ringfleet-dbsync upgrade",
+        )

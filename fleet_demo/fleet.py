@@ -22,7 +22,6 @@ import logging
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -37,6 +36,7 @@ from conductor.db.engine import Database
 from conductor.rpcapi import ConductorAPI
 from conductor.service import ConductorService
 from fleet_demo.fake_redis import in_process_redis
+from fleet_demo.options import FleetSettings
 
 __all__ = ["EmbeddedFleet", "FleetError", "FleetSettings"]
 
@@ -52,27 +52,6 @@ STOP_TIMEOUT = 30.0
 
 class FleetError(Exception):
     """The embedded fleet could not start or stop a service."""
-
-
-@dataclass(frozen=True)
-class FleetSettings:
-    """The knobs of the embedded fleet (validated by the caller).
-
-    :ivar ttl: membership TTL in seconds (tooz ``file://`` ``timeout``,
-        ``redis://`` ``membership_timeout``).
-    :ivar rehome_grace: ``[conductor] rehome_grace``.
-    :ivar step_duration: seconds per simulated provision step.
-    :ivar failure_rate: probability that a simulated deploy fails.
-    :ivar seed: seed of the simulated failures.
-    :ivar backend: the membership backend, ``file`` or ``redis`` (fakeredis).
-    """
-
-    ttl: float = 2.0
-    rehome_grace: float = 3.0
-    step_duration: float = 0.02
-    failure_rate: float = 0.0
-    seed: int = 0
-    backend: str = "file"
 
 
 class _Service(Protocol):

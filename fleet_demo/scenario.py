@@ -35,7 +35,7 @@ from fleet_demo.checks import (
     check_moves,
     check_single_owner,
 )
-from fleet_demo.fleet import EmbeddedFleet, FleetError, FleetSettings
+from fleet_demo.fleet import EmbeddedFleet, FleetError
 from fleet_demo.options import DemoOptions
 from fleet_demo.report import (
     AgentRow,
@@ -92,17 +92,9 @@ def run_demo(options: DemoOptions, out: TextIO) -> DemoResult:
         ttl=options.ttl,
         rehome_grace=options.rehome_grace,
     )
-    settings = FleetSettings(
-        ttl=options.ttl,
-        rehome_grace=options.rehome_grace,
-        step_duration=options.step_duration,
-        failure_rate=options.failure_rate,
-        seed=options.seed,
-        backend=options.backend,
-    )
     started = time.monotonic()
     try:
-        with EmbeddedFleet(settings) as fleet:
+        with EmbeddedFleet(options) as fleet:
             _Scenario(options, fleet, result, out).run()
     except FleetError as exc:
         result.violations.append(f"embedded fleet: {exc}")

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -49,6 +51,17 @@ def migrated(url: str) -> Database:
     db = Database(url)
     migration.upgrade(db)
     return db
+
+
+def upgraded_by_a_newer_ringfleet(path: Path) -> str:
+    """A SQLite database at *path* as a newer ringfleet's upgrade leaves it: at
+    revision 9999, which this code does not know.  Its URL."""
+    url = f"sqlite:///{path}"
+    migrated(url).dispose()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '9999'")
+    connection.close()
+    return url
 
 
 def add_nodes(

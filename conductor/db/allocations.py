@@ -12,6 +12,7 @@ the node, however late, changes nothing.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, exists, update
@@ -195,18 +196,7 @@ def _take_off(
     the node's) to each, in one transaction."""
     event, node_event = events
     now = utcnow()
-    fenced = [holds(fence)] if fence is not None else []
-    node = connection.execute(
-        update(_NODES)
-        .where(
-            _NODES.c.uuid == node_uuid,
-            _NODES.c.instance_uuid == instance_uuid,
-            *fenced,
-            *provision_guard(_NODES.c.provision_state, node_event),
-        )
-        .values(instance_uuid=None, provision_state=provision_value(node_event), updated_at=now)
-    )
-    if node.rowcount != 1:
+    if not _free_node(connection, node_uuid, instance_uuid, node_event, fence=fence, now=now):
         return False
     on_node = (_INSTANCES.c.uuid == instance_uuid, _INSTANCES.c.node_uuid == node_uuid)
     connection.execute(
@@ -220,6 +210,31 @@ def _take_off(
         update(_INSTANCES).where(*on_node).values(node_uuid=None, host=None, updated_at=now)
     )
     return True
+
+
+def _free_node(
+    connection: Connection,
+    node_uuid: str,
+    instance_uuid: str,
+    event: NodeEvent,
+    *,
+    fence: Fence | None,
+    now: datetime.datetime,
+) -> bool:
+    """Free *node_uuid* of *instance_uuid* by *event*, if the node still hosts
+    it (and *fence* holds, when given); whether it did."""
+    fenced = [holds(fence)] if fence is not None else []
+    freed = connection.execute(
+        update(_NODES)
+        .where(
+            _NODES.c.uuid == node_uuid,
+            _NODES.c.instance_uuid == instance_uuid,
+            *fenced,
+            *provision_guard(_NODES.c.provision_state, event),
+        )
+        .values(instance_uuid=None, provision_state=provision_value(event), updated_at=now)
+    )
+    return bool(freed.rowcount == 1)
 
 
 @retry_on_dead_connection
@@ -303,18 +318,8 @@ def fail_attempt(
             if attempts is None:
                 return None
             event = NodeEvent.ATTEMPT_FAILED_CLEAN if node_clean else NodeEvent.ATTEMPT_FAILED
-            fenced = [holds(fence)] if fence is not None else []
-            freed = connection.execute(
-                update(_NODES)
-                .where(
-                    _NODES.c.uuid == node_uuid,
-                    _NODES.c.instance_uuid == instance_uuid,
-                    *fenced,
-                    *provision_guard(_NODES.c.provision_state, event),
-                )
-                .values(instance_uuid=None, provision_state=provision_value(event), updated_at=now)
-            )
-            if fence is not None and freed.rowcount != 1:
+            freed = _free_node(connection, node_uuid, instance_uuid, event, fence=fence, now=now)
+            if fence is not None and not freed:
                 raise _LostRace  # a stale report: roll the instance back too
             return attempts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, Table, bindparam, delete, select
+from sqlalchemy import Connection, Row, Table, bindparam, delete, select
 from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import Conflict, DuplicateFlavor, FlavorNotFound
@@ -18,6 +18,7 @@ __all__ = [
     "FLAVOR_BY_NAME",
     "create_flavor",
     "delete_flavor",
+    "flavor_named",
     "get_flavor",
     "list_flavors",
     "to_flavor",
@@ -69,7 +70,15 @@ def create_flavor(db: Database, spec: FlavorSpec) -> Flavor:
 def get_flavor(db: Database, name: str) -> Flavor:
     """:raises FlavorNotFound:"""
     with db.read() as connection:
-        row = connection.execute(FLAVOR_BY_NAME, {"name": name}).first()
+        return flavor_named(connection, name)
+
+
+def flavor_named(connection: Connection, name: str) -> Flavor:
+    """The flavor *name*, read in the caller's transaction.
+
+    :raises FlavorNotFound:
+    """
+    row = connection.execute(FLAVOR_BY_NAME, {"name": name}).first()
     if row is None:
         raise FlavorNotFound(name)
     return to_flavor(row)

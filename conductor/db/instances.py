@@ -30,7 +30,6 @@ from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import (
     DuplicateInstance,
-    FlavorNotFound,
     InstanceNotFound,
     InstanceStateConflict,
     QuotaExceeded,
@@ -45,7 +44,7 @@ from conductor.common.instance_states import (
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
 from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.flavors import FLAVOR_BY_NAME, to_flavor
+from conductor.db.flavors import FLAVOR_BY_NAME, flavor_named, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.validation import BuildRequest, RebuildRequest
 
@@ -199,93 +198,18 @@ def _store(
     uuids = list(request.instance_uuids or [str(uuidlib.uuid4()) for _ in range(request.count)])
     names = _names(request, uuids)
     drives = [_config_drive(request, u, name) for u, name in zip(uuids, names, strict=True)]
-    flavor: Flavor | None = None
     try:
         with db.writing() as connection:
-            if with_flavor:
-                row = connection.execute(FLAVOR_BY_NAME, {"name": request.flavor}).first()
-                if row is None:
-                    raise FlavorNotFound(request.flavor)
-                flavor = to_flavor(row)
-            # A request without an image gets its flavor's default, if any.
-            image = request.image
-            if image is None and flavor is not None:
-                image = flavor.default_image
-            stored_image = None if image is None else dict(image)
-
-            def as_stored(
-                existing: dict[str, Row[Any]],
-            ) -> tuple[Flavor | None, list[Instance], bool]:
-                """A retry of the same request: what was stored (or refused)."""
-                kept = _retried(
-                    request, owner, uuids, names, existing, image=stored_image, drives=drives
-                )
-                return flavor, kept, False
-
-            if check_first and (existing := _existing(connection, uuids)):
-                return as_stored(existing)
-            if flavor is not None and owner.quota is not None and owner.project_id is not None:
-                try:
-                    quotas.check(
-                        connection,
-                        owner.project_id,
-                        flavor.resource_class,
-                        len(uuids),
-                        owner.quota,
-                    )
-                except QuotaExceeded:
-                    # A client's retry of a stored request is answered with
-                    # it, even when the project is at its quota now.
-                    retry = request.instance_uuids and not check_first
-                    if retry and (existing := _existing(connection, uuids)):
-                        return as_stored(existing)
-                    raise
-            now = utcnow()
-            requested = target(Event.REQUEST)
-            assert requested.vm_state is not None  # a request names its state
-            stored = [
-                Instance(
-                    uuid=u,
-                    name=name,
-                    flavor=request.flavor,
-                    vm_state=requested.vm_state,
-                    task_state=requested.task_state,
-                    group_hint=request.group,
-                    attempts=0,
-                    tried_nodes=(),
-                    created_at=now,
-                    updated_at=now,
-                    scheduler_hints=dict(request.scheduler_hints),
-                    image=stored_image,
-                    config_drive=drive,
-                    project_id=owner.project_id,
-                    user_id=owner.user_id,
-                )
-                for u, name, drive in zip(uuids, names, drives, strict=True)
-            ]
-            connection.execute(
-                _INSERT_INSTANCE,
-                [
-                    {
-                        "uuid": i.uuid,
-                        "name": i.name,
-                        "flavor": i.flavor,
-                        "vm_state": i.vm_state.value,
-                        "task_state": _value(i.task_state),
-                        "group_hint": i.group_hint,
-                        "attempts": 0,
-                        "tried_nodes": [],
-                        "scheduler_hints": dict(i.scheduler_hints),
-                        "image": i.image,
-                        "config_drive": i.config_drive,
-                        "project_id": i.project_id,
-                        "user_id": i.user_id,
-                        "created_at": now,
-                        "updated_at": now,
-                    }
-                    for i in stored
-                ],
+            flavor = flavor_named(connection, request.flavor) if with_flavor else None
+            image = _stored_image(request, flavor)
+            found = _stored_before(
+                connection, request, owner, flavor, uuids, check_first=check_first
             )
+            if found:
+                kept = _retried(request, owner, uuids, names, found, image=image, drives=drives)
+                return flavor, kept, False
+            stored = _new_instances(request, owner, uuids, names, drives=drives, image=image)
+            connection.execute(_INSERT_INSTANCE, [_inserted(i) for i in stored])
             return flavor, stored, True
     except quotas.NoLockRow as missing:
         # The project's first limited build: nothing was written.
@@ -295,6 +219,99 @@ def _store(
         # An id is stored already (a retry, a reused id, or a concurrent
         # identical request that won): read first this time.
         return _store(db, request, owner, with_flavor=with_flavor, check_first=True)
+
+
+def _stored_image(request: BuildRequest, flavor: Flavor | None) -> dict[str, Any] | None:
+    """The request's image, else its flavor's default (if any), as stored."""
+    image = flavor.default_image if request.image is None and flavor is not None else request.image
+    return None if image is None else dict(image)
+
+
+def _stored_before(
+    connection: Connection,
+    request: BuildRequest,
+    owner: _Owner,
+    flavor: Flavor | None,
+    uuids: list[str],
+    *,
+    check_first: bool,
+) -> dict[str, Row[Any]]:
+    """The rows of ``uuids`` when the request is to be answered with what is
+    stored (``{}``: store it), the owner's quota checked on the way.
+
+    :raises QuotaExceeded: a new request past the project's quota
+    """
+    if check_first and (existing := _existing(connection, uuids)):
+        return existing
+    if flavor is not None and owner.quota is not None and owner.project_id is not None:
+        try:
+            quotas.check(
+                connection, owner.project_id, flavor.resource_class, len(uuids), owner.quota
+            )
+        except QuotaExceeded:
+            # A client's retry of a stored request is answered with it, even
+            # when the project is at its quota now.
+            retry = request.instance_uuids and not check_first
+            if retry and (existing := _existing(connection, uuids)):
+                return existing
+            raise
+    return {}
+
+
+def _new_instances(
+    request: BuildRequest,
+    owner: _Owner,
+    uuids: list[str],
+    names: list[str],
+    *,
+    drives: list[dict[str, Any] | None],
+    image: dict[str, Any] | None,
+) -> list[Instance]:
+    """The instances of a new request, as they are stored: requested, untried."""
+    now = utcnow()
+    requested = target(Event.REQUEST)
+    assert requested.vm_state is not None  # a request names its state
+    return [
+        Instance(
+            uuid=u,
+            name=name,
+            flavor=request.flavor,
+            vm_state=requested.vm_state,
+            task_state=requested.task_state,
+            group_hint=request.group,
+            attempts=0,
+            tried_nodes=(),
+            created_at=now,
+            updated_at=now,
+            scheduler_hints=dict(request.scheduler_hints),
+            image=image,
+            config_drive=drive,
+            project_id=owner.project_id,
+            user_id=owner.user_id,
+        )
+        for u, name, drive in zip(uuids, names, drives, strict=True)
+    ]
+
+
+def _inserted(instance: Instance) -> dict[str, Any]:
+    """The row of a new *instance* (as :func:`_new_instances` makes it)."""
+    return {
+        "uuid": instance.uuid,
+        "name": instance.name,
+        "flavor": instance.flavor,
+        "vm_state": instance.vm_state.value,
+        "task_state": _value(instance.task_state),
+        "group_hint": instance.group_hint,
+        "attempts": 0,
+        "tried_nodes": [],
+        "scheduler_hints": dict(instance.scheduler_hints),
+        "image": instance.image,
+        "config_drive": instance.config_drive,
+        "project_id": instance.project_id,
+        "user_id": instance.user_id,
+        "created_at": instance.created_at,
+        "updated_at": instance.updated_at,
+    }
 
 
 def _existing(connection: Connection, uuids: list[str]) -> dict[str, Row[Any]]:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, Table, and_, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Row, Select, Table, and_, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -186,64 +186,29 @@ def claim_nodes(
     departed_long_enough = select(AgentModel.host).where(
         AgentModel.gone_since.is_not(None), AgentModel.gone_since <= cutoff
     )
-    held_for_restart = select(AgentModel.host).where(AgentModel.restart_until > now)
-    claimable = or_(
-        NodeModel.owner.is_(None),
-        and_(
-            NodeModel.owner.not_in(live),
-            NodeModel.owner.not_in(held_for_restart),
-            or_(
-                NodeModel.instance_uuid.is_(None),
-                NodeModel.owner.in_(departed_long_enough),
-            ),
-        ),
-    )
-    rehomed: list[str] = []
+    claimable = _claimable(live, departed_long_enough, now)
     taken_now: dict[str, str | None] = {}
     with db.transaction() as session:
         for chunk in _chunks(wanted):
             condition = claimable
             if rehome_owners is not None:
+                rehomable = _rehomable(
+                    session,
+                    agent=agent,
+                    chunk=chunk,
+                    live=live,
+                    departed=departed_long_enough,
+                    rehome_owners=rehome_owners,
+                )
                 condition = and_(
                     claimable,
-                    or_(
-                        NodeModel.instance_uuid.is_(None),
-                        NodeModel.uuid.in_(
-                            _rehomable(
-                                session,
-                                agent=agent,
-                                chunk=chunk,
-                                live=live,
-                                departed=departed_long_enough,
-                                rehome_owners=rehome_owners,
-                            )
-                        ),
-                    ),
+                    or_(NodeModel.instance_uuid.is_(None), NodeModel.uuid.in_(rehomable)),
                 )
-            taken = update_nodes_returning(
-                session,
-                [NodeModel.uuid.in_(chunk), condition],
-                {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now},
-                [_NODES.c.uuid, _NODES.c.instance_uuid],
-            )
-            taken_now.update((row.uuid, row.instance_uuid) for row in taken)
-            rehomed.extend(row.uuid for row in taken if row.instance_uuid is not None)
-        for chunk in _chunks(rehomed):
-            session.execute(
-                update(InstanceModel)
-                .where(InstanceModel.node_uuid.in_(chunk))
-                .values(host=agent, updated_at=now)
-                .execution_options(synchronize_session=False)
-            )
+            taken_now.update(_take(session, agent, chunk, condition, now))
+        rehomed = [uuid for uuid, instance in taken_now.items() if instance is not None]
+        _rehome_instances(session, rehomed, agent, now)
         current = _current(session, wanted)
-        holds: dict[str, datetime.datetime | None] = {
-            host: until
-            for host, until in session.execute(
-                select(AgentModel.host, AgentModel.restart_until).where(
-                    AgentModel.restart_until > now
-                )
-            )
-        }
+        restarting = _restarting_until(session, now)
     outcome = ClaimOutcome(
         rehomed=rehomed, changed_at=now.isoformat() if taken_now else None, taken=taken_now
     )
@@ -255,19 +220,82 @@ def claim_nodes(
             outcome.granted.append(own)
         else:
             outcome.refused[uuid] = own.owner
-            until = holds.get(own.owner) if own.owner is not None else None
+            until = restarting.get(own.owner) if own.owner is not None else None
             if until is not None and own.owner is not None:
                 outcome.restarting[own.owner] = (until - now).total_seconds()
     return outcome
 
 
+def _claimable(
+    live: Sequence[str], departed: Select[str], now: datetime.datetime
+) -> ColumnElement[bool]:
+    """The condition that a node is free, or held by an owner neither *live*
+    nor stopped for a restart; a pinned one only once its owner is among the
+    *departed* (gone longer than the re-home grace)."""
+    held_for_restart = select(AgentModel.host).where(AgentModel.restart_until > now)
+    return or_(
+        NodeModel.owner.is_(None),
+        and_(
+            NodeModel.owner.not_in(live),
+            NodeModel.owner.not_in(held_for_restart),
+            or_(
+                NodeModel.instance_uuid.is_(None),
+                NodeModel.owner.in_(departed),
+            ),
+        ),
+    )
+
+
+def _take(
+    session: Session,
+    agent: str,
+    chunk: Sequence[str],
+    condition: ColumnElement[bool],
+    now: datetime.datetime,
+) -> dict[str, str | None]:
+    """Take the nodes of *chunk* that meet *condition* for *agent*, each with a
+    new epoch: the instance of each node taken (``None``: not pinned), by node."""
+    taken = update_nodes_returning(
+        session,
+        [NodeModel.uuid.in_(chunk), condition],
+        {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now},
+        [_NODES.c.uuid, _NODES.c.instance_uuid],
+    )
+    return {row.uuid: row.instance_uuid for row in taken}
+
+
+def _rehome_instances(
+    session: Session, node_uuids: Sequence[str], host: str, now: datetime.datetime
+) -> None:
+    """The instances on *node_uuids* are *host*'s now (their nodes were re-homed to it)."""
+    for chunk in _chunks(node_uuids):
+        session.execute(
+            update(InstanceModel)
+            .where(InstanceModel.node_uuid.in_(chunk))
+            .values(host=host, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def _restarting_until(
+    session: Session, now: datetime.datetime
+) -> dict[str, datetime.datetime | None]:
+    """Until when each agent stopped for a restart is held, by host."""
+    return {
+        host: until
+        for host, until in session.execute(
+            select(AgentModel.host, AgentModel.restart_until).where(AgentModel.restart_until > now)
+        )
+    }
+
+
 def _rehomable(
-    session: Any,
+    session: Session,
     *,
     agent: str,
     chunk: Sequence[str],
     live: Sequence[str],
-    departed: Any,
+    departed: Select[str],
     rehome_owners: Callable[[Sequence[tuple[str, str]]], Sequence[str | None]],
 ) -> list[str]:
     """The pinned nodes of departed owners in *chunk* that the ring gives to *agent*."""

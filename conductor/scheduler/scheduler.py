@@ -44,7 +44,7 @@ from oslo_config import cfg
 
 from conductor.common.clock import utcnow
 from conductor.common.conf import scheduler as scheduler_conf
-from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotFound
+from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotFound, NoValidNode
 from conductor.common.objects import Flavor, Node, Ownership, ProvisionState
 from conductor.db import allocations
 from conductor.db import nodes as db_nodes
@@ -208,15 +208,8 @@ class Scheduler:
         self._ensure_fresh()
         refreshed = False
         while True:
-            with self._lock:
-                index = self._index
-                node = self._chooser.choose(index, request)
-                if node is None:
-                    error = self._chooser.explain(index, request)
-                else:
-                    # Taken now, so this conductor's other threads skip it.
-                    index.put(_holding(node, instance_uuid), local=True)
-            if node is None and not refreshed:
+            chosen = self._choose(request)
+            if isinstance(chosen, NoValidNode) and not refreshed:
                 # A node enrolled, claimed or freed since the last refresh (up
                 # to index_refresh_interval ago) is not in the index yet: read
                 # the changes once before saying there is none.
@@ -224,28 +217,50 @@ class Scheduler:
                 with self._refresh_lock:
                     self._refresh_locked()
                 continue
+            if isinstance(chosen, NoValidNode):
+                LOG.info("Instance %s: %s", instance_uuid, chosen)
+                raise chosen
+            ownership = self._allocate_to_live_owner(chosen, request)
+            if ownership is not None:
+                return self._placed(chosen, ownership, request), ownership
+
+    def _choose(self, request: RequestSpec) -> Node | NoValidNode:
+        """The best node for *request*, held in the index at once; or why there is none."""
+        with self._lock:
+            index = self._index
+            node = self._chooser.choose(index, request)
             if node is None:
-                LOG.info("Instance %s: %s", instance_uuid, error)
-                raise error
-            ownership = self._allocate(node, instance_uuid)
+                return self._chooser.explain(index, request)
+            # Taken now, so this conductor's other threads skip it.
+            index.put(_holding(node, request.instance_uuid), local=True)
+            return node
+
+    def _allocate_to_live_owner(self, node: Node, request: RequestSpec) -> Ownership | None:
+        """Allocate the chosen *node* to the request's instance: its ownership,
+        or ``None`` (the race lost, or an owner not live: choose again)."""
+        ownership = self._allocate(node, request.instance_uuid)
+        if ownership is None:
+            ownership = self._after_lost_race(node, request)
             if ownership is None:
-                ownership = self._after_lost_race(node, request)
-                if ownership is None:
-                    continue
-            if ownership.owner not in request.live_members:
-                self._give_back(node, ownership, request)
-                continue
-            placed = _holding(node, instance_uuid, ownership)
-            with self._lock:
-                self._index.put(placed, local=True)
-            LOG.debug(
-                "Instance %s allocated node %s (owner %s, epoch %d)",
-                instance_uuid,
-                node.uuid,
-                ownership.owner,
-                ownership.epoch,
-            )
-            return placed, ownership
+                return None
+        if ownership.owner not in request.live_members:
+            self._give_back(node, ownership, request)
+            return None
+        return ownership
+
+    def _placed(self, node: Node, ownership: Ownership, request: RequestSpec) -> Node:
+        """The index holds *node* as allocated to the request's instance: the node as placed."""
+        placed = _holding(node, request.instance_uuid, ownership)
+        with self._lock:
+            self._index.put(placed, local=True)
+        LOG.debug(
+            "Instance %s allocated node %s (owner %s, epoch %d)",
+            request.instance_uuid,
+            node.uuid,
+            ownership.owner,
+            ownership.epoch,
+        )
+        return placed
 
     def _request(
         self,

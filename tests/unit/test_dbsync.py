@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,6 +19,8 @@ import pytest
 from conductor.common.exception import DatabaseUnavailable
 from conductor.db import migration
 from conductor.db.engine import Database
+from tests import config_file_cases
+from tests.dbutil import upgraded_by_a_newer_ringfleet
 from tests.harness.process import REPO
 
 
@@ -61,16 +62,7 @@ def _one_line(done: subprocess.CompletedProcess[str], status: int = 2) -> str:
 
 def _newer_database(tmp_path: Path) -> Path:
     """A database upgraded by a newer ringfleet: at a revision this code does not know."""
-    path = tmp_path / "ringfleet.db"
-    db = Database(f"sqlite:///{path}")
-    try:
-        migration.upgrade(db)
-    finally:
-        db.dispose()
-    with sqlite3.connect(path) as connection:
-        connection.execute("UPDATE alembic_version SET version_num = '9999'")
-    connection.close()
-    return config(tmp_path, f"sqlite:///{path}")
+    return config(tmp_path, upgraded_by_a_newer_ringfleet(tmp_path / "ringfleet.db"))
 
 
 def test_check_says_the_database_is_newer_than_the_code(tmp_path: Path) -> None:
@@ -108,9 +100,7 @@ def test_upgrade_leaves_a_database_newer_than_the_code_as_it_is(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("config_file", "said"),
     [
-        ("missing.conf", "Failed to find some config files: {path}"),
-        ("a-directory", "cannot read configuration file {path}: Is a directory"),
-        ("malformed.conf", "Failed to parse {path}: at {path}:2, No ':' or '=' found"),
+        *config_file_cases.CASES,
         ("binary.conf", "cannot read a configuration file (not text): 'utf-8' codec"),
         ("bad-value.conf", "{path}: [database] connect_timeout: not valid: invalid literal"),
     ],
@@ -119,11 +109,8 @@ def test_a_configuration_that_cannot_be_read_is_one_line(
     tmp_path: Path, config_file: str, said: str
 ) -> None:
     path = tmp_path / config_file
-    if config_file == "a-directory":
-        path.mkdir()
-    elif config_file == "malformed.conf":
-        path.write_text("[database]\nconnection\n")
-    elif config_file == "binary.conf":
+    config_file_cases.make(path)
+    if config_file == "binary.conf":
         path.write_bytes(b"[database]\n\xff\xfe = 1\n")
     elif config_file == "bad-value.conf":
         path.write_text("[database]\nconnection = sqlite://\nconnect_timeout = soon\n")

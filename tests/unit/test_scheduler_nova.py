@@ -12,7 +12,6 @@ import logging
 import random
 import re
 import sys
-import uuid as uuidlib
 import warnings
 from pathlib import Path
 
@@ -36,6 +35,8 @@ from conductor.scheduler.weighers import SpreadWeigher, WeighingContext
 from conductor.validation.capabilities import CapabilityExpression
 from tests import nova_filters
 from tests.dbutil import migrated
+from tests.unit import test_scheduler_index
+from tests.unit.test_scheduler_index import OWNERS
 from tests.unit.test_scheduler_plugins import make_conf
 
 CCF = "nova.scheduler.filters.compute_capabilities_filter.ComputeCapabilitiesFilter"
@@ -45,20 +46,12 @@ COUNTING = "tests.nova_filters.CountingFilter"
 PER_NODE = "tests.nova_filters.PerNodeCountingFilter"
 BROKEN = "tests.nova_filters.BrokenStatFilter"
 SCORE = "tests.nova_filters.ScoreWeigher"
-OWNERS = ("agent-1", "agent-2", "agent-3")
 
 
 def make_node(i: int, **fields: object) -> Node:
-    values: dict[str, object] = {
-        "uuid": str(uuidlib.UUID(int=i + 1)),
-        "name": f"node-{i}",
-        "resource_class": "gold",
-        "owner": OWNERS[i % len(OWNERS)],
-        "owner_epoch": 1,
-        "properties": {"cpus": 8, "memory_mb": 4096, "local_gb": 100},
-    }
-    values.update(fields)
-    return Node(**values)  # type: ignore[arg-type]
+    """The index tests' node, with the properties Nova's host state reads."""
+    properties = {"cpus": 8, "memory_mb": 4096, "local_gb": 100}
+    return test_scheduler_index.make_node(i, **{"properties": properties, **fields})
 
 
 def make_request(

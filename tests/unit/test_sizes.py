@@ -35,24 +35,7 @@ MAX_FUNCTION_LINES = 80
 #: What is over a limit, by ``path`` (a module) or ``path::qualified.name``
 #: (a function): (its size when listed, the most it may have; why it is not
 #: split yet).  Only ever shrinks (see the module docstring).
-EXCEPTIONS: Mapping[str, tuple[int, str]] = {
-    "conductor/db/instances.py::_store": (
-        116,
-        "one transaction storing a build request; conductor/db/ is being reworked",
-    ),
-    "conductor/db/ownership.py::claim_nodes": (
-        103,
-        "the claims' compare-and-swap, one transaction; conductor/db/ is being reworked",
-    ),
-    "conductor/scheduler/scheduler.py::Scheduler.select_and_allocate": (
-        86,
-        "a decision and its allocation, with their retries; not split yet",
-    ),
-    "conductor/service.py::ConductorService.run": (
-        134,
-        "the conductor's start-up sequence; conductor/service.py is being reworked",
-    ),
-}
+EXCEPTIONS: Mapping[str, tuple[int, str]] = {}
 
 
 def sizes(label: str, source: str) -> dict[str, int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -31,6 +30,8 @@ from conductor.common.exception import ServiceUnavailable
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION as CONDUCTOR_API
+from tests import config_file_cases
+from tests.dbutil import upgraded_by_a_newer_ringfleet
 from tests.harness.process import REPO
 
 
@@ -90,16 +91,8 @@ def test_schema_fails_naming_an_unset_or_unreachable_database(
 
 
 def test_schema_fails_saying_a_newer_ringfleet_upgraded_the_database(tmp_path: Path) -> None:
-    path = tmp_path / "ringfleet.db"
-    db = Database(f"sqlite:///{path}")
-    try:
-        migration.upgrade(db)
-    finally:
-        db.dispose()
-    with sqlite3.connect(path) as connection:
-        connection.execute("UPDATE alembic_version SET version_num = '9999'")
-    connection.close()
-    checks = _checks(_conf(tmp_path, f"[database]\nconnection = sqlite:///{path}\n"))
+    url = upgraded_by_a_newer_ringfleet(tmp_path / "ringfleet.db")
+    checks = _checks(_conf(tmp_path, f"[database]\nconnection = {url}\n"))
     ahead = checks._check_schema()
     assert (ahead.code, ahead.details) == (
         Code.FAILURE,
@@ -301,22 +294,12 @@ def test_the_command_prints_every_check_and_exits_with_the_worst(
     assert "Check: Deprecated options" in table.stdout and "Result: Warning" in table.stdout
 
 
-@pytest.mark.parametrize(
-    ("config_file", "said"),
-    [
-        ("missing.conf", "Failed to find some config files: {path}"),
-        ("a-directory", "cannot read configuration file {path}: Is a directory"),
-        ("malformed.conf", "Failed to parse {path}: at {path}:1, No ':' or '=' found"),
-    ],
-)
+@pytest.mark.parametrize(("config_file", "said"), config_file_cases.CASES)
 def test_a_configuration_file_that_cannot_be_read_is_one_line(
     tmp_path: Path, config_file: str, said: str
 ) -> None:
     path = tmp_path / config_file
-    if config_file == "a-directory":
-        path.mkdir()
-    elif config_file == "malformed.conf":
-        path.write_text("no assignment here\n")
+    config_file_cases.make(path)
     done = _status("--config-file", str(path), "upgrade", "check")
     assert (done.returncode, done.stdout) == (255, ""), done  # "the check itself failed"
     [line] = done.stderr.splitlines()
