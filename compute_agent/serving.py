@@ -32,6 +32,7 @@ from collections.abc import Callable
 import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
+from conductor.common import broker_outage
 from conductor.common.exception import first_line
 from hashring.membership import Membership
 
@@ -171,7 +172,9 @@ class ServingCheck:
                 )
             return
         self._aside = True
-        LOG.warning(
+        # A WARNING, unless this process said its broker outage already.
+        LOG.log(
+            logging.INFO if broker_outage.known_down() else logging.WARNING,
             "Agent %s cannot serve: %s; it leaves the ring until it can (its nodes go to "
             "its peers)",
             self._host,

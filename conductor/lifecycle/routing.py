@@ -247,7 +247,7 @@ class AgentRouter:
                 left = self._waiting.get(owner, [])
                 batch = batch + left
                 left.clear()
-            self._batch_waits(owner, batch, "timed out")
+            self._batch_waits(owner, batch, "no answer in time")
             return
         except Exception as exc:  # any other failure: never drop a build
             self._batch_waits(owner, batch, first_line(exc))
@@ -320,7 +320,7 @@ class AgentRouter:
         """The owner did not take a batch: said once for all the work waiting on it."""
         self._owners.outages.failed(
             owner,
-            f"accepts {why}",
+            why,
             "the work waits; new builds go to other agents meanwhile",
         )
         LOG.debug(

@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Gray failures: an agent alive in etcd but cut from RabbitMQ gives up its share.
+
+Real PostgreSQL, etcd and RabbitMQ; a conductor and three agents as separate
+processes.  ``agent-3`` reaches the broker through a TCP proxy the test
+cuts (its etcd lease stays alive, as on a host whose firewall drops the
+broker's port).  While it is cut, builds and deletes go on: every one ends
+within ``RECOVERY_SETTLE`` (TTL + ``rehome_grace`` + 10 s) of its request,
+with ``build_timeout`` at its default (30 min: no sweeper can mask a
+stall).  The cut agent steps aside from the ring (its peers take its nodes,
+fenced), and takes its share back once the proxy heals.  No process logs
+an ERROR or a traceback; the conductor says the agent's outage once.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.dbutil import migrated
+from tests.functional.fleet_harness import RECOVERY_SETTLE, Fleet, log_tails, start_processes
+from tests.functional.tcp_proxy import TcpProxy
+from tests.harness import wait_for
+
+AGENTS = ("agent-1", "agent-2", "agent-3")
+CUT = "agent-3"
+NODES = 24
+
+
+def _state(fleet: Fleet, uuid: str) -> str | None:
+    return fleet.api.show_instance(uuid)["vm_state"]
+
+
+def _all_active(fleet: Fleet, uuids: list[str]) -> bool:
+    return all(_state(fleet, u) == "active" for u in uuids)
+
+
+def _deleted(fleet: Fleet, uuid: str) -> bool:
+    try:
+        return _state(fleet, uuid) == "deleted"
+    except Exception:  # gone from the API: deleted
+        return True
+
+
+def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    migrated(pg_url).dispose()
+    port = int(transport_url.rsplit(":", 1)[1].strip("/"))
+    proxy = TcpProxy(port)
+    fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    # A later value of an option overrides an earlier one: only agent-3's
+    # broker connection goes through the proxy.
+    cut_url = f"[DEFAULT]\ntransport_url = rabbit://guest:guest@{proxy.url}/\n"
+    try:
+        start_processes(fleet, ["cond-1"], AGENTS, extra={CUT: cut_url})
+        fleet.api.import_nodes(
+            [{"name": f"n{i:02d}", "resource_class": "baremetal"} for i in range(NODES)]
+        )
+        fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
+        wait_for(lambda: set(fleet.owned_by()) == set(AGENTS), 30, "the agents share the nodes")
+        before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 9})]
+        wait_for(lambda: _all_active(fleet, before), 60, "9 builds active")
+        on_cut = [u for u in before if fleet.api.show_instance(u)["host"] == CUT]
+        assert on_cut, "no instance landed on the agent to cut"
+
+        proxy.cut()
+        cut_at = time.monotonic()
+        # Work that meets the cut: deletes of its instances, new builds.
+        requested: dict[str, float] = {}
+        for uuid in on_cut:
+            fleet.api.delete_instance(uuid)
+            requested[uuid] = time.monotonic()
+        after = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 6})]
+        for uuid in after:
+            requested[uuid] = time.monotonic()
+
+        def done(uuid: str) -> bool:
+            return _deleted(fleet, uuid) if uuid in on_cut else _state(fleet, uuid) == "active"
+
+        waited: dict[str, float] = {}
+        deadline = time.monotonic() + RECOVERY_SETTLE + 30  # reported, then asserted below
+        while len(waited) < len(requested) and time.monotonic() < deadline:
+            for uuid in set(requested) - set(waited):
+                if done(uuid):
+                    waited[uuid] = time.monotonic() - requested[uuid]
+            time.sleep(0.2)
+        longest = max(waited.values(), default=0.0)
+        print(
+            f"\n{CUT} cut: {len(on_cut)} deletes and {len(after)} builds, each done within "
+            f"{longest:.1f} s of its request (bound {RECOVERY_SETTLE:.0f} s); "
+            f"{len(requested) - len(waited)} not done"
+        )
+        assert set(waited) == set(requested), log_tails(fleet)
+        assert longest <= RECOVERY_SETTLE, log_tails(fleet)
+        # It left the ring: none of its nodes is its own any more.
+        wait_for(lambda: CUT not in fleet.owned_by(), RECOVERY_SETTLE, f"{CUT} owns nothing")
+        aside = time.monotonic() - cut_at
+        assert "cannot serve" in fleet.procs[CUT].log(), log_tails(fleet, CUT)
+
+        proxy.heal()
+        healed = time.monotonic()
+        wait_for(lambda: CUT in fleet.owned_by(), RECOVERY_SETTLE, f"{CUT} takes its share back")
+        print(
+            f"{CUT} owned nothing {aside:.1f} s after the cut; took its share back "
+            f"{time.monotonic() - healed:.1f} s after the heal"
+        )
+        built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 3})]
+        wait_for(lambda: _all_active(fleet, built), RECOVERY_SETTLE, "builds after the heal")
+        assert fleet.fencing_violations() == []
+        for name, proc in fleet.procs.items():
+            lines = proc.log().splitlines()
+            errors = [line for line in lines if " ERROR " in line or "Traceback" in line]
+            assert errors == [], (name, errors[:5])
+        outage = [
+            line
+            for line in fleet.procs["cond-1"].log().splitlines()
+            if " WARNING " in line and f"Agent {CUT} fails" in line
+        ]
+        assert len(outage) <= 1, outage
+    finally:
+        proxy.heal()
+        fleet.close()
+        proxy.close()
