@@ -409,6 +409,8 @@ class AgentService:
         steps = self._stop_steps = StopSteps(
             f"Agent {self.host}", self.stop_timeout(), reserve=_LEAVE_S
         )
+        if self._serving_check is not None:
+            self._serving_check.stop()
         if self.actions is not None:
             self.actions.stop_accepting()
         if self.placement is not None:
@@ -465,6 +467,8 @@ class AgentService:
         if not self._terminating.acquire(blocking=False):
             return
         LOG.warning("Agent %s crashing on purpose (no leave, no hand-over)", self.host)
+        if self._serving_check is not None:
+            self._serving_check.stop()
         if self.actions is not None:
             self.actions.stop_accepting()
         if self.placement is not None:
