@@ -40,6 +40,8 @@ def _status_row(agent: dict[str, Any]) -> tuple[Any, ...]:
         state = f"gone since {agent['gone_since']}"
     elif state == "excluded" and agent.get("reason"):
         state = f"excluded: {agent['reason']}"
+    elif state == "up" and agent.get("serving") is False:
+        state = "up, not serving: no call reaches it through the broker"
     return (
         agent["host"],
         state,

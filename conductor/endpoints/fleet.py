@@ -47,6 +47,7 @@ _STUCK_KINDS: Final = {
 PROBLEM_KINDS: Final = (
     "orphaned",
     "excluded",
+    "agent-unreachable",
     "double-claimed",
     *_STUCK_KINDS.values(),
     "state-mismatch",
@@ -131,6 +132,9 @@ class FleetEndpoint:
                     "ring_version": member.ring_version,
                     "groups": sorted(member.capabilities.get("groups") or []),
                     "rpc_api": _announced_version(member.capabilities.get("rpc_api")),
+                    # Since 1.16's reply: False while no call reaches it (it
+                    # leaves the ring while a peer serves).
+                    "serving": member.capabilities.get("serving", True) is not False,
                 }
             )
         excluded = dict(view.excluded) if view else {}
@@ -284,6 +288,15 @@ class FleetEndpoint:
                     "message": f"agent {host} is excluded from the ring: {reason}",
                 }
             )
+        for host in _not_serving(view):
+            problems.append(
+                {
+                    "kind": "agent-unreachable",
+                    "host": host,
+                    "message": f"agent {host} says no call reaches it through the broker: "
+                    "it leaves the ring while a peer serves (check its broker connection)",
+                }
+            )
         return problems
 
     def _allocation_problems(self) -> list[Problem]:
@@ -416,6 +429,15 @@ def _more(kind: str, count: int, what: str) -> list[Problem]:
     return [{"kind": kind, "message": f"... and {count} more {what}"}]
 
 
+def _not_serving(view: MembershipView) -> list[str]:
+    """The members that say no call reaches them (capability ``serving``)."""
+    return sorted(
+        host
+        for host, member in view.members.items()
+        if member.capabilities.get("serving", True) is False
+    )
+
+
 def _agent_row(
     host: str,
     state: str,
@@ -448,13 +470,14 @@ def problem_counts(db: Database, fleet: FleetView, stuck_after: float) -> dict[s
     counts = dict.fromkeys(PROBLEM_KINDS, 0)
     view, state = fleet.view(), fleet.state
     if view is None or state is not State.CONNECTED:
-        del counts["orphaned"], counts["excluded"]
+        del counts["orphaned"], counts["excluded"], counts["agent-unreachable"]
     else:
         found = fleet_report.orphans(db, view.members, sample=0)
         counts["orphaned"] = (
             sum(n for n, _pinned in found.dead_owners.values()) + found.unowned_schedulable
         )
         counts["excluded"] = len(view.excluded)
+        counts["agent-unreachable"] = len(_not_serving(view))
     counts["double-claimed"] = fleet_report.allocation_mismatches(db, sample=0)[0]
     for vm_state, (total, _items) in fleet_report.stuck_work(db, stuck_after, sample=0).items():
         counts[_STUCK_KINDS[vm_state]] = total

@@ -28,6 +28,7 @@ from conductor.cli import fleet as fleet_cli
 from conductor.cli import node_files
 from conductor.cli.app import RingfleetApp
 from conductor.cli.command import describe_error
+from conductor.cli.fleet import _status_row
 from conductor.cli.ring import bar
 from conductor.common.exception import InvalidInput
 from conductor.db import nodes as node_db
@@ -995,3 +996,12 @@ def test_flavor_create_with_a_default_image(fleet: Embedded) -> None:
         "source": "https://images.test/d.raw",
         "checksum": "b" * 32,
     }
+
+
+def test_fleet_status_says_why_an_agent_up_does_not_serve() -> None:
+    row = {"host": "a3", "state": "up", "owned": 4, "pinned": 1, "groups": []}
+    assert _status_row(row)[1] == "up"
+    assert _status_row({**row, "serving": True})[1] == "up"
+    assert _status_row({**row, "serving": False})[1] == (
+        "up, not serving: no call reaches it through the broker"
+    )

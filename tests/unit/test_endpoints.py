@@ -1610,6 +1610,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
     assert counts == {
         "orphaned": 3 + 2,  # the dead owner's nodes, pinned or not, and the free ones
         "excluded": 1,
+        "agent-unreachable": 0,
         "double-claimed": 0,
         "stuck-build": 1,
         "stuck-delete": 0,
@@ -1623,7 +1624,28 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
     assert set(problem_counts(env.db, env.fleet, 600.0)) == set(PROBLEM_KINDS) - {
         "orphaned",
         "excluded",
+        "agent-unreachable",
     }
+
+
+def test_an_agent_no_call_reaches_is_reported_by_check_status_and_counts(env: Env) -> None:
+    """An agent that says it cannot serve (capability serving: false, while
+    its peers get the time to say theirs) is AGENT-UNREACHABLE."""
+    cut = Member(member_id="agent-2", ring_version=1, weight=1.0, capabilities={"serving": False})
+    fine = Member(member_id="agent-1", ring_version=1, weight=1.0, capabilities={"serving": True})
+    env.fleet.on_change(
+        MembershipView(members={"agent-1": fine, "agent-2": cut}, excluded={}, ring_version=1)
+    )
+    report = env.fleet_ep.fleet_check(CTXT)
+    [problem] = [p for p in report["problems"] if p["kind"] == "agent-unreachable"]
+    assert problem["host"] == "agent-2" and "broker" in problem["message"]
+    rows = {a["host"]: a for a in env.fleet_ep.fleet_status(CTXT)["agents"]}
+    assert (rows["agent-1"]["serving"], rows["agent-2"]["serving"]) == (True, False)
+    assert problem_counts(env.db, env.fleet, 600.0)["agent-unreachable"] == 1
+    env.live("agent-1", "agent-2")  # says nothing: serving, as before
+    assert not [
+        p for p in env.fleet_ep.fleet_check(CTXT)["problems"] if p["kind"] == "agent-unreachable"
+    ]
 
 
 def test_fleet_check_ok(env: Env) -> None:
