@@ -530,8 +530,9 @@ class AgentService:
             # Our own leave on a stop: expected, not a fault to look into.
             LOG.info("Agent %s left the group (membership %s)", self.host, new.value)
         elif new is not State.CONNECTED:
-            # Stepped aside (it cannot serve): said once already, at WARNING.
-            level = logging.INFO if self.membership.aside is not None else logging.WARNING
+            # Stepped aside, or its back end fails: said once already, at WARNING.
+            said = self.membership.aside is not None or self.membership.backend_failing
+            level = logging.INFO if said else logging.WARNING
             LOG.log(level, "Agent %s membership %s: node actions suspended", self.host, new.value)
         # Back from LOST: the ownership manager sees the new join generation
         # and re-reads its claims before any action (see OwnershipManager).

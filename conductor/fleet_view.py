@@ -86,6 +86,11 @@ class FleetView:
     def state(self) -> State:
         return self._membership.state if self._membership else State.LOST
 
+    @property
+    def backend_failing(self) -> bool:
+        """Whether the membership's back end fails now, and said so (one WARNING)."""
+        return self._membership is not None and self._membership.backend_failing
+
     def live_members(self) -> frozenset[str]:
         """The live agents (ring members) now.
 

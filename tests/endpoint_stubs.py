@@ -13,10 +13,12 @@ __all__ = ["RecordingQueue", "StubMembership"]
 
 
 class StubMembership:
-    """The one thing FleetView asks its membership: the connection state."""
+    """What FleetView asks its membership: the connection state, and
+    whether its back end fails."""
 
     def __init__(self, state: State = State.CONNECTED) -> None:
         self.state = state
+        self.backend_failing = False
 
 
 @dataclass

@@ -41,8 +41,15 @@ class Outages:
         self._lock = threading.Lock()
         self._ongoing: dict[str, _Outage] = {}
 
-    def failed(self, key: str, cause: str, consequence: str = "the work waits") -> None:
-        """*key* failed for *cause*: a WARNING when its outage starts or its cause changes."""
+    def failed(
+        self,
+        key: str,
+        cause: str,
+        consequence: str = "the work waits",
+        level: int = logging.WARNING,
+    ) -> None:
+        """*key* failed for *cause*: said at *level* when its outage starts or
+        its cause changes (INFO when what caused it said so already)."""
         now = time.monotonic()
         with self._lock:
             outage = self._ongoing.get(key)
@@ -57,7 +64,8 @@ class Outages:
         if said:
             LOG.debug("%s %s still fails: %s", self._what, key, cause)
             return
-        LOG.warning(
+        LOG.log(
+            level,
             "%s %s fails: %s; %s (repeats at debug level until it answers)",
             self._what,
             key,

@@ -209,7 +209,9 @@ class BuildWorkers:
             # again, it does not fail.  The database says once that it is down.
             if not isinstance(exc, DatabaseUnavailable):
                 # Once for every build waiting on it, not once per build and retry.
-                self._outages.failed("scheduling", first_line(exc), "builds wait")
+                # INFO when the membership said its back end's outage.
+                level = logging.INFO if self._fleet.backend_failing else logging.WARNING
+                self._outages.failed("scheduling", first_line(exc), "builds wait", level)
                 LOG.debug("Instance %s waits: %s", instance.uuid, exc)
             self._queue.retry_later(instance.uuid, "build")
             return

@@ -54,10 +54,12 @@ AGENTS = ("a1", "a2")
 
 
 class StubMembership:
-    """What FleetView asks its membership: the connection state."""
+    """What FleetView asks its membership: the connection state, and
+    whether its back end fails."""
 
     def __init__(self) -> None:
         self.state = State.CONNECTED
+        self.backend_failing = False
 
 
 def view_of(*hosts: str) -> MembershipView:
@@ -846,6 +848,18 @@ def test_a_build_waits_while_the_fleet_view_is_unavailable(
     said = [r for r in caplog.records if r.name == "conductor.lifecycle.outages"]
     assert [r.levelname for r in said] == ["WARNING", "INFO"], said
     assert "builds wait" in said[0].getMessage() and "works again" in said[1].getMessage()
+    # The membership's own back end fails (etcd hung): it said so, at
+    # WARNING; the builds' wait is then an INFO.
+    caplog.clear()
+    flow.membership.state, flow.membership.backend_failing = State.LOST, True
+    retries = flow.delays.count((2.0, "build"))
+    with caplog.at_level(logging.INFO):
+        later = flow.build()
+        wait_for(lambda: flow.delays.count((2.0, "build")) >= retries + 2)
+        flow.membership.state, flow.membership.backend_failing = State.CONNECTED, False
+        flow.wait_routes(later, 1)
+    said = [r for r in caplog.records if r.name == "conductor.lifecycle.outages"]
+    assert [r.levelname for r in said] == ["INFO", "INFO"], said
 
 
 def test_a_build_that_meets_a_database_outage_goes_back_on_the_queue(

@@ -53,6 +53,7 @@ from tests.dbutil import migrated
 class StubMembership:
     def __init__(self) -> None:
         self.state = State.CONNECTED
+        self.backend_failing = False
 
 
 def _view(*hosts: str) -> MembershipView:
