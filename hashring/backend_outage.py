@@ -59,6 +59,7 @@ class BackendOutage:
         self._lock = threading.Lock()
         self._failing: set[str] = set()
         self._since = 0.0
+        self._ended: float | None = None
 
     def failed(self, action: str, exc: BaseException) -> None:
         """``action`` (e.g. ``"heartbeat"``) failed with ``exc``."""
@@ -84,6 +85,12 @@ class BackendOutage:
         """Whether an outage was logged (its WARNING) and has not ended yet."""
         return bool(self._failing)
 
+    def said_within(self, seconds: float) -> bool:
+        """Whether an outage is ongoing or ended less than *seconds* ago: what
+        follows from it (a lease expired meanwhile) was said by its WARNING."""
+        ended = self._ended
+        return self.ongoing or (ended is not None and time.monotonic() - ended < seconds)
+
     def succeeded(self, action: str) -> None:
         """``action`` worked: the outage ends when no other action still fails."""
         if action not in self._failing:  # the common case, without the lock
@@ -94,6 +101,8 @@ class BackendOutage:
             self._failing.discard(action)
             over = not self._failing
             lasted = time.monotonic() - self._since
+            if over:
+                self._ended = time.monotonic()
         if over:
             LOG.info(
                 "Member %s: %s answers again (failures for %.1f s)",

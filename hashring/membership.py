@@ -374,11 +374,14 @@ class Membership:
         except Exception as exc:  # etcd3gw raises its own, untranslated errors
             self._outage.failed("heartbeat", exc)
             return
+        # The outage said the gap already (one WARNING): the re-join is its end.
+        said = self._outage.ongoing
         self._outage.succeeded("heartbeat")
         if previous is not None and started - previous > self._ttl:
             # Our lease has certainly expired meanwhile (tooz just made a new
             # one): we are no longer in the group until we join again.
-            LOG.warning(
+            LOG.log(
+                logging.INFO if said else logging.WARNING,
                 "Member %s went %.1f s without a heartbeat (TTL %.1f s); re-joining",
                 self._member_id,
                 started - previous,
@@ -613,9 +616,14 @@ class Membership:
             )
 
     def _rejoin(self, message: str, *args: object) -> None:
-        """We are not in the group (under the lock): say why once, and have
-        the keeper join again at once."""
-        LOG.warning(message, *args)
+        """We are not in the group (under the lock): say why once (INFO when
+        a back-end outage just said it: our lease expired during it), and
+        have the keeper join again at once."""
+        LOG.log(
+            logging.INFO if self._outage.said_within(self._ttl) else logging.WARNING,
+            message,
+            *args,
+        )
         self._joined = False
         self._wake_keeper.set()
 
@@ -663,7 +671,14 @@ class Membership:
             old, self._reported_state = self._reported_state, state
         if old is state or old is None:
             return
-        deliberate = state is State.CONNECTED or self._stopping.is_set() or self._aside is not None
+        # A WARNING only for a change nothing else said: a back-end outage
+        # said its own (one WARNING), stepping aside and stopping are chosen.
+        deliberate = (
+            state is State.CONNECTED
+            or self._stopping.is_set()
+            or self._aside is not None
+            or self._outage.ongoing
+        )
         log = LOG.info if deliberate else LOG.warning
         log(
             "Membership of %s in group %s: %s -> %s",

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Gray failures: an agent alive in etcd but cut from RabbitMQ gives up its share.
+"""Gray failures: a dependency half there is said at once, and an agent that
+cannot serve gives up its share.
 
 Real PostgreSQL, etcd and RabbitMQ; a conductor and three agents as separate
 processes.  ``agent-3`` reaches the broker through a TCP proxy the test
@@ -10,21 +11,36 @@ with ``build_timeout`` at its default (30 min: no sweeper can mask a
 stall).  The cut agent steps aside from the ring (its peers take its nodes,
 fenced), and takes its share back once the proxy heals.  No process logs
 an ERROR or a traceback; the conductor says the agent's outage once.
+
+etcd frozen (SIGSTOP) longer than the TTL: every service says so once, at
+WARNING, within the TTL, and the builds requested meanwhile end once it
+answers again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 
 from tests.dbutil import migrated
-from tests.functional.fleet_harness import RECOVERY_SETTLE, Fleet, log_tails, start_processes
+from tests.functional.fleet_harness import (
+    RECOVERY_SETTLE,
+    TTL,
+    Fleet,
+    log_tails,
+    start_processes,
+)
 from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import wait_for
 
 AGENTS = ("agent-1", "agent-2", "agent-3")
 CUT = "agent-3"
 NODES = 24
+#: How long etcd stays frozen: longer than the TTL.
+FREEZE_S = 20.0
 
 
 def _state(fleet: Fleet, uuid: str) -> str | None:
@@ -122,3 +138,69 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
         proxy.heal()
         fleet.close()
         proxy.close()
+
+
+def _said_since(proc_log: str, offset: int) -> tuple[list[str], list[str]]:
+    """The WARNING lines and the ERROR/traceback lines of a log after *offset*."""
+    lines = proc_log[offset:].splitlines()
+    warnings = [line for line in lines if " WARNING " in line]
+    errors = [line for line in lines if " ERROR " in line or "Traceback" in line]
+    return warnings, errors
+
+
+def test_a_hung_etcd_is_said_once_per_service_within_the_ttl(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    """etcd frozen (SIGSTOP) 20 s, longer than the TTL, under builds: each
+    service says it once, at WARNING, within the TTL (its requests to etcd
+    time out after TTL/2), then nothing more than INFO; the builds requested
+    meanwhile wait and are ACTIVE within RECOVERY_SETTLE of the thaw."""
+    etcd_pid = int(os.environ["RINGFLEET_TEST_ETCD_PID"])
+    migrated(pg_url).dispose()
+    fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    try:
+        start_processes(fleet, ["cond-1"], ["agent-1", "agent-2"])
+        fleet.api.import_nodes(
+            [{"name": f"n{i:02d}", "resource_class": "baremetal"} for i in range(8)]
+        )
+        fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
+        wait_for(lambda: None not in fleet.owned_by(), 30, "every node owned")
+        offsets = {name: len(proc.log()) for name, proc in fleet.procs.items()}
+        os.kill(etcd_pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        built: list[str] = []
+        try:
+            said_in: dict[str, float] = {}
+            while time.monotonic() - frozen < FREEZE_S:
+                for name, proc in fleet.procs.items():
+                    if name not in said_in and _said_since(proc.log(), offsets[name])[0]:
+                        said_in[name] = time.monotonic() - frozen
+                if not built and len(said_in) == len(fleet.procs):
+                    # Requested while no service can tell who is alive: they wait.
+                    built = [
+                        i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 2})
+                    ]
+                time.sleep(0.2)
+            assert built, f"not every service said the outage: {said_in}"
+            assert not any(_state(fleet, uuid) == "active" for uuid in built)
+        finally:
+            os.kill(etcd_pid, signal.SIGCONT)
+        thawed = time.monotonic()
+        wait_for(lambda: _all_active(fleet, built), RECOVERY_SETTLE, "builds after the thaw")
+        print(
+            f"\netcd frozen {FREEZE_S:.0f} s: said by "
+            + ", ".join(f"{n} in {s:.1f} s" for n, s in sorted(said_in.items()))
+            + f"; builds ACTIVE {time.monotonic() - thawed:.1f} s after the thaw"
+        )
+        time.sleep(TTL)  # what the thaw makes them say, said
+        for name, proc in fleet.procs.items():
+            warnings, errors = _said_since(proc.log(), offsets[name])
+            assert errors == [], (name, errors[:5])
+            assert len(warnings) == 1, (name, warnings)
+            assert "etcd3+http://" in warnings[0], (name, warnings)
+            assert said_in[name] <= TTL + 1.0, (name, said_in[name])
+        assert fleet.fencing_violations() == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(etcd_pid, signal.SIGCONT)
+        fleet.close()
