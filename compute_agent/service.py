@@ -59,9 +59,10 @@ STOP_MARGIN = 20.0
 _LEAVE_S = 8.0
 
 #: Seconds each other step of a stop may take at most (the RPC server's
-#: stop, the reconciler's threads, the restart hold): a broker that is
-#: frozen costs each of them this much, not the whole budget.
-_STEP_S = 8.0
+#: stop, the reconciler's threads, the restart hold; twice that for the
+#: results): a frozen broker costs each of them this much, not the whole
+#: budget, so an idle agent stops in about 25 s at most.
+_STEP_S = 5.0
 
 
 class AgentService:
@@ -333,7 +334,9 @@ class AgentService:
                 self.host,
             )
             return
-        timeout = float(self.conf.compute_agent.conductor_timeout)
+        # At most two steps' time: a broker frozen (not known down yet)
+        # would hold the whole conductor_timeout for nothing.
+        timeout = min(float(self.conf.compute_agent.conductor_timeout), 2 * _STEP_S)
         delivered = steps.run(
             "delivering build results to a conductor",
             lambda: reporter.stop(min(timeout, steps.left())),

@@ -120,16 +120,22 @@ def outcome_of_error(name: str) -> Outcome | None:
     """The outcome of an owner's refusal named *name*; None for ``NotOwner``.
 
     By the exception classes of :mod:`conductor.common.exception` (how an
-    agent's refusal travels, as an exception or by name in a batch's reply):
-    a refusal retrying cannot fix is one of ours that is neither a conflict
-    with the node's current use (busy) nor an unavailability; anything else
-    -- a transport error, an unexpected remote error -- waits.
+    agent's refusal travels by name in a batch's reply, or as an
+    unexpected remote error's type): see :func:`_outcome_of_class`;
+    anything not ours -- a transport error, an unexpected remote error --
+    waits.
     """
     if name in rpc.NOT_SERVED:
         return Outcome.REFUSED
     error = getattr(errors, name, None)
     if not isinstance(error, type) or not issubclass(error, errors.RingfleetError):
         return Outcome.WAIT
+    return _outcome_of_class(error)
+
+
+def _outcome_of_class(error: type[errors.RingfleetError]) -> Outcome | None:
+    """A refusal retrying cannot fix is one of ours that is neither a
+    conflict with the node's current use (busy) nor an unavailability."""
     if issubclass(error, errors.NotOwner):
         return None
     if issubclass(error, errors.NodeNotBuildable):
@@ -137,6 +143,19 @@ def outcome_of_error(name: str) -> Outcome | None:
     if issubclass(error, (errors.Conflict, *_RETRYABLE)):
         return Outcome.WAIT
     return Outcome.REFUSED
+
+
+def _outcome(exc: Exception) -> Outcome | None:
+    """The outcome of a call that raised *exc*; None for ``NotOwner``.
+
+    An agent's own exception arrives as a subclass oslo.messaging makes of
+    it (``NodeNotBuildable_Remote``): classed by what it is, not its name.
+    """
+    if isinstance(exc, errors.RingfleetError):
+        return _outcome_of_class(type(exc))
+    if isinstance(exc, messaging.RemoteError):
+        return outcome_of_error(exc.exc_type or "")
+    return Outcome.WAIT
 
 
 def _is_outage(exc: Exception) -> bool:
@@ -148,9 +167,11 @@ def _is_outage(exc: Exception) -> bool:
 
 
 def _error_name(exc: Exception) -> str:
+    """The error's name: a remote error's type, one of ours without the
+    suffix oslo.messaging gives the class it rebuilds it as."""
     if isinstance(exc, messaging.RemoteError):
         return exc.exc_type or type(exc).__name__
-    return type(exc).__name__
+    return type(exc).__name__.removesuffix("_Remote")
 
 
 def _reason(exc: Exception, owner: str) -> str:
@@ -233,7 +254,7 @@ class OwnerCalls:
             except _InFlight:
                 return Reply(Outcome.MOOT, node, fence, reason="a call for it is in flight")
             except Exception as exc:
-                outcome = outcome_of_error(_error_name(exc))
+                outcome = _outcome(exc)
                 if outcome is not None:
                     return self._refused(outcome, node, fence, exc)
                 # A remote exception's text carries its traceback: first line only.

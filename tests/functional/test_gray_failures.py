@@ -14,7 +14,9 @@ an ERROR or a traceback; the conductor says the agent's outage once.
 
 etcd frozen (SIGSTOP) longer than the TTL: every service says so once, at
 WARNING, within the TTL, and the builds requested meanwhile end once it
-answers again.
+answers again.  RabbitMQ frozen: an agent and a conductor stopped meanwhile
+exit within 30 s, the agent having left the group, and no service logs an
+ERROR or a traceback once the broker answers again.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from tests.harness import wait_for
 AGENTS = ("agent-1", "agent-2", "agent-3")
 CUT = "agent-3"
 NODES = 24
-#: How long etcd stays frozen: longer than the TTL.
+#: How long etcd or the broker stays frozen: longer than the TTL.
 FREEZE_S = 20.0
+#: The most a stop may take with the broker frozen, at default settings.
+STOP_BOUND = 30.0
 
 
 def _state(fleet: Fleet, uuid: str) -> str | None:
@@ -203,4 +207,63 @@ def test_a_hung_etcd_is_said_once_per_service_within_the_ttl(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(etcd_pid, signal.SIGCONT)
+        fleet.close()
+
+
+def test_a_frozen_broker_stops_services_on_time_and_leaves_no_traceback(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    """RabbitMQ frozen (SIGSTOP) 20 s; an agent and a conductor get a SIGTERM
+    meanwhile, at their default stop settings: each exits within
+    :data:`STOP_BOUND` s, the agent having left the group.  After the thaw
+    the services left serve on: a build is ACTIVE, and none of them logs an
+    ERROR or a traceback (the messages the broker redelivers are dropped in
+    one INFO line each)."""
+    rabbit_pid = int(os.environ["RINGFLEET_TEST_RABBIT_PID"])
+    migrated(pg_url).dispose()
+    fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    # The harness shortens the agents' graceful_timeout: back to the default.
+    defaults = {"agent-2": "[compute_agent]\ngraceful_timeout = 60\n"}
+    try:
+        start_processes(fleet, ["cond-1", "cond-2"], ["agent-1", "agent-2"], extra=defaults)
+        fleet.api.import_nodes(
+            [{"name": f"n{i:02d}", "resource_class": "baremetal"} for i in range(8)]
+        )
+        fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
+        wait_for(lambda: None not in fleet.owned_by(), 30, "every node owned")
+        before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 4})]
+        wait_for(lambda: _all_active(fleet, before), 60, "4 builds active")
+        offsets = {name: len(proc.log()) for name, proc in fleet.procs.items()}
+        stopping = [fleet.procs["agent-2"], fleet.procs["cond-2"]]
+        os.kill(rabbit_pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        took: dict[str, float] = {}
+        try:
+            time.sleep(2.0)  # the services are in their calls when the broker froze
+            for proc in stopping:
+                proc.signal(signal.SIGTERM)
+            sent = time.monotonic()
+            for proc in stopping:
+                assert proc.wait(timeout=STOP_BOUND + 30) == 0, proc.name
+                took[proc.name] = time.monotonic() - sent
+            time.sleep(max(0.0, FREEZE_S - (time.monotonic() - frozen)))
+        finally:
+            os.kill(rabbit_pid, signal.SIGCONT)
+        print(
+            f"\nbroker frozen {FREEZE_S:.0f} s: "
+            + ", ".join(f"{name} stopped in {s:.1f} s" for name, s in sorted(took.items()))
+        )
+        for name, seconds in took.items():
+            assert seconds <= STOP_BOUND, (name, seconds, log_tails(fleet, name))
+        assert "left group" in fleet.procs["agent-2"].log(), log_tails(fleet, "agent-2")
+        after = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 1})]
+        wait_for(lambda: _all_active(fleet, after), RECOVERY_SETTLE + 20, "a build after the thaw")
+        time.sleep(TTL)
+        for name, proc in fleet.procs.items():
+            errors = _said_since(proc.log(), offsets[name])[1]
+            assert errors == [], (name, errors[:5])
+        assert fleet.fencing_violations() == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rabbit_pid, signal.SIGCONT)
         fleet.close()

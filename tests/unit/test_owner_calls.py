@@ -9,6 +9,7 @@ second call for the same work, and the lanes' bounded stop.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import oslo_messaging as messaging
 import pytest
+from oslo_messaging._drivers import common as rpc_common
 from sqlalchemy import update
 
 from conductor.common import exception as errors
+from conductor.common import rpc
 from conductor.common.objects import Node
 from conductor.db import nodes
 from conductor.db.engine import Database
@@ -253,3 +256,46 @@ def test_an_owner_that_cannot_take_work_is_an_outage_a_busy_node_is_not(db: Data
     owners.call("Instance x", node, lambda *_: "accepted")
     assert not owners.outages.ongoing("agent-1")
     assert owners.unreachable() == frozenset()
+
+
+def _as_received(exc: Exception) -> Exception:
+    """*exc* as a conductor receives it from an agent: serialized by
+    oslo.messaging and rebuilt on this side (a ``<Name>_Remote`` subclass)."""
+    try:
+        raise exc
+    except Exception:
+        data = rpc_common.serialize_remote_exception(sys.exc_info())
+    rebuilt = rpc_common.deserialize_remote_exception(data, rpc.ALLOWED_EXMODS)
+    assert isinstance(rebuilt, Exception)
+    return rebuilt
+
+
+@pytest.mark.parametrize(
+    ("exc", "outcome"),
+    [
+        (errors.NodeNotBuildable(field="node_uuid", value="n", reason="gone"), Outcome.REFUSED),
+        (errors.Conflict(field="node_uuid", value="n", reason="busy"), Outcome.WAIT),
+        (errors.ServiceUnavailable("stopping"), Outcome.WAIT),
+        (
+            errors.InvalidInput([{"field": "epoch", "value": "x", "reason": "not an integer"}]),
+            Outcome.REFUSED,
+        ),
+        (KeyError("a bug on the agent"), Outcome.WAIT),
+    ],
+)
+def test_an_agents_exception_as_received_over_rpc_has_its_outcome(
+    db: Database, exc: Exception, outcome: Outcome
+) -> None:
+    """The agent's NodeNotBuildable reaches the conductor as a class
+    oslo.messaging makes (NodeNotBuildable_Remote): classed by what it is."""
+    received = _as_received(exc)
+    node = _node(db)
+
+    def send(_fence: Fence, _node: Node) -> None:
+        raise received
+
+    reply = OwnerCalls(db, Fleet()).call("Instance x", node, send)  # type: ignore[arg-type]
+    assert reply.outcome is outcome, type(received).__name__
+    assert reply.error in (type(exc).__name__, "KeyError")
+    if outcome is Outcome.REFUSED and isinstance(exc, errors.NodeNotBuildable):
+        assert reply.reason == "gone"  # its reason, without the remote traceback
