@@ -163,6 +163,7 @@ class AgentService:
                 "groups": list(self.conf.compute_agent.groups),
                 "rpc_api": COMPUTE_API_VERSION,
                 "host_ip": default_conf.my_ip(self.conf),
+                "serving": True,  # a call reaches it (compute_agent/serving.py)
             },
             on_change=self._on_view,
             on_state_change=self._on_state,
@@ -287,8 +288,8 @@ class AgentService:
         self._starting.done()
         systemd.notify("STOPPING=1")
         LOG.info("Agent %s stopping%s", self.host, " after a drain" if drain else "")
-        if self._serving_check is not None:
-            self._serving_check.stop()  # the stop leaves the group its own way
+        if self._serving_check is not None:  # no peer steps aside counting on it
+            self._serving_check.stop(announce="stopping")
         if self.actions is not None:
             self.actions.stop_accepting()
         if not drain:
@@ -334,8 +335,7 @@ class AgentService:
                 self.host,
             )
             return
-        # At most two steps' time: a broker frozen (not known down yet)
-        # would hold the whole conductor_timeout for nothing.
+        # Two steps' time at most: a frozen broker (not known down) holds all of it.
         timeout = min(float(self.conf.compute_agent.conductor_timeout), 2 * _STEP_S)
         delivered = steps.run(
             "delivering build results to a conductor",

@@ -106,9 +106,12 @@ class ServingCheck:
         )
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop checking (a stopping agent leaves the group its own way)."""
+    def stop(self, announce: str | None = None) -> None:
+        """Stop checking (a stopping agent leaves the group its own way);
+        *announce*: what its entry's ``serving`` says meanwhile."""
         self._stopped.set()
+        if announce is not None:
+            self._membership.announce("serving", announce)
         if self._thread is not None:
             self._thread.join(self._interval + 1.0)
 
@@ -192,12 +195,14 @@ class ServingCheck:
             LOG.info("Agent %s serves again", self._host)
 
     def _peers_serve(self) -> bool:
-        """Whether another member of the group says it serves (or says nothing)."""
+        """Whether another member of the group says it serves (an agent
+        that says nothing, of an older release, or ``stopping`` does not
+        count: stepping aside for it could leave the ring empty)."""
         view = self._membership.view
         if view is None:
             return False
         return any(
-            member.capabilities.get("serving", True) is not False
+            member.capabilities.get("serving") is True
             for member_id, member in view.members.items()
             if member_id != self._host
         )

@@ -79,8 +79,9 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
         )
         fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
         wait_for(lambda: set(fleet.owned_by()) == set(AGENTS), 30, "the agents share the nodes")
-        before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 9})]
-        wait_for(lambda: _all_active(fleet, before), 60, "9 builds active")
+        # Half the nodes: some land on every agent (no weigher may skip one).
+        before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 12})]
+        wait_for(lambda: _all_active(fleet, before), 60, "12 builds active")
         on_cut = [u for u in before if fleet.api.show_instance(u)["host"] == CUT]
         assert on_cut, "no instance landed on the agent to cut"
 
@@ -91,7 +92,7 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
         for uuid in on_cut:
             fleet.api.delete_instance(uuid)
             requested[uuid] = time.monotonic()
-        after = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 6})]
+        after = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 4})]
         for uuid in after:
             requested[uuid] = time.monotonic()
 
@@ -116,7 +117,7 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
         # It left the ring: none of its nodes is its own any more.
         wait_for(lambda: CUT not in fleet.owned_by(), RECOVERY_SETTLE, f"{CUT} owns nothing")
         aside = time.monotonic() - cut_at
-        assert "cannot serve" in fleet.procs[CUT].log(), log_tails(fleet, CUT)
+        assert "leaves the ring" in fleet.procs[CUT].log(), log_tails(fleet)
 
         proxy.heal()
         healed = time.monotonic()
@@ -254,8 +255,11 @@ def test_a_frozen_broker_stops_services_on_time_and_leaves_no_traceback(
             + ", ".join(f"{name} stopped in {s:.1f} s" for name, s in sorted(took.items()))
         )
         for name, seconds in took.items():
-            assert seconds <= STOP_BOUND, (name, seconds, log_tails(fleet, name))
-        assert "left group" in fleet.procs["agent-2"].log(), log_tails(fleet, "agent-2")
+            assert seconds <= STOP_BOUND, (name, seconds, log_tails(fleet))
+        assert "left group" in fleet.procs["agent-2"].log(), log_tails(fleet)
+        # The broker was down for every agent: agent-1 kept its share (it does
+        # not step aside counting on a peer that stops).
+        assert "leaves the ring" not in fleet.procs["agent-1"].log(), log_tails(fleet)
         after = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 1})]
         wait_for(lambda: _all_active(fleet, after), RECOVERY_SETTLE + 20, "a build after the thaw")
         time.sleep(TTL)

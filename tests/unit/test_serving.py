@@ -22,7 +22,7 @@ from hashring.membership import Member, MembershipView
 @dataclass
 class FakeMembership:
     ttl: float = 10.0
-    peers: dict[str, bool | None] = field(default_factory=lambda: {"agent-2": None})
+    peers: dict[str, bool | str | None] = field(default_factory=lambda: {"agent-2": True})
     announced: list[tuple[str, Any]] = field(default_factory=list)
     asides: list[str] = field(default_factory=list)
     backs: int = 0
@@ -140,6 +140,20 @@ def test_when_no_peer_serves_either_the_broker_is_down_and_nothing_moves(
     membership.peers["agent-3"] = True
     _step(check, clock, 1)
     assert len(membership.asides) == 1
+
+
+@pytest.mark.parametrize("peer", [None, "stopping", False])
+def test_a_peer_that_does_not_say_it_serves_is_not_counted_on(peer: str | bool | None) -> None:
+    """A peer of an older release (says nothing), one that stops or one that
+    fails too: stepping aside for it could leave the ring empty."""
+    membership = FakeMembership(peers={"agent-2": peer})
+    clock, calls = Clock(), Calls()
+    check = _check(membership, clock, calls)
+    calls.broken = OSError("connection refused")
+    _step(check, clock, 20)
+    assert membership.asides == [] and not check.serving
+    check.stop(announce="stopping")
+    assert membership.announced[-1] == ("serving", "stopping")
 
 
 def test_a_call_that_hangs_does_not_hold_the_judgement() -> None:
