@@ -39,6 +39,10 @@ AGGREGATE = placement_conf.DEFAULT_AGGREGATE
 NODES = 40
 
 
+#: ``[placement] timeout`` of the fleet's processes (seconds).
+REQUEST_TIMEOUT = 10.0
+
+
 def _placement_options(url: str) -> str:
     """``[placement]`` for the test Placement (noauth2 takes the token ``admin``)."""
     return (
@@ -48,6 +52,9 @@ def _placement_options(url: str) -> str:
         f"endpoint = {url}\n"
         f"endpoint_override = {url}\n"
         "resync_interval = 0\n"
+        # A request must not hang: after Placement's kill -9 the agent once
+        # made no request for 30 s (keystoneauth has no timeout by default).
+        f"timeout = {REQUEST_TIMEOUT:g}\n"
     )
 
 
@@ -228,7 +235,7 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
         try:
             wait_for(
                 lambda: f.procs["agent-1"].log().count("Placement unavailable") == 2,
-                30,
+                30 + REQUEST_TIMEOUT,
                 "agent-1 sees Placement down",
             )
         except AssertionError as exc:
