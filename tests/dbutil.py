@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from conductor.db import migration
 from conductor.db.engine import Database
@@ -42,7 +43,11 @@ def fresh_database(database_url: str, prefix: str = "rf") -> Iterator[str]:
                     text("SELECT id FROM information_schema.processlist WHERE db = :db"),
                     {"db": name},
                 ):
-                    connection.execute(text(f"KILL {int(session_id)}"))
+                    try:
+                        connection.execute(text(f"KILL {int(session_id)}"))
+                    except OperationalError as exc:  # it ended since the listing
+                        if "Unknown thread id" not in str(exc):
+                            raise
                 connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
         admin.dispose()
 

@@ -201,8 +201,15 @@ def test_a_hung_etcd_is_said_once_per_service_within_the_ttl(
         for name, proc in fleet.procs.items():
             warnings, errors = _said_since(proc.log(), offsets[name])
             assert errors == [], (name, errors[:5])
-            assert len(warnings) == 1, (name, warnings)
-            assert "etcd3+http://" in warnings[0], (name, warnings)
+            # The outage, naming etcd; on a loaded machine the membership's
+            # SUSPENDED may come first (etcd's request timeout, 2 s at TTL 3,
+            # is past TTL/2): at most that one line more.
+            assert any("etcd3+http://" in line for line in warnings), (name, warnings)
+            extra = [line for line in warnings if "etcd3+http://" not in line]
+            assert len(warnings) <= 2 and all("-> suspended" in line for line in extra), (
+                name,
+                warnings,
+            )
             assert said_in[name] <= TTL + 1.0, (name, said_in[name])
         assert fleet.fencing_violations() == []
     finally:
