@@ -75,7 +75,6 @@ class ServingCheck:
         self._failing_since: float | None = None
         self._last_error = "no answer yet"
         self._calling = False
-        self._aside = False
         self._said_all_down = False
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -159,7 +158,7 @@ class ServingCheck:
             self._membership.announce("serving", not failing)
         if not failing:
             self._serves_again(was_failing)
-        elif not self._aside and since is not None and now - since >= self._grace:
+        elif self._membership.aside is None and since is not None and now - since >= self._grace:
             self._step_aside(silent, error)
 
     def _step_aside(self, silent: float, error: str) -> None:
@@ -174,7 +173,6 @@ class ServingCheck:
                     why,
                 )
             return
-        self._aside = True
         # A WARNING, unless this process said its broker outage already.
         LOG.log(
             logging.INFO if broker_outage.known_down() else logging.WARNING,
@@ -187,8 +185,7 @@ class ServingCheck:
 
     def _serves_again(self, was_failing: bool) -> None:
         self._said_all_down = False
-        if self._aside:
-            self._aside = False
+        if self._membership.aside is not None:
             LOG.info("Agent %s serves again: it joins the ring and its share", self._host)
             self._membership.step_back()
         elif was_failing:

@@ -159,6 +159,7 @@ class Membership:
         # Why this member stays out of the group though it could be in it
         # (it cannot serve: see step_aside), or None.
         self._aside: str | None = None
+        self._beating = False  # a SUSPENDED meanwhile: the outage says it when the beat fails
         self._view: MembershipView | None = None
         self._reported_state: State | None = None
         self._excluded_logged: dict[str, str] = {}
@@ -369,11 +370,14 @@ class Membership:
             self._outage.succeeded("connecting")
         started = self._clock()
         previous = self._last_beat
+        self._beating = True
         try:
             self._coordinator.heartbeat()
         except Exception as exc:  # etcd3gw raises its own, untranslated errors
             self._outage.failed("heartbeat", exc)
             return
+        finally:
+            self._beating = False
         # The outage said the gap already (one WARNING): the re-join is its end.
         said = self._outage.ongoing
         self._outage.succeeded("heartbeat")
@@ -678,6 +682,7 @@ class Membership:
             or self._stopping.is_set()
             or self._aside is not None
             or self._outage.ongoing
+            or (state is State.SUSPENDED and self._beating)
         )
         log = LOG.info if deliberate else LOG.warning
         log(

@@ -3,14 +3,15 @@
 cannot serve gives up its share.
 
 Real PostgreSQL, etcd and RabbitMQ; a conductor and three agents as separate
-processes.  ``agent-3`` reaches the broker through a TCP proxy the test
-cuts (its etcd lease stays alive, as on a host whose firewall drops the
-broker's port).  While it is cut, builds and deletes go on: every one ends
-within ``RECOVERY_SETTLE`` (TTL + ``rehome_grace`` + 10 s) of its request,
-with ``build_timeout`` at its default (30 min: no sweeper can mask a
-stall).  The cut agent steps aside from the ring (its peers take its nodes,
-fenced), and takes its share back once the proxy heals.  No process logs
-an ERROR or a traceback; the conductor says the agent's outage once.
+processes, each reaching the broker through a TCP proxy; the test cuts the
+proxy of the agent hosting most instances (its etcd lease stays alive, as on
+a host whose firewall drops the broker's port). While it is cut, builds and
+deletes go on: every one ends within ``RECOVERY_SETTLE`` (TTL +
+``rehome_grace`` + 10 s) of its request, with ``build_timeout`` at its
+default (30 min: no sweeper can mask a stall). The cut agent steps aside
+from the ring (its peers take its nodes, fenced), and takes its share back
+once the proxy heals. No process logs an ERROR or a traceback; the conductor
+says the agent's outage once.
 
 etcd frozen (SIGSTOP) longer than the TTL: every service says so once, at
 WARNING, within the TTL, and the builds requested meanwhile end once it
@@ -39,7 +40,6 @@ from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import wait_for
 
 AGENTS = ("agent-1", "agent-2", "agent-3")
-CUT = "agent-3"
 NODES = 24
 #: How long etcd or the broker stays frozen: longer than the TTL.
 FREEZE_S = 20.0
@@ -67,23 +67,28 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
 ) -> None:
     migrated(pg_url).dispose()
     port = int(transport_url.rsplit(":", 1)[1].strip("/"))
-    proxy = TcpProxy(port)
+    # Each agent reaches the broker through a proxy of its own (a later
+    # value of an option overrides an earlier one); the test cuts the one
+    # of the agent that hosts most instances (the scheduler may pack them).
+    proxies = {agent: TcpProxy(port) for agent in AGENTS}
     fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
-    # A later value of an option overrides an earlier one: only agent-3's
-    # broker connection goes through the proxy.
-    cut_url = f"[DEFAULT]\ntransport_url = rabbit://guest:guest@{proxy.url}/\n"
+    extra = {
+        agent: f"[DEFAULT]\ntransport_url = rabbit://guest:guest@{proxy.url}/\n"
+        for agent, proxy in proxies.items()
+    }
     try:
-        start_processes(fleet, ["cond-1"], AGENTS, extra={CUT: cut_url})
+        start_processes(fleet, ["cond-1"], AGENTS, extra=extra)
         fleet.api.import_nodes(
             [{"name": f"n{i:02d}", "resource_class": "baremetal"} for i in range(NODES)]
         )
         fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
         wait_for(lambda: set(fleet.owned_by()) == set(AGENTS), 30, "the agents share the nodes")
-        # Half the nodes: some land on every agent (no weigher may skip one).
-        before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 12})]
-        wait_for(lambda: _all_active(fleet, before), 60, "12 builds active")
-        on_cut = [u for u in before if fleet.api.show_instance(u)["host"] == CUT]
-        assert on_cut, "no instance landed on the agent to cut"
+        before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 9})]
+        wait_for(lambda: _all_active(fleet, before), 60, "9 builds active")
+        hosts = {u: fleet.api.show_instance(u)["host"] for u in before}
+        cut = max(AGENTS, key=lambda agent: list(hosts.values()).count(agent))
+        on_cut = [u for u, host in hosts.items() if host == cut]
+        proxy = proxies[cut]
 
         proxy.cut()
         cut_at = time.monotonic()
@@ -108,22 +113,22 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
             time.sleep(0.2)
         longest = max(waited.values(), default=0.0)
         print(
-            f"\n{CUT} cut: {len(on_cut)} deletes and {len(after)} builds, each done within "
+            f"\n{cut} cut: {len(on_cut)} deletes and {len(after)} builds, each done within "
             f"{longest:.1f} s of its request (bound {RECOVERY_SETTLE:.0f} s); "
             f"{len(requested) - len(waited)} not done"
         )
         assert set(waited) == set(requested), log_tails(fleet)
         assert longest <= RECOVERY_SETTLE, log_tails(fleet)
         # It left the ring: none of its nodes is its own any more.
-        wait_for(lambda: CUT not in fleet.owned_by(), RECOVERY_SETTLE, f"{CUT} owns nothing")
+        wait_for(lambda: cut not in fleet.owned_by(), RECOVERY_SETTLE, f"{cut} owns nothing")
         aside = time.monotonic() - cut_at
-        assert "leaves the ring" in fleet.procs[CUT].log(), log_tails(fleet)
+        assert "leaves the ring" in fleet.procs[cut].log(), log_tails(fleet)
 
         proxy.heal()
         healed = time.monotonic()
-        wait_for(lambda: CUT in fleet.owned_by(), RECOVERY_SETTLE, f"{CUT} takes its share back")
+        wait_for(lambda: cut in fleet.owned_by(), RECOVERY_SETTLE, f"{cut} takes its share back")
         print(
-            f"{CUT} owned nothing {aside:.1f} s after the cut; took its share back "
+            f"{cut} owned nothing {aside:.1f} s after the cut; took its share back "
             f"{time.monotonic() - healed:.1f} s after the heal"
         )
         built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 3})]
@@ -136,13 +141,15 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
         outage = [
             line
             for line in fleet.procs["cond-1"].log().splitlines()
-            if " WARNING " in line and f"Agent {CUT} fails" in line
+            if " WARNING " in line and f"Agent {cut} fails" in line
         ]
         assert len(outage) <= 1, outage
     finally:
-        proxy.heal()
+        for proxy in proxies.values():
+            proxy.heal()
         fleet.close()
-        proxy.close()
+        for proxy in proxies.values():
+            proxy.close()
 
 
 def _said_since(proc_log: str, offset: int) -> tuple[list[str], list[str]]:
@@ -201,15 +208,10 @@ def test_a_hung_etcd_is_said_once_per_service_within_the_ttl(
         for name, proc in fleet.procs.items():
             warnings, errors = _said_since(proc.log(), offsets[name])
             assert errors == [], (name, errors[:5])
-            # The outage, naming etcd; on a loaded machine the membership's
-            # SUSPENDED may come first (etcd's request timeout, 2 s at TTL 3,
-            # is past TTL/2): at most that one line more.
-            assert any("etcd3+http://" in line for line in warnings), (name, warnings)
-            extra = [line for line in warnings if "etcd3+http://" not in line]
-            assert len(warnings) <= 2 and all("-> suspended" in line for line in extra), (
-                name,
-                warnings,
-            )
+            # The outage, naming etcd; a SUSPENDED reached while the beat
+            # still waits for its timeout (2 s at TTL 3, past TTL/2) is INFO.
+            assert len(warnings) == 1, (name, warnings)
+            assert "etcd3+http://" in warnings[0], (name, warnings)
             assert said_in[name] <= TTL + 1.0, (name, said_in[name])
         assert fleet.fencing_violations() == []
     finally:

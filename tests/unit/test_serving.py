@@ -39,11 +39,15 @@ class FakeMembership:
         self.announced.append((name, value))
         return True
 
+    aside: str | None = None
+
     def step_aside(self, why: str) -> None:
         self.asides.append(why)
+        self.aside = why
 
     def step_back(self) -> None:
         self.backs += 1
+        self.aside = None
 
 
 class Clock:
