@@ -26,6 +26,8 @@ class ServiceOutage:
         self.service = service
         self.endpoint = endpoint
         self.down = False
+        #: Why the outage began (the first failed request's reason); None when up.
+        self.reason: str | None = None
         self._down_at = 0.0  # when it went (time.monotonic())
         self._lock = threading.Lock()
 
@@ -36,6 +38,7 @@ class ServiceOutage:
             first, self.down = not self.down, True
             if first:
                 self._down_at = time.monotonic()
+                self.reason = reason
         if first:
             LOG.warning("%s unavailable: %s", self.service, reason)
         return ServiceUnavailable(reason)
@@ -51,5 +54,6 @@ class ServiceOutage:
             was = self.down and started >= self._down_at
             if was:
                 self.down = False
+                self.reason = None
         if was:
             LOG.info("%s at %s answers again", self.service, self.endpoint)

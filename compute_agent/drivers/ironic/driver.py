@@ -31,6 +31,7 @@ runs on in Ironic and is resumed from there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -117,6 +118,7 @@ class IronicDriver(ComputeDriver):
         self._deploy_timeout: float = float(options.deploy_timeout)
         self._teardown_timeout: float = float(options.teardown_timeout)
         self._ironic = client if client is not None else BaremetalClient.from_conf(conf)
+        self._probe_idle: float = options.timeout or ironic_conf.REQUEST_TIMEOUT
         self._stopping = threading.Event()
         LOG.info(
             "Agent %s drives nodes through Ironic at %s (API %s)",
@@ -127,6 +129,16 @@ class IronicDriver(ComputeDriver):
 
     def stop_waiting(self) -> None:
         self._stopping.set()
+
+    def backend_problem(self) -> str | None:
+        # An agent with no action in flight sends nothing: probe Ironic once
+        # a request timeout has passed idle, so that a hung Ironic is seen
+        # (and said) within about that time by every agent, busy or not.
+        if self._ironic.idle_for() >= self._probe_idle:
+            with contextlib.suppress(ServiceUnavailable, DriverError):
+                self._ironic.probe()  # a failure: the outage holds the reason
+        outage = self._ironic.outage
+        return outage.reason if outage.down else None
 
     # -- reads -----------------------------------------------------------------
 

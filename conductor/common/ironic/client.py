@@ -160,6 +160,7 @@ class BaremetalClient:
         self._proxy = proxy
         self.endpoint = endpoint
         self.outage = ServiceOutage("Ironic", endpoint)
+        self._last_sent = time.monotonic()  # when the latest request was sent
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> BaremetalClient:
@@ -178,7 +179,25 @@ class BaremetalClient:
         endpoint = conf[group].endpoint_override or "the catalog's baremetal endpoint"
         return cls(proxy, endpoint)
 
+    def idle_for(self) -> float:
+        """Seconds since the latest request was sent."""
+        return time.monotonic() - self._last_sent
+
     # -- reads -----------------------------------------------------------------
+
+    def probe(self) -> None:
+        """One cheap request (a node's uuid): does Ironic answer, API and database?
+
+        :raises ServiceUnavailable: it does not (said once by :attr:`outage`)
+        """
+        with self._translated("-", "probe"):
+            response = self._proxy.get(
+                "/nodes",
+                params={"fields": "uuid", "limit": 1},
+                microversion=ironic_conf.API_VERSION,
+                raise_exc=False,
+            )
+            openstack.exceptions.raise_from_response(response)
 
     def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
         """The node as Ironic shows it now.
@@ -278,7 +297,7 @@ class BaremetalClient:
 
     @contextlib.contextmanager
     def _translated(self, node_uuid: str, action: str) -> Iterator[None]:
-        started = time.monotonic()
+        started = self._last_sent = time.monotonic()
         try:
             yield
         except IronicClaimConflict:
