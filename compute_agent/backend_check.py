@@ -45,8 +45,8 @@ class BackendCheck:
         self._problem = problem
         self._membership = membership
         self._interval = interval
-        # Unknown until the first check: announce whatever it finds.
-        self._announced: str | bool | None = False
+        # A new process's entry says nothing: fine until a problem is found.
+        self._announced: str | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -10,6 +10,7 @@ openstacksdk proxy raising keystoneauth's real exceptions.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import types
 import uuid as uuidlib
@@ -22,11 +23,16 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from compute_agent.backend_check import CAPABILITY, BackendCheck
+from compute_agent.drivers import ActionContext
+from compute_agent.drivers.ironic import driver as ironic_driver
 from compute_agent.drivers.ironic.driver import IronicDriver
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.conf import placement as placement_conf
 from conductor.common.conf.keystoneauth import list_opts
+from conductor.common.exception import ServiceUnavailable
 from conductor.common.ironic.client import BaremetalClient
+from conductor.common.objects import Node
+from conductor.common.service_outage import ServiceOutage
 
 
 class ScriptedProxy:
@@ -35,12 +41,23 @@ class ScriptedProxy:
     def __init__(self) -> None:
         self.errors: list[Exception] = []
         self.gets: list[tuple[str, dict[str, Any]]] = []
+        self.timeouts: list[float | None] = []
 
-    def get(self, path: str, *, params: dict[str, Any], microversion: str, raise_exc: bool) -> Any:
+    def get(
+        self,
+        path: str,
+        *,
+        params: dict[str, Any],
+        microversion: str,
+        raise_exc: bool,
+        timeout: float | None = None,
+    ) -> Any:
         self.gets.append((path, params))
+        self.timeouts.append(timeout)
         if self.errors:
             raise self.errors.pop(0)
-        return types.SimpleNamespace(status_code=200, json=lambda: {"nodes": []})
+        body = {"nodes": []} if path == "/nodes" else {"uuid": path.rsplit("/", 1)[1]}
+        return types.SimpleNamespace(status_code=200, json=lambda: body)
 
 
 class FakeMembership:
@@ -135,11 +152,7 @@ def test_the_check_announces_each_change_once() -> None:
     check = BackendCheck("agent-1", lambda: problems.pop(0), membership, interval=1.0)  # type: ignore[arg-type]
     for _ in range(5):
         check.check()
-    assert membership.announced == [
-        (CAPABILITY, None),
-        (CAPABILITY, "Ironic unreachable"),
-        (CAPABILITY, None),
-    ]
+    assert membership.announced == [(CAPABILITY, "Ironic unreachable"), (CAPABILITY, None)]
 
 
 def test_an_announcement_the_group_did_not_take_is_made_again() -> None:
@@ -158,3 +171,65 @@ def test_a_stopped_check_announces_nothing() -> None:
     check.stop()
     check.check()
     assert membership.announced == []
+
+
+def test_a_client_is_made_without_ironic_and_fails_its_requests_as_an_outage(
+    tmp_path: Path,
+) -> None:
+    """Making the client asks Ironic nothing (an agent starts while Ironic is
+    away); its first request finds Ironic gone: an outage, retried later."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    conf = make_conf(
+        tmp_path,
+        f"[ironic]\nauth_type = none\nendpoint_override = http://127.0.0.1:{port}\n",
+    )
+    client = BaremetalClient.from_conf(conf)
+    for _ in range(2):  # the failed discovery is tried again, not remembered
+        with pytest.raises(ServiceUnavailable):
+            client.get_node("n-1", action="inspect")
+    assert client.outage.down
+
+
+def test_a_timeout_of_a_request_sent_during_the_outage_is_no_new_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Requests queued while Ironic hung time out after it answers again:
+    that outage is over, and they do not start another (one WARNING, one INFO)."""
+    outage = ServiceOutage("Ironic", "http://ironic.test")
+    with caplog.at_level(logging.INFO, logger="conductor.common.service_outage"):
+        hung_at = time.monotonic()
+        outage.unavailable("timed out", hung_at)  # the first request times out
+        time.sleep(0.01)
+        outage.answered(time.monotonic())  # a request sent now is answered: back
+        error = outage.unavailable("timed out", hung_at + 0.001)  # sent while hung
+        assert isinstance(error, ServiceUnavailable) and not outage.down
+        outage.unavailable("timed out", time.monotonic())  # sent after: a new outage
+        assert outage.down
+    levels = [r.levelname for r in caplog.records]
+    assert levels == ["WARNING", "INFO", "WARNING"]
+
+
+def test_an_accepts_read_waits_seconds_and_none_while_ironic_is_known_down(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The conductor waits for an accept: its read of the node is bounded
+    well below accept_timeout, a slow answer is no outage (the deploy's own
+    requests say a real one), and no read is made while Ironic is known down."""
+    proxy = ScriptedProxy()
+    driver = make_driver(tmp_path, proxy)
+    node = Node(uuid="n-1", name="n1", resource_class="baremetal")
+    ctx = ActionContext("n-1", "agent-1", 1, "i-1")
+    proxy.errors.append(ks_exceptions.ConnectTimeout("Request to /v1/nodes/n-1 timed out"))
+    with caplog.at_level(logging.INFO), pytest.raises(ServiceUnavailable, match="within"):
+        driver.inspect(ctx, node)
+    assert proxy.timeouts == [ironic_driver._INSPECT_WITHIN] and not caplog.records
+    assert driver.inspect(ctx, node).instance_uuid is None  # answered: read as usual
+    proxy.errors.append(ks_exceptions.ConnectFailure("refused"))
+    with pytest.raises(ServiceUnavailable):
+        driver.get_power_state(ctx, node)  # an outage, said once
+    reads = len(proxy.gets)
+    with pytest.raises(ServiceUnavailable, match="refused"):
+        driver.inspect(ctx, node)
+    assert len(proxy.gets) == reads  # known down: the accept does not wait for it

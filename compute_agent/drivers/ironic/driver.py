@@ -79,6 +79,10 @@ LOG = logging.getLogger(__name__)
 
 #: How many times a teardown is asked for before the destroy fails.
 _TEARDOWN_ATTEMPTS: Final = 3
+#: Seconds an accept's read of its node may take: the conductor waits for the
+#: accept (``[conductor] accept_timeout``, 10 s), and an accept without the
+#: read is safe (the deploy reads the node before it touches it).
+_INSPECT_WITHIN: Final = 3.0
 #: How many times a claim is tried while another claimant's race is settling.
 _CLAIM_ATTEMPTS: Final = 5
 
@@ -144,8 +148,11 @@ class IronicDriver(ComputeDriver):
 
     def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
         self._check_context(ctx, node)
+        outage = self._ironic.outage
+        if outage.down:  # an accept must answer at once: the deploy waits for Ironic
+            raise ServiceUnavailable(outage.reason or "Ironic unavailable")
         try:
-            found = self._ironic.get_node(node.uuid, action="inspect")
+            found = self._ironic.get_node(node.uuid, action="inspect", quick=_INSPECT_WITHIN)
         except IronicNodeGone as exc:
             # Deleted from Ironic before the inventory sync retired it:
             # no build can ever succeed here.
