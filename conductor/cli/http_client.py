@@ -114,7 +114,11 @@ class HttpConductorAPI:
     def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
         return self._request(dict[str, Any], "POST", "/v1/nodes", node)
 
-    def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
+    def import_nodes(
+        self, nodes: list[dict[str, Any]], dry_run: bool = False, every_clash: bool = False
+    ) -> dict[str, Any]:
+        """``every_clash`` is the RPC API's alone: through the HTTP API a
+        clash is a 409 on the first clashing entry."""
         body = {"nodes": nodes, "dry_run": dry_run}
         return self._request(dict[str, Any], "POST", "/v1/nodes/import", body)
 

@@ -145,6 +145,7 @@ def create_nodes(
     specs: Sequence[NodeSpec],
     *,
     observed: Mapping[str, BackEndObservation] | None = None,
+    every_clash: bool = False,
 ) -> list[Node]:
     """Insert validated nodes, all or none.
 
@@ -160,19 +161,30 @@ def create_nodes(
     ringfleet's can have changed a node before it existed, so the
     observation is as fresh as the row and the sync need not write it again.
 
+    The rows are built a chunk at a time (:data:`conductor.db.bulk.COPY_CHUNK`),
+    each written before the next is built: a 100,000-node import never holds
+    every row at once.
+
     :raises DuplicateNode: when a name or uuid exists already (nothing is
         inserted); its ``index`` is the first such spec's.
+    :raises InvalidInput: instead, with ``every_clash``: every spec whose
+        name or uuid exists already, as :func:`existing_clashes` names them
+        (the import checked and written in one call)
     """
     now = utcnow()
     seen = observed or {}
-    rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in specs]
     try:
         with db.writing() as connection:
-            bulk.insert_rows(connection, _NODES, rows)
+            for start in range(0, len(specs), bulk.COPY_CHUNK):
+                chunk = specs[start : start + bulk.COPY_CHUNK]
+                rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in chunk]
+                bulk.insert_rows(connection, _NODES, rows)
     except IntegrityError as exc:
         clashes = _stored_clashes(db, specs)
         if not clashes:  # a concurrent import's rows, rolled back since
             raise DuplicateNode(field="name", value=None, reason=str(exc.orig)) from None
+        if every_clash:
+            raise InvalidInput(_clash_errors(clashes)) from None
         index, field, value = clashes[0]
         raise DuplicateNode(field=field, value=value, index=index) from None
     return [
@@ -255,9 +267,14 @@ def existing_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[FieldError
     For checking a whole import before any of it is written (the insert
     itself re-checks, in its transaction: another import may come between).
     """
+    return _clash_errors(_stored_clashes(db, specs))
+
+
+def _clash_errors(clashes: Sequence[tuple[int, str, str]]) -> list[FieldError]:
+    """:func:`_stored_clashes` as ``nodes[i].name`` / ``nodes[i].uuid`` errors."""
     errors = [
         FieldError.about(f"nodes[{index}].{field}", "exists already", value)
-        for index, field, value in _stored_clashes(db, specs)
+        for index, field, value in clashes
     ]
     return sorted(errors, key=lambda e: e.field)
 
