@@ -173,11 +173,20 @@ def create_nodes(
     """
     now = utcnow()
     seen = observed or {}
+    # The state table's check of the creation, once per state asked for
+    # (the specs' validation allowed each already): not once per row.
+    states = {
+        wanted: provision_value(NodeEvent.CREATE, wanted)
+        for wanted in {spec.provision_state for spec in specs}
+    }
     try:
         with db.writing() as connection:
             for start in range(0, len(specs), bulk.COPY_CHUNK):
                 chunk = specs[start : start + bulk.COPY_CHUNK]
-                rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in chunk]
+                rows = [
+                    _new_row(spec, now, states[spec.provision_state], seen.get(spec.uuid))
+                    for spec in chunk
+                ]
                 bulk.insert_rows(connection, _NODES, rows)
     except IntegrityError as exc:
         clashes = _stored_clashes(db, specs)
@@ -208,7 +217,10 @@ def create_nodes(
 
 
 def _new_row(
-    spec: NodeSpec, now: datetime.datetime, observation: BackEndObservation | None
+    spec: NodeSpec,
+    now: datetime.datetime,
+    provision_state: str,
+    observation: BackEndObservation | None,
 ) -> dict[str, Any]:
     """The row of a new node: every column an insert writes, in one place
     (one multi-row INSERT or COPY needs the same keys in every row)."""
@@ -219,7 +231,7 @@ def _new_row(
         "traits": sorted(spec.traits),
         "properties": dict(spec.properties),
         "node_group": spec.group,
-        "provision_state": provision_value(NodeEvent.CREATE, spec.provision_state),
+        "provision_state": provision_state,
         "power_state": spec.power_state.value,
         "maintenance": spec.maintenance,
         "maintenance_reason": spec.maintenance_reason,
