@@ -46,9 +46,8 @@ from conductor.db.engine import Database
 from tests.dbutil import fresh_database
 from tests.harness.process import REPO
 
-#: The console script's body (``ringfleet = conductor.cli.app:main``), run
-#: with another checkout first on the path.
-_CLI = "import sys; from conductor.cli.app import main; sys.exit(main(sys.argv[1:]))"
+#: The console script's module, run with the checkout's code first on the path.
+_CLI = "conductor.cmd.cli"
 
 GOAL_S = 10.0
 
@@ -87,7 +86,7 @@ def import_once(args: argparse.Namespace, code: Path, label: str) -> dict[str, A
         started = time.monotonic()
         argv = ["--config-file", str(cli_conf), "--rpc-timeout", "300", "node", "import"]
         cli = subprocess.Popen(
-            [sys.executable, "-c", _CLI, *argv, str(nodes_csv)],
+            [sys.executable, "-m", _CLI, *argv, str(nodes_csv)],
             cwd=code,
             env={**os.environ, "PYTHONPATH": str(code)},
             stdout=subprocess.PIPE,
