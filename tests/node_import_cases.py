@@ -97,7 +97,7 @@ def a_clash_stores_nothing_and_names_the_first(db: Database) -> None:
         ]
     )
     with pytest.raises(InvalidInput) as every:
-        nodes.create_nodes(db, both, every_clash=True)
+        nodes.insert_nodes(db, both, every_clash=True)
     assert [str(e) for e in every.value.errors] == [
         "nodes[0].name: exists already (got 'taken')",
         f"nodes[6].uuid: exists already (got '{stored.uuid}')",

@@ -51,6 +51,7 @@ __all__ = [
     "create_nodes",
     "delete_node",
     "get_node",
+    "insert_nodes",
     "iter_nodes",
     "list_node_dicts",
     "list_nodes",
@@ -145,31 +146,63 @@ def create_nodes(
     specs: Sequence[NodeSpec],
     *,
     observed: Mapping[str, BackEndObservation] | None = None,
-    every_clash: bool = False,
 ) -> list[Node]:
-    """Insert validated nodes, all or none.
+    """Insert validated nodes, all or none (:func:`insert_nodes`); the nodes.
+
+    They are built from the specs: every column is known before the insert,
+    so reading the rows back (half the cost of a large import) would tell
+    nothing new.
+
+    :raises DuplicateNode: when a name or uuid exists already (nothing is
+        inserted); its ``index`` is the first such spec's.
+    """
+    now = insert_nodes(db, specs, observed=observed)
+    return [
+        Node(
+            uuid=spec.uuid,
+            name=spec.name,
+            resource_class=spec.resource_class,
+            traits=frozenset(spec.traits),
+            properties=dict(spec.properties),
+            capabilities=_capabilities(spec.properties),
+            group=spec.group,
+            provision_state=spec.provision_state,
+            power_state=spec.power_state,
+            maintenance=spec.maintenance,
+            maintenance_reason=spec.maintenance_reason,
+            created_at=now,
+            updated_at=now,
+        )
+        for spec in specs
+    ]
+
+
+def insert_nodes(
+    db: Database,
+    specs: Sequence[NodeSpec],
+    *,
+    observed: Mapping[str, BackEndObservation] | None = None,
+    every_clash: bool = False,
+) -> datetime.datetime:
+    """Insert validated nodes, all or none; their ``created_at``.
 
     Written in one transaction by :func:`conductor.db.bulk.insert_rows`
-    (``COPY`` on PostgreSQL), and the nodes returned are built from the
-    specs: every column is known before the insert, so reading the rows
-    back (half the cost of a large import) would tell nothing new.  The
-    unique constraints on name and uuid are the check: a clash aborts the
-    insert, and only then is it looked up to be named.
+    (``COPY`` on PostgreSQL), a chunk of rows at a time
+    (:data:`conductor.db.bulk.COPY_CHUNK`), each written before the next is
+    built: a 100,000-node import never holds every row at once.  The unique
+    constraints on name and uuid are the check: a clash aborts the insert,
+    and only then is it looked up to be named.
 
     ``observed``: what the back end shows of some of them (uuid ->
     observation), stored with the row as seen at its creation: nothing of
     ringfleet's can have changed a node before it existed, so the
     observation is as fresh as the row and the sync need not write it again.
 
-    The rows are built a chunk at a time (:data:`conductor.db.bulk.COPY_CHUNK`),
-    each written before the next is built: a 100,000-node import never holds
-    every row at once.
-
     :raises DuplicateNode: when a name or uuid exists already (nothing is
         inserted); its ``index`` is the first such spec's.
     :raises InvalidInput: instead, with ``every_clash``: every spec whose
         name or uuid exists already, as :func:`existing_clashes` names them
-        (the import checked and written in one call)
+        (an import checked and written in one call)
     """
     now = utcnow()
     seen = observed or {}
@@ -196,24 +229,7 @@ def create_nodes(
             raise InvalidInput(_clash_errors(clashes)) from None
         index, field, value = clashes[0]
         raise DuplicateNode(field=field, value=value, index=index) from None
-    return [
-        Node(
-            uuid=spec.uuid,
-            name=spec.name,
-            resource_class=spec.resource_class,
-            traits=frozenset(spec.traits),
-            properties=dict(spec.properties),
-            capabilities=_capabilities(spec.properties),
-            group=spec.group,
-            provision_state=spec.provision_state,
-            power_state=spec.power_state,
-            maintenance=spec.maintenance,
-            maintenance_reason=spec.maintenance_reason,
-            created_at=now,
-            updated_at=now,
-        )
-        for spec in specs
-    ]
+    return now
 
 
 def _new_row(

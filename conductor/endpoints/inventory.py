@@ -117,9 +117,9 @@ class InventoryEndpoint:
             if clashes:
                 raise InvalidInput(clashes)
             return {"created": 0, "checked": len(specs), "uuids": []}
-        created = node_db.create_nodes(self._db, specs, every_clash=every_clash)
-        LOG.info("Imported %d nodes", len(created))
-        return {"created": len(created), "uuids": [n.uuid for n in created]}
+        node_db.insert_nodes(self._db, specs, every_clash=every_clash)
+        LOG.info("Imported %d nodes", len(specs))
+        return {"created": len(specs), "uuids": [spec.uuid for spec in specs]}
 
     def sync_ironic_nodes(self, ctxt: dict[str, Any]) -> dict[str, Any]:
         """One pass of the Ironic inventory import (1.7); its summary."""
