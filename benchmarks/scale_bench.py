@@ -18,8 +18,8 @@ each agent count it runs, in order:
 
 ``import``
     ``ringfleet node import`` of a CSV of ``--nodes`` rows (the console
-    script as an operator runs it: validation, the dry-run check against the
-    stored nodes, then batches of 5000), one conductor up, no agent yet.
+    script as an operator runs it: up to 100,000 rows in one call, checked
+    and written there), one conductor up, no agent yet.
 ``cold``
     The agents started together; the time from their start (and from the
     moment the last one serves) until every unpinned node is owned by its

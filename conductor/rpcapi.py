@@ -83,6 +83,9 @@ API version history:
 * 1.17 - list_nodes takes a ``uuids`` filter (at most 1,000): the records
   of the nodes a change feed named, in one call.  Sent at 1.17, so that an
   older conductor refuses it rather than ignore it.
+* 1.18 - import_nodes(every_clash=True): the import answers a clash with the
+  stored nodes as a dry run does (every clashing entry, ``InvalidInput``),
+  so that a file checked and written in one call is sent once.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.17"
+API_VERSION = "1.18"
 
 _T = TypeVar("_T")
 
@@ -165,11 +168,20 @@ class ConductorAPI:
         """Create one node from a node spec: no owner, epoch 0, not scheduled until claimed."""
         return self._call(dict[str, Any], "create_node", node=node)
 
-    def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
-        """``dry_run`` since 1.3: check only (see the endpoint)."""
+    def import_nodes(
+        self, nodes: list[dict[str, Any]], dry_run: bool = False, every_clash: bool = False
+    ) -> dict[str, Any]:
+        """``dry_run`` since 1.3: check only; ``every_clash`` since 1.18: a
+        clash with stored nodes names every clashing entry (see the endpoint).
+        A conductor older than 1.18 is sent the import without ``every_clash``
+        (it answers a clash with ``DuplicateNode`` for the first entry)."""
         if dry_run:
             return self._call(
                 dict[str, Any], "import_nodes", version="1.3", nodes=nodes, dry_run=True
+            )
+        if every_clash and self.can_send_version("1.18"):
+            return self._call(
+                dict[str, Any], "import_nodes", version="1.18", nodes=nodes, every_clash=True
             )
         return self._call(dict[str, Any], "import_nodes", nodes=nodes)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from conductor.common.exception import DuplicateNode
+from conductor.common.exception import DuplicateNode, InvalidInput
 from conductor.db import bulk, nodes
 from conductor.db.engine import Database
 from conductor.validation import validate_node_specs
@@ -88,6 +88,21 @@ def a_clash_stores_nothing_and_names_the_first(db: Database) -> None:
     # Every clash, for a dry run.
     errors = nodes.existing_clashes(db, by_uuid)
     assert [e.field for e in errors] == ["nodes[5].uuid"]
+    # Every clash, for an import checked and written in one call.
+    both = validate_node_specs(
+        [
+            {"name": "taken", "resource_class": "b"},
+            *fresh,
+            {"name": "other", "uuid": stored.uuid, "resource_class": "b"},
+        ]
+    )
+    with pytest.raises(InvalidInput) as every:
+        nodes.insert_nodes(db, both, every_clash=True)
+    assert [str(e) for e in every.value.errors] == [
+        "nodes[0].name: exists already (got 'taken')",
+        f"nodes[6].uuid: exists already (got '{stored.uuid}')",
+    ]
+    assert nodes.count_nodes(db) == 1
 
 
 def many_statements_are_one_transaction(db: Database) -> None:

@@ -34,6 +34,9 @@ the routes or fields it adds name it as their ``min_version``):
   keys other than ``capabilities:<key>`` and ``trait:<TRAIT>`` (an
   operator's ``mycompany:racks``, Nova's unscoped ``boot_mode``) for Nova
   filters.  Under 1.5 such a key is refused (400 naming it), as before.
+* 1.6 - ``POST /v1/nodes/import`` takes ``every_clash``: a clash with the
+  stored nodes is a 400 naming every clashing entry (as ``dry_run``), not
+  a 409 on the first, so that a file is checked and imported in one request.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from functools import total_ordering
 
 __all__ = [
     "ANY_EXTRA_SPECS",
+    "EVERY_CLASH",
     "HEADER",
     "IMAGES",
     "MAX_VERSION",
@@ -96,7 +100,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 5)
+MAX_VERSION = Version(1, 6)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: Tenancy: instances show their project and user, quotas.
@@ -107,6 +111,8 @@ VERBS_VERSION = Version(1, 3)
 REBUILD_IMAGE = Version(1, 4)
 #: Flavors' extra specs of any namespace.
 ANY_EXTRA_SPECS = Version(1, 5)
+#: An import that names every clash with the stored nodes.
+EVERY_CLASH = Version(1, 6)
 
 
 def requested(header: str | None) -> Version:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from conductor.api.app import E400, E404, E409, E503, Call, Param, Reply, Route
-from conductor.api.microversion import VERBS_VERSION
+from conductor.api.microversion import EVERY_CLASH, VERBS_VERSION
 from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
 from conductor.common import schemas
 from conductor.common.schemas import Resource
@@ -32,6 +32,7 @@ NODE_IMPORT = Resource(
             "maxItems": schemas.MAX_BATCH,
         },
         "dry_run": {"type": "boolean"},
+        "every_clash": {"type": "boolean"},
     },
     required=frozenset({"nodes"}),
     null_means_absent=False,
@@ -88,7 +89,8 @@ def create_node(call: Call) -> Reply:
 
 def import_nodes(call: Call) -> Reply:
     dry_run = call.body.get("dry_run", False)
-    result = call.api.import_nodes(call.body["nodes"], dry_run=dry_run)
+    every_clash = call.body.get("every_clash", False)
+    result = call.api.import_nodes(call.body["nodes"], dry_run=dry_run, every_clash=every_clash)
     return Reply(200 if dry_run else 201, result)
 
 
@@ -164,6 +166,7 @@ NODE_ROUTES: tuple[Route, ...] = (
         envelope=NODE_IMPORT,
         errors=(E400, E409, E503),
         tag="nodes",
+        fields_since={"every_clash": EVERY_CLASH},
     ),
     Route(
         "POST",

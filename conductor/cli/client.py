@@ -45,7 +45,9 @@ def load_config(config_files: Sequence[str]) -> tuple[cfg.ConfigOpts, str]:
 
     conf = cfg.ConfigOpts()
     rpc.register_opts(conf)
-    common_conf.register_opts(conf, common_conf.CONDUCTOR)
+    # The shared groups only: the conductor's own ([ironic] among them, whose
+    # keystoneauth options would load keystoneauth) are none of the CLI's.
+    common_conf.register_opts(conf)
     files = list(config_files)
     if not files and os.path.exists(DEFAULT_CONFIG_FILE):
         files = [DEFAULT_CONFIG_FILE]

@@ -28,7 +28,7 @@ __all__ = ["HttpConductorAPI", "HttpError"]
 _T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.5"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.6"}
 
 
 class HttpError(exception.RingfleetError):
@@ -114,8 +114,13 @@ class HttpConductorAPI:
     def create_node(self, node: dict[str, Any]) -> dict[str, Any]:
         return self._request(dict[str, Any], "POST", "/v1/nodes", node)
 
-    def import_nodes(self, nodes: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
+    def import_nodes(
+        self, nodes: list[dict[str, Any]], dry_run: bool = False, every_clash: bool = False
+    ) -> dict[str, Any]:
+        """``every_clash``: microversion 1.6."""
         body = {"nodes": nodes, "dry_run": dry_run}
+        if every_clash:
+            body["every_clash"] = True
         return self._request(dict[str, Any], "POST", "/v1/nodes/import", body)
 
     def list_nodes(

@@ -1,30 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``ringfleet node create|import|list|show|set|move|owner|sync``.
+"""``ringfleet node create|list|show|set|move|owner|sync|power|delete``.
 
-``node import`` validates every row locally with the conductor's own
-validation (:func:`conductor.validation.validate_node_specs`) before it
-sends anything, reports bad rows with their file line (the first
-``--max-problems``, then a count), and imports
-nothing unless every row is good; then it imports in batches.
+``node import`` is :mod:`conductor.cli.node_import` (its entry point names
+this module, which re-exports it).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import sys
-from collections.abc import Iterable, Sequence
-from typing import IO, Any
+from collections.abc import Iterable
+from typing import Any
 
 from cliff.command import Command
 from cliff.show import ShowOne
 
-from conductor.cli import node_files
-from conductor.cli.command import ConductorCommand, describe_error, key_value
+from conductor.cli.command import ConductorCommand, key_value
+from conductor.cli.node_import import NodeImport
 from conductor.cli.streaming import StreamingLister, prefetched_pages
-from conductor.common.exception import Conflict, FieldError, InvalidInput
+from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import PowerState, ProvisionState
-from conductor.validation import NodeSpec, validate_node_specs
 
 __all__ = [
     "NodeCreate",
@@ -141,277 +135,6 @@ class NodeCreate(ConductorCommand, ShowOne):
         if parsed_args.properties:
             spec["properties"] = dict(parsed_args.properties)
         return _show(self.client.create_node(spec))
-
-
-# -- import -------------------------------------------------------------------------
-
-_INDEX = re.compile(r"nodes\[(\d+)\]\.?")
-
-
-class _Progress:
-    """Progress lines on stderr: rewritten in place on a terminal."""
-
-    def __init__(self, stream: IO[str], enabled: bool) -> None:
-        self._stream = stream
-        self._enabled = enabled
-        self._tty = enabled and stream.isatty()
-
-    def update(self, text: str) -> None:
-        if not self._enabled:
-            return
-        if self._tty:
-            self._stream.write(f"\r{text}\x1b[K")
-        else:
-            self._stream.write(f"{text}\n")
-        self._stream.flush()
-
-    def done(self) -> None:
-        if self._tty:
-            self._stream.write("\n")
-            self._stream.flush()
-
-
-def _label(path: str) -> str:
-    """How messages name the imported file."""
-    return "<stdin>" if path == "-" else path
-
-
-def _in_file(path: str, error: FieldError) -> FieldError:
-    """A problem of the file itself (field '' or 'line N'), naming the file."""
-    where = f"{_label(path)}: {error.field}" if error.field else _label(path)
-    return FieldError(where, error.reason, error.value)
-
-
-def _row_errors(errors: Sequence[FieldError], lines: Sequence[int]) -> list[tuple[int, str]]:
-    """``(line, message)`` for validation errors on ``nodes[i]`` paths."""
-
-    def line_of(match: re.Match[str]) -> str:
-        return f"line {lines[int(match.group(1))]} "
-
-    out: list[tuple[int, str]] = []
-    for error in errors:
-        match = _INDEX.match(error.field)
-        if match is None:
-            out.append((0, str(error)))
-            continue
-        field = error.field[match.end() :]
-        # "duplicate of nodes[3].name" -> "duplicate of line 5 name"
-        reason = _INDEX.sub(line_of, error.reason)
-        where = f"{field}: " if field else ""
-        got = f" (got {error.value})" if error.value is not None else ""
-        out.append((lines[int(match.group(1))], f"{where}{reason}{got}"))
-    return out
-
-
-class NodeImport(ConductorCommand, Command):
-    """Import nodes from a YAML, JSON or CSV file: every row, or none.
-
-    Every row is validated first, and checked against the nodes stored
-    already; bad rows are reported with their line and field (the first
-    --max-problems of them, then how many more), and then nothing is
-    imported.  Good files are imported in batches (each batch all or
-    nothing on the conductor; a concurrent import of the same names can
-    still make a later batch fail, and the message says what was
-    imported), and one summary line is printed.  YAML and JSON files hold
-    a list of node specs (or a mapping whose 'nodes' is that list); see
-    'ringfleet node create' for the fields.  CSV columns: name, uuid,
-    resource_class, traits (space/comma/semicolon separated), group,
-    maintenance, maintenance_reason, provision_state, power_state,
-    capabilities, and properties.<name> for any other property.
-    """
-
-    # --format was this command's first spelling of --input-format; it is
-    # still read (with a warning) because the command has no -f/--format of
-    # its own to clash with.
-    _DEPRECATED_FORMAT = "--format"
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = super().get_parser(prog_name)
-        parser.add_argument("file", metavar="FILE", help="the file ('-' reads stdin)")
-        parser.add_argument(
-            "--input-format",
-            dest="file_format",
-            choices=node_files.FORMATS,
-            help="the file's format (default: from its extension)",
-        )
-        parser.add_argument(
-            self._DEPRECATED_FORMAT,
-            dest="deprecated_file_format",
-            choices=node_files.FORMATS,
-            help="deprecated spelling of --input-format",
-        )
-        parser.add_argument(
-            "--batch-size",
-            type=int,
-            # 5000: a fifth of the round trips of 1000, each still well
-            # inside the RPC timeout (~0.3 s on the conductor).
-            default=5000,
-            metavar="N",
-            help="nodes per import call (1..10000, default 5000)",
-        )
-        parser.add_argument(
-            "--max-problems",
-            type=int,
-            default=20,
-            metavar="N",
-            help="print the first N problems of a bad file, then how many more (0: all; 20)",
-        )
-        parser.add_argument(
-            "--progress",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="show progress on stderr (default: only when stderr is a terminal)",
-        )
-        return parser
-
-    def take_action(self, parsed_args: argparse.Namespace) -> int:
-        if not 1 <= parsed_args.batch_size <= 10_000:
-            raise InvalidInput(
-                [FieldError.about("--batch-size", "must be 1..10000", parsed_args.batch_size)]
-            )
-        if parsed_args.max_problems < 0:
-            raise InvalidInput(
-                [FieldError.about("--max-problems", "must be 0 or more", parsed_args.max_problems)]
-            )
-        fmt = self._input_format(parsed_args)
-        path = parsed_args.file
-        try:
-            fmt = node_files.detect_format("" if path == "-" else path, fmt)
-            text = self._read(path)
-            rows, bad_rows = node_files.read_nodes(text, fmt)
-        except InvalidInput as exc:
-            # The file itself is unusable: name it in every problem.
-            raise InvalidInput([_in_file(path, error) for error in exc.errors]) from None
-        enabled = parsed_args.progress
-        progress = _Progress(
-            self.app.stderr, self.app.stderr.isatty() if enabled is None else enabled
-        )
-        progress.update(f"read {len(rows)} rows from {path}; validating")
-        lines = [line for line, _ in rows]
-        problems = [(int(e.field.split()[1]), e.reason) for e in bad_rows]
-        specs: list[NodeSpec] = []
-        try:
-            specs = validate_node_specs([spec for _, spec in rows])
-        except InvalidInput as exc:
-            problems.extend(_row_errors(exc.errors, lines))
-        # Built once for both passes, without the fields at their defaults.
-        payloads = [spec.to_payload() for spec in specs]
-        if not problems:
-            # Rows can also clash with nodes stored already: check the whole
-            # file before importing any of it.
-            problems = self._stored_clashes(payloads, lines, parsed_args.batch_size, progress)
-        if problems:
-            progress.done()
-            self._report(path, sorted(problems, key=lambda p: p[0]), parsed_args.max_problems)
-            bad = len({line for line, _ in problems})
-            raise InvalidInput(
-                [
-                    FieldError(
-                        _label(path),
-                        f"{bad} of {len(rows) + len(bad_rows)} rows are bad; nothing imported",
-                    )
-                ]
-            )
-        imported = self._import(payloads, lines, parsed_args.batch_size, progress, path)
-        progress.done()
-        batches = (len(payloads) + parsed_args.batch_size - 1) // parsed_args.batch_size
-        self.app.stdout.write(
-            f"Imported {imported} nodes from {_label(path)} ({fmt}) in {batches} batches\n"
-        )
-        return 0
-
-    def _input_format(self, parsed_args: argparse.Namespace) -> str | None:
-        old = parsed_args.deprecated_file_format
-        if old is None:
-            return parsed_args.file_format  # type: ignore[no-any-return]
-        if parsed_args.file_format not in (None, old):
-            raise InvalidInput(
-                [
-                    FieldError.about(
-                        self._DEPRECATED_FORMAT,
-                        f"contradicts --input-format {parsed_args.file_format}",
-                        old,
-                    )
-                ]
-            )
-        self.app.stderr.write(
-            f"ringfleet {self.cmd_name}: warning: {self._DEPRECATED_FORMAT} is deprecated, "
-            "use --input-format\n"
-        )
-        return old  # type: ignore[no-any-return]
-
-    def _report(self, path: str, problems: Sequence[tuple[int, str]], most: int) -> None:
-        """The first ``most`` problems (0: all), then how many more: a
-        re-imported 100,000-row file has 100,000 or more."""
-        shown = problems[:most] if most else problems
-        for line, message in shown:
-            where = f"line {line}: " if line else ""
-            self.app.stderr.write(f"{_label(path)}: {where}{message}\n")
-        if len(shown) < len(problems):
-            self.app.stderr.write(
-                f"{_label(path)}: ... and {len(problems) - len(shown):,} more problems "
-                "(--max-problems 0 prints every one)\n"
-            )
-
-    def _read(self, path: str) -> str:
-        if path == "-":
-            return sys.stdin.read()
-        try:
-            with open(path, encoding="utf-8") as handle:
-                return handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInput([FieldError("", f"cannot read: {exc}")]) from None
-
-    def _stored_clashes(
-        self,
-        payloads: Sequence[dict[str, Any]],
-        lines: Sequence[int],
-        size: int,
-        progress: _Progress,
-    ) -> list[tuple[int, str]]:
-        """``(line, message)`` for every row whose name or uuid is stored already."""
-        problems: list[tuple[int, str]] = []
-        for start in range(0, len(payloads), size):
-            batch = payloads[start : start + size]
-            try:
-                self.client.import_nodes(list(batch), dry_run=True)
-            except InvalidInput as exc:
-                problems.extend(_row_errors(exc.errors, lines[start : start + size]))
-            progress.update(f"checked {start + len(batch)}/{len(payloads)} nodes")
-        return problems
-
-    def _import(
-        self,
-        payloads: Sequence[dict[str, Any]],
-        lines: Sequence[int],
-        size: int,
-        progress: _Progress,
-        path: str,
-    ) -> int:
-        imported = 0
-        for start in range(0, len(payloads), size):
-            batch = payloads[start : start + size]
-            try:
-                self.client.import_nodes(list(batch))
-            except Conflict as exc:
-                # Validated rows can still clash with nodes already stored.
-                progress.done()
-                line = lines[start + exc.index] if exc.index is not None else None
-                where = f"line {line}: " if line is not None else ""
-                first = lines[start] if start < len(lines) else 0
-                self.app.stderr.write(f"{_label(path)}: {where}{describe_error(exc)[0]}\n")
-                raise InvalidInput(
-                    [
-                        FieldError(
-                            _label(path),
-                            f"{imported} nodes imported, before the batch starting at "
-                            f"line {first}; that batch and the rest were not",
-                        )
-                    ]
-                ) from None
-            imported += len(batch)
-            progress.update(f"imported {imported}/{len(payloads)} nodes")
-        return imported
 
 
 # -- list, show ---------------------------------------------------------------------

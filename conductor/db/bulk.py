@@ -77,6 +77,11 @@ def copy_text(table: Table, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str
 def _column_text(column_type: Any, values: list[Any]) -> list[str]:
     """The values of one column in COPY's text format."""
     if isinstance(column_type, JSON):
+        first = values[0]
+        # Most nodes of an import have no traits or properties: an empty
+        # list or mapping equals only its like, so encodes once.
+        if isinstance(first, list | dict) and not first and values.count(first) == len(values):
+            return [json.dumps(first)] * len(values)
         # SQLAlchemy's JSON type stores None as JSON null too.
         return [json.dumps(value).translate(_ESCAPES) for value in values]
     encode = _encoder(column_type)

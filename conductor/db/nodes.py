@@ -4,7 +4,9 @@
 Ownership columns are not written here (see :mod:`conductor.db.ownership`),
 nor the instance a node hosts (see :mod:`conductor.db.allocations`), nor
 its states as observed (see :mod:`conductor.db.node_states`, whose
-:class:`BackEndState` and :func:`mirror_back_end_states` are also here).
+:class:`BackEndState` and :func:`mirror_back_end_states` are also here), nor
+what the back end shows of it (see :mod:`conductor.db.backend_observations`,
+whose names are also here).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any
 from sqlalchemy import (
     Table,
     Text,
-    bindparam,
     cast,
     delete,
     exists,
@@ -28,12 +29,19 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import aliased
 
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.common.provision_states import Event as NodeEvent
 from conductor.db import bulk
+from conductor.db.backend_observations import (
+    BACK_END_COLUMNS,
+    BackEndObservation,
+    StoredObservation,
+    back_end_observations,
+    new_row_values,
+    record_back_end_observations,
+)
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.node_states import BackEndState, mirror_back_end_states, provision_value
@@ -51,6 +59,7 @@ __all__ = [
     "create_nodes",
     "delete_node",
     "get_node",
+    "insert_nodes",
     "iter_nodes",
     "list_node_dicts",
     "list_nodes",
@@ -63,47 +72,16 @@ __all__ = [
 ]
 
 _NODES: Table = NodeModel.__table__  # type: ignore[assignment]
-#: The back end's view of a node (fleet check's alone: never listed nor sent).
-_BACK_END_COLUMNS = ("backend_state", "backend_instance_uuid", "backend_seen_at")
 # list_node_dicts: JSON columns as text, decoded once per distinct text
 _LIST_COLUMNS = (
     *(
         column
         for column in _NODES.columns
-        if column.name not in ("traits", "properties", *_BACK_END_COLUMNS)
+        if column.name not in ("traits", "properties", *BACK_END_COLUMNS)
     ),
     cast(_NODES.c.traits, Text).label("traits_text"),
     cast(_NODES.c.properties, Text).label("properties_text"),
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BackEndObservation:
-    """What the back end (Ironic) shows of one node in a sync pass.
-
-    :ivar state: its raw provision state (Ironic's name, e.g. ``deploy
-        failed``); ``None``: the node is not in the back end
-    :ivar instance_uuid: the instance that claims it there, if any
-    """
-
-    uuid: str
-    state: str | None
-    instance_uuid: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StoredObservation:
-    """A node's stored back-end observation, and ringfleet's last change to it.
-
-    :ivar seen_at: from when the observation holds (``None``: never observed)
-    :ivar changed_at: the latest ``updated_at`` of the node, of the instance
-        it hosts and of the instance that claims it in the back end
-    """
-
-    state: str | None
-    instance_uuid: str | None
-    seen_at: datetime.datetime | None
-    changed_at: datetime.datetime
 
 
 def _capabilities(properties: Mapping[str, Any] | None) -> dict[str, str]:
@@ -146,35 +124,16 @@ def create_nodes(
     *,
     observed: Mapping[str, BackEndObservation] | None = None,
 ) -> list[Node]:
-    """Insert validated nodes, all or none.
+    """Insert validated nodes, all or none (:func:`insert_nodes`); the nodes.
 
-    Written in one transaction by :func:`conductor.db.bulk.insert_rows`
-    (``COPY`` on PostgreSQL), and the nodes returned are built from the
-    specs: every column is known before the insert, so reading the rows
-    back (half the cost of a large import) would tell nothing new.  The
-    unique constraints on name and uuid are the check: a clash aborts the
-    insert, and only then is it looked up to be named.
-
-    ``observed``: what the back end shows of some of them (uuid ->
-    observation), stored with the row as seen at its creation: nothing of
-    ringfleet's can have changed a node before it existed, so the
-    observation is as fresh as the row and the sync need not write it again.
+    They are built from the specs: every column is known before the insert,
+    so reading the rows back (half the cost of a large import) would tell
+    nothing new.
 
     :raises DuplicateNode: when a name or uuid exists already (nothing is
         inserted); its ``index`` is the first such spec's.
     """
-    now = utcnow()
-    seen = observed or {}
-    rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in specs]
-    try:
-        with db.writing() as connection:
-            bulk.insert_rows(connection, _NODES, rows)
-    except IntegrityError as exc:
-        clashes = _stored_clashes(db, specs)
-        if not clashes:  # a concurrent import's rows, rolled back since
-            raise DuplicateNode(field="name", value=None, reason=str(exc.orig)) from None
-        index, field, value = clashes[0]
-        raise DuplicateNode(field=field, value=value, index=index) from None
+    now = insert_nodes(db, specs, observed=observed)
     return [
         Node(
             uuid=spec.uuid,
@@ -193,6 +152,52 @@ def create_nodes(
         )
         for spec in specs
     ]
+
+
+def insert_nodes(
+    db: Database,
+    specs: Sequence[NodeSpec],
+    *,
+    observed: Mapping[str, BackEndObservation] | None = None,
+    every_clash: bool = False,
+) -> datetime.datetime:
+    """Insert validated nodes, all or none; their ``created_at``.
+
+    Written in one transaction by :func:`conductor.db.bulk.insert_rows`
+    (``COPY`` on PostgreSQL), a chunk of rows at a time
+    (:data:`conductor.db.bulk.COPY_CHUNK`), each written before the next is
+    built: a 100,000-node import never holds every row at once.  The unique
+    constraints on name and uuid are the check: a clash aborts the insert,
+    and only then is it looked up to be named.
+
+    ``observed``: what the back end shows of some of them (uuid ->
+    observation), stored with the row as seen at its creation: nothing of
+    ringfleet's can have changed a node before it existed, so the
+    observation is as fresh as the row and the sync need not write it again.
+
+    :raises DuplicateNode: when a name or uuid exists already (nothing is
+        inserted); its ``index`` is the first such spec's.
+    :raises InvalidInput: instead, with ``every_clash``: every spec whose
+        name or uuid exists already, as :func:`existing_clashes` names them
+        (an import checked and written in one call)
+    """
+    now = utcnow()
+    seen = observed or {}
+    try:
+        with db.writing() as connection:
+            for start in range(0, len(specs), bulk.COPY_CHUNK):
+                chunk = specs[start : start + bulk.COPY_CHUNK]
+                rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in chunk]
+                bulk.insert_rows(connection, _NODES, rows)
+    except IntegrityError as exc:
+        clashes = _stored_clashes(db, specs)
+        if not clashes:  # a concurrent import's rows, rolled back since
+            raise DuplicateNode(field="name", value=None, reason=str(exc.orig)) from None
+        if every_clash:
+            raise InvalidInput(_clash_errors(clashes)) from None
+        index, field, value = clashes[0]
+        raise DuplicateNode(field=field, value=value, index=index) from None
+    return now
 
 
 def _new_row(
@@ -216,7 +221,7 @@ def _new_row(
         "updated_at": now,
         # Written here, not left to the column's default: COPY applies none.
         "ring_position": node_position(spec.uuid),
-        **_observation_values(observation, now),
+        **new_row_values(observation, now),
     }
 
 
@@ -255,9 +260,14 @@ def existing_clashes(db: Database, specs: Sequence[NodeSpec]) -> list[FieldError
     For checking a whole import before any of it is written (the insert
     itself re-checks, in its transaction: another import may come between).
     """
+    return _clash_errors(_stored_clashes(db, specs))
+
+
+def _clash_errors(clashes: Sequence[tuple[int, str, str]]) -> list[FieldError]:
+    """:func:`_stored_clashes` as ``nodes[i].name`` / ``nodes[i].uuid`` errors."""
     errors = [
         FieldError.about(f"nodes[{index}].{field}", "exists already", value)
-        for index, field, value in _stored_clashes(db, specs)
+        for index, field, value in clashes
     ]
     return sorted(errors, key=lambda e: e.field)
 
@@ -489,123 +499,6 @@ def update_node(db: Database, ident: str, changes: NodeUpdate) -> Node:
         row.updated_at = utcnow()
         session.flush()
         return to_node(row)
-
-
-def _observation_values(
-    observation: BackEndObservation | None, seen_at: datetime.datetime
-) -> dict[str, Any]:
-    """The back-end columns of a new row (all three, observed or not: one
-    multi-row INSERT needs the same keys in every row)."""
-    if observation is None:
-        return dict.fromkeys(_BACK_END_COLUMNS)
-    return {
-        "backend_state": observation.state,
-        "backend_instance_uuid": observation.instance_uuid,
-        "backend_seen_at": seen_at,
-    }
-
-
-@retry_on_dead_connection
-def back_end_observations(db: Database, *, batch: int = 10000) -> dict[str, StoredObservation]:
-    """Every node's stored back-end observation (uuid -> observation).
-
-    With ringfleet's last change to what the observation is compared with
-    (the node, the instance it hosts, the instance claiming it in the back
-    end), so that the sync can tell which rows to observe again.  Plain
-    columns in pages of ``batch`` (two outer joins on the instances'
-    unique uuid), no ORM objects.
-    """
-    node = _NODES.c
-    hosted = aliased(InstanceModel)
-    claiming = aliased(InstanceModel)
-    query = (
-        select(
-            node.uuid,
-            node.backend_state,
-            node.backend_instance_uuid,
-            node.backend_seen_at,
-            node.updated_at,
-            hosted.updated_at,
-            claiming.updated_at,
-        )
-        .select_from(_NODES)
-        .outerjoin(hosted, hosted.uuid == node.instance_uuid)
-        .outerjoin(claiming, claiming.uuid == node.backend_instance_uuid)
-        .order_by(node.uuid)
-        .limit(batch)
-    )
-    found: dict[str, StoredObservation] = {}
-    marker: str | None = None
-    while True:
-        page = query if marker is None else query.where(node.uuid > marker)
-        with db.read() as connection:
-            rows = connection.execute(page).all()
-        for uuid, state, claim, seen_at, updated, hosted_at, claiming_at in rows:
-            found[uuid] = StoredObservation(
-                state=state,
-                instance_uuid=claim,
-                seen_at=seen_at,
-                changed_at=max(t for t in (updated, hosted_at, claiming_at) if t is not None),
-            )
-        if len(rows) < batch:
-            return found
-        marker = rows[-1][0]
-
-
-#: Observations written per statement batch (an executemany).
-_OBSERVATION_CHUNK = 1000
-
-_RECORD_OBSERVATION = (
-    update(_NODES)
-    .where(
-        _NODES.c.uuid == bindparam("b_uuid"),
-        # An older pass (another conductor's) never overwrites a newer one.
-        or_(_NODES.c.backend_seen_at.is_(None), _NODES.c.backend_seen_at < bindparam("b_seen")),
-    )
-    .values(
-        backend_state=bindparam("b_state"),
-        backend_instance_uuid=bindparam("b_instance"),
-        backend_seen_at=bindparam("b_seen"),
-        # Not a change of ringfleet's: the schedulers' index refresh (keyed
-        # on updated_at) has nothing to re-read, and fleet check compares
-        # the observation with ringfleet's last change.
-        updated_at=_NODES.c.updated_at,
-    )
-)
-
-
-@retry_on_dead_connection
-def record_back_end_observations(
-    db: Database, observed: Sequence[BackEndObservation], seen_at: datetime.datetime
-) -> int:
-    """Store what the back end shows of these nodes, as of ``seen_at``; rows written.
-
-    ``seen_at`` is when the caller began reading the back end: the
-    observation is no older than that.  A row holding an observation from a
-    later instant keeps it.  ``updated_at`` is left as it is.  Only the rows
-    given are written: the caller sends the changed ones (see
-    :mod:`conductor.ironic_sync`).
-    """
-    if not observed:
-        return 0
-    written = 0
-    with db.writing() as connection:
-        for start in range(0, len(observed), _OBSERVATION_CHUNK):
-            params = [
-                {
-                    "b_uuid": item.uuid,
-                    "b_state": item.state,
-                    "b_instance": item.instance_uuid,
-                    "b_seen": seen_at,
-                }
-                for item in observed[start : start + _OBSERVATION_CHUNK]
-            ]
-            result = connection.execute(_RECORD_OBSERVATION, params)
-            if connection.dialect.supports_sane_multi_rowcount:
-                written += result.rowcount
-            else:
-                written += len(params)
-    return written
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

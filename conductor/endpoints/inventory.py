@@ -67,7 +67,7 @@ class NodePower(Protocol):
 
 class InventoryEndpoint:
     """Node and flavor methods of the conductor RPC API (since 1.0; ``set_node``
-    1.1; ``import_nodes(dry_run=)`` 1.3; ``sync_ironic_nodes`` 1.7;
+    1.1; ``import_nodes(dry_run=)`` 1.3, ``(every_clash=)`` 1.18; ``sync_ironic_nodes`` 1.7;
     ``set_node_power_state`` and ``delete_node`` 1.13)."""
 
     target = messaging.Target(version=API_VERSION)
@@ -95,23 +95,31 @@ class InventoryEndpoint:
         return created.to_dict()
 
     def import_nodes(
-        self, ctxt: dict[str, Any], nodes: Any, dry_run: Any = False
+        self, ctxt: dict[str, Any], nodes: Any, dry_run: Any = False, every_clash: Any = False
     ) -> dict[str, Any]:
         """Create many nodes, all or none (every bad entry is reported).
 
         ``dry_run`` (1.3) checks the entries and reports *every* one whose
         name or uuid is stored already, writing nothing: a client importing
         a large file in several calls checks all of it first.
+        ``every_clash`` (1.18) imports, and reports a clash with the stored
+        nodes as ``dry_run`` does (every such entry, ``InvalidInput``)
+        rather than ``DuplicateNode`` for the first: a file that fits one
+        call is checked and written in it, sent once.
         """
-        specs = validate_node_specs(nodes)
-        if arguments.check_bool(dry_run, "dry_run"):
+        specs, dry_run, every_clash = checks.collect(
+            lambda: validate_node_specs(nodes),
+            lambda: arguments.check_bool(dry_run, "dry_run"),
+            lambda: arguments.check_bool(every_clash, "every_clash"),
+        )
+        if dry_run:
             clashes = node_db.existing_clashes(self._db, specs)
             if clashes:
                 raise InvalidInput(clashes)
             return {"created": 0, "checked": len(specs), "uuids": []}
-        created = node_db.create_nodes(self._db, specs)
-        LOG.info("Imported %d nodes", len(created))
-        return {"created": len(created), "uuids": [n.uuid for n in created]}
+        node_db.insert_nodes(self._db, specs, every_clash=every_clash)
+        LOG.info("Imported %d nodes", len(specs))
+        return {"created": len(specs), "uuids": [spec.uuid for spec in specs]}
 
     def sync_ironic_nodes(self, ctxt: dict[str, Any]) -> dict[str, Any]:
         """One pass of the Ironic inventory import (1.7); its summary."""

@@ -130,6 +130,18 @@ def test_enroll_build_100_watch_active_and_delete(
     dry = admin.post(f"{url}/v1/nodes/import", json={"nodes": specs, "dry_run": True})
     assert _ok(dry, 200)["checked"] == NODES
     assert _ok(admin.post(f"{url}/v1/nodes/import", json={"nodes": specs}), 201)["created"] == NODES
+    # Again, naming every clash (1.6): a 400 on each row, nothing stored.
+    every = admin.post(
+        f"{url}/v1/nodes/import",
+        json={
+            "nodes": [*specs[:2], {"name": "fresh", "resource_class": "baremetal"}],
+            "every_clash": True,
+        },
+        headers={"OpenStack-API-Version": "baremetal-fleet 1.6"},
+        timeout=TIMEOUT,
+    )
+    assert every.status_code == 400, every.text[:2000]
+    assert [e["field"] for e in every.json()["errors"]] == ["nodes[0].name", "nodes[1].name"]
     # One node on its own: 201 with its Location, which shows it.
     chosen = str(uuid.uuid4())
     created = admin.post(

@@ -1025,3 +1025,22 @@ def test_extra_specs_of_other_namespaces_need_1_6(
     # Capabilities and traits alone are flavors at every version.
     del body["extra_specs"][key]
     assert call(application, "POST", "/v1/flavors", body).status_code == 201
+
+
+def test_an_import_naming_every_clash_needs_1_6(
+    app: tuple[api_app.Application, FakeConductors],
+) -> None:
+    application, fake = app
+    nodes = [{"name": "n1", "resource_class": "baremetal"}]
+    body = {"nodes": nodes, "every_clash": True}
+    response = call(application, "POST", "/v1/nodes/import", body, **V15)
+    assert response.status_code == 400
+    [error] = errors(response)
+    assert error["field"] == "every_clash" and "needs microversion 1.6" in error["reason"]
+    assert fake.calls == []
+    v16 = {"OpenStack_API_Version": "baremetal-fleet 1.6"}
+    response = call(application, "POST", "/v1/nodes/import", body, **v16)
+    assert response.status_code == 201, response.json
+    assert fake.calls == [("import_nodes", (nodes,), {"dry_run": False, "every_clash": True})]
+    bad = call(application, "POST", "/v1/nodes/import", {**body, "every_clash": None}, **v16)
+    assert bad.status_code == 400 and errors(bad)[0]["field"] == "every_clash"

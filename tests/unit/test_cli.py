@@ -34,7 +34,8 @@ from conductor.common.exception import InvalidInput
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
-from conductor.rpcapi import pages
+from conductor.rpcapi import ConductorAPI, pages
+from conductor.validation import node as node_validation
 from tests.embedded_fleet import Embedded, embedded_fleet, without_fleet_lines
 
 GROUP = "cli-test"
@@ -493,6 +494,79 @@ def test_import_refuses_the_whole_file_when_some_rows_are_stored_already(
     assert "2 of 4 rows are bad; nothing imported" in result.err
     listed = fleet.run("node", "list", "-f", "json").json()
     assert not {"fresh-1", "fresh-2"} & {n["Name"] for n in listed}
+
+
+def test_import_sends_the_file_once_and_validates_each_row_once(
+    fleet: Embedded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that fits one call: one import_nodes call (no dry run first),
+    and the conductor's row check run once per row (the CLI and the conductor
+    share this process: a check anywhere counts)."""
+    calls: list[dict[str, Any]] = []
+    checked: list[str] = []
+    send = ConductorAPI.import_nodes
+    check = node_validation._check_node
+
+    def spy_send(api: ConductorAPI, nodes: list[dict[str, Any]], **kwargs: Any) -> Any:
+        calls.append({"rows": len(nodes), **kwargs})
+        return send(api, nodes, **kwargs)
+
+    def spy_check(spec: object, path: str, errors: Any) -> Any:
+        checked.append(path)
+        return check(spec, path, errors)
+
+    monkeypatch.setattr(ConductorAPI, "import_nodes", spy_send)
+    monkeypatch.setattr(node_validation, "_check_node", spy_check)
+    path = tmp_path / "once.csv"
+    path.write_text("name,resource_class\n" + "".join(f"once-{i},baremetal\n" for i in range(300)))
+    result = fleet.run("node", "import", str(path), "--progress")
+    assert result.code == 0, result.err
+    assert result.out == f"Imported 300 nodes from {path} (csv) in 1 batches\n"
+    assert result.err.splitlines() == [
+        f"read 300 rows from {path}",
+        "importing 300 nodes",
+        "imported 300/300 nodes",
+    ]
+    assert calls == [{"rows": 300, "every_clash": True}]
+    assert len(checked) == 300 and len(set(checked)) == 300
+
+    # Again: one call still, every row stored already named with its line.
+    calls.clear()
+    again = fleet.run("node", "import", str(path), "--max-problems", "0")
+    assert again.code == 1
+    lines = again.err.splitlines()
+    assert lines[0] == f"{path}: line 2: name: exists already (got 'once-0')"
+    assert len(lines) == 301
+    assert lines[-1].endswith(f"{path}: 300 of 300 rows are bad; nothing imported")
+    assert calls == [{"rows": 300, "every_clash": True}]
+
+    # A bad row among new ones: named with its line and field, nothing written.
+    calls.clear()
+    path.write_text("name,resource_class\nonce-new,baremetal\nonce-bad,\n")
+    bad = fleet.run("node", "import", str(path))
+    assert bad.code == 1
+    assert bad.err.splitlines() == [
+        f"{path}: line 3: resource_class: is required",
+        f"ringfleet node import: error: {path}: 1 of 2 rows are bad; nothing imported",
+    ]
+    assert calls == [{"rows": 2, "every_clash": True}]
+    assert fleet.run("node", "show", "once-new").code == 1
+
+
+def test_import_from_a_conductor_before_every_clash_names_the_first_clash(
+    fleet: Embedded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pinned below API 1.18 the import is sent without every_clash: the
+    conductor's DuplicateNode names one row, and nothing is written."""
+    fleet.run("node", "create", "--resource-class", "baremetal", "pinned-1")
+    monkeypatch.setattr(ConductorAPI, "can_send_version", lambda _api, v: v != "1.18")
+    path = tmp_path / "pinned.csv"
+    path.write_text("name,resource_class\npinned-0,baremetal\npinned-1,baremetal\n")
+    result = fleet.run("node", "import", str(path))
+    assert result.code == 1
+    assert f"{path}: line 3: " in result.err and "pinned-1" in result.err
+    assert result.err.splitlines()[-1].endswith("1 of 2 rows are bad; nothing imported")
+    assert fleet.run("node", "show", "pinned-0").code == 1
 
 
 def test_no_progress_without_a_terminal(fleet: Embedded, tmp_path: Path) -> None:

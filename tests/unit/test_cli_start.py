@@ -171,3 +171,45 @@ def test_the_epilogs_are_cliffs_without_its_search_of_the_distributions() -> Non
         command = entry_point.load()(app, None, cmd_name=name)
         assert command.get_epilog() == Command.get_epilog(command), name
         assert own_epilog(entry_point.load()(other, None, cmd_name=name)) is None
+
+
+#: What a command in RPC mode does not need: the HTTP client's and a Keystone login's.
+HTTP_ONLY = ("keystoneauth1", "openstack", "requests")
+
+_RPC_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, io, json, socket, sys
+
+    from conductor.cmd import cli
+
+    with socket.socket() as sock:  # bound, not listening: the broker refuses
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        with open(sys.argv[1], "w") as conf:
+            conf.write("[DEFAULT]\\ntransport_url = rabbit://g:g@127.0.0.1:%d/\\n" % port)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = cli.main(["--config-file", sys.argv[1], "--rpc-timeout", "1",
+                               "node", "import", sys.argv[2]])
+    found = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[3:]))
+    print(json.dumps({"status": status, "error": err.getvalue(), "found": found}))
+    """
+)
+
+
+def test_a_command_in_rpc_mode_imports_no_http_or_keystone_library(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("name,resource_class\nn1,baremetal\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _RPC_SCRIPT, str(tmp_path / "cli.conf"), str(nodes), *HTTP_ONLY],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["status"] == 1
+    assert "cannot reach the broker" in result["error"], result["error"]
+    assert result["found"] == []

@@ -46,3 +46,11 @@ def test_a_column_of_one_value_is_encoded_once_but_json_values_apart() -> None:
     ]
     _, text = bulk.copy_text(_TABLE, rows)
     assert text == 'same\tt\t{"n": 1}\nsame\tt\t{"n": true}\n'
+
+
+def test_a_json_column_of_empty_values_is_encoded_once_and_others_apart() -> None:
+    empty = [{"doc": []}, {"doc": []}]
+    assert bulk.copy_text(_TABLE, empty)[1] == "[]\n[]\n"
+    # An empty list and an empty mapping are not equal: each is its own.
+    mixed = [{"doc": []}, {"doc": {}}, {"doc": [False]}, {"doc": [0]}]
+    assert bulk.copy_text(_TABLE, mixed)[1] == "[]\n{}\n[false]\n[0]\n"

@@ -224,6 +224,35 @@ def test_import_dry_run_reports_every_stored_clash_and_writes_nothing(env: Env) 
     assert len(env.inventory.list_nodes(CTXT)) == 2
 
 
+def test_import_with_every_clash_checks_and_writes_in_one_call(env: Env) -> None:
+    """every_clash (1.18): a clash with the stored nodes names every clashing
+    entry, as a dry run does, and nothing is written; a clean batch is written."""
+    stored = env.inventory.create_node(CTXT, node=_node_spec("n1"))
+    env.inventory.create_node(CTXT, node=_node_spec("n3"))
+    batch = [_node_spec("n1"), _node_spec("n2"), _node_spec("n3"), _node_spec("n4")]
+    batch[1]["uuid"] = stored["uuid"]
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.import_nodes(CTXT, nodes=batch, every_clash=True)
+    assert _fields(err) == ["nodes[0].name", "nodes[1].uuid", "nodes[2].name"]
+    assert all(e.reason == "exists already" for e in err.value.errors)
+    assert len(env.inventory.list_nodes(CTXT)) == 2
+    # Without it, the first clash alone, as DuplicateNode (API 1.0).
+    with pytest.raises(DuplicateNode) as dup:
+        env.inventory.import_nodes(CTXT, nodes=batch)
+    assert (dup.value.index, dup.value.field) == (0, "name")
+    # Bad entries and a bad flag are named together, before any write.
+    with pytest.raises(InvalidInput) as err:
+        env.inventory.import_nodes(
+            CTXT, nodes=[_node_spec("n7"), {"name": "n8"}], every_clash="yes"
+        )
+    assert _fields(err) == ["nodes[1].resource_class", "every_clash"]
+    created = env.inventory.import_nodes(
+        CTXT, nodes=[_node_spec("n5"), _node_spec("n6")], every_clash=True
+    )
+    assert created["created"] == 2 and len(created["uuids"]) == 2
+    assert len(env.inventory.list_nodes(CTXT)) == 4
+
+
 def test_show_node_errors(env: Env) -> None:
     with pytest.raises(NodeNotFound):
         env.inventory.show_node(CTXT, node="nope")

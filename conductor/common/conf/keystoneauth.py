@@ -9,13 +9,18 @@ interface, region) and auth plugin options, registered once here.
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
-from keystoneauth1 import exceptions as ks_exceptions
-from keystoneauth1 import loading as ks_loading
-from keystoneauth1 import session as ks_session
 from oslo_config import cfg
 
 from conductor.common.exception import ConfigurationError
+
+if TYPE_CHECKING:
+    from keystoneauth1 import session as ks_session
+
+# keystoneauth (and requests under it) is imported by the functions that use
+# it: every option module imports this one, and a process that registers no
+# [ironic] or [placement] options (the CLI in RPC mode) starts without it.
 
 __all__ = ["list_opts", "load_session", "register_opts"]
 
@@ -23,6 +28,7 @@ __all__ = ["list_opts", "load_session", "register_opts"]
 def list_opts(request_timeout: float | None = None) -> list[cfg.Opt]:
     """keystoneauth's session, adapter and auth options (password plugin shown),
     ``timeout`` defaulting to *request_timeout*."""
+    from keystoneauth1 import loading as ks_loading  # noqa: PLC0415 -- see the imports
     listed = (
         ks_loading.get_session_conf_options()
         + ks_loading.get_adapter_conf_options(include_deprecated=False)
@@ -51,6 +57,8 @@ def register_opts(
     blocks for as long as the service hangs -- no outage is said, no
     deadline of the caller can fire, and a stop waits for it.
     """
+    from keystoneauth1 import loading as ks_loading  # noqa: PLC0415 -- see the imports
+
     ks_loading.register_session_conf_options(conf, group)
     ks_loading.register_auth_conf_options(conf, group)
     ks_loading.register_adapter_conf_options(conf, group, include_deprecated=False)
@@ -66,6 +74,9 @@ def load_session(conf: cfg.ConfigOpts, group: str, service: str) -> ks_session.S
     :raises ConfigurationError: ``auth_type`` is unset, unknown, or its
         plugin misses options (each named)
     """
+    from keystoneauth1 import exceptions as ks_exceptions  # noqa: PLC0415 -- see the imports
+    from keystoneauth1 import loading as ks_loading  # noqa: PLC0415 -- see the imports
+
     try:
         auth = ks_loading.load_auth_from_conf_options(conf, group)
     except ks_exceptions.MissingRequiredOptions as exc:
