@@ -29,6 +29,7 @@ def list_opts(request_timeout: float | None = None) -> list[cfg.Opt]:
     """keystoneauth's session, adapter and auth options (password plugin shown),
     ``timeout`` defaulting to *request_timeout*."""
     from keystoneauth1 import loading as ks_loading  # noqa: PLC0415 -- see the imports
+
     listed = (
         ks_loading.get_session_conf_options()
         + ks_loading.get_adapter_conf_options(include_deprecated=False)
