@@ -147,12 +147,26 @@ class InstancePowerSync:
                 found_on[mismatch.instance_uuid] = mismatch.node_uuid
                 self._say_found_on(mismatch)
         summary.found_on = len(found_on)
-        # A mismatch that ended (in this pass's scope) is said again if it
-        # comes back.
-        for instance_uuid, node_uuid in list(self._said.items()):
-            if instance_uuid not in found_on and (scope is None or node_uuid in scope):
-                del self._said[instance_uuid]
+        self._forget_ended(found_on, scope)
         return summary
+
+    def _forget_ended(self, found_on: Mapping[str, str], scope: Collection[str] | None) -> None:
+        """Forget the mismatches said that ended (in this pass's scope), so that
+        one coming back is said again.  Not found by this pass is not ended:
+        a pass leaves out the records changed lately; read them all again."""
+        unseen = {
+            instance: node
+            for instance, node in self._said.items()
+            if instance not in found_on and (scope is None or node in scope)
+        }
+        if not unseen:
+            return
+        _total, still = power_states.power_mismatches(
+            self._db, node_uuids=set(unseen.values()), sample=len(unseen)
+        )
+        lasting = {m.instance_uuid for m in still if m.vm_state == VmState.STOPPED.value}
+        for instance in unseen.keys() - lasting:
+            del self._said[instance]
 
     def _stop(
         self, mismatch: power_states.PowerMismatch, unchanged_since: datetime.datetime

@@ -196,6 +196,9 @@ def test_a_stopped_instance_found_on_is_reported_once_not_acted_on(
     with caplog.at_level(logging.INFO, logger="conductor.power_sync"):
         assert sync.run(60.0).found_on == 1
         assert sync.run(60.0).found_on == 1
+        # A pass that leaves it out (records changed lately) does not end it.
+        assert sync.run(3600.0).found_on == 0
+        assert sync.run(60.0).found_on == 1
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert instance in warnings[0].getMessage() and node in warnings[0].getMessage()
