@@ -22,7 +22,13 @@ import pytest
 from compute_agent.drivers.simulated.node_store import open_store
 from conductor.common.objects import PowerState
 from tests.dbutil import migrated
-from tests.functional.fleet_harness import Fleet, log_lines, log_tails, start_processes
+from tests.functional.fleet_harness import (
+    Fleet,
+    error_lines,
+    log_lines,
+    log_tails,
+    start_processes,
+)
 from tests.harness import wait_for
 
 REPORT_INTERVAL = 1.0
@@ -86,10 +92,4 @@ def test_a_node_powered_off_under_an_active_instance_stops_it(fleet: Fleet) -> N
         assert held is not None and held.power_state is PowerState.ON
     finally:
         store.close()
-    for name in ("cond-1", "agent-1"):
-        errors = [
-            line
-            for line in fleet.procs[name].log().splitlines()
-            if " ERROR " in line or "Traceback" in line
-        ]
-        assert errors == [], f"{name}: {errors}"
+    assert error_lines(fleet) == {"agent-1": [], "cond-1": []}
