@@ -255,7 +255,9 @@ class AgentService:
         if self.placement is not None:
             self.placement.start()
         assert self._transport is not None
-        self._serving_check = ServingCheck.through(self._transport, self.host, self.membership)
+        self._serving_check = ServingCheck.through(
+            self._transport, self.host, self.membership, self._driver.backend_problem
+        )
         self._serving_check.start()
 
     def wait_started(self, timeout: float) -> bool:
@@ -265,8 +267,7 @@ class AgentService:
         return float(self.conf.compute_agent.graceful_timeout) + STOP_MARGIN
 
     def _stop_server(self, steps: StopSteps) -> None:
-        # Not before it started: oslo.messaging's stop would wait for a
-        # start that waits for the broker.
+        # Not before it started: oslo.messaging's stop would wait for the start.
         server = self._server
         if server is not None and self._serving.is_set():
             steps.run("stopping the RPC server", lambda: (server.stop(), server.wait()), _STEP_S)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import oslo_messaging as messaging
 
+from compute_agent.backend_check import BackendCheck
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common import broker_outage
 from conductor.common.exception import first_line
@@ -57,10 +58,13 @@ class ServingCheck:
         *,
         interval: float,
         clock: Callable[[], float] = time.monotonic,
+        backend: BackendCheck | None = None,
     ) -> None:
         """*ping* (given its timeout) raises when the call fails; the agent
         cannot serve after ``membership.ttl`` seconds without a success (at
-        least :data:`MIN_LIMIT_S`)."""
+        least :data:`MIN_LIMIT_S`).  *backend*: the check of the agent's
+        back end, started and stopped with this one."""
+        self._backend = backend
         self._host = host
         self._ping = ping
         self._membership = membership
@@ -81,16 +85,23 @@ class ServingCheck:
 
     @classmethod
     def through(
-        cls, transport: messaging.Transport, host: str, membership: Membership
+        cls,
+        transport: messaging.Transport,
+        host: str,
+        membership: Membership,
+        backend_problem: Callable[[], str | None],
     ) -> ServingCheck:
         """The check of agent *host*: a ``ping`` of its own topic over
-        *transport* every TTL/3 s (at least 1 s)."""
+        *transport* every TTL/3 s (at least 1 s), and *backend_problem*
+        (the driver's) at the same pace."""
         compute = ComputeAPI(transport)
+        interval = max(1.0, membership.ttl / 3)
         return cls(
             host,
             lambda timeout: compute.ping(host, timeout=timeout),
             membership,
-            interval=max(1.0, membership.ttl / 3),
+            interval=interval,
+            backend=BackendCheck(host, backend_problem, membership, interval=interval),
         )
 
     @property
@@ -104,11 +115,15 @@ class ServingCheck:
             target=self._loop, name=f"serving-check-{self._host}", daemon=True
         )
         self._thread.start()
+        if self._backend is not None:
+            self._backend.start()
 
     def stop(self, announce: str | None = None) -> None:
         """Stop checking (a stopping agent leaves the group its own way);
         *announce*: what its entry's ``serving`` says meanwhile."""
         self._stopped.set()
+        if self._backend is not None:
+            self._backend.stop()
         if announce is not None:
             self._membership.announce("serving", announce)
         if self._thread is not None:

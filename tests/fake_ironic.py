@@ -44,6 +44,7 @@ from conductor.common.ironic.client import (
     IronicNodeGone,
     IronicNodeLocked,
 )
+from conductor.common.service_outage import ServiceOutage
 
 __all__ = ["FakeIronic", "FakeNode"]
 
@@ -165,6 +166,8 @@ class FakeIronic:
         #: called after a claim is applied
         self.after_claim: Callable[[FakeNode], None] | None = None
         self.lock = threading.Lock()
+        #: the client's outage: whether the driver believes Ironic is down
+        self.outage = ServiceOutage("Ironic", self.endpoint)
 
     def add(self, **fields: Any) -> FakeNode:
         fields.setdefault("uuid", str(uuidlib.uuid4()))
@@ -183,7 +186,10 @@ class FakeIronic:
 
     # -- reads -----------------------------------------------------------------------
 
-    def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
+    def idle_for(self) -> float:
+        return 0.0  # always busy: the driver never probes
+
+    def get_node(self, node_uuid: str, *, action: str, quick: float | None = None) -> IronicNode:
         with self.lock:
             self.reads += 1
             if self.unreachable_reads:

@@ -175,6 +175,17 @@ class ComputeDriver(abc.ABC):
         self.conf = conf
         self.host = host
 
+    def backend_problem(self) -> str | None:
+        """Why this agent cannot reach its back end now, or None if it can.
+
+        Asked every few seconds by the agent, which announces a change to its
+        peers and the conductors (``fleet check``: ``BACKEND-UNREACHABLE``).
+        A driver whose back end has been idle a while probes it here: the
+        call may block, up to the driver's request timeout.  This default has
+        no back end to reach.
+        """
+        return None
+
     @abc.abstractmethod
     def deploy(
         self,

@@ -42,6 +42,8 @@ def _status_row(agent: dict[str, Any]) -> tuple[Any, ...]:
         state = f"excluded: {agent['reason']}"
     elif state == "up" and agent.get("serving") is False:
         state = "up, not serving: no call reaches it through the broker"
+    elif state == "up" and agent.get("backend_problem"):
+        state = f"up, back end unreachable: {agent['backend_problem']}"
     return (
         agent["host"],
         state,

@@ -18,6 +18,11 @@ recent ids) and drops it, but says so as an ERROR with a traceback
 Dropping it is right: the message was dispatched already, and every RPC
 ringfleet serves is idempotent besides.  :func:`watch` also makes that one
 INFO line saying so, without a traceback.
+
+A stopping service closes its channels while the broker may still be
+sending on them (a consumer's cancel, a delivery it will redeliver
+elsewhere, unacknowledged): py-amqp ignores such a method and says so at
+WARNING.  Nothing is lost and nothing is to be done, so that is INFO too.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ LISTENER_LOGGER = "oslo_messaging._drivers.amqpdriver"
 
 #: The listener's words for a message it already took (then dropped).
 _DUPLICATE = "ignoring duplicate message"
+
+#: py-amqp's logger, and its words for a method that arrived on a closing channel.
+AMQP_LOGGER = "amqp"
+_WHILE_CLOSING = "during closing channel"
 
 #: The driver's messages: a failed (re)connection, and a connection made.
 _FAILED = ("Connection failed: ", " is unreachable: ")
@@ -64,6 +73,18 @@ def watch(url: messaging.TransportURL) -> None:
             driver.addFilter(_OutageFilter(redacted(url)))
         if not any(isinstance(f, _DuplicateFilter) for f in listener.filters):
             listener.addFilter(_DuplicateFilter())
+        amqp = logging.getLogger(AMQP_LOGGER)
+        if not any(isinstance(f, _ClosingFilter) for f in amqp.filters):
+            amqp.addFilter(_ClosingFilter())
+
+
+class _ClosingFilter(logging.Filter):
+    """A method the broker sent on a channel being closed: INFO, not WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and _WHILE_CLOSING in record.getMessage():
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 class _DuplicateFilter(logging.Filter):

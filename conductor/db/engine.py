@@ -138,7 +138,7 @@ class Database:
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
         self._health_lock = threading.Lock()
         self._down_since: float | None = None  # monotonic; None while reachable
-        self._busy_logged_at: float | None = None  # monotonic
+        self._busy_logged_at: dict[str, float] = {}  # kind -> monotonic
 
     @property
     def dialect(self) -> str:
@@ -220,6 +220,10 @@ class Database:
                 # QueuePool's "limit ... reached, connection timed out": no
                 # statement was sent, and the server may be perfectly well.
                 raise self._pool_exhausted(error) from None
+            if _is_statement_timeout(error):
+                # The server answered: it stopped the statement at its limit.
+                # Overloaded or a lock held long, not gone.
+                raise self._statement_timed_out(error) from None
             # Not chained: a remote caller would get the driver's error (and the
             # server's address) in the traceback text sent with it.
             raise self._unavailable(error, committing=committing) from None
@@ -261,12 +265,7 @@ class Database:
         follows): the callers get the same retryable error, the operator a
         WARNING at most once a minute naming the limit to raise.
         """
-        now = time.monotonic()
-        with self._health_lock:
-            log = self._busy_logged_at is None or now - self._busy_logged_at >= _BUSY_LOG_INTERVAL_S
-            if log:
-                self._busy_logged_at = now
-        if log:
+        if self._busy_said("pool"):
             LOG.warning(
                 "Database %s: no pooled connection free in time (%s): this process "
                 "has more threads using the database at once than [database] "
@@ -279,6 +278,36 @@ class Database:
         # double the wait for a connection.
         busy.cause = first_line(error)
         return busy
+
+    def _statement_timed_out(self, error: BaseException) -> DatabaseUnavailable:
+        """The server stopped a statement at ``[database] statement_timeout``.
+
+        Not an outage either: the server is overloaded or a lock is held
+        long.  The callers get a retryable error, the operator a WARNING at
+        most once a minute saying so (it read "unreachable" before).
+        """
+        if self._busy_said("statement"):
+            LOG.warning(
+                "Database %s: a statement ran past [database] statement_timeout (%s): "
+                "the database is overloaded or a lock is held long; requests get "
+                "ServiceUnavailable meanwhile",
+                self.location,
+                first_line(error),
+            )
+        slow = DatabaseUnavailable("a database statement ran past its timeout")
+        # Not retry_safe: running it again at once would add to the load.
+        slow.cause = first_line(error)
+        return slow
+
+    def _busy_said(self, kind: str) -> bool:
+        """Whether to log a busy database of ``kind`` now: once a minute at most."""
+        now = time.monotonic()
+        with self._health_lock:
+            last = self._busy_logged_at.get(kind)
+            say = last is None or now - last >= _BUSY_LOG_INTERVAL_S
+            if say:
+                self._busy_logged_at[kind] = now
+        return say
 
     def _back(self) -> None:
         with self._health_lock:
@@ -304,6 +333,24 @@ def _is_deadlock(error: BaseException) -> bool:
         return True
     args: tuple[object, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] == _MYSQL_DEADLOCK
+
+
+#: PostgreSQL's query_canceled, which statement_timeout raises.
+_PG_CANCELED = "57014"
+#: MariaDB's max_statement_time and MySQL's max_execution_time, stopped by
+#: the server.  (The client's read timeout, PyMySQL's "Lost connection ...
+#: (timed out)", is not one: a hung server and a slow one look alike there,
+#: and the connection is lost either way.)
+_MARIADB_STATEMENT_TIME, _MYSQL_EXECUTION_TIME = 1969, 3024
+
+
+def _is_statement_timeout(error: BaseException) -> bool:
+    """Whether the server stopped a statement at its time limit (it is up)."""
+    orig = getattr(error, "orig", None)
+    if getattr(orig, "pgcode", None) == _PG_CANCELED:
+        return "statement timeout" in str(orig)
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] in (_MARIADB_STATEMENT_TIME, _MYSQL_EXECUTION_TIME)
 
 
 def retry_on_dead_connection(function: Callable[_P, _T]) -> Callable[_P, _T]:

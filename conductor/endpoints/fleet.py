@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import oslo_messaging as messaging
@@ -49,6 +49,7 @@ PROBLEM_KINDS: Final = (
     "orphaned",
     "excluded",
     "agent-unreachable",
+    "backend-unreachable",
     "double-claimed",
     *_STUCK_KINDS.values(),
     "state-mismatch",
@@ -141,6 +142,8 @@ class FleetEndpoint:
                     # Since 1.16's reply: False while no call reaches it (it
                     # leaves the ring while a peer serves).
                     "serving": member.capabilities.get("serving", True) is not False,
+                    # Why it cannot reach its back end (Ironic), or None.
+                    "backend_problem": _backend_problem(member.capabilities),
                 }
             )
         excluded = dict(view.excluded) if view else {}
@@ -302,6 +305,15 @@ class FleetEndpoint:
                     "host": host,
                     "message": f"agent {host} says no call reaches it through the broker: "
                     "it leaves the ring while a peer serves (check its broker connection)",
+                }
+            )
+        for host, problem in _backend_problems(view):
+            problems.append(
+                {
+                    "kind": "backend-unreachable",
+                    "host": host,
+                    "message": f"agent {host} cannot reach its back end: {problem} "
+                    "(its builds and actions wait; check the back end and the path to it)",
                 }
             )
         return problems
@@ -484,6 +496,18 @@ def _not_serving(view: MembershipView) -> list[str]:
     )
 
 
+def _backend_problem(capabilities: Mapping[str, Any]) -> str | None:
+    """What an agent announces about its back end (compute_agent.backend_check)."""
+    problem = capabilities.get("backend")
+    return str(problem) if problem else None
+
+
+def _backend_problems(view: MembershipView) -> list[tuple[str, str]]:
+    """(host, why) of the members that say they cannot reach their back end."""
+    found = ((host, _backend_problem(m.capabilities)) for host, m in view.members.items())
+    return sorted((host, problem) for host, problem in found if problem is not None)
+
+
 def _agent_row(
     host: str,
     state: str,
@@ -522,7 +546,8 @@ def problem_counts(
     counts = dict.fromkeys(PROBLEM_KINDS, 0)
     view, state = fleet.view(), fleet.state
     if view is None or state is not State.CONNECTED:
-        del counts["orphaned"], counts["excluded"], counts["agent-unreachable"]
+        for kind in ("orphaned", "excluded", "agent-unreachable", "backend-unreachable"):
+            del counts[kind]
     else:
         found = fleet_report.orphans(db, view.members, sample=0)
         counts["orphaned"] = (
@@ -530,6 +555,7 @@ def problem_counts(
         )
         counts["excluded"] = len(view.excluded)
         counts["agent-unreachable"] = len(_not_serving(view))
+        counts["backend-unreachable"] = len(_backend_problems(view))
     counts["double-claimed"] = fleet_report.allocation_mismatches(db, sample=0)[0]
     for vm_state, (total, _items) in fleet_report.stuck_work(db, stuck_after, sample=0).items():
         counts[_STUCK_KINDS[vm_state]] = total

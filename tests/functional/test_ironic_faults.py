@@ -37,12 +37,14 @@ with their ``last_error``, and its timeline is in every failure message.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from conductor.common.conf import ironic as ironic_conf
 from tests.functional.fleet_harness import (
     RECOVERY_SETTLE,
     Fleet,
@@ -66,6 +68,14 @@ KILLED_FOR = 6.0
 OUTAGE = 15.0
 #: ... and how long its API answers 503 in the 503 test.
 API_503_FOR = 30.0
+#: How long Ironic stays frozen (SIGSTOP) in the hung-Ironic test.
+FROZEN_FOR = 60.0
+#: ``[ironic] timeout`` at its default: a request to a hung Ironic fails then.
+REQUEST_TIMEOUT = ironic_conf.REQUEST_TIMEOUT
+#: Within how long of the freeze every agent says it: an idle agent probes
+#: once a timeout has passed since its last request, and the probe fails a
+#: timeout later; a second of the check's interval, three of margin.
+SAID_WITHIN = 2 * REQUEST_TIMEOUT + 4.0
 #: Ironic 39's last_error on a transition its restart interrupted
 #: (``ironic/conductor/base_manager.py``).
 INTERRUPTED = "can't be resumed by conductor"
@@ -590,3 +600,88 @@ def test_an_ironic_api_answering_503_for_half_a_minute_is_waited_out_and_said_on
                 and (" WARNING " in line or " INFO " in line)
             ]
             assert len(waits) <= 1, "\n".join(waits)
+
+
+def test_a_hung_ironic_is_said_once_per_agent_and_a_stop_does_not_wait_for_it(
+    fleet: Fleet,
+    ironic: IronicHarness,
+    watch: IronicWatch,
+    shard: str,
+    other_shard: str,
+    restarts_ironic: None,
+) -> None:
+    """Ironic frozen (SIGSTOP) for a minute under builds, at the default
+    request timeout: every agent, busy or idle, says it once (WARNING) within
+    the timeout and the idle probe's wait, and ``fleet check`` reports each
+    BACKEND-UNREACHABLE; an agent told to stop meanwhile stops within the
+    timeout instead of waiting for Ironic.  After the thaw each agent says
+    once that Ironic answers, the check clears, the builds are ACTIVE within
+    RECOVERY_SETTLE, Ironic agrees, and no service logged an ERROR or a
+    traceback."""
+    agents = ("agent-1", "agent-2", "agent-3")
+    ironic.enroll(6, shard=shard)
+    _start(fleet, agents)
+    before = _build(fleet, 2)
+    _claimed_in(ironic, shard, before, ["deploying", "active"])
+    offsets = {name: len(proc.log()) for name, proc in fleet.procs.items()}
+    # The whole process group: Ironic forks its API workers.
+    ironic_group = int(server_ctl("pid ironic"))
+    os.killpg(ironic_group, signal.SIGSTOP)
+    frozen = time.monotonic()
+    try:
+        during = _build(fleet, 2)  # their accepts read Ironic: they wait
+        said_in: dict[str, float] = {}
+        reported: set[str] = set()
+        stopped_in: float | None = None
+        while time.monotonic() - frozen < FROZEN_FOR:
+            for agent in agents:
+                if agent not in said_in and _said(fleet, agent, offsets, "Ironic unavailable"):
+                    said_in[agent] = time.monotonic() - frozen
+            reported |= _backend_unreachable(fleet)
+            if stopped_in is None and len(said_in) == len(agents):
+                stopping = time.monotonic()
+                assert fleet.procs["agent-3"].terminate(timeout=60) == 0
+                stopped_in = time.monotonic() - stopping
+                left = "left group" in fleet.procs["agent-3"].log()
+                fleet.agent("agent-3")  # restarted, as systemd does: its nodes wait for it
+            time.sleep(0.5)
+    finally:
+        os.killpg(ironic_group, signal.SIGCONT)
+    thawed = time.monotonic()
+    built = before + during
+    took = _settle(fleet, watch, dict.fromkeys(built, "active"), thawed, "builds after the thaw")
+    wait_for(lambda: not _backend_unreachable(fleet), SAID_WITHIN + 10, "the check clears")
+    print(
+        f"Ironic frozen {FROZEN_FOR:.0f} s: said by "
+        + ", ".join(f"{a} in {s:.1f} s" for a, s in sorted(said_in.items()))
+        + f"; agent-3 stopped in {stopped_in or 0:.1f} s"
+        + f"; 4 builds ACTIVE {took:.1f} s after the thaw"
+    )
+    assert set(said_in) == set(agents), said_in
+    assert max(said_in.values()) <= SAID_WITHIN, said_in
+    assert reported == set(agents), reported
+    assert stopped_in is not None and stopped_in <= REQUEST_TIMEOUT + 10, stopped_in
+    assert left, log_tails(fleet)
+    _assert_agree(fleet, ironic, [shard, other_shard], active=built)
+    for name, proc in fleet.procs.items():
+        lines = proc.log()[offsets[name] :].splitlines()
+        went = [line for line in lines if "Ironic unavailable" in line]
+        came = [line for line in lines if "answers again" in line]
+        errors = [line for line in lines if " ERROR " in line or "Traceback" in line]
+        assert errors == [], (name, errors[:5])
+        assert all(" WARNING " in line for line in went), (name, went)
+        if name == "agent-3":  # once per life: the first ended before Ironic was back
+            assert len(went) <= 2 and len(came) <= 1, (name, went, came)
+        else:
+            assert len(went) <= 1 and len(came) == len(went), (name, went, came)
+
+
+def _said(fleet: Fleet, process: str, offsets: Mapping[str, int], text: str) -> bool:
+    """Whether ``process`` logged ``text`` since its offset."""
+    return text in fleet.procs[process].log()[offsets[process] :]
+
+
+def _backend_unreachable(fleet: Fleet) -> set[str]:
+    """The agents ``fleet check`` reports BACKEND-UNREACHABLE."""
+    problems = fleet.api.fleet_check()["problems"]
+    return {p["host"] for p in problems if p["kind"] == "backend-unreachable"}

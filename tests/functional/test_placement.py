@@ -39,8 +39,8 @@ AGGREGATE = placement_conf.DEFAULT_AGGREGATE
 NODES = 40
 
 
-#: ``[placement] timeout`` of the fleet's processes (seconds).
-REQUEST_TIMEOUT = 10.0
+#: ``[placement] timeout`` of the fleet's processes (seconds): the default.
+REQUEST_TIMEOUT = placement_conf.REQUEST_TIMEOUT
 
 
 def _placement_options(url: str) -> str:
@@ -52,9 +52,6 @@ def _placement_options(url: str) -> str:
         f"endpoint = {url}\n"
         f"endpoint_override = {url}\n"
         "resync_interval = 0\n"
-        # A request must not hang: after Placement's kill -9 the agent once
-        # made no request for 30 s (keystoneauth has no timeout by default).
-        f"timeout = {REQUEST_TIMEOUT:g}\n"
     )
 
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import oslo_messaging as messaging
 import pytest
+from amqp.abstract_channel import AbstractChannel
 from oslo_config import cfg
 from oslo_messaging._drivers import amqp as rpc_amqp
 from oslo_messaging._drivers import amqpdriver
@@ -21,6 +22,7 @@ from conductor.common import broker_outage
 
 DRIVER = logging.getLogger(broker_outage.DRIVER_LOGGER)
 LISTENER = logging.getLogger(broker_outage.LISTENER_LOGGER)
+AMQP = logging.getLogger(broker_outage.AMQP_LOGGER)
 
 
 def _url(text: str) -> messaging.TransportURL:
@@ -31,7 +33,7 @@ def _url(text: str) -> messaging.TransportURL:
 def watched() -> Iterator[None]:
     """This test's broker watched, as in a fresh process (an earlier test's
     transport may have installed the filter in this one)."""
-    before = {logger: list(logger.filters) for logger in (DRIVER, LISTENER)}
+    before = {logger: list(logger.filters) for logger in (DRIVER, LISTENER, AMQP)}
     for logger, installed in before.items():
         for old in installed:
             logger.removeFilter(old)
@@ -142,3 +144,17 @@ def test_a_redelivered_message_is_dropped_in_one_info_line_without_a_traceback(
     [record] = [r for r in caplog.records if r.name == broker_outage.LISTENER_LOGGER]
     assert (record.levelname, record.exc_info, record.exc_text) == ("INFO", None, None)
     assert "m1" in record.getMessage() and "dropped as the repeat" in record.getMessage()
+
+
+def test_a_method_arriving_on_a_closing_channel_is_info(
+    watched: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop closes its channels while the broker still sends (a consumer's
+    cancel): py-amqp ignores the method, and it is said at INFO, not WARNING."""
+    channel = SimpleNamespace(
+        is_closing=True, _ALLOWED_METHODS_WHEN_CLOSING=(), channel_id=1, _pending={}
+    )
+    with caplog.at_level(logging.INFO, logger=broker_outage.AMQP_LOGGER):
+        AbstractChannel.dispatch_method(channel, (60, 30), b"", None)  # type: ignore[arg-type]
+    [record] = [r for r in caplog.records if r.name == broker_outage.AMQP_LOGGER]
+    assert record.levelname == "INFO" and "during closing channel 1" in record.getMessage()

@@ -1005,3 +1005,7 @@ def test_fleet_status_says_why_an_agent_up_does_not_serve() -> None:
     assert _status_row({**row, "serving": False})[1] == (
         "up, not serving: no call reaches it through the broker"
     )
+    assert _status_row({**row, "backend_problem": None})[1] == "up"
+    assert _status_row({**row, "backend_problem": "Ironic answered 503: no conductor"})[1] == (
+        "up, back end unreachable: Ironic answered 503: no conductor"
+    )

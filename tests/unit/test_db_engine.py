@@ -124,3 +124,53 @@ def test_an_exhausted_pool_is_not_an_outage(
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1, lines
     assert "max_pool_size" in lines[0] and "unreachable" not in lines[0]
+
+
+@pytest.mark.parametrize(
+    "driver_error",
+    [
+        _DriverError("canceling statement due to statement timeout", pgcode="57014"),
+        _DriverError(1969, "Query execution was interrupted (max_statement_time exceeded)"),
+    ],
+    ids=["postgresql", "mariadb"],
+)
+def test_a_statement_past_its_timeout_is_said_as_such_not_as_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, driver_error: _DriverError
+) -> None:
+    """A statement stopped by statement_timeout: the database is slow, not
+    gone -- one WARNING a minute naming the timeout, no "unreachable"."""
+    db = Database(f"sqlite:///{tmp_path / 'slow.db'}")
+    with caplog.at_level(logging.INFO, logger="conductor.db.engine"):
+        for _ in range(3):
+            with pytest.raises(DatabaseUnavailable) as raised, db.transaction():
+                raise OperationalError("SELECT ...", {}, driver_error)
+            assert not raised.value.retry_safe and "timeout" in str(raised.value)
+    db.dispose()
+    assert db.reachable
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "statement_timeout" in lines[0] and "unreachable" not in lines[0]
+
+
+@pytest.mark.parametrize(
+    "driver_error",
+    [
+        _DriverError("canceling statement due to user request", pgcode="57014"),
+        # PyMySQL's read timeout: a hung server looks the same.
+        _DriverError(2013, "Lost connection to MySQL server during query (timed out)"),
+    ],
+    ids=["postgresql-cancel", "mysql-read-timeout"],
+)
+def test_a_lost_connection_is_still_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, driver_error: _DriverError
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'lost.db'}")
+    with (
+        caplog.at_level(logging.INFO, logger="conductor.db.engine"),
+        pytest.raises(DatabaseUnavailable),
+        db.transaction(),
+    ):
+        raise OperationalError("SELECT ...", {}, driver_error)
+    db.dispose()
+    assert not db.reachable
+    assert "unreachable" in caplog.records[0].getMessage()

@@ -1611,6 +1611,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
         "orphaned": 3 + 2,  # the dead owner's nodes, pinned or not, and the free ones
         "excluded": 1,
         "agent-unreachable": 0,
+        "backend-unreachable": 0,
         "double-claimed": 0,
         "stuck-build": 1,
         "stuck-delete": 0,
@@ -1626,6 +1627,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
         "orphaned",
         "excluded",
         "agent-unreachable",
+        "backend-unreachable",
     }
 
 
@@ -1647,6 +1649,24 @@ def test_an_agent_no_call_reaches_is_reported_by_check_status_and_counts(env: En
     assert not [
         p for p in env.fleet_ep.fleet_check(CTXT)["problems"] if p["kind"] == "agent-unreachable"
     ]
+
+
+def test_an_agent_that_cannot_reach_its_back_end_is_reported_with_its_reason(env: Env) -> None:
+    """Capability backend (what the agent's driver says) is BACKEND-UNREACHABLE,
+    in fleet check, fleet status and the problem counts; None is fine."""
+    why = "Ironic at http://ironic:6385 unreachable: Request timed out"
+    cut = Member(member_id="agent-2", ring_version=1, weight=1.0, capabilities={"backend": why})
+    fine = Member(member_id="agent-1", ring_version=1, weight=1.0, capabilities={"backend": None})
+    env.fleet.on_change(
+        MembershipView(members={"agent-1": fine, "agent-2": cut}, excluded={}, ring_version=1)
+    )
+    [problem] = [
+        p for p in env.fleet_ep.fleet_check(CTXT)["problems"] if p["kind"] == "backend-unreachable"
+    ]
+    assert problem["host"] == "agent-2" and why in problem["message"]
+    rows = {a["host"]: a for a in env.fleet_ep.fleet_status(CTXT)["agents"]}
+    assert (rows["agent-1"]["backend_problem"], rows["agent-2"]["backend_problem"]) == (None, why)
+    assert problem_counts(env.db, env.fleet, 600.0)["backend-unreachable"] == 1
 
 
 def test_fleet_check_ok(env: Env) -> None:

@@ -31,6 +31,7 @@ runs on in Ironic and is resumed from there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -78,6 +79,10 @@ LOG = logging.getLogger(__name__)
 
 #: How many times a teardown is asked for before the destroy fails.
 _TEARDOWN_ATTEMPTS: Final = 3
+#: Seconds an accept's read of its node may take: the conductor waits for the
+#: accept (``[conductor] accept_timeout``, 10 s), and an accept without the
+#: read is safe (the deploy reads the node before it touches it).
+_INSPECT_WITHIN: Final = 3.0
 #: How many times a claim is tried while another claimant's race is settling.
 _CLAIM_ATTEMPTS: Final = 5
 
@@ -117,6 +122,7 @@ class IronicDriver(ComputeDriver):
         self._deploy_timeout: float = float(options.deploy_timeout)
         self._teardown_timeout: float = float(options.teardown_timeout)
         self._ironic = client if client is not None else BaremetalClient.from_conf(conf)
+        self._probe_idle: float = options.timeout or ironic_conf.REQUEST_TIMEOUT
         self._stopping = threading.Event()
         LOG.info(
             "Agent %s drives nodes through Ironic at %s (API %s)",
@@ -128,12 +134,25 @@ class IronicDriver(ComputeDriver):
     def stop_waiting(self) -> None:
         self._stopping.set()
 
+    def backend_problem(self) -> str | None:
+        # An agent with no action in flight sends nothing: probe Ironic once
+        # a request timeout has passed idle, so that a hung Ironic is seen
+        # (and said) within about that time by every agent, busy or not.
+        if self._ironic.idle_for() >= self._probe_idle:
+            with contextlib.suppress(ServiceUnavailable, DriverError):
+                self._ironic.probe()  # a failure: the outage holds the reason
+        outage = self._ironic.outage
+        return outage.reason if outage.down else None
+
     # -- reads -----------------------------------------------------------------
 
     def inspect(self, ctx: ActionContext, node: Node) -> BackendNode:
         self._check_context(ctx, node)
+        outage = self._ironic.outage
+        if outage.down:  # an accept must answer at once: the deploy waits for Ironic
+            raise ServiceUnavailable(outage.reason or "Ironic unavailable")
         try:
-            found = self._ironic.get_node(node.uuid, action="inspect")
+            found = self._ironic.get_node(node.uuid, action="inspect", quick=_INSPECT_WITHIN)
         except IronicNodeGone as exc:
             # Deleted from Ironic before the inventory sync retired it:
             # no build can ever succeed here.

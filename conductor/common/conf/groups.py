@@ -43,6 +43,9 @@ class GroupOptions:
     #: service (found in the catalog by it): keystoneauth's session, adapter
     #: and auth options are registered in the group and listed with it.
     service_type: str | None = None
+    #: Seconds a request to that service may take (keystoneauth's session
+    #: ``timeout``, which has no default of its own).
+    request_timeout: float | None = None
     #: Registers, before the group, the library options its readers use
     #: beside ringfleet's own (listed by the library's own namespace).
     prepare: Callable[[cfg.ConfigOpts], None] | None = None
@@ -63,11 +66,11 @@ class GroupOptions:
             conf.register_group(cfg.OptGroup(group.name, title=group.title, help=group.help))
         conf.register_opts(self.opts, group=group.name)
         if self.service_type is not None:
-            keystoneauth.register_opts(conf, group.name, self.service_type)
+            keystoneauth.register_opts(conf, group.name, self.service_type, self.request_timeout)
 
     def listing(self) -> tuple[str | cfg.OptGroup, list[cfg.Opt]]:
         """The group and its options as oslo-config-generator lists them."""
         listed = list(self.opts)
         if self.service_type is not None:
-            listed += keystoneauth.list_opts()
+            listed += keystoneauth.list_opts(self.request_timeout)
         return (self.group if self.group is not None else "DEFAULT", listed)

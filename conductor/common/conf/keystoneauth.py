@@ -8,6 +8,8 @@ interface, region) and auth plugin options, registered once here.
 
 from __future__ import annotations
 
+import copy
+
 from keystoneauth1 import exceptions as ks_exceptions
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
@@ -18,8 +20,9 @@ from conductor.common.exception import ConfigurationError
 __all__ = ["list_opts", "load_session", "register_opts"]
 
 
-def list_opts() -> list[cfg.Opt]:
-    """keystoneauth's session, adapter and auth options (password plugin shown)."""
+def list_opts(request_timeout: float | None = None) -> list[cfg.Opt]:
+    """keystoneauth's session, adapter and auth options (password plugin shown),
+    ``timeout`` defaulting to *request_timeout*."""
     listed = (
         ks_loading.get_session_conf_options()
         + ks_loading.get_adapter_conf_options(include_deprecated=False)
@@ -28,18 +31,33 @@ def list_opts() -> list[cfg.Opt]:
     )
     unique: dict[str, cfg.Opt] = {}
     for opt in listed:
+        if opt.dest == "timeout" and request_timeout is not None:
+            # A copy: keystoneauth's option objects are shared by every group.
+            timeout = copy.deepcopy(opt)
+            timeout.default = request_timeout
+            unique.setdefault(opt.dest, timeout)
         unique.setdefault(opt.dest, opt)
     return list(unique.values())
 
 
-def register_opts(conf: cfg.ConfigOpts, group: str, service_type: str) -> None:
+def register_opts(
+    conf: cfg.ConfigOpts, group: str, service_type: str, request_timeout: float | None = None
+) -> None:
     """Register keystoneauth's options in ``group`` (idempotent); the adapter
-    finds ``service_type`` in the catalog, internal endpoint first."""
+    finds ``service_type`` in the catalog, internal endpoint first.
+
+    *request_timeout* becomes the session's ``timeout`` default: keystoneauth
+    has none, and a request to a hung (SIGSTOPped, half-dead) service then
+    blocks for as long as the service hangs -- no outage is said, no
+    deadline of the caller can fire, and a stop waits for it.
+    """
     ks_loading.register_session_conf_options(conf, group)
     ks_loading.register_auth_conf_options(conf, group)
     ks_loading.register_adapter_conf_options(conf, group, include_deprecated=False)
     conf.set_default("service_type", service_type, group)
     conf.set_default("valid_interfaces", ["internal", "public"], group)
+    if request_timeout is not None:
+        conf.set_default("timeout", request_timeout, group)
 
 
 def load_session(conf: cfg.ConfigOpts, group: str, service: str) -> ks_session.Session:

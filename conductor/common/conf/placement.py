@@ -17,7 +17,15 @@ from oslo_config import cfg
 
 from conductor.common.conf.groups import GroupOptions
 
-__all__ = ["API_VERSION", "DEFAULT_AGGREGATE", "OPTIONS", "enabled", "group", "opts"]
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_AGGREGATE",
+    "OPTIONS",
+    "REQUEST_TIMEOUT",
+    "enabled",
+    "group",
+    "opts",
+]
 
 group = cfg.OptGroup(
     "placement",
@@ -88,8 +96,13 @@ opts = [
     ),
 ]
 
+#: The default of a request's ``timeout``, in seconds, as for Ironic: a hung
+#: Placement is an outage said at once, not a report that blocks for as long
+#: as Placement hangs (keystoneauth has no timeout of its own).
+REQUEST_TIMEOUT: Final = 10.0
+
 #: ringfleet's options and keystoneauth's, finding Placement as ``placement``.
-OPTIONS = GroupOptions(group, opts, service_type="placement")
+OPTIONS = GroupOptions(group, opts, service_type="placement", request_timeout=REQUEST_TIMEOUT)
 
 
 def enabled(conf: cfg.ConfigOpts) -> bool:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import openstack.connection
@@ -30,7 +31,7 @@ from oslo_config import cfg
 
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.conf import keystoneauth
-from conductor.common.exception import DriverError
+from conductor.common.exception import DriverError, ServiceUnavailable
 from conductor.common.service_outage import ServiceOutage
 
 __all__ = [
@@ -160,6 +161,7 @@ class BaremetalClient:
         self._proxy = proxy
         self.endpoint = endpoint
         self.outage = ServiceOutage("Ironic", endpoint)
+        self._last_sent = time.monotonic()  # when the latest request was sent
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> BaremetalClient:
@@ -170,28 +172,56 @@ class BaremetalClient:
         ironic_conf.OPTIONS.register(conf)
         group = ironic_conf.group.name
         session = keystoneauth.load_session(conf, group, "Ironic")
-        connection = openstack.connection.Connection(session=session, oslo_conf=conf)
-        proxy = connection.baremetal
-        proxy.default_microversion = ironic_conf.API_VERSION
-        proxy.status_code_retries = 0
-        proxy.retriable_status_codes = []
+
+        def make_proxy() -> Any:
+            connection = openstack.connection.Connection(session=session, oslo_conf=conf)
+            proxy = connection.baremetal
+            proxy.default_microversion = ironic_conf.API_VERSION
+            proxy.status_code_retries = 0
+            proxy.retriable_status_codes = []
+            return proxy
+
         endpoint = conf[group].endpoint_override or "the catalog's baremetal endpoint"
-        return cls(proxy, endpoint)
+        return cls(_LazyProxy(make_proxy), endpoint)
+
+    def idle_for(self) -> float:
+        """Seconds since the latest request was sent."""
+        return time.monotonic() - self._last_sent
 
     # -- reads -----------------------------------------------------------------
 
-    def get_node(self, node_uuid: str, *, action: str) -> IronicNode:
+    def probe(self) -> None:
+        """One cheap request (a node's uuid): does Ironic answer, API and database?
+
+        :raises ServiceUnavailable: it does not (said once by :attr:`outage`)
+        """
+        with self._translated("-", "probe"):
+            response = self._proxy.get(
+                "/nodes",
+                params={"fields": "uuid", "limit": 1},
+                microversion=ironic_conf.API_VERSION,
+                raise_exc=False,
+            )
+            openstack.exceptions.raise_from_response(response)
+
+    def get_node(self, node_uuid: str, *, action: str, quick: float | None = None) -> IronicNode:
         """The node as Ironic shows it now.
+
+        *quick*: seconds to wait at most, for a caller that goes on without
+        the answer; no answer in that time is no outage (a busy Ironic is
+        slow, not gone: the requests that wait the whole timeout say that).
 
         :raises DriverError: Ironic does not know the node
         :raises ServiceUnavailable: Ironic cannot be reached
         """
-        with self._translated(node_uuid, action):
+        bound = {} if quick is None else {"timeout": quick}
+        with self._translated(node_uuid, action, quick=quick):
             response = self._proxy.get(
                 f"/nodes/{node_uuid}",
                 params={"fields": ",".join(_NODE_GET_FIELDS)},
                 microversion=ironic_conf.API_VERSION,
                 raise_exc=False,
+                **bound,
             )
             openstack.exceptions.raise_from_response(response)
             return IronicNode.from_api(response.json())
@@ -277,10 +307,18 @@ class BaremetalClient:
     # -- errors ----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _translated(self, node_uuid: str, action: str) -> Iterator[None]:
-        started = time.monotonic()
+    def _translated(
+        self, node_uuid: str, action: str, *, quick: float | None = None
+    ) -> Iterator[None]:
+        started = self._last_sent = time.monotonic()
         try:
             yield
+        except ks_exceptions.ConnectTimeout as exc:
+            if quick is None:
+                raise self.outage.unavailable(
+                    f"Ironic at {self.endpoint} unreachable: {exc}", started
+                ) from exc
+            raise ServiceUnavailable(f"Ironic did not answer {action} within {quick:g} s") from exc
         except IronicClaimConflict:
             self.outage.answered(started)
             raise
@@ -298,12 +336,36 @@ class BaremetalClient:
             raise DriverError(
                 node_uuid, action, f"Ironic refused ({status}): {_details(exc)}"
             ) from exc
-        except (ks_exceptions.ConnectFailure, ks_exceptions.ConnectTimeout) as exc:
-            raise self.outage.unavailable(f"Ironic at {self.endpoint} unreachable: {exc}") from exc
+        except ks_exceptions.ConnectFailure as exc:
+            raise self.outage.unavailable(
+                f"Ironic at {self.endpoint} unreachable: {exc}", started
+            ) from exc
         except (ks_exceptions.ClientException, openstack.exceptions.SDKException) as exc:
-            raise self.outage.unavailable(f"Ironic request failed: {exc}") from exc
+            raise self.outage.unavailable(f"Ironic request failed: {exc}", started) from exc
         else:
             self.outage.answered(started)
+
+
+class _LazyProxy:
+    """openstacksdk's baremetal proxy, made at its first use.
+
+    Making it asks Ironic for its API versions (discovery): made at start, an
+    Ironic that is away or hung would stop the agent or conductor from
+    starting at all.  Every use is inside :meth:`BaremetalClient._translated`,
+    so a failed discovery is an outage like any failed request, and the next
+    use tries again.
+    """
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._proxy: Any = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:
+            if self._proxy is None:
+                self._proxy = self._make()
+        return getattr(self._proxy, name)
 
 
 def _is_locked(exc: openstack.exceptions.HttpException) -> bool:

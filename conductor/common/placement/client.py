@@ -124,10 +124,12 @@ class PlacementClient:
             response = self._adapter.request(path, method, **kwargs)
         except (ks_exceptions.ConnectFailure, ks_exceptions.ConnectTimeout) as exc:
             raise self.outage.unavailable(
-                f"Placement at {self.endpoint} unreachable: {exc}"
+                f"Placement at {self.endpoint} unreachable: {exc}", started
             ) from exc
         except ks_exceptions.ClientException as exc:  # a read timeout, an SSL error...
-            raise self.outage.unavailable(f"Placement request failed ({what}): {exc}") from exc
+            raise self.outage.unavailable(
+                f"Placement request failed ({what}): {exc}", started
+            ) from exc
         status = response.status_code
         if status >= 500:
             raise self.outage.unavailable(
