@@ -106,12 +106,7 @@ class InstancePowerSync:
         :raises DatabaseUnavailable: the database cannot be used
         """
         quiet_since = utcnow() - datetime.timedelta(seconds=interval)
-        _total, found = power_states.power_mismatches(
-            self._db,
-            unchanged_since=quiet_since,
-            node_unchanged_since=quiet_since,
-            sample=MAX_PER_PASS,
-        )
+        found = self._mismatches(unchanged_since=quiet_since, node_unchanged_since=quiet_since)
         return self._follow(found, quiet_since, scope=None)
 
     def follow_listing(
@@ -123,13 +118,35 @@ class InstancePowerSync:
 
         :raises DatabaseUnavailable: the database cannot be used
         """
-        _total, found = power_states.power_mismatches(
-            self._db, unchanged_since=seen_at, node_uuids=observed.keys(), sample=MAX_PER_PASS
-        )
-        # Only what the listing itself showed: a record written since (an
+        # All of them, then those of the listing: mismatches are few, a
+        # listing may be the whole fleet (not a condition to send).  Only
+        # what the listing itself showed: a record written since (an
         # action's answer) is the next pass's to compare.
-        found = [m for m in found if observed[m.node_uuid].value == m.power_state]
+        found = [
+            m
+            for m in self._mismatches(unchanged_since=seen_at)
+            if m.node_uuid in observed and observed[m.node_uuid].value == m.power_state
+        ]
         return self._follow(found, seen_at, scope=observed.keys())
+
+    def _mismatches(
+        self,
+        *,
+        unchanged_since: datetime.datetime,
+        node_unchanged_since: datetime.datetime | None = None,
+    ) -> list[power_states.PowerMismatch]:
+        """Up to :data:`MAX_PER_PASS` of each kind: stopped instances found on
+        (which stay, reported) never keep active ones found off waiting."""
+        found: list[power_states.PowerMismatch] = []
+        for vm_state in (VmState.ACTIVE, VmState.STOPPED):
+            found += power_states.power_mismatches(
+                self._db,
+                unchanged_since=unchanged_since,
+                node_unchanged_since=node_unchanged_since,
+                vm_state=vm_state,
+                sample=MAX_PER_PASS,
+            )[1]
+        return found
 
     def _follow(
         self,

@@ -72,13 +72,15 @@ def power_mismatches(
     unchanged_since: datetime.datetime | None = None,
     node_unchanged_since: datetime.datetime | None = None,
     node_uuids: Collection[str] | None = None,
+    vm_state: VmState | None = None,
     sample: int = 1000,
 ) -> tuple[int, list[PowerMismatch]]:
     """How many power mismatches there are, and the ``sample`` unchanged for longest.
 
     ``unchanged_since``: only instances whose record has not changed since
     then; ``node_unchanged_since``: the same for their node's record;
-    ``node_uuids``: only on these nodes.  ``sample`` 0 counts only.
+    ``node_uuids``: only on these nodes; ``vm_state``: only instances in
+    it.  ``sample`` 0 counts only.
     """
     where = [
         InstanceModel.task_state.is_(None),
@@ -87,8 +89,9 @@ def power_mismatches(
         NodeModel.instance_uuid == InstanceModel.uuid,
         or_(
             *(
-                and_(InstanceModel.vm_state == vm_state, NodeModel.power_state == power)
-                for vm_state, power in _DISAGREES.items()
+                and_(InstanceModel.vm_state == state, NodeModel.power_state == power)
+                for state, power in _DISAGREES.items()
+                if vm_state is None or state == vm_state.value
             )
         ),
     ]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from conductor import power_sync
 from conductor.common.instance_states import Event
 from conductor.common.objects import PowerState, TaskState, VmState
 from conductor.db import instances, node_states, nodes, power_states
@@ -150,6 +151,19 @@ def test_a_quiet_active_instance_found_off_is_stopped_logged_and_notified_then_s
     # A second pass changes nothing more.
     assert sync.run(60.0).stopped == 0
     del fresh_node
+
+
+def test_stopped_instances_found_on_never_keep_active_ones_found_off_waiting(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Those found on stay (reported): a pass takes its share of each kind."""
+    monkeypatch.setattr(power_sync, "MAX_PER_PASS", 1)
+    for _ in range(2):
+        age(db, 600, *hosted(db, PowerState.ON, VmState.STOPPED))
+    instance, node = hosted(db, PowerState.OFF)
+    age(db, 120, instance, node)
+    assert InstancePowerSync(db).run(60.0).stopped == 1
+    assert state(db, instance) == (VmState.STOPPED, None)
 
 
 @pytest.mark.parametrize("verb", [Event.STOP, Event.REBOOT_HARD, Event.REBUILD, Event.DELETE])
