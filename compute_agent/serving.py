@@ -75,6 +75,7 @@ class ServingCheck:
         self._grace = 3 * interval
         self._clock = clock
         self._lock = threading.Lock()
+        self._judging = threading.Lock()
         self._last_ok = clock()
         self._failing_since: float | None = None
         self._last_error = "no answer yet"
@@ -156,7 +157,15 @@ class ServingCheck:
         self.judge()
 
     def judge(self) -> None:
-        """Announce a change, and step aside or back as the peers allow."""
+        """Announce a change, and step aside or back as the peers allow.
+
+        One judgement at a time: the loop and a call that just answered
+        both judge, and must not both step back (or aside) on what each saw.
+        """
+        with self._judging:
+            self._judge()
+
+    def _judge(self) -> None:
         if self._stopped.is_set():
             return
         now = self._clock()

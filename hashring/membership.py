@@ -31,7 +31,9 @@ re-joins after it expired (the member silently stays absent), and its
 watchers poll ``get_members`` anyway.  We poll
 ``get_members_with_capabilities`` ourselves, which is one consistent read of
 the ids *and* their ring version and weight, so a view never mixes two
-moments (the Nova bug 1841481 failure mode).
+moments (the Nova bug 1841481 failure mode) -- on etcd only when the group's
+signature says it changed (:mod:`hashring.group_read`), so that a quiet
+group costs each reader one key per interval, whatever its size.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from tooz import coordination
 from hashring.backend_outage import BackendOutage
 from hashring.backend_url import tooz_url, ttl_from_url
 from hashring.exceptions import HashRingError, InvalidMemberError, MembershipError
+from hashring.group_read import group_signature, parse_members
 from hashring.ring import Ring, _validate_member_id, _validate_weight
 from hashring.view import Member, MembershipView, State
 
@@ -163,6 +166,8 @@ class Membership:
         self._view: MembershipView | None = None
         self._reported_state: State | None = None
         self._excluded_logged: dict[str, str] = {}
+        # (group signature, join generation) of the last full read.
+        self._read_signature: tuple[tuple[int, int], int] | None = None
         self._threads: list[threading.Thread] = []
         self._outage = BackendOutage(member_id, self._redacted_url)
 
@@ -527,6 +532,10 @@ class Membership:
             coordinator = self._coordinator
         if coordinator is None:
             return
+        # Taken before the full read: a change made during it shows next time.
+        signature = group_signature(coordinator, self._group)
+        if signature is not None and (signature, generation) == self._read_signature:
+            return  # the group has not changed since the last full read
         try:
             raw = coordinator.get_members_with_capabilities(self._group).get()
         except coordination.GroupNotCreated:
@@ -534,16 +543,9 @@ class Membership:
                 raise  # an outage of the group for a watcher, until a member creates it
             self._group_gone(generation)
             return
-        members: dict[str, Member] = {}
-        excluded: dict[str, str] = {}
-        for raw_id, caps in raw.items():
-            member_id = raw_id.decode("utf-8", "replace")
-            member, reason = self._parse_member(member_id, caps)
-            if reason is None:
-                members[member_id] = member
-            else:
-                excluded[member_id] = reason
+        members, excluded = parse_members(raw, self._ring_version)
         self._check_self(raw, generation)
+        self._read_signature = None if signature is None else (signature, generation)
         if self._join and self._member_id not in members:
             # A view without us is never published.  It is read while we are
             # joining (at start, or re-joining after the lease expired while
@@ -585,25 +587,6 @@ class Membership:
                     self._on_change(view)
                 except Exception:  # the callback's bug must not stop the watch
                     LOG.exception("Membership change callback of %s failed", self._member_id)
-
-    def _parse_member(self, member_id: str, caps: Any) -> tuple[Member, str | None]:
-        caps = caps if isinstance(caps, dict) else {}
-        version = caps.get("ring_version")
-        weight = caps.get("weight", 1.0)
-        member = Member(
-            member_id,
-            version if isinstance(version, int) else None,
-            weight if isinstance(weight, (int, float)) else None,
-            MappingProxyType(caps),
-        )
-        if version != self._ring_version:
-            return member, f"ring version {version!r}, expected {self._ring_version}"
-        try:
-            _validate_member_id(member_id)
-            _validate_weight(member_id, weight)
-        except InvalidMemberError as exc:
-            return member, exc.reason
-        return member, None
 
     def _group_gone(self, generation: int) -> None:
         """The group itself is gone (a Redis restarted without its data, or a

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A group's signature on a real etcd (:func:`hashring.group_read.group_signature`).
+
+A member reads its group in full only when the signature moved: every
+change must move it (a join, an announcement, a leave, a lease that
+expired), and nothing else may.  A membership watching a quiet group makes
+no full read.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from tooz import coordination
+from tooz.drivers.etcd3gw import Etcd3Driver
+
+from hashring.group_read import group_signature
+from hashring.membership import Membership
+from tests.harness import wait_for
+
+TTL = 3  # etcd will not grant much less (docs/dependency-facts.rst)
+
+
+@pytest.fixture
+def url(etcd_url: str) -> str:
+    return f"{etcd_url}?membership_timeout={TTL}&timeout={TTL}"
+
+
+@pytest.fixture
+def group() -> bytes:
+    return f"sig-{uuid.uuid4().hex[:8]}".encode()
+
+
+def _member(url: str, name: str) -> coordination.CoordinationDriver:
+    coordinator = coordination.get_coordinator(url, name.encode())
+    coordinator.start(start_heart=True)
+    return coordinator
+
+
+@pytest.fixture
+def members(url: str) -> Iterator[list[coordination.CoordinationDriver]]:
+    started: list[coordination.CoordinationDriver] = []
+    yield started
+    for coordinator in started:
+        coordinator.stop()
+
+
+def test_every_change_of_the_group_moves_its_signature_and_nothing_else_does(
+    url: str, group: bytes, members: list[coordination.CoordinationDriver]
+) -> None:
+    first = _member(url, "a")
+    members.append(first)
+    first.create_group(group).get()
+    first.join_group(group, {"weight": 1}).get()
+    joined = group_signature(first, group)
+    assert joined is not None and joined[0] == 2  # the group's key and a's
+    time.sleep(TTL)  # heartbeats (lease refreshes) write nothing
+    assert group_signature(first, group) == joined
+
+    second = _member(url, "b")
+    second.join_group(group, {"weight": 1}).get()
+    two = group_signature(first, group)
+    assert two is not None and two[0] == 3 and two[1] > joined[1]
+
+    second.update_capabilities(group, {"weight": 2}).get()
+    announced = group_signature(first, group)
+    assert announced is not None and announced[0] == 3 and announced[1] > two[1]
+
+    second.leave_group(group).get()
+    left = group_signature(first, group)
+    assert left is not None and left[0] == 2
+
+    third = coordination.get_coordinator(url, b"c")
+    third.start(start_heart=False)  # joins, then never renews its lease
+    third.join_group(group, {"weight": 1}).get()
+    with_third = group_signature(first, group)
+    wait_for(lambda: group_signature(first, group) != with_third, 4 * TTL, "c's lease expired")
+    # The group is as it was before c joined: so is its signature.
+    assert group_signature(first, group) == left
+
+
+def test_a_membership_reads_a_quiet_group_in_full_only_when_it_changed(
+    url: str, group: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members = [
+        Membership(url, name, group=group.decode(), watch_interval=0.1) for name in ("a", "b")
+    ]
+    try:
+        for membership in members:
+            membership.start()
+        wait_for(
+            lambda: all(m.view is not None and len(m.view.members) == 2 for m in members),
+            30,
+            "both see both",
+        )
+        reads = {"full": 0}
+        original = Etcd3Driver.get_members_with_capabilities
+
+        def counted(self: Etcd3Driver, group_id: bytes) -> object:
+            reads["full"] += 1
+            return original(self, group_id)
+
+        monkeypatch.setattr(Etcd3Driver, "get_members_with_capabilities", counted)
+        time.sleep(2.0)  # 20 intervals each, nothing changing
+        quiet = reads["full"]
+        members[0].announce("serving", False)
+        wait_for(
+            lambda: (
+                members[1].view is not None
+                and members[1].view.members["a"].capabilities.get("serving") is False
+            ),
+            10,
+            "b sees a's announcement",
+        )
+        assert quiet == 0, quiet
+        assert reads["full"] >= 1
+    finally:
+        for membership in members:
+            membership.stop()
