@@ -39,6 +39,11 @@ and brings ringfleet's records in line:
   ``error`` clears as any other once Ironic shows the node available and
   unclaimed.  The pass reads such a node from Ironic again after that
   change, so that its observation is no older than the change;
+* an idle ``active`` instance whose node Ironic shows deployed and
+  settled ``power off`` is ``stopped`` (:mod:`conductor.power_sync`: the
+  back end's power is the truth); a node's ``power_state`` is mirrored
+  only when its record did not change since the listing began (an
+  action's answer recorded meanwhile is newer);
 * then each *orphan claim* the pass can repair
   (:func:`conductor.db.nodes.repairable_orphans`: an ``error`` node hosting
   nothing that Ironic shows claimed by a ringfleet instance ringfleet does
@@ -82,12 +87,14 @@ from oslo_config import cfg
 from conductor.common.clock import utcnow
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import InvalidInput, RingfleetError, ServiceUnavailable
+from conductor.common.ironic import states as ironic_states
 from conductor.common.ironic.client import BaremetalClient, IronicNode
 from conductor.common.ironic.states import power_state_of, provision_state_of
 from conductor.common.objects import Node, ProvisionState
 from conductor.common.provision_states import IDLE
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
+from conductor.power_sync import InstancePowerSync
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
 __all__ = [
@@ -142,6 +149,8 @@ class SyncSummary:
     observed: int = 0
     #: orphan claims handed to their node's owner, who took the teardown
     orphans: int = 0
+    #: idle active instances stopped: Ironic showed their node powered off
+    stopped: int = 0
     #: Ironic nodes not imported: they carry :data:`EXCLUDE_TRAIT`
     excluded: int = 0
     invalid: list[str] = dataclasses.field(default_factory=list)
@@ -155,6 +164,7 @@ class SyncSummary:
             "retired": self.retired,
             "observed": self.observed,
             "orphans": self.orphans,
+            "stopped": self.stopped,
             "excluded": self.excluded,
             "invalid": len(self.invalid),
             "invalid_nodes": self.invalid[:_MAX_NAMED],
@@ -172,9 +182,12 @@ class IronicInventorySync:
         *,
         client: BaremetalClient | None = None,
         clean_orphan: CleanOrphan | None = None,
+        power_sync: InstancePowerSync | None = None,
     ) -> None:
         """``clean_orphan``: hands an orphan claim to the node's owner
-        (module docstring); ``None``: orphan claims are only recorded."""
+        (module docstring); ``None``: orphan claims are only recorded.
+        ``power_sync``: instances follow the power listed (module
+        docstring); ``None``: only the nodes' records do."""
         ironic_conf.OPTIONS.register(conf)
         options = conf[ironic_conf.group.name]
         self._db = db
@@ -182,6 +195,7 @@ class IronicInventorySync:
         self._group_from: str = options.node_group_from
         self._client = client if client is not None else BaremetalClient.from_conf(conf)
         self._clean_orphan = clean_orphan
+        self._power_sync = power_sync
         # Where the next pass starts handing orphans (round robin, when a
         # pass finds more than it hands).
         self._orphans_after: str | None = None
@@ -190,13 +204,18 @@ class IronicInventorySync:
 
     @classmethod
     def from_conf(
-        cls, db: Database, conf: cfg.ConfigOpts, *, clean_orphan: CleanOrphan | None = None
+        cls,
+        db: Database,
+        conf: cfg.ConfigOpts,
+        *,
+        clean_orphan: CleanOrphan | None = None,
+        power_sync: InstancePowerSync | None = None,
     ) -> IronicInventorySync | None:
         """The sync ``[ironic]`` configures, or ``None`` when it names no Ironic."""
         ironic_conf.OPTIONS.register(conf)
         if not conf[ironic_conf.group.name].auth_type:
             return None
-        return cls(db, conf, clean_orphan=clean_orphan)
+        return cls(db, conf, clean_orphan=clean_orphan, power_sync=power_sync)
 
     def run(self) -> SyncSummary:
         """One pass.
@@ -254,12 +273,31 @@ class IronicInventorySync:
         observed += retirements
         summary.retired += len(retirements)
         if observed:
-            summary.updated += db_nodes.mirror_back_end_states(self._db, observed)
+            summary.updated += db_nodes.mirror_back_end_states(
+                self._db, observed, observed_at=seen_at
+            )
+        summary.stopped = self._follow_power(listed, seen_at)
         summary.observed = self._record(to_record, claimed, seen_at)
         summary.orphans = self._hand_orphans()
         summary.seconds = time.monotonic() - started
         _log_pass(summary)
         return summary
+
+    def _follow_power(self, listed: dict[str, IronicNode], seen_at: datetime.datetime) -> int:
+        """Instances on the listed nodes follow the power Ironic showed
+        (:meth:`conductor.power_sync.InstancePowerSync.follow_listing`); how
+        many were stopped.  Only nodes deployed (``active``) in Ironic whose
+        power is settled (no ``target_power_state``: Ironic is not changing it)."""
+        if self._power_sync is None:
+            return 0
+        observed = {
+            uuid: power
+            for uuid, found in listed.items()
+            if found.target_power_state is None
+            and found.provision_state == ironic_states.ACTIVE
+            and (power := power_state_of(found.power_state)) is not None
+        }
+        return self._power_sync.follow_listing(observed, seen_at).stopped
 
     def _record(
         self,

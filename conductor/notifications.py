@@ -105,6 +105,9 @@ INSTANCE_EVENT_TYPES: Final[Mapping[Event, str]] = {
     Event.POWERED_OFF: "instance.*.end",
     Event.REBUILT: "instance.*.end",
     Event.ACTION_FAILED: "instance.*.error",
+    # As Nova's power-state sync, whose stop of an instance found off ends
+    # with the stop's own end: consumers see it stopped either way.
+    Event.FOUND_OFF: "instance.power_off.end",
 }
 
 #: The steps inside a build that are not notified: the build's start, end

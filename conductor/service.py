@@ -35,6 +35,7 @@ from conductor.ironic_sync import IronicInventorySync
 from conductor.lifecycle import BuildLifecycle
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
+from conductor.power_sync import InstancePowerSync, report_after
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Membership
 
@@ -69,6 +70,7 @@ class ConductorService:
         self._builds: BuildLifecycle | None = None
         self._membership: Membership | None = None
         self._ironic_sync: IronicInventorySync | None = None
+        self._power_sync: InstancePowerSync | None = None
         self._notifier = Notifier.disabled()
         self.metrics = ConductorMetrics(conf.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
@@ -103,11 +105,17 @@ class ConductorService:
         self._builds = builds = self._build_lifecycle(db, scheduler, fleet, membership, compute)
         # The sync hands the orphan claims it finds in Ironic to their
         # nodes' owners through the router (its on-demand passes too).
+        self._power_sync = InstancePowerSync(db, self._notifier)
         self._ironic_sync = IronicInventorySync.from_conf(
-            db, conf, clean_orphan=builds.clean_orphan
+            db, conf, clean_orphan=builds.clean_orphan, power_sync=self._power_sync
         )
         self.metrics.watch_fleet(
-            lambda: problem_counts(db, fleet, float(conf.conductor.stuck_after)),
+            lambda: problem_counts(
+                db,
+                fleet,
+                float(conf.conductor.stuck_after),
+                power_mismatch_after=self._power_mismatch_after(),
+            ),
             lambda: db.reachable,
         )
         self._server = rpc.get_server(
@@ -193,6 +201,7 @@ class ConductorService:
                 conf.host,
                 compute,
                 stuck_after=lambda: float(conf.conductor.stuck_after),
+                power_mismatch_after=self._power_mismatch_after,
             ),
             AgentsEndpoint(
                 db,
@@ -234,6 +243,8 @@ class ConductorService:
         sweeper.start()
         if self._ironic_sync is not None and conf.ironic.sync_interval:
             threading.Thread(target=self._ironic_sync_loop, name="ironic-sync", daemon=True).start()
+        if conf.conductor.power_sync_interval:
+            threading.Thread(target=self._power_sync_loop, name="power-sync", daemon=True).start()
         self._started.set()
         LOG.info("Conductor %s serving topic %s", conf.host, rpc.CONDUCTOR_TOPIC)
         self._starting.done()
@@ -250,6 +261,30 @@ class ConductorService:
                 LOG.exception("Ironic sync failed")
             if self._stopped.wait(float(self.conf.ironic.sync_interval)):
                 return
+
+    def _power_sync_loop(self) -> None:
+        assert self._power_sync is not None
+        # The option is mutable: read at each pass (0 pauses the passes).
+        while not self._stopped.wait(float(self.conf.conductor.power_sync_interval) or 60.0):
+            interval = float(self.conf.conductor.power_sync_interval)
+            if not interval:
+                continue
+            try:
+                self._power_sync.run(interval)
+            except DatabaseUnavailable:  # logged once by the database; next pass
+                LOG.debug("Power sync skipped: database unreachable")
+            except Exception:  # the next pass tries again
+                LOG.exception("Power sync failed")
+
+    def _power_mismatch_after(self) -> float:
+        """Seconds a power mismatch lasts before fleet check reports it (options
+        read at each check: they are mutable)."""
+        conf = self.conf
+        return report_after(
+            float(conf.conductor.power_sync_interval),
+            float(conf.ironic.sync_interval) if self._ironic_sync is not None else 0.0,
+            float(conf.conductor.stuck_after),
+        )
 
     def _sweep_loop(self) -> None:
         while True:

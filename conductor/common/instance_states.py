@@ -31,6 +31,16 @@ from the record), the owner's answer ends it::
     active | stopped ──REBUILD──> (same)/rebuilding ──REBUILT──> active
     any of these in flight ──ACTION_FAILED──> the vm_state it was in, no task
 
+The back end's power is the truth (as Nova's power-state sync): an idle
+``active`` instance whose node is found powered off outside ringfleet (an
+operator in Ironic, a shutdown from inside the OS) is ``stopped``, so that
+``start`` works::
+
+    active (no task) ──FOUND_OFF──> stopped
+
+A ``stopped`` instance found powered on is only reported
+(:mod:`conductor.power_sync` says why).
+
 A verb may start only while no action runs, or while the same one runs:
 issuing it again routes it again (the operator's way out of an action
 stuck on a dead agent, see ``fleet check``); hard reboot also takes over
@@ -115,6 +125,9 @@ class Event(enum.StrEnum):
     REBUILT = "rebuilt"
     #: The action in flight failed for good: the task ends, the state stays.
     ACTION_FAILED = "action_failed"
+    #: The back end shows the idle instance's node powered off, by no
+    #: action of ringfleet's (:mod:`conductor.power_sync`).
+    FOUND_OFF = "found_off"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +243,9 @@ TRANSITIONS: Mapping[Event, Transition] = _transitions(
     ),
     Transition(Event.REBUILT, _POWERED, State(VmState.ACTIVE), frozenset({TaskState.REBUILDING})),
     Transition(Event.ACTION_FAILED, _POWERED, State(None), frozenset(ACTION_TASKS)),
+    # Only while no action runs: a verb in flight owns the power (its answer
+    # decides), and a delete or a rebuild moves the instance on anyway.
+    Transition(Event.FOUND_OFF, _ACTIVE, State(VmState.STOPPED), frozenset({None})),
 )
 
 #: The verb that starts each action, by its task state (its name in messages

@@ -31,6 +31,7 @@ __all__ = [
     "StuckWork",
     "allocation_mismatches",
     "back_end_mismatches",
+    "count_and_sample",
     "departed_agents",
     "group_owner_counts",
     "in_flight_by_host",
@@ -306,7 +307,7 @@ def stuck_work(
                 .where(condition, InstanceModel.updated_at < older_than)
                 .order_by(InstanceModel.updated_at, InstanceModel.uuid)
             )
-            total, rows = _count_and_sample(session, query, sample)
+            total, rows = count_and_sample(session, query, sample)
             found[state] = (
                 total,
                 [
@@ -398,7 +399,7 @@ def state_mismatches(
     found: list[StateMismatch] = []
     with db.reading() as session:
         for query, reason in checks:
-            count, rows = _count_and_sample(
+            count, rows = count_and_sample(
                 session, query.order_by(node.uuid), max(sample - len(found), 0)
             )
             total += count
@@ -541,7 +542,7 @@ def back_end_mismatches(
         .order_by(node.uuid)
     )
     with db.reading() as session:
-        total, rows = _count_and_sample(session, query, sample)
+        total, rows = count_and_sample(session, query, sample)
     return total, [_back_end_mismatch(row) for row in rows]
 
 
@@ -624,7 +625,7 @@ def _back_end_mismatch(row: tuple[Any, ...]) -> BackEndMismatch:
     )
 
 
-def _count_and_sample(
+def count_and_sample(
     session: Session, query: _Query, sample: int
 ) -> tuple[int, list[tuple[Any, ...]]]:
     """How many rows ``query`` matches, and its first ``sample`` rows.

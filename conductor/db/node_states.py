@@ -18,6 +18,7 @@ the helpers here: :func:`provision_guard` and :func:`provision_value`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
@@ -191,7 +192,12 @@ class BackEndState:
 
 
 @retry_on_dead_connection
-def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> int:
+def mirror_back_end_states(
+    db: Database,
+    observed: Sequence[BackEndState],
+    *,
+    observed_at: datetime.datetime | None = None,
+) -> int:
     """Apply what the back end (Ironic) shows of nodes; how many rows changed.
 
     Three kinds of change, each a compare-and-swap on what the caller read,
@@ -201,7 +207,9 @@ def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> in
       only between the states of an idle node (:attr:`NodeEvent.MIRROR`:
       available, enroll, manageable, cleaning, error): deploying, active and
       deleting belong to the build and teardown flows;
-    * ``power_state`` as observed;
+    * ``power_state`` as observed, unless the node changed after
+      ``observed_at`` (when the caller's reading of the back end began): an
+      action's answer recorded meanwhile is newer than what was read;
     * ``maintenance`` set or cleared with its reason, only when the stored
       flag and reason are still those read (the sync decides, from the
       reason's prefix, whether a maintenance is its own to clear).
@@ -210,6 +218,21 @@ def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> in
     now = utcnow()
     with db.transaction() as session:
         for item in observed:
+            # First: the pass's own writes below make the record newer than
+            # observed_at.
+            if item.set_power:
+                power = item.power_state.value if item.power_state else None
+                result = session.execute(
+                    update(NodeModel)
+                    .where(
+                        NodeModel.uuid == item.uuid,
+                        NodeModel.power_state.is_distinct_from(power),
+                        *(() if observed_at is None else (NodeModel.updated_at <= observed_at,)),
+                    )
+                    .values(power_state=power, updated_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+                changed += result.rowcount  # type: ignore[attr-defined]
             if item.provision_state is not None:
                 stored, wanted = item.provision_state
                 result = session.execute(
@@ -225,17 +248,6 @@ def mirror_back_end_states(db: Database, observed: Sequence[BackEndState]) -> in
                         provision_state=provision_value(NodeEvent.MIRROR, wanted, stored=stored),
                         updated_at=now,
                     )
-                    .execution_options(synchronize_session=False)
-                )
-                changed += result.rowcount  # type: ignore[attr-defined]
-            if item.set_power:
-                power = item.power_state.value if item.power_state else None
-                result = session.execute(
-                    update(NodeModel)
-                    .where(
-                        NodeModel.uuid == item.uuid, NodeModel.power_state.is_distinct_from(power)
-                    )
-                    .values(power_state=power, updated_at=now)
                     .execution_options(synchronize_session=False)
                 )
                 changed += result.rowcount  # type: ignore[attr-defined]

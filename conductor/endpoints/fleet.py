@@ -8,6 +8,7 @@ from this conductor's own membership view.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from conductor.common.exception import FieldError, Forbidden, InvalidInput, Serv
 from conductor.common.ironic import states as ironic_states
 from conductor.common.objects import VmState
 from conductor.common.tenancy import Caller
-from conductor.db import fleet_report
+from conductor.db import fleet_report, power_states
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON
@@ -53,6 +54,7 @@ PROBLEM_KINDS: Final = (
     *_STUCK_KINDS.values(),
     "state-mismatch",
     "backend-mismatch",
+    "power-mismatch",
 )
 #: What a stuck instance is doing, in a problem's message.
 _STUCK_WORK: Final = {
@@ -74,7 +76,9 @@ class FleetEndpoint:
     ``fleet_check``; 1.16 the API versions to ``fleet_status``).
 
     ``stuck_after``: ``[conductor] stuck_after``, read at each check (the
-    option is mutable).
+    option is mutable).  ``power_mismatch_after``: how long an instance's
+    state and its node's power must disagree, both records unchanged,
+    before the check reports it (:func:`conductor.power_sync.report_after`).
     """
 
     target = messaging.Target(version=API_VERSION)
@@ -87,12 +91,14 @@ class FleetEndpoint:
         compute: ComputeAPI | None = None,
         *,
         stuck_after: Callable[[], float] = lambda: DEFAULT_STUCK_AFTER,
+        power_mismatch_after: Callable[[], float] = lambda: DEFAULT_STUCK_AFTER,
     ) -> None:
         self._db = db
         self._fleet = fleet
         self._host = host
         self._compute = compute  # compute_agent.rpcapi.ComputeAPI
         self._stuck_after = stuck_after
+        self._power_mismatch_after = power_mismatch_after
 
     def drain_agent(self, ctxt: dict[str, Any], host: Any) -> dict[str, Any]:
         """Ask a live agent to hand all its nodes (pins too) over, then stop."""
@@ -238,6 +244,7 @@ class FleetEndpoint:
             *self._stuck_problems(stuck_after),
             *self._state_problems(),
             *self._back_end_problems(),
+            *self._power_problems(float(self._power_mismatch_after())),
         ]
         LOG.debug("Fleet check by conductor %s: %d problems", self._host, len(problems))
         return {
@@ -361,6 +368,45 @@ class FleetEndpoint:
         problems = [_back_end_problem(mismatch) for mismatch in mismatches]
         return problems + _more("backend-mismatch", total - len(mismatches), "back-end mismatches")
 
+    def _power_problems(self, after: float) -> list[Problem]:
+        """Idle instances whose state disagrees with their node's power, both
+        records unchanged for ``after`` seconds (the power sync did not, or
+        does not, settle it)."""
+        since = _quiet_since(after)
+        total, mismatches = power_states.power_mismatches(
+            self._db, unchanged_since=since, node_unchanged_since=since, sample=_SAMPLE
+        )
+        problems = [_power_problem(mismatch) for mismatch in mismatches]
+        return problems + _more("power-mismatch", total - len(mismatches), "power mismatches")
+
+
+#: How many problems of one kind a check lists (the rest are counted).
+_SAMPLE: Final = 50
+
+
+def _quiet_since(seconds: float) -> datetime.datetime:
+    """Since when a record unchanged for ``seconds`` has not changed."""
+    return utcnow() - datetime.timedelta(seconds=seconds)
+
+
+def _power_problem(item: power_states.PowerMismatch) -> Problem:
+    if item.vm_state == VmState.ACTIVE.value:
+        what = (
+            "not stopped by the power sync (is [conductor] power_sync_interval 0?); "
+            "'instance stop' records it stopped, or power the node on if it should run"
+        )
+    else:
+        what = (
+            "powered on outside ringfleet; 'instance start' accepts it running, "
+            "or power the node off"
+        )
+    return {
+        "kind": "power-mismatch",
+        **item.to_dict(),
+        "message": f"instance {item.instance_uuid} is {item.vm_state} but its node "
+        f"{item.node_uuid} (owner {item.owner or 'none'}) is {item.power_state}: {what}",
+    }
+
 
 def _back_end_problem(item: fleet_report.BackEndMismatch) -> Problem:
     if item.reason == fleet_report.ORPHAN_CLAIM:
@@ -478,7 +524,13 @@ def _agent_row(
     }
 
 
-def problem_counts(db: Database, fleet: FleetView, stuck_after: float) -> dict[str, int]:
+def problem_counts(
+    db: Database,
+    fleet: FleetView,
+    stuck_after: float,
+    *,
+    power_mismatch_after: float = DEFAULT_STUCK_AFTER,
+) -> dict[str, int]:
     """How many of each kind of problem :meth:`FleetEndpoint.fleet_check` finds,
     counted in full (the check lists samples): the conductor's
     ``ringfleet_fleet_problems`` metric.  Not an endpoint method: those are
@@ -514,5 +566,9 @@ def problem_counts(db: Database, fleet: FleetView, stuck_after: float) -> dict[s
         failed_states=ironic_states.FAILED,
         retired_reason=REMOVED_REASON,
         sample=0,
+    )[0]
+    since = _quiet_since(power_mismatch_after)
+    counts["power-mismatch"] = power_states.power_mismatches(
+        db, unchanged_since=since, node_unchanged_since=since, sample=0
     )[0]
     return counts

@@ -278,6 +278,16 @@ def log_lines(fleet: Fleet, process: str, *texts: str) -> list[str]:
     ]
 
 
+def error_lines(fleet: Fleet, *processes: str) -> dict[str, list[str]]:
+    """The ERROR and traceback lines of each of ``processes``' logs (all by
+    default), by process: none is the expected."""
+    return {
+        name: [line for line in proc.log().splitlines() if " ERROR " in line or "Traceback" in line]
+        for name, proc in sorted(fleet.procs.items())
+        if not processes or name in processes
+    }
+
+
 def log_tails(
     fleet: Fleet, lines: int = 30, mentioning: Iterable[str] = (), per_match: int = 8
 ) -> str:

@@ -1647,6 +1647,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
         "stuck-action": 0,
         "state-mismatch": 0,
         "backend-mismatch": 0,
+        "power-mismatch": 0,
     }
     assert set(counts) == set(PROBLEM_KINDS)
     # Who is alive cannot be told: orphaned and excluded are left out, not 0.

@@ -127,6 +127,16 @@ def test_the_table_walked(event: Event, current: VmState | None) -> None:
         (Event.ACTION_FAILED, VmState.STOPPED, TaskState.POWERING_ON, State(VmState.STOPPED)),
         (Event.ACTION_FAILED, VmState.ACTIVE, TaskState.POWERING_OFF, State(VmState.ACTIVE)),
         (Event.ACTION_FAILED, VmState.ACTIVE, None, None),
+        # Power found off outside ringfleet: only an idle active instance
+        # follows it (an action in flight owns the power; its answer decides).
+        (Event.FOUND_OFF, VmState.ACTIVE, None, State(VmState.STOPPED)),
+        (Event.FOUND_OFF, VmState.ACTIVE, TaskState.POWERING_OFF, None),
+        (Event.FOUND_OFF, VmState.ACTIVE, TaskState.REBOOTING_HARD, None),
+        (Event.FOUND_OFF, VmState.ACTIVE, TaskState.REBUILDING, None),
+        (Event.FOUND_OFF, VmState.STOPPED, None, None),
+        (Event.FOUND_OFF, VmState.STOPPED, TaskState.POWERING_ON, None),
+        (Event.FOUND_OFF, VmState.BUILDING, TaskState.SPAWNING, None),
+        (Event.FOUND_OFF, VmState.DELETING, TaskState.DELETING, None),
         # A delete wins over an action in flight.
         (
             Event.DELETE,

@@ -117,6 +117,7 @@ def test_every_state_machine_event_is_notified_or_listed_as_not() -> None:
         (Event.REBUILT, TaskState.REBUILDING, "instance.rebuild.end", Priority.INFO),
         (Event.ACTION_FAILED, TaskState.REBUILDING, "instance.rebuild.error", Priority.ERROR),
         (Event.ACTION_FAILED, TaskState.POWERING_OFF, "instance.power_off.error", Priority.ERROR),
+        (Event.FOUND_OFF, None, "instance.power_off.end", Priority.INFO),
     ],
 )
 def test_event_types_and_priorities(

@@ -12,6 +12,8 @@ group = cfg.OptGroup("conductor", title="Conductor options")
 #: ``stuck_after``'s default: seconds without a change to a build's or a
 #: delete's instance record before ``fleet check`` reports it.
 DEFAULT_STUCK_AFTER = 600.0
+#: ``power_sync_interval``'s default: four of the agents' default report intervals.
+DEFAULT_POWER_SYNC_INTERVAL = 120.0
 
 opts = [
     cfg.FloatOpt(
@@ -71,6 +73,23 @@ opts = [
             "or failed because of it (build_timeout does that). Set it above "
             "your usual deployment and teardown times, or healthy work is "
             "reported; the sweeper's retries count as a change."
+        ),
+    ),
+    cfg.FloatOpt(
+        "power_sync_interval",
+        default=DEFAULT_POWER_SYNC_INTERVAL,
+        min=0.0,
+        mutable=True,
+        help=(
+            "Seconds between two passes of each conductor's power-state sync: "
+            "an idle ACTIVE instance whose node's recorded power has been "
+            "'power off' for a whole interval (powered off outside ringfleet) "
+            "becomes STOPPED, so that 'instance start' works; a STOPPED one "
+            "found powered on is reported (a WARNING, 'fleet check'). Keep it "
+            "above twice the agents' [compute_agent] report_interval: a record "
+            "quiet for that long is not a report that crossed an action's "
+            "answer. With Ironic, each inventory sync pass also does this for "
+            "the nodes it lists, at once. 0 turns the periodic pass off."
         ),
     ),
     cfg.IntOpt(
