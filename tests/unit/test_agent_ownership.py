@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from compute_agent import inventory_reads
 from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner
@@ -68,6 +69,25 @@ class ConductorAdapter:
     #: Whether "the conductor" reads by share (API 1.15): the agent's
     #: refresh reads its share, else the whole fleet.
     by_share: bool = True
+    #: Whether "the conductor" claims by share (API 1.18).
+    claims_by_share: bool = True
+
+    def claim_share(
+        self,
+        host: str,
+        ring: dict[str, Any],
+        *,
+        groups: list[str] | None = None,
+        exclude_groups: list[str] | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any] | None:
+        """As ConductorAPI.claim_share: None when "the conductor" is older."""
+        self.calls.append(("claim_share", {"ring": ring, "groups": groups, "limit": limit}))
+        if not self.claims_by_share:
+            return None
+        return self.endpoint.claim_share(
+            CTXT, host=host, ring=ring, groups=groups, exclude_groups=exclude_groups, limit=limit
+        )
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
         self.calls.append(("claim", list(node_uuids)))
@@ -192,6 +212,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
     fake = types.SimpleNamespace(monotonic=lambda: now[0], sleep=time.sleep)
     monkeypatch.setattr(agent_ownership, "time", fake)
+    monkeypatch.setattr(inventory_reads, "time", fake)
     return now
 
 
@@ -377,6 +398,9 @@ def test_an_agent_outside_the_view_desires_only_its_pins(env: Fleet) -> None:
 
 
 def test_reconcile_claims_in_batches_and_partitions_the_fleet(env: Fleet) -> None:
+    """By uuid, in batches: the claims of an agent whose conductor does not
+    claim by share (older than 1.18), and of what a claim by share leaves."""
+    env.conductor.claims_by_share = False
     uuids = add_nodes(env.db, 40)
     view = env.live({"a1": [], "a2": []})
     a1 = env.agent("a1", claim_batch=7)
@@ -680,6 +704,7 @@ def test_a_first_join_lets_the_view_settle_before_claiming(env: Fleet, clock: li
 def test_a_claim_pass_stops_when_the_view_changes(env: Fleet) -> None:
     """Claims computed from a view that is no longer ours are not sent: the
     pass stops between batches and the next one, on the new view, follows."""
+    env.conductor.claims_by_share = False  # by uuid, in batches
     nodes = add_nodes(env.db, 12)
     view = env.live({"a1": []})
     a1 = env.agent("a1", claim_batch=2)
@@ -921,15 +946,16 @@ def test_change_reads_leave_out_what_the_agents_own_claims_changed(env: Fleet) -
     a1.refresh_inventory()
     result = a1.reconcile(view)
     assert result is not None and result.claimed == len(ring_share(["a1", "a2"], uuids, "a1")) > 0
-    claims = env.conductor.of("claim")
-    assert claims
+    assert env.conductor.of("claim_share") and not env.conductor.of("claim")
     # The claims changed every node of its share: none of it is read back ...
     assert a1.refresh_inventory() == 0
     assert a1.refresh_inventory(deep=True) == 0
     # ... but a later change to one of them, by anything else, is.
     mine = sorted(a1.held())[0]
     nodes.set_maintenance(env.db, mine, True, "disk swap")
-    assert a1.refresh_inventory() == 2  # in its share, and among the nodes it owns
+    # In its share; not a second time among the nodes it owns (the owner read
+    # leaves its share out).
+    assert a1.refresh_inventory() == 1
 
 
 @BY_SHARE
