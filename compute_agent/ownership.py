@@ -582,9 +582,11 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         """
         claimed = rehomed = 0
         refusals: dict[str, str | None] = {}
-        if nodes and self._read_rings is not None:
-            # The free nodes of our share in a call per ring; what is left
-            # (a live owner's, a pin) by uuid, as before.
+        with self._lock:
+            unpinned = any(n not in self._pinned_elsewhere for n in nodes)
+        if unpinned and self._read_rings is not None:
+            # The free nodes of our share in a call per ring (never a pinned
+            # one); what is left (a live owner's, a pin) by uuid, as before.
             claimed = self._claim_share(view) or 0
             if claimed:
                 with self._lock:

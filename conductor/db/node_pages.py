@@ -229,6 +229,14 @@ def _rows_in_arcs(
     return rows
 
 
+def _bigints(name: str, values: Sequence[int]) -> Any:
+    """A bound BIGINT[] sent as one array literal: PostgreSQL parses thousands
+    of elements of ``'{1,2,...}'`` many times faster than the ``ARRAY[1, 2,
+    ...]`` a list is sent as (an expression per element)."""
+    literal = "{" + ",".join(str(int(v)) for v in values) + "}"
+    return cast(bindparam(name, literal, type_=Text), ARRAY(BigInteger))
+
+
 def arc_batches(
     db: Database, arcs: Sequence[tuple[int, int]]
 ) -> Iterator[Sequence[tuple[int, int]]]:
@@ -253,8 +261,9 @@ def nodes_in_arcs(
     their number.  (Joined plainly, or laterally but flattened, the planner
     walked the whole position index in order and compared every node with
     every arc: a minute for one agent's share of 100k nodes.)  The change
-    time comes in with each arc, not as a constant: its selectivity is then
-    unknown to the planner, which keeps to the position index rather than
+    time comes in as a function's output, not as a constant: its
+    selectivity is then unknown to the planner, which keeps to the position
+    index rather than
     read each arc by the change-time index -- after a cold start, with
     statistics that still said few rows had changed, that read every change
     of the fleet once per arc, seconds per read.
@@ -264,16 +273,27 @@ def nodes_in_arcs(
     SQLite estimate the ranges from the index itself.
     """
     if db.engine.dialect.name == "postgresql":
-        arrays: list[Any] = [
-            bindparam("arc_firsts", [a for a, _ in arcs], type_=ARRAY(BigInteger)),
-            bindparam("arc_lasts", [b for _, b in arcs], type_=ARRAY(BigInteger)),
-        ]
-        names = ["first", "last"]
+        arc: Any = (
+            func.unnest(
+                _bigints("arc_firsts", [a for a, _ in arcs]),
+                _bigints("arc_lasts", [b for _, b in arcs]),
+            )
+            .table_valued("first", "last")
+            .render_derived(name="arc")
+        )
+        changed = []
         if since is not None:
-            arrays.append(bindparam("arc_since", [since] * len(arcs), type_=ARRAY(DateTime())))
-            names.append("since")
-        arc = func.unnest(*arrays).table_valued(*names).render_derived(name="arc")
-        changed = [] if since is None else [NodeModel.updated_at >= arc.c.since]
+            moment = (
+                func.unnest(
+                    cast(
+                        bindparam("arc_since", "{" + since.isoformat(" ") + "}", type_=Text),
+                        ARRAY(DateTime()),
+                    )
+                )
+                .table_valued("since")
+                .render_derived(name="moment")
+            )
+            changed = [NodeModel.updated_at >= moment.c.since]
         within = (
             select(*_SHARE_COLUMNS)
             .where(NodeModel.ring_position.between(arc.c.first, arc.c.last), *changed, *conditions)
@@ -281,7 +301,8 @@ def nodes_in_arcs(
             .offset(0)
             .lateral("node")
         )
-        return select(*within.c).select_from(arc).join(within, true()).subquery("share")
+        arcs_from = arc if since is None else arc.join(moment, true())
+        return select(*within.c).select_from(arcs_from).join(within, true()).subquery("share")
     written = " OR ".join(f"nodes.ring_position BETWEEN {int(a)} AND {int(b)}" for a, b in arcs)
     changed = [] if since is None else [NodeModel.updated_at >= since]
     return (

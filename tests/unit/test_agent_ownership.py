@@ -1081,3 +1081,117 @@ def test_a_refresh_can_leave_the_deep_re_read_for_later() -> None:
         (t0 - datetime.timedelta(seconds=0.5)).isoformat(),  # the short overlap only
         (t0 - 5 * second).isoformat(),  # back before the previous deep one
     ]
+
+
+# -- by share: first read, claims by arcs, owner reads (API 1.18) ------------------
+
+
+@BY_SHARE
+def test_a_cold_start_claims_its_share_by_arcs_in_one_call(env: Fleet) -> None:
+    """The free nodes of the share in one claim_share call, each with a new
+    epoch; a live peer's node and a pinned node are not taken by it, and
+    what is left is claimed by uuid (refused: the owner lives)."""
+    uuids = add_nodes(env.db, 60)
+    view = env.live({"a1": [], "a2": []})
+    share = sorted(ring_share(["a1", "a2"], uuids, "a1"))
+    kept_by_a2, pinned = share[0], share[1]
+    with env.db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == kept_by_a2).values(owner="a2", owner_epoch=4)
+        )
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == pinned).values(owner="a9", owner_epoch=2)
+        )
+    # Hosting an instance, its owner gone within rehome_grace: by uuid only.
+    pin(env.db, [pinned], "a9")
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    env.conductor.calls.clear()
+    result = a1.reconcile(view)
+    assert result is not None
+    free = set(share) - {kept_by_a2, pinned}
+    assert len(env.conductor.of("claim_share")) == 1
+    owners = env.owners()
+    assert {n for n, (o, _e) in owners.items() if o == "a1"} == free
+    assert a1.held() == {n: owners[n][1] for n in free}
+    assert all(owners[n][1] == 1 for n in free)  # a new epoch each
+    assert owners[kept_by_a2] == ("a2", 4)  # a live owner is never robbed
+    assert owners[pinned] == ("a9", 2)  # nor a pin within its grace
+    # What is left goes by uuid, as before: refused while its owner lives.
+    assert sorted(n for c in env.conductor.of("claim") for n in c) == sorted(
+        [kept_by_a2, pinned]
+    )
+    assert result.claimed == len(free) and result.refused == 2
+    # Nothing left to take: the next pass sends no claim by share.
+    env.conductor.calls.clear()
+    a1.reconcile(view)
+    assert env.conductor.of("claim_share") == []
+
+
+@BY_SHARE
+def test_a_claim_by_share_skips_nodes_held_for_a_restart(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 30, owner="a2")
+    env.live({"a2": []})
+    env.conductor.hold_for_restart("a2")  # SIGTERM: a2 stops for a restart
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0
+    assert all(owner == "a2" for owner, _e in env.owners().values())
+    assert set(env.owners()) == set(uuids)
+
+
+@BY_SHARE
+def test_an_older_conductor_gets_claims_by_uuid(env: Fleet) -> None:
+    env.conductor.claims_by_share = False
+    uuids = add_nodes(env.db, 20)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 20
+    assert sorted(n for c in env.conductor.of("claim") for n in c) == sorted(uuids)
+
+
+@BY_SHARE
+def test_the_first_read_waits_for_the_view_to_settle(env: Fleet, clock: list[float]) -> None:
+    """Agents started together each see few peers at first: nothing is read
+    until the share has stayed the same first_read_settle seconds, or
+    first_read_wait_max has passed since the first view."""
+    uuids = add_nodes(env.db, 40)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1._first_read_settle, a1._first_read_wait_max = 1.0, 3.0
+    assert a1.refresh_inventory() == 0
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0 and result.retry_in == pytest.approx(1.0)
+    assert env.conductor.of("share") == [] and env.conductor.of("owned") == []
+    clock[0] += 0.8
+    view = env.live({"a1": [], "a2": []})  # a peer appears: the wait starts again
+    result = a1.reconcile(view)
+    assert result is not None and result.retry_in == pytest.approx(1.0)
+    clock[0] += 1.0
+    assert a1.refresh_inventory(view=view) == len(ring_share(["a1", "a2"], uuids, "a1"))
+    # A view that keeps changing waits first_read_wait_max at most.
+    a3 = env.agent("a3")
+    a3._first_read_settle, a3._first_read_wait_max = 1.0, 3.0
+    for members in (["a3"], ["a1", "a3"], ["a1", "a2", "a3"], ["a1", "a3"]):
+        assert a3.refresh_inventory(view=env.live(dict.fromkeys(members, []))) == 0
+        clock[0] += 0.9
+    assert a3.refresh_inventory(view=env.view) > 0  # 3.6 s after the first view
+
+
+@BY_SHARE
+def test_the_owner_read_leaves_out_the_share_read(env: Fleet) -> None:
+    """A restarted agent owns its share and some nodes outside it: its first
+    read reads each of them once."""
+    uuids = add_nodes(env.db, 60, owner="a1")
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    share = ring_share(["a1", "a2"], uuids, "a1")
+    assert 0 < len(share) < len(uuids)
+    assert a1.refresh_inventory(view=view) == len(uuids)  # the share, then the rest
+    owner_reads = [c for c in env.conductor.of("share") if c.get("ring") is None]
+    assert owner_reads and all(c.get("outside") for c in owner_reads)
+    assert a1.desired(view) == share and set(a1.held()) == set(uuids)
