@@ -1118,9 +1118,7 @@ def test_a_cold_start_claims_its_share_by_arcs_in_one_call(env: Fleet) -> None:
     assert owners[kept_by_a2] == ("a2", 4)  # a live owner is never robbed
     assert owners[pinned] == ("a9", 2)  # nor a pin within its grace
     # What is left goes by uuid, as before: refused while its owner lives.
-    assert sorted(n for c in env.conductor.of("claim") for n in c) == sorted(
-        [kept_by_a2, pinned]
-    )
+    assert sorted(n for c in env.conductor.of("claim") for n in c) == sorted([kept_by_a2, pinned])
     assert result.claimed == len(free) and result.refused == 2
     # Nothing left to take: the next pass sends no claim by share.
     env.conductor.calls.clear()
@@ -1177,7 +1175,7 @@ def test_the_first_read_waits_for_the_view_to_settle(env: Fleet, clock: list[flo
     a3 = env.agent("a3")
     a3._first_read_settle, a3._first_read_wait_max = 1.0, 3.0
     for members in (["a3"], ["a1", "a3"], ["a1", "a2", "a3"], ["a1", "a3"]):
-        assert a3.refresh_inventory(view=env.live(dict.fromkeys(members, []))) == 0
+        assert a3.refresh_inventory(view=env.live({m: [] for m in members})) == 0
         clock[0] += 0.9
     assert a3.refresh_inventory(view=env.view) > 0  # 3.6 s after the first view
 
