@@ -582,15 +582,9 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         """
         claimed = rehomed = 0
         refusals: dict[str, str | None] = {}
-        with self._lock:
-            unpinned = any(n not in self._pinned_elsewhere for n in nodes)
-        if unpinned and self._read_rings is not None:
-            # The free nodes of our share in a call per ring (never a pinned
-            # one); what is left (a live owner's, a pin) by uuid, as before.
-            claimed = self._claim_share(view) or 0
-            if claimed:
-                with self._lock:
-                    nodes = [n for n in nodes if n not in self._held]
+        nodes, claimed, stopped = self._claim_share_first(nodes, view)
+        if stopped:
+            return claimed, 0, 0, refusals, True
         for start in range(0, len(nodes), self._batch):
             if start and self._membership.view is not view:
                 LOG.info(

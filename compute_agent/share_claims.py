@@ -19,15 +19,20 @@ below are the manager's.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Hashable
+from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
-from compute_agent.inventory_reads import share_rings
+from compute_agent.inventory_reads import ShareKey, share_rings
 from hashring.membership import Membership, MembershipView
 
 __all__ = ["ShareClaimer"]
+
+#: The ownership manager's logger: these claims are its own.
+LOG = logging.getLogger("compute_agent.ownership")
 
 #: Nodes one call may take: a call's reply stays a few hundred kilobytes.
 _LIMIT = 10_000
@@ -48,22 +53,59 @@ class ShareClaimer:
     _refused_by: dict[str, tuple[str, float]]
     _claim_times: list[tuple[float, str]]
     _share: tuple[Hashable, frozenset[str]] | None
+    _pinned_elsewhere: set[str]
+    _read_rings: dict[ShareKey, dict[str, Any]] | None
 
-    def _claim_share(self, view: MembershipView) -> int | None:
-        """Claim the free unpinned nodes of our shares of ``view``; the nodes
-        newly ours, or ``None`` when the conductor cannot (older than 1.18).
+    def _claim_share_first(
+        self, nodes: list[str], view: MembershipView
+    ) -> tuple[list[str], int, bool]:
+        """Before claiming ``nodes`` by uuid: the free ones of our share by arcs.
 
-        Stops when the view changes: the rest is the next pass's, on the new
-        view.  A node taken that our inventory did not have yet (added since
-        our last read) enters it with its group: ours by the ring, it is
-        desired, not released on the next pass.
+        Returns what is left to claim by uuid (a live or restarting owner's
+        nodes, pins; all of them when the conductor claims by uuid only),
+        the nodes newly ours, and whether the pass stops (our share changed).
+        Only when some unpinned node is wanted: pins are claimed by uuid.
         """
-        claimed = 0
-        for (groups, excluded), ring in share_rings(view, self.host, self._groups).items():
+        with self._lock:
+            unpinned = any(n not in self._pinned_elsewhere for n in nodes)
+        if not unpinned or self._read_rings is None:
+            return nodes, 0, False
+        by_share = self._claim_share(view)
+        if by_share is None:
+            return nodes, 0, False
+        claimed, stopped = by_share
+        if stopped:
+            LOG.info("Agent %s: the membership changed; claims left for the next pass", self.host)
+            return [], claimed, True
+        with self._lock:
+            return [n for n in nodes if n not in self._held], claimed, False
+
+    def _claim_share(self, view: MembershipView) -> tuple[int, bool] | None:
+        """Claim the free unpinned nodes of our shares of ``view``: (the nodes
+        newly ours, stopped because our share changed), or ``None`` when the
+        conductor cannot (older than 1.18).
+
+        Stops when the membership's latest view gives us another share: the
+        rest is the next pass's, on the new view.  A node taken that our
+        inventory did not have yet (added since our last read) enters it
+        with its group: ours by the ring, it is desired, not released on
+        the next pass.
+        """
+        claimed = calls = 0
+        rings = share_rings(view, self.host, self._groups)
+        for (groups, excluded), ring in rings.items():
             more = True
             while more:
-                if self._membership.view is not view:
-                    return claimed
+                latest = self._membership.view
+                # Before every call after the first, as claims by uuid do.  (A
+                # view equal to ours is often another object: compare shares.)
+                if (
+                    calls
+                    and latest is not view
+                    and (latest is None or share_rings(latest, self.host, self._groups) != rings)
+                ):
+                    return claimed, True
+                calls += 1
                 out = self._conductor.claim_share(
                     self.host,
                     ring,
@@ -78,7 +120,7 @@ class ShareClaimer:
                     with self._lock:
                         self._claim_times.append((time.monotonic(), out["changed_at"]))
                 more = bool(out.get("more"))
-        return claimed
+        return claimed, False
 
     def _took(self, uuids: list[str], epochs: list[int], groups: list[str]) -> int:
         """Record the nodes a claim by share took; how many were not held before."""
