@@ -6,10 +6,13 @@ holds.  Claimed by uuid, they were read by the agent first, then sent back
 500 to a call, each call read again after its update (the reply's
 current owners): at 100k nodes on 10 agents, 206 to 302 calls queued on one
 conductor.  Here the agent names its arcs (the ring it computes with) and
-the conductor takes, in one ``UPDATE ... WHERE ring_position IN (arcs) AND
-<no live owner>``, the nodes that a claim by uuid would have granted it as
-new claims -- each with a new epoch, in the same compare-and-swap
-(:mod:`conductor.db.ownership`, invariant 1) -- and returns just those.
+the conductor, in one transaction, reads the nodes of those arcs that have
+no live owner by the position index and takes them with ``UPDATE ... WHERE
+uuid IN (...) AND <no live owner>`` -- each with a new epoch, in the same
+compare-and-swap as a claim by uuid (:mod:`conductor.db.ownership`,
+invariant 1) -- and returns just those.  (The read as the ``UPDATE``'s
+subquery, with the owner conditions inside each arc's scan, cost seconds of
+database CPU per claim when ten agents claimed at once.)
 
 Only unpinned nodes: a pinned node of a departed owner is re-homed to the
 agent the conductor's own ring names (``claim_nodes``), after
@@ -25,12 +28,12 @@ import datetime
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, select, update
+from sqlalchemy import ColumnElement, Table, and_, select
 
 from conductor.db import node_pages
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, NodeModel, utcnow
-from conductor.db.ownership import update_nodes_returning
+from conductor.db.ownership import CHUNK, update_nodes_returning
 
 __all__ = ["ArcClaim", "claim_arcs"]
 
@@ -50,14 +53,14 @@ class ArcClaim:
     more: bool
 
 
-def _free(live: Sequence[str], now: datetime.datetime) -> ColumnElement[bool]:
+def _free(columns: Any, live: Sequence[str], held: Any) -> ColumnElement[bool]:
     """An unpinned node that is free, or whose owner is neither live nor held
-    for a restart (:func:`conductor.db.ownership._claimable`, for unpinned nodes)."""
-    held_for_restart = select(AgentModel.host).where(AgentModel.restart_until > now)
+    for a restart (:func:`conductor.db.ownership._claimable`, for unpinned
+    nodes); ``columns``: the node table's or a subquery's, ``held``: the
+    owners held for a restart (a list, or a subquery)."""
     return and_(
-        NodeModel.instance_uuid.is_(None),
-        (NodeModel.owner.is_(None))
-        | and_(NodeModel.owner.not_in(live), NodeModel.owner.not_in(held_for_restart)),
+        columns.instance_uuid.is_(None),
+        (columns.owner.is_(None)) | and_(columns.owner.not_in(live), columns.owner.not_in(held)),
     )
 
 
@@ -82,49 +85,48 @@ def claim_arcs(
     """
     now = now or utcnow()
     live = sorted(set(live_members) | {agent})
-    conditions: list[Any] = [_free(live, now)]
+    groups_in: list[Any] = []
     if groups is not None:
-        conditions.append(NodeModel.node_group.in_(groups))
+        groups_in.append(NodeModel.node_group.in_(groups))
     if exclude_groups:
-        conditions.append(NodeModel.node_group.not_in(exclude_groups))
+        groups_in.append(NodeModel.node_group.not_in(exclude_groups))
+    holding = select(AgentModel.host).where(AgentModel.restart_until > now)
+    # The conditions again on each row updated (a locking read first where
+    # there is no UPDATE ... RETURNING): the compare-and-swap is the
+    # UPDATE's, whatever committed since the candidates were read.
+    claimable = [_free(_NODES.c, live, holding), *groups_in]
     values = {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now}
     uuids: list[str] = []
     epochs: list[int] = []
     found: list[str] = []
     with db.transaction() as session:
-        returning = session.get_bind().dialect.update_returning
+        # RETURNING gives the new epoch; a locking read before the update the old.
+        bump = 0 if session.get_bind().dialect.update_returning else 1
+        held = list(session.execute(holding).scalars())
         for batch in node_pages.arc_batches(db, arcs):
             room = limit - len(uuids)
             if room <= 0:
                 break
-            share = node_pages.nodes_in_arcs(db, batch, conditions)
-            picked = select(share.c.uuid).limit(room)
-            if returning:
-                # The conditions again on the row updated: the compare-and-swap
-                # is the UPDATE's, whatever committed since the rows were picked.
-                rows = session.execute(
-                    update(_NODES)
-                    .where(_NODES.c.uuid.in_(picked), *conditions)
-                    .values(values)
-                    .returning(_NODES.c.uuid, _NODES.c.owner_epoch, _NODES.c.node_group)
-                ).all()
-                taken = [(row[0], row[1], row[2]) for row in rows]
-            else:
-                # MariaDB: no LIMIT in an IN subquery, no UPDATE ... RETURNING;
-                # the locking read of update_nodes_returning checks again.
-                candidates = [row[0] for row in session.execute(picked)]
+            # The arcs' nodes by the position index, filtered outside it:
+            # inside each arc's scan the owner conditions cost seconds.
+            share = node_pages.nodes_in_arcs(db, batch, groups_in)
+            candidates = [
+                row[0]
+                for row in session.execute(
+                    select(share.c.uuid).where(_free(share.c, live, held)).limit(room)
+                )
+            ]
+            for start in range(0, len(candidates), CHUNK):
                 rows = update_nodes_returning(
                     session,
-                    [_NODES.c.uuid.in_(candidates), *conditions],
+                    [_NODES.c.uuid.in_(candidates[start : start + CHUNK]), *claimable],
                     values,
                     [_NODES.c.uuid, _NODES.c.owner_epoch, _NODES.c.node_group],
                 )
-                # Read before the update: the new epoch is one more.
-                taken = [(row.uuid, row.owner_epoch + 1, row.node_group) for row in rows]
-            for uuid, epoch, group in taken:
-                uuids.append(uuid)
-                epochs.append(epoch)
-                found.append(group)
+                for row in rows:
+                    uuids.append(row.uuid)
+                    epochs.append(row.owner_epoch + bump)
+                    found.append(row.node_group)
     return ArcClaim(
         uuids=uuids,
         epochs=epochs,
