@@ -169,6 +169,11 @@ class InventoryReader:
             )
         return max(wait, 0.0)
 
+    @property
+    def reads_by_share(self) -> bool:
+        """Whether the inventory was read by share (a conductor of API 1.15)."""
+        return self._read_rings is not None
+
     def deep_refresh_due(self) -> bool:
         """Whether the next refresh should go back before the previous deep one."""
         return (

@@ -80,13 +80,19 @@ class Reconciler:
             if view is None or not self.membership.can_act():
                 continue
             try:
-                # The changes since the last refresh first, the deep re-read
-                # (for a commit that came late, which is rare) after acting:
-                # its window reaches back to the previous deep one, and after
-                # a cold start of 100k nodes that was the whole fleet again,
-                # 11 s under load, before the pass could claim the last
-                # nodes a peer had just released.
-                self.ownership.refresh_inventory(deep=False, view=view)
+                # By share, one read a pass, deep when due: what it reads
+                # back is our arcs' changes by others, few (our own claims
+                # are left out), so a quiet agent costs its conductor one
+                # change read and one owner read per interval.  The whole
+                # fleet (an older conductor): the changes since the last
+                # refresh first, the deep re-read (for a commit that came
+                # late, which is rare) after acting: its window reaches back
+                # to the previous deep one, and after a cold start of 100k
+                # nodes that was the whole fleet again, 11 s under load,
+                # before the pass could claim the last nodes a peer had just
+                # released.
+                by_share = self.ownership.reads_by_share
+                self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
                 result = self.ownership.reconcile(view)
                 if (
                     self.placement is not None
@@ -94,7 +100,7 @@ class Reconciler:
                     and (result.claimed or result.released or result.lost)
                 ):
                     self.placement.wake()  # its providers are ours to write now
-                if self.ownership.deep_refresh_due():
+                if not by_share and self.ownership.deep_refresh_due():
                     self.ownership.refresh_inventory(deep=True, view=view)
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON

@@ -332,13 +332,13 @@ def _race_worker(url: str, agent: str, nodes: list[str], barrier: Any, results: 
     results.put((agent, (won, refused)))
 
 
-def racing_agents_never_both_win(db: Database) -> None:
-    """Three processes claim the same 600 nodes at once, in different orders."""
-    nodes = add_nodes(db, 600)
+def _race(worker: Any, url: str, nodes: list[str]) -> dict[str, Any]:
+    """Run ``worker(url, agent, nodes, barrier, results)`` in three processes
+    (agents r1, r2, r3) started at once; what each put in ``results``."""
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(3), ctx.Queue()
     racers = [
-        ctx.Process(target=_race_worker, args=(db.url, agent, nodes, barrier, results))
+        ctx.Process(target=worker, args=(url, agent, nodes, barrier, results))
         for agent in ("r1", "r2", "r3")
     ]
     for racer in racers:
@@ -347,6 +347,13 @@ def racing_agents_never_both_win(db: Database) -> None:
     for racer in racers:
         racer.join(30)
         assert racer.exitcode == 0
+    return collected
+
+
+def racing_agents_never_both_win(db: Database) -> None:
+    """Three processes claim the same 600 nodes at once, in different orders."""
+    nodes = add_nodes(db, 600)
+    collected = _race(_race_worker, db.url, nodes)
     winners: dict[str, set[str]] = {}
     for agent, (won, _refused) in collected.items():
         for node, epoch in won:
@@ -425,7 +432,7 @@ def claim_by_arcs_keeps_to_the_arcs_groups_and_limit(db: Database) -> None:
     assert set(left.uuids) == set(nodes) - mine
 
 
-def _arc_race_worker(url: str, agent: str, barrier: Any, results: Any) -> None:
+def _arc_race_worker(url: str, agent: str, _nodes: list[str], barrier: Any, results: Any) -> None:
     db = Database(url)
     won: list[tuple[str, int]] = []
     barrier.wait()
@@ -443,18 +450,7 @@ def _arc_race_worker(url: str, agent: str, barrier: Any, results: Any) -> None:
 def racing_claims_by_arcs_never_both_win(db: Database) -> None:
     """Three processes claim the same arcs at once, 25 nodes a call."""
     nodes = add_nodes(db, 300)
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(3), ctx.Queue()
-    racers = [
-        ctx.Process(target=_arc_race_worker, args=(db.url, agent, barrier, results))
-        for agent in ("r1", "r2", "r3")
-    ]
-    for racer in racers:
-        racer.start()
-    collected = dict(results.get(timeout=120) for _ in racers)
-    for racer in racers:
-        racer.join(30)
-        assert racer.exitcode == 0
+    collected = _race(_arc_race_worker, db.url, nodes)
     won = [(node, epoch, agent) for agent, taken in collected.items() for node, epoch in taken]
     assert sorted(node for node, _e, _a in won) == sorted(nodes)  # each node once
     assert {epoch for _n, epoch, _a in won} == {1}
