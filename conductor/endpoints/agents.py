@@ -377,24 +377,48 @@ class AgentsEndpoint:
             )
             next_marker = None if following is None else f"{following[0]}/{following[1]}"
         else:
-            agent = None if owner is None else arguments.check_host(owner, "owner")
-            shares = [] if outside is None else ring_share.check_shares(outside, "outside")
-            if shares and agent is None:
-                raise InvalidInput([FieldError.about("outside", "needs owner", outside)])
-            inventory = node_pages.inventory_page(
-                self._db,
+            inventory, next_marker = self._uuid_page(
+                owner=owner,
+                outside=outside,
+                marker=marker,
                 limit=page,
                 groups=group_list,
                 changed_after=changed_after,
-                marker=None if marker is None else checks.validate_uuid(marker, "marker"),
-                owner=agent,
-                not_claimed_at=claims,
+                claims=claims,
             )
-            full = len(inventory.uuids) >= page
-            next_marker = inventory.uuids[-1] if full else None
-            if shares and agent is not None:
-                inventory = _outside(inventory, agent, shares)
         return _inventory_reply(inventory, next_marker, columns=columns)
+
+    def _uuid_page(
+        self,
+        *,
+        owner: Any,
+        outside: Any,
+        marker: Any,
+        limit: int,
+        groups: list[str] | None,
+        changed_after: datetime.datetime | None,
+        claims: list[datetime.datetime],
+    ) -> tuple[node_pages.InventoryPage, str | None]:
+        """A page of ``list_node_uuids`` in uuid order (not by share), and the
+        next page's marker; with ``owner`` and ``outside`` (1.18), less that
+        agent's nodes in those shares."""
+        agent = None if owner is None else arguments.check_host(owner, "owner")
+        shares = [] if outside is None else ring_share.check_shares(outside, "outside")
+        if shares and agent is None:
+            raise InvalidInput([FieldError.about("outside", "needs owner", outside)])
+        inventory = node_pages.inventory_page(
+            self._db,
+            limit=limit,
+            groups=groups,
+            changed_after=changed_after,
+            marker=None if marker is None else checks.validate_uuid(marker, "marker"),
+            owner=agent,
+            not_claimed_at=claims,
+        )
+        next_marker = inventory.uuids[-1] if len(inventory.uuids) >= limit else None
+        if shares and agent is not None:
+            inventory = _outside(inventory, agent, shares)
+        return inventory, next_marker
 
     def _share_page(
         self,
