@@ -713,6 +713,22 @@ class Run:
             **claims,
         }
 
+    def quiet(self, seconds: float) -> dict[str, Any]:
+        """The converged fleet left alone: conductor CPU per minute and rows
+        read by the agents, over ``seconds`` after a first 10 s (the passes
+        that follow a convergence)."""
+        time.sleep(10)
+        cpu_before = self.sampler.conductor_cpu()
+        rows_before = self.rows_read()
+        time.sleep(seconds)
+        cpu = self.sampler.conductor_cpu() - cpu_before
+        rows = _since(self.rows_read(), rows_before)
+        return {
+            "seconds": seconds,
+            "conductor_cpu_s_per_min": cpu * 60 / seconds,
+            "rows_read_per_min": sum(rows.values()) * 60 / seconds,
+        }
+
     def join(self, name: str) -> dict[str, Any]:
         before = read_nodes(self.fleet.db)
         stayed = self.agents()
@@ -935,6 +951,9 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
         + (f", {per_process} to a process" if per_process > 1 else "")
     )
     cold = bench.cold(names, alone)
+    if args.quiet:
+        cold["quiet"] = bench.quiet(args.quiet)
+        log(f"  quiet: conductor CPU {cold['quiet']['conductor_cpu_s_per_min']:.2f} s per minute")
     if "cold" in steps:
         results["cold"] = cold
         seconds = _cell(cold["seconds"], cold["off"])
@@ -1255,6 +1274,12 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("  conductor CPU during it (s)", f"{c['conductor_cpu_s']:.1f}"),
             *_traffic_rows(c),
         ]
+        if "quiet" in c:
+            q = c["quiet"]
+            rows += [
+                ("quiet fleet: conductor CPU (s/min)", f"{q['conductor_cpu_s_per_min']:.2f}"),
+                ("  inventory rows read (per minute)", f"{q['rows_read_per_min']:,.0f}"),
+            ]
         if "rows_read_total" in c:
             per_row = bytes_per_row(c)
             rows += [
@@ -1429,6 +1454,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "of that agent; the conductor RSS after each (0)",
     )
     parser.add_argument("--batch", type=argtypes.at_least(1), default=25, help="(25)")
+    parser.add_argument(
+        "--quiet",
+        type=argtypes.seconds(allow_zero=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="after the cold start, measure the converged fleet left alone this long: "
+        "conductor CPU and rows read per minute (0: not measured)",
+    )
     parser.add_argument(
         "--ttl",
         type=argtypes.at_least(1),

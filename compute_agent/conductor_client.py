@@ -40,6 +40,17 @@ class OwnershipCalls(Protocol):
         marker: str | None = None,
         limit: int = 5000,
         not_claimed_at: list[str] | None = None,
+        outside: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None: ...
+
+    def claim_share(
+        self,
+        host: str,
+        ring: dict[str, Any],
+        *,
+        groups: list[str] | None = None,
+        exclude_groups: list[str] | None = None,
+        limit: int = 5000,
     ) -> dict[str, Any] | None: ...
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome: ...

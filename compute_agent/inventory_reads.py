@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -76,6 +77,18 @@ def share_rings(
     return rings
 
 
+def _shares(rings: Mapping[ShareKey, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The shares of ``rings`` as an owner read leaves them out (``outside``)."""
+    return [
+        {
+            "ring": ring,
+            "groups": None if groups is None else list(groups),
+            "exclude_groups": list(excluded) or None,
+        }
+        for (groups, excluded), ring in rings.items()
+    ]
+
+
 class InventoryReader:
     """Reads the inventory of :class:`~compute_agent.ownership.OwnershipManager`.
 
@@ -98,6 +111,14 @@ class InventoryReader:
     _deep_since: datetime.datetime | None
     _read_rings: dict[ShareKey, dict[str, Any]] | None
     _by_share: bool
+    _first_read_settle: float
+    _first_read_wait_max: float
+    # The share the first read would read, since when (monotonic), and when
+    # the first view came: see first_read_wait.
+    _settle_key: dict[ShareKey, dict[str, Any]] | None = None
+    _settle_since = 0.0
+    _first_view_at: float | None = None
+    _settle_said = False
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory row (under the lock); 1 for a node found taken over."""
@@ -110,6 +131,48 @@ class InventoryReader:
     def _recent_claims(self) -> list[str] | None:
         """The change times of our claims that a change read may still reach."""
         raise NotImplementedError
+
+    def first_read_wait(self, view: MembershipView) -> float:
+        """Seconds the first read of the inventory waits yet (0: read now).
+
+        Agents started together each join seeing few peers: a first read of
+        the share of such a view reads what belongs to the peers about to
+        appear (one agent read all 100,000 nodes of a cold start).  So the
+        first read waits until the share ``view`` gives us has not changed
+        for a while -- half of ``rejoin_settle`` (what peers cut off with us
+        need to re-join), at least ``join_settle`` -- and at most
+        ``rejoin_settle + join_settle`` after the first view we saw.
+        """
+        if self._since is not None:
+            return 0.0
+        now = time.monotonic()
+        if self._first_view_at is None:
+            self._first_view_at = now
+        share = share_rings(view, self.host, self._groups)
+        if share != self._settle_key:
+            self._settle_key, self._settle_since = share, now
+        wait = (
+            min(
+                self._settle_since + self._first_read_settle,
+                self._first_view_at + self._first_read_wait_max,
+            )
+            - now
+        )
+        if wait > 0 and not self._settle_said:
+            self._settle_said = True
+            LOG.info(
+                "Agent %s: its first inventory read waits up to %.1f s for the view "
+                "(%d members) to settle",
+                self.host,
+                wait,
+                len(view.members),
+            )
+        return max(wait, 0.0)
+
+    @property
+    def reads_by_share(self) -> bool:
+        """Whether the inventory was read by share (a conductor of API 1.15)."""
+        return self._read_rings is not None
 
     def deep_refresh_due(self) -> bool:
         """Whether the next refresh should go back before the previous deep one."""
@@ -135,14 +198,17 @@ class InventoryReader:
         ``deep``: re-read back to :data:`_DEEP_OVERLAP` before the previous
         deep refresh (``None``: when :meth:`deep_refresh_due`; ``False``:
         only the short overlap).  The first refresh reads everything.
-        Returns the rows read.
+        The first read waits for the view to settle (:meth:`first_read_wait`):
+        until then nothing is read.  Returns the rows read.
         """
+        view = view if view is not None else self._membership.view
+        if view is not None and self.first_read_wait(view) > 0:
+            return 0
         deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
         since = None
         if self._since is not None and self._deep_since is not None:
             start = self._deep_since - _DEEP_OVERLAP if deep else self._since - _RECENT_OVERLAP
             since = start.isoformat()
-        view = view if view is not None else self._membership.view
         read = None if view is None else self._read_share(view, since)
         how = "by share"
         if read is None:
@@ -209,7 +275,9 @@ class InventoryReader:
             if before != ring:
                 reads.append({**where, "previous_ring": before, "since": None})  # gained
             reads.append({**where, "since": since})
-        reads.append({"since": since})  # the nodes we own, wherever they are
+        # The nodes we own outside the shares read above (those in them came
+        # with the share reads).
+        reads.append({"since": since, "outside": _shares(rings)})
         if since is not None:
             # What our own claims changed we know from their replies.
             claimed = self._recent_claims()

@@ -34,6 +34,7 @@ from typing import Any
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.inventory_reads import InventoryReader, ShareKey, share_rings
 from compute_agent.metrics import AgentMetrics, group_counts
+from compute_agent.share_claims import ShareClaimer
 from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
 from hashring.ring import Ring
@@ -87,7 +88,7 @@ class ReconcileResult:
     retry_in: float | None = None
 
 
-class OwnershipManager(InventoryReader):
+class OwnershipManager(InventoryReader, ShareClaimer):
     """The agent's held nodes and epochs; thread-safe."""
 
     def __init__(
@@ -102,6 +103,8 @@ class OwnershipManager(InventoryReader):
         metrics: AgentMetrics | None = None,
         rejoin_settle: float = 0.0,
         join_settle: float = 0.0,
+        first_read_settle: float = 0.0,
+        first_read_wait_max: float = 0.0,
     ) -> None:
         self.host = host
         self._metrics = metrics if metrics is not None else AgentMetrics(host)
@@ -162,6 +165,11 @@ class OwnershipManager(InventoryReader):
         # of issue 13: 105,888 claims and 204,260 refusals for 100k nodes).
         self._join_settle = join_settle
         self._claims_after = 0.0
+        # Before the first read of the inventory, the view must have been
+        # the same this long, or that long have passed since the first view
+        # (InventoryReader.first_read_wait).
+        self._first_read_settle = first_read_settle
+        self._first_read_wait_max = first_read_wait_max
 
     # -- the fence -------------------------------------------------------------
 
@@ -380,6 +388,13 @@ class OwnershipManager(InventoryReader):
         """One pass (under the reconcile lock): the result and (owned, pinned) per group."""
         if not self._may_reconcile(view):
             return None
+        if self._since is None:
+            # Nothing read yet (the first read waits for the view to settle):
+            # with no inventory, every node we hold would look undesired.
+            self.refresh_inventory(deep=False, view=view)
+            if self._since is None:
+                wait = self.first_read_wait(view)
+                return ReconcileResult(0, len(self.held()), 0, 0, 0, retry_in=wait), {}
         lost = self._catch_up(view)
         desired = self.desired(view)
         busy = self._busy_nodes()
@@ -567,6 +582,9 @@ class OwnershipManager(InventoryReader):
         """
         claimed = rehomed = 0
         refusals: dict[str, str | None] = {}
+        nodes, claimed, stopped = self._claim_share_first(nodes, view)
+        if stopped:
+            return claimed, 0, 0, refusals, True
         for start in range(0, len(nodes), self._batch):
             if start and self._membership.view is not view:
                 LOG.info(

@@ -17,7 +17,6 @@ import threading
 import time
 from typing import Any
 
-import oslo_messaging as messaging
 from oslo_config import cfg
 
 from compute_agent.actions import NodeActions
@@ -26,6 +25,7 @@ from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.placement_report import PlacementReporter
+from compute_agent.reconcile_loop import Reconciler
 from compute_agent.reporting import ResultReporter
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from compute_agent.serving import ServingCheck
@@ -35,10 +35,9 @@ from conductor.common.conf import default as default_conf
 from conductor.common.conf import placement as placement_conf
 from conductor.common.conf.metrics import AGENT_PORT
 from conductor.common.coordination import membership_from_conf
-from conductor.common.exception import IdentityTaken, InvalidInput, RingfleetError, first_line
+from conductor.common.exception import IdentityTaken, RingfleetError, first_line
 from conductor.common.metrics import MetricsServer
 from conductor.common.placement.client import PlacementClient
-from conductor.common.repeated_failure import RepeatedFailure
 from conductor.common.stop_steps import StopSteps
 from conductor.rpcapi import ConductorAPI
 from hashring.membership import Membership, MembershipView, State
@@ -46,9 +45,6 @@ from hashring.membership import Membership, MembershipView, State
 __all__ = ["AgentService"]
 
 LOG = logging.getLogger(__name__)
-
-#: Seconds before retrying a reconcile the conductors' view was behind for.
-_RETRY_SOON = 0.5
 
 #: Seconds a stop may take beyond graceful_timeout (the wait for deployments):
 #: deliver the results, ask for the restart hold, leave the group.
@@ -65,7 +61,7 @@ _LEAVE_S = 8.0
 _STEP_S = 5.0
 
 
-class AgentService:
+class AgentService(Reconciler):
     """One compute agent process."""
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
@@ -83,20 +79,11 @@ class AgentService:
         self.actions: NodeActions | None = None
         self._reporter: ResultReporter | None = None
         self.placement: PlacementReporter | None = None
-        self._reconcile_failures = RepeatedFailure(
-            LOG,
-            "Agent %s: reconcile failed: %s; retrying",
-            "Agent %s: reconcile failed again: %s",
-            "Agent %s: reconcile works again",
-            self.host,
-        )
         # Since when (monotonic) state reports fail: one WARNING per outage.
         self._terminating = threading.Lock()
         # Why run() must fail once stopped (another process took our host).
         self._fatal: RingfleetError | None = None
-        # The join generation whose in-flight work the conductors were last
-        # asked to route to us again (see _resume_work).
-        self._resumed_generation = -1
+        self._init_reconciler()
         self.metrics = AgentMetrics(self.host)
         self.metrics_server = MetricsServer(self.metrics.registry)
         # Set once the RPC server has started (it waits for the broker).
@@ -184,6 +171,11 @@ class AgentService:
             rejoin_settle=self.membership.ttl / 2 + self.conf.coordination.watch_interval,
             # One watch interval: peers started with us appear in the view.
             join_settle=self.conf.coordination.watch_interval,
+            # Peers started with us join within a heartbeat (TTL/4) or so of
+            # us; the first read waits for the view to stay unchanged that
+            # long, and a TTL at most.
+            first_read_settle=self.membership.ttl / 4 + self.conf.coordination.watch_interval,
+            first_read_wait_max=self.membership.ttl,
         )
 
     def _new_placement(self, conductor: ConductorAPI) -> PlacementReporter | None:
@@ -543,111 +535,6 @@ class AgentService:
         self._wake.set()
 
     # -- background loops --------------------------------------------------------------
-
-    def _reconcile_loop(self) -> None:
-        assert self.ownership is not None
-        delay = self.conf.compute_agent.reconcile_interval
-        while not self._stopped.is_set():
-            self._wake.wait(delay)
-            self._wake.clear()
-            delay = self.conf.compute_agent.reconcile_interval
-            if self._stopped.is_set():
-                return
-            superseded = self.membership.superseded_by
-            if superseded is not None:
-                # Also here: it may come while the membership is LOST already,
-                # with no state change to tell us.
-                self._stop_superseded(superseded)
-                return
-            view = self.membership.view
-            if view is None or not self.membership.can_act():
-                continue
-            try:
-                # The changes since the last refresh first, the deep re-read
-                # (for a commit that came late, which is rare) after acting:
-                # its window reaches back to the previous deep one, and after
-                # a cold start of 100k nodes that was the whole fleet again,
-                # 11 s under load, before the pass could claim the last
-                # nodes a peer had just released.
-                self.ownership.refresh_inventory(deep=False, view=view)
-                result = self.ownership.reconcile(view)
-                if (
-                    self.placement is not None
-                    and result is not None
-                    and (result.claimed or result.released or result.lost)
-                ):
-                    self.placement.wake()  # its providers are ours to write now
-                if self.ownership.deep_refresh_due():
-                    self.ownership.refresh_inventory(deep=True, view=view)
-                if result is not None and result.retry_soon:
-                    delay = _RETRY_SOON
-                elif result is not None and result.retry_in is not None:
-                    # A peer's restart hold ends: its nodes may be claimed then.
-                    delay = min(delay, result.retry_in + _RETRY_SOON)
-                self._resume_work()
-            except Exception as exc:  # the next wake-up tries again, soon
-                self._reconcile_failed(exc)
-                # E.g. the conductors have not seen us join yet: a moment,
-                # not a whole interval (invariant 2: no orphans for long).
-                delay = _RETRY_SOON
-            else:
-                self._reconcile_failed(None)
-
-    def _reconcile_failed(self, exc: Exception | None) -> None:
-        """One line per new reason a reconcile fails, one INFO when it works again.
-
-        While the conductor's database is down every try (two a second)
-        fails alike: the operator needs to know once, not 7,000 times.  A
-        conductor that does not see us in the group yet is no fault: we
-        joined since it last read the group (a restart), and it will.
-        """
-        if exc is None:
-            self._reconcile_failures.worked()
-        elif isinstance(exc, InvalidInput) and exc.is_not_live_member:
-            self._reconcile_failures.failed(
-                "the conductor does not see this agent in the group yet", logging.INFO
-            )
-        else:
-            self._reconcile_failures.failed(first_line(exc))
-
-    def _resume_work(self) -> None:
-        """Once per validation of our claims: have our in-flight work routed to us.
-
-        A new process (a restart under the same host) or a re-joined one
-        (after LOST) holds its nodes but knows nothing of the builds and
-        teardowns accepted before: the conductor routes them again, and
-        :class:`NodeActions` resumes each from what the back end shows.
-        Failures are retried on the next pass.
-        """
-        assert self.ownership is not None and self._conductor is not None
-        generation = self.ownership.validated_generation
-        if generation < 0 or generation == self._resumed_generation:
-            return
-        if not self._conductor.can_send_version("1.4"):
-            # Pinned below resume_work: the sweeper re-drives, as before.
-            self._resumed_generation = generation
-            return
-        try:
-            out = self._conductor.resume_work(self.host)
-        except messaging.RemoteError as exc:
-            if exc.exc_type not in rpc.NOT_SERVED:
-                raise
-            LOG.warning(
-                "Agent %s: the conductor cannot resume work (%s); in-flight builds wait "
-                "for its sweeper",
-                self.host,
-                exc.exc_type,
-            )
-        else:
-            if out.get("builds") or out.get("teardowns"):
-                LOG.info(
-                    "Agent %s: %s builds and %s teardowns in flight on its nodes routed to it "
-                    "again",
-                    self.host,
-                    out.get("builds"),
-                    out.get("teardowns"),
-                )
-        self._resumed_generation = generation
 
     def _report_progress(self) -> None:
         """Tell the conductors which long deploys the back end moved on (a heartbeat).

@@ -17,15 +17,17 @@ never of a record.)
 
 from __future__ import annotations
 
+import bisect
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.validation import arguments
 from hashring.exceptions import InvalidMemberError, InvalidRingVersionError
-from hashring.ring import Arcs, Ring, subtract_arcs
+from hashring.ring import Arcs, Ring, node_position, subtract_arcs
 
-__all__ = ["RingSpec", "check_ring", "share_arcs"]
+__all__ = ["RingSpec", "Share", "check_ring", "check_shares", "in_shares", "share_arcs"]
 
 #: A ring as an agent describes it: (version, ((member, weight), ...)).
 RingSpec = tuple[int, tuple[tuple[str, float], ...]]
@@ -66,3 +68,53 @@ def share_arcs(ring: RingSpec, member: str, previous: RingSpec | None = None) ->
     if previous is not None:
         arcs = subtract_arcs(arcs, _ring(previous).arcs(member))
     return arcs
+
+
+#: One share an agent read: (its ring, its groups or None for all, groups left out).
+Share = tuple[RingSpec, tuple[str, ...] | None, tuple[str, ...]]
+
+#: Shares one read may name: an agent reads one per distinct ring of its groups.
+MAX_SHARES = 64
+
+
+def check_shares(value: object, field: str) -> list[Share]:
+    """``outside``: a list of ``{"ring", "groups", "exclude_groups"}``, checked."""
+    if not isinstance(value, list) or len(value) > MAX_SHARES:
+        raise InvalidInput(
+            [
+                FieldError.about(
+                    field,
+                    f'must be a list of at most {MAX_SHARES} {{"ring", "groups", '
+                    '"exclude_groups"}',
+                    value,
+                )
+            ]
+        )
+    shares: list[Share] = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            raise InvalidInput([FieldError.about(field, "each share must be an object", item)])
+        groups, excluded = item.get("groups"), item.get("exclude_groups")
+        only = None if groups is None else arguments.check_groups(groups, f"{field}.groups")
+        name = f"{field}.exclude_groups"
+        left = [] if excluded is None else arguments.check_groups(excluded, name)
+        ring = check_ring(item.get("ring"), f"{field}.ring")
+        shares.append((ring, None if only is None else tuple(only), tuple(left)))
+    return shares
+
+
+def in_shares(
+    member: str, shares: Sequence[Share], uuids: Sequence[str], groups: Sequence[str]
+) -> list[bool]:
+    """For each node (uuid, group): whether one of ``member``'s ``shares`` has it."""
+    found = [False] * len(uuids)
+    for ring, only, excluded in shares:
+        arcs = share_arcs(ring, member)
+        firsts = [first for first, _last in arcs]
+        for i, (uuid, group) in enumerate(zip(uuids, groups, strict=True)):
+            if found[i] or (only is not None and group not in only) or group in excluded:
+                continue
+            position = node_position(uuid)
+            at = bisect.bisect_right(firsts, position) - 1
+            found[i] = at >= 0 and position <= arcs[at][1]
+    return found

@@ -86,6 +86,11 @@ API version history:
 * 1.18 - import_nodes(every_clash=True): the import answers a clash with the
   stored nodes as a dry run does (every clashing entry, ``InvalidInput``),
   so that a file checked and written in one call is sent once.
+* 1.19 - claim_share: an agent claims the unpinned nodes of its share of a
+  ring that have no live owner, in one statement, without naming them;
+  list_node_uuids with ``owner`` takes ``outside`` (the shares that agent
+  reads by ring: its nodes in them are left out).  An agent whose
+  conductor is older claims by uuid and reads its nodes twice, as before.
 """
 
 from __future__ import annotations
@@ -104,7 +109,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.18"
+API_VERSION = "1.19"
 
 _T = TypeVar("_T")
 
@@ -146,6 +151,8 @@ class ConductorAPI:
         self._observe = observe
         self._columns = True  # False once a conductor did not serve list_node_uuids(columns)
         self._by_share = True  # False once a conductor did not serve list_node_uuids(ring)
+        self._outside = True  # False once a conductor did not serve list_node_uuids(outside)
+        self._claims_by_share = True  # False once a conductor did not serve claim_share
 
     def can_send_version(self, version: str) -> bool:
         """Whether calls of API ``version`` may be sent (within the pin, if any)."""
@@ -468,10 +475,12 @@ class ConductorAPI:
         marker: str | None = None,
         limit: int = 5000,
         not_claimed_at: list[str] | None = None,
+        outside: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any] | None:
         """A page of the nodes ``ring`` gives ``member`` (1.15), or of those it
         owns (no ``ring``): ``{"nodes", "as_of", "next"}``; without the rows
-        last changed by ``member``'s claims stamped ``not_claimed_at``.
+        last changed by ``member``'s claims stamped ``not_claimed_at``, and
+        (of a conductor of 1.19) without its nodes in the shares ``outside``.
 
         ``None`` when the conductor does not read by share (older, or pinned
         below 1.15 by ``[upgrade_levels]``): read the whole inventory then.
@@ -481,8 +490,11 @@ class ConductorAPI:
         query: dict[str, Any] = {"since": since, "marker": marker, "limit": limit}
         if not_claimed_at:
             query["not_claimed_at"] = not_claimed_at
+        version = "1.15"
         if ring is None:
             query["owner"] = member
+            if outside and self._outside and self.can_send_version("1.19"):
+                query["outside"], version = outside, "1.19"
         else:
             query.update(
                 ring=ring,
@@ -493,14 +505,50 @@ class ConductorAPI:
             )
         try:
             page = self._call(
-                dict[str, Any], "list_node_uuids", version="1.15", columns=True, **query
+                dict[str, Any], "list_node_uuids", version=version, columns=True, **query
             )
         except messaging.RemoteError as exc:
             if exc.exc_type not in rpc.NOT_SERVED:
                 raise
+            if "outside" in query:  # an older conductor: our nodes in our share too
+                self._outside = False
+                return self.list_node_share(
+                    member, since=since, marker=marker, limit=limit, not_claimed_at=not_claimed_at
+                )
             self._by_share = False  # an older conductor: the whole fleet from now on
             return None
         return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
+
+    def claim_share(
+        self,
+        host: str,
+        ring: dict[str, Any],
+        *,
+        groups: list[str] | None = None,
+        exclude_groups: list[str] | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any] | None:
+        """Claim the free unpinned nodes of ``host``'s share of ``ring`` (1.19):
+        ``{"uuids", "epochs", "groups", "changed_at", "more"}``; ``None`` when
+        the conductor is older (or pinned below 1.19): claim by uuid then."""
+        if not self._claims_by_share or not self.can_send_version("1.19"):
+            return None
+        try:
+            return self._call(
+                dict[str, Any],
+                "claim_share",
+                version="1.19",
+                host=host,
+                ring=ring,
+                groups=groups,
+                exclude_groups=exclude_groups,
+                limit=limit,
+            )
+        except messaging.RemoteError as exc:
+            if exc.exc_type not in rpc.NOT_SERVED:
+                raise
+            self._claims_by_share = False  # an older conductor: by uuid from now on
+            return None
 
     def owned_nodes(self, host: str) -> list[Ownership]:
         return [

@@ -15,9 +15,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from conductor.db import agents, ownership
+from conductor.db import agents, ownership, share_claims
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
+from hashring.ring import POSITION_MAX, POSITION_MIN, Ring, node_position
 from tests.dbutil import add_nodes, pin
 
 GRACE = 60.0
@@ -331,13 +332,13 @@ def _race_worker(url: str, agent: str, nodes: list[str], barrier: Any, results: 
     results.put((agent, (won, refused)))
 
 
-def racing_agents_never_both_win(db: Database) -> None:
-    """Three processes claim the same 600 nodes at once, in different orders."""
-    nodes = add_nodes(db, 600)
+def _race(worker: Any, url: str, nodes: list[str]) -> dict[str, Any]:
+    """Run ``worker(url, agent, nodes, barrier, results)`` in three processes
+    (agents r1, r2, r3) started at once; what each put in ``results``."""
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(3), ctx.Queue()
     racers = [
-        ctx.Process(target=_race_worker, args=(db.url, agent, nodes, barrier, results))
+        ctx.Process(target=worker, args=(url, agent, nodes, barrier, results))
         for agent in ("r1", "r2", "r3")
     ]
     for racer in racers:
@@ -346,6 +347,13 @@ def racing_agents_never_both_win(db: Database) -> None:
     for racer in racers:
         racer.join(30)
         assert racer.exitcode == 0
+    return collected
+
+
+def racing_agents_never_both_win(db: Database) -> None:
+    """Three processes claim the same 600 nodes at once, in different orders."""
+    nodes = add_nodes(db, 600)
+    collected = _race(_race_worker, db.url, nodes)
     winners: dict[str, set[str]] = {}
     for agent, (won, _refused) in collected.items():
         for node, epoch in won:
@@ -358,6 +366,96 @@ def racing_agents_never_both_win(db: Database) -> None:
     final = ownership.ownership_of(db, nodes)
     assert Counter(o.epoch for o in final.values()) == {1: 600}
     assert all(final[n].owner in winners[n] for n in nodes)
+
+
+#: The whole circle as one arc.
+EVERYWHERE = [(POSITION_MIN, POSITION_MAX)]
+
+
+def claim_by_arcs_takes_only_unpinned_nodes_without_a_live_owner(db: Database) -> None:
+    """claim_share's statement: the free nodes and a departed owner's unpinned
+    ones, each with a new epoch; never a live owner's, a pinned one (re-homed
+    by uuid only), or one of an owner stopped for a restart."""
+    free = add_nodes(db, 6)
+    live = add_nodes(db, 3, owner="a2")
+    gone = add_nodes(db, 3, owner="a3")
+    held = add_nodes(db, 2, owner="a4")
+    hosted = add_nodes(db, 2, owner="a3")
+    pin(db, hosted, "a3")
+    t0 = utcnow()
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0, "a3": 1.0, "a4": 1.0}, now=t0)
+    agents.hold_for_restart(db, "a4", 30.0, now=t0)
+    agents.record_membership(db, {"a1": 1.0, "a2": 1.0}, now=t0)
+    before = ownership.ownership_of(db, free + live + gone + held + hosted)
+    out = share_claims.claim_arcs(
+        db,
+        "a1",
+        EVERYWHERE,
+        live_members={"a1", "a2"},
+        limit=100,
+        now=t0 + datetime.timedelta(seconds=5),
+    )
+    assert sorted(out.uuids) == sorted(free + gone) and not out.more
+    after = ownership.ownership_of(db, free + live + gone + held + hosted)
+    assert dict(zip(out.uuids, out.epochs, strict=True)) == {u: after[u].epoch for u in out.uuids}
+    assert all(
+        after[u].epoch == before[u].epoch + 1 and after[u].owner == "a1" for u in free + gone
+    )
+    assert all(after[u] == before[u] for u in live + held + hosted)
+    with db.read() as connection:
+        stored = dict(connection.execute(select(NodeModel.uuid, NodeModel.node_group)).all())
+    assert out.groups == [stored[u] for u in out.uuids] and out.changed_at is not None
+    # Nothing left to take: a second call takes nothing and stamps nothing.
+    again = share_claims.claim_arcs(db, "a1", EVERYWHERE, live_members={"a1", "a2"}, limit=100)
+    assert again.uuids == [] and again.changed_at is None
+
+
+def claim_by_arcs_keeps_to_the_arcs_groups_and_limit(db: Database) -> None:
+    nodes = add_nodes(db, 40)
+    ring = Ring({"a1": 1.0, "a2": 1.0}, version=1)
+    arcs = ring.arcs("a1")
+    mine = {n for n, o in zip(nodes, ring.assign(nodes), strict=True) if o == "a1"}
+    assert 0 < len(mine) < len(nodes)
+    first = share_claims.claim_arcs(db, "a1", arcs, live_members={"a1", "a2"}, limit=5)
+    assert len(first.uuids) == 5 and first.more
+    rest = share_claims.claim_arcs(db, "a1", arcs, live_members={"a1", "a2"}, limit=1000)
+    assert set(first.uuids) | set(rest.uuids) == mine and not rest.more
+    assert not set(first.uuids) & set(rest.uuids)
+    assert all(any(a <= node_position(u) <= b for a, b in arcs) for u in first.uuids + rest.uuids)
+    other = share_claims.claim_arcs(
+        db, "a2", EVERYWHERE, live_members={"a1", "a2"}, limit=1000, groups=["rack9"]
+    )
+    assert other.uuids == []  # no node of that group
+    left = share_claims.claim_arcs(
+        db, "a2", EVERYWHERE, live_members={"a1", "a2"}, limit=1000, exclude_groups=["rack9"]
+    )
+    assert set(left.uuids) == set(nodes) - mine
+
+
+def _arc_race_worker(url: str, agent: str, _nodes: list[str], barrier: Any, results: Any) -> None:
+    db = Database(url)
+    won: list[tuple[str, int]] = []
+    barrier.wait()
+    while True:
+        out = share_claims.claim_arcs(
+            db, agent, EVERYWHERE, live_members={"r1", "r2", "r3"}, limit=25
+        )
+        won.extend(zip(out.uuids, out.epochs, strict=True))
+        if not out.uuids:
+            break
+    db.dispose()
+    results.put((agent, won))
+
+
+def racing_claims_by_arcs_never_both_win(db: Database) -> None:
+    """Three processes claim the same arcs at once, 25 nodes a call."""
+    nodes = add_nodes(db, 300)
+    collected = _race(_arc_race_worker, db.url, nodes)
+    won = [(node, epoch, agent) for agent, taken in collected.items() for node, epoch in taken]
+    assert sorted(node for node, _e, _a in won) == sorted(nodes)  # each node once
+    assert {epoch for _n, epoch, _a in won} == {1}
+    final = ownership.ownership_of(db, nodes)
+    assert all(final[node].owner == agent for node, _e, agent in won)
 
 
 CASES = [
@@ -376,4 +474,7 @@ CASES = [
     agents_differing_in_case_or_trailing_space_never_share_a_node,
     agent_records_keep_hosts_weights_and_instants_exact,
     racing_agents_never_both_win,
+    claim_by_arcs_takes_only_unpinned_nodes_without_a_live_owner,
+    claim_by_arcs_keeps_to_the_arcs_groups_and_limit,
+    racing_claims_by_arcs_never_both_win,
 ]

@@ -112,7 +112,7 @@ class NodeModel(Base):
         UniqueConstraint("uuid", name="uniq_nodes0uuid"),
         UniqueConstraint("name", name="uniq_nodes0name"),
         UniqueConstraint("instance_uuid", name="uniq_nodes0instance_uuid"),
-        Index("nodes_owner_idx", "owner"),
+        Index("nodes_owner_changed_idx", "owner", "updated_at"),
         Index("nodes_sched_idx", "provision_state", "resource_class", "node_group"),
         Index("nodes_updated_at_idx", "updated_at"),
         Index("nodes_ring_position_idx", "ring_position", "updated_at"),

@@ -15,7 +15,6 @@ read, from before the full read started, makes up for that.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import datetime
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    DateTime,
     Subquery,
     Text,
     and_,
@@ -45,9 +45,11 @@ __all__ = [
     "PAGE",
     "IndexRow",
     "InventoryPage",
+    "arc_batches",
     "changed_index_rows",
     "index_rows",
     "inventory_page",
+    "nodes_in_arcs",
     "share_page",
 ]
 
@@ -148,25 +150,15 @@ def share_page(
     if claimed is not None:
         conditions.extend(_not_claimed_at(*claimed))
     with db.read() as connection:
-        if changed_after is not None and _few_changes(connection, changed_after):
-            rows = _changes_in_arcs(
-                connection,
-                arcs,
-                conditions=conditions,
-                since=changed_after,
-                start=start,
-                limit=limit,
-            )
-        else:
-            rows = _rows_in_arcs(
-                db,
-                connection,
-                arcs,
-                conditions=conditions,
-                since=changed_after,
-                start=start,
-                limit=limit,
-            )
+        rows = _rows_in_arcs(
+            db,
+            connection,
+            arcs,
+            conditions=conditions,
+            since=changed_after,
+            start=start,
+            limit=limit,
+        )
     full = len(rows) >= limit
     return _page(as_of, rows), ((rows[-1][5], rows[-1][0]) if full else None)
 
@@ -207,55 +199,6 @@ def _not_claimed_at(owner: str, times: Sequence[datetime.datetime]) -> list[Any]
     return [or_(NodeModel.owner != owner, NodeModel.updated_at.not_in(list(times)))]
 
 
-#: Changes since an instant that are few enough to read by the change time
-#: and filter by arc here: past this, read the arcs (each through the
-#: position index) and filter by the change time instead.
-_FEW_CHANGES = 20_000
-
-
-def _few_changes(connection: Connection, since: datetime.datetime) -> bool:
-    """Whether at most :data:`_FEW_CHANGES` rows changed since ``since``
-    (counted through the change-time index, never past that many)."""
-    recent = select(NodeModel.id).where(NodeModel.updated_at >= since).limit(_FEW_CHANGES + 1)
-    counted = connection.execute(select(func.count()).select_from(recent.subquery())).scalar()
-    return int(counted or 0) <= _FEW_CHANGES
-
-
-def _changes_in_arcs(
-    connection: Connection,
-    arcs: Sequence[tuple[int, int]],
-    *,
-    conditions: Sequence[Any],
-    since: datetime.datetime,
-    start: tuple[int, str],
-    limit: int,
-) -> list[Any]:
-    """The rows changed since ``since`` in ``arcs``, after ``start``: read by
-    the change time (few, see :func:`_few_changes`), kept if in an arc.
-
-    (Left to the planner, a change read by arc went by the change-time index
-    once per arc when its statistics said few rows had changed, and after a
-    cold start had changed them all that was every change once per arc:
-    seconds per read.)
-    """
-    position = NodeModel.ring_position
-    query = (
-        select(*_SHARE_COLUMNS)
-        .where(NodeModel.updated_at >= since, tuple_(position, NodeModel.uuid) > tuple_(*start))
-        .where(*conditions)
-        .order_by(position, NodeModel.uuid)
-    )
-    firsts = [first for first, _last in arcs]
-    kept: list[Any] = []
-    for row in connection.execute(query):
-        at = bisect.bisect_right(firsts, row[5]) - 1
-        if at >= 0 and row[5] <= arcs[at][1]:
-            kept.append(row)
-            if len(kept) >= limit:
-                break
-    return kept
-
-
 def _rows_in_arcs(
     db: Database,
     connection: Connection,
@@ -267,13 +210,14 @@ def _rows_in_arcs(
     limit: int,
 ) -> list[Any]:
     """The rows in ``arcs`` (changed since ``since``, if given) after ``start``,
-    read arc by arc through the position index."""
-    remaining = [arc for arc in arcs if arc[1] >= start[0]]
-    chunk = len(remaining) or 1 if db.engine.dialect.name == "postgresql" else _ARCS_PER_STATEMENT
+    read arc by arc through the position index ``(ring_position, updated_at)``:
+    a change read costs the arcs' index ranges and the rows that changed in
+    them, not the fleet's changes."""
     rows: list[Any] = []
-    while remaining and len(rows) < limit:
-        batch, remaining = remaining[:chunk], remaining[chunk:]
-        nodes = _nodes_in_arcs(db, batch, conditions)
+    for batch in arc_batches(db, [arc for arc in arcs if arc[1] >= start[0]]):
+        if len(rows) >= limit:
+            break
+        nodes = nodes_in_arcs(db, batch, conditions, since)
         position, uuid = nodes.c.ring_position, nodes.c.uuid
         query = (
             select(*(nodes.c[column.key] for column in _SHARE_COLUMNS))
@@ -281,49 +225,93 @@ def _rows_in_arcs(
             .order_by(position, uuid)
             .limit(limit - len(rows))
         )
-        if since is not None:
-            # Outside the arcs' subquery: kept from it (see _nodes_in_arcs),
-            # the change time is not what the planner reads each arc by.
-            query = query.where(nodes.c.updated_at >= since)
         rows.extend(connection.execute(query).all())
     return rows
 
 
-def _nodes_in_arcs(
-    db: Database, arcs: Sequence[tuple[int, int]], conditions: Sequence[Any]
-) -> Subquery:
-    """The nodes whose position is in one of ``arcs`` and that meet ``conditions``.
+def _bigints(name: str, values: Sequence[int]) -> Any:
+    """A bound BIGINT[] sent as one array literal: PostgreSQL parses thousands
+    of elements of ``'{1,2,...}'`` many times faster than the ``ARRAY[1, 2,
+    ...]`` a list is sent as (an expression per element)."""
+    literal = "{" + ",".join(str(int(v)) for v in values) + "}"
+    return cast(bindparam(name, literal, type_=Text), ARRAY(BigInteger))
 
-    On PostgreSQL the arcs are two arrays, and each arc a LATERAL index
-    range scan: one short statement whatever their number.  (Joined plainly,
-    or laterally but flattened, the planner walked the whole position index
-    in order and compared every node with every arc: a minute for one
-    agent's share of 100k nodes.)
+
+def arc_batches(
+    db: Database, arcs: Sequence[tuple[int, int]]
+) -> Iterator[Sequence[tuple[int, int]]]:
+    """``arcs`` in batches of one statement each (:func:`nodes_in_arcs`):
+    all of them on PostgreSQL (arrays), :data:`_ARCS_PER_STATEMENT` elsewhere."""
+    chunk = len(arcs) or 1 if db.engine.dialect.name == "postgresql" else _ARCS_PER_STATEMENT
+    for start in range(0, len(arcs), chunk):
+        yield arcs[start : start + chunk]
+
+
+def nodes_in_arcs(
+    db: Database,
+    arcs: Sequence[tuple[int, int]],
+    conditions: Sequence[Any],
+    since: datetime.datetime | None = None,
+) -> Subquery:
+    """The nodes whose position is in one of ``arcs`` (changed since ``since``)
+    and that meet ``conditions``.
+
+    On PostgreSQL the arcs are arrays, and each arc a LATERAL range scan of
+    the index ``(ring_position, updated_at)``: one short statement whatever
+    their number.  (Joined plainly, or laterally but flattened, the planner
+    walked the whole position index in order and compared every node with
+    every arc: a minute for one agent's share of 100k nodes.)  The change
+    time comes in as a function's output, not as a constant: its
+    selectivity is then unknown to the planner, which keeps to the position
+    index rather than
+    read each arc by the change-time index -- after a cold start, with
+    statistics that still said few rows had changed, that read every change
+    of the fleet once per arc, seconds per read.
     Elsewhere the arcs are written into the statement as integers rather
-    than bound one by one: compiling thousands of bound ``BETWEEN`` cost
-    more than running them.
+    than bound one by one (compiling thousands of bound ``BETWEEN`` cost
+    more than running them), and the change time is bound: MariaDB and
+    SQLite estimate the ranges from the index itself.
     """
-    columns = (*_SHARE_COLUMNS, NodeModel.updated_at)
     if db.engine.dialect.name == "postgresql":
-        arc = (
+        arc: Any = (
             func.unnest(
-                bindparam("arc_firsts", [a for a, _ in arcs], type_=ARRAY(BigInteger)),
-                bindparam("arc_lasts", [b for _, b in arcs], type_=ARRAY(BigInteger)),
+                _bigints("arc_firsts", [a for a, _ in arcs]),
+                _bigints("arc_lasts", [b for _, b in arcs]),
             )
             .table_valued("first", "last")
             .render_derived(name="arc")
         )
+        changed = []
+        if since is not None:
+            moment = (
+                func.unnest(
+                    cast(
+                        bindparam("arc_since", "{" + since.isoformat(" ") + "}", type_=Text),
+                        ARRAY(DateTime()),
+                    )
+                )
+                .table_valued("since")
+                .render_derived(name="moment")
+            )
+            changed = [NodeModel.updated_at >= moment.c.since]
         within = (
-            select(*columns)
-            .where(NodeModel.ring_position.between(arc.c.first, arc.c.last), *conditions)
-            # OFFSET 0 keeps the planner from flattening it into a plain join,
-            # and from pushing the change time down into it.
+            select(*_SHARE_COLUMNS)
+            .where(NodeModel.ring_position.between(arc.c.first, arc.c.last), *changed, *conditions)
+            # OFFSET 0 keeps the planner from flattening it into a plain join.
             .offset(0)
             .lateral("node")
         )
-        return select(*within.c).select_from(arc).join(within, true()).subquery("share")
+        arcs_from = arc if since is None else arc.join(moment, true())
+        return select(*within.c).select_from(arcs_from).join(within, true()).subquery("share")
     written = " OR ".join(f"nodes.ring_position BETWEEN {int(a)} AND {int(b)}" for a, b in arcs)
-    return select(*columns).where(text(f"({written})"), *conditions).subquery("share")
+    changed = [] if since is None else [NodeModel.updated_at >= since]
+    query = select(*_SHARE_COLUMNS).where(text(f"({written})"), *changed, *conditions)
+    for dialect in ("mysql", "mariadb"):
+        # Hundreds of ranges are past the index dives MariaDB estimates them
+        # by: it guessed a table scan cheaper, a scan of the fleet per
+        # statement.  Each range is the few rows of an arc.
+        query = query.with_hint(NodeModel, "FORCE INDEX (nodes_ring_position_idx)", dialect)
+    return query.subquery("share")
 
 
 #: Rows per page (per transaction).

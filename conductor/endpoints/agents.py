@@ -22,9 +22,9 @@ from conductor.common.exception import (
     RingfleetError,
     ServiceUnavailable,
 )
-from conductor.common.objects import inventory_entries
+from conductor.common.objects import ClaimOutcome, Ownership, inventory_entries
 from conductor.db import agents as agents_db
-from conductor.db import instances, node_pages, node_states, ownership
+from conductor.db import instances, node_pages, node_states, ownership, share_claims
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.lifecycle import BuildLifecycle
@@ -89,9 +89,26 @@ def _inventory_reply(
     return {"nodes": inventory_entries(found), **reply}
 
 
+def _outside(
+    inventory: node_pages.InventoryPage, agent: str, shares: list[ring_share.Share]
+) -> node_pages.InventoryPage:
+    """The page less the nodes of ``agent``'s ``shares`` (it read those by share)."""
+    inside = ring_share.in_shares(agent, shares, inventory.uuids, inventory.groups)
+    keep = [i for i, found in enumerate(inside) if not found]
+    return node_pages.InventoryPage(
+        as_of=inventory.as_of,
+        uuids=[inventory.uuids[i] for i in keep],
+        groups=[inventory.groups[i] for i in keep],
+        owners=[inventory.owners[i] for i in keep],
+        epochs=[inventory.epochs[i] for i in keep],
+        pinned=[inventory.pinned[i] for i in keep],
+    )
+
+
 class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
-    ``report_build_results``, 1.4 ``resume_work``, 1.5 ``hold_for_restart``)."""
+    ``report_build_results``, 1.4 ``resume_work``, 1.5 ``hold_for_restart``,
+    1.19 ``claim_share``)."""
 
     target = messaging.Target(version=API_VERSION)
 
@@ -152,6 +169,67 @@ class AgentsEndpoint:
             len(out.missing),
         )
         return out.to_dict()
+
+    def claim_share(
+        self,
+        ctxt: dict[str, Any],
+        *,
+        host: Any,
+        ring: Any,
+        groups: Any = None,
+        exclude_groups: Any = None,
+        limit: Any = 5000,
+    ) -> dict[str, Any]:
+        """Claim the unpinned nodes of ``host``'s share of ``ring`` that have no
+        live owner, at most ``limit``, in one statement (since 1.19); see
+        :func:`conductor.db.share_claims.claim_arcs`.
+
+        The reply, in columns: ``uuids``, ``epochs`` and ``groups`` of the
+        nodes taken, ``changed_at`` (their change time), ``more`` (the limit
+        was reached).  Nodes not taken are not listed: the agent claims what
+        is left of its share by uuid (``claim_nodes``), which says why.
+        """
+        agent, spec, group_list, excluded, most = checks.collect(
+            lambda: arguments.check_host(host),
+            lambda: ring_share.check_ring(ring, "ring"),
+            lambda: None if groups is None else arguments.check_groups(groups),
+            lambda: (
+                []
+                if exclude_groups is None
+                else arguments.check_groups(exclude_groups, "exclude_groups")
+            ),
+            lambda: arguments.check_limit(limit, maximum=50_000),
+        )
+        live = self._fleet.live_members()
+        if agent not in live:
+            raise InvalidInput.not_live_member(agent)
+        out = share_claims.claim_arcs(
+            self._db,
+            agent,
+            ring_share.share_arcs(spec, agent),
+            live_members=live,
+            limit=most,
+            groups=group_list,
+            exclude_groups=excluded,
+        )
+        granted = [
+            Ownership(node_uuid=uuid, owner=agent, epoch=epoch, pinned=False)
+            for uuid, epoch in zip(out.uuids, out.epochs, strict=True)
+        ]
+        self._notifier.claimed(agent, ClaimOutcome(granted=granted, taken=dict.fromkeys(out.uuids)))
+        LOG.info(
+            "Agent %s claimed %d of %d nodes (0 refused, 0 missing): its share's free nodes",
+            agent,
+            len(out.uuids),
+            len(out.uuids),
+        )
+        return {
+            "uuids": out.uuids,
+            "epochs": out.epochs,
+            "groups": out.groups,
+            "changed_at": out.changed_at,
+            "more": out.more,
+        }
 
     def _ring_owners(self, nodes: Sequence[tuple[str, str]]) -> list[str | None]:
         """Each ``(node, group)``'s owner by this conductor's ring of the group;
@@ -249,6 +327,7 @@ class AgentsEndpoint:
         exclude_groups: Any = None,
         owner: Any = None,
         not_claimed_at: Any = None,
+        outside: Any = None,
     ) -> dict[str, Any]:
         """Node uuids, groups and claims, paged: what an agent splits with the ring.
 
@@ -275,6 +354,9 @@ class AgentsEndpoint:
         the next page (``None``: the last page).  ``not_claimed_at`` (1.15, with
         ``member`` or ``owner``): change times of that agent's own claims (their
         replies' ``changed_at``); the rows they changed last are left out.
+        ``outside`` (1.19, with ``owner``): shares that agent reads by ring,
+        ``[{"ring", "groups", "exclude_groups"}]``; its nodes in them are left
+        out (read by share already).
         """
         group_list = None if groups is None else arguments.check_groups(groups)
         changed_after = None if since is None else arguments.check_time(since, "since")
@@ -295,18 +377,48 @@ class AgentsEndpoint:
             )
             next_marker = None if following is None else f"{following[0]}/{following[1]}"
         else:
-            inventory = node_pages.inventory_page(
-                self._db,
+            inventory, next_marker = self._uuid_page(
+                owner=owner,
+                outside=outside,
+                marker=marker,
                 limit=page,
                 groups=group_list,
                 changed_after=changed_after,
-                marker=None if marker is None else checks.validate_uuid(marker, "marker"),
-                owner=None if owner is None else arguments.check_host(owner, "owner"),
-                not_claimed_at=claims,
+                claims=claims,
             )
-            full = len(inventory.uuids) >= page
-            next_marker = inventory.uuids[-1] if full else None
         return _inventory_reply(inventory, next_marker, columns=columns)
+
+    def _uuid_page(
+        self,
+        *,
+        owner: Any,
+        outside: Any,
+        marker: Any,
+        limit: int,
+        groups: list[str] | None,
+        changed_after: datetime.datetime | None,
+        claims: list[datetime.datetime],
+    ) -> tuple[node_pages.InventoryPage, str | None]:
+        """A page of ``list_node_uuids`` in uuid order (not by share), and the
+        next page's marker; with ``owner`` and ``outside`` (1.19), less that
+        agent's nodes in those shares."""
+        agent = None if owner is None else arguments.check_host(owner, "owner")
+        shares = [] if outside is None else ring_share.check_shares(outside, "outside")
+        if shares and agent is None:
+            raise InvalidInput([FieldError.about("outside", "needs owner", outside)])
+        inventory = node_pages.inventory_page(
+            self._db,
+            limit=limit,
+            groups=groups,
+            changed_after=changed_after,
+            marker=None if marker is None else checks.validate_uuid(marker, "marker"),
+            owner=agent,
+            not_claimed_at=claims,
+        )
+        next_marker = inventory.uuids[-1] if len(inventory.uuids) >= limit else None
+        if shares and agent is not None:
+            inventory = _outside(inventory, agent, shares)
+        return inventory, next_marker
 
     def _share_page(
         self,

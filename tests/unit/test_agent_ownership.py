@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from compute_agent import inventory_reads
 from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner
@@ -68,6 +69,25 @@ class ConductorAdapter:
     #: Whether "the conductor" reads by share (API 1.15): the agent's
     #: refresh reads its share, else the whole fleet.
     by_share: bool = True
+    #: Whether "the conductor" claims by share (API 1.19).
+    claims_by_share: bool = True
+
+    def claim_share(
+        self,
+        host: str,
+        ring: dict[str, Any],
+        *,
+        groups: list[str] | None = None,
+        exclude_groups: list[str] | None = None,
+        limit: int = 5000,
+    ) -> dict[str, Any] | None:
+        """As ConductorAPI.claim_share: None when "the conductor" is older."""
+        self.calls.append(("claim_share", {"ring": ring, "groups": groups, "limit": limit}))
+        if not self.claims_by_share:
+            return None
+        return self.endpoint.claim_share(
+            CTXT, host=host, ring=ring, groups=groups, exclude_groups=exclude_groups, limit=limit
+        )
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
         self.calls.append(("claim", list(node_uuids)))
@@ -192,6 +212,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
     fake = types.SimpleNamespace(monotonic=lambda: now[0], sleep=time.sleep)
     monkeypatch.setattr(agent_ownership, "time", fake)
+    monkeypatch.setattr(inventory_reads, "time", fake)
     return now
 
 
@@ -377,6 +398,9 @@ def test_an_agent_outside_the_view_desires_only_its_pins(env: Fleet) -> None:
 
 
 def test_reconcile_claims_in_batches_and_partitions_the_fleet(env: Fleet) -> None:
+    """By uuid, in batches: the claims of an agent whose conductor does not
+    claim by share (older than 1.19), and of what a claim by share leaves."""
+    env.conductor.claims_by_share = False
     uuids = add_nodes(env.db, 40)
     view = env.live({"a1": [], "a2": []})
     a1 = env.agent("a1", claim_batch=7)
@@ -680,6 +704,7 @@ def test_a_first_join_lets_the_view_settle_before_claiming(env: Fleet, clock: li
 def test_a_claim_pass_stops_when_the_view_changes(env: Fleet) -> None:
     """Claims computed from a view that is no longer ours are not sent: the
     pass stops between batches and the next one, on the new view, follows."""
+    env.conductor.claims_by_share = False  # by uuid, in batches
     nodes = add_nodes(env.db, 12)
     view = env.live({"a1": []})
     a1 = env.agent("a1", claim_batch=2)
@@ -921,15 +946,16 @@ def test_change_reads_leave_out_what_the_agents_own_claims_changed(env: Fleet) -
     a1.refresh_inventory()
     result = a1.reconcile(view)
     assert result is not None and result.claimed == len(ring_share(["a1", "a2"], uuids, "a1")) > 0
-    claims = env.conductor.of("claim")
-    assert claims
+    assert env.conductor.of("claim_share") and not env.conductor.of("claim")
     # The claims changed every node of its share: none of it is read back ...
     assert a1.refresh_inventory() == 0
     assert a1.refresh_inventory(deep=True) == 0
     # ... but a later change to one of them, by anything else, is.
     mine = sorted(a1.held())[0]
     nodes.set_maintenance(env.db, mine, True, "disk swap")
-    assert a1.refresh_inventory() == 2  # in its share, and among the nodes it owns
+    # In its share; not a second time among the nodes it owns (the owner read
+    # leaves its share out).
+    assert a1.refresh_inventory() == 1
 
 
 @BY_SHARE
@@ -1055,3 +1081,115 @@ def test_a_refresh_can_leave_the_deep_re_read_for_later() -> None:
         (t0 - datetime.timedelta(seconds=0.5)).isoformat(),  # the short overlap only
         (t0 - 5 * second).isoformat(),  # back before the previous deep one
     ]
+
+
+# -- by share: first read, claims by arcs, owner reads (API 1.19) ------------------
+
+
+@BY_SHARE
+def test_a_cold_start_claims_its_share_by_arcs_in_one_call(env: Fleet) -> None:
+    """The free nodes of the share in one claim_share call, each with a new
+    epoch; a live peer's node and a pinned node are not taken by it, and
+    what is left is claimed by uuid (refused: the owner lives)."""
+    uuids = add_nodes(env.db, 60)
+    view = env.live({"a1": [], "a2": []})
+    share = sorted(ring_share(["a1", "a2"], uuids, "a1"))
+    kept_by_a2, pinned = share[0], share[1]
+    with env.db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == kept_by_a2).values(owner="a2", owner_epoch=4)
+        )
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == pinned).values(owner="a9", owner_epoch=2)
+        )
+    # Hosting an instance, its owner gone within rehome_grace: by uuid only.
+    pin(env.db, [pinned], "a9")
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    env.conductor.calls.clear()
+    result = a1.reconcile(view)
+    assert result is not None
+    free = set(share) - {kept_by_a2, pinned}
+    assert len(env.conductor.of("claim_share")) == 1
+    owners = env.owners()
+    assert {n for n, (o, _e) in owners.items() if o == "a1"} == free
+    assert a1.held() == {n: owners[n][1] for n in free}
+    assert all(owners[n][1] == 1 for n in free)  # a new epoch each
+    assert owners[kept_by_a2] == ("a2", 4)  # a live owner is never robbed
+    assert owners[pinned] == ("a9", 2)  # nor a pin within its grace
+    # What is left goes by uuid, as before: refused while its owner lives.
+    assert sorted(n for c in env.conductor.of("claim") for n in c) == sorted([kept_by_a2, pinned])
+    assert result.claimed == len(free) and result.refused == 2
+    # Nothing left to take: the next pass sends no claim by share.
+    env.conductor.calls.clear()
+    a1.reconcile(view)
+    assert env.conductor.of("claim_share") == []
+
+
+@BY_SHARE
+def test_a_claim_by_share_skips_nodes_held_for_a_restart(env: Fleet) -> None:
+    uuids = add_nodes(env.db, 30, owner="a2")
+    env.live({"a2": []})
+    env.conductor.hold_for_restart("a2")  # SIGTERM: a2 stops for a restart
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0
+    assert all(owner == "a2" for owner, _e in env.owners().values())
+    assert set(env.owners()) == set(uuids)
+
+
+@BY_SHARE
+def test_an_older_conductor_gets_claims_by_uuid(env: Fleet) -> None:
+    env.conductor.claims_by_share = False
+    uuids = add_nodes(env.db, 20)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.refresh_inventory()
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 20
+    assert sorted(n for c in env.conductor.of("claim") for n in c) == sorted(uuids)
+
+
+@BY_SHARE
+def test_the_first_read_waits_for_the_view_to_settle(env: Fleet, clock: list[float]) -> None:
+    """Agents started together each see few peers at first: nothing is read
+    until the share has stayed the same first_read_settle seconds, or
+    first_read_wait_max has passed since the first view."""
+    uuids = add_nodes(env.db, 40)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1._first_read_settle, a1._first_read_wait_max = 1.0, 3.0
+    assert a1.refresh_inventory() == 0
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == 0 and result.retry_in == pytest.approx(1.0)
+    assert env.conductor.of("share") == [] and env.conductor.of("owned") == []
+    clock[0] += 0.8
+    view = env.live({"a1": [], "a2": []})  # a peer appears: the wait starts again
+    result = a1.reconcile(view)
+    assert result is not None and result.retry_in == pytest.approx(1.0)
+    clock[0] += 1.0
+    assert a1.refresh_inventory(view=view) == len(ring_share(["a1", "a2"], uuids, "a1"))
+    # A view that keeps changing waits first_read_wait_max at most.
+    a3 = env.agent("a3")
+    a3._first_read_settle, a3._first_read_wait_max = 1.0, 3.0
+    for members in (["a3"], ["a1", "a3"], ["a1", "a2", "a3"], ["a1", "a3"]):
+        assert a3.refresh_inventory(view=env.live({m: [] for m in members})) == 0
+        clock[0] += 0.9
+    assert a3.refresh_inventory(view=env.view) > 0  # 3.6 s after the first view
+
+
+@BY_SHARE
+def test_the_owner_read_leaves_out_the_share_read(env: Fleet) -> None:
+    """A restarted agent owns its share and some nodes outside it: its first
+    read reads each of them once."""
+    uuids = add_nodes(env.db, 60, owner="a1")
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    share = ring_share(["a1", "a2"], uuids, "a1")
+    assert 0 < len(share) < len(uuids)
+    assert a1.refresh_inventory(view=view) == len(uuids)  # the share, then the rest
+    owner_reads = [c for c in env.conductor.of("share") if c.get("ring") is None]
+    assert owner_reads and all(c.get("outside") for c in owner_reads)
+    assert a1.desired(view) == share and set(a1.held()) == set(uuids)

@@ -32,7 +32,7 @@ from conductor.common.exception import (
     ServiceUnavailable,
 )
 from conductor.common.objects import Instance, Node, Ownership
-from conductor.db import fleet_report
+from conductor.db import fleet_report, ownership
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
@@ -1057,12 +1057,56 @@ def test_list_node_uuids_groups_since_and_pages(env: Env) -> None:
         ({"limit": 0}, ["limit"]),
         ({"limit": 50_001}, ["limit"]),
         ({"marker": 5}, ["marker"]),
+        ({"owner": "a1", "outside": {"ring": {}}}, ["outside"]),
+        ({"owner": "a1", "outside": [{"ring": {"version": 1, "members": "a1"}}]}, ["outside.ring"]),
+        (
+            {"owner": "a1", "outside": [{"ring": {"version": 1, "members": {}}, "groups": "x"}]},
+            ["outside.groups"],
+        ),
+        ({"outside": [{"ring": {"version": 1, "members": {"a1": 1.0}}}]}, ["outside"]),
     ],
 )
 def test_list_node_uuids_bad_arguments(env: Env, kwargs: dict[str, Any], fields: list[str]) -> None:
     with pytest.raises(InvalidInput) as err:
         env.agents.list_node_uuids(CTXT, **kwargs)
     assert _fields(err) == fields
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"ring": {"version": 1}}, ["ring"]),
+        ({"ring": {"version": 1, "members": {"a1": -1.0}}}, ["ring"]),
+        ({"groups": "rack1"}, ["groups"]),
+        ({"exclude_groups": [3]}, ["exclude_groups"]),
+        ({"limit": 0}, ["limit"]),
+        ({"host": "", "limit": 50_001}, ["host", "limit"]),
+    ],
+)
+def test_claim_share_bad_arguments_change_nothing(
+    env: Env, kwargs: dict[str, Any], fields: list[str]
+) -> None:
+    nodes = add_nodes(env.db, 3)
+    env.live("a1")
+    call = {"host": "a1", "ring": {"version": 1, "members": {"a1": 1.0}}, **kwargs}
+    with pytest.raises(InvalidInput) as err:
+        env.agents.claim_share(CTXT, **call)
+    assert _fields(err) == fields
+    assert {o.owner for o in ownership.ownership_of(env.db, nodes).values()} == {None}
+
+
+def test_claim_share_takes_the_free_nodes_of_a_live_agents_share(env: Env) -> None:
+    nodes = add_nodes(env.db, 8)
+    ring = {"version": 1, "members": {"a1": 1.0}}
+    env.live("a2")
+    with pytest.raises(InvalidInput, match="not a live member"):
+        env.agents.claim_share(CTXT, host="a1", ring=ring)
+    env.live("a1")
+    reply = env.agents.claim_share(CTXT, host="a1", ring=ring, limit=5)
+    assert len(reply["uuids"]) == 5 and reply["more"] and reply["epochs"] == [1] * 5
+    rest = env.agents.claim_share(CTXT, host="a1", ring=ring)
+    assert sorted(reply["uuids"] + rest["uuids"]) == sorted(nodes) and not rest["more"]
+    assert env.agents.claim_share(CTXT, host="a1", ring=ring)["changed_at"] is None
 
 
 # -- fleet status --------------------------------------------------------------------

@@ -331,6 +331,24 @@ def kwargs(
     return st.fixed_dictionaries(required, optional=optional or {})
 
 
+#: A ring as an agent sends it, valid or not quite.
+RING = st.fixed_dictionaries(
+    {
+        "version": st.sampled_from([1, 2, 0, -1, "1"]),
+        "members": st.dictionaries(HOST, st.sampled_from([1.0, 2.0, 0.0, -1.0]), max_size=3),
+    }
+)
+SHARES = st.lists(
+    st.fixed_dictionaries(
+        {"ring": fuzz(RING)},
+        optional={
+            "groups": fuzz(st.lists(st.sampled_from(["", "rack1"]))),
+            "exclude_groups": fuzz(st.lists(st.sampled_from(["", "rack1"]))),
+        },
+    ),
+    max_size=2,
+)
+
 SINCE = (
     st.datetimes().map(datetime.datetime.isoformat)
     | st.datetimes(timezones=st.timezones()).map(datetime.datetime.isoformat)
@@ -425,6 +443,19 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
                 "since": fuzz(SINCE),
                 "marker": fuzz(NODE_IDENT),
                 "limit": fuzz(LIMIT | st.sampled_from([50_000, 50_001])),
+                "owner": fuzz(HOST),
+                "outside": fuzz(SHARES),
+            },
+        ),
+    ),
+    "claim_share": (
+        "agents",
+        kwargs(
+            {"host": fuzz(HOST), "ring": fuzz(RING)},
+            {
+                "groups": fuzz(st.lists(st.sampled_from(["", "rack1"]))),
+                "exclude_groups": fuzz(st.lists(st.sampled_from(["", "rack1"]))),
+                "limit": fuzz(LIMIT),
             },
         ),
     ),

@@ -161,7 +161,7 @@ def test_agent_owns_its_nodes_and_says_so(fleet: Fleet) -> None:
         port,
         "ringfleet_rpc_client_duration_seconds_count",
         host=host,
-        method="claim_nodes",
+        method="claim_share",
         outcome="ok",
     )
     assert made is not None and made >= 1
@@ -169,7 +169,7 @@ def test_agent_owns_its_nodes_and_says_so(fleet: Fleet) -> None:
         fleet.conductor_port,
         "ringfleet_rpc_server_duration_seconds_count",
         host="cond-m",
-        method="claim_nodes",
+        method="claim_share",
         outcome="ok",
     )
     assert served is not None and served >= made

@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The compute agent's reconciler: its loop, its failures, resuming work after a join.
+
+:class:`Reconciler` is a base of :class:`compute_agent.service.AgentService`:
+the attributes below are the service's.  Every membership change (and every
+``reconcile_interval``) the loop reads what changed of the agent's share,
+reconciles its held nodes with the ring, and once per validation of its
+claims has its in-flight work routed to it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import oslo_messaging as messaging
+from oslo_config import cfg
+
+from compute_agent.ownership import OwnershipManager
+from compute_agent.placement_report import PlacementReporter
+from conductor.common import rpc
+from conductor.common.exception import InvalidInput, first_line
+from conductor.common.repeated_failure import RepeatedFailure
+from conductor.rpcapi import ConductorAPI
+
+__all__ = ["Reconciler"]
+
+#: The service's logger: the reconciler's lines are the agent's.
+LOG = logging.getLogger("compute_agent.service")
+
+#: Seconds before retrying a reconcile the conductors' view was behind for.
+_RETRY_SOON = 0.5
+
+
+class Reconciler:
+    """The reconcile loop of :class:`~compute_agent.service.AgentService`."""
+
+    conf: cfg.ConfigOpts
+    host: str
+    membership: Any
+    ownership: OwnershipManager | None
+    placement: PlacementReporter | None
+    _conductor: ConductorAPI | None
+    _stopped: threading.Event
+    _wake: threading.Event
+
+    def _stop_superseded(self, incarnation: str) -> None:
+        raise NotImplementedError
+
+    def _init_reconciler(self) -> None:
+        """The reconciler's own state (called by the service's ``__init__``)."""
+        self._reconcile_failures = RepeatedFailure(
+            LOG,
+            "Agent %s: reconcile failed: %s; retrying",
+            "Agent %s: reconcile failed again: %s",
+            "Agent %s: reconcile works again",
+            self.host,
+        )
+        # The join generation whose in-flight work the conductors were last
+        # asked to route to us again (see _resume_work).
+        self._resumed_generation = -1
+
+    def _reconcile_loop(self) -> None:
+        assert self.ownership is not None
+        delay = self.conf.compute_agent.reconcile_interval
+        while not self._stopped.is_set():
+            self._wake.wait(delay)
+            self._wake.clear()
+            delay = self.conf.compute_agent.reconcile_interval
+            if self._stopped.is_set():
+                return
+            superseded = self.membership.superseded_by
+            if superseded is not None:
+                # Also here: it may come while the membership is LOST already,
+                # with no state change to tell us.
+                self._stop_superseded(superseded)
+                return
+            view = self.membership.view
+            if view is None or not self.membership.can_act():
+                continue
+            try:
+                # By share, one read a pass, deep when due: what it reads
+                # back is our arcs' changes by others, few (our own claims
+                # are left out), so a quiet agent costs its conductor one
+                # change read and one owner read per interval.  The whole
+                # fleet (an older conductor): the changes since the last
+                # refresh first, the deep re-read (for a commit that came
+                # late, which is rare) after acting: its window reaches back
+                # to the previous deep one, and after a cold start of 100k
+                # nodes that was the whole fleet again, 11 s under load,
+                # before the pass could claim the last nodes a peer had just
+                # released.
+                by_share = self.ownership.reads_by_share
+                self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
+                result = self.ownership.reconcile(view)
+                if (
+                    self.placement is not None
+                    and result is not None
+                    and (result.claimed or result.released or result.lost)
+                ):
+                    self.placement.wake()  # its providers are ours to write now
+                if not by_share and self.ownership.deep_refresh_due():
+                    self.ownership.refresh_inventory(deep=True, view=view)
+                if result is not None and result.retry_soon:
+                    delay = _RETRY_SOON
+                elif result is not None and result.retry_in is not None:
+                    # A peer's restart hold ends: its nodes may be claimed then.
+                    delay = min(delay, result.retry_in + _RETRY_SOON)
+                self._resume_work()
+            except Exception as exc:  # the next wake-up tries again, soon
+                self._reconcile_failed(exc)
+                # E.g. the conductors have not seen us join yet: a moment,
+                # not a whole interval (invariant 2: no orphans for long).
+                delay = _RETRY_SOON
+            else:
+                self._reconcile_failed(None)
+
+    def _reconcile_failed(self, exc: Exception | None) -> None:
+        """One line per new reason a reconcile fails, one INFO when it works again.
+
+        While the conductor's database is down every try (two a second)
+        fails alike: the operator needs to know once, not 7,000 times.  A
+        conductor that does not see us in the group yet is no fault: we
+        joined since it last read the group (a restart), and it will.
+        """
+        if exc is None:
+            self._reconcile_failures.worked()
+        elif isinstance(exc, InvalidInput) and exc.is_not_live_member:
+            self._reconcile_failures.failed(
+                "the conductor does not see this agent in the group yet", logging.INFO
+            )
+        else:
+            self._reconcile_failures.failed(first_line(exc))
+
+    def _resume_work(self) -> None:
+        """Once per validation of our claims: have our in-flight work routed to us.
+
+        A new process (a restart under the same host) or a re-joined one
+        (after LOST) holds its nodes but knows nothing of the builds and
+        teardowns accepted before: the conductor routes them again, and
+        :class:`NodeActions` resumes each from what the back end shows.
+        Failures are retried on the next pass.
+        """
+        assert self.ownership is not None and self._conductor is not None
+        generation = self.ownership.validated_generation
+        if generation < 0 or generation == self._resumed_generation:
+            return
+        if not self._conductor.can_send_version("1.4"):
+            # Pinned below resume_work: the sweeper re-drives, as before.
+            self._resumed_generation = generation
+            return
+        try:
+            out = self._conductor.resume_work(self.host)
+        except messaging.RemoteError as exc:
+            if exc.exc_type not in rpc.NOT_SERVED:
+                raise
+            LOG.warning(
+                "Agent %s: the conductor cannot resume work (%s); in-flight builds wait "
+                "for its sweeper",
+                self.host,
+                exc.exc_type,
+            )
+        else:
+            if out.get("builds") or out.get("teardowns"):
+                LOG.info(
+                    "Agent %s: %s builds and %s teardowns in flight on its nodes routed to it "
+                    "again",
+                    self.host,
+                    out.get("builds"),
+                    out.get("teardowns"),
+                )
+        self._resumed_generation = generation
