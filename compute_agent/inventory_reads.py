@@ -119,10 +119,31 @@ class InventoryReader:
     _settle_since = 0.0
     _first_view_at: float | None = None
     _settle_said = False
+    # The nodes the read under way found taken over (see _say_lost).
+    _lost_now: list[str]
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory row (under the lock); 1 for a node found taken over."""
         raise NotImplementedError
+
+    def _say_lost(self) -> None:
+        """The nodes a read found taken over (:attr:`_lost_now`), in one INFO line.
+
+        A live member is never robbed (invariant 1): its nodes go to a peer
+        only while it is away (its lease expired, it stepped aside; said
+        when it happened) or by an operator's move or drain.  Either way
+        this is a consequence, said once per read, not a line per node.
+        """
+        with self._lock:
+            lost, self._lost_now = self._lost_now, []
+        if lost:
+            LOG.info(
+                "Agent %s lost %d nodes to their new owners (taken over while it was "
+                "away, or moved): %s",
+                self.host,
+                len(lost),
+                ", ".join(sorted(lost)[:20]) + (" ..." if len(lost) > 20 else ""),
+            )
 
     def _ring_share(self, view: MembershipView) -> frozenset[str]:
         """The nodes of the inventory that the rings of ``view`` give this agent."""
@@ -233,6 +254,7 @@ class InventoryReader:
         self._since = datetime.datetime.fromisoformat(as_of)
         if deep:
             self._deep_since = self._since
+        self._say_lost()
         self._metrics.lost(lost)
         self._metrics.inventory_read(seen)
         return seen

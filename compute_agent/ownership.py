@@ -116,6 +116,7 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         self._lock = threading.Lock()
         self._reconcile_lock = threading.Lock()
         self._held: dict[str, int] = {}
+        self._lost_now: list[str] = []
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
         # Bumped whenever a node enters the inventory or changes group: the
@@ -271,7 +272,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             self._pinned = {o.node_uuid for o in owned if o.pinned}
         lost = [n for n, e in before.items() if self._held.get(n) != e]
         if lost:
-            LOG.warning(
+            # Taken over while away, as designed; the absence was said.
+            LOG.info(
                 "Agent %s lost %d nodes while away (taken over): %s",
                 self.host,
                 len(lost),
@@ -319,7 +321,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             if item.get("pinned"):
                 self._pinned.add(uuid)
         elif owner != self.host and held is not None:
-            LOG.warning("Agent %s lost node %s to %s (epoch %d)", self.host, uuid, owner, epoch)
+            LOG.debug("Agent %s lost node %s to %s (epoch %d)", self.host, uuid, owner, epoch)
+            self._lost_now.append(uuid)  # said in one line per read
             self._held.pop(uuid, None)
             self._pinned.discard(uuid)
             return 1

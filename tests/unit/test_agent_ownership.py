@@ -11,6 +11,7 @@ and the agent's own membership connection state are stubbed.
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 import types
 import uuid as uuidlib
@@ -826,6 +827,35 @@ def test_revalidate_replaces_held_epochs_after_a_takeover(env: Fleet) -> None:
     for node in uuids[2:]:
         with pytest.raises(NotOwner):
             a1.check(node, old[node])
+
+
+def test_nodes_a_read_finds_taken_over_are_said_in_one_line(
+    env: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a WARNING per node (an agent that stepped aside lost hundreds):
+    one INFO line per read; the absence that let its peers take them was
+    said when it happened."""
+    uuids = add_nodes(env.db, 12)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    assert set(a1.held()) == set(uuids)
+    a1.refresh_inventory()
+    env.memberships["a1"].state = State.LOST
+    view = env.live({"a2": []})
+    a2 = env.agent("a2")
+    a2.refresh_inventory()
+    out = a2.reconcile(view)
+    assert out is not None and out.claimed == 12
+    env.memberships["a1"].state = State.CONNECTED
+    env.live({"a1": [], "a2": []})
+    with caplog.at_level(logging.DEBUG, logger="compute_agent.ownership"):
+        a1.refresh_inventory(deep=True)
+    said = [r for r in caplog.records if "lost" in r.getMessage() and r.levelno >= logging.INFO]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert said[0].levelname == "INFO"
+    lost = [n for n in uuids if n not in a1.held()]
+    assert f"lost {len(lost)} nodes" in said[0].getMessage() and len(lost) >= 1
 
 
 # -- inventory -------------------------------------------------------------------------
