@@ -36,3 +36,20 @@ def seconds(*, allow_zero: bool) -> Callable[[str], float]:
         return value
 
     return convert
+
+
+def int_list(minimum: int) -> Callable[[str], list[int]]:
+    """Comma-separated integers, each >= ``minimum``, sorted and distinct."""
+
+    def convert(text: str) -> list[int]:
+        try:
+            values = sorted({int(part) for part in text.split(",") if part.strip()})
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers, got {text!r}"
+            ) from None
+        if not values or values[0] < minimum:
+            raise argparse.ArgumentTypeError(f"each must be >= {minimum}, got {text!r}")
+        return values
+
+    return convert
