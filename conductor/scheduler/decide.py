@@ -62,9 +62,17 @@ class Chooser:
         self.always: tuple[BaseFilter, ...] = tuple(cls() for cls in ALWAYS_APPLIED)
         assert isinstance(self.always[0], ResourceClassFilter)
         assert isinstance(self.always[1], GroupFilter)
-        self.filters: tuple[BaseFilter, ...] = tuple(filters)
+        # A listed always-applied filter (TraitsFilter) is not applied twice.
+        self.filters: tuple[BaseFilter, ...] = tuple(
+            f for f in filters if not isinstance(f, ALWAYS_APPLIED)
+        )
         self.weighers: tuple[BaseWeigher, ...] = tuple(weighers)
-        self._profile_filters = tuple(f for f in self.filters if f.per_profile)
+        # The always-applied per-profile checks beyond the bucket's resource
+        # class (traits: Placement's half) come first.
+        always_profile = tuple(
+            f for f in self.always if f.per_profile and not isinstance(f, ResourceClassFilter)
+        )
+        self._profile_filters = always_profile + tuple(f for f in self.filters if f.per_profile)
         self._owner_filters = tuple(f for f in self.filters if f.per_owner and not f.per_profile)
         self._node_filters = tuple(f for f in self.filters if not f.per_profile and not f.per_owner)
         # Per-request weighers weigh every candidate alike: they add 0 to each total.
@@ -109,7 +117,7 @@ class Chooser:
         if state != self._cached_for:
             self._sets_cache.clear()
             self._cached_for = state
-        key: tuple[Any, ...] = (request.flavor.resource_class, request.group, request.flavor_key)
+        key: tuple[Any, ...] = (request.resource_class, request.group, request.flavor_key)
         owner_filters = self._owner_filters
         if owner_filters:
             # What they may read of an owner besides its name: its address.
@@ -118,7 +126,7 @@ class Chooser:
         if cached is not None:
             return cached
         result: dict[str | None, list[NodeSet]] = {}
-        for bucket in index.buckets(request.flavor.resource_class, request.group):
+        for bucket in index.buckets(request.resource_class, request.group):
             for profile in bucket.profiles.values():
                 if not self._profile_passes(profile, request):
                     continue
@@ -138,8 +146,6 @@ class Chooser:
         return result
 
     def _profile_passes(self, profile: Profile, request: RequestSpec) -> bool:
-        if not self._profile_filters:
-            return True
         verdict = profile.verdicts.get(request.flavor_key)
         if verdict is None:
             sample = profile.sample
@@ -229,7 +235,7 @@ class Chooser:
         chain = self.chain
         counts = [0] * len(chain)
         total = len(index)
-        resource_class = request.flavor.resource_class
+        resource_class = request.resource_class
         of_class = index.count_resource_class(resource_class)
         counts[0] = total - of_class
         nodes = [

@@ -36,7 +36,7 @@ from stevedore.extension import ExtensionManager
 from conductor.common import plugins as common_plugins
 from conductor.common.exception import ConfigurationError
 from conductor.scheduler import nova
-from conductor.scheduler.filters import ALWAYS_APPLIED, BaseFilter
+from conductor.scheduler.filters import ALWAYS_APPLIED, LISTABLE, BaseFilter
 from conductor.scheduler.weighers import BaseWeigher
 
 __all__ = ["FILTER_NAMESPACE", "WEIGHER_NAMESPACE", "load_filters", "load_weighers"]
@@ -79,8 +79,16 @@ def load_filters(
             "per_node_filters",
             f"not a Nova filter in enabled_filters: {', '.join(stray)}",
         )
-    always = {cls.name for cls in ALWAYS_APPLIED}
+    always = {cls.name for cls in ALWAYS_APPLIED} - LISTABLE
     for name in names:
+        if name in LISTABLE:
+            LOG.info(
+                "[%s] %s lists %s, which is always applied (Placement's half of Nova's "
+                "scheduling): listing it changes nothing",
+                _GROUP,
+                option,
+                name,
+            )
         if name in always:
             raise ConfigurationError(
                 _GROUP,

@@ -82,9 +82,11 @@ class Scheduler:
     Thread-safe: :meth:`select_and_allocate` may be called from many threads.
 
     :param db: the conductors' database
-    :param filters: the configurable filters, in order (default: ringfleet's,
-        ``TraitsFilter`` then ``CapabilitiesFilter``); the always-applied
-        ones (:data:`conductor.scheduler.filters.ALWAYS_APPLIED`) come first
+    :param filters: the configurable filters, in order (default: ringfleet's
+        ``CapabilitiesFilter``); the always-applied ones
+        (:data:`conductor.scheduler.filters.ALWAYS_APPLIED`, Placement's half
+        of Nova's scheduling among them) come first; a listed
+        ``TraitsFilter`` is not applied twice
     :param weighers: default: ``SpreadWeigher``
     :param refresh_interval: seconds between incremental index refreshes
     :param refresh_overlap: seconds each refresh re-reads before the
@@ -113,6 +115,15 @@ class Scheduler:
         if weighers is None:
             weighers = plugins.load_weighers(scheduler_conf.DEFAULT_WEIGHERS)
         self._chooser = Chooser(filters, weighers, rng)
+        LOG.info(
+            "Scheduler: always applied (Placement's half of Nova's scheduling: the "
+            "flavor's resources:CUSTOM_<X>=1 or resource class, normalized as Nova "
+            "does; nodes Placement would offer; the flavor's required and forbidden "
+            "traits), then %s; filters: %s; weighers: %s",
+            ", ".join(f.name for f in self._chooser.always[4:]) + " and the group hint",
+            ", ".join(f.name for f in self._chooser.filters) or "none",
+            ", ".join(w.name for w in self._chooser.weighers) or "none (random)",
+        )
         # Hints (and the project and image) split the verdict caches only when a
         # cached verdict may depend on them.
         self._hints_in_key = any((f.per_profile or f.per_owner) and f.reads_hints for f in filters)

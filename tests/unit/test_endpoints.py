@@ -528,6 +528,25 @@ def test_flavor_bad_input_names_the_field(env: Env) -> None:
     assert env.inventory.list_flavors(CTXT) == []
 
 
+def test_flavor_contradicting_its_resources_spec_is_refused_naming_both(env: Env) -> None:
+    with pytest.raises(InvalidInput) as err:
+        _flavor(
+            env,
+            resource_class="baremetal-silver",
+            extra_specs={"resources:CUSTOM_BAREMETAL_GOLD": "1", "resources:VCPU": "0"},
+        )
+    assert _fields(err) == ["resource_class", "extra_specs.resources:CUSTOM_BAREMETAL_GOLD"]
+    assert "CUSTOM_BAREMETAL_SILVER" in str(err.value)
+    assert env.inventory.list_flavors(CTXT) == []
+    # Nova's ironic flavor, in another spelling of the same class: accepted as written.
+    created = _flavor(
+        env,
+        resource_class="baremetal.gold",
+        extra_specs={"resources:CUSTOM_BAREMETAL_GOLD": "1", "resources:VCPU": "0"},
+    )
+    assert created["extra_specs"]["resources:CUSTOM_BAREMETAL_GOLD"] == "1"
+
+
 def test_flavor_in_use_cannot_be_deleted(env: Env) -> None:
     _flavor(env)
     [instance] = env.instances.build_instances(CTXT, request={"flavor": "small"})

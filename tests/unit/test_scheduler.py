@@ -227,15 +227,15 @@ def test_no_valid_node_says_what_each_filter_removed(db: Database) -> None:
         ("ResourceClassFilter", 6),
         ("GroupFilter", 2),
         ("AvailabilityFilter", 4),
+        ("TraitsFilter", 5),
         ("LiveOwnerFilter", 6),
         ("RetryFilter", 1),
-        ("TraitsFilter", 5),
         ("CapabilitiesFilter", 7),
     ]
     assert str(error) == (
         "no valid node for flavor 'gold-uefi': 31 nodes; ResourceClassFilter removed 6, "
-        "GroupFilter removed 2, AvailabilityFilter removed 4, LiveOwnerFilter removed 6, "
-        "RetryFilter removed 1, TraitsFilter removed 5, CapabilitiesFilter removed 7"
+        "GroupFilter removed 2, AvailabilityFilter removed 4, TraitsFilter removed 5, "
+        "LiveOwnerFilter removed 6, RetryFilter removed 1, CapabilitiesFilter removed 7"
     )
     assert instance_row(db, instance).node_uuid is None
 
@@ -255,7 +255,9 @@ def test_no_valid_node_counts_the_nodes_that_lack_only_a_live_owner(db: Database
     with pytest.raises(NoValidNode) as excinfo:
         sched.select_and_allocate(flavor, new_instances(db, 1)[0], live_members={"agent-1"})
     error = excinfo.value
-    assert dict(error.removed)["LiveOwnerFilter"] == 9
+    # Traits are Placement's half: counted before the owners.
+    assert dict(error.removed)["TraitsFilter"] == 4
+    assert dict(error.removed)["LiveOwnerFilter"] == 5
     assert error.awaiting_owner == 5
     assert str(error).endswith("(5 of them would fit with a live owner)")
     assert NoValidNode(**error.kwargs).awaiting_owner == 5  # as rebuilt over RPC

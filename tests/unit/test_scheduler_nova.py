@@ -108,8 +108,8 @@ def test_mixed_with_ringfleet_filters_from_conf(tmp_path: Path) -> None:
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     try:
         sched = Scheduler.from_conf(db, conf)
-        assert [f.name for f in sched.filters][-3:] == ["TraitsFilter", CCF, JSON_FILTER]
-        assert [f.per_profile for f in sched.filters][-3:] == [True, True, False]
+        assert [f.name for f in sched.filters][-3:] == ["RetryFilter", CCF, JSON_FILTER]
+        assert [f.per_profile for f in sched.filters][-3:] == [False, True, False]
         assert [(w.name, w.multiplier) for w in sched.weighers] == [
             ("SpreadWeigher", 1.0),
             (SCORE, 3.0),
