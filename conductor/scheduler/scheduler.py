@@ -72,6 +72,9 @@ LOG = logging.getLogger(__name__)
 _APPLY_CHUNK = 1000
 #: distinct flavors whose parsed capabilities are remembered
 _MAX_FLAVORS = 256
+#: explanations of one request at most (another is made only when the index
+#: changed between a decision finding no node and the survey finding one)
+_MAX_EXPLAINED = 2
 #: seconds between two passes of keep_fresh at least (index_refresh_interval may be 0)
 _KEEPER_MIN_WAIT = 0.5
 
@@ -218,9 +221,10 @@ class Scheduler:
         )
         self._ensure_fresh()
         refreshed = False
+        explained = 0
         while True:
             chosen = self._choose(request)
-            if isinstance(chosen, NoValidNode) and not refreshed:
+            if chosen is None and not refreshed:
                 # A node enrolled, claimed or freed since the last refresh (up
                 # to index_refresh_interval ago) is not in the index yet: read
                 # the changes once before saying there is none.
@@ -228,23 +232,33 @@ class Scheduler:
                 with self._refresh_lock:
                     self._refresh_locked()
                 continue
-            if isinstance(chosen, NoValidNode):
-                LOG.info("Instance %s: %s", instance_uuid, chosen)
-                raise chosen
+            if chosen is None:
+                error = self._explain(request)
+                explained += 1
+                if _fitting(error) and explained < _MAX_EXPLAINED:
+                    continue  # a node was freed between the decision and the survey
+                LOG.info("Instance %s: %s", instance_uuid, error)
+                raise error
             ownership = self._allocate_to_live_owner(chosen, request)
             if ownership is not None:
                 return self._placed(chosen, ownership, request), ownership
 
-    def _choose(self, request: RequestSpec) -> Node | NoValidNode:
-        """The best node for *request*, held in the index at once; or why there is none."""
+    def _choose(self, request: RequestSpec) -> Node | None:
+        """The best node for *request*, held in the index at once; ``None`` if none fits."""
         with self._lock:
             index = self._index
             node = self._chooser.choose(index, request)
-            if node is None:
-                return self._chooser.explain(index, request)
-            # Taken now, so this conductor's other threads skip it.
-            index.put(_holding(node, request.instance_uuid), local=True)
+            if node is not None:
+                # Taken now, so this conductor's other threads skip it.
+                index.put(_holding(node, request.instance_uuid), local=True)
             return node
+
+    def _explain(self, request: RequestSpec) -> NoValidNode:
+        """Why no node fits *request*: the index surveyed under the lock, the
+        filters called without it (other decisions go on meanwhile)."""
+        with self._lock:
+            surveyed = self._chooser.survey(self._index, request)
+        return self._chooser.account(surveyed, request)
 
     def _allocate_to_live_owner(self, node: Node, request: RequestSpec) -> Ownership | None:
         """Allocate the chosen *node* to the request's instance: its ownership,
@@ -534,6 +548,11 @@ def _holding(node: Node, instance_uuid: str, ownership: Ownership | None = None)
         owner=ownership.owner,
         owner_epoch=ownership.epoch,
     )
+
+
+def _fitting(error: NoValidNode) -> bool:
+    """Whether *error* counted nodes that no filter removed (the index changed meanwhile)."""
+    return error.candidates > sum(count for _, count in error.removed)
 
 
 def _allocatable(node: Node | None) -> bool:

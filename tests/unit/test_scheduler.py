@@ -22,6 +22,7 @@ from conductor.db import allocations, nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.scheduler import source
+from conductor.scheduler.decide import Chooser
 from conductor.scheduler.index import hardware_key
 from conductor.scheduler.scheduler import Scheduler
 from tests.dbutil import migrated, pin
@@ -272,6 +273,30 @@ def test_no_valid_node_counts_the_nodes_that_lack_only_a_live_owner(db: Database
     assert dict(excinfo.value.removed)["LiveOwnerFilter"] == 9
     assert excinfo.value.awaiting_owner == 0
     assert "live owner" not in str(excinfo.value)
+
+
+def test_no_valid_node_is_explained_once_without_the_lock(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    insert_nodes(db, 5, capabilities="boot_mode:bios")
+    insert_nodes(db, 3, owner="agent-gone", capabilities="boot_mode:uefi")
+    sched = scheduler(db)
+    held: list[bool] = []
+    account = Chooser.account
+
+    def watched(self: Chooser, surveyed: Any, request: Any) -> NoValidNode:
+        held.append(sched._lock.locked())
+        return account(self, surveyed, request)
+
+    monkeypatch.setattr(Chooser, "account", watched)
+    uefi = Flavor(
+        name="uefi", resource_class="gold", extra_specs={"capabilities:boot_mode": "uefi"}
+    )
+    with pytest.raises(NoValidNode) as excinfo:
+        sched.select_and_allocate(uefi, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert held == [False]  # once (not before the refresh too), the lock free
+    assert dict(excinfo.value.removed)["CapabilitiesFilter"] == 5
+    assert excinfo.value.awaiting_owner == 3
 
 
 # -- coherence with the database -----------------------------------------------------------------
