@@ -151,8 +151,10 @@ class Scheduler:
     def from_conf(cls, db: Database, conf: cfg.ConfigOpts) -> Scheduler:
         """A scheduler configured by the ``[scheduler]`` options (plugins loaded).
 
-        :raises ConfigurationError: about an unknown or broken filter or weigher
+        :raises ConfigurationError: about an unknown or broken filter or weigher,
+            or a nova.conf ``[filter_scheduler]`` option that is not read
         """
+        plugins.check_nova_options(conf)
         group = conf.scheduler
         return cls(
             db,

@@ -21,12 +21,19 @@ group = cfg.OptGroup(
 )
 
 DEFAULT_FILTERS = ["CapabilitiesFilter"]
+#: nova.conf's group of these options: ``[filter_scheduler] enabled_filters``
+#: and ``weight_classes`` are read as ``enabled_filters`` and ``weighers``
+#: (any other option of that group stops a conductor at start, see
+#: :func:`conductor.scheduler.plugins.check_nova_options`)
+NOVA_GROUP = "filter_scheduler"
 DEFAULT_WEIGHERS = ["SpreadWeigher"]
 
 opts = [
     cfg.ListOpt(
         "enabled_filters",
         default=list(DEFAULT_FILTERS),
+        # nova.conf's name: a pasted [filter_scheduler] section is read.
+        deprecated_opts=[cfg.DeprecatedOpt("enabled_filters", group=NOVA_GROUP)],
         help=(
             "Filters applied, in this order, after the ones that are always "
             "applied first: Placement's half of Nova's scheduling "
@@ -71,6 +78,7 @@ opts = [
     cfg.ListOpt(
         "weighers",
         default=list(DEFAULT_WEIGHERS),
+        deprecated_opts=[cfg.DeprecatedOpt("weight_classes", group=NOVA_GROUP)],
         help=(
             "Weighers ranking the nodes that passed every filter; the node "
             "with the highest sum of normalized weights times multipliers "
