@@ -18,9 +18,17 @@ __all__ = ["config_files", "set_in"]
 
 
 def config_files(conf: cfg.ConfigOpts) -> list[str]:
-    """The files ``conf`` was read from, in order (``--config-dir``'s too)."""
-    files = list(conf.config_file or [])
-    for directory in conf.config_dir or []:
+    """The files ``conf`` was read from, in order (``--config-dir``'s too).
+
+    None for a ``ConfigOpts`` never parsed from a command line (a service
+    embedded in a process, its options set by code).
+    """
+    try:
+        files = list(conf.config_file or [])
+        directories = list(conf.config_dir or [])
+    except cfg.NoSuchOptError:
+        return []
+    for directory in directories:
         files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
     return files
 
