@@ -168,7 +168,7 @@ def test_create_node_and_show_by_name_and_uuid(env: Env) -> None:
     assert created["name"] == "rack1-n1"
     assert created["traits"] == ["CUSTOM_GPU"]
     assert created["capabilities"] == {"boot_mode": "uefi", "cpu_arch": "x86_64"}
-    assert created["properties"]["capabilities"] == "boot_mode:uefi,cpu_arch:x86_64"
+    assert created["properties"]["capabilities"] == "boot_mode:uefi, cpu_arch:x86_64"  # as written
     assert created["group"] == "rack1"
     assert created["provision_state"] == "available"
     assert created["owner"] is None and created["owner_epoch"] == 0
@@ -1937,7 +1937,7 @@ def test_set_node_merges_and_refuses_whole(env: Env) -> None:
             "resource_class": "gold",
         },
     )
-    assert updated["properties"] == {"cpus": 8, "capabilities": "b:2,a:1"}
+    assert updated["properties"] == {"cpus": 8, "capabilities": "b:2, a:1"}  # as written
     assert updated["capabilities"] == {"a": "1", "b": "2"}
     assert updated["traits"] == ["B"] and updated["resource_class"] == "gold"
     assert updated["updated_at"] >= created["updated_at"]
