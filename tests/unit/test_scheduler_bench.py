@@ -94,6 +94,9 @@ def test_results_are_sane(report: dict[str, Any], size: int) -> None:
         assert res[name]["no_fit_ratio"] == pytest.approx(
             res[name]["no_fit_p50_ms"] / res[name]["p50_ms"]
         )
+        assert res[name]["no_fit_quiet_ratio"] == pytest.approx(
+            res[name]["no_fit_quiet_p50_ms"] / res[name]["p50_ms"]
+        )
     assert "no_fit_p50_ms" not in res["nova-mem"]
     # The baselines run at least three requests whatever their time budget.
     assert res["nova-db"]["decisions"] >= 3
