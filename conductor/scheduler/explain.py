@@ -25,14 +25,16 @@ from collections.abc import Sequence
 
 from conductor.common.exception import NoValidNode
 from conductor.common.objects import Node
-from conductor.scheduler.filters import BaseFilter
+from conductor.scheduler.filters import ALWAYS_APPLIED, BaseFilter
 from conductor.scheduler.index import NodeIndex
 from conductor.scheduler.request import RequestSpec
 
 __all__ = ["OwnerSet", "ProfileSurvey", "Survey", "account", "survey"]
 
-#: positions in the chain of the always-applied filters counted per profile and owner
-_TRAITS, _LIVE_OWNER, _RETRY = 3, 4, 5
+#: positions in the chain of the always-applied filters, in ALWAYS_APPLIED's
+#: order (ResourceClassFilter, GroupFilter, AvailabilityFilter, TraitsFilter,
+#: LiveOwnerFilter, RetryFilter: tests/unit/test_scheduler_filters.py holds it)
+_CLASS, _GROUP, _AVAILABILITY, _TRAITS, _LIVE_OWNER, _RETRY = range(len(ALWAYS_APPLIED))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,9 +106,9 @@ def account(
     :param configured_from: the position of the first configured filter
     """
     counts = [0] * len(chain)
-    counts[0] = surveyed.total - surveyed.of_class
-    counts[1] = surveyed.of_class - surveyed.in_group
-    counts[2] = surveyed.in_group - surveyed.free
+    counts[_CLASS] = surveyed.total - surveyed.of_class
+    counts[_GROUP] = surveyed.of_class - surveyed.in_group
+    counts[_AVAILABILITY] = surveyed.in_group - surveyed.free
     configured = tuple(enumerate(chain[configured_from:], start=configured_from))
     live = request.live_members
     awaiting_owner = 0
