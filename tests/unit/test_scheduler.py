@@ -299,6 +299,23 @@ def test_no_valid_node_is_explained_once_without_the_lock(
     assert excinfo.value.awaiting_owner == 3
 
 
+def test_a_node_the_explanation_finds_fitting_is_chosen_after_all(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node freed between the decision and the survey: decide once more, not fail."""
+    (free,) = insert_nodes(db, 1)
+    sched = scheduler(db)
+    choose = Chooser.choose
+    missed = iter([True, True])  # the decision, and the one after the refresh
+
+    def late(self: Chooser, index: Any, request: Any) -> Any:
+        return None if next(missed, False) else choose(self, index, request)
+
+    monkeypatch.setattr(Chooser, "choose", late)
+    node, _ = sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert node.uuid == free
+
+
 # -- coherence with the database -----------------------------------------------------------------
 
 
