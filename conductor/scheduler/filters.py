@@ -148,8 +148,7 @@ class TraitsFilter(BaseFilter):
 
     The flavor's ``trait:<TRAIT>=required|forbidden`` extra specs are merged
     into its trait sets when it is created, so this is Placement's trait
-    check.  Always applied; listing it in ``enabled_filters`` (ringfleet's
-    earlier default) changes nothing.
+    check.  Always applied; listing it in ``enabled_filters`` changes nothing.
     """
 
     per_profile = True
