@@ -21,13 +21,16 @@ from typing import Any
 import pytest
 from keystoneauth1 import adapter, session, token_endpoint
 
-from conductor.common.objects import Flavor, Node, PowerState, ProvisionState
+from conductor.common.objects import Node, PowerState, ProvisionState
 from conductor.scheduler.filters import AvailabilityFilter, ResourceClassFilter, TraitsFilter
 from conductor.scheduler.request import RequestSpec
 
 os_resource_classes = pytest.importorskip("os_resource_classes")
 nova_scheduler_utils = pytest.importorskip("nova.scheduler.utils")
 from tests.unit.test_nova_differential import nova_request  # noqa: E402  (needs Nova)
+from tests.unit.test_placement_half_differential import (  # noqa: E402
+    ringfleet_flavor,
+)
 
 NODE_CLASSES = ("baremetal-gold", "baremetal.gold", "BAREMETAL_GOLD", "silver", "CUSTOM_SILVER")
 NODE_TRAITS = (frozenset(), frozenset({"CUSTOM_X"}), frozenset({"CUSTOM_X", "CUSTOM_Y"}))
@@ -118,17 +121,6 @@ def _corpus() -> list[Node]:
     ]
 
 
-def _ringfleet_flavor(own: str, extra_specs: dict[str, str]) -> Flavor:
-    traits = {k.partition(":")[2]: v for k, v in extra_specs.items() if k.startswith("trait:")}
-    return Flavor(
-        name="bm",
-        resource_class=own,
-        required_traits=frozenset(t for t, how in traits.items() if how == "required"),
-        forbidden_traits=frozenset(t for t, how in traits.items() if how == "forbidden"),
-        extra_specs={k: v for k, v in extra_specs.items() if not k.startswith("trait:")},
-    )
-
-
 def test_ringfleet_passes_exactly_the_allocation_candidates(placement: adapter.Adapter) -> None:
     aggregate = str(uuid.uuid4())
     nodes = _corpus()
@@ -148,7 +140,7 @@ def test_ringfleet_passes_exactly_the_allocation_candidates(placement: adapter.A
         found = _ok(placement.get(f"/allocation_candidates?{query}&member_of={aggregate}"))
         theirs = {rp for request in found["allocation_requests"] for rp in request["allocations"]}
         request = RequestSpec.build(
-            _ringfleet_flavor(own, extra_specs), "inst", live_members=frozenset({"a"})
+            ringfleet_flavor(own, extra_specs), "inst", live_members=frozenset({"a"})
         )
         ours = {node.uuid for node in nodes if all(f.filter(node, request) for f in always)}
         assert ours == theirs, (own, extra_specs)

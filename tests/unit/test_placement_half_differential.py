@@ -49,7 +49,8 @@ _SPECS = st.fixed_dictionaries(
 )
 
 
-def _ringfleet_flavor(own: str, extra_specs: dict[str, str]) -> Flavor:
+def ringfleet_flavor(own: str, extra_specs: dict[str, str]) -> Flavor:
+    """The flavor ringfleet stores for these specs (``trait:`` ones merged into its sets)."""
     traits = {k.partition(":")[2]: v for k, v in extra_specs.items() if k.startswith("trait:")}
     return Flavor(
         name="bm",
@@ -84,7 +85,7 @@ def test_resources_and_traits_as_novas_resource_request(
         # that; ringfleet refuses such a flavor and a stored one matches nothing
         # when its own class is zeroed.
         return
-    flavor = _ringfleet_flavor(own, extra_specs)
+    flavor = ringfleet_flavor(own, extra_specs)
     request = RequestSpec.build(flavor, "inst", live_members=frozenset({"a"}))
     for node_class in NODE_CLASSES:
         for traits in NODE_TRAITS:
