@@ -105,9 +105,9 @@ IMPLEMENTATIONS = ("ringfleet", "ringfleet+nova", "nova-defaults", "nova-mem", "
 #: the runs that need Nova installed
 _NEEDS_NOVA = ("ringfleet+nova", "nova-defaults")
 #: Nova's default [filter_scheduler] enabled_filters and weight_classes, as
-#: nova.conf writes them, after ringfleet's TraitsFilter ("nova-defaults")
+#: nova.conf writes them ("nova-defaults"; Placement's half, traits included,
+#: is always applied)
 NOVA_DEFAULT_FILTERS = (
-    "TraitsFilter",
     "ComputeFilter",
     "ComputeCapabilitiesFilter",
     "ImagePropertiesFilter",
@@ -200,6 +200,20 @@ FLAVORS: tuple[Request, ...] = (
         )
     ),
 )
+
+
+#: a request no node fits (a capability no node has) in the largest resource
+#: class: its "no valid node" is explained over every free node of the class
+NO_FIT = Request(
+    Flavor(
+        name="no-fit", resource_class="bm-general-s", extra_specs={"capabilities:cpus": ">= 100000"}
+    )
+)
+#: "no valid node" answers timed per run, right after it and once quiet
+_NO_FIT_REQUESTS = 50
+#: seconds without a change before the quiet ones: [scheduler]
+#: index_refresh_overlap's default, and a margin
+_QUIET_S = 2.2
 
 
 # -- the fleet ---------------------------------------------------------------------------------
@@ -519,6 +533,12 @@ def bench_ours(
             placements.append(node.uuid)
         wall = time.perf_counter() - start
     result = _summary(latencies, db_spent, wall)
+    no_fit = _no_fit(scheduler)
+    result.update(
+        no_fit,
+        no_fit_ratio=no_fit["no_fit_p50_ms"] / result["p50_ms"],
+        no_fit_quiet_ratio=no_fit["no_fit_quiet_p50_ms"] / result["p50_ms"],
+    )
     stats = scheduler.stats()
     result.update(
         {
@@ -529,6 +549,32 @@ def bench_ours(
             "placements": placements,
         }
     )
+    return result
+
+
+def _no_fit(scheduler: Scheduler) -> dict[str, float]:
+    """The latency of a "no valid node" answer (its refresh and explanation included).
+
+    Right after the run, the refresh every such answer makes first re-reads
+    the rows the run changed in the last ``index_refresh_overlap`` (2 s);
+    once that long has passed without a change, it reads none.
+    """
+    result = {}
+    for key in ("no_fit_p50_ms", "no_fit_quiet_p50_ms"):
+        if key == "no_fit_quiet_p50_ms":
+            time.sleep(_QUIET_S)
+        spent = []
+        for _ in range(_NO_FIT_REQUESTS):
+            began = time.perf_counter()
+            try:
+                scheduler.select_and_allocate(
+                    NO_FIT.flavor, str(uuidlib.uuid4()), live_members=AGENTS, group=NO_FIT.group
+                )
+            except NoValidNode:
+                spent.append(time.perf_counter() - began)
+            else:
+                raise RuntimeError("the no-fit request found a node")
+        result[key] = percentile(spent, 50) * 1e3
     return result
 
 
@@ -746,6 +792,15 @@ def _goals(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         speedup,
         None if speedup is None else speedup >= 10,
     )
+    for size in ("10000", "100000"):
+        ratio = measured(size, "nova-defaults", "no_fit_quiet_ratio")
+        add(
+            f"'no valid node' (no change in 2 s) vs a placement, Nova's defaults, "
+            f"at {int(size):,} nodes",
+            "<= 2.0x",
+            ratio,
+            None if ratio is None else ratio <= 2.0,
+        )
     build = measured("100000", "ringfleet", "index_build_s")
     add("index build at 100,000 nodes", "<= 1.0 s", build, None if build is None else build <= 1.0)
     return goals.items
@@ -889,6 +944,16 @@ def format_report(report: dict[str, Any]) -> str:
             row("latency p99 (ms)", lambda r: f"{r['p99_ms']:.2f}"),
             row("share of time in allocate()", lambda r: f"{r['db_share']:.0%}"),
             row("no valid node", lambda r: str(r["no_valid_node"])),
+            row("'no valid node' p50 (ms)", lambda r: _no_fit_shown(r, "no_fit_p50_ms", "{:.2f}")),
+            row("  / a placement's p50", lambda r: _no_fit_shown(r, "no_fit_ratio", "{:.2f}x")),
+            row(
+                "  2 s later (no change): p50 ms",
+                lambda r: _no_fit_shown(r, "no_fit_quiet_p50_ms", "{:.2f}"),
+            ),
+            row(
+                "  / a placement's p50",
+                lambda r: _no_fit_shown(r, "no_fit_quiet_ratio", "{:.2f}x"),
+            ),
         ]
         if postgres:
             lines.append(f"{'':<32}" + "".join(f"{db:>{width}}" for db in ("sqlite", "pg")))
@@ -916,6 +981,11 @@ def format_report(report: dict[str, Any]) -> str:
     if postgres:
         lines += ["", "on PostgreSQL:", *format_goals(report["goals_postgresql"], _shown)]
     return "\n".join(lines)
+
+
+def _no_fit_shown(result: dict[str, Any], key: str, fmt: str) -> str:
+    value = result.get(key)
+    return "-" if value is None else fmt.format(value)
 
 
 def _shown(goal: dict[str, Any]) -> str:

@@ -27,8 +27,6 @@ may go on, read the details), 2 a failure (stop and fix it).
 from __future__ import annotations
 
 import dataclasses
-import glob
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
 from typing import Any
@@ -39,6 +37,8 @@ from oslo_upgradecheck import upgradecheck
 
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from conductor.common import rpc
+from conductor.common.config_files import config_files as _config_files
+from conductor.common.config_files import set_in as _set_in
 from conductor.common.exception import ConfigurationError, RingfleetError
 from conductor.db import migration
 from conductor.db.engine import Database, database_from_conf
@@ -272,28 +272,8 @@ def _listed(hosts: list[str], most: int = 5) -> str:
 # -- deprecated options ---------------------------------------------------------------
 
 
-def _config_files(conf: cfg.ConfigOpts) -> list[str]:
-    """The files ``conf`` was read from, in order (``--config-dir``'s too)."""
-    files = list(conf.config_file or [])
-    for directory in conf.config_dir or []:
-        files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
-    return files
-
-
 def _files_named(conf: cfg.ConfigOpts) -> str:
     return ", ".join(_config_files(conf)) or "(no config file)"
-
-
-def _set_in(files: Iterable[str]) -> dict[tuple[str, str], str]:
-    """(section, option) -> the file that sets it, option names with ``_``."""
-    found: dict[tuple[str, str], str] = {}
-    for path in files:
-        sections: dict[str, dict[str, list[str]]] = {}
-        cfg.ConfigParser(path, sections).parse()
-        for section, options in sections.items():
-            for name in options:
-                found.setdefault((section, name.replace("-", "_")), path)
-    return found
 
 
 def _registered(namespaces: Iterable[str]) -> Iterator[tuple[str, cfg.Opt]]:

@@ -46,6 +46,7 @@ from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.db.node_states import BackEndState, mirror_back_end_states, provision_value
 from conductor.validation import MAX_TRAITS, NodeSpec, NodeUpdate
+from conductor.validation.capabilities import stored_capabilities
 from hashring.ring import node_position
 
 __all__ = [
@@ -86,14 +87,7 @@ _LIST_COLUMNS = (
 
 def _capabilities(properties: Mapping[str, Any] | None) -> dict[str, str]:
     """``properties["capabilities"]`` ("k1:v1,k2:v2") parsed."""
-    capabilities: dict[str, str] = {}
-    raw = (properties or {}).get("capabilities")
-    if isinstance(raw, str):
-        for item in raw.split(","):
-            key, sep, value = item.strip().partition(":")
-            if sep and key:
-                capabilities[key] = value
-    return capabilities
+    return stored_capabilities((properties or {}).get("capabilities"))
 
 
 def to_node(row: NodeModel) -> Node:

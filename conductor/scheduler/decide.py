@@ -13,10 +13,12 @@ draws a random free node of the best owner that passes the per-node checks.
 Only when a configured weigher needs to see every node does it weigh every
 candidate node (see :mod:`conductor.scheduler.weighers`).
 
-:meth:`Chooser.explain` is the slow path for a failure: it runs the whole
-filter chain over the nodes of the flavor's resource class to count how
-many nodes each filter removed, for :class:`~conductor.common.exception.NoValidNode`,
-and how many of them lack only a live owner (the build may wait for one).
+:meth:`Chooser.survey` and :meth:`Chooser.account` explain a failure
+(:mod:`conductor.scheduler.explain`): how many nodes each filter removed,
+for :class:`~conductor.common.exception.NoValidNode`, and how many of them
+lack only a live owner (the build may wait for one), counted per profile
+and owner as a decision is; the scheduler holds its lock only for the
+survey.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from typing import Any
 
 from conductor.common.exception import NoValidNode
 from conductor.common.objects import Node
+from conductor.scheduler.explain import Survey, account, survey
 from conductor.scheduler.filters import (
     ALWAYS_APPLIED,
     BaseFilter,
     GroupFilter,
-    LiveOwnerFilter,
     ResourceClassFilter,
 )
 from conductor.scheduler.index import NodeIndex, NodeSet, Profile
@@ -62,9 +64,17 @@ class Chooser:
         self.always: tuple[BaseFilter, ...] = tuple(cls() for cls in ALWAYS_APPLIED)
         assert isinstance(self.always[0], ResourceClassFilter)
         assert isinstance(self.always[1], GroupFilter)
-        self.filters: tuple[BaseFilter, ...] = tuple(filters)
+        # A listed always-applied filter (TraitsFilter) is not applied twice.
+        self.filters: tuple[BaseFilter, ...] = tuple(
+            f for f in filters if not isinstance(f, ALWAYS_APPLIED)
+        )
         self.weighers: tuple[BaseWeigher, ...] = tuple(weighers)
-        self._profile_filters = tuple(f for f in self.filters if f.per_profile)
+        # The always-applied per-profile checks beyond the bucket's resource
+        # class (traits: Placement's half) come first.
+        always_profile = tuple(
+            f for f in self.always if f.per_profile and not isinstance(f, ResourceClassFilter)
+        )
+        self._profile_filters = always_profile + tuple(f for f in self.filters if f.per_profile)
         self._owner_filters = tuple(f for f in self.filters if f.per_owner and not f.per_profile)
         self._node_filters = tuple(f for f in self.filters if not f.per_profile and not f.per_owner)
         # Per-request weighers weigh every candidate alike: they add 0 to each total.
@@ -109,7 +119,7 @@ class Chooser:
         if state != self._cached_for:
             self._sets_cache.clear()
             self._cached_for = state
-        key: tuple[Any, ...] = (request.flavor.resource_class, request.group, request.flavor_key)
+        key: tuple[Any, ...] = (request.resource_class, request.group, request.flavor_key)
         owner_filters = self._owner_filters
         if owner_filters:
             # What they may read of an owner besides its name: its address.
@@ -118,7 +128,7 @@ class Chooser:
         if cached is not None:
             return cached
         result: dict[str | None, list[NodeSet]] = {}
-        for bucket in index.buckets(request.flavor.resource_class, request.group):
+        for bucket in index.buckets(request.resource_class, request.group):
             for profile in bucket.profiles.values():
                 if not self._profile_passes(profile, request):
                     continue
@@ -138,8 +148,6 @@ class Chooser:
         return result
 
     def _profile_passes(self, profile: Profile, request: RequestSpec) -> bool:
-        if not self._profile_filters:
-            return True
         verdict = profile.verdicts.get(request.flavor_key)
         if verdict is None:
             sample = profile.sample
@@ -215,60 +223,15 @@ class Chooser:
 
     # -- explaining -----------------------------------------------------------------------
 
+    def survey(self, index: NodeIndex, request: RequestSpec) -> Survey:
+        """What :meth:`account` needs of *index* (the caller holds its lock; cheap)."""
+        return survey(index, request, with_nodes=bool(self._node_filters))
+
+    def account(self, surveyed: Survey, request: RequestSpec) -> NoValidNode:
+        """Why no node fits, from :meth:`survey`'s copy (no lock needed: filters run here)."""
+        return account(surveyed, self.chain, len(self.always), request)
+
     def explain(self, index: NodeIndex, request: RequestSpec) -> NoValidNode:
-        """Why no node fits: the nodes each filter removed, counted in chain order.
-
-        The first two filters (resource class, group) are counted from the
-        index's buckets; the others run on every node of the flavor's
-        resource class (and group), each node counted against the first
-        filter that refuses it.  A per-profile filter is called once per
-        profile of the index here too: at 100,000 nodes
-        Nova's ComputeCapabilitiesFilter on every node held the index's lock
-        for about 0.5 s.
-        """
-        chain = self.chain
-        counts = [0] * len(chain)
-        total = len(index)
-        resource_class = request.flavor.resource_class
-        of_class = index.count_resource_class(resource_class)
-        counts[0] = total - of_class
-        nodes = [
-            node
-            for bucket in index.buckets(resource_class, request.group)
-            for node in bucket.nodes.values()
-        ]
-        counts[1] = of_class - len(nodes)
-        rest = chain[2:]
-        awaiting_owner = 0
-        memo: dict[tuple[int, int, str | None], bool] = {}
-
-        def passes(node_filter: BaseFilter, node: Node) -> bool:
-            # Only free nodes get past AvailabilityFilter to the configured
-            # filters, and each is in a profile of the index.
-            per_profile, per_owner = node_filter.per_profile, node_filter.per_owner
-            profile = index.profile_of(node.uuid) if per_profile or per_owner else None
-            if profile is None:
-                return node_filter.filter(node, request)
-            key = (id(node_filter), id(profile), None if per_profile else node.owner)
-            verdict = memo.get(key)
-            if verdict is None:
-                verdict = memo[key] = node_filter.filter(node, request)
-            return verdict
-
-        for node in nodes:
-            for position, node_filter in enumerate(rest, start=2):
-                if not passes(node_filter, node):
-                    counts[position] += 1
-                    if isinstance(node_filter, LiveOwnerFilter) and all(
-                        passes(later, node) for later in chain[position + 1 :]
-                    ):
-                        # Only its owner is missing: an agent re-joining, or
-                        # a peer about to take the node over, makes it fit.
-                        awaiting_owner += 1
-                    break
-        return NoValidNode(
-            request.flavor.name,
-            total,
-            [(node_filter.name, count) for node_filter, count in zip(chain, counts, strict=True)],
-            awaiting_owner,
-        )
+        """Why no node fits: the nodes each filter removed, counted in chain order
+        (:mod:`conductor.scheduler.explain`; the caller holds the index's lock)."""
+        return self.account(self.survey(index, request), request)

@@ -4,11 +4,15 @@
 A filter answers, for one node and one request, "may this build go there?".
 The chain is the filters that are always applied, in the order of
 :data:`ALWAYS_APPLIED`, followed by the configurable ones named in ``[scheduler]
-enabled_filters``.  The always-applied filters are what the node index is
-organized by (resource class and group are its bucket keys, only free nodes
-are in its buckets, owners are checked once per owner), so the scheduler
-answers them without calling them per node; their ``filter`` methods still
-define the semantics, and are what "no valid node" counts with.
+enabled_filters``.  The always-applied filters are Placement's half of
+Nova's scheduling (the resource class as Nova normalizes it, availability as
+Placement offers a node, required and forbidden traits), then the group
+hint, live owners and a reschedule's exclusions.  They are what the node
+index is organized by (resource class and group are its bucket keys, only
+free nodes are in its buckets, traits are part of a profile, owners are
+checked once per owner), so the scheduler answers them without calling them
+per node; their ``filter`` methods still define the semantics, and are what
+"no valid node" counts with.
 
 Writing a filter (operators' plugins)
 -------------------------------------
@@ -55,11 +59,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from conductor.common.objects import Node
+from conductor.common.resource_class import placement_name
 from conductor.scheduler.index import is_free
 from conductor.scheduler.request import RequestSpec
 
 __all__ = [
     "ALWAYS_APPLIED",
+    "LISTABLE",
     "AvailabilityFilter",
     "BaseFilter",
     "CapabilitiesFilter",
@@ -100,15 +106,25 @@ class BaseFilter:
 
 
 # -- always applied, in this order ------------------------------------------------
+#
+# The first four are Placement's half of Nova's scheduling: what Placement's
+# allocation candidates offer an ironic flavor in Nova, before any of Nova's
+# filters runs, whatever ``enabled_filters`` says.
 
 
 class ResourceClassFilter(BaseFilter):
-    """The node's resource class is the flavor's."""
+    """The node offers the Placement class the flavor asks one unit of.
+
+    Both sides are named as Nova names them (:mod:`conductor.common.resource_class`):
+    the node's class normalized (``baremetal.gold`` is ``CUSTOM_BAREMETAL_GOLD``),
+    the flavor's from its ``resources:CUSTOM_<X>=1`` spec, else its own class
+    normalized.
+    """
 
     per_profile = True
 
     def filter(self, node: Node, request: RequestSpec) -> bool:
-        return node.resource_class == request.flavor.resource_class
+        return placement_name(node.resource_class) == request.resource_class
 
 
 class GroupFilter(BaseFilter):
@@ -119,10 +135,29 @@ class GroupFilter(BaseFilter):
 
 
 class AvailabilityFilter(BaseFilter):
-    """Only ``available`` nodes, not in maintenance, hosting no instance."""
+    """Only nodes Placement would offer: ``available``, not in maintenance,
+    hosting no instance, power state known (Nova's ironic driver reserves
+    the others' one unit)."""
 
     def filter(self, node: Node, request: RequestSpec) -> bool:
         return is_free(node)
+
+
+class TraitsFilter(BaseFilter):
+    """The node has every required trait of the flavor and none of the forbidden.
+
+    The flavor's ``trait:<TRAIT>=required|forbidden`` extra specs are merged
+    into its trait sets when it is created, so this is Placement's trait
+    check.  Always applied; listing it in ``enabled_filters`` changes nothing.
+    """
+
+    per_profile = True
+
+    def filter(self, node: Node, request: RequestSpec) -> bool:
+        flavor = request.flavor
+        return flavor.required_traits <= node.traits and node.traits.isdisjoint(
+            flavor.forbidden_traits
+        )
 
 
 class LiveOwnerFilter(BaseFilter):
@@ -144,24 +179,17 @@ ALWAYS_APPLIED: tuple[type[BaseFilter], ...] = (
     ResourceClassFilter,
     GroupFilter,
     AvailabilityFilter,
+    TraitsFilter,
     LiveOwnerFilter,
     RetryFilter,
 )
 
+#: always-applied filters that ``enabled_filters`` may still list (they were
+#: configurable once): listed, they are not applied a second time
+LISTABLE: frozenset[str] = frozenset({TraitsFilter.name})
+
 
 # -- configurable ------------------------------------------------------------------
-
-
-class TraitsFilter(BaseFilter):
-    """The node has every required trait of the flavor and none of the forbidden."""
-
-    per_profile = True
-
-    def filter(self, node: Node, request: RequestSpec) -> bool:
-        flavor = request.flavor
-        return flavor.required_traits <= node.traits and node.traits.isdisjoint(
-            flavor.forbidden_traits
-        )
 
 
 class CapabilitiesFilter(BaseFilter):

@@ -4,10 +4,11 @@
 Layout (all of it guarded by the scheduler's lock; nothing here locks):
 
 * every node the conductor knows, by uuid, and grouped in *buckets* keyed
-  by (resource class, group), which is how a flavor and a group hint select
-  nodes;
-* inside a bucket, the **free** nodes (``available``, not in maintenance,
-  no instance) grouped by *profile* -- their traits and hardware
+  by (resource class as Placement names it, group), which is how a flavor
+  and a group hint select nodes;
+* inside a bucket, the **free** nodes (those Placement would offer:
+  ``available``, not in maintenance, no instance, power state known)
+  grouped by *profile* -- their traits and hardware
   (:data:`HardwareKey`: capabilities, and what Nova reads them from) -- and
   within a profile by owning agent.  Filters that only look at a node's
   profile are evaluated once per profile and cached there, per flavor; the
@@ -31,6 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from conductor.common.objects import Node, ProvisionState
+from conductor.common.resource_class import placement_name
 
 __all__ = [
     "Bucket",
@@ -61,11 +63,17 @@ _MAX_VERDICTS = 128
 
 
 def is_free(node: Node) -> bool:
-    """Whether *node* may take a new instance: available, not in maintenance, empty."""
+    """Whether *node* may take a new instance: what Placement would offer in Nova.
+
+    Nova's ironic driver reserves a node's one unit while it is in
+    maintenance, not ``available``, of an unknown power state, or hosting an
+    instance; Placement offers the others.
+    """
     return (
         node.provision_state is ProvisionState.AVAILABLE
         and not node.maintenance
         and node.instance_uuid is None
+        and node.power_state is not None
     )
 
 
@@ -211,7 +219,8 @@ class NodeIndex:
         return self._free_in.get(uuid)
 
     def buckets(self, resource_class: str, group: str | None) -> list[Bucket]:
-        """The buckets of *resource_class*: one group's, or all (*group* ``None``)."""
+        """The buckets of *resource_class* (Placement's name, ``CUSTOM_...``):
+        one group's, or all (*group* ``None``)."""
         by_group = self._buckets.get(resource_class)
         if not by_group:
             return []
@@ -221,7 +230,7 @@ class NodeIndex:
         return [bucket] if bucket is not None else []
 
     def count_resource_class(self, resource_class: str) -> int:
-        """How many nodes (free or not) have *resource_class*."""
+        """How many nodes (free or not) have *resource_class* (Placement's name)."""
         by_group = self._buckets.get(resource_class, {})
         return sum(len(bucket.nodes) for bucket in by_group.values())
 
@@ -282,18 +291,20 @@ class NodeIndex:
         if old is not None:
             self._unplace(old)
         self._nodes[uuid] = node
-        by_group = self._buckets.get(node.resource_class)
+        resource_class = placement_name(node.resource_class)
+        by_group = self._buckets.get(resource_class)
         if by_group is None:
-            by_group = self._buckets[node.resource_class] = {}
+            by_group = self._buckets[resource_class] = {}
         bucket = by_group.get(node.group)
         if bucket is None:
-            bucket = by_group[node.group] = Bucket(node.resource_class, node.group)
+            bucket = by_group[node.group] = Bucket(resource_class, node.group)
             self.structure += 1
         bucket.nodes[uuid] = node
         if (  # is_free(node), inlined: this is most of an index build
             node.provision_state is _AVAILABLE
             and not node.maintenance
             and node.instance_uuid is None
+            and node.power_state is not None
         ):
             key = (node.traits, hardware if hardware is not None else hardware_key(node))
             profile = bucket.profiles.get(key)
@@ -325,7 +336,8 @@ class NodeIndex:
 
     def _unplace(self, old: Node) -> None:
         uuid = old.uuid
-        by_group = self._buckets[old.resource_class]
+        resource_class = placement_name(old.resource_class)
+        by_group = self._buckets[resource_class]
         bucket = by_group[old.group]
         del bucket.nodes[uuid]
         profile = self._free_in.pop(uuid, None)
@@ -348,4 +360,4 @@ class NodeIndex:
             self.structure += 1
             del by_group[old.group]
             if not by_group:
-                del self._buckets[old.resource_class]
+                del self._buckets[resource_class]

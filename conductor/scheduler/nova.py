@@ -297,7 +297,11 @@ NOT_APPLICABLE: Mapping[str, str] = {
     "ServerGroupAffinityFilter": "passes every node (no server groups)",
     "ServerGroupAntiAffinityFilter": "passes every node (no server groups)",
     "AggregateImagePropertiesIsolation": "passes every node (no host aggregates)",
-    "AggregateInstanceExtraSpecsFilter": "passes every node (no host aggregates)",
+    "AggregateInstanceExtraSpecsFilter": (
+        "removes every node for a flavor with an unscoped or "
+        "'aggregate_instance_extra_specs:' extra spec, passes every node otherwise "
+        "(no host aggregates)"
+    ),
     "AggregateMultiTenancyIsolation": "passes every node (no host aggregates)",
     "AggregateTypeAffinityFilter": "passes every node (no host aggregates)",
     "AggregateIoOpsFilter": "acts as IoOpsFilter (no host aggregates): passes free nodes",

@@ -31,15 +31,24 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
+from oslo_config import cfg
 from stevedore.extension import ExtensionManager
 
 from conductor.common import plugins as common_plugins
+from conductor.common.conf.scheduler import NOVA_GROUP
+from conductor.common.config_files import config_files, set_in
 from conductor.common.exception import ConfigurationError
 from conductor.scheduler import nova
-from conductor.scheduler.filters import ALWAYS_APPLIED, BaseFilter
+from conductor.scheduler.filters import ALWAYS_APPLIED, LISTABLE, BaseFilter
 from conductor.scheduler.weighers import BaseWeigher
 
-__all__ = ["FILTER_NAMESPACE", "WEIGHER_NAMESPACE", "load_filters", "load_weighers"]
+__all__ = [
+    "FILTER_NAMESPACE",
+    "WEIGHER_NAMESPACE",
+    "check_nova_options",
+    "load_filters",
+    "load_weighers",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -48,6 +57,66 @@ WEIGHER_NAMESPACE = "ringfleet.scheduler.weighers"
 
 _GROUP = "scheduler"
 T = TypeVar("T", BaseFilter, BaseWeigher)
+
+#: nova.conf's [filter_scheduler] options read as ringfleet's [scheduler] ones
+#: (through the options' deprecated names, conductor.common.conf.scheduler)
+_NOVA_READ = {"enabled_filters": "enabled_filters", "weight_classes": "weighers"}
+#: nova.conf's [filter_scheduler] <x>_weight_multiplier -> the Nova weigher it multiplies
+_NOVA_MULTIPLIERS = {
+    "ram_weight_multiplier": "RAMWeigher",
+    "cpu_weight_multiplier": "CPUWeigher",
+    "disk_weight_multiplier": "DiskWeigher",
+    "hypervisor_version_weight_multiplier": "HypervisorVersionWeigher",
+    "num_instances_weight_multiplier": "NumInstancesWeigher",
+    "io_ops_weight_multiplier": "IoOpsWeigher",
+    "image_props_weight_multiplier": "ImagePropertiesWeigher",
+    "pci_weight_multiplier": "PCIWeigher",
+    "soft_affinity_weight_multiplier": "ServerGroupSoftAffinityWeigher",
+    "soft_anti_affinity_weight_multiplier": "ServerGroupSoftAntiAffinityWeigher",
+    "build_failure_weight_multiplier": "BuildFailureWeigher",
+    "cross_cell_move_weight_multiplier": "CrossCellWeigher",
+}
+
+
+def check_nova_options(conf: cfg.ConfigOpts) -> None:
+    """Refuse what a pasted nova.conf ``[filter_scheduler]`` sets that is not read.
+
+    ``enabled_filters`` and ``weight_classes`` are read as ``[scheduler]
+    enabled_filters`` and ``weighers`` (oslo.config logs that they are
+    nova.conf's names); set under both names they are refused, and so is
+    every other option of the group, naming the ringfleet option to use
+    (a ``*_weight_multiplier``: ``[scheduler] weigher_multipliers``), so
+    that nothing an operator pasted is silently ignored.
+
+    :raises ConfigurationError: naming the ringfleet option
+    """
+    found = set_in(config_files(conf))
+    for (section, name), path in sorted(found.items()):
+        if section != NOVA_GROUP:
+            continue
+        ours = _NOVA_READ.get(name)
+        weigher = _NOVA_MULTIPLIERS.get(name)
+        if ours is not None:
+            if (_GROUP, ours) in found:
+                raise ConfigurationError(
+                    _GROUP,
+                    ours,
+                    f"also set as nova.conf's [{NOVA_GROUP}] {name} ({path}): keep one",
+                )
+        elif weigher is not None:
+            raise ConfigurationError(
+                _GROUP,
+                "weigher_multipliers",
+                f"nova.conf's [{NOVA_GROUP}] {name} ({path}) is not read: "
+                f"give it here as {weigher}:<multiplier>",
+            )
+        else:
+            raise ConfigurationError(
+                NOVA_GROUP,
+                name,
+                f"nova.conf's option ({path}) is not read and has no ringfleet "
+                f"equivalent: remove it (ringfleet's scheduler options are in [{_GROUP}])",
+            )
 
 
 def load_filters(
@@ -79,8 +148,16 @@ def load_filters(
             "per_node_filters",
             f"not a Nova filter in enabled_filters: {', '.join(stray)}",
         )
-    always = {cls.name for cls in ALWAYS_APPLIED}
+    always = {cls.name for cls in ALWAYS_APPLIED} - LISTABLE
     for name in names:
+        if name in LISTABLE:
+            LOG.info(
+                "[%s] %s lists %s, which is always applied (Placement's half of Nova's "
+                "scheduling): listing it changes nothing",
+                _GROUP,
+                option,
+                name,
+            )
         if name in always:
             raise ConfigurationError(
                 _GROUP,

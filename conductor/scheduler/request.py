@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from conductor.common.objects import Flavor
+from conductor.common.resource_class import requested_class
 from conductor.validation.capabilities import (
     CapabilityExpression,
     expression_or_reason,
@@ -64,6 +65,11 @@ class RequestSpec:
     :ivar host_ips: live agent -> its IP address (``[DEFAULT] my_ip``, as
         announced with its membership), for Nova filters'
         ``host_state.host_ip``; agents announcing none are absent
+    :ivar resource_class: the Placement class the build needs one unit of
+        (:func:`conductor.common.resource_class.requested_class`: the
+        flavor's ``resources:CUSTOM_<X>=1``, else its resource class,
+        normalized as Nova does; ``""``: no node offers it), derived from
+        the flavor
     """
 
     flavor: Flavor
@@ -84,6 +90,13 @@ class RequestSpec:
     project_id: str | None = None
     image: Mapping[str, str] | None = None
     host_ips: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    resource_class: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        flavor = self.flavor
+        object.__setattr__(
+            self, "resource_class", requested_class(flavor.resource_class, flavor.extra_specs)
+        )
 
     @classmethod
     def build(

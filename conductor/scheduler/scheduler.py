@@ -72,6 +72,9 @@ LOG = logging.getLogger(__name__)
 _APPLY_CHUNK = 1000
 #: distinct flavors whose parsed capabilities are remembered
 _MAX_FLAVORS = 256
+#: explanations of one request at most (another is made only when the index
+#: changed between a decision finding no node and the survey finding one)
+_MAX_EXPLAINED = 2
 #: seconds between two passes of keep_fresh at least (index_refresh_interval may be 0)
 _KEEPER_MIN_WAIT = 0.5
 
@@ -82,9 +85,11 @@ class Scheduler:
     Thread-safe: :meth:`select_and_allocate` may be called from many threads.
 
     :param db: the conductors' database
-    :param filters: the configurable filters, in order (default: ringfleet's,
-        ``TraitsFilter`` then ``CapabilitiesFilter``); the always-applied
-        ones (:data:`conductor.scheduler.filters.ALWAYS_APPLIED`) come first
+    :param filters: the configurable filters, in order (default: ringfleet's
+        ``CapabilitiesFilter``); the always-applied ones
+        (:data:`conductor.scheduler.filters.ALWAYS_APPLIED`, Placement's half
+        of Nova's scheduling among them) come first; a listed
+        ``TraitsFilter`` is not applied twice
     :param weighers: default: ``SpreadWeigher``
     :param refresh_interval: seconds between incremental index refreshes
     :param refresh_overlap: seconds each refresh re-reads before the
@@ -113,6 +118,15 @@ class Scheduler:
         if weighers is None:
             weighers = plugins.load_weighers(scheduler_conf.DEFAULT_WEIGHERS)
         self._chooser = Chooser(filters, weighers, rng)
+        LOG.info(
+            "Scheduler: always applied (Placement's half of Nova's scheduling: the "
+            "flavor's resources:CUSTOM_<X>=1 or resource class, normalized as Nova "
+            "does; nodes Placement would offer; the flavor's required and forbidden "
+            "traits), then %s; filters: %s; weighers: %s",
+            ", ".join(f.name for f in self._chooser.always[4:]) + " and the group hint",
+            ", ".join(f.name for f in self._chooser.filters) or "none",
+            ", ".join(w.name for w in self._chooser.weighers) or "none (random)",
+        )
         # Hints (and the project and image) split the verdict caches only when a
         # cached verdict may depend on them.
         self._hints_in_key = any((f.per_profile or f.per_owner) and f.reads_hints for f in filters)
@@ -137,8 +151,10 @@ class Scheduler:
     def from_conf(cls, db: Database, conf: cfg.ConfigOpts) -> Scheduler:
         """A scheduler configured by the ``[scheduler]`` options (plugins loaded).
 
-        :raises ConfigurationError: about an unknown or broken filter or weigher
+        :raises ConfigurationError: about an unknown or broken filter or weigher,
+            or a nova.conf ``[filter_scheduler]`` option that is not read
         """
+        plugins.check_nova_options(conf)
         group = conf.scheduler
         return cls(
             db,
@@ -207,9 +223,10 @@ class Scheduler:
         )
         self._ensure_fresh()
         refreshed = False
+        explained = 0
         while True:
             chosen = self._choose(request)
-            if isinstance(chosen, NoValidNode) and not refreshed:
+            if chosen is None and not refreshed:
                 # A node enrolled, claimed or freed since the last refresh (up
                 # to index_refresh_interval ago) is not in the index yet: read
                 # the changes once before saying there is none.
@@ -217,23 +234,33 @@ class Scheduler:
                 with self._refresh_lock:
                     self._refresh_locked()
                 continue
-            if isinstance(chosen, NoValidNode):
-                LOG.info("Instance %s: %s", instance_uuid, chosen)
-                raise chosen
+            if chosen is None:
+                error = self._explain(request)
+                explained += 1
+                if _fitting(error) and explained < _MAX_EXPLAINED:
+                    continue  # a node was freed between the decision and the survey
+                LOG.info("Instance %s: %s", instance_uuid, error)
+                raise error
             ownership = self._allocate_to_live_owner(chosen, request)
             if ownership is not None:
                 return self._placed(chosen, ownership, request), ownership
 
-    def _choose(self, request: RequestSpec) -> Node | NoValidNode:
-        """The best node for *request*, held in the index at once; or why there is none."""
+    def _choose(self, request: RequestSpec) -> Node | None:
+        """The best node for *request*, held in the index at once; ``None`` if none fits."""
         with self._lock:
             index = self._index
             node = self._chooser.choose(index, request)
-            if node is None:
-                return self._chooser.explain(index, request)
-            # Taken now, so this conductor's other threads skip it.
-            index.put(_holding(node, request.instance_uuid), local=True)
+            if node is not None:
+                # Taken now, so this conductor's other threads skip it.
+                index.put(_holding(node, request.instance_uuid), local=True)
             return node
+
+    def _explain(self, request: RequestSpec) -> NoValidNode:
+        """Why no node fits *request*: the index surveyed under the lock, the
+        filters called without it (other decisions go on meanwhile)."""
+        with self._lock:
+            surveyed = self._chooser.survey(self._index, request)
+        return self._chooser.account(surveyed, request)
 
     def _allocate_to_live_owner(self, node: Node, request: RequestSpec) -> Ownership | None:
         """Allocate the chosen *node* to the request's instance: its ownership,
@@ -523,6 +550,11 @@ def _holding(node: Node, instance_uuid: str, ownership: Ownership | None = None)
         owner=ownership.owner,
         owner_epoch=ownership.epoch,
     )
+
+
+def _fitting(error: NoValidNode) -> bool:
+    """Whether *error* counted nodes that no filter removed (the index changed meanwhile)."""
+    return error.candidates > sum(count for _, count in error.removed)
 
 
 def _allocatable(node: Node | None) -> bool:

@@ -27,6 +27,7 @@ from conductor.db import node_pages
 from conductor.db.engine import Database
 from conductor.scheduler.fastnode import new_node
 from conductor.scheduler.index import HardwareKey, hardware_key_of
+from conductor.validation.capabilities import stored_capabilities
 
 __all__ = ["NodeDecoder", "load_all", "load_changed"]
 
@@ -65,13 +66,7 @@ class NodeDecoder:
         if decoded is None:
             properties = (json.loads(text) if text else None) or {}
             # The same parsing as conductor.db.nodes.to_node.
-            capabilities: dict[str, str] = {}
-            raw = properties.get("capabilities")
-            if isinstance(raw, str):
-                for item in raw.split(","):
-                    key, sep, value = item.strip().partition(":")
-                    if sep and key:
-                        capabilities[key] = value
+            capabilities = stored_capabilities(properties.get("capabilities"))
             decoded = (
                 MappingProxyType(properties) if properties else _EMPTY,
                 MappingProxyType(capabilities) if capabilities else _EMPTY,

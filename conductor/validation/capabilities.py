@@ -29,6 +29,7 @@ __all__ = [
     "CapabilityExpression",
     "expression_or_reason",
     "parse_capability_expression",
+    "stored_capabilities",
 ]
 
 _NUMERIC_OPERATORS: Final = frozenset({"=", "==", "!=", ">=", "<="})
@@ -116,9 +117,7 @@ def _plain_or_reason(text: str, first_word: str) -> CapabilityExpression | str:
         return f"operator {glued!r} must be followed by whitespace"
     if first_word in (">", "<"):
         return f"{first_word!r} is not an operator (use '{first_word}=' or 's{first_word}')"
-    if text != text.strip():
-        # Node capability values are stripped: this could never match.
-        return "a plain value must not start or end with whitespace"
+    # As written, blanks included: node values keep theirs, and Nova compares both exactly.
     return CapabilityExpression(None, (text,))
 
 
@@ -184,3 +183,19 @@ def parse_capability_expression(text: object, *, field: str = "expression") -> C
     if isinstance(result, str):
         raise InvalidInput([FieldError.about(field, result, text)])
     return result
+
+
+def stored_capabilities(raw: object) -> dict[str, str]:
+    """A stored node's ``properties["capabilities"]`` ("k1:v1,k2:v2"), parsed.
+
+    As Nova's ironic driver reads it (and as it was validated when stored):
+    each ``key:value`` item, the key stripped, the value as written.
+    """
+    capabilities: dict[str, str] = {}
+    if isinstance(raw, str):
+        for item in raw.split(","):
+            key, sep, value = item.partition(":")
+            key = key.strip()
+            if sep and key and value:
+                capabilities[key] = value
+    return capabilities

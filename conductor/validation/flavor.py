@@ -4,7 +4,10 @@
 A flavor's ``extra_specs`` hold ``capabilities:<key>`` expressions (parsed
 with :mod:`conductor.validation.capabilities`, the language of Nova's
 ComputeCapabilitiesFilter), ``trait:<TRAIT>`` entries (merged into the
-flavor's required or forbidden traits), and specs of any other namespace
+flavor's required or forbidden traits), ``resources:<CLASS>`` amounts (what
+Placement is asked for in Nova: one unit of the flavor's own resource class
+as Nova normalizes it, standard classes zeroed; a contradiction names both
+fields; see :mod:`conductor.common.resource_class`), and specs of any other namespace
 (an operator's ``mycompany:racks``, Nova's unscoped ``boot_mode``), whose
 keys must match Nova's extra-spec key pattern and which are stored as given
 for Nova filters (:mod:`conductor.scheduler.nova`) to read; an unscoped
@@ -22,6 +25,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.resource_class import (
+    CUSTOM_PREFIX,
+    RESOURCES_SCOPE,
+    placement_name,
+    resource_amounts,
+)
 from conductor.common.schemas import (
     CAPABILITIES_SCOPE,
     EXTRA_SPEC_KEY_PATTERN,
@@ -53,6 +62,11 @@ _TRAIT_FORBIDDEN: Final = "forbidden"
 
 _FLAVOR_FIELDS: Final = FLAVOR_SPEC.fields
 _EXTRA_SPEC_KEY_RE: Final = re.compile(EXTRA_SPEC_KEY_PATTERN)
+#: Placement's resource class names (standard ones and CUSTOM_*)
+_PLACEMENT_CLASS_PATTERN: Final = r"^[A-Z0-9_]{1,255}$"
+_PLACEMENT_CLASS_RE: Final = re.compile(_PLACEMENT_CLASS_PATTERN)
+#: Nova's numbered (granular) request groups: resources1:, trait_foo:...
+_REQUEST_GROUP_RE: Final = re.compile(r"^(resources|trait)[A-Za-z0-9_-]{1,64}:")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,6 +112,57 @@ class _ExtraSpecs:
     specs: dict[str, str] = dataclasses.field(default_factory=dict)  # all but trait:*
     expressions: dict[str, CapabilityExpression] = dataclasses.field(default_factory=dict)
     traits: dict[str, str] = dataclasses.field(default_factory=dict)  # -> required|forbidden
+    resources: dict[str, int] = dataclasses.field(default_factory=dict)  # resources:<CLASS>
+
+
+def _check_resource_spec(key: str, text: str, field: str, errors: Errors, out: _ExtraSpecs) -> bool:
+    """``resources:<CLASS>=<amount>``: what Placement is asked for, as Nova reads it.
+
+    A bare-metal node offers one unit of its own (custom) class and nothing
+    else, so a standard class (``VCPU``, ``MEMORY_MB``...) must be zeroed and
+    a custom one asked for once at most.
+    """
+    name = key[len(RESOURCES_SCOPE) :]
+    amount = resource_amounts({key: text})[name]
+    if not _PLACEMENT_CLASS_RE.fullmatch(name):
+        errors.add(field, f"resource class must match {_PLACEMENT_CLASS_PATTERN}", name)
+    elif amount is None:
+        errors.add(field, "must be a non-negative integer", text)
+    elif not name.startswith(CUSTOM_PREFIX) and amount != 0:
+        errors.add(
+            field,
+            "a bare-metal node offers only its resource class: a standard class must be 0",
+            text,
+        )
+    elif amount > 1:
+        errors.add(field, "a bare-metal node offers one unit of its resource class: 0 or 1", text)
+    else:
+        out.specs[key] = text
+        out.resources[name] = amount
+        return True
+    return False
+
+
+def _check_resources_against_class(
+    resource_class: str, resources: Mapping[str, int], errors: Errors
+) -> None:
+    """A flavor's ``resources:`` agree with its own resource class (as Placement names it)."""
+    own = placement_name(resource_class)
+    for name, amount in sorted(resources.items()):
+        if not name.startswith(CUSTOM_PREFIX) or (name == own) == (amount == 1):
+            continue
+        field = join("extra_specs", RESOURCES_SCOPE + name)
+        says = f"{RESOURCES_SCOPE}{name}={amount}"
+        errors.add(
+            "resource_class",
+            f"is {own} in Placement (normalized as Nova does), contradicting extra_specs {says!r}",
+            resource_class,
+        )
+        errors.add(
+            field,
+            f"contradicts resource_class {resource_class!r} ({own} in Placement)",
+            str(amount),
+        )
 
 
 def _check_capability_spec(
@@ -140,6 +205,15 @@ def _check_extra_spec(
         return _check_capability_spec(key, text, field, errors, out)
     elif key.startswith(TRAIT_SCOPE):
         return _check_trait_spec(key, text, field, errors, out)
+    elif key.startswith(RESOURCES_SCOPE):
+        return _check_resource_spec(key, text, field, errors, out)
+    elif _REQUEST_GROUP_RE.match(key):
+        errors.add(
+            field,
+            "numbered request groups are not supported (a bare-metal node is one "
+            f"resource provider): use {RESOURCES_SCOPE} and {TRAIT_SCOPE}",
+            key,
+        )
     elif not _EXTRA_SPEC_KEY_RE.fullmatch(key):
         errors.add(field, f"extra spec key must match {EXTRA_SPEC_KEY_PATTERN}", key)
     elif ":" not in key and _parse_expression(text, field, errors) is None:
@@ -176,7 +250,10 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
     ``extra_specs``: ``capabilities:<key>`` -> a capability expression (see
     :func:`parse_capability_expression`), ``trait:<TRAIT>`` -> ``required``
     or ``forbidden`` (merged into the trait sets; contradicting them is an
-    error), an unscoped key (no colon) -> a capability expression (stored
+    error), ``resources:<CLASS>`` -> an amount (``CUSTOM_<X>``: 1 for the
+    flavor's own class as Placement names it, else 0; a standard class: 0;
+    Nova's numbered groups are refused), an unscoped key (no colon) -> a
+    capability expression (stored
     as given: see :class:`~conductor.scheduler.filters.CapabilitiesFilter`),
     any other key matching Nova's extra-spec key pattern -> a string
     (stored as given); ``default_image`` (an image, as a build request's).
@@ -197,6 +274,8 @@ def validate_flavor_spec(spec: object) -> FlavorSpec:
             errors.add("forbidden_traits", "traits also in required_traits", both)
     extra, _ = _check_extra_specs(spec.get("extra_specs"), "extra_specs", errors)
     default_image = optional_field(spec, "default_image", "", errors, check_image)
+    if resource_class is not None:
+        _check_resources_against_class(resource_class, extra.resources, errors)
     for trait, how in extra.traits.items():
         against = forbidden if how == _TRAIT_REQUIRED else required
         if against is not None and trait in against:

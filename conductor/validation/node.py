@@ -170,11 +170,12 @@ def _parse_capabilities(text: str, field: str, errors: Errors) -> dict[str, str]
     if not text.strip():
         return capabilities
     ok = True
-    for raw in text.split(","):
-        item = raw.strip()
+    for item in text.split(","):
+        # As Nova's ironic driver reads them: the key stripped, the value as
+        # written (ComputeCapabilitiesFilter compares it with its blanks).
         key, sep, value = item.partition(":")
-        key, value = key.strip(), value.strip()
-        if not item:
+        key = key.strip()
+        if not item.strip():
             errors.add(field, "empty item (stray comma)", text)
         elif not sep:
             errors.add(field, "each item must be 'key:value'", item)
@@ -194,18 +195,14 @@ def _parse_capabilities(text: str, field: str, errors: Errors) -> dict[str, str]
     return capabilities if ok else None
 
 
-def _format_capabilities(capabilities: Mapping[str, str]) -> str:
-    return ",".join(f"{k}:{v}" for k, v in capabilities.items())
-
-
 def validate_capabilities(text: object) -> dict[str, str]:
     """Parse a node's ``properties["capabilities"]`` in the Ironic form.
 
     ``"boot_mode:uefi, cpu_vt:true"`` -> ``{"boot_mode": "uefi", "cpu_vt":
-    "true"}``.  Whitespace around items, keys and values is stripped; an
-    empty or blank text has no capabilities.  Keys match
-    ``^[A-Za-z0-9_.-]+$`` and are unique; values are non-empty and contain no
-    ``:``.
+    " true"}``: as Nova's ironic driver reads them, whitespace around keys
+    is stripped and values are kept as written (blanks included); an empty
+    or blank text has no capabilities.  Keys match ``^[A-Za-z0-9_.-]+$`` and
+    are unique; values are non-empty and contain no ``:``.
 
     :raises InvalidInput: naming ``properties.capabilities``, one error per
         bad item
@@ -249,7 +246,7 @@ def _check_properties(
                 parsed = _parse_capabilities(item, item_field, errors)
                 if parsed is not None:
                     capabilities = parsed
-                    properties[key] = _format_capabilities(parsed)
+                    properties[key] = item  # as written
                     continue
         elif isinstance(item, (bool, int, str)):
             properties[key] = item

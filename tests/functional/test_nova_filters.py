@@ -40,6 +40,8 @@ NOVA_DEFAULT_FILTERS = (
 #: node i: rack r1, r2 or r3; boot mode uefi except in rack r3
 RACKS = ("r1", "r2", "r3")
 NODES = 18
+#: the nodes with the trait CUSTOM_X
+X_NODES = (1, 5)
 
 
 @pytest.fixture
@@ -48,7 +50,7 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
     f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
     try:
         f.conductor(
-            extra=f"[scheduler]\nenabled_filters = TraitsFilter,{NOVA_DEFAULT_FILTERS},"
+            extra=f"[scheduler]\nenabled_filters = {NOVA_DEFAULT_FILTERS},"
             f"{RACK},{RACK_SPEC},{CIDR}\nweighers = nova.scheduler.weights.all_weighers\n"
         )
         nodes = []
@@ -60,6 +62,8 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
                     "name": f"node-{i:02d}",
                     "resource_class": "baremetal",
                     "properties": {"capabilities": f"rack:{rack},boot_mode:{boot}"},
+                    # Two nodes carry CUSTOM_X, which only Placement's half checks.
+                    "traits": ["CUSTOM_X"] if i in X_NODES else [],
                 }
             )
         f.api.import_nodes(nodes)
@@ -170,6 +174,33 @@ def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
     (failed,) = _settle(fleet, [far["uuid"]], "error")
     assert f"nova.scheduler.filters.affinity_filter.{CIDR} removed 5" in failed["fault"]
     assert "Traceback" not in fleet.procs["cond-1"].log()
+
+
+def test_a_required_trait_applies_with_nova_defaults_pasted_verbatim(fleet: Fleet) -> None:
+    """Nova's default list has no traits filter: Placement enforces traits there, and here."""
+    wait_for(lambda: _every_node_with_a_live_owner(fleet), 30, "every node owned by a live agent")
+    fleet.api.create_flavor(
+        {
+            "name": "x",
+            "resource_class": "baremetal",
+            "extra_specs": {
+                "trait:CUSTOM_X": "required",
+                "resources:CUSTOM_BAREMETAL": "1",
+                "resources:VCPU": "0",
+                "resources:MEMORY_MB": "0",
+                "resources:DISK_GB": "0",
+            },
+        }
+    )
+    with_x = {n["uuid"] for n in fleet.api.list_nodes() if "CUSTOM_X" in n["traits"]}
+    assert len(with_x) == len(X_NODES)
+    built = fleet.api.build_instances({"flavor": "x", "count": 2})
+    placed = _settle(fleet, [i["uuid"] for i in built], "active")
+    assert {i["node_uuid"] for i in placed} == with_x
+    (extra,) = fleet.api.build_instances({"flavor": "x"})
+    (failed,) = _settle(fleet, [extra["uuid"]], "error")
+    assert "AvailabilityFilter removed 2" in failed["fault"]
+    assert f"TraitsFilter removed {NODES - 2}" in failed["fault"]
 
 
 @pytest.mark.parametrize(

@@ -168,7 +168,7 @@ def test_create_node_and_show_by_name_and_uuid(env: Env) -> None:
     assert created["name"] == "rack1-n1"
     assert created["traits"] == ["CUSTOM_GPU"]
     assert created["capabilities"] == {"boot_mode": "uefi", "cpu_arch": "x86_64"}
-    assert created["properties"]["capabilities"] == "boot_mode:uefi,cpu_arch:x86_64"
+    assert created["properties"]["capabilities"] == "boot_mode:uefi, cpu_arch:x86_64"  # as written
     assert created["group"] == "rack1"
     assert created["provision_state"] == "available"
     assert created["owner"] is None and created["owner_epoch"] == 0
@@ -555,6 +555,25 @@ def test_flavor_bad_input_names_the_field(env: Env) -> None:
             method(CTXT, flavor=["f"])
         assert _fields(err) == ["flavor"]
     assert env.inventory.list_flavors(CTXT) == []
+
+
+def test_flavor_contradicting_its_resources_spec_is_refused_naming_both(env: Env) -> None:
+    with pytest.raises(InvalidInput) as err:
+        _flavor(
+            env,
+            resource_class="baremetal-silver",
+            extra_specs={"resources:CUSTOM_BAREMETAL_GOLD": "1", "resources:VCPU": "0"},
+        )
+    assert _fields(err) == ["resource_class", "extra_specs.resources:CUSTOM_BAREMETAL_GOLD"]
+    assert "CUSTOM_BAREMETAL_SILVER" in str(err.value)
+    assert env.inventory.list_flavors(CTXT) == []
+    # Nova's ironic flavor, in another spelling of the same class: accepted as written.
+    created = _flavor(
+        env,
+        resource_class="baremetal.gold",
+        extra_specs={"resources:CUSTOM_BAREMETAL_GOLD": "1", "resources:VCPU": "0"},
+    )
+    assert created["extra_specs"]["resources:CUSTOM_BAREMETAL_GOLD"] == "1"
 
 
 def test_flavor_in_use_cannot_be_deleted(env: Env) -> None:
@@ -1992,7 +2011,7 @@ def test_set_node_merges_and_refuses_whole(env: Env) -> None:
             "resource_class": "gold",
         },
     )
-    assert updated["properties"] == {"cpus": 8, "capabilities": "b:2,a:1"}
+    assert updated["properties"] == {"cpus": 8, "capabilities": "b:2, a:1"}  # as written
     assert updated["capabilities"] == {"a": "1", "b": "2"}
     assert updated["traits"] == ["B"] and updated["resource_class"] == "gold"
     assert updated["updated_at"] >= created["updated_at"]

@@ -22,6 +22,7 @@ from conductor.db import allocations, nodes
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from conductor.scheduler import source
+from conductor.scheduler.decide import Chooser
 from conductor.scheduler.index import hardware_key
 from conductor.scheduler.scheduler import Scheduler
 from tests.dbutil import migrated, pin
@@ -227,15 +228,15 @@ def test_no_valid_node_says_what_each_filter_removed(db: Database) -> None:
         ("ResourceClassFilter", 6),
         ("GroupFilter", 2),
         ("AvailabilityFilter", 4),
+        ("TraitsFilter", 5),
         ("LiveOwnerFilter", 6),
         ("RetryFilter", 1),
-        ("TraitsFilter", 5),
         ("CapabilitiesFilter", 7),
     ]
     assert str(error) == (
         "no valid node for flavor 'gold-uefi': 31 nodes; ResourceClassFilter removed 6, "
-        "GroupFilter removed 2, AvailabilityFilter removed 4, LiveOwnerFilter removed 6, "
-        "RetryFilter removed 1, TraitsFilter removed 5, CapabilitiesFilter removed 7"
+        "GroupFilter removed 2, AvailabilityFilter removed 4, TraitsFilter removed 5, "
+        "LiveOwnerFilter removed 6, RetryFilter removed 1, CapabilitiesFilter removed 7"
     )
     assert instance_row(db, instance).node_uuid is None
 
@@ -255,7 +256,9 @@ def test_no_valid_node_counts_the_nodes_that_lack_only_a_live_owner(db: Database
     with pytest.raises(NoValidNode) as excinfo:
         sched.select_and_allocate(flavor, new_instances(db, 1)[0], live_members={"agent-1"})
     error = excinfo.value
-    assert dict(error.removed)["LiveOwnerFilter"] == 9
+    # Traits are Placement's half: counted before the owners.
+    assert dict(error.removed)["TraitsFilter"] == 4
+    assert dict(error.removed)["LiveOwnerFilter"] == 5
     assert error.awaiting_owner == 5
     assert str(error).endswith("(5 of them would fit with a live owner)")
     assert NoValidNode(**error.kwargs).awaiting_owner == 5  # as rebuilt over RPC
@@ -270,6 +273,47 @@ def test_no_valid_node_counts_the_nodes_that_lack_only_a_live_owner(db: Database
     assert dict(excinfo.value.removed)["LiveOwnerFilter"] == 9
     assert excinfo.value.awaiting_owner == 0
     assert "live owner" not in str(excinfo.value)
+
+
+def test_no_valid_node_is_explained_once_without_the_lock(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    insert_nodes(db, 5, capabilities="boot_mode:bios")
+    insert_nodes(db, 3, owner="agent-gone", capabilities="boot_mode:uefi")
+    sched = scheduler(db)
+    held: list[bool] = []
+    account = Chooser.account
+
+    def watched(self: Chooser, surveyed: Any, request: Any) -> NoValidNode:
+        held.append(sched._lock.locked())
+        return account(self, surveyed, request)
+
+    monkeypatch.setattr(Chooser, "account", watched)
+    uefi = Flavor(
+        name="uefi", resource_class="gold", extra_specs={"capabilities:boot_mode": "uefi"}
+    )
+    with pytest.raises(NoValidNode) as excinfo:
+        sched.select_and_allocate(uefi, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert held == [False]  # once (not before the refresh too), the lock free
+    assert dict(excinfo.value.removed)["CapabilitiesFilter"] == 5
+    assert excinfo.value.awaiting_owner == 3
+
+
+def test_a_node_the_explanation_finds_fitting_is_chosen_after_all(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node freed between the decision and the survey: decide once more, not fail."""
+    (free,) = insert_nodes(db, 1)
+    sched = scheduler(db)
+    choose = Chooser.choose
+    missed = iter([True, True])  # the decision, and the one after the refresh
+
+    def late(self: Chooser, index: Any, request: Any) -> Any:
+        return None if next(missed, False) else choose(self, index, request)
+
+    monkeypatch.setattr(Chooser, "choose", late)
+    node, _ = sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert node.uuid == free
 
 
 # -- coherence with the database -----------------------------------------------------------------

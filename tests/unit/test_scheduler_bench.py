@@ -88,6 +88,16 @@ def test_results_are_sane(report: dict[str, Any], size: int) -> None:
             assert math.isfinite(run[key]) and run[key] > 0
         assert run["p50_ms"] <= run["p99_ms"]
         assert 0 < run["db_share"] <= 1
+    # A "no valid node" answer is timed where ringfleet's scheduler decides.
+    for name in ("ringfleet", "ringfleet+nova", "nova-defaults"):
+        assert res[name]["no_fit_p50_ms"] > 0
+        assert res[name]["no_fit_ratio"] == pytest.approx(
+            res[name]["no_fit_p50_ms"] / res[name]["p50_ms"]
+        )
+        assert res[name]["no_fit_quiet_ratio"] == pytest.approx(
+            res[name]["no_fit_quiet_p50_ms"] / res[name]["p50_ms"]
+        )
+    assert "no_fit_p50_ms" not in res["nova-mem"]
     # The baselines run at least three requests whatever their time budget.
     assert res["nova-db"]["decisions"] >= 3
     assert res["speedup_vs_nova_mem"] == pytest.approx(
@@ -97,7 +107,7 @@ def test_results_are_sane(report: dict[str, Any], size: int) -> None:
 
 def test_goals_are_reported_not_enforced(report: dict[str, Any]) -> None:
     goals = report["goals"]
-    assert len(goals) == 6
+    assert len(goals) == 8
     for goal in goals:
         assert set(goal) == {"name", "target", "value", "status"}
         # 10k and 100k nodes were not measured here.
@@ -110,7 +120,8 @@ def test_report_prints_a_table(report: dict[str, Any]) -> None:
     assert "committed allocations/s" in text
     assert "index build (s)" in text
     assert "nova-db: all nodes read from the database per request" in text
-    assert text.count("SKIP") == 6
+    assert text.count("SKIP") == 8
+    assert "'no valid node' p50 (ms)" in text
     assert "nova-defaults" in text
     assert "ringfleet+nova" in text
     assert "placed 0 of 40 requests differently" in text

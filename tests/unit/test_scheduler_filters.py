@@ -9,7 +9,8 @@ from importlib.metadata import entry_points
 import pytest
 
 from conductor.common.exception import InvalidInput
-from conductor.common.objects import Flavor, Node, ProvisionState
+from conductor.common.objects import Flavor, Node, PowerState, ProvisionState
+from conductor.common.resource_class import placement_name
 from conductor.scheduler.filters import (
     ALWAYS_APPLIED,
     AvailabilityFilter,
@@ -76,6 +77,7 @@ def test_always_applied_order_and_names() -> None:
         "ResourceClassFilter",
         "GroupFilter",
         "AvailabilityFilter",
+        "TraitsFilter",
         "LiveOwnerFilter",
         "RetryFilter",
     ]
@@ -89,11 +91,58 @@ def test_always_applied_order_and_names() -> None:
 
 @pytest.mark.parametrize(
     ("node_class", "flavor_class", "passes"),
-    [("gold", "gold", True), ("silver", "gold", False), ("Gold", "gold", False)],
+    [
+        ("gold", "gold", True),
+        ("silver", "gold", False),
+        # Normalized as Nova names them in Placement: CUSTOM_BAREMETAL_GOLD.
+        ("Gold", "gold", True),
+        ("baremetal.gold", "baremetal-gold", True),
+        ("BAREMETAL_GOLD", "baremetal-gold", True),
+        ("baremetal--gold", "Baremetal.Gold", True),
+        ("baremetal-gold", "baremetalgold", False),
+        # Nova prefixes every node's class: CUSTOM_GOLD is CUSTOM_CUSTOM_GOLD.
+        ("CUSTOM_GOLD", "gold", False),
+        ("CUSTOM_GOLD", "custom-gold", True),
+    ],
 )
 def test_resource_class_filter(node_class: str, flavor_class: str, passes: bool) -> None:
     flavor = Flavor(name="f", resource_class=flavor_class)
     assert ResourceClassFilter().filter(node(resource_class=node_class), request(flavor)) is passes
+
+
+@pytest.mark.parametrize(
+    ("extra_specs", "wanted"),
+    [
+        # Nova's ironic flavor: one unit of the custom class, standard ones zeroed.
+        (
+            {
+                "resources:CUSTOM_BAREMETAL_GOLD": "1",
+                "resources:VCPU": "0",
+                "resources:MEMORY_MB": "0",
+                "resources:DISK_GB": "0",
+            },
+            "CUSTOM_BAREMETAL_GOLD",
+        ),
+        # The spec wins over the flavor's own class (stored before it was checked).
+        ({"resources:CUSTOM_BAREMETAL_GOLD": "1"}, "CUSTOM_BAREMETAL_GOLD"),
+        ({"resources:CUSTOM_OTHER": "0"}, "CUSTOM_BAREMETAL_SILVER"),
+        ({}, "CUSTOM_BAREMETAL_SILVER"),
+        # What no bare-metal node offers: Placement gives no candidate.
+        ({"resources:CUSTOM_BAREMETAL_SILVER": "0"}, ""),
+        ({"resources:CUSTOM_BAREMETAL_GOLD": "2"}, ""),
+        ({"resources:CUSTOM_BAREMETAL_GOLD": "1", "resources:VCPU": "2"}, ""),
+        ({"resources:CUSTOM_A": "1", "resources:CUSTOM_B": "1"}, ""),
+        ({"resources:VCPU": "1"}, ""),
+        ({"resources:CUSTOM_BAREMETAL_GOLD": "one"}, ""),
+    ],
+)
+def test_requested_resource_class(extra_specs: dict[str, str], wanted: str) -> None:
+    flavor = Flavor(name="f", resource_class="baremetal-silver", extra_specs=extra_specs)
+    spec = request(flavor)
+    assert spec.resource_class == wanted
+    for node_class, passes in (("baremetal.gold", True), ("baremetal-silver", True)):
+        expected = passes and placement_name(node_class) == wanted
+        assert ResourceClassFilter().filter(node(resource_class=node_class), spec) is expected
 
 
 @pytest.mark.parametrize(
@@ -118,6 +167,9 @@ def test_group_filter(node_group: str, hint: str | None, passes: bool) -> None:
         ({}, True),
         ({"maintenance": True, "maintenance_reason": "disk"}, False),
         ({"instance_uuid": "3c1e0c3a-0000-4c57-9d1c-5f0e3b1c2a11"}, False),
+        # Nova's ironic driver reserves a node of unknown power state (NOSTATE).
+        ({"power_state": None}, False),
+        ({"power_state": PowerState.ON}, True),
         *[
             ({"provision_state": state}, False)
             for state in ProvisionState

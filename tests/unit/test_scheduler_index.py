@@ -119,9 +119,11 @@ def test_put_moves_a_node_between_free_and_allocated() -> None:
     moved = dataclasses.replace(taken, resource_class="silver", group="rack-1")
     index.put(moved)
     check_index_invariants(index, [moved])
-    assert index.buckets("gold", None) == []
-    assert [b.group for b in index.buckets("silver", None)] == ["rack-1"]
-    assert index.buckets("silver", "") == []
+    # Buckets are keyed by the class as Placement names it (Nova's normalization).
+    assert index.buckets("CUSTOM_GOLD", None) == []
+    assert [b.group for b in index.buckets("CUSTOM_SILVER", None)] == ["rack-1"]
+    assert index.buckets("CUSTOM_SILVER", "") == []
+    assert index.buckets("silver", None) == []
 
     index.remove(moved.uuid)
     index.remove(moved.uuid)  # removing an unknown node is a no-op
@@ -139,7 +141,7 @@ def test_profiles_group_nodes_by_traits_and_capabilities() -> None:
     ]
     for node in nodes:
         index.put(node)
-    (bucket,) = index.buckets("gold", "")
+    (bucket,) = index.buckets("CUSTOM_GOLD", "")
     assert len(bucket.profiles) == 3
     assert sorted(p.size for p in bucket.profiles.values()) == [1, 1, 2]
 
@@ -300,9 +302,9 @@ def test_explain_counts_in_chain_order() -> None:
         ("ResourceClassFilter", 950),
         ("GroupFilter", 0),
         ("AvailabilityFilter", 0),
+        ("TraitsFilter", 50),
         ("LiveOwnerFilter", 0),
         ("RetryFilter", 0),
-        ("TraitsFilter", 50),
         ("CapabilitiesFilter", 0),
     ]
     assert str(error) == (

@@ -108,8 +108,8 @@ def test_mixed_with_ringfleet_filters_from_conf(tmp_path: Path) -> None:
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     try:
         sched = Scheduler.from_conf(db, conf)
-        assert [f.name for f in sched.filters][-3:] == ["TraitsFilter", CCF, JSON_FILTER]
-        assert [f.per_profile for f in sched.filters][-3:] == [True, True, False]
+        assert [f.name for f in sched.filters][-3:] == ["RetryFilter", CCF, JSON_FILTER]
+        assert [f.per_profile for f in sched.filters][-3:] == [False, True, False]
         assert [(w.name, w.multiplier) for w in sched.weighers] == [
             ("SpreadWeigher", 1.0),
             (SCORE, 3.0),
@@ -749,3 +749,24 @@ def test_nova_weighers_of_a_decision_share_one_host_state_per_node() -> None:
     weighers[0].weigh(changed, request, WeighingContext({}))
     assert seen[-1] is not seen[0]
     assert seen[-1].supported_instances == [["aarch64", "baremetal", "hvm"]]
+
+
+def test_aggregate_extra_specs_filter_does_what_its_start_line_says(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    (aggregate,) = load_filters(["AggregateInstanceExtraSpecsFilter"])
+    (line,) = [
+        r.getMessage() for r in caplog.records if "needs Nova's own services" in r.getMessage()
+    ]
+    assert "removes every node for a flavor with an unscoped or" in line
+    node = make_node(0, capabilities={"boot_mode": "uefi"})
+
+    def passes(extra_specs: dict[str, str]) -> bool:
+        flavor = Flavor(name="f", resource_class="gold", extra_specs=extra_specs)
+        return aggregate.filter(node, make_request(flavor))
+
+    assert passes({})
+    assert passes({"capabilities:boot_mode": "uefi", "mycompany:racks": "r1"})
+    assert not passes({"boot_mode": "uefi"})  # unscoped: no aggregate has the key
+    assert not passes({"aggregate_instance_extra_specs:ssd": "true"})

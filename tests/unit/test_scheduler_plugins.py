@@ -86,7 +86,7 @@ def test_custom_filter_from_a_test_manager_is_applied(tmp_path: Path) -> None:
     try:
         add_nodes(db, 10, owner="agent-1", resource_class="gold")
         sched = Scheduler(db, filters=filters)
-        assert [f.name for f in sched.filters][-2:] == ["TraitsFilter", "EvenNameFilter"]
+        assert [f.name for f in sched.filters][-2:] == ["RetryFilter", "EvenNameFilter"]
         chosen = []
         for _ in range(5):
             instance = str(uuidlib.uuid4())
@@ -250,7 +250,7 @@ def test_plugins_load_through_installed_entry_points(
     db = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
     try:
         sched = Scheduler.from_conf(db, conf)
-        assert [f.name for f in sched.filters][-2:] == ["TraitsFilter", "RackFilter"]
+        assert [f.name for f in sched.filters][-2:] == ["RetryFilter", "RackFilter"]
         assert [(w.name, w.multiplier) for w in sched.weighers] == [
             ("PreferAgentTwo", 10.0),
             ("SpreadWeigher", 1.0),
@@ -280,9 +280,9 @@ def test_from_conf_defaults(tmp_path: Path) -> None:
             "ResourceClassFilter",
             "GroupFilter",
             "AvailabilityFilter",
+            "TraitsFilter",
             "LiveOwnerFilter",
             "RetryFilter",
-            "TraitsFilter",
             "CapabilitiesFilter",
         ]
         assert [(w.name, w.multiplier) for w in sched.weighers] == [("SpreadWeigher", 1.0)]

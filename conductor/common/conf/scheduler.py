@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Options of the ``[scheduler]`` group: filters, weighers and the node index.
 
-The filters that the in-memory index is organized by (resource class, group,
-availability, live owner, and the reschedule exclusion) are always applied and
-are not listed here; ``enabled_filters`` and ``weighers`` choose the rest,
+The filters that the in-memory index is organized by (Placement's half of
+Nova's scheduling: resource class, availability and traits; then group, live
+owner, and the reschedule exclusion) are always applied and are not listed
+here; ``enabled_filters`` and ``weighers`` choose the rest,
 including operators' own plugins (see :mod:`conductor.scheduler.plugins`).
 """
 
@@ -19,19 +20,31 @@ group = cfg.OptGroup(
     help="How a conductor picks the node a build lands on.",
 )
 
-DEFAULT_FILTERS = ["TraitsFilter", "CapabilitiesFilter"]
+DEFAULT_FILTERS = ["CapabilitiesFilter"]
+#: nova.conf's group of these options: ``[filter_scheduler] enabled_filters``
+#: and ``weight_classes`` are read as ``enabled_filters`` and ``weighers``
+#: (any other option of that group stops a conductor at start, see
+#: :func:`conductor.scheduler.plugins.check_nova_options`)
+NOVA_GROUP = "filter_scheduler"
 DEFAULT_WEIGHERS = ["SpreadWeigher"]
 
 opts = [
     cfg.ListOpt(
         "enabled_filters",
         default=list(DEFAULT_FILTERS),
+        # nova.conf's name: a pasted [filter_scheduler] section is read.
+        deprecated_opts=[cfg.DeprecatedOpt("enabled_filters", group=NOVA_GROUP)],
         help=(
             "Filters applied, in this order, after the ones that are always "
-            "applied first (ResourceClassFilter, GroupFilter, "
-            "AvailabilityFilter, LiveOwnerFilter, RetryFilter). Names are "
+            "applied first: Placement's half of Nova's scheduling "
+            "(ResourceClassFilter: the flavor's resources:CUSTOM_<X>=1 or its "
+            "resource class, names normalized as Nova does; "
+            "AvailabilityFilter: nodes Placement would offer; TraitsFilter: "
+            "the flavor's required and forbidden traits), GroupFilter, "
+            "LiveOwnerFilter and RetryFilter. Listing TraitsFilter changes "
+            "nothing. Names are "
             "entry points in the 'ringfleet.scheduler.filters' namespace: "
-            "TraitsFilter (required and forbidden traits), CapabilitiesFilter "
+            "CapabilitiesFilter "
             "(the flavor's 'capabilities:<key>' extra specs, with Nova's "
             "ComputeCapabilitiesFilter operators), or an operator's own "
             "subclass of conductor.scheduler.filters.BaseFilter. With the "
@@ -42,9 +55,9 @@ opts = [
             "with a dot: the import path of a subclass of "
             "nova.scheduler.filters.BaseHostFilter (Nova's or an "
             "operator's). ringfleet's names win over Nova's (a clash is "
-            "logged at start). Removing TraitsFilter or "
-            "CapabilitiesFilter makes the scheduler ignore that part of "
-            "every flavor."
+            "logged at start). Removing "
+            "CapabilitiesFilter makes the scheduler ignore the flavors' "
+            "capabilities."
         ),
     ),
     cfg.ListOpt(
@@ -65,6 +78,7 @@ opts = [
     cfg.ListOpt(
         "weighers",
         default=list(DEFAULT_WEIGHERS),
+        deprecated_opts=[cfg.DeprecatedOpt("weight_classes", group=NOVA_GROUP)],
         help=(
             "Weighers ranking the nodes that passed every filter; the node "
             "with the highest sum of normalized weights times multipliers "

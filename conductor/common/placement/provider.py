@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -35,6 +34,7 @@ from conductor.common.placement.client import (
     PlacementClient,
     PlacementConflict,
 )
+from conductor.common.resource_class import placement_name as resource_class_name
 
 __all__ = [
     "Shown",
@@ -53,11 +53,6 @@ LOG = logging.getLogger(__name__)
 #: Nova allocating, our own allocation write bumping the generation) makes
 #: the first fail; the re-read one normally succeeds.
 _GENERATION_TRIES: Final = 4
-
-
-def resource_class_name(resource_class: str) -> str:
-    """A node's resource class as Placement's custom class, as Nova names it."""
-    return "CUSTOM_" + re.sub("[^0-9A-Za-z]+", "_", resource_class).upper()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
