@@ -9,14 +9,17 @@ no full read.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tooz import coordination
 from tooz.drivers.etcd3gw import Etcd3Driver
 
+from benchmarks import membership_bench
 from hashring.group_read import group_signature
 from hashring.membership import Membership
 from tests.harness import wait_for
@@ -120,3 +123,14 @@ def test_a_membership_reads_a_quiet_group_in_full_only_when_it_changed(
     finally:
         for membership in members:
             membership.stop()
+
+
+def test_the_membership_benchmark_runs(etcd_url: str, tmp_path: Path) -> None:
+    """benchmarks/membership_bench.py at a tiny size: both ways timed."""
+    out = tmp_path / "bench.json"
+    assert membership_bench.main(["--members", "2,3", "--reads", "3", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert set(results) == {"2", "3"}
+    for ways in results.values():
+        assert set(ways) == {"full read", "signature"}
+        assert all(way["wall_ms"] > 0 for way in ways.values())
