@@ -101,55 +101,61 @@ def test_a_deadlock_victim_is_run_again_and_the_database_stays_up(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_an_exhausted_pool_is_not_an_outage(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("error", "said", "named"),
+    [
+        # No pooled connection free in time: nothing was sent.
+        (
+            PoolTimeout(
+                "QueuePool limit of size 20 overflow 10 reached, connection timed out, "
+                "timeout 30.00"
+            ),
+            "busy",
+            "max_pool_size",
+        ),
+        # The server stopped a statement at its limit: it is up.
+        (
+            OperationalError(
+                "SELECT ...",
+                {},
+                _DriverError("canceling statement due to statement timeout", pgcode="57014"),
+            ),
+            "timeout",
+            "statement_timeout",
+        ),
+        (
+            OperationalError(
+                "SELECT ...",
+                {},
+                _DriverError(1969, "Query execution was interrupted (max_statement_time exceeded)"),
+            ),
+            "timeout",
+            "statement_timeout",
+        ),
+    ],
+    ids=["pool-exhausted", "postgresql-statement-timeout", "mariadb-statement-time"],
+)
+def test_a_busy_database_is_not_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, error: Exception, said: str, named: str
 ) -> None:
-    """No pooled connection free in time: callers get the retryable error, the
-    operator one WARNING naming the pool (not "unreachable"), and no outage
-    episode starts (so no "reachable again" either)."""
+    """A busy database, not a gone one: callers get the retryable error
+    (saying which), the operator one WARNING a minute naming the option to
+    look at (not "unreachable"), and no outage episode starts (so no
+    "reachable again" either)."""
     db = Database(f"sqlite:///{tmp_path / 'busy.db'}")
-    timeout = PoolTimeout(
-        "QueuePool limit of size 20 overflow 10 reached, connection timed out, timeout 30.00"
-    )
     with caplog.at_level(logging.INFO, logger="conductor.db.engine"):
         for _ in range(3):
             with pytest.raises(DatabaseUnavailable) as raised, db.transaction():
-                raise timeout
+                raise error
             assert not raised.value.retry_safe
-            assert "busy" in str(raised.value)
+            assert said in str(raised.value)
         with db.transaction():
             pass
     db.dispose()
     assert db.reachable
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1, lines
-    assert "max_pool_size" in lines[0] and "unreachable" not in lines[0]
-
-
-@pytest.mark.parametrize(
-    "driver_error",
-    [
-        _DriverError("canceling statement due to statement timeout", pgcode="57014"),
-        _DriverError(1969, "Query execution was interrupted (max_statement_time exceeded)"),
-    ],
-    ids=["postgresql", "mariadb"],
-)
-def test_a_statement_past_its_timeout_is_said_as_such_not_as_an_outage(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, driver_error: _DriverError
-) -> None:
-    """A statement stopped by statement_timeout: the database is slow, not
-    gone -- one WARNING a minute naming the timeout, no "unreachable"."""
-    db = Database(f"sqlite:///{tmp_path / 'slow.db'}")
-    with caplog.at_level(logging.INFO, logger="conductor.db.engine"):
-        for _ in range(3):
-            with pytest.raises(DatabaseUnavailable) as raised, db.transaction():
-                raise OperationalError("SELECT ...", {}, driver_error)
-            assert not raised.value.retry_safe and "timeout" in str(raised.value)
-    db.dispose()
-    assert db.reachable
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1, lines
-    assert "statement_timeout" in lines[0] and "unreachable" not in lines[0]
+    assert named in lines[0] and "unreachable" not in lines[0]
 
 
 @pytest.mark.parametrize(
