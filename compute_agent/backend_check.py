@@ -20,6 +20,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from conductor.common.exception import first_line
+from conductor.common.repeated_failure import RepeatedFailure
 from hashring.membership import Membership
 
 __all__ = ["CAPABILITY", "BackendCheck"]
@@ -49,6 +51,13 @@ class BackendCheck:
         self._announced: str | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures = RepeatedFailure(
+            LOG,
+            "Agent %s: checking its back end failed: %s",
+            "Agent %s: checking its back end failed again: %s",
+            "Agent %s: checking its back end works again",
+            host,
+        )
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -68,9 +77,10 @@ class BackendCheck:
         """Ask the driver and announce what changed (one step of the loop)."""
         try:
             problem = self._problem()
-        except Exception as exc:  # a bug in a driver: say it, keep checking
-            LOG.exception("Agent %s: checking its back end failed: %s", self._host, exc)
+        except Exception as exc:  # a bug in a driver: say it (once), keep checking
+            self._failures.failed(first_line(exc), logging.ERROR, exc_info=True)
             return
+        self._failures.worked()
         if problem == self._announced or self._stopped.is_set():
             return
         # The driver's own client said the outage (one WARNING, one INFO):

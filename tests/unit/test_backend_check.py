@@ -233,3 +233,19 @@ def test_an_accepts_read_waits_seconds_and_none_while_ironic_is_known_down(
     with pytest.raises(ServiceUnavailable, match="refused"):
         driver.inspect(ctx, node)
     assert len(proxy.gets) == reads  # known down: the accept does not wait for it
+
+
+def test_a_driver_whose_check_fails_is_said_once_not_every_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    membership = FakeMembership()
+
+    def broken() -> str | None:
+        raise KeyError("node")
+
+    check = BackendCheck("agent-1", broken, membership, interval=1.0)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="compute_agent.backend_check"):
+        for _ in range(3):
+            check.check()
+    levels = [r.levelname for r in caplog.records]
+    assert levels == ["ERROR", "DEBUG", "DEBUG"] and membership.announced == []
