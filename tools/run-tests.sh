@@ -80,6 +80,13 @@ fi
 # its own; the first takes the membership and chaos faults, the second the
 # rest, Ironic's, Keystone's and Placement's tests among them (about half
 # the time each).
+# The servers' packages and virtualenvs (Ironic's, Keystone's, Placement's)
+# install in the background, once (two apt-get runs would race, and both
+# streams would build the same virtualenvs): mostly network and disk, while
+# the plain install and the unit tests below use the CPU.
+servers_log=$(mktemp)
+tools/with-test-servers.sh --install >"$servers_log" 2>&1 &
+servers_pid=$!
 # The install a user does: the wheel alone, without extras, and the README's
 # first command from a fresh clone (the sdist and wheel built on the way).
 step "a plain install: the wheel without extras, its scripts, modules and demo; ./tools/demo.sh from a fresh clone"
@@ -98,9 +105,12 @@ rest=()
 for file in tests/functional/test_*.py; do
     [[ " ${faults[*]} " == *" $file "* ]] || rest+=("$file")
 done
-# Once: two apt-get runs would race, and both streams would build the same
-# virtualenvs (Ironic's, Keystone's, Placement's) when they are not cached.
-tools/with-test-servers.sh --install
+step "the servers' install (run in the background since the plain install)"
+servers_status=0
+wait "$servers_pid" || servers_status=$?
+cat "$servers_log"
+rm -f "$servers_log"
+((servers_status == 0)) || exit "$servers_status"
 logs=$(mktemp -d)
 pytest_args=(-p no:cacheprovider -ra --durations=10)
 tools/with-test-servers.sh python -m pytest "${pytest_args[@]}" "${faults[@]}" >"$logs/faults" 2>&1 &

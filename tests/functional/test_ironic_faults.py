@@ -423,6 +423,7 @@ def test_builds_across_an_ironic_outage_end_active_and_the_outage_is_logged_once
     # One WARNING when Ironic went, one INFO when it came back, per agent
     # that had work in Ironic meanwhile: not a line per poll or per build.
     busy |= {fleet.api.show_instance(u)["host"] for u in during}
+    _wait_return_said(fleet, agents)
     for agent in agents:
         went, came = _outage_said(fleet, agent)
         expected = 1 if agent in busy else len(went)
@@ -581,6 +582,7 @@ def test_an_ironic_api_answering_503_for_half_a_minute_is_waited_out_and_said_on
             f"5 builds ACTIVE {took:.1f} s after it answered again"
         )
         _assert_agree(fleet, ironic, [shard, other_shard], active=built)
+        _wait_return_said(fleet, agents)
         for agent in agents:
             went, came = _outage_said(fleet, agent)
             assert len(went) <= 1 and len(came) == len(went), (agent, went, came)
@@ -677,6 +679,19 @@ def _outage_said(fleet: Fleet, process: str, since: int = 0) -> tuple[list[str],
     lines = fleet.procs[process].log()[since:].splitlines()
     went = [line for line in lines if "Ironic unavailable" in line]
     return went, [line for line in lines if "answers again" in line]
+
+
+def _wait_return_said(fleet: Fleet, agents: Iterable[str]) -> None:
+    """Wait until every agent that said Ironic went has said it answers
+    again.  An agent whose builds were all on its peer learns of the return
+    at its next own request (its sync pass, or the idle probe after
+    ``[ironic] timeout``), which may come after the builds settled."""
+
+    def all_returns_said() -> bool:
+        said = [_outage_said(fleet, agent) for agent in agents]
+        return all(len(came) >= len(went) for went, came in said)
+
+    wait_for(all_returns_said, 30, "every agent that said Ironic went to say it answers again")
 
 
 def _backend_unreachable(fleet: Fleet) -> set[str]:
