@@ -35,6 +35,7 @@ from conductor.ironic_sync import IronicInventorySync
 from conductor.lifecycle import BuildLifecycle
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
+from conductor.peers import ConductorPeers
 from conductor.power_sync import InstancePowerSync, report_after
 from conductor.scheduler.scheduler import Scheduler
 from hashring.membership import Membership
@@ -69,6 +70,7 @@ class ConductorService:
         self._transport: Any = None
         self._builds: BuildLifecycle | None = None
         self._membership: Membership | None = None
+        self._peers: ConductorPeers | None = None
         self._ironic_sync: IronicInventorySync | None = None
         self._power_sync: InstancePowerSync | None = None
         self._notifier = Notifier.disabled()
@@ -92,6 +94,8 @@ class ConductorService:
         if not db.wait_reachable(self._stopped):
             return
         _require_schema_head(db)
+        # The records this conductor puts in flight name it as their carrier.
+        db.carrier = conf.host
         fleet, membership = self._fleet_view(db)
         scheduler = Scheduler.from_conf(db, conf)
         self._transport = rpc.get_transport(conf)
@@ -103,6 +107,7 @@ class ConductorService:
             version_cap=conf.upgrade_levels.compute,
         )
         self._builds = builds = self._build_lifecycle(db, scheduler, fleet, membership, compute)
+        self._peers = self._conductor_peers(db, builds)
         # The sync hands the orphan claims it finds in Ironic to their
         # nodes' owners through the router (its on-demand passes too).
         self._power_sync = InstancePowerSync(db, self._notifier)
@@ -115,6 +120,7 @@ class ConductorService:
                 fleet,
                 float(conf.conductor.stuck_after),
                 power_mismatch_after=self._power_mismatch_after(),
+                conductors=self._peers.live() if self._peers else None,
             ),
             lambda: db.reachable,
         )
@@ -143,6 +149,18 @@ class ConductorService:
         fleet.attach(membership)
         fleet.add_listener(self.metrics.ring_members)
         return fleet, membership
+
+    def _conductor_peers(self, db: Database, builds: BuildLifecycle) -> ConductorPeers:
+        """This conductor's membership of the conductors' group (not started yet)."""
+        conf = self.conf
+        peers: ConductorPeers | None = None
+        membership = membership_from_conf(
+            conf,
+            group=conf.coordination.conductor_group,
+            on_change=lambda view: peers.on_change(view) if peers else None,
+        )
+        peers = ConductorPeers(db, membership, redrive=builds.redrive, repower=builds.repower)
+        return peers
 
     def _build_lifecycle(
         self,
@@ -202,6 +220,7 @@ class ConductorService:
                 compute,
                 stuck_after=lambda: float(conf.conductor.stuck_after),
                 power_mismatch_after=self._power_mismatch_after,
+                conductors=lambda: self._peers.live() if self._peers else None,
             ),
             AgentsEndpoint(
                 db,
@@ -235,7 +254,10 @@ class ConductorService:
         threading.Thread(
             target=scheduler.keep_fresh, args=(self._stopped,), name="node-index", daemon=True
         ).start()
-        builds.start()
+        # Only what this conductor carries: its peers' work is theirs.
+        builds.start(resume=False)
+        if self._peers is not None:
+            self._peers.start()
         self._server.start()
         broker_outage.reachable()  # start() waited for it
         self._serving.set()
@@ -328,6 +350,13 @@ class ConductorService:
             # Then the accepts already handed to the senders are sent.
             limit = _STEP_S["build workers"]
             steps.run("stopping the build workers", lambda: builds.stop(limit / 2), limit)
+        peers = self._peers
+        if peers is not None:
+            steps.run(
+                "handing the work it carries to its peers, leaving the conductors' group",
+                peers.stop,
+                _STEP_S["membership"],
+            )
         steps.run("sending the notifications queued", self._notifier.close, _STEP_S["notifier"])
         membership = self._membership
         if membership is not None:

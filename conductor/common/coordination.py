@@ -35,6 +35,7 @@ def membership_from_conf(
     *,
     join: bool = True,
     member_id: str | None = None,
+    group: str | None = None,
     capabilities: Mapping[str, Any] | None = None,
     on_change: Callable[[MembershipView], None] | None = None,
     on_state_change: Callable[[State, State], None] | None = None,
@@ -42,6 +43,7 @@ def membership_from_conf(
     """A (not yet started) membership configured by ``conf``.
 
     :param member_id: the id in the group; ``[DEFAULT] host`` by default.
+    :param group: the tooz group; the agents' (``[coordination] group``) by default.
     :raises ConfigurationError: when ``[coordination] backend_url`` is unset or
         unusable, naming the option.
     """
@@ -54,7 +56,7 @@ def membership_from_conf(
         return Membership(
             backend_url,
             member_id or conf.host,
-            group=conf.coordination.group,
+            group=group or conf.coordination.group,
             ring_version=conf.ring.version,
             weight=conf.ring.weight,
             capabilities=capabilities,

@@ -314,6 +314,7 @@ def fail_attempt(
                 now=now,
                 node_uuid=node_uuid,
                 max_attempts=max_attempts,
+                carrier=db.carrier,
             )
             if attempts is None:
                 return None

@@ -138,6 +138,11 @@ class Database:
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
         self._health_lock = threading.Lock()
         self._down_since: float | None = None  # monotonic; None while reachable
+        #: The conductor whose writes put work in flight (its member id in
+        #: the conductors' group): the records it writes name it as their
+        #: carrier (:mod:`conductor.db.carriage`).  ``None`` outside a
+        #: conductor: such records are carried by nobody until one adopts them.
+        self.carrier: str | None = None
         self._busy_logged_at: dict[str, float] = {}  # kind -> monotonic
 
     @property

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Row,
     Table,
     bindparam,
+    case,
     insert,
     or_,
     select,
@@ -209,7 +210,8 @@ def _store(
                 kept = _retried(request, owner, uuids, names, found, image=image, drives=drives)
                 return flavor, kept, False
             stored = _new_instances(request, owner, uuids, names, drives=drives, image=image)
-            connection.execute(_INSERT_INSTANCE, [_inserted(i) for i in stored])
+            carried = {"conductor": db.carrier}
+            connection.execute(_INSERT_INSTANCE, [_inserted(i) | carried for i in stored])
             return flavor, stored, True
     except quotas.NoLockRow as missing:
         # The project's first limited build: nothing was written.
@@ -434,14 +436,37 @@ def task_may_happen(column: ColumnElement[str | None], event: Event) -> ColumnEl
     return column.in_(named)
 
 
-def state_values(event: Event) -> dict[str, Any]:
+def state_values(event: Event, carrier: str | None = None) -> dict[str, Any]:
     """The columns *event*'s target state writes (see :mod:`conductor.common.instance_states`);
-    ``vm_state`` is left out when the event keeps it."""
+    ``vm_state`` is left out when the event keeps it.
+
+    An event that leaves work in flight (a build, a teardown, an action)
+    names *carrier*, the conductor applying it, as the one carrying that
+    work (its queue holds it now; when it goes, a peer adopts the record).
+    A new action gets a new request id; the same verb issued again keeps
+    its own, so that the agent does it once however often it is routed.
+    """
     state = target(event)
     values: dict[str, Any] = {"task_state": _value(state.task_state)}
     if state.vm_state is not None:
         values["vm_state"] = state.vm_state.value
+    if carrier is not None and _leaves_in_flight(event):
+        values["conductor"] = carrier
+    if state.task_state in ACTION_TASKS:
+        assert state.task_state is not None
+        values["action_id"] = case(
+            (_INSTANCES.c.task_state == state.task_state.value, _INSTANCES.c.action_id),
+            else_=str(uuidlib.uuid4()),
+        )
     return values
+
+
+def _leaves_in_flight(event: Event) -> bool:
+    """Whether *event* leaves an agent work to do: a build, a teardown or an action."""
+    state = target(event)
+    return state.vm_state in (VmState.BUILDING, VmState.DELETING) or (
+        state.task_state in ACTION_TASKS
+    )
 
 
 @retry_on_dead_connection
@@ -461,7 +486,7 @@ def set_state(
     instance's fault.  ``task_state``: only while exactly that action is
     in flight (an answer ends the action it was for, not another).
     """
-    values = state_values(event) | {"updated_at": utcnow()}
+    values = state_values(event, db.carrier) | {"updated_at": utcnow()}
     if fault is not None:
         values["fault"] = fault
     where = [_INSTANCES.c.uuid == instance_uuid, may_happen(_INSTANCES.c.vm_state, event)]
@@ -527,7 +552,7 @@ def request_rebuild(db: Database, instance_uuid: str, request: RebuildRequest) -
                 reason="a rebuild with another image or config drive is in flight; "
                 "rebuild again once it is over",
             )
-        values = state_values(Event.REBUILD) | {
+        values = state_values(Event.REBUILD, db.carrier) | {
             "updated_at": utcnow(),
             "image": image,
             "config_drive": config_drive,
@@ -544,7 +569,7 @@ def fail_build(db: Database, instance_uuid: str, fault: str) -> int | None:
     it is no longer building; the attempts so far otherwise.
     """
     with db.writing() as connection:
-        return count_attempt(connection, instance_uuid, fault, now=utcnow())
+        return count_attempt(connection, instance_uuid, fault, now=utcnow(), carrier=db.carrier)
 
 
 def count_attempt(
@@ -555,6 +580,7 @@ def count_attempt(
     now: datetime.datetime,
     node_uuid: str | None = None,
     max_attempts: int | None = None,
+    carrier: str | None = None,
 ) -> int | None:
     """Count a failed attempt of a building instance, in the caller's transaction.
 
@@ -585,7 +611,7 @@ def count_attempt(
         "attempts": attempts,
         "fault": f"{row.fault}\n{line}" if row.fault else line,
         "updated_at": now,
-        **state_values(event),
+        **state_values(event, carrier),
     }
     if node_uuid is not None:
         values |= {
@@ -603,14 +629,18 @@ def count_attempt(
 
 @retry_on_dead_connection
 def touch(db: Database, instance_uuids: Sequence[str]) -> None:
-    """Mark progress on instances (the sweeper's retry counts as one)."""
+    """Mark progress on instances (the sweeper's retry counts as one): the
+    conductor retrying them carries them from here on."""
     if not instance_uuids:
         return
+    values: dict[str, Any] = {"updated_at": utcnow()}
+    if db.carrier is not None:
+        values["conductor"] = db.carrier
     with db.transaction() as session:
         session.execute(
             update(InstanceModel)
             .where(InstanceModel.uuid.in_(list(instance_uuids)))
-            .values(updated_at=utcnow())
+            .values(values)
             .execution_options(synchronize_session=False)
         )
 

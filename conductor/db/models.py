@@ -53,6 +53,7 @@ __all__ = [
     "FlavorModel",
     "InstanceModel",
     "NodeModel",
+    "NodePowerRequestModel",
     "QuotaLimitModel",
     "QuotaProjectModel",
     "binary_collation",
@@ -181,6 +182,7 @@ class InstanceModel(Base):
         Index("instances_task_state_idx", "task_state"),
         Index("instances_host_idx", "host"),
         Index("instances_project_idx", "project_id"),
+        Index("instances_conductor_idx", "conductor"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -209,11 +211,36 @@ class InstanceModel(Base):
     # request: every agent that acts on the instance gets them from here.
     image: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     config_drive: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The conductor carrying the build, teardown or action in flight (the
+    # one whose queue holds it); NULL: nobody does, a peer adopts it.
+    conductor: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    # The request id of the action in flight, sent to the agent: a verb
+    # repeated by another conductor is done once.
+    action_id: Mapped[str | None] = mapped_column(ExactString(36), nullable=True)
     created_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow
     )
     updated_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow, onupdate=utcnow
+    )
+
+
+class NodePowerRequestModel(Base):
+    """An operator's node power verb in flight (one per node: the last asked).
+
+    Stored before it is routed, removed at its end: a conductor that dies
+    mid-call leaves it to a peer, which routes it again with the same
+    ``request_id`` (the agent does it once).
+    """
+
+    __tablename__ = "node_power_requests"
+
+    node_uuid: Mapped[str] = mapped_column(ExactString(36), primary_key=True)
+    target: Mapped[str] = mapped_column(ExactString(32), nullable=False)
+    request_id: Mapped[str] = mapped_column(ExactString(36), nullable=False)
+    conductor: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
     )
 
 

@@ -24,7 +24,7 @@ from conductor.common.exception import FieldError, Forbidden, InvalidInput, Serv
 from conductor.common.ironic import states as ironic_states
 from conductor.common.objects import VmState
 from conductor.common.tenancy import Caller
-from conductor.db import fleet_report, power_states
+from conductor.db import carriage, fleet_report, power_states
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.ironic_sync import REMOVED_REASON
@@ -55,6 +55,7 @@ PROBLEM_KINDS: Final = (
     "state-mismatch",
     "backend-mismatch",
     "power-mismatch",
+    "conductor-gone",
 )
 #: What a stuck instance is doing, in a problem's message.
 _STUCK_WORK: Final = {
@@ -92,7 +93,10 @@ class FleetEndpoint:
         *,
         stuck_after: Callable[[], float] = lambda: DEFAULT_STUCK_AFTER,
         power_mismatch_after: Callable[[], float] = lambda: DEFAULT_STUCK_AFTER,
+        conductors: Callable[[], frozenset[str] | None] = lambda: None,
     ) -> None:
+        """``conductors``: the live conductors (``None``: cannot tell)."""
+        self._conductors = conductors
         self._db = db
         self._fleet = fleet
         self._host = host
@@ -245,6 +249,7 @@ class FleetEndpoint:
             *self._state_problems(),
             *self._back_end_problems(),
             *self._power_problems(float(self._power_mismatch_after())),
+            *_carrier_problems(self._db, self._conductors()),
         ]
         LOG.debug("Fleet check by conductor %s: %d problems", self._host, len(problems))
         return {
@@ -530,6 +535,7 @@ def problem_counts(
     stuck_after: float,
     *,
     power_mismatch_after: float = DEFAULT_STUCK_AFTER,
+    conductors: frozenset[str] | None = None,
 ) -> dict[str, int]:
     """How many of each kind of problem :meth:`FleetEndpoint.fleet_check` finds,
     counted in full (the check lists samples): the conductor's
@@ -571,4 +577,33 @@ def problem_counts(
     counts["power-mismatch"] = power_states.power_mismatches(
         db, unchanged_since=since, node_unchanged_since=since, sample=0
     )[0]
+    if conductors is None:
+        del counts["conductor-gone"]
+    else:
+        counts["conductor-gone"] = sum(p["records"] for p in _carrier_problems(db, conductors))
     return counts
+
+
+def _carrier_problems(db: Database, conductors: frozenset[str] | None) -> list[Problem]:
+    """Work in flight carried by a conductor that is gone, or by none (its
+    peers carry it on within seconds: one that lasts is a problem)."""
+    if conductors is None:
+        return []
+    problems: list[Problem] = []
+    for carrier, records in sorted(
+        carriage.carriers(db).items(), key=lambda item: str(item[0] or "")
+    ):
+        if carrier in conductors:
+            continue
+        who = "no conductor" if carrier is None else f"conductor {carrier}, which is gone,"
+        problems.append(
+            {
+                "kind": "conductor-gone",
+                "host": carrier,
+                "records": records,
+                "message": f"{records} builds, deletes, actions or node power requests "
+                f"are carried by {who} (a live conductor adopts them within seconds; "
+                "check that the conductors are members of their group)",
+            }
+        )
+    return problems

@@ -35,17 +35,25 @@ to an agent that dies mid-action hangs until that timeout: the takeover's
 re-route does not wait for it (one call per action *and owner epoch* runs
 at a time), and the hung call, when it ends, finds the action done.
 
-An operator's node power verb has no instance record to resume from: it is
-routed the same way, in the background (the API answers 202), and the
-node's ``power_state`` follows the owner's answer; one lost to an agent's
-death is logged, and issued again by the operator.
+Each action carries the request id stored with it (compute API 1.5): a
+peer conductor that carries it on after this one died sends the same id,
+and the agent does the verb once (it waits for the call in flight, or
+answers what it did).
+
+An operator's node power verb is stored too (:mod:`conductor.db.carriage`,
+one per node, the last one asked), routed the same way in the background
+(the API answers 202), and forgotten at its end; the node's
+``power_state`` follows the owner's answer.  While the node has no live
+owner it is tried again every few seconds; a conductor that dies leaves
+it to a peer.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
@@ -53,7 +61,7 @@ from conductor.common import verbs
 from conductor.common.exception import NotFound, ServiceUnavailable
 from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Instance, Node, PowerState, TaskState
-from conductor.db import instances, node_states, nodes
+from conductor.db import carriage, instances, node_states, nodes
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
@@ -85,6 +93,9 @@ POWER_TARGETS: Final[Mapping[str, str]] = {
     "soft power off": "soft power off",
     "soft rebooting": "soft reboot",
 }
+
+#: Seconds before a node power request that waits (no live owner) is tried again.
+_POWER_RETRY_S = 2.0
 
 #: The :class:`OwnerCalls` lane whose threads carry the actions (they wait for their end).
 ACTION_LANE: Final = "action-sender"
@@ -159,6 +170,7 @@ class ActionRouter:
             self._failed(instance_uuid, task, fault)
             return
         target = call.target or call.method
+        request_id = carriage.action_request_id(self._db, instance_uuid)
         if not self._compute.can_send_version(call.version):
             LOG.info(
                 "Instance %s: agents are pinned below compute API %s: %s instead of %s",
@@ -168,7 +180,7 @@ class ActionRouter:
                 target,
             )
             target = _HARD[target]
-        self._route(instance, task, instance.node_uuid, target)
+        self._route(instance, task, instance.node_uuid, target, request_id)
 
     def _pinned_below(self, verb: verbs.Verb, instance: Instance) -> str | None:
         """Why ``[upgrade_levels] compute`` forbids *verb*'s call for *instance*, if it does.
@@ -198,14 +210,21 @@ class ActionRouter:
             )
         return None
 
-    def _route(self, instance: Instance, task: TaskState, node_uuid: str, target: str) -> None:
+    def _route(
+        self,
+        instance: Instance,
+        task: TaskState,
+        node_uuid: str,
+        target: str,
+        request_id: str | None,
+    ) -> None:
         """Call the node's owner (one call per action and owner epoch at a
         time); the answer ends the action."""
         uuid = instance.uuid
         reply = self._owners.call(
             f"Instance {uuid}",
             nodes.get_node(self._db, node_uuid),
-            functools.partial(self._call, target=target, instance=instance),
+            functools.partial(self._call, target=target, instance=instance, request_id=request_id),
             once_per=uuid,
         )
         if reply.outcome is Outcome.ACCEPTED:
@@ -285,26 +304,62 @@ class ActionRouter:
     # -- nodes --------------------------------------------------------------------------
 
     def set_node_power(self, node: Node, target: str) -> None:
-        """Power *node* (an API target, :data:`POWER_TARGETS`) in the background."""
-        call = self._node_power_logged
-        if not self._owners.in_background(ACTION_LANE, call, node.uuid, POWER_TARGETS[target]):
-            raise ServiceUnavailable("the conductor is stopping; issue the power action again")
+        """Store and power *node* (an API target, :data:`POWER_TARGETS`) in the background."""
+        self._node_power_later(carriage.store_power_request(self._db, node.uuid, target), 0.0)
 
-    def _node_power_logged(self, node_uuid: str, target: str) -> None:
+    def repower(self, requests: Sequence[carriage.PowerRequest]) -> None:
+        """Route again node power requests carried on from a conductor that is gone."""
+        for request in requests:
+            self._node_power_later(request, 0.0)
+
+    def _node_power_later(self, request: carriage.PowerRequest, delay: float) -> None:
+        """Route *request* on the action lane after *delay* seconds."""
+
+        def send() -> None:
+            # The conductor stops: the record stays, a peer carries it on.
+            self._owners.in_background(ACTION_LANE, self._node_power_logged, request)
+
+        if not delay:
+            send()
+            return
+        timer = threading.Timer(delay, send)
+        timer.daemon = True
+        timer.start()
+
+    def _node_power_logged(self, request: carriage.PowerRequest) -> None:
         try:
-            self._node_power(node_uuid, target)
+            self._node_power(request)
         except Exception:
-            LOG.exception("Node %s: %s failed", node_uuid, target)
+            LOG.exception("Node %s: %s failed; retrying", request.node_uuid, request.target)
+            self._node_power_later(request, _POWER_RETRY_S)
 
-    def _node_power(self, node_uuid: str, target: str) -> None:
+    def _node_power(self, request: carriage.PowerRequest) -> None:
+        node_uuid = request.node_uuid
+        if request not in carriage.power_requests_of(self._db, [node_uuid]):
+            return  # ended, replaced by a later one, or carried on by a peer
+        target = POWER_TARGETS[request.target]
         if target in _HARD and not self._compute.can_send_version(SOFT_POWER_VERSION):
             target = _HARD[target]
         reply = self._owners.call(
             f"Node {node_uuid}",
             nodes.get_node(self._db, node_uuid),
-            functools.partial(self._call, target=target),
+            functools.partial(self._call, target=target, request_id=request.request_id),
         )
         fence = reply.fence
+        if reply.outcome is Outcome.WAIT:
+            LOG.log(
+                self._waits.level(node_uuid, reply.reason),
+                "Node %s: %s waits: %s",
+                node_uuid,
+                target,
+                reply.reason,
+            )
+            self._node_power_later(request, _POWER_RETRY_S)
+            return
+        if reply.outcome is Outcome.MOOT:
+            return  # a call for it is in flight: its answer ends it
+        self._waits.forget(node_uuid)
+        carriage.end_power_request(self._db, request)
         if reply.outcome is Outcome.ACCEPTED:
             assert reply.answer is not None
             self._record_power(node_uuid, fence, reply.answer)
@@ -316,13 +371,6 @@ class ActionRouter:
                 fence.epoch,
                 reply.answer.value,
             )
-        elif reply.error is None:  # no live owner, or it kept changing
-            LOG.warning(
-                "Node %s: %s not done: %s; issue it again once the node has an owner",
-                node_uuid,
-                target,
-                reply.reason,
-            )
         else:
             why = reply.reason
             LOG.warning("Node %s: %s by %s failed: %s", node_uuid, target, fence.owner, why)
@@ -330,7 +378,13 @@ class ActionRouter:
     # -- shared -------------------------------------------------------------------------
 
     def _call(
-        self, fence: Fence, node: Node, *, target: str, instance: Instance | None = None
+        self,
+        fence: Fence,
+        node: Node,
+        *,
+        target: str,
+        request_id: str | None,
+        instance: Instance | None = None,
     ) -> PowerState:
         """One fenced call; the power state the node ended in (a rebuild ends on)."""
         if target == _REBUILD and instance is not None:
@@ -341,6 +395,7 @@ class ActionRouter:
                 node=node.to_dict(),
                 epoch=fence.epoch,
                 timeout=self._timeout,
+                request_id=request_id,
                 **deploy_spec(instance),
             )
             answer = PowerState.ON.value if answer == "active" else answer
@@ -351,6 +406,7 @@ class ActionRouter:
                 epoch=fence.epoch,
                 target=target,
                 timeout=self._timeout,
+                request_id=request_id,
             )
         try:
             return PowerState(answer)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common.exception import ConfigurationError
 from conductor.common.objects import Flavor, Instance, Node
+from conductor.db.carriage import PowerRequest
 from conductor.db.engine import Database
 from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
@@ -152,9 +153,20 @@ class BuildLifecycle:
         )
         return self._agent_router
 
-    def start(self) -> None:
-        """Start the workers; every build and delete still in flight is queued again."""
-        self._workers.start()
+    def start(self, *, resume: bool = True) -> None:
+        """Start the workers; with *resume*, every build, delete and action
+        still in flight is queued again (a conductor with peers resumes only
+        what it carries, :mod:`conductor.peers`)."""
+        self._workers.start(resume=resume)
+
+    def redrive(self, instance_uuids: Sequence[str]) -> None:
+        """Drive on these stored instances as their state says (adopted)."""
+        self._workers.redrive(instance_uuids)
+
+    def repower(self, requests: Sequence[PowerRequest]) -> None:
+        """Route again these stored node power requests (adopted)."""
+        if self._actions is not None:
+            self._actions.repower(requests)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work (what is queued stays stored), then send the accepts

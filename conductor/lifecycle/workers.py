@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from conductor.common.exception import (
@@ -104,10 +104,22 @@ class BuildWorkers:
             for i in range(workers)
         ]
 
-    def start(self) -> None:
+    def start(self, *, resume: bool = True) -> None:
+        """Start the workers; with *resume*, queue every stored instance in
+        flight (a conductor with peers resumes only what it carries)."""
         for thread in self._threads:
             thread.start()
-        self.resume()
+        if resume:
+            self.resume()
+
+    def redrive(self, instance_uuids: Sequence[str]) -> None:
+        """Drive on these stored instances as their state says (adopted from
+        a conductor that is gone): schedule, route, tear down or act."""
+        for instance in instances.get_instances(self._db, instance_uuids):
+            if instance.vm_state is VmState.BUILDING and instance.node_uuid is None:
+                self._queue.submit([instance.uuid])
+            elif instance.vm_state is VmState.DELETING or instance.node_uuid is not None:
+                self._redrive(instance)
 
     def resume(self) -> int:
         """Queue every stored instance still waiting for a node (after a restart)."""

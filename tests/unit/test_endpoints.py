@@ -1698,7 +1698,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
     add_nodes(env.db, 2, prefix="free")
     [node] = add_nodes(env.db, 1, owner="agent-1", prefix="slow")
     _in_flight(env, node, "building", "spawning", age=700, owner="agent-1")
-    counts = problem_counts(env.db, env.fleet, 600.0)
+    counts = problem_counts(env.db, env.fleet, 600.0, conductors=frozenset({"cond-1"}))
     assert counts == {
         "orphaned": 3 + 2,  # the dead owner's nodes, pinned or not, and the free ones
         "excluded": 1,
@@ -1711,6 +1711,8 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
         "state-mismatch": 0,
         "backend-mismatch": 0,
         "power-mismatch": 0,
+        # The build was stored by no conductor: nobody carries it.
+        "conductor-gone": 1,
     }
     assert set(counts) == set(PROBLEM_KINDS)
     # Who is alive cannot be told: orphaned and excluded are left out, not 0.
@@ -1720,6 +1722,7 @@ def test_problem_counts_count_every_kind_in_full(env: Env) -> None:
         "excluded",
         "agent-unreachable",
         "backend-unreachable",
+        "conductor-gone",  # no live conductors given: cannot tell
     }
 
 

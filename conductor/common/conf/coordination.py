@@ -42,6 +42,15 @@ opts = [
         default="ringfleet-compute",
         help="Name of the tooz group the compute agents join.",
     ),
+    cfg.StrOpt(
+        "conductor_group",
+        default="ringfleet-conductors",
+        help=(
+            "Name of the tooz group the conductors join: when one leaves or "
+            "its lease expires, its peers carry on the builds, deletes, "
+            "instance actions and node power requests it was carrying."
+        ),
+    ),
     cfg.FloatOpt(
         "watch_interval",
         default=1.0,
