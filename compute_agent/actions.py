@@ -10,6 +10,8 @@ now owns.  What is left here is what each verb decides and asks its driver.
 
 ``build`` is idempotent by instance id: the conductor may retry an accept
 that timed out, and the second call finds the first one running or done.
+``set_power`` and ``rebuild``, which the conductor waits for, are done at
+most once per request id (:mod:`compute_agent.request_log`) when it sends one.
 
 Nothing about a node is remembered between actions but the work running
 on it now: whether a node already hosts the instance, or another one, is
@@ -22,6 +24,8 @@ copy of what it once did there itself.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from compute_agent.drivers.base import (
     NO_DEPLOY_SPEC,
@@ -40,6 +44,7 @@ from compute_agent.node_task import (
     TaskCancelled,
 )
 from compute_agent.ownership import OwnershipManager
+from compute_agent.request_log import Request, RequestLog
 from conductor.common.exception import (
     ActionAbandoned,
     NodeNotBuildable,
@@ -52,6 +57,8 @@ from conductor.common.objects import Node, PowerState, ProvisionState
 __all__ = ["PROGRESS_EVERY", "NodeActions"]
 
 LOG = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Provision states of the back end no deploy starts from.
 _NOT_BUILDABLE = frozenset({ProvisionState.ENROLL, ProvisionState.MANAGEABLE})
@@ -68,10 +75,14 @@ class NodeActions(NodeTasks):
         results: ResultSink,
         *,
         suspend_wait: float = 10.0,
+        requests: RequestLog | None = None,
     ) -> None:
+        """``requests``: the record of ``set_power`` and ``rebuild`` by request id
+        (a new :class:`RequestLog` with its default bounds if none)."""
         super().__init__(host, ownership, results, suspend_wait=suspend_wait)
         self._driver = driver
         self._pins = ownership  # the tasks fence with it; the verbs pin and unpin
+        self._requests = requests if requests is not None else RequestLog()
 
     def stop_accepting(self) -> None:
         """The agent stops: no new action, and no more waiting on the back end.
@@ -202,19 +213,47 @@ class NodeActions(NodeTasks):
             task.spawn_after(self._destroy, instance_uuid, node, epoch)
         return "accepted"
 
-    def set_power(self, node: Node, epoch: int, target: PowerTarget) -> PowerState:
+    def set_power(
+        self, node: Node, epoch: int, target: PowerTarget, request_id: str | None = None
+    ) -> PowerState:
         """Power *node* and wait (an instance's reboot/stop/start, an operator's verb).
+
+        With a *request_id*, at most once for it (see :meth:`_once`).
 
         :raises NotOwner: the epoch is not the one held: nothing is done
         :raises Conflict: another action runs on the node, or the agent is
             stopping (the conductor retries, with the next owner if need be)
+        :raises InvalidInput: *request_id* was sent for another request
         """
-        with self.acquire(node.uuid, epoch, Purpose("power", target)) as task:
-            state = self._driver.set_power(task.ctx, node, target)
-        return state
+
+        def power() -> PowerState:
+            with self.acquire(node.uuid, epoch, Purpose("power", target)) as task:
+                state = self._driver.set_power(task.ctx, node, target)
+            return state
+
+        return self._once(request_id, Request("power", node.uuid, target), epoch, power)
+
+    def _once(
+        self, request_id: str | None, request: Request, epoch: int, verb: Callable[[], _T]
+    ) -> _T:
+        """``verb()``, at most once per *request_id* (none given: every call runs).
+
+        The fence comes first: a repeat at an epoch the agent no longer holds
+        (the node was taken over since the first call) is ``NotOwner``, so the
+        conductor re-reads the owner, never an answer from before the takeover.
+        """
+        if request_id is None:
+            return verb()
+        self._pins.check(request.node_uuid, epoch)
+        return self._requests.run(request_id, request, verb)
 
     def rebuild(
-        self, instance_uuid: str, node: Node, epoch: int, spec: DeploySpec = NO_DEPLOY_SPEC
+        self,
+        instance_uuid: str,
+        node: Node,
+        epoch: int,
+        spec: DeploySpec = NO_DEPLOY_SPEC,
+        request_id: str | None = None,
     ) -> str:
         """Re-image *node* in place for the instance it hosts, and wait: ``"active"``.
 
@@ -226,22 +265,29 @@ class NodeActions(NodeTasks):
         taken over stops at its next step; the new owner does it again when
         the conductor routes it there.
 
+        With a *request_id*, at most once for it (see :meth:`_once`).
+
         :raises NotOwner: the epoch is not (or no longer) the one held
         :raises Conflict: another action runs on the node, or the agent is stopping
         :raises NodeNotBuildable: the back end shows the node hosting another instance
         :raises DriverError: the rebuild failed
+        :raises InvalidInput: *request_id* was sent for another request
         """
-        purpose = Purpose("rebuild", instance_uuid)
-        with self.acquire(node.uuid, epoch, purpose, instance_uuid=instance_uuid) as task:
-            self._driver.rebuild(task.ctx, node, task.progress, spec)
-        LOG.info(
-            "Agent %s rebuilt instance %s on node %s (epoch %d)",
-            self._host,
-            instance_uuid,
-            node.uuid,
-            epoch,
-        )
-        return "active"
+
+        def rebuild() -> str:
+            purpose = Purpose("rebuild", instance_uuid)
+            with self.acquire(node.uuid, epoch, purpose, instance_uuid=instance_uuid) as task:
+                self._driver.rebuild(task.ctx, node, task.progress, spec)
+            LOG.info(
+                "Agent %s rebuilt instance %s on node %s (epoch %d)",
+                self._host,
+                instance_uuid,
+                node.uuid,
+                epoch,
+            )
+            return "active"
+
+        return self._once(request_id, Request("rebuild", node.uuid, instance_uuid), epoch, rebuild)
 
     # -- background work -----------------------------------------------------------
 

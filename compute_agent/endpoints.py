@@ -12,6 +12,7 @@ import oslo_messaging as messaging
 
 from compute_agent.actions import NodeActions
 from compute_agent.drivers.base import DeploySpec, validate_power_target
+from compute_agent.request_log import check_request_id
 from compute_agent.rpcapi import API_VERSION
 from conductor.common import checks
 from conductor.common.checks import validate_uuid
@@ -159,19 +160,28 @@ class ComputeEndpoint:
         epoch: Any,
         image: Any = None,
         config_drive: Any = None,
+        request_id: Any = None,
     ) -> str:
         """Re-image the node in place for the instance it hosts, and wait (1.3);
-        with the ``image`` and ``config_drive`` to deploy since 1.4."""
+        with the ``image`` and ``config_drive`` to deploy since 1.4; at most
+        once per ``request_id`` since 1.5 (:mod:`compute_agent.request_log`)."""
         instance = validate_uuid(instance_uuid, "instance_uuid")
         target = _node(node)
         held = checks.check_epoch(epoch, "epoch")
         spec = _deploy_spec(image, config_drive)
-        return self._actions.rebuild(instance, target, held, spec)
+        once = check_request_id(request_id)
+        return self._actions.rebuild(instance, target, held, spec, request_id=once)
 
-    def set_power_state(self, ctxt: dict[str, Any], *, node: Any, epoch: Any, target: Any) -> str:
+    def set_power_state(
+        self, ctxt: dict[str, Any], *, node: Any, epoch: Any, target: Any, request_id: Any = None
+    ) -> str:
+        """Power the node and wait: its power state; at most once per
+        ``request_id`` since 1.5 (:mod:`compute_agent.request_log`)."""
         found = _node(node)
         held = checks.check_epoch(epoch, "epoch")
-        state = self._actions.set_power(found, held, validate_power_target(target))
+        power = validate_power_target(target)
+        once = check_request_id(request_id)
+        state = self._actions.set_power(found, held, power, request_id=once)
         return state.value
 
     def ping(self, ctxt: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,12 @@ API version history:
   them): the back end redeploys those, not what its last deploy left.  A
   rebuild with either is sent at 1.4 only, so an older agent refuses it
   rather than redeploy the old image.
+* 1.5 - set_power_state and rebuild_instance take a ``request_id`` (a
+  string of 1..64 characters, one per action the conductor stored): the
+  agent does the verb at most once per id; a repeat of the id gets the
+  first call's answer or error (waiting for it if it still runs).  A call
+  with one is sent at 1.5; a client capped below 1.5 sends it without (an
+  older agent cannot tell a repeat from a new call).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "API_VERSION",
     "DEPLOY_SPEC_VERSION",
     "REBUILD_SPEC_VERSION",
+    "REQUEST_ID_VERSION",
     "SOFT_POWER_VERSION",
     "ComputeAPI",
 ]
@@ -47,7 +54,7 @@ _T = TypeVar("_T")
 
 # The version the agent's endpoint serves and the newest the client speaks:
 # one version per API.  Bump it with a line in the history above.
-API_VERSION = "1.4"
+API_VERSION = "1.5"
 
 #: The version whose builds carry an image and a config drive.
 DEPLOY_SPEC_VERSION = "1.2"
@@ -55,6 +62,8 @@ DEPLOY_SPEC_VERSION = "1.2"
 SOFT_POWER_VERSION = "1.3"
 #: The version whose rebuilds carry the image and config drive to deploy.
 REBUILD_SPEC_VERSION = "1.4"
+#: The version whose set_power_state and rebuild_instance take a request id.
+REQUEST_ID_VERSION = "1.5"
 
 
 class ComputeAPI:
@@ -195,24 +204,34 @@ class ComputeAPI:
         node: dict[str, Any],
         epoch: int,
         target: str,
+        request_id: str | None = None,
         timeout: float | None = None,
     ) -> str:
         """Power the node on or off, or reboot it, and wait: the resulting power
         state (``"power on"`` or ``"power off"``).  The soft targets need 1.3.
 
+        With a *request_id* (1.5) the agent powers the node at most once for
+        it: a repeat (this caller's peer re-sending after it died) gets the
+        first call's answer.  Capped below 1.5 (``[upgrade_levels] compute``),
+        the call is sent without it, at the version it needs otherwise: an
+        older agent cannot tell a repeat from a new call, and does it again.
+
         :raises NotOwner: *epoch* is not the one the agent holds (re-read)
         :raises Conflict: the node is busy with another action (retry)
+        :raises InvalidInput: *request_id* was sent for another verb, node or target
         """
         version = "1.3" if target.startswith("soft") else "1.0"
+        once = self._request_id(request_id)
         return self._call(
             str,
             host,
             "set_power_state",
             timeout,
-            version=version,
+            version=REQUEST_ID_VERSION if once else version,
             node=node,
             epoch=epoch,
             target=target,
+            **once,
         )
 
     def rebuild_instance(
@@ -224,30 +243,47 @@ class ComputeAPI:
         epoch: int,
         image: dict[str, Any] | None = None,
         config_drive: dict[str, Any] | None = None,
+        request_id: str | None = None,
         timeout: float | None = None,
     ) -> str:
         """Re-image the node in place for *instance_uuid* and wait: ``"active"`` (1.3).
 
         With the ``image`` and ``config_drive`` to deploy (1.4: sent at 1.4
         when either is given; without them the back end redeploys what it has).
+        With a *request_id* (1.5) the agent rebuilds at most once for it, as
+        :meth:`set_power_state` says (and, capped below 1.5, sends it without).
 
         :raises NotOwner: *epoch* is not the one the agent holds (re-read)
         :raises Conflict: the node is busy with another action (retry)
+        :raises InvalidInput: *request_id* was sent for another verb, node or instance
         """
         spec: dict[str, Any] = {}
         if image is not None or config_drive is not None:
             spec = {"image": image, "config_drive": config_drive}
+        once = self._request_id(request_id)
+        if once:
+            version = REQUEST_ID_VERSION
+        else:
+            version = REBUILD_SPEC_VERSION if spec else SOFT_POWER_VERSION
         return self._call(
             str,
             host,
             "rebuild_instance",
             timeout,
-            version=REBUILD_SPEC_VERSION if spec else SOFT_POWER_VERSION,
+            version=version,
             instance_uuid=instance_uuid,
             node=node,
             epoch=epoch,
             **spec,
+            **once,
         )
+
+    def _request_id(self, request_id: str | None) -> dict[str, str]:
+        """``{"request_id": ...}`` to send, or ``{}``: none given, or the client
+        capped below :data:`REQUEST_ID_VERSION` (the agent may be older)."""
+        if request_id is None or not self.can_send_version(REQUEST_ID_VERSION):
+            return {}
+        return {"request_id": request_id}
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:
         return self._call(dict[str, Any], host, "ping", timeout)

@@ -313,7 +313,9 @@ def test_the_endpoint_hands_the_rebuild_its_image_and_config_drive() -> None:
     rebuilt: list[DeploySpec] = []
 
     class Actions:
-        def rebuild(self, instance: str, node: Node, epoch: int, spec: DeploySpec) -> str:
+        def rebuild(
+            self, instance: str, node: Node, epoch: int, spec: DeploySpec, request_id: None
+        ) -> str:
             rebuilt.append(spec)
             return "active"
 
