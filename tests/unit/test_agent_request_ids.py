@@ -226,7 +226,7 @@ def test_a_request_id_sent_for_another_request_is_refused_naming_it(agent: Agent
         with pytest.raises(InvalidInput) as refused:
             mismatch()
         assert refused.value.fields == ["request_id"]
-        assert f"power power on on node {node.uuid}" in str(refused.value)
+        assert f"power 'power on' on node {node.uuid}" in str(refused.value)
     assert power_log(agent, node) == ["power_on"] and power_log(agent, other) == []
     assert rebuilt(agent, node) == 0
 
