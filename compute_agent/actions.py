@@ -18,7 +18,8 @@ on it now: whether a node already hosts the instance, or another one, is
 read from the back end (:meth:`ComputeDriver.inspect`) at every accept.
 An agent that acquired the node a moment ago (a takeover, a re-home, its
 own restart) therefore sees what the previous owner left, never a stale
-copy of what it once did there itself.
+copy of what it once did there itself.  (The record of request ids keeps
+answers to repeat to the same caller, never what a node holds.)
 """
 
 from __future__ import annotations

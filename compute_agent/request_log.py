@@ -80,7 +80,7 @@ class Request(NamedTuple):
     subject: str
 
     def __str__(self) -> str:
-        return f"{self.verb} {self.subject} on node {self.node_uuid}"
+        return f"{self.verb} {self.subject!r} on node {self.node_uuid}"
 
 
 def check_request_id(value: object, field: str = "request_id") -> str | None:

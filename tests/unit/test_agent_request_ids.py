@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from oslo_config import cfg
 
 from compute_agent.drivers import ActionContext
 from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.request_log import MAX_REQUEST_ID, Request, RequestLog, kept
 from compute_agent.rpcapi import API_VERSION, REQUEST_ID_VERSION, ComputeAPI
+from conductor.common import rpc
 from conductor.common.exception import (
     ActionAbandoned,
     Conflict,
@@ -224,7 +226,7 @@ def test_a_request_id_sent_for_another_request_is_refused_naming_it(agent: Agent
         with pytest.raises(InvalidInput) as refused:
             mismatch()
         assert refused.value.fields == ["request_id"]
-        assert f"power power on on node {node.uuid}" in str(refused.value)
+        assert f"power 'power on' on node {node.uuid}" in str(refused.value)
     assert power_log(agent, node) == ["power_on"] and power_log(agent, other) == []
     assert rebuilt(agent, node) == 0
 
@@ -440,3 +442,35 @@ def test_a_client_capped_below_1_5_sends_without_the_request_id(
     assert [v for v, _ in recorder.sent] == ["1.0", "1.3", "1.3", "1.4"]
     assert all("request_id" not in kw for _, kw in recorder.sent)
     assert recorder.sent[3][1]["image"] == {"id": "x"}
+
+
+def test_a_repeat_over_the_broker_acts_once_and_a_capped_client_acts_again(agent: Agent) -> None:
+    """A real oslo.messaging round trip (``kombu+memory``): the agent's server
+    takes ``request_id`` at 1.5, and its refusal comes back as itself."""
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    conf.set_override("transport_url", "kombu+memory:////")
+    transport = rpc.get_transport(conf)
+    server = rpc.get_server(transport, rpc.COMPUTE_TOPIC, HOST, [endpoint_of(agent)])
+    server.start()
+    try:
+        node = agent.nodes[0]
+        call = {"node": node.to_dict(), "epoch": agent.epoch(node)}
+        api = ComputeAPI(transport, timeout=LONG)
+        for _ in range(2):
+            assert (
+                api.set_power_state(HOST, **call, target="reboot", request_id="w-1") == "power on"
+            )
+        assert power_log(agent, node) == ["reboot"]
+        with pytest.raises(InvalidInput) as refused:
+            api.set_power_state(HOST, **call, target="power off", request_id="w-1")
+        assert refused.value.fields == ["request_id"]
+        capped = ComputeAPI(transport, timeout=LONG, version_cap="1.4")
+        for _ in range(2):
+            capped.set_power_state(HOST, **call, target="reboot", request_id="w-2")
+        assert power_log(agent, node) == ["reboot", "reboot", "reboot"]
+        assert "w-2" not in agent.actions._requests
+    finally:
+        server.stop()
+        server.wait()
+        transport.cleanup()
