@@ -262,7 +262,7 @@ class AgentService(Reconciler):
         # Not before it started: oslo.messaging's stop would wait for the start.
         server = self._server
         if server is not None and self._serving.is_set():
-            steps.run("stopping the RPC server", lambda: (server.stop(), server.wait()), _STEP_S)
+            steps.run("stopping the RPC server", lambda: rpc.stop_server(server), _STEP_S)
 
     def terminate(self, *, drain: bool = False) -> None:
         """Graceful stop (see module doc); ``drain`` hands every node over first.

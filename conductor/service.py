@@ -342,7 +342,7 @@ class ConductorService:
             # start that waits for the broker.
             steps.run(
                 "stopping the RPC server (the requests in flight)",
-                lambda: (server.stop(), server.wait()),
+                lambda: rpc.stop_server(server),
                 _STEP_S["rpc server"],
             )
         builds = self._builds

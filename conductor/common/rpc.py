@@ -43,6 +43,7 @@ __all__ = [
     "outcome_of",
     "outgoing_context",
     "register_opts",
+    "stop_server",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -422,3 +423,29 @@ def get_server(
         serializer=messaging.NoOpSerializer(),
         access_policy=_ApiMethodsOnly,
     )
+
+
+def stop_server(server: messaging.RPCServer) -> None:
+    """Stop *server* without losing a call sent to it: every call the broker
+    delivered is answered, every later one goes to a peer of its topic.
+
+    oslo.messaging's ``stop()`` ends the listener's poll but leaves its
+    consumers registered until the connection closes, after ``wait()``: the
+    broker goes on delivering calls meanwhile, and those that reach the
+    closing connection are lost (RabbitMQ, measured: the caller times out).
+    So the consumers are cancelled first; a cancel returns once the broker
+    confirmed it, after every delivery before it, which the listener
+    received and answers before ``stop()`` returns.  Through the driver's
+    own ``reset()`` (it cancels every consumer under the connection's
+    lock); a driver without it is stopped as before.
+    """
+    listener = getattr(getattr(server, "listener", None), "_poll_style_listener", None)
+    reset = getattr(getattr(listener, "conn", None), "reset", None)
+    if callable(reset):
+        try:
+            reset()
+        except Exception as exc:  # the broker is away: nothing more is delivered anyway
+            LOG.debug("RPC server's consumers not cancelled: %s", exc)
+    server.stop()
+    server.wait()
+

@@ -201,7 +201,10 @@ def test_conductor_kill9_with_actions(fleet: Fleet) -> None:
     _power_free_nodes(fleet, requests, _free_nodes(fleet)[:4])
     new = [str(uuidlib.uuid4()) for _ in range(2)]
     if requests.call(
-        "build", lambda: fleet.api.build_instances({"flavor": "small", "instance_uuids": new})
+        "build",
+        lambda: fleet.api.build_instances(
+            {"flavor": "small", "count": len(new), "instance_uuids": new}
+        ),
     ):
         requests.instances.update(dict.fromkeys(new, "active"))
     assert requests.errors == []
@@ -249,15 +252,28 @@ def test_conductor_sigterm_under_load(fleet: Fleet) -> None:
             index += 1
             time.sleep(0.5)
 
+    reads = Counter[str]()
+
+    def read() -> None:
+        # Calls that change nothing, as fast as they are answered: any lost
+        # at the stop is a client error.
+        while not stop.is_set():
+            if requests.call("show", functools.partial(fleet.api.show_instance, active[0])):
+                reads["answered"] += 1
+
     sender = threading.Thread(target=stream, name="request-stream", daemon=True)
+    reader = threading.Thread(target=read, name="read-stream", daemon=True)
     sender.start()
+    reader.start()
     time.sleep(1.5)  # a few requests in flight on both conductors
     carried = _carried(fleet)
     stopping = time.monotonic()
     code = fleet.procs["cond-2"].terminate(timeout=60)
     stopped_in = time.monotonic() - stopping
     sender.join(30)
+    time.sleep(1.0)  # reads answered by the survivor alone
     stop.set()
+    reader.join(30)
     _power_free_nodes(fleet, requests, _free_nodes(fleet)[:3])
     try:
         assert requests.errors == []
@@ -268,9 +284,9 @@ def test_conductor_sigterm_under_load(fleet: Fleet) -> None:
         raise
     _assert_each_verb_once(fleet, requests)
     assert code == 0
-    assert "handed" in fleet.procs["cond-2"].log() or carried["cond-2"] == 0
     print(
         f"\nconductor-sigterm-under-load: cond-2 stopped in {stopped_in:.1f} s carrying "
         f"{carried['cond-2']} records; {len(requests.instances)} instance requests and "
-        f"{len(requests.node_power)} node power requests, 0 client errors, each verb once"
+        f"{len(requests.node_power)} node power requests and {reads['answered']} reads, "
+        "0 client errors, each verb once"
     )
