@@ -223,4 +223,6 @@ def test_conductor_restart_resumes_stored_builds(fleet: dict[str, Any]) -> None:
     placed = [api.show_instance(i.uuid) for i in stored]
     assert len({p["node_uuid"] for p in placed}) == 4
     assert {p["task_state"] for p in placed} == {"spawning"}
-    assert "Resumed 4 stored builds" in restarted.log()
+    # Stored by no conductor (the test wrote them): nobody carries them,
+    # and the one conductor alive adopts them.
+    assert "carrying on 4 instances" in restarted.log()
