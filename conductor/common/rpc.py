@@ -448,4 +448,3 @@ def stop_server(server: messaging.RPCServer) -> None:
             LOG.debug("RPC server's consumers not cancelled: %s", exc)
     server.stop()
     server.wait()
-

@@ -22,7 +22,8 @@ from typing import NamedTuple
 from sqlalchemy import ColumnElement, Table, delete, insert, or_, select, true, update
 
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.instances import ACTION_IN_FLIGHT, IN_FLIGHT
+from conductor.db.instance_sweeps import IN_FLIGHT_OR_ACTING
+from conductor.db.instances import ACTION_IN_FLIGHT
 from conductor.db.models import InstanceModel, NodePowerRequestModel, utcnow
 
 __all__ = [
@@ -44,9 +45,7 @@ _INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
 _POWER: Table = NodePowerRequestModel.__table__  # type: ignore[assignment]
 
 #: Work an agent does on an instance: a build, a teardown or an action.
-_IN_FLIGHT = or_(
-    _INSTANCES.c.vm_state.in_(IN_FLIGHT), _INSTANCES.c.task_state.in_(ACTION_IN_FLIGHT)
-)
+_IN_FLIGHT = IN_FLIGHT_OR_ACTING
 
 
 class PowerRequest(NamedTuple):

@@ -63,8 +63,6 @@ __all__ = [
     "fail_build",
     "get_build",
     "get_instance",
-    "in_flight_on",
-    "in_flight_on_owner",
     "list_instances",
     "may_happen",
     "request_rebuild",
@@ -72,7 +70,6 @@ __all__ = [
     "state_values",
     "store_build_request",
     "to_instance",
-    "touch",
 ]
 
 
@@ -628,24 +625,6 @@ def count_attempt(
 
 
 @retry_on_dead_connection
-def touch(db: Database, instance_uuids: Sequence[str]) -> None:
-    """Mark progress on instances (the sweeper's retry counts as one): the
-    conductor retrying them carries them from here on."""
-    if not instance_uuids:
-        return
-    values: dict[str, Any] = {"updated_at": utcnow()}
-    if db.carrier is not None:
-        values["conductor"] = db.carrier
-    with db.transaction() as session:
-        session.execute(
-            update(InstanceModel)
-            .where(InstanceModel.uuid.in_(list(instance_uuids)))
-            .values(values)
-            .execution_options(synchronize_session=False)
-        )
-
-
-@retry_on_dead_connection
 def touch_progressing(db: Database, host: str, epochs: dict[str, int]) -> list[str]:
     """The back end moved the builds on these nodes: mark their progress.
 
@@ -686,36 +665,3 @@ def get_instances(db: Database, instance_uuids: Sequence[str]) -> list[Instance]
     with db.read() as connection:
         rows = connection.execute(_INSTANCES_BY_UUIDS, {"uuids": list(instance_uuids)})
         return [to_instance(row) for row in rows]
-
-
-#: Work an agent does on an instance: a build, a teardown or an action.
-_IN_FLIGHT_OR_ACTING = or_(
-    InstanceModel.vm_state.in_(IN_FLIGHT), InstanceModel.task_state.in_(ACTION_IN_FLIGHT)
-)
-
-
-@retry_on_dead_connection
-def in_flight_on_owner(db: Database, owner: str) -> list[Instance]:
-    """Instances building, being deleted or with an action in flight on
-    nodes ``owner`` holds (one read)."""
-    with db.reading() as session:
-        rows = session.scalars(
-            select(InstanceModel)
-            .join(NodeModel, NodeModel.uuid == InstanceModel.node_uuid)
-            .where(NodeModel.owner == owner, _IN_FLIGHT_OR_ACTING)
-            .order_by(InstanceModel.uuid)
-        )
-        return [to_instance(r) for r in rows]
-
-
-@retry_on_dead_connection
-def in_flight_on(db: Database, node_uuids: Sequence[str]) -> list[Instance]:
-    """Instances building, being deleted or with an action in flight on the
-    given nodes (one read)."""
-    with db.reading() as session:
-        rows = session.scalars(
-            select(InstanceModel)
-            .where(InstanceModel.node_uuid.in_(list(node_uuids)), _IN_FLIGHT_OR_ACTING)
-            .order_by(InstanceModel.uuid)
-        )
-        return [to_instance(r) for r in rows]

@@ -74,7 +74,7 @@ class BuildSweeper:
                 self._swept.discard(key)
                 timed_out.append((instance.uuid, instance.node_uuid))
         # The retries count as progress: one write for all, before acting.
-        instances.touch(self._db, [d.uuid for d in deletes] + unplaced + reroute)
+        instance_sweeps.touch(self._db, [d.uuid for d in deletes] + unplaced + reroute)
         for deleting in deletes:
             self._queue.delete(deleting.uuid)
         self._queue.submit(unplaced)

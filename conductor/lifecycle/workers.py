@@ -312,7 +312,7 @@ class BuildWorkers:
         """Pinned nodes changed owner: builds and teardowns still running there
         go to the new owner at once (a teardown the departed owner accepted
         but never reported waited for the sweeper)."""
-        for instance in instances.in_flight_on(self._db, node_uuids):
+        for instance in instance_sweeps.in_flight_on(self._db, node_uuids):
             LOG.info(
                 "Instance %s: node %s re-homed, routing its %s to the new owner",
                 instance.uuid,
@@ -341,7 +341,7 @@ class BuildWorkers:
         end shows.  Returns (builds, teardowns) re-driven.
         """
         builds = teardowns = 0
-        for instance in instances.in_flight_on_owner(self._db, host):
+        for instance in instance_sweeps.in_flight_on_owner(self._db, host):
             # An action (reboot...) counts with the builds: work to finish.
             if instance.vm_state is VmState.DELETING:
                 teardowns += 1

@@ -852,7 +852,8 @@ def test_fleet_check_ok_and_orphans(fleet: Embedded, monkeypatch: pytest.MonkeyP
 def _instance_on(
     db: Database, node: str, vm_state: str, task_state: str | None, provision: str, age: float
 ) -> str:
-    """An instance of ``agent-1`` on ``node``, its record unchanged for ``age`` s."""
+    """An instance of ``agent-1`` on ``node``, its record unchanged for ``age`` s
+    (carried by the embedded conductor, as a record it stored)."""
     instance = str(uuidlib.uuid4())
     with db.transaction() as session:
         session.add(
@@ -864,6 +865,7 @@ def _instance_on(
                 task_state=task_state,
                 node_uuid=node,
                 host="agent-1",
+                conductor="cond-1",
                 updated_at=utcnow() - datetime.timedelta(seconds=age),
             )
         )
