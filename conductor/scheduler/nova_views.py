@@ -212,8 +212,11 @@ class HostState:
         total_usable_disk_gb, free_disk_mb, disk_mb_used: ``0`` -- Nova's
         ironic driver reports no sizes (placement holds the node's one
         resource-class unit)
-    :ivar num_instances, num_io_ops, failed_builds: ``0`` (only free nodes
-        are filtered)
+    :ivar num_instances, num_io_ops: ``0`` (only free nodes are filtered)
+    :ivar failed_builds: *node* -- the node's ``failed_builds``: builds that
+        failed on it since the last success there, as Nova's compute counts
+        them (Nova: ``stats["failed_builds"]``, which ringfleet's ``stats``
+        leave out)
     :ivar metrics: ``[]`` (Nova: an empty ``MonitorMetricList``)
     :ivar pci_stats: an empty ``PciDeviceStats`` (no pools, truthy as Nova's)
     :ivar numa_topology: ``None``
@@ -240,6 +243,7 @@ class HostState:
     PER_NODE: ClassVar[frozenset[str]] = frozenset(
         {
             "host",
+            "failed_builds",
             "host_ip",
             "hypervisor_hostname",
             "nodename",
@@ -317,7 +321,7 @@ class HostState:
         self.vcpus_total = self.vcpus_used = 0
         self.total_usable_ram_mb = self.free_ram_mb = 0
         self.total_usable_disk_gb = self.free_disk_mb = self.disk_mb_used = 0
-        self.num_instances = self.num_io_ops = self.failed_builds = 0
+        self.num_instances = self.num_io_ops = 0
         (
             self.cpu_allocation_ratio,
             self.ram_allocation_ratio,
@@ -334,12 +338,14 @@ class HostState:
         self.hypervisor_hostname: str | None = None
         self.uuid: str | None = None
         self.ringfleet_name: str | None = None
+        self.failed_builds: int | None = None
         if per_node or per_owner:
             self.host = node.owner
             self.host_ip = host_ip
         if per_node:
             self.nodename = self.hypervisor_hostname = self.uuid = node.uuid
             self.ringfleet_name = node.name
+            self.failed_builds = node.failed_builds
 
     def __repr__(self) -> str:
         # Nova's filters log "%(host_state)s fails ...".

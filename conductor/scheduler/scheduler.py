@@ -90,7 +90,7 @@ class Scheduler:
         (:data:`conductor.scheduler.filters.ALWAYS_APPLIED`, Placement's half
         of Nova's scheduling among them) come first; a listed
         ``TraitsFilter`` is not applied twice
-    :param weighers: default: ``SpreadWeigher``
+    :param weighers: default: ``FailedBuildsWeigher``, ``SpreadWeigher``
     :param refresh_interval: seconds between incremental index refreshes
     :param refresh_overlap: seconds each refresh re-reads before the
         previous one started
