@@ -186,7 +186,7 @@ class Scheduler:
         exclude_nodes: Iterable[str] = (),
         scheduler_hints: Mapping[str, Any] | None = None,
         project_id: str | None = None,
-        image: Mapping[str, str] | None = None,
+        image: Mapping[str, Any] | None = None,
         host_ips: Mapping[str, str] | None = None,
     ) -> tuple[Node, Ownership]:
         """Choose a node for the instance and allocate it (committed) by compare-and-swap.
@@ -299,7 +299,7 @@ class Scheduler:
         *,
         scheduler_hints: Mapping[str, Any] | None,
         project_id: str | None = None,
-        image: Mapping[str, str] | None = None,
+        image: Mapping[str, Any] | None = None,
         host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         key = flavor_key(flavor)

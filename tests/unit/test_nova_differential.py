@@ -100,13 +100,24 @@ NODES = [make_node(i, properties, FAILED_BUILDS[i]) for i, properties in enumera
 IMAGE = {"source": "https://images.example/a.qcow2", "checksum": "0" * 32, "disk_format": "qcow2"}
 # Each dimension varied against the others' defaults; then a build with an
 # image and a project.
-Context = tuple[str | None, dict[str, str] | None]  # project id, the build's image
+Context = tuple[str | None, dict[str, Any] | None]  # project id, the build's image
 NO_CONTEXT: Context = (None, None)
 REQUESTS: list[tuple[dict[str, str], dict[str, Any], Context]] = [
     (specs, hints, NO_CONTEXT)
     for specs, hints in itertools.product(EXTRA_SPECS, HINTS)
     if not specs or not hints
 ] + [({}, {}, ("project-a", IMAGE)), ({"capabilities:boot_mode": "uefi"}, {}, ("p", None))]
+# Images with properties (Nova's ImageMetaProps), which ImagePropertiesFilter reads.
+IMAGE_PROPERTIES: list[dict[str, str]] = [
+    {"hw_architecture": "aarch64"},
+    {"hw_architecture": "x86_64", "hw_vm_mode": "hvm"},
+    {"img_hv_type": "qemu"},
+    {"img_hv_type": "baremetal", "hw_vm_mode": "xen"},
+    {"architecture": "i686", "img_hv_requested_version": ">=1"},
+    {"hw_architecture": "aarch64", "img_hv_requested_version": ">=2"},
+    {"os_distro": "debian"},
+]
+REQUESTS += [({}, {}, (None, {**IMAGE, "properties": p})) for p in IMAGE_PROPERTIES]
 
 
 def nova_host_state(node: Node) -> Any:
@@ -150,6 +161,8 @@ def nova_request(
 ) -> Any:
     project_id, image = context
     image_meta = {} if image is None else {k: image[k] for k in ("checksum", "disk_format")}
+    if image is not None and "properties" in image:
+        image_meta["properties"] = dict(image["properties"])
     # (Nova's holds the checksum too; no in-tree class reads it.)
     flavor = nova_objects.Flavor(
         name="bm",
