@@ -16,6 +16,7 @@ from conductor.db import allocations
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel
 from conductor.db.ownership import Fence
+from conductor.scheduler import source
 from tests.dbutil import add_nodes
 
 OWNER = "Agent-1"
@@ -113,8 +114,43 @@ def failed_attempts_are_counted_and_their_nodes_remembered(db: Database) -> None
     ]
 
 
+def nodes_count_failed_builds_until_a_success(db: Database) -> None:
+    """Nova's compute's count: one more per failed build there, 0 at a success;
+    a stale report counts nothing.  The scheduler's index reads it."""
+    node = add_nodes(db, 1, owner=OWNER)[0]
+    counts = []
+    # Two failures reported by the owner; on a third build, a stale report
+    # (another epoch: nothing changes), then the conductor's own give-up (a
+    # timed-out attempt: no fence).
+    for fence in (Fence(OWNER, 0), Fence(OWNER, 0), Fence(OWNER, 7), None):
+        if fence is not None:  # a new build (the give-up is the stale report's)
+            instance = _building(db)[0]
+            assert allocations.allocate(db, node, instance) is not None
+        failed = allocations.fail_attempt(
+            db, node, instance, "boom", node_clean=True, fence=fence, max_attempts=1
+        )
+        assert (failed is None) is (fence == Fence(OWNER, 7))
+        counts.append(_failed_builds(db, node))
+    assert counts == [1, 2, 2, 3]
+    assert {n.uuid: n.failed_builds for n, _key in source.load_all(db)} == {node: 3}
+    instance = _building(db)[0]
+    assert allocations.allocate(db, node, instance) is not None
+    assert allocations.complete(db, node, instance, fence=Fence(OWNER, 0))
+    assert _failed_builds(db, node) == 0
+
+
+def _failed_builds(db: Database, node: str) -> int:
+    with db.read() as connection:
+        return int(
+            connection.execute(
+                select(NodeModel.failed_builds).where(NodeModel.uuid == node)
+            ).scalar_one()
+        )
+
+
 CASES = [
     one_instance_per_node,
     a_report_counts_only_under_the_exact_owner,
     failed_attempts_are_counted_and_their_nodes_remembered,
+    nodes_count_failed_builds_until_a_success,
 ]

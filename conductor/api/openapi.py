@@ -70,6 +70,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "instance_uuid": _NSTR,
             "created_at": _TIME,
             "updated_at": _TIME,
+            "failed_builds": _INT,
         },
         closed=False,
     ),

@@ -115,7 +115,8 @@ def _checksum(text: str) -> tuple[str, str]:
 
 def image_options(parser: argparse.ArgumentParser, prefix: str = "image") -> None:
     """``--image URL``, ``--image-checksum ALGO:HEX``, ``--image-disk-format``,
-    ``--image-kernel``/``--image-ramdisk`` (a partition image), under *prefix*."""
+    ``--image-kernel``/``--image-ramdisk`` (a partition image),
+    ``--image-property KEY=VALUE`` (repeatable), under *prefix*."""
     parser.add_argument(
         f"--{prefix}", metavar="URL", help="http(s) URL of the image Ironic writes to the node"
     )
@@ -130,6 +131,14 @@ def image_options(parser: argparse.ArgumentParser, prefix: str = "image") -> Non
     )
     parser.add_argument(f"--{prefix}-kernel", metavar="URL", help="partition images: kernel")
     parser.add_argument(f"--{prefix}-ramdisk", metavar="URL", help="partition images: ramdisk")
+    parser.add_argument(
+        f"--{prefix}-property",
+        type=key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="an image property for Nova's filters (hw_architecture=aarch64, "
+        "img_hv_type=baremetal...), checked by Nova's rules; repeatable",
+    )
 
 
 def image_from(parsed_args: argparse.Namespace, prefix: str = "image") -> dict[str, Any] | None:
@@ -155,6 +164,9 @@ def image_from(parsed_args: argparse.Namespace, prefix: str = "image") -> dict[s
         value = getattr(parsed_args, f"{attr}_{option}")
         if value is not None:
             image[key] = value
+    properties = getattr(parsed_args, f"{attr}_property")
+    if properties:
+        image["properties"] = dict(properties)
     return image
 
 

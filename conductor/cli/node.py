@@ -45,6 +45,7 @@ _SHOW_FIELDS = (
     "owner",
     "owner_epoch",
     "instance_uuid",
+    "failed_builds",
     "created_at",
     "updated_at",
 )

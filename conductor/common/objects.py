@@ -116,6 +116,9 @@ class Node(_Record):
     ``owner``/``owner_epoch`` is the fencing claim: the agent that may act on
     the node, and the epoch every action must carry.  ``capabilities`` is
     parsed from ``properties["capabilities"]`` ("k1:v1,k2:v2").
+    ``failed_builds`` counts the builds that failed on the node since the
+    last one that succeeded there, as Nova's compute counts them for its
+    ``BuildFailureWeigher``.
     """
 
     uuid: str
@@ -134,6 +137,7 @@ class Node(_Record):
     instance_uuid: str | None = None
     created_at: datetime.datetime | None = None
     updated_at: datetime.datetime | None = None
+    failed_builds: int = 0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Node:
@@ -153,6 +157,7 @@ class Node(_Record):
             owner=data.get("owner"),
             owner_epoch=int(data.get("owner_epoch") or 0),
             instance_uuid=data.get("instance_uuid"),
+            failed_builds=int(data.get("failed_builds") or 0),
         )
 
 

@@ -197,7 +197,8 @@ IMAGE_SCHEMA: Final = {
     "type": "object",
     "description": "The image Ironic writes to the node (instance_info): an http(s) "
     "URL, its checksum (os_hash_algo and os_hash_value, or the legacy md5 checksum), "
-    "its disk format; kernel and ramdisk for a partition image (both or neither). "
+    "its disk format; kernel and ramdisk for a partition image (both or neither); "
+    "properties for Nova's filters (not sent to Ironic). "
     "Since microversion 1.1.",
     # As in every payload of the conductor's, an optional null is an absent field.
     "properties": {
@@ -208,6 +209,17 @@ IMAGE_SCHEMA: Final = {
         "disk_format": _or_null({"enum": list(DISK_FORMATS)}),
         "kernel": _or_null(_URL),
         "ramdisk": _or_null(_URL),
+        "properties": _or_null(
+            {
+                "type": "object",
+                "description": "Glance-style image properties for Nova's filters "
+                "(hw_architecture, img_hv_type, hw_vm_mode, img_hv_requested_version...), "
+                "checked by Nova's rules; needs the nova-filters extra. Since "
+                "microversion 1.1.",
+                "maxProperties": 128,
+                "additionalProperties": {"type": "string", "maxLength": 255},
+            }
+        ),
     },
     "required": ["source"],
     "additionalProperties": False,

@@ -97,7 +97,12 @@ _COMPLETE_NODE_FENCED = (
         holds(_REPORTER),
         *provision_guard(_NODES.c.provision_state, NodeEvent.DEPLOYED),
     )
-    .values(provision_state=provision_value(NodeEvent.DEPLOYED), updated_at=bindparam("now"))
+    .values(
+        provision_state=provision_value(NodeEvent.DEPLOYED),
+        updated_at=bindparam("now"),
+        # A success on the node clears its failures, as Nova's compute does.
+        failed_builds=0,
+    )
 )
 
 
@@ -220,10 +225,20 @@ def _free_node(
     *,
     fence: Fence | None,
     now: datetime.datetime,
+    build_failed: bool = False,
 ) -> bool:
     """Free *node_uuid* of *instance_uuid* by *event*, if the node still hosts
-    it (and *fence* holds, when given); whether it did."""
+    it (and *fence* holds, when given); whether it did.  *build_failed*:
+    the instance's build failed there, which the node's ``failed_builds``
+    counts."""
     fenced = [holds(fence)] if fence is not None else []
+    values: dict[str, Any] = {
+        "instance_uuid": None,
+        "provision_state": provision_value(event),
+        "updated_at": now,
+    }
+    if build_failed:
+        values["failed_builds"] = _NODES.c.failed_builds + 1
     freed = connection.execute(
         update(_NODES)
         .where(
@@ -232,7 +247,7 @@ def _free_node(
             *fenced,
             *provision_guard(_NODES.c.provision_state, event),
         )
-        .values(instance_uuid=None, provision_state=provision_value(event), updated_at=now)
+        .values(values)
     )
     return bool(freed.rowcount == 1)
 
@@ -245,7 +260,8 @@ def complete(
     *,
     fence: Fence,
 ) -> bool:
-    """The build on ``node_uuid`` succeeded: instance ACTIVE, node active.
+    """The build on ``node_uuid`` succeeded: instance ACTIVE, node active,
+    its ``failed_builds`` back to 0 (as Nova's compute resets it).
 
     One transaction, conditioned on the instance still building on that node,
     so that it cannot interleave with :func:`fail_attempt` (the sweeper) on
@@ -294,7 +310,9 @@ def fail_attempt(
 
     In one transaction, conditioned on the instance still building on that
     node: the attempt is counted, its fault appended, the node remembered
-    (a reschedule avoids it) and freed — ``available`` if it was cleaned,
+    (a reschedule avoids it), its ``failed_builds`` counted (Nova's
+    ``BuildFailureWeigher`` and ringfleet's ``FailedBuildsWeigher`` prefer
+    nodes with fewer) and freed — ``available`` if it was cleaned,
     ``error`` if its state is unknown (:attr:`NodeEvent.ATTEMPT_FAILED_CLEAN`,
     :attr:`NodeEvent.ATTEMPT_FAILED`) — and the instance rescheduled
     (:attr:`Event.RESCHEDULE`), or failed (:attr:`Event.FAIL`) once this was
@@ -319,7 +337,9 @@ def fail_attempt(
             if attempts is None:
                 return None
             event = NodeEvent.ATTEMPT_FAILED_CLEAN if node_clean else NodeEvent.ATTEMPT_FAILED
-            freed = _free_node(connection, node_uuid, instance_uuid, event, fence=fence, now=now)
+            freed = _free_node(
+                connection, node_uuid, instance_uuid, event, fence=fence, now=now, build_failed=True
+            )
             if fence is not None and not freed:
                 raise _LostRace  # a stale report: roll the instance back too
             return attempts

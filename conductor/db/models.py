@@ -154,6 +154,12 @@ class NodeModel(Base):
     ring_position: Mapped[int] = mapped_column(
         BigInteger, nullable=False, default=_position_of_inserted
     )
+    # Builds that failed on the node since the last one that succeeded
+    # there (Nova's compute node stat of the same name): the scheduler's
+    # failed-builds weighers prefer nodes with fewer.
+    failed_builds: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default="0"
+    )
 
 
 class FlavorModel(Base):

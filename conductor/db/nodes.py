@@ -109,6 +109,7 @@ def to_node(row: NodeModel) -> Node:
         instance_uuid=row.instance_uuid,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        failed_builds=row.failed_builds,
     )
 
 
@@ -215,6 +216,7 @@ def _new_row(
         "updated_at": now,
         # Written here, not left to the column's default: COPY applies none.
         "ring_position": node_position(spec.uuid),
+        "failed_builds": 0,
         **new_row_values(observation, now),
     }
 
@@ -393,6 +395,7 @@ def list_node_dicts(
                 "instance_uuid": row.instance_uuid,
                 "created_at": row.created_at.isoformat(),
                 "updated_at": row.updated_at.isoformat(),
+                "failed_builds": row.failed_builds,
             }
         )
     return listed

@@ -91,11 +91,17 @@ def carries_spec(instance: Instance) -> bool:
 
 
 def deploy_spec(instance: Instance) -> dict[str, Any]:
-    """The build's image and config drive, as stored with the instance (API 1.2)."""
+    """The build's image and config drive, as stored with the instance (API 1.2).
+
+    The image without its ``properties``: they are the scheduler's (Nova's
+    filters), a deploy takes none, and an agent checks that an image holds
+    only strings.
+    """
     if not carries_spec(instance):
         return {}
+    image = instance.image
     return {
-        "image": None if instance.image is None else dict(instance.image),
+        "image": None if image is None else {k: v for k, v in image.items() if k != "properties"},
         "config_drive": None if instance.config_drive is None else dict(instance.config_drive),
     }
 

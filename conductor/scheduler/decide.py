@@ -10,8 +10,11 @@ when a per-owner filter is configured -- until a set appears or empties in
 the index).  It then
 ranks the owners with the (per-owner) weighers, random tie-break first, and
 draws a random free node of the best owner that passes the per-node checks.
-Only when a configured weigher needs to see every node does it weigh every
-candidate node (see :mod:`conductor.scheduler.weighers`).
+When a weigher reads the nodes' failed builds (``reads_failed_builds``), the
+nodes the index holds with failed builds are weighed apart, one per owner
+and count, and an owner's other nodes drawn without them.  Only when a
+configured weigher needs to see every node does it weigh every candidate
+node (see :mod:`conductor.scheduler.weighers`).
 
 :meth:`Chooser.survey` and :meth:`Chooser.account` explain a failure
 (:mod:`conductor.scheduler.explain`): how many nodes each filter removed,
@@ -80,6 +83,7 @@ class Chooser:
         # Per-request weighers weigh every candidate alike: they add 0 to each total.
         self._weighing = tuple(w for w in self.weighers if not w.per_request)
         self._per_owner = all(w.per_owner for w in self._weighing)
+        self._by_failures = any(w.reads_failed_builds for w in self._weighing)
         self._rng = rng or random.Random()
         # (resource class, group, flavor key) -> owner -> its free node sets in
         # the profiles that pass; valid while the index's structure is unchanged.
@@ -100,7 +104,8 @@ class Chooser:
             return None
         context = WeighingContext(index.allocations)
         if self._per_owner:
-            return self._choose_by_owner(sets_by_owner, request, context)
+            failing = _failing_by_owner(index, sets_by_owner) if self._by_failures else {}
+            return self._choose_by_owner(sets_by_owner, failing, request, context)
         return self._choose_by_node(sets_by_owner, request, context)
 
     def _candidate_sets(self, index: NodeIndex, request: RequestSpec) -> dict[str, list[NodeSet]]:
@@ -163,26 +168,56 @@ class Chooser:
     def _choose_by_owner(
         self,
         sets_by_owner: dict[str, list[NodeSet]],
+        failing: dict[str, dict[int, list[Node]]],
         request: RequestSpec,
         context: WeighingContext,
     ) -> Node | None:
-        owners = list(sets_by_owner)
-        self._rng.shuffle(owners)  # the tie-break: sorting below is stable
-        if self._weighing and len(owners) > 1:
-            # Per-owner weighers give every node of an owner the same weight.
-            samples = [sets_by_owner[owner][0].at(0) for owner in owners]
-            totals = total_weights(self._weighing, samples, request, context)
-            order = sorted(range(len(owners)), key=totals.__getitem__, reverse=True)
-            owners = [owners[i] for i in order]
-        for owner in owners:
-            node = self._draw(sets_by_owner[owner], request)
+        """The best owner's random node; *failing*: each owner's candidates
+        with failed builds, by count (empty unless a weigher reads them).
+
+        Per-owner weighers give every node of an owner the same weight, and
+        those reading failed builds every node of an owner with the same
+        count: one sample node is weighed per owner and count (0: the
+        owner's other nodes), and the normalized totals are those every
+        node would get.
+        """
+        # (owner, sample, the failing nodes drawn from; None: the owner's others)
+        groups: list[tuple[str, Node, list[Node] | None]] = []
+        for owner, sets in sets_by_owner.items():
+            by_count = failing.get(owner)
+            if not by_count:
+                groups.append((owner, sets[0].at(0), None))
+                continue
+            if sum(len(nodes) for nodes in sets) > sum(map(len, by_count.values())):
+                groups.append((owner, _clean_sample(sets), None))
+            groups.extend((owner, nodes[0], nodes) for nodes in by_count.values())
+        self._rng.shuffle(groups)  # the tie-break: sorting below is stable
+        if self._weighing and len(groups) > 1:
+            totals = total_weights(self._weighing, [g[1] for g in groups], request, context)
+            order = sorted(range(len(groups)), key=totals.__getitem__, reverse=True)
+            groups = [groups[i] for i in order]
+        for owner, _sample, failed in groups:
+            if failed is None:
+                node = self._draw(sets_by_owner[owner], request, skip_failing=owner in failing)
+            else:
+                node = self._draw_failing(failed, request)
             if node is not None:
                 return node
         return None
 
-    def _draw(self, sets: list[NodeSet], request: RequestSpec) -> Node | None:
-        """A random node of *sets* passing the per-node checks, if any does."""
-        simple = not request.exclude_nodes and not self._node_filters
+    def _draw_failing(self, nodes: list[Node], request: RequestSpec) -> Node | None:
+        """A random node of *nodes* (alike but for their identity) passing the per-node checks."""
+        for position in self._rng.sample(range(len(nodes)), len(nodes)):
+            if self._node_passes(nodes[position], request):
+                return nodes[position]
+        return None
+
+    def _draw(
+        self, sets: list[NodeSet], request: RequestSpec, *, skip_failing: bool = False
+    ) -> Node | None:
+        """A random node of *sets* passing the per-node checks, if any does;
+        *skip_failing*: none with failed builds (they are weighed apart)."""
+        simple = not request.exclude_nodes and not self._node_filters and not skip_failing
         total = sum(len(nodes) for nodes in sets)
         for _ in range(_RANDOM_DRAWS):
             position = int(self._rng.random() * total)
@@ -193,11 +228,13 @@ class Chooser:
                 position -= len(nodes)
             else:  # pragma: no cover - position < total by construction
                 node = sets[-1].at(len(sets[-1]) - 1)
-            if simple or self._node_passes(node, request):
+            if simple or (
+                not (skip_failing and node.failed_builds) and self._node_passes(node, request)
+            ):
                 return node
         for nodes in sets:
             for node in nodes:
-                if self._node_passes(node, request):
+                if not (skip_failing and node.failed_builds) and self._node_passes(node, request):
                     return node
         return None
 
@@ -235,3 +272,26 @@ class Chooser:
         """Why no node fits: the nodes each filter removed, counted in chain order
         (:mod:`conductor.scheduler.explain`; the caller holds the index's lock)."""
         return self.account(self.survey(index, request), request)
+
+
+def _failing_by_owner(
+    index: NodeIndex, sets_by_owner: dict[str, list[NodeSet]]
+) -> dict[str, dict[int, list[Node]]]:
+    """Owner -> failed-builds count -> its candidate nodes with that count (not 0)."""
+    failing: dict[str, dict[int, list[Node]]] = {}
+    for node in index.failing():
+        owner = node.owner
+        if owner is None or owner not in sets_by_owner:
+            continue
+        if any(node.uuid in nodes for nodes in sets_by_owner[owner]):
+            failing.setdefault(owner, {}).setdefault(node.failed_builds, []).append(node)
+    return failing
+
+
+def _clean_sample(sets: list[NodeSet]) -> Node:
+    """A node of *sets* as weighed for the nodes without failed builds."""
+    for nodes in sets:
+        for node in nodes:
+            if not node.failed_builds:
+                return node
+    raise AssertionError("no node without failed builds")  # pragma: no cover - counted before

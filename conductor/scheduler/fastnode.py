@@ -43,6 +43,7 @@ _WRITTEN_FOR = (
     "instance_uuid",
     "created_at",
     "updated_at",
+    "failed_builds",
 )
 if FIELDS != _WRITTEN_FOR:  # pragma: no cover - caught by any test importing this
     raise ImportError(f"conductor.scheduler.fastnode is out of date: Node has {FIELDS}")
@@ -68,6 +69,7 @@ _GETTERS: tuple[Callable[[Node], Any], ...] = tuple(getattr(Node, name).__get__ 
     _instance_uuid,
     _created_at,
     _updated_at,
+    _failed_builds,
 ) = _SETTERS
 _new = object.__new__
 
@@ -93,6 +95,7 @@ def new_node(values: Sequence[Any]) -> Node:
     _instance_uuid(node, values[13])
     _created_at(node, values[14])
     _updated_at(node, values[15])
+    _failed_builds(node, values[16])
     return node
 
 

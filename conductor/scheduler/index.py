@@ -15,7 +15,9 @@ Layout (all of it guarded by the scheduler's lock; nothing here locks):
   spread weigher looks at owners.  A decision therefore costs about
   (profiles in the bucket x agents), whatever the number of nodes;
 * per agent, how many of its nodes host an instance (the spread weigher's
-  input).
+  input);
+* the free nodes with failed builds counted (``failed_builds`` > 0, few in
+  a healthy fleet), which the failed-builds weighers single out.
 
 Coherence with the database is the scheduler's job (incremental refreshes of
 changed rows, periodic full rebuilds, and local updates the moment this
@@ -180,6 +182,7 @@ class NodeIndex:
         self._nodes: dict[str, Node] = {}
         self._buckets: dict[str, dict[str, Bucket]] = {}
         self._free_in: dict[str, Profile] = {}
+        self._failing: dict[str, Node] = {}
         self._allocations: dict[str, int] = {}
         self.allocations: Mapping[str, int] = MappingProxyType(self._allocations)
         """agent -> how many of its nodes host an instance (read-only view)"""
@@ -213,6 +216,10 @@ class NodeIndex:
     def is_free(self, uuid: str) -> bool:
         """Whether the index holds *uuid* as a free node."""
         return uuid in self._free_in
+
+    def failing(self) -> Iterator[Node]:
+        """The free nodes whose ``failed_builds`` is not 0."""
+        return iter(self._failing.values())
 
     def profile_of(self, uuid: str) -> Profile | None:
         """The profile of the free node *uuid*; ``None`` if it is not a free node here."""
@@ -317,6 +324,8 @@ class NodeIndex:
             owned.add(node)
             profile.size += 1
             self._free_in[uuid] = profile
+            if node.failed_builds:
+                self._failing[uuid] = node
         elif node.instance_uuid is not None and node.owner is not None:
             self._allocations[node.owner] = self._allocations.get(node.owner, 0) + 1
         if local:
@@ -342,6 +351,7 @@ class NodeIndex:
         del bucket.nodes[uuid]
         profile = self._free_in.pop(uuid, None)
         if profile is not None:
+            self._failing.pop(uuid, None)
             owned = profile.by_owner[old.owner]
             owned.discard(uuid)
             if not owned:

@@ -252,8 +252,10 @@ class NovaWeigher(BaseWeigher):
     weigher_multipliers`` overrides it.  Nova's in-tree weighers are per
     request (they weigh every free node alike, see
     :func:`_weighs_free_nodes_alike`): the scheduler does not call them,
-    as their normalized weights are 0.  An operator's is weighed per node,
-    so the scheduler weighs every candidate node.
+    as their normalized weights are 0, but for ``BuildFailureWeigher``,
+    weighed per owner and count of failed builds (the node's
+    ``failed_builds``, see :func:`_weighs_failed_builds`).  An operator's is
+    weighed per node, so the scheduler weighs every candidate node.
     """
 
     nova_class: ClassVar[type[Any]]
@@ -314,7 +316,6 @@ NOT_APPLICABLE: Mapping[str, str] = {
     "ServerGroupSoftAntiAffinityWeigher": "weighs every node 0 (no server groups)",
     "CrossCellWeigher": "weighs every node 0 (no cells, no moves)",
     "MetricsWeigher": "weighs every node 0 (no metrics)",
-    "BuildFailureWeigher": "weighs every node 0 (ringfleet counts no failed builds per node)",
 }
 
 
@@ -534,18 +535,33 @@ def load_nova_weigher(path: str) -> type[NovaWeigher]:
             "name": path,
             "nova_class": cls,
             "default_multiplier": _default_multiplier(cls),
-            "per_owner": _weighs_free_nodes_alike(cls),
+            "per_owner": _weighs_free_nodes_alike(cls) or _weighs_failed_builds(cls),
             "per_request": _weighs_free_nodes_alike(cls),
+            "reads_failed_builds": _weighs_failed_builds(cls),
             "__module__": __name__,
         },
     )
+
+
+#: Nova's in-tree weigher of the nodes' failed builds
+_BUILD_FAILURE_WEIGHER = "nova.scheduler.weights.compute.BuildFailureWeigher"
+
+
+def _weighs_failed_builds(cls: type[Any]) -> bool:
+    """Whether *cls* is Nova's ``BuildFailureWeigher`` (or a subclass).
+
+    It reads the node's ``failed_builds`` and nothing else that differs
+    between free nodes: it is weighed per owner and count of failed builds
+    (``reads_failed_builds``, :mod:`conductor.scheduler.weighers`).
+    """
+    return any(f"{c.__module__}.{c.__qualname__}" == _BUILD_FAILURE_WEIGHER for c in cls.__mro__)
 
 
 def _weighs_free_nodes_alike(cls: type[Any]) -> bool:
     """Whether a Nova weigher gives every free node the same weight here.
 
     Nova's in-tree weighers read sizes, usage, metrics, PCI pools, the
-    hypervisor version, instances and failed builds: on the host state of
+    hypervisor version and instances: on the host state of
     a free ironic node all of these are the same for every node (all zero
     or empty, version 1: none is in :data:`HostState.PER_NODE`), so, as in
     Nova on ironic, they weigh every free node alike, and their normalized
@@ -553,6 +569,8 @@ def _weighs_free_nodes_alike(cls: type[Any]) -> bool:
     class, which host-state attributes each reads, and its weights).  They
     are therefore ``per_request``: left out of the totals, which is what
     Nova's default weigher list costs per decision here.  An operator's
-    weigher may read the node's stats: it is weighed per node.
+    weigher may read the node's stats: it is weighed per node.  Nova's
+    ``BuildFailureWeigher`` reads the node's failed builds
+    (:func:`_weighs_failed_builds`): it is not one of them.
     """
-    return cls.__module__.startswith(_PACKAGES["weigher"] + ".")
+    return cls.__module__.startswith(_PACKAGES["weigher"] + ".") and not _weighs_failed_builds(cls)

@@ -9,7 +9,8 @@ owner or profile view (see :mod:`conductor.scheduler.nova`);
 one decision.  Their docstrings list every attribute there is; a Nova
 filter reading any other attribute raises ``AttributeError``.  Nothing here
 imports Nova but ``nova.virt.arch``, when a node's architecture is
-canonicalized.  :mod:`conductor.scheduler.nova` wraps Nova's classes around
+canonicalized, and ``nova.objects.image_meta``, for a build whose image has
+properties.  :mod:`conductor.scheduler.nova` wraps Nova's classes around
 these views and re-exports them.
 """
 
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 
 from conductor.common.objects import Node
 from conductor.scheduler.request import RequestSpec
+from conductor.validation.image_properties import image_meta_props
 
 __all__ = [
     "IRONIC_HYPERVISOR_VERSION",
@@ -146,19 +148,25 @@ class _NoImageProperties(dict[str, Any]):
 
 
 class _Image:
-    """Nova's ``ImageMeta`` of a build's image: its disk format, no properties.
+    """Nova's ``ImageMeta`` of a build's image: its disk format and properties.
 
     A ringfleet image is a URL and checksums (``conductor.validation.deploy``),
-    without Glance's id, name or properties; its checksums are left out so
-    that per-profile verdicts can be cached per disk format, not per image
-    (:func:`conductor.scheduler.request.request_key`).  A build naming no
-    image gets an ``ImageMeta`` with nothing set but its empty properties.
+    without Glance's id or name; its checksums are left out so that
+    per-profile verdicts can be cached per disk format and properties, not
+    per image (:func:`conductor.scheduler.request.request_key`).  Its
+    ``properties`` are Nova's own ``ImageMetaProps`` made from the image's
+    (``ImageMetaProps.from_dict``, as Nova makes them from Glance's), or
+    none set.  A build naming no image gets an ``ImageMeta`` with nothing
+    set but its empty properties.
     """
 
     _FIELDS = ("disk_format",)
 
-    def __init__(self, image: Mapping[str, str] | None) -> None:
-        self.properties = _NoImageProperties()
+    def __init__(self, image: Mapping[str, Any] | None) -> None:
+        properties = None if image is None else image.get("properties")
+        # Imported only for an image with properties: Nova's objects module
+        # costs a second to import, and the rules are Nova's then.
+        self.properties: Any = image_meta_props(properties) if properties else _NoImageProperties()
         for name in self._FIELDS:
             if image is not None and name in image:
                 setattr(self, name, image[name])
@@ -212,8 +220,11 @@ class HostState:
         total_usable_disk_gb, free_disk_mb, disk_mb_used: ``0`` -- Nova's
         ironic driver reports no sizes (placement holds the node's one
         resource-class unit)
-    :ivar num_instances, num_io_ops, failed_builds: ``0`` (only free nodes
-        are filtered)
+    :ivar num_instances, num_io_ops: ``0`` (only free nodes are filtered)
+    :ivar failed_builds: *node* -- the node's ``failed_builds``: builds that
+        failed on it since the last success there, as Nova's compute counts
+        them (Nova: ``stats["failed_builds"]``, which ringfleet's ``stats``
+        leave out)
     :ivar metrics: ``[]`` (Nova: an empty ``MonitorMetricList``)
     :ivar pci_stats: an empty ``PciDeviceStats`` (no pools, truthy as Nova's)
     :ivar numa_topology: ``None``
@@ -240,6 +251,7 @@ class HostState:
     PER_NODE: ClassVar[frozenset[str]] = frozenset(
         {
             "host",
+            "failed_builds",
             "host_ip",
             "hypervisor_hostname",
             "nodename",
@@ -317,7 +329,7 @@ class HostState:
         self.vcpus_total = self.vcpus_used = 0
         self.total_usable_ram_mb = self.free_ram_mb = 0
         self.total_usable_disk_gb = self.free_disk_mb = self.disk_mb_used = 0
-        self.num_instances = self.num_io_ops = self.failed_builds = 0
+        self.num_instances = self.num_io_ops = 0
         (
             self.cpu_allocation_ratio,
             self.ram_allocation_ratio,
@@ -334,12 +346,14 @@ class HostState:
         self.hypervisor_hostname: str | None = None
         self.uuid: str | None = None
         self.ringfleet_name: str | None = None
+        self.failed_builds: int | None = None
         if per_node or per_owner:
             self.host = node.owner
             self.host_ip = host_ip
         if per_node:
             self.nodename = self.hypervisor_hostname = self.uuid = node.uuid
             self.ringfleet_name = node.name
+            self.failed_builds = node.failed_builds
 
     def __repr__(self) -> str:
         # Nova's filters log "%(host_state)s fails ...".
@@ -424,9 +438,9 @@ class NovaRequestSpec:
     :ivar instance_uuid: the instance being placed
     :ivar num_instances: ``1``: ringfleet places the instances of a request
         one by one (the request's count is not known to a decision)
-    :ivar image: an ``ImageMeta`` of the build's own image (its disk format;
-        no properties: a ringfleet image is a URL and checksums, with no
-        Glance properties), or of nothing set when the build names none
+    :ivar image: an ``ImageMeta`` of the build's own image (its disk format
+        and its properties as Nova's ``ImageMetaProps``; no id, name or
+        checksums), or of nothing set when the build names none
     :ivar pci_requests: an ``InstancePCIRequests`` of no request
     :ivar numa_topology: ``None``; :ivar instance_group: ``None``
     :ivar project_id: the instance's project (``None``: built before

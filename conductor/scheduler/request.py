@@ -61,7 +61,8 @@ class RequestSpec:
     :ivar project_id: the instance's project (``None``: unknown), for Nova
         filters' ``spec_obj.project_id``
     :ivar image: the build's own image (``None``: it names none), for Nova
-        filters' ``spec_obj.image`` (which shows its disk format only)
+        filters' ``spec_obj.image`` (which shows its disk format and
+        properties)
     :ivar host_ips: live agent -> its IP address (``[DEFAULT] my_ip``, as
         announced with its membership), for Nova filters'
         ``host_state.host_ip``; agents announcing none are absent
@@ -88,7 +89,7 @@ class RequestSpec:
         default_factory=lambda: MappingProxyType({})
     )
     project_id: str | None = None
-    image: Mapping[str, str] | None = None
+    image: Mapping[str, Any] | None = None
     host_ips: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     resource_class: str = dataclasses.field(init=False)
 
@@ -109,7 +110,7 @@ class RequestSpec:
         exclude_nodes: frozenset[str] = frozenset(),
         scheduler_hints: Mapping[str, Any] | None = None,
         project_id: str | None = None,
-        image: Mapping[str, str] | None = None,
+        image: Mapping[str, Any] | None = None,
         host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         """A request with the flavor's capabilities parsed (uncached)."""
@@ -145,21 +146,25 @@ def request_key(
     key_of_flavor: Hashable,
     scheduler_hints: Mapping[str, Any],
     project_id: str | None = None,
-    image: Mapping[str, str] | None = None,
+    image: Mapping[str, Any] | None = None,
 ) -> Hashable:
     """:attr:`RequestSpec.flavor_key`: the flavor's key, with the hints, project and image if any.
 
     Without them it is the flavor's key itself, so requests without hints
     share one cache entry per flavor as before hints existed.
     """
-    # Of the image, only its disk format is shown to Nova filters: its
-    # checksums would make every build's key distinct and defeat the cache.
+    # Of the image, only its disk format and properties are shown to Nova
+    # filters: its checksums would make every build's key distinct and
+    # defeat the cache.
     disk_format = None if image is None else image.get("disk_format", "")
     if not scheduler_hints and project_id is None and disk_format is None:
         return key_of_flavor
-    context = (project_id, disk_format)
+    context: tuple[Any, ...] = (project_id, disk_format)
     if context == (None, None):
         return (key_of_flavor, tuple(sorted(scheduler_hints.items())))
+    properties = None if image is None else image.get("properties")
+    if properties:
+        context += (tuple(sorted(properties.items())),)
     return (key_of_flavor, tuple(sorted(scheduler_hints.items())), context)
 
 

@@ -90,7 +90,7 @@ class Scheduler:
         (:data:`conductor.scheduler.filters.ALWAYS_APPLIED`, Placement's half
         of Nova's scheduling among them) come first; a listed
         ``TraitsFilter`` is not applied twice
-    :param weighers: default: ``SpreadWeigher``
+    :param weighers: default: ``FailedBuildsWeigher``, ``SpreadWeigher``
     :param refresh_interval: seconds between incremental index refreshes
     :param refresh_overlap: seconds each refresh re-reads before the
         previous one started
@@ -186,7 +186,7 @@ class Scheduler:
         exclude_nodes: Iterable[str] = (),
         scheduler_hints: Mapping[str, Any] | None = None,
         project_id: str | None = None,
-        image: Mapping[str, str] | None = None,
+        image: Mapping[str, Any] | None = None,
         host_ips: Mapping[str, str] | None = None,
     ) -> tuple[Node, Ownership]:
         """Choose a node for the instance and allocate it (committed) by compare-and-swap.
@@ -299,7 +299,7 @@ class Scheduler:
         *,
         scheduler_hints: Mapping[str, Any] | None,
         project_id: str | None = None,
-        image: Mapping[str, str] | None = None,
+        image: Mapping[str, Any] | None = None,
         host_ips: Mapping[str, str] | None = None,
     ) -> RequestSpec:
         key = flavor_key(flavor)

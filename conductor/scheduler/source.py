@@ -107,6 +107,7 @@ class NodeDecoder:
                 row[13],
                 None,
                 None,
+                row[14],
             )
         )
         return node, decoded[2]

@@ -30,6 +30,13 @@ the context) gives every candidate of a decision the same weight, which
 normalization turns into 0 for each: it may set ``per_request = True``, and
 the scheduler then leaves it out of the totals without calling it (Nova's
 in-tree weighers on bare-metal nodes, :mod:`conductor.scheduler.nova`).
+
+A weigher whose weight depends on the node only through its owner and its
+``failed_builds`` (the builds that failed on it since its last success)
+sets ``per_owner = True`` and ``reads_failed_builds = True``: the scheduler
+then weighs one node per agent and count of failed builds, which keeps a
+decision's cost independent of the fleet's size while nodes that failed
+builds are few (:class:`FailedBuildsWeigher`, Nova's ``BuildFailureWeigher``).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from conductor.scheduler.request import RequestSpec
 
 __all__ = [
     "BaseWeigher",
+    "FailedBuildsWeigher",
     "SpreadWeigher",
     "WeighingContext",
     "normalize",
@@ -69,6 +77,7 @@ class BaseWeigher:
         unless a subclass sets it
     :cvar per_owner: see the module documentation
     :cvar per_request: see the module documentation (implies ``per_owner``)
+    :cvar reads_failed_builds: see the module documentation (with ``per_owner``)
     :ivar multiplier: factor of the normalized weight (``[scheduler]
         weigher_multipliers`` overrides the class default)
     """
@@ -76,6 +85,7 @@ class BaseWeigher:
     name: ClassVar[str] = "BaseWeigher"
     per_owner: ClassVar[bool] = False
     per_request: ClassVar[bool] = False
+    reads_failed_builds: ClassVar[bool] = False
     default_multiplier: ClassVar[float] = 1.0
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -108,6 +118,26 @@ class SpreadWeigher(BaseWeigher):
         if node.owner is None:
             return 0.0
         return -float(context.allocations.get(node.owner, 0))
+
+
+class FailedBuildsWeigher(BaseWeigher):
+    """Prefer nodes with fewer failed builds: avoids nodes whose deploys keep failing.
+
+    The weight is minus the node's ``failed_builds``: the builds that failed
+    on it since the last one that succeeded there, counted as Nova's compute
+    counts them for Nova's ``BuildFailureWeigher``, which orders nodes the
+    same way.  Its default multiplier is Nova's
+    (``build_failure_weight_multiplier``, 1000000.0): it outweighs every
+    other weigher of a usual configuration, so a node that failed a build
+    is chosen only when no node with fewer failures is left.
+    """
+
+    per_owner = True
+    reads_failed_builds = True
+    default_multiplier = 1000000.0
+
+    def weigh(self, node: Node, request: RequestSpec, context: WeighingContext) -> float:
+        return -float(node.failed_builds)
 
 
 def normalize(weights: Sequence[float]) -> list[float]:

@@ -5,7 +5,10 @@ An image is where Ironic fetches the disk image (an http(s) URL: Ironic
 fetches it itself, so a ``file://`` or ``ftp://`` source would only fail
 later, on the node), how it checks it (``os_hash_algo``/``os_hash_value``,
 or the legacy md5 ``checksum``) and its disk format; ``kernel`` and
-``ramdisk`` come together, for a partition image.
+``ramdisk`` come together, for a partition image.  Its ``properties``
+(Glance's, for Nova's filters: ``hw_architecture``...) are checked by
+Nova's rules (:mod:`conductor.validation.image_properties`); they are the
+scheduler's, not sent to the agent that deploys it.
 
 A config drive is what a booted machine reads of itself (cloud-init):
 ``user_data`` (a string of at most :data:`MAX_USER_DATA` bytes, which may
@@ -34,12 +37,22 @@ from conductor.common.schemas import (
     MAX_URL_LENGTH,
     MAX_USER_DATA,
 )
-from conductor.validation.fields import Errors, join, unknown_fields
+from conductor.validation.fields import Errors, join, optional_field, unknown_fields
+from conductor.validation.image_properties import check_image_properties
 
 __all__ = ["RebuildRequest", "check_config_drive", "check_image", "validate_rebuild"]
 
 _IMAGE_FIELDS: Final[frozenset[str]] = frozenset(
-    ("source", "os_hash_algo", "os_hash_value", "checksum", "disk_format", "kernel", "ramdisk")
+    (
+        "source",
+        "os_hash_algo",
+        "os_hash_value",
+        "checksum",
+        "disk_format",
+        "kernel",
+        "ramdisk",
+        "properties",
+    )
 )
 _HEX_RE: Final = re.compile(r"[0-9A-Fa-f]+")
 #: Nesting of a config drive's JSON documents (network_data.json is 3 deep).
@@ -124,19 +137,20 @@ def _check_partition(value: Mapping[Any, Any], field: str, errors: Errors) -> di
     return found
 
 
-def check_image(value: object, field: str, errors: Errors) -> dict[str, str] | None:
+def check_image(value: object, field: str, errors: Errors) -> dict[str, Any] | None:
     """The image *value* normalized (digests lower-case, no nulls), or ``None``.
 
     ``source`` is required, and a checksum: ``os_hash_algo`` with
     ``os_hash_value``, or ``checksum`` (md5), or both (Ironic prefers the
-    first).
+    first).  ``properties``, if any (not empty), are kept as given once
+    Nova's rules accept them.
     """
     if not isinstance(value, Mapping):
         errors.add(field, "must be an object with source, checksum and disk_format", value)
         return None
     before = len(errors)
     unknown_fields(value, _IMAGE_FIELDS, field + ".", errors)
-    image: dict[str, str] = {}
+    image: dict[str, Any] = {}
     source = value.get("source")
     if source is None:
         errors.add(join(field, "source"), "is required")
@@ -152,6 +166,9 @@ def check_image(value: object, field: str, errors: Errors) -> dict[str, str] | N
                 join(field, "disk_format"), f"must be one of {', '.join(DISK_FORMATS)}", disk_format
             )
     image |= _check_partition(value, field, errors)
+    properties = optional_field(value, "properties", field + ".", errors, check_image_properties)
+    if properties:
+        image["properties"] = properties
     return image if len(errors) == before else None
 
 

@@ -271,6 +271,10 @@ def test_instance_rebuild_sends_a_new_image_and_config_drive_parts(
         "sha256:" + "c" * 64,
         "--image-disk-format",
         "raw",
+        "--image-property",
+        "hw_architecture=x86_64",
+        "--image-property",
+        "os_distro=debian",
         "--user-data",
         str(tmp_path / "user-data"),
         "--public-key",
@@ -288,6 +292,7 @@ def test_instance_rebuild_sends_a_new_image_and_config_drive_parts(
         "os_hash_algo": "sha256",
         "os_hash_value": "c" * 64,
         "disk_format": "raw",
+        "properties": {"hw_architecture": "x86_64", "os_distro": "debian"},
     }
     assert shown["config_drive"] == {
         "user_data": "#cloud-config\n",

@@ -80,7 +80,11 @@ HINTS: list[dict[str, Any]] = [
 ]
 
 
-def make_node(i: int, properties: dict[str, Any]) -> Node:
+#: each node's failed builds (Nova's compute node stat), by position
+FAILED_BUILDS = [0, 2, 0, 1, 0, 5, 2]
+
+
+def make_node(i: int, properties: dict[str, Any], failed_builds: int = 0) -> Node:
     return Node(
         uuid=str(uuidlib.UUID(int=i + 1)),
         name=f"node-{i}",
@@ -88,20 +92,32 @@ def make_node(i: int, properties: dict[str, Any]) -> Node:
         properties=properties,
         owner=OWNER,
         owner_epoch=1,
+        failed_builds=failed_builds,
     )
 
 
-NODES = [make_node(i, properties) for i, properties in enumerate(NODE_PROPERTIES)]
+NODES = [make_node(i, properties, FAILED_BUILDS[i]) for i, properties in enumerate(NODE_PROPERTIES)]
 IMAGE = {"source": "https://images.example/a.qcow2", "checksum": "0" * 32, "disk_format": "qcow2"}
 # Each dimension varied against the others' defaults; then a build with an
 # image and a project.
-Context = tuple[str | None, dict[str, str] | None]  # project id, the build's image
+Context = tuple[str | None, dict[str, Any] | None]  # project id, the build's image
 NO_CONTEXT: Context = (None, None)
 REQUESTS: list[tuple[dict[str, str], dict[str, Any], Context]] = [
     (specs, hints, NO_CONTEXT)
     for specs, hints in itertools.product(EXTRA_SPECS, HINTS)
     if not specs or not hints
 ] + [({}, {}, ("project-a", IMAGE)), ({"capabilities:boot_mode": "uefi"}, {}, ("p", None))]
+# Images with properties (Nova's ImageMetaProps), which ImagePropertiesFilter reads.
+IMAGE_PROPERTIES: list[dict[str, str]] = [
+    {"hw_architecture": "aarch64"},
+    {"hw_architecture": "x86_64", "hw_vm_mode": "hvm"},
+    {"img_hv_type": "qemu"},
+    {"img_hv_type": "baremetal", "hw_vm_mode": "xen"},
+    {"architecture": "i686", "img_hv_requested_version": ">=1"},
+    {"hw_architecture": "aarch64", "img_hv_requested_version": ">=2"},
+    {"os_distro": "debian"},
+]
+REQUESTS += [({}, {}, (None, {**IMAGE, "properties": p})) for p in IMAGE_PROPERTIES]
 
 
 def nova_host_state(node: Node) -> Any:
@@ -114,6 +130,9 @@ def nova_host_state(node: Node) -> Any:
     compute = nova_objects.ComputeNode(host=OWNER, host_ip=HOST_IP, metrics="[]")
     compute.update_from_virt_driver(resources)
     compute.stats = dict(resources["stats"])  # the tracker digests the driver's stats
+    if node.failed_builds:
+        # What the tracker's Stats.build_failed left there, once per failure.
+        compute.stats["failed_builds"] = node.failed_builds
     # What the resource tracker adds for a node hosting no instance.
     compute.free_ram_mb = compute.memory_mb - compute.memory_mb_used
     compute.free_disk_gb = compute.local_gb - compute.local_gb_used
@@ -142,6 +161,8 @@ def nova_request(
 ) -> Any:
     project_id, image = context
     image_meta = {} if image is None else {k: image[k] for k in ("checksum", "disk_format")}
+    if image is not None and "properties" in image:
+        image_meta["properties"] = dict(image["properties"])
     # (Nova's holds the checksum too; no in-tree class reads it.)
     flavor = nova_objects.Flavor(
         name="bm",
@@ -256,7 +277,13 @@ def test_weights_equal_novas(cls: type) -> None:
             nova_request(extra_specs, hints, context),
         )
         assert [ours.weigh(node, request, WeighingContext({})) for node in NODES] == raw
-        assert ours.per_owner and ours.per_request and len(set(raw)) == 1
+        if cls.__name__ == "BuildFailureWeigher":
+            # Weighed per owner and count of failed builds: they differ.
+            assert raw == [float(n) for n in FAILED_BUILDS]
+            assert ours.per_owner and ours.reads_failed_builds and not ours.per_request
+        else:
+            assert ours.per_owner and ours.per_request and len(set(raw)) == 1
+            assert not ours.reads_failed_builds
     assert ours.failures.count == 0
 
 
@@ -317,7 +344,11 @@ def test_host_state_attributes_other_than_per_node_are_alike_on_every_node() -> 
 
 @pytest.mark.parametrize("cls", WEIGHER_CLASSES, ids=lambda cls: cls.__name__)
 def test_in_tree_weighers_read_no_per_node_attribute(cls: type) -> None:
-    """Why Nova's weighers are per_request: they read nothing that differs between nodes."""
+    """Why Nova's weighers are per_request: they read nothing that differs between
+    nodes, but for BuildFailureWeigher, which reads only the failed builds."""
+    if cls.__name__ == "BuildFailureWeigher":
+        assert _host_state_reads(cls) & nova.HostState.PER_NODE == {"failed_builds"}
+        return
     assert not _host_state_reads(cls) & nova.HostState.PER_NODE
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

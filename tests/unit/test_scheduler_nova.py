@@ -498,11 +498,15 @@ def test_nova_weigher_ranks_nodes_and_a_raising_one_weighs_zero() -> None:
 
 
 def test_novas_in_tree_weighers_are_left_out_of_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """They weigh every free node alike (test_nova_differential): 0 once normalized."""
+    """They weigh every free node alike (test_nova_differential): 0 once normalized;
+    but for BuildFailureWeigher, which weighs nodes by their failed builds."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        weighers = load_weighers([nova.ALL_WEIGHERS])
-    assert all(w.per_request and w.per_owner for w in weighers)
+        everyone = load_weighers([nova.ALL_WEIGHERS])
+    (failures,) = [w for w in everyone if w.name.endswith(".BuildFailureWeigher")]
+    assert failures.per_owner and failures.reads_failed_builds and not failures.per_request
+    weighers = [w for w in everyone if w is not failures]
+    assert all(w.per_request and w.per_owner and not w.reads_failed_builds for w in weighers)
     calls: list[str] = []
     for weigher in weighers:
         monkeypatch.setattr(

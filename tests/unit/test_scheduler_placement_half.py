@@ -136,4 +136,4 @@ def test_start_says_what_applies(db: Database, caplog: pytest.LogCaptureFixture)
     assert "Placement's half" in line
     assert "resources:CUSTOM_<X>=1" in line
     assert "filters: CapabilitiesFilter;" in line
-    assert "weighers: SpreadWeigher" in line
+    assert "weighers: FailedBuildsWeigher, SpreadWeigher" in line

@@ -285,7 +285,10 @@ def test_from_conf_defaults(tmp_path: Path) -> None:
             "RetryFilter",
             "CapabilitiesFilter",
         ]
-        assert [(w.name, w.multiplier) for w in sched.weighers] == [("SpreadWeigher", 1.0)]
+        assert [(w.name, w.multiplier) for w in sched.weighers] == [
+            ("FailedBuildsWeigher", 1000000.0),
+            ("SpreadWeigher", 1.0),
+        ]
     finally:
         db.dispose()
 

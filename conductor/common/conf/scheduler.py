@@ -26,7 +26,7 @@ DEFAULT_FILTERS = ["CapabilitiesFilter"]
 #: (any other option of that group stops a conductor at start, see
 #: :func:`conductor.scheduler.plugins.check_nova_options`)
 NOVA_GROUP = "filter_scheduler"
-DEFAULT_WEIGHERS = ["SpreadWeigher"]
+DEFAULT_WEIGHERS = ["FailedBuildsWeigher", "SpreadWeigher"]
 
 opts = [
     cfg.ListOpt(
@@ -83,7 +83,10 @@ opts = [
             "Weighers ranking the nodes that passed every filter; the node "
             "with the highest sum of normalized weights times multipliers "
             "wins, ties broken at random. Names are entry points in the "
-            "'ringfleet.scheduler.weighers' namespace: SpreadWeigher (prefer "
+            "'ringfleet.scheduler.weighers' namespace: FailedBuildsWeigher "
+            "(prefer nodes with fewer builds failed since their last success, "
+            "as Nova's BuildFailureWeigher; multiplier 1000000.0), "
+            "SpreadWeigher (prefer "
             "the agent hosting the fewest instances), or an operator's own "
             "subclass of conductor.scheduler.weighers.BaseWeigher. With the "
             "ringfleet[nova-filters] extra, Nova's weighers: a class name as "
@@ -91,8 +94,8 @@ opts = [
             "nova.scheduler.weights.all_weighers (all of them), or the import "
             "path of a subclass of nova.scheduler.weights.BaseHostWeigher "
             "(its multiplier: weigher_multipliers, else the default of its "
-            "nova.conf option; nova.conf is not read); it weighs every candidate "
-            "node, so decisions cost more on large fleets. An empty "
+            "nova.conf option; nova.conf is not read); an operator's weighs every "
+            "candidate node, so decisions cost more on large fleets. An empty "
             "list picks at random among the nodes that passed."
         ),
     ),
@@ -102,7 +105,8 @@ opts = [
         help=(
             "Multiplier of each weigher's normalized weight, as "
             "'Name:multiplier' pairs (e.g. 'SpreadWeigher:2.0'). Weighers not "
-            "listed use their own default (1.0 for SpreadWeigher); a negative "
+            "listed use their own default (1.0 for SpreadWeigher, 1000000.0 "
+            "for FailedBuildsWeigher); a negative "
             "multiplier inverts a weigher's preference."
         ),
     ),
