@@ -2,7 +2,7 @@
 """Nodes count the builds that failed on them since the last success
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-02 10:00:00
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
