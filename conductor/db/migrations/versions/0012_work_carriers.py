@@ -9,6 +9,7 @@ Create Date: 2026-11-29 18:00:00
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -20,14 +21,28 @@ branch_labels = None
 depends_on = None
 
 
-def _identity(length: int) -> sa.types.TypeEngine[str]:
-    """As 0005 made every string column (repeated here: a migration must not
-    change with the models): compared byte for byte on MySQL and MariaDB."""
+def _collation() -> str | None:
+    """The byte-for-byte collation on MySQL and MariaDB, as 0005 set every
+    string column (repeated here: a migration must not change with the
+    models); ``None`` elsewhere."""
     dialect = op.get_bind().dialect
     if dialect.name not in ("mysql", "mariadb"):
+        return None
+    return "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+
+
+def _identity(length: int) -> sa.types.TypeEngine[str]:
+    """A string column compared byte for byte."""
+    collation = _collation()
+    if collation is None:
         return sa.String(length=length)
-    collation = "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
     return mysql.VARCHAR(length, charset="utf8mb4", collation=collation)
+
+
+def _table_options() -> dict[str, Any]:
+    """The table's own default collation, byte for byte too (as 0008's tables)."""
+    collation = _collation()
+    return {} if collation is None else {"mysql_charset": "utf8mb4", "mysql_collate": collation}
 
 
 def _timestamp() -> sa.types.TypeEngine[datetime.datetime]:
@@ -53,6 +68,7 @@ def upgrade() -> None:
         sa.Column("request_id", _identity(36), nullable=False),
         sa.Column("conductor", _identity(255), nullable=True),
         sa.Column("created_at", _timestamp(), nullable=False),
+        **_table_options(),
     )
 
 
