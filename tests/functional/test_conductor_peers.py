@@ -8,7 +8,8 @@ defaults (30 and 10 minutes): no sweeper can hide a stall.  The requests go
 through the test's RPC client, which RabbitMQ hands to either conductor.
 
 - ``conductor-kill9-with-actions``: builds, deletes, reboots, stops, starts,
-  rebuilds and node power requests in flight, part of them carried by the
+  rebuilds and node power requests in flight (16 nodes: 10 instances, 2 new
+  builds, 2 free nodes powered), part of them carried by the
   conductor that is killed; every one ends within TTL + 10 s of the kill,
   and the simulated driver's action log shows each verb once.
 - ``conductor-sigterm-under-load``: a stream of requests while one conductor
@@ -110,6 +111,18 @@ def _build(fleet: Fleet, count: int) -> list[str]:
     return built
 
 
+def _stopped(fleet: Fleet, instances: list[str]) -> list[str]:
+    """Stop *instances* and wait until they are ``stopped`` (to be started later)."""
+    for instance in instances:
+        fleet.api.stop_instance(instance)
+    wait_for(
+        lambda: all(fleet.api.show_instance(u)["vm_state"] == "stopped" for u in instances),
+        30,
+        f"{len(instances)} instances stopped",
+    )
+    return instances
+
+
 def _node_of(fleet: Fleet, instance: str) -> str:
     node = fleet.api.show_instance(instance)["node_uuid"]
     assert node is not None
@@ -194,11 +207,17 @@ def _carried(fleet: Fleet) -> Counter[str | None]:
 def test_conductor_kill9_with_actions(fleet: Fleet) -> None:
     """Kill -9 of one of two conductors while builds, deletes, actions and
     node power requests are in flight: all end within TTL + 10 s, once each."""
-    active = _build(fleet, 8)
+    active = _build(fleet, 10)
+    stopped = _stopped(fleet, active[8:])
+    active = active[:8]
     requests = Requests()
     for index in range(len(active)):
         _issue(fleet, requests, active, index)
-    _power_free_nodes(fleet, requests, _free_nodes(fleet)[:4])
+    for instance in stopped:
+        node = _node_of(fleet, instance)
+        if requests.call("start", functools.partial(fleet.api.start_instance, instance)):
+            requests.instances[instance] = "active"
+            requests.power_verbs[node] += 1
     new = [str(uuidlib.uuid4()) for _ in range(2)]
     if requests.call(
         "build",
@@ -207,6 +226,9 @@ def test_conductor_kill9_with_actions(fleet: Fleet) -> None:
         ),
     ):
         requests.instances.update(dict.fromkeys(new, "active"))
+    # Nodes no build takes: the new ones placed first.
+    wait_for(lambda: all(fleet.api.show_instance(u)["node_uuid"] for u in new), 20, "placed")
+    _power_free_nodes(fleet, requests, _free_nodes(fleet)[:2])
     assert requests.errors == []
     # The victim carries part of the work, and the agents are doing it.
     carried = _carried(fleet)
