@@ -61,6 +61,13 @@ _AUTH_OPTIONS = (
     ("--os-project-domain-name", "OS_PROJECT_DOMAIN_NAME", "NAME", "the project's domain"),
     ("--os-project-domain-id", "OS_PROJECT_DOMAIN_ID", "ID", "the project's domain, by id"),
     (
+        "--os-system-scope",
+        "OS_SYSTEM_SCOPE",
+        "all",
+        "scope the login to the system instead of a project (the system admin's "
+        "node and fleet calls)",
+    ),
+    (
         "--os-application-credential-id",
         "OS_APPLICATION_CREDENTIAL_ID",
         "ID",

@@ -200,3 +200,29 @@ def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: 
     listed = stranger.get(f"{url}/v1/instances", timeout=TIMEOUT).json()["instances"]
     assert instance["uuid"] not in {i["uuid"] for i in listed}
     assert member.delete(path, timeout=TIMEOUT).status_code == 202
+
+
+def test_a_system_scoped_admin_runs_the_fleet_but_reaches_no_project(
+    server: ApiServer, identity: Identity
+) -> None:
+    """Scope as Nova enforces it: a system-scoped admin token gets 403 on the
+    project rules (instances, quotas) and passes the operator's (nodes)."""
+    url = server.url
+    v12 = {"OpenStack-API-Version": "baremetal-fleet 1.2"}
+    system_admin = _as(identity.system_token("admin"))
+    _refused(
+        system_admin.get(f"{url}/v1/instances", headers=v12, timeout=TIMEOUT),
+        403,
+        "ringfleet.forbidden",
+    )
+    _refused(
+        system_admin.get(f"{url}/v1/quotas", headers=v12, timeout=TIMEOUT),
+        403,
+        "ringfleet.forbidden",
+    )
+    listed = system_admin.get(f"{url}/v1/nodes", timeout=TIMEOUT)
+    assert listed.status_code == 200, listed.text[:2000]
+    node = {"name": f"ks-sys-{uuid.uuid4().hex[:8]}", "resource_class": "baremetal"}
+    created = system_admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT)
+    assert created.status_code == 201, created.text[:2000]
+    assert system_admin.get(f"{url}/v1/fleet/check", timeout=TIMEOUT).status_code == 200

@@ -492,7 +492,11 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
     # Checked by the application and a handler rather than by a route's own rule.
     checked_inside = {policy.CONTEXT_IS_ADMIN, v1.ALL_PROJECTS_RULE}
     assert used | checked_inside == set(rules)
-    assert all(rule.scope_types == ["project"] for rule in rules.values())
+    # The operator's rules take a system-scoped token too; the rest are project-scoped.
+    assert policy.SYSTEM_RULES.issubset(rules)
+    for rule in rules.values():
+        expected = ["system", "project"] if rule.name in policy.SYSTEM_RULES else ["project"]
+        assert rule.scope_types == expected, rule.name
     for route in v1.ROUTES:
         ops = {(o["method"], o["path"]) for o in rules[str(route.rule)].operations}
         assert (route.method, route.path) in ops, route.path

@@ -181,6 +181,26 @@ def test_password_login_from_options_alone() -> None:
     assert region.get_interface(login.SERVICE_TYPE) == "internal"
 
 
+def test_a_system_scoped_login() -> None:
+    region = login.cloud_config(
+        options(
+            "--os-auth-url",
+            AUTH_URL,
+            "--os-username",
+            "ops",
+            "--os-password",
+            "pw",
+            "--os-user-domain-id",
+            "default",
+            "--os-system-scope",
+            "all",
+        )
+    )
+    assert region.config["auth"]["system_scope"] == "all"
+    v3 = region.get_auth().create_plugin(None, (3, 0), AUTH_URL)  # type: ignore[attr-defined]
+    assert (v3.system_scope, v3.project_id, v3.project_name) == ("all", None, None)
+
+
 def test_an_application_credential_selects_its_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OS_AUTH_URL", AUTH_URL)
     monkeypatch.setenv("OS_APPLICATION_CREDENTIAL_ID", "ac-9")
