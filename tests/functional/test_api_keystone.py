@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from conductor.common.exception import DuplicateInstance
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, running_fleet
 from tests.functional.keystone_harness import ROLES, Identity, make_identity
@@ -197,6 +198,13 @@ def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: 
     path = f"{url}/v1/instances/{instance['uuid']}"
     _refused(stranger.get(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
     _refused(stranger.delete(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
+    # Its uuid in a build: refused as any unusable uuid, naming no project.
+    reused = {"flavor": flavor["name"], "instance_uuids": [instance["uuid"]]}
+    clash = stranger.post(f"{url}/v1/instances", json=reused, headers=v12, timeout=TIMEOUT)
+    _refused(clash, 409, "ringfleet.conflict")
+    [error] = clash.json()["errors"]
+    assert (error["field"], error["reason"]) == ("instance_uuids", DuplicateInstance.UNUSABLE)
+    assert identity.project_id not in clash.text
     listed = stranger.get(f"{url}/v1/instances", timeout=TIMEOUT).json()["instances"]
     assert instance["uuid"] not in {i["uuid"] for i in listed}
     assert member.delete(path, timeout=TIMEOUT).status_code == 202
