@@ -96,10 +96,11 @@ _DELETE = verbs.BY_EVENT[Event.DELETE]
 
 _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     # name, check, description, operations
-    ("ringfleet:node:list", READER, "List nodes.", [("GET", "/v1/nodes")]),
+    # The inventory is the operator's, as Nova's hypervisors and hosts.
+    ("ringfleet:node:list", ADMIN, "List nodes.", [("GET", "/v1/nodes")]),
     (
         "ringfleet:node:get",
-        READER,
+        ADMIN,
         "Show a node and its owner.",
         [("GET", "/v1/nodes/{node}"), ("GET", "/v1/nodes/{node}/owner")],
     ),
@@ -158,6 +159,19 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ADMIN,
         "List every project's instances, or another project's (all_projects, project_id).",
         [("GET", "/v1/instances")],
+    ),
+    (
+        "ringfleet:instance:show:host",
+        ADMIN,
+        "See an instance's host, node_uuid and tried_nodes (left out for others, as Nova's "
+        "extended server attributes), and filter instance lists by host.",
+        [
+            ("GET", "/v1/instances"),
+            ("GET", "/v1/instances/{instance}"),
+            ("POST", "/v1/instances"),
+            (_DELETE.http.method, _DELETE.http.path),
+            *sorted({(verb.http.method, verb.http.path) for verb in verbs.ACTIONS}),
+        ],
     ),
     (
         "ringfleet:instance:create",

@@ -106,8 +106,10 @@ def test_keystone_roles_drive_the_policy(server: ApiServer, identity: Identity) 
     missing = f"{url}/v1/instances/{uuid.uuid4()}"
     flavor = {"name": "ks-small", "resource_class": "baremetal"}
 
-    assert reader.get(f"{url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert reader.get(f"{url}/v1/flavors", timeout=TIMEOUT).status_code == 200
     for denied in (
+        reader.get(f"{url}/v1/nodes", timeout=TIMEOUT),  # the inventory is the operator's
+        member.get(f"{url}/v1/nodes", timeout=TIMEOUT),
         reader.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT),
         reader.delete(missing, timeout=TIMEOUT),
         member.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT),
@@ -121,13 +123,14 @@ def test_keystone_roles_drive_the_policy(server: ApiServer, identity: Identity) 
 
     created = admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT)
     assert created.status_code == 201, created.text[:2000]
-    shown = reader.get(created.headers["Location"], timeout=TIMEOUT)
+    shown = admin.get(created.headers["Location"], timeout=TIMEOUT)
     assert shown.status_code == 200 and shown.json()["name"] == node["name"]
+    _refused(reader.get(created.headers["Location"], timeout=TIMEOUT), 403, "ringfleet.forbidden")
 
 
 def test_a_token_revoked_in_keystone_is_refused(server: ApiServer, identity: Identity) -> None:
     token = identity.tokens["reader"]
-    assert _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert _as(token).get(f"{server.url}/v1/flavors", timeout=TIMEOUT).status_code == 200
     identity.admin.delete(f"{identity.url}/auth/tokens", headers={"X-Subject-Token": token})
     response = _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
     _refused(response, 401, "ringfleet.unauthorized")
@@ -145,11 +148,11 @@ def _ctl(*args: str) -> str:
 
 def test_a_keystone_outage_is_503_then_heals(server: ApiServer, identity: Identity) -> None:
     member = _as(identity.tokens["member"])
-    assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert member.get(f"{server.url}/v1/flavors", timeout=TIMEOUT).status_code == 200
     before = len(server.log())
     _ctl("kill-keystone")
     try:
-        response = member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
+        response = member.get(f"{server.url}/v1/flavors", timeout=TIMEOUT)
         _refused(response, 503, "ringfleet.keystone_unavailable")
         assert response.headers["Retry-After"] == "5"
         assert "WWW-Authenticate" not in response.headers
@@ -173,7 +176,7 @@ def test_a_keystone_outage_is_503_then_heals(server: ApiServer, identity: Identi
         assert others == [], logged
     finally:
         _ctl("start-keystone")
-    assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert member.get(f"{server.url}/v1/flavors", timeout=TIMEOUT).status_code == 200
 
 
 def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: Identity) -> None:

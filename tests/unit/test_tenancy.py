@@ -525,6 +525,39 @@ def test_policy_matrix_over_http(
     assert set(env.queue.deleted) - {in_p1} == deleted
 
 
+NODE_UUID = "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a9"
+
+
+def test_hosts_and_nodes_are_shown_to_admins_only(env: Env, http: api_app.Application) -> None:
+    """As Nova's extended server attributes: where an instance runs is the
+    fleet's business; the node inventory is the operator's."""
+    built = request(http, "mem1", "POST", "/v1/instances", {"flavor": "small"})
+    assert built.status_code == 202
+    [instance] = built.json["instances"]
+    assert not {"host", "node_uuid", "tried_nodes"} & set(instance)
+    with env.db.transaction() as session:
+        row = session.query(InstanceModel).filter_by(uuid=instance["uuid"]).one()
+        row.host, row.node_uuid = "agent-7", NODE_UUID
+    path = f"/v1/instances/{instance['uuid']}"
+    for token in ("rd1", "mem1"):
+        shown = request(http, token, "GET", path).json
+        assert shown["uuid"] == instance["uuid"]
+        assert not {"host", "node_uuid", "tried_nodes"} & set(shown), token
+        [listed] = request(http, token, "GET", "/v1/instances").json["instances"]
+        assert "host" not in listed and "node_uuid" not in listed
+        by_host = request(http, token, "GET", "/v1/instances?host=agent-7")
+        assert by_host.status_code == 403
+        [error] = by_host.json["errors"]
+        assert error["field"] == "host"
+        assert "ringfleet:instance:show:host" in error["detail"]
+        assert request(http, token, "GET", "/v1/nodes").status_code == 403
+    shown = request(http, "adm1", "GET", path).json
+    assert (shown["host"], shown["node_uuid"]) == ("agent-7", NODE_UUID)
+    assert shown["tried_nodes"] == []
+    [listed] = request(http, "adm1", "GET", "/v1/instances?host=agent-7").json["instances"]
+    assert listed["host"] == "agent-7"
+
+
 def test_static_token_projects_own_what_they_build(env: Env, http: api_app.Application) -> None:
     built = request(http, "mem2", "POST", "/v1/instances", {"flavor": "small"})
     assert built.status_code == 202
