@@ -244,6 +244,15 @@ class OwnershipManager(InventoryReader, ShareClaimer):
                 self._held.pop(node, None)
                 self._pinned.discard(node)
 
+    def forget_deleted(self, node_uuids: Collection[str]) -> None:
+        """Forget nodes the conductor no longer records (deleted while held):
+        neither reported nor claimed again."""
+        with self._lock:
+            for node in node_uuids:
+                self._held.pop(node, None)
+                self._pinned.discard(node)
+            self._drop(node_uuids)
+
     # -- reading the conductor ---------------------------------------------------
 
     @property

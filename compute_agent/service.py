@@ -561,7 +561,12 @@ class AgentService(Reconciler):
     def _report_loop(self) -> None:
         assert self.ownership is not None and self._conductor is not None
         reports = StateReports(self.conf.compute_agent.full_report_interval)
-        sender = StateSender(self._conductor, self.host, self.conf.compute_agent.report_interval)
+        sender = StateSender(
+            self._conductor,
+            self.host,
+            self.conf.compute_agent.report_interval,
+            forget=self.ownership.forget_deleted,
+        )
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             if not self.membership.can_act():
                 continue

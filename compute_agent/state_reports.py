@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from conductor.common.exception import first_line
@@ -75,10 +75,18 @@ class StateSender:
     that does not take them is said once per outage (then DEBUG), and once
     when it takes them again."""
 
-    def __init__(self, conductor: ConductorAPI, host: str, interval: float) -> None:
+    def __init__(
+        self,
+        conductor: ConductorAPI,
+        host: str,
+        interval: float,
+        forget: Callable[[list[str]], None] = lambda nodes: None,
+    ) -> None:
         self._conductor = conductor
         self._host = host
         self._interval = interval
+        #: Called with the nodes the conductor says were deleted (``gone``).
+        self._forget = forget
         self._failing_since: float | None = None
 
     def send(self, reports: StateReports, due: list[dict[str, Any]]) -> None:
@@ -102,6 +110,15 @@ class StateSender:
                     self._failing_since = time.monotonic()
                 return
             reports.sent(chunk, out.get("stale", ()))
+            if gone := list(out.get("gone") or ()):
+                # Deleted while we held them: else reported (stale) for ever.
+                LOG.info(
+                    "Agent %s forgets %d nodes deleted while it owned them: %s",
+                    self._host,
+                    len(gone),
+                    ", ".join(gone[:20]),
+                )
+                self._forget(gone)
             if self._failing_since is not None:
                 LOG.info(
                     "Agent %s: state reports taken again after %.1f s",

@@ -91,6 +91,9 @@ API version history:
   list_node_uuids with ``owner`` takes ``outside`` (the shares that agent
   reads by ring: its nodes in them are left out).  An agent whose
   conductor is older claims by uuid and reads its nodes twice, as before.
+* 1.20 - report_node_states replies carry ``gone``: the reported nodes that
+  no longer exist (deleted while the agent held them), which the agent
+  forgets.  Same call: an older conductor's reply has no ``gone``.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.19"
+API_VERSION = "1.20"
 
 _T = TypeVar("_T")
 

@@ -50,12 +50,32 @@ PUBLIC_PATHS = frozenset({"", "/v1", "/v1/openapi.json"})
 
 @dataclass(frozen=True)
 class Credentials:
+    """Who calls, and the scope of their token.
+
+    :ivar system_scope: ``"all"`` for a system-scoped Keystone token, else
+        ``None``; the policy's ``scope_types`` refuse such a token every
+        project rule (:mod:`conductor.api.policy`).
+    :ivar domain_id: the domain of a domain-scoped token (refused every rule).
+    """
+
     user_id: str | None
     project_id: str | None
     roles: tuple[str, ...]
+    system_scope: str | None = None
+    domain_id: str | None = None
 
     def for_policy(self) -> dict[str, Any]:
-        return {"roles": list(self.roles), "project_id": self.project_id, "user_id": self.user_id}
+        values: dict[str, Any] = {
+            "roles": list(self.roles),
+            "project_id": self.project_id,
+            "user_id": self.user_id,
+        }
+        # oslo.policy tells a token's scope by these keys' presence.
+        if self.system_scope:
+            values["system_scope"] = self.system_scope
+        if self.domain_id:
+            values["domain_id"] = self.domain_id
+        return values
 
 
 NOAUTH = Credentials(user_id="noauth", project_id=None, roles=("admin", "member", "reader"))
@@ -87,10 +107,15 @@ def _keystone_credentials(environ: Environ) -> Credentials | None:
     if environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed":
         return None
     roles = tuple(r.strip() for r in environ.get("HTTP_X_ROLES", "").split(",") if r.strip())
+    # keystonemiddleware strips these headers from the client's request and
+    # sets them from the token alone: OpenStack-System-Scope for a
+    # system-scoped token, X-Domain-Id for a domain-scoped one.
     return Credentials(
         user_id=environ.get("HTTP_X_USER_ID"),
         project_id=environ.get("HTTP_X_PROJECT_ID"),
         roles=roles,
+        system_scope=environ.get("HTTP_OPENSTACK_SYSTEM_SCOPE") or None,
+        domain_id=environ.get("HTTP_X_DOMAIN_ID") or None,
     )
 
 

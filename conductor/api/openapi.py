@@ -50,6 +50,12 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+#: The Instance fields policy leaves out for others (conductor.api.v1_instances.HOST_FIELDS).
+_ADMIN_ONLY = (
+    "Left out unless the policy ringfleet:instance:show:host allows the caller (admins by "
+    "default), as Nova's extended server attributes."
+)
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Object": {"type": "object", "description": "See docs/rpc-api.rst for the fields."},
     "Node": _obj(
@@ -121,12 +127,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             # From the state machine's own enums, so that no state is left out.
             "vm_state": {"enum": [state.value for state in VmState]},
             "task_state": {**_NSTR, "enum": [*(task.value for task in TaskState), None]},
-            "node_uuid": _NSTR,
-            "host": _NSTR,
+            "node_uuid": {**_NSTR, "description": _ADMIN_ONLY},
+            "host": {**_NSTR, "description": _ADMIN_ONLY},
             "group_hint": _NSTR,
             "fault": _NSTR,
             "attempts": _INT,
-            "tried_nodes": _STRS,
+            "tried_nodes": {**_STRS, "description": _ADMIN_ONLY},
             "created_at": _TIME,
             "updated_at": _TIME,
             "scheduler_hints": {"type": "object"},

@@ -11,8 +11,14 @@ writes the defaults (entry point ``oslo.policy.policies``);
 ``oslopolicy-validator`` with ``--namespace ringfleet.api`` read the policy
 file the API would (entry point ``oslo.policy.enforcer``, :func:`get_enforcer`).
 
-Every rule is project-scoped (``scope_types=["project"]``, as Nova's since
-its 2023 defaults: an admin is a project admin, with the ``admin`` role).
+Every rule declares its ``scope_types`` and oslo.policy enforces them: the
+instance and quota rules are project-scoped (as Nova's with
+``enforce_scope``: a system-scoped token gets 403 there, whatever its
+roles); the operator's rules (nodes, flavors, the fleet, agents,
+``context_is_admin``) take a project-scoped token or a system-scoped one
+(:data:`SYSTEM_OR_PROJECT`), so that the *system admin* (the ``admin`` role on
+the system, as Keystone's and Ironic's) runs the fleet without reaching any
+project's instances.  A domain-scoped token passes no rule.
 The role rules say who may call; *which* instances a call reaches is the
 conductor's business (invariant 12): a reader or member reaches their own
 project's, an admin (``context_is_admin``, sent to the conductor as the
@@ -38,9 +44,12 @@ __all__ = [
     "CONTEXT_IS_ADMIN",
     "MEMBER",
     "READER",
+    "SYSTEM_OR_PROJECT",
+    "SYSTEM_RULES",
     "Enforcer",
     "get_enforcer",
     "list_rules",
+    "scope_types",
 ]
 
 ADMIN = "role:admin"
@@ -53,15 +62,45 @@ PROJECT_READER_OR_ADMIN = "(role:reader and project_id:%(project_id)s) or " + AD
 #: instances (the RPC context's ``is_admin``).
 CONTEXT_IS_ADMIN = "context_is_admin"
 
+#: The scopes of the operator's rules; every other rule is project-scoped.
+SYSTEM_OR_PROJECT = ["system", "project"]
+#: The rules a system-scoped token may pass (with the roles they ask for).
+SYSTEM_RULES = frozenset(
+    {
+        CONTEXT_IS_ADMIN,
+        "ringfleet:node:list",
+        "ringfleet:node:get",
+        "ringfleet:node:create",
+        "ringfleet:node:update",
+        "ringfleet:node:sync",
+        "ringfleet:node:power",
+        "ringfleet:node:delete",
+        "ringfleet:node:move",
+        "ringfleet:flavor:list",
+        "ringfleet:flavor:create",
+        "ringfleet:flavor:delete",
+        "ringfleet:fleet:get",
+        "ringfleet:fleet:check",
+        "ringfleet:agent:drain",
+    }
+)
+
+
+def scope_types(rule: str) -> list[str]:
+    """The token scopes ``rule`` accepts."""
+    return list(SYSTEM_OR_PROJECT) if rule in SYSTEM_RULES else ["project"]
+
+
 #: The delete verb's row (its rule, method and path).
 _DELETE = verbs.BY_EVENT[Event.DELETE]
 
 _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     # name, check, description, operations
-    ("ringfleet:node:list", READER, "List nodes.", [("GET", "/v1/nodes")]),
+    # The inventory is the operator's, as Nova's hypervisors and hosts.
+    ("ringfleet:node:list", ADMIN, "List nodes.", [("GET", "/v1/nodes")]),
     (
         "ringfleet:node:get",
-        READER,
+        ADMIN,
         "Show a node and its owner.",
         [("GET", "/v1/nodes/{node}"), ("GET", "/v1/nodes/{node}/owner")],
     ),
@@ -122,6 +161,19 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("GET", "/v1/instances")],
     ),
     (
+        "ringfleet:instance:show:host",
+        ADMIN,
+        "See an instance's host, node_uuid and tried_nodes (left out for others, as Nova's "
+        "extended server attributes), and filter instance lists by host.",
+        [
+            ("GET", "/v1/instances"),
+            ("GET", "/v1/instances/{instance}"),
+            ("POST", "/v1/instances"),
+            (_DELETE.http.method, _DELETE.http.path),
+            *sorted({(verb.http.method, verb.http.path) for verb in verbs.ACTIONS}),
+        ],
+    ),
+    (
         "ringfleet:instance:create",
         MEMBER,
         "Build instances (for the caller's project, within its quotas).",
@@ -177,8 +229,9 @@ def list_rules() -> list[policy.RuleDefault]:
             name=CONTEXT_IS_ADMIN,
             check_str=ADMIN,
             description="Who is an admin to the conductors: sees and acts on every project's "
-            "instances.",
-            scope_types=["project"],
+            "instances (a system-scoped token reaches none: the instance rules are "
+            "project-scoped).",
+            scope_types=scope_types(CONTEXT_IS_ADMIN),
         ),
         *(
             policy.DocumentedRuleDefault(
@@ -186,7 +239,7 @@ def list_rules() -> list[policy.RuleDefault]:
                 check_str=check,
                 description=description,
                 operations=[{"method": m, "path": p} for m, p in operations],
-                scope_types=["project"],
+                scope_types=scope_types(name),
             )
             for name, check, description, operations in _RULES
         ),
@@ -217,8 +270,8 @@ RULE_NAMES = frozenset([CONTEXT_IS_ADMIN, *(name for name, *_ in _RULES)])
 class Enforcer:
     """The rules of one ``ConfigOpts`` (policy file overrides read by oslo.policy).
 
-    Decisions are cached per (rule, roles, project, user, target): they
-    depend on nothing else.  oslo.policy looks for a
+    Decisions are cached per (rule, roles, project, user, token scope,
+    target): they depend on nothing else.  oslo.policy looks for a
     changed policy file on every ``enforce`` (stat calls on each config
     directory: about half of a request's CPU time); here the cache is
     dropped and the file looked for every :data:`RELOAD_SECONDS`, so an
@@ -248,6 +301,9 @@ class Enforcer:
             tuple(sorted(credentials.get("roles") or ())),
             credentials.get("project_id"),
             credentials.get("user_id"),
+            # The token's scope: the same roles pass or not by it.
+            credentials.get("system_scope"),
+            credentials.get("domain_id"),
             tuple(sorted(target.items())),
         )
         now = time.monotonic()

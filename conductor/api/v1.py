@@ -14,11 +14,16 @@ from __future__ import annotations
 from conductor.api.app import Route
 from conductor.api.v1_flavors import FLAVOR_ROUTES
 from conductor.api.v1_fleet import FLEET_ROUTES
-from conductor.api.v1_instances import ALL_PROJECTS_RULE, INSTANCE_ACTION, INSTANCE_ROUTES
+from conductor.api.v1_instances import (
+    ALL_PROJECTS_RULE,
+    HOST_RULE,
+    INSTANCE_ACTION,
+    INSTANCE_ROUTES,
+)
 from conductor.api.v1_nodes import NODE_ROUTES
 from conductor.api.v1_quotas import QUOTA_ROUTES
 
-__all__ = ["ALL_PROJECTS_RULE", "INSTANCE_ACTION", "ROUTES"]
+__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "ROUTES"]
 
 ROUTES: tuple[Route, ...] = (
     *NODE_ROUTES,

@@ -20,7 +20,7 @@ from conductor.common.instance_states import TRANSITIONS, Event
 from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
 
-__all__ = ["ALL_PROJECTS_RULE", "INSTANCE_ACTION", "INSTANCE_ROUTES"]
+__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "INSTANCE_ROUTES"]
 
 INSTANCE_FILTERS = (
     Param(
@@ -29,7 +29,11 @@ INSTANCE_FILTERS = (
         ", ".join(state.value for state in list(VmState)[:-1])
         + f" or {list(VmState)[-1].value} (without it, deleted instances are left out).",
     ),
-    Param("host", "string", "Only instances on this agent."),
+    Param(
+        "host",
+        "string",
+        "Only instances on this agent (admins: policy ringfleet:instance:show:host).",
+    ),
     Param(
         "all_projects",
         "boolean",
@@ -48,6 +52,11 @@ INSTANCE_FILTERS = (
 _TENANCY_FIELDS = ("project_id", "user_id")
 
 ALL_PROJECTS_RULE = "ringfleet:instance:list:all_projects"
+#: Who sees where an instance runs (Nova's ``os_compute_api:os-extended-server-attributes``).
+HOST_RULE = "ringfleet:instance:show:host"
+#: What an instance shows only to those :data:`HOST_RULE` allows: the agent and
+#: the nodes are the fleet's, not a project's, as Nova's hosts and hypervisors.
+HOST_FIELDS = ("host", "node_uuid", "tried_nodes")
 
 #: What a rebuild may replace (microversion 1.4), as a build request has them.
 REBUILD_FIELDS = ("image", "user_data", "meta_data", "network_data")
@@ -119,10 +128,11 @@ INSTANCE_ACTION = Resource(
 
 
 def _shown(call: Call, instance: dict[str, Any]) -> dict[str, Any]:
-    """An instance as the request's microversion shows it."""
-    if call.version < TENANCY:
-        return {k: v for k, v in instance.items() if k not in _TENANCY_FIELDS}
-    return instance
+    """An instance as the request's microversion and the caller's policy show it."""
+    hidden = () if call.version >= TENANCY else _TENANCY_FIELDS
+    if not call.allowed(HOST_RULE):
+        hidden = (*hidden, *HOST_FIELDS)
+    return {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
 
 
 def build_instances(call: Call) -> Reply:
@@ -146,6 +156,14 @@ def list_instances(call: Call) -> Reply:
     project_id = call.query.get("project_id")
     if (all_projects or project_id is not None) and not call.allowed(ALL_PROJECTS_RULE):
         raise ApiError(403, "ringfleet.forbidden", f"policy does not allow {ALL_PROJECTS_RULE}")
+    if call.query.get("host") is not None and not call.allowed(HOST_RULE):
+        # A filter by host would tell where the caller's instances run.
+        raise ApiError(
+            403,
+            "ringfleet.forbidden",
+            f"host: policy does not allow {HOST_RULE}",
+            fields=[{"field": "host", "reason": f"policy does not allow {HOST_RULE}"}],
+        )
     scope: dict[str, Any] = {}
     if all_projects or project_id is not None:
         scope = {"all_projects": all_projects, "project_id": project_id}
@@ -203,7 +221,8 @@ def instance_action(call: Call) -> Reply:
         verb = _ACTIONS[action][0]
     conductor_method = getattr(call.api, verb.conductor_method)
     instance = call.path["instance"]
-    return Reply(202, conductor_method(instance, **verb.conductor_arguments, **arguments))
+    shown = conductor_method(instance, **verb.conductor_arguments, **arguments)
+    return Reply(202, _shown(call, shown))
 
 
 def _typed_verb(action: str, value: Any) -> verbs.Verb:
@@ -272,7 +291,9 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         description="Give instance_uuids to make retries safe: a retry of the "
         "same request (same uuids, flavor, group, name, hints) answers 202 with the "
         "stored instances as they are now and builds nothing; another request "
-        "reusing one of the uuids is 409. Location is set when one instance is built. "
+        "reusing one of the uuids is 409, the same answer whoever holds the uuid (another "
+        "project's instance is never named nor returned). Location is set when one instance "
+        "is built. "
         "Since 1.1 a build may carry an image and a config drive (user_data, meta_data, "
         "network_data); without an image it gets its flavor's default_image, if any. "
         "The instances belong to the caller's project; a build that would take it over "

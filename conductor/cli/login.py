@@ -61,6 +61,13 @@ _AUTH_OPTIONS = (
     ("--os-project-domain-name", "OS_PROJECT_DOMAIN_NAME", "NAME", "the project's domain"),
     ("--os-project-domain-id", "OS_PROJECT_DOMAIN_ID", "ID", "the project's domain, by id"),
     (
+        "--os-system-scope",
+        "OS_SYSTEM_SCOPE",
+        "all",
+        "scope the login to the system instead of a project (the system admin's "
+        "node and fleet calls)",
+    ),
+    (
         "--os-application-credential-id",
         "OS_APPLICATION_CREDENTIAL_ID",
         "ID",
@@ -155,16 +162,26 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
     from openstack import exceptions as sdk_exceptions  # noqa: PLC0415 -- heavy: on login only
     from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
 
+    # The credentials go in "auth": get_one merges that dict over the cloud's
+    # key by key, while a plain keyword of the same name loses to the cloud's
+    # auth section (only the project and domain keys are moved over it).
+    auth: dict[str, Any] = {
+        dest[3:]: getattr(options, dest)
+        for dest in _KEYSTONE_DESTS
+        if dest not in ("os_cloud", "os_auth_type") and getattr(options, dest)
+    }
     args: dict[str, Any] = {
         dest[3:]: getattr(options, dest)
-        for dest in (*_KEYSTONE_DESTS, "os_region_name", "os_interface", "os_cacert")
-        if dest != "os_cloud" and getattr(options, dest)
+        for dest in ("os_region_name", "os_interface", "os_cacert")
+        if getattr(options, dest)
     }
     auth_type = _auth_type(options)
     if auth_type:
         args["auth_type"] = auth_type
     if options.os_token and auth_type == "token":
-        args["token"] = options.os_token
+        auth["token"] = options.os_token
+    if auth:
+        args["auth"] = auth
     if options.insecure:
         args["verify"] = False
     if options.os_endpoint:

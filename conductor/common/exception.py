@@ -362,7 +362,15 @@ class DuplicateFlavor(Conflict):
 
 
 class DuplicateInstance(Conflict):
+    """A client-chosen instance uuid stored already, by another request.
+
+    One answer whoever holds it (the caller's own other request, a deleted
+    instance, another project's): a caller learns nothing of other projects.
+    """
+
     kind = "instance"
+    #: The reason of every such refusal.
+    UNUSABLE = "instance id not available: choose another (a retry must repeat its request)"
 
 
 class InstanceStateConflict(Conflict):

@@ -249,9 +249,12 @@ def _stored_before(
             )
         except QuotaExceeded:
             # A client's retry of a stored request is answered with it, even
-            # when the project is at its quota now.
+            # when the project is at its quota now.  Only the project's own
+            # rows: another project's uuid is refused as an unknown one is
+            # (the quota), not as a clash that would say it exists.
             retry = request.instance_uuids and not check_first
-            if retry and (existing := _existing(connection, uuids)):
+            existing = _existing(connection, uuids) if retry else {}
+            if existing and all(r.project_id == owner.project_id for r in existing.values()):
                 return existing
             raise
     return {}
@@ -328,7 +331,9 @@ def _retried(
     drives: list[dict[str, Any] | None],
 ) -> list[Instance]:
     """A retry of the same request returns what was stored; any other use
-    of these ids (another project's included) is a different request: refused.
+    of these ids (another project's included) is a different request,
+    refused alike whoever holds the id (invariant 12: no sign of another
+    project's instance).
     """
     for index, u in enumerate(uuids):
         row = existing.get(u)
@@ -349,7 +354,7 @@ def _retried(
                 field="instance_uuids",
                 value=u,
                 index=index,
-                reason="instance id used by another build request",
+                reason=DuplicateInstance.UNUSABLE,
             )
     return [to_instance(existing[u]) for u in uuids]
 

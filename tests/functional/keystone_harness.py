@@ -56,6 +56,24 @@ class Identity:
         ]
         self.admin.put(f"{self.url}/projects/{project}/users/{user}/roles/{role_id}")
 
+    def system_token(self, role: str = "admin") -> str:
+        """A system-scoped token (``system: all``) of a new user with ``role``
+        on the system, as Keystone's system administrator persona."""
+        role_id = self.admin.get(f"{self.url}/roles", params={"name": role}).json()["roles"][0][
+            "id"
+        ]
+        name, password = f"rf-system-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+        user = self.create("user", {"name": name, "password": password, "domain_id": "default"})
+        self.admin.put(f"{self.url}/system/users/{user}/roles/{role_id}")
+        auth = v3.Password(
+            auth_url=self.url,
+            username=name,
+            password=password,
+            user_domain_id="default",
+            system_scope="all",
+        )
+        return str(auth.get_token(ks_session.Session()))
+
     def other_project(self, role: str = "member") -> tuple[str, str]:
         """A new project and a token of a user with ``role`` on it."""
         suffix = uuid.uuid4().hex[:8]

@@ -342,3 +342,19 @@ def test_an_agent_whose_host_another_process_took_stops_serving_and_fails(
     assert second.running()
     # The survivor alone serves the host: builds routed to agent-1 complete.
     _build(fleet, 3)
+
+
+def test_a_node_deleted_while_owned_is_forgotten_by_its_agent(fleet: Fleet) -> None:
+    """The agent's next state report learns the node is gone (conductor API
+    1.20): said once on each side, no stale-report WARNING."""
+    agent = fleet.agent("agent-a")
+    wait_for(lambda: set(fleet.owned_by()) == {"agent-a"}, 30, "agent-a owns every node")
+    node = sorted(fleet.owned_by()["agent-a"])[0]
+    fleet.api.set_node_maintenance(node, True, "retired")
+    fleet.api.delete_node(node)
+    agent.wait_log(f"forgets 1 nodes deleted while it owned them: {node}", 30)
+    conductor_log = fleet.procs["cond-1"].log()
+    said = f"Agent agent-a reported 1 nodes deleted since it claimed them; it forgets them: {node}"
+    assert conductor_log.count(said) == 1, conductor_log[-3000:]
+    assert "nodes it does not own" not in conductor_log
+    assert len(fleet.owned_by()["agent-a"]) == NODES - 1

@@ -124,7 +124,9 @@ def test_enroll_build_100_watch_active_and_delete(
     for session in (reader, member):
         _error(session.post(f"{url}/v1/nodes/import", json={"nodes": specs}, timeout=TIMEOUT), 403)
         _error(session.post(f"{url}/v1/flavors", json={"name": "x"}, timeout=TIMEOUT), 403)
-    assert _ok(reader.get(f"{url}/v1/nodes", timeout=TIMEOUT), 200) == {"nodes": []}
+    assert _ok(admin.get(f"{url}/v1/nodes", timeout=TIMEOUT), 200) == {"nodes": []}
+    # The node inventory is the operator's, as Nova's hypervisors.
+    _error(reader.get(f"{url}/v1/nodes", timeout=TIMEOUT), 403)
 
     # A dry run stores nothing, then the import stores them all.
     dry = admin.post(f"{url}/v1/nodes/import", json={"nodes": specs, "dry_run": True})
@@ -149,7 +151,7 @@ def test_enroll_build_100_watch_active_and_delete(
     )
     node = _ok(created, 201)
     assert created.headers["Location"] == f"{url}/v1/nodes/{chosen}"
-    assert _ok(reader.get(created.headers["Location"]), 200)["name"] == "solo"
+    assert _ok(admin.get(created.headers["Location"]), 200)["name"] == "solo"
     # Its retry: 409 naming the uuid.
     again = admin.post(
         f"{url}/v1/nodes", json={"name": "solo-2", "uuid": chosen, "resource_class": "baremetal"}
@@ -158,9 +160,9 @@ def test_enroll_build_100_watch_active_and_delete(
     assert node["uuid"] == chosen
 
     # Paging: pages of 25, each with a next link, every node once.
-    listed = _all(reader, f"{url}/v1/nodes?limit=25&resource_class=baremetal", "nodes")
+    listed = _all(admin, f"{url}/v1/nodes?limit=25&resource_class=baremetal", "nodes")
     assert len(listed) == NODES + 1 == len({n["uuid"] for n in listed})
-    first = _ok(reader.get(f"{url}/v1/nodes?limit=25"), 200)
+    first = _ok(admin.get(f"{url}/v1/nodes?limit=25"), 200)
     assert "marker=" in first["next"] and len(first["nodes"]) == 25
 
     # Flavor: 201 + Location; a duplicate is 409 naming the name.
@@ -205,10 +207,14 @@ def test_enroll_build_100_watch_active_and_delete(
         wait_for(active, 120, f"{BUILDS} instances ACTIVE through the API")
     except AssertionError:
         raise AssertionError(log_tails(fleet)) from None
+    # Where it runs is shown to admins only, as Nova's extended attributes.
     one = _ok(reader.get(f"{url}/v1/instances/{uuids[0]}"), 200)
-    assert one["vm_state"] == "active" and one["node_uuid"]
+    assert one["vm_state"] == "active" and "node_uuid" not in one and "host" not in one
+    one = _ok(admin.get(f"{url}/v1/instances/{uuids[0]}"), 200)
+    assert one["node_uuid"] and one["host"] in ("agent-1", "agent-2")
+    _error(reader.get(f"{url}/v1/instances?host={one['host']}"), 403)
     assert (
-        _ok(reader.get(f"{url}/v1/nodes?pinned=true&limit=1000"), 200)["nodes"].__len__() == BUILDS
+        _ok(admin.get(f"{url}/v1/nodes?pinned=true&limit=1000"), 200)["nodes"].__len__() == BUILDS
     )
 
     # The fleet reports over HTTP.
@@ -231,7 +237,7 @@ def test_enroll_build_100_watch_active_and_delete(
         return len(got) == BUILDS
 
     wait_for(deleted, 120, f"{BUILDS} instances deleted through the API")
-    assert _ok(reader.get(f"{url}/v1/nodes?pinned=true"), 200)["nodes"] == []
+    assert _ok(admin.get(f"{url}/v1/nodes?pinned=true"), 200)["nodes"] == []
 
 
 def test_error_paths(fleet: Fleet, server: ApiServer, admin: requests.Session) -> None:
@@ -422,10 +428,12 @@ def test_the_cli_goes_through_the_api_with_os_endpoint(fleet: Fleet, server: Api
             env={**os.environ, "OS_ENDPOINT": "", "OS_TOKEN": ""},
         )
 
-    listed = ringfleet("reader-token", "node", "list", "-f", "json")
+    listed = ringfleet("admin-token", "node", "list", "-f", "json")
     assert listed.returncode == 0, listed.stderr
     assert len(json.loads(listed.stdout)) == NODES + 1
-    missing = ringfleet("reader-token", "node", "show", "no-such-node")
+    hidden = ringfleet("reader-token", "node", "list")
+    assert hidden.returncode == 1 and "403" in hidden.stderr, hidden.stderr
+    missing = ringfleet("admin-token", "node", "show", "no-such-node")
     assert missing.returncode == 1
     assert missing.stderr == "ringfleet node show: error: node 'no-such-node' not found\n"
     refused = ringfleet("reader-token", "flavor", "create", "big", "--resource-class", "bm")

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from conductor.common.exception import DuplicateInstance
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, running_fleet
 from tests.functional.keystone_harness import ROLES, Identity, make_identity
@@ -105,8 +106,10 @@ def test_keystone_roles_drive_the_policy(server: ApiServer, identity: Identity) 
     missing = f"{url}/v1/instances/{uuid.uuid4()}"
     flavor = {"name": "ks-small", "resource_class": "baremetal"}
 
-    assert reader.get(f"{url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert reader.get(f"{url}/v1/flavors", timeout=TIMEOUT).status_code == 200
     for denied in (
+        reader.get(f"{url}/v1/nodes", timeout=TIMEOUT),  # the inventory is the operator's
+        member.get(f"{url}/v1/nodes", timeout=TIMEOUT),
         reader.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT),
         reader.delete(missing, timeout=TIMEOUT),
         member.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT),
@@ -120,13 +123,14 @@ def test_keystone_roles_drive_the_policy(server: ApiServer, identity: Identity) 
 
     created = admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT)
     assert created.status_code == 201, created.text[:2000]
-    shown = reader.get(created.headers["Location"], timeout=TIMEOUT)
+    shown = admin.get(created.headers["Location"], timeout=TIMEOUT)
     assert shown.status_code == 200 and shown.json()["name"] == node["name"]
+    _refused(reader.get(created.headers["Location"], timeout=TIMEOUT), 403, "ringfleet.forbidden")
 
 
 def test_a_token_revoked_in_keystone_is_refused(server: ApiServer, identity: Identity) -> None:
     token = identity.tokens["reader"]
-    assert _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert _as(token).get(f"{server.url}/v1/flavors", timeout=TIMEOUT).status_code == 200
     identity.admin.delete(f"{identity.url}/auth/tokens", headers={"X-Subject-Token": token})
     response = _as(token).get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
     _refused(response, 401, "ringfleet.unauthorized")
@@ -144,11 +148,11 @@ def _ctl(*args: str) -> str:
 
 def test_a_keystone_outage_is_503_then_heals(server: ApiServer, identity: Identity) -> None:
     member = _as(identity.tokens["member"])
-    assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert member.get(f"{server.url}/v1/flavors", timeout=TIMEOUT).status_code == 200
     before = len(server.log())
     _ctl("kill-keystone")
     try:
-        response = member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT)
+        response = member.get(f"{server.url}/v1/flavors", timeout=TIMEOUT)
         _refused(response, 503, "ringfleet.keystone_unavailable")
         assert response.headers["Retry-After"] == "5"
         assert "WWW-Authenticate" not in response.headers
@@ -172,7 +176,7 @@ def test_a_keystone_outage_is_503_then_heals(server: ApiServer, identity: Identi
         assert others == [], logged
     finally:
         _ctl("start-keystone")
-    assert member.get(f"{server.url}/v1/nodes", timeout=TIMEOUT).status_code == 200
+    assert member.get(f"{server.url}/v1/flavors", timeout=TIMEOUT).status_code == 200
 
 
 def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: Identity) -> None:
@@ -197,6 +201,39 @@ def test_an_instance_belongs_to_the_tokens_project(server: ApiServer, identity: 
     path = f"{url}/v1/instances/{instance['uuid']}"
     _refused(stranger.get(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
     _refused(stranger.delete(path, timeout=TIMEOUT), 404, "ringfleet.not_found")
+    # Its uuid in a build: refused as any unusable uuid, naming no project.
+    reused = {"flavor": flavor["name"], "instance_uuids": [instance["uuid"]]}
+    clash = stranger.post(f"{url}/v1/instances", json=reused, headers=v12, timeout=TIMEOUT)
+    _refused(clash, 409, "ringfleet.conflict")
+    [error] = clash.json()["errors"]
+    assert (error["field"], error["reason"]) == ("instance_uuids", DuplicateInstance.UNUSABLE)
+    assert identity.project_id not in clash.text
     listed = stranger.get(f"{url}/v1/instances", timeout=TIMEOUT).json()["instances"]
     assert instance["uuid"] not in {i["uuid"] for i in listed}
     assert member.delete(path, timeout=TIMEOUT).status_code == 202
+
+
+def test_a_system_scoped_admin_runs_the_fleet_but_reaches_no_project(
+    server: ApiServer, identity: Identity
+) -> None:
+    """Scope as Nova enforces it: a system-scoped admin token gets 403 on the
+    project rules (instances, quotas) and passes the operator's (nodes)."""
+    url = server.url
+    v12 = {"OpenStack-API-Version": "baremetal-fleet 1.2"}
+    system_admin = _as(identity.system_token("admin"))
+    _refused(
+        system_admin.get(f"{url}/v1/instances", headers=v12, timeout=TIMEOUT),
+        403,
+        "ringfleet.forbidden",
+    )
+    _refused(
+        system_admin.get(f"{url}/v1/quotas", headers=v12, timeout=TIMEOUT),
+        403,
+        "ringfleet.forbidden",
+    )
+    listed = system_admin.get(f"{url}/v1/nodes", timeout=TIMEOUT)
+    assert listed.status_code == 200, listed.text[:2000]
+    node = {"name": f"ks-sys-{uuid.uuid4().hex[:8]}", "resource_class": "baremetal"}
+    created = system_admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT)
+    assert created.status_code == 201, created.text[:2000]
+    assert system_admin.get(f"{url}/v1/fleet/check", timeout=TIMEOUT).status_code == 200

@@ -226,3 +226,18 @@ def test_login_failures_are_one_line(clouds: Path) -> None:
     assert "no baremetal-fleet endpoint in the service catalog" in line
     unknown = ringfleet(clouds, "--os-cloud", "rf-none", "node", "list")
     assert unknown.returncode == 1 and "rf-none" in unknown.stderr
+
+
+def test_an_option_or_variable_beats_the_clouds_password(clouds: Path) -> None:
+    """Field by field: ``--os-password`` (or ``OS_PASSWORD``) replaces only
+    the cloud's password, for better (rf-wrong) or worse (rf-password)."""
+    right = yaml.safe_load(clouds.read_text())["clouds"]["rf-password"]["auth"]["password"]
+    worse = ringfleet(
+        clouds, "--os-cloud", "rf-password", "--os-password", "wrong-pw-7f3", "node", "list"
+    )
+    assert worse.returncode == 1
+    assert worse.stderr.rstrip().endswith("refused the credentials"), worse.stderr
+    better = ringfleet(clouds, "--os-cloud", "rf-wrong", "--os-password", right, "node", "list")
+    assert better.returncode == 0, better.stderr
+    by_variable = ringfleet(clouds, "--os-cloud", "rf-wrong", "node", "list", OS_PASSWORD=right)
+    assert by_variable.returncode == 0, by_variable.stderr

@@ -418,7 +418,10 @@ def test_tokens_and_policy(tmp_path: Path) -> None:
     body = {"name": "n1", "resource_class": "x"}
     assert call(application, "GET", "/v1/nodes").status_code == 401
     assert call(application, "GET", "/v1/nodes", X_Auth_Token="bogus").status_code == 401
-    assert call(application, "GET", "/v1/nodes", X_Auth_Token="rd").status_code == 200
+    # The node inventory is the operator's (as Nova's hypervisors).
+    assert call(application, "GET", "/v1/nodes", X_Auth_Token="rd").status_code == 403
+    assert call(application, "GET", "/v1/nodes/n1", X_Auth_Token="mem").status_code == 403
+    assert call(application, "GET", "/v1/nodes", X_Auth_Token="adm").status_code == 200
     assert call(application, "POST", "/v1/nodes", body, X_Auth_Token="rd").status_code == 403
     assert call(application, "POST", "/v1/nodes", body, X_Auth_Token="mem").status_code == 403
     assert call(application, "POST", "/v1/nodes", body, X_Auth_Token="adm").status_code == 201
@@ -460,7 +463,7 @@ def _behind_keystone_auth(tmp_path: Path) -> tuple[Any, FakeConductors]:
 def test_keystone_headers_are_read(tmp_path: Path) -> None:
     application, _ = _behind_keystone_auth(tmp_path)
     confirmed = {"X_Identity_Status": "Confirmed", "X_Roles": "reader", "X_Project_Id": "p"}
-    assert call(application, "GET", "/v1/nodes", **confirmed).status_code == 200
+    assert call(application, "GET", "/v1/flavors", **confirmed).status_code == 200
     assert call(application, "POST", "/v1/flavors", {}, **confirmed).status_code == 403
     invalid = {**confirmed, "X_Identity_Status": "Invalid"}
     assert call(application, "GET", "/v1/nodes", **invalid).status_code == 401
@@ -490,9 +493,13 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
     rules = {r.name: r for r in policy.list_rules()}
     used = {route.rule for route in v1.ROUTES}
     # Checked by the application and a handler rather than by a route's own rule.
-    checked_inside = {policy.CONTEXT_IS_ADMIN, v1.ALL_PROJECTS_RULE}
+    checked_inside = {policy.CONTEXT_IS_ADMIN, v1.ALL_PROJECTS_RULE, v1.HOST_RULE}
     assert used | checked_inside == set(rules)
-    assert all(rule.scope_types == ["project"] for rule in rules.values())
+    # The operator's rules take a system-scoped token too; the rest are project-scoped.
+    assert policy.SYSTEM_RULES.issubset(rules)
+    for rule in rules.values():
+        expected = ["system", "project"] if rule.name in policy.SYSTEM_RULES else ["project"]
+        assert rule.scope_types == expected, rule.name
     for route in v1.ROUTES:
         ops = {(o["method"], o["path"]) for o in rules[str(route.rule)].operations}
         assert (route.method, route.path) in ops, route.path
@@ -510,6 +517,9 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
         policy.CONTEXT_IS_ADMIN,
         "ringfleet:node:power",
         "ringfleet:node:delete",
+        "ringfleet:node:list",
+        "ringfleet:node:get",
+        v1.HOST_RULE,
     }
     for name in admin_only:
         assert rules[name].check_str == policy.ADMIN
@@ -802,21 +812,23 @@ def test_keystone_mode_wraps_the_api_in_auth_token(tmp_path: Path) -> None:
 
 def test_a_policy_file_overrides_the_defaults(tmp_path: Path) -> None:
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text('"ringfleet:node:list": "role:admin"\n')
+    policy_file.write_text('"ringfleet:flavor:list": "role:admin"\n')
     conf = cfg.ConfigOpts()
     conf([], project="ringfleet-test", default_config_files=[])
     policy.Enforcer(conf)  # registers [oslo_policy]
     conf.set_override("policy_file", str(policy_file), "oslo_policy")
     enforcer = policy.Enforcer(conf)
     reader = {"roles": ["reader"], "project_id": None, "user_id": "u"}
+    assert not enforcer.allowed("ringfleet:flavor:list", reader)
+    assert enforcer.allowed("ringfleet:fleet:get", reader)
     assert not enforcer.allowed("ringfleet:node:list", reader)
-    assert enforcer.allowed("ringfleet:node:get", reader)
-    assert enforcer.allowed("ringfleet:node:list", {**reader, "roles": ["admin"]})
+    assert enforcer.allowed("ringfleet:flavor:list", {**reader, "roles": ["admin"]})
     # An edited file applies once the cache expires.
     policy_file.write_text('"ringfleet:node:list": "role:reader"\n')
     enforcer._expires = 0.0
     os.utime(policy_file, (time.time() + 5, time.time() + 5))
     assert enforcer.allowed("ringfleet:node:list", reader)
+    assert enforcer.allowed("ringfleet:flavor:list", reader)
     with pytest.raises(KeyError):
         enforcer.allowed("ringfleet:no:such", reader)
 

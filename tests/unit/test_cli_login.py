@@ -113,6 +113,51 @@ def test_an_option_beats_its_variable_which_beats_clouds_yaml(
     assert by_option.config["auth"]["password"] == "pw-from-yaml"
 
 
+@pytest.mark.parametrize(
+    ("option", "variable", "key"),
+    [
+        ("--os-password", "OS_PASSWORD", "password"),
+        ("--os-username", "OS_USERNAME", "username"),
+        ("--os-auth-url", "OS_AUTH_URL", "auth_url"),
+        ("--os-project-name", "OS_PROJECT_NAME", "project_name"),
+        ("--os-user-domain-name", "OS_USER_DOMAIN_NAME", "user_domain_name"),
+    ],
+)
+def test_each_login_field_overrides_the_cloud_alone(
+    monkeypatch: pytest.MonkeyPatch, option: str, variable: str, key: str
+) -> None:
+    """An option, or its variable, replaces that one field of the cloud's
+    auth section; the others stay the cloud's (the password of
+    ``--os-password wrong`` is the one sent to Keystone)."""
+    from_yaml = login.cloud_config(options("--os-cloud", "fleet")).config["auth"]
+    value = "https://other.example.com/v3" if key == "auth_url" else f"{key}-given"
+    by_option = login.cloud_config(options("--os-cloud", "fleet", option, value))
+    assert by_option.config["auth"] == {**from_yaml, key: value}
+    assert by_option.get_auth().auth_url == by_option.config["auth"]["auth_url"]
+    monkeypatch.setenv(variable, value)
+    by_variable = login.cloud_config(options("--os-cloud", "fleet"))
+    assert by_variable.config["auth"] == {**from_yaml, key: value}
+    # The option still beats its variable.
+    other = "https://third.example.com/v3" if key == "auth_url" else f"{key}-option"
+    both = login.cloud_config(options("--os-cloud", "fleet", option, other))
+    assert both.config["auth"][key] == other
+
+
+def test_the_password_sent_is_the_option_not_the_clouds() -> None:
+    """What keystoneauth's plugin will send, not only the merged dict."""
+    region = login.cloud_config(options("--os-cloud", "fleet", "--os-password", "wrong"))
+    generic = region.get_auth()
+    # The Identity v3 plugin keystoneauth builds once it found the version.
+    v3 = generic.create_plugin(None, (3, 0), AUTH_URL)  # type: ignore[attr-defined]
+    sent = v3.auth_methods[0]
+    assert (sent.username, sent.password, v3.project_name) == ("alice", "wrong", "ops")
+    appcred = login.cloud_config(
+        options("--os-cloud", "fleet-appcred", "--os-application-credential-secret", "other")
+    )
+    assert appcred.config["auth"]["application_credential_secret"] == "other"
+    assert appcred.config["auth"]["application_credential_id"] == "ac-1"
+
+
 def test_password_login_from_options_alone() -> None:
     region = login.cloud_config(
         options(
@@ -134,6 +179,26 @@ def test_password_login_from_options_alone() -> None:
     assert region.config["auth"]["username"] == "bob"
     assert region.config["auth"]["project_id"] == "p-1"
     assert region.get_interface(login.SERVICE_TYPE) == "internal"
+
+
+def test_a_system_scoped_login() -> None:
+    region = login.cloud_config(
+        options(
+            "--os-auth-url",
+            AUTH_URL,
+            "--os-username",
+            "ops",
+            "--os-password",
+            "pw",
+            "--os-user-domain-id",
+            "default",
+            "--os-system-scope",
+            "all",
+        )
+    )
+    assert region.config["auth"]["system_scope"] == "all"
+    v3 = region.get_auth().create_plugin(None, (3, 0), AUTH_URL)  # type: ignore[attr-defined]
+    assert (v3.system_scope, v3.project_id, v3.project_name) == ("all", None, None)
 
 
 def test_an_application_credential_selects_its_plugin(monkeypatch: pytest.MonkeyPatch) -> None:

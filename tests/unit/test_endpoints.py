@@ -1435,7 +1435,8 @@ def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
             {"node_uuid": missing, "epoch": 0, "power_state": None},
         ],
     )
-    assert out == {"accepted": 1, "stale": [b, c, missing]}
+    # Of the stale, the node that does not exist is gone (the agent forgets it).
+    assert out == {"accepted": 1, "stale": [b, c, missing], "gone": [missing]}
     assert env.node(a)["power_state"] == "power on"
     assert env.node(b)["power_state"] == "power off"  # stale: not applied
     assert env.node(c)["provision_state"] == "available"  # not agent-1's
@@ -1445,7 +1446,7 @@ def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
         host="agent-1",
         states=[{"node_uuid": b, "epoch": epochs[b], "provision_state": "manageable"}],
     )
-    assert out == {"accepted": 1, "stale": []}
+    assert out == {"accepted": 1, "stale": [], "gone": []}
     node = env.node(b)
     assert (node["provision_state"], node["power_state"]) == ("manageable", "power off")
 
@@ -1470,7 +1471,7 @@ def test_report_node_states_of_many_nodes_touches_only_the_changed(env: Env) -> 
             for u in uuids
         ],
     )
-    assert out == {"accepted": 1200, "stale": []}
+    assert out == {"accepted": 1200, "stale": [], "gone": []}
     for u in uuids:
         node = env.node(u)
         assert node["power_state"] == ("power on" if u in changed else "power off")
@@ -1499,7 +1500,7 @@ def test_report_node_states_records_a_power_state_unknown_until_then(env: Env) -
             for u, (p, s) in states.items()
         ],
     )
-    assert out == {"accepted": 4, "stale": []}
+    assert out == {"accepted": 4, "stale": [], "gone": []}
     for u, (p, s) in states.items():
         node = env.node(u)
         assert (node["power_state"], node["provision_state"]) == (p, s or "available")
@@ -1939,7 +1940,7 @@ def test_fleet_check_reports_an_active_instance_on_a_node_reported_in_error(env:
             }
         ],
     )
-    assert reported == {"accepted": 1, "stale": []}
+    assert reported == {"accepted": 1, "stale": [], "gone": []}
 
     report = env.fleet_ep.fleet_check(CTXT)
 

@@ -58,7 +58,8 @@ def test_policy_generator_prints_the_effective_policy(tmp_path: Path) -> None:
     effective = yaml.safe_load(out.stdout)
     assert set(effective) == set(policy.RULE_NAMES)
     assert effective["ringfleet:node:create"] == "role:admin or role:fleet_operator"
-    assert effective["ringfleet:node:list"] == policy.READER
+    assert effective["ringfleet:node:list"] == policy.ADMIN
+    assert effective["ringfleet:flavor:list"] == policy.READER
 
 
 def test_list_redundant_names_only_the_rules_equal_to_their_default(tmp_path: Path) -> None:
@@ -119,7 +120,8 @@ def test_checker_evaluates_the_generated_policy_for_a_token(tmp_path: Path) -> N
         return verdicts
 
     reader = check("reader")
-    assert reader["ringfleet:node:list"] == "passed"
+    assert reader["ringfleet:flavor:list"] == "passed"
+    assert reader["ringfleet:node:list"] == "failed"
     assert reader["ringfleet:node:create"] == "failed"
     assert reader["ringfleet:instance:create"] == "failed"
     # The override in the policy file applies; the default elsewhere.

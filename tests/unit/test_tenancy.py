@@ -316,9 +316,58 @@ def test_a_retry_of_a_stored_request_is_answered_at_the_quota(env: Env) -> None:
     assert env.instances.build_instances(member("p1"), request=request) == first
     # The same ids from another project are another request.
     env.quotas.set_quota(admin(), project_id="p2", quotas={"instances": 5})
-    with pytest.raises(Exception, match="instance id used by another build request"):
+    with pytest.raises(Exception, match="instance id not available: choose another"):
         env.instances.build_instances(member("p2"), request=request)
     assert env.stored() == 2
+
+
+def _refusal(http: api_app.Application, token: str, uuid: str, flavor: str) -> dict[str, Any]:
+    """The 409 of a build with ``uuid``, its uuid and request id blanked."""
+    body = {"flavor": flavor, "instance_uuids": [uuid]}
+    refused = request(http, token, "POST", "/v1/instances", body)
+    assert refused.status_code == 409, refused.text
+    [error] = refused.json["errors"]
+    assert error["field"] == "instance_uuids" and error["value"] == uuid
+    return {
+        **error,
+        "detail": error["detail"].replace(uuid, "UUID"),
+        "value": None,
+        "request_id": None,
+    }
+
+
+def test_another_projects_uuid_is_refused_as_any_unusable_one(
+    env: Env, http: api_app.Application
+) -> None:
+    """No sign of another project's instance: its uuid is refused with the
+    very answer the caller gets for its own stored uuid reused, or one of a
+    deleted instance, and never with what was stored."""
+    theirs, own, gone = (str(uuidlib.uuid4()) for _ in range(3))
+    for token, uuid in (("mem1", theirs), ("mem2", own), ("mem2", gone)):
+        body = {"flavor": "small", "instance_uuids": [uuid]}
+        assert request(http, token, "POST", "/v1/instances", body).status_code == 202
+    env.set_state(gone, "deleted")
+    # The same request as p1's, from p2: refused, not answered with p1's instance.
+    answers = [
+        _refusal(http, "mem2", theirs, "small"),
+        _refusal(http, "mem2", own, "gold"),
+        _refusal(http, "mem2", gone, "gold"),
+    ]
+    assert answers[0] == answers[1] == answers[2]
+    assert "project" not in str(answers[0]) and "p1" not in str(answers[0])
+    assert request(http, "mem2", "GET", f"/v1/instances/{theirs}").status_code == 404
+    # At its quota, p2 gets the quota's answer for p1's uuid as for a new one.
+    env.quotas.set_quota(admin(), project_id="p2", quotas={"instances": 1})
+    for uuid in (theirs, str(uuidlib.uuid4())):
+        body = {"flavor": "small", "instance_uuids": [uuid]}
+        refused = request(http, "mem2", "POST", "/v1/instances", body)
+        assert refused.status_code == 403, refused.text
+        assert refused.json["errors"][0]["code"] == "ringfleet.quota_exceeded"
+    # p2's own retry is still answered at its quota.
+    retried = request(
+        http, "mem2", "POST", "/v1/instances", {"flavor": "small", "instance_uuids": [own]}
+    )
+    assert retried.status_code == 202, retried.text
 
 
 def test_show_quota_gives_limits_usage_and_defaults(env: Env) -> None:
@@ -474,6 +523,39 @@ def test_policy_matrix_over_http(
     # A refused call deleted nothing of p2's.
     deleted = {in_p2} if token == "adm1" else set()
     assert set(env.queue.deleted) - {in_p1} == deleted
+
+
+NODE_UUID = "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a9"
+
+
+def test_hosts_and_nodes_are_shown_to_admins_only(env: Env, http: api_app.Application) -> None:
+    """As Nova's extended server attributes: where an instance runs is the
+    fleet's business; the node inventory is the operator's."""
+    built = request(http, "mem1", "POST", "/v1/instances", {"flavor": "small"})
+    assert built.status_code == 202
+    [instance] = built.json["instances"]
+    assert not {"host", "node_uuid", "tried_nodes"} & set(instance)
+    with env.db.transaction() as session:
+        row = session.query(InstanceModel).filter_by(uuid=instance["uuid"]).one()
+        row.host, row.node_uuid = "agent-7", NODE_UUID
+    path = f"/v1/instances/{instance['uuid']}"
+    for token in ("rd1", "mem1"):
+        shown = request(http, token, "GET", path).json
+        assert shown["uuid"] == instance["uuid"]
+        assert not {"host", "node_uuid", "tried_nodes"} & set(shown), token
+        [listed] = request(http, token, "GET", "/v1/instances").json["instances"]
+        assert "host" not in listed and "node_uuid" not in listed
+        by_host = request(http, token, "GET", "/v1/instances?host=agent-7")
+        assert by_host.status_code == 403
+        [error] = by_host.json["errors"]
+        assert error["field"] == "host"
+        assert "ringfleet:instance:show:host" in error["detail"]
+        assert request(http, token, "GET", "/v1/nodes").status_code == 403
+    shown = request(http, "adm1", "GET", path).json
+    assert (shown["host"], shown["node_uuid"]) == ("agent-7", NODE_UUID)
+    assert shown["tried_nodes"] == []
+    [listed] = request(http, "adm1", "GET", "/v1/instances?host=agent-7").json["instances"]
+    assert listed["host"] == "agent-7"
 
 
 def test_static_token_projects_own_what_they_build(env: Env, http: api_app.Application) -> None:
