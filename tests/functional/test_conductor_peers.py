@@ -32,8 +32,16 @@ import pytest
 
 from conductor.db import carriage
 from tests.dbutil import migrated
-from tests.functional.fleet_harness import TTL, Fleet, log_tails, start_processes
+from tests.functional.fleet_harness import (
+    TTL,
+    Fleet,
+    ironic_fleet,
+    log_tails,
+    start_processes,
+)
 from tests.harness import wait_for
+from tests.harness.http_proxy import Http503Proxy
+from tests.harness.ironic import IronicHarness
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -312,3 +320,77 @@ def test_conductor_sigterm_under_load(fleet: Fleet) -> None:
         f"{len(requests.node_power)} node power requests and {reads['answered']} reads, "
         "0 client errors, each verb once"
     )
+
+
+def test_conductor_kill9_on_ironic_does_each_verb_once(
+    tmp_path: Path,
+    pg_url: str,
+    transport_url: str,
+    etcd_url: str,
+    ironic_url: str,
+    ironic: IronicHarness,
+    shard: str,
+) -> None:
+    """The kill -9 on a real Ironic: reboots and stops routed through both
+    conductors, one killed at once; every action ends, and Ironic is asked
+    each power change once (what it was asked, counted at a proxy)."""
+    with (
+        Http503Proxy(ironic_url) as proxy,
+        ironic_fleet(
+            tmp_path,
+            db_url=pg_url,
+            transport_url=transport_url,
+            etcd_url=etcd_url,
+            ironic_url=proxy.url,
+            shards=[shard],
+        ) as fleet,
+    ):
+        ironic.enroll(4, shard=shard)
+        start_processes(fleet, CONDUCTORS, AGENTS[:2])
+        fleet.api.sync_ironic_nodes()
+        fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
+        wait_for(lambda: all(o for o, _e, _i in fleet.owners().values()), 30, "nodes owned")
+        built = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 4})]
+        wait_for(
+            lambda: all(fleet.api.show_instance(u)["vm_state"] == "active" for u in built),
+            120,
+            "4 instances ACTIVE in Ironic",
+        )
+        asked = len(proxy.forwarded)
+        expected = {}
+        for index, instance in enumerate(built):
+            if index % 2:
+                fleet.api.stop_instance(instance)
+                expected[instance] = "stopped"
+            else:
+                fleet.api.reboot_instance(instance)
+                expected[instance] = "active"
+        carried = _carried(fleet)
+        fleet.procs["cond-2"].kill()
+        killed = time.monotonic()
+
+        def ended() -> bool:
+            shown = [fleet.api.show_instance(u) for u in expected]
+            return all(
+                (s["vm_state"], s["task_state"]) == (expected[s["uuid"]], None) for s in shown
+            )
+
+        try:
+            wait_for(ended, KILL_BOUND + 60, "every action ended")
+        except BaseException:
+            print(log_tails(fleet))
+            raise
+        took = time.monotonic() - killed
+        nodes = {_node_of(fleet, u) for u in expected}
+        power = Counter(
+            path.split("/")[3]
+            for method, path, status in proxy.forwarded[asked:]
+            if method == "PUT" and path.endswith("/states/power") and status == 202
+        )
+        print(
+            f"\nconductor-kill9 on Ironic: {carried['cond-2']} of {sum(carried.values())} "
+            f"actions carried by the killed conductor; all ended {took:.1f} s after the kill; "
+            f"Ironic asked {dict(power)}"
+        )
+        assert power == dict.fromkeys(nodes, 1)
+        assert took <= KILL_BOUND

@@ -7,7 +7,8 @@ answers each one with ``503 Service Unavailable`` and an OpenStack-style
 error body, as a load balancer with no healthy back end (or an API whose
 conductors are all down) does, until :meth:`Http503Proxy.heal`.  Unlike a
 cut TCP connection, the client gets an answer: the HTTP error path is the
-one exercised.
+one exercised.  It also records what it forwarded (:attr:`Http503Proxy.forwarded`):
+what the back end was asked to do, counted by the test.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Http503Proxy:
         self.failing = threading.Event()
         self.lock = threading.Lock()
         self.answered_503 = 0
+        #: (method, path, status) of every request forwarded, in order
+        self.forwarded: list[tuple[str, str, int]] = []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -66,6 +69,7 @@ class Http503Proxy:
                     timeout=30,
                     allow_redirects=False,
                 )
+                proxy.forwarded.append((self.command, self.path, answer.status_code))
                 passed = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
                 self._reply(answer.status_code, passed, answer.content)
 
