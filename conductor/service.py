@@ -158,6 +158,8 @@ class ConductorService:
             conf,
             group=conf.coordination.conductor_group,
             on_change=lambda view: peers.on_change(view) if peers else None,
+            # The same etcd as the agents' group it watches: one outage, said once.
+            outage=self._membership.outage if self._membership else None,
         )
         peers = ConductorPeers(db, membership, redrive=builds.redrive, repower=builds.repower)
         return peers

@@ -106,6 +106,7 @@ class Membership:
         watch_interval: float = 1.0,
         join: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        outage: BackendOutage | None = None,
     ) -> None:
         try:
             _validate_member_id(member_id)
@@ -169,9 +170,23 @@ class Membership:
         # (group signature, join generation) of the last full read.
         self._read_signature: tuple[tuple[int, int], int] | None = None
         self._threads: list[threading.Thread] = []
-        self._outage = BackendOutage(member_id, self._redacted_url)
+        # Shared with the process's other memberships on the same backend
+        # (a conductor's two groups): one outage, said once.  Its actions
+        # then name the group, so that one group's success does not end
+        # the other's failure.
+        self._shared_outage = outage is not None
+        self._outage = outage or BackendOutage(member_id, self._redacted_url)
+
+    def _action(self, name: str) -> str:
+        """*name* as the outage knows it (with the group when it is shared)."""
+        return f"{name} in group {self._group_name}" if self._shared_outage else name
 
     # -- public API ------------------------------------------------------
+
+    @property
+    def outage(self) -> BackendOutage:
+        """This membership's backend outage, to share with another membership."""
+        return self._outage
 
     @property
     def member_id(self) -> str:
@@ -370,22 +385,22 @@ class Membership:
             try:
                 self._connect()
             except Exception as exc:  # etcd3gw's own errors too: the backend is away
-                self._outage.failed("connecting", exc)
+                self._outage.failed(self._action("connecting"), exc)
                 return
-            self._outage.succeeded("connecting")
+            self._outage.succeeded(self._action("connecting"))
         started = self._clock()
         previous = self._last_beat
         self._beating = True
         try:
             self._coordinator.heartbeat()
         except Exception as exc:  # etcd3gw raises its own, untranslated errors
-            self._outage.failed("heartbeat", exc)
+            self._outage.failed(self._action("heartbeat"), exc)
             return
         finally:
             self._beating = False
         # The outage said the gap already (one WARNING): the re-join is its end.
         said = self._outage.ongoing
-        self._outage.succeeded("heartbeat")
+        self._outage.succeeded(self._action("heartbeat"))
         if previous is not None and started - previous > self._ttl:
             # Our lease has certainly expired meanwhile (tooz just made a new
             # one): we are no longer in the group until we join again.

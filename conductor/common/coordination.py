@@ -14,6 +14,7 @@ from typing import Any
 from oslo_config import cfg
 
 from conductor.common.exception import ConfigurationError
+from hashring.backend_outage import BackendOutage
 from hashring.exceptions import MembershipError
 from hashring.membership import Membership, MembershipView, State
 
@@ -39,11 +40,14 @@ def membership_from_conf(
     capabilities: Mapping[str, Any] | None = None,
     on_change: Callable[[MembershipView], None] | None = None,
     on_state_change: Callable[[State, State], None] | None = None,
+    outage: BackendOutage | None = None,
 ) -> Membership:
     """A (not yet started) membership configured by ``conf``.
 
     :param member_id: the id in the group; ``[DEFAULT] host`` by default.
     :param group: the tooz group; the agents' (``[coordination] group``) by default.
+    :param outage: the backend outage of another membership of this process,
+        to share (one outage said once).
     :raises ConfigurationError: when ``[coordination] backend_url`` is unset or
         unusable, naming the option.
     """
@@ -64,6 +68,7 @@ def membership_from_conf(
             on_state_change=on_state_change,
             watch_interval=conf.coordination.watch_interval,
             join=join,
+            outage=outage,
         )
     except MembershipError as exc:
         group, option = _OPTION_OF_FIELD.get(exc.field or "", ("coordination", "?"))

@@ -236,6 +236,40 @@ def test_a_backend_outage_is_one_warning_in_words_then_one_info_when_it_ends(
     )
 
 
+def test_two_memberships_sharing_their_outage_say_it_once_and_its_end_once(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A conductor's two groups on one etcd (the agents' it watches, its
+    peers' it joins): one WARNING and one INFO for the process, and one
+    group answering again does not end the other's failure."""
+    watcher = Membership(URL, "conductor.cond-1", watch_interval=0.02, join=False)
+    started.append(watcher)
+    peer = Membership(
+        URL, "cond-1", group="ringfleet-conductors", watch_interval=0.02, outage=watcher.outage
+    )
+    started.append(peer)
+    watcher.start()
+    peer.start()
+    assert peer.wait_connected(5)
+    caplog.set_level(logging.DEBUG, logger="hashring")
+    reads = backend.reads
+    backend.read_error = backend.heartbeat_error = _etcd_unreachable()
+    peer._wake_keeper.set()
+    wait_until(lambda: backend.reads > reads + 10)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert watcher.backend_failing and peer.backend_failing
+    backend.read_error = None  # the reads answer, the heartbeats still fail
+    wait_until(lambda: backend.reads > reads + 30)
+    assert not any("answers again" in r.getMessage() for r in caplog.records)
+    assert peer.backend_failing
+    backend.heartbeat_error = None
+    peer._wake_keeper.set()
+    wait_until(lambda: any("answers again" in r.getMessage() for r in caplog.records))
+    infos = [r for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(infos) == 1 and infos[0].levelno == logging.INFO
+
+
 def test_a_backend_away_at_start_is_one_warning_not_a_traceback_each_beat(
     backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
 ) -> None:
