@@ -156,7 +156,7 @@ class ConductorService:
         peers: ConductorPeers | None = None
         membership = membership_from_conf(
             conf,
-            group=conf.coordination.conductor_group,
+            group=conf.coordination.conductor_group or f"{conf.coordination.group}-conductors",
             on_change=lambda view: peers.on_change(view) if peers else None,
             # The same etcd as the agents' group it watches: one outage, said once.
             outage=self._membership.outage if self._membership else None,

@@ -347,7 +347,8 @@ def test_an_agent_whose_host_another_process_took_stops_serving_and_fails(
 def test_a_node_deleted_while_owned_is_forgotten_by_its_agent(fleet: Fleet) -> None:
     """The agent's next state report learns the node is gone (conductor API
     1.20): said once on each side, no stale-report WARNING."""
-    agent = fleet.agent("agent-a")
+    # A node that does not change is sent only in full reports (600 s by default).
+    agent = fleet.agent("agent-a", extra="[compute_agent]\nfull_report_interval = 2\n")
     wait_for(lambda: set(fleet.owned_by()) == {"agent-a"}, 30, "agent-a owns every node")
     node = sorted(fleet.owned_by()["agent-a"])[0]
     fleet.api.set_node_maintenance(node, True, "retired")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.functional.harness import MemberProcess, unique_group
 from tests.harness import ServiceProcess, wait_for
 
 CONDUCTOR = "conductor.cmd.conductor"
+MEMBERSHIP_TIMEOUT = 5
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def fleet(
 ) -> Iterator[dict[str, Any]]:
     db = migrated(pg_url)
     group = unique_group("conductor")
-    backend = f"{etcd_url}?membership_timeout=5"
+    backend = f"{etcd_url}?membership_timeout={MEMBERSHIP_TIMEOUT}"
     conductors = []
     for name in ("cond-a", "cond-b"):
         log = tmp_path / f"{name}.log"
@@ -207,6 +209,9 @@ def test_conductor_restart_resumes_stored_builds(fleet: dict[str, Any]) -> None:
     first, second = fleet["conductors"]
     first.kill()
     second.kill()
+    # Their leases in the conductors' group expire: the restarted conductor
+    # is then the only one, and the records nobody carries are all its own.
+    time.sleep(MEMBERSHIP_TIMEOUT + 1)
     # What build_instances stores before queueing, left behind by the dead.
     stored, created = instances.create_instances(
         db, validate_build_request({"flavor": "small", "count": 4})

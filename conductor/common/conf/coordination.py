@@ -44,11 +44,14 @@ opts = [
     ),
     cfg.StrOpt(
         "conductor_group",
-        default="ringfleet-conductors",
         help=(
             "Name of the tooz group the conductors join: when one leaves or "
             "its lease expires, its peers carry on the builds, deletes, "
-            "instance actions and node power requests it was carrying."
+            "instance actions and node power requests it was carrying. "
+            "Unset: the agents' group name followed by '-conductors' "
+            "('ringfleet-compute-conductors' by default), so that two "
+            "fleets sharing one etcd with their own agents' groups have "
+            "their own conductors' groups too."
         ),
     ),
     cfg.FloatOpt(
