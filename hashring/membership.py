@@ -52,9 +52,9 @@ from tooz import coordination
 
 from hashring.backend_outage import BackendOutage
 from hashring.backend_url import tooz_url, ttl_from_url
-from hashring.exceptions import HashRingError, InvalidMemberError, MembershipError
+from hashring.exceptions import MembershipError
 from hashring.group_read import group_signature, parse_members
-from hashring.ring import Ring, _validate_member_id, _validate_weight
+from hashring.member_args import checked_arguments
 from hashring.view import Member, MembershipView, State
 
 __all__ = [
@@ -108,18 +108,7 @@ class Membership:
         clock: Callable[[], float] = time.monotonic,
         outage: BackendOutage | None = None,
     ) -> None:
-        try:
-            _validate_member_id(member_id)
-        except InvalidMemberError as exc:
-            raise MembershipError(str(member_id), "member_id", exc.reason) from None
-        try:
-            self._weight = _validate_weight(member_id, weight)
-        except InvalidMemberError as exc:
-            raise MembershipError(member_id, "weight", exc.reason) from None
-        try:
-            Ring([], version=ring_version)  # the ring's own rules for versions
-        except HashRingError as exc:
-            raise MembershipError(member_id, "ring_version", str(exc)) from None
+        self._weight = checked_arguments(member_id, weight, ring_version)
         self._ttl = ttl_from_url(backend_url, member_id)
         if not 0 < watch_interval <= 1.0:
             raise MembershipError(
@@ -170,10 +159,8 @@ class Membership:
         # (group signature, join generation) of the last full read.
         self._read_signature: tuple[tuple[int, int], int] | None = None
         self._threads: list[threading.Thread] = []
-        # Shared with the process's other memberships on the same backend
-        # (a conductor's two groups): one outage, said once.  Its actions
-        # then name the group, so that one group's success does not end
-        # the other's failure.
+        # Shared with another membership on the same backend (a conductor's
+        # two groups): one outage, said once; its actions then name the group.
         self._shared_outage = outage is not None
         self._outage = outage or BackendOutage(member_id, self._redacted_url)
 
