@@ -1223,3 +1223,30 @@ def test_the_owner_read_leaves_out_the_share_read(env: Fleet) -> None:
     owner_reads = [c for c in env.conductor.of("share") if c.get("ring") is None]
     assert owner_reads and all(c.get("outside") for c in owner_reads)
     assert a1.desired(view) == share and set(a1.held()) == set(uuids)
+
+
+def test_a_pass_is_settled_only_when_none_of_its_share_waits_elsewhere(env: Fleet) -> None:
+    """Converged with a node of its share pinned to a peer is not settled:
+    the agent still waits for that pin to clear (it must not slow down)."""
+    _uuids, a1, a2, view = _a2_joins_a1(env)
+    pinned = sorted(a2.desired(view))[0]
+    pin(env.db, [pinned], "a1")
+    a1.revalidate()
+    out = a1.reconcile(view)  # releases all but the pinned node
+    assert out is not None and out.converged and out.settled
+    a2.refresh_inventory()
+    a2.reconcile(view)
+    a2.refresh_inventory()
+    waiting = a2.reconcile(view)
+    assert waiting is not None and waiting.converged and not waiting.settled
+
+    # The instance is gone: the node is a2's to take, and then a2 is settled.
+    with env.db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == pinned).values(instance_uuid=None)
+        )
+    a1.revalidate()
+    env.settle()
+    a2.refresh_inventory()
+    done = a2.reconcile(view)
+    assert done is not None and done.settled and pinned in a2.held()

@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a quiet fleet costs its conductor: change reads that find nothing,
+and agents that slow their passes down while nothing changes."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, update
+
+from compute_agent.ownership import ReconcileResult
+from compute_agent.reconcile_loop import QuietPasses
+from conductor.db import node_pages
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel, utcnow
+from hashring.membership import Member, MembershipView
+from hashring.ring import Ring
+from tests.dbutil import add_nodes, migrated
+
+# -- change reads of an unchanged fleet --------------------------------------------------
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def statements(db: Database) -> list[str]:
+    """The SQL statements the database runs from now on."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", record)
+    return seen
+
+
+def _age(db: Database, hours: float = 1.0) -> None:
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel).values(updated_at=utcnow() - datetime.timedelta(hours=hours))
+        )
+
+
+def test_a_change_read_of_an_unchanged_fleet_is_one_probe(
+    db: Database, statements: list[str]
+) -> None:
+    uuids = add_nodes(db, 30, owner="a1")
+    _age(db)
+    arcs = Ring({"a1": 1.0, "a2": 1.0}, version=1).arcs("a1")
+    since = utcnow() - datetime.timedelta(minutes=1)
+    statements.clear()
+
+    page, following = node_pages.share_page(db, arcs, limit=100, changed_after=since)
+    assert (page.uuids, following) == ([], None)
+    owned = node_pages.inventory_page(db, limit=100, owner="a1", changed_after=since)
+    assert owned.uuids == []
+    # One probe of the updated_at index each, not the share's arcs.
+    assert len(statements) == 2
+    assert all("ring_position" not in s for s in statements)
+
+    # A row that changed is read, by both.
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == uuids[0]).values(updated_at=utcnow())
+        )
+    owned = node_pages.inventory_page(db, limit=100, owner="a1", changed_after=since)
+    assert owned.uuids == [uuids[0]]
+    in_share = node_pages.share_page(db, arcs, limit=100, changed_after=since)[0].uuids
+    everywhere = node_pages.share_page(db, [(-(1 << 63), (1 << 63) - 1)], limit=100)[0].uuids
+    assert uuids[0] in everywhere
+    assert in_share == ([uuids[0]] if uuids[0] in _in_arcs(db, arcs) else [])
+
+
+def _in_arcs(db: Database, arcs: Any) -> set[str]:
+    return set(node_pages.share_page(db, arcs, limit=1000)[0].uuids)
+
+
+def test_a_whole_read_is_not_probed(db: Database, statements: list[str]) -> None:
+    uuids = add_nodes(db, 5)
+    _age(db)
+    statements.clear()
+    assert sorted(node_pages.inventory_page(db, limit=100).uuids) == sorted(uuids)
+    assert len(statements) == 1
+
+
+# -- a quiet agent slows down -------------------------------------------------------------
+
+
+def _view(*hosts: str) -> MembershipView:
+    return MembershipView(
+        members={h: Member(h, 1, 1.0) for h in hosts}, excluded={}, ring_version=1
+    )
+
+
+QUIET = ReconcileResult(desired=5, held=5, claimed=0, released=0, refused=0, settled=True)
+
+
+def test_quiet_passes_double_the_wait_up_to_the_quiet_interval() -> None:
+    passes, view = QuietPasses(), _view("a1", "a2")
+    delays = [passes.delay(5.0, 40.0, view=view, rows_read=0, result=QUIET) for _ in range(6)]
+    # The first pass on a view is not quiet: nothing to compare it with.
+    assert delays == [5.0, 10.0, 20.0, 40.0, 40.0, 40.0]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rows_read": 3},
+        {"result": None},
+        {"result": ReconcileResult(5, 5, 1, 0, 0, settled=True)},
+        {"result": ReconcileResult(5, 5, 0, 1, 0, settled=True)},
+        {"result": ReconcileResult(5, 4, 0, 0, 1, settled=True)},
+        {"result": ReconcileResult(5, 4, 0, 0, 0, converged=True, settled=False)},
+        {"result": ReconcileResult(5, 5, 0, 0, 0, retry_in=2.0, settled=True)},
+        {"result": ReconcileResult(5, 5, 0, 0, 0, retry_soon=True, settled=True)},
+        {"result": ReconcileResult(5, 5, 0, 0, 0, lost=1, settled=True)},
+        {"view": _view("a1", "a2", "a3")},
+    ],
+    ids=[
+        "rows read",
+        "postponed",
+        "claimed",
+        "released",
+        "refused",
+        "waits for a pin",
+        "retry in",
+        "retry soon",
+        "lost",
+        "new view",
+    ],
+)
+def test_anything_but_a_quiet_pass_brings_the_interval_back(change: dict[str, Any]) -> None:
+    passes, view = QuietPasses(), _view("a1", "a2")
+    for _ in range(4):
+        passes.delay(5.0, 40.0, view=view, rows_read=0, result=QUIET)
+    call: dict[str, Any] = {"view": view, "rows_read": 0, "result": QUIET, **change}
+    assert passes.delay(5.0, 40.0, **call) == 5.0
+    # And it slows down again from there.
+    after = call["view"]
+    assert passes.delay(5.0, 40.0, view=after, rows_read=0, result=QUIET) == 10.0
+
+
+def test_a_quiet_interval_at_or_below_the_interval_never_slows_down() -> None:
+    passes, view = QuietPasses(), _view("a1")
+    assert {passes.delay(1.0, 1.0, view=view, rows_read=0, result=QUIET) for _ in range(5)} == {1.0}
+    assert passes.delay(5.0, 0.5, view=view, rows_read=0, result=QUIET) == 5.0
