@@ -5,15 +5,19 @@ and agents that slow their passes down while nothing changes."""
 from __future__ import annotations
 
 import datetime
+import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from oslo_config import cfg
 from sqlalchemy import event, update
 
 from compute_agent.ownership import ReconcileResult
-from compute_agent.reconcile_loop import QuietPasses
+from compute_agent.reconcile_loop import QuietPasses, Reconciler
+from conductor.common.conf import compute_agent as compute_agent_conf
 from conductor.db import node_pages
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
@@ -153,3 +157,64 @@ def test_a_quiet_interval_at_or_below_the_interval_never_slows_down() -> None:
     passes, view = QuietPasses(), _view("a1")
     assert {passes.delay(1.0, 1.0, view=view, rows_read=0, result=QUIET) for _ in range(5)} == {1.0}
     assert passes.delay(5.0, 0.5, view=view, rows_read=0, result=QUIET) == 5.0
+
+
+class _Wake:
+    """The loop's wake event: records each wait, and stops the loop after ``passes``."""
+
+    def __init__(self, stopped: threading.Event, passes: int) -> None:
+        self.stopped, self.passes, self.waits = stopped, passes, []
+
+    def wait(self, delay: float) -> bool:
+        self.waits.append(delay)
+        if len(self.waits) > self.passes:
+            self.stopped.set()
+        return False
+
+    def clear(self) -> None:
+        pass
+
+    def set(self) -> None:
+        pass
+
+
+def _loop(results: list[tuple[int, ReconcileResult | None]]) -> list[float]:
+    """The waits of a Reconciler whose passes read and end as ``results``."""
+    view = _view("a1", "a2")
+    reads = iter(results)
+    outcome: list[ReconcileResult | None] = []
+
+    def refresh(deep: Any = None, view: Any = None) -> int:
+        rows, result = next(reads)
+        outcome[:] = [result]
+        return rows
+
+    agent = Reconciler()
+    agent.conf = cfg.ConfigOpts()
+    agent.conf.register_opts(compute_agent_conf.opts, compute_agent_conf.group)
+    agent.conf([])
+    agent.conf.set_override("quiet_reconcile_interval", 20.0, "compute_agent")
+    agent.host = "a1"
+    agent.membership = types.SimpleNamespace(superseded_by=None, view=view, can_act=lambda: True)
+    agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
+        reads_by_share=True,
+        refresh_inventory=refresh,
+        reconcile=lambda _view: outcome[0],
+        validated_generation=-1,
+    )
+    agent.placement = None
+    agent._conductor = types.SimpleNamespace()  # type: ignore[assignment]
+    agent._stopped = threading.Event()
+    wake = _Wake(agent._stopped, len(results))
+    agent._wake = wake  # type: ignore[assignment]
+    agent._init_reconciler()
+    agent._reconcile_loop()
+    return wake.waits
+
+
+def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change() -> None:
+    busy = ReconcileResult(5, 5, 2, 0, 0, settled=True)
+    waits = _loop([(0, QUIET)] * 4 + [(3, QUIET), (0, busy), (0, QUIET), (0, QUIET)])
+    # The wait before each pass: 5 s at first, then doubling up to 20 s;
+    # rows read or a claim bring it back to 5 s.
+    assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 5.0, 10.0, 20.0]
