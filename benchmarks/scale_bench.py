@@ -99,9 +99,18 @@ whose heartbeats two cores cannot keep within 1.5 s:
   cold start's claims, state reports and heartbeats against the rows, so it
   is an upper bound of an inventory entry's own bytes (generous to the
   join), measured on the same broker and code rather than assumed;
-* with two or more agent counts in one invocation: the cold start's
-  conductor CPU seconds and broker bytes at the largest count <= 1.3 x
-  those at the smallest.
+* with two or more agent counts in one invocation, each larger count
+  against the smallest (:mod:`benchmarks.scale_scaling`, which also prints
+  them as one table with the ratios): the cold start's conductor CPU
+  seconds and broker bytes, the conductor CPU per quiet minute
+  (``--quiet``) and the conductor's RSS <= 1.3 x.
+
+``--quiet SECONDS``
+    After the cold start, once its aftermath is over (10 s, then until no
+    state report came for two samples: each agent's first report carries
+    every node it owns), the converged fleet left alone that long: the
+    conductor CPU, broker bytes, rows read and RPC calls served (by
+    method: calls and seconds served) per minute.
 
 ``--code DIR`` runs the conductors and agents from another checkout of the
 project (same virtualenv), e.g. the commit before the claim-storm fix::

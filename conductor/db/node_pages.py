@@ -66,6 +66,9 @@ class InventoryPage:
     owners: list[str | None]
     epochs: list[int]
     pinned: list[bool]
+    #: No node row of the fleet changed since the read's ``changed_after``
+    #: (as of ``as_of``): any other change read since then finds nothing.
+    unchanged: bool = False
 
 
 def inventory_page(
@@ -109,7 +112,7 @@ def inventory_page(
     # fleet at start, and the Session's bookkeeping was a third of it.
     with db.read() as connection:
         if not _changed_since(connection, changed_after):
-            return _page(as_of, [])
+            return _page(as_of, [], unchanged=True)
         rows = connection.execute(query).all()
     return _page(as_of, rows)
 
@@ -167,7 +170,7 @@ def share_page(
         conditions.extend(_not_claimed_at(*claimed))
     with db.read() as connection:
         if not _changed_since(connection, changed_after):
-            return _page(as_of, []), None
+            return _page(as_of, [], unchanged=True), None
         rows = _rows_in_arcs(
             db,
             connection,
@@ -181,10 +184,13 @@ def share_page(
     return _page(as_of, rows), ((rows[-1][5], rows[-1][0]) if full else None)
 
 
-def _page(as_of: datetime.datetime, rows: Sequence[Any]) -> InventoryPage:
+def _page(
+    as_of: datetime.datetime, rows: Sequence[Any], *, unchanged: bool = False
+) -> InventoryPage:
     """Rows of (uuid, group, owner, epoch, instance uuid, ...) as a page in columns."""
     return InventoryPage(
         as_of=as_of,
+        unchanged=unchanged,
         uuids=[row[0] for row in rows],
         groups=[row[1] for row in rows],
         owners=[row[2] for row in rows],

@@ -132,7 +132,12 @@ class ConductorAdapter:
         else:
             query["member"] = member
         page = self.endpoint.list_node_uuids(CTXT, columns=True, **query)
-        return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
+        return {
+            "nodes": inventory_entries(page),
+            "as_of": page["as_of"],
+            "next": page["next"],
+            "unchanged": bool(page.get("unchanged")),
+        }
 
     def of(self, kind: str) -> list[Any]:
         return [args for name, args in self.calls if name == kind]
@@ -1250,3 +1255,38 @@ def test_a_pass_is_settled_only_when_none_of_its_share_waits_elsewhere(env: Flee
     a2.refresh_inventory()
     done = a2.reconcile(view)
     assert done is not None and done.settled and pinned in a2.held()
+
+
+def test_a_quiet_fleets_change_read_is_one_call(env: Fleet) -> None:
+    """The conductor says nothing of the fleet changed since: the agent's
+    other reads of the pass (its own nodes outside its share) are skipped."""
+    if not env.conductor.by_share:
+        pytest.skip("whole-fleet reads are one call anyway")
+    uuids = add_nodes(env.db, 20)
+    env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    env.settle()
+    age_nodes(env.db, uuids)  # the claims are long past
+    env.conductor.calls.clear()
+    assert a1.refresh_inventory(deep=False) == 0
+    assert len(env.conductor.of("share")) == 1
+
+    # A change anywhere: every read of the pass, as before.
+    other = add_nodes(env.db, 1)
+    env.conductor.calls.clear()
+    a1.refresh_inventory(deep=False)
+    assert len(env.conductor.of("share")) == 2
+
+    # A conductor that does not say so (older): every read, as before.
+    age_nodes(env.db, uuids + other)
+    env.conductor.calls.clear()
+    real = env.conductor.endpoint.list_node_uuids
+
+    def older(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        reply = real(*args, **kwargs)
+        reply.pop("unchanged", None)
+        return reply
+
+    env.conductor.endpoint.list_node_uuids = older  # type: ignore[method-assign]
+    a1.refresh_inventory(deep=False)
+    assert len(env.conductor.of("share")) == 2

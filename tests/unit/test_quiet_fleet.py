@@ -21,6 +21,8 @@ from conductor.common.conf import compute_agent as compute_agent_conf
 from conductor.db import node_pages
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
+from conductor.endpoints.agents import AgentsEndpoint
+from conductor.fleet_view import FleetView
 from hashring.membership import Member, MembershipView
 from hashring.ring import Ring
 from tests.dbutil import add_nodes, migrated
@@ -218,3 +220,20 @@ def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change() -> N
     # The wait before each pass: 5 s at first, then doubling up to 20 s;
     # rows read or a claim bring it back to 5 s.
     assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 5.0, 10.0, 20.0]
+
+
+def test_the_reply_says_unchanged_only_when_nothing_changed(db: Database) -> None:
+    add_nodes(db, 10)
+    _age(db)
+    fleet = FleetView(db)
+    endpoint = AgentsEndpoint(db, fleet, lambda: 3600.0, restart_grace=lambda: 60.0)
+    ring = {"version": 1, "members": {"a1": 1.0, "a2": 1.0}}
+    since = (utcnow() - datetime.timedelta(minutes=1)).isoformat()
+    share = {"ring": ring, "member": "a1", "columns": True}
+    quiet = endpoint.list_node_uuids({}, since=since, **share)
+    assert quiet["unchanged"] is True and quiet["uuids"] == []
+    assert endpoint.list_node_uuids({}, since=since, owner="a1")["unchanged"] is True
+    # A whole read, or one after a change: no such key (older agents never see it).
+    assert "unchanged" not in endpoint.list_node_uuids({}, **share)
+    add_nodes(db, 1)
+    assert "unchanged" not in endpoint.list_node_uuids({}, since=since, **share)
