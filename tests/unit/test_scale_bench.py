@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import multi_agent, scale_bench
 from benchmarks import scale_scaling as scale_bench_scaling
+from conductor.common.conf import compute_agent
 
 METRICS_PAGE = """\
 # HELP ringfleet_agent_inventory_rows_total Node rows this agent read
@@ -198,3 +199,10 @@ def test_goals_keep_agents_in_groups_apart() -> None:
     del res["cold"]  # the table's rows for it need a whole cold start
     labels = [label for label, _value in scale_bench._rows({**res, "conductor_cpu_s": 1.0})]
     assert "10-agent process RSS, max (MB)" in labels
+
+
+def test_the_report_interval_waited_for_is_the_agents_default() -> None:
+    """The quiet minute waits for the agents' first reports, at their default pace."""
+    (opt,) = [o for o in compute_agent.opts if o.name == "report_interval"]
+    assert scale_bench.REPORT_INTERVAL == opt.default
+    assert "report_interval" in scale_bench._TEST_INTERVALS  # removed: the default runs
