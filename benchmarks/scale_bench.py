@@ -775,6 +775,11 @@ class Run:
         }
         return {
             "seconds": seconds,
+            # Claims or releases meanwhile: the fleet was not quiet (an agent
+            # missed its heartbeats on an overloaded machine and re-joined).
+            "ownership_calls": round(
+                sum(served.get(m, (0.0, 0.0))[0] for m in OWNERSHIP_CALLS) / per_min
+            ),
             "conductor_cpu_s_per_min": cpu * per_min,
             "rows_read_per_min": sum(rows.values()) * per_min,
             "broker_mb_per_min": None if octets is None else octets / 1e6 * per_min,
@@ -914,6 +919,9 @@ class Run:
 #: reconcile and two-second power report exist to make failures show fast
 #: in a test of a few nodes; at 100k nodes they cost the agents, together,
 #: about a quarter of a core more than the defaults.)
+#: The RPC methods that change ownership: none of them in a quiet minute.
+OWNERSHIP_CALLS = ("claim_nodes", "claim_share", "release_nodes", "transfer_nodes")
+
 #: ``[compute_agent] report_interval``'s default, which the agents run with here.
 REPORT_INTERVAL = 30.0
 

@@ -46,10 +46,17 @@ _COSTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...]
         lambda r: (r["cold"].get("quiet") or {}).get("broker_mb_per_min"),
     ),
     ("conductor RSS, max", "MB", lambda r: r.get("conductor_rss_mb")),
+    (
+        "claim / release calls, quiet minute",
+        "calls",
+        lambda r: (r["cold"].get("quiet") or {}).get("ownership_calls"),
+    ),
 )
 
 #: The costs with a ratio goal (the quiet broker bytes are shown, not judged:
-#: the issue sets no goal for them).
+#: the issue sets no goal for them; claims and releases in a quiet minute
+#: should be 0: more say that minute was not quiet, its CPU not the quiet
+#: fleet's).
 _JUDGED = frozenset(
     {
         "conductor CPU per cold start",
@@ -126,6 +133,8 @@ def scaling_goals(goals: Goals, runs: Sequence[Mapping[str, Any]], nodes: int) -
 def _cell(value: float | None, ratio: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
+    if unit == "calls":
+        return f"{value:,.0f}"
     digits = 0 if unit == "MB" and value >= 100 else 2 if value < 10 else 1
     text = f"{value:,.{digits}f}"
     return text if ratio is None else f"{text} ({ratio:.2f}x)"

@@ -107,7 +107,11 @@ def test_goals_rows_read_and_cold_start_scaling() -> None:
 
 
 def _quiet(res: dict[str, Any], cpu: float, mb: float) -> dict[str, Any]:
-    res["cold"]["quiet"] = {"conductor_cpu_s_per_min": cpu, "broker_mb_per_min": mb}
+    res["cold"]["quiet"] = {
+        "conductor_cpu_s_per_min": cpu,
+        "broker_mb_per_min": mb,
+        "ownership_calls": 3 if res["agents"] == 100 else 0,
+    }
     return res
 
 
@@ -131,6 +135,8 @@ def test_every_larger_count_against_the_smallest_and_the_table() -> None:
     assert "10 agents" in lines[2] and lines[2].index("10 agents") < lines[2].index("50 agents")
     (quiet_row,) = [line for line in lines if "conductor CPU per quiet minute" in line]
     assert quiet_row.split()[-6:] == ["2.00", "(1.00x)", "2.50", "(1.25x)", "3.00", "(1.50x)"]
+    (claims_row,) = [line for line in lines if "claim / release calls" in line]
+    assert claims_row.split()[-3:] == ["0", "0", "3"]  # the 100-agent minute was not quiet
     (rows_row,) = [line for line in lines if "rows read per cold start" in line]
     assert rows_row.split()[-3:] == ["1.00", "1.00", "1.10"]
     assert scale_bench_scaling.format_scaling(runs[:1], 1000) == []
