@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import oslo_messaging as messaging
@@ -49,6 +50,14 @@ class QuietPasses:
     def __init__(self) -> None:
         self._quiet = 0  # quiet passes in a row
         self._view: MembershipView | None = None
+        self._generation: int | None = None
+
+    def unchanged(self, view: MembershipView, generation: int) -> bool:
+        """Whether the last pass was quiet and ``view`` and the join
+        ``generation`` are still those it ran on: a wake-up then has
+        nothing new to read (a heartbeat that came late: SUSPENDED, then
+        CONNECTED again in the same generation)."""
+        return self._quiet > 0 and view == self._view and generation == self._generation
 
     def delay(
         self,
@@ -58,10 +67,13 @@ class QuietPasses:
         view: MembershipView,
         rows_read: int,
         result: ReconcileResult | None,
+        generation: int = 0,
     ) -> float:
-        """After a pass on ``view`` that read ``rows_read`` inventory rows and
-        ended in ``result`` (``None``: postponed): seconds until the next."""
+        """After a pass on ``view`` (in join ``generation``) that read
+        ``rows_read`` inventory rows and ended in ``result`` (``None``:
+        postponed): seconds until the next."""
         same_view, self._view = view == self._view, view
+        self._generation = generation
         quiet = (
             same_view
             and rows_read == 0
@@ -108,8 +120,9 @@ class Reconciler:
     def _reconcile_loop(self) -> None:
         assert self.ownership is not None
         delay = self.conf.compute_agent.reconcile_interval
+        due = time.monotonic() + delay
         while not self._stopped.is_set():
-            self._wake.wait(delay)
+            self._wake.wait(max(due - time.monotonic(), 0.0))
             self._wake.clear()
             delay = self.conf.compute_agent.reconcile_interval
             if self._stopped.is_set():
@@ -122,7 +135,11 @@ class Reconciler:
                 return
             view = self.membership.view
             if view is None or not self.membership.can_act():
+                due = time.monotonic() + delay
                 continue
+            generation = self.membership.join_generation
+            if time.monotonic() < due and self._quiet_passes.unchanged(view, generation):
+                continue  # the quiet wait goes on: nothing to read yet
             try:
                 # By share, one read a pass, deep when due: what it reads
                 # back is our arcs' changes by others, few (our own claims
@@ -152,6 +169,7 @@ class Reconciler:
                     view=view,
                     rows_read=rows,
                     result=result,
+                    generation=generation,
                 )
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
@@ -167,6 +185,7 @@ class Reconciler:
                 delay = _RETRY_SOON
             else:
                 self._reconcile_failed(None)
+            due = time.monotonic() + delay
 
     def _reconcile_failed(self, exc: Exception | None) -> None:
         """One line per new reason a reconcile fails, one INFO when it works again.

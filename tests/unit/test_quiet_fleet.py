@@ -15,6 +15,7 @@ import pytest
 from oslo_config import cfg
 from sqlalchemy import event, update
 
+from compute_agent import reconcile_loop
 from compute_agent.ownership import ReconcileResult
 from compute_agent.reconcile_loop import QuietPasses, Reconciler
 from conductor.common.conf import compute_agent as compute_agent_conf
@@ -164,11 +165,18 @@ def test_a_quiet_interval_at_or_below_the_interval_never_slows_down() -> None:
 class _Wake:
     """The loop's wake event: records each wait, and stops the loop after ``passes``."""
 
-    def __init__(self, stopped: threading.Event, passes: int) -> None:
-        self.stopped, self.passes, self.waits = stopped, passes, []
+    def __init__(self, stopped: threading.Event, passes: int, clock: list[float]) -> None:
+        self.stopped, self.passes, self.waits, self.clock = stopped, passes, [], clock
+
+    #: Waits (by index) that a wake-up ends after 1 s (a state change).
+    early: frozenset[int] = frozenset()
 
     def wait(self, delay: float) -> bool:
+        woken = len(self.waits) in self.early
+        self.clock[0] += 1.0 if woken else delay  # else the wait times out
         self.waits.append(delay)
+        if woken:
+            return True
         if len(self.waits) > self.passes:
             self.stopped.set()
         return False
@@ -180,8 +188,14 @@ class _Wake:
         pass
 
 
-def _loop(results: list[tuple[int, ReconcileResult | None]]) -> list[float]:
+def _loop(
+    monkeypatch: pytest.MonkeyPatch,
+    results: list[tuple[int, ReconcileResult | None]],
+    early: frozenset[int] = frozenset(),
+) -> list[float]:
     """The waits of a Reconciler whose passes read and end as ``results``."""
+    clock = [1000.0]
+    monkeypatch.setattr(reconcile_loop, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     view = _view("a1", "a2")
     reads = iter(results)
     outcome: list[ReconcileResult | None] = []
@@ -197,7 +211,9 @@ def _loop(results: list[tuple[int, ReconcileResult | None]]) -> list[float]:
     agent.conf([])
     agent.conf.set_override("quiet_reconcile_interval", 20.0, "compute_agent")
     agent.host = "a1"
-    agent.membership = types.SimpleNamespace(superseded_by=None, view=view, can_act=lambda: True)
+    agent.membership = types.SimpleNamespace(
+        superseded_by=None, view=view, can_act=lambda: True, join_generation=1
+    )
     agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
         reads_by_share=True,
         refresh_inventory=refresh,
@@ -207,19 +223,36 @@ def _loop(results: list[tuple[int, ReconcileResult | None]]) -> list[float]:
     agent.placement = None
     agent._conductor = types.SimpleNamespace()  # type: ignore[assignment]
     agent._stopped = threading.Event()
-    wake = _Wake(agent._stopped, len(results))
+    wake = _Wake(agent._stopped, len(results) + len(early), clock)
+    wake.early = early
     agent._wake = wake  # type: ignore[assignment]
     agent._init_reconciler()
     agent._reconcile_loop()
     return wake.waits
 
 
-def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change() -> None:
+def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     busy = ReconcileResult(5, 5, 2, 0, 0, settled=True)
-    waits = _loop([(0, QUIET)] * 4 + [(3, QUIET), (0, busy), (0, QUIET), (0, QUIET)])
+    waits = _loop(monkeypatch, [(0, QUIET)] * 4 + [(3, QUIET), (0, busy), (0, QUIET), (0, QUIET)])
     # The wait before each pass: 5 s at first, then doubling up to 20 s;
     # rows read or a claim bring it back to 5 s.
     assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 5.0, 10.0, 20.0]
+
+
+def test_a_wake_up_that_changed_nothing_keeps_the_quiet_wait() -> None:
+    passes, view = QuietPasses(), _view("a1", "a2")
+    assert not passes.unchanged(view, 1)  # no pass yet
+    passes.delay(5.0, 40.0, view=view, rows_read=0, result=QUIET, generation=1)
+    assert not passes.unchanged(view, 1)  # one pass: nothing to compare it with
+    passes.delay(5.0, 40.0, view=view, rows_read=0, result=QUIET, generation=1)
+    assert passes.unchanged(view, 1)
+    # A new view, or a re-join (a new generation): the pass runs now.
+    assert not passes.unchanged(_view("a1"), 1)
+    assert not passes.unchanged(view, 2)
+    passes.delay(5.0, 40.0, view=view, rows_read=2, result=QUIET, generation=1)
+    assert not passes.unchanged(view, 1)  # the last pass read something
 
 
 def test_the_reply_says_unchanged_only_when_nothing_changed(db: Database) -> None:
@@ -237,3 +270,11 @@ def test_the_reply_says_unchanged_only_when_nothing_changed(db: Database) -> Non
     assert "unchanged" not in endpoint.list_node_uuids({}, **share)
     add_nodes(db, 1)
     assert "unchanged" not in endpoint.list_node_uuids({}, since=since, **share)
+
+
+def test_a_wake_up_that_changed_nothing_reads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Woken 1 s into the 20 s wait (SUSPENDED, then CONNECTED again): the
+    # loop waits the 19 s left, and runs no pass meanwhile (one pass per
+    # result: a pass more would run out of them).
+    waits = _loop(monkeypatch, [(0, QUIET)] * 4, early=frozenset({3}))
+    assert waits == [5.0, 5.0, 10.0, 20.0, 19.0, 20.0]
