@@ -135,7 +135,9 @@ class Reconciler:
                 return
             view = self.membership.view
             if view is None or not self.membership.can_act():
-                due = time.monotonic() + delay
+                # Look again in a moment (a state change wakes us sooner),
+                # but a suspension does not cut a quiet wait short either.
+                due = max(due, time.monotonic() + delay)
                 continue
             generation = self.membership.join_generation
             if time.monotonic() < due and self._quiet_passes.unchanged(view, generation):

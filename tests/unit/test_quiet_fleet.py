@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,7 @@ def _loop(
     monkeypatch: pytest.MonkeyPatch,
     results: list[tuple[int, ReconcileResult | None]],
     early: frozenset[int] = frozenset(),
+    suspended: Sequence[bool] = (),
 ) -> list[float]:
     """The waits of a Reconciler whose passes read and end as ``results``."""
     clock = [1000.0]
@@ -211,8 +212,9 @@ def _loop(
     agent.conf([])
     agent.conf.set_override("quiet_reconcile_interval", 20.0, "compute_agent")
     agent.host = "a1"
+    acts = iter(suspended)
     agent.membership = types.SimpleNamespace(
-        superseded_by=None, view=view, can_act=lambda: True, join_generation=1
+        superseded_by=None, view=view, can_act=lambda: not next(acts, False), join_generation=1
     )
     agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
         reads_by_share=True,
@@ -277,4 +279,12 @@ def test_a_wake_up_that_changed_nothing_reads_nothing(monkeypatch: pytest.Monkey
     # loop waits the 19 s left, and runs no pass meanwhile (one pass per
     # result: a pass more would run out of them).
     waits = _loop(monkeypatch, [(0, QUIET)] * 4, early=frozenset({3}))
+    assert waits == [5.0, 5.0, 10.0, 20.0, 19.0, 20.0]
+
+
+def test_a_suspension_does_not_cut_a_quiet_wait_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The membership is SUSPENDED at the fourth wake-up (1 s into the 20 s
+    # wait), CONNECTED again after: no pass until the quiet wait is over.
+    suspended = [False, False, False, True]
+    waits = _loop(monkeypatch, [(0, QUIET)] * 4, early=frozenset({3}), suspended=suspended)
     assert waits == [5.0, 5.0, 10.0, 20.0, 19.0, 20.0]
