@@ -99,9 +99,18 @@ whose heartbeats two cores cannot keep within 1.5 s:
   cold start's claims, state reports and heartbeats against the rows, so it
   is an upper bound of an inventory entry's own bytes (generous to the
   join), measured on the same broker and code rather than assumed;
-* with two or more agent counts in one invocation: the cold start's
-  conductor CPU seconds and broker bytes at the largest count <= 1.3 x
-  those at the smallest.
+* with two or more agent counts in one invocation, each larger count
+  against the smallest (:mod:`benchmarks.scale_scaling`, which also prints
+  them as one table with the ratios): the cold start's conductor CPU
+  seconds and broker bytes, the conductor CPU per quiet minute
+  (``--quiet``) and the conductor's RSS <= 1.3 x.
+
+``--quiet SECONDS``
+    After the cold start, once its aftermath is over (10 s, then until no
+    state report came for two samples: each agent's first report carries
+    every node it owns), the converged fleet left alone that long: the
+    conductor CPU, broker bytes, rows read and RPC calls served (by
+    method: calls and seconds served) per minute.
 
 ``--code DIR`` runs the conductors and agents from another checkout of the
 project (same virtualenv), e.g. the commit before the claim-storm fix::
@@ -137,6 +146,7 @@ from sqlalchemy import select
 from benchmarks import argtypes
 from benchmarks.e2e_bench import FLAVOR, throughput
 from benchmarks.report import Goals, format_goals, log_line, publish
+from benchmarks.scale_scaling import format_scaling, scaling_goals
 from conductor.db import migration
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
@@ -276,6 +286,22 @@ def metrics_urls(log: str) -> dict[str, str]:
 def inventory_rows(text: str) -> dict[str, int]:
     """Host -> ``ringfleet_agent_inventory_rows_total`` in a Prometheus text page."""
     return {host: int(float(value)) for host, value in INVENTORY_ROWS.findall(text)}
+
+
+RPC_SERVED = re.compile(
+    r'^ringfleet_rpc_server_duration_seconds_(count|sum)\{[^}]*method="([^"]+)"[^}]*\} (\S+)$',
+    re.M,
+)
+
+
+def rpc_served(text: str) -> dict[str, tuple[int, float]]:
+    """Method -> (calls, seconds) served, summed over outcomes, from a
+    conductor's metrics page (``ringfleet_rpc_server_duration_seconds``)."""
+    served: dict[str, list[float]] = {}
+    for kind, method, value in RPC_SERVED.findall(text):
+        entry = served.setdefault(method, [0.0, 0.0])
+        entry[0 if kind == "count" else 1] += float(value)
+    return {method: (int(count), seconds) for method, (count, seconds) in served.items()}
 
 
 def scrape(url: str) -> str:
@@ -503,17 +529,18 @@ class Traffic:
 
     def calls_served(self) -> int:
         """RPC calls the running conductors served, scraped from their metrics."""
-        total = 0
+        return sum(count for count, _s in self.served_by_method().values())
+
+    def served_by_method(self) -> dict[str, tuple[int, float]]:
+        """Method -> (calls, seconds) the running conductors served so far."""
+        total: dict[str, tuple[int, float]] = {}
         for proc in self.conductors():
             found = METRICS_AT.search(proc.log())
             if found is None or not proc.running():
                 continue
-            text = scrape(found.group(2))
-            total += sum(
-                int(float(line.rsplit(" ", 1)[1]))
-                for line in text.splitlines()
-                if line.startswith("ringfleet_rpc_server_duration_seconds_count{")
-            )
+            for method, (count, seconds) in rpc_served(scrape(found.group(2))).items():
+                calls, spent = total.get(method, (0, 0.0))
+                total[method] = (calls + count, spent + seconds)
         return total
 
     def sample(self) -> Sample:
@@ -577,6 +604,7 @@ class Run:
         self, args: argparse.Namespace, fleet: Fleet, watch: ConvergenceWatch, log: Log
     ) -> None:
         self.args, self.fleet, self.watch, self.log = args, fleet, watch, log
+        self.cold_started = time.monotonic()  # set again by cold()
         self.sampler = Sampler(fleet)
         self.traffic = Traffic(os.environ.get("RINGFLEET_TEST_RABBITMQCTL"), self.conductors)
         self.cli_conf = fleet.workdir / "cli.conf"
@@ -688,7 +716,7 @@ class Run:
         marks = self.log_marks()
         cpu_before = self.sampler.conductor_cpu()
         start = self.traffic.sample()
-        started = time.monotonic()
+        started = self.cold_started = time.monotonic()
         code = self.args.code
         grouped = [name for name in names if name not in alone]
         procs = [spawn(self.fleet, "compute_agent.cmd.agent", name, code) for name in alone]
@@ -714,20 +742,61 @@ class Run:
         }
 
     def quiet(self, seconds: float) -> dict[str, Any]:
-        """The converged fleet left alone: conductor CPU per minute and rows
-        read by the agents, over ``seconds`` after a first 10 s (the passes
-        that follow a convergence)."""
+        """The converged fleet left alone: conductor CPU, broker bytes, rows
+        read by the agents and RPC calls served by method, per minute, over
+        ``seconds`` once the cold start's aftermath is over: 10 s (the
+        passes that follow a convergence), at least ``report_interval`` + 5 s
+        after the agents started, and until no state report came for two
+        samples in a row (each agent's first report, a ``report_interval``
+        after its start, carries every node it owns: a cost of the cold
+        start, per node, not of a quiet minute)."""
         time.sleep(10)
+        # The agents' first state reports come a report_interval after they
+        # started (the default: this benchmark runs the agents with it).
+        first_reports = self.cold_started + REPORT_INTERVAL + 5 - time.monotonic()
+        time.sleep(max(first_reports, 0.0))
+        self._wait_reports_done()
         cpu_before = self.sampler.conductor_cpu()
         rows_before = self.rows_read()
+        served_before = self.traffic.served_by_method()
+        start = self.traffic.sample()
         time.sleep(seconds)
         cpu = self.sampler.conductor_cpu() - cpu_before
         rows = _since(self.rows_read(), rows_before)
+        end = self.traffic.sample()
+        octets = _octets(start, end)
+        per_min = 60 / seconds
+        served = {
+            method: (
+                (count - served_before.get(method, (0, 0.0))[0]) * per_min,
+                (spent - served_before.get(method, (0, 0.0))[1]) * per_min,
+            )
+            for method, (count, spent) in self.traffic.served_by_method().items()
+        }
         return {
             "seconds": seconds,
-            "conductor_cpu_s_per_min": cpu * 60 / seconds,
-            "rows_read_per_min": sum(rows.values()) * 60 / seconds,
+            # Claims or releases meanwhile: the fleet was not quiet (an agent
+            # missed its heartbeats on an overloaded machine and re-joined).
+            "ownership_calls": round(
+                sum(served.get(m, (0.0, 0.0))[0] for m in OWNERSHIP_CALLS) / per_min
+            ),
+            "conductor_cpu_s_per_min": cpu * per_min,
+            "rows_read_per_min": sum(rows.values()) * per_min,
+            "broker_mb_per_min": None if octets is None else octets / 1e6 * per_min,
+            "calls_per_min": {m: c for m, (c, _s) in served.items() if c > 0},
+            "call_seconds_per_min": {m: s for m, (c, s) in served.items() if c > 0},
         }
+
+    def _wait_reports_done(self, step: float = 3.0, most: float = 90.0) -> None:
+        """Until the conductors served no ``report_node_states`` over two
+        ``step`` samples in a row (at most ``most`` seconds)."""
+        deadline = time.monotonic() + most
+        previous, still = None, 0
+        while time.monotonic() < deadline and still < 2:
+            count = self.traffic.served_by_method().get("report_node_states", (0, 0.0))[0]
+            still = still + 1 if count == previous else 0
+            previous = count
+            time.sleep(step)
 
     def join(self, name: str) -> dict[str, Any]:
         before = read_nodes(self.fleet.db)
@@ -850,7 +919,13 @@ class Run:
 #: reconcile and two-second power report exist to make failures show fast
 #: in a test of a few nodes; at 100k nodes they cost the agents, together,
 #: about a quarter of a core more than the defaults.)
-_TEST_INTERVALS = "reconcile_interval = 1\nreport_interval = 2\n"
+#: The RPC methods that change ownership: none of them in a quiet minute.
+OWNERSHIP_CALLS = ("claim_nodes", "claim_share", "release_nodes", "transfer_nodes")
+
+#: ``[compute_agent] report_interval``'s default, which the agents run with here.
+REPORT_INTERVAL = 30.0
+
+_TEST_INTERVALS = "reconcile_interval = 1\nreport_interval = 2\nquiet_reconcile_interval = 1\n"
 
 
 def make_fleet(
@@ -1085,32 +1160,6 @@ def _ratio_goal(
     goals.add(name, f"<= {target:g} x", ratio, None if ratio is None else ratio <= target, detail)
 
 
-def _scaling_goals(goals: Goals, runs: Sequence[Mapping[str, Any]]) -> None:
-    """The cold start's cost at the largest agent count against the smallest
-    of the same invocation (same machine, same servers, same code)."""
-    colds = sorted((res for res in runs if "cold" in res), key=lambda res: res["agents"])
-    if len(colds) < 2 or colds[0]["agents"] == colds[-1]["agents"]:
-        return
-    small, large = colds[0], colds[-1]
-    tag = f"[{large['agents']} vs {small['agents']} agents]"
-    _ratio_goal(
-        goals,
-        f"{tag} cold start, conductor CPU",
-        1.3,
-        large["cold"]["conductor_cpu_s"],
-        small["cold"]["conductor_cpu_s"],
-        "s",
-    )
-    _ratio_goal(
-        goals,
-        f"{tag} cold start, broker bytes",
-        1.3,
-        large["cold"].get("traffic", {}).get("broker_mb"),
-        small["cold"].get("traffic", {}).get("broker_mb"),
-        "MB",
-    )
-
-
 def _goals(runs: Sequence[Mapping[str, Any]], nodes: int, ttl: int = TTL) -> list[dict[str, Any]]:
     goals = Goals()
     for res in runs:
@@ -1208,7 +1257,7 @@ def _goals(runs: Sequence[Mapping[str, Any]], nodes: int, ttl: int = TTL) -> lis
                 growth <= 0.05 * waves[0],
                 f"{growth:+.0f} MB",
             )
-    _scaling_goals(goals, runs)
+    scaling_goals(goals, runs, nodes)
     return goals.items
 
 
@@ -1279,7 +1328,18 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             rows += [
                 ("quiet fleet: conductor CPU (s/min)", f"{q['conductor_cpu_s_per_min']:.2f}"),
                 ("  inventory rows read (per minute)", f"{q['rows_read_per_min']:,.0f}"),
+                ("  broker MB (per minute)", _mb(q.get("broker_mb_per_min"))),
             ]
+            spent = q.get("call_seconds_per_min", {})
+            for method, calls in sorted(
+                q.get("calls_per_min", {}).items(), key=lambda item: -spent.get(item[0], 0.0)
+            ):
+                rows.append(
+                    (
+                        f"  {method}: calls / s served (per minute)",
+                        f"{calls:,.0f} / {spent.get(method, 0.0):.2f}",
+                    )
+                )
         if "rows_read_total" in c:
             per_row = bytes_per_row(c)
             rows += [
@@ -1385,6 +1445,7 @@ def format_report(report: Mapping[str, Any]) -> str:
             + ")",
         ]
         lines += [f"  {label:<{width}}{value:>16}" for label, value in rows]
+    lines += format_scaling(report["runs"], config["nodes"])
     lines += format_goals(report["goals"])
     return "\n".join(lines)
 

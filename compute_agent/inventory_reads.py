@@ -306,7 +306,13 @@ class InventoryReader:
             reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
         seen = lost = 0
         as_of = None
+        unchanged = False
         for query in reads:
+            if unchanged and query["since"] is not None:
+                # The conductor found no node of the fleet changed since
+                # ``since``: this read would find nothing either (a quiet
+                # fleet's pass is then one call, not one per read).
+                continue
             marker = None
             while True:
                 page = self._conductor.list_node_share(
@@ -315,6 +321,7 @@ class InventoryReader:
                 if page is None:
                     return None
                 as_of = as_of or page["as_of"]
+                unchanged = unchanged or bool(page.get("unchanged"))
                 with self._lock:
                     for item in page["nodes"]:
                         lost += self._learn(item)

@@ -86,6 +86,9 @@ class ReconcileResult:
     #: lately may have released them (then reconcile again: they may be
     #: claimed), None when there is none of these.
     retry_in: float | None = None
+    #: Converged and nothing left to wait for: none of our share is pinned
+    #: elsewhere (a node we take once its instance is gone).
+    settled: bool = False
 
 
 class OwnershipManager(InventoryReader, ShareClaimer):
@@ -421,6 +424,7 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             # Converged: we own our share and pins, nothing more, except
             # what stays with another agent's instances.
             converged = self._held.keys() == desired - self._pinned_elsewhere
+            settled = converged and desired.isdisjoint(self._pinned_elsewhere)
             counts = group_counts(self._held, self._inventory, self._pinned)
             retry_soon = stale or self._retry_soon(refusals, members)
             retry_in = self._retry_in(members)
@@ -435,6 +439,7 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             lost=lost,
             converged=converged,
             retry_in=None if retry_in is None else max(retry_in, 0.0),
+            settled=settled,
         )
         if claimed or released:
             LOG.info(

@@ -6,31 +6,86 @@ the attributes below are the service's.  Every membership change (and every
 ``reconcile_interval``) the loop reads what changed of the agent's share,
 reconciles its held nodes with the ring, and once per validation of its
 claims has its in-flight work routed to it again.
+
+A quiet agent slows down (:class:`QuietPasses`): each pass that read no
+change and had nothing to do doubles the wait before the next, up to
+``quiet_reconcile_interval``; anything else -- a change read, a claim, a
+refusal, a membership change (which also wakes the loop at once) -- brings
+it back to ``reconcile_interval``.  Every agent's change reads are a call
+to a conductor; at a fixed pace their sum grew with the agent count and
+was most of what a quiet fleet cost its conductor.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import oslo_messaging as messaging
 from oslo_config import cfg
 
-from compute_agent.ownership import OwnershipManager
+from compute_agent.ownership import OwnershipManager, ReconcileResult
 from compute_agent.placement_report import PlacementReporter
 from conductor.common import rpc
 from conductor.common.exception import InvalidInput, first_line
 from conductor.common.repeated_failure import RepeatedFailure
 from conductor.rpcapi import ConductorAPI
+from hashring.membership import MembershipView
 
-__all__ = ["Reconciler"]
+__all__ = ["QuietPasses", "Reconciler"]
 
 #: The service's logger: the reconciler's lines are the agent's.
 LOG = logging.getLogger("compute_agent.service")
 
 #: Seconds before retrying a reconcile the conductors' view was behind for.
 _RETRY_SOON = 0.5
+
+
+class QuietPasses:
+    """The wait before the next pass: ``interval``, doubled after each quiet
+    pass in a row up to ``quiet_interval`` (not below ``interval``)."""
+
+    def __init__(self) -> None:
+        self._quiet = 0  # quiet passes in a row
+        self._view: MembershipView | None = None
+        self._generation: int | None = None
+
+    def unchanged(self, view: MembershipView, generation: int) -> bool:
+        """Whether the last pass was quiet and ``view`` and the join
+        ``generation`` are still those it ran on: a wake-up then has
+        nothing new to read (a heartbeat that came late: SUSPENDED, then
+        CONNECTED again in the same generation)."""
+        return self._quiet > 0 and view == self._view and generation == self._generation
+
+    def delay(
+        self,
+        interval: float,
+        quiet_interval: float,
+        *,
+        view: MembershipView,
+        rows_read: int,
+        result: ReconcileResult | None,
+        generation: int = 0,
+    ) -> float:
+        """After a pass on ``view`` (in join ``generation``) that read
+        ``rows_read`` inventory rows and ended in ``result`` (``None``:
+        postponed): seconds until the next."""
+        same_view, self._view = view == self._view, view
+        self._generation = generation
+        quiet = (
+            same_view
+            and rows_read == 0
+            and result is not None
+            and result.settled
+            and not (result.claimed or result.released or result.refused)
+            and not (result.lost or result.rehomed or result.retry_soon)
+            and result.retry_in is None
+        )
+        self._quiet = self._quiet + 1 if quiet else 0
+        # Capped exponent: the doubling stops at the cap anyway.
+        return max(interval, min(interval * 2.0 ** min(self._quiet, 20), quiet_interval))
 
 
 class Reconciler:
@@ -60,12 +115,14 @@ class Reconciler:
         # The join generation whose in-flight work the conductors were last
         # asked to route to us again (see _resume_work).
         self._resumed_generation = -1
+        self._quiet_passes = QuietPasses()
 
     def _reconcile_loop(self) -> None:
         assert self.ownership is not None
         delay = self.conf.compute_agent.reconcile_interval
+        due = time.monotonic() + delay
         while not self._stopped.is_set():
-            self._wake.wait(delay)
+            self._wake.wait(max(due - time.monotonic(), 0.0))
             self._wake.clear()
             delay = self.conf.compute_agent.reconcile_interval
             if self._stopped.is_set():
@@ -78,7 +135,13 @@ class Reconciler:
                 return
             view = self.membership.view
             if view is None or not self.membership.can_act():
+                # Look again in a moment (a state change wakes us sooner),
+                # but a suspension does not cut a quiet wait short either.
+                due = max(due, time.monotonic() + delay)
                 continue
+            generation = self.membership.join_generation
+            if time.monotonic() < due and self._quiet_passes.unchanged(view, generation):
+                continue  # the quiet wait goes on: nothing to read yet
             try:
                 # By share, one read a pass, deep when due: what it reads
                 # back is our arcs' changes by others, few (our own claims
@@ -92,7 +155,7 @@ class Reconciler:
                 # before the pass could claim the last nodes a peer had just
                 # released.
                 by_share = self.ownership.reads_by_share
-                self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
+                rows = self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
                 result = self.ownership.reconcile(view)
                 if (
                     self.placement is not None
@@ -101,7 +164,15 @@ class Reconciler:
                 ):
                     self.placement.wake()  # its providers are ours to write now
                 if not by_share and self.ownership.deep_refresh_due():
-                    self.ownership.refresh_inventory(deep=True, view=view)
+                    rows += self.ownership.refresh_inventory(deep=True, view=view)
+                delay = self._quiet_passes.delay(
+                    delay,
+                    self.conf.compute_agent.quiet_reconcile_interval,
+                    view=view,
+                    rows_read=rows,
+                    result=result,
+                    generation=generation,
+                )
                 if result is not None and result.retry_soon:
                     delay = _RETRY_SOON
                 elif result is not None and result.retry_in is not None:
@@ -109,12 +180,14 @@ class Reconciler:
                     delay = min(delay, result.retry_in + _RETRY_SOON)
                 self._resume_work()
             except Exception as exc:  # the next wake-up tries again, soon
+                self._quiet_passes = QuietPasses()
                 self._reconcile_failed(exc)
                 # E.g. the conductors have not seen us join yet: a moment,
                 # not a whole interval (invariant 2: no orphans for long).
                 delay = _RETRY_SOON
             else:
                 self._reconcile_failed(None)
+            due = time.monotonic() + delay
 
     def _reconcile_failed(self, exc: Exception | None) -> None:
         """One line per new reason a reconcile fails, one INFO when it works again.

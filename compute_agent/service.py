@@ -25,7 +25,7 @@ from compute_agent.endpoints import ComputeEndpoint
 from compute_agent.metrics import AgentMetrics
 from compute_agent.ownership import OwnershipManager
 from compute_agent.placement_report import PlacementReporter
-from compute_agent.reconcile_loop import Reconciler
+from compute_agent.reconcile_loop import QuietPasses, Reconciler
 from compute_agent.reporting import ResultReporter
 from compute_agent.rpcapi import API_VERSION as COMPUTE_API_VERSION
 from compute_agent.serving import ServingCheck
@@ -491,6 +491,7 @@ class AgentService(Reconciler):
         systemd.notify("RELOADING=1")
         self.conf.mutate_config_files()
         LOG.info("Agent %s reloaded its configuration", self.host)
+        self._quiet_passes = QuietPasses()  # the next pass at once, at the new pace
         if self.placement is not None:
             # The operator's way to have drift mended now (ringfleet
             # placement check showed some), without a restart.

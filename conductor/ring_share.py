@@ -108,6 +108,8 @@ def in_shares(
 ) -> list[bool]:
     """For each node (uuid, group): whether one of ``member``'s ``shares`` has it."""
     found = [False] * len(uuids)
+    if not uuids:  # a quiet fleet's change read: no arcs to look through
+        return found
     for ring, only, excluded in shares:
         arcs = share_arcs(ring, member)
         firsts = [first for first, _last in arcs]

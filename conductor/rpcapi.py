@@ -520,7 +520,12 @@ class ConductorAPI:
                 )
             self._by_share = False  # an older conductor: the whole fleet from now on
             return None
-        return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
+        return {
+            "nodes": inventory_entries(page),
+            "as_of": page["as_of"],
+            "next": page["next"],
+            "unchanged": bool(page.get("unchanged")),
+        }
 
     def claim_share(
         self,

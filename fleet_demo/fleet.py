@@ -143,6 +143,8 @@ class EmbeddedFleet:
             "scheduler": {"index_refresh_interval": 0.2},
             "compute_agent": {
                 "reconcile_interval": 0.5,
+                # The demo's checks wait seconds, not a quiet agent's backoff.
+                "quiet_reconcile_interval": 0.5,
                 "report_interval": 5.0,
                 "conductor_timeout": 10.0,
                 "graceful_timeout": 5.0,

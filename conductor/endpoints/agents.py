@@ -83,7 +83,9 @@ def _inventory_reply(
         "epochs": inventory.epochs,
         "pinned": inventory.pinned,
     }
-    reply = {"as_of": inventory.as_of.isoformat(), "next": next_marker}
+    reply: dict[str, Any] = {"as_of": inventory.as_of.isoformat(), "next": next_marker}
+    if inventory.unchanged:  # only then: older agents never see the key
+        reply["unchanged"] = True
     if columns:
         return {**found, **reply}
     return {"nodes": inventory_entries(found), **reply}
@@ -97,6 +99,7 @@ def _outside(
     keep = [i for i, found in enumerate(inside) if not found]
     return node_pages.InventoryPage(
         as_of=inventory.as_of,
+        unchanged=inventory.unchanged,
         uuids=[inventory.uuids[i] for i in keep],
         groups=[inventory.groups[i] for i in keep],
         owners=[inventory.owners[i] for i in keep],

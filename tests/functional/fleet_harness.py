@@ -86,6 +86,7 @@ class Fleet:
             f"driver = {driver}\n"
             "reconcile_interval = 1\n"
             "report_interval = 2\n"
+            "quiet_reconcile_interval = 1\n"
             "graceful_timeout = 20\n"
             "[simulated_driver]\n"
             f"action_log = {self.action_log}\n"

@@ -132,7 +132,12 @@ class ConductorAdapter:
         else:
             query["member"] = member
         page = self.endpoint.list_node_uuids(CTXT, columns=True, **query)
-        return {"nodes": inventory_entries(page), "as_of": page["as_of"], "next": page["next"]}
+        return {
+            "nodes": inventory_entries(page),
+            "as_of": page["as_of"],
+            "next": page["next"],
+            "unchanged": bool(page.get("unchanged")),
+        }
 
     def of(self, kind: str) -> list[Any]:
         return [args for name, args in self.calls if name == kind]
@@ -1223,3 +1228,65 @@ def test_the_owner_read_leaves_out_the_share_read(env: Fleet) -> None:
     owner_reads = [c for c in env.conductor.of("share") if c.get("ring") is None]
     assert owner_reads and all(c.get("outside") for c in owner_reads)
     assert a1.desired(view) == share and set(a1.held()) == set(uuids)
+
+
+def test_a_pass_is_settled_only_when_none_of_its_share_waits_elsewhere(env: Fleet) -> None:
+    """Converged with a node of its share pinned to a peer is not settled:
+    the agent still waits for that pin to clear (it must not slow down)."""
+    _uuids, a1, a2, view = _a2_joins_a1(env)
+    pinned = sorted(a2.desired(view))[0]
+    pin(env.db, [pinned], "a1")
+    a1.revalidate()
+    out = a1.reconcile(view)  # releases all but the pinned node
+    assert out is not None and out.converged and out.settled
+    a2.refresh_inventory()
+    a2.reconcile(view)
+    a2.refresh_inventory()
+    waiting = a2.reconcile(view)
+    assert waiting is not None and waiting.converged and not waiting.settled
+
+    # The instance is gone: the node is a2's to take, and then a2 is settled.
+    with env.db.transaction() as session:
+        session.execute(
+            update(NodeModel).where(NodeModel.uuid == pinned).values(instance_uuid=None)
+        )
+    a1.revalidate()
+    env.settle()
+    a2.refresh_inventory()
+    done = a2.reconcile(view)
+    assert done is not None and done.settled and pinned in a2.held()
+
+
+def test_a_quiet_fleets_change_read_is_one_call(env: Fleet) -> None:
+    """The conductor says nothing of the fleet changed since: the agent's
+    other reads of the pass (its own nodes outside its share) are skipped."""
+    if not env.conductor.by_share:
+        pytest.skip("whole-fleet reads are one call anyway")
+    uuids = add_nodes(env.db, 20)
+    env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    env.settle()
+    age_nodes(env.db, uuids)  # the claims are long past
+    env.conductor.calls.clear()
+    assert a1.refresh_inventory(deep=False) == 0
+    assert len(env.conductor.of("share")) == 1
+
+    # A change anywhere: every read of the pass, as before.
+    other = add_nodes(env.db, 1)
+    env.conductor.calls.clear()
+    a1.refresh_inventory(deep=False)
+    assert len(env.conductor.of("share")) == 2
+
+    # A conductor that does not say so (older): every read, as before.
+    age_nodes(env.db, uuids + other)
+    env.conductor.calls.clear()
+    real = env.conductor.endpoint.list_node_uuids
+
+    def older(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        reply = real(*args, **kwargs)
+        reply.pop("unchanged", None)
+        return reply
+
+    env.conductor.endpoint.list_node_uuids = older  # type: ignore[method-assign]
+    a1.refresh_inventory(deep=False)
+    assert len(env.conductor.of("share")) == 2

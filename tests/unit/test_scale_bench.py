@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from benchmarks import multi_agent, scale_bench
+from benchmarks import scale_scaling as scale_bench_scaling
+from conductor.common.conf import compute_agent
 
 METRICS_PAGE = """\
 # HELP ringfleet_agent_inventory_rows_total Node rows this agent read
@@ -89,17 +91,69 @@ def test_goals_rows_read_and_cold_start_scaling() -> None:
     goals = scale_bench._goals(runs, 1000)
     assert _goal(goals, "[10 agents] cold start, rows read")["status"] == "PASS"  # 1.1 x
     assert _goal(goals, "[50 agents] cold start, rows read")["status"] == "MISS"  # 5 x
-    cpu = _goal(goals, "[50 vs 10 agents] cold start, conductor CPU")
+    cpu = _goal(goals, "[50 vs 10 agents] conductor CPU per cold start")
     assert cpu["status"] == "MISS" and cpu["value"] == pytest.approx(1.4)
-    octets = _goal(goals, "[50 vs 10 agents] cold start, broker bytes")
+    octets = _goal(goals, "[50 vs 10 agents] broker bytes per cold start")
     assert octets["status"] == "MISS" and octets["value"] == pytest.approx(1.4)
     # One agent count: nothing to compare with.
     assert not [g for g in scale_bench._goals(runs[:1], 1000) if " vs " in g["name"]]
     # Broker bytes unknown (no rabbitmqctl): SKIP, not MISS.
     runs = [_run(10, 10.0, None, 1000), _run(50, 12.0, None, 1000)]
     goals = scale_bench._goals(runs, 1000)
-    assert _goal(goals, "[50 vs 10 agents] cold start, broker bytes")["status"] == "SKIP"
-    assert _goal(goals, "[50 vs 10 agents] cold start, conductor CPU")["status"] == "PASS"
+    assert _goal(goals, "[50 vs 10 agents] broker bytes per cold start")["status"] == "SKIP"
+    assert _goal(goals, "[50 vs 10 agents] conductor CPU per cold start")["status"] == "PASS"
+    # No quiet minute measured: SKIP too.
+    assert _goal(goals, "[50 vs 10 agents] conductor CPU per quiet minute")["status"] == "SKIP"
+
+
+def _quiet(res: dict[str, Any], cpu: float, mb: float) -> dict[str, Any]:
+    res["cold"]["quiet"] = {
+        "conductor_cpu_s_per_min": cpu,
+        "broker_mb_per_min": mb,
+        "ownership_calls": 3 if res["agents"] == 100 else 0,
+    }
+    return res
+
+
+def test_every_larger_count_against_the_smallest_and_the_table() -> None:
+    runs = [
+        _quiet(_run(50, 12.0, 55.0, 1000), 2.5, 9.0),
+        _quiet(_run(10, 10.0, 50.0, 1000), 2.0, 6.0),
+        _quiet(_run(100, 12.5, 60.0, 1100), 3.0, 12.0),
+    ]
+    runs[2]["conductor_rss_mb"] = 700.0
+    goals = scale_bench._goals(runs, 1000)
+    quiet = _goal(goals, "[50 vs 10 agents] conductor CPU per quiet minute")
+    assert quiet["status"] == "PASS" and quiet["value"] == pytest.approx(1.25)
+    quiet = _goal(goals, "[100 vs 10 agents] conductor CPU per quiet minute")
+    assert quiet["status"] == "MISS" and quiet["value"] == pytest.approx(1.5)
+    assert _goal(goals, "[100 vs 10 agents] conductor RSS")["status"] == "MISS"  # 1.4 x
+    assert _goal(goals, "[50 vs 10 agents] conductor RSS")["status"] == "PASS"
+    assert not [g for g in goals if "broker bytes per quiet minute" in g["name"]]  # shown only
+
+    lines = scale_bench_scaling.format_scaling(runs, 1000)
+    assert "10 agents" in lines[2] and lines[2].index("10 agents") < lines[2].index("50 agents")
+    (quiet_row,) = [line for line in lines if "conductor CPU per quiet minute" in line]
+    assert quiet_row.split()[-6:] == ["2.00", "(1.00x)", "2.50", "(1.25x)", "3.00", "(1.50x)"]
+    (claims_row,) = [line for line in lines if "claim / release calls" in line]
+    assert claims_row.split()[-3:] == ["0", "0", "3"]  # the 100-agent minute was not quiet
+    (rows_row,) = [line for line in lines if "rows read per cold start" in line]
+    assert rows_row.split()[-3:] == ["1.00", "1.00", "1.10"]
+    assert scale_bench_scaling.format_scaling(runs[:1], 1000) == []
+
+
+def test_rpc_served_by_method_sums_the_outcomes() -> None:
+    page = (
+        'ringfleet_rpc_server_duration_seconds_count{host="c",method="list_node_uuids",'
+        'outcome="ok"} 240.0\n'
+        'ringfleet_rpc_server_duration_seconds_count{host="c",method="list_node_uuids",'
+        'outcome="error"} 2.0\n'
+        'ringfleet_rpc_server_duration_seconds_sum{host="c",method="list_node_uuids",'
+        'outcome="ok"} 6.5\n'
+        'ringfleet_rpc_server_duration_seconds_bucket{host="c",method="claim_share",'
+        'outcome="ok",le="0.005"} 1.0\n'
+    )
+    assert scale_bench.rpc_served(page) == {"list_node_uuids": (242, 6.5)}
 
 
 def test_goal_join_bytes_against_the_joiners_share() -> None:
@@ -151,3 +205,10 @@ def test_goals_keep_agents_in_groups_apart() -> None:
     del res["cold"]  # the table's rows for it need a whole cold start
     labels = [label for label, _value in scale_bench._rows({**res, "conductor_cpu_s": 1.0})]
     assert "10-agent process RSS, max (MB)" in labels
+
+
+def test_the_report_interval_waited_for_is_the_agents_default() -> None:
+    """The quiet minute waits for the agents' first reports, at their default pace."""
+    (opt,) = [o for o in compute_agent.opts if o.name == "report_interval"]
+    assert opt.default == scale_bench.REPORT_INTERVAL
+    assert "report_interval" in scale_bench._TEST_INTERVALS  # removed: the default runs

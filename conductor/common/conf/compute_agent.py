@@ -69,6 +69,24 @@ opts = [
             "retried at this pace. Membership changes reconcile at once."
         ),
     ),
+    cfg.FloatOpt(
+        "quiet_reconcile_interval",
+        default=40.0,
+        min=0.5,
+        mutable=True,
+        help=(
+            "Seconds between two reconciliations at most while nothing "
+            "changes: each pass that read no change of the agent's share and "
+            "had nothing to claim, release or wait for doubles the wait before "
+            "the next, from reconcile_interval up to this. Every pass is a "
+            "call to a conductor, and at a fixed pace a quiet fleet's calls "
+            "grew with its agent count. A membership change still reconciles "
+            "at once; what this delays is how soon an agent learns of a change "
+            "made by others to its share while the fleet is quiet (nodes "
+            "imported or deleted, moved by an operator, an instance's pin "
+            "cleared). Not above reconcile_interval: no slowing down."
+        ),
+    ),
     cfg.IntOpt(
         "claim_batch",
         default=500,
