@@ -71,7 +71,7 @@ opts = [
     ),
     cfg.FloatOpt(
         "quiet_reconcile_interval",
-        default=40.0,
+        default=10.0,
         min=0.5,
         mutable=True,
         help=(
@@ -84,7 +84,9 @@ opts = [
             "at once; what this delays is how soon an agent learns of a change "
             "made by others to its share while the fleet is quiet (nodes "
             "imported or deleted, moved by an operator, an instance's pin "
-            "cleared). Not above reconcile_interval: no slowing down."
+            "cleared). Not above reconcile_interval: no slowing down. A large, "
+            "mostly quiet fleet may raise it (40 s: the quiet conductor CPU "
+            "measured in docs/benchmarks.rst)."
         ),
     ),
     cfg.IntOpt(
