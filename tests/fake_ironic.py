@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from conductor.common.exception import DriverError, ServiceUnavailable
+from conductor.common.ironic import states
 from conductor.common.ironic.client import (
     IronicClaimConflict,
     IronicNode,
@@ -158,6 +159,9 @@ class FakeIronic:
         self.unreachable_reads = 0
         #: the next this many writes are refused with 409 "locked"
         self.locked_writes = 0
+        #: the next this many provision writes are done, but their answer is
+        #: lost (the client's request timed out: Ironic was slow, not down)
+        self.lost_answers = 0
         #: whether the nodes' power interface has the soft targets (a BMC
         #: without them answers 400, as Ironic does)
         self.soft_power = True
@@ -246,7 +250,29 @@ class FakeIronic:
         action: str,
         configdrive: Mapping[str, Any] | None = None,
     ) -> None:
+        self._provision(node_uuid, target, action=action, configdrive=configdrive)
+        if self.lost_answers:
+            self.lost_answers -= 1
+            raise ServiceUnavailable(f"Ironic did not answer {action} within 10 s")
+
+    def _provision(
+        self,
+        node_uuid: str,
+        target: str,
+        *,
+        action: str,
+        configdrive: Mapping[str, Any] | None,
+    ) -> None:
         node = self._writable(node_uuid, action)
+        if target == "deleted" and node.provision_state not in states.UNDEPLOYABLE:
+            # Ironic: 'The requested action "deleted" can not be performed on
+            # node ... while it is in state "available".'
+            self.writes.append(("refused", node_uuid, target))
+            raise DriverError(
+                node_uuid,
+                action,
+                f"Ironic refused (400): deleted can not be performed in {node.provision_state}",
+            )
         if target == "rebuild" and node.provision_state != "active":
             # Ironic: 'The requested action "rebuild" can not be performed on
             # node ... while it is in state ...'
@@ -351,6 +377,9 @@ class FakeIronic:
     def _writable(self, node_uuid: str, action: str) -> FakeNode:
         node = self._node(node_uuid, action)
         if self.locked_writes or node.provision_state in LOCKED_STATES:
+            if not self.locked_writes and node.script:
+                # Ironic's own task goes on while a client retries its write.
+                node.change(**node.script.pop(0))
             self.locked_writes = max(0, self.locked_writes - 1)
             self.writes.append(("locked", node_uuid, action))
             raise IronicNodeLocked(

@@ -548,6 +548,39 @@ def test_destroy_waits_out_a_node_locked_by_ironic(tmp_path: Path, fake: FakeIro
     assert ironic_node.provision_state == "available"
 
 
+def test_a_teardown_whose_answer_was_lost_is_not_failed_by_the_refused_retry(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """Ironic did the teardown but its answer timed out: the retry waits
+    out the lock, then is refused (400: the node is ``available`` by then).
+    The node moved on: the teardown is done, not a driver error."""
+    instance = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=instance)
+    node = ring_node(ironic_node)
+    fake.lost_answers = 1
+    make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert (ironic_node.provision_state, ironic_node.instance_uuid) == ("available", None)
+    kinds = [w[0] for w in fake.writes]
+    assert kinds[0] == "provision" and kinds[-1] == "refused", fake.writes
+
+
+def test_a_refused_teardown_of_a_node_that_did_not_move_is_a_driver_error(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """A refusal is still one when nothing moved the node (nothing was taken)."""
+    instance = new_instance()
+    ironic_node = fake.add(provision_state="active", instance_uuid=instance)
+    node = ring_node(ironic_node)
+
+    def refused(node_uuid: str, target: str, *, action: str) -> None:
+        raise DriverError(node_uuid, action, "Ironic refused (400): not now")
+
+    fake.set_provision_state = refused  # type: ignore[method-assign]
+    with pytest.raises(DriverError, match="not now"):
+        make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
+    assert ironic_node.provision_state == "active"
+
+
 def test_a_fake_ironic_restart_fails_what_it_interrupted() -> None:
     """The fake does what Ironic does at start (test_ironic_contract checks it on a real one)."""
     fake = FakeIronic()

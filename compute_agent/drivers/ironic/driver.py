@@ -551,13 +551,31 @@ class _Watch:
         ``active``); the node once that transition is over."""
         before = (found.provision_state, found.provision_updated_at)
         extra: dict[str, Any] = {} if configdrive is None else {"configdrive": configdrive}
-        self.call(
-            self._ironic.set_provision_state,
-            self.ctx.node_uuid,
-            target,
-            action=self._action,
-            **extra,
-        )
+        try:
+            self.call(
+                self._ironic.set_provision_state,
+                self.ctx.node_uuid,
+                target,
+                action=self._action,
+                **extra,
+            )
+        except DriverError:
+            # A request that timed out may have been done all the same: its
+            # retry is then refused (400), the node being past the state the
+            # target applies to.  A node that moved since was taken: the
+            # caller reads where it is now, not a failure.
+            moved = self.read()
+            if (moved.provision_state, moved.provision_updated_at) == before:
+                raise
+            LOG.info(
+                "Ironic node %s (instance %s): %s refused, the node moved on meanwhile "
+                "(%s -> %s): an earlier request of it was taken",
+                self.ctx.node_uuid,
+                self.ctx.instance_uuid,
+                target,
+                before[0],
+                moved.provision_state,
+            )
         self._delay = self._driver._poll_interval
         # Ironic moves the node before it answers 202; a node that still
         # shows what it showed before has not yet been picked up.
