@@ -44,9 +44,6 @@ __all__ = [
 _INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
 _POWER: Table = NodePowerRequestModel.__table__  # type: ignore[assignment]
 
-#: Work an agent does on an instance: a build, a teardown or an action.
-_IN_FLIGHT = IN_FLIGHT_OR_ACTING
-
 
 class PowerRequest(NamedTuple):
     """An operator's node power verb in flight."""
@@ -73,7 +70,7 @@ def orphaned(db: Database, live: Collection[str], limit: int = 10_000) -> dict[s
     """Instances with work in flight that no live conductor carries: uuid -> carrier read."""
     query = (
         select(_INSTANCES.c.uuid, _INSTANCES.c.conductor)
-        .where(_IN_FLIGHT, _not_live(_INSTANCES.c.conductor, live))
+        .where(IN_FLIGHT_OR_ACTING, _not_live(_INSTANCES.c.conductor, live))
         .limit(limit)
     )
     with db.read() as connection:
@@ -85,7 +82,7 @@ def carried_by(db: Database, conductor: str, limit: int = 10_000) -> list[str]:
     """The instances with work in flight that *conductor* carries (its own after a restart)."""
     query = (
         select(_INSTANCES.c.uuid)
-        .where(_IN_FLIGHT, _INSTANCES.c.conductor == conductor)
+        .where(IN_FLIGHT_OR_ACTING, _INSTANCES.c.conductor == conductor)
         .order_by(_INSTANCES.c.uuid)
         .limit(limit)
     )
@@ -97,7 +94,7 @@ def carried_by(db: Database, conductor: str, limit: int = 10_000) -> list[str]:
 def adopt(db: Database, read: Mapping[str, str | None], conductor: str) -> list[str]:
     """Make *conductor* the carrier of the instances of *read* (uuid -> the
     carrier read) that still have that carrier and work in flight; the ones it won."""
-    return _adopt(db, _INSTANCES, _INSTANCES.c.uuid, read, conductor, where=_IN_FLIGHT)
+    return _adopt(db, _INSTANCES, _INSTANCES.c.uuid, read, conductor, where=IN_FLIGHT_OR_ACTING)
 
 
 @retry_on_dead_connection
@@ -107,7 +104,7 @@ def release(db: Database, conductor: str) -> int:
     with db.writing() as connection:
         released = connection.execute(
             update(_INSTANCES)
-            .where(_INSTANCES.c.conductor == conductor, _IN_FLIGHT)
+            .where(_INSTANCES.c.conductor == conductor, IN_FLIGHT_OR_ACTING)
             .values(conductor=None)
         ).rowcount
         released += connection.execute(
@@ -121,7 +118,7 @@ def carriers(db: Database) -> Counter[str | None]:
     """The records in flight by carrier (``None``: nobody carries them), for ``fleet check``."""
     counts: Counter[str | None] = Counter()
     with db.read() as connection:
-        counts.update(connection.scalars(select(_INSTANCES.c.conductor).where(_IN_FLIGHT)))
+        counts.update(connection.scalars(select(_INSTANCES.c.conductor).where(IN_FLIGHT_OR_ACTING)))
         counts.update(connection.scalars(select(_POWER.c.conductor)))
     return counts
 
