@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,13 +62,22 @@ def _ring(spec: RingSpec) -> Ring:
     return Ring(dict(spec[1]), version=spec[0])
 
 
-@functools.lru_cache(maxsize=256)
 def share_arcs(ring: RingSpec, member: str, previous: RingSpec | None = None) -> Arcs:
     """The arcs ``member`` owns in ``ring``; less those it owned in ``previous``."""
+    flat = _flat_arcs(ring, member, previous)
+    return list(zip(flat[0::2], flat[1::2], strict=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _flat_arcs(ring: RingSpec, member: str, previous: RingSpec | None) -> array[int]:
+    """:func:`share_arcs`, cached as one flat array of positions: 64 KB for an
+    agent's 4,096 arcs where the list of pairs is 660 KB, and a cold start
+    of 100 agents fills the cache (the pairs are made again per call, in
+    well under a millisecond)."""
     arcs = _ring(ring).arcs(member)
     if previous is not None:
         arcs = subtract_arcs(arcs, _ring(previous).arcs(member))
-    return arcs
+    return array("q", [position for arc in arcs for position in arc])
 
 
 #: One share an agent read: (its ring, its groups or None for all, groups left out).
