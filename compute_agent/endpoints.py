@@ -90,11 +90,13 @@ class ComputeEndpoint:
         actions: NodeActions,
         status: Callable[[], dict[str, Any]],
         drain: Callable[[], None],
+        inventory_changed: Callable[[list[str] | None], None] = lambda _groups: None,
     ) -> None:
         self._host = host
         self._actions = actions
         self._status = status
         self._drain = drain
+        self._inventory_changed = inventory_changed
 
     def build_instance(
         self,
@@ -187,6 +189,22 @@ class ComputeEndpoint:
     def ping(self, ctxt: dict[str, Any]) -> dict[str, Any]:
         """Liveness and a summary: host, membership state, owned, pinned, in flight."""
         return self._status()
+
+    def inventory_changed(self, ctxt: dict[str, Any], *, groups: Any = None) -> None:
+        """Since 1.6 (a fanout cast): an operator changed nodes of ``groups``
+        (``None``: of any group); read our share's changes now."""
+        if groups is not None and (
+            not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)
+        ):
+            # A cast has no caller to refuse: one read too many costs little.
+            LOG.warning(
+                "Agent %s: inventory_changed with groups that are not a list of "
+                "names (%r): reading every change",
+                self._host,
+                groups,
+            )
+            groups = None
+        self._inventory_changed(groups)
 
     def drain(self, ctxt: dict[str, Any]) -> str:
         """Hand every node, pins included, to its ring successor, then stop.

@@ -13,7 +13,9 @@ change and had nothing to do doubles the wait before the next, up to
 refusal, a membership change (which also wakes the loop at once) -- brings
 it back to ``reconcile_interval``.  Every agent's change reads are a call
 to a conductor; at a fixed pace their sum grew with the agent count and
-was most of what a quiet fleet cost its conductor.
+was most of what a quiet fleet cost its conductor.  What others change
+while the fleet is quiet a conductor says (``inventory_changed``, a fanout
+cast after an operator's change of nodes): the next pass comes at once.
 """
 
 from __future__ import annotations
@@ -116,6 +118,19 @@ class Reconciler:
         # asked to route to us again (see _resume_work).
         self._resumed_generation = -1
         self._quiet_passes = QuietPasses()
+        # A conductor said an operator changed nodes (inventory_changed).
+        self._hinted = False
+
+    def inventory_changed(self, groups: list[str] | None) -> None:
+        """A conductor's hint that an operator changed nodes of ``groups``
+        (``None``: any): the next pass now, at the busy pace, if we may serve
+        one of them.  A quiet agent otherwise learns of such a change only
+        at its next quiet pass, ``quiet_reconcile_interval`` away."""
+        ours = self.conf.compute_agent.groups
+        if groups is not None and ours and not set(groups) & set(ours):
+            return
+        self._hinted = True
+        self._wake.set()
 
     def _reconcile_loop(self) -> None:
         assert self.ownership is not None
@@ -140,7 +155,12 @@ class Reconciler:
                 due = max(due, time.monotonic() + delay)
                 continue
             generation = self.membership.join_generation
-            if time.monotonic() < due and self._quiet_passes.unchanged(view, generation):
+            # Taken before the read: a hint that comes during it (for a
+            # change it may have missed) makes another pass.
+            hinted, self._hinted = self._hinted, False
+            if hinted:
+                self._quiet_passes = QuietPasses()
+            elif time.monotonic() < due and self._quiet_passes.unchanged(view, generation):
                 continue  # the quiet wait goes on: nothing to read yet
             try:
                 # By share, one read a pass, deep when due: what it reads

@@ -31,10 +31,17 @@ API version history:
   first call's answer or error (waiting for it if it still runs).  A call
   with one is sent at 1.5; a client capped below 1.5 sends it without (an
   older agent cannot tell a repeat from a new call).
+* 1.6 - inventory_changed: a fanout cast (no reply) by which a conductor
+  tells every agent that nodes of ``groups`` (``None``: of any group)
+  changed: an operator's change (created, imported, updated, put in or out
+  of maintenance, moved, deleted), an Ironic sync pass's, nodes released or
+  handed over; each agent reads its share's changes at once instead of at
+  its next quiet pass.  Not sent to agents capped below 1.6.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 import oslo_messaging as messaging
@@ -44,6 +51,7 @@ from conductor.common import rpc
 __all__ = [
     "API_VERSION",
     "DEPLOY_SPEC_VERSION",
+    "INVENTORY_HINT_VERSION",
     "REBUILD_SPEC_VERSION",
     "REQUEST_ID_VERSION",
     "SOFT_POWER_VERSION",
@@ -54,7 +62,7 @@ _T = TypeVar("_T")
 
 # The version the agent's endpoint serves and the newest the client speaks:
 # one version per API.  Bump it with a line in the history above.
-API_VERSION = "1.5"
+API_VERSION = "1.6"
 
 #: The version whose builds carry an image and a config drive.
 DEPLOY_SPEC_VERSION = "1.2"
@@ -64,6 +72,8 @@ SOFT_POWER_VERSION = "1.3"
 REBUILD_SPEC_VERSION = "1.4"
 #: The version whose set_power_state and rebuild_instance take a request id.
 REQUEST_ID_VERSION = "1.5"
+#: The version that has the inventory_changed cast.
+INVENTORY_HINT_VERSION = "1.6"
 
 
 class ComputeAPI:
@@ -284,6 +294,23 @@ class ComputeAPI:
         if request_id is None or not self.can_send_version(REQUEST_ID_VERSION):
             return {}
         return {"request_id": request_id}
+
+    def inventory_changed(self, groups: Sequence[str] | None = None) -> bool:
+        """Tell every agent that nodes of ``groups`` (``None``: of any group)
+        changed: one fanout cast, no reply.  Returns whether it was sent (not
+        when ``[upgrade_levels] compute`` caps the agents below 1.6)."""
+        if not self.can_send_version(INVENTORY_HINT_VERSION):
+            return False
+        self._cast(
+            "inventory_changed",
+            version=INVENTORY_HINT_VERSION,
+            groups=None if groups is None else sorted(groups),
+        )
+        return True
+
+    def _cast(self, method: str, *, version: str, **kwargs: Any) -> None:
+        """Cast ``method`` to every agent (fanout): no reply, no wait."""
+        self.client.prepare(fanout=True, version=version).cast({}, method, **kwargs)
 
     def ping(self, host: str, timeout: float | None = None) -> dict[str, Any]:
         return self._call(dict[str, Any], host, "ping", timeout)

@@ -209,7 +209,11 @@ class AgentService(Reconciler):
         """
         assert self.actions is not None
         endpoint = ComputeEndpoint(
-            self.host, self.actions, self.status, lambda: self.terminate(drain=True)
+            self.host,
+            self.actions,
+            self.status,
+            lambda: self.terminate(drain=True),
+            inventory_changed=self.inventory_changed,
         )
         self._server = rpc.get_server(
             self._transport,

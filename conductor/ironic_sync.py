@@ -201,6 +201,9 @@ class IronicInventorySync:
         self._orphans_after: str | None = None
         # One pass at a time per conductor (the periodic one and a CLI's).
         self._running = threading.Lock()
+        #: Called after a pass that created, updated or retired nodes (the
+        #: conductor tells the agents: :mod:`conductor.inventory_hints`).
+        self.on_change: Callable[[], None] = lambda: None
 
     @classmethod
     def from_conf(
@@ -224,7 +227,10 @@ class IronicInventorySync:
             (nothing half-applied matters: the next pass re-reads everything)
         """
         with self._running:
-            return self._run()
+            summary = self._run()
+        if summary.created or summary.updated or summary.retired:
+            self.on_change()  # the agents read what the pass changed, now
+        return summary
 
     def _run(self) -> SyncSummary:
         started = time.monotonic()

@@ -31,6 +31,7 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
+from conductor.inventory_hints import InventoryHints
 from conductor.ironic_sync import IronicInventorySync
 from conductor.lifecycle import BuildLifecycle
 from conductor.metrics import ConductorMetrics
@@ -72,6 +73,7 @@ class ConductorService:
         self._membership: Membership | None = None
         self._peers: ConductorPeers | None = None
         self._ironic_sync: IronicInventorySync | None = None
+        self._hints: InventoryHints | None = None
         self._power_sync: InstancePowerSync | None = None
         self._notifier = Notifier.disabled()
         self.metrics = ConductorMetrics(conf.host)
@@ -106,6 +108,7 @@ class ConductorService:
             observe=self.metrics.rpc_made,
             version_cap=conf.upgrade_levels.compute,
         )
+        self._hints = InventoryHints(compute)
         self._builds = builds = self._build_lifecycle(db, scheduler, fleet, membership, compute)
         self._peers = self._conductor_peers(db, builds)
         # The sync hands the orphan claims it finds in Ironic to their
@@ -114,6 +117,8 @@ class ConductorService:
         self._ironic_sync = IronicInventorySync.from_conf(
             db, conf, clean_orphan=builds.clean_orphan, power_sync=self._power_sync
         )
+        if self._ironic_sync is not None:
+            self._ironic_sync.on_change = self._hints.changed
         self.metrics.watch_fleet(
             lambda: problem_counts(
                 db,
@@ -212,7 +217,9 @@ class ConductorService:
         """What the conductor's RPC server serves."""
         conf, notifier = self.conf, self._notifier
         return [
-            InventoryEndpoint(db, fleet, self._ironic_sync, power=builds, notifier=notifier),
+            InventoryEndpoint(
+                db, fleet, self._ironic_sync, power=builds, notifier=notifier, hints=self._hints
+            ),
             InstancesEndpoint(db, builds, quota=self._quota_defaults, notifier=notifier),
             QuotasEndpoint(db, self._quota_defaults),
             FleetEndpoint(
@@ -231,6 +238,7 @@ class ConductorService:
                 builds=builds,
                 restart_grace=lambda: float(conf.conductor.restart_grace),
                 notifier=notifier,
+                hints=self._hints,
             ),
         ]
 
@@ -359,6 +367,8 @@ class ConductorService:
                 peers.stop,
                 _STEP_S["membership"],
             )
+        if self._hints is not None:
+            self._hints.stop()
         steps.run("sending the notifications queued", self._notifier.close, _STEP_S["notifier"])
         membership = self._membership
         if membership is not None:

@@ -115,13 +115,14 @@ def history(module: ModuleType) -> list[tuple[str, str]]:
 
 
 def _calls(func: Callable[..., Any]) -> Iterator[tuple[str, str]]:
-    """``(rpc method, version)`` of every ``self._call(...)`` in a client method."""
+    """``(rpc method, version)`` of every ``self._call(...)`` (or ``self._cast``,
+    a fanout) in a client method."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     for node in ast.walk(tree):
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "_call"
+            and node.func.attr in {"_call", "_cast"}
         ):
             continue
         names = [a.value for a in node.args if isinstance(a, ast.Constant)]
@@ -132,6 +133,9 @@ def _calls(func: Callable[..., Any]) -> Iterator[tuple[str, str]]:
         for keyword in node.keywords:
             if keyword.arg == "version" and isinstance(keyword.value, ast.Constant):
                 version = str(keyword.value.value)
+            elif keyword.arg == "version" and isinstance(keyword.value, ast.Name):
+                # A module's named version (DEPLOY_SPEC_VERSION = "1.2").
+                version = str(func.__globals__.get(keyword.value.id, version))
         yield name, version
 
 

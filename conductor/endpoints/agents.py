@@ -27,6 +27,7 @@ from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership, share_claims
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.inventory_hints import InventoryHints
 from conductor.lifecycle import BuildLifecycle
 from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
@@ -124,10 +125,14 @@ class AgentsEndpoint:
         restart_grace: Callable[[], float] = lambda: 0.0,
         *,
         notifier: Notifier | None = None,
+        hints: InventoryHints | None = None,
     ) -> None:
         self._db = db
         self._notifier = notifier or Notifier.disabled()
         self._fleet = fleet
+        # Nodes released or handed over are the ring owner's or the
+        # receiver's to learn of now, not at its next quiet pass.
+        self._changed = hints.changed if hints is not None else lambda _groups=None: None
         # The build queue (re-routing after a re-home or a restart) and the
         # results it applies (reschedule, ERROR); None: a conductor without
         # build workers.
@@ -299,6 +304,8 @@ class AgentsEndpoint:
         out = ownership.release_nodes(self._db, agent, arguments.check_epoch_map(claims, "claims"))
         self._notifier.released(agent, out)
         LOG.info("Agent %s released %d nodes (%d refused)", agent, len(out.done), len(out.refused))
+        if out.done:
+            self._changed(None)
         return out.to_dict()
 
     def transfer_nodes(self, ctxt: dict[str, Any], host: Any, transfers: Any) -> dict[str, Any]:
@@ -313,6 +320,8 @@ class AgentsEndpoint:
         LOG.info(
             "Agent %s handed over %d nodes (%d refused)", agent, len(out.done), len(out.refused)
         )
+        if out.done:
+            self._changed(None)
         return out.to_dict()
 
     def list_node_uuids(

@@ -24,6 +24,7 @@ from conductor.db import flavors, ownership
 from conductor.db import nodes as node_db
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
+from conductor.inventory_hints import InventoryHints
 from conductor.ironic_sync import (
     EXCLUDE_TRAIT,
     REMOVED_REASON,
@@ -77,11 +78,16 @@ class InventoryEndpoint:
         db: Database,
         fleet: FleetView,
         ironic_sync: IronicInventorySync | None = None,
+        *,
         power: NodePower | None = None,
         notifier: Notifier | None = None,
+        hints: InventoryHints | None = None,
     ) -> None:
         self._db = db
         self._notifier = notifier or Notifier.disabled()
+        # The agents read an operator's change of nodes now, not at their
+        # next quiet pass (conductor.inventory_hints).
+        self._changed = hints.changed if hints is not None else lambda _groups=None: None
         self._fleet = fleet
         self._ironic_sync = ironic_sync
         self._power = power
@@ -92,6 +98,7 @@ class InventoryEndpoint:
         spec = validate_node_spec(node, path="node")
         [created] = node_db.create_nodes(self._db, [spec])
         LOG.info("Node %s (%s) created", created.uuid, created.name)
+        self._changed([created.group])
         return created.to_dict()
 
     def import_nodes(
@@ -119,6 +126,7 @@ class InventoryEndpoint:
             return {"created": 0, "checked": len(specs), "uuids": []}
         node_db.insert_nodes(self._db, specs, every_clash=every_clash)
         LOG.info("Imported %d nodes", len(specs))
+        self._changed({spec.group for spec in specs})
         return {"created": len(specs), "uuids": [spec.uuid for spec in specs]}
 
     def sync_ironic_nodes(self, ctxt: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +165,7 @@ class InventoryEndpoint:
         flag, reason = validate_maintenance(maintenance, reason)
         updated = node_db.set_maintenance(self._db, ident, flag, reason)
         LOG.info("Node %s maintenance %s (%s)", updated.uuid, flag, reason)
+        self._changed([updated.group])
         return updated.to_dict()
 
     def set_node(self, ctxt: dict[str, Any], node: Any, changes: Any) -> dict[str, Any]:
@@ -169,6 +178,7 @@ class InventoryEndpoint:
         LOG.info(
             "Node %s updated: %s", updated.uuid, sorted(k for k, v in update.to_dict().items() if v)
         )
+        self._changed([updated.group])
         return updated.to_dict()
 
     def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
@@ -248,6 +258,7 @@ class InventoryEndpoint:
             moved.owner,
             moved.owner_epoch,
         )
+        self._changed([moved.group])
         return moved.to_dict()
 
     def set_node_power_state(self, ctxt: dict[str, Any], node: Any, target: Any) -> dict[str, Any]:
@@ -291,6 +302,7 @@ class InventoryEndpoint:
                 reason="an instance is being placed on the node; delete the instance first",
             )
         LOG.info("Node %s (%s) deleted (owner was %s)", found.uuid, found.name, found.owner)
+        self._changed([found.group])
 
     @staticmethod
     def _check_deletable(found: Node) -> None:

@@ -359,3 +359,27 @@ def test_a_node_deleted_while_owned_is_forgotten_by_its_agent(fleet: Fleet) -> N
     assert conductor_log.count(said) == 1, conductor_log[-3000:]
     assert "nodes it does not own" not in conductor_log
     assert len(fleet.owned_by()["agent-a"]) == NODES - 1
+
+
+def test_a_quiet_agent_learns_of_an_operators_change_from_the_conductors_hint(
+    fleet: Fleet,
+) -> None:
+    """Nodes imported into a quiet fleet are claimed within seconds, though the
+    agents would read their share's changes only every 10 minutes: the
+    conductor said so (inventory_changed, compute API 1.6), one cast for the
+    whole import."""
+    quiet = "[compute_agent]\nreconcile_interval = 300\nquiet_reconcile_interval = 600\n"
+    for name in ("agent-a", "agent-b"):
+        fleet.agent(name, extra=quiet)
+    wait_for(lambda: _partitioned(fleet, {"agent-a", "agent-b"}), 60, "the fleet is split")
+    reply = fleet.api.import_nodes(
+        [{"name": f"late-{i:03d}", "resource_class": "baremetal"} for i in range(20)]
+    )
+    late = set(reply["uuids"])
+    # Without the hint the agents' next reads would come 300 s on.
+    wait_for(
+        lambda: late <= {n for n, (owner, _e, _i) in fleet.owners().items() if owner},
+        120,
+        "the imported nodes owned",
+    )
+    assert _partitioned(fleet, {"agent-a", "agent-b"})

@@ -108,7 +108,10 @@ def test_first_pass_creates_nodes_and_a_second_changes_nothing(
     )
     plain = add(ironic, "rack1-n2", shard=None, conductor_group="", resource_class=None)
     sync = make_sync(tmp_path, db, ironic)
+    changed: list[None] = []
+    sync.on_change = lambda: changed.append(None)  # the agents are told: once a pass
     summary = sync.run()
+    assert len(changed) == 1
     assert (summary.listed, *changes(summary), summary.invalid) == (2, 2, 0, 0, [])
     node = stored(db, gold)
     assert node.name == "rack1-n1" and node.resource_class == "baremetal-gold"
@@ -127,6 +130,7 @@ def test_first_pass_creates_nodes_and_a_second_changes_nothing(
     assert other.properties["ironic_shard"] == ""
     assert changes(sync.run()) == (0, 0, 0)
     assert sync.run().to_dict()["listed"] == 2
+    assert len(changed) == 1  # passes that changed nothing tell no one
 
 
 def test_a_node_tagged_to_stay_out_is_never_imported_and_can_be_deleted(

@@ -71,7 +71,7 @@ opts = [
     ),
     cfg.FloatOpt(
         "quiet_reconcile_interval",
-        default=10.0,
+        default=60.0,
         min=0.5,
         mutable=True,
         help=(
@@ -81,12 +81,13 @@ opts = [
             "the next, from reconcile_interval up to this. Every pass is a "
             "call to a conductor, and at a fixed pace a quiet fleet's calls "
             "grew with its agent count. A membership change still reconciles "
-            "at once; what this delays is how soon an agent learns of a change "
-            "made by others to its share while the fleet is quiet (nodes "
-            "imported or deleted, moved by an operator, an instance's pin "
-            "cleared). Not above reconcile_interval: no slowing down. A large, "
-            "mostly quiet fleet may raise it (40 s: the quiet conductor CPU "
-            "measured in docs/benchmarks.rst)."
+            "at once, and so does a conductor's hint (compute API 1.6) after "
+            "an operator's change of nodes (created, imported, updated, "
+            "maintenance, moved, deleted), an Ironic sync pass's, or nodes "
+            "released or handed over. What this bounds is how soon an agent "
+            "learns of a change no conductor hinted (a conductor capped below "
+            "compute API 1.6, a hint the broker lost). Not above "
+            "reconcile_interval: no slowing down."
         ),
     ),
     cfg.IntOpt(
