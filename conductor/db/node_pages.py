@@ -257,7 +257,7 @@ def _bigints(name: str, values: Sequence[int]) -> Any:
     """A bound BIGINT[] sent as one array literal: PostgreSQL parses thousands
     of elements of ``'{1,2,...}'`` many times faster than the ``ARRAY[1, 2,
     ...]`` a list is sent as (an expression per element)."""
-    literal = "{" + ",".join(str(int(v)) for v in values) + "}"
+    literal = "{" + ",".join(map(str, map(int, values))) + "}"
     return cast(bindparam(name, literal, type_=Text), ARRAY(BigInteger))
 
 
