@@ -152,13 +152,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "type": "object",
                 "additionalProperties": _STR,
                 "x-min-version": "1.9",
-                "description": "Nova's server metadata (left out of delete and action replies).",
+                "description": "Nova's server metadata.",
             },
             "tags": {
                 **_STRS,
                 "x-min-version": "1.9",
-                "description": "Nova's server tags, sorted (left out of delete and action "
-                "replies).",
+                "description": "Nova's server tags, sorted.",
             },
         },
         closed=False,

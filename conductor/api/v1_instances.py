@@ -149,6 +149,7 @@ def _shown(call: Call, instance: dict[str, Any]) -> dict[str, Any]:
             hidden = (*hidden, *fields)
     if not call.allowed(HOST_RULE):
         hidden = (*hidden, *HOST_FIELDS)
+    hidden = tuple(key for key in hidden if key in instance)
     return {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
 
 

@@ -195,7 +195,7 @@ class InstancesEndpoint:
             if deleting and current.vm_state is not VmState.DELETING:  # not a re-route
                 self._notifier.instance(Event.DELETE, uuid)
             self._queue.delete(uuid)
-        return instances.get_instance(self._db, uuid).to_dict()
+        return labelled(self._db, [instances.get_instance(self._db, uuid).to_dict()])[0]
 
     # -- power and lifecycle verbs (1.13) ------------------------------------------
 
@@ -307,7 +307,7 @@ class InstancesEndpoint:
             " (again: routed anew)" if current.task_state is not None else "",
         )
         self._queue.act(uuid)
-        return instances.get_instance(self._db, uuid).to_dict()
+        return labelled(self._db, [instances.get_instance(self._db, uuid).to_dict()])[0]
 
 
 def _replaced(rebuild: RebuildRequest | None) -> str:
