@@ -226,13 +226,16 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
     return drive
 
 
+_CREATE_EXAMPLE = (
+    "Example: ringfleet instance create --flavor baremetal --name web --key-name mykey "
+    "--user-data cloud-init.yaml --property role=web --tag prod --wait"
+)
+
+
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (--count of them)."""
 
-    _epilog = (  # type: ignore[assignment]  # cliff: None
-        "Example: ringfleet instance create --flavor baremetal --name web --key-name mykey "
-        "--user-data cloud-init.yaml --property role=web --tag prod --wait"
-    )
+    _epilog = _CREATE_EXAMPLE  # type: ignore[assignment]  # cliff: None
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

@@ -30,14 +30,17 @@ def _named(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+_CREATE_EXAMPLE = (
+    "Example: ringfleet keypair create --public-key ~/.ssh/id_ed25519.pub mykey "
+    "(without --public-key a key is generated: --private-key FILE keeps its private "
+    "half, otherwise it is printed once)"
+)
+
+
 class KeypairCreate(ConductorCommand, ShowOne):
     """Import a public key as a key pair, or have one generated."""
 
-    _epilog = (  # type: ignore[assignment]  # cliff: None
-        "Example: ringfleet keypair create --public-key ~/.ssh/id_ed25519.pub mykey "
-        "(without --public-key a key is generated: --private-key FILE keeps its private "
-        "half, otherwise it is printed once)"
-    )
+    _epilog = _CREATE_EXAMPLE  # type: ignore[assignment]  # cliff: None
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = _named(super().get_parser(prog_name))
