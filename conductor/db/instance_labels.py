@@ -70,19 +70,21 @@ def labels_of(
     if not uuids:
         return metadata, tags
     with db.read() as connection:
-        for row in connection.execute(
-            select(_METADATA.c.instance_uuid, _METADATA.c.key, _METADATA.c.value)
-            .where(_METADATA.c.instance_uuid.in_(list(uuids)))
-            .order_by(_METADATA.c.key)
+        # Sorted here, by code point: a database's collation may not be.
+        for row in sorted(
+            connection.execute(
+                select(_METADATA.c.instance_uuid, _METADATA.c.key, _METADATA.c.value).where(
+                    _METADATA.c.instance_uuid.in_(list(uuids))
+                )
+            ),
+            key=lambda row: row.key,
         ):
             metadata[row.instance_uuid][row.key] = row.value
         for tagged in connection.execute(
-            select(_TAGS.c.instance_uuid, _TAGS.c.tag)
-            .where(_TAGS.c.instance_uuid.in_(list(uuids)))
-            .order_by(_TAGS.c.tag)
+            select(_TAGS.c.instance_uuid, _TAGS.c.tag).where(_TAGS.c.instance_uuid.in_(list(uuids)))
         ):
             tags[tagged.instance_uuid].append(tagged.tag)
-    return metadata, tags
+    return metadata, {uuid: sorted(found) for uuid, found in tags.items()}
 
 
 def get_metadata(db: Database, uuid: str) -> dict[str, str]:
@@ -138,11 +140,9 @@ def set_metadata(
                     limit=limit,
                 )
             rows = connection.execute(
-                select(_METADATA.c.key, _METADATA.c.value)
-                .where(_METADATA.c.instance_uuid == uuid)
-                .order_by(_METADATA.c.key)
+                select(_METADATA.c.key, _METADATA.c.value).where(_METADATA.c.instance_uuid == uuid)
             )
-            return {row.key: row.value for row in rows}
+            return dict(sorted((row.key, row.value) for row in rows))
 
     return _raced(write)
 

@@ -85,12 +85,11 @@ def create(
 
 @retry_on_dead_connection
 def list_for(db: Database, user_id: str) -> list[dict[str, Any]]:
-    """A user's key pairs, by name."""
+    """A user's key pairs, by name (code point order)."""
     with db.read() as connection:
-        rows = connection.execute(
-            select(_KEYS).where(_KEYS.c.user_id == user_id).order_by(_KEYS.c.name)
-        ).all()
-    return [_shown(row) for row in rows]
+        rows = connection.execute(select(_KEYS).where(_KEYS.c.user_id == user_id)).all()
+    # Sorted here, by code point: a database's collation may not be.
+    return [_shown(row) for row in sorted(rows, key=lambda row: row.name)]
 
 
 @retry_on_dead_connection
