@@ -359,8 +359,10 @@ BUILD_REQUEST: Final = Resource(
         "user_data": {
             "type": "string",
             "maxLength": MAX_USER_DATA,
-            "description": f"The config drive's user data: at most {MAX_USER_DATA} bytes "
-            "of UTF-8. Never logged. Since microversion 1.1.",
+            "description": "The config drive's user data. Since microversion 1.7 "
+            "base64-encoded, as in Nova's API (at most 65535 characters encoded; UTF-8 text "
+            f"once decoded); from 1.1 to 1.6 the text itself, at most {MAX_USER_DATA} bytes "
+            "of UTF-8. Never logged.",
         },
         "meta_data": {
             **_JSON_OBJECT,
