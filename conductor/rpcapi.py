@@ -94,6 +94,17 @@ API version history:
 * 1.20 - report_node_states replies carry ``gone``: the reported nodes that
   no longer exist (deleted while the agent held them), which the agent
   forgets.  Same call: an older conductor's reply has no ``gone``.
+* 1.21 - Nova's key pairs, server metadata and tags: create_keypair (a
+  public key given, or generated: the reply carries the private key once),
+  list_keypairs, show_keypair, delete_keypair (the caller's user's own);
+  build_instances requests may carry ``key_name`` (its public key goes into
+  meta_data ``public_keys``), ``metadata`` (also meta_data ``meta``) and
+  ``tags``; instances show ``key_name``, and show_instance, list_instances
+  and build_instances replies ``metadata`` and ``tags``;
+  get_instance_metadata, set_instance_metadata (``replace``),
+  delete_instance_metadata, get_instance_tags, add_instance_tag,
+  set_instance_tags, delete_instance_tag.  A build with any of the new
+  fields is sent at 1.21, so that an older conductor refuses it.
 """
 
 from __future__ import annotations
@@ -112,12 +123,14 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.20"
+API_VERSION = "1.21"
 
 _T = TypeVar("_T")
 
 #: The fields of a build request that need API 1.11 (an image and a config drive).
 _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
+#: The fields of a build request that need API 1.21 (a key pair, metadata, tags).
+_LABEL_FIELDS = ("key_name", "metadata", "tags")
 
 
 class ConductorAPI:
@@ -287,7 +300,9 @@ class ConductorAPI:
         """A request with ``scheduler_hints`` is sent at 1.6, one with an image
         or a config drive at 1.11: an older conductor refuses it
         (UnsupportedVersion) rather than ignore them."""
-        if any(request.get(key) is not None for key in _DEPLOY_FIELDS):
+        if any(request.get(key) for key in _LABEL_FIELDS):
+            version = "1.21"
+        elif any(request.get(key) is not None for key in _DEPLOY_FIELDS):
             version = "1.11"
         else:
             version = "1.6" if request.get("scheduler_hints") else "1.0"
@@ -349,6 +364,60 @@ class ConductorAPI:
     def list_quotas(self) -> list[dict[str, Any]]:
         """Since 1.12: the projects with limits of their own."""
         return self._call(list[dict[str, Any]], "list_quotas", version="1.12")
+
+    # -- key pairs, instance metadata and tags (1.21) ------------------------------
+
+    def create_keypair(self, name: str, public_key: str | None = None) -> dict[str, Any]:
+        """The caller's new key pair; without ``public_key`` a generated one,
+        its ``private_key`` in the reply (and nowhere else)."""
+        return self._call(
+            dict[str, Any], "create_keypair", version="1.21", name=name, public_key=public_key
+        )
+
+    def list_keypairs(self) -> list[dict[str, Any]]:
+        return self._call(list[dict[str, Any]], "list_keypairs", version="1.21")
+
+    def show_keypair(self, name: str) -> dict[str, Any]:
+        return self._call(dict[str, Any], "show_keypair", version="1.21", name=name)
+
+    def delete_keypair(self, name: str) -> None:
+        self._call(object, "delete_keypair", version="1.21", name=name)
+
+    def get_instance_metadata(self, instance: str) -> dict[str, str]:
+        return self._call(
+            dict[str, str], "get_instance_metadata", version="1.21", instance=instance
+        )
+
+    def set_instance_metadata(
+        self, instance: str, metadata: dict[str, str], replace: bool = False
+    ) -> dict[str, str]:
+        """Set keys (``replace``: the whole metadata); the metadata as it is then."""
+        return self._call(
+            dict[str, str],
+            "set_instance_metadata",
+            version="1.21",
+            instance=instance,
+            metadata=metadata,
+            replace=replace,
+        )
+
+    def delete_instance_metadata(self, instance: str, key: str) -> None:
+        self._call(object, "delete_instance_metadata", version="1.21", instance=instance, key=key)
+
+    def get_instance_tags(self, instance: str) -> list[str]:
+        return self._call(list[str], "get_instance_tags", version="1.21", instance=instance)
+
+    def add_instance_tag(self, instance: str, tag: str) -> bool:
+        """Whether the tag is new."""
+        return self._call(bool, "add_instance_tag", version="1.21", instance=instance, tag=tag)
+
+    def set_instance_tags(self, instance: str, tags: list[str]) -> list[str]:
+        return self._call(
+            list[str], "set_instance_tags", version="1.21", instance=instance, tags=tags
+        )
+
+    def delete_instance_tag(self, instance: str, tag: str) -> None:
+        self._call(object, "delete_instance_tag", version="1.21", instance=instance, tag=tag)
 
     def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
         """Reboot an active instance, soft or ``hard`` (1.13); answers at once."""

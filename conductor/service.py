@@ -27,8 +27,10 @@ from conductor.db import migration, quotas
 from conductor.db.engine import Database, database_from_conf
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.fleet import FleetEndpoint, problem_counts
+from conductor.endpoints.instance_labels import InstanceLabelsEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
+from conductor.endpoints.keypairs import KeyPairsEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
 from conductor.inventory_hints import InventoryHints
@@ -222,6 +224,8 @@ class ConductorService:
             ),
             InstancesEndpoint(db, builds, quota=self._quota_defaults, notifier=notifier),
             QuotasEndpoint(db, self._quota_defaults),
+            KeyPairsEndpoint(db),
+            InstanceLabelsEndpoint(db),
             FleetEndpoint(
                 db,
                 fleet,

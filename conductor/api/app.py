@@ -132,6 +132,8 @@ class Route:
     description: str = ""
     #: body fields added after the route: field -> the microversion that has it
     fields_since: Mapping[str, microversion.Version] = field(default_factory=dict)
+    #: other success statuses (Nova's tag PUT: 201 if new, 204 if there)
+    other_statuses: tuple[int, ...] = ()
 
     @property
     def body_keys(self) -> frozenset[str] | None:

@@ -37,6 +37,20 @@ the routes or fields it adds name it as their ``min_version``):
 * 1.6 - ``POST /v1/nodes/import`` takes ``every_clash``: a clash with the
   stored nodes is a 400 naming every clashing entry (as ``dry_run``), not
   a 409 on the first, so that a file is checked and imported in one request.
+* 1.7 - ``user_data`` is base64-encoded, as in Nova's API (in builds and
+  rebuilds): the server decodes it; not base64, longer than 65,535
+  characters encoded, or not UTF-8 once decoded is a 400 naming
+  ``user_data``.  Below 1.7 it is the raw text, as before.
+* 1.8 - Key pairs (Nova's ``os-keypairs``): ``GET``/``POST /v1/keypairs``,
+  ``GET``/``DELETE /v1/keypairs/{keypair}``, the caller's user's own; a
+  build takes ``key_name`` (its public key into meta_data ``public_keys``)
+  and instances show ``key_name``.
+* 1.9 - Instance metadata and tags (Nova's server metadata and server tags):
+  ``GET``/``PUT``/``POST /v1/instances/{id}/metadata``,
+  ``GET``/``PUT``/``DELETE /v1/instances/{id}/metadata/{key}``,
+  ``GET``/``PUT``/``DELETE /v1/instances/{id}/tags``,
+  ``GET``/``PUT``/``DELETE /v1/instances/{id}/tags/{tag}``; a build takes
+  ``metadata`` and ``tags``; instances show ``metadata`` and ``tags``.
 """
 
 from __future__ import annotations
@@ -50,11 +64,14 @@ __all__ = [
     "EVERY_CLASH",
     "HEADER",
     "IMAGES",
+    "KEY_PAIRS",
+    "LABELS",
     "MAX_VERSION",
     "MIN_VERSION",
     "REBUILD_IMAGE",
     "SERVICE_TYPE",
     "TENANCY",
+    "USER_DATA_BASE64",
     "VERBS_VERSION",
     "BadVersion",
     "UnsupportedVersion",
@@ -100,7 +117,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 6)
+MAX_VERSION = Version(1, 9)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: Tenancy: instances show their project and user, quotas.
@@ -113,6 +130,12 @@ REBUILD_IMAGE = Version(1, 4)
 ANY_EXTRA_SPECS = Version(1, 5)
 #: An import that names every clash with the stored nodes.
 EVERY_CLASH = Version(1, 6)
+#: ``user_data`` base64-encoded, as Nova's.
+USER_DATA_BASE64 = Version(1, 7)
+#: Key pairs, and a build's ``key_name``.
+KEY_PAIRS = Version(1, 8)
+#: Instance metadata and tags.
+LABELS = Version(1, 9)
 
 
 def requested(header: str | None) -> Version:

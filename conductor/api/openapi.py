@@ -143,6 +143,22 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "project_id": {**_NSTR, "x-min-version": "1.2"},
             "user_id": {**_NSTR, "x-min-version": "1.2"},
+            "key_name": {
+                **_NSTR,
+                "x-min-version": "1.8",
+                "description": "The key pair it was built with (Nova's key_name).",
+            },
+            "metadata": {
+                "type": "object",
+                "additionalProperties": _STR,
+                "x-min-version": "1.9",
+                "description": "Nova's server metadata.",
+            },
+            "tags": {
+                **_STRS,
+                "x-min-version": "1.9",
+                "description": "Nova's server tags, sorted.",
+            },
         },
         closed=False,
     ),
@@ -182,6 +198,42 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             }
         },
         required=("quotas",),
+    ),
+    "KeyPair": _obj(
+        {
+            "name": _STR,
+            "type": {"enum": ["ssh"]},
+            "fingerprint": _STR,
+            "public_key": _STR,
+            "user_id": _STR,
+            "created_at": _TIME,
+        },
+        required=("name", "type", "fingerprint", "public_key", "user_id"),
+        closed=False,
+    ),
+    "KeyPairShown": _obj({"keypair": _ref("KeyPair")}, required=("keypair",)),
+    "KeyPairCreated": _obj(
+        {
+            "keypair": {
+                "allOf": [
+                    _ref("KeyPair"),
+                    {
+                        "type": "object",
+                        "properties": {
+                            "private_key": {
+                                **_STR,
+                                "description": "Only when the key was generated: PEM, "
+                                "returned this once and stored nowhere.",
+                            }
+                        },
+                    },
+                ]
+            }
+        },
+        required=("keypair",),
+    ),
+    "KeyPairList": _obj(
+        {"keypairs": {"type": "array", "items": _ref("KeyPairShown")}}, required=("keypairs",)
     ),
     "Errors": _obj(
         {
@@ -270,6 +322,8 @@ def _operation(route: Route) -> dict[str, Any]:
     if route.status == 201 or route.operation_id == "buildInstances":
         ok["headers"] = {"Location": {"schema": {**_STR, "format": "uri"}}}
     responses: dict[str, Any] = {str(route.status): ok}
+    for status in route.other_statuses:
+        responses[str(status)] = {"description": _REASONS[status]}
     if route.operation_id == "buildInstances":
         responses["200"] = {
             "description": "A retry of an identical request: the instances as they are now.",
@@ -305,7 +359,9 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"token": []}],
-        "tags": [{"name": t} for t in ("nodes", "flavors", "instances", "quotas", "fleet")],
+        "tags": [
+            {"name": t} for t in ("nodes", "flavors", "instances", "keypairs", "quotas", "fleet")
+        ],
         "paths": paths,
         "components": {
             "schemas": {**SCHEMAS, **envelopes},

@@ -185,6 +185,62 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         "Delete an instance (of the caller's project; an admin's of any project).",
         [(_DELETE.http.method, _DELETE.http.path)],
     ),
+    (
+        "ringfleet:instance:metadata:list",
+        READER,
+        "Show an instance's metadata (Nova's server metadata; of the caller's project, an "
+        "admin's of any project).",
+        [
+            ("GET", "/v1/instances/{instance}/metadata"),
+            ("GET", "/v1/instances/{instance}/metadata/{key}"),
+        ],
+    ),
+    (
+        "ringfleet:instance:metadata:update",
+        MEMBER,
+        "Set, replace or delete an instance's metadata (of the caller's project).",
+        [
+            ("PUT", "/v1/instances/{instance}/metadata"),
+            ("POST", "/v1/instances/{instance}/metadata"),
+            ("PUT", "/v1/instances/{instance}/metadata/{key}"),
+            ("DELETE", "/v1/instances/{instance}/metadata/{key}"),
+        ],
+    ),
+    (
+        "ringfleet:instance:tags:list",
+        READER,
+        "List an instance's tags, check one (Nova's server tags).",
+        [("GET", "/v1/instances/{instance}/tags"), ("GET", "/v1/instances/{instance}/tags/{tag}")],
+    ),
+    (
+        "ringfleet:instance:tags:update",
+        MEMBER,
+        "Add, replace or delete an instance's tags (of the caller's project).",
+        [
+            ("PUT", "/v1/instances/{instance}/tags"),
+            ("DELETE", "/v1/instances/{instance}/tags"),
+            ("PUT", "/v1/instances/{instance}/tags/{tag}"),
+            ("DELETE", "/v1/instances/{instance}/tags/{tag}"),
+        ],
+    ),
+    (
+        "ringfleet:keypair:list",
+        READER,
+        "List and show the caller's key pairs (Nova's os-keypairs: a user's own).",
+        [("GET", "/v1/keypairs"), ("GET", "/v1/keypairs/{keypair}")],
+    ),
+    (
+        "ringfleet:keypair:create",
+        MEMBER,
+        "Create (import or generate) a key pair of the caller's.",
+        [("POST", "/v1/keypairs")],
+    ),
+    (
+        "ringfleet:keypair:delete",
+        MEMBER,
+        "Delete a key pair of the caller's.",
+        [("DELETE", "/v1/keypairs/{keypair}")],
+    ),
     ("ringfleet:quota:list", ADMIN, "List projects' own quotas.", [("GET", "/v1/quotas")]),
     (
         "ringfleet:quota:get",

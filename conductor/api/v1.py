@@ -6,7 +6,9 @@ policy with and generates the OpenAPI document from.  The routes and their
 handlers are in one module per resource: :mod:`conductor.api.v1_nodes`,
 :mod:`~conductor.api.v1_flavors`, :mod:`~conductor.api.v1_instances`
 (with the instance actions), :mod:`~conductor.api.v1_quotas` and
-:mod:`~conductor.api.v1_fleet`; lists page with :mod:`~conductor.api.v1_paging`.
+:mod:`~conductor.api.v1_fleet`, instances' metadata and tags
+(:mod:`~conductor.api.v1_instance_labels`) and key pairs
+(:mod:`~conductor.api.v1_keypairs`); lists page with :mod:`~conductor.api.v1_paging`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 from conductor.api.app import Route
 from conductor.api.v1_flavors import FLAVOR_ROUTES
 from conductor.api.v1_fleet import FLEET_ROUTES
+from conductor.api.v1_instance_labels import LABEL_ROUTES
 from conductor.api.v1_instances import (
     ALL_PROJECTS_RULE,
     HOST_RULE,
     INSTANCE_ACTION,
     INSTANCE_ROUTES,
 )
+from conductor.api.v1_keypairs import KEYPAIR_ROUTES
 from conductor.api.v1_nodes import NODE_ROUTES
 from conductor.api.v1_quotas import QUOTA_ROUTES
 
@@ -29,6 +33,8 @@ ROUTES: tuple[Route, ...] = (
     *NODE_ROUTES,
     *FLAVOR_ROUTES,
     *INSTANCE_ROUTES,
+    *LABEL_ROUTES,
+    *KEYPAIR_ROUTES,
     *QUOTA_ROUTES,
     *FLEET_ROUTES,
 )

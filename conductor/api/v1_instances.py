@@ -8,12 +8,21 @@ conductor methods are read from it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import E400, E404, E409, E503, ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import REBUILD_IMAGE, TENANCY, VERBS_VERSION
+from conductor.api.microversion import (
+    KEY_PAIRS,
+    LABELS,
+    REBUILD_IMAGE,
+    TENANCY,
+    USER_DATA_BASE64,
+    VERBS_VERSION,
+)
 from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
 from conductor.common import schemas, verbs
 from conductor.common.instance_states import TRANSITIONS, Event
@@ -50,6 +59,11 @@ INSTANCE_FILTERS = (
 
 #: What an instance shows from 1.2 (TENANCY) on.
 _TENANCY_FIELDS = ("project_id", "user_id")
+#: What an instance shows from each later microversion on.
+_FIELDS_SINCE = ((KEY_PAIRS, ("key_name",)), (LABELS, ("metadata", "tags")))
+
+#: Nova's limit of a base64-encoded ``user_data`` (its schema's maxLength).
+MAX_USER_DATA_BASE64 = 65535
 
 ALL_PROJECTS_RULE = "ringfleet:instance:list:all_projects"
 #: Who sees where an instance runs (Nova's ``os_compute_api:os-extended-server-attributes``).
@@ -129,9 +143,13 @@ INSTANCE_ACTION = Resource(
 
 def _shown(call: Call, instance: dict[str, Any]) -> dict[str, Any]:
     """An instance as the request's microversion and the caller's policy show it."""
-    hidden = () if call.version >= TENANCY else _TENANCY_FIELDS
+    hidden: tuple[str, ...] = () if call.version >= TENANCY else _TENANCY_FIELDS
+    for since, fields in _FIELDS_SINCE:
+        if call.version < since:
+            hidden = (*hidden, *fields)
     if not call.allowed(HOST_RULE):
         hidden = (*hidden, *HOST_FIELDS)
+    hidden = tuple(key for key in hidden if key in instance)
     return {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
 
 
@@ -140,8 +158,41 @@ def build_instances(call: Call) -> Reply:
     the same request is safe: the conductor then returns the stored
     instances as they are now (and a different request reusing one of the
     uuids is 409)."""
-    instances = [_shown(call, i) for i in call.api.build_instances(call.body)]
+    body = call.body
+    if call.version >= USER_DATA_BASE64 and body.get("user_data") is not None:
+        body = {**body, "user_data": decoded_user_data(body["user_data"], "user_data")}
+    instances = [_shown(call, i) for i in call.api.build_instances(body)]
     return Reply(202, {"instances": instances}, _location(call, instances))
+
+
+def decoded_user_data(value: Any, field: str) -> str:
+    """The text of a base64-encoded ``user_data`` (microversion 1.7), as Nova
+    takes it: line breaks and spaces in the encoding are ignored.
+
+    The config drive carries text (cloud-init's scripts and cloud-config),
+    so the decoded bytes must be UTF-8.
+
+    :raises ApiError: 400 naming ``field``; the value is never shown (user
+        data may hold secrets)
+    """
+    if not isinstance(value, str):
+        raise ApiError.invalid(field, "must be a base64-encoded string")
+    if len(value) > MAX_USER_DATA_BASE64:
+        raise ApiError.invalid(
+            field, f"must be at most {MAX_USER_DATA_BASE64} characters base64-encoded"
+        )
+    try:
+        raw = base64.b64decode("".join(value.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError.invalid(
+            field,
+            "is not valid base64 (since microversion 1.7 user_data is base64-encoded, as "
+            "in Nova's API)",
+        ) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError.invalid(field, "must be UTF-8 text once base64-decoded") from None
 
 
 def _location(call: Call, instances: list[dict[str, Any]]) -> dict[str, str]:
@@ -248,6 +299,8 @@ def _rebuild_arguments(call: Call, value: Any) -> dict[str, Any]:
             # The value is not shown: an unknown key may be a misspelt user_data.
             raise ApiError.invalid(f"rebuild.{key[:100]}", f"unknown field; use {hint}")
     given = {key: item for key, item in value.items() if item is not None}
+    if call.version >= USER_DATA_BASE64 and "user_data" in given:
+        given["user_data"] = decoded_user_data(given["user_data"], "rebuild.user_data")
     if given and call.version < REBUILD_IMAGE:
         # An older client's rebuild redeploys the instance's own image.
         raise ApiError.invalid(
@@ -261,7 +314,7 @@ def _rebuild_arguments(call: Call, value: Any) -> dict[str, Any]:
 #: The build request fields of microversion 1.1: an image and a config drive.
 _IMAGE_FIELDS = dict.fromkeys(
     ("image", "user_data", "meta_data", "network_data"), microversion.IMAGES
-)
+) | {"key_name": KEY_PAIRS, "metadata": LABELS, "tags": LABELS}
 
 INSTANCE_ROUTES: tuple[Route, ...] = (
     Route(
@@ -296,6 +349,10 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         "is built. "
         "Since 1.1 a build may carry an image and a config drive (user_data, meta_data, "
         "network_data); without an image it gets its flavor's default_image, if any. "
+        "Since 1.7 user_data is base64-encoded (as in Nova's API; at most 65535 characters "
+        "encoded, UTF-8 text once decoded), before it the raw text. Since 1.8 key_name "
+        "names a key pair of the caller's (its public key goes into meta_data "
+        "public_keys); since 1.9 metadata and tags label the instances. "
         "The instances belong to the caller's project; a build that would take it over "
         "a quota is 403 ringfleet.quota_exceeded ('Quota exceeded for instances: "
         "Requested 3, but already used 9 of 10 instances') and stores nothing.",

@@ -13,6 +13,7 @@ one line per problem.  Anything else (401, 403, 5xx, no answer) is an
 
 from __future__ import annotations
 
+import base64
 import urllib.parse
 from typing import Any, TypeVar, cast
 
@@ -28,7 +29,8 @@ __all__ = ["HttpConductorAPI", "HttpError"]
 _T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.6"}
+#: From 1.7 ``user_data`` is sent base64-encoded (:func:`_encoded`).
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.9"}
 
 
 class HttpError(exception.RingfleetError):
@@ -43,11 +45,13 @@ _NOT_FOUND = {
     "nodes": exception.NodeNotFound,
     "flavors": exception.FlavorNotFound,
     "instances": exception.InstanceNotFound,
+    "keypairs": exception.KeyPairNotFound,
 }
 _CONFLICT = {
     "nodes": exception.DuplicateNode,
     "flavors": exception.DuplicateFlavor,
     "instances": exception.DuplicateInstance,
+    "keypairs": exception.DuplicateKeyPair,
 }
 
 
@@ -175,7 +179,8 @@ class HttpConductorAPI:
     # -- instances -----------------------------------------------------------------
 
     def build_instances(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        return self._request(dict[str, list[dict[str, Any]]], "POST", "/v1/instances", request)[
+        body = _encoded(request)
+        return self._request(dict[str, list[dict[str, Any]]], "POST", "/v1/instances", body)[
             "instances"
         ]
 
@@ -228,7 +233,7 @@ class HttpConductorAPI:
 
     def rebuild_instance(self, instance: str, **new: Any) -> dict[str, Any]:
         """``new``: the image and config drive parts to replace (microversion 1.4)."""
-        replaced = {k: v for k, v in new.items() if v is not None}
+        replaced = _encoded({k: v for k, v in new.items() if v is not None})
         return self._verb(instance, Event.REBUILD, replaced)
 
     def _verb(self, instance: str, event: Event, value: Any = None) -> dict[str, Any]:
@@ -241,6 +246,59 @@ class HttpConductorAPI:
         if http.action_type is not None:
             value = {"type": http.action_type}
         return self._request(dict[str, Any], http.method, path, {http.action: value})
+
+    # -- key pairs, instance metadata and tags (1.8, 1.9) -------------------------
+
+    def create_keypair(self, name: str, public_key: str | None = None) -> dict[str, Any]:
+        keypair = {"name": name} if public_key is None else {"name": name, "public_key": public_key}
+        reply = self._request(dict[str, Any], "POST", "/v1/keypairs", {"keypair": keypair})
+        return cast(dict[str, Any], reply["keypair"])
+
+    def list_keypairs(self) -> list[dict[str, Any]]:
+        reply = self._request(dict[str, list[dict[str, Any]]], "GET", "/v1/keypairs")
+        return [item["keypair"] for item in reply["keypairs"]]
+
+    def show_keypair(self, name: str) -> dict[str, Any]:
+        reply = self._request(dict[str, Any], "GET", f"/v1/keypairs/{_quote(name)}")
+        return cast(dict[str, Any], reply["keypair"])
+
+    def delete_keypair(self, name: str) -> None:
+        self._request(object, "DELETE", f"/v1/keypairs/{_quote(name)}")
+
+    def get_instance_metadata(self, instance: str) -> dict[str, str]:
+        path = f"/v1/instances/{_quote(instance)}/metadata"
+        return self._request(dict[str, dict[str, str]], "GET", path)["metadata"]
+
+    def set_instance_metadata(
+        self, instance: str, metadata: dict[str, str], replace: bool = False
+    ) -> dict[str, str]:
+        path = f"/v1/instances/{_quote(instance)}/metadata"
+        method = "PUT" if replace else "POST"
+        return self._request(dict[str, dict[str, str]], method, path, {"metadata": metadata})[
+            "metadata"
+        ]
+
+    def delete_instance_metadata(self, instance: str, key: str) -> None:
+        self._request(object, "DELETE", f"/v1/instances/{_quote(instance)}/metadata/{_quote(key)}")
+
+    def get_instance_tags(self, instance: str) -> list[str]:
+        path = f"/v1/instances/{_quote(instance)}/tags"
+        return self._request(dict[str, list[str]], "GET", path)["tags"]
+
+    def add_instance_tag(self, instance: str, tag: str) -> bool:
+        """Whether the tag is new (the API's 201; 204: it was there)."""
+        path = f"/v1/instances/{_quote(instance)}/tags/{_quote(tag)}"
+        # 201 and 204 both answer without a body: ask which by reading the tags first.
+        had = tag in self.get_instance_tags(instance)
+        self._request(object, "PUT", path)
+        return not had
+
+    def set_instance_tags(self, instance: str, tags: list[str]) -> list[str]:
+        path = f"/v1/instances/{_quote(instance)}/tags"
+        return self._request(dict[str, list[str]], "PUT", path, {"tags": tags})["tags"]
+
+    def delete_instance_tag(self, instance: str, tag: str) -> None:
+        self._request(object, "DELETE", f"/v1/instances/{_quote(instance)}/tags/{_quote(tag)}")
 
     # -- fleet ---------------------------------------------------------------------
 
@@ -257,6 +315,14 @@ class HttpConductorAPI:
 
     def drain_agent(self, host: str) -> dict[str, Any]:
         return self._request(dict[str, Any], "POST", f"/v1/agents/{_quote(host)}/drain")
+
+
+def _encoded(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with its ``user_data`` base64-encoded, as microversion 1.7
+    (and Nova's API) takes it: the user passes the file as ever."""
+    if body.get("user_data") is None:
+        return body
+    return {**body, "user_data": base64.b64encode(body["user_data"].encode()).decode()}
 
 
 def _quote(value: str) -> str:
@@ -278,6 +344,8 @@ def _error(response: requests.Response, path: str) -> exception.RingfleetError:
         return HttpError(f"HTTP {response.status_code} from {path}")
     status = response.status_code
     collection = path.split("/")[2] if path.count("/") >= 2 else ""
+    if path.count("/") > 3 and collection == "instances":
+        collection = ""  # an instance's metadata key or tag, not the instance
     if status == 400 and first.get("code") == "ringfleet.invalid_input":
         return exception.InvalidInput(
             [

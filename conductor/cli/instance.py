@@ -49,6 +49,9 @@ _FIELDS = (
     "attempts",
     "project_id",
     "user_id",
+    "key_name",
+    "metadata",
+    "tags",
     "created_at",
     "updated_at",
     "image",
@@ -223,8 +226,16 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
     return drive
 
 
+_CREATE_EXAMPLE = (
+    "Example: ringfleet instance create --flavor baremetal --name web --key-name mykey "
+    "--user-data cloud-init.yaml --property role=web --tag prod --wait"
+)
+
+
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (--count of them)."""
+
+    _epilog = _CREATE_EXAMPLE  # type: ignore[assignment]  # cliff: None
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -246,6 +257,29 @@ class InstanceCreate(ConductorCommand, Lister):
         )
         image_options(parser)
         config_drive_options(parser)
+        parser.add_argument(
+            "--key-name",
+            metavar="KEYPAIR",
+            help="a key pair of yours (keypair list): its public key goes into the config "
+            "drive, as with 'openstack server create --key-name'",
+        )
+        parser.add_argument(
+            "--property",
+            dest="properties",
+            type=key_value,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="instance metadata, as 'openstack server create --property' (repeatable)",
+        )
+        parser.add_argument(
+            "--tag",
+            dest="tags",
+            action="append",
+            default=[],
+            metavar="TAG",
+            help="an instance tag (repeatable)",
+        )
         parser.add_argument(
             "--wait",
             action="store_true",
@@ -282,6 +316,12 @@ class InstanceCreate(ConductorCommand, Lister):
         if image is not None:
             request["image"] = image
         request |= config_drive_from(parsed_args)
+        if parsed_args.key_name is not None:
+            request["key_name"] = parsed_args.key_name
+        if parsed_args.properties:
+            request["metadata"] = dict(parsed_args.properties)
+        if parsed_args.tags:
+            request["tags"] = parsed_args.tags
         if not 1 <= parsed_args.count <= 1000:
             request.pop("instance_uuids")  # let the conductor name the bad count
         instances = self.client.build_instances(request)

@@ -25,15 +25,18 @@ __all__ = [
     "DriverError",
     "DuplicateFlavor",
     "DuplicateInstance",
+    "DuplicateKeyPair",
     "DuplicateNode",
     "FieldError",
     "FlavorNotFound",
     "Forbidden",
     "IdentityTaken",
+    "InstanceLabelNotFound",
     "InstanceNotFound",
     "InstanceStateConflict",
     "InvalidInput",
     "InvalidTransition",
+    "KeyPairNotFound",
     "NoValidNode",
     "NodeInUse",
     "NodeNotBuildable",
@@ -259,6 +262,21 @@ class InstanceNotFound(NotFound):
     kind = "instance"
 
 
+class KeyPairNotFound(NotFound):
+    """No key pair of this name for the caller (another user's is not seen)."""
+
+    kind = "key pair"
+
+
+class InstanceLabelNotFound(NotFound):
+    """An instance has no such metadata key or tag (``kind`` says which)."""
+
+    def __init__(self, ident: str, kind: str = "metadata key") -> None:
+        self.kind = kind
+        super().__init__(ident)
+        self._rpc_kwargs["kind"] = kind
+
+
 class Conflict(RingfleetError):
     """The request clashes with what is stored; nothing was changed.
 
@@ -371,6 +389,12 @@ class DuplicateInstance(Conflict):
     kind = "instance"
     #: The reason of every such refusal.
     UNUSABLE = "instance id not available: choose another (a retry must repeat its request)"
+
+
+class DuplicateKeyPair(Conflict):
+    """The caller has a key pair of this name already (Nova's 409)."""
+
+    kind = "key pair"
 
 
 class InstanceStateConflict(Conflict):

@@ -209,6 +209,8 @@ class Instance(_Record):
     tenancy or by the operator, admins' only)"""
     user_id: str | None = None
     """the user who asked for it (since API 1.12)"""
+    key_name: str | None = None
+    """the key pair it was built with (since API 1.21)"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -72,6 +72,17 @@ CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
 EXTRA_SPEC_KEY_PATTERN: Final = r"^[A-Za-z0-9_.: -]{1,255}$"
 
 MAX_TRAITS: Final = 64
+#: Nova's key pair names (microversion 2.92), metadata keys and tags
+#: (:mod:`conductor.validation.tenant_data`).
+KEY_NAME_PATTERN: Final = r"^[_\-@. a-zA-Z0-9]+$"
+METADATA_KEY_PATTERN: Final = r"^[a-zA-Z0-9\-_:. ]{1,255}$"
+TAG_PATTERN: Final = r"^[^,/]*$"
+#: Nova's default ``[quota] metadata_items``, and its key and value length.
+MAX_METADATA_ITEMS: Final = 128
+MAX_METADATA_LENGTH: Final = 255
+#: Nova's ``MAX_TAG_COUNT`` and ``MAX_TAG_LENGTH``.
+MAX_TAGS: Final = 50
+MAX_TAG_LENGTH: Final = 60
 #: Nodes in one bulk import.
 MAX_BATCH: Final = 100_000
 #: Instances in one build request.
@@ -292,6 +303,26 @@ FLAVOR_SPEC: Final = Resource(
     required=frozenset({"name", "resource_class"}),
 )
 
+KEY_NAME_SCHEMA: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": KEY_NAME_PATTERN,
+}
+METADATA_SCHEMA: Final = {
+    "type": "object",
+    "maxProperties": MAX_METADATA_ITEMS,
+    "propertyNames": {"pattern": METADATA_KEY_PATTERN},
+    "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_LENGTH},
+}
+TAG_SCHEMA: Final = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_TAG_LENGTH,
+    "pattern": TAG_PATTERN,
+}
+TAGS_SCHEMA: Final = {"type": "array", "items": TAG_SCHEMA, "maxItems": MAX_TAGS}
+
 BUILD_REQUEST: Final = Resource(
     name="BuildRequest",
     description="Build count instances of a flavor. With instance_uuids (one per "
@@ -328,8 +359,10 @@ BUILD_REQUEST: Final = Resource(
         "user_data": {
             "type": "string",
             "maxLength": MAX_USER_DATA,
-            "description": f"The config drive's user data: at most {MAX_USER_DATA} bytes "
-            "of UTF-8. Never logged. Since microversion 1.1.",
+            "description": "The config drive's user data. Since microversion 1.7 "
+            "base64-encoded, as in Nova's API (at most 65535 characters encoded; UTF-8 text "
+            f"once decoded); from 1.1 to 1.6 the text itself, at most {MAX_USER_DATA} bytes "
+            "of UTF-8. Never logged.",
         },
         "meta_data": {
             **_JSON_OBJECT,
@@ -341,6 +374,20 @@ BUILD_REQUEST: Final = Resource(
             **_JSON_OBJECT,
             "description": "The config drive's network_data.json (OpenStack's links, "
             "networks, services). Since microversion 1.1.",
+        },
+        "key_name": {
+            **KEY_NAME_SCHEMA,
+            "description": "A key pair of the caller's: its public key goes into the "
+            "config drive's meta_data public_keys, as Nova's. Since microversion 1.8.",
+        },
+        "metadata": {
+            **METADATA_SCHEMA,
+            "description": "The instance's metadata (Nova's server metadata), also the "
+            "config drive's meta_data 'meta'. Since microversion 1.9.",
+        },
+        "tags": {
+            **TAGS_SCHEMA,
+            "description": "The instance's tags (Nova's server tags). Since microversion 1.9.",
         },
     },
     required=frozenset({"flavor"}),

@@ -43,7 +43,7 @@ from conductor.common.instance_states import (
     task_sources,
 )
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
-from conductor.db import quotas
+from conductor.db import instance_labels, quotas
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, flavor_named, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
@@ -103,6 +103,7 @@ def to_instance(row: InstanceModel | Row[Any]) -> Instance:
         config_drive=row.config_drive,
         project_id=row.project_id,
         user_id=row.user_id,
+        key_name=row.key_name,
     )
 
 
@@ -209,6 +210,7 @@ def _store(
             stored = _new_instances(request, owner, uuids, names, drives=drives, image=image)
             carried = {"conductor": db.carrier}
             connection.execute(_INSERT_INSTANCE, [_inserted(i) | carried for i in stored])
+            instance_labels.insert(connection, uuids, request.metadata, request.tags)
             return flavor, stored, True
     except quotas.NoLockRow as missing:
         # The project's first limited build: nothing was written.
@@ -290,6 +292,7 @@ def _new_instances(
             config_drive=drive,
             project_id=owner.project_id,
             user_id=owner.user_id,
+            key_name=request.key_name,
         )
         for u, name, drive in zip(uuids, names, drives, strict=True)
     ]
@@ -311,6 +314,7 @@ def _inserted(instance: Instance) -> dict[str, Any]:
         "config_drive": instance.config_drive,
         "project_id": instance.project_id,
         "user_id": instance.user_id,
+        "key_name": instance.key_name,
         "created_at": instance.created_at,
         "updated_at": instance.updated_at,
     }

@@ -51,7 +51,10 @@ __all__ = [
     "Base",
     "ExactString",
     "FlavorModel",
+    "InstanceMetadataModel",
     "InstanceModel",
+    "InstanceTagModel",
+    "KeyPairModel",
     "NodeModel",
     "NodePowerRequestModel",
     "QuotaLimitModel",
@@ -223,6 +226,9 @@ class InstanceModel(Base):
     # The request id of the action in flight, sent to the agent: a verb
     # repeated by another conductor is done once.
     action_id: Mapped[str | None] = mapped_column(ExactString(36), nullable=True)
+    # The key pair it was built with (its public key is in the config
+    # drive's meta_data): Nova's server key_name.
+    key_name: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
     created_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow
     )
@@ -314,3 +320,50 @@ class QuotaProjectModel(Base):
 
     project_id: Mapped[str] = mapped_column(ExactString(255), primary_key=True)
     builds: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class KeyPairModel(Base):
+    """An SSH public key of a user, by name (Nova's key pairs).
+
+    Unique per user, as Nova's: two users of one project may each have a
+    ``default`` key.  ``project_id`` is the project the user created it in.
+    """
+
+    __tablename__ = "key_pairs"
+    __table_args__ = (UniqueConstraint("user_id", "name", name="uniq_key_pairs0user_id0name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    name: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    project_id: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    type: Mapped[str] = mapped_column(ExactString(16), nullable=False)
+    fingerprint: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    public_key: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        _Timestamp, nullable=False, default=utcnow
+    )
+
+
+class InstanceMetadataModel(Base):
+    """One key of an instance's metadata (Nova's server metadata)."""
+
+    __tablename__ = "instance_metadata"
+    __table_args__ = (
+        UniqueConstraint("instance_uuid", "key", name="uniq_instance_metadata0uuid0key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_uuid: Mapped[str] = mapped_column(ExactString(36), nullable=False)
+    key: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    value: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+
+
+class InstanceTagModel(Base):
+    """One tag of an instance (Nova's server tags)."""
+
+    __tablename__ = "instance_tags"
+    __table_args__ = (UniqueConstraint("instance_uuid", "tag", name="uniq_instance_tags0uuid0tag"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_uuid: Mapped[str] = mapped_column(ExactString(36), nullable=False)
+    tag: Mapped[str] = mapped_column(ExactString(60), nullable=False)

@@ -33,6 +33,8 @@ from conductor.common.objects import Flavor, Instance, VmState
 from conductor.common.tenancy import Caller
 from conductor.db import instances, quotas
 from conductor.db.engine import Database
+from conductor.endpoints.instance_labels import labelled
+from conductor.endpoints.keypairs import with_key
 from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
@@ -93,7 +95,8 @@ class InstancesEndpoint:
         over a quota.
         """
         caller = Caller.from_ctxt(ctxt)
-        build = validate_build_request(request)
+        # A key_name's public key and the metadata into the config drive (1.21).
+        build = with_key(self._db, caller, validate_build_request(request))
         # FlavorNotFound and QuotaExceeded before anything is stored; one transaction.
         try:
             flavor, stored, created = instances.store_build_request(
@@ -122,7 +125,7 @@ class InstancesEndpoint:
             )
             self._notifier.instances_created(stored)
             self._queue.submit_stored(stored, flavor)
-        return [i.to_dict() for i in stored]
+        return labelled(self._db, [i.to_dict() for i in stored])
 
     def list_instances(
         self,
@@ -149,22 +152,26 @@ class InstancesEndpoint:
             if caller.project_id is None and not caller.is_admin:
                 return []  # a caller of no project owns nothing
             project = caller.project_id
-        return [
-            _listed(i)
-            for i in instances.list_instances(
-                self._db,
-                vm_state=None if vm_state is None else check_vm_state(vm_state),
-                host=None if host is None else arguments.check_host(host),
-                limit=arguments.check_limit(limit),
-                marker=None if marker is None else validate_uuid(marker, "marker"),
-                project_id=project,
-            )
-        ]
+        return labelled(
+            self._db,
+            [
+                _listed(i)
+                for i in instances.list_instances(
+                    self._db,
+                    vm_state=None if vm_state is None else check_vm_state(vm_state),
+                    host=None if host is None else arguments.check_host(host),
+                    limit=arguments.check_limit(limit),
+                    marker=None if marker is None else validate_uuid(marker, "marker"),
+                    project_id=project,
+                )
+            ],
+        )
 
     def show_instance(self, ctxt: dict[str, Any], instance: Any) -> dict[str, Any]:
         """The instance, its image and config drive (user data included) too,
         if the caller may see it."""
-        return self._visible(ctxt, validate_uuid(instance, "instance")).to_dict()
+        found = self._visible(ctxt, validate_uuid(instance, "instance"))
+        return labelled(self._db, [found.to_dict()])[0]
 
     def _visible(self, ctxt: dict[str, Any], uuid: str) -> Instance:
         """The instance if the caller may see it.
@@ -188,7 +195,7 @@ class InstancesEndpoint:
             if deleting and current.vm_state is not VmState.DELETING:  # not a re-route
                 self._notifier.instance(Event.DELETE, uuid)
             self._queue.delete(uuid)
-        return instances.get_instance(self._db, uuid).to_dict()
+        return labelled(self._db, [instances.get_instance(self._db, uuid).to_dict()])[0]
 
     # -- power and lifecycle verbs (1.13) ------------------------------------------
 
@@ -300,7 +307,7 @@ class InstancesEndpoint:
             " (again: routed anew)" if current.task_state is not None else "",
         )
         self._queue.act(uuid)
-        return instances.get_instance(self._db, uuid).to_dict()
+        return labelled(self._db, [instances.get_instance(self._db, uuid).to_dict()])[0]
 
 
 def _replaced(rebuild: RebuildRequest | None) -> str:

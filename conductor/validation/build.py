@@ -34,6 +34,7 @@ from conductor.validation.fields import (
     required_field,
     unknown_fields,
 )
+from conductor.validation.tenant_data import check_key_name, check_metadata, check_tags
 
 __all__ = [
     "MAX_COUNT",
@@ -67,6 +68,10 @@ class BuildRequest:
     :ivar config_drive: ``user_data``, ``meta_data``, ``network_data`` (the
         ones given), or ``None`` (since API 1.11); left out of ``repr()``:
         user data may hold secrets
+    :ivar key_name: a key pair of the caller's (since API 1.21; the
+        conductor puts its public key into ``meta_data``'s ``public_keys``)
+    :ivar metadata: Nova's server metadata (since API 1.21)
+    :ivar tags: Nova's server tags (since API 1.21)
     """
 
     flavor: str
@@ -77,6 +82,9 @@ class BuildRequest:
     scheduler_hints: Mapping[str, HintValue] = dataclasses.field(default_factory=dict)
     image: Mapping[str, str] | None = None
     config_drive: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    key_name: str | None = None
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The payload form: ``validate_build_request(req.to_dict()) == req``."""
@@ -90,6 +98,9 @@ class BuildRequest:
             "scheduler_hints": dict(self.scheduler_hints),
             "image": None if self.image is None else dict(self.image),
             **{key: drive.get(key) for key in CONFIG_DRIVE_FIELDS},
+            "key_name": self.key_name,
+            "metadata": dict(self.metadata),
+            "tags": list(self.tags),
         }
 
 
@@ -158,7 +169,8 @@ def validate_build_request(spec: object) -> BuildRequest:
     names to JSON primitives: strings of at most
     :data:`MAX_HINT_VALUE_LENGTH` characters, finite numbers, booleans,
     null), ``image`` and the config drive's ``user_data``, ``meta_data``
-    and ``network_data`` (:mod:`conductor.validation.deploy`).
+    and ``network_data`` (:mod:`conductor.validation.deploy`), ``key_name``,
+    ``metadata`` and ``tags`` (:mod:`conductor.validation.tenant_data`).
 
     :raises InvalidInput: naming every bad, missing or unknown field
     """
@@ -190,6 +202,9 @@ def validate_build_request(spec: object) -> BuildRequest:
     hints = _check_scheduler_hints(spec.get("scheduler_hints"), "scheduler_hints", errors)
     image = optional_field(spec, "image", "", errors, check_image)
     config_drive = check_config_drive(spec, errors)
+    key_name = optional_field(spec, "key_name", "", errors, check_key_name)
+    metadata = optional_field(spec, "metadata", "", errors, check_metadata) or {}
+    tags = optional_field(spec, "tags", "", errors, check_tags) or ()
     errors.raise_if_any()
     assert flavor is not None and count is not None
     return BuildRequest(
@@ -201,6 +216,9 @@ def validate_build_request(spec: object) -> BuildRequest:
         scheduler_hints=hints,
         image=image,
         config_drive=config_drive,
+        key_name=key_name,
+        metadata=metadata,
+        tags=tags,
     )
 
 

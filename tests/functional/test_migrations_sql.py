@@ -132,3 +132,38 @@ def _assert_mysql_columns_exact(db: Database) -> None:
     }
     assert instants and set(instants.values()) == {6}, instants
     assert dict(defaults) == dict.fromkeys(tables, "utf8mb4_nopad_bin")
+
+
+def test_key_pairs_and_labels_compare_exactly(sql_url: str) -> None:
+    """0014's tables compare names byte for byte: on MariaDB too, ``Key`` and
+    ``key `` are two key pairs of one user, two metadata keys, two tags."""
+    from conductor.db import instance_labels, keypairs  # noqa: PLC0415 -- this test's only
+
+    db = Database(sql_url)
+    try:
+        migration.upgrade(db)
+        for name in ("key", "Key", "key ", "kéy"):
+            keypairs.create(
+                db,
+                user_id="u1",
+                project_id="p1",
+                name=name,
+                public_key="ssh-ed25519 AAAA",
+                fingerprint="00",
+                limit=-1,
+            )
+        assert [k["name"] for k in keypairs.list_for(db, "u1")] == sorted(
+            ["key", "Key", "key ", "kéy"]
+        )
+        instance = str(uuidlib.uuid4())
+        stored = instance_labels.set_metadata(
+            db, instance, {"a": "1", "A": "2", "a ": "3"}, replace=False, limit=128
+        )
+        assert stored == {"a": "1", "A": "2", "a ": "3"}
+        assert instance_labels.replace_tags(db, instance, ["t", "T", "t "]) == sorted(
+            ["t", "T", "t "]
+        )
+        assert instance_labels.delete_tag(db, instance, "T")
+        assert instance_labels.get_tags(db, instance) == ["t", "t "]
+    finally:
+        db.dispose()

@@ -15,6 +15,7 @@ processes.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -121,7 +122,8 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
             "flavor": flavor["name"],
             "name": "web",
             "image": FIRST_IMAGE,
-            "user_data": USER_DATA,
+            # base64-encoded, as Nova's API takes it (microversion 1.7 and later)
+            "user_data": base64.b64encode(USER_DATA.encode()).decode(),
             "meta_data": {"public_keys": {"laptop": KEY}},
         }
         [built] = _ok(tenant.post(f"{api.url}/v1/instances", json=body, timeout=TIMEOUT), 202)[

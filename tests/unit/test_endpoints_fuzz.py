@@ -619,8 +619,12 @@ for _cls in (
     exception.NodeNotFound,
     exception.FlavorNotFound,
     exception.InstanceNotFound,
+    exception.KeyPairNotFound,
 ):
     EXCEPTIONS[_cls] = st.builds(_cls, TEXT)
+EXCEPTIONS[exception.InstanceLabelNotFound] = st.builds(
+    exception.InstanceLabelNotFound, TEXT, st.sampled_from(["metadata key", "tag"])
+)
 for _conflict in (
     exception.Conflict,
     exception.DuplicateNode,
@@ -628,6 +632,7 @@ for _conflict in (
     exception.DuplicateInstance,
     exception.NodeNotBuildable,
     exception.InstanceStateConflict,
+    exception.DuplicateKeyPair,
     exception.NodeInUse,
     exception.NotUpgraded,
 ):

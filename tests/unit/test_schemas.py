@@ -88,6 +88,9 @@ FULL: dict[str, dict[str, Any]] = {
         "user_data": "#cloud-config\npackages: [nginx]\n",
         "meta_data": {"public_keys": {"ops": "ssh-ed25519 AAAA ops@test"}, "meta": {"a": "b"}},
         "network_data": {"links": [], "networks": [], "services": []},
+        "key_name": "ops",
+        "metadata": {"role": "web"},
+        "tags": ["prod"],
     },
 }
 

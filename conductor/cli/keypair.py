@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``ringfleet keypair create|list|show|delete``: the caller's key pairs (Nova's os-keypairs).
+
+A key pair is its user's: ``instance create --key-name NAME`` puts its
+public key into the instance's config drive.  See ``docs/http-api.rst``,
+"Key pairs".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from cliff.command import Command
+from cliff.lister import Lister
+from cliff.show import ShowOne
+
+from conductor.cli.command import ConductorCommand
+from conductor.common.exception import FieldError, InvalidInput
+
+__all__ = ["KeypairCreate", "KeypairDelete", "KeypairList", "KeypairShow"]
+
+_FIELDS = ("name", "type", "fingerprint", "user_id", "created_at", "public_key")
+
+
+def _named(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("name", metavar="NAME", help="the key pair's name")
+    return parser
+
+
+_CREATE_EXAMPLE = (
+    "Example: ringfleet keypair create --public-key ~/.ssh/id_ed25519.pub mykey "
+    "(without --public-key a key is generated: --private-key FILE keeps its private "
+    "half, otherwise it is printed once)"
+)
+
+
+class KeypairCreate(ConductorCommand, ShowOne):
+    """Import a public key as a key pair, or have one generated."""
+
+    _epilog = _CREATE_EXAMPLE  # type: ignore[assignment]  # cliff: None
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = _named(super().get_parser(prog_name))
+        parser.add_argument(
+            "--public-key", metavar="FILE", help="an OpenSSH public key file to import"
+        )
+        parser.add_argument(
+            "--private-key",
+            metavar="FILE",
+            help="where to write the generated key's private half (mode 0600)",
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[tuple[str, ...], Any]:
+        public_key = None
+        if parsed_args.public_key is not None:
+            if parsed_args.private_key is not None:
+                raise InvalidInput(
+                    [FieldError("--private-key", "only for a generated key (no --public-key)")]
+                )
+            try:
+                with open(os.path.expanduser(parsed_args.public_key), encoding="utf-8") as f:
+                    public_key = f.read().strip()
+            except OSError as exc:
+                reason = f"cannot be read: {exc.strerror}"
+                raise InvalidInput([FieldError("--public-key", reason)]) from None
+        created = self.client.create_keypair(parsed_args.name, public_key)
+        private = created.pop("private_key", None)
+        fields: tuple[str, ...] = _FIELDS
+        if private is not None and parsed_args.private_key is not None:
+            path = os.path.expanduser(parsed_args.private_key)
+            # Created 0600 from the start: never readable by others, even briefly.
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+                f.write(private)
+        elif private is not None:
+            created["private_key"] = private
+            fields = (*_FIELDS, "private_key")
+        return fields, tuple(created.get(f) for f in fields)
+
+
+class KeypairList(ConductorCommand, Lister):
+    """List your key pairs."""
+
+    _epilog = "Example: ringfleet keypair list"  # type: ignore[assignment]  # cliff: None
+
+    def take_action(
+        self, parsed_args: argparse.Namespace
+    ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
+        return ("Name", "Type", "Fingerprint"), [
+            (k["name"], k["type"], k["fingerprint"]) for k in self.client.list_keypairs()
+        ]
+
+
+class KeypairShow(ConductorCommand, ShowOne):
+    """Show one of your key pairs."""
+
+    _epilog = "Example: ringfleet keypair show mykey"  # type: ignore[assignment]  # cliff: None
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        return _named(super().get_parser(prog_name))
+
+    def take_action(self, parsed_args: argparse.Namespace) -> tuple[tuple[str, ...], Any]:
+        found = self.client.show_keypair(parsed_args.name)
+        return _FIELDS, tuple(found.get(f) for f in _FIELDS)
+
+
+class KeypairDelete(ConductorCommand, Command):
+    """Delete one of your key pairs (instances built with it keep the key)."""
+
+    _epilog = "Example: ringfleet keypair delete mykey"  # type: ignore[assignment]  # cliff: None
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        return _named(super().get_parser(prog_name))
+
+    def take_action(self, parsed_args: argparse.Namespace) -> None:
+        self.client.delete_keypair(parsed_args.name)

@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+"""RPC endpoint: key pairs (create, list, show, delete), since API 1.21.
+
+Nova's ``os-keypairs``: a key pair is its user's, whichever project the
+user acts in; nobody else sees it (another user's key is
+``KeyPairNotFound``, as Nova answers 404).  A creation without a public key
+generates one and answers with the private key, which is stored nowhere.
+A build's ``key_name`` is looked up here (:func:`with_key`): the key's
+public half goes into the config drive's ``meta_data`` ``public_keys``,
+as Nova's metadata service and config drive carry it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import oslo_messaging as messaging
+
+from conductor.common.exception import FieldError, Forbidden, InvalidInput
+from conductor.common.tenancy import Caller
+from conductor.db import keypairs
+from conductor.db.engine import Database
+from conductor.rpcapi import API_VERSION
+from conductor.validation import BuildRequest
+from conductor.validation.fields import Errors
+from conductor.validation.tenant_data import (
+    MAX_KEY_PAIRS,
+    check_key_name,
+    check_public_key,
+    generate_key_pair,
+)
+
+__all__ = ["KeyPairsEndpoint", "with_key"]
+
+LOG = logging.getLogger(__name__)
+
+
+def _user(ctxt: dict[str, Any]) -> Caller:
+    """The caller, who must be a user: key pairs are keyed by user."""
+    caller = Caller.from_ctxt(ctxt)
+    if caller.user_id is None:
+        raise Forbidden("key pairs belong to a user; this call names none")
+    return caller
+
+
+def _name(value: Any, field: str = "name") -> str:
+    errors = Errors()
+    name = check_key_name(value, field, errors)
+    errors.raise_if_any()
+    assert name is not None
+    return name
+
+
+class KeyPairsEndpoint:
+    """Key pair methods of the conductor RPC API (since 1.21)."""
+
+    target = messaging.Target(version=API_VERSION)
+
+    def __init__(self, db: Database, limit: int = MAX_KEY_PAIRS) -> None:
+        """``limit``: key pairs per user (Nova's default ``[quota] key_pairs``)."""
+        self._db = db
+        self._limit = limit
+
+    def create_keypair(
+        self, ctxt: dict[str, Any], name: Any, public_key: Any = None
+    ) -> dict[str, Any]:
+        """Store the caller's key pair ``name``: ``public_key`` (an OpenSSH
+        line), or, without it, a new RSA key whose ``private_key`` the
+        reply carries once.
+
+        :raises InvalidInput: a bad name or key, named
+        :raises DuplicateKeyPair: the caller has one of this name
+        :raises QuotaExceeded: the caller has :data:`MAX_KEY_PAIRS` already
+        """
+        caller = _user(ctxt)
+        errors = Errors()
+        checked_name = check_key_name(name, "name", errors)
+        private = None
+        if public_key is None:
+            private, key, fingerprint = generate_key_pair()
+        else:
+            checked = check_public_key(public_key, "public_key", errors)
+            key, fingerprint = checked if checked else ("", "")
+        errors.raise_if_any()
+        assert checked_name is not None and caller.user_id is not None
+        stored = keypairs.create(
+            self._db,
+            user_id=caller.user_id,
+            project_id=caller.project_id,
+            name=checked_name,
+            public_key=key,
+            fingerprint=fingerprint,
+            limit=self._limit,
+        )
+        LOG.info(
+            "Key pair %r of user %s created (%s)",
+            checked_name,
+            caller.user_id,
+            "generated" if private else "imported",
+        )
+        return stored if private is None else {**stored, "private_key": private}
+
+    def list_keypairs(self, ctxt: dict[str, Any]) -> list[dict[str, Any]]:
+        """The caller's key pairs, by name."""
+        caller = _user(ctxt)
+        assert caller.user_id is not None
+        return keypairs.list_for(self._db, caller.user_id)
+
+    def show_keypair(self, ctxt: dict[str, Any], name: Any) -> dict[str, Any]:
+        """:raises KeyPairNotFound: the caller has none of this name"""
+        caller = _user(ctxt)
+        assert caller.user_id is not None
+        return keypairs.get(self._db, caller.user_id, _name(name))
+
+    def delete_keypair(self, ctxt: dict[str, Any], name: Any) -> None:
+        """Forget a key pair (instances built with it keep their key).
+
+        :raises KeyPairNotFound: the caller has none of this name
+        """
+        caller = _user(ctxt)
+        assert caller.user_id is not None
+        keypairs.remove(self._db, caller.user_id, _name(name))
+        LOG.info("Key pair %r of user %s deleted", name, caller.user_id)
+
+
+def with_key(db: Database, caller: Caller, build: BuildRequest) -> BuildRequest:
+    """``build`` with its ``key_name``'s public key in ``meta_data``'s
+    ``public_keys`` (``{name: key}``, as Nova's meta_data.json), and its
+    ``metadata`` as ``meta`` there (Nova's server metadata, which its config
+    drive carries as ``meta``); a build without either is returned as is.
+
+    Keys of ``public_keys`` or ``meta`` the request gave itself are kept
+    beside them (a request's own wins on a clash: it is explicit).
+
+    :raises InvalidInput: ``key_name`` names no key pair of the caller's (Nova's 400)
+    """
+    if build.key_name is None and not build.metadata:
+        return build
+    drive = dict(build.config_drive or {})
+    meta_data = dict(drive.get("meta_data") or {})
+    if build.key_name is not None:
+        if caller.user_id is None:
+            raise InvalidInput([FieldError("key_name", "key pairs belong to a user; none here")])
+        try:
+            key = keypairs.get(db, caller.user_id, build.key_name)
+        except LookupError:
+            raise InvalidInput(
+                [FieldError.about("key_name", "no key pair of yours has this name", build.key_name)]
+            ) from None
+        own_keys = meta_data.get("public_keys") or {}
+        meta_data["public_keys"] = {build.key_name: key["public_key"], **own_keys}
+    if build.metadata:
+        meta_data["meta"] = {**build.metadata, **(meta_data.get("meta") or {})}
+    drive["meta_data"] = meta_data
+    return dataclasses.replace(build, config_drive=drive)
