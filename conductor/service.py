@@ -214,7 +214,7 @@ class ConductorService:
         return [
             InventoryEndpoint(db, fleet, self._ironic_sync, power=builds, notifier=notifier),
             InstancesEndpoint(db, builds, quota=self._quota_defaults, notifier=notifier),
-            QuotasEndpoint(db, self._quota_defaults),
+            QuotasEndpoint(db, self._quota_defaults, notifier=notifier),
             FleetEndpoint(
                 db,
                 fleet,
