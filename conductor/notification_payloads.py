@@ -25,7 +25,7 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Final
 
-from conductor.common.objects import Flavor, Instance, Node, PowerState
+from conductor.common.objects import Flavor, Instance, Node, PowerState, VmState
 
 __all__ = [
     "NAMESPACE",
@@ -54,6 +54,23 @@ _INSTANCE_POWER: Final[Mapping[PowerState | None, str]] = {
     PowerState.OFF: "shutdown",
     None: "pending",
 }
+#: The power an idle instance's node has, by the instance's state.
+_IDLE_POWER: Final[Mapping[VmState, PowerState]] = {
+    VmState.ACTIVE: PowerState.ON,
+    VmState.STOPPED: PowerState.OFF,
+}
+
+
+def _instance_power(instance: Instance, node_power: PowerState | None) -> str:
+    """Nova's power state of *instance*: an idle ``active`` one is running and
+    an idle ``stopped`` one is off by the conductor's invariants (a node found
+    otherwise makes it ``stopped``); else its node's recorded power, which
+    lags behind a deploy until the owner's next report."""
+    if instance.node_uuid is None:
+        return _INSTANCE_POWER[None]
+    if instance.task_state is None and instance.vm_state in _IDLE_POWER:
+        return _INSTANCE_POWER[_IDLE_POWER[instance.vm_state]]
+    return _INSTANCE_POWER[node_power]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,8 +250,9 @@ class InstancePayload(Payload):
     power_state: Annotated[
         str,
         Doc(
-            "Nova's names, from its node's power: ``running`` (on), ``shutdown`` (off), "
-            "``pending`` (no node, or its power not known yet)"
+            "Nova's names: ``running`` (an idle ``active`` instance, or its node "
+            "recorded on), ``shutdown`` (an idle ``stopped`` one, or its node recorded "
+            "off), ``pending`` (no node, or its power not known yet)"
         ),
     ]
     task_state: Annotated[
@@ -266,7 +284,7 @@ class InstancePayload(Payload):
             else FlavorPayload.of(flavor),
             image=ImagePayload.of(instance.image),
             vm_state=instance.vm_state.value,
-            power_state=_INSTANCE_POWER[node_power],
+            power_state=_instance_power(instance, node_power),
             task_state=None if instance.task_state is None else instance.task_state.value,
             node_uuid=instance.node_uuid,
             host=instance.host,

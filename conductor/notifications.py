@@ -25,8 +25,9 @@ their own (started with the first, after any fork), in the order they were
 queued.  While the broker cannot take them the queue fills, then new ones
 are dropped; failures and drops are logged once per outage, the recovery
 once.  The payload of an instance notification is the instance as read
-right after the change (one read of it with its flavor, one of its node,
-by primary key, only when notifications are on).
+right after the change (one read of it with its flavor, and of its node
+unless its state says its power, by primary key, only when notifications
+are on).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ QUEUE_SIZE: Final = 10_000
 NODES_PER_NOTIFICATION: Final = 500
 #: The event type of every ownership change.
 NODE_OWNER_UPDATE: Final = "node.owner.update"
+
+
+#: The states whose idle instance's power is known without its node.
+_IDLE: Final = (VmState.ACTIVE, VmState.STOPPED)
 
 
 class OwnerChange(enum.StrEnum):
@@ -266,8 +271,13 @@ class Notifier:
         self._put(event_type, payload)
 
     def _node_power(self, instance: Instance) -> PowerState | None:
-        """The power of *instance*'s node (``None``: no node, or gone meanwhile)."""
-        if instance.node_uuid is None or self._db is None:
+        """The power of *instance*'s node (``None``: no node, or gone meanwhile);
+        not read for an idle active or stopped instance, whose state says it."""
+        idle = instance.task_state is None and instance.vm_state in (
+            VmState.ACTIVE,
+            VmState.STOPPED,
+        )
+        if instance.node_uuid is None or self._db is None or idle:
             return None
         try:
             return node_db.get_node(self._db, instance.node_uuid).power_state
