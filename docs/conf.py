@@ -44,6 +44,12 @@ highlight_language = "none"
 html_theme = "alabaster"
 html_title = f"ringfleet {release}"
 
+# The commands' examples (the end of each one's --help) as literal blocks:
+# cliff's extension reads a command's epilog as reStructuredText.
+from conductor.cli.command import Examples  # noqa: E402 -- after the version
+
+Examples.rst = True
+
 # ringfleet(1): the command, its global options and every command in the
 # ``ringfleet.cli`` entry-point namespace (cliff.sphinxext).
 autoprogram_cliff_application = "ringfleet"
