@@ -480,6 +480,12 @@ def test_a_build_and_a_delete_are_notified_in_order_with_the_committed_state(
     ]
     [end] = built.sent.data("instance.create.end")
     assert end["node_uuid"] in built.flow.nodes and end["host"] in ("a1", "a2")
+    # Placed as Nova's scheduler says it: the request, then where it went.
+    [asked] = built.sent.data("scheduler.select_destinations.start")
+    [chosen] = built.sent.data("scheduler.select_destinations.end")
+    assert (asked["instance_uuid"], asked["node_uuid"], asked["host"]) == (uuid, None, None)
+    assert (chosen["node_uuid"], chosen["host"]) == (end["node_uuid"], end["host"])
+    assert chosen["flavor"]["ringfleet_object.data"]["name"] == "small"
 
 
 def test_a_build_no_node_fits_is_a_create_error_with_its_fault(built: Built) -> None:
