@@ -138,7 +138,11 @@ _OTHER_EVENTS: Final = (
         "a node was chosen and allocated to the build (committed); none when no node "
         "fits (``instance.create.error`` follows, or the build waits for an owner)",
     ),
-    EventSpec("node.create.end", NodePayload, "a node is created or imported (one per node)"),
+    EventSpec(
+        "node.create.end",
+        NodePayload,
+        "a node is created or imported, by a client or the Ironic sync (one per node)",
+    ),
     EventSpec(
         "node.update.end", NodePayload, "a node's properties, traits or resource class changed"
     ),

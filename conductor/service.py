@@ -112,7 +112,11 @@ class ConductorService:
         # nodes' owners through the router (its on-demand passes too).
         self._power_sync = InstancePowerSync(db, self._notifier)
         self._ironic_sync = IronicInventorySync.from_conf(
-            db, conf, clean_orphan=builds.clean_orphan, power_sync=self._power_sync
+            db,
+            conf,
+            clean_orphan=builds.clean_orphan,
+            power_sync=self._power_sync,
+            notifier=self._notifier,
         )
         self.metrics.watch_fleet(
             lambda: problem_counts(

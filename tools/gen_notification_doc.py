@@ -151,7 +151,10 @@ def render() -> str:
 
 def render_schemas() -> str:
     """The whole of ``docs/notification-schemas.json``: event type -> its JSON schema."""
-    return json.dumps({name: event_schema(name) for name in EVENTS}, indent=2) + "\n"
+    # One event a line: each schema is whole (its payloads' in its $defs),
+    # for a consumer to use alone, so the file repeats them.
+    lines = [f"{json.dumps(name)}: {json.dumps(event_schema(name))}" for name in EVENTS]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 if __name__ == "__main__":

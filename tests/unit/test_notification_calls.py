@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The node, flavor, quota and scheduling notifications, at their call sites.
+"""The node, flavor and quota notifications, at their call sites (the Ironic sync's too).
 
 On SQLite, with the real :class:`~conductor.notifications.Notifier` and a
 recording ``send`` (``tests/unit/test_notifications.py``'s); every message
@@ -22,10 +22,13 @@ from conductor.db.engine import Database
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
+from conductor.ironic_sync import IronicInventorySync
 from conductor.notification_events import event_schema
 from conductor.notifications import Notifier
 from tests.dbutil import migrated
 from tests.unit.test_endpoints import StubMembership
+from tests.unit.test_ironic_driver import FakeIronic
+from tests.unit.test_ironic_sync import add, make_conf
 from tests.unit.test_notifications import CTXT, Sent
 
 ADMIN: dict[str, Any] = {"project_id": "admin-p", "user_id": "u", "roles": ["admin"]}
@@ -158,3 +161,17 @@ def test_quota_changes_are_notified_with_the_limits_after(calls: Calls) -> None:
             },
         ),
     ]
+
+
+def test_the_ironic_syncs_imports_are_node_creates(tmp_path: Path, calls: Calls) -> None:
+    ironic = FakeIronic()
+    first = add(ironic, "rack1-n1", resource_class="baremetal")
+    add(ironic, "rack1-n2", resource_class="baremetal")
+    conf = make_conf(tmp_path)
+    sync = IronicInventorySync(calls.db, conf, client=ironic, notifier=calls.notifier)  # type: ignore[arg-type]
+    assert sync.run().created == 2
+    assert sync.run().created == 0  # nothing new: nothing sent
+    sent = calls.sent_now()
+    assert [t for t, _d in sent] == ["node.create.end"] * 2
+    assert {d["name"] for _t, d in sent} == {"rack1-n1", "rack1-n2"}
+    assert first.uuid in {d["uuid"] for _t, d in sent}
