@@ -242,7 +242,9 @@ class InstancePayload(Payload):
     name: Annotated[str, Doc("its name")]
     project_id: Annotated[str | None, Doc("the project it belongs to (``null``: the operator's)")]
     user_id: Annotated[str | None, Doc("the user who asked for it")]
-    flavor: Annotated[FlavorPayload, Doc("its flavor")]
+    flavor: Annotated[
+        FlavorPayload, Doc("its flavor, as defined now (read by the instance's flavor name)")
+    ]
     image: Annotated[ImagePayload | None, Doc("its image (``null``: none given)")]
     vm_state: Annotated[
         str, Doc("``building``, ``active``, ``stopped``, ``error``, ``deleting`` or ``deleted``")

@@ -261,7 +261,7 @@ class Notifier:
             if isinstance(instance, str):
                 instance, flavor = instances.get_build(self._db, instance)
             else:
-                flavor = instances.get_build(self._db, instance.uuid)[1]
+                flavor = _flavor_or_none(self._db, instance.flavor)
             if if_state is not None and instance.vm_state is not if_state:
                 return
             payload = InstancePayload.of(instance, flavor, self._node_power(instance))
