@@ -2,7 +2,7 @@
 """The notifications' payloads, each declared once, and the JSON schemas made from them.
 
 A payload is a frozen dataclass with a ``NAME`` and a ``VERSION``; each
-field says what it is in its metadata (``doc``).  On the wire a payload is
+field says what it is in its annotation (``Annotated[str, Doc("...")]``).  On the wire a payload is
 an envelope, as Nova's ``nova_object`` and Ironic's ``ironic_object``:
 ``ringfleet_object.name``, ``.namespace``, ``.version`` and ``.data`` (its
 fields), and a payload nested in another (an instance's flavor) is an
