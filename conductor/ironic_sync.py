@@ -94,6 +94,8 @@ from conductor.common.objects import Node, ProvisionState
 from conductor.common.provision_states import IDLE
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
+from conductor.notification_payloads import NodePayload
+from conductor.notifications import Notifier
 from conductor.power_sync import InstancePowerSync
 from conductor.validation import NodeSpec, NodeUpdate, validate_node_spec
 
@@ -183,6 +185,7 @@ class IronicInventorySync:
         client: BaremetalClient | None = None,
         clean_orphan: CleanOrphan | None = None,
         power_sync: InstancePowerSync | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         """``clean_orphan``: hands an orphan claim to the node's owner
         (module docstring); ``None``: orphan claims are only recorded.
@@ -196,6 +199,8 @@ class IronicInventorySync:
         self._client = client if client is not None else BaremetalClient.from_conf(conf)
         self._clean_orphan = clean_orphan
         self._power_sync = power_sync
+        # node.create.end of the nodes a pass imports (changes Ironic's own tell).
+        self._notifier = notifier or Notifier.disabled()
         # Where the next pass starts handing orphans (round robin, when a
         # pass finds more than it hands).
         self._orphans_after: str | None = None
@@ -213,12 +218,13 @@ class IronicInventorySync:
         *,
         clean_orphan: CleanOrphan | None = None,
         power_sync: InstancePowerSync | None = None,
+        notifier: Notifier | None = None,
     ) -> IronicInventorySync | None:
         """The sync ``[ironic]`` configures, or ``None`` when it names no Ironic."""
         ironic_conf.OPTIONS.register(conf)
         if not conf[ironic_conf.group.name].auth_type:
             return None
-        return cls(db, conf, clean_orphan=clean_orphan, power_sync=power_sync)
+        return cls(db, conf, clean_orphan=clean_orphan, power_sync=power_sync, notifier=notifier)
 
     def run(self) -> SyncSummary:
         """One pass.
@@ -453,7 +459,7 @@ class IronicInventorySync:
         self, specs: list[NodeSpec], sightings: dict[str, db_nodes.BackEndObservation]
     ) -> int:
         try:
-            return len(db_nodes.create_nodes(self._db, specs, observed=sightings))
+            return self._created(db_nodes.create_nodes(self._db, specs, observed=sightings))
         except RingfleetError as exc:
             # A name taken by another node, or a concurrent pass: one by one,
             # so one clash does not keep the others out.
@@ -461,11 +467,19 @@ class IronicInventorySync:
         created = 0
         for spec in specs:
             try:
-                db_nodes.create_nodes(self._db, [spec], observed=sightings)
-                created += 1
+                created += self._created(
+                    db_nodes.create_nodes(self._db, [spec], observed=sightings)
+                )
             except RingfleetError as exc:
                 LOG.warning("Ironic sync: node %s (%s) not imported: %s", spec.uuid, spec.name, exc)
         return created
+
+    def _created(self, nodes: list[Node]) -> int:
+        """How many *nodes* (committed); each one's ``node.create.end``."""
+        if self._notifier.enabled:
+            for node in nodes:
+                self._notifier.send("node.create.end", NodePayload.of(node))
+        return len(nodes)
 
     def _update_description(self, node: Node, spec: NodeSpec) -> bool:
         remove = frozenset(set(node.properties) - set(spec.properties))

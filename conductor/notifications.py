@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Versioned notifications: what happened to instances and to node ownership, on the bus.
+"""Versioned notifications: what happened to instances, nodes, flavors, quotas, on the bus.
 
 As Nova and Ironic do for billing, audit and monitoring: an oslo.messaging
 ``Notifier``, configured by the standard ``[oslo_messaging_notifications]``
@@ -8,48 +8,66 @@ a driver other than ``noop`` is set.  Each notification is an event type
 (``instance.create.end``, ``node.owner.update``...), a priority (``INFO``;
 ``ERROR`` for the ``.error`` events) and a payload in a versioned envelope
 (``ringfleet_object.name``, ``.namespace``, ``.version``, ``.data``), from
-publisher ``ringfleet-conductor:<host>``.  ``docs/operations.rst``
-("Notifications") lists every event type and payload field.
+publisher ``ringfleet-conductor:<host>``.  The event types are listed in
+:mod:`conductor.notification_events`, the payloads declared in
+:mod:`conductor.notification_payloads`; ``docs/notifications.rst`` publishes
+both, with each event's JSON schema.
 
 Each is sent once the change it reports is committed, never before, by the
-code that committed it: an instance's through :meth:`Notifier.instance`,
-named by its state machine event (:mod:`conductor.common.instance_states`;
-the table below maps events to event types), ownership's through
-:meth:`Notifier.ownership`.  Nothing an operation does waits for the broker
-or fails with it: notifications are queued and sent by one thread of
+code that committed it (``scheduler.select_destinations.start``, the
+request handed to the scheduler, is the one exception): an instance's through
+:meth:`Notifier.instance`, named by its state machine event
+(:mod:`conductor.common.instance_states`; the table below maps events to
+event types), ownership's through :meth:`Notifier.ownership`, the others
+through :meth:`Notifier.send`.  Nothing an operation does waits for the
+broker or fails with it: notifications are queued and sent by one thread of
 their own (started with the first, after any fork), in the order they were
 queued.  While the broker cannot take them the queue fills, then new ones
 are dropped; failures and drops are logged once per outage, the recovery
 once.  The payload of an instance notification is the instance as read
-right after the change (one read by primary key, only when notifications
+right after the change (one read of it with its flavor, and of its node
+unless its state says its power, by primary key, only when notifications
 are on).
-
-Payload versions follow Nova's rule: a new field is a minor version, a
-removed or changed one a major version.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime
 import enum
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_context import context as request_context
 
 from conductor.common import rpc, verbs
+from conductor.common.exception import NotFound
 from conductor.common.instance_states import Event
-from conductor.common.objects import ClaimOutcome, Instance, ReleaseOutcome, TaskState, VmState
-from conductor.db import instances
+from conductor.common.objects import (
+    ClaimOutcome,
+    Flavor,
+    Instance,
+    PowerState,
+    ReleaseOutcome,
+    TaskState,
+    VmState,
+)
+from conductor.db import flavors, instances
+from conductor.db import nodes as node_db
 from conductor.db.engine import Database
+from conductor.notification_events import EVENTS, Priority
+from conductor.notification_payloads import (
+    NAMESPACE,
+    InstancePayload,
+    NodeOwner,
+    NodeOwnershipPayload,
+    Payload,
+)
 
 __all__ = [
     "ACTION_NAMES",
@@ -68,8 +86,6 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-#: ``ringfleet_object.namespace`` of every payload.
-NAMESPACE: Final = "ringfleet"
 #: How many notifications wait for the broker before new ones are dropped.
 QUEUE_SIZE: Final = 10_000
 #: Nodes per ``node.owner.update`` (a claim of thousands is several).
@@ -78,11 +94,24 @@ NODES_PER_NOTIFICATION: Final = 500
 NODE_OWNER_UPDATE: Final = "node.owner.update"
 
 
-class Priority(enum.StrEnum):
-    """A notification's priority (oslo.messaging's, as Nova uses them)."""
+#: The states whose idle instance's power is known without its node.
+_IDLE: Final = (VmState.ACTIVE, VmState.STOPPED)
 
-    INFO = "info"
-    ERROR = "error"
+
+class OwnerChange(enum.StrEnum):
+    """Why nodes changed owner (``reason`` of ``node.owner.update``)."""
+
+    #: An agent took nodes that were free or whose owner had left.
+    CLAIM = "claim"
+    #: An agent took pinned nodes (hosting instances) of an owner gone
+    #: longer than ``rehome_grace``: the instances' host moved with them.
+    REHOME = "rehome"
+    #: An agent gave nodes up (they have no owner now).
+    RELEASE = "release"
+    #: An agent handed nodes to other agents (a drain, a hand-over).
+    TRANSFER = "transfer"
+    #: An operator moved a node whose owner is gone (``node move``).
+    MOVE = "move"
 
 
 #: The action of each power and lifecycle verb, by its task state, in event
@@ -128,126 +157,7 @@ def instance_event_type(event: Event, task: TaskState | None = None) -> tuple[st
         if task is None:
             raise KeyError(f"{event.value} needs the task state of the action it ends")
         event_type = event_type.replace("*", ACTION_NAMES[task])
-    priority = Priority.ERROR if event_type.endswith(".error") else Priority.INFO
-    return event_type, priority
-
-
-# -- payloads ------------------------------------------------------------------------
-
-
-def _primitive(value: Any) -> Any:
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _primitive(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_primitive(v) for v in value]
-    return value
-
-
-@dataclasses.dataclass(frozen=True)
-class _Payload:
-    """A versioned payload: its fields, in a ``ringfleet_object`` envelope."""
-
-    NAME: ClassVar[str]
-    VERSION: ClassVar[str]
-
-    def envelope(self) -> dict[str, Any]:
-        return {
-            "ringfleet_object.name": self.NAME,
-            "ringfleet_object.namespace": NAMESPACE,
-            "ringfleet_object.version": self.VERSION,
-            "ringfleet_object.data": _primitive(dataclasses.asdict(self)),
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class InstancePayload(_Payload):
-    """An instance as it is after the change (every ``instance.*`` event)."""
-
-    NAME: ClassVar[str] = "InstancePayload"
-    VERSION: ClassVar[str] = "1.0"
-
-    uuid: str
-    name: str
-    project_id: str | None
-    user_id: str | None
-    flavor: str
-    vm_state: str
-    task_state: str | None
-    node_uuid: str | None
-    host: str | None
-    image_source: str | None
-    fault: str | None
-    attempts: int
-    created_at: datetime.datetime | None
-    updated_at: datetime.datetime | None
-
-    @classmethod
-    def of(cls, instance: Instance) -> InstancePayload:
-        source = (instance.image or {}).get("source")
-        return cls(
-            uuid=instance.uuid,
-            name=instance.name,
-            project_id=instance.project_id,
-            user_id=instance.user_id,
-            flavor=instance.flavor,
-            vm_state=instance.vm_state.value,
-            task_state=None if instance.task_state is None else instance.task_state.value,
-            node_uuid=instance.node_uuid,
-            host=instance.host,
-            # No query string: a signed URL's signature is a credential.
-            image_source=None if source is None else str(source).split("?", 1)[0],
-            fault=instance.fault,
-            attempts=instance.attempts,
-            created_at=instance.created_at,
-            updated_at=instance.updated_at,
-        )
-
-
-class OwnerChange(enum.StrEnum):
-    """Why nodes changed owner (``reason`` of ``node.owner.update``)."""
-
-    #: An agent took nodes that were free or whose owner had left.
-    CLAIM = "claim"
-    #: An agent took pinned nodes (hosting instances) of an owner gone
-    #: longer than ``rehome_grace``: the instances' host moved with them.
-    REHOME = "rehome"
-    #: An agent gave nodes up (they have no owner now).
-    RELEASE = "release"
-    #: An agent handed nodes to other agents (a drain, a hand-over).
-    TRANSFER = "transfer"
-    #: An operator moved a node whose owner is gone (``node move``).
-    MOVE = "move"
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeOwner:
-    """One node's ownership after a change."""
-
-    uuid: str
-    owner: str | None
-    owner_epoch: int
-    #: Who owned it before; ``None`` for a claim or a re-home (free, or an
-    #: owner that left: the node's previous notification names it).
-    previous_owner: str | None = None
-    #: The instance it hosts (pinned), if any.
-    instance_uuid: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeOwnershipPayload(_Payload):
-    """Nodes whose ``(owner, owner_epoch)`` one committed change set (``node.owner.update``)."""
-
-    NAME: ClassVar[str] = "NodeOwnershipPayload"
-    VERSION: ClassVar[str] = "1.0"
-
-    reason: str
-    #: The agent whose call made the change (``None`` for an operator's move).
-    agent: str | None
-    nodes: tuple[NodeOwner, ...]
+    return event_type, EVENTS[event_type].priority
 
 
 # -- the notifier --------------------------------------------------------------------
@@ -346,24 +256,57 @@ class Notifier:
             return
         ident = instance if isinstance(instance, str) else instance.uuid
         try:
-            event_type, priority = instance_event_type(event, task)
+            event_type, _priority = instance_event_type(event, task)
+            assert self._db is not None, "a notifier without a database reads no instance"
             if isinstance(instance, str):
-                assert self._db is not None, "a notifier without a database needs instances"
-                instance = instances.get_instance(self._db, instance)
+                instance, flavor = instances.get_build(self._db, instance)
+            else:
+                flavor = _flavor_or_none(self._db, instance.flavor)
             if if_state is not None and instance.vm_state is not if_state:
                 return
-            payload = InstancePayload.of(instance).envelope()
+            payload = InstancePayload.of(instance, flavor, self._node_power(instance))
         except Exception as exc:  # a notification never fails the operation
             self._lose(f"instance {ident} {event.value}", exc)
             return
-        self._put(priority, event_type, payload)
+        self._put(event_type, payload)
+
+    def _node_power(self, instance: Instance) -> PowerState | None:
+        """The power of *instance*'s node (``None``: no node, or gone meanwhile);
+        not read for an idle active or stopped instance, whose state says it."""
+        idle = instance.task_state is None and instance.vm_state in (
+            VmState.ACTIVE,
+            VmState.STOPPED,
+        )
+        if instance.node_uuid is None or self._db is None or idle:
+            return None
+        try:
+            return node_db.get_node(self._db, instance.node_uuid).power_state
+        except NotFound:
+            return None
 
     def instances_created(self, created: Iterable[Instance]) -> None:
-        """Build requests stored (``instance.create.start`` each, no read)."""
+        """Build requests stored (``instance.create.start`` each; one read of their flavor)."""
         if self._send is None:
             return
+        found: dict[str, Flavor | None] = {}
+        event_type = INSTANCE_EVENT_TYPES[Event.REQUEST]
         for instance in created:
-            self.instance(Event.REQUEST, instance)
+            try:
+                if instance.flavor not in found:
+                    assert self._db is not None, "a notifier without a database reads no flavor"
+                    found[instance.flavor] = _flavor_or_none(self._db, instance.flavor)
+                payload = InstancePayload.of(instance, found[instance.flavor], None)
+            except Exception as exc:  # a notification never fails the operation
+                self._lose(f"instance {instance.uuid} {Event.REQUEST.value}", exc)
+                continue
+            self._put(event_type, payload)
+
+    def send(self, event_type: str, payload: Payload) -> None:
+        """*event_type* happened (committed), told by *payload* (built by the caller,
+        only when :attr:`enabled`: it may cost a read)."""
+        if self._send is None:
+            return
+        self._put(event_type, payload)
 
     def ownership(self, reason: OwnerChange, agent: str | None, nodes: Sequence[NodeOwner]) -> None:
         """Nodes changed owner (committed): ``node.owner.update``, a few hundred nodes each."""
@@ -372,7 +315,7 @@ class Notifier:
         for start in range(0, len(nodes), NODES_PER_NOTIFICATION):
             chunk = tuple(nodes[start : start + NODES_PER_NOTIFICATION])
             payload = NodeOwnershipPayload(reason=reason.value, agent=agent, nodes=chunk)
-            self._put(Priority.INFO, NODE_OWNER_UPDATE, payload.envelope())
+            self._put(NODE_OWNER_UPDATE, payload)
 
     def claimed(self, agent: str, outcome: ClaimOutcome) -> None:
         """*agent*'s claim took ``outcome.taken``: ``claim`` for free nodes,
@@ -425,7 +368,17 @@ class Notifier:
 
     # -- sending -----------------------------------------------------------------------
 
-    def _put(self, priority: Priority, event_type: str, payload: dict[str, Any]) -> None:
+    def _put(self, event_type: str, payload: Payload) -> None:
+        spec = EVENTS.get(event_type)
+        if spec is None or not isinstance(payload, spec.payload):
+            # A programming error: sending it would break the published schemas.
+            self._lose(event_type, f"not a published event type of {type(payload).__name__}")
+            return
+        try:
+            envelope = payload.envelope()
+        except Exception as exc:  # a notification never fails the operation
+            self._lose(event_type, exc)
+            return
         with self._lock:
             if self._closed:
                 return
@@ -436,7 +389,7 @@ class Notifier:
                 _swallowed_failures().watch(self._thread.name, self)
                 self._thread.start()
         try:
-            self._queue.put_nowait((priority, event_type, payload, _context()))
+            self._queue.put_nowait((spec.priority, event_type, envelope, _context()))
         except queue.Full:
             self._lose(event_type, f"{self._queue.maxsize} notifications wait for the broker")
 
@@ -493,6 +446,13 @@ class Notifier:
             _swallowed_failures().forget(thread.name)
         if self._close is not None:
             self._close()
+
+
+def _flavor_or_none(db: Database, name: str) -> Flavor | None:
+    try:
+        return flavors.get_flavor(db, name)
+    except NotFound:
+        return None
 
 
 def _context() -> request_context.RequestContext | None:

@@ -117,7 +117,11 @@ class ConductorService:
         # nodes' owners through the router (its on-demand passes too).
         self._power_sync = InstancePowerSync(db, self._notifier)
         self._ironic_sync = IronicInventorySync.from_conf(
-            db, conf, clean_orphan=builds.clean_orphan, power_sync=self._power_sync
+            db,
+            conf,
+            clean_orphan=builds.clean_orphan,
+            power_sync=self._power_sync,
+            notifier=self._notifier,
         )
         if self._ironic_sync is not None:
             self._ironic_sync.on_change = self._hints.changed
@@ -223,7 +227,7 @@ class ConductorService:
                 db, fleet, self._ironic_sync, power=builds, notifier=notifier, hints=self._hints
             ),
             InstancesEndpoint(db, builds, quota=self._quota_defaults, notifier=notifier),
-            QuotasEndpoint(db, self._quota_defaults),
+            QuotasEndpoint(db, self._quota_defaults, notifier=notifier),
             KeyPairsEndpoint(db),
             InstanceLabelsEndpoint(db),
             FleetEndpoint(

@@ -31,14 +31,24 @@ extensions = [
     "oslo_policy.sphinxext",
 ]
 
-# rpc-reference.rst is included by rpc-api.rst, not a page of its own.
-exclude_patterns = ["_build", "rpc-reference.rst"]
+# rpc-reference.rst is included by rpc-api.rst, notification-reference.rst by
+# notifications.rst: not pages of their own.
+exclude_patterns = ["_build", "rpc-reference.rst", "notification-reference.rst"]
+# Each notification's JSON schema, published beside the pages
+# (tools/gen_notification_doc.py writes it).
+html_extra_path = ["notification-schemas.json"]
 # Literal blocks in the hand-written pages are shell sessions, config files
 # and JSON, not Python: no guessing of a lexer (and no warning when one fails).
 highlight_language = "none"
 
 html_theme = "alabaster"
 html_title = f"ringfleet {release}"
+
+# The commands' examples (the end of each one's --help) as literal blocks:
+# cliff's extension reads a command's epilog as reStructuredText.
+from conductor.cli.command import Examples  # noqa: E402 -- after the version
+
+Examples.rst = True
 
 # ringfleet(1): the command, its global options and every command in the
 # ``ringfleet.cli`` entry-point namespace (cliff.sphinxext).

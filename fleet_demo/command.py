@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from cliff.command import Command
 
-from conductor.cli.command import own_epilog
+from conductor.cli.command import Examples
 from conductor.common.extras import MissingExtra
 from fleet_demo.options import DemoOptions
 
@@ -131,8 +131,15 @@ Exit status: 0 when every invariant held, 1 when one was violated (each is
 listed at the end), 2 for a bad option (named in the error)."""
 
 
-class Demo(Command):
+class Demo(Examples, Command):
     """Run a whole fleet in this process, no servers, and show it at work."""
+
+    examples = (
+        (
+            "a small fleet with some failing deploys",
+            "--agents 3 --nodes 30 --instances 12 --failure-rate 0.1",
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -140,10 +147,6 @@ class Demo(Command):
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         add_arguments(parser)
         return parser
-
-    def get_epilog(self) -> str:
-        epilog = own_epilog(self)
-        return super().get_epilog() if epilog is None else epilog
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.instances > parsed_args.nodes:

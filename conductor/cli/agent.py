@@ -21,6 +21,8 @@ class AgentDrain(ConductorCommand, ShowOne):
     'ringfleet fleet status'.
     """
 
+    examples = (("hand agent-3's nodes to the other agents before its maintenance", "agent-3"),)
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("host", metavar="HOST", help="the agent's [DEFAULT] host")

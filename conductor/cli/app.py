@@ -18,10 +18,13 @@ from typing import Any
 
 from cliff.app import App
 from cliff.commandmanager import CommandManager
+from cliff.complete import CompleteCommand
+from cliff.help import HelpCommand
 from oslo_config import cfg
 
 from conductor.cli import login
 from conductor.cli.client import client_from_conf, load_config
+from conductor.cli.command import Examples
 
 __all__ = ["COMMAND_NAMESPACE", "RingfleetApp", "main"]
 
@@ -42,6 +45,18 @@ _QUIET_LIBRARIES = (
 COMMAND_NAMESPACE = "ringfleet.cli"
 
 
+class _Help(Examples, HelpCommand):
+    """Print detailed help for another command."""
+
+    examples = (("every command", ""), ("one command's options and examples", "node list"))
+
+
+class _Complete(Examples, CompleteCommand):
+    """Print a bash completion script for ringfleet's commands."""
+
+    examples = (("the bash completion script, for /etc/bash_completion.d", "--shell bash"),)
+
+
 class RingfleetApp(App):
     """``ringfleet``: operate a ringfleet bare-metal fleet."""
 
@@ -52,6 +67,9 @@ class RingfleetApp(App):
             command_manager=CommandManager(COMMAND_NAMESPACE),
             deferred_help=True,
         )
+        # cliff's own commands, with examples in their help as ours have.
+        self.command_manager.add_command("help", _Help)
+        self.command_manager.add_command("complete", _Complete)
         self._client: Any = None
         self._transport: Any = None
         self._conf: tuple[cfg.ConfigOpts, str] | None = None

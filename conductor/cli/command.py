@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from cliff._argparse import SmartHelpFormatter
 from oslo_config import cfg
 
 from conductor.common.exception import InvalidInput, RingfleetError
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConductorCommand",
+    "Examples",
+    "command_line",
     "describe_error",
     "key_value",
     "own_epilog",
@@ -160,6 +163,17 @@ def own_epilog(command: Any) -> str | None:
     return "\n\n".join(parts)
 
 
+def command_line(command: Any) -> str:
+    """*command* as its user typed it, the program named once, for its
+    messages: ``ringfleet node list``, or ``openstack ringfleet node list``
+    under the openstack CLI (whose command names start with ``ringfleet``)."""
+    from conductor.cli.app import RingfleetApp  # noqa: PLC0415 -- loaded: it runs the command
+
+    name = getattr(command, "cmd_name", None) or ""
+    program = "ringfleet" if isinstance(command.app, RingfleetApp) else "openstack"
+    return f"{program} {name}".rstrip()
+
+
 def key_value(text: str) -> tuple[str, str]:
     """argparse type of ``KEY=VALUE`` options (a bad one is a usage error)."""
     key, sep, value = text.partition("=")
@@ -168,7 +182,76 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-class ConductorCommand:
+class _ExampleFormatter(SmartHelpFormatter):
+    """cliff's help formatter, but an epilog's indented lines (the examples)
+    are kept as they are, where argparse would run them into one line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.split("\n\n"):
+            lines = block.splitlines()
+            if len(lines) > 1 and all(line.startswith("  ") for line in lines[1:]):
+                blocks.append("\n".join(indent + line for line in lines))
+            else:
+                blocks.append(str(super()._fill_text(block, width, indent)))
+        return "\n\n".join(blocks)
+
+
+def _shell_lines(command: str, width: int = 76) -> list[str]:
+    """*command* as shell lines of about *width*, continued with backslashes."""
+    lines, line = [], "  "
+    for word in command.split(" "):
+        if line.strip() and len(line) + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = "     "
+        line = f"{line} {word}" if line.strip() else f"{line}{word}"
+    return [*lines, line]
+
+
+class Examples:
+    """Mixin: a command's examples at the end of its ``--help``.
+
+    :attr:`examples` are ``(what it does, the arguments)``; each is shown
+    as the command line its user types (``ringfleet node list ...``, or
+    ``openstack ringfleet node list ...`` under the openstack CLI).
+    ``tests/unit/test_cli_help.py`` checks that every command has one and
+    that each parses.
+    """
+
+    app: Any
+    #: (what it does, the command's arguments) of each example.
+    examples: tuple[tuple[str, str], ...] = ()
+
+    #: Examples as a reStructuredText literal block (the Sphinx build of the
+    #: man pages reads epilogs as reStructuredText: ``docs/conf.py`` sets it).
+    rst = False
+    #: The program and command as :meth:`get_parser` was given them.
+    _prog: str | None = None
+
+    def examples_text(self) -> str:
+        if not self.examples:
+            return ""
+        lines = ["Examples::", ""] if self.rst else ["Examples:"]
+        for what, arguments in self.examples:
+            typed = f"{self._prog or command_line(self)} {arguments}".rstrip()
+            lines += [f"  # {what}", *_shell_lines(typed)]
+        return "\n".join(lines)
+
+    def get_epilog(self) -> str:
+        epilog = own_epilog(self)
+        if epilog is None:
+            epilog = str(super().get_epilog())  # type: ignore[misc]
+        return "\n\n".join(part for part in (self.examples_text(), epilog) if part)
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        # What the user typed (cliff's applications pass it; Sphinx too).
+        self._prog = prog_name
+        parser: argparse.ArgumentParser = super().get_parser(prog_name)  # type: ignore[misc]
+        parser.formatter_class = _ExampleFormatter
+        return parser
+
+
+class ConductorCommand(Examples):
     """Mixin for cliff commands that call the conductor.
 
     Put it first in the bases (``class NodeList(ConductorCommand, Lister)``):
@@ -195,12 +278,6 @@ class ConductorCommand:
             return (RingfleetError, cfg.Error)
         return (RingfleetError, loaded.MessagingTimeout, loaded.MessagingException, cfg.Error)
 
-    def get_epilog(self) -> str:
-        epilog = own_epilog(self)
-        if epilog is None:
-            return str(super().get_epilog())  # type: ignore[misc]
-        return epilog
-
     @property
     def client(self) -> Any:
         """The :class:`conductor.rpcapi.ConductorAPI` of the app (``ringfleet``),
@@ -215,9 +292,9 @@ class ConductorCommand:
         try:
             result = int(super().run(parsed_args) or 0)  # type: ignore[misc]
         except self._expected() as exc:
-            LOG.debug("ringfleet %s failed", self.cmd_name, exc_info=True)
+            LOG.debug("%s failed", command_line(self), exc_info=True)
             rpc_timeout = getattr(getattr(self.app, "options", None), "rpc_timeout", None)
             for line in describe_error(exc, rpc_timeout):
-                self.app.stderr.write(f"ringfleet {self.cmd_name or ''}: error: {line}\n")
+                self.app.stderr.write(f"{command_line(self)}: error: {line}\n")
             return self.error_exit_code
         return result or self.exit_code

@@ -34,6 +34,21 @@ def _show(flavor: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
 class FlavorCreate(ConductorCommand, ShowOne):
     """Create a flavor: what a build asks of a node."""
 
+    examples = (
+        (
+            "a flavor of baremetal nodes with a GPU trait",
+            "--resource-class baremetal --required-trait CUSTOM_GPU gpu-large",
+        ),
+        (
+            "one whose builds default to an image",
+            (
+                "--resource-class baremetal --default-image "
+                "https://images.example.com/ubuntu.img --default-image-checksum "
+                "md5:9e107d9d372bb6826bd81d3542a419d6 small"
+            ),
+        ),
+    )
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="NAME", help="unique flavor name")
@@ -80,6 +95,8 @@ class FlavorCreate(ConductorCommand, ShowOne):
 class FlavorList(ConductorCommand, Lister):
     """List flavors."""
 
+    examples = (("every flavor, as JSON", "-f json"),)
+
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
@@ -90,6 +107,8 @@ class FlavorList(ConductorCommand, Lister):
 
 class FlavorShow(ConductorCommand, ShowOne):
     """Show one flavor."""
+
+    examples = (("one flavor", "gpu-large"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -104,6 +123,8 @@ class FlavorShow(ConductorCommand, ShowOne):
 
 class FlavorDelete(ConductorCommand, Command):
     """Delete flavors (instances built from them keep their flavor name)."""
+
+    examples = (("two flavors no instance uses", "gpu-large small"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

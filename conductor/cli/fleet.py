@@ -64,6 +64,11 @@ class FleetStatus(ConductorCommand, Lister):
     ring version), then departed agents that still own nodes.
     """
 
+    examples = (
+        ("the agents, their nodes and builds in flight", ""),
+        ("the same as JSON, for a script", "-f json"),
+    )
+
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
@@ -95,6 +100,8 @@ class FleetCheck(ConductorCommand, Command):
     monitoring plugins expect; -f json or -f yaml gives the
     conductor's whole report, with the same exit status.
     """
+
+    examples = (("orphans, allocation mismatches, excluded peers (exit 1 if any)", ""),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

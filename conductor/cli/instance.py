@@ -19,7 +19,7 @@ from cliff.command import Command
 from cliff.lister import Lister
 from cliff.show import ShowOne
 
-from conductor.cli.command import ConductorCommand, key_value
+from conductor.cli.command import ConductorCommand, command_line, key_value
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.objects import VmState
 from conductor.common.paging import pages
@@ -226,16 +226,30 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
     return drive
 
 
-_CREATE_EXAMPLE = (
-    "Example: ringfleet instance create --flavor baremetal --name web --key-name mykey "
-    "--user-data cloud-init.yaml --property role=web --tag prod --wait"
-)
-
-
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (--count of them)."""
 
-    _epilog = _CREATE_EXAMPLE  # type: ignore[assignment]  # cliff: None
+    examples = (
+        (
+            "three instances of flavor small, waiting until they are ACTIVE or ERROR",
+            "--flavor small --count 3 --wait",
+        ),
+        (
+            "one with an image and user data",
+            (
+                "--flavor small --name web-1 --image "
+                "https://images.example.com/ubuntu.img --image-checksum "
+                "md5:9e107d9d372bb6826bd81d3542a419d6 --user-data cloud-init.yaml"
+            ),
+        ),
+        (
+            "one with a key pair, user data, metadata and a tag",
+            (
+                "--flavor baremetal --name web --key-name mykey "
+                "--user-data cloud-init.yaml --property role=web --tag prod --wait"
+            ),
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -351,7 +365,7 @@ class InstanceCreate(ConductorCommand, Lister):
                 if tty:
                     self.app.stderr.write("\n")
                 self.app.stderr.write(
-                    f"ringfleet {self.cmd_name}: error: {len(pending)} instances not "
+                    f"{command_line(self)}: error: {len(pending)} instances not "
                     f"ACTIVE or ERROR after {timeout:g} s\n"
                 )
                 self.exit_code = 1
@@ -368,6 +382,11 @@ class InstanceCreate(ConductorCommand, Lister):
 
 class InstanceList(ConductorCommand, Lister):
     """List instances (all of them, unless --limit)."""
+
+    examples = (
+        ("the instances in error", "--state error"),
+        ("every project's (admins)", "--all-projects"),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -406,6 +425,8 @@ class InstanceList(ConductorCommand, Lister):
 class InstanceShow(ConductorCommand, ShowOne):
     """Show one instance."""
 
+    examples = (("one instance", "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"),)
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("instance", metavar="UUID", help="instance uuid")
@@ -420,6 +441,13 @@ class InstanceShow(ConductorCommand, ShowOne):
 
 class InstanceDelete(ConductorCommand, Command):
     """Delete instances: each node is torn down, then freed."""
+
+    examples = (
+        (
+            "two instances",
+            "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a 5e7f9a1b-3c5d-4e6f-8a0b-1c2d3e4f5a6b",
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -492,17 +520,23 @@ class InstanceReboot(_InstanceVerb):
     cannot) or --hard (a power cycle).  Issued again while one hangs, it
     routes it anew (see the stuck-action problem of 'fleet check')."""
 
+    examples = (("a hard reboot (power cycle)", "--hard 0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"),)
+
     command = "instance reboot"
 
 
 class InstanceStop(_InstanceVerb):
     """Power active instances off (a clean shutdown first): stopped."""
 
+    examples = (("power an instance off", "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"),)
+
     command = "instance stop"
 
 
 class InstanceStart(_InstanceVerb):
     """Power stopped instances on: active."""
+
+    examples = (("power a stopped instance on", "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"),)
 
     command = "instance start"
 
@@ -515,6 +549,18 @@ class InstanceRebuild(_InstanceVerb):
     and --meta as meta_data, --network-data): each given replaces
     the instance's, the others are kept.
     """
+
+    examples = (
+        ("re-image an instance with the image it has", "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"),
+        (
+            "with a new image",
+            (
+                "--image https://images.example.com/ubuntu-24.img --image-checksum "
+                "md5:9e107d9d372bb6826bd81d3542a419d6 "
+                "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"
+            ),
+        ),
+    )
 
     command = "instance rebuild"
 

@@ -41,7 +41,7 @@ def _given(parsed_args: argparse.Namespace) -> None:
 class InstanceSet(ConductorCommand, Command):
     """Set metadata keys and add tags of an instance (active or stopped)."""
 
-    _epilog = "Example: ringfleet instance set UUID --property role=db --tag prod"  # type: ignore[assignment]  # cliff: None
+    examples = (("a metadata item and a tag", "UUID --property role=db --tag prod"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -61,7 +61,7 @@ class InstanceSet(ConductorCommand, Command):
 class InstanceUnset(ConductorCommand, Command):
     """Delete metadata keys and tags of an instance (active or stopped)."""
 
-    _epilog = "Example: ringfleet instance unset UUID --property role --tag prod"  # type: ignore[assignment]  # cliff: None
+    examples = (("drop a metadata item and a tag", "UUID --property role --tag prod"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

@@ -30,17 +30,16 @@ def _named(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-_CREATE_EXAMPLE = (
-    "Example: ringfleet keypair create --public-key ~/.ssh/id_ed25519.pub mykey "
-    "(without --public-key a key is generated: --private-key FILE keeps its private "
-    "half, otherwise it is printed once)"
-)
-
-
 class KeypairCreate(ConductorCommand, ShowOne):
     """Import a public key as a key pair, or have one generated."""
 
-    _epilog = _CREATE_EXAMPLE  # type: ignore[assignment]  # cliff: None
+    examples = (
+        ("import your public key as mykey", "--public-key ~/.ssh/id_ed25519.pub mykey"),
+        (
+            "have one generated, its private half written to a file (else printed once)",
+            "--private-key mykey.pem mykey",
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = _named(super().get_parser(prog_name))
@@ -85,7 +84,7 @@ class KeypairCreate(ConductorCommand, ShowOne):
 class KeypairList(ConductorCommand, Lister):
     """List your key pairs."""
 
-    _epilog = "Example: ringfleet keypair list"  # type: ignore[assignment]  # cliff: None
+    examples = (("your key pairs", ""),)
 
     def take_action(
         self, parsed_args: argparse.Namespace
@@ -98,7 +97,7 @@ class KeypairList(ConductorCommand, Lister):
 class KeypairShow(ConductorCommand, ShowOne):
     """Show one of your key pairs."""
 
-    _epilog = "Example: ringfleet keypair show mykey"  # type: ignore[assignment]  # cliff: None
+    examples = (("one key pair", "mykey"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         return _named(super().get_parser(prog_name))
@@ -111,7 +110,7 @@ class KeypairShow(ConductorCommand, ShowOne):
 class KeypairDelete(ConductorCommand, Command):
     """Delete one of your key pairs (instances built with it keep the key)."""
 
-    _epilog = "Example: ringfleet keypair delete mykey"  # type: ignore[assignment]  # cliff: None
+    examples = (("delete a key pair", "mykey"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         return _named(super().get_parser(prog_name))

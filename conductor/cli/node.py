@@ -75,6 +75,16 @@ def _show(node: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
 class NodeCreate(ConductorCommand, ShowOne):
     """Enroll one node."""
 
+    examples = (
+        (
+            "a node with its capabilities",
+            (
+                "--resource-class baremetal --property capabilities=boot_mode:uefi "
+                "--trait CUSTOM_RAID node-01"
+            ),
+        ),
+    )
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="NAME", help="unique node name")
@@ -148,6 +158,11 @@ class NodeList(ConductorCommand, StreamingLister):
     -f csv and -f json (the next page is fetched meanwhile); a table needs
     every row for its column widths, so it prints at the end.
     """
+
+    examples = (
+        ("the nodes in maintenance", "--maintenance"),
+        ("every node of agent-1, with all columns, as JSON", "--owner agent-1 --long -f json"),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -226,6 +241,8 @@ class NodeList(ConductorCommand, StreamingLister):
 class NodeShow(ConductorCommand, ShowOne):
     """Show one node (by uuid or name)."""
 
+    examples = (("one node, by name or uuid", "node-01"),)
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("node", metavar="NODE", help="uuid or name")
@@ -242,6 +259,11 @@ class NodeShow(ConductorCommand, ShowOne):
 
 class NodeSet(ConductorCommand, Command):
     """Change a node: properties, traits, resource class, maintenance."""
+
+    examples = (
+        ("put a node in maintenance", "--maintenance --reason 'disk replacement' node-01"),
+        ("add a trait", "--add-trait CUSTOM_GPU node-01"),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -302,6 +324,8 @@ class NodeSet(ConductorCommand, Command):
 class NodeMove(ConductorCommand, ShowOne):
     """Move a node whose owner is gone to a live agent (pinned nodes at once)."""
 
+    examples = (("move a node whose owner is gone to agent-2", "node-01 agent-2"),)
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("node", metavar="NODE", help="uuid or name")
@@ -316,6 +340,8 @@ class NodeMove(ConductorCommand, ShowOne):
 
 class NodeOwner(ConductorCommand, ShowOne):
     """Who owns a node, at which epoch, and who the ring says should."""
+
+    examples = (("who owns a node, and who the ring says should", "node-01"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -337,6 +363,8 @@ class NodeSync(ConductorCommand, ShowOne):
     A conductor runs one pass (the same as its periodic [ironic]
     sync_interval pass) and answers what it did.
     """
+
+    examples = (("import Ironic's nodes now", ""),)
 
     def take_action(
         self, parsed_args: argparse.Namespace
@@ -370,6 +398,8 @@ class NodePower(ConductorCommand, ShowOne):
     """Power a node on or off, or reboot it (its owner does it in the background;
     'node show' then shows power_state).  An instance on it keeps its state."""
 
+    examples = (("power a node off, softly", "--soft off node-01"),)
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument(
@@ -396,6 +426,8 @@ class NodeDelete(ConductorCommand, Command):
     An imported Ironic node is refused while the next sync would import it
     again: tag it CUSTOM_RINGFLEET_EXCLUDE in Ironic (or remove it there) first.
     """
+
+    examples = (("forget a node in maintenance", "node-01"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

@@ -22,7 +22,7 @@ from typing import IO, Any
 from cliff.command import Command
 
 from conductor.cli import node_files
-from conductor.cli.command import ConductorCommand, describe_error
+from conductor.cli.command import ConductorCommand, command_line, describe_error
 from conductor.common.exception import Conflict, FieldError, InvalidInput
 from conductor.common.schemas import MAX_BATCH
 
@@ -129,6 +129,11 @@ class NodeImport(ConductorCommand, Command):
     separated), group, maintenance, maintenance_reason, provision_state,
     power_state, capabilities, and properties.<name> for any other property.
     """
+
+    examples = (
+        ("import nodes from a YAML file", "nodes.yaml"),
+        ("from CSV, 500 a call", "--input-format csv --batch-size 500 nodes.csv"),
+    )
 
     # --format was this command's first spelling of --input-format; it is
     # still read (with a warning) because the command has no -f/--format of
@@ -239,7 +244,7 @@ class NodeImport(ConductorCommand, Command):
                 ]
             )
         self.app.stderr.write(
-            f"ringfleet {self.cmd_name}: warning: {self._DEPRECATED_FORMAT} is deprecated, "
+            f"{command_line(self)}: warning: {self._DEPRECATED_FORMAT} is deprecated, "
             "use --input-format\n"
         )
         return old  # type: ignore[no-any-return]

@@ -154,6 +154,11 @@ class PlacementCheck(ConductorCommand, Command):
     transport_url and Placement's credentials.
     """
 
+    examples = (
+        ("compare every node with its Placement provider", ""),
+        ("one node", "--node node-01"),
+    )
+
     error_exit_code = 2
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

@@ -38,6 +38,8 @@ class _OneProject(ConductorCommand, Lister):
 class QuotaShow(_OneProject):
     """Show a project's limits and usage, per resource."""
 
+    examples = (("a project's limits and usage", "7f3c2b1a9e8d4c6b5a4f3e2d1c0b9a8f"),)
+
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
@@ -53,6 +55,13 @@ def _limit(text: str) -> int:
 
 class QuotaSet(_OneProject):
     """Set some of a project's own limits (the others are kept); -1 is unlimited."""
+
+    examples = (
+        (
+            "at most 10 instances and 4 GPU nodes",
+            "--instances 10 --resource-class gpu=4 7f3c2b1a9e8d4c6b5a4f3e2d1c0b9a8f",
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -88,6 +97,8 @@ class QuotaSet(_OneProject):
 class QuotaDelete(_OneProject):
     """Drop a project's own limits: the [quota] defaults apply again."""
 
+    examples = (("back to the defaults", "7f3c2b1a9e8d4c6b5a4f3e2d1c0b9a8f"),)
+
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
@@ -96,6 +107,8 @@ class QuotaDelete(_OneProject):
 
 class QuotaList(ConductorCommand, Lister):
     """List the projects with limits of their own."""
+
+    examples = (("the projects with limits of their own", ""),)
 
     def take_action(
         self, parsed_args: argparse.Namespace

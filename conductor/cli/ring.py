@@ -39,6 +39,8 @@ def _deviation(nodes: int, expected: float) -> str:
 class RingShow(ConductorCommand, Lister):
     """Nodes per node group and agent, against each agent's fair share."""
 
+    examples = (("the nodes per owner of group rack-1, against the ring", "--group rack-1"),)
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument(

@@ -27,6 +27,8 @@ from typing import IO, Any
 from cliff.columns import FormattableColumn
 from cliff.lister import Lister
 
+from conductor.cli.command import command_line
+
 __all__ = ["STREAMED_FORMATS", "StreamingLister", "prefetched_pages", "write_json_list"]
 
 #: output formats printed page by page
@@ -94,7 +96,7 @@ class StreamingLister(Lister):
         for number, page in enumerate(pages):
             if number == 1 and not streamed:
                 self.app.stderr.write(
-                    f"ringfleet {getattr(self, 'cmd_name', '') or ''}: more than one page: "
+                    f"{command_line(self)}: more than one page: "
                     f"the output starts when every page has arrived "
                     f"(-f {', -f '.join(STREAMED_FORMATS)} print each page as it arrives)\n"
                 )

@@ -60,6 +60,7 @@ __all__ = [
     "create_nodes",
     "delete_node",
     "get_node",
+    "get_nodes",
     "insert_nodes",
     "iter_nodes",
     "list_node_dicts",
@@ -281,6 +282,14 @@ def get_node(db: Database, ident: str) -> Node:
         if row is None:
             raise NodeNotFound(ident)
         return to_node(row)
+
+
+@retry_on_dead_connection
+def get_nodes(db: Database, uuids: Sequence[str]) -> list[Node]:
+    """The nodes of *uuids* that exist, in uuid order (one query)."""
+    query = select(NodeModel).where(NodeModel.uuid.in_(list(uuids))).order_by(NodeModel.uuid)
+    with db.transaction() as session:
+        return [to_node(row) for row in session.scalars(query)]
 
 
 @retry_on_dead_connection

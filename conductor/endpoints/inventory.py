@@ -31,7 +31,13 @@ from conductor.ironic_sync import (
     SHARD_PROPERTY,
     IronicInventorySync,
 )
-from conductor.notifications import NodeOwner, Notifier, OwnerChange
+from conductor.notification_payloads import (
+    FlavorPayload,
+    NodeOwner,
+    NodePayload,
+    NodePowerPayload,
+)
+from conductor.notifications import Notifier, OwnerChange
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
     arguments,
@@ -55,6 +61,9 @@ def _for_caller(ctxt: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict[
         return nodes
     return [{**n, "instance_uuid": None} if n.get("instance_uuid") else n for n in nodes]
 
+
+#: Nodes read at a time to notify an import's.
+_NODES_READ = 500
 
 #: The node power targets (Ironic's names; :data:`conductor.lifecycle.actions.POWER_TARGETS`).
 POWER_TARGETS = ("power on", "power off", "rebooting", "soft power off", "soft rebooting")
@@ -99,6 +108,7 @@ class InventoryEndpoint:
         [created] = node_db.create_nodes(self._db, [spec])
         LOG.info("Node %s (%s) created", created.uuid, created.name)
         self._changed([created.group])
+        self._notify_node("node.create.end", created)
         return created.to_dict()
 
     def import_nodes(
@@ -127,6 +137,12 @@ class InventoryEndpoint:
         node_db.insert_nodes(self._db, specs, every_clash=every_clash)
         LOG.info("Imported %d nodes", len(specs))
         self._changed({spec.group for spec in specs})
+        if self._notifier.enabled:
+            # One read of what was written (stored times, defaults), a page at a time.
+            for start in range(0, len(specs), _NODES_READ):
+                uuids = [spec.uuid for spec in specs[start : start + _NODES_READ]]
+                for created in node_db.get_nodes(self._db, uuids):
+                    self._notify_node("node.create.end", created)
         return {"created": len(specs), "uuids": [spec.uuid for spec in specs]}
 
     def sync_ironic_nodes(self, ctxt: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +182,7 @@ class InventoryEndpoint:
         updated = node_db.set_maintenance(self._db, ident, flag, reason)
         LOG.info("Node %s maintenance %s (%s)", updated.uuid, flag, reason)
         self._changed([updated.group])
+        self._notify_node("node.maintenance_set.end", updated)
         return updated.to_dict()
 
     def set_node(self, ctxt: dict[str, Any], node: Any, changes: Any) -> dict[str, Any]:
@@ -179,6 +196,7 @@ class InventoryEndpoint:
             "Node %s updated: %s", updated.uuid, sorted(k for k, v in update.to_dict().items() if v)
         )
         self._changed([updated.group])
+        self._notify_node("node.update.end", updated)
         return updated.to_dict()
 
     def node_owner(self, ctxt: dict[str, Any], node: Any) -> dict[str, Any]:
@@ -282,6 +300,8 @@ class InventoryEndpoint:
             )
         LOG.info("Node %s: %s requested (owner %s)", found.uuid, target, found.owner)
         self._power.set_node_power(found, target)
+        if self._notifier.enabled:
+            self._notifier.send("node.power_set.start", NodePowerPayload.requested(found, target))
         return found.to_dict()
 
     def delete_node(self, ctxt: dict[str, Any], node: Any) -> None:
@@ -303,6 +323,11 @@ class InventoryEndpoint:
             )
         LOG.info("Node %s (%s) deleted (owner was %s)", found.uuid, found.name, found.owner)
         self._changed([found.group])
+        self._notify_node("node.delete.end", found)
+
+    def _notify_node(self, event_type: str, node: Node) -> None:
+        if self._notifier.enabled:
+            self._notifier.send(event_type, NodePayload.of(node))
 
     @staticmethod
     def _check_deletable(found: Node) -> None:
@@ -340,6 +365,8 @@ class InventoryEndpoint:
     def create_flavor(self, ctxt: dict[str, Any], flavor: Any) -> dict[str, Any]:
         created = flavors.create_flavor(self._db, validate_flavor_spec(flavor))
         LOG.info("Flavor %s created", created.name)
+        if self._notifier.enabled:
+            self._notifier.send("flavor.create", FlavorPayload.of(created))
         return created.to_dict()
 
     def list_flavors(self, ctxt: dict[str, Any]) -> list[dict[str, Any]]:
@@ -350,5 +377,9 @@ class InventoryEndpoint:
 
     def delete_flavor(self, ctxt: dict[str, Any], flavor: Any) -> None:
         name = validate_name(flavor, "flavor")
+        # As it was, for the notification (read only when they are on).
+        gone = flavors.get_flavor(self._db, name) if self._notifier.enabled else None
         flavors.delete_flavor(self._db, name)
         LOG.info("Flavor %s deleted", name)
+        if gone is not None:
+            self._notifier.send("flavor.delete", FlavorPayload.of(gone))

@@ -20,6 +20,8 @@ from conductor.common.exception import Forbidden
 from conductor.common.tenancy import Caller
 from conductor.db import quotas as quota_db
 from conductor.db.engine import Database
+from conductor.notification_payloads import QuotaPayload
+from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import arguments
 
@@ -34,10 +36,14 @@ class QuotasEndpoint:
     target = messaging.Target(version=API_VERSION)
 
     def __init__(
-        self, db: Database, defaults: Callable[[], quota_db.Defaults] = quota_db.Defaults
+        self,
+        db: Database,
+        defaults: Callable[[], quota_db.Defaults] = quota_db.Defaults,
+        notifier: Notifier | None = None,
     ) -> None:
         self._db = db
         self._defaults = defaults
+        self._notifier = notifier or Notifier.disabled()
 
     def show_quota(self, ctxt: dict[str, Any], project_id: Any) -> dict[str, Any]:
         """A project's limit, usage and whether the limit is the default, per
@@ -56,15 +62,24 @@ class QuotasEndpoint:
         project = arguments.check_project(project_id)
         limits = arguments.check_quota_limits(quotas)
         self._admin(ctxt, "set")
-        quota_db.set_limits(self._db, project, limits)
+        own = quota_db.set_limits(self._db, project, limits)
         LOG.info("Quota of project %s set: %s", project, limits)
+        self._notifier.send(
+            "quota.set.end", QuotaPayload(project_id=project, limits=own, changed=dict(limits))
+        )
         return self._show(project)
 
     def delete_quota(self, ctxt: dict[str, Any], project_id: Any) -> dict[str, Any]:
         """Drop a project's own limits: the defaults apply again."""
         project = arguments.check_project(project_id)
         self._admin(ctxt, "delete")
+        # What is dropped, for the notification (read only when they are on).
+        before = quota_db.get_limits(self._db, project)[0] if self._notifier.enabled else {}
         dropped = quota_db.delete_limits(self._db, project)
+        if self._notifier.enabled:
+            self._notifier.send(
+                "quota.delete.end", QuotaPayload(project_id=project, limits={}, changed=before)
+            )
         LOG.info("Quota of project %s: %d limits of its own dropped", project, dropped)
         return self._show(project)
 

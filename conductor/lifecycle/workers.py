@@ -35,6 +35,7 @@ from conductor.fleet_view import FleetView
 from conductor.lifecycle.outages import Outages
 from conductor.lifecycle.queue import Action, BuildQueue, Stored
 from conductor.metrics import ConductorMetrics
+from conductor.notification_payloads import FlavorPayload, ImagePayload, RequestSpecPayload
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
 
@@ -195,6 +196,7 @@ class BuildWorkers:
         try:
             if flavor is None:
                 raise FlavorNotFound(instance.flavor)
+            self._notify_selection(instance, flavor)
             # Allocating also sets the task state to spawning (one transaction).
             node, claim = self._scheduler.select_and_allocate(
                 flavor,
@@ -232,6 +234,7 @@ class BuildWorkers:
             return
         self._end_owner_wait(instance.uuid)
         self._outages.answered("scheduling")
+        self._notify_selection(instance, flavor, node_uuid=node.uuid, host=claim.owner)
         # The operator's line for the allocation, logged before the owner
         # answers; the router adds a line only when the answer is unusual.
         LOG.info(
@@ -243,6 +246,32 @@ class BuildWorkers:
         )
         if self._router is not None:
             self._router.route(instance, node, claim)
+
+    def _notify_selection(
+        self,
+        instance: Instance,
+        flavor: Flavor,
+        *,
+        node_uuid: str | None = None,
+        host: str | None = None,
+    ) -> None:
+        """``scheduler.select_destinations.start`` (no node yet) or ``.end``, as Nova's."""
+        if not self._notifier.enabled:
+            return
+        payload = RequestSpecPayload(
+            instance_uuid=instance.uuid,
+            project_id=instance.project_id,
+            flavor=FlavorPayload.of(flavor),
+            image=ImagePayload.of(instance.image),
+            num_instances=1,
+            group_hint=instance.group_hint,
+            scheduler_hints=dict(instance.scheduler_hints),
+            ignore_nodes=tuple(instance.tried_nodes),
+            node_uuid=node_uuid,
+            host=host,
+        )
+        phase = "start" if node_uuid is None else "end"
+        self._notifier.send(f"scheduler.select_destinations.{phase}", payload)
 
     def _no_valid_node(self, instance: Instance, exc: NoValidNode) -> None:
         """Fail the build, unless it fits nodes that lack only a live owner (it waits)."""

@@ -123,11 +123,6 @@ def test_instance_set_and_unset_change_metadata_and_tags() -> None:
         _run(InstanceSet, "i1")
 
 
-def test_every_new_command_has_an_example_in_its_help() -> None:
-    for command_class in (KeypairCreate, KeypairList, KeypairDelete, InstanceSet, InstanceCreate):
-        assert command_class._epilog.startswith("Example: ringfleet ")
-
-
 def test_the_http_client_sends_user_data_base64_at_1_9() -> None:
     assert http_client.API_VERSION_HEADER == {"OpenStack-API-Version": "baremetal-fleet 1.9"}
     text = "#cloud-config\n\u00e9t\u00e9\n"

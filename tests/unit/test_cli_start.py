@@ -160,7 +160,7 @@ def test_the_epilogs_are_cliffs_without_its_search_of_the_distributions() -> Non
     """Every command's epilog under ``ringfleet`` is what cliff's would be
     (:func:`conductor.cli.command.own_epilog` only skips cliff's search of every
     installed distribution, for a line it would not print); under another
-    application cliff's own is used."""
+    application cliff's own is used; the command's examples come first."""
     app = RingfleetApp()
     other = App("another application", "1", CommandManager(COMMAND_NAMESPACE))
     names = sorted(app.command_manager)
@@ -169,7 +169,8 @@ def test_the_epilogs_are_cliffs_without_its_search_of_the_distributions() -> Non
         if name == "help":
             continue
         command = entry_point.load()(app, None, cmd_name=name)
-        assert command.get_epilog() == Command.get_epilog(command), name
+        parts = (command.examples_text(), Command.get_epilog(command))
+        assert command.get_epilog() == "\n\n".join(p for p in parts if p), name
         assert own_epilog(entry_point.load()(other, None, cmd_name=name)) is None
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import jsonschema
 import pytest
 from oslo_config import cfg
 from oslo_context import context as request_context
@@ -27,7 +28,7 @@ from conductor import notifications
 from conductor.common import rpc
 from conductor.common.exception import DatabaseUnavailable, InvalidInput
 from conductor.common.instance_states import Event
-from conductor.common.objects import Instance, TaskState, VmState
+from conductor.common.objects import Flavor, Instance, PowerState, TaskState, VmState
 from conductor.db import instances, nodes
 from conductor.db.engine import Database
 from conductor.endpoints.agents import AgentsEndpoint
@@ -35,7 +36,10 @@ from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.lifecycle.actions import ActionRouter
+from conductor.notification_events import EVENTS, event_schema
+from conductor.notification_payloads import FlavorPayload
 from conductor.notifications import (
+    ACTION_NAMES,
     INSTANCE_EVENT_TYPES,
     NODES_PER_NOTIFICATION,
     NOT_NOTIFIED,
@@ -151,28 +155,132 @@ def test_the_instance_payload_envelope() -> None:
         project_id="p1",
         user_id="u1",
     )
-    assert InstancePayload.of(instance).envelope() == {
+    flavor = Flavor(
+        name="small",
+        resource_class="baremetal",
+        required_traits=frozenset({"CUSTOM_B", "CUSTOM_A"}),
+        created_at=created,
+    )
+    utc = "2026-01-02T03:04:05+00:00"
+    assert InstancePayload.of(instance, flavor, PowerState.ON).envelope() == {
         "ringfleet_object.name": "InstancePayload",
         "ringfleet_object.namespace": "ringfleet",
-        "ringfleet_object.version": "1.0",
+        "ringfleet_object.version": "2.0",
         "ringfleet_object.data": {
             "uuid": instance.uuid,
             "name": "web-1",
             "project_id": "p1",
             "user_id": "u1",
-            "flavor": "small",
+            "flavor": {
+                "ringfleet_object.name": "FlavorPayload",
+                "ringfleet_object.namespace": "ringfleet",
+                "ringfleet_object.version": "1.0",
+                "ringfleet_object.data": {
+                    "name": "small",
+                    "resource_class": "baremetal",
+                    "required_traits": ["CUSTOM_A", "CUSTOM_B"],
+                    "forbidden_traits": [],
+                    "extra_specs": {},
+                    "created_at": utc,
+                },
+            },
+            # No signature (a credential), no user data.
+            "image": {
+                "ringfleet_object.name": "ImagePayload",
+                "ringfleet_object.namespace": "ringfleet",
+                "ringfleet_object.version": "1.0",
+                "ringfleet_object.data": {
+                    "source": "https://images/x.img",
+                    "disk_format": None,
+                    "os_hash_algo": None,
+                    "os_hash_value": None,
+                    "checksum": "abc",
+                    "kernel": None,
+                    "ramdisk": None,
+                },
+            },
             "vm_state": "active",
+            "power_state": "running",
             "task_state": "rebooting",
             "node_uuid": instance.node_uuid,
             "host": "agent-1",
-            # No signature (a credential), no user data.
-            "image_source": "https://images/x.img",
-            "fault": "attempt 1: bmc",
+            "fault": {
+                "ringfleet_object.name": "FaultPayload",
+                "ringfleet_object.namespace": "ringfleet",
+                "ringfleet_object.version": "1.0",
+                "ringfleet_object.data": {
+                    "message": "attempt 1: bmc",
+                    "reasons": ["attempt 1: bmc"],
+                },
+            },
             "attempts": 2,
-            "created_at": "2026-01-02T03:04:05",
-            "updated_at": "2026-01-02T03:04:05",
+            "created_at": utc,
+            "updated_at": utc,
         },
     }
+    jsonschema.validate(
+        {
+            "event_type": "instance.reboot.start",
+            "priority": "INFO",
+            "publisher_id": "ringfleet-conductor:c1",
+            "payload": InstancePayload.of(instance, flavor, PowerState.ON).envelope(),
+        },
+        event_schema("instance.reboot.start"),
+    )
+
+
+def test_a_deleted_flavor_and_no_node_are_said_so() -> None:
+    instance = Instance(uuid="4b1c0d2e-0000-4000-8000-000000000001", name="w", flavor="gone")
+    data = InstancePayload.of(instance, None, None).envelope()["ringfleet_object.data"]
+    assert data["flavor"]["ringfleet_object.data"]["resource_class"] is None
+    assert (data["power_state"], data["image"], data["fault"]) == ("pending", None, None)
+
+
+def test_a_payload_that_breaks_its_schema_is_refused_by_it() -> None:
+    """The schemas are strict: a field too many, one missing, a time without zone."""
+    instance = Instance(uuid="4b1c0d2e-0000-4000-8000-000000000001", name="w", flavor="gone")
+    good = {
+        "event_type": "instance.create.start",
+        "priority": "INFO",
+        "publisher_id": "ringfleet-conductor:c1",
+        "payload": InstancePayload.of(instance, None, None).envelope(),
+    }
+    schema = event_schema("instance.create.start")
+    jsonschema.validate(good, schema)
+    data = good["payload"]["ringfleet_object.data"]
+    for bad in (
+        {**data, "extra": 1},
+        {k: v for k, v in data.items() if k != "host"},
+        {**data, "created_at": "2026-01-02T03:04:05"},
+        {**data, "flavor": "small"},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(
+                {**good, "payload": {**good["payload"], "ringfleet_object.data": bad}}, schema
+            )
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**good, "priority": "ERROR"}, schema)
+
+
+def test_every_instance_event_type_is_published() -> None:
+    sent = {
+        instance_event_type(event, task)[0]
+        for event in INSTANCE_EVENT_TYPES
+        for task in (None, *ACTION_NAMES)
+        if "*" not in INSTANCE_EVENT_TYPES[event] or task is not None
+    }
+    assert sent <= set(EVENTS)
+    assert {e for e in EVENTS if e.startswith("instance.")} == sent
+
+
+def test_an_unpublished_event_type_is_not_sent() -> None:
+    sent = Sent()
+    notifier = Notifier(sent)
+    notifier.send("node.explode.end", FlavorPayload.gone("x"))
+    notifier.send("node.create.end", FlavorPayload.gone("x"))  # not its payload
+    notifier.send("flavor.create", FlavorPayload.gone("x"))
+    notifier.close()
+    assert sent.types() == ["flavor.create"]
 
 
 def test_ownership_changes_go_a_few_hundred_nodes_each() -> None:
@@ -360,8 +468,9 @@ def test_a_build_and_a_delete_are_notified_in_order_with_the_committed_state(
     ]
     states = [
         (d["vm_state"], d["task_state"])
-        for _p, _t, p, _c in built.sent.items
+        for _p, t, p, _c in built.sent.items
         for d in [p["ringfleet_object.data"]]
+        if t.startswith("instance.")
     ]
     assert states == [
         ("building", "scheduling"),
@@ -371,6 +480,12 @@ def test_a_build_and_a_delete_are_notified_in_order_with_the_committed_state(
     ]
     [end] = built.sent.data("instance.create.end")
     assert end["node_uuid"] in built.flow.nodes and end["host"] in ("a1", "a2")
+    # Placed as Nova's scheduler says it: the request, then where it went.
+    [asked] = built.sent.data("scheduler.select_destinations.start")
+    [chosen] = built.sent.data("scheduler.select_destinations.end")
+    assert (asked["instance_uuid"], asked["node_uuid"], asked["host"]) == (uuid, None, None)
+    assert (chosen["node_uuid"], chosen["host"]) == (end["node_uuid"], end["host"])
+    assert chosen["flavor"]["ringfleet_object.data"]["name"] == "small"
 
 
 def test_a_build_no_node_fits_is_a_create_error_with_its_fault(built: Built) -> None:
@@ -383,7 +498,9 @@ def test_a_build_no_node_fits_is_a_create_error_with_its_fault(built: Built) -> 
     [error] = [item for item in built.sent.items if item[1] == "instance.create.error"]
     assert error[0] is Priority.ERROR
     assert error[2]["ringfleet_object.data"]["vm_state"] == "error"
-    assert "no valid node for flavor 'small'" in error[2]["ringfleet_object.data"]["fault"]
+    fault = error[2]["ringfleet_object.data"]["fault"]["ringfleet_object.data"]
+    assert "no valid node for flavor 'small'" in fault["message"]
+    assert fault["reasons"] == fault["message"].splitlines()
 
 
 def test_a_failed_teardown_is_a_delete_error(built: Built) -> None:

@@ -99,6 +99,13 @@ class SimulatedDriver(ComputeDriver):
         self.failure_rate: float = options.failure_rate
         self.seed: int = options.seed
         self.stall_nodes: frozenset[str] = frozenset(options.stall_nodes)
+        #: node name or uuid -> the actions that fail on it (empty: all).
+        self.failing_nodes: dict[str, set[str]] = {}
+        for entry in options.failing_nodes:
+            node_ident, _sep, action = entry.partition(":")
+            actions = self.failing_nodes.setdefault(node_ident.strip(), set())
+            if action.strip():
+                actions.add(action.strip())
         self.stall_step: str = options.stall_step
         self.stall_duration: float = options.stall_duration
         self.action_log: ActionLog | None = (
@@ -201,6 +208,7 @@ class SimulatedDriver(ComputeDriver):
                     value=node.uuid,
                     reason=f"node hosts instance {current.instance_uuid}, not {ctx.instance_uuid}",
                 )
+            self._fail_if_failing(node, "rebuild")
             self._record(ctx, "rebuild_start")
             # The node keeps what it was rebuilt with (node_state shows it);
             # without a spec, what the deploy left.
@@ -231,6 +239,7 @@ class SimulatedDriver(ComputeDriver):
         self._check_context(ctx, node)
         with self._exclusive(ctx, "destroy"):
             self._current(node)
+            self._fail_if_failing(node, "destroy")
             self._record(ctx, "destroy")
             self._update(
                 node.uuid, power_state=PowerState.OFF, provision_state=ProvisionState.DELETING
@@ -258,6 +267,7 @@ class SimulatedDriver(ComputeDriver):
         self._check_context(ctx, node)
         with self._exclusive(ctx, "set_power"):
             self._current(node)
+            self._fail_if_failing(node, "set_power", _POWER_ACTIONS[target])
             self._record(ctx, _POWER_ACTIONS[target])
             # The simulated hardware supports the soft variants (the OS
             # shuts down first): each is recorded as asked, and ends as the
@@ -328,6 +338,13 @@ class SimulatedDriver(ComputeDriver):
         return rng.choice(DEPLOY_STEPS)
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _fail_if_failing(self, node: Node, action: str, which: str | None = None) -> None:
+        """:raises DriverError: *node*'s *which* (default: *action*) is in ``failing_nodes``."""
+        for ident in (node.uuid, node.name):
+            actions = self.failing_nodes.get(ident)
+            if actions is not None and (not actions or (which or action) in actions):
+                raise DriverError(node.uuid, action, "simulated failure (failing_nodes)")
 
     @contextlib.contextmanager
     def _aborting(self, ctx: ActionContext, where: str) -> Iterator[None]:

@@ -79,6 +79,18 @@ opts = [
             "Empty: no node stalls."
         ),
     ),
+    cfg.ListOpt(
+        "failing_nodes",
+        default=[],
+        help=(
+            "Names or uuids of nodes whose power actions, rebuilds and "
+            "teardowns fail (a back end that refuses them: the instance's "
+            "action or delete ends in error); 'NODE:ACTION' fails only that "
+            "action (power_on, power_off, reboot, soft_power_off, soft_reboot, "
+            "rebuild or destroy). Deploys on them succeed, so an instance can "
+            "be placed there first. Empty: none fail."
+        ),
+    ),
     cfg.StrOpt(
         "stall_step",
         default="deploying image",
