@@ -31,9 +31,10 @@ re-joins after it expired (the member silently stays absent), and its
 watchers poll ``get_members`` anyway.  We poll
 ``get_members_with_capabilities`` ourselves, which is one consistent read of
 the ids *and* their ring version and weight, so a view never mixes two
-moments (the Nova bug 1841481 failure mode) -- on etcd only when the group's
-signature says it changed (:mod:`hashring.group_read`), so that a quiet
-group costs each reader one key per interval, whatever its size.
+moments (the Nova bug 1841481 failure mode) -- on etcd and Redis only when
+the group's signature says it changed (:mod:`hashring.group_read`), so that
+a quiet group costs each reader one small answer per interval, whatever its
+size.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class Membership:
         self._reported_state: State | None = None
         self._excluded_logged: dict[str, str] = {}
         # (group signature, join generation) of the last full read.
-        self._read_signature: tuple[tuple[int, int], int] | None = None
+        self._read_signature: tuple[object, int] | None = None
         self._threads: list[threading.Thread] = []
         # Shared with another membership on the same backend (a conductor's
         # two groups): one outage, said once; its actions then name the group.

@@ -43,6 +43,7 @@ __all__ = [
     "outcome_of",
     "outgoing_context",
     "register_opts",
+    "size_send_pool",
     "stop_server",
 ]
 
@@ -188,11 +189,36 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(metrics_client.oslo_messaging_metrics, group="oslo_messaging_metrics")
 
 
+#: Threads of a process that send on their own, besides its RPC executor's
+#: (an agent's loops, a conductor's sweeps and build workers' casts).
+_OWN_SENDERS = 10
+
+
+def size_send_pool(conf: cfg.ConfigOpts) -> None:
+    """Default ``[oslo_messaging_rabbit] rpc_conn_pool_size`` to what can send at once:
+    ``executor_thread_pool_size`` plus :data:`_OWN_SENDERS` (74, not
+    oslo.messaging's 30), unless the configuration sets it.
+
+    Every RPC executor thread sends its call's reply through a connection of
+    this pool: a conductor serving many agents ran 64 threads on a pool of
+    30, so replies queued for a connection (oslo.messaging's "Connection
+    pool limit exceeded", seen at 50 agents).  The connections are opened on
+    demand and closed after ``conn_pool_ttl`` idle, so a limit that is not
+    reached costs nothing.
+    """
+    conf.set_default(
+        "rpc_conn_pool_size",
+        conf.executor_thread_pool_size + _OWN_SENDERS,
+        group="oslo_messaging_rabbit",
+    )
+
+
 def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
     """The RPC transport of ``[DEFAULT] transport_url``; its outages are said
     once each (:mod:`conductor.common.broker_outage`), and its listeners stop
     within about a second (:mod:`conductor.common.prompt_stop`)."""
     register_opts(conf)
+    size_send_pool(conf)
     prompt_stop.install(float(conf.oslo_messaging_rabbit.kombu_reconnect_delay))
     url = messaging.TransportURL.parse(conf, conf.transport_url)
     broker_outage.watch(url)

@@ -138,6 +138,9 @@ class Database:
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
         self._health_lock = threading.Lock()
         self._down_since: float | None = None  # monotonic; None while reachable
+        self._statement_limit = _statement_limit(
+            self.engine.dialect.name, statement_timeout, make_url(url).query
+        )
         #: The conductor whose writes put work in flight (its member id in
         #: the conductors' group): the records it writes name it as their
         #: carrier (:mod:`conductor.db.carriage`).  ``None`` outside a
@@ -293,10 +296,10 @@ class Database:
         """
         if self._busy_said("statement"):
             LOG.warning(
-                "Database %s: a statement ran past [database] statement_timeout (%s): "
-                "the database is overloaded or a lock is held long; requests get "
-                "ServiceUnavailable meanwhile",
+                "Database %s: a statement timed out %s: the database is overloaded or "
+                "a lock is held long; requests get ServiceUnavailable meanwhile (%s)",
                 self.location,
+                self._statement_limit,
                 first_line(error),
             )
         slow = DatabaseUnavailable("a database statement ran past its timeout")
@@ -551,6 +554,18 @@ def _timeouts(
     elif backend in _MYSQL_BACKENDS and statement_timeout:
         args["read_timeout"] = args["write_timeout"] = statement_timeout
     return {name: value for name, value in args.items() if name not in set_in_url}
+
+
+def _statement_limit(dialect: str, statement_timeout: int, set_in_url: Mapping[str, Any]) -> str:
+    """How a statement stopped at its time limit is said: after how long,
+    when this process set the limit (PostgreSQL's ``statement_timeout``,
+    from the option, unless the URL sets the session's options itself)."""
+    if dialect == "postgresql" and statement_timeout and "options" not in set_in_url:
+        return f"after {statement_timeout} s ([database] statement_timeout)"
+    # MariaDB's max_statement_time and MySQL's max_execution_time are the
+    # server's settings ([database] statement_timeout is the client's read
+    # timeout there), as is a limit the URL sets.
+    return "at the server's limit (its statement_timeout or max_statement_time)"
 
 
 def _configure_sqlite(engine: Engine, *, in_memory: bool) -> None:

@@ -197,3 +197,28 @@ def test_a_statement_a_hung_server_never_answers_fails_after_its_timeout(
         proxy.heal()
         proxy.cut()
         db.dispose()
+
+
+def test_a_statement_past_its_timeout_is_said_as_such_not_as_an_outage(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL stops a statement at ``[database] statement_timeout``: the
+    caller gets the retryable error, the operator one WARNING saying the
+    statement timed out after that many seconds (not "unreachable"), and the
+    same connection serves the next statement."""
+    db = Database(database_url, pool_size=1, statement_timeout=1)
+    caplog.set_level(logging.INFO, logger="conductor.db.engine")
+    try:
+        for _ in range(2):  # said once, however many time out
+            with pytest.raises(DatabaseUnavailable) as raised, db.read() as conn:
+                conn.execute(text("SELECT pg_sleep(5)"))
+            assert "timeout" in str(raised.value) and not raised.value.retry_safe
+        assert db.reachable
+        with db.read() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+    finally:
+        db.dispose()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    assert "a statement timed out after 1 s ([database] statement_timeout)" in lines[0]
+    assert "unreachable" not in lines[0]

@@ -16,6 +16,7 @@ from oslo_middleware import opts as middleware_opts
 from compute_agent.cmd import agent as agent_cmd
 from conductor.cmd import conductor as conductor_cmd
 from conductor.common import conf as common_conf
+from conductor.common import rpc
 from conductor.common.conf import default
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.conf import placement as placement_conf
@@ -320,3 +321,27 @@ def test_a_configuration_file_it_cannot_use_stops_a_service_in_one_line(
     assert (done.returncode, done.stdout) == (1, ""), done
     [line] = done.stderr.splitlines()
     assert line.startswith(f"{prog}: {said.format(path=path)}")
+
+
+@pytest.mark.parametrize(
+    ("text", "pool"),
+    [
+        ("", 64 + 10),  # oslo.messaging's 64 executor threads, and the process's own
+        ("[DEFAULT]\nexecutor_thread_pool_size = 100\n", 110),
+        (
+            "[DEFAULT]\nexecutor_thread_pool_size = 100\n"
+            "[oslo_messaging_rabbit]\nrpc_conn_pool_size = 7\n",
+            7,
+        ),
+    ],
+    ids=["defaults", "more-executor-threads", "set-by-the-operator"],
+)
+def test_the_send_pool_holds_every_thread_that_sends(tmp_path: Path, text: str, pool: int) -> None:
+    """Every RPC executor thread sends its reply through the pool: its
+    default follows ``executor_thread_pool_size``; a value the operator set
+    stays."""
+    conf = make_conf(tmp_path, text)
+    rpc.register_opts(conf)
+    conf.reload_config_files()
+    rpc.size_send_pool(conf)
+    assert conf.oslo_messaging_rabbit.rpc_conn_pool_size == pool

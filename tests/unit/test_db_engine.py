@@ -13,7 +13,12 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from conductor.common.exception import DatabaseUnavailable
-from conductor.db.engine import Database, _ping_when_idle, retry_on_dead_connection
+from conductor.db.engine import (
+    Database,
+    _ping_when_idle,
+    _statement_limit,
+    retry_on_dead_connection,
+)
 
 
 def _engine(
@@ -69,6 +74,26 @@ class _DriverError(Exception):
     def __init__(self, *args: object, pgcode: str | None = None) -> None:
         super().__init__(*args)
         self.pgcode = pgcode
+
+
+@pytest.mark.parametrize(
+    ("dialect", "timeout", "url_query", "said"),
+    [
+        ("postgresql", 7, {}, "after 7 s ([database] statement_timeout)"),
+        # The URL's options replace the ones that set the session's limit.
+        ("postgresql", 7, {"options": "-c statement_timeout=900"}, "at the server's limit"),
+        ("postgresql", 0, {}, "at the server's limit"),
+        # [database] statement_timeout is the client's read timeout there.
+        ("mysql", 7, {}, "at the server's limit"),
+    ],
+    ids=["postgresql", "postgresql-url-options", "postgresql-no-limit", "mysql"],
+)
+def test_a_statement_timeout_is_said_with_its_limit(
+    dialect: str, timeout: int, url_query: dict[str, str], said: str
+) -> None:
+    """The WARNING of a statement the server stopped says after how long,
+    when this process set that limit, and otherwise whose limit it was."""
+    assert _statement_limit(dialect, timeout, url_query).startswith(said)
 
 
 @pytest.mark.parametrize(

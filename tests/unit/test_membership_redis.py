@@ -367,3 +367,38 @@ def test_an_etcd_request_timeout_follows_the_ttl(url: str, ttl: float, tooz: str
     tooz's 30 s, and the lease TTL must not change with it."""
     assert tooz_url(url, ttl) == tooz
     assert ttl_from_url(tooz) == ttl
+
+
+def test_a_quiet_group_is_read_in_full_only_when_it_changed(
+    redis: FakeRedisServer, started: list[Membership], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between changes a member reads the group's signature only (the
+    server's digest); a change (an announcement, a lease run out) is seen
+    at the next read, and a server that forgot the script is sent it again."""
+    from tooz.drivers.redis import RedisDriver  # noqa: PLC0415 (loaded by the fixture's URL)
+
+    # Long leases: one that lapsed on a loaded machine is a change.
+    a, b = (member(started, name, url=url_with_ttl(LONG_TTL)) for name in ("a", "b"))
+    wait_for(lambda: sees(a, {"a", "b"}) and sees(b, {"a", "b"}), DEADLINE, "a and b see both")
+    reads = {"full": 0}
+    original = RedisDriver.get_members_with_capabilities
+
+    def counted(self: RedisDriver, group_id: bytes) -> object:
+        reads["full"] += 1
+        return original(self, group_id)
+
+    monkeypatch.setattr(RedisDriver, "get_members_with_capabilities", counted)
+    time.sleep(0.5)  # about ten reads each, nothing changing
+    assert reads["full"] == 0
+    redis.client().script_flush()
+    b.announce("serving", False)
+    wait_for(
+        lambda: a.view is not None and a.view.members["b"].capabilities.get("serving") is False,
+        DEADLINE,
+        "a sees b's announcement",
+    )
+    b.stop(leave=False)  # as after kill -9: its entry stays...
+    started.remove(b)
+    drop_lease(redis, "b")  # ...and its lease runs out: no entry changed, its lease did
+    wait_for(lambda: sees(a, {"a"}), DEADLINE, "a sees b gone")
+    assert reads["full"] >= 2
