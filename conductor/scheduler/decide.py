@@ -278,7 +278,7 @@ class Chooser:
         return survey(index, request, with_nodes=bool(self._node_filters))
 
     def account(self, surveyed: Survey, request: RequestSpec) -> NoValidNode:
-        """Why no node fits, from :meth:`survey`'s copy (no lock needed: filters run here)."""
+        """Why no node fits, from :meth:`survey`'s copy (no lock needed)."""
         return account(surveyed, self.chain, len(self.always), request)
 
     def explain(self, index: NodeIndex, request: RequestSpec) -> NoValidNode:
