@@ -19,7 +19,9 @@ The index is kept coherent by
 * a full rebuild every ``index_resync_interval`` (deleted nodes, changes a
   refresh could not see), and at the first decision;
 * re-reading any node whose allocation failed, since the index was wrong
-  about it.
+  about it;
+* before saying no node fits, reading the free nodes changed since the
+  last refresh (only those can make a request fit).
 
 A stale index therefore costs retries, never a wrong allocation: the
 compare-and-swap checks availability, and the owner it returns is checked
