@@ -553,11 +553,12 @@ def bench_ours(
 
 
 def _no_fit(scheduler: Scheduler) -> dict[str, float]:
-    """The latency of a "no valid node" answer (its refresh and explanation included).
+    """The latency of a "no valid node" answer (its read of the nodes freed
+    since the last refresh and its explanation included).
 
-    Right after the run, the refresh every such answer makes first re-reads
-    the rows the run changed in the last ``index_refresh_overlap`` (2 s);
-    once that long has passed without a change, it reads none.
+    Right after the run, that read walks the rows the run changed in the
+    last ``index_refresh_overlap`` (2 s) and more; once that long has
+    passed without a change, it finds none.
     """
     result = {}
     for key in ("no_fit_p50_ms", "no_fit_quiet_p50_ms"):

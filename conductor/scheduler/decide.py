@@ -39,7 +39,7 @@ from conductor.scheduler.filters import (
     GroupFilter,
     ResourceClassFilter,
 )
-from conductor.scheduler.index import NodeIndex, NodeSet, Profile
+from conductor.scheduler.index import PASSES, NodeIndex, NodeSet, Profile
 from conductor.scheduler.request import RequestSpec
 from conductor.scheduler.weighers import BaseWeigher, WeighingContext, total_weights
 
@@ -78,6 +78,11 @@ class Chooser:
             f for f in self.always if f.per_profile and not isinstance(f, ResourceClassFilter)
         )
         self._profile_filters = always_profile + tuple(f for f in self.filters if f.per_profile)
+        # Their positions in the chain: a profile's verdict is the first refusing one's.
+        chain = self.chain
+        self._profile_positions = tuple(
+            next(i for i, f in enumerate(chain) if f is g) for g in self._profile_filters
+        )
         self._owner_filters = tuple(f for f in self.filters if f.per_owner and not f.per_profile)
         self._node_filters = tuple(f for f in self.filters if not f.per_profile and not f.per_owner)
         # Per-request weighers weigh every candidate alike: they add 0 to each total.
@@ -155,10 +160,18 @@ class Chooser:
     def _profile_passes(self, profile: Profile, request: RequestSpec) -> bool:
         verdict = profile.verdicts.get(request.flavor_key)
         if verdict is None:
-            sample = profile.sample
-            verdict = all(f.filter(sample, request) for f in self._profile_filters)
+            verdict = self._profile_verdict(profile.sample, request)
             profile.remember(request.flavor_key, verdict)
-        return verdict
+        return verdict == PASSES
+
+    def _profile_verdict(self, sample: Node, request: RequestSpec) -> int:
+        """The chain position of the first per-profile filter refusing *sample*, or PASSES."""
+        for node_filter, position in zip(
+            self._profile_filters, self._profile_positions, strict=True
+        ):
+            if not node_filter.filter(sample, request):
+                return position
+        return PASSES
 
     def _node_passes(self, node: Node, request: RequestSpec) -> bool:
         if node.uuid in request.exclude_nodes:
@@ -265,7 +278,7 @@ class Chooser:
         return survey(index, request, with_nodes=bool(self._node_filters))
 
     def account(self, surveyed: Survey, request: RequestSpec) -> NoValidNode:
-        """Why no node fits, from :meth:`survey`'s copy (no lock needed: filters run here)."""
+        """Why no node fits, from :meth:`survey`'s copy (no lock needed)."""
         return account(surveyed, self.chain, len(self.always), request)
 
     def explain(self, index: NodeIndex, request: RequestSpec) -> NoValidNode:

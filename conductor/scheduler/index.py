@@ -37,6 +37,7 @@ from conductor.common.objects import Node, ProvisionState
 from conductor.common.resource_class import placement_name
 
 __all__ = [
+    "PASSES",
     "Bucket",
     "HardwareKey",
     "NodeIndex",
@@ -62,6 +63,8 @@ _AVAILABLE = ProvisionState.AVAILABLE
 _SERIALS = itertools.count(1)
 #: how many flavors' verdicts a profile remembers before forgetting them all
 _MAX_VERDICTS = 128
+#: a profile's verdict when every per-profile filter passes it (:attr:`Profile.verdicts`)
+PASSES = -1
 
 
 def is_free(node: Node) -> bool:
@@ -145,7 +148,10 @@ class Profile:
         resource class, group, traits, capabilities and the properties
         ``cpu_arch`` and ``capabilities`` are meant to be read)
     :ivar by_owner: owning agent (``None``: no owner) -> its free nodes
-    :ivar verdicts: flavor key -> whether the per-profile filters pass
+    :ivar verdicts: flavor key -> the position in the scheduler's chain of
+        the first per-profile filter refusing the profile, or :data:`PASSES`
+        (kept so that a "no valid node" answer says which filter refused
+        the profile without calling the filters again)
     """
 
     __slots__ = ("by_owner", "key", "sample", "size", "verdicts")
@@ -155,9 +161,9 @@ class Profile:
         self.sample = sample
         self.by_owner: dict[str | None, NodeSet] = {}
         self.size = 0
-        self.verdicts: dict[Any, bool] = {}
+        self.verdicts: dict[Any, int] = {}
 
-    def remember(self, flavor_key: Any, verdict: bool) -> None:
+    def remember(self, flavor_key: Any, verdict: int) -> None:
         if len(self.verdicts) >= _MAX_VERDICTS:
             self.verdicts.clear()
         self.verdicts[flavor_key] = verdict

@@ -19,7 +19,9 @@ The index is kept coherent by
 * a full rebuild every ``index_resync_interval`` (deleted nodes, changes a
   refresh could not see), and at the first decision;
 * re-reading any node whose allocation failed, since the index was wrong
-  about it.
+  about it;
+* before saying no node fits, reading the free nodes changed since the
+  last refresh (only those can make a request fit).
 
 A stale index therefore costs retries, never a wrong allocation: the
 compare-and-swap checks availability, and the owner it returns is checked
@@ -53,7 +55,7 @@ from conductor.scheduler import plugins, source
 from conductor.scheduler.decide import Chooser
 from conductor.scheduler.fastnode import evolve
 from conductor.scheduler.filters import BaseFilter
-from conductor.scheduler.index import NodeIndex, is_free
+from conductor.scheduler.index import HardwareKey, NodeIndex, is_free
 from conductor.scheduler.request import (
     RequestSpec,
     flavor_key,
@@ -229,10 +231,9 @@ class Scheduler:
             if chosen is None and not refreshed:
                 # A node enrolled, claimed or freed since the last refresh (up
                 # to index_refresh_interval ago) is not in the index yet: read
-                # the changes once before saying there is none.
+                # the free ones once before saying there is none.
                 refreshed = True
-                with self._refresh_lock:
-                    self._refresh_locked()
+                self._read_freed()
                 continue
             if chosen is None:
                 error = self._explain(request)
@@ -254,6 +255,23 @@ class Scheduler:
                 # Taken now, so this conductor's other threads skip it.
                 index.put(_holding(node, request.instance_uuid), local=True)
             return node
+
+    def _read_freed(self) -> int:
+        """Put in the index the free nodes changed since the last refresh; how many.
+
+        Only free nodes can turn "no node fits" into a fit, and they are few
+        even right after a burst of placements (which changed many rows,
+        none of them free), so a failing request costs about what a
+        placement does.  The refresh's position is left alone: its next
+        read reads every change, these included.
+        """
+        with self._refresh_lock:
+            with self._lock:
+                generation = self._index.generation
+            rows = list(source.load_changed(self._db, self._since, free_only=True))
+            self._apply(rows, generation)
+        LOG.debug("Node index: %d free nodes changed since the last refresh", len(rows))
+        return len(rows)
 
     def _explain(self, request: RequestSpec) -> NoValidNode:
         """Why no node fits *request*: the index surveyed under the lock, the
@@ -478,6 +496,16 @@ class Scheduler:
         with self._lock:
             generation = self._index.generation
         rows = list(source.load_changed(self._db, self._since))
+        self._apply(rows, generation)
+        with self._lock:
+            self._index.forget_local_changes(generation)
+        self._since = started_at - self._overlap
+        self._refreshed_at = started
+        LOG.debug("Node index refreshed: %d changed rows", len(rows))
+        return len(rows)
+
+    def _apply(self, rows: Sequence[tuple[Node, HardwareKey]], generation: int) -> None:
+        """Put rows read since the index's *generation* in it, a chunk per lock hold."""
         for start in range(0, len(rows), _APPLY_CHUNK):
             with self._lock:
                 index = self._index
@@ -485,12 +513,6 @@ class Scheduler:
                     # A local change made after the read began is newer than the row.
                     if not index.changed_locally_after(node.uuid, generation):
                         index.put(node, hardware)
-        with self._lock:
-            self._index.forget_local_changes(generation)
-        self._since = started_at - self._overlap
-        self._refreshed_at = started
-        LOG.debug("Node index refreshed: %d changed rows", len(rows))
-        return len(rows)
 
     def _resync_locked(self) -> int:
         started, started_at = self._clock(), utcnow()

@@ -122,14 +122,20 @@ def load_all(db: Database, *, page: int = node_pages.PAGE) -> Iterator[tuple[Nod
 
 
 def load_changed(
-    db: Database, since: datetime.datetime, *, page: int = node_pages.PAGE
+    db: Database,
+    since: datetime.datetime,
+    *,
+    page: int = node_pages.PAGE,
+    free_only: bool = False,
 ) -> Iterator[tuple[Node, HardwareKey]]:
     """Nodes whose row changed at or after *since*, oldest change first.
 
     A burst of more than *page* changes with equal timestamps is read whole,
     each row once (see :func:`conductor.db.node_pages.changed_index_rows`).
+
+    :param free_only: only the nodes that may take an instance now
     """
     decoder = NodeDecoder()
-    for rows in node_pages.changed_index_rows(db, since, page=page):
+    for rows in node_pages.changed_index_rows(db, since, page=page, free_only=free_only):
         for row in rows:
             yield decoder.decode(row)

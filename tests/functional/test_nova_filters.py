@@ -44,15 +44,42 @@ NODES = 18
 X_NODES = (1, 5)
 
 
+#: nova.conf's [filter_scheduler] as Nova writes its defaults, pasted as is
+NOVA_CONF_DEFAULTS = (
+    "[filter_scheduler]\n"
+    f"enabled_filters = {NOVA_DEFAULT_FILTERS}\n"
+    "weight_classes = nova.scheduler.weights.all_weighers\n"
+)
+
+
 @pytest.fixture
 def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Iterator[Fleet]:
+    """Nova's defaults, then an operator's filters, by import path."""
+    yield from _fleet(
+        tmp_path,
+        pg_url,
+        transport_url,
+        etcd_url,
+        f"[scheduler]\nenabled_filters = {NOVA_DEFAULT_FILTERS},"
+        f"{RACK},{RACK_SPEC},{CIDR}\nweighers = nova.scheduler.weights.all_weighers\n",
+    )
+
+
+@pytest.fixture
+def verbatim_fleet(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> Iterator[Fleet]:
+    """nova.conf's [filter_scheduler] with Nova's defaults, pasted as is, and nothing else."""
+    yield from _fleet(tmp_path, pg_url, transport_url, etcd_url, NOVA_CONF_DEFAULTS)
+
+
+def _fleet(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str, scheduler_conf: str
+) -> Iterator[Fleet]:
     migrated(pg_url).dispose()
     f = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
     try:
-        f.conductor(
-            extra=f"[scheduler]\nenabled_filters = {NOVA_DEFAULT_FILTERS},"
-            f"{RACK},{RACK_SPEC},{CIDR}\nweighers = nova.scheduler.weights.all_weighers\n"
-        )
+        f.conductor(extra=scheduler_conf)
         nodes = []
         for i in range(NODES):
             rack = RACKS[i % 3]
@@ -176,8 +203,11 @@ def test_nova_filters_place_builds_by_capability_and_hint(fleet: Fleet) -> None:
     assert "Traceback" not in fleet.procs["cond-1"].log()
 
 
-def test_a_required_trait_applies_with_nova_defaults_pasted_verbatim(fleet: Fleet) -> None:
+def test_a_required_trait_applies_with_nova_defaults_pasted_verbatim(
+    verbatim_fleet: Fleet,
+) -> None:
     """Nova's default list has no traits filter: Placement enforces traits there, and here."""
+    fleet = verbatim_fleet
     wait_for(lambda: _every_node_with_a_live_owner(fleet), 30, "every node owned by a live agent")
     fleet.api.create_flavor(
         {
@@ -201,6 +231,15 @@ def test_a_required_trait_applies_with_nova_defaults_pasted_verbatim(fleet: Flee
     (failed,) = _settle(fleet, [extra["uuid"]], "error")
     assert "AvailabilityFilter removed 2" in failed["fault"]
     assert f"TraitsFilter removed {NODES - 2}" in failed["fault"]
+    # nova.conf's section was read: the conductor runs Nova's list, not its own defaults.
+    (started,) = [
+        line
+        for line in fleet.procs["cond-1"].log().splitlines()
+        if "Scheduler: always applied" in line
+    ]
+    filters = started.partition("; filters: ")[2].partition(";")[0].split(", ")
+    assert [name.rpartition(".")[2] for name in filters] == NOVA_DEFAULT_FILTERS.split(",")
+    assert "nova.scheduler.weights.compute.BuildFailureWeigher" in started
 
 
 @pytest.mark.parametrize(

@@ -348,15 +348,44 @@ def test_a_decision_that_finds_no_node_reads_the_changes_before_saying_so(
         sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
     insert_nodes(db, 1)
     now[0] += 0.5  # within the interval: the decision does not refresh first ...
-    refreshes: list[int] = []
-    refresh = sched._refresh_locked
-    monkeypatch.setattr(sched, "_refresh_locked", lambda: refreshes.append(1) or refresh())
-    # ... but finding no node it reads the changes once: the new node.
+    reads: list[int] = []
+    read = sched._read_freed
+    monkeypatch.setattr(sched, "_read_freed", lambda: reads.append(read()) or reads[-1])
+    # ... but finding no node it reads the free nodes changed since: the new node.
     sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
-    assert refreshes == [1]
-    with pytest.raises(NoValidNode):  # none left: one refresh, then the answer
+    assert reads == [1]
+    with pytest.raises(NoValidNode):  # none left: one read, then the answer
         sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
-    assert refreshes == [1, 1]
+    # The node just allocated changed since the refresh, but is not free: not read.
+    assert reads == [1, 0]
+
+
+def test_the_read_before_no_valid_node_reads_only_free_nodes(db: Database) -> None:
+    now = [100.0]
+    sched = scheduler(db, refresh_interval=1.0, clock=lambda: now[0])
+    sched.refresh()
+    (free,) = insert_nodes(db, 1)
+    insert_nodes(db, 1, maintenance=True)
+    insert_nodes(db, 1, provision_state="manageable")
+    (hosting,) = insert_nodes(db, 1)
+    unknown_power = insert_nodes(db, 2)
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == hosting)
+            .values(instance_uuid=str(uuidlib.uuid4()), provision_state="active")
+        )
+        for uuid, power_state in zip(unknown_power, (None, ""), strict=True):
+            session.execute(
+                update(NodeModel).where(NodeModel.uuid == uuid).values(power_state=power_state)
+            )
+    assert sched._read_freed() == 1
+    assert sched.stats()["nodes"] == sched.stats()["free"] == 1
+    # The refresh still reads every change since it last read them.
+    assert sched.refresh() == 6
+    assert sched.stats()["nodes"] == 6 and sched.stats()["free"] == 1
+    node, _ = sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
+    assert node.uuid == free
 
 
 class _StopAfter(threading.Event):

@@ -328,6 +328,39 @@ def test_explain_with_a_group_hint_and_an_empty_index() -> None:
     assert dict(error.removed)["GroupFilter"] == 10
 
 
+def test_explaining_a_failed_decision_calls_no_per_profile_filter_again() -> None:
+    calls: list[str] = []
+
+    class Refusing(BaseFilter):
+        per_profile = True
+
+        def filter(self, node: Node, request: RequestSpec) -> bool:
+            calls.append(node.uuid)
+            return "HW_B" not in node.traits
+
+    index = NodeIndex()
+    for i in range(40):
+        index.put(make_node(i, traits=frozenset({"HW_A"} if i < 10 else {"HW_B"})))
+    flavor = Flavor(name="f", resource_class="gold", forbidden_traits=frozenset({"HW_A"}))
+    chooser = Chooser([Refusing()], [SpreadWeigher()], random.Random(0))
+    request = make_request(flavor)
+    assert chooser.choose(index, request) is None
+    assert len(calls) == 1  # the HW_B profile; traits refused the other first
+    removed = dict(chooser.explain(index, request).removed)
+    assert len(calls) == 1  # the decision's verdicts, not a second pass
+    assert removed["TraitsFilter"] == 10 and removed["Refusing"] == 30
+    # Explained without a decision first (a profile that appeared since), it calls them.
+    fresh = Chooser([Refusing()], [SpreadWeigher()], random.Random(0))
+    assert dict(fresh.explain(NodeIndex(), request).removed)["Refusing"] == 0
+    other = make_request(Flavor(name="g", resource_class="gold"))
+    assert dict(fresh.explain(index, other).removed) == {
+        **dict.fromkeys(("ResourceClassFilter", "GroupFilter", "AvailabilityFilter"), 0),
+        **dict.fromkeys(("TraitsFilter", "LiveOwnerFilter", "RetryFilter"), 0),
+        "Refusing": 30,
+    }
+    assert len(calls) == 3
+
+
 # -- the central property ----------------------------------------------------------------------
 
 TRAITS = ("HW_A", "HW_B", "HW_C")
