@@ -75,6 +75,11 @@ class Param:
     minimum: int | None = None
     #: The first microversion that takes it (an unknown parameter before).
     min_version: microversion.Version = microversion.MIN_VERSION
+    #: The values a string takes (in the OpenAPI document; the handler or
+    #: the conductor checks them, naming the parameter).
+    enum: tuple[str, ...] = ()
+    #: The OpenAPI format of a string (``date-time``, ``regex``).
+    format: str | None = None
 
 
 @dataclass

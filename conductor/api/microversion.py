@@ -37,6 +37,17 @@ the routes or fields it adds name it as their ``min_version``):
 * 1.6 - ``POST /v1/nodes/import`` takes ``every_clash``: a clash with the
   stored nodes is a 400 naming every clashing entry (as ``dry_run``), not
   a 409 on the first, so that a file is checked and imported in one request.
+* 1.10 - Nova's listing habits: instances show Nova's ``status`` (ACTIVE,
+  BUILD, SHUTOFF, REBOOT, HARD_REBOOT, REBUILD, ERROR, DELETED) beside
+  ``vm_state`` and ``addresses`` from their network data;
+  ``GET /v1/instances`` takes ``name`` (a regular expression),
+  ``status``, ``changes-since`` (deleted instances included) and
+  ``sort_key``/``sort_dir``.
+* 1.11 - ``GET /v1/limits``: the caller's project's limits and usage in
+  Nova's ``/limits`` shape (``tenant_id``: another project's, admins).
+* 1.12 - Instance action history (Nova's ``os-instance-actions``):
+  ``GET /v1/instances/{id}/actions`` and
+  ``GET /v1/instances/{id}/actions/{request_id}``.
 """
 
 from __future__ import annotations
@@ -50,8 +61,11 @@ __all__ = [
     "EVERY_CLASH",
     "HEADER",
     "IMAGES",
+    "INSTANCE_ACTIONS",
+    "LIMITS",
     "MAX_VERSION",
     "MIN_VERSION",
+    "NOVA_LISTING",
     "REBUILD_IMAGE",
     "SERVICE_TYPE",
     "TENANCY",
@@ -100,7 +114,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 6)
+MAX_VERSION = Version(1, 12)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: Tenancy: instances show their project and user, quotas.
@@ -113,6 +127,12 @@ REBUILD_IMAGE = Version(1, 4)
 ANY_EXTRA_SPECS = Version(1, 5)
 #: An import that names every clash with the stored nodes.
 EVERY_CLASH = Version(1, 6)
+#: Nova's status and addresses; name, status, changes-since filters and sorting.
+NOVA_LISTING = Version(1, 10)
+#: ``GET /v1/limits`` (Nova's ``/limits``).
+LIMITS = Version(1, 11)
+#: The instance action history (Nova's ``os-instance-actions``).
+INSTANCE_ACTIONS = Version(1, 12)
 
 
 def requested(header: str | None) -> Version:

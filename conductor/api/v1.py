@@ -6,7 +6,9 @@ policy with and generates the OpenAPI document from.  The routes and their
 handlers are in one module per resource: :mod:`conductor.api.v1_nodes`,
 :mod:`~conductor.api.v1_flavors`, :mod:`~conductor.api.v1_instances`
 (with the instance actions), :mod:`~conductor.api.v1_quotas` and
-:mod:`~conductor.api.v1_fleet`; lists page with :mod:`~conductor.api.v1_paging`.
+:mod:`~conductor.api.v1_fleet`, the action history
+(:mod:`~conductor.api.v1_instance_actions`) and Nova's limits
+(:mod:`~conductor.api.v1_limits`); lists page with :mod:`~conductor.api.v1_paging`.
 """
 
 from __future__ import annotations
@@ -14,21 +16,25 @@ from __future__ import annotations
 from conductor.api.app import Route
 from conductor.api.v1_flavors import FLAVOR_ROUTES
 from conductor.api.v1_fleet import FLEET_ROUTES
+from conductor.api.v1_instance_actions import ACTION_ROUTES
 from conductor.api.v1_instances import (
     ALL_PROJECTS_RULE,
     HOST_RULE,
     INSTANCE_ACTION,
     INSTANCE_ROUTES,
 )
+from conductor.api.v1_limits import LIMITS_OTHER_RULE, LIMITS_ROUTES
 from conductor.api.v1_nodes import NODE_ROUTES
 from conductor.api.v1_quotas import QUOTA_ROUTES
 
-__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "ROUTES"]
+__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "LIMITS_OTHER_RULE", "ROUTES"]
 
 ROUTES: tuple[Route, ...] = (
     *NODE_ROUTES,
     *FLAVOR_ROUTES,
     *INSTANCE_ROUTES,
+    *ACTION_ROUTES,
     *QUOTA_ROUTES,
+    *LIMITS_ROUTES,
     *FLEET_ROUTES,
 )

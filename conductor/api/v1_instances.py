@@ -13,12 +13,14 @@ from typing import Any
 
 from conductor.api import microversion
 from conductor.api.app import E400, E404, E409, E503, ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import REBUILD_IMAGE, TENANCY, VERBS_VERSION
+from conductor.api.microversion import NOVA_LISTING, REBUILD_IMAGE, TENANCY, VERBS_VERSION
 from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
 from conductor.common import schemas, verbs
 from conductor.common.instance_states import TRANSITIONS, Event
+from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
+from conductor.validation.listing import SORT_DIRS, SORT_KEYS
 
 __all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "INSTANCE_ROUTES"]
 
@@ -47,6 +49,49 @@ INSTANCE_FILTERS = (
         min_version=TENANCY,
     ),
 )
+
+#: Nova's filters and sort order (microversion 1.10).
+NOVA_FILTERS = (
+    Param(
+        "name",
+        "string",
+        "Only instances whose name matches this regular expression (as Nova's, matched by "
+        "the database: PostgreSQL's ~, MySQL's and MariaDB's REGEXP).",
+        min_version=NOVA_LISTING,
+        format="regex",
+    ),
+    Param(
+        "status",
+        "string",
+        "Only instances showing this Nova status (any case).",
+        min_version=NOVA_LISTING,
+        enum=STATUSES,
+    ),
+    Param(
+        "changes-since",
+        "string",
+        "Only instances changed at or after this instant (ISO 8601; UTC without a zone); "
+        "deleted instances included, as Nova lists its recently deleted ones.",
+        min_version=NOVA_LISTING,
+        format="date-time",
+    ),
+    Param(
+        "sort_key",
+        "string",
+        "Sort by this key, then by uuid (default: uuid).",
+        min_version=NOVA_LISTING,
+        enum=tuple(SORT_KEYS),
+    ),
+    Param(
+        "sort_dir",
+        "string",
+        "asc or desc (default desc with a sort_key, as Nova; asc without).",
+        min_version=NOVA_LISTING,
+        enum=SORT_DIRS,
+    ),
+)
+#: The RPC arguments of :data:`NOVA_FILTERS`, by query parameter.
+_NOVA_ARGUMENTS = {"changes-since": "changes_since"}
 
 #: What an instance shows from 1.2 (TENANCY) on.
 _TENANCY_FIELDS = ("project_id", "user_id")
@@ -132,7 +177,14 @@ def _shown(call: Call, instance: dict[str, Any]) -> dict[str, Any]:
     hidden = () if call.version >= TENANCY else _TENANCY_FIELDS
     if not call.allowed(HOST_RULE):
         hidden = (*hidden, *HOST_FIELDS)
-    return {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
+    shown = {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
+    if call.version >= NOVA_LISTING and "vm_state" in instance:
+        drive = instance.get("config_drive") or {}
+        shown = shown | {
+            "status": status_of(instance["vm_state"], instance.get("task_state")),
+            "addresses": addresses_of(drive.get("network_data")),
+        }
+    return shown
 
 
 def build_instances(call: Call) -> Reply:
@@ -167,6 +219,9 @@ def list_instances(call: Call) -> Reply:
     scope: dict[str, Any] = {}
     if all_projects or project_id is not None:
         scope = {"all_projects": all_projects, "project_id": project_id}
+    for param in NOVA_FILTERS:
+        if param.name in call.query:
+            scope[_NOVA_ARGUMENTS.get(param.name, param.name)] = call.query[param.name]
     items = call.api.list_instances(
         vm_state=call.query.get("vm_state"),
         host=call.query.get("host"),
@@ -270,11 +325,16 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         list_instances,
         "ringfleet:instance:list",
         "listInstances",
-        "List instances, in uuid order, a page at a time.",
-        query=(*INSTANCE_FILTERS, LIMIT, MARKER),
+        "List instances, in uuid order (or sort_key's), a page at a time.",
+        query=(*INSTANCE_FILTERS, *NOVA_FILTERS, LIMIT, MARKER),
         response="InstanceList",
         errors=(E400, E503),
         tag="instances",
+        description="Since 1.10 instances show Nova's status and addresses, and the list "
+        "takes Nova's name, status, changes-since, sort_key and sort_dir; a bad one is 400 "
+        "naming it. The marker is the uuid of the previous page's last instance; with a "
+        "sort_key it must be an instance of the caller's list (400 otherwise), and the "
+        "next page starts after its (key, uuid).",
     ),
     Route(
         "POST",

@@ -30,6 +30,7 @@ __all__ = [
     "FlavorNotFound",
     "Forbidden",
     "IdentityTaken",
+    "InstanceActionNotFound",
     "InstanceNotFound",
     "InstanceStateConflict",
     "InvalidInput",
@@ -257,6 +258,12 @@ class FlavorNotFound(NotFound):
 
 class InstanceNotFound(NotFound):
     kind = "instance"
+
+
+class InstanceActionNotFound(NotFound):
+    """No action of that request id on the instance (``ident``: the request id)."""
+
+    kind = "instance action"
 
 
 class Conflict(RingfleetError):
