@@ -20,7 +20,7 @@ from conductor.common.instance_states import TRANSITIONS, Event
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
-from conductor.validation.listing import SORT_DIRS, SORT_KEYS
+from conductor.validation.listing import SORT_DIRS, SORT_KEYS, check_list_filters
 
 __all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "INSTANCE_ROUTES"]
 
@@ -219,9 +219,14 @@ def list_instances(call: Call) -> Reply:
     scope: dict[str, Any] = {}
     if all_projects or project_id is not None:
         scope = {"all_projects": all_projects, "project_id": project_id}
-    for param in NOVA_FILTERS:
-        if param.name in call.query:
-            scope[_NOVA_ARGUMENTS.get(param.name, param.name)] = call.query[param.name]
+    nova = {
+        _NOVA_ARGUMENTS.get(param.name, param.name): call.query[param.name]
+        for param in NOVA_FILTERS
+        if param.name in call.query
+    }
+    # Checked here too: a bad one is named without a conductor call.
+    check_list_filters(**nova)
+    scope |= nova
     items = call.api.list_instances(
         vm_state=call.query.get("vm_state"),
         host=call.query.get("host"),
