@@ -70,11 +70,15 @@ def list_page(
         except DBAPIError as exc:
             if exc.connection_invalidated or order.name is None:
                 raise
-            # The database's regular expressions are not Python's (which
-            # checked it first): the caller's pattern, named.
+            # The pattern is the database's to parse (each has its own
+            # syntax): one it refuses is the caller's, named.
             LOG.info("Instance list by name %r refused by the database: %s", order.name, exc.orig)
             raise InvalidInput(
-                [FieldError.about("name", "not a regular expression here", order.name)]
+                [
+                    FieldError.about(
+                        "name", "not a regular expression the database takes", order.name
+                    )
+                ]
             ) from None
 
 

@@ -97,7 +97,7 @@ def test_a_bad_sort_key_is_400_naming_it_and_calls_nothing(tmp_path: Path) -> No
         ("sort_dir=sideways", "sort_dir"),
         ("status=RUNNING", "status"),
         ("changes-since=noon", "changes-since"),
-        ("name=(", "name"),
+        ("name=" + "x" * 256, "name"),
     ):
         answer = call(application, "GET", f"/v1/instances?{query}", **V110)
         assert answer.status_code == 400, query
