@@ -52,6 +52,13 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+#: The path variables whose values are checked beyond a string (another is 400 naming it).
+_PATH_SCHEMAS: dict[str, dict[str, Any]] = {
+    "instance": {**_STR, "format": "uuid"},
+    # A request id as the API makes them (req-<uuid>); another one is no action's.
+    "request_id": {**_STR, "pattern": "^[A-Za-z0-9._-]{1,255}$"},
+}
+
 #: An instance action's fields (Nova's os-instance-actions).
 _ACTION: dict[str, Any] = {
     "action": {"enum": ["create", "delete", "reboot", "stop", "start", "rebuild"]},
@@ -190,10 +197,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         required=("addr", "version", "OS-EXT-IPS:type", "OS-EXT-IPS-MAC:mac_addr"),
     ),
     "InstanceActionList": _obj(
-        {"instanceActions": {"type": "array", "items": _ref("InstanceAction")}},
+        {"instanceActions": {"type": "array", "items": _ref("InstanceActionRecord")}},
         required=("instanceActions",),
     ),
-    "InstanceAction": _obj(_ACTION, required=tuple(_ACTION)),
+    # Not "InstanceAction": that is the action request's envelope.
+    "InstanceActionRecord": _obj(_ACTION, required=tuple(_ACTION)),
     "InstanceActionDetail": _obj(
         {
             "instanceAction": _obj(
@@ -313,10 +321,14 @@ def _query_parameter(route: Route, param: Param) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": param.kind}
     if param.minimum is not None:
         schema["minimum"] = param.minimum
+    if param.maximum is not None:
+        schema["maximum"] = param.maximum
     if param.enum:
         schema["enum"] = list(param.enum)
     if param.format is not None:
         schema["format"] = param.format
+    if param.pattern is not None:
+        schema["pattern"] = param.pattern
     entry = {
         "name": param.name,
         "in": "query",
@@ -331,7 +343,12 @@ def _query_parameter(route: Route, param: Param) -> dict[str, Any]:
 
 def _operation(route: Route) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
-        {"name": name.strip("{}"), "in": "path", "required": True, "schema": _STR}
+        {
+            "name": name.strip("{}"),
+            "in": "path",
+            "required": True,
+            "schema": _PATH_SCHEMAS.get(name.strip("{}"), _STR),
+        }
         for name in route.path.split("/")
         if name.startswith("{")
     ]
@@ -381,6 +398,8 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
         if route.envelope is not None:
+            if route.envelope.name in SCHEMAS:
+                raise ValueError(f"envelope {route.envelope.name} clashes with a reply's schema")
             envelopes[route.envelope.name] = route.envelope.json_schema()
     error = {"application/json": {"schema": _ref("Errors")}}
     return {

@@ -22,7 +22,19 @@ from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
 from conductor.validation.listing import SORT_DIRS, SORT_KEYS, check_list_filters
 
-__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "INSTANCE_ROUTES"]
+__all__ = [
+    "ALL_PROJECTS_RULE",
+    "HOST_PATTERN",
+    "HOST_RULE",
+    "INSTANCE_ACTION",
+    "INSTANCE_ROUTES",
+    "PROJECT_PATTERN",
+]
+
+#: The host names documented (a node or agent name: conductor.common.checks.validate_name).
+HOST_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+#: The project ids documented (Keystone's are hex; any 1 to 255 printable characters are taken).
+PROJECT_PATTERN = "^[A-Za-z0-9_-]{1,255}$"
 
 INSTANCE_FILTERS = (
     Param(
@@ -30,11 +42,13 @@ INSTANCE_FILTERS = (
         "string",
         ", ".join(state.value for state in list(VmState)[:-1])
         + f" or {list(VmState)[-1].value} (without it, deleted instances are left out).",
+        enum=tuple(state.value for state in VmState),
     ),
     Param(
         "host",
         "string",
         "Only instances on this agent (admins: policy ringfleet:instance:show:host).",
+        pattern=HOST_PATTERN,
     ),
     Param(
         "all_projects",
@@ -47,6 +61,7 @@ INSTANCE_FILTERS = (
         "string",
         "Only this project's instances (admins).",
         min_version=TENANCY,
+        pattern=PROJECT_PATTERN,
     ),
 )
 
@@ -59,6 +74,8 @@ NOVA_FILTERS = (
         "the database: PostgreSQL's ~, MySQL's and MariaDB's REGEXP).",
         min_version=NOVA_LISTING,
         format="regex",
+        # The text rule: no control character (but tab, line feed, carriage return).
+        pattern="^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]{1,255}$",
     ),
     Param(
         "status",
@@ -333,12 +350,12 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         "List instances, in uuid order (or sort_key's), a page at a time.",
         query=(*INSTANCE_FILTERS, *NOVA_FILTERS, LIMIT, MARKER),
         response="InstanceList",
-        errors=(E400, E503),
+        errors=(E400, E404, E503),
         tag="instances",
         description="Since 1.10 instances show Nova's status and addresses, and the list "
         "takes Nova's name, status, changes-since, sort_key and sort_dir; a bad one is 400 "
         "naming it. The marker is the uuid of the previous page's last instance; with a "
-        "sort_key it must be an instance of the caller's list (400 otherwise), and the "
+        "sort_key it must be an instance of the caller's list (404 otherwise), and the "
         "next page starts after its (key, uuid).",
     ),
     Route(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from conductor.api import auth
 from conductor.api.app import E400, E503, ApiError, Call, Param, Reply, Route
 from conductor.api.microversion import LIMITS
+from conductor.api.v1_instances import PROJECT_PATTERN
 from conductor.common.nova_limits import nova_limits
 
 __all__ = ["LIMITS_OTHER_RULE", "LIMITS_ROUTES"]
@@ -46,6 +47,7 @@ LIMITS_ROUTES: tuple[Route, ...] = (
                 "tenant_id",
                 "string",
                 "Another project's limits (admins: policy ringfleet:limits:other_project).",
+                pattern=PROJECT_PATTERN,
             ),
         ),
         response="Limits",

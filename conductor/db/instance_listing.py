@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, false, or_, select
 from sqlalchemy.exc import DBAPIError
 
-from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.exception import FieldError, InstanceNotFound, InvalidInput
 from conductor.common.nova_status import state_pairs
 from conductor.common.objects import Instance, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
@@ -50,8 +50,8 @@ def list_page(
     Without ``vm_state``, deleted instances are left out unless the list
     asks for changes since an instant or for the DELETED status.
 
-    :raises InvalidInput: a marker not in the caller's list (with a sort
-        key), or a ``name`` the database takes for no regular expression
+    :raises InstanceNotFound: a marker not in the caller's list (with a sort key)
+    :raises InvalidInput: a ``name`` the database takes for no regular expression
     """
     query = select(InstanceModel)
     if project_id is not None:
@@ -123,8 +123,8 @@ def _after(session: Any, order: ListOrder, marker: str, project_id: str | None) 
 
     By uuid (the order of old), the marker need not exist.  By another
     key, its value is read, within the caller's project (another
-    project's instance is no marker, as Nova answers a marker it cannot
-    find: 400).
+    project's instance is no marker: ``InstanceNotFound``, as for an
+    unknown one).
     """
     descending = order.descending
     if order.column == "uuid":
@@ -135,7 +135,9 @@ def _after(session: Any, order: ListOrder, marker: str, project_id: str | None) 
         found = found.where(InstanceModel.project_id == project_id)
     row = session.execute(found).first()
     if row is None:
-        raise InvalidInput([FieldError.about("marker", "no such instance in this list", marker)])
+        # Nova answers 400; a 404 says the same (no such instance here) and is
+        # what an unknown uuid gets everywhere else in this API.
+        raise InstanceNotFound(marker)
     value = row[0]
     if descending:
         return or_(column < value, and_(column == value, InstanceModel.uuid < marker))

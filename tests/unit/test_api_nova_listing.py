@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conductor.api import openapi, v1
+from conductor.common.nova_limits import nova_limits
 from tests.unit.test_api import FakeConductors, call, make_app
 
 V19 = {"OpenStack_API_Version": "baremetal-fleet 1.9"}
@@ -162,3 +165,44 @@ def test_the_new_routes_are_in_the_openapi_document() -> None:
     assert document["paths"]["/v1/limits"]["get"]["x-min-version"] == "1.11"
     actions = document["paths"]["/v1/instances/{instance}/actions/{request_id}"]["get"]
     assert actions["x-policy-rule"] == "ringfleet:instance:actions:show"
+
+
+def test_the_action_records_and_limits_validate_against_their_schemas() -> None:
+    """The replies as the conductor makes them (conductor/db/instance_actions.py)
+    against the document's schemas, formats checked (times with a zone)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    document = openapi.document(v1.ROUTES)
+    action = {
+        "action": "stop",
+        "instance_uuid": UUID,
+        "request_id": "req-1",
+        "project_id": "p1",
+        "user_id": "u1",
+        "start_time": "2026-11-29T21:00:44.782970+00:00",
+        "finish_time": None,
+        "updated_at": "2026-11-29T21:00:44.782970+00:00",
+        "message": None,
+    }
+    event = {
+        "event": "ringfleet_stop_instance",
+        "start_time": action["start_time"],
+        "finish_time": None,
+        "result": None,
+    }
+    limits = {"limits": nova_limits(QUOTA)}
+    for body, name in (
+        ({"instanceActions": [action]}, "InstanceActionList"),
+        ({"instanceAction": {**action, "events": [event]}}, "InstanceActionDetail"),
+        (limits, "Limits"),
+    ):
+        schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+        validator = jsonschema.Draft202012Validator(
+            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+        )
+        validator.validate(body)
+    with pytest.raises(jsonschema.ValidationError):
+        schema = {
+            "$ref": "#/components/schemas/InstanceActionList",
+            "components": document["components"],
+        }
+        jsonschema.Draft202012Validator(schema).validate({"instanceActions": [{"reboot": None}]})

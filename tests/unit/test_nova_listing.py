@@ -206,9 +206,9 @@ def test_a_sort_marker_of_another_project_is_refused(
 ) -> None:
     [theirs] = build(endpoint, member("p2"), "theirs")
     build(endpoint, member("p1"), "mine")
-    with pytest.raises(InvalidInput) as err:
+    with pytest.raises(InstanceNotFound) as err:
         endpoint.list_instances(member("p1"), marker=theirs, sort_key="created_at")
-    assert err.value.errors[0].field == "marker"
+    assert err.value.ident == theirs
 
 
 # -- action history ---------------------------------------------------------------
