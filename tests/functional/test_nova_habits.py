@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,7 +140,12 @@ def test_a_tenant_sees_status_filters_sort_limits_and_actions_as_in_nova(
         wait_for(lambda: None not in fleet.owned_by(), 60, "every node owned")
 
         # Three instances, one with network data; the build's request id.
-        body = {"flavor": "habits", "count": 3, "name": "web", "network_data": NETWORK_DATA}
+        body: dict[str, Any] = {
+            "flavor": "habits",
+            "count": 3,
+            "name": "web",
+            "network_data": NETWORK_DATA,
+        }
         built_reply = tenant.post(f"{url}/v1/instances", json=body, timeout=TIMEOUT)
         built = {i["name"]: i for i in _ok(built_reply, 202)["instances"]}
         build_request = built_reply.headers["x-openstack-request-id"]
@@ -179,7 +185,7 @@ def test_a_tenant_sees_status_filters_sort_limits_and_actions_as_in_nova(
         assert _names(tenant, f"{url}/v1/instances?status=active") == ["web-2"]
         assert sorted(_names(tenant, f"{url}/v1/instances?name=%5Eweb-%5B13%5D%24")) == ["web-1"]
         assert sorted(_names(tenant, f"{url}/v1/instances")) == ["web-1", "web-2"]
-        since = requests.utils.quote(before_delete)
+        since = urllib.parse.quote(before_delete)
         changed = _ok(tenant.get(f"{url}/v1/instances?changes-since={since}", timeout=TIMEOUT))
         assert {(i["name"], i["status"]) for i in changed["instances"]} == {("web-3", "DELETED")}
         # Sorted by name, descending, pages of one: every instance once, in order.

@@ -34,7 +34,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
         original(self, namespace)
         for name, command in _NEW.items():
             if name not in dict(self):
-                self.add_command(name, command)
+                self.add_command(name, command)  # type: ignore[arg-type]
 
     patch = pytest.MonkeyPatch()
     patch.setattr(CommandManager, "load_commands", load_commands)
