@@ -94,14 +94,10 @@ API version history:
 * 1.20 - report_node_states replies carry ``gone``: the reported nodes that
   no longer exist (deleted while the agent held them), which the agent
   forgets.  Same call: an older conductor's reply has no ``gone``.
-* 1.21 - Nova's listing habits: list_instances takes ``name`` (a regular
-  expression), ``status`` (Nova's), ``changes_since`` (ISO 8601; deleted
-  instances included), ``sort_key`` and ``sort_dir``; the instance action
-  history: list_instance_actions, show_instance_action (Nova's
-  os-instance-actions: each create, delete, reboot, stop, start and
-  rebuild with its request id, caller, start and finish).  Sent at 1.21
-  only with one of them, so that an older conductor refuses rather than
-  ignore a filter.
+* 1.22 - list_instances takes Nova's ``name`` (a regular expression),
+  ``status``, ``changes_since``, ``sort_key`` and ``sort_dir`` (sent at
+  1.22 only with one of them); list_instance_actions, show_instance_action
+  (Nova's os-instance-actions).
 """
 
 from __future__ import annotations
@@ -112,8 +108,6 @@ import oslo_messaging as messaging
 from oslo_context import context as request_context
 
 from conductor.common import rpc, tenancy
-from conductor.common.exception import FieldError, InvalidInput
-from conductor.common.nova_limits import nova_limits
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 from conductor.common.paging import pages
 
@@ -122,7 +116,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.21"
+API_VERSION = "1.22"
 
 _T = TypeVar("_T")
 
@@ -318,8 +312,7 @@ class ConductorAPI:
         """Instances in uuid order after ``marker`` (exclusive), at most
         ``limit``; without ``vm_state``, ``deleted`` ones are left out.
         ``all_projects`` and ``project_id`` since 1.12 (admins); Nova's
-        ``name``, ``status``, ``changes_since``, ``sort_key`` and
-        ``sort_dir`` since 1.21 (in that order then, after ``marker``)."""
+        filters (``nova``: ``name``, ``status``...) since 1.22."""
         kwargs: dict[str, Any] = {
             "vm_state": vm_state,
             "host": host,
@@ -332,22 +325,22 @@ class ConductorAPI:
             kwargs |= {"all_projects": all_projects, "project_id": project_id}
         filters = {key: value for key, value in nova.items() if value is not None}
         if filters:
-            version = "1.21"
+            version = "1.22"
             kwargs |= filters
         return self._call(list[dict[str, Any]], "list_instances", version=version, **kwargs)
 
     def list_instance_actions(self, instance: str) -> list[dict[str, Any]]:
-        """The actions of an instance the caller may see, the newest first (since 1.21)."""
+        """An instance's actions, the newest first (since 1.22)."""
         return self._call(
-            list[dict[str, Any]], "list_instance_actions", version="1.21", instance=instance
+            list[dict[str, Any]], "list_instance_actions", version="1.22", instance=instance
         )
 
     def show_instance_action(self, instance: str, request_id: str) -> dict[str, Any]:
-        """One action of an instance, by its request id, with its events (since 1.21)."""
+        """One action of an instance, with its events (since 1.22)."""
         return self._call(
             dict[str, Any],
             "show_instance_action",
-            version="1.21",
+            version="1.22",
             instance=instance,
             request_id=request_id,
         )
@@ -378,13 +371,6 @@ class ConductorAPI:
     def delete_quota(self, project_id: str) -> dict[str, Any]:
         """Since 1.12: drop a project's own limits; its quota after."""
         return self._call(dict[str, Any], "delete_quota", version="1.12", project_id=project_id)
-
-    def show_limits(self, project_id: str | None = None) -> dict[str, Any]:
-        """Nova's ``limits`` of a project (the API's ``GET /v1/limits``),
-        from its quota (an operator names the project)."""
-        if project_id is None:
-            raise InvalidInput([FieldError("project_id", "required over RPC (--project)")])
-        return nova_limits(self.show_quota(project_id))
 
     def list_quotas(self) -> list[dict[str, Any]]:
         """Since 1.12: the projects with limits of their own."""

@@ -17,10 +17,10 @@ from conductor.api.microversion import NOVA_LISTING, REBUILD_IMAGE, TENANCY, VER
 from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
 from conductor.common import schemas, verbs
 from conductor.common.instance_states import TRANSITIONS, Event
+from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, check_list_filters
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
-from conductor.validation.listing import SORT_DIRS, SORT_KEYS, check_list_filters
 
 __all__ = [
     "ALL_PROJECTS_RULE",

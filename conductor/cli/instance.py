@@ -21,11 +21,11 @@ from cliff.show import ShowOne
 
 from conductor.cli.command import ConductorCommand, key_value
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.list_filters import SORT_DIRS, SORT_KEYS
 from conductor.common.nova_status import STATUSES, status_of
 from conductor.common.objects import VmState
 from conductor.common.paging import pages
 from conductor.common.verbs import VERBS, Verb
-from conductor.validation.listing import SORT_DIRS, SORT_KEYS
 
 __all__ = [
     "InstanceCreate",
@@ -235,6 +235,14 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
     return drive
 
 
+#: The examples ending the commands' --help.
+_LIST_EXAMPLES = (
+    "Examples:\n"
+    "  ringfleet instance list --status ACTIVE --sort-key created_at\n"
+    "  ringfleet instance list --name '^web-' --changes-since 2026-11-29T20:00:00Z"
+)
+
+
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (--count of them)."""
 
@@ -341,12 +349,8 @@ class InstanceCreate(ConductorCommand, Lister):
 class InstanceList(ConductorCommand, Lister):
     """List instances (all of them, unless --limit), Nova's filters and order too."""
 
-    def get_epilog(self) -> str:
-        return (
-            "Examples:\n"
-            "  ringfleet instance list --status ACTIVE --sort-key created_at\n"
-            "  ringfleet instance list --name '^web-' --changes-since 2026-11-29T20:00:00Z"
-        )
+    # cliff's own epilog (conductor.cli.command.own_epilog); cliff types it None.
+    _epilog = _LIST_EXAMPLES  # type: ignore[assignment]
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

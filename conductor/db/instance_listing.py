@@ -22,12 +22,12 @@ from sqlalchemy import ColumnElement, Select, and_, false, or_, select
 from sqlalchemy.exc import DBAPIError
 
 from conductor.common.exception import FieldError, InstanceNotFound, InvalidInput
+from conductor.common.list_filters import ListOrder
 from conductor.common.nova_status import state_pairs
 from conductor.common.objects import Instance, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.instances import to_instance
 from conductor.db.models import InstanceModel
-from conductor.validation.listing import ListOrder
 
 __all__ = ["list_page"]
 

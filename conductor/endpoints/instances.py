@@ -29,6 +29,7 @@ from conductor.common.exception import (
     QuotaExceeded,
 )
 from conductor.common.instance_states import Event, can, transition
+from conductor.common.list_filters import check_list_filters
 from conductor.common.objects import Flavor, Instance, VmState
 from conductor.common.tenancy import Caller
 from conductor.db import instance_actions, instance_listing, instances, quotas
@@ -42,7 +43,6 @@ from conductor.validation import (
     validate_build_request,
     validate_rebuild,
 )
-from conductor.validation.listing import check_list_filters
 
 __all__ = ["BuildQueue", "InstancesEndpoint"]
 
@@ -146,8 +146,8 @@ class InstancesEndpoint:
         (since 1.12) lists every project's, or ``project_id``'s only.
 
         An admin without a project (the operator) lists every project's.
-        Since 1.21, Nova's ``name``, ``status``, ``changes_since``,
-        ``sort_key`` and ``sort_dir`` (:func:`~conductor.validation.listing.check_list_filters`).
+        Since 1.22, Nova's ``name``, ``status``, ``changes_since``,
+        ``sort_key`` and ``sort_dir`` (:func:`~conductor.common.list_filters.check_list_filters`).
         """
         caller = Caller.from_ctxt(ctxt)
         everyone = arguments.check_bool(all_projects, "all_projects")
@@ -203,7 +203,7 @@ class InstancesEndpoint:
             self._queue.delete(uuid)
         return instances.get_instance(self._db, uuid).to_dict()
 
-    # -- action history (1.21) ------------------------------------------------------
+    # -- action history (1.22) ------------------------------------------------------
 
     def list_instance_actions(self, ctxt: dict[str, Any], instance: Any) -> list[dict[str, Any]]:
         """The instance's actions (Nova's os-instance-actions), the newest first."""

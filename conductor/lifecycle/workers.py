@@ -28,6 +28,7 @@ from conductor.common.exception import (
     first_line,
 )
 from conductor.common.instance_states import ACTION_TASKS, Event
+from conductor.common.list_filters import ListOrder
 from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
 from conductor.db import allocations, instance_listing, instance_sweeps, instances, nodes
 from conductor.db.engine import Database
@@ -37,7 +38,6 @@ from conductor.lifecycle.queue import Action, BuildQueue, Stored
 from conductor.metrics import ConductorMetrics
 from conductor.notifications import Notifier
 from conductor.scheduler.scheduler import Scheduler
-from conductor.validation.listing import ListOrder
 
 __all__ = ["BuildWorkers", "Router"]
 

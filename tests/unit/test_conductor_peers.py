@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from conductor.common.instance_states import Event
+from conductor.common.list_filters import ListOrder
 from conductor.common.objects import TaskState, VmState
 from conductor.db import carriage, instance_listing, instances
 from conductor.db.engine import Database
 from conductor.peers import SETTLE_S, ConductorPeers
 from conductor.validation import validate_build_request
-from conductor.validation.listing import ListOrder
 from hashring.view import Member, MembershipView, State
 from tests.dbutil import add_nodes, migrated, pin
 

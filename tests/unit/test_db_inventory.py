@@ -19,6 +19,7 @@ from conductor.common.exception import (
     NodeNotFound,
 )
 from conductor.common.instance_states import Event
+from conductor.common.list_filters import ListOrder
 from conductor.common.objects import ProvisionState, TaskState, VmState
 from conductor.db import (
     allocations,
@@ -36,7 +37,6 @@ from conductor.validation import (
     validate_node_spec,
     validate_node_specs,
 )
-from conductor.validation.listing import ListOrder
 from tests.dbutil import migrated
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import update
 
 from conductor.common.exception import InstanceActionNotFound, InstanceNotFound, InvalidInput
 from conductor.common.instance_states import Event
+from conductor.common.list_filters import check_list_filters
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import TaskState, VmState
 from conductor.db import instances
@@ -24,7 +25,6 @@ from conductor.db.models import InstanceModel
 from conductor.endpoints.instances import InstancesEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
-from conductor.validation.listing import check_list_filters
 from tests.dbutil import migrated
 from tests.endpoint_stubs import RecordingQueue
 
