@@ -105,6 +105,10 @@ API version history:
   delete_instance_metadata, get_instance_tags, add_instance_tag,
   set_instance_tags, delete_instance_tag.  A build with any of the new
   fields is sent at 1.21, so that an older conductor refuses it.
+* 1.22 - list_instances takes Nova's ``name`` (a regular expression),
+  ``status``, ``changes_since``, ``sort_key`` and ``sort_dir`` (sent at
+  1.22 only with one of them); list_instance_actions, show_instance_action
+  (Nova's os-instance-actions).
 """
 
 from __future__ import annotations
@@ -117,13 +121,14 @@ from oslo_context import context as request_context
 from conductor.common import rpc, tenancy
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 from conductor.common.paging import pages
+from conductor.rpcapi_labels import LabelCalls
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.21"
+API_VERSION = "1.22"
 
 _T = TypeVar("_T")
 
@@ -133,7 +138,7 @@ _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
 _LABEL_FIELDS = ("key_name", "metadata", "tags")
 
 
-class ConductorAPI:
+class ConductorAPI(LabelCalls):
     """Calls to the conductors (any of them: they are active-active).
 
     :param transport: from :func:`conductor.common.rpc.get_transport`.
@@ -318,10 +323,12 @@ class ConductorAPI:
         *,
         all_projects: bool = False,
         project_id: str | None = None,
+        **nova: str | None,
     ) -> list[dict[str, Any]]:
         """Instances in uuid order after ``marker`` (exclusive), at most
         ``limit``; without ``vm_state``, ``deleted`` ones are left out.
-        ``all_projects`` and ``project_id`` since 1.12 (admins)."""
+        ``all_projects`` and ``project_id`` since 1.12 (admins); Nova's
+        filters (``nova``: ``name``, ``status``...) since 1.22."""
         kwargs: dict[str, Any] = {
             "vm_state": vm_state,
             "host": host,
@@ -332,7 +339,27 @@ class ConductorAPI:
         if all_projects or project_id is not None:
             version = "1.12"
             kwargs |= {"all_projects": all_projects, "project_id": project_id}
+        filters = {key: value for key, value in nova.items() if value is not None}
+        if filters:
+            version = "1.22"
+            kwargs |= filters
         return self._call(list[dict[str, Any]], "list_instances", version=version, **kwargs)
+
+    def list_instance_actions(self, instance: str) -> list[dict[str, Any]]:
+        """An instance's actions, the newest first (since 1.22)."""
+        return self._call(
+            list[dict[str, Any]], "list_instance_actions", version="1.22", instance=instance
+        )
+
+    def show_instance_action(self, instance: str, request_id: str) -> dict[str, Any]:
+        """One action of an instance, with its events (since 1.22)."""
+        return self._call(
+            dict[str, Any],
+            "show_instance_action",
+            version="1.22",
+            instance=instance,
+            request_id=request_id,
+        )
 
     def show_instance(self, instance: str) -> dict[str, Any]:
         """The instance whose uuid is ``instance``."""
@@ -364,60 +391,6 @@ class ConductorAPI:
     def list_quotas(self) -> list[dict[str, Any]]:
         """Since 1.12: the projects with limits of their own."""
         return self._call(list[dict[str, Any]], "list_quotas", version="1.12")
-
-    # -- key pairs, instance metadata and tags (1.21) ------------------------------
-
-    def create_keypair(self, name: str, public_key: str | None = None) -> dict[str, Any]:
-        """The caller's new key pair; without ``public_key`` a generated one,
-        its ``private_key`` in the reply (and nowhere else)."""
-        return self._call(
-            dict[str, Any], "create_keypair", version="1.21", name=name, public_key=public_key
-        )
-
-    def list_keypairs(self) -> list[dict[str, Any]]:
-        return self._call(list[dict[str, Any]], "list_keypairs", version="1.21")
-
-    def show_keypair(self, name: str) -> dict[str, Any]:
-        return self._call(dict[str, Any], "show_keypair", version="1.21", name=name)
-
-    def delete_keypair(self, name: str) -> None:
-        self._call(object, "delete_keypair", version="1.21", name=name)
-
-    def get_instance_metadata(self, instance: str) -> dict[str, str]:
-        return self._call(
-            dict[str, str], "get_instance_metadata", version="1.21", instance=instance
-        )
-
-    def set_instance_metadata(
-        self, instance: str, metadata: dict[str, str], replace: bool = False
-    ) -> dict[str, str]:
-        """Set keys (``replace``: the whole metadata); the metadata as it is then."""
-        return self._call(
-            dict[str, str],
-            "set_instance_metadata",
-            version="1.21",
-            instance=instance,
-            metadata=metadata,
-            replace=replace,
-        )
-
-    def delete_instance_metadata(self, instance: str, key: str) -> None:
-        self._call(object, "delete_instance_metadata", version="1.21", instance=instance, key=key)
-
-    def get_instance_tags(self, instance: str) -> list[str]:
-        return self._call(list[str], "get_instance_tags", version="1.21", instance=instance)
-
-    def add_instance_tag(self, instance: str, tag: str) -> bool:
-        """Whether the tag is new."""
-        return self._call(bool, "add_instance_tag", version="1.21", instance=instance, tag=tag)
-
-    def set_instance_tags(self, instance: str, tags: list[str]) -> list[str]:
-        return self._call(
-            list[str], "set_instance_tags", version="1.21", instance=instance, tags=tags
-        )
-
-    def delete_instance_tag(self, instance: str, tag: str) -> None:
-        self._call(object, "delete_instance_tag", version="1.21", instance=instance, tag=tag)
 
     def reboot_instance(self, instance: str, hard: bool = False) -> dict[str, Any]:
         """Reboot an active instance, soft or ``hard`` (1.13); answers at once."""

@@ -140,17 +140,19 @@ def _calls(func: Callable[..., Any]) -> Iterator[tuple[str, str]]:
 
 
 def _groups(cls: type) -> dict[str, str]:
-    """Each client method's group, from the ``# -- group --`` comments above it."""
-    lines, _ = inspect.getsourcelines(cls)
-    group, found = "", {}
-    for line in lines:
-        match = _GROUP.match(line)
-        if match:
-            group = match.group(1).strip().capitalize()
-            continue
-        method = re.match(r"\s+def (\w+)\(", line)
-        if method:
-            found[method.group(1)] = group
+    """Each client method's group, from the ``# -- group --`` comments above it
+    (in the class and its bases)."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__[:-1]:
+        group = ""
+        for line in inspect.getsourcelines(klass)[0]:
+            match = _GROUP.match(line)
+            if match:
+                group = match.group(1).strip().capitalize()
+                continue
+            method = re.match(r"\s+def (\w+)\(", line)
+            if method:
+                found.setdefault(method.group(1), group)
     return found
 
 
@@ -197,7 +199,12 @@ def methods(api: API) -> list[RpcMethod]:
     served = _endpoint_methods(api)
     groups = _groups(client_cls)
     result: dict[str, RpcMethod] = {}
-    for client_name, func in client_cls.__dict__.items():
+    # The client's own methods, then its bases' (a base module holds some).
+    functions: dict[str, Any] = {}
+    for klass in client_cls.__mro__[:-1]:
+        for name, func in klass.__dict__.items():
+            functions.setdefault(name, func)
+    for client_name, func in functions.items():
         if client_name.startswith("_") or not inspect.isfunction(func):
             continue
         client_params = inspect.signature(func).parameters

@@ -73,8 +73,17 @@ class Param:
     kind: str
     description: str
     minimum: int | None = None
+    #: The largest integer taken (larger ones are 400).
+    maximum: int | None = None
     #: The first microversion that takes it (an unknown parameter before).
     min_version: microversion.Version = microversion.MIN_VERSION
+    #: The values a string takes (in the OpenAPI document; the handler or
+    #: the conductor checks them, naming the parameter).
+    enum: tuple[str, ...] = ()
+    #: The OpenAPI format of a string (``date-time``, ``regex``).
+    format: str | None = None
+    #: A pattern of the values documented (those matching it are taken).
+    pattern: str | None = None
 
 
 @dataclass

@@ -51,6 +51,17 @@ the routes or fields it adds name it as their ``min_version``):
   ``GET``/``PUT``/``DELETE /v1/instances/{id}/tags``,
   ``GET``/``PUT``/``DELETE /v1/instances/{id}/tags/{tag}``; a build takes
   ``metadata`` and ``tags``; instances show ``metadata`` and ``tags``.
+* 1.10 - Nova's listing habits: instances show Nova's ``status`` (ACTIVE,
+  BUILD, SHUTOFF, REBOOT, HARD_REBOOT, REBUILD, ERROR, DELETED) beside
+  ``vm_state`` and ``addresses`` from their network data;
+  ``GET /v1/instances`` takes ``name`` (a regular expression),
+  ``status``, ``changes-since`` (deleted instances included) and
+  ``sort_key``/``sort_dir``.
+* 1.11 - ``GET /v1/limits``: the caller's project's limits and usage in
+  Nova's ``/limits`` shape (``tenant_id``: another project's, admins).
+* 1.12 - Instance action history (Nova's ``os-instance-actions``):
+  ``GET /v1/instances/{id}/actions`` and
+  ``GET /v1/instances/{id}/actions/{request_id}``.
 """
 
 from __future__ import annotations
@@ -64,10 +75,13 @@ __all__ = [
     "EVERY_CLASH",
     "HEADER",
     "IMAGES",
+    "INSTANCE_ACTIONS",
     "KEY_PAIRS",
     "LABELS",
+    "LIMITS",
     "MAX_VERSION",
     "MIN_VERSION",
+    "NOVA_LISTING",
     "REBUILD_IMAGE",
     "SERVICE_TYPE",
     "TENANCY",
@@ -117,7 +131,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 9)
+MAX_VERSION = Version(1, 12)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: Tenancy: instances show their project and user, quotas.
@@ -136,6 +150,12 @@ USER_DATA_BASE64 = Version(1, 7)
 KEY_PAIRS = Version(1, 8)
 #: Instance metadata and tags.
 LABELS = Version(1, 9)
+#: Nova's status and addresses; name, status, changes-since filters and sorting.
+NOVA_LISTING = Version(1, 10)
+#: ``GET /v1/limits`` (Nova's ``/limits``).
+LIMITS = Version(1, 11)
+#: The instance action history (Nova's ``os-instance-actions``).
+INSTANCE_ACTIONS = Version(1, 12)
 
 
 def requested(header: str | None) -> Version:

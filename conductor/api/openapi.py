@@ -20,8 +20,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from conductor.api import microversion
-from conductor.api.app import Route
+from conductor.api.app import Param, Route
 from conductor.common import schemas
+from conductor.common.nova_limits import ABSOLUTE
+from conductor.common.nova_status import STATUSES
 from conductor.common.objects import TaskState, VmState
 
 __all__ = ["SCHEMAS", "document"]
@@ -49,6 +51,33 @@ def _obj(
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
+
+#: The path variables whose values are checked beyond a string (another is 400 naming it).
+_PATH_SCHEMAS: dict[str, dict[str, Any]] = {
+    "instance": {**_STR, "format": "uuid"},
+    # A request id as the API makes them (req-<uuid>); another one is no action's.
+    "request_id": {**_STR, "pattern": "^[A-Za-z0-9._-]{1,255}$"},
+}
+
+#: An instance action's fields (Nova's os-instance-actions).
+_ACTION: dict[str, Any] = {
+    "action": {"enum": ["create", "delete", "reboot", "stop", "start", "rebuild"]},
+    "instance_uuid": {**_STR, "format": "uuid"},
+    "request_id": _STR,
+    "project_id": _NSTR,
+    "user_id": _NSTR,
+    "start_time": _TIME,
+    "finish_time": {"type": ["string", "null"], "format": "date-time"},
+    "updated_at": _TIME,
+    "message": {"enum": ["Error", None]},
+}
+#: An action's event (Nova's, one per action here: the work's).
+_EVENT: dict[str, Any] = {
+    "event": _STR,
+    "start_time": _TIME,
+    "finish_time": {"type": ["string", "null"], "format": "date-time"},
+    "result": {"enum": ["Success", "Error", None]},
+}
 
 #: The Instance fields policy leaves out for others (conductor.api.v1_instances.HOST_FIELDS).
 _ADMIN_ONLY = (
@@ -159,8 +188,70 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "x-min-version": "1.9",
                 "description": "Nova's server tags, sorted.",
             },
+            "status": {
+                "enum": list(STATUSES),
+                "description": "Nova's status, from vm_state and task_state.",
+                "x-min-version": "1.10",
+            },
+            "addresses": {
+                "type": "object",
+                "description": "Nova's addresses, from the network data: per network, "
+                "its static addresses.",
+                "additionalProperties": {"type": "array", "items": _ref("Address")},
+                "x-min-version": "1.10",
+            },
         },
         closed=False,
+    ),
+    "Address": _obj(
+        {
+            "addr": _STR,
+            "version": {"enum": [4, 6]},
+            "OS-EXT-IPS:type": {"enum": ["fixed"]},
+            "OS-EXT-IPS-MAC:mac_addr": _NSTR,
+        },
+        required=("addr", "version", "OS-EXT-IPS:type", "OS-EXT-IPS-MAC:mac_addr"),
+    ),
+    "InstanceActionList": _obj(
+        {"instanceActions": {"type": "array", "items": _ref("InstanceActionRecord")}},
+        required=("instanceActions",),
+    ),
+    # Not "InstanceAction": that is the action request's envelope.
+    "InstanceActionRecord": _obj(_ACTION, required=tuple(_ACTION)),
+    "InstanceActionDetail": _obj(
+        {
+            "instanceAction": _obj(
+                {
+                    **_ACTION,
+                    "events": {
+                        "type": "array",
+                        "items": _obj(_EVENT, required=tuple(_EVENT)),
+                    },
+                },
+                required=(*_ACTION, "events"),
+            )
+        },
+        required=("instanceAction",),
+    ),
+    "Limits": _obj(
+        {
+            "limits": _obj(
+                {
+                    "rate": {"type": "array", "maxItems": 0},
+                    "absolute": _obj(
+                        {key: _INT for key in ABSOLUTE}, required=ABSOLUTE, closed=False
+                    ),
+                    "resource_classes": {
+                        "type": "object",
+                        "additionalProperties": _obj(
+                            {"limit": _INT, "in_use": _INT}, required=("limit", "in_use")
+                        ),
+                    },
+                },
+                required=("rate", "absolute", "resource_classes"),
+            )
+        },
+        required=("limits",),
     ),
     "InstanceList": _obj(
         {
@@ -278,26 +369,42 @@ _REASONS = {
 }
 
 
+def _query_parameter(route: Route, param: Param) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": param.kind}
+    if param.minimum is not None:
+        schema["minimum"] = param.minimum
+    if param.maximum is not None:
+        schema["maximum"] = param.maximum
+    if param.enum:
+        schema["enum"] = list(param.enum)
+    if param.format is not None:
+        schema["format"] = param.format
+    if param.pattern is not None:
+        schema["pattern"] = param.pattern
+    entry = {
+        "name": param.name,
+        "in": "query",
+        "required": False,
+        "description": param.description,
+        "schema": schema,
+    }
+    if param.min_version > route.min_version:
+        entry["x-min-version"] = str(param.min_version)
+    return entry
+
+
 def _operation(route: Route) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
-        {"name": name.strip("{}"), "in": "path", "required": True, "schema": _STR}
+        {
+            "name": name.strip("{}"),
+            "in": "path",
+            "required": True,
+            "schema": _PATH_SCHEMAS.get(name.strip("{}"), _STR),
+        }
         for name in route.path.split("/")
         if name.startswith("{")
     ]
-    for param in route.query:
-        schema: dict[str, Any] = {"type": param.kind}
-        if param.minimum is not None:
-            schema["minimum"] = param.minimum
-        entry = {
-            "name": param.name,
-            "in": "query",
-            "required": False,
-            "description": param.description,
-            "schema": schema,
-        }
-        if param.min_version > route.min_version:
-            entry["x-min-version"] = str(param.min_version)
-        parameters.append(entry)
+    parameters.extend(_query_parameter(route, param) for param in route.query)
     parameters.append({"$ref": "#/components/parameters/ApiVersion"})
     op: dict[str, Any] = {
         "operationId": route.operation_id,
@@ -345,6 +452,8 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
         if route.envelope is not None:
+            if route.envelope.name in SCHEMAS:
+                raise ValueError(f"envelope {route.envelope.name} clashes with a reply's schema")
             envelopes[route.envelope.name] = route.envelope.json_schema()
     error = {"application/json": {"schema": _ref("Errors")}}
     return {

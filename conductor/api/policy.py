@@ -241,12 +241,36 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         "Delete a key pair of the caller's.",
         [("DELETE", "/v1/keypairs/{keypair}")],
     ),
+    (
+        "ringfleet:instance:actions:list",
+        READER,
+        "List an instance's actions (Nova's os-instance-actions:list).",
+        [("GET", "/v1/instances/{instance}/actions")],
+    ),
+    (
+        "ringfleet:instance:actions:show",
+        READER,
+        "Show an instance's action and its events (Nova's os-instance-actions:show).",
+        [("GET", "/v1/instances/{instance}/actions/{request_id}")],
+    ),
     ("ringfleet:quota:list", ADMIN, "List projects' own quotas.", [("GET", "/v1/quotas")]),
     (
         "ringfleet:quota:get",
         PROJECT_READER_OR_ADMIN,
         "Show a project's quotas and usage.",
         [("GET", "/v1/quotas/{project_id}")],
+    ),
+    (
+        "ringfleet:limits:get",
+        READER,
+        "Show the caller's project's limits and usage (Nova's /limits).",
+        [("GET", "/v1/limits")],
+    ),
+    (
+        "ringfleet:limits:other_project",
+        ADMIN,
+        "Show another project's limits (tenant_id; Nova's os_compute_api:limits:other_project).",
+        [("GET", "/v1/limits")],
     ),
     (
         "ringfleet:quota:update",

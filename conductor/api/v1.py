@@ -9,6 +9,9 @@ handlers are in one module per resource: :mod:`conductor.api.v1_nodes`,
 :mod:`~conductor.api.v1_fleet`, instances' metadata and tags
 (:mod:`~conductor.api.v1_instance_labels`) and key pairs
 (:mod:`~conductor.api.v1_keypairs`); lists page with :mod:`~conductor.api.v1_paging`.
+:mod:`~conductor.api.v1_fleet`, the action history
+(:mod:`~conductor.api.v1_instance_actions`) and Nova's limits
+(:mod:`~conductor.api.v1_limits`); lists page with :mod:`~conductor.api.v1_paging`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from conductor.api.app import Route
 from conductor.api.v1_flavors import FLAVOR_ROUTES
 from conductor.api.v1_fleet import FLEET_ROUTES
+from conductor.api.v1_instance_actions import ACTION_ROUTES
 from conductor.api.v1_instance_labels import LABEL_ROUTES
 from conductor.api.v1_instances import (
     ALL_PROJECTS_RULE,
@@ -24,10 +28,11 @@ from conductor.api.v1_instances import (
     INSTANCE_ROUTES,
 )
 from conductor.api.v1_keypairs import KEYPAIR_ROUTES
+from conductor.api.v1_limits import LIMITS_OTHER_RULE, LIMITS_ROUTES
 from conductor.api.v1_nodes import NODE_ROUTES
 from conductor.api.v1_quotas import QUOTA_ROUTES
 
-__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "ROUTES"]
+__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "LIMITS_OTHER_RULE", "ROUTES"]
 
 ROUTES: tuple[Route, ...] = (
     *NODE_ROUTES,
@@ -35,6 +40,8 @@ ROUTES: tuple[Route, ...] = (
     *INSTANCE_ROUTES,
     *LABEL_ROUTES,
     *KEYPAIR_ROUTES,
+    *ACTION_ROUTES,
     *QUOTA_ROUTES,
+    *LIMITS_ROUTES,
     *FLEET_ROUTES,
 )

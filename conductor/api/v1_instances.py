@@ -18,6 +18,7 @@ from conductor.api.app import E400, E404, E409, E503, ApiError, Call, Param, Rep
 from conductor.api.microversion import (
     KEY_PAIRS,
     LABELS,
+    NOVA_LISTING,
     REBUILD_IMAGE,
     TENANCY,
     USER_DATA_BASE64,
@@ -26,10 +27,24 @@ from conductor.api.microversion import (
 from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
 from conductor.common import schemas, verbs
 from conductor.common.instance_states import TRANSITIONS, Event
+from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, check_list_filters
+from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
 
-__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "INSTANCE_ROUTES"]
+__all__ = [
+    "ALL_PROJECTS_RULE",
+    "HOST_PATTERN",
+    "HOST_RULE",
+    "INSTANCE_ACTION",
+    "INSTANCE_ROUTES",
+    "PROJECT_PATTERN",
+]
+
+#: The host names documented (a node or agent name: conductor.common.checks.validate_name).
+HOST_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+#: The project ids documented (Keystone's are hex; any 1 to 255 printable characters are taken).
+PROJECT_PATTERN = "^[A-Za-z0-9_-]{1,255}$"
 
 INSTANCE_FILTERS = (
     Param(
@@ -37,11 +52,13 @@ INSTANCE_FILTERS = (
         "string",
         ", ".join(state.value for state in list(VmState)[:-1])
         + f" or {list(VmState)[-1].value} (without it, deleted instances are left out).",
+        enum=tuple(state.value for state in VmState),
     ),
     Param(
         "host",
         "string",
         "Only instances on this agent (admins: policy ringfleet:instance:show:host).",
+        pattern=HOST_PATTERN,
     ),
     Param(
         "all_projects",
@@ -54,8 +71,54 @@ INSTANCE_FILTERS = (
         "string",
         "Only this project's instances (admins).",
         min_version=TENANCY,
+        pattern=PROJECT_PATTERN,
     ),
 )
+
+#: Nova's filters and sort order (microversion 1.10).
+NOVA_FILTERS = (
+    Param(
+        "name",
+        "string",
+        "Only instances whose name matches this regular expression (as Nova's, matched by "
+        "the database: PostgreSQL's ~, MySQL's and MariaDB's REGEXP).",
+        min_version=NOVA_LISTING,
+        format="regex",
+        # The text rule: no control character (but tab, line feed, carriage return).
+        pattern="^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]{1,255}$",
+    ),
+    Param(
+        "status",
+        "string",
+        "Only instances showing this Nova status (any case).",
+        min_version=NOVA_LISTING,
+        enum=STATUSES,
+    ),
+    Param(
+        "changes-since",
+        "string",
+        "Only instances changed at or after this instant (ISO 8601; UTC without a zone); "
+        "deleted instances included, as Nova lists its recently deleted ones.",
+        min_version=NOVA_LISTING,
+        format="date-time",
+    ),
+    Param(
+        "sort_key",
+        "string",
+        "Sort by this key, then by uuid (default: uuid).",
+        min_version=NOVA_LISTING,
+        enum=tuple(SORT_KEYS),
+    ),
+    Param(
+        "sort_dir",
+        "string",
+        "asc or desc (default desc with a sort_key, as Nova; asc without).",
+        min_version=NOVA_LISTING,
+        enum=SORT_DIRS,
+    ),
+)
+#: The RPC arguments of :data:`NOVA_FILTERS`, by query parameter.
+_NOVA_ARGUMENTS = {"changes-since": "changes_since"}
 
 #: What an instance shows from 1.2 (TENANCY) on.
 _TENANCY_FIELDS = ("project_id", "user_id")
@@ -150,7 +213,14 @@ def _shown(call: Call, instance: dict[str, Any]) -> dict[str, Any]:
     if not call.allowed(HOST_RULE):
         hidden = (*hidden, *HOST_FIELDS)
     hidden = tuple(key for key in hidden if key in instance)
-    return {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
+    shown = {k: v for k, v in instance.items() if k not in hidden} if hidden else instance
+    if call.version >= NOVA_LISTING and "vm_state" in instance:
+        drive = instance.get("config_drive") or {}
+        shown = shown | {
+            "status": status_of(instance["vm_state"], instance.get("task_state")),
+            "addresses": addresses_of(drive.get("network_data")),
+        }
+    return shown
 
 
 def build_instances(call: Call) -> Reply:
@@ -218,6 +288,14 @@ def list_instances(call: Call) -> Reply:
     scope: dict[str, Any] = {}
     if all_projects or project_id is not None:
         scope = {"all_projects": all_projects, "project_id": project_id}
+    nova = {
+        _NOVA_ARGUMENTS.get(param.name, param.name): call.query[param.name]
+        for param in NOVA_FILTERS
+        if param.name in call.query
+    }
+    # Checked here too: a bad one is named without a conductor call.
+    check_list_filters(**nova)
+    scope |= nova
     items = call.api.list_instances(
         vm_state=call.query.get("vm_state"),
         host=call.query.get("host"),
@@ -323,11 +401,16 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         list_instances,
         "ringfleet:instance:list",
         "listInstances",
-        "List instances, in uuid order, a page at a time.",
-        query=(*INSTANCE_FILTERS, LIMIT, MARKER),
+        "List instances, in uuid order (or sort_key's), a page at a time.",
+        query=(*INSTANCE_FILTERS, *NOVA_FILTERS, LIMIT, MARKER),
         response="InstanceList",
-        errors=(E400, E503),
+        errors=(E400, E404, E503),
         tag="instances",
+        description="Since 1.10 instances show Nova's status and addresses, and the list "
+        "takes Nova's name, status, changes-since, sort_key and sort_dir; a bad one is 400 "
+        "naming it. The marker is the uuid of the previous page's last instance; with a "
+        "sort_key it must be an instance of the caller's list (404 otherwise), and the "
+        "next page starts after its (key, uuid).",
     ),
     Route(
         "POST",

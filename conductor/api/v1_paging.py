@@ -11,9 +11,16 @@ from conductor.api.app import Call, Param, Reply
 
 __all__ = ["LIMIT", "MARKER", "page", "page_limit"]
 
-LIMIT = Param("limit", "integer", "At most this many items (capped to [api] max_limit).", 1)
+LIMIT = Param(
+    "limit",
+    "integer",
+    "At most this many items (capped to [api] max_limit).",
+    minimum=1,
+    # Nine digits at most (the query's own check).
+    maximum=999_999_999,
+)
 
-MARKER = Param("marker", "string", "The uuid of the last item of the previous page.")
+MARKER = Param("marker", "string", "The uuid of the last item of the previous page.", format="uuid")
 
 
 def page(call: Call, key: str, items: list[dict[str, Any]], limit: int) -> Reply:

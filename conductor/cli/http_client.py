@@ -30,7 +30,7 @@ _T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
 #: From 1.7 ``user_data`` is sent base64-encoded (:func:`_encoded`).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.9"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.12"}
 
 
 class HttpError(exception.RingfleetError):
@@ -193,8 +193,11 @@ class HttpConductorAPI:
         *,
         all_projects: bool = False,
         project_id: str | None = None,
+        **nova: str | None,
     ) -> list[dict[str, Any]]:
+        """``nova``: Nova's filters (``changes_since`` is sent as ``changes-since``)."""
         query = {"vm_state": vm_state, "host": host, "marker": marker}
+        query |= {key.replace("changes_since", "changes-since"): v for key, v in nova.items()}
         if all_projects:
             query["all_projects"] = "true"
         if project_id is not None:
@@ -206,6 +209,18 @@ class HttpConductorAPI:
 
     def delete_instance(self, instance: str) -> dict[str, Any]:
         return self._verb(instance, Event.DELETE)
+
+    def list_instance_actions(self, instance: str) -> list[dict[str, Any]]:
+        path = f"/v1/instances/{_quote(instance)}/actions"
+        return self._request(dict[str, list[dict[str, Any]]], "GET", path)["instanceActions"]
+
+    def show_instance_action(self, instance: str, request_id: str) -> dict[str, Any]:
+        path = f"/v1/instances/{_quote(instance)}/actions/{_quote(request_id)}"
+        return self._request(dict[str, dict[str, Any]], "GET", path)["instanceAction"]
+
+    def show_limits(self, project_id: str | None = None) -> dict[str, Any]:
+        query = {} if project_id is None else {"tenant_id": project_id}
+        return self._request(dict[str, dict[str, Any]], "GET", "/v1/limits", **query)["limits"]
 
     # -- quotas --------------------------------------------------------------------
 
@@ -358,7 +373,9 @@ def _error(response: requests.Response, path: str) -> exception.RingfleetError:
             ]
         )
     if status == 404 and first.get("value") is not None and collection in _NOT_FOUND:
-        return _NOT_FOUND[collection](str(first["value"]))
+        # An instance's action by its request id is not the instance.
+        kind = exception.InstanceActionNotFound if "/actions/" in path else _NOT_FOUND[collection]
+        return kind(str(first["value"]))
     if status == 409:
         cls = _CONFLICT.get(collection, exception.Conflict)
         if path.endswith(("/move", "/drain")) or path.count("/") > 3:

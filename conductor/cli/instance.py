@@ -21,6 +21,8 @@ from cliff.show import ShowOne
 
 from conductor.cli.command import ConductorCommand, command_line, key_value
 from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.list_filters import SORT_DIRS, SORT_KEYS
+from conductor.common.nova_status import STATUSES, status_of
 from conductor.common.objects import VmState
 from conductor.common.paging import pages
 from conductor.common.verbs import VERBS, Verb
@@ -40,6 +42,7 @@ _FIELDS = (
     "uuid",
     "name",
     "flavor",
+    "status",
     "vm_state",
     "task_state",
     "node_uuid",
@@ -56,11 +59,13 @@ _FIELDS = (
     "updated_at",
     "image",
     "config_drive",
+    "addresses",
 )
 _LIST_COLUMNS = (
     ("UUID", "uuid"),
     ("Name", "name"),
     ("Flavor", "flavor"),
+    ("Status", "status"),
     ("State", "vm_state"),
     ("Task", "task_state"),
     ("Node", "node_uuid"),
@@ -72,7 +77,14 @@ _PAGE = 1000
 
 
 def _rows(instances: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [tuple(i.get(key) for _, key in _LIST_COLUMNS) for i in instances]
+    return [tuple(_with_status(i).get(key) for _, key in _LIST_COLUMNS) for i in instances]
+
+
+def _with_status(instance: dict[str, Any]) -> dict[str, Any]:
+    """*instance* with Nova's status (the API's since 1.10; computed over RPC)."""
+    if "status" in instance or "vm_state" not in instance:
+        return instance
+    return instance | {"status": status_of(instance["vm_state"], instance.get("task_state"))}
 
 
 def _titles() -> tuple[str, ...]:
@@ -224,6 +236,14 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
     if parsed_args.network_data is not None:
         drive["network_data"] = parsed_args.network_data
     return drive
+
+
+#: The examples ending the commands' --help.
+_LIST_EXAMPLES = (
+    "Examples:\n"
+    "  ringfleet instance list --status ACTIVE --sort-key created_at\n"
+    "  ringfleet instance list --name '^web-' --changes-since 2026-11-29T20:00:00Z"
+)
 
 
 class InstanceCreate(ConductorCommand, Lister):
@@ -381,7 +401,10 @@ class InstanceCreate(ConductorCommand, Lister):
 
 
 class InstanceList(ConductorCommand, Lister):
-    """List instances (all of them, unless --limit)."""
+    """List instances (all of them, unless --limit), Nova's filters and order too."""
+
+    # cliff's own epilog (conductor.cli.command.own_epilog); cliff types it None.
+    _epilog = _LIST_EXAMPLES  # type: ignore[assignment]
 
     examples = (
         ("the instances in error", "--state error"),
@@ -399,6 +422,21 @@ class InstanceList(ConductorCommand, Lister):
             help="every project's instances (admins; the default over RPC, as the operator)",
         )
         parser.add_argument("--project", metavar="PROJECT", help="only this project's (admins)")
+        parser.add_argument(
+            "--name", metavar="REGEX", help="only names matching this regular expression"
+        )
+        parser.add_argument(
+            "--status", choices=STATUSES, type=str.upper, help="only this Nova status"
+        )
+        parser.add_argument(
+            "--changes-since",
+            metavar="TIME",
+            help="only instances changed since (ISO 8601), deleted ones included",
+        )
+        parser.add_argument("--sort-key", choices=list(SORT_KEYS), help="sort by this key")
+        parser.add_argument(
+            "--sort-dir", choices=SORT_DIRS, help="asc or desc (default desc with --sort-key)"
+        )
         return parser
 
     def take_action(
@@ -412,6 +450,9 @@ class InstanceList(ConductorCommand, Lister):
         scope: dict[str, Any] = {}
         if parsed_args.all_projects or parsed_args.project is not None:
             scope = {"all_projects": parsed_args.all_projects, "project_id": parsed_args.project}
+        for key in ("name", "status", "changes_since", "sort_key", "sort_dir"):
+            if getattr(parsed_args, key) is not None:
+                scope[key] = getattr(parsed_args, key)
         found = pages(
             lambda n, m: self.client.list_instances(
                 vm_state=state, host=parsed_args.host, limit=n, marker=m, **scope
@@ -435,7 +476,7 @@ class InstanceShow(ConductorCommand, ShowOne):
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-        found = self.client.show_instance(parsed_args.instance)
+        found = _with_status(self.client.show_instance(parsed_args.instance))
         return _FIELDS, tuple(found.get(f) for f in _FIELDS)
 
 

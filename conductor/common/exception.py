@@ -31,6 +31,7 @@ __all__ = [
     "FlavorNotFound",
     "Forbidden",
     "IdentityTaken",
+    "InstanceActionNotFound",
     "InstanceLabelNotFound",
     "InstanceNotFound",
     "InstanceStateConflict",
@@ -275,6 +276,12 @@ class InstanceLabelNotFound(NotFound):
         self.kind = kind
         super().__init__(ident)
         self._rpc_kwargs["kind"] = kind
+
+
+class InstanceActionNotFound(NotFound):
+    """No action of that request id on the instance (``ident``: the request id)."""
+
+    kind = "instance action"
 
 
 class Conflict(RingfleetError):

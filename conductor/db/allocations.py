@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Table, bindparam, exists, update
 from conductor.common.instance_states import Event
 from conductor.common.objects import Ownership, VmState
 from conductor.common.provision_states import Event as NodeEvent
+from conductor.db import instance_actions
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.instances import count_attempt, may_happen, state_values
 from conductor.db.models import InstanceModel, NodeModel, utcnow
@@ -204,11 +205,13 @@ def _take_off(
     if not _free_node(connection, node_uuid, instance_uuid, node_event, fence=fence, now=now):
         return False
     on_node = (_INSTANCES.c.uuid == instance_uuid, _INSTANCES.c.node_uuid == node_uuid)
-    connection.execute(
+    moved = connection.execute(
         update(_INSTANCES)
         .where(*on_node, may_happen(_INSTANCES.c.vm_state, event))
         .values(updated_at=now, **state_values(event))
     )
+    if moved.rowcount == 1:
+        instance_actions.finished(connection, instance_uuid, event, now)
     # Off the node whatever its state (a repeated teardown of an instance
     # already in error keeps its error).
     connection.execute(
@@ -290,6 +293,7 @@ def complete(
             fenced = connection.execute(_COMPLETE_NODE_FENCED, params)
             if fenced.rowcount != 1:
                 raise _LostRace  # a stale report: roll the instance back
+            instance_actions.finished(connection, instance_uuid, Event.DEPLOYED, params["now"])
             return True
     except _LostRace:
         return False

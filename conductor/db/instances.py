@@ -43,7 +43,7 @@ from conductor.common.instance_states import (
     task_sources,
 )
 from conductor.common.objects import Flavor, Instance, TaskState, VmState
-from conductor.db import instance_labels, quotas
+from conductor.db import instance_actions, instance_labels, quotas
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.flavors import FLAVOR_BY_NAME, flavor_named, to_flavor
 from conductor.db.models import InstanceModel, NodeModel, utcnow
@@ -63,7 +63,6 @@ __all__ = [
     "fail_build",
     "get_build",
     "get_instance",
-    "list_instances",
     "may_happen",
     "request_rebuild",
     "set_state",
@@ -150,6 +149,7 @@ def store_build_request(
     project_id: str | None = None,
     user_id: str | None = None,
     quota: quotas.Defaults | None = None,
+    requester: instance_actions.Requester | None = None,
 ) -> tuple[Flavor, list[Instance], bool]:
     """:func:`create_instances` for a flavor that must exist, in one transaction.
 
@@ -159,12 +159,13 @@ def store_build_request(
     retry of a stored request is answered whatever the quota.
 
     Returns the flavor too (what the build workers schedule with).
+    ``requester``: the instances' create action is recorded for it.
 
     :raises FlavorNotFound: before anything is stored
     :raises DuplicateInstance: as :func:`create_instances`
     :raises QuotaExceeded: nothing stored
     """
-    owner = _Owner(project_id, user_id, quota)
+    owner = _Owner(project_id, user_id, quota, requester)
     flavor, stored, created = _store(db, request, owner, with_flavor=True)
     assert flavor is not None
     return flavor, stored, created
@@ -174,6 +175,8 @@ class _Owner(NamedTuple):
     project_id: str | None
     user_id: str | None
     quota: quotas.Defaults | None
+    #: Who asked: the instances' create action is recorded for them.
+    requester: instance_actions.Requester | None = None
 
 
 @retry_on_dead_connection
@@ -207,10 +210,13 @@ def _store(
             if found:
                 kept = _retried(request, owner, uuids, names, found, image=image, drives=drives)
                 return flavor, kept, False
+            now = utcnow()
             stored = _new_instances(request, owner, uuids, names, drives=drives, image=image)
             carried = {"conductor": db.carrier}
             connection.execute(_INSERT_INSTANCE, [_inserted(i) | carried for i in stored])
             instance_labels.insert(connection, uuids, request.metadata, request.tags)
+            if owner.requester is not None:
+                instance_actions.started(connection, uuids, Event.REQUEST, owner.requester, now)
             return flavor, stored, True
     except quotas.NoLockRow as missing:
         # The project's first limited build: nothing was written.
@@ -389,33 +395,6 @@ def get_build(db: Database, instance_uuid: str) -> tuple[Instance, Flavor | None
     return to_instance(row), None if flavor is None else to_flavor(flavor)
 
 
-@retry_on_dead_connection
-def list_instances(
-    db: Database,
-    *,
-    vm_state: VmState | None = None,
-    host: str | None = None,
-    include_deleted: bool = False,
-    limit: int = 1000,
-    marker: str | None = None,
-    project_id: str | None = None,
-) -> list[Instance]:
-    """Instances in uuid order; only ``project_id``'s when given."""
-    query = select(InstanceModel).order_by(InstanceModel.uuid).limit(limit)
-    if project_id is not None:
-        query = query.where(InstanceModel.project_id == project_id)
-    if vm_state is not None:
-        query = query.where(InstanceModel.vm_state == vm_state.value)
-    elif not include_deleted:
-        query = query.where(InstanceModel.vm_state != VmState.DELETED.value)
-    if host is not None:
-        query = query.where(InstanceModel.host == host)
-    if marker is not None:
-        query = query.where(InstanceModel.uuid > marker)
-    with db.transaction() as session:
-        return [to_instance(r) for r in session.scalars(query)]
-
-
 def _value(task_state: TaskState | None) -> str | None:
     return None if task_state is None else task_state.value
 
@@ -483,6 +462,7 @@ def set_state(
     *,
     fault: str | None = None,
     task_state: TaskState | None = None,
+    requester: instance_actions.Requester | None = None,
 ) -> bool:
     """Apply *event* to the instance if its state allows it; whether it did.
 
@@ -491,8 +471,11 @@ def set_state(
     report, a delete that won) is left alone.  ``fault`` replaces the
     instance's fault.  ``task_state``: only while exactly that action is
     in flight (an answer ends the action it was for, not another).
+    ``requester``: *event* starts a new action of theirs (recorded); the
+    actions an event ends are finished either way (:mod:`conductor.db.instance_actions`).
     """
-    values = state_values(event, db.carrier) | {"updated_at": utcnow()}
+    now = utcnow()
+    values = state_values(event, db.carrier) | {"updated_at": now}
     if fault is not None:
         values["fault"] = fault
     where = [_INSTANCES.c.uuid == instance_uuid, may_happen(_INSTANCES.c.vm_state, event)]
@@ -504,11 +487,33 @@ def set_state(
         where.append(_INSTANCES.c.task_state == task_state.value)
     with db.writing() as connection:
         result = connection.execute(update(_INSTANCES).where(*where).values(values))
-        return bool(result.rowcount == 1)
+        if result.rowcount != 1:
+            return False
+        _record(connection, instance_uuid, event, requester, now)
+        return True
+
+
+def _record(
+    connection: Connection,
+    instance_uuid: str,
+    event: Event,
+    requester: instance_actions.Requester | None,
+    now: datetime.datetime,
+) -> None:
+    """The action history of an event just applied: the action it starts, or ends."""
+    if requester is not None and event in instance_actions.ACTION_OF:
+        instance_actions.started(connection, [instance_uuid], event, requester, now)
+    else:
+        instance_actions.finished(connection, instance_uuid, event, now)
 
 
 @retry_on_dead_connection
-def request_rebuild(db: Database, instance_uuid: str, request: RebuildRequest) -> bool:
+def request_rebuild(
+    db: Database,
+    instance_uuid: str,
+    request: RebuildRequest,
+    requester: instance_actions.Requester | None = None,
+) -> bool:
     """Apply :attr:`Event.REBUILD` and store what *request* replaces, in one
     transaction; whether it did (``False``: the instance moved on, nothing changed).
 
@@ -558,13 +563,17 @@ def request_rebuild(db: Database, instance_uuid: str, request: RebuildRequest) -
                 reason="a rebuild with another image or config drive is in flight; "
                 "rebuild again once it is over",
             )
+        now = utcnow()
         values = state_values(Event.REBUILD, db.carrier) | {
-            "updated_at": utcnow(),
+            "updated_at": now,
             "image": image,
             "config_drive": config_drive,
         }
         result = connection.execute(update(_INSTANCES).where(*where).values(values))
-        return bool(result.rowcount == 1)
+        if result.rowcount != 1:
+            return False
+        _record(connection, instance_uuid, Event.REBUILD, requester, now)
+        return True
 
 
 @retry_on_dead_connection
@@ -630,7 +639,10 @@ def count_attempt(
         .where(*on, may_happen(_INSTANCES.c.vm_state, event), _INSTANCES.c.attempts == row.attempts)
         .values(values)
     )
-    return attempts if counted.rowcount == 1 else None
+    if counted.rowcount != 1:
+        return None
+    instance_actions.finished(connection, instance_uuid, event, now)
+    return attempts
 
 
 @retry_on_dead_connection

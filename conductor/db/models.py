@@ -51,6 +51,7 @@ __all__ = [
     "Base",
     "ExactString",
     "FlavorModel",
+    "InstanceActionModel",
     "InstanceMetadataModel",
     "InstanceModel",
     "InstanceTagModel",
@@ -235,6 +236,33 @@ class InstanceModel(Base):
     updated_at: Mapped[datetime.datetime] = mapped_column(
         _Timestamp, nullable=False, default=utcnow, onupdate=utcnow
     )
+
+
+class InstanceActionModel(Base):
+    """One user action on an instance (Nova's ``instance_actions``): a create,
+    delete, reboot, stop, start or rebuild, from the request that asked for
+    it to the answer that ended it.
+
+    Stored with the state change that puts the work in flight (in its
+    transaction), finished with the one that ends it; kept as long as the
+    instance row (deleted instances included).  ``result`` is the outcome
+    (``Success``, ``Error``; NULL while in flight), ``message`` Nova's
+    (``Error`` on a failure).
+    """
+
+    __tablename__ = "instance_actions"
+    __table_args__ = (Index("instance_actions_instance_idx", "instance_uuid", "request_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_uuid: Mapped[str] = mapped_column(ExactString(36), nullable=False)
+    request_id: Mapped[str] = mapped_column(ExactString(255), nullable=False)
+    action: Mapped[str] = mapped_column(ExactString(32), nullable=False)
+    project_id: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
+    start_time: Mapped[datetime.datetime] = mapped_column(_Timestamp, nullable=False)
+    finish_time: Mapped[datetime.datetime | None] = mapped_column(_Timestamp, nullable=True)
+    result: Mapped[str | None] = mapped_column(ExactString(16), nullable=True)
+    message: Mapped[str | None] = mapped_column(ExactString(255), nullable=True)
 
 
 class NodePowerRequestModel(Base):

@@ -29,9 +29,10 @@ from conductor.common.exception import (
     QuotaExceeded,
 )
 from conductor.common.instance_states import Event, can, transition
+from conductor.common.list_filters import check_list_filters
 from conductor.common.objects import Flavor, Instance, VmState
 from conductor.common.tenancy import Caller
-from conductor.db import instances, quotas
+from conductor.db import instance_actions, instance_listing, instances, quotas
 from conductor.db.engine import Database
 from conductor.endpoints.instance_labels import labelled
 from conductor.endpoints.keypairs import with_key
@@ -105,6 +106,7 @@ class InstancesEndpoint:
                 project_id=caller.project_id,
                 user_id=caller.user_id,
                 quota=self._quota(),
+                requester=instance_actions.Requester.of(ctxt),
             )
         except QuotaExceeded as exc:
             # The caller is told; the operator sees who runs into quotas.
@@ -137,15 +139,23 @@ class InstancesEndpoint:
         *,
         all_projects: Any = False,
         project_id: Any = None,
+        name: Any = None,
+        status: Any = None,
+        changes_since: Any = None,
+        sort_key: Any = None,
+        sort_dir: Any = None,
     ) -> list[dict[str, Any]]:
         """The caller's project's instances; an admin's ``all_projects``
         (since 1.12) lists every project's, or ``project_id``'s only.
 
         An admin without a project (the operator) lists every project's.
+        Since 1.22, Nova's ``name``, ``status``, ``changes_since``,
+        ``sort_key`` and ``sort_dir`` (:func:`~conductor.common.list_filters.check_list_filters`).
         """
         caller = Caller.from_ctxt(ctxt)
         everyone = arguments.check_bool(all_projects, "all_projects")
         project = None if project_id is None else arguments.check_project(project_id)
+        order = check_list_filters(name, status, changes_since, sort_key, sort_dir)
         if (everyone or project is not None) and not caller.is_admin:
             raise Forbidden("all_projects and project_id are for admins only")
         if project is None and not everyone:
@@ -156,8 +166,9 @@ class InstancesEndpoint:
             self._db,
             [
                 _listed(i)
-                for i in instances.list_instances(
+                for i in instance_listing.list_page(
                     self._db,
+                    order,
                     vm_state=None if vm_state is None else check_vm_state(vm_state),
                     host=None if host is None else arguments.check_host(host),
                     limit=arguments.check_limit(limit),
@@ -190,12 +201,33 @@ class InstancesEndpoint:
         current = self._visible(ctxt, uuid)
         # Deleting a deleted instance answers with it and changes nothing.
         if can(Event.DELETE, current.vm_state):
-            deleting = instances.set_state(self._db, uuid, Event.DELETE)
+            again = current.vm_state is VmState.DELETING  # a re-route: no new action
+            requester = None if again else instance_actions.Requester.of(ctxt)
+            deleting = instances.set_state(self._db, uuid, Event.DELETE, requester=requester)
             LOG.info("Instance %s delete requested", uuid)
-            if deleting and current.vm_state is not VmState.DELETING:  # not a re-route
+            if deleting and not again:
                 self._notifier.instance(Event.DELETE, uuid)
             self._queue.delete(uuid)
         return labelled(self._db, [instances.get_instance(self._db, uuid).to_dict()])[0]
+
+    # -- action history (1.22) ------------------------------------------------------
+
+    def list_instance_actions(self, ctxt: dict[str, Any], instance: Any) -> list[dict[str, Any]]:
+        """The instance's actions (Nova's os-instance-actions), the newest first."""
+        uuid = validate_uuid(instance, "instance")
+        self._visible(ctxt, uuid)
+        return instance_actions.list_actions(self._db, uuid)
+
+    def show_instance_action(
+        self, ctxt: dict[str, Any], instance: Any, request_id: Any
+    ) -> dict[str, Any]:
+        """One action of the instance by its request id, with its events.
+
+        :raises InstanceActionNotFound: no action of that request id there
+        """
+        uuid = validate_uuid(instance, "instance")
+        self._visible(ctxt, uuid)
+        return instance_actions.get_action(self._db, uuid, arguments.check_request_id(request_id))
 
     # -- power and lifecycle verbs (1.13) ------------------------------------------
 
@@ -284,10 +316,13 @@ class InstancesEndpoint:
                 value=None,
                 reason=f"instance is in state {state} without a node, cannot {verb}",
             )
+        # The same action issued again routes it anew: no new action recorded.
+        new = current.task_state is not after.task_state
+        requester = instance_actions.Requester.of(ctxt) if new else None
         if rebuild is not None and rebuild.changes:
-            stored = instances.request_rebuild(self._db, uuid, rebuild)
+            stored = instances.request_rebuild(self._db, uuid, rebuild, requester)
         else:
-            stored = instances.set_state(self._db, uuid, event)
+            stored = instances.set_state(self._db, uuid, event, requester=requester)
         if not stored:
             # It moved between the read and the write (a delete, another verb).
             now = instances.get_instance(self._db, uuid)
@@ -296,7 +331,7 @@ class InstancesEndpoint:
                 value=now.vm_state.value,
                 reason=f"instance changed to state {now.vm_state.value} meanwhile, cannot {verb}",
             )
-        if current.task_state is not after.task_state:  # not a re-route of the same action
+        if new:
             self._notifier.instance(event, uuid)
         LOG.info(
             "Instance %s: %s requested on node %s%s%s",

@@ -28,8 +28,9 @@ from conductor.common.exception import (
     first_line,
 )
 from conductor.common.instance_states import ACTION_TASKS, Event
+from conductor.common.list_filters import ListOrder
 from conductor.common.objects import Flavor, Instance, Node, Ownership, VmState
-from conductor.db import allocations, instance_sweeps, instances, nodes
+from conductor.db import allocations, instance_listing, instance_sweeps, instances, nodes
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.lifecycle.outages import Outages
@@ -124,10 +125,14 @@ class BuildWorkers:
 
     def resume(self) -> int:
         """Queue every stored instance still waiting for a node (after a restart)."""
-        building = instances.list_instances(self._db, vm_state=VmState.BUILDING, limit=10_000)
+        building = instance_listing.list_page(
+            self._db, ListOrder(), vm_state=VmState.BUILDING, limit=10_000
+        )
         waiting = [i.uuid for i in building if i.node_uuid is None]
         placed = [i.uuid for i in building if i.node_uuid is not None]
-        deleting = instances.list_instances(self._db, vm_state=VmState.DELETING, limit=10_000)
+        deleting = instance_listing.list_page(
+            self._db, ListOrder(), vm_state=VmState.DELETING, limit=10_000
+        )
         acting = instance_sweeps.acting(self._db, limit=10_000)
         self._queue.submit(waiting)
         for instance in acting:

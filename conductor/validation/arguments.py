@@ -38,6 +38,7 @@ __all__ = [
     "check_limit",
     "check_project",
     "check_quota_limits",
+    "check_request_id",
     "check_time",
     "check_uuid_list",
 ]
@@ -163,6 +164,13 @@ def check_project(value: object, field: str = "project_id") -> str:
     """A Keystone project id (as the token carries it: 1 to 255 characters)."""
     if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
         raise InvalidInput([FieldError.about(field, "a project id (1 to 255 characters)", value)])
+    return value
+
+
+def check_request_id(value: object, field: str = "request_id") -> str:
+    """A request id (``req-<uuid>`` as the API makes them; 1 to 255 printable characters)."""
+    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+        raise InvalidInput([FieldError.about(field, "a request id (1 to 255 characters)", value)])
     return value
 
 

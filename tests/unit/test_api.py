@@ -493,7 +493,12 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
     rules = {r.name: r for r in policy.list_rules()}
     used = {route.rule for route in v1.ROUTES}
     # Checked by the application and a handler rather than by a route's own rule.
-    checked_inside = {policy.CONTEXT_IS_ADMIN, v1.ALL_PROJECTS_RULE, v1.HOST_RULE}
+    checked_inside = {
+        policy.CONTEXT_IS_ADMIN,
+        v1.ALL_PROJECTS_RULE,
+        v1.HOST_RULE,
+        v1.LIMITS_OTHER_RULE,
+    }
     assert used | checked_inside == set(rules)
     # The operator's rules take a system-scoped token too; the rest are project-scoped.
     assert policy.SYSTEM_RULES.issubset(rules)
@@ -520,6 +525,7 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
         "ringfleet:node:list",
         "ringfleet:node:get",
         v1.HOST_RULE,
+        v1.LIMITS_OTHER_RULE,
     }
     for name in admin_only:
         assert rules[name].check_str == policy.ADMIN

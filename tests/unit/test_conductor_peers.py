@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from conductor.common.instance_states import Event
+from conductor.common.list_filters import ListOrder
 from conductor.common.objects import TaskState, VmState
-from conductor.db import carriage, instances
+from conductor.db import carriage, instance_listing, instances
 from conductor.db.engine import Database
 from conductor.peers import SETTLE_S, ConductorPeers
 from conductor.validation import validate_build_request
@@ -241,4 +242,4 @@ def test_stop_hands_the_records_back_then_leaves(db: Database) -> None:
     a.peers.stop()
     assert a.membership.left
     assert carriage.carriers(db) == {None: 2}
-    assert {i.vm_state for i in instances.list_instances(db)} == {VmState.BUILDING}
+    assert {i.vm_state for i in instance_listing.list_page(db, ListOrder())} == {VmState.BUILDING}

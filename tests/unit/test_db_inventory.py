@@ -19,8 +19,17 @@ from conductor.common.exception import (
     NodeNotFound,
 )
 from conductor.common.instance_states import Event
+from conductor.common.list_filters import ListOrder
 from conductor.common.objects import ProvisionState, TaskState, VmState
-from conductor.db import allocations, flavors, instances, migration, nodes, ownership
+from conductor.db import (
+    allocations,
+    flavors,
+    instance_listing,
+    instances,
+    migration,
+    nodes,
+    ownership,
+)
 from conductor.db.engine import Database
 from conductor.validation import (
     validate_build_request,
@@ -170,7 +179,7 @@ def test_build_requests_are_idempotent_by_instance_uuid(db: Database) -> None:
     with pytest.raises(DuplicateInstance) as err:
         instances.create_instances(db, other)
     assert err.value.field == "instance_uuids"
-    assert len(instances.list_instances(db)) == 2
+    assert len(instance_listing.list_page(db, ListOrder())) == 2
     with pytest.raises(InstanceNotFound):
         instances.get_instance(db, "33333333-3333-4333-8333-333333333333")
 
@@ -189,7 +198,7 @@ def test_a_request_reusing_one_stored_id_stores_none_of_its_instances(db: Databa
     assert err.value.value == stored
     with pytest.raises(InstanceNotFound):
         instances.get_instance(db, fresh)
-    assert [i.uuid for i in instances.list_instances(db)] == [stored]
+    assert [i.uuid for i in instance_listing.list_page(db, ListOrder())] == [stored]
 
 
 def test_state_changes_are_compare_and_swap(db: Database) -> None:
@@ -200,8 +209,8 @@ def test_state_changes_are_compare_and_swap(db: Database) -> None:
     assert not instances.set_state(db, inst.uuid, Event.DEPLOYED)
     assert not instances.set_state(db, inst.uuid, Event.DELETE)
     assert instances.get_instance(db, inst.uuid).vm_state is VmState.DELETED
-    assert instances.list_instances(db) == []
-    assert len(instances.list_instances(db, include_deleted=True)) == 1
+    assert instance_listing.list_page(db, ListOrder()) == []
+    assert len(instance_listing.list_page(db, ListOrder(status="DELETED"))) == 1
 
 
 def test_a_failed_build_counts_its_attempt_once(db: Database) -> None:

@@ -403,10 +403,22 @@ METHODS: dict[str, tuple[str, st.SearchStrategy[dict[str, Any]]]] = {
                 "marker": fuzz(UUID_LIKE),
                 "all_projects": fuzz(st.booleans()),
                 "project_id": fuzz(PROJECT),
+                "name": fuzz(st.sampled_from(["^web-", "web-(", "[[:digit:]]+"])),
+                "status": fuzz(st.sampled_from(["ACTIVE", "shutoff", "RUNNING"])),
+                "changes_since": fuzz(
+                    st.sampled_from(["2026-11-29T20:00:00Z", "0001-01-01T00:00:00+14:00", "noon"])
+                ),
+                "sort_key": fuzz(st.sampled_from(["display_name", "created_at", "flavor"])),
+                "sort_dir": fuzz(st.sampled_from(["asc", "desc", "up"])),
             },
         ),
     ),
     "show_instance": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "list_instance_actions": ("instances", kwargs({"instance": fuzz(UUID_LIKE)})),
+    "show_instance_action": (
+        "instances",
+        kwargs({"instance": fuzz(UUID_LIKE), "request_id": fuzz(st.sampled_from(["req-1"]))}),
+    ),
     "show_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT)})),
     "set_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT), "quotas": fuzz(QUOTAS)})),
     "delete_quota": ("quotas", kwargs({"project_id": fuzz(PROJECT)})),
@@ -620,6 +632,7 @@ for _cls in (
     exception.FlavorNotFound,
     exception.InstanceNotFound,
     exception.KeyPairNotFound,
+    exception.InstanceActionNotFound,
 ):
     EXCEPTIONS[_cls] = st.builds(_cls, TEXT)
 EXCEPTIONS[exception.InstanceLabelNotFound] = st.builds(
