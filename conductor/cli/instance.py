@@ -239,13 +239,6 @@ def config_drive_from(parsed_args: argparse.Namespace) -> dict[str, Any]:
 
 
 #: The examples ending the commands' --help.
-_LIST_EXAMPLES = (
-    "Examples:\n"
-    "  ringfleet instance list --status ACTIVE --sort-key created_at\n"
-    "  ringfleet instance list --name '^web-' --changes-since 2026-11-29T20:00:00Z"
-)
-
-
 class InstanceCreate(ConductorCommand, Lister):
     """Build instances of a flavor (--count of them)."""
 
@@ -403,12 +396,14 @@ class InstanceCreate(ConductorCommand, Lister):
 class InstanceList(ConductorCommand, Lister):
     """List instances (all of them, unless --limit), Nova's filters and order too."""
 
-    # cliff's own epilog (conductor.cli.command.own_epilog); cliff types it None.
-    _epilog = _LIST_EXAMPLES  # type: ignore[assignment]
-
     examples = (
         ("the instances in error", "--state error"),
         ("every project's (admins)", "--all-projects"),
+        ("Nova's status filter, oldest first", "--status ACTIVE --sort-key created_at"),
+        (
+            "by name, changed since a moment",
+            "--name '^web-' --changes-since 2026-11-29T20:00:00Z",
+        ),
     )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

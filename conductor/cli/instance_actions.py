@@ -37,20 +37,11 @@ _FIELDS = (
 )
 
 
-#: The examples ending the commands' --help.
-_SHOW_EXAMPLE = (
-    "Example:\n  ringfleet instance action show 5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1 "
-    "req-0b7c2a4e-8d1f-4b6a-9e3c-2f5d7a9c1e0b"
-)
-_LIST_EXAMPLE = "Example:\n  ringfleet instance action list 5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1"
-
-
 class InstanceActionList(ConductorCommand, Lister):
     """List an instance's actions, the newest first: each create, delete,
     reboot, stop, start and rebuild, with its request id."""
 
-    # cliff's own epilog (conductor.cli.command.own_epilog); cliff types it None.
-    _epilog = _LIST_EXAMPLE  # type: ignore[assignment]
+    examples = (("an instance's actions", "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1"),)
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
@@ -68,8 +59,12 @@ class InstanceActionList(ConductorCommand, Lister):
 class InstanceActionShow(ConductorCommand, ShowOne):
     """Show one action of an instance, by its request id, with its events."""
 
-    # cliff's own epilog (conductor.cli.command.own_epilog); cliff types it None.
-    _epilog = _SHOW_EXAMPLE  # type: ignore[assignment]
+    examples = (
+        (
+            "one action, by its request id",
+            "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1 req-0b7c2a4e-8d1f-4b6a-9e3c-2f5d7a9c1e0b",
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)

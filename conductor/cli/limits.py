@@ -17,16 +17,14 @@ from conductor.common.nova_limits import nova_limits
 __all__ = ["LimitsShow"]
 
 
-#: The examples ending the commands' --help.
-_EXAMPLES = "Examples:\n  ringfleet limits show\n  ringfleet limits show --project 3f2a..."
-
-
 class LimitsShow(ConductorCommand, Lister):
     """Show the absolute limits of your project (or --project's, admins):
     Nova's names, -1 unlimited; then the limit and usage per resource class."""
 
-    # cliff's own epilog (conductor.cli.command.own_epilog); cliff types it None.
-    _epilog = _EXAMPLES  # type: ignore[assignment]
+    examples = (
+        ("your project's limits", ""),
+        ("another project's (admins)", "--project 3f2a9c6e0b1d4e8f9a7b5c3d1e0f2a4b"),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
