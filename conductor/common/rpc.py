@@ -229,13 +229,42 @@ def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
 CLOSE_TIMEOUT = 5.0
 
 
+class _LateReplies(logging.Filter):
+    """oslo.messaging's ERROR and traceback for a reply a call could not send,
+    once this process closed its transport, as one WARNING.
+
+    A stop does not wait for a call stuck on a hung back end (the stop's
+    steps have deadlines); when that call ends, its reply has no connection
+    left.  Its caller times out and retries on the node's next owner: an
+    expected end of a stop, to be said once, not as an error.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Can not send reply"):
+            return True
+        if self._said:
+            return False
+        self._said = True
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info, record.exc_text = None, None
+        record.msg = "A call still running at the stop could not be answered (its caller retries)"
+        record.args = ()
+        return True
+
+
 def close_transport(transport: messaging.Transport, timeout: float = CLOSE_TIMEOUT) -> bool:
     """Close *transport*'s connections, giving up after *timeout* s; whether it closed.
 
     With the broker gone, closing waits on the driver's reconnection and
     never ends: a stopping service leaves it behind (one WARNING) rather
-    than miss its stop deadline.
+    than miss its stop deadline.  A call still running then cannot reply:
+    said once (:class:`_LateReplies`).
     """
+    logging.getLogger("oslo_messaging.rpc.server").addFilter(_LateReplies())
     closing = threading.Thread(target=transport.cleanup, name="transport-close", daemon=True)
     closing.start()
     closing.join(timeout)
