@@ -213,6 +213,20 @@ def size_send_pool(conf: cfg.ConfigOpts) -> None:
     )
 
 
+def set_sample_defaults() -> None:
+    """The ``oslo.config.opts.defaults`` hook of the ``ringfleet.common``
+    namespace: the sample config shows the pool size a process gets with
+    ``executor_thread_pool_size`` at its default (:func:`size_send_pool`
+    sets it per process, from the value configured)."""
+    # Imported here: the sample generator's hook only; a service sets the
+    # default on its own ConfigOpts (size_send_pool).
+    from oslo_messaging import server  # noqa: PLC0415
+    from oslo_messaging._drivers import impl_rabbit  # noqa: PLC0415
+
+    (executor,) = (opt for opt in server._pool_opts if opt.dest == "executor_thread_pool_size")
+    cfg.set_defaults(impl_rabbit.rabbit_opts, rpc_conn_pool_size=executor.default + _OWN_SENDERS)
+
+
 def get_transport(conf: cfg.ConfigOpts) -> messaging.Transport:
     """The RPC transport of ``[DEFAULT] transport_url``; its outages are said
     once each (:mod:`conductor.common.broker_outage`), and its listeners stop

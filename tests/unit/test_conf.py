@@ -345,3 +345,15 @@ def test_the_send_pool_holds_every_thread_that_sends(tmp_path: Path, text: str, 
     conf.reload_config_files()
     rpc.size_send_pool(conf)
     assert conf.oslo_messaging_rabbit.rpc_conn_pool_size == pool
+
+
+def test_the_sample_shows_the_send_pool_a_service_gets(tmp_path: Path) -> None:
+    """The sample config's ``rpc_conn_pool_size`` is the one a service with the
+    default ``executor_thread_pool_size`` runs with, not oslo.messaging's 30."""
+    conf = make_conf(tmp_path, "")
+    rpc.register_opts(conf)
+    conf.reload_config_files()
+    rpc.size_send_pool(conf)
+    sample = (REPO / "etc/ringfleet/ringfleet.conf.sample").read_text()
+    section = sample.split("[oslo_messaging_rabbit]", 1)[1].split("\n[", 1)[0]
+    assert f"#rpc_conn_pool_size = {conf.oslo_messaging_rabbit.rpc_conn_pool_size}\n" in section
