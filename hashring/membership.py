@@ -51,6 +51,7 @@ from typing import Any
 
 from tooz import coordination
 
+from hashring.backend_client import settle_environment
 from hashring.backend_outage import BackendOutage
 from hashring.backend_url import tooz_url, ttl_from_url
 from hashring.exceptions import MembershipError
@@ -435,6 +436,7 @@ class Membership:
             tooz_url(self._backend_url, self._ttl), self._member_id.encode("utf-8")
         )
         coordinator.start(start_heart=False)
+        settle_environment(coordinator)
         with contextlib.suppress(coordination.GroupAlreadyExist):
             coordinator.create_group(self._group).get()
         with self._lock:
