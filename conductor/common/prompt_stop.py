@@ -11,11 +11,12 @@ of which only notices a stop request when its blocking call times out:
   ``ACK_REQUEUE_EVERY_SECONDS_MAX`` (5 s).  ``RPCServer.stop()`` sets a flag
   and then joins that thread: up to 5 s for the RPC server, and up to 5 s
   more for the transport's reply waiter.
-* futurist's idle worker threads (oslo.messaging's threading executor,
-  tooz's executor) wait for work in ``queue.get`` with a 1 s timeout
-  (``ThreadWorker.MAX_IDLE_FOR``) and see a shutdown only after it:
-  ``RPCServer.wait()``, tooz's ``stop()`` (the membership's) and futurist's
-  exit handler each joined them for up to 1 s.
+* futurist's idle worker threads (tooz's executor) wait for work in
+  ``queue.get`` with a 1 s timeout (``ThreadWorker.MAX_IDLE_FOR``) and see
+  a shutdown only after it: tooz's ``stop()`` (the membership's) and
+  futurist's exit handler each joined them for up to 1 s.  (The RPC
+  server's pool, up to 64 threads, is not polled at all: its shutdown wakes
+  its workers, :mod:`conductor.common.rpc_executor`.)
 
 :func:`install` shortens those two timeouts, process-wide, so each of these
 waits ends within about a second or less.  The order and the meaning of the

@@ -28,6 +28,7 @@ from oslo_messaging.rpc import dispatcher
 
 from conductor.common import broker_outage, checks, deep_messages, prompt_stop, tenancy
 from conductor.common.exception import FieldError, InvalidInput, NotUpgraded, RingfleetError
+from conductor.common.rpc_executor import QuietThreadPoolExecutor
 
 __all__ = [
     "COMPUTE_TOPIC",
@@ -476,7 +477,7 @@ def get_server(
     *,
     observe: RpcObserver = _ignore,
 ) -> messaging.RPCServer:
-    """An RPC server (threading executor) for ``endpoints``.
+    """An RPC server (threading executor, idle threads asleep) for ``endpoints``.
 
     Only the API methods of the endpoints are callable (functions their class
     defines, not starting with ``_``): not an attribute such as ``target``.
@@ -485,13 +486,17 @@ def get_server(
     target = messaging.Target(topic=topic, server=server)
     _quiet_client_mistakes()
     deep_messages.install()
-    return messaging.get_rpc_server(
+    rpc_server = messaging.get_rpc_server(
         transport,
         target,
         [_ExpectedErrors(endpoint, observe) for endpoint in endpoints],
         serializer=messaging.NoOpSerializer(),
         access_policy=_ApiMethodsOnly,
     )
+    # The threading executor's class, which start() instantiates: its idle
+    # workers sleep instead of polling (rpc_executor's docstring).
+    rpc_server._executor_cls = QuietThreadPoolExecutor
+    return rpc_server
 
 
 def stop_server(server: messaging.RPCServer) -> None:
