@@ -85,7 +85,12 @@ def tooz_url(backend_url: str, ttl: float) -> str:
       within half the TTL and the member says so (one WARNING) before its
       lease runs out.
 
-    Other back ends' URLs are returned unchanged.
+    And on every back end, unless the URL names one, tooz's ``executor`` is
+    ``sync``: the membership waits for each call's answer at once, so
+    tooz's default (a thread per member that runs the call) only added a
+    thread that woke five times a second, idle, for the whole life of the
+    process (:mod:`conductor.common.prompt_stop` shortens futurist's idle
+    wait).  The timeouts above bound a call the same way in either.
     """
     parsed = urllib.parse.urlsplit(backend_url)
     query = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
@@ -97,8 +102,8 @@ def tooz_url(backend_url: str, ttl: float) -> str:
         default = f"{_DEFAULT_TTL[parsed.scheme]:g}"
         query += [(name, default) for name in _ETCD_TIMEOUTS if name not in present]
         query.append(("timeout", str(max(1, math.ceil(ttl / 2)))))
-    else:
-        return backend_url
+    if "executor" not in present:
+        query.append(("executor", "sync"))
     return urllib.parse.urlunsplit(parsed._replace(query=urllib.parse.urlencode(query)))
 
 

@@ -328,15 +328,27 @@ def test_fast_restart_replaces_the_previous_incarnation(started: list[Membership
 def test_a_redis_socket_timeout_follows_the_ttl() -> None:
     """A hung Redis must fail a heartbeat within one beat, not after
     redis-py's 30 s: ringfleet sets the socket timeouts unless the URL does."""
-    assert tooz_url(URL, TTL) == (URL + "&socket_timeout=0.5&socket_connect_timeout=0.5")
+    assert tooz_url(URL, TTL) == (
+        URL + "&socket_timeout=0.5&socket_connect_timeout=0.5&executor=sync"
+    )
     assert tooz_url("redis://h?membership_timeout=10", 10) == (
         "redis://h?membership_timeout=10&socket_timeout=2.5&socket_connect_timeout=2.5"
+        "&executor=sync"
     )
     mine = "redis://h?membership_timeout=10&socket_timeout=1"
-    assert tooz_url(mine, 10) == mine + "&socket_connect_timeout=2.5"
+    assert tooz_url(mine, 10) == mine + "&socket_connect_timeout=2.5&executor=sync"
     mine = "etcd3+http://h:2379?membership_timeout=10&timeout=7"
-    assert tooz_url(mine, 10) == mine  # the URL's own request timeout wins
-    assert tooz_url("file:///tmp/x", 10) == "file:///tmp/x"
+    # The URL's own request timeout wins.
+    assert tooz_url(mine, 10) == mine + "&executor=sync"
+    assert tooz_url("file:///tmp/x", 10) == "file:///tmp/x?executor=sync"
+
+
+def test_tooz_runs_the_membership_calls_in_the_caller() -> None:
+    """No thread of tooz's own per member (the membership waits for every
+    answer at once); an executor the URL names stays."""
+    assert tooz_url("etcd3+http://h:2379?timeout=5", 10).endswith("&executor=sync")
+    mine = "etcd3+http://h:2379?timeout=5&executor=threaded"
+    assert tooz_url(mine, 10) == mine
 
 
 @pytest.mark.parametrize(
@@ -346,19 +358,19 @@ def test_a_redis_socket_timeout_follows_the_ttl() -> None:
         (
             "etcd3+http://h:2379?membership_timeout=10",
             10,
-            "etcd3+http://h:2379?membership_timeout=10&lock_timeout=30&timeout=5",
+            "etcd3+http://h:2379?membership_timeout=10&lock_timeout=30&timeout=5&executor=sync",
         ),
         # No TTL in the URL: tooz's default (30 s) stays, pinned, requests 15 s.
         (
             "etcd3+https://h:2379",
             30,
-            "etcd3+https://h:2379?membership_timeout=30&lock_timeout=30&timeout=15",
+            "etcd3+https://h:2379?membership_timeout=30&lock_timeout=30&timeout=15&executor=sync",
         ),
         # TTL 3 (the tests'): 2 s, whole seconds as tooz reads them.
         (
             "etcd3+http://h:2379?membership_timeout=3&lock_timeout=4",
             3,
-            "etcd3+http://h:2379?membership_timeout=3&lock_timeout=4&timeout=2",
+            "etcd3+http://h:2379?membership_timeout=3&lock_timeout=4&timeout=2&executor=sync",
         ),
     ],
 )
