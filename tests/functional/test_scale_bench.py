@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import scale_bench
+from benchmarks.scale.report import traffic_rows
 from conductor.db import migration
 from conductor.db.engine import Database
 
@@ -93,7 +94,7 @@ def test_cold_start_and_join_converge_on_the_ring(
         assert join["rows_read_others"] >= 0 and join["conductor_cpu_s"] >= 0
         share = scale_bench.join_share_mb(results)
         assert share is not None and share > 0
-        (label, value), _quiet = scale_bench._traffic_rows(join)
+        (label, value), _quiet = traffic_rows(join)
         assert "broker MB / conductor calls" in label
         assert value == f"{traffic['broker_mb']:.1f} / {traffic['calls']:,}"
         # A wave (--waves): another agent joins, builds, kill -9 of it.
