@@ -153,7 +153,8 @@ def test_the_table_has_join_kill_etcd_agent_cpu_and_wall_times() -> None:
 
 def test_protocol_waits_follow_the_ttl_and_watch_interval() -> None:
     protocol = Protocol(ttl=10, watch_interval=1)
-    assert protocol.fixed("cold") == protocol.fixed("join") == (3.5, 3.5)
+    # The first read's settle, from when the last member was seen: 0-1 s.
+    assert protocol.fixed("cold") == protocol.fixed("join") == (3.5, 4.75)
     # The victim's lease: 7.5-10 s after the kill; + etcd's tick, a read, a retry.
     assert protocol.fixed("kill") == (7.5, 12.5)
     assert projection.HANDOVER_POLL == ownership._HANDOVER_POLL
@@ -168,9 +169,13 @@ def test_projection_numbers_in_numbers_out() -> None:
     assert (cold["startup_s"], cold["conductor_s"], cold["database_s"]) == (1.5, 2.0, 1.0)
     assert cold["agent_s"] == pytest.approx(0.5)
     assert cold["low"] == pytest.approx(1.5 + 3.5 + 2.0)
-    assert cold["high"] == pytest.approx(1.5 + 3.5 + 2.0 + 1.0 + 0.5 + 0.005 + 0.08)
+    assert cold["high"] == pytest.approx(1.5 + 4.75 + 2.0 + 1.0 + 0.5 + 0.005 + 0.08)
     assert cold["measured"] == 20.0
-    assert projection.verdict(cold).startswith("above by 11.4 s")
+    assert projection.verdict(cold).startswith("above by 10.2 s")
+    # From the moment the last agent served: no start-up, 20 - 4 s measured.
+    served = project(res, "served", protocol)
+    assert served["startup_s"] == 0 and served["measured"] == 16.0
+    assert served["high"] == pytest.approx(cold["high"] - 1.5)
     # Two cores for the conductor halve its term.
     assert project(res, "cold", protocol, cores=2)["conductor_s"] == 1.0
     join = project(res, "join", protocol)
@@ -195,8 +200,9 @@ def test_projection_goals_pass_and_miss() -> None:
         "runs": [_res(10, 1.0), _res(100, 8.0)],
     }
     projected = projection.project_report(report)
-    assert [(r["agents"], r["step"]) for r in projected["steps"]][:3] == [
+    assert [(r["agents"], r["step"]) for r in projected["steps"]][:4] == [
         (10, "cold"),
+        (10, "served"),
         (10, "join"),
         (10, "kill"),
     ]
@@ -204,6 +210,8 @@ def test_projection_goals_pass_and_miss() -> None:
     projection.projection_goals(goals, projected)
     status = {g["name"]: g["status"] for g in goals.items}
     assert status["[10 agents] cold, projected to one agent per host (high)"] == "PASS"
+    # After the last served: 3.5-4.75 s of waits and 3.6 s of work > 5 s.
+    assert status["[10 agents] served, projected to one agent per host (high)"] == "MISS"
     # 100 agents at 8x the conductor's CPU: 16 s of conductor alone > 15 s.
     assert status["[100 agents] cold, projected to one agent per host (high)"] == "MISS"
     # A kill at 100 agents may take TTL + 5 s; the high bound is 12.5 + 16 + ...
