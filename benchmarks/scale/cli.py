@@ -6,15 +6,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmarks import argtypes
 from benchmarks.report import log_line, publish
 from benchmarks.scale.report import format_report
-from benchmarks.scale.runner import run
+from benchmarks.scale.runner import judge, run
 from tests.functional.fleet_harness import TTL
 
 __all__ = ["STEPS", "main", "parse_args"]
@@ -135,12 +137,22 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport-url", default=env("RINGFLEET_TEST_TRANSPORT_URL"))
     parser.add_argument("--etcd-url", default=env("RINGFLEET_TEST_ETCD_URL"))
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    parser.add_argument(
+        "--project",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: print the report of an earlier run's --json file, its "
+        "projection to one agent per host and its goals computed again (e.g. with "
+        "another --conductor-cores)",
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command-line options (server URLs default to ``RINGFLEET_TEST_*``)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.project is not None:
+        return args  # an earlier run's report: no servers needed
     if args.no_node_list and "list" in args.steps:
         args.steps.remove("list")
     if args.code is not None:
@@ -163,8 +175,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def reproject(path: Path, conductor_cores: int) -> dict[str, Any]:
+    """An earlier run's ``--json`` report, its projection and goals computed
+    again (with ``conductor_cores`` for the conductor's host)."""
+    report: dict[str, Any] = json.loads(path.read_text())
+    report["config"]["conductor_cores"] = conductor_cores
+    return judge(report)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.project is not None:
+        print(format_report(reproject(args.project, args.conductor_cores)))
+        return 0
     return publish("scale_bench", lambda: run(args, log=log_line), format_report, args.json)
 
 

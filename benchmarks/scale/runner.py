@@ -30,7 +30,7 @@ from tests.dbutil import fresh_database
 from tests.functional.fleet_harness import TTL, Fleet
 from tests.harness import ServiceProcess
 
-__all__ = ["make_fleet", "run", "run_one", "steps"]
+__all__ = ["judge", "make_fleet", "run", "run_one", "steps"]
 
 #: The functional tests' agent intervals, and what the fleet runs with here
 #: instead: the defaults, as an operator runs them.  (The tests' one-second
@@ -236,10 +236,16 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
         },
         "runs": runs,
     }
+    return judge(report)
+
+
+def judge(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with its projection and its goals (computed again if there)."""
+    config = report["config"]
     report["projection"] = project_report(report)
     projected = Goals()
     projection_goals(projected, report["projection"])
-    report["goals"] = goals(runs, args.nodes, args.ttl) + projected.items
+    report["goals"] = goals(report["runs"], config["nodes"], config["ttl_s"]) + projected.items
     return report
 
 

@@ -5,6 +5,7 @@ host (benchmarks.scale): numbers in, numbers out; no servers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from benchmarks import scale_bench
 from benchmarks.report import Goals
 from benchmarks.scale import cli, etcd, procs, projection, scaling
 from benchmarks.scale.projection import Protocol, project
+from benchmarks.scale.report import format_report
 from compute_agent import ownership
 from tests.unit.test_sizes import MAX_FUNCTION_LINES, MAX_MODULE_LINES, sizes
 
@@ -74,7 +76,13 @@ def _res(agents: int, scale: float) -> dict[str, Any]:
     """One agent count's result; ``scale`` multiplies the costs."""
     step = {
         "conductor_cpu_s": 2.0 * scale,
-        "traffic": {"seconds": 5.0, "broker_mb": 10.0 * scale, "calls": 100},
+        "traffic": {
+            "seconds": 5.0,
+            "broker_mb": 10.0 * scale,
+            "calls": 100,
+            "quiet_broker_kb_s": None,
+            "quiet_calls_s": None,
+        },
         "agent_cpu_s": 6.0,
         "server_cpu_s": {"postgres": 1.0},
     }
@@ -90,13 +98,14 @@ def _res(agents: int, scale: float) -> dict[str, Any]:
             "agent_cpu_after_serving_s": 5.0 * scale,
             "nodes_owned": 5000,
             "processes": agents,
-            "etcd": {"per_client": 40.0 * scale},
+            "etcd": {"per_client": 40.0 * scale, "requests": 440 * scale, "clients": 11},
             "rows_read_total": 5000,
             "quiet": {
                 "conductor_cpu_s_per_min": 1.0,
                 "agent_cpu_s_per_min": 2.5 * scale,
                 "etcd_per_client_per_min": 120.0,
                 "ownership_calls": 0,
+                "rows_read_per_min": 0,
             },
         },
         "join": {
@@ -223,3 +232,38 @@ def test_projection_goals_pass_and_miss() -> None:
     assert "T_high = S + F_high + C/N + D + A + R + B" in "\n".join(lines)
     assert any(line.split()[:2] == ["10", "join"] and line.endswith("within") for line in lines)
     assert projection.format_projection(None) == []
+
+
+def test_an_earlier_report_projected_again(tmp_path: Path) -> None:
+    """``--project JSON``: the projection and the goals of a saved run, with
+    another conductor host, and no servers needed."""
+    saved = {
+        "config": {
+            "nodes": 5000,
+            "agents": [10],
+            "conductors": 1,
+            "ttl_s": 10,
+            "watch_interval_s": 1,
+            "code": None,
+            "commit": "abc1234",
+            "conductor_cores": 1,
+        },
+        "environment": {"python": "3.11", "cpus": 2, "load_before": 1.0},
+        "runs": [{**_res(10, 1.0), "wall_s": 60.0, "agent_rss_mb": 80.0}],
+        "goals": [],
+    }
+    run = saved["runs"][0]  # type: ignore[index]
+    del run["join"], run["kill"]  # the report's rows of those need more fields
+    run["conductor_cpu_s"] = 9.0
+    claims = dict.fromkeys(("granted", "refused", "released", "claim_calls", "release_calls"), 0)
+    run["cold"].update(claims, rows_read_max=500)
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps(saved))
+    args = scale_bench.parse_args(["--project", str(path), "--conductor-cores", "2"])
+    report = cli.reproject(args.project, args.conductor_cores)
+    (cold,) = [r for r in report["projection"]["steps"] if r["step"] == "cold"]
+    assert cold["conductor_s"] == 1.0  # 2 s of conductor CPU on 2 cores
+    names = [g["name"] for g in report["goals"]]
+    assert "[10 agents] cold start, ring converged" in names
+    assert "[10 agents] cold, projected to one agent per host (high)" in names
+    assert "conductor on 2 core(s)" in format_report(report)
