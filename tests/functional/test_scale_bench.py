@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import scale_bench
+from benchmarks.scale.projection import Protocol, project
+from benchmarks.scale.report import traffic_rows
 from conductor.db import migration
 from conductor.db.engine import Database
 
@@ -80,6 +82,15 @@ def test_cold_start_and_join_converge_on_the_ring(
         assert cold["traffic"]["quiet_calls_s"] is None
         assert cold["conductor_cpu_s"] > 0
         assert scale_bench.bytes_per_row(cold) is not None
+        # The agents' CPU, PostgreSQL's, and etcd's requests per client
+        # (3 agents and the conductor), counted by etcd, the watcher's off.
+        assert cold["agent_cpu_s"] >= cold["agent_cpu_after_serving_s"] > 0
+        assert cold["nodes_owned"] == 200
+        assert cold["server_cpu_s"]["postgres"] > 0
+        etcd = cold["etcd"]
+        assert etcd is not None and etcd["clients"] == 4
+        assert etcd["requests"] > 0 and etcd["own_requests"] > 0
+        assert etcd["per_client"] == etcd["requests"] / 4
         join = results["join"]
         assert isinstance(join, dict)
         assert join["moved_between_stayed"] == 0
@@ -91,9 +102,18 @@ def test_cold_start_and_join_converge_on_the_ring(
         assert traffic["broker_mb"] is not None and traffic["broker_mb"] > 0
         assert join["rows_read_joiner"] > 0
         assert join["rows_read_others"] >= 0 and join["conductor_cpu_s"] >= 0
+        assert join["startup_cpu_s"] > 0 and join["joiner_cpu_s"] >= 0
+        assert join["nodes_owned"] == join["moved"]  # the joiner's: every node it got
+        # The projection of both steps, from what they measured.
+        protocol = Protocol(ttl=3, watch_interval=0.2)
+        for step in ("cold", "join"):
+            row = project({"agents": 3, **results}, step, protocol)
+            assert row["startup_s"] == join["startup_cpu_s"]
+            assert 0 < row["low"] <= row["high"]
+            assert row["measured"] == results[step]["seconds"]  # type: ignore[index]
         share = scale_bench.join_share_mb(results)
         assert share is not None and share > 0
-        (label, value), _quiet = scale_bench._traffic_rows(join)
+        (label, value), _quiet = traffic_rows(join)
         assert "broker MB / conductor calls" in label
         assert value == f"{traffic['broker_mb']:.1f} / {traffic['calls']:,}"
         # A wave (--waves): another agent joins, builds, kill -9 of it.

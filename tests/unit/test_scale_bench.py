@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Unit tests of benchmarks.scale_bench's helpers and of benchmarks.multi_agent's
+"""Unit tests of the scale benchmark's helpers (benchmarks.scale) and of benchmarks.multi_agent's
 configuration: no servers, no fleet (tests/functional/test_scale_bench.py runs one).
 """
 
@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from benchmarks import multi_agent, scale_bench
-from benchmarks import scale_scaling as scale_bench_scaling
+from benchmarks.scale import goals as scale_goals
+from benchmarks.scale import observe, report, run, runner, scaling
 from conductor.common.conf import compute_agent
 
 METRICS_PAGE = """\
@@ -24,8 +25,8 @@ ringfleet_agent_claims_total{host="agent-00",outcome="granted"} 5.0
 
 
 def test_inventory_rows_reads_the_counter_per_host() -> None:
-    assert scale_bench.inventory_rows(METRICS_PAGE) == {"agent-00": 1234}
-    assert scale_bench.inventory_rows("") == {}
+    assert observe.inventory_rows(METRICS_PAGE) == {"agent-00": 1234}
+    assert observe.inventory_rows("") == {}
 
 
 def test_metrics_urls_name_each_agent_of_a_shared_log() -> None:
@@ -35,22 +36,22 @@ def test_metrics_urls_name_each_agent_of_a_shared_log() -> None:
         "2026-01-01 00:00:00.001 1 INFO conductor.common.metrics [-] agent-01 serving "
         "metrics on http://127.0.0.1:4002/metrics\n"
     )
-    assert scale_bench.metrics_urls(log) == {
+    assert observe.metrics_urls(log) == {
         "agent-00": "http://127.0.0.1:4001/metrics",
         "agent-01": "http://127.0.0.1:4002/metrics",
     }
 
 
 def test_rows_read_per_host_sum_and_largest() -> None:
-    grown = scale_bench._since({"a": 10, "b": 7, "new": 3}, {"a": 4, "b": 7})
+    grown = observe.since({"a": 10, "b": 7, "new": 3}, {"a": 4, "b": 7})
     assert grown == {"a": 6, "b": 0, "new": 3}
-    rows = scale_bench._rows_read(grown, ["a", "b", "silent"])
+    rows = observe.rows_summary(grown, ["a", "b", "silent"])
     assert rows == {
         "rows_read": {"a": 6, "b": 0, "silent": 0},
         "rows_read_total": 6,
         "rows_read_max": 6,
     }
-    assert scale_bench._rows_read({}, [])["rows_read_max"] == 0
+    assert observe.rows_summary({}, [])["rows_read_max"] == 0
 
 
 def _run(agents: int, cpu: float, mb: float | None, rows: int) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def test_bytes_per_row_and_the_joiners_share() -> None:
 
 def test_goals_rows_read_and_cold_start_scaling() -> None:
     runs = [_run(10, 10.0, 50.0, 1100), _run(50, 14.0, 70.0, 5000)]
-    goals = scale_bench._goals(runs, 1000)
+    goals = scale_goals.goals(runs, 1000)
     assert _goal(goals, "[10 agents] cold start, rows read")["status"] == "PASS"  # 1.1 x
     assert _goal(goals, "[50 agents] cold start, rows read")["status"] == "MISS"  # 5 x
     cpu = _goal(goals, "[50 vs 10 agents] conductor CPU per cold start")
@@ -96,10 +97,10 @@ def test_goals_rows_read_and_cold_start_scaling() -> None:
     octets = _goal(goals, "[50 vs 10 agents] broker bytes per cold start")
     assert octets["status"] == "MISS" and octets["value"] == pytest.approx(1.4)
     # One agent count: nothing to compare with.
-    assert not [g for g in scale_bench._goals(runs[:1], 1000) if " vs " in g["name"]]
+    assert not [g for g in scale_goals.goals(runs[:1], 1000) if " vs " in g["name"]]
     # Broker bytes unknown (no rabbitmqctl): SKIP, not MISS.
     runs = [_run(10, 10.0, None, 1000), _run(50, 12.0, None, 1000)]
-    goals = scale_bench._goals(runs, 1000)
+    goals = scale_goals.goals(runs, 1000)
     assert _goal(goals, "[50 vs 10 agents] broker bytes per cold start")["status"] == "SKIP"
     assert _goal(goals, "[50 vs 10 agents] conductor CPU per cold start")["status"] == "PASS"
     # No quiet minute measured: SKIP too.
@@ -122,7 +123,7 @@ def test_every_larger_count_against_the_smallest_and_the_table() -> None:
         _quiet(_run(100, 12.5, 60.0, 1100), 3.0, 12.0),
     ]
     runs[2]["conductor_rss_mb"] = 700.0
-    goals = scale_bench._goals(runs, 1000)
+    goals = scale_goals.goals(runs, 1000)
     quiet = _goal(goals, "[50 vs 10 agents] conductor CPU per quiet minute")
     assert quiet["status"] == "PASS" and quiet["value"] == pytest.approx(1.25)
     quiet = _goal(goals, "[100 vs 10 agents] conductor CPU per quiet minute")
@@ -131,7 +132,7 @@ def test_every_larger_count_against_the_smallest_and_the_table() -> None:
     assert _goal(goals, "[50 vs 10 agents] conductor RSS")["status"] == "PASS"
     assert not [g for g in goals if "broker bytes per quiet minute" in g["name"]]  # shown only
 
-    lines = scale_bench_scaling.format_scaling(runs, 1000)
+    lines = scaling.format_scaling(runs, 1000)
     assert "10 agents" in lines[2] and lines[2].index("10 agents") < lines[2].index("50 agents")
     (quiet_row,) = [line for line in lines if "conductor CPU per quiet minute" in line]
     assert quiet_row.split()[-6:] == ["2.00", "(1.00x)", "2.50", "(1.25x)", "3.00", "(1.50x)"]
@@ -139,7 +140,7 @@ def test_every_larger_count_against_the_smallest_and_the_table() -> None:
     assert claims_row.split()[-3:] == ["0", "0", "3"]  # the 100-agent minute was not quiet
     (rows_row,) = [line for line in lines if "rows read per cold start" in line]
     assert rows_row.split()[-3:] == ["1.00", "1.00", "1.10"]
-    assert scale_bench_scaling.format_scaling(runs[:1], 1000) == []
+    assert scaling.format_scaling(runs[:1], 1000) == []
 
 
 def test_rpc_served_by_method_sums_the_outcomes() -> None:
@@ -153,7 +154,7 @@ def test_rpc_served_by_method_sums_the_outcomes() -> None:
         'ringfleet_rpc_server_duration_seconds_bucket{host="c",method="claim_share",'
         'outcome="ok",le="0.005"} 1.0\n'
     )
-    assert scale_bench.rpc_served(page) == {"list_node_uuids": (242, 6.5)}
+    assert observe.rpc_served(page) == {"list_node_uuids": (242, 6.5)}
 
 
 def test_goal_join_bytes_against_the_joiners_share() -> None:
@@ -165,10 +166,10 @@ def test_goal_join_bytes_against_the_joiners_share() -> None:
         "ideal": 1000 / 11,  # a share of 4.5 MB
         "traffic": {"broker_mb": 10.0},
     }
-    goal = _goal(scale_bench._goals([res], 1000), "[10 agents] join, broker bytes")
+    goal = _goal(scale_goals.goals([res], 1000), "[10 agents] join, broker bytes")
     assert goal["status"] == "MISS" and goal["value"] == pytest.approx(10.0 / (1000 / 11 * 0.05))
     res["join"]["traffic"]["broker_mb"] = 8.0
-    goal = _goal(scale_bench._goals([res], 1000), "[10 agents] join, broker bytes")
+    goal = _goal(scale_goals.goals([res], 1000), "[10 agents] join, broker bytes")
     assert goal["status"] == "PASS"
 
 
@@ -198,17 +199,17 @@ def test_goals_keep_agents_in_groups_apart() -> None:
     res = _run(10, 10.0, 50.0, 1000)
     res.update(agents_per_process=10, agent_share_rss_mb=20.0, agent_group_rss_mb=200.0)
     res["agent_rss_mb"] = 0.0  # no agent ran in a process of its own
-    goals = scale_bench._goals([res], 1000)
+    goals = scale_goals.goals([res], 1000)
     assert _goal(goals, "[10 agents] agent RSS (max)")["status"] == "SKIP"
     share = _goal(goals, "[10 agents] agent RSS share, 10 to a process")
     assert share["status"] == "PASS" and share["value"] == 20.0
     del res["cold"]  # the table's rows for it need a whole cold start
-    labels = [label for label, _value in scale_bench._rows({**res, "conductor_cpu_s": 1.0})]
+    labels = [label for label, _value in report._rows({**res, "conductor_cpu_s": 1.0})]
     assert "10-agent process RSS, max (MB)" in labels
 
 
 def test_the_report_interval_waited_for_is_the_agents_default() -> None:
     """The quiet minute waits for the agents' first reports, at their default pace."""
     (opt,) = [o for o in compute_agent.opts if o.name == "report_interval"]
-    assert opt.default == scale_bench.REPORT_INTERVAL
-    assert "report_interval" in scale_bench._TEST_INTERVALS  # removed: the default runs
+    assert opt.default == run.REPORT_INTERVAL
+    assert "report_interval" in runner._TEST_INTERVALS  # removed: the default runs

@@ -1,18 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
 """How the scale benchmark's costs grow with the agent count (issue 39).
 
-One row per agent count of one invocation (same machine, servers and code),
-each cost next to its ratio to the smallest count's: the conductor's CPU
-and the broker bytes of a cold start, the rows the agents read in it (as a
-multiple of the fleet), the conductor's CPU and the broker bytes per minute
-of the converged fleet left alone (``--quiet``), and the conductor's RSS.
-Ratios within one run do not depend on how loaded the machine is; the
-seconds do.
+One column per agent count of one invocation (same machine, servers and
+code), each cost next to its ratio to the smallest count's: the
+conductor's CPU and the broker bytes of a cold start, a join and a kill -9;
+the conductor's CPU and the broker bytes per minute of the converged fleet
+left alone (``--quiet``); the etcd requests per client (agent or
+conductor) of a cold start and of a quiet minute (:mod:`benchmarks.scale.etcd`);
+the agents' CPU per node they own (a cold start's, from the moment the
+last agent served: their start-up is not the design's; a quiet minute's);
+the conductor's RSS; the rows the agents read in a cold start (as a
+multiple of the fleet); and the wall times (cold start converged, from the
+start and after the last agent served, join, kill -9).  Ratios within one
+run do not depend on how loaded the machine is; the seconds do (for them
+see :mod:`benchmarks.scale.projection`).
 
 The goals: from the smallest to any larger count, conductor CPU per cold
 start and per quiet minute, broker bytes per cold start and conductor RSS
 each <= 1.3 x; rows read per cold start <= 1.2 x the fleet at every count
-(that one is :mod:`benchmarks.scale_bench`'s per-count goal).
+(that one is :mod:`benchmarks.scale.goals`' per-count goal).
 """
 
 from __future__ import annotations
@@ -27,31 +33,70 @@ __all__ = ["RATIO", "format_scaling", "scaling", "scaling_goals"]
 #: The most a cost may grow from the smallest agent count to a larger one.
 RATIO = 1.3
 
-#: (label, unit, how to read it from one count's result) per column.
+
+def _get(res: Mapping[str, Any], step: str, key: str) -> float | None:
+    value = (res.get(step) or {}).get(key)
+    return None if value is None else float(value)
+
+
+def _mb(step: Mapping[str, Any] | None) -> float | None:
+    value = ((step or {}).get("traffic") or {}).get("broker_mb")
+    return None if value is None else float(value)
+
+
+def _quiet(res: Mapping[str, Any], key: str) -> float | None:
+    value = (res["cold"].get("quiet") or {}).get(key)
+    return None if value is None else float(value)
+
+
+def _etcd(step: Mapping[str, Any] | None) -> float | None:
+    etcd = (step or {}).get("etcd")
+    return None if etcd is None else float(etcd["per_client"])
+
+
+def _per_node(cold: Mapping[str, Any]) -> float | None:
+    """The agents' CPU after the last one served, in ms per node they own."""
+    cpu, owned = cold.get("agent_cpu_after_serving_s"), cold.get("nodes_owned")
+    return None if cpu is None or not owned else cpu * 1e3 / owned
+
+
+def _quiet_per_node(res: Mapping[str, Any]) -> float | None:
+    """The agents' CPU per quiet minute, in ms per node they own."""
+    cpu, owned = _quiet(res, "agent_cpu_s_per_min"), res["cold"].get("nodes_owned")
+    return None if cpu is None or not owned else cpu * 1e3 / owned
+
+
+def _after_served(cold: Mapping[str, Any]) -> float | None:
+    seconds, serving = cold.get("seconds"), cold.get("serving_s")
+    return None if seconds is None or serving is None else float(seconds) - float(serving)
+
+
+#: (label, unit, how to read it from one count's result) per row.
 _COSTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...] = (
     ("conductor CPU per cold start", "s", lambda r: r["cold"].get("conductor_cpu_s")),
+    ("broker bytes per cold start", "MB", lambda r: _mb(r.get("cold"))),
+    ("conductor CPU per join", "s", lambda r: _get(r, "join", "conductor_cpu_s")),
+    ("broker bytes per join", "MB", lambda r: _mb(r.get("join"))),
+    ("conductor CPU per kill -9", "s", lambda r: _get(r, "kill", "conductor_cpu_s")),
+    ("broker bytes per kill -9", "MB", lambda r: _mb(r.get("kill"))),
+    ("conductor CPU per quiet minute", "s", lambda r: _quiet(r, "conductor_cpu_s_per_min")),
+    ("broker bytes per quiet minute", "MB", lambda r: _quiet(r, "broker_mb_per_min")),
+    ("etcd requests per client, cold start", "req", lambda r: _etcd(r.get("cold"))),
     (
-        "broker bytes per cold start",
-        "MB",
-        lambda r: (r["cold"].get("traffic") or {}).get("broker_mb"),
+        "etcd requests per client, quiet minute",
+        "req",
+        lambda r: _quiet(r, "etcd_per_client_per_min"),
     ),
-    (
-        "conductor CPU per quiet minute",
-        "s",
-        lambda r: (r["cold"].get("quiet") or {}).get("conductor_cpu_s_per_min"),
-    ),
-    (
-        "broker bytes per quiet minute",
-        "MB",
-        lambda r: (r["cold"].get("quiet") or {}).get("broker_mb_per_min"),
-    ),
+    ("agent CPU per node owned, cold start", "ms", lambda r: _per_node(r["cold"])),
+    ("agent CPU per node owned, quiet minute", "ms", _quiet_per_node),
     ("conductor RSS, max", "MB", lambda r: r.get("conductor_rss_mb")),
-    (
-        "claim / release calls, quiet minute",
-        "calls",
-        lambda r: (r["cold"].get("quiet") or {}).get("ownership_calls"),
-    ),
+    ("claim / release calls, quiet minute", "calls", lambda r: _quiet(r, "ownership_calls")),
+    ("wall: cold start converged", "s", lambda r: r["cold"].get("seconds")),
+    ("wall: converged after the last served", "s", lambda r: _after_served(r["cold"])),
+    ("wall: join converged", "s", lambda r: _get(r, "join", "seconds")),
+    ("wall: kill -9, all owned again", "s", lambda r: _get(r, "kill", "owned_s")),
 )
+
 
 #: The costs with a ratio goal (the quiet broker bytes are shown, not judged:
 #: the issue sets no goal for them; claims and releases in a quiet minute
@@ -135,7 +180,9 @@ def _cell(value: float | None, ratio: float | None, unit: str) -> str:
         return "n/a"
     if unit == "calls":
         return f"{value:,.0f}"
-    digits = 0 if unit == "MB" and value >= 100 else 2 if value < 10 else 1
+    digits = 0 if unit in ("MB", "req") and value >= 100 else 2 if value < 10 else 1
+    if 0 < abs(value) < 0.1:
+        digits = 3  # agent CPU per node: a few ms, or less
     text = f"{value:,.{digits}f}"
     return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
@@ -150,7 +197,7 @@ def format_scaling(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[str]:
         "rows read per cold start (x fleet)"
     ]
     cells = [
-        [_cell(*row["costs"][label], unit) for label, unit, _r in _COSTS]
+        [_cell(row["costs"][label][0], row["costs"][label][1], unit) for label, unit, _r in _COSTS]
         + ["n/a" if row["rows_x_fleet"] is None else f"{row['rows_x_fleet']:.2f}"]
         for row in table
     ]
