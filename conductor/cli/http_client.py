@@ -30,7 +30,7 @@ _T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
 #: From 1.7 ``user_data`` is sent base64-encoded (:func:`_encoded`).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.12"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.13"}
 
 
 class HttpError(exception.RingfleetError):

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
 
 from conductor.common.exception import FieldError, Forbidden, InvalidInput
 from conductor.common.tenancy import Caller
-from conductor.db import keypairs
+from conductor.db import keypairs, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
 from conductor.validation import BuildRequest
 from conductor.validation.fields import Errors
 from conductor.validation.tenant_data import (
-    MAX_KEY_PAIRS,
     check_key_name,
     check_public_key,
     generate_key_pair,
@@ -58,10 +58,13 @@ class KeyPairsEndpoint:
 
     target = messaging.Target(version=API_VERSION)
 
-    def __init__(self, db: Database, limit: int = MAX_KEY_PAIRS) -> None:
-        """``limit``: key pairs per user (Nova's default ``[quota] key_pairs``)."""
+    def __init__(
+        self, db: Database, quota: Callable[[], quotas.Defaults] = quotas.Defaults
+    ) -> None:
+        """``quota``: the ``[quota]`` defaults (``key_pairs``: per user, 100
+        as Nova's), read at each creation."""
         self._db = db
-        self._limit = limit
+        self._quota = quota
 
     def create_keypair(
         self, ctxt: dict[str, Any], name: Any, public_key: Any = None
@@ -72,7 +75,8 @@ class KeyPairsEndpoint:
 
         :raises InvalidInput: a bad name or key, named
         :raises DuplicateKeyPair: the caller has one of this name
-        :raises QuotaExceeded: the caller has :data:`MAX_KEY_PAIRS` already
+        :raises QuotaExceeded: the caller has their ``key_pairs`` limit
+            already (their project's, else ``[quota] key_pairs``)
         """
         caller = _user(ctxt)
         errors = Errors()
@@ -92,7 +96,7 @@ class KeyPairsEndpoint:
             name=checked_name,
             public_key=key,
             fingerprint=fingerprint,
-            limit=self._limit,
+            defaults=self._quota(),
         )
         LOG.info(
             "Key pair %r of user %s created (%s)",
