@@ -3,7 +3,8 @@
 
 Resources are ``instances``, ``key_pairs`` (per user, as Nova's: each
 user's limit in the project; ``In use`` is the caller's own) and
-``resource_class:<class>`` (nodes of that class); a limit of -1 is unlimited.  See ``docs/operations.rst``, "Quotas".
+``resource_class:<class>`` (nodes of that class); a limit of -1 is
+unlimited.  See ``docs/operations.rst``, "Quotas".
 """
 
 from __future__ import annotations

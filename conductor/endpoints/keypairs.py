@@ -25,6 +25,7 @@ from conductor.db import keypairs, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
 from conductor.validation import BuildRequest
+from conductor.validation.deploy import KeyChange
 from conductor.validation.fields import Errors
 from conductor.validation.tenant_data import (
     check_key_name,
@@ -32,7 +33,7 @@ from conductor.validation.tenant_data import (
     generate_key_pair,
 )
 
-__all__ = ["KeyPairsEndpoint", "with_key"]
+__all__ = ["KeyPairsEndpoint", "key_change", "with_key"]
 
 LOG = logging.getLogger(__name__)
 
@@ -145,17 +146,26 @@ def with_key(db: Database, caller: Caller, build: BuildRequest) -> BuildRequest:
     drive = dict(build.config_drive or {})
     meta_data = dict(drive.get("meta_data") or {})
     if build.key_name is not None:
-        if caller.user_id is None:
-            raise InvalidInput([FieldError("key_name", "key pairs belong to a user; none here")])
-        try:
-            key = keypairs.get(db, caller.user_id, build.key_name)
-        except LookupError:
-            raise InvalidInput(
-                [FieldError.about("key_name", "no key pair of yours has this name", build.key_name)]
-            ) from None
+        key = key_change(db, caller, build.key_name)
         own_keys = meta_data.get("public_keys") or {}
-        meta_data["public_keys"] = {build.key_name: key["public_key"], **own_keys}
+        meta_data["public_keys"] = {build.key_name: key.public_key, **own_keys}
     if build.metadata:
         meta_data["meta"] = {**build.metadata, **(meta_data.get("meta") or {})}
     drive["meta_data"] = meta_data
     return dataclasses.replace(build, config_drive=drive)
+
+
+def key_change(db: Database, caller: Caller, name: str) -> KeyChange:
+    """The caller's key pair ``name``, for a build's or a rebuild's ``key_name``.
+
+    :raises InvalidInput: no key pair of the caller's has this name (Nova's 400)
+    """
+    if caller.user_id is None:
+        raise InvalidInput([FieldError("key_name", "key pairs belong to a user; none here")])
+    try:
+        key = keypairs.get(db, caller.user_id, name)
+    except LookupError:
+        raise InvalidInput(
+            [FieldError.about("key_name", "no key pair of yours has this name", name)]
+        ) from None
+    return KeyChange(name, key["public_key"])

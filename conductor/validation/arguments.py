@@ -188,7 +188,9 @@ def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
         if not isinstance(resource, str) or not _QUOTA_RESOURCE.match(resource):
             errors.append(
                 FieldError.about(
-                    where, "not a quota: use instances, key_pairs or resource_class:<class>", resource
+                    where,
+                    "not a quota: use instances, key_pairs or resource_class:<class>",
+                    resource,
                 )
             )
         elif (
