@@ -28,21 +28,28 @@ QUOTA_SET = Resource(
 )
 
 
-def _shown(call: Call, quota: dict[str, Any]) -> Reply:
+def _without_key_pairs(value: Any, key: str) -> Any:
+    """*value* (a conductor's reply, passed on as is otherwise) without
+    key_pairs in its mapping *key*."""
+    if not isinstance(value, dict) or not isinstance(value.get(key), dict):
+        return value
+    return {**value, key: {k: v for k, v in value[key].items() if k != _KEY_PAIRS}}
+
+
+def _shown(call: Call, quota: Any) -> Reply:
     """A quota as the call's microversion shows it (no key_pairs before 1.13)."""
-    if call.version < NOVA_HABITS:
-        quota = {**quota, "quotas": {k: v for k, v in quota["quotas"].items() if k != _KEY_PAIRS}}
-    return Reply(200, quota)
+    return Reply(200, quota if call.version >= NOVA_HABITS else _without_key_pairs(quota, "quotas"))
 
 
 def list_quotas(call: Call) -> Reply:
     listed = call.api.list_quotas()
-    if call.version < NOVA_HABITS:
+    if call.version < NOVA_HABITS and isinstance(listed, list):
+        # A project whose only own limit is key_pairs had none before 1.13.
         listed = [
-            {**p, "limits": {k: v for k, v in p["limits"].items() if k != _KEY_PAIRS}}
-            for p in listed
+            shown
+            for shown in (_without_key_pairs(p, "limits") for p in listed)
+            if not isinstance(shown, dict) or shown.get("limits") != {}
         ]
-        listed = [p for p in listed if p["limits"]]
     return Reply(200, {"quotas": listed})
 
 
