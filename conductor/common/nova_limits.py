@@ -22,6 +22,8 @@ _UNLIMITED: Final = -1
 #: The quota resources (:mod:`conductor.db.quotas`'s names; the API does not import it).
 _INSTANCES: Final = "instances"
 _KEY_PAIRS: Final = "key_pairs"
+#: The key pair limit of a conductor older than API 1.23 (fixed, per user).
+_OLD_KEY_PAIRS: Final = 100
 _RESOURCE_CLASS_PREFIX: Final = "resource_class:"
 
 #: Nova's absolute limits that ringfleet answers.
@@ -52,8 +54,9 @@ def nova_limits(quota: dict[str, Any], key_pairs: bool = True) -> dict[str, Any]
         "totalRAMUsed": 0,
     }
     if key_pairs:
-        # An older conductor shows no key_pairs: unlimited, as it enforced none per project.
-        keys = quotas.get(_KEY_PAIRS, unset)
+        # A conductor older than API 1.23 shows no key_pairs: it enforced
+        # Nova's default, 100 per user, and says no usage.
+        keys = quotas.get(_KEY_PAIRS, {"limit": _OLD_KEY_PAIRS, "in_use": 0})
         absolute |= {"maxTotalKeypairs": keys["limit"], "totalKeyPairsUsed": keys["in_use"]}
     return {
         "rate": [],
