@@ -199,7 +199,8 @@ class IronicInventorySync:
         self._client = client if client is not None else BaremetalClient.from_conf(conf)
         self._clean_orphan = clean_orphan
         self._power_sync = power_sync
-        # node.create.end of the nodes a pass imports (changes Ironic's own tell).
+        # node.create.end of the nodes a pass imports, node.update.end of those
+        # it changes (changes Ironic's own tell).
         self._notifier = notifier or Notifier.disabled()
         # Where the next pass starts handing orphans (round robin, when a
         # pass finds more than it hands).
@@ -285,9 +286,11 @@ class IronicInventorySync:
         observed += retirements
         summary.retired += len(retirements)
         if observed:
+            mirrored: set[str] = set()
             summary.updated += db_nodes.mirror_back_end_states(
-                self._db, observed, observed_at=seen_at
+                self._db, observed, observed_at=seen_at, changed_uuids=mirrored
             )
+            self._updated(sorted(mirrored))
         summary.stopped = self._follow_power(listed, seen_at)
         summary.observed = self._record(to_record, claimed, seen_at)
         summary.orphans = self._hand_orphans()
@@ -499,8 +502,17 @@ class IronicInventorySync:
         )
         if update == NodeUpdate():
             return False
-        db_nodes.update_node(self._db, node.uuid, update)
+        updated = db_nodes.update_node(self._db, node.uuid, update)
+        if self._notifier.enabled:
+            self._notifier.send("node.update.end", NodePayload.of(updated))
         return True
+
+    def _updated(self, uuids: list[str]) -> None:
+        """``node.update.end`` of the nodes the pass's state mirror changed
+        (power, provision state, maintenance), as they are now."""
+        if self._notifier.enabled and uuids:
+            for node in db_nodes.get_nodes(self._db, uuids):
+                self._notifier.send("node.update.end", NodePayload.of(node))
 
     def _observed(
         self, node: Node, found: IronicNode, seen_at: datetime.datetime

@@ -144,7 +144,11 @@ _OTHER_EVENTS: Final = (
         "a node is created or imported, by a client or the Ironic sync (one per node)",
     ),
     EventSpec(
-        "node.update.end", NodePayload, "a node's properties, traits or resource class changed"
+        "node.update.end",
+        NodePayload,
+        "a node's properties, traits or resource class changed, by a client or by the "
+        "Ironic sync (one per node it changed: Ironic's properties, traits, resource class, "
+        "maintenance or group)",
     ),
     EventSpec("node.maintenance_set.end", NodePayload, "a node was put in or out of maintenance"),
     EventSpec(
@@ -152,6 +156,18 @@ _OTHER_EVENTS: Final = (
         NodePowerPayload,
         "an operator's node power request was routed to the node's owner (its "
         "``power_state`` follows in the node, as observed)",
+    ),
+    EventSpec(
+        "node.power_set.end",
+        NodePowerPayload,
+        "the node's owner did an operator's power request (the node with the "
+        "``power_state`` it answered)",
+    ),
+    EventSpec(
+        "node.power_set.error",
+        NodePowerPayload,
+        "the node's owner failed an operator's power request (``fault`` says why; not "
+        "retried: the request is over)",
     ),
     EventSpec("node.delete.end", NodePayload, "a node was deleted (as it was before)"),
     EventSpec(

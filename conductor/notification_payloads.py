@@ -371,10 +371,13 @@ class NodePayload(Payload):
 
 @dataclasses.dataclass(frozen=True)
 class NodePowerPayload(NodePayload):
-    """A node power request routed to its owner (``node.power_set.start``, as Ironic's)."""
+    """A node power request (``node.power_set.start``, ``.end``, ``.error``, as Ironic's).
+
+    1.1: ``fault`` (why a ``.error`` failed).
+    """
 
     NAME: ClassVar[str] = "NodePowerPayload"
-    VERSION: ClassVar[str] = "1.0"
+    VERSION: ClassVar[str] = "1.1"
 
     to_power: Annotated[
         str,
@@ -383,10 +386,14 @@ class NodePowerPayload(NodePayload):
             "or ``soft rebooting``"
         ),
     ] = ""
+    fault: Annotated[
+        FaultPayload | None,
+        Doc("why the node's owner failed it (``.error``); ``null`` otherwise (since 1.1)"),
+    ] = None
 
     @classmethod
-    def requested(cls, node: Node, target: str) -> NodePowerPayload:
-        return cls(**cls.fields_of(node), to_power=target)
+    def requested(cls, node: Node, target: str, fault: str | None = None) -> NodePowerPayload:
+        return cls(**cls.fields_of(node), to_power=target, fault=FaultPayload.of(fault))
 
 
 @dataclasses.dataclass(frozen=True)

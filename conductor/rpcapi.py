@@ -109,6 +109,12 @@ API version history:
   ``status``, ``changes_since``, ``sort_key`` and ``sort_dir`` (sent at
   1.22 only with one of them); list_instance_actions, show_instance_action
   (Nova's os-instance-actions).
+* 1.23 - list_instances takes Nova's tag filters ``tags``, ``tags_any``,
+  ``not_tags``, ``not_tags_any``; list_instance_actions takes ``limit``,
+  ``marker``, ``changes_since``, ``changes_before``; rebuild_instance takes
+  ``key_name`` (``""``: none); show_quota shows ``key_pairs`` (per user:
+  the caller's usage) and set_quota sets it.  Each sent at 1.23 only with
+  a new argument.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ import oslo_messaging as messaging
 from oslo_context import context as request_context
 
 from conductor.common import rpc, tenancy
+from conductor.common.list_filters import TAG_FILTERS
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 from conductor.common.paging import pages
 from conductor.rpcapi_labels import LabelCalls
@@ -128,7 +135,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.22"
+API_VERSION = "1.23"
 
 _T = TypeVar("_T")
 
@@ -341,14 +348,20 @@ class ConductorAPI(LabelCalls):
             kwargs |= {"all_projects": all_projects, "project_id": project_id}
         filters = {key: value for key, value in nova.items() if value is not None}
         if filters:
-            version = "1.22"
+            version = "1.23" if set(filters) & set(TAG_FILTERS) else "1.22"
             kwargs |= filters
         return self._call(list[dict[str, Any]], "list_instances", version=version, **kwargs)
 
-    def list_instance_actions(self, instance: str) -> list[dict[str, Any]]:
-        """An instance's actions, the newest first (since 1.22)."""
+    def list_instance_actions(self, instance: str, **paged: Any) -> list[dict[str, Any]]:
+        """An instance's actions, the newest first (since 1.22); a page
+        (``paged``: ``limit``, ``marker``, ``changes_since``, ``changes_before``) since 1.23."""
+        given = {key: value for key, value in paged.items() if value is not None}
         return self._call(
-            list[dict[str, Any]], "list_instance_actions", version="1.22", instance=instance
+            list[dict[str, Any]],
+            "list_instance_actions",
+            version="1.23" if given else "1.22",
+            instance=instance,
+            **given,
         )
 
     def show_instance_action(self, instance: str, request_id: str) -> dict[str, Any]:
@@ -410,11 +423,13 @@ class ConductorAPI(LabelCalls):
         user_data: str | None = None,
         meta_data: dict[str, Any] | None = None,
         network_data: dict[str, Any] | None = None,
+        key_name: str | None = None,
     ) -> dict[str, Any]:
         """Re-image an instance on its node (1.13): ``active``; answers at once.
 
         A new ``image`` and config drive parts since 1.14 (each given
         replaces the stored one); without any, sent at 1.13 as before.
+        ``key_name`` (``""``: none) since 1.23.
         """
         new = {
             key: value
@@ -423,13 +438,15 @@ class ConductorAPI(LabelCalls):
                 ("user_data", user_data),
                 ("meta_data", meta_data),
                 ("network_data", network_data),
+                ("key_name", key_name),
             )
             if value is not None
         }
+        version = "1.23" if key_name is not None else "1.14" if new else "1.13"
         return self._call(
             dict[str, Any],
             "rebuild_instance",
-            version="1.14" if new else "1.13",
+            version=version,
             instance=instance,
             **new,
         )

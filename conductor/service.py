@@ -215,6 +215,7 @@ class ConductorService:
             resource_class_nodes={
                 str(k): int(v) for k, v in (quota.resource_class_nodes or {}).items()
             },
+            key_pairs=int(quota.key_pairs),
         )
 
     def _endpoints(
@@ -228,7 +229,7 @@ class ConductorService:
             ),
             InstancesEndpoint(db, builds, quota=self._quota_defaults, notifier=notifier),
             QuotasEndpoint(db, self._quota_defaults, notifier=notifier),
-            KeyPairsEndpoint(db),
+            KeyPairsEndpoint(db, self._quota_defaults),
             InstanceLabelsEndpoint(db),
             FleetEndpoint(
                 db,

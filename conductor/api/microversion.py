@@ -62,6 +62,13 @@ the routes or fields it adds name it as their ``min_version``):
 * 1.12 - Instance action history (Nova's ``os-instance-actions``):
   ``GET /v1/instances/{id}/actions`` and
   ``GET /v1/instances/{id}/actions/{request_id}``.
+* 1.13 - Nova's habits, the rest: the ``key_pairs`` quota (per user, as
+  Nova's) in the quota routes (shown, set) and in ``/v1/limits``
+  (``maxTotalKeypairs``, ``totalKeyPairsUsed``); a rebuild's ``key_name``
+  (Nova's 2.54: a new key pair, or null for none); the instance list's tag
+  filters ``tags``, ``tags-any``, ``not-tags``, ``not-tags-any`` (Nova's
+  2.26); the action history's ``limit``, ``marker``, ``changes-since`` and
+  ``changes-before`` (Nova's 2.58 and 2.66), with a ``next`` link.
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ __all__ = [
     "LIMITS",
     "MAX_VERSION",
     "MIN_VERSION",
+    "NOVA_HABITS",
     "NOVA_LISTING",
     "REBUILD_IMAGE",
     "SERVICE_TYPE",
@@ -131,7 +139,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 12)
+MAX_VERSION = Version(1, 13)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: Tenancy: instances show their project and user, quotas.
@@ -156,6 +164,8 @@ NOVA_LISTING = Version(1, 10)
 LIMITS = Version(1, 11)
 #: The instance action history (Nova's ``os-instance-actions``).
 INSTANCE_ACTIONS = Version(1, 12)
+#: The key_pairs quota, a rebuild's key_name, tag filters, action history pages.
+NOVA_HABITS = Version(1, 13)
 
 
 def requested(header: str | None) -> Version:

@@ -22,7 +22,7 @@ from typing import Any
 from conductor.api import microversion
 from conductor.api.app import Param, Route
 from conductor.common import schemas
-from conductor.common.nova_limits import ABSOLUTE
+from conductor.common.nova_limits import ABSOLUTE, KEY_PAIR_LIMITS
 from conductor.common.nova_status import STATUSES
 from conductor.common.objects import TaskState, VmState
 
@@ -32,6 +32,13 @@ _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
 _BOOL = {"type": "boolean"}
 _INT = {"type": "integer"}
+#: What /v1/limits' key pair entries say (since 1.13).
+_KEY_PAIR_LIMITS = (
+    "Since 1.13: the key pairs each user may have when creating one in the project "
+    "(Nova's key_pairs quota; -1 unlimited).",
+    "Since 1.13 (ringfleet's; Nova's /limits has none): the caller's own key pairs, "
+    "which the limit counts (per user, in every project).",
+)
 _STRS = {"type": "array", "items": _STR}
 _TIME = {"type": "string", "format": "date-time"}
 _FLAT = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
@@ -239,7 +246,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 {
                     "rate": {"type": "array", "maxItems": 0},
                     "absolute": _obj(
-                        {key: _INT for key in ABSOLUTE}, required=ABSOLUTE, closed=False
+                        {key: _INT for key in ABSOLUTE}
+                        | {
+                            key: {**_INT, "description": what}
+                            for key, what in zip(KEY_PAIR_LIMITS, _KEY_PAIR_LIMITS, strict=True)
+                        },
+                        required=ABSOLUTE,
                     ),
                     "resource_classes": {
                         "type": "object",

@@ -4,19 +4,75 @@
 Each create, delete, reboot, stop, start and rebuild of an instance, with
 the request id that asked for it, who asked, when it started and ended,
 and how (:mod:`conductor.db.instance_actions` says where they are recorded).
+Since 1.13 a page at a time, as Nova's 2.58 and 2.66: ``limit``,
+``marker`` (a request id), ``changes-since``, ``changes-before``, and a
+``next`` link when the page is full.
 """
 
 from __future__ import annotations
 
-from conductor.api.app import E400, E404, E503, Call, Reply, Route
-from conductor.api.microversion import INSTANCE_ACTIONS
+from conductor.api.app import E400, E404, E503, Call, Param, Reply, Route
+from conductor.api.microversion import INSTANCE_ACTIONS, NOVA_HABITS
+from conductor.api.v1_paging import page, page_limit
+from conductor.common.exception import FieldError, InvalidInput
+from conductor.common.list_filters import check_instant
 
 __all__ = ["ACTION_ROUTES"]
 
+_INSTANT = "an ISO 8601 instant; UTC without a zone"
+#: The query parameters of the list (1.13), each by its RPC argument.
+ACTION_PAGING = (
+    Param(
+        "limit",
+        "integer",
+        "At most this many actions (capped to [api] max_limit); a full page has a next link.",
+        minimum=1,
+        maximum=999_999_999,
+        min_version=NOVA_HABITS,
+    ),
+    Param(
+        "marker",
+        "string",
+        "The request_id of the previous page's last action (404 if the instance has none).",
+        min_version=NOVA_HABITS,
+        pattern="^[A-Za-z0-9._-]{1,255}$",
+    ),
+    Param(
+        "changes-since",
+        "string",
+        f"Only actions updated at or after this instant ({_INSTANT}).",
+        min_version=NOVA_HABITS,
+        format="date-time",
+    ),
+    Param(
+        "changes-before",
+        "string",
+        f"Only actions updated at or before this instant ({_INSTANT}).",
+        min_version=NOVA_HABITS,
+        format="date-time",
+    ),
+)
+
 
 def list_actions(call: Call) -> Reply:
-    actions = call.api.list_instance_actions(call.path["instance"])
-    return Reply(200, {"instanceActions": actions})
+    instance = call.path["instance"]
+    if call.version < NOVA_HABITS:
+        return Reply(200, {"instanceActions": call.api.list_instance_actions(instance)})
+    errors: list[FieldError] = []
+    for name in ("changes-since", "changes-before"):
+        # Checked here too: a bad one is named without a conductor call.
+        check_instant(call.query.get(name), name, errors)
+    if errors:
+        raise InvalidInput(errors)
+    limit = page_limit(call)
+    actions = call.api.list_instance_actions(
+        instance,
+        limit=limit,
+        marker=call.query.get("marker"),
+        changes_since=call.query.get("changes-since"),
+        changes_before=call.query.get("changes-before"),
+    )
+    return page(call, "instanceActions", actions, limit, marker_key="request_id")
 
 
 def show_action(call: Call) -> Reply:
@@ -32,6 +88,7 @@ ACTION_ROUTES: tuple[Route, ...] = (
         "ringfleet:instance:actions:list",
         "listInstanceActions",
         "An instance's actions, the newest first (Nova's os-instance-actions).",
+        query=ACTION_PAGING,
         response="InstanceActionList",
         errors=(E400, E404, E503),
         min_version=INSTANCE_ACTIONS,
@@ -39,7 +96,10 @@ ACTION_ROUTES: tuple[Route, ...] = (
         description="Each create, delete, reboot, stop, start and rebuild, from the request "
         "that asked for it (request_id: its x-openstack-request-id) to the answer that ended "
         "it (finish_time null while in flight). A deleted instance's actions are shown; "
-        "another project's instance is 404, unless the caller is an admin.",
+        "another project's instance is 404, unless the caller is an admin. Since 1.13 a "
+        "page at a time (limit, marker: a request_id; a full page has next, the link to "
+        "the following one) and filtered on updated_at by changes-since and "
+        "changes-before (Nova's 2.58 and 2.66).",
     ),
     Route(
         "GET",

@@ -18,6 +18,7 @@ from conductor.api.app import E400, E404, E409, E503, ApiError, Call, Param, Rep
 from conductor.api.microversion import (
     KEY_PAIRS,
     LABELS,
+    NOVA_HABITS,
     NOVA_LISTING,
     REBUILD_IMAGE,
     TENANCY,
@@ -27,7 +28,7 @@ from conductor.api.microversion import (
 from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
 from conductor.common import schemas, verbs
 from conductor.common.instance_states import TRANSITIONS, Event
-from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, check_list_filters
+from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, TAG_FILTERS, check_list_filters
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
 from conductor.common.schemas import Resource
@@ -117,8 +118,28 @@ NOVA_FILTERS = (
         enum=SORT_DIRS,
     ),
 )
-#: The RPC arguments of :data:`NOVA_FILTERS`, by query parameter.
-_NOVA_ARGUMENTS = {"changes-since": "changes_since"}
+#: A tag filter's values: 1 to 50 tags, comma-separated, each of 1 to 60
+#: characters without "/" (nor a control character but tab, line feed, carriage return).
+_TAG = "[^,/\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]{1,60}"
+TAG_LIST_PATTERN = f"^{_TAG}(,{_TAG}){{0,49}}$"
+#: Nova's tag filters (microversion 1.13; Nova's 2.26).
+TAG_FILTER_PARAMS = tuple(
+    Param(name, "string", what, min_version=NOVA_HABITS, pattern=TAG_LIST_PATTERN)
+    for name, what in (
+        ("tags", "Only instances with every one of these tags (comma-separated)."),
+        ("tags-any", "Only instances with at least one of these tags (comma-separated)."),
+        (
+            "not-tags",
+            "Leave out the instances with every one of these tags (comma-separated): "
+            "those without at least one of them are listed.",
+        ),
+        ("not-tags-any", "Only instances with none of these tags (comma-separated)."),
+    )
+)
+#: The RPC arguments of :data:`NOVA_FILTERS` and the tag filters, by query parameter.
+_NOVA_ARGUMENTS = {"changes-since": "changes_since"} | {
+    parameter: argument for argument, parameter in TAG_FILTERS.items()
+}
 
 #: What an instance shows from 1.2 (TENANCY) on.
 _TENANCY_FIELDS = ("project_id", "user_id")
@@ -138,10 +159,13 @@ HOST_FIELDS = ("host", "node_uuid", "tried_nodes")
 #: What a rebuild may replace (microversion 1.4), as a build request has them.
 REBUILD_FIELDS = ("image", "user_data", "meta_data", "network_data")
 
+#: A rebuild's key pair (microversion 1.13; Nova's 2.54): a name, or null for none.
+REBUILD_KEY = "key_name"
+
 #: Nova's names for what ringfleet's rebuild takes otherwise: said in the refusal.
 _NOVA_REBUILD_NAMES = {
     "imageRef": "image (an object with source, checksum and disk_format)",
-    "key_name": "meta_data.public_keys",
+    "key_name": "meta_data.public_keys (key_name since microversion 1.13)",
     "metadata": "meta_data.meta",
 }
 
@@ -158,7 +182,17 @@ _OBJECT_ACTIONS: Mapping[str, dict[str, Any]] = {
         "type": "object",
         "description": "Each field given replaces the instance's stored one (since "
         "microversion 1.4; before it, only {}); the others are kept.",
-        "properties": {key: schemas.BUILD_REQUEST.properties[key] for key in REBUILD_FIELDS},
+        "properties": {key: schemas.BUILD_REQUEST.properties[key] for key in REBUILD_FIELDS}
+        | {
+            REBUILD_KEY: {
+                **schemas.KEY_NAME_SCHEMA,
+                "type": ["string", "null"],
+                "description": "A key pair of the caller's replaces the instance's (its "
+                "key_name, and its public key in the config drive's meta_data public_keys), "
+                "as Nova's rebuild since its 2.54; null: the instance keeps none. Since "
+                "microversion 1.13.",
+            }
+        },
         "additionalProperties": False,
     }
 }
@@ -290,7 +324,7 @@ def list_instances(call: Call) -> Reply:
         scope = {"all_projects": all_projects, "project_id": project_id}
     nova = {
         _NOVA_ARGUMENTS.get(param.name, param.name): call.query[param.name]
-        for param in NOVA_FILTERS
+        for param in (*NOVA_FILTERS, *TAG_FILTER_PARAMS)
         if param.name in call.query
     }
     # Checked here too: a bad one is named without a conductor call.
@@ -371,12 +405,15 @@ def _rebuild_arguments(call: Call, value: Any) -> dict[str, Any]:
     a build's, naming e.g. image.source)."""
     if not isinstance(value, dict):
         raise ApiError.invalid("rebuild", "must be an object", value)
+    fields = (*REBUILD_FIELDS, REBUILD_KEY) if call.version >= NOVA_HABITS else REBUILD_FIELDS
     for key in sorted(value):
-        if key not in REBUILD_FIELDS:
-            hint = _NOVA_REBUILD_NAMES.get(key, ", ".join(REBUILD_FIELDS))
+        if key not in fields:
+            hint = _NOVA_REBUILD_NAMES.get(key, ", ".join(fields))
             # The value is not shown: an unknown key may be a misspelt user_data.
             raise ApiError.invalid(f"rebuild.{key[:100]}", f"unknown field; use {hint}")
     given = {key: item for key, item in value.items() if item is not None}
+    if REBUILD_KEY in value and value[REBUILD_KEY] is None:
+        given[REBUILD_KEY] = ""  # Nova's null: no key pair (the conductor's "")
     if call.version >= USER_DATA_BASE64 and "user_data" in given:
         given["user_data"] = decoded_user_data(given["user_data"], "rebuild.user_data")
     if given and call.version < REBUILD_IMAGE:
@@ -402,7 +439,7 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         "ringfleet:instance:list",
         "listInstances",
         "List instances, in uuid order (or sort_key's), a page at a time.",
-        query=(*INSTANCE_FILTERS, *NOVA_FILTERS, LIMIT, MARKER),
+        query=(*INSTANCE_FILTERS, *NOVA_FILTERS, *TAG_FILTER_PARAMS, LIMIT, MARKER),
         response="InstanceList",
         errors=(E400, E404, E503),
         tag="instances",
@@ -410,7 +447,9 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         "takes Nova's name, status, changes-since, sort_key and sort_dir; a bad one is 400 "
         "naming it. The marker is the uuid of the previous page's last instance; with a "
         "sort_key it must be an instance of the caller's list (404 otherwise), and the "
-        "next page starts after its (key, uuid).",
+        "next page starts after its (key, uuid). Since 1.13 Nova's tag filters: tags "
+        "(every one), tags-any (one at least), not-tags (not every one), not-tags-any "
+        "(none), each a comma-separated list; given together, an instance must pass each.",
     ),
     Route(
         "POST",

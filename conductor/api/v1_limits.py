@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from conductor.api import auth
 from conductor.api.app import E400, E503, ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import LIMITS
+from conductor.api.microversion import LIMITS, NOVA_HABITS
 from conductor.api.v1_instances import PROJECT_PATTERN
 from conductor.common.nova_limits import nova_limits
 
@@ -31,7 +31,8 @@ def show_limits(call: Call) -> Reply:
             f"tenant_id: policy does not allow {LIMITS_OTHER_RULE}",
             fields=[{"field": "tenant_id", "reason": f"policy does not allow {LIMITS_OTHER_RULE}"}],
         )
-    return Reply(200, {"limits": nova_limits(call.api.show_quota(project))})
+    quota = call.api.show_quota(project)
+    return Reply(200, {"limits": nova_limits(quota, key_pairs=call.version >= NOVA_HABITS)})
 
 
 LIMITS_ROUTES: tuple[Route, ...] = (
@@ -56,7 +57,9 @@ LIMITS_ROUTES: tuple[Route, ...] = (
         tag="quotas",
         description="absolute: maxTotalInstances and totalInstancesUsed from the project's "
         "quota (-1 unlimited); maxTotalCores and maxTotalRAMSize are -1 and their usage 0 "
-        "(ringfleet counts whole nodes, per resource class: resource_classes). rate is "
+        "(ringfleet counts whole nodes, per resource class: resource_classes). Since 1.13 "
+        "maxTotalKeypairs (Nova's; each user's limit in this project) and totalKeyPairsUsed "
+        "(ringfleet's: the caller's own key pairs, as they count per user). rate is "
         "always empty, as Nova's since its 2.39.",
     ),
 )

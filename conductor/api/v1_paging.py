@@ -23,13 +23,16 @@ LIMIT = Param(
 MARKER = Param("marker", "string", "The uuid of the last item of the previous page.", format="uuid")
 
 
-def page(call: Call, key: str, items: list[dict[str, Any]], limit: int) -> Reply:
-    """A list reply with a ``next`` link when the page is full."""
+def page(
+    call: Call, key: str, items: list[dict[str, Any]], limit: int, marker_key: str = "uuid"
+) -> Reply:
+    """A list reply with a ``next`` link when the page is full (its marker
+    the last item's ``marker_key``)."""
     body: dict[str, Any] = {key: items}
     if len(items) >= limit and items:
         query = {k: _text(v) for k, v in call.query.items() if k != "marker"}
         query["limit"] = str(limit)
-        query["marker"] = items[-1]["uuid"]
+        query["marker"] = items[-1][marker_key]
         body["next"] = f"{call.base_url}{call.request.path_info}?{urllib.parse.urlencode(query)}"
     return Reply(200, body)
 

@@ -23,6 +23,7 @@ from keystoneauth1 import exceptions as ks_exceptions
 from conductor.cli.login import Login
 from conductor.common import exception, verbs
 from conductor.common.instance_states import Event
+from conductor.common.list_filters import TAG_FILTERS
 
 __all__ = ["HttpConductorAPI", "HttpError"]
 
@@ -30,7 +31,7 @@ _T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
 #: From 1.7 ``user_data`` is sent base64-encoded (:func:`_encoded`).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.12"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.13"}
 
 
 class HttpError(exception.RingfleetError):
@@ -195,9 +196,10 @@ class HttpConductorAPI:
         project_id: str | None = None,
         **nova: str | None,
     ) -> list[dict[str, Any]]:
-        """``nova``: Nova's filters (``changes_since`` is sent as ``changes-since``)."""
+        """``nova``: Nova's filters (``changes_since`` is sent as
+        ``changes-since``, ``tags_any`` as ``tags-any``...)."""
         query = {"vm_state": vm_state, "host": host, "marker": marker}
-        query |= {key.replace("changes_since", "changes-since"): v for key, v in nova.items()}
+        query |= {_PARAMETERS.get(key, key): v for key, v in nova.items()}
         if all_projects:
             query["all_projects"] = "true"
         if project_id is not None:
@@ -210,9 +212,12 @@ class HttpConductorAPI:
     def delete_instance(self, instance: str) -> dict[str, Any]:
         return self._verb(instance, Event.DELETE)
 
-    def list_instance_actions(self, instance: str) -> list[dict[str, Any]]:
+    def list_instance_actions(self, instance: str, **paged: Any) -> list[dict[str, Any]]:
+        """``paged``: ``limit``, ``marker``, ``changes_since``, ``changes_before`` (1.13)."""
         path = f"/v1/instances/{_quote(instance)}/actions"
-        return self._request(dict[str, list[dict[str, Any]]], "GET", path)["instanceActions"]
+        query = {_PARAMETERS.get(k, k): _text(v) for k, v in paged.items() if v is not None}
+        reply = self._request(dict[str, list[dict[str, Any]]], "GET", path, **query)
+        return reply["instanceActions"]
 
     def show_instance_action(self, instance: str, request_id: str) -> dict[str, Any]:
         path = f"/v1/instances/{_quote(instance)}/actions/{_quote(request_id)}"
@@ -247,8 +252,11 @@ class HttpConductorAPI:
         return self._verb(instance, Event.START)
 
     def rebuild_instance(self, instance: str, **new: Any) -> dict[str, Any]:
-        """``new``: the image and config drive parts to replace (microversion 1.4)."""
+        """``new``: the image and config drive parts to replace (microversion
+        1.4), ``key_name`` (1.13; ``""``: none, sent as Nova's null)."""
         replaced = _encoded({k: v for k, v in new.items() if v is not None})
+        if replaced.get("key_name") == "":
+            replaced["key_name"] = None
         return self._verb(instance, Event.REBUILD, replaced)
 
     def _verb(self, instance: str, event: Event, value: Any = None) -> dict[str, Any]:
@@ -338,6 +346,12 @@ def _encoded(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("user_data") is None:
         return body
     return {**body, "user_data": base64.b64encode(body["user_data"].encode()).decode()}
+
+
+#: The query parameters of the RPC arguments whose names differ.
+_PARAMETERS = {"changes_since": "changes-since", "changes_before": "changes-before"} | {
+    argument: parameter for argument, parameter in TAG_FILTERS.items()
+}
 
 
 def _quote(value: str) -> str:

@@ -21,7 +21,7 @@ from cliff.show import ShowOne
 
 from conductor.cli.command import ConductorCommand, command_line, key_value
 from conductor.common.exception import FieldError, InvalidInput
-from conductor.common.list_filters import SORT_DIRS, SORT_KEYS
+from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, TAG_FILTERS
 from conductor.common.nova_status import STATUSES, status_of
 from conductor.common.objects import VmState
 from conductor.common.paging import pages
@@ -404,6 +404,7 @@ class InstanceList(ConductorCommand, Lister):
             "by name, changed since a moment",
             "--name '^web-' --changes-since 2026-11-29T20:00:00Z",
         ),
+        ("tagged prod and web, none of them canary", "--tags prod,web --not-tags-any canary"),
     )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -432,6 +433,13 @@ class InstanceList(ConductorCommand, Lister):
         parser.add_argument(
             "--sort-dir", choices=SORT_DIRS, help="asc or desc (default desc with --sort-key)"
         )
+        for option, what in (
+            ("--tags", "with every one of these tags"),
+            ("--tags-any", "with at least one of these tags"),
+            ("--not-tags", "leaving out those with every one of these tags"),
+            ("--not-tags-any", "with none of these tags"),
+        ):
+            parser.add_argument(option, metavar="TAG[,TAG...]", help=f"only instances {what}")
         return parser
 
     def take_action(
@@ -445,7 +453,14 @@ class InstanceList(ConductorCommand, Lister):
         scope: dict[str, Any] = {}
         if parsed_args.all_projects or parsed_args.project is not None:
             scope = {"all_projects": parsed_args.all_projects, "project_id": parsed_args.project}
-        for key in ("name", "status", "changes_since", "sort_key", "sort_dir"):
+        for key in (
+            "name",
+            "status",
+            "changes_since",
+            "sort_key",
+            "sort_dir",
+            *TAG_FILTERS,
+        ):
             if getattr(parsed_args, key) is not None:
                 scope[key] = getattr(parsed_args, key)
         found = pages(
@@ -583,7 +598,9 @@ class InstanceRebuild(_InstanceVerb):
     With the image and config drive they were deployed with, or a new
     --image and/or config drive parts (--user-data, --public-key
     and --meta as meta_data, --network-data): each given replaces
-    the instance's, the others are kept.
+    the instance's, the others are kept.  --key-name replaces the
+    instance's key pair (Nova's rebuild --key-name), --no-key-name
+    drops it.
     """
 
     examples = (
@@ -596,6 +613,7 @@ class InstanceRebuild(_InstanceVerb):
                 "0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"
             ),
         ),
+        ("with another key pair", "--key-name laptop 0b6a1c3e-5f2d-4c8b-9a7e-2d4f6b8c0e1a"),
     )
 
     command = "instance rebuild"
@@ -604,6 +622,15 @@ class InstanceRebuild(_InstanceVerb):
         parser = super().get_parser(prog_name)
         image_options(parser)
         config_drive_options(parser)
+        keys = parser.add_mutually_exclusive_group()
+        keys.add_argument(
+            "--key-name", metavar="NAME", help="a key pair of yours replaces the instance's"
+        )
+        keys.add_argument(
+            "--no-key-name",
+            action="store_true",
+            help="the instance keeps no key pair (its public key leaves meta_data)",
+        )
         return parser
 
     def _arguments(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
@@ -611,4 +638,8 @@ class InstanceRebuild(_InstanceVerb):
         image = image_from(parsed_args)
         if image is not None:
             new["image"] = image
+        if parsed_args.key_name is not None:
+            new["key_name"] = parsed_args.key_name
+        elif parsed_args.no_key_name:
+            new["key_name"] = ""  # none (the HTTP client sends Nova's null)
         return new

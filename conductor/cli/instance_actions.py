@@ -41,17 +41,38 @@ class InstanceActionList(ConductorCommand, Lister):
     """List an instance's actions, the newest first: each create, delete,
     reboot, stop, start and rebuild, with its request id."""
 
-    examples = (("an instance's actions", "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1"),)
+    examples = (
+        ("an instance's actions", "5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1"),
+        (
+            "the 10 newest updated since a moment",
+            "--limit 10 --changes-since 2026-11-29T20:00:00Z 5f0c7e39-5d11-4d3c-9c43-b3e6d7d1b0a1",
+        ),
+    )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().get_parser(prog_name)
         parser.add_argument("instance", metavar="UUID", help="instance uuid")
+        parser.add_argument("--limit", type=int, metavar="N", help="at most N actions")
+        parser.add_argument(
+            "--marker", metavar="REQUEST_ID", help="the actions after this one (a request id)"
+        )
+        parser.add_argument(
+            "--changes-since", metavar="TIME", help="only actions updated since (ISO 8601)"
+        )
+        parser.add_argument(
+            "--changes-before", metavar="TIME", help="only actions updated before (ISO 8601)"
+        )
         return parser
 
     def take_action(
         self, parsed_args: argparse.Namespace
     ) -> tuple[tuple[str, ...], Iterable[tuple[Any, ...]]]:
-        actions = self.client.list_instance_actions(parsed_args.instance)
+        paged = {
+            key: getattr(parsed_args, key)
+            for key in ("limit", "marker", "changes_since", "changes_before")
+            if getattr(parsed_args, key) is not None
+        }
+        actions = self.client.list_instance_actions(parsed_args.instance, **paged)
         titles = tuple(title for title, _ in _COLUMNS)
         return titles, [tuple(a.get(key) for _, key in _COLUMNS) for a in actions]
 

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """``ringfleet quota show|set|delete|list``: projects' quotas (admins).
 
-Resources are ``instances`` and ``resource_class:<class>`` (nodes of that
-class); a limit of -1 is unlimited.  See ``docs/operations.rst``, "Quotas".
+Resources are ``instances``, ``key_pairs`` (per user, as Nova's: each
+user's limit in the project; ``In use`` is the caller's own) and
+``resource_class:<class>`` (nodes of that class); a limit of -1 is
+unlimited.  See ``docs/operations.rst``, "Quotas".
 """
 
 from __future__ import annotations
@@ -61,11 +63,22 @@ class QuotaSet(_OneProject):
             "at most 10 instances and 4 GPU nodes",
             "--instances 10 --resource-class gpu=4 7f3c2b1a9e8d4c6b5a4f3e2d1c0b9a8f",
         ),
+        (
+            "at most 5 key pairs per user of the project",
+            "--key-pairs 5 7f3c2b1a9e8d4c6b5a4f3e2d1c0b9a8f",
+        ),
     )
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--instances", type=_limit, metavar="N", help="instances")
+        parser.add_argument(
+            "--key-pairs",
+            type=_limit,
+            metavar="N",
+            help="key pairs each user may have when creating one in the project (Nova's "
+            "key_pairs, counted per user)",
+        )
         parser.add_argument(
             "--resource-class",
             dest="classes",
@@ -83,6 +96,8 @@ class QuotaSet(_OneProject):
         limits: dict[str, Any] = {}
         if parsed_args.instances is not None:
             limits["instances"] = parsed_args.instances
+        if parsed_args.key_pairs is not None:
+            limits["key_pairs"] = parsed_args.key_pairs
         for resource_class, text in parsed_args.classes:
             try:
                 limits[f"resource_class:{resource_class}"] = int(text)
@@ -90,7 +105,9 @@ class QuotaSet(_OneProject):
                 field = f"--resource-class {resource_class}"
                 raise InvalidInput([FieldError.about(field, "a whole number", text)]) from None
         if not limits:
-            raise InvalidInput([FieldError("--instances", "give --instances or --resource-class")])
+            raise InvalidInput(
+                [FieldError("--instances", "give --instances, --key-pairs or --resource-class")]
+            )
         return _rows(self.client.set_quota(parsed_args.project, limits))
 
 

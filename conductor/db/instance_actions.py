@@ -24,7 +24,7 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import Connection, Row, Table, insert, select, update
+from sqlalchemy import Connection, Row, Table, and_, func, insert, or_, select, update
 
 from conductor.common.exception import InstanceActionNotFound
 from conductor.common.instance_states import Event
@@ -34,6 +34,7 @@ from conductor.db.models import InstanceActionModel
 
 __all__ = [
     "ACTION_OF",
+    "ActionPage",
     "Requester",
     "finished",
     "get_action",
@@ -180,16 +181,61 @@ def _events(row: Row[Any]) -> list[dict[str, Any]]:
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class ActionPage:
+    """Which of an instance's actions to list (Nova's 2.58 and 2.66).
+
+    ``marker``: the request id of the previous page's last action (the
+    page starts after it); ``changes_since``/``changes_before``: the
+    actions whose ``updated_at`` (its finish, else its start) is at or
+    after / at or before the instant (naive UTC, as stored).
+    """
+
+    limit: int | None = None
+    marker: str | None = None
+    changes_since: datetime.datetime | None = None
+    changes_before: datetime.datetime | None = None
+
+
 @retry_on_dead_connection
-def list_actions(db: Database, instance_uuid: str) -> list[dict[str, Any]]:
-    """The instance's actions, the newest first (as Nova lists them)."""
+def list_actions(
+    db: Database, instance_uuid: str, paged: ActionPage | None = None
+) -> list[dict[str, Any]]:
+    """The instance's actions, the newest first (as Nova lists them), a page
+    at a time (keyset: after the marker's start time and id).
+
+    :raises InstanceActionNotFound: a marker that is no action of the instance
+    """
+    paged = paged or ActionPage()
+    query = select(_ACTIONS).where(_ACTIONS.c.instance_uuid == instance_uuid)
+    updated = func.coalesce(_ACTIONS.c.finish_time, _ACTIONS.c.start_time)
+    if paged.changes_since is not None:
+        query = query.where(updated >= paged.changes_since)
+    if paged.changes_before is not None:
+        query = query.where(updated <= paged.changes_before)
     with db.read() as connection:
-        rows = connection.execute(
-            select(_ACTIONS)
-            .where(_ACTIONS.c.instance_uuid == instance_uuid)
-            .order_by(_ACTIONS.c.start_time.desc(), _ACTIONS.c.id.desc())
-        )
-        return [_shown(row) for row in rows]
+        if paged.marker is not None:
+            last = connection.execute(
+                select(_ACTIONS.c.start_time, _ACTIONS.c.id)
+                .where(
+                    _ACTIONS.c.instance_uuid == instance_uuid,
+                    _ACTIONS.c.request_id == paged.marker,
+                )
+                .order_by(_ACTIONS.c.id.desc())
+                .limit(1)
+            ).first()
+            if last is None:
+                raise InstanceActionNotFound(paged.marker)
+            query = query.where(
+                or_(
+                    _ACTIONS.c.start_time < last.start_time,
+                    and_(_ACTIONS.c.start_time == last.start_time, _ACTIONS.c.id < last.id),
+                )
+            )
+        query = query.order_by(_ACTIONS.c.start_time.desc(), _ACTIONS.c.id.desc())
+        if paged.limit is not None:
+            query = query.limit(paged.limit)
+        return [_shown(row) for row in connection.execute(query)]
 
 
 @retry_on_dead_connection

@@ -7,7 +7,10 @@ PostgreSQL's ``~``, MySQL's and MariaDB's ``REGEXP``), ``status`` (the
 state pairs that show it, :func:`conductor.common.nova_status.state_pairs`),
 ``changes-since`` (``updated_at`` at or after it; deleted instances
 included, which the store keeps, as Nova lists its recently deleted ones)
-and a sort key and direction.  Pages are keyset pages: the marker is the
+and a sort key and direction, and Nova's tag filters (``tags``: every
+one; ``tags_any``: one at least; ``not_tags``: not every one;
+``not_tags_any``: none; one ``EXISTS`` on ``instance_tags`` per tag, or per
+list for the *any* forms).  Pages are keyset pages: the marker is the
 uuid of the previous page's last instance, and the next page starts after
 its (sort key, uuid) in the list's order, so that no instance is skipped
 or listed twice whatever the key.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, false, or_, select
+from sqlalchemy import ColumnElement, Select, and_, exists, false, not_, or_, select
 from sqlalchemy.exc import DBAPIError
 
 from conductor.common.exception import FieldError, InstanceNotFound, InvalidInput
@@ -27,7 +30,7 @@ from conductor.common.nova_status import state_pairs
 from conductor.common.objects import Instance, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.instances import to_instance
-from conductor.db.models import InstanceModel
+from conductor.db.models import InstanceModel, InstanceTagModel
 
 __all__ = ["list_page"]
 
@@ -97,6 +100,26 @@ def _filtered(
         query = query.where(_showing(order.status))
     if order.changes_since is not None:
         query = query.where(InstanceModel.updated_at >= order.changes_since)
+    return _tagged(query, order)
+
+
+def _has(tags: tuple[str, ...]) -> ColumnElement[bool]:
+    """The condition that an instance has one of *tags* at least."""
+    return exists().where(
+        InstanceTagModel.instance_uuid == InstanceModel.uuid, InstanceTagModel.tag.in_(tags)
+    )
+
+
+def _tagged(query: Select[Any], order: ListOrder) -> Select[Any]:
+    """Nova's tag filters (its ``instance_get_all_by_filters`` semantics)."""
+    if order.tags:
+        query = query.where(*(_has((tag,)) for tag in order.tags))
+    if order.tags_any:
+        query = query.where(_has(order.tags_any))
+    if order.not_tags:
+        query = query.where(not_(and_(*(_has((tag,)) for tag in order.not_tags))))
+    if order.not_tags_any:
+        query = query.where(not_(_has(order.not_tags_any)))
     return query
 
 

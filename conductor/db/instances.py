@@ -519,8 +519,10 @@ def request_rebuild(
 
     The new image replaces the stored one; each config drive part given
     replaces that part (a new meta_data gets the instance's own uuid and
-    name, as at build), the others are kept.  An agent that adopts the node
-    after a takeover reads the record: it redeploys what is stored here.
+    name, as at build), the others are kept; a new key pair (or none)
+    replaces the old one's in meta_data ``public_keys`` and ``key_name``.
+    An agent that adopts the node after a takeover reads the record: it
+    redeploys what is stored here.
 
     A rebuild issued again while one is in flight (to re-route it) keeps its
     image and config drive, or gives the very same ones: a different one is
@@ -543,6 +545,7 @@ def request_rebuild(
                 _INSTANCES.c.task_state,
                 _INSTANCES.c.image,
                 _INSTANCES.c.config_drive,
+                _INSTANCES.c.key_name,
             )
             .where(_INSTANCES.c.uuid == instance_uuid)
             .with_for_update()
@@ -553,7 +556,7 @@ def request_rebuild(
         drive = dict(row.config_drive or {}) | request.config_drive
         if "meta_data" in request.config_drive:
             drive = _own_meta(drive, instance_uuid, row.name)
-        config_drive = drive or None
+        config_drive = request.keyed(drive, row.key_name) or None
         if row.task_state == TaskState.REBUILDING.value and (
             image != row.image or config_drive != row.config_drive
         ):
@@ -569,6 +572,8 @@ def request_rebuild(
             "image": image,
             "config_drive": config_drive,
         }
+        if request.key is not None:  # a rebuild's key_name (Nova's 2.54)
+            values["key_name"] = request.key.name
         result = connection.execute(update(_INSTANCES).where(*where).values(values))
         if result.rowcount != 1:
             return False

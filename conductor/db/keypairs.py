@@ -3,24 +3,27 @@
 
 Keyed by user, as Nova's: a name is unique per user, and a user sees and
 uses only their own (in whichever project they act).  The project a key was
-created in is kept for the record.
+created in is kept for the record.  Nova's ``key_pairs`` quota: a user may
+have as many as the limit of the project they create in (its own, else
+``[quota] key_pairs``), counted over all their key pairs, race-free.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, Table, delete, func, select
+from sqlalchemy import Connection, Row, Table, delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import DuplicateKeyPair, KeyPairNotFound, QuotaExceeded
+from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import KeyPairModel, utcnow
 
-__all__ = ["KEY_PAIRS", "create", "get", "list_for", "remove"]
+__all__ = ["KEY_PAIRS", "count", "create", "get", "list_for", "remove", "used_by"]
 
 #: The quota's resource name, Nova's.
-KEY_PAIRS = "key_pairs"
+KEY_PAIRS = quotas.KEY_PAIRS
 
 _KEYS: Table = KeyPairModel.__table__  # type: ignore[assignment]
 
@@ -45,15 +48,19 @@ def create(
     name: str,
     public_key: str,
     fingerprint: str,
-    limit: int,
+    defaults: quotas.Defaults,
 ) -> dict[str, Any]:
-    """Store a key pair of ``user_id``.
+    """Store a key pair of ``user_id``, within the ``key_pairs`` quota of
+    ``project_id`` (its own limit, else ``defaults``'; no project: the
+    default), counted over the user's key pairs (Nova's, per user).
 
-    The count and the insert are one transaction; two creations racing at
-    the limit may both pass (as Nova's own check without its recheck).
+    Race-free: under a limit, the transaction locks the user's
+    ``quota_users`` row before it counts, as a build locks its project's
+    (:mod:`conductor.db.quotas`); a user's first limited creation makes the
+    row and starts again.
 
     :raises DuplicateKeyPair: the user has one of this name
-    :raises QuotaExceeded: the user has ``limit`` already (``-1``: no limit)
+    :raises QuotaExceeded: the user has the limit already (``-1``: no limit)
     """
     now = utcnow()
     row: dict[str, Any] = {
@@ -67,13 +74,19 @@ def create(
     }
     try:
         with db.writing() as connection:
-            if limit >= 0:
-                used = connection.execute(
-                    select(func.count()).where(_KEYS.c.user_id == user_id)
-                ).scalar_one()
-                if used >= limit:
-                    raise QuotaExceeded(resource=KEY_PAIRS, requested=1, used=used, limit=limit)
+            _check_quota(connection, user_id, project_id, defaults)
             connection.execute(_KEYS.insert().values(**row))
+    except quotas.NoLockRow:
+        quotas.add_user(db, user_id)
+        return create(
+            db,
+            user_id=user_id,
+            project_id=project_id,
+            name=name,
+            public_key=public_key,
+            fingerprint=fingerprint,
+            defaults=defaults,
+        )
     except IntegrityError:
         raise DuplicateKeyPair(
             field="name", value=name, reason="you have a key pair of this name already"
@@ -81,6 +94,45 @@ def create(
     return {
         k: v.isoformat() if k == "created_at" else v for k, v in row.items() if k != "project_id"
     }
+
+
+def _limit(connection: Connection, project_id: str | None, defaults: quotas.Defaults) -> int:
+    if project_id is None:
+        return defaults.limit(KEY_PAIRS)
+    return quotas.limits_of(connection, project_id, (KEY_PAIRS,), defaults)[KEY_PAIRS]
+
+
+def _check_quota(
+    connection: Connection, user_id: str, project_id: str | None, defaults: quotas.Defaults
+) -> None:
+    """Refuse a key pair over the limit, in the creation's transaction
+    (the user's lock taken first when a limit applies).
+
+    :raises QuotaExceeded:
+    :raises NoLockRow: the user has no lock row yet
+    """
+    if _limit(connection, project_id, defaults) == quotas.UNLIMITED:
+        return
+    quotas.lock_user(connection, user_id)
+    # Read again under the lock: an admin's change committed meanwhile counts.
+    limit = _limit(connection, project_id, defaults)
+    used = count(connection, user_id)
+    if limit != quotas.UNLIMITED and used >= limit:
+        raise QuotaExceeded(resource=KEY_PAIRS, requested=1, used=used, limit=limit)
+
+
+def count(connection: Connection, user_id: str) -> int:
+    """How many key pairs the user has (what their ``key_pairs`` quota counts)."""
+    return int(
+        connection.execute(select(func.count()).where(_KEYS.c.user_id == user_id)).scalar_one()
+    )
+
+
+@retry_on_dead_connection
+def used_by(db: Database, user_id: str) -> int:
+    """:func:`count`, in a read of its own."""
+    with db.read() as connection:
+        return count(connection, user_id)
 
 
 @retry_on_dead_connection

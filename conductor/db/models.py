@@ -60,6 +60,7 @@ __all__ = [
     "NodePowerRequestModel",
     "QuotaLimitModel",
     "QuotaProjectModel",
+    "QuotaUserModel",
     "binary_collation",
     # The column defaults stamp with it; the database layer's modules import
     # it from here.
@@ -348,6 +349,21 @@ class QuotaProjectModel(Base):
 
     project_id: Mapped[str] = mapped_column(ExactString(255), primary_key=True)
     builds: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class QuotaUserModel(Base):
+    """One row per user that ever created a key pair under a limit: the lock
+    those creations serialize on (Nova's ``key_pairs`` quota counts per user).
+
+    As :class:`QuotaProjectModel` for builds: a creation updates this row,
+    counts the user's key pairs and inserts in one transaction.
+    ``key_pair_creates`` counts the transactions that took the lock.
+    """
+
+    __tablename__ = "quota_users"
+
+    user_id: Mapped[str] = mapped_column(ExactString(255), primary_key=True)
+    key_pair_creates: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
 
 
 class KeyPairModel(Base):

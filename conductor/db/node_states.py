@@ -197,8 +197,10 @@ def mirror_back_end_states(
     observed: Sequence[BackEndState],
     *,
     observed_at: datetime.datetime | None = None,
+    changed_uuids: set[str] | None = None,
 ) -> int:
-    """Apply what the back end (Ironic) shows of nodes; how many rows changed.
+    """Apply what the back end (Ironic) shows of nodes; how many rows changed
+    (their uuids added to ``changed_uuids``, when given).
 
     Three kinds of change, each a compare-and-swap on what the caller read,
     so none can undo a concurrent allocation or an operator's change:
@@ -232,7 +234,7 @@ def mirror_back_end_states(
                     .values(power_state=power, updated_at=now)
                     .execution_options(synchronize_session=False)
                 )
-                changed += result.rowcount  # type: ignore[attr-defined]
+                changed += _noted(result, item.uuid, changed_uuids)
             if item.provision_state is not None:
                 stored, wanted = item.provision_state
                 result = session.execute(
@@ -250,7 +252,7 @@ def mirror_back_end_states(
                     )
                     .execution_options(synchronize_session=False)
                 )
-                changed += result.rowcount  # type: ignore[attr-defined]
+                changed += _noted(result, item.uuid, changed_uuids)
             if item.maintenance is not None:
                 (was, was_reason), (now_on, now_reason) = item.maintenance
                 result = session.execute(
@@ -263,5 +265,13 @@ def mirror_back_end_states(
                     .values(maintenance=now_on, maintenance_reason=now_reason, updated_at=now)
                     .execution_options(synchronize_session=False)
                 )
-                changed += result.rowcount  # type: ignore[attr-defined]
+                changed += _noted(result, item.uuid, changed_uuids)
     return changed
+
+
+def _noted(result: Any, uuid: str, changed_uuids: set[str] | None) -> int:
+    """How many rows *result* changed; *uuid* noted in ``changed_uuids`` if any."""
+    count = int(result.rowcount)
+    if count and changed_uuids is not None:
+        changed_uuids.add(uuid)
+    return count

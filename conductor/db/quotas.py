@@ -19,6 +19,13 @@ creation is an ``IntegrityError`` and ignored) and starts again.
 
 A project none of whose limits for the build is set (``-1`` by default and
 no override) takes no lock: its builds are not serialized.
+
+**Key pairs** (``key_pairs``) count per user, as Nova's: the limit is the
+project's (its own, else ``[quota] key_pairs``, 100 as Nova's), the usage
+the user's key pairs (a user's keys are theirs in every project).  A
+creation under a limit locks the user's ``quota_users`` row the same way
+(:func:`lock_user`, :func:`add_user`), so that two creations of one user,
+in any projects and on any conductors, count one after the other.
 """
 
 from __future__ import annotations
@@ -37,32 +44,40 @@ from conductor.db.models import (
     InstanceModel,
     QuotaLimitModel,
     QuotaProjectModel,
+    QuotaUserModel,
     utcnow,
 )
 
 __all__ = [
     "INSTANCES",
+    "KEY_PAIRS",
     "RESOURCE_CLASS_PREFIX",
+    "UNLIMITED",
     "Defaults",
     "NoLockRow",
     "add_project",
+    "add_user",
     "check",
     "delete_limits",
     "get_limits",
     "limits_of",
     "list_limits",
     "lock_project",
+    "lock_user",
     "resource_classes",
     "set_limits",
     "usage",
 ]
 
 INSTANCES = "instances"
+#: Key pairs per user (Nova's ``key_pairs`` quota; its default is 100).
+KEY_PAIRS = "key_pairs"
 RESOURCE_CLASS_PREFIX = "resource_class:"
 UNLIMITED = -1
 
 _LIMITS: Table = QuotaLimitModel.__table__  # type: ignore[assignment]
 _PROJECTS: Table = QuotaProjectModel.__table__  # type: ignore[assignment]
+_USERS: Table = QuotaUserModel.__table__  # type: ignore[assignment]
 _INSTANCES: Table = InstanceModel.__table__  # type: ignore[assignment]
 _FLAVORS: Table = FlavorModel.__table__  # type: ignore[assignment]
 
@@ -74,16 +89,20 @@ class Defaults:
     instances: int = UNLIMITED
     nodes: int = UNLIMITED
     resource_class_nodes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    key_pairs: int = 100
 
     def limit(self, resource: str) -> int:
         if resource == INSTANCES:
             return self.instances
+        if resource == KEY_PAIRS:
+            return self.key_pairs
         resource_class = resource.removeprefix(RESOURCE_CLASS_PREFIX)
         return int(self.resource_class_nodes.get(resource_class, self.nodes))
 
 
 class NoLockRow(Exception):
-    """The project has no ``quota_projects`` row yet (:func:`add_project` it)."""
+    """The project (or user) has no lock row yet (:func:`add_project`,
+    :func:`add_user` it); ``project_id`` is the user's id for a user's row."""
 
     def __init__(self, project_id: str) -> None:
         super().__init__(project_id)
@@ -111,6 +130,32 @@ def add_project(db: Database, project_id: str) -> None:
     try:
         with db.writing() as connection:
             connection.execute(insert(_PROJECTS).values(project_id=project_id, builds=0))
+    except IntegrityError:
+        pass
+
+
+def lock_user(connection: Connection, user_id: str) -> None:
+    """Take the user's quota lock (their key pair creations), until the
+    transaction ends.
+
+    :raises NoLockRow: the user has no row yet; roll back, then
+        :func:`add_user` and start again.
+    """
+    result = connection.execute(
+        update(_USERS)
+        .where(_USERS.c.user_id == user_id)
+        .values(key_pair_creates=_USERS.c.key_pair_creates + 1)
+    )
+    if result.rowcount != 1:
+        raise NoLockRow(user_id)
+
+
+@retry_on_dead_connection
+def add_user(db: Database, user_id: str) -> None:
+    """Create the user's lock row (a concurrent creation is as good)."""
+    try:
+        with db.writing() as connection:
+            connection.execute(insert(_USERS).values(user_id=user_id, key_pair_creates=0))
     except IntegrityError:
         pass
 

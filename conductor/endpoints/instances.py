@@ -14,6 +14,7 @@ that project and admins only; to anyone else it does not exist
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -22,20 +23,22 @@ import oslo_messaging as messaging
 
 from conductor.common.checks import validate_uuid
 from conductor.common.exception import (
+    FieldError,
     Forbidden,
     InstanceNotFound,
     InstanceStateConflict,
+    InvalidInput,
     InvalidTransition,
     QuotaExceeded,
 )
 from conductor.common.instance_states import Event, can, transition
-from conductor.common.list_filters import check_list_filters
+from conductor.common.list_filters import check_instant, check_list_filters
 from conductor.common.objects import Flavor, Instance, VmState
 from conductor.common.tenancy import Caller
 from conductor.db import instance_actions, instance_listing, instances, quotas
 from conductor.db.engine import Database
 from conductor.endpoints.instance_labels import labelled
-from conductor.endpoints.keypairs import with_key
+from conductor.endpoints.keypairs import key_change, with_key
 from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import (
@@ -144,18 +147,34 @@ class InstancesEndpoint:
         changes_since: Any = None,
         sort_key: Any = None,
         sort_dir: Any = None,
+        tags: Any = None,
+        tags_any: Any = None,
+        not_tags: Any = None,
+        not_tags_any: Any = None,
     ) -> list[dict[str, Any]]:
         """The caller's project's instances; an admin's ``all_projects``
         (since 1.12) lists every project's, or ``project_id``'s only.
 
         An admin without a project (the operator) lists every project's.
         Since 1.22, Nova's ``name``, ``status``, ``changes_since``,
-        ``sort_key`` and ``sort_dir`` (:func:`~conductor.common.list_filters.check_list_filters`).
+        ``sort_key`` and ``sort_dir`` (:func:`~conductor.common.list_filters.check_list_filters`);
+        since 1.23 its tag filters ``tags``, ``tags_any``, ``not_tags`` and
+        ``not_tags_any`` (each a comma-separated string of tags).
         """
         caller = Caller.from_ctxt(ctxt)
         everyone = arguments.check_bool(all_projects, "all_projects")
         project = None if project_id is None else arguments.check_project(project_id)
-        order = check_list_filters(name, status, changes_since, sort_key, sort_dir)
+        order = check_list_filters(
+            name,
+            status,
+            changes_since,
+            sort_key,
+            sort_dir,
+            tags=tags,
+            tags_any=tags_any,
+            not_tags=not_tags,
+            not_tags_any=not_tags_any,
+        )
         if (everyone or project is not None) and not caller.is_admin:
             raise Forbidden("all_projects and project_id are for admins only")
         if project is None and not everyone:
@@ -212,11 +231,35 @@ class InstancesEndpoint:
 
     # -- action history (1.22) ------------------------------------------------------
 
-    def list_instance_actions(self, ctxt: dict[str, Any], instance: Any) -> list[dict[str, Any]]:
-        """The instance's actions (Nova's os-instance-actions), the newest first."""
+    def list_instance_actions(
+        self,
+        ctxt: dict[str, Any],
+        instance: Any,
+        *,
+        limit: Any = None,
+        marker: Any = None,
+        changes_since: Any = None,
+        changes_before: Any = None,
+    ) -> list[dict[str, Any]]:
+        """The instance's actions (Nova's os-instance-actions), the newest
+        first; since 1.23 a page at a time (``limit``, ``marker``: a request
+        id) and by ``changes_since``/``changes_before`` (ISO 8601, on each
+        action's ``updated_at``), as Nova's 2.58 and 2.66.
+
+        :raises InstanceActionNotFound: a marker that is no action of the instance
+        """
         uuid = validate_uuid(instance, "instance")
+        errors: list[FieldError] = []
+        paged = instance_actions.ActionPage(
+            limit=None if limit is None else arguments.check_limit(limit),
+            marker=None if marker is None else arguments.check_request_id(marker, "marker"),
+            changes_since=check_instant(changes_since, "changes-since", errors),
+            changes_before=check_instant(changes_before, "changes-before", errors),
+        )
+        if errors:
+            raise InvalidInput(errors)
         self._visible(ctxt, uuid)
-        return instance_actions.list_actions(self._db, uuid)
+        return instance_actions.list_actions(self._db, uuid, paged)
 
     def show_instance_action(
         self, ctxt: dict[str, Any], instance: Any, request_id: Any
@@ -258,9 +301,14 @@ class InstancesEndpoint:
         user_data: Any = None,
         meta_data: Any = None,
         network_data: Any = None,
+        key_name: Any = None,
     ) -> dict[str, Any]:
         """Re-image an active or stopped instance on its node: ``rebuilding``,
         then ``active``.
+
+        Since 1.23 with ``key_name`` (Nova's 2.54): a key pair of the
+        caller's replaces the instance's in meta_data ``public_keys`` and as
+        its ``key_name``; ``""``: the instance keeps none.
 
         Since 1.14 with a new ``image`` and/or config drive parts
         (``user_data``, ``meta_data``, ``network_data``), checked as a
@@ -276,7 +324,11 @@ class InstancesEndpoint:
             rebuild with another image or config drive is in flight
         """
         uuid = validate_uuid(instance, "instance")
-        request = validate_rebuild(image, user_data, meta_data, network_data)
+        request = validate_rebuild(image, user_data, meta_data, network_data, key_name)
+        if request.key is not None and request.key.name is not None:
+            request = dataclasses.replace(
+                request, key=key_change(self._db, Caller.from_ctxt(ctxt), request.key.name)
+            )
         return self._verb(ctxt, uuid, Event.REBUILD, "rebuild", rebuild=request)
 
     def _verb(

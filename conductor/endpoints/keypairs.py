@@ -14,25 +14,26 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import oslo_messaging as messaging
 
 from conductor.common.exception import FieldError, Forbidden, InvalidInput
 from conductor.common.tenancy import Caller
-from conductor.db import keypairs
+from conductor.db import keypairs, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
 from conductor.validation import BuildRequest
+from conductor.validation.deploy import KeyChange
 from conductor.validation.fields import Errors
 from conductor.validation.tenant_data import (
-    MAX_KEY_PAIRS,
     check_key_name,
     check_public_key,
     generate_key_pair,
 )
 
-__all__ = ["KeyPairsEndpoint", "with_key"]
+__all__ = ["KeyPairsEndpoint", "key_change", "with_key"]
 
 LOG = logging.getLogger(__name__)
 
@@ -58,10 +59,13 @@ class KeyPairsEndpoint:
 
     target = messaging.Target(version=API_VERSION)
 
-    def __init__(self, db: Database, limit: int = MAX_KEY_PAIRS) -> None:
-        """``limit``: key pairs per user (Nova's default ``[quota] key_pairs``)."""
+    def __init__(
+        self, db: Database, quota: Callable[[], quotas.Defaults] = quotas.Defaults
+    ) -> None:
+        """``quota``: the ``[quota]`` defaults (``key_pairs``: per user, 100
+        as Nova's), read at each creation."""
         self._db = db
-        self._limit = limit
+        self._quota = quota
 
     def create_keypair(
         self, ctxt: dict[str, Any], name: Any, public_key: Any = None
@@ -72,7 +76,8 @@ class KeyPairsEndpoint:
 
         :raises InvalidInput: a bad name or key, named
         :raises DuplicateKeyPair: the caller has one of this name
-        :raises QuotaExceeded: the caller has :data:`MAX_KEY_PAIRS` already
+        :raises QuotaExceeded: the caller has their ``key_pairs`` limit
+            already (their project's, else ``[quota] key_pairs``)
         """
         caller = _user(ctxt)
         errors = Errors()
@@ -92,7 +97,7 @@ class KeyPairsEndpoint:
             name=checked_name,
             public_key=key,
             fingerprint=fingerprint,
-            limit=self._limit,
+            defaults=self._quota(),
         )
         LOG.info(
             "Key pair %r of user %s created (%s)",
@@ -141,17 +146,26 @@ def with_key(db: Database, caller: Caller, build: BuildRequest) -> BuildRequest:
     drive = dict(build.config_drive or {})
     meta_data = dict(drive.get("meta_data") or {})
     if build.key_name is not None:
-        if caller.user_id is None:
-            raise InvalidInput([FieldError("key_name", "key pairs belong to a user; none here")])
-        try:
-            key = keypairs.get(db, caller.user_id, build.key_name)
-        except LookupError:
-            raise InvalidInput(
-                [FieldError.about("key_name", "no key pair of yours has this name", build.key_name)]
-            ) from None
+        key = key_change(db, caller, build.key_name)
         own_keys = meta_data.get("public_keys") or {}
-        meta_data["public_keys"] = {build.key_name: key["public_key"], **own_keys}
+        meta_data["public_keys"] = {build.key_name: key.public_key, **own_keys}
     if build.metadata:
         meta_data["meta"] = {**build.metadata, **(meta_data.get("meta") or {})}
     drive["meta_data"] = meta_data
     return dataclasses.replace(build, config_drive=drive)
+
+
+def key_change(db: Database, caller: Caller, name: str) -> KeyChange:
+    """The caller's key pair ``name``, for a build's or a rebuild's ``key_name``.
+
+    :raises InvalidInput: no key pair of the caller's has this name (Nova's 400)
+    """
+    if caller.user_id is None:
+        raise InvalidInput([FieldError("key_name", "key pairs belong to a user; none here")])
+    try:
+        key = keypairs.get(db, caller.user_id, name)
+    except LookupError:
+        raise InvalidInput(
+            [FieldError.about("key_name", "no key pair of yours has this name", name)]
+        ) from None
+    return KeyChange(name, key["public_key"])

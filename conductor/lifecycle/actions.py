@@ -58,7 +58,7 @@ from typing import Final
 
 from compute_agent.rpcapi import REBUILD_SPEC_VERSION, SOFT_POWER_VERSION, ComputeAPI
 from conductor.common import verbs
-from conductor.common.exception import NotFound, ServiceUnavailable
+from conductor.common.exception import NodeNotFound, NotFound, ServiceUnavailable
 from conductor.common.instance_states import ACTION_TASKS, Event
 from conductor.common.objects import Instance, Node, PowerState, TaskState
 from conductor.db import carriage, instances, node_states, nodes
@@ -67,6 +67,7 @@ from conductor.db.ownership import Fence
 from conductor.fleet_view import FleetView
 from conductor.lifecycle.owner_calls import Outcome, OwnerCalls, Reply
 from conductor.lifecycle.routing import Retries, carries_spec, deploy_spec
+from conductor.notification_payloads import NodePowerPayload
 from conductor.notifications import Notifier
 
 __all__ = ["ACTION_LANE", "POWER_TARGETS", "ActionRouter"]
@@ -371,9 +372,23 @@ class ActionRouter:
                 fence.epoch,
                 reply.answer.value,
             )
+            self._power_set(node_uuid, request.target)
         else:
             why = reply.reason
             LOG.warning("Node %s: %s by %s failed: %s", node_uuid, target, fence.owner, why)
+            self._power_set(node_uuid, request.target, fault=why or "failed")
+
+    def _power_set(self, node_uuid: str, target: str, fault: str | None = None) -> None:
+        """``node.power_set.end`` (or ``.error`` with *fault*) of an operator's
+        power request, with the node as recorded now (as Ironic's)."""
+        if not self._notifier.enabled:
+            return
+        event_type = "node.power_set.error" if fault else "node.power_set.end"
+        try:
+            node = nodes.get_node(self._db, node_uuid)
+        except NodeNotFound:
+            return  # deleted meanwhile: nothing to describe
+        self._notifier.send(event_type, NodePowerPayload.requested(node, target, fault))
 
     # -- shared -------------------------------------------------------------------------
 

@@ -156,7 +156,7 @@ def check_groups(value: object, field: str = "groups") -> list[str]:
 #: The largest quota limit (a 32-bit column); -1 is unlimited.
 MAX_QUOTA_LIMIT = 2**31 - 1
 _QUOTA_RESOURCE = re.compile(
-    r"^(instances|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
+    r"^(instances|key_pairs|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
 )
 
 
@@ -175,7 +175,7 @@ def check_request_id(value: object, field: str = "request_id") -> str:
 
 
 def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
-    """``{resource: limit}``: ``instances`` or ``resource_class:<class>`` to a
+    """``{resource: limit}``: ``instances``, ``key_pairs`` or ``resource_class:<class>`` to a
     whole number from -1 (unlimited) to 2**31-1; every bad entry named."""
     if not isinstance(value, Mapping) or not value:
         raise InvalidInput(
@@ -188,7 +188,9 @@ def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
         if not isinstance(resource, str) or not _QUOTA_RESOURCE.match(resource):
             errors.append(
                 FieldError.about(
-                    where, "not a quota: use instances or resource_class:<class>", resource
+                    where,
+                    "not a quota: use instances, key_pairs or resource_class:<class>",
+                    resource,
                 )
             )
         elif (

@@ -39,8 +39,9 @@ from conductor.common.schemas import (
 )
 from conductor.validation.fields import Errors, join, optional_field, unknown_fields
 from conductor.validation.image_properties import check_image_properties
+from conductor.validation.tenant_data import check_key_name
 
-__all__ = ["RebuildRequest", "check_config_drive", "check_image", "validate_rebuild"]
+__all__ = ["KeyChange", "RebuildRequest", "check_config_drive", "check_image", "validate_rebuild"]
 
 _IMAGE_FIELDS: Final[frozenset[str]] = frozenset(
     (
@@ -300,6 +301,16 @@ def check_config_drive(spec: Mapping[str, Any], errors: Errors) -> dict[str, Any
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class KeyChange:
+    """A rebuild's ``key_name`` (Nova's 2.54): the key pair ``name`` and its
+    ``public_key`` (looked up by the conductor), or ``name`` ``None``: the
+    instance keeps no key pair."""
+
+    name: str | None
+    public_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RebuildRequest:
     """What a rebuild replaces (since conductor API 1.14): the fields given.
 
@@ -307,15 +318,34 @@ class RebuildRequest:
     :ivar config_drive: the config drive parts given (``user_data``,
         ``meta_data``, ``network_data``), each replacing the stored part;
         the parts not given are kept.  Left out of ``repr()``: user data.
+    :ivar key: a new key pair, or none (since conductor API 1.23), or
+        ``None``: the stored one is kept
     """
 
     image: dict[str, str] | None = None
     config_drive: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    key: KeyChange | None = None
 
     @property
     def changes(self) -> bool:
         """Whether anything stored is replaced (else: the plain rebuild)."""
-        return self.image is not None or bool(self.config_drive)
+        return self.image is not None or bool(self.config_drive) or self.key is not None
+
+    def keyed(self, drive: dict[str, Any], old_name: str | None) -> dict[str, Any]:
+        """*drive* with the instance's key pair replaced in meta_data's
+        ``public_keys`` (the old one's entry dropped, the new one's added:
+        Nova's meta_data.json), when this rebuild changes it."""
+        if self.key is None:
+            return drive
+        meta_data = dict(drive.get("meta_data") or {})
+        keys = {k: v for k, v in (meta_data.get("public_keys") or {}).items() if k != old_name}
+        if self.key.name is not None:
+            keys[self.key.name] = self.key.public_key
+        if keys:
+            meta_data["public_keys"] = keys
+        else:
+            meta_data.pop("public_keys", None)
+        return {**drive, "meta_data": meta_data} if meta_data else drive
 
 
 def validate_rebuild(
@@ -323,9 +353,12 @@ def validate_rebuild(
     user_data: object = None,
     meta_data: object = None,
     network_data: object = None,
+    key_name: object = None,
 ) -> RebuildRequest:
     """A rebuild's new image and config drive parts, checked as a build's are
     (the same rules, the same field names); ``None`` keeps the stored value.
+    ``key_name``: a key pair's name, or ``""`` for none (the key pair is the
+    conductor's to look up).
 
     :raises InvalidInput: naming every bad field (user data never shown)
     """
@@ -334,5 +367,11 @@ def validate_rebuild(
     drive = check_config_drive(
         {"user_data": user_data, "meta_data": meta_data, "network_data": network_data}, errors
     )
+    key = None
+    if key_name == "":
+        key = KeyChange(None)
+    elif key_name is not None:
+        name = check_key_name(key_name, "key_name", errors)
+        key = None if name is None else KeyChange(name)
     errors.raise_if_any()
-    return RebuildRequest(image=checked, config_drive=drive or {})
+    return RebuildRequest(image=checked, config_drive=drive or {}, key=key)

@@ -38,7 +38,6 @@ from conductor.validation.fields import Errors, join
 
 __all__ = [
     "KEY_NAME_PATTERN",
-    "MAX_KEY_PAIRS",
     "MAX_METADATA_ITEMS",
     "MAX_METADATA_LENGTH",
     "MAX_PUBLIC_KEY",
@@ -58,8 +57,6 @@ __all__ = [
 MAX_KEY_NAME_LENGTH: Final = 255
 #: The longest public key line: a 16,384-bit RSA key is about 2,800.
 MAX_PUBLIC_KEY: Final = 16384
-#: Nova's default ``[quota] key_pairs``: per user.
-MAX_KEY_PAIRS: Final = 100
 
 _KEY_NAME_RE: Final = re.compile(KEY_NAME_PATTERN)
 _METADATA_KEY_RE: Final = re.compile(METADATA_KEY_PATTERN)

@@ -9,7 +9,7 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy import Column, MetaData, Table, bindparam, insert, select, text, update
 
-from conductor.db import migration, nodes, ownership
+from conductor.db import migration, nodes, ownership, quotas
 from conductor.db.engine import Database
 from conductor.db.models import Base, NodeModel, utcnow
 from hashring.ring import node_position
@@ -150,7 +150,7 @@ def test_key_pairs_and_labels_compare_exactly(sql_url: str) -> None:
                 name=name,
                 public_key="ssh-ed25519 AAAA",
                 fingerprint="00",
-                limit=-1,
+                defaults=quotas.Defaults(key_pairs=-1),
             )
         assert [k["name"] for k in keypairs.list_for(db, "u1")] == sorted(
             ["key", "Key", "key ", "kéy"]

@@ -353,6 +353,8 @@ def test_every_event_type_is_sent_and_valid_against_its_published_schema(
     fleet.agent("agent-1")
     fleet.agent("agent-2")
     _instances(fleet)
+    # The back end refuses it: node.power_set.error (after the .start).
+    fleet.api.set_node_power_state("flaky-all", "power off")
     with contextlib.suppress(AssertionError):  # the assert below names what is missing
         wait_for(lambda: listened.types() >= set(EVENTS), 30, "every event type published")
     assert sorted(set(EVENTS) - listened.types()) == []
@@ -382,7 +384,17 @@ def test_every_event_type_is_sent_and_valid_against_its_published_schema(
         True,
         ["CUSTOM_SPARE"],
     )
-    assert [d["to_power"] for d in data("node.power_set.start")] == ["power on"]
+    assert [d["to_power"] for d in data("node.power_set.start")] == ["power on", "power off"]
+    [powered] = data("node.power_set.end")
+    assert (powered["name"], powered["to_power"], powered["power_state"]) == (
+        "node-0",
+        "power on",
+        "power on",
+    )
+    assert powered["fault"] is None
+    [refused] = data("node.power_set.error")
+    assert (refused["name"], refused["to_power"]) == ("flaky-all", "power off")
+    assert "failing_nodes" in refused["fault"]["ringfleet_object.data"]["message"]
     chosen = data("scheduler.select_destinations.end")
     assert all(d["node_uuid"] and d["host"] in ("agent-1", "agent-2") for d in chosen)
     assert all(d["node_uuid"] is None for d in data("scheduler.select_destinations.start"))

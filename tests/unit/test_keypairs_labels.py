@@ -29,7 +29,7 @@ from conductor.common.exception import (
     QuotaExceeded,
 )
 from conductor.common.instance_states import Event
-from conductor.db import flavors, instances
+from conductor.db import flavors, instances, quotas
 from conductor.db.engine import Database
 from conductor.endpoints.instance_labels import InstanceLabelsEndpoint
 from conductor.endpoints.instances import InstancesEndpoint
@@ -132,7 +132,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
     flavors.create_flavor(db, validate_flavor_spec({"name": "small", "resource_class": "bm"}))
     yield Env(
         db,
-        KeyPairsEndpoint(db, limit=3),
+        KeyPairsEndpoint(db, lambda: quotas.Defaults(key_pairs=3)),
         InstancesEndpoint(db, RecordingQueue()),
         InstanceLabelsEndpoint(db),
     )

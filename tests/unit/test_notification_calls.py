@@ -175,3 +175,28 @@ def test_the_ironic_syncs_imports_are_node_creates(tmp_path: Path, calls: Calls)
     assert [t for t, _d in sent] == ["node.create.end"] * 2
     assert {d["name"] for _t, d in sent} == {"rack1-n1", "rack1-n2"}
     assert first.uuid in {d["uuid"] for _t, d in sent}
+
+
+def test_the_ironic_syncs_changes_are_node_updates(tmp_path: Path, calls: Calls) -> None:
+    """A pass sends node.update.end once per node it changed (its traits, or
+    the maintenance it mirrors), the node as it is after; a pass that changes
+    nothing sends nothing."""
+    ironic = FakeIronic()
+    traited = add(ironic, "rack1-n1", resource_class="baremetal")
+    broken = add(ironic, "rack1-n2", resource_class="baremetal")
+    add(ironic, "rack1-n3", resource_class="baremetal")
+    conf = make_conf(tmp_path)
+    sync = IronicInventorySync(calls.db, conf, client=ironic, notifier=calls.notifier)  # type: ignore[arg-type]
+    assert sync.run().created == 3
+    traited.traits = ("CUSTOM_B",)
+    broken.maintenance, broken.maintenance_reason = True, "BMC unreachable"
+    assert sync.run().updated == 2
+    assert sync.run().updated == 0  # nothing new: nothing sent
+    updates = [d for t, d in calls.sent_now() if t == "node.update.end"]
+    assert sorted((d["name"], d["traits"], d["maintenance"]) for d in updates) == [
+        ("rack1-n1", ["CUSTOM_B"], False),
+        ("rack1-n2", [], True),
+    ]
+    assert [d["maintenance_reason"] for d in updates if d["name"] == "rack1-n2"] == [
+        "ironic: BMC unreachable"
+    ]

@@ -379,6 +379,8 @@ def test_show_quota_gives_limits_usage_and_defaults(env: Env) -> None:
         "project_id": "p1",
         "quotas": {
             "instances": {"limit": 10, "in_use": 2, "default": True},
+            # Nova's, per user: the caller's own key pairs (none here).
+            "key_pairs": {"limit": 100, "in_use": 0, "default": True},
             "resource_class:baremetal": {"limit": 5, "in_use": 0, "default": True},
             "resource_class:baremetal-gold": {"limit": 4, "in_use": 2, "default": False},
         },

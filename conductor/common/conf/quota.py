@@ -7,6 +7,8 @@ stored: instances that are not ``deleted`` (``building``, ``active``,
 ``error`` and ``deleting`` ones count, as in Nova), and per resource class
 the nodes those instances hold or will hold (one per instance of a flavor
 of that class).  Builds by the operator (no project) count against nothing.
+``key_pairs`` is per user, as Nova's: a user creating a key pair in a project
+may have that project's limit of key pairs, all their key pairs counted.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ opts = [
             "Nodes of any one resource class a project may use (its instances "
             "of flavors of that class, not deleted) unless resource_class_nodes "
             "or the project's own limit says otherwise. -1 is unlimited."
+        ),
+    ),
+    cfg.IntOpt(
+        "key_pairs",
+        default=100,
+        min=-1,
+        help=(
+            "Key pairs a user may have (counted per user, in every project, as "
+            "Nova's key_pairs quota) when creating one in a project without its "
+            "own key_pairs limit. -1 is unlimited; 100 is Nova's default."
         ),
     ),
     cfg.DictOpt(
