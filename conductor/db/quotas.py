@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from sqlalchemy import Connection, Table, delete, func, insert, select, update
+from sqlalchemy import Column, Connection, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from conductor.common.exception import QuotaExceeded
@@ -110,28 +111,18 @@ class NoLockRow(Exception):
 
 
 def lock_project(connection: Connection, project_id: str) -> None:
-    """Take the project's quota lock, until the transaction ends.
+    """Take the project's quota lock (its builds), until the transaction ends.
 
     :raises NoLockRow: the project has no row yet; roll back, then
         :func:`add_project` and start again.
     """
-    result = connection.execute(
-        update(_PROJECTS)
-        .where(_PROJECTS.c.project_id == project_id)
-        .values(builds=_PROJECTS.c.builds + 1)
-    )
-    if result.rowcount != 1:
-        raise NoLockRow(project_id)
+    _lock_row(connection, _PROJECTS.c.project_id, _PROJECTS.c.builds, project_id)
 
 
 @retry_on_dead_connection
 def add_project(db: Database, project_id: str) -> None:
     """Create the project's lock row (a concurrent creation is as good)."""
-    try:
-        with db.writing() as connection:
-            connection.execute(insert(_PROJECTS).values(project_id=project_id, builds=0))
-    except IntegrityError:
-        pass
+    _add_row(db, _PROJECTS.c.project_id, _PROJECTS.c.builds, project_id)
 
 
 def lock_user(connection: Connection, user_id: str) -> None:
@@ -141,21 +132,30 @@ def lock_user(connection: Connection, user_id: str) -> None:
     :raises NoLockRow: the user has no row yet; roll back, then
         :func:`add_user` and start again.
     """
-    result = connection.execute(
-        update(_USERS)
-        .where(_USERS.c.user_id == user_id)
-        .values(key_pair_creates=_USERS.c.key_pair_creates + 1)
-    )
-    if result.rowcount != 1:
-        raise NoLockRow(user_id)
+    _lock_row(connection, _USERS.c.user_id, _USERS.c.key_pair_creates, user_id)
 
 
 @retry_on_dead_connection
 def add_user(db: Database, user_id: str) -> None:
     """Create the user's lock row (a concurrent creation is as good)."""
+    _add_row(db, _USERS.c.user_id, _USERS.c.key_pair_creates, user_id)
+
+
+def _lock_row(connection: Connection, key: Column[Any], counter: Column[Any], value: str) -> None:
+    """Lock ``key``'s row by an update of its ``counter``: a row lock on
+    PostgreSQL and MariaDB, the database's write lock on SQLite, which has
+    no ``SELECT ... FOR UPDATE``."""
+    result = connection.execute(
+        update(key.table).where(key == value).values({counter.key: counter + 1})
+    )
+    if result.rowcount != 1:
+        raise NoLockRow(value)
+
+
+def _add_row(db: Database, key: Column[Any], counter: Column[Any], value: str) -> None:
     try:
         with db.writing() as connection:
-            connection.execute(insert(_USERS).values(user_id=user_id, key_pair_creates=0))
+            connection.execute(insert(key.table).values({key.key: value, counter.key: 0}))
     except IntegrityError:
         pass
 
