@@ -77,8 +77,8 @@ fi
 # The functional tests share their servers (and stop, freeze and restart
 # them): one at a time on a set of servers.  They mostly wait (for leases,
 # deploys, timeouts), so two streams run side by side, each on servers of
-# its own; the first takes the membership and chaos faults (and Placement's
-# agents' report, for balance), the second the rest, Ironic's, Keystone's
+# its own; the first takes the membership, chaos and gray-failure faults (and
+# Placement's agents' report, for balance), the second the rest, Ironic's, Keystone's
 # and the Placement server's tests among them (about half the time each).
 # The servers' packages and virtualenvs (Ironic's, Keystone's, Placement's)
 # install in the background, once (two apt-get runs would race, and both
@@ -101,6 +101,7 @@ faults=(
     tests/functional/test_etcd_cluster.py tests/functional/test_slow_deploys.py
     tests/functional/test_scale_bench.py tests/functional/test_e2e_bench.py
     tests/functional/test_conductor_peers.py tests/functional/test_placement.py
+    tests/functional/test_gray_failures.py
 )
 rest=()
 for file in tests/functional/test_*.py; do
