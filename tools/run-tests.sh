@@ -77,9 +77,10 @@ fi
 # The functional tests share their servers (and stop, freeze and restart
 # them): one at a time on a set of servers.  They mostly wait (for leases,
 # deploys, timeouts), so two streams run side by side, each on servers of
-# its own; the first takes the membership, chaos and gray-failure faults (and
-# Placement's agents' report, for balance), the second the rest, Ironic's, Keystone's
-# and the Placement server's tests among them (about half the time each).
+# its own; the first takes the membership, chaos and gray-failure faults
+# (and Placement's agents' report, for balance), the second the rest,
+# Ironic's, Keystone's and the Placement server's tests among them (about
+# half the time each).
 # The servers' packages and virtualenvs (Ironic's, Keystone's, Placement's)
 # install in the background, once (two apt-get runs would race, and both
 # streams would build the same virtualenvs): mostly network and disk, while
