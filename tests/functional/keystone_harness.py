@@ -10,13 +10,18 @@ makes another project with a member, for tenancy checks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
+
+from tests.functional.api_harness import ApiServer
 
 __all__ = ["ROLES", "Identity", "make_identity"]
 
@@ -134,3 +139,23 @@ def make_identity(keystone_url: str) -> Identity:
         found.grant(found.project_id, user, role)
         found.tokens[role] = found.token(name, password, found.project_id)
     return found
+
+
+@contextlib.contextmanager
+def keystone_api(
+    workdir: Path, transport_url: str, identity: Identity, name: str
+) -> Iterator[ApiServer]:
+    """ringfleet-api behind Keystone's ``auth_token`` for ``identity`` (its
+    own process, as deployed), stopped when the block ends."""
+    server = ApiServer(
+        workdir,
+        transport_url,
+        name=name,
+        auth="keystone",
+        debug=False,
+        extra=identity.authtoken_config(),
+    )
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -28,7 +28,7 @@ import requests
 from conductor.common.exception import DuplicateInstance
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, running_fleet
-from tests.functional.keystone_harness import ROLES, Identity, make_identity
+from tests.functional.keystone_harness import ROLES, Identity, keystone_api, make_identity
 
 TIMEOUT = 30
 
@@ -58,18 +58,8 @@ def fleet(
 @pytest.fixture(scope="module")
 def server(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiServer]:
     # debug off: the log is what an operator sees.
-    api = ApiServer(
-        fleet.workdir,
-        transport_url,
-        name="api-ks",
-        auth="keystone",
-        debug=False,
-        extra=identity.authtoken_config(),
-    ).start()
-    try:
-        yield api
-    finally:
-        api.stop()
+    with keystone_api(fleet.workdir, transport_url, identity, "api-ks") as server:
+        yield server
 
 
 def _as(token: str | None) -> requests.Session:

@@ -26,7 +26,7 @@ import requests
 
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, running_fleet
-from tests.functional.keystone_harness import Identity, make_identity
+from tests.functional.keystone_harness import Identity, keystone_api, make_identity
 from tests.harness import wait_for
 
 TIMEOUT = 30
@@ -71,18 +71,8 @@ def fleet(
 
 @pytest.fixture(scope="module")
 def api(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiServer]:
-    server = ApiServer(
-        fleet.workdir,
-        transport_url,
-        name="api-nova-habits",
-        auth="keystone",
-        debug=False,
-        extra=identity.authtoken_config(),
-    )
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with keystone_api(fleet.workdir, transport_url, identity, "api-nova-habits") as server:
+        yield server
 
 
 def _as(token: str) -> requests.Session:

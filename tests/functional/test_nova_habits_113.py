@@ -29,7 +29,7 @@ import requests
 
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, running_fleet
-from tests.functional.keystone_harness import Identity, make_identity
+from tests.functional.keystone_harness import Identity, keystone_api, make_identity
 from tests.harness import wait_for
 
 TIMEOUT = 60
@@ -65,18 +65,8 @@ def fleet(
 
 @pytest.fixture(scope="module")
 def api(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiServer]:
-    server = ApiServer(
-        fleet.workdir,
-        transport_url,
-        name="api-nova-113",
-        auth="keystone",
-        debug=False,
-        extra=identity.authtoken_config(),
-    )
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with keystone_api(fleet.workdir, transport_url, identity, "api-nova-113") as server:
+        yield server
 
 
 def _as(token: str, version: dict[str, str] = V113) -> requests.Session:

@@ -27,7 +27,7 @@ import requests
 
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, start_processes
-from tests.functional.keystone_harness import Identity, make_identity
+from tests.functional.keystone_harness import Identity, keystone_api, make_identity
 from tests.harness import wait_for
 from tests.harness.ironic import IronicHarness
 
@@ -44,18 +44,8 @@ def identity(keystone_url: str) -> Identity:
 
 @pytest.fixture
 def api(fleet_on_ironic: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiServer]:
-    server = ApiServer(
-        fleet_on_ironic.workdir,
-        transport_url,
-        name="api-keypairs",
-        auth="keystone",
-        debug=False,
-        extra=identity.authtoken_config(),
-    )
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with keystone_api(fleet_on_ironic.workdir, transport_url, identity, "api-keypairs") as server:
+        yield server
 
 
 def _as(token: str) -> requests.Session:
