@@ -27,9 +27,12 @@ from conductor.common.checks import (
 )
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.common.schemas import RESOURCE_CLASS_PATTERN
+from conductor.validation.fields import whole_number
 
 __all__ = [
     "MAX_AGENT_BATCH",
+    "MAX_QUOTA_LIMIT",
+    "QUOTA_RESOURCE_PATTERN",
     "check_bool",
     "check_epoch_map",
     "check_groups",
@@ -155,9 +158,11 @@ def check_groups(value: object, field: str = "groups") -> list[str]:
 
 #: The largest quota limit (a 32-bit column); -1 is unlimited.
 MAX_QUOTA_LIMIT = 2**31 - 1
-_QUOTA_RESOURCE = re.compile(
+#: A quota's resource: ``instances`` or ``resource_class:<class>``.
+QUOTA_RESOURCE_PATTERN = (
     r"^(instances|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
 )
+_QUOTA_RESOURCE = re.compile(QUOTA_RESOURCE_PATTERN)
 
 
 def check_project(value: object, field: str = "project_id") -> str:
@@ -191,18 +196,14 @@ def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
                     where, "not a quota: use instances or resource_class:<class>", resource
                 )
             )
-        elif (
-            not isinstance(limit, int)
-            or isinstance(limit, bool)
-            or not -1 <= limit <= MAX_QUOTA_LIMIT
-        ):
+        elif (whole := whole_number(limit)) is None or not -1 <= whole <= MAX_QUOTA_LIMIT:
             errors.append(
                 FieldError.about(
                     where, f"a whole number from -1 (unlimited) to {MAX_QUOTA_LIMIT}", limit
                 )
             )
         else:
-            limits[resource] = limit
+            limits[resource] = whole
     if errors:
         raise InvalidInput(errors)
     return limits
