@@ -491,9 +491,13 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
                     "name": microversion.HEADER,
                     "in": "header",
                     "required": False,
+                    "description": f"'{microversion.SERVICE_TYPE} X.Y' or "
+                    f"'{microversion.SERVICE_TYPE} latest', among other services' "
+                    "(comma-separated; theirs are ignored). Without ours: "
+                    f"{microversion.MIN_VERSION}. Malformed: 400; outside "
+                    f"{microversion.MIN_VERSION} to {microversion.MAX_VERSION}: 406.",
                     "schema": {
                         **_STR,
-                        "pattern": openapi_rules.API_VERSION_PATTERN,
                         "example": f"{microversion.SERVICE_TYPE} {microversion.MAX_VERSION}",
                     },
                 }

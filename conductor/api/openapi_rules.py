@@ -20,13 +20,15 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from conductor.api import microversion
 from conductor.common.checks import MAX_NAME_LENGTH, NAME_PATTERN
 from conductor.common.schemas import KEY_NAME_SCHEMA, TAG_SCHEMA
-from conductor.validation.arguments import MAX_QUOTA_LIMIT, QUOTA_RESOURCE_PATTERN
+from conductor.validation.arguments import (
+    MAX_QUOTA_LIMIT,
+    PROJECT_ID_PATTERN,
+    QUOTA_RESOURCE_PATTERN,
+)
 
 __all__ = [
-    "API_VERSION_PATTERN",
     "JSON_SCHEMA",
     "LINKS",
     "PATH_SCHEMAS",
@@ -39,11 +41,6 @@ __all__ = [
 #: The text rule: no control character but tab, line feed and carriage return.
 TEXT_PATTERN: Final = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 
-#: ``OpenStack-API-Version`` as the server reads it (a version outside the
-#: range served is 406, a malformed one 400).
-API_VERSION_PATTERN: Final = (
-    f"^{microversion.SERVICE_TYPE} (latest|(0|[1-9][0-9]{{0,3}})\\.(0|[1-9][0-9]{{0,3}}))$"
-)
 
 _NAME: Final = {
     "type": "string",
@@ -73,7 +70,7 @@ PATH_SCHEMAS: Final[Mapping[str, dict[str, Any]]] = {
         "pattern": r"^([_\-@a-zA-Z0-9]|[_\-@a-zA-Z0-9][_\-@.a-zA-Z0-9]|\.[_\-@a-zA-Z0-9]"
         r"|[_\-@.a-zA-Z0-9][_\-@. a-zA-Z0-9]+[_\-@.a-zA-Z0-9])$",
     },
-    "project_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,255}$"},
+    "project_id": {"type": "string", "pattern": PROJECT_ID_PATTERN},
     "key": {
         "type": "string",
         "minLength": 1,

@@ -342,6 +342,20 @@ NODE_UPDATE: Final = Resource(
     },
 )
 
+_WORD: Final = r"[^\s\x00-\x1f\x7f]+"
+_NUMBER: Final = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+#: A capability expression (Nova's ComputeCapabilitiesFilter language) as
+#: the conductor parses it (most of it: a plain value may also start with an
+#: s): a plain value (no operator first), a numeric comparison, a text one, <all-in> words, or <or>
+#: alternatives; operators and operands separated by spaces.
+CAPABILITY_EXPRESSION_PATTERN: Final = (
+    r"^( *[^\s=!<>s\x00-\x1f\x7f][^\x00-\x1f\x7f]*"
+    rf"|(=|==|!=|>=|<=) +{_NUMBER}"
+    rf"|(s==|s!=|s>=|s<=|s>|s<|<in>) +{_WORD}"
+    rf"|<all-in>( +{_WORD})+"
+    rf"|<or> +{_WORD}( +<or> +{_WORD})+)$"
+)
+
 FLAVOR_SPEC: Final = Resource(
     name="FlavorSpec",
     description="A flavor to create. required_traits and forbidden_traits are disjoint.",
@@ -359,7 +373,14 @@ FLAVOR_SPEC: Final = Resource(
             },
             "additionalProperties": {"type": "string", "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH},
             # A trait's spec says whether the flavor requires or forbids it.
-            "patternProperties": {f"^{TRAIT_SCOPE}": {"enum": ["required", "forbidden"]}},
+            "patternProperties": {
+                f"^{TRAIT_SCOPE}": {"enum": ["required", "forbidden"]},
+                f"^{CAPABILITIES_SCOPE}": {
+                    "type": "string",
+                    "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH,
+                    "pattern": CAPABILITY_EXPRESSION_PATTERN,
+                },
+            },
             "description": "'capabilities:<key>': a capability expression (Nova's "
             "ComputeCapabilitiesFilter language); 'trait:<TRAIT>': 'required' or "
             "'forbidden', merged into the trait lists; any other key (an operator's "

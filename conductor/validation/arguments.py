@@ -32,6 +32,7 @@ from conductor.validation.fields import whole_number
 __all__ = [
     "MAX_AGENT_BATCH",
     "MAX_QUOTA_LIMIT",
+    "PROJECT_ID_PATTERN",
     "QUOTA_RESOURCE_PATTERN",
     "check_bool",
     "check_epoch_map",
@@ -165,9 +166,15 @@ QUOTA_RESOURCE_PATTERN = (
 _QUOTA_RESOURCE = re.compile(QUOTA_RESOURCE_PATTERN)
 
 
+#: A Keystone project id: 1 to 255 characters, none a space nor a control
+#: character (C0, DEL, C1); what the API documents (its OpenAPI pattern).
+PROJECT_ID_PATTERN = r"^[^\x00-\x20\x7f-\x9f]{1,255}$"
+_PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
+
+
 def check_project(value: object, field: str = "project_id") -> str:
     """A Keystone project id (as the token carries it: 1 to 255 characters)."""
-    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+    if not isinstance(value, str) or not _PROJECT_ID.fullmatch(value):
         raise InvalidInput([FieldError.about(field, "a project id (1 to 255 characters)", value)])
     return value
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import itertools
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -34,6 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.parameters import ParameterLocation
+from schemathesis.generation.modes import GenerationMode
 
 from conductor.api.v1 import ROUTES
 from tests.functional.api_harness import ApiServer
@@ -44,8 +47,13 @@ from tests.functional.fleet_harness import Fleet, running_fleet
 CASES = 30
 #: Cases per operation at the first microversion (most answer 404 there).
 FIRST_CASES = 5
-LATEST = {"X-Auth-Token": "admin-token", "OpenStack-API-Version": "baremetal-fleet latest"}
-FIRST = {"X-Auth-Token": "admin-token", "OpenStack-API-Version": "baremetal-fleet 1.0"}
+#: Invalid requests per operation (every check; the server must refuse them).
+NEGATIVE_CASES = 10
+#: Sequences of linked calls (each of up to 6 steps).
+STATEFUL_CASES = 25
+VERSION_HEADER = "OpenStack-API-Version"
+LATEST = {"X-Auth-Token": "admin-token", VERSION_HEADER: "baremetal-fleet latest"}
+FIRST = {"X-Auth-Token": "admin-token", VERSION_HEADER: "baremetal-fleet 1.0"}
 
 
 def _public_key(seed: int) -> str:
@@ -146,6 +154,15 @@ def _within_rules(case: schemathesis.Case) -> None:
         _unique_nodes(body["nodes"])
 
 
+def _headers(case: schemathesis.Case, headers: dict[str, str]) -> dict[str, str]:
+    """The test's token and microversion, unless the case is one of a bad
+    OpenStack-API-Version header: then the case's own (the server must refuse it)."""
+    meta = case._meta
+    if meta is not None and meta.is_negative_at(ParameterLocation.HEADER):
+        return {key: value for key, value in headers.items() if key != VERSION_HEADER}
+    return headers
+
+
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
 
@@ -218,6 +235,7 @@ class Findings:
         _within_rules(case)
         if headers is FIRST:
             _at_first_version(case)
+        headers = _headers(case, headers)
         response = case.call(base_url=url, headers=headers, timeout=30)
         try:
             case.validate_response(
@@ -234,7 +252,8 @@ class Findings:
         self.samples.setdefault(
             key,
             f"{case.method} {case.formatted_path} {case.query or ''} {str(case.body)[:300]} "
-            f"-> {response.status_code} {response.text[:300]}: {failure.title}",
+            f"-> {response.status_code} {response.text[:300]}: {failure.title}: "
+            f"{failure.message[-400:]}",
         )
 
     def report(self, what: str, seconds: float) -> list[str]:
@@ -249,11 +268,16 @@ class Findings:
         ]
 
 
-def _every_operation(schema: Any, cases: int, check: Callable[[schemathesis.Case], None]) -> None:
+def _every_operation(
+    schema: Any,
+    cases: int,
+    check: Callable[[schemathesis.Case], None],
+    mode: GenerationMode = GenerationMode.POSITIVE,
+) -> None:
     for result in schema.get_all_operations():
         operation = result.ok()
 
-        @given(case=operation.as_strategy())
+        @given(case=operation.as_strategy(generation_mode=mode))
         @settings(
             max_examples=cases,
             deadline=None,
@@ -278,6 +302,22 @@ def test_every_operation_passes_every_check_at_the_latest_microversion(
     assert failures == []
 
 
+def test_every_operation_refuses_what_the_document_does_not_allow(
+    server: ApiServer, schema: Any
+) -> None:
+    findings = Findings()
+    started = time.monotonic()
+    _every_operation(
+        schema,
+        NEGATIVE_CASES,
+        lambda case: findings.run(case, server.url, LATEST),
+        GenerationMode.NEGATIVE,
+    )
+    failures = findings.report("latest, invalid requests", time.monotonic() - started)
+    assert len(findings.operations) == len(ROUTES)
+    assert failures == []
+
+
 def test_every_operation_passes_every_check_at_the_first_microversion(
     server: ApiServer, schema: Any
 ) -> None:
@@ -289,16 +329,45 @@ def test_every_operation_passes_every_check_at_the_first_microversion(
     assert failures == []
 
 
-def test_linked_calls_pass_every_check(server: ApiServer, schema: Any) -> None:
-    findings = Findings()
-    machine = schema.as_state_machine()
+#: A serial number for what the linked calls create (see :func:`_fresh`).
+_SERIAL = itertools.count()
 
-    class Machine(machine):  # type: ignore[misc,valid-type]
+
+def _fresh(case: schemathesis.Case) -> None:
+    """A creation made new each time: a replayed sequence of calls must meet
+    the same answers (hypothesis replays them), not the clash with what its
+    first run stored; a build of the flavor the fleet holds, one instance."""
+    operation = case.operation.definition.raw["operationId"]
+    body = case.body if isinstance(case.body, dict) else None
+    if body is None:
+        return
+    serial = next(_SERIAL)
+    if operation in ("createFlavor", "createNode"):
+        body["name"] = f"s{serial}-{body.get('name', '')}"[:255]
+        body.pop("uuid", None)
+    elif operation == "createKeyPair" and isinstance(body.get("keypair"), dict):
+        body["keypair"]["name"] = f"s{serial}-{body['keypair'].get('name', '')}"[:255]
+    elif operation == "importNodes" and isinstance(body.get("nodes"), list):
+        for index, node in enumerate(body["nodes"]):
+            if isinstance(node, dict):
+                node["name"] = f"s{serial}-{index}-{node.get('name', '')}"[:255]
+                node.pop("uuid", None)
+    elif operation == "buildInstances":
+        body.update(flavor="fuzz", count=1)
+        for key in ("key_name", "instance_uuids"):
+            body.pop(key, None)
+
+
+def run_linked_calls(schema: Any, url: str, findings: Findings, steps: int = 6) -> None:
+    """schemathesis' state machine over the document's links, every check on every answer."""
+
+    class Machine(schema.as_state_machine()):  # type: ignore[misc]
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
-            return {"base_url": server.url, "headers": LATEST, "timeout": 30}
+            return {"base_url": url, "headers": _headers(case, LATEST), "timeout": 30}
 
         def before_call(self, case: schemathesis.Case) -> None:
             _within_rules(case)
+            _fresh(case)
 
         def validate_response(self, response: Any, case: schemathesis.Case, **kwargs: Any) -> None:
             findings.cases += 1
@@ -306,28 +375,31 @@ def test_linked_calls_pass_every_check(server: ApiServer, schema: Any) -> None:
             findings.operations.add(operation)
             try:
                 case.validate_response(
-                    response,
-                    headers=LATEST,
-                    transport_kwargs={"base_url": server.url, "headers": LATEST},
+                    response, headers=LATEST, transport_kwargs={"base_url": url, "headers": LATEST}
                 )
             except FailureGroup as group:
                 for failure in group.exceptions:
                     if not _refused_by_state(operation, failure, response):
                         findings.add(operation, failure, case, response)
 
-    started = time.monotonic()
     run_state_machine_as_test(
         Machine,
         settings=settings(
-            max_examples=25,
-            stateful_step_count=6,
+            max_examples=STATEFUL_CASES,
+            stateful_step_count=steps,
             deadline=None,
             derandomize=True,
             database=None,
             suppress_health_check=list(HealthCheck),
         ),
     )
+
+
+def test_linked_calls_pass_every_check(server: ApiServer, schema: Any) -> None:
+    findings = Findings()
+    started = time.monotonic()
+    run_linked_calls(schema, server.url, findings)
     failures = findings.report("stateful", time.monotonic() - started)
-    # The links were followed: a created flavor was shown or deleted through its link.
-    assert {"createFlavor", "buildInstances"} <= findings.operations
+    # The links were followed: what a creation named was used.
+    assert {"createFlavor", "buildInstances", "showInstance"} <= findings.operations
     assert failures == []

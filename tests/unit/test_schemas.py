@@ -179,13 +179,14 @@ def _accepted_is_schema_valid(name: str, payload: dict[str, Any]) -> None:
         VALIDATE[name](payload)
     except InvalidInput:
         return
-    errors = [e.message for e in VALIDATORS[name].iter_errors(payload)]
-    assert errors == [], payload
     try:
-        # The text rule every request is held to, before any validation.
+        # The text rule the conductor holds every call to (its RPC server), and
+        # the API every request, before this validation.
         checks.check_text_everywhere({"payload": payload})
     except InvalidInput:
         return
+    errors = [e.message for e in VALIDATORS[name].iter_errors(payload)]
+    assert errors == [], payload
     # The published schema, the server's rules written in, takes it too.
     errors = [e.message for e in PUBLISHED[name].iter_errors(payload)]
     assert errors == [], payload
