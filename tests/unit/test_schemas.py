@@ -113,9 +113,7 @@ VALIDATORS = {
 COMPONENTS = openapi.document(ROUTES)["components"]
 #: The schemas as the document publishes them: with the server's rules written in.
 PUBLISHED = {
-    name: Draft202012Validator(
-        {"$ref": f"#/components/schemas/{name}", "components": COMPONENTS}
-    )
+    name: Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": COMPONENTS})
     for name in schemas.RESOURCES
 }
 
