@@ -24,7 +24,7 @@ from conductor.api.app import Param, Route
 from conductor.common import schemas
 from conductor.common.nova_limits import ABSOLUTE
 from conductor.common.nova_status import STATUSES
-from conductor.common.objects import TaskState, VmState
+from conductor.common.objects import PowerState, ProvisionState, TaskState, VmState
 
 __all__ = ["SCHEMAS", "document"]
 
@@ -89,8 +89,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "properties": _FLAT,
             "capabilities": {"type": "object"},
             "group": _STR,
-            "provision_state": _STR,
-            "power_state": _NSTR,
+            "provision_state": {"enum": [state.value for state in ProvisionState]},
+            "power_state": {"enum": [*(state.value for state in PowerState), None]},
             "maintenance": _BOOL,
             "maintenance_reason": _NSTR,
             "owner": _NSTR,
