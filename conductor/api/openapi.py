@@ -454,6 +454,7 @@ def _operation(route: Route) -> dict[str, Any]:
 
 def document(routes: Iterable[Route]) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes``."""
+    routes = list(routes)
     paths: dict[str, dict[str, Any]] = {}
     envelopes: dict[str, dict[str, Any]] = {}
     for route in routes:
@@ -464,6 +465,11 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
             envelopes[route.envelope.name] = openapi_rules.tightened(
                 route.envelope.name, route.envelope.json_schema()
             )
+    bodies = {**_requests(), **envelopes}
+    for route in routes:
+        # Each field where it is, too (x-fields-min-version says it per operation).
+        for key, since in route.fields_since.items():
+            bodies[str(route.body)]["properties"][key]["x-min-version"] = str(since)
     error = {"application/json": {"schema": _ref("Errors")}}
     return {
         "openapi": "3.1.0",
@@ -482,7 +488,7 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         ],
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **_requests(), **envelopes},
+            "schemas": {**SCHEMAS, **bodies},
             "securitySchemes": {
                 "token": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}
             },

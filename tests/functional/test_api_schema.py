@@ -262,10 +262,13 @@ class Findings:
             f"{seconds:.1f} s, failures by check: "
             f"{dict(collections.Counter(k[0] for k in self.failures.elements()))}"
         )
-        return [
+        failures = [
             f"{check} {op} x{n}: {self.samples[(check, op)]}"
             for (check, op), n in sorted(self.failures.items())
         ]
+        for failure in failures:
+            print("  " + failure[:1000])
+        return failures
 
 
 def _every_operation(

@@ -11,6 +11,7 @@ its required ones.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -139,7 +140,11 @@ def test_the_schema_is_valid_json_schema(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(schemas.RESOURCES))
 def test_openapi_publishes_the_schema(name: str) -> None:
     published = openapi_rules.tightened(name, schemas.RESOURCES[name].json_schema())
-    assert COMPONENTS["schemas"][name] == published
+    shown = copy.deepcopy(COMPONENTS["schemas"][name])
+    for field in shown["properties"].values():
+        # The microversion a field appeared in: an annotation, no rule.
+        field.pop("x-min-version", None)
+    assert shown == published
     assert PUBLISHED[name].is_valid(FULL[name])
 
 
