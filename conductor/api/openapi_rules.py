@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from conductor.common.checks import MAX_NAME_LENGTH, NAME_PATTERN
-from conductor.common.schemas import KEY_NAME_SCHEMA, TAG_SCHEMA
-from conductor.validation.arguments import (
+from conductor.common.schemas import (
+    KEY_NAME_SCHEMA,
     MAX_QUOTA_LIMIT,
     PROJECT_ID_PATTERN,
     QUOTA_RESOURCE_PATTERN,
+    TAG_SCHEMA,
 )
 
 __all__ = [

@@ -30,8 +30,7 @@ from conductor.common.instance_states import TRANSITIONS, Event
 from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, check_list_filters
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
-from conductor.common.schemas import Resource
-from conductor.validation.arguments import PROJECT_ID_PATTERN
+from conductor.common.schemas import PROJECT_ID_PATTERN, Resource
 
 __all__ = [
     "ALL_PROJECTS_RULE",

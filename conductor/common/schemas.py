@@ -32,6 +32,7 @@ __all__ = [
     "ALLOWED_PROVISION_STATES",
     "BUILD_REQUEST",
     "CAPABILITIES_SCOPE",
+    "CAPABILITY_EXPRESSION_PATTERN",
     "CAPABILITY_KEY_PATTERN",
     "CONFIG_DRIVE_FIELDS",
     "DISK_FORMATS",
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_HINT_NAME_LENGTH",
     "MAX_HINT_VALUE_LENGTH",
     "MAX_PROPERTY_KEY_LENGTH",
+    "MAX_QUOTA_LIMIT",
     "MAX_REASON_LENGTH",
     "MAX_SCHEDULER_HINTS",
     "MAX_TRAITS",
@@ -54,6 +56,8 @@ __all__ = [
     "MAX_USER_DATA",
     "NODE_SPEC",
     "NODE_UPDATE",
+    "PROJECT_ID_PATTERN",
+    "QUOTA_RESOURCE_PATTERN",
     "RESOURCES",
     "RESOURCE_CLASS_PATTERN",
     "TRAIT_PATTERN",
@@ -65,6 +69,15 @@ __all__ = [
 # trailing newline.
 RESOURCE_CLASS_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
 TRAIT_PATTERN: Final = r"^[A-Z][A-Z0-9_]{0,254}$"
+#: A Keystone project id: 1 to 255 characters, none a space nor a control
+#: character (C0, DEL, C1); the conductor's check and the API's pattern.
+PROJECT_ID_PATTERN: Final = r"^[^\x00-\x20\x7f-\x9f]{1,255}$"
+#: The largest quota limit (a 32-bit column); -1 is unlimited.
+MAX_QUOTA_LIMIT: Final = 2**31 - 1
+#: A quota's resource: ``instances`` or ``resource_class:<class>``.
+QUOTA_RESOURCE_PATTERN: Final = (
+    r"^(instances|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
+)
 GROUP_PATTERN: Final = r"^[A-Za-z0-9._-]{0,80}$"
 CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
 #: any other extra spec's key (an operator's ``mycompany:racks``, ``boot_mode``):

@@ -26,7 +26,11 @@ from conductor.common.checks import (
     validate_uuid,
 )
 from conductor.common.exception import FieldError, InvalidInput
-from conductor.common.schemas import RESOURCE_CLASS_PATTERN
+from conductor.common.schemas import (
+    MAX_QUOTA_LIMIT,
+    PROJECT_ID_PATTERN,
+    QUOTA_RESOURCE_PATTERN,
+)
 from conductor.validation.fields import whole_number
 
 __all__ = [
@@ -157,18 +161,9 @@ def check_groups(value: object, field: str = "groups") -> list[str]:
     return value
 
 
-#: The largest quota limit (a 32-bit column); -1 is unlimited.
-MAX_QUOTA_LIMIT = 2**31 - 1
-#: A quota's resource: ``instances`` or ``resource_class:<class>``.
-QUOTA_RESOURCE_PATTERN = (
-    r"^(instances|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
-)
 _QUOTA_RESOURCE = re.compile(QUOTA_RESOURCE_PATTERN)
 
 
-#: A Keystone project id: 1 to 255 characters, none a space nor a control
-#: character (C0, DEL, C1); what the API documents (its OpenAPI pattern).
-PROJECT_ID_PATTERN = r"^[^\x00-\x20\x7f-\x9f]{1,255}$"
 _PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
 
 
