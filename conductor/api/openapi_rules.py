@@ -174,7 +174,11 @@ _FIELDS: Final[Mapping[str, Mapping[str, dict[str, Any]]]] = {
 #: The rules no JSON Schema says, by operation (``x-rules``).
 RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "setNode": ("A property is not both set and removed; a trait not both added and removed.",),
-    "createFlavor": ("required_traits and forbidden_traits share no trait.",),
+    "createFlavor": (
+        "required_traits and forbidden_traits share no trait.",
+        "A resources:<CLASS> spec agrees with resource_class: 0 for a standard class "
+        "(VCPU...), 1 only for the flavor's own custom class.",
+    ),
     "setInstanceMetadataItem": ("The body's one key is the path's key.",),
     "buildInstances": (
         "instance_uuids, when given, has exactly count items (count 1 if not given).",

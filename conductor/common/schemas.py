@@ -382,12 +382,22 @@ FLAVOR_SPEC: Final = Resource(
             "propertyNames": {
                 "pattern": f"^({CAPABILITIES_SCOPE}{_inner(CAPABILITY_KEY_PATTERN)}"
                 f"|{TRAIT_SCOPE}{_inner(TRAIT_PATTERN)}"
-                f"|(?!{CAPABILITIES_SCOPE}|{TRAIT_SCOPE}){_inner(EXTRA_SPEC_KEY_PATTERN)})$"
+                # Not a numbered request group (trait1:, resources1:): Placement's, not ours.
+                f"|(?!{CAPABILITIES_SCOPE}|{TRAIT_SCOPE}|(resources|trait)[A-Za-z0-9_-]+:)"
+                f"{_inner(EXTRA_SPEC_KEY_PATTERN)})$"
             },
             "additionalProperties": {"type": "string", "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH},
             # A trait's spec says whether the flavor requires or forbids it.
             "patternProperties": {
                 f"^{TRAIT_SCOPE}": {"enum": ["required", "forbidden"]},
+                # A node offers one unit of its own class: 0 or 1.
+                "^resources:": {"enum": ["0", "1"]},
+                # Unscoped: matched as a capability of that name (Nova's filter).
+                "^[^:]+$": {
+                    "type": "string",
+                    "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH,
+                    "pattern": CAPABILITY_EXPRESSION_PATTERN,
+                },
                 f"^{CAPABILITIES_SCOPE}": {
                     "type": "string",
                     "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH,

@@ -150,6 +150,9 @@ def _within_rules(case: schemathesis.Case) -> None:
             _disjoint({"p": list(body["properties"]), **body}, "p", "remove_properties")
     elif operation == "createFlavor":
         _disjoint(body, "required_traits", "forbidden_traits")
+        if isinstance(body.get("extra_specs"), dict):
+            for key in [k for k in body["extra_specs"] if k.startswith("resources:")]:
+                del body["extra_specs"][key]
     elif operation == "importNodes" and isinstance(body.get("nodes"), list):
         _unique_nodes(body["nodes"])
 
