@@ -6,12 +6,21 @@ serves it and sends them to ringfleet-api under gunicorn, in front of a
 real conductor over real RabbitMQ, PostgreSQL and etcd, as an admin.  Every
 built-in check runs on every answer: no 5xx, the reply matches its schema
 and content type, its status and headers are documented, and a request the
-document allows is taken (no 400).  Stateless at the latest microversion
-(the main run) and at the first one (routes of later ones answer their
-documented 404), then stateful: schemathesis' state machine follows the
-document's OpenAPI links (create a flavor, then show and delete it; build
-an instance, then act on it...).  The fleet holds instances with actions
-and network data, so that replies have content.
+document allows is taken (no 400), one it does not is refused.  Stateless
+at the latest microversion (the main run: valid requests, then invalid
+ones) and at the first one (routes of later ones answer their documented
+404; the fields of later ones left out, as their ``x-min-version`` says),
+then stateful: schemathesis' state machine follows the document's OpenAPI
+links (create a flavor, then show and delete it; build an instance, then
+act on it...).  The fleet holds instances with actions and network data,
+so that replies have content.
+
+What the test does to a valid case: it keeps the document's ``x-rules``
+(the rules no JSON Schema says), and it makes the linked calls' creations
+new each time.  What it excuses: a 400 by the fleet's state, not by the
+request (:data:`STATE_REFUSALS`), and an invalid query schemathesis loses
+on the wire.  Anything else fails the test, naming each check, operation
+and a sample request.
 
 Bounded for CI: derandomized, a fixed number of cases per operation.
 """
