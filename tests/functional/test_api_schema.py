@@ -7,8 +7,8 @@ real conductor over real RabbitMQ, PostgreSQL and etcd, as an admin.  Every
 built-in check runs on every answer: no 5xx, the reply matches its schema
 and content type, its status and headers are documented, and a request the
 document allows is taken (no 400), one it does not is refused.  Stateless
-at the latest microversion (the main run: valid requests, then invalid
-ones) and at the first one (routes of later ones answer their documented
+at the latest microversion (the main run, as an admin: valid requests,
+then invalid ones; valid ones as a project member too) and at the first one (routes of later ones answer their documented
 404; the fields of later ones left out, as their ``x-min-version`` says),
 then stateful: schemathesis' state machine follows the document's OpenAPI
 links (create a flavor, then show and delete it; build an instance, then
@@ -56,6 +56,8 @@ from tests.functional.fleet_harness import Fleet, running_fleet
 CASES = 30
 #: Cases per operation at the first microversion (most answer 404 there).
 FIRST_CASES = 5
+#: Cases per operation as a member.
+MEMBER_CASES = 5
 #: Invalid requests per operation (every check; the server must refuse them).
 NEGATIVE_CASES = 10
 #: Sequences of linked calls (each of up to 8 steps).
@@ -63,6 +65,8 @@ STATEFUL_CASES = 40
 VERSION_HEADER = "OpenStack-API-Version"
 LATEST = {"X-Auth-Token": "admin-token", VERSION_HEADER: "baremetal-fleet latest"}
 FIRST = {"X-Auth-Token": "admin-token", VERSION_HEADER: "baremetal-fleet 1.0"}
+#: A project member, not an admin: the fleet's operations are 403 to it.
+MEMBER = {"X-Auth-Token": "member-token", VERSION_HEADER: "baremetal-fleet latest"}
 
 
 def _public_key(seed: int) -> str:
@@ -432,6 +436,15 @@ def run_linked_calls(schema: Any, url: str, findings: Findings, steps: int = 8) 
             suppress_health_check=list(HealthCheck),
         ),
     )
+
+
+def test_every_operation_passes_every_check_as_a_member(server: ApiServer, schema: Any) -> None:
+    findings = Findings()
+    started = time.monotonic()
+    _every_operation(schema, MEMBER_CASES, lambda case: findings.run(case, server.url, MEMBER))
+    failures = findings.report("latest, a member", time.monotonic() - started)
+    assert len(findings.operations) == len(ROUTES)
+    assert failures == []
 
 
 def test_linked_calls_pass_every_check(server: ApiServer, schema: Any) -> None:
