@@ -8,12 +8,13 @@ built-in check runs on every answer: no 5xx, the reply matches its schema
 and content type, its status and headers are documented, and a request the
 document allows is taken (no 400), one it does not is refused.  Stateless
 at the latest microversion (the main run, as an admin: valid requests,
-then invalid ones; valid ones as a project member too) and at the first one (routes of later ones answer their documented
-404; the fields of later ones left out, as their ``x-min-version`` says),
-then stateful: schemathesis' state machine follows the document's OpenAPI
-links (create a flavor, then show and delete it; build an instance, then
-act on it...).  The fleet holds instances with actions and network data,
-so that replies have content.
+then invalid ones; valid ones as a project member too) and at the first
+one (routes of later ones answer their documented 404; the fields of
+later ones left out, as their ``x-min-version`` says), then stateful:
+schemathesis' state machine follows the document's OpenAPI links (create a
+flavor, then show and delete it; build an instance, then act on it...).
+The fleet holds instances with actions and network data, so that replies
+have content.
 
 What the test does to a valid case: it keeps the document's ``x-rules``
 (the rules no JSON Schema says), and it makes the linked calls' creations
