@@ -442,9 +442,20 @@ _ANSWERS: tuple[tuple[type[Exception], int, str, str | None], ...] = (
 )
 
 
+#: A well-formed agent name that is no live agent now (a drain's, a move's):
+#: the fleet's state, not the request's fault, so 409 as any other clash.
+_NOT_LIVE_AGENT = [("host", "is not a live agent")]
+
+
 def _as_api_error(exc: Exception) -> Exception:
     """The HTTP error a conductor call's exception is answered with, or the
     exception itself when it is none of the conductors' answers (a 500)."""
+    if (
+        isinstance(exc, exception.InvalidInput)
+        and [(e.field, e.reason) for e in exc.errors] == _NOT_LIVE_AGENT
+    ):
+        detail = exception.first_line(exc)[:1000]
+        return ApiError(409, "ringfleet.conflict", detail, fields=_fields(exc))
     if isinstance(exc, messaging.MessagingTimeout):
         detail = "no conductor answered in time; retry"
         return ApiError(503, "ringfleet.conductor_timeout", detail, headers={"Retry-After": "5"})

@@ -19,12 +19,12 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from conductor.api import microversion
+from conductor.api import microversion, openapi_rules
 from conductor.api.app import Param, Route
 from conductor.common import schemas
 from conductor.common.nova_limits import ABSOLUTE, KEY_PAIR_LIMITS
 from conductor.common.nova_status import STATUSES
-from conductor.common.objects import TaskState, VmState
+from conductor.common.objects import PowerState, ProvisionState, TaskState, VmState
 
 __all__ = ["SCHEMAS", "document"]
 
@@ -58,13 +58,6 @@ def _obj(
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
-
-#: The path variables whose values are checked beyond a string (another is 400 naming it).
-_PATH_SCHEMAS: dict[str, dict[str, Any]] = {
-    "instance": {**_STR, "format": "uuid"},
-    # A request id as the API makes them (req-<uuid>); another one is no action's.
-    "request_id": {**_STR, "pattern": "^[A-Za-z0-9._-]{1,255}$"},
-}
 
 #: An instance action's fields (Nova's os-instance-actions).
 _ACTION: dict[str, Any] = {
@@ -103,8 +96,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "properties": _FLAT,
             "capabilities": {"type": "object"},
             "group": _STR,
-            "provision_state": _STR,
-            "power_state": _NSTR,
+            "provision_state": {"enum": [state.value for state in ProvisionState]},
+            "power_state": {"enum": [*(state.value for state in PowerState), None]},
             "maintenance": _BOOL,
             "maintenance_reason": _NSTR,
             "owner": _NSTR,
@@ -116,7 +109,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         closed=False,
     ),
-    **{name: resource.json_schema() for name, resource in schemas.RESOURCES.items()},
     "ImportResult": _obj({"created": _INT, "checked": _INT, "uuids": _STRS}, closed=False),
     "SyncSummary": _obj(
         {
@@ -393,6 +385,7 @@ def _query_parameter(route: Route, param: Param) -> dict[str, Any]:
         schema["format"] = param.format
     if param.pattern is not None:
         schema["pattern"] = param.pattern
+    schema = openapi_rules.with_text_rule(schema)
     entry = {
         "name": param.name,
         "in": "query",
@@ -405,13 +398,20 @@ def _query_parameter(route: Route, param: Param) -> dict[str, Any]:
     return entry
 
 
+def _content(route: Route) -> dict[str, Any]:
+    """A success's body, when the route answers one."""
+    if route.response is None:
+        return {}
+    return {"content": {"application/json": {"schema": _ref(route.response)}}}
+
+
 def _operation(route: Route) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
         {
             "name": name.strip("{}"),
             "in": "path",
             "required": True,
-            "schema": _PATH_SCHEMAS.get(name.strip("{}"), _STR),
+            "schema": openapi_rules.PATH_SCHEMAS[name.strip("{}")],
         }
         for name in route.path.split("/")
         if name.startswith("{")
@@ -428,6 +428,8 @@ def _operation(route: Route) -> dict[str, Any]:
     }
     if route.description:
         op["description"] = route.description
+    if route.operation_id in openapi_rules.RULES:
+        op["x-rules"] = list(openapi_rules.RULES[route.operation_id])
     if route.fields_since:
         op["x-fields-min-version"] = {k: str(v) for k, v in sorted(route.fields_since.items())}
     if route.body is not None:
@@ -435,20 +437,25 @@ def _operation(route: Route) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": _ref(route.body)}},
         }
-    ok: dict[str, Any] = {"description": _REASONS[route.status]}
-    if route.response is not None:
-        ok["content"] = {"application/json": {"schema": _ref(route.response)}}
+    ok: dict[str, Any] = {"description": _REASONS[route.status], **_content(route)}
     if route.status == 201 or route.operation_id == "buildInstances":
         ok["headers"] = {"Location": {"schema": {**_STR, "format": "uri"}}}
+    links = openapi_rules.LINKS.get(route.operation_id, {}).get(route.status)
+    if links:
+        ok["links"] = links
     responses: dict[str, Any] = {str(route.status): ok}
     for status in route.other_statuses:
-        responses[str(status)] = {"description": _REASONS[status]}
+        responses[str(status)] = {"description": _REASONS[status], **_content(route)}
     if route.operation_id == "buildInstances":
         responses["200"] = {
             "description": "A retry of an identical request: the instances as they are now.",
             "content": ok["content"],
         }
-    codes = {*route.errors, 401, 403, 406}
+    # Any request may carry a malformed OpenStack-API-Version (400); a route
+    # asked for below its microversion is unknown (404).
+    codes = {*route.errors, 400, 401, 403, 406}
+    if route.min_version > microversion.MIN_VERSION:
+        codes.add(404)
     if route.body is not None:
         codes |= {400, 413, 415}
     for code in sorted(codes):
@@ -459,6 +466,7 @@ def _operation(route: Route) -> dict[str, Any]:
 
 def document(routes: Iterable[Route]) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes``."""
+    routes = list(routes)
     paths: dict[str, dict[str, Any]] = {}
     envelopes: dict[str, dict[str, Any]] = {}
     for route in routes:
@@ -466,7 +474,14 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         if route.envelope is not None:
             if route.envelope.name in SCHEMAS:
                 raise ValueError(f"envelope {route.envelope.name} clashes with a reply's schema")
-            envelopes[route.envelope.name] = route.envelope.json_schema()
+            envelopes[route.envelope.name] = openapi_rules.tightened(
+                route.envelope.name, route.envelope.json_schema()
+            )
+    bodies = {**_requests(), **envelopes}
+    for route in routes:
+        # Each field where it is, too (x-fields-min-version says it per operation).
+        for key, since in route.fields_since.items():
+            bodies[str(route.body)]["properties"][key]["x-min-version"] = str(since)
     error = {"application/json": {"schema": _ref("Errors")}}
     return {
         "openapi": "3.1.0",
@@ -485,7 +500,7 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         ],
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **envelopes},
+            "schemas": {**SCHEMAS, **bodies},
             "securitySchemes": {
                 "token": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}
             },
@@ -494,6 +509,11 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
                     "name": microversion.HEADER,
                     "in": "header",
                     "required": False,
+                    "description": f"'{microversion.SERVICE_TYPE} X.Y' or "
+                    f"'{microversion.SERVICE_TYPE} latest', among other services' "
+                    "(comma-separated; theirs are ignored). Without ours: "
+                    f"{microversion.MIN_VERSION}. Malformed: 400; outside "
+                    f"{microversion.MIN_VERSION} to {microversion.MAX_VERSION}: 406.",
                     "schema": {
                         **_STR,
                         "example": f"{microversion.SERVICE_TYPE} {microversion.MAX_VERSION}",
@@ -505,6 +525,17 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
                 for code, reason in _REASONS.items()
                 if code >= 400
             },
+        },
+    }
+
+
+def _requests() -> dict[str, Any]:
+    """The conductor's payloads, as the server takes them, and the JSON they may hold."""
+    return {
+        "Json": openapi_rules.JSON_SCHEMA,
+        **{
+            name: openapi_rules.tightened(name, resource.json_schema())
+            for name, resource in schemas.RESOURCES.items()
         },
     }
 

@@ -31,7 +31,7 @@ from conductor.common.instance_states import TRANSITIONS, Event
 from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, TAG_FILTERS, check_list_filters
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
 from conductor.common.objects import VmState
-from conductor.common.schemas import Resource
+from conductor.common.schemas import PROJECT_ID_PATTERN, Resource
 
 __all__ = [
     "ALL_PROJECTS_RULE",
@@ -44,8 +44,8 @@ __all__ = [
 
 #: The host names documented (a node or agent name: conductor.common.checks.validate_name).
 HOST_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
-#: The project ids documented (Keystone's are hex; any 1 to 255 printable characters are taken).
-PROJECT_PATTERN = "^[A-Za-z0-9_-]{1,255}$"
+#: The project ids taken (Keystone's are hex): the conductor's own rule.
+PROJECT_PATTERN = PROJECT_ID_PATTERN
 
 INSTANCE_FILTERS = (
     Param(

@@ -30,7 +30,14 @@ KEYPAIR_CREATE = Resource(
             "type": "object",
             "properties": {
                 "name": KEY_NAME_SCHEMA,
-                "public_key": {"type": "string", "minLength": 1, "maxLength": 16384},
+                "public_key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 16384,
+                    # Not a JSON Schema format: the key must parse (x-rules).
+                    "format": "ssh-public-key",
+                    "description": "An OpenSSH public key line: 'ssh-ed25519 AAAA... me@host'.",
+                },
                 "type": {"type": "string", "enum": ["ssh"]},
             },
             "required": ["name"],

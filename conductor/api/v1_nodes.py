@@ -167,6 +167,8 @@ NODE_ROUTES: tuple[Route, ...] = (
         errors=(E400, E409, E503),
         tag="nodes",
         fields_since={"every_clash": EVERY_CLASH},
+        # A dry_run stores nothing: 200 with what was checked.
+        other_statuses=(200,),
     ),
     Route(
         "POST",

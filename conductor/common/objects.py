@@ -14,6 +14,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from conductor.common.clock import shown
+
 __all__ = [
     "INVENTORY_COLUMNS",
     "Flavor",
@@ -91,7 +93,7 @@ def _primitive(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, datetime.datetime):
-        return value.isoformat()
+        return shown(value)
     if isinstance(value, Mapping):
         return {k: _primitive(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, frozenset, set)):
@@ -102,7 +104,7 @@ def _primitive(value: Any) -> Any:
 
 class _Record:
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly primitives (enums as values, datetimes ISO 8601)."""
+        """JSON-friendly primitives (enums as values, datetimes ISO 8601 in UTC, with the zone)."""
         return {
             f.name: _primitive(getattr(self, f.name))
             for f in dataclasses.fields(self)  # type: ignore[arg-type]

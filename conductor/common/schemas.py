@@ -32,6 +32,7 @@ __all__ = [
     "ALLOWED_PROVISION_STATES",
     "BUILD_REQUEST",
     "CAPABILITIES_SCOPE",
+    "CAPABILITY_EXPRESSION_PATTERN",
     "CAPABILITY_KEY_PATTERN",
     "CONFIG_DRIVE_FIELDS",
     "DISK_FORMATS",
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_HINT_NAME_LENGTH",
     "MAX_HINT_VALUE_LENGTH",
     "MAX_PROPERTY_KEY_LENGTH",
+    "MAX_QUOTA_LIMIT",
     "MAX_REASON_LENGTH",
     "MAX_SCHEDULER_HINTS",
     "MAX_TRAITS",
@@ -54,6 +56,8 @@ __all__ = [
     "MAX_USER_DATA",
     "NODE_SPEC",
     "NODE_UPDATE",
+    "PROJECT_ID_PATTERN",
+    "QUOTA_RESOURCE_PATTERN",
     "RESOURCES",
     "RESOURCE_CLASS_PATTERN",
     "TRAIT_PATTERN",
@@ -65,6 +69,15 @@ __all__ = [
 # trailing newline.
 RESOURCE_CLASS_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$"
 TRAIT_PATTERN: Final = r"^[A-Z][A-Z0-9_]{0,254}$"
+#: A Keystone project id: 1 to 255 characters, none a space nor a control
+#: character (C0, DEL, C1); the conductor's check and the API's pattern.
+PROJECT_ID_PATTERN: Final = r"^[^\x00-\x20\x7f-\x9f]{1,255}$"
+#: The largest quota limit (a 32-bit column); -1 is unlimited.
+MAX_QUOTA_LIMIT: Final = 2**31 - 1
+#: A quota's resource: ``instances``, ``key_pairs`` or ``resource_class:<class>``.
+QUOTA_RESOURCE_PATTERN: Final = (
+    r"^(instances|key_pairs|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
+)
 GROUP_PATTERN: Final = r"^[A-Za-z0-9._-]{0,80}$"
 CAPABILITY_KEY_PATTERN: Final = r"^[A-Za-z0-9_.-]+$"
 #: any other extra spec's key (an operator's ``mycompany:racks``, ``boot_mode``):
@@ -76,7 +89,8 @@ MAX_TRAITS: Final = 64
 #: (:mod:`conductor.validation.tenant_data`).
 KEY_NAME_PATTERN: Final = r"^[_\-@. a-zA-Z0-9]+$"
 METADATA_KEY_PATTERN: Final = r"^[a-zA-Z0-9\-_:. ]{1,255}$"
-TAG_PATTERN: Final = r"^[^,/]*$"
+#: No ',' nor '/' (Nova's), nor a control character (the text rule).
+TAG_PATTERN: Final = r"^[^,/\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 #: Nova's default ``[quota] metadata_items``, and its key and value length.
 MAX_METADATA_ITEMS: Final = 128
 MAX_METADATA_LENGTH: Final = 255
@@ -199,8 +213,9 @@ _PROPERTIES: Final = {
 _URL: Final = {
     "type": "string",
     "maxLength": MAX_URL_LENGTH,
-    "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
-    "description": "An http(s) URL Ironic fetches.",
+    # A host first, no space (Python's isspace: \s and the separators \x1c-\x1f).
+    "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^\\s/?#\\x00-\\x1f\\x7f][^\\s\\x00-\\x1f\\x7f]*$",
+    "description": "An http(s) URL Ironic fetches: a host, no spaces.",
 }
 _HEX: Final = {"type": "string", "pattern": "^[0-9A-Fa-f]+$"}
 #: An image to deploy: where Ironic fetches it and how it checks it.
@@ -228,14 +243,81 @@ IMAGE_SCHEMA: Final = {
                 "checked by Nova's rules; needs the nova-filters extra. Since "
                 "microversion 1.1.",
                 "maxProperties": 128,
+                "propertyNames": {"minLength": 1, "maxLength": 255},
                 "additionalProperties": {"type": "string", "maxLength": 255},
             }
         ),
     },
     "required": ["source"],
     "additionalProperties": False,
+    "allOf": [
+        # A checksum: os_hash_algo with os_hash_value, or checksum (md5), or both.
+        {
+            "anyOf": [
+                {"required": ["checksum"], "properties": {"checksum": {"type": "string"}}},
+                {"required": ["os_hash_algo"], "properties": {"os_hash_algo": {"type": "string"}}},
+            ]
+        },
+        # os_hash_algo and os_hash_value together, the digest as long as the algorithm's.
+        {
+            "anyOf": [
+                {
+                    "properties": {
+                        "os_hash_algo": {"type": "null"},
+                        "os_hash_value": {"type": "null"},
+                    }
+                },
+                *(
+                    {
+                        "required": ["os_hash_algo", "os_hash_value"],
+                        "properties": {
+                            "os_hash_algo": {"const": algo},
+                            "os_hash_value": {"type": "string", "minLength": n, "maxLength": n},
+                        },
+                    }
+                    for algo, n in sorted(HASH_LENGTHS.items())
+                ),
+            ]
+        },
+        # kernel and ramdisk: both (a partition image) or neither.
+        {
+            "anyOf": [
+                {"properties": {"kernel": {"type": "null"}, "ramdisk": {"type": "null"}}},
+                {
+                    "required": ["kernel", "ramdisk"],
+                    "properties": {"kernel": {"type": "string"}, "ramdisk": {"type": "string"}},
+                },
+            ]
+        },
+    ],
 }
-_JSON_OBJECT: Final = {"type": "object"}
+#: The names of a config drive's text map, and its values.
+_TEXT_MAP_NAMES: Final = {"minLength": 1, "maxLength": 255}
+_META_DATA: Final = {
+    "type": "object",
+    "properties": {
+        # The instance's own, set by the conductor.
+        "uuid": False,
+        "name": False,
+        "public_keys": {
+            "type": "object",
+            "propertyNames": _TEXT_MAP_NAMES,
+            "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 16384},
+        },
+        "meta": {
+            "type": "object",
+            "propertyNames": _TEXT_MAP_NAMES,
+            "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 255},
+        },
+    },
+}
+_NETWORK_DATA: Final = {
+    "type": "object",
+    "properties": {
+        key: {"type": "array", "items": {"type": "object"}}
+        for key in ("links", "networks", "services")
+    },
+}
 
 NODE_SPEC: Final = Resource(
     name="NodeSpec",
@@ -273,6 +355,20 @@ NODE_UPDATE: Final = Resource(
     },
 )
 
+_WORD: Final = r"[^\s\x00-\x1f\x7f]+"
+_NUMBER: Final = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+#: A capability expression (Nova's ComputeCapabilitiesFilter language) as
+#: the conductor parses it (most of it: a plain value may also start with an
+#: s): a plain value (no operator first), a numeric comparison, a text one, <all-in> words, or <or>
+#: alternatives; operators and operands separated by spaces.
+CAPABILITY_EXPRESSION_PATTERN: Final = (
+    r"^( *[^\s=!<>s\x00-\x1f\x7f][^\x00-\x1f\x7f]*"
+    rf"|(=|==|!=|>=|<=) +{_NUMBER}"
+    rf"|(s==|s!=|s>=|s<=|s>|s<|<in>) +{_WORD}"
+    rf"|<all-in>( +{_WORD})+"
+    rf"|<or> +{_WORD}( +<or> +{_WORD})+)$"
+)
+
 FLAVOR_SPEC: Final = Resource(
     name="FlavorSpec",
     description="A flavor to create. required_traits and forbidden_traits are disjoint.",
@@ -286,9 +382,28 @@ FLAVOR_SPEC: Final = Resource(
             "propertyNames": {
                 "pattern": f"^({CAPABILITIES_SCOPE}{_inner(CAPABILITY_KEY_PATTERN)}"
                 f"|{TRAIT_SCOPE}{_inner(TRAIT_PATTERN)}"
-                f"|(?!{CAPABILITIES_SCOPE}|{TRAIT_SCOPE}){_inner(EXTRA_SPEC_KEY_PATTERN)})$"
+                # Not a numbered request group (trait1:, resources1:): Placement's, not ours.
+                f"|(?!{CAPABILITIES_SCOPE}|{TRAIT_SCOPE}|(resources|trait)[A-Za-z0-9_-]+:)"
+                f"{_inner(EXTRA_SPEC_KEY_PATTERN)})$"
             },
             "additionalProperties": {"type": "string", "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH},
+            # A trait's spec says whether the flavor requires or forbids it.
+            "patternProperties": {
+                f"^{TRAIT_SCOPE}": {"enum": ["required", "forbidden"]},
+                # A node offers one unit of its own class: 0 or 1.
+                "^resources:": {"enum": ["0", "1"]},
+                # Unscoped: matched as a capability of that name (Nova's filter).
+                "^[^:]+$": {
+                    "type": "string",
+                    "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH,
+                    "pattern": CAPABILITY_EXPRESSION_PATTERN,
+                },
+                f"^{CAPABILITIES_SCOPE}": {
+                    "type": "string",
+                    "maxLength": MAX_EXTRA_SPEC_VALUE_LENGTH,
+                    "pattern": CAPABILITY_EXPRESSION_PATTERN,
+                },
+            },
             "description": "'capabilities:<key>': a capability expression (Nova's "
             "ComputeCapabilitiesFilter language); 'trait:<TRAIT>': 'required' or "
             "'forbidden', merged into the trait lists; any other key (an operator's "
@@ -307,7 +422,8 @@ KEY_NAME_SCHEMA: Final = {
     "type": "string",
     "minLength": 1,
     "maxLength": 255,
-    "pattern": KEY_NAME_PATTERN,
+    # KEY_NAME_PATTERN's characters, no space first or last.
+    "pattern": r"^[_\-@.a-zA-Z0-9]([_\-@. a-zA-Z0-9]*[_\-@.a-zA-Z0-9])?$",
 }
 METADATA_SCHEMA: Final = {
     "type": "object",
@@ -359,19 +475,24 @@ BUILD_REQUEST: Final = Resource(
         "user_data": {
             "type": "string",
             "maxLength": MAX_USER_DATA,
+            # As the latest microversion takes it: base64 of UTF-8 text (the
+            # format names that, for a generator that reads no content keyword).
+            "contentEncoding": "base64",
+            "contentMediaType": "text/plain",
+            "format": "base64-text",
             "description": "The config drive's user data. Since microversion 1.7 "
             "base64-encoded, as in Nova's API (at most 65535 characters encoded; UTF-8 text "
             f"once decoded); from 1.1 to 1.6 the text itself, at most {MAX_USER_DATA} bytes "
             "of UTF-8. Never logged.",
         },
         "meta_data": {
-            **_JSON_OBJECT,
+            **_META_DATA,
             "description": "The config drive's meta_data.json: 'public_keys' (name -> "
             "key), 'meta' (name -> string) and more; 'uuid' and 'name' are the "
             "instance's. Since microversion 1.1.",
         },
         "network_data": {
-            **_JSON_OBJECT,
+            **_NETWORK_DATA,
             "description": "The config drive's network_data.json (OpenStack's links, "
             "networks, services). Since microversion 1.1.",
         },

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, func, not_, null, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from conductor.common.clock import shown
 from conductor.common.objects import ProvisionState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.instances import ACTION_IN_FLIGHT, IN_FLIGHT
@@ -266,7 +267,7 @@ class StuckWork:
             "task_state": self.task_state,
             "node_uuid": self.node_uuid,
             "owner": self.owner,
-            "updated_at": self.updated_at.isoformat(),
+            "updated_at": shown(self.updated_at),
             "idle_seconds": round(self.idle_seconds),
         }
 
@@ -458,7 +459,7 @@ class BackEndMismatch:
             "provision_state": self.provision_state,
             "backend_state": self.backend_state,
             "backend_instance_uuid": self.backend_instance_uuid,
-            "backend_seen_at": self.backend_seen_at.isoformat(),
+            "backend_seen_at": shown(self.backend_seen_at),
             "reason": self.reason,
         }
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Row, Table, and_, func, insert, or_, select, update
 
+from conductor.common.clock import shown
 from conductor.common.exception import InstanceActionNotFound
 from conductor.common.instance_states import Event
 from conductor.common.tenancy import Caller
@@ -151,7 +152,7 @@ def finished(
 
 def _instant(value: datetime.datetime | None) -> str | None:
     """An instant as shown: ISO 8601 in UTC, with its zone."""
-    return None if value is None else value.replace(tzinfo=datetime.UTC).isoformat()
+    return None if value is None else shown(value)
 
 
 def _shown(row: Row[Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, Table, delete, func, select
 from sqlalchemy.exc import IntegrityError
 
+from conductor.common.clock import shown
 from conductor.common.exception import DuplicateKeyPair, KeyPairNotFound, QuotaExceeded
 from conductor.db import quotas
 from conductor.db.engine import Database, retry_on_dead_connection
@@ -35,7 +36,7 @@ def _shown(row: Row[Any]) -> dict[str, Any]:
         "fingerprint": row.fingerprint,
         "public_key": row.public_key,
         "user_id": row.user_id,
-        "created_at": row.created_at.isoformat(),
+        "created_at": shown(row.created_at),
     }
 
 
@@ -91,9 +92,7 @@ def create(
         raise DuplicateKeyPair(
             field="name", value=name, reason="you have a key pair of this name already"
         ) from None
-    return {
-        k: v.isoformat() if k == "created_at" else v for k, v in row.items() if k != "project_id"
-    }
+    return {k: shown(v) if k == "created_at" else v for k, v in row.items() if k != "project_id"}
 
 
 def _limit(connection: Connection, project_id: str | None, defaults: quotas.Defaults) -> int:

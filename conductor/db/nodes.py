@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from conductor.common.clock import shown
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.common.provision_states import Event as NodeEvent
@@ -402,8 +403,8 @@ def list_node_dicts(
                 "owner": row.owner,
                 "owner_epoch": row.owner_epoch,
                 "instance_uuid": row.instance_uuid,
-                "created_at": row.created_at.isoformat(),
-                "updated_at": row.updated_at.isoformat(),
+                "created_at": shown(row.created_at),
+                "updated_at": shown(row.updated_at),
                 "failed_builds": row.failed_builds,
             }
         )

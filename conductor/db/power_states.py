@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Table, and_, exists, or_, select, update
 
+from conductor.common.clock import shown
 from conductor.common.instance_states import Event
 from conductor.common.objects import PowerState, VmState
 from conductor.db.engine import Database, retry_on_dead_connection
@@ -60,8 +61,8 @@ class PowerMismatch:
             "node_uuid": self.node_uuid,
             "owner": self.owner,
             "power_state": self.power_state,
-            "updated_at": self.updated_at.isoformat(),
-            "node_updated_at": self.node_updated_at.isoformat(),
+            "updated_at": shown(self.updated_at),
+            "node_updated_at": shown(self.node_updated_at),
         }
 
 

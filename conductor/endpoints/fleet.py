@@ -18,7 +18,7 @@ import oslo_messaging as messaging
 
 from compute_agent.rpcapi import ComputeAPI
 from conductor.common import verbs
-from conductor.common.clock import utcnow
+from conductor.common.clock import shown, utcnow
 from conductor.common.conf.conductor import DEFAULT_STUCK_AFTER
 from conductor.common.exception import FieldError, Forbidden, InvalidInput, ServiceUnavailable
 from conductor.common.ironic import states as ironic_states
@@ -126,7 +126,7 @@ class FleetEndpoint:
         queries in all: no per-agent round trips.
         """
         view = self._fleet.view()
-        now = utcnow().isoformat()
+        now = shown(utcnow())
         owned = fleet_report.owner_counts(self._db)
         in_flight = fleet_report.in_flight_by_host(self._db)
         departed = fleet_report.departed_agents(self._db)
@@ -163,9 +163,9 @@ class FleetEndpoint:
                 agents.append(
                     _agent_row(host, "gone", owned, in_flight)
                     | {
-                        "gone_since": since.isoformat(),
+                        "gone_since": shown(since),
                         "weight": None,
-                        "last_seen": last_seen.isoformat(),
+                        "last_seen": shown(last_seen),
                         "ring_version": None,
                         "groups": [],
                     }
@@ -449,7 +449,7 @@ def _back_end_problem(item: fleet_report.BackEndMismatch) -> Problem:
         **item.to_dict(),
         "message": f"node {item.node_uuid} (owner {item.owner or 'none'}): {what}; "
         f"ringfleet: {ours}, node {item.provision_state}; Ironic: {item.backend_state}, "
-        f"{claim}, as seen by the sync at {item.backend_seen_at.isoformat()}",
+        f"{claim}, as seen by the sync at {shown(item.backend_seen_at)}",
     }
 
 

@@ -26,10 +26,18 @@ from conductor.common.checks import (
     validate_uuid,
 )
 from conductor.common.exception import FieldError, InvalidInput
-from conductor.common.schemas import RESOURCE_CLASS_PATTERN
+from conductor.common.schemas import (
+    MAX_QUOTA_LIMIT,
+    PROJECT_ID_PATTERN,
+    QUOTA_RESOURCE_PATTERN,
+)
+from conductor.validation.fields import whole_number
 
 __all__ = [
     "MAX_AGENT_BATCH",
+    "MAX_QUOTA_LIMIT",
+    "PROJECT_ID_PATTERN",
+    "QUOTA_RESOURCE_PATTERN",
     "check_bool",
     "check_epoch_map",
     "check_groups",
@@ -153,16 +161,15 @@ def check_groups(value: object, field: str = "groups") -> list[str]:
     return value
 
 
-#: The largest quota limit (a 32-bit column); -1 is unlimited.
-MAX_QUOTA_LIMIT = 2**31 - 1
-_QUOTA_RESOURCE = re.compile(
-    r"^(instances|key_pairs|resource_class:" + RESOURCE_CLASS_PATTERN.removeprefix("^")[:-1] + r")$"
-)
+_QUOTA_RESOURCE = re.compile(QUOTA_RESOURCE_PATTERN)
+
+
+_PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
 
 
 def check_project(value: object, field: str = "project_id") -> str:
     """A Keystone project id (as the token carries it: 1 to 255 characters)."""
-    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+    if not isinstance(value, str) or not _PROJECT_ID.fullmatch(value):
         raise InvalidInput([FieldError.about(field, "a project id (1 to 255 characters)", value)])
     return value
 
@@ -193,18 +200,14 @@ def check_quota_limits(value: object, field: str = "quotas") -> dict[str, int]:
                     resource,
                 )
             )
-        elif (
-            not isinstance(limit, int)
-            or isinstance(limit, bool)
-            or not -1 <= limit <= MAX_QUOTA_LIMIT
-        ):
+        elif (whole := whole_number(limit)) is None or not -1 <= whole <= MAX_QUOTA_LIMIT:
             errors.append(
                 FieldError.about(
                     where, f"a whole number from -1 (unlimited) to {MAX_QUOTA_LIMIT}", limit
                 )
             )
         else:
-            limits[resource] = limit
+            limits[resource] = whole
     if errors:
         raise InvalidInput(errors)
     return limits

@@ -33,6 +33,7 @@ from conductor.validation.fields import (
     optional_field,
     required_field,
     unknown_fields,
+    whole_number,
 )
 from conductor.validation.tenant_data import check_key_name, check_metadata, check_tags
 
@@ -183,8 +184,9 @@ def validate_build_request(spec: object) -> BuildRequest:
     count: int | None = 1
     if spec.get("count") is not None:
         value = spec["count"]
-        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COUNT:
-            count = int(value)
+        whole = whole_number(value)
+        if whole is not None and 1 <= whole <= MAX_COUNT:
+            count = whole
         else:
             errors.add("count", f"must be an integer from 1 to {MAX_COUNT}", value)
             count = None

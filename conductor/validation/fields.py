@@ -51,6 +51,7 @@ __all__ = [
     "optional_field",
     "required_field",
     "unknown_fields",
+    "whole_number",
 ]
 
 # The patterns of conductor.common.schemas, matched with fullmatch(): "$"
@@ -91,6 +92,18 @@ class Errors:
 
 
 Check = Callable[[object, str, Errors], _T | None]
+
+
+def whole_number(value: object) -> int | None:
+    """``value`` as an integer, or None: JSON's ``3`` or ``3.0`` (JSON Schema's
+    integers include a number whose fraction is zero), never a boolean."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def key_text(key: object) -> str:

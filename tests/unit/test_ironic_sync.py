@@ -15,6 +15,7 @@ import pytest
 from oslo_config import cfg
 from sqlalchemy import event, select, update
 
+from conductor.common import clock
 from conductor.common import conf as common_conf
 from conductor.common.exception import NodeInUse, NodeNotFound
 from conductor.common.ironic.client import IronicNode
@@ -939,12 +940,12 @@ def test_fleet_check_reports_an_ironic_claim_ringfleet_does_not_hold(
     assert (problem["instance_uuid"], problem["vm_state"]) == (None, None)
     assert (problem["backend_state"], problem["backend_instance_uuid"]) == ("active", stranger)
     seen_at = observation(db, claimed.uuid)[2]
-    assert problem["backend_seen_at"] == seen_at.isoformat()
+    assert problem["backend_seen_at"] == clock.shown(seen_at)
     assert problem["message"] == (
         f"node {claimed.uuid} (owner none): claimed in Ironic by instance {stranger}, which "
         "ringfleet does not hold on this node (not a ringfleet instance); ringfleet: no "
         f"instance, node error; Ironic: active, claimed by {stranger}, as seen by the "
-        f"sync at {seen_at.isoformat()}"
+        f"sync at {clock.shown(seen_at)}"
     )
     # Claimed by an instance ringfleet has on another node.
     [elsewhere] = pin(db, [other.uuid], "agent-1")

@@ -11,6 +11,7 @@ its required ones.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +21,9 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from conductor import validation
-from conductor.api import openapi
-from conductor.common import schemas
+from conductor.api import openapi, openapi_rules
+from conductor.api.v1 import ROUTES
+from conductor.common import checks, schemas
 from conductor.common.exception import InvalidInput
 from tests.unit.test_validation import (
     FUZZ,
@@ -108,6 +110,13 @@ VALIDATORS = {
     name: Draft202012Validator(resource.json_schema())
     for name, resource in schemas.RESOURCES.items()
 }
+#: The components of the OpenAPI document, as published.
+COMPONENTS = openapi.document(ROUTES)["components"]
+#: The schemas as the document publishes them: with the server's rules written in.
+PUBLISHED = {
+    name: Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": COMPONENTS})
+    for name in schemas.RESOURCES
+}
 
 
 def _fields(payload: dict[str, Any], name: str) -> list[str]:
@@ -130,7 +139,13 @@ def test_the_schema_is_valid_json_schema(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(schemas.RESOURCES))
 def test_openapi_publishes_the_schema(name: str) -> None:
-    assert openapi.SCHEMAS[name] == schemas.RESOURCES[name].json_schema()
+    published = openapi_rules.tightened(name, schemas.RESOURCES[name].json_schema())
+    shown = copy.deepcopy(COMPONENTS["schemas"][name])
+    for field in shown["properties"].values():
+        # The microversion a field appeared in: an annotation, no rule.
+        field.pop("x-min-version", None)
+    assert shown == published
+    assert PUBLISHED[name].is_valid(FULL[name])
 
 
 @pytest.mark.parametrize("name", sorted(schemas.RESOURCES))
@@ -167,7 +182,16 @@ def _accepted_is_schema_valid(name: str, payload: dict[str, Any]) -> None:
         VALIDATE[name](payload)
     except InvalidInput:
         return
+    try:
+        # The text rule the conductor holds every call to (its RPC server), and
+        # the API every request, before this validation.
+        checks.check_text_everywhere({"payload": payload})
+    except InvalidInput:
+        return
     errors = [e.message for e in VALIDATORS[name].iter_errors(payload)]
+    assert errors == [], payload
+    # The published schema, the server's rules written in, takes it too.
+    errors = [e.message for e in PUBLISHED[name].iter_errors(payload)]
     assert errors == [], payload
 
 

@@ -818,7 +818,7 @@ BAD_BUILD_FIELDS: list[tuple[str, object, list[str]]] = [
     ("count", 1001, ["count"]),
     ("count", True, ["count"]),
     ("count", "2", ["count"]),
-    ("count", 2.0, ["count"]),
+    ("count", 2.5, ["count"]),
     ("name", "", ["name"]),
     ("name", " web", ["name"]),
     ("name", "web\n", ["name"]),
