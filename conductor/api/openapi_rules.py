@@ -182,7 +182,9 @@ RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "setInstanceMetadataItem": ("The body's one key is the path's key.",),
     "buildInstances": (
         "instance_uuids, when given, has exactly count items (count 1 if not given).",
+        "key_name names a key pair of the caller's: else 400, as in Nova.",
     ),
+    "instanceAction": ("A rebuild's key_name names a key pair of the caller's: else 400.",),
     "importNodes": (
         "A batch names each node (name, uuid) once; a node stored already is a clash: 409, "
         "or with dry_run or every_clash a 400 naming every clash.",

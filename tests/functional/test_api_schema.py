@@ -220,8 +220,9 @@ def _unique_nodes(nodes: list[Any]) -> None:
 STATE_REFUSALS = {
     # A node stored already, named by a dry_run or every_clash import.
     "importNodes": ("", "exists already"),
-    # A key pair the caller does not have (Nova's 400).
+    # A key pair the caller does not have (Nova's 400), to build or rebuild with.
     "buildInstances": ("key_name", "no key pair of yours has this name"),
+    "instanceAction": ("key_name", "no key pair of yours has this name"),
 }
 
 
