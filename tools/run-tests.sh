@@ -100,7 +100,7 @@ faults=(
     tests/functional/test_membership.py tests/functional/test_db_reconnect.py
     tests/functional/test_agents.py tests/functional/test_dependency_down.py
     tests/functional/test_etcd_cluster.py tests/functional/test_slow_deploys.py
-    tests/functional/test_scale_bench.py tests/functional/test_e2e_bench.py
+    tests/functional/test_scale_bench.py
     tests/functional/test_conductor_peers.py tests/functional/test_placement.py
     tests/functional/test_gray_failures.py
 )

@@ -196,23 +196,34 @@ class Sampler:
 SERVER_PIDS = (("postgres", "RINGFLEET_TEST_PG_PID"), ("etcd", "RINGFLEET_TEST_ETCD_PID"))
 
 
+def _server_pid(server: str, variable: str) -> int | None:
+    """The server's current PID: asked of ``RINGFLEET_TEST_CTL`` (a test run
+    before may have restarted it), else ``variable`` as the servers started."""
+    ctl = os.environ.get("RINGFLEET_TEST_CTL")
+    if ctl:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(
+                [ctl, "pid", server], capture_output=True, text=True, timeout=30, check=True
+            )
+            if done.stdout.strip().isdigit():
+                return int(done.stdout.strip())
+    pid = os.environ.get(variable, "")
+    return int(pid) if pid.isdigit() else None
+
+
 def servers_cpu() -> dict[str, float]:
-    """CPU seconds so far of the test servers' PostgreSQL and etcd
-    (``RINGFLEET_TEST_PG_PID``, ``RINGFLEET_TEST_ETCD_PID`` of
-    ``tools/with-test-servers.sh``; a server whose PID is not given: left
-    out).  PostgreSQL is a process per connection: the postmaster's own time,
-    its children's that ended (``children_user``, ``children_system``) and
-    the live ones'."""
+    """CPU seconds so far of the test servers' PostgreSQL and etcd (their
+    PIDs from ``tools/with-test-servers.sh``; a server whose PID is not
+    known: left out).  PostgreSQL is a process per connection: the
+    postmaster's own time, its children's that ended (``children_user``,
+    ``children_system``) and the live ones'."""
     found: dict[str, float] = {}
-    for server, variable in (
-        ("postgres", "RINGFLEET_TEST_PG_PID"),
-        ("etcd", "RINGFLEET_TEST_ETCD_PID"),
-    ):
-        pid = os.environ.get(variable, "")
-        if not pid.isdigit():
+    for server, variable in SERVER_PIDS:
+        pid = _server_pid(server, variable)
+        if pid is None:
             continue
         with contextlib.suppress(psutil.Error):
-            process = psutil.Process(int(pid))
+            process = psutil.Process(pid)
             times = process.cpu_times()
             total = times.user + times.system + times.children_user + times.children_system
             for child in process.children(recursive=True):

@@ -356,17 +356,25 @@ NODE_UPDATE: Final = Resource(
 )
 
 _WORD: Final = r"[^\s\x00-\x1f\x7f]+"
-_NUMBER: Final = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+#: A number every match of which is finite (the conductor refuses one that
+#: is not: "=  9e99999"): at most 100 digits either side of the point, an
+#: exponent of at most two digits (below 1e200).
+_NUMBER: Final = r"[+-]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE][+-]?[0-9]{1,2})?"
+#: The blanks that separate a capability expression's words (the conductor
+#: splits it on whitespace; the text rule lets tab, line feed and carriage
+#: return through).
+_BLANK: Final = r"[ \t\n\r]"
 #: A capability expression (Nova's ComputeCapabilitiesFilter language) as
 #: the conductor parses it (most of it: a plain value may also start with an
-#: s): a plain value (no operator first), a numeric comparison, a text one, <all-in> words, or <or>
-#: alternatives; operators and operands separated by spaces.
+#: s): a plain value (no operator first), a numeric comparison, a text one,
+#: <all-in> words, or <or> alternatives; operators and operands separated
+#: by blanks, blanks before and after.
 CAPABILITY_EXPRESSION_PATTERN: Final = (
-    r"^( *[^\s=!<>s\x00-\x1f\x7f][^\x00-\x1f\x7f]*"
-    rf"|(=|==|!=|>=|<=) +{_NUMBER}"
-    rf"|(s==|s!=|s>=|s<=|s>|s<|<in>) +{_WORD}"
-    rf"|<all-in>( +{_WORD})+"
-    rf"|<or> +{_WORD}( +<or> +{_WORD})+)$"
+    rf"^{_BLANK}*([^\s=!<>s\x00-\x1f\x7f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"
+    rf"|(=|==|!=|>=|<=){_BLANK}+{_NUMBER}{_BLANK}*"
+    rf"|(s==|s!=|s>=|s<=|s>|s<|<in>){_BLANK}+{_WORD}{_BLANK}*"
+    rf"|<all-in>({_BLANK}+{_WORD})+{_BLANK}*"
+    rf"|<or>{_BLANK}+{_WORD}({_BLANK}+<or>{_BLANK}+{_WORD})+{_BLANK}*)$"
 )
 
 FLAVOR_SPEC: Final = Resource(

@@ -277,8 +277,9 @@ def test_error_paths(fleet: Fleet, server: ApiServer, admin: requests.Session) -
     other = "agent-2" if node["owner"] == "agent-1" else "agent-1"
     moved = admin.post(f"{url}/v1/nodes/node-000/move", json={"host": other})
     assert _error(moved, 409)["field"] == "owner"
-    # Drain of an agent that is not live: 400 naming host; no agent drained.
-    assert _error(admin.post(f"{url}/v1/agents/agent-9/drain"), 400)["field"] == "host"
+    # Drain of an agent that is not live: 409 naming host (the fleet's state,
+    # not the request, refuses it); no agent drained.
+    assert _error(admin.post(f"{url}/v1/agents/agent-9/drain"), 409)["field"] == "host"
     # Maintenance and node changes (admin), with 400 on wrong types.
     on = admin.put(
         f"{url}/v1/nodes/node-000/maintenance", json={"maintenance": True, "reason": "disk"}

@@ -38,6 +38,7 @@ from tests.functional.fleet_harness import (
 )
 from tests.functional.tcp_proxy import TcpProxy
 from tests.harness import wait_for
+from tests.harness.servers import server_ctl
 
 AGENTS = ("agent-1", "agent-2", "agent-3")
 NODES = 24
@@ -175,7 +176,8 @@ def test_a_hung_etcd_is_said_once_per_service_within_the_ttl(
     service says it once, at WARNING, within the TTL (its requests to etcd
     time out after TTL/2), then nothing more than INFO; the builds requested
     meanwhile wait and are ACTIVE within RECOVERY_SETTLE of the thaw."""
-    etcd_pid = int(os.environ["RINGFLEET_TEST_ETCD_PID"])
+    # The current pid: an earlier test may have restarted the server.
+    etcd_pid = int(server_ctl("pid etcd").strip())
     migrated(pg_url).dispose()
     fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
     try:
@@ -237,7 +239,7 @@ def test_a_frozen_broker_stops_services_on_time_and_leaves_no_traceback(
     the services left serve on: a build is ACTIVE, and none of them logs an
     ERROR or a traceback (the messages the broker redelivers are dropped in
     one INFO line each)."""
-    rabbit_pid = int(os.environ["RINGFLEET_TEST_RABBIT_PID"])
+    rabbit_pid = int(server_ctl("pid rabbit").strip())
     migrated(pg_url).dispose()
     fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
     # The harness shortens the agents' graceful_timeout: back to the default.

@@ -586,7 +586,14 @@ def test_an_ironic_api_answering_503_for_half_a_minute_is_waited_out_and_said_on
         for agent in agents:
             went, came = _outage_said(fleet, agent)
             assert len(went) <= 1 and len(came) == len(went), (agent, went, came)
-            assert all(" WARNING " in line and "503" in line for line in went), went
+            # The 503 itself, or, for an agent whose first use of Ironic (its
+            # version discovery) fell in the outage, keystoneauth's discovery
+            # failure, which does not keep the status it got.
+            assert all(
+                " WARNING " in line
+                and ("503" in line or "Unable to find a version discovery document" in line)
+                for line in went
+            ), went
         assert proxy.answered_503 > 0
         # The builds routed during the outage: at most one line each at
         # WARNING or INFO in the conductor while they waited, not one per retry.
