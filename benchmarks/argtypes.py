@@ -53,3 +53,22 @@ def int_list(minimum: int) -> Callable[[str], list[int]]:
         return values
 
     return convert
+
+
+def require_servers(parser: argparse.ArgumentParser, args: argparse.Namespace, run_as: str) -> None:
+    """Exit with a usage error naming each server URL (``--db-url``,
+    ``--transport-url``, ``--etcd-url``) neither given nor in the
+    ``RINGFLEET_TEST_*`` variables; ``run_as`` is the command that sets them."""
+    missing = [
+        name
+        for name, value in (
+            ("--db-url", args.db_url),
+            ("--transport-url", args.transport_url),
+            ("--etcd-url", args.etcd_url),
+        )
+        if not value
+    ]
+    if missing:
+        parser.error(
+            f"{', '.join(missing)} not given and RINGFLEET_TEST_* unset: run it as {run_as}"
+        )

@@ -716,20 +716,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the temp dir with the logs")
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
-    missing = [
-        name
-        for name, value in (
-            ("--db-url", args.db_url),
-            ("--transport-url", args.transport_url),
-            ("--etcd-url", args.etcd_url),
-        )
-        if not value
-    ]
-    if missing:
-        parser.error(
-            f"{', '.join(missing)} not given and RINGFLEET_TEST_* unset: run it as "
-            "tools/with-test-servers.sh python -m benchmarks.e2e_bench"
-        )
+    argtypes.require_servers(
+        parser, args, "tools/with-test-servers.sh python -m benchmarks.e2e_bench"
+    )
     needed = args.builds + args.latency_requests + args.warmup
     if args.nodes < needed:
         parser.error(f"--nodes {args.nodes} < the {needed} instances the run builds")

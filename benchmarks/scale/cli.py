@@ -157,21 +157,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.steps.remove("list")
     if args.code is not None:
         args.code = args.code.resolve()
-    missing = [
-        name
-        for name, value in (
-            ("--db-url", args.db_url),
-            ("--transport-url", args.transport_url),
-            ("--etcd-url", args.etcd_url),
-        )
-        if not value
-    ]
-    if missing:
-        parser.error(
-            f"{', '.join(missing)} not given and RINGFLEET_TEST_* unset: run it as "
-            "SERVERS=etcd,rabbit,postgres tools/with-test-servers.sh "
-            ".venv/bin/python -m benchmarks.scale_bench"
-        )
+    argtypes.require_servers(
+        parser,
+        args,
+        "SERVERS=etcd,rabbit,postgres tools/with-test-servers.sh "
+        ".venv/bin/python -m benchmarks.scale_bench",
+    )
     return args
 
 
