@@ -25,7 +25,7 @@ answers to repeat to the same caller, never what a node holds.)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TypeVar
 
 from compute_agent.drivers.base import (
@@ -94,6 +94,19 @@ class NodeActions(NodeTasks):
         """
         super().stop_accepting()
         self._driver.stop_waiting()
+
+    def wait_idle(
+        self, timeout: float, *, left: Callable[[], Container[int]] | None = None
+    ) -> bool:
+        """As :meth:`NodeTasks.wait_idle`; once stopping, an action inside a
+        request to its back end is left there
+        (:meth:`ComputeDriver.threads_left_waiting`): a hung back end does
+        not hold the stop up."""
+        return super().wait_idle(timeout, left=left or self._driver.threads_left_waiting)
+
+    def left_waiting(self) -> int:
+        """How many actions are left inside a request to the back end."""
+        return len(self._driver.threads_left_waiting())
 
     # -- the verbs -----------------------------------------------------------------
 

@@ -37,7 +37,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
@@ -62,6 +62,9 @@ LOG = logging.getLogger(__name__)
 #: NodeTasks.take_progress says otherwise (the agent passes its
 #: ``report_interval``, whose default this is).
 PROGRESS_EVERY = 30.0
+
+#: Seconds between two looks at which tasks a stop may leave (``wait_idle``).
+_RECHECK_LEFT_S = 0.1
 
 #: The purpose whose steps are heartbeats for the conductor's build_timeout.
 _DEPLOY = "deploy"
@@ -190,14 +193,22 @@ class NodeTasks:
         with self._lock:
             self._accepting = False
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait up to *timeout* s in all for background tasks; False if some still run."""
+    def wait_idle(self, timeout: float, *, left: Callable[[], Container[int]] = frozenset) -> bool:
+        """Wait up to *timeout* s in all for background tasks; False if some still run.
+
+        *left*: the threads (idents) not waited for, asked again while
+        waiting (a task may enter or leave a request to a hung back end).
+        """
         deadline = time.monotonic() + timeout
         with self._lock:
             threads = list(self._threads)
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in threads)
+        while True:
+            skipped = left()
+            running = [t for t in threads if t.is_alive() and t.ident not in skipped]
+            remaining = deadline - time.monotonic()
+            if not running or remaining <= 0:
+                return not running
+            running[0].join(min(remaining, _RECHECK_LEFT_S))
 
     # -- tasks -------------------------------------------------------------------
 

@@ -319,10 +319,16 @@ class AgentService(Reconciler):
                 lambda: actions.wait_idle(self.conf.compute_agent.graceful_timeout),
                 float(self.conf.compute_agent.graceful_timeout) + 1.0,
             )
-            if not waited or actions.in_flight():
-                LOG.warning(
-                    "Agent %s leaves with %d actions still running", self.host, actions.in_flight()
+            running, left = actions.in_flight(), actions.left_waiting()
+            if left:
+                LOG.info(
+                    "Agent %s leaves %d actions waiting for an answer of its back end "
+                    "(resumed from the back end's record by its next process or owner)",
+                    self.host,
+                    left,
                 )
+            if not waited or running > left:
+                LOG.warning("Agent %s leaves with %d actions still running", self.host, running)
         if reporter is None:
             return
         if broker_outage.known_down():
@@ -573,7 +579,9 @@ class AgentService(Reconciler):
             forget=self.ownership.forget_deleted,
         )
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
-            if not self.membership.can_act():
+            # A stop began: no new read of the back end (a hung one would
+            # hold the stop's join of this thread for the whole request).
+            if self._terminating.locked() or not self.membership.can_act():
                 continue
             self._report_progress()
             held = sorted(self.ownership.held().items())

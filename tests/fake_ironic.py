@@ -169,6 +169,13 @@ class FakeIronic:
         self.before_claim: Callable[[FakeNode], None] | None = None
         #: called after a claim is applied
         self.after_claim: Callable[[FakeNode], None] | None = None
+        #: cleared: Ironic is frozen (SIGSTOP): a read gets no answer, and
+        #: fails as the client's does once ``request_timeout`` passed
+        self.answering = threading.Event()
+        self.answering.set()
+        self.request_timeout = 10.0
+        #: reads waiting for a frozen Ironic now
+        self.hanging = 0
         self.lock = threading.Lock()
         #: the client's outage: whether the driver believes Ironic is down
         self.outage = ServiceOutage("Ironic", self.endpoint)
@@ -194,6 +201,7 @@ class FakeIronic:
         return 0.0  # always busy: the driver never probes
 
     def get_node(self, node_uuid: str, *, action: str, quick: float | None = None) -> IronicNode:
+        self._answer_or_time_out(quick)
         with self.lock:
             self.reads += 1
             if self.unreachable_reads:
@@ -373,6 +381,19 @@ class FakeIronic:
         ]
 
     # -- Ironic's refusals -----------------------------------------------------------
+
+    def _answer_or_time_out(self, quick: float | None) -> None:
+        """A frozen Ironic holds the request for the client's whole timeout."""
+        if self.answering.is_set():
+            return
+        with self.lock:
+            self.hanging += 1
+        try:
+            if not self.answering.wait(quick or self.request_timeout):
+                raise ServiceUnavailable(f"Ironic at {self.endpoint} did not answer in time")
+        finally:
+            with self.lock:
+                self.hanging -= 1
 
     def _writable(self, node_uuid: str, action: str) -> FakeNode:
         node = self._node(node_uuid, action)

@@ -18,7 +18,8 @@ from tests.harness import ServiceProcess
 __all__ = ["Sample", "Traffic", "close_rates", "octets"]
 
 #: (monotonic time, broker bytes per connection, conductor calls served)
-Sample = tuple[float, dict[str, int] | None, int]
+#: (monotonic time, broker bytes per connection, calls served, calls by method)
+Sample = tuple[float, dict[str, int] | None, int, dict[str, int]]
 
 
 def octets(start: Sample, end: Sample) -> int | None:
@@ -66,10 +67,6 @@ class Traffic:
                 counts[name] = int(received) + int(rest)
         return counts
 
-    def calls_served(self) -> int:
-        """RPC calls the running conductors served, scraped from their metrics."""
-        return sum(count for count, _s in self.served_by_method().values())
-
     def served_by_method(self) -> dict[str, tuple[int, float]]:
         """Method -> (calls, seconds) the running conductors served so far."""
         total: dict[str, tuple[int, float]] = {}
@@ -83,7 +80,8 @@ class Traffic:
         return total
 
     def sample(self) -> Sample:
-        return time.monotonic(), self.broker_bytes(), self.calls_served()
+        by_method = {method: count for method, (count, _s) in self.served_by_method().items()}
+        return time.monotonic(), self.broker_bytes(), sum(by_method.values()), by_method
 
     def quiet_rate(self, windows: int = 12) -> tuple[float | None, float]:
         """Bytes/s and calls/s of the fleet once quiet: windows of
@@ -128,6 +126,11 @@ class Traffic:
             "seconds": end[0] - start[0],
             "broker_mb": None if moved is None else moved / 1e6,
             "calls": end[2] - start[2],
+            "calls_by_method": {
+                method: count - start[3].get(method, 0)
+                for method, count in sorted(end[3].items())
+                if count > start[3].get(method, 0)
+            },
             "quiet_broker_kb_s": None if quiet is None or quiet[0] is None else quiet[0] / 1e3,
             "quiet_calls_s": None if quiet is None else quiet[1],
         }

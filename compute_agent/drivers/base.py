@@ -289,6 +289,16 @@ class ComputeDriver(abc.ABC):
         shows.  Actions the driver carries out itself may finish.
         """
 
+    def threads_left_waiting(self) -> frozenset[int]:
+        """Once :meth:`stop_waiting` was called: the threads (idents) inside a
+        request to a back end that followed transitions run on their own.
+
+        The stop does not wait for them: a hung back end answers no sooner
+        than its request timeout, and what such a request asked for is
+        resumed from the back end's record as after a crash.  None by default.
+        """
+        return frozenset()
+
     def _check_context(self, ctx: ActionContext, node: Node) -> None:
         """Refuse a context that does not match *node* or this agent: a bug in the caller."""
         if ctx.node_uuid != node.uuid:

@@ -620,11 +620,11 @@ def test_a_hung_ironic_is_said_once_per_agent_and_a_stop_does_not_wait_for_it(
     """Ironic frozen (SIGSTOP) for a minute under builds, at the default
     request timeout: every agent, busy or idle, says it once (WARNING) within
     the timeout and the idle probe's wait, and ``fleet check`` reports each
-    BACKEND-UNREACHABLE; an agent told to stop meanwhile stops within the
-    timeout instead of waiting for Ironic.  After the thaw each agent says
-    once that Ironic answers, the check clears, the builds are ACTIVE within
-    RECOVERY_SETTLE, Ironic agrees, and no service logged an ERROR or a
-    traceback."""
+    BACKEND-UNREACHABLE; an agent told to stop meanwhile stops in less than
+    the timeout (a deploy inside a request is left there, not waited for).
+    After the thaw each agent says once that Ironic answers, the check
+    clears, the builds are ACTIVE within RECOVERY_SETTLE, Ironic agrees,
+    and no service logged an ERROR or a traceback."""
     agents = ("agent-1", "agent-2", "agent-3")
     ironic.enroll(6, shard=shard)
     _start(fleet, agents)
@@ -667,7 +667,8 @@ def test_a_hung_ironic_is_said_once_per_agent_and_a_stop_does_not_wait_for_it(
     assert set(said_in) == set(agents), said_in
     assert max(said_in.values()) <= SAID_WITHIN, said_in
     assert reported == set(agents), reported
-    assert stopped_in is not None and stopped_in <= REQUEST_TIMEOUT + 10, stopped_in
+    # Not one request's timeout: the deploy inside a request is left there.
+    assert stopped_in is not None and stopped_in < REQUEST_TIMEOUT, stopped_in
     assert left, log_tails(fleet)
     _assert_agree(fleet, ironic, [shard, other_shard], active=built)
     assert not any(error_lines(fleet).values()), error_lines(fleet)

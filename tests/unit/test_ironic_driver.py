@@ -1177,6 +1177,34 @@ def test_a_stopping_agent_abandons_its_followed_actions_at_once_and_reports_noth
     assert fake.writes == []
 
 
+def test_a_stop_leaves_an_action_inside_a_request_to_a_hung_ironic(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """Ironic frozen while a deploy reads it: the stop does not wait for the
+    request's timeout; the action is left there (counted), reports nothing,
+    and ends at its next wait once the request returns."""
+    driver = CountingDriver(make_conf(tmp_path), HOST, client=fake)  # type: ignore[arg-type]
+    results = Results()
+    actions = NodeActions(HOST, driver, StubOwnership(), results)  # type: ignore[arg-type]
+    instance = new_instance()
+    ironic_node = fake.add(
+        provision_state="wait call-back", target_provision_state="active", instance_uuid=instance
+    )
+    assert actions.build(instance, ring_node(ironic_node), EPOCH) == "accepted"
+    fake.request_timeout = 3600.0
+    fake.answering.clear()
+    wait_for(lambda: fake.hanging == 1, 5, "the deploy's read hangs")
+    assert actions.left_waiting() == 0  # not stopping: nothing is left
+    assert not actions.wait_idle(0.3)
+    actions.stop_accepting()
+    assert actions.wait_idle(5.0)
+    assert (actions.in_flight(), actions.left_waiting()) == (1, 1)
+    fake.answering.set()
+    wait_for(lambda: actions.in_flight() == 0, 5, "the action ends at its next wait")
+    assert actions.left_waiting() == 0
+    assert results.builds == [] and driver.destroyed == 0 and fake.writes == []
+
+
 def test_a_build_accepted_while_ironic_is_down_waits_for_it_and_deploys(
     tmp_path: Path, fake: FakeIronic
 ) -> None:

@@ -35,7 +35,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from oslo_config import cfg
@@ -124,6 +124,8 @@ class IronicDriver(ComputeDriver):
         self._ironic = client if client is not None else BaremetalClient.from_conf(conf)
         self._probe_idle: float = options.timeout or ironic_conf.REQUEST_TIMEOUT
         self._stopping = threading.Event()
+        self._requesting: set[int] = set()  # action threads inside a request
+        self._requesting_lock = threading.Lock()
         LOG.info(
             "Agent %s drives nodes through Ironic at %s (API %s)",
             host,
@@ -133,6 +135,24 @@ class IronicDriver(ComputeDriver):
 
     def stop_waiting(self) -> None:
         self._stopping.set()
+
+    def threads_left_waiting(self) -> frozenset[int]:
+        if not self._stopping.is_set():
+            return frozenset()
+        with self._requesting_lock:
+            return frozenset(self._requesting)
+
+    @contextlib.contextmanager
+    def _requesting_now(self) -> Iterator[None]:
+        """Mark the calling thread as inside a request to Ironic."""
+        ident = threading.get_ident()
+        with self._requesting_lock:
+            self._requesting.add(ident)
+        try:
+            yield
+        finally:
+            with self._requesting_lock:
+                self._requesting.discard(ident)
 
     def backend_problem(self) -> str | None:
         # An agent with no action in flight sends nothing: probe Ironic once
@@ -495,7 +515,8 @@ class _Watch:
                 self._progress(self._state_name())
             following = True  # a read after a wait checks it too
             try:
-                found = self._ironic.get_node(self.ctx.node_uuid, action=self._action)
+                with self._driver._requesting_now():
+                    found = self._ironic.get_node(self.ctx.node_uuid, action=self._action)
             except ServiceUnavailable as exc:
                 self._check_deadline(f"Ironic unreachable: {exc.reason}")
                 self.pause()
@@ -531,7 +552,8 @@ class _Watch:
                 self._progress(self._state_name())
             retry = True
             try:
-                return write(*args, **kwargs)
+                with self._driver._requesting_now():
+                    return write(*args, **kwargs)
             except IronicNodeLocked as exc:
                 LOG.debug(
                     "Ironic node %s (instance %s) locked: %s; retrying",
