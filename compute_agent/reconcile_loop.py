@@ -7,15 +7,18 @@ the attributes below are the service's.  Every membership change (and every
 reconciles its held nodes with the ring, and once per validation of its
 claims has its in-flight work routed to it again.
 
-A quiet agent slows down (:class:`QuietPasses`): each pass that read no
-change and had nothing to do doubles the wait before the next, up to
+A quiet agent slows down (:class:`QuietPasses`): after a pass that read no
+change and had nothing to do the next waits twice ``reconcile_interval``
+(a burst of changes may go on), after two such passes in a row
 ``quiet_reconcile_interval``; anything else -- a change read, a claim, a
 refusal, a membership change (which also wakes the loop at once) -- brings
 it back to ``reconcile_interval``.  Every agent's change reads are a call
-to a conductor; at a fixed pace their sum grew with the agent count and
+to a conductor; at any fixed pace their sum grows with the agent count, and
 was most of what a quiet fleet cost its conductor.  What others change
 while the fleet is quiet a conductor says (``inventory_changed``, a fanout
 cast after an operator's change of nodes): the next pass comes at once.
+So it does when the agent's broker connection comes back (a cast sent
+while it was away is lost with its queue).
 """
 
 from __future__ import annotations
@@ -46,8 +49,8 @@ _RETRY_SOON = 0.5
 
 
 class QuietPasses:
-    """The wait before the next pass: ``interval``, doubled after each quiet
-    pass in a row up to ``quiet_interval`` (not below ``interval``)."""
+    """The wait before the next pass: ``interval``; twice that after a quiet
+    pass; ``quiet_interval`` after two in a row (never below ``interval``)."""
 
     def __init__(self) -> None:
         self._quiet = 0  # quiet passes in a row
@@ -86,8 +89,11 @@ class QuietPasses:
             and result.retry_in is None
         )
         self._quiet = self._quiet + 1 if quiet else 0
-        # Capped exponent: the doubling stops at the cap anyway.
-        return max(interval, min(interval * 2.0 ** min(self._quiet, 20), quiet_interval))
+        if self._quiet == 0:
+            return interval
+        if self._quiet == 1:
+            return max(interval, min(2.0 * interval, quiet_interval))
+        return max(interval, quiet_interval)
 
 
 class Reconciler:
@@ -131,6 +137,12 @@ class Reconciler:
             return
         self._hinted = True
         self._wake.set()
+
+    def broker_reconnected(self) -> None:
+        """A broker connection of this process was made again: a hint cast
+        while it was down was lost with its fanout queue, so the next pass
+        comes now, as after a hint."""
+        self.inventory_changed(None)
 
     def _reconcile_loop(self) -> None:
         assert self.ownership is not None

@@ -222,6 +222,7 @@ class AgentService(Reconciler):
             [endpoint],
             observe=self.metrics.rpc_served,
         )
+        broker_outage.on_reconnect(self.broker_reconnected)
         self._server.start()
         broker_outage.reachable()  # start() waited for it
         self._serving.set()

@@ -30,10 +30,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import oslo_messaging as messaging
 
-__all__ = ["known_down", "reachable", "redacted", "watch"]
+__all__ = ["known_down", "on_reconnect", "reachable", "redacted", "watch"]
 
 #: The logger oslo.messaging's rabbit driver writes its connection errors to.
 DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
@@ -52,7 +53,14 @@ _WHILE_CLOSING = "during closing channel"
 _FAILED = ("Connection failed: ", " is unreachable: ")
 _CONNECTED = ("Reconnected to AMQP server", "Connected to AMQP server")
 
+#: The driver's words for a connection made again (INFO), after a failure
+#: or a broker that closed it.
+_RECONNECTED = "Reconnected to AMQP server"
+
 _install_lock = threading.Lock()
+
+#: Called at each reconnection (see :func:`on_reconnect`).
+_on_reconnect: list[Callable[[], None]] = []
 
 
 def redacted(url: messaging.TransportURL) -> str:
@@ -131,6 +139,9 @@ class _OutageFilter(logging.Filter):
             back = self.back()
             if back is not None:
                 _rewrite(record, logging.INFO, back)
+            if _RECONNECTED in message:
+                for callback in list(_on_reconnect):
+                    callback()
         return True
 
     @property
@@ -144,6 +155,20 @@ class _OutageFilter(logging.Filter):
         if since is None:
             return None
         return f"Broker {self._broker} reachable again after {time.monotonic() - since:.1f} s"
+
+
+def on_reconnect(callback: Callable[[], None]) -> None:
+    """Call *callback* each time one of this process's broker connections is
+    made again (in the driver's thread: it must be quick and not raise).
+
+    A fanout queue lives as long as its consumer's connection: what was cast
+    to it while the connection was down is lost, and a service that relies
+    on such casts reads what they would have said on this call.  (The
+    driver's own hook is private; its INFO line is not, and :func:`watch`'s
+    filter sees every one.)
+    """
+    with _install_lock:
+        _on_reconnect.append(callback)
 
 
 def known_down() -> bool:

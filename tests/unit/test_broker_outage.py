@@ -93,6 +93,27 @@ def test_an_outage_is_one_warning_and_one_info(
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
 
 
+def test_each_reconnection_calls_back_and_a_first_connection_does_not(
+    watched: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fanout cast sent while a connection was down is lost with its queue:
+    a service asks to be told of every reconnection (not of the first
+    connection, which lost nothing)."""
+    caplog.set_level(logging.DEBUG, logger=broker_outage.DRIVER_LOGGER)
+    monkeypatch.setattr(broker_outage, "_on_reconnect", [])
+    calls: list[str] = []
+    broker_outage.on_reconnect(lambda: calls.append("one"))
+    broker_outage.on_reconnect(lambda: calls.append("two"))
+    DRIVER.debug("[c1] Connected to AMQP server on mq1:5672")
+    assert calls == []
+    _outage(retries=2)
+    assert calls == ["one", "two"]
+    # A reconnection with no outage said before (the broker closed the
+    # connection, the driver connected again at once) calls back too.
+    DRIVER.info("[c2] Reconnected to AMQP server on mq1:5672")
+    assert calls == ["one", "two", "one", "two"]
+
+
 def test_with_debug_the_retries_stay_visible(
     watched: None, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -71,23 +71,25 @@ opts = [
     ),
     cfg.FloatOpt(
         "quiet_reconcile_interval",
-        default=60.0,
+        default=600.0,
         min=0.5,
         mutable=True,
         help=(
-            "Seconds between two reconciliations at most while nothing "
-            "changes: each pass that read no change of the agent's share and "
-            "had nothing to claim, release or wait for doubles the wait before "
-            "the next, from reconcile_interval up to this. Every pass is a "
-            "call to a conductor, and at a fixed pace a quiet fleet's calls "
-            "grew with its agent count. A membership change still reconciles "
-            "at once, and so does a conductor's hint (compute API 1.6) after "
-            "an operator's change of nodes (created, imported, updated, "
-            "maintenance, moved, deleted), an Ironic sync pass's, or nodes "
-            "released or handed over. What this bounds is how soon an agent "
-            "learns of a change no conductor hinted (a conductor capped below "
-            "compute API 1.6, a hint the broker lost). Not above "
-            "reconcile_interval: no slowing down."
+            "Seconds between two reconciliations while nothing changes: "
+            "after a pass that read no change of the agent's share and had "
+            "nothing to claim, release or wait for, the next comes after "
+            "twice reconcile_interval, and after two such passes in a row "
+            "after this. Every pass is a call to a conductor, and at any fixed "
+            "pace a quiet fleet's calls grow with its agent count. A "
+            "membership change still reconciles at once, and so does a "
+            "conductor's hint (compute API 1.6) after an operator's change of "
+            "nodes (created, imported, updated, maintenance, moved, deleted), "
+            "an Ironic sync pass's, or nodes released or handed over, and so "
+            "does the agent's broker connection coming back (a hint sent "
+            "meanwhile is lost). What this bounds is how soon an agent learns "
+            "of a change no conductor hinted (a conductor capped below "
+            "compute API 1.6, one that died between its commit and its "
+            "hint). Not above reconcile_interval: no slowing down."
         ),
     ),
     cfg.IntOpt(
