@@ -43,7 +43,7 @@ from oslo_log import log as oslo_log
 
 from compute_agent.service import AgentService
 from conductor.common import conf as common_conf
-from conductor.common import rpc
+from conductor.common import malloc_arenas, rpc
 from conductor.common.prepare import PROJECT, prepare_service
 
 LOG = logging.getLogger("benchmarks.multi_agent")
@@ -130,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(set(args.host)) != len(args.host):
         parser.error("hosts must be distinct")
+    malloc_arenas.cap()  # as each agent's own process does (run_service)
     return run_agents(args.config_file, args.host)
 
 

@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Protocol
 
+from conductor.common import malloc_arenas
 from conductor.common.exception import ConfigurationError, RingfleetError
 
 __all__ = ["Service", "run_service"]
@@ -48,6 +49,7 @@ class Service(Protocol):
 
 def run_service(service: Service, prog: str) -> int:
     """Run until SIGTERM/SIGINT (graceful stop); SIGHUP reloads.  An exit code."""
+    malloc_arenas.cap()  # before the service makes its threads
     stop, reload = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
