@@ -1,0 +1,50 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An agent's share as the conductor holds it: arcs in one flat array."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor import ring_share
+from conductor.db import node_pages
+from hashring.ring import Ring, subtract_arcs
+
+MEMBERS = {f"agent-{i:03d}": 1.0 for i in range(20)}
+
+
+def _spec() -> ring_share.RingSpec:
+    return ring_share.check_ring({"version": 1, "members": MEMBERS}, "ring")
+
+
+def test_a_share_is_the_rings_arcs_pair_by_pair() -> None:
+    arcs = ring_share.share_arcs(_spec(), "agent-007")
+    pairs = Ring(MEMBERS, version=1).arcs("agent-007")
+    assert len(arcs) == len(pairs) > 100
+    assert arcs == pairs and list(arcs) == pairs
+    assert (arcs[0], arcs[-1], arcs[17]) == (pairs[0], pairs[-1], pairs[17])
+    assert arcs[10:20] == pairs[10:20] and list(arcs[len(pairs) - 2 :]) == pairs[-2:]
+    assert list(arcs[5:3]) == []
+    with pytest.raises(IndexError):
+        arcs[len(pairs)]
+    firsts, lasts = arcs.columns()
+    assert list(firsts) == [a for a, _ in pairs] and list(lasts) == [b for _, b in pairs]
+
+
+def test_a_share_less_the_previous_rings_is_what_the_member_gained() -> None:
+    without = {m: w for m, w in MEMBERS.items() if m != "agent-003"}
+    now = ring_share.check_ring({"version": 1, "members": without}, "ring")
+    gained = ring_share.share_arcs(now, "agent-007", _spec())  # agent-003 left
+    expected = subtract_arcs(
+        Ring(without, version=1).arcs("agent-007"), Ring(MEMBERS, version=1).arcs("agent-007")
+    )
+    assert len(gained) > 0 and gained == expected
+
+
+def test_the_columns_go_to_postgresql_as_array_literals() -> None:
+    arcs = ring_share.share_arcs(_spec(), "agent-007")
+    firsts, lasts = node_pages._arc_columns(arcs)
+    literal = node_pages._bigints("arc_firsts", firsts).clause.value
+    assert literal.startswith("{") and literal.endswith("}")
+    assert [int(v) for v in literal[1:-1].split(",")] == [a for a, _ in arcs]
+    # A plain list of pairs (a test's, another caller's) gives the same.
+    assert node_pages._arc_columns(list(arcs)) == (firsts, lasts)
