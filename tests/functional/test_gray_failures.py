@@ -18,6 +18,10 @@ WARNING, within the TTL, and the builds requested meanwhile end once it
 answers again.  RabbitMQ frozen: an agent and a conductor stopped meanwhile
 exit within 30 s, the agent having left the group, and no service logs an
 ERROR or a traceback once the broker answers again.
+
+A quiet agent (its next pass minutes away) cut from the broker until its
+fanout queue is gone misses the conductor's hint of imported nodes: it reads
+its share of them at once when its connection comes back.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import signal
 import time
 from pathlib import Path
 
+from conductor.common.rpc import COMPUTE_TOPIC
 from tests.dbutil import migrated
 from tests.functional.fleet_harness import (
     RECOVERY_SETTLE,
@@ -48,6 +53,11 @@ FREEZE_S = 20.0
 CUT_S = 120.0
 #: The most a stop may take with the broker frozen, at default settings.
 STOP_BOUND = 30.0
+#: The quiet agents' membership TTL: longer than their cut from the broker.
+QUIET_TTL = 15
+#: The most a quiet agent may take to read after its broker connection is
+#: back: its next pass would come reconcile_interval (300 s) on.
+RECONNECT_BOUND = 60.0
 
 
 def _state(fleet: Fleet, uuid: str) -> str | None:
@@ -290,3 +300,103 @@ def test_a_frozen_broker_stops_services_on_time_and_leaves_no_traceback(
         with contextlib.suppress(ProcessLookupError):
             os.kill(rabbit_pid, signal.SIGCONT)
         fleet.close()
+
+
+def _late_owners(fleet: Fleet, late: set[str]) -> dict[str, str | None]:
+    return {n: owner for n, (owner, _e, _i) in fleet.owners().items() if n in late}
+
+
+def _fanout_queues(topic: str) -> set[str]:
+    """The broker's fanout queues of RPC *topic*: one per process serving it."""
+    listed = server_ctl("rabbitmqctl list_queues --quiet --no-table-headers name")
+    return {name for name in listed.split() if name.startswith(f"{topic}_fanout_")}
+
+
+def _quiet_config(proxy: TcpProxy, etcd_url: str) -> str:
+    """A quiet agent's config, reaching the broker through *proxy*.
+
+    After a pass that claimed, its next is reconcile_interval (300 s) away.
+    Its TTL is longer than the harness's: an agent stops serving after a TTL
+    (5 s at least) without an answer through the broker, and saying so
+    changes its membership view.
+    """
+    return (
+        f"[DEFAULT]\ntransport_url = rabbit://guest:guest@{proxy.url}/\n"
+        "[compute_agent]\nreconcile_interval = 300\nquiet_reconcile_interval = 600\n"
+        f"[coordination]\nbackend_url = {etcd_url}?membership_timeout={QUIET_TTL}\n"
+    )
+
+
+def test_a_quiet_agent_reads_at_once_when_its_broker_connection_comes_back(
+    tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str
+) -> None:
+    """Two quiet agents (their next pass 300 s away); one is cut from the
+    broker until its fanout queue is gone, and an operator imports nodes
+    meanwhile: the conductor's hint (a fanout cast) is lost for it.  Its
+    connection back, it reads its share of the new nodes at once: owned
+    within :data:`RECONNECT_BOUND` s of the heal.  The cut is too short to
+    move anything: the agent never stops serving nor steps aside, and its
+    membership view does not change (which would make it read anyway)."""
+    migrated(pg_url).dispose()
+    port = int(transport_url.rsplit(":", 1)[1].strip("/"))
+    agents = ("agent-a", "agent-b")
+    cut, peer = agents
+    proxies = {agent: TcpProxy(port) for agent in agents}
+    fleet = Fleet(tmp_path, db_url=pg_url, transport_url=transport_url, etcd_url=etcd_url)
+    extra = {agent: _quiet_config(proxy, etcd_url) for agent, proxy in proxies.items()}
+    # A fanout queue outlives its consumer's connection by
+    # rabbit_transient_queues_ttl (30 min by default), keeping what is cast
+    # to it meanwhile: a cut shorter than that loses no cast.  A longer one
+    # does, as does a broker restart (the queue is transient); 1 s stands
+    # for that here.
+    extra[cut] += "[oslo_messaging_rabbit]\nrabbit_transient_queues_ttl = 1\n"
+    try:
+        start_processes(fleet, ["cond-1"], agents, extra=extra)
+        fleet.api.import_nodes(
+            [{"name": f"n{i:02d}", "resource_class": "baremetal"} for i in range(NODES)]
+        )
+        wait_for(lambda: set(fleet.owned_by()) == set(agents), 60, "the agents share the nodes")
+        time.sleep(2.0)  # their passes on the split done: both quiet now
+        # (An earlier test's agents may have left theirs, for 30 min.)
+        queues = _fanout_queues(COMPUTE_TOPIC)
+        assert len(queues) >= 2, queues
+        offset = len(fleet.procs[cut].log())
+
+        proxies[cut].cut()
+        cut_at = time.monotonic()
+        wait_for(lambda: queues - _fanout_queues(COMPUTE_TOPIC), 30, f"{cut}'s fanout queue gone")
+        late = set(
+            fleet.api.import_nodes(
+                [{"name": f"late-{i:02d}", "resource_class": "baremetal"} for i in range(20)]
+            )["uuids"]
+        )
+        # The hint was cast: the peer, which got it, claims its share.
+        wait_for(lambda: peer in _late_owners(fleet, late).values(), 30, f"{peer} claims")
+        proxies[cut].heal()
+        healed = time.monotonic()
+        wait_for(
+            lambda: None not in _late_owners(fleet, late).values(),
+            RECONNECT_BOUND,
+            f"{cut} claims its share of the new nodes",
+        )
+        took = time.monotonic() - healed
+        owners = list(_late_owners(fleet, late).values())
+        print(
+            f"\n{cut} cut {healed - cut_at:.1f} s; owned its {owners.count(cut)} of "
+            f"{len(late)} new nodes {took:.1f} s after the heal (bound {RECONNECT_BOUND:.0f} s)"
+        )
+        assert set(owners) == set(agents)
+        said = fleet.procs[cut].log()[offset:]
+        assert "reachable again" in said, said[-3000:]
+        # Nothing but the reconnection made it read: its view never changed,
+        # and no pass of its own met the cut (it would have retried soon).
+        for moved in ("cannot serve", "leaves the ring", " seen by ", "Membership of "):
+            assert moved not in said, (moved, log_tails(fleet))
+        assert "reconcile failed" not in said, log_tails(fleet)
+        assert fleet.fencing_violations() == []
+    finally:
+        for proxy in proxies.values():
+            proxy.heal()
+        fleet.close()
+        for proxy in proxies.values():
+            proxy.close()
