@@ -44,6 +44,10 @@ _DEEP_EVERY = datetime.timedelta(seconds=5)
 #: Nodes per inventory page.
 _PAGE = 5000
 
+#: Seconds after which a pass reads our own nodes outside the share again
+#: though no hint came (see InventoryReader.expect_owner_changes).
+_OWNER_READ_EVERY = 60.0
+
 #: Which node groups one ring of a view covers: (the groups, or None for
 #: every group but the excluded ones; the excluded groups).
 ShareKey = tuple[tuple[str, ...] | None, tuple[str, ...]]
@@ -75,6 +79,35 @@ def share_rings(
     if not groups and host in others:
         rings[(None, tuple(named))] = {"version": view.ring_version, "members": others}
     return rings
+
+
+def _share_queries(
+    rings: Mapping[ShareKey, dict[str, Any]],
+    previous: Mapping[ShareKey, dict[str, Any]] | None,
+    since: str | None,
+) -> list[dict[str, Any]]:
+    """The reads of our share of each ring: all of it when new to us, else
+    the arcs gained since ``previous`` (whole) and the share's changes."""
+    reads: list[dict[str, Any]] = []
+    for key, ring in rings.items():
+        groups, excluded = key
+        where = {
+            "ring": ring,
+            "groups": None if groups is None else list(groups),
+            "exclude_groups": list(excluded) or None,
+        }
+        before = None if previous is None else previous.get(key)
+        if since is None or before is None:
+            reads.append({**where, "since": None})  # all of it: new to us
+            continue
+        if before != ring:
+            reads.append({**where, "previous_ring": before, "since": None})  # gained
+        reads.append({**where, "since": since})
+    return reads
+
+
+def _moment(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text)
 
 
 def _shares(rings: Mapping[ShareKey, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -121,6 +154,25 @@ class InventoryReader:
     _settle_said = False
     # The nodes the read under way found taken over (see _say_lost).
     _lost_now: list[str]
+    # When our own nodes outside the share were last read (monotonic; None:
+    # due at the next read, see expect_owner_changes).
+    _owner_read_at: float | None = None
+    _owner_as_of: str | None = None  # that read's as_of
+
+    def expect_owner_changes(self) -> None:
+        """The next read also reads our own nodes outside the share: a
+        conductor hinted at a change (an operator moved nodes, a peer
+        handed some over), or our held set was re-read (a re-join).
+
+        Nodes come to us outside our share only that way, so a pass after
+        a membership change or a claim leaves that read out (within
+        :data:`_OWNER_READ_EVERY` of the last): at a cold start it was one
+        of an agent's three or four reads, each a call to a conductor."""
+        self._owner_read_at = None
+
+    def _owner_read_due(self, since: str | None) -> bool:
+        at = self._owner_read_at
+        return since is None or at is None or time.monotonic() - at >= _OWNER_READ_EVERY
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory row (under the lock); 1 for a node found taken over."""
@@ -282,36 +334,39 @@ class InventoryReader:
         or ``None`` when the conductor does not read by share."""
         rings = share_rings(view, self.host, self._groups)
         previous = self._read_rings
-        reads: list[dict[str, Any]] = []
-        for key, ring in rings.items():
-            groups, excluded = key
-            where = {
-                "ring": ring,
-                "groups": None if groups is None else list(groups),
-                "exclude_groups": list(excluded) or None,
-            }
-            before = None if previous is None else previous.get(key)
-            if since is None or before is None:
-                reads.append({**where, "since": None})  # all of it: new to us
-                continue
-            if before != ring:
-                reads.append({**where, "previous_ring": before, "since": None})  # gained
-            reads.append({**where, "since": since})
+        reads = _share_queries(rings, previous, since)
         # The nodes we own outside the shares read above (those in them came
-        # with the share reads).
-        reads.append({"since": since, "outside": _shares(rings)})
+        # with the share reads), when due: its changes since the last such
+        # read (passes may have left it out since).
+        owner_read = self._owner_read_due(since)
+        if owner_read:
+            reads.append({"since": self._owner_since(since), "outside": _shares(rings)})
         if since is not None:
             # What our own claims changed we know from their replies.
             claimed = self._recent_claims()
             reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
+        done = self._run_queries(reads)
+        if done is None:
+            return None
+        if previous is not None and previous != rings:
+            self._forget_outside(view)
+        self._read_rings = rings
+        if owner_read:
+            self._owner_read_at, self._owner_as_of = time.monotonic(), done[2]
+        return done
+
+    def _run_queries(self, reads: list[dict[str, Any]]) -> tuple[int, int, str] | None:
+        """Each read, page by page, learnt: (rows, lost, the first as_of);
+        ``None`` when the conductor does not read by share."""
         seen = lost = 0
         as_of = None
-        unchanged = False
+        unchanged: datetime.datetime | None = None  # nothing changed since then
         for query in reads:
-            if unchanged and query["since"] is not None:
-                # The conductor found no node of the fleet changed since
-                # ``since``: this read would find nothing either (a quiet
-                # fleet's pass is then one call, not one per read).
+            start = None if query["since"] is None else _moment(query["since"])
+            if unchanged is not None and start is not None and start >= unchanged:
+                # The conductor found no node of the fleet changed since: this
+                # read would find nothing either (a quiet fleet's pass is
+                # then one call, not one per read).
                 continue
             marker = None
             while True:
@@ -321,7 +376,8 @@ class InventoryReader:
                 if page is None:
                     return None
                 as_of = as_of or page["as_of"]
-                unchanged = unchanged or bool(page.get("unchanged"))
+                if page.get("unchanged") and start is not None:
+                    unchanged = start if unchanged is None else min(unchanged, start)
                 with self._lock:
                     for item in page["nodes"]:
                         lost += self._learn(item)
@@ -330,10 +386,16 @@ class InventoryReader:
                 if marker is None:
                     break
         assert as_of is not None
-        if previous is not None and previous != rings:
-            self._forget_outside(view)
-        self._read_rings = rings
         return seen, lost, as_of
+
+    def _owner_since(self, since: str | None) -> str | None:
+        """Where the owner read starts: all of it on a first read, else back
+        to the last one's ``as_of`` (with the deep overlap, for a commit
+        that came late)."""
+        if since is None or self._owner_as_of is None:
+            return None
+        start = datetime.datetime.fromisoformat(self._owner_as_of) - _DEEP_OVERLAP
+        return min(start, datetime.datetime.fromisoformat(since)).isoformat()
 
     def _forget_outside(self, view: MembershipView) -> None:
         """Drop the inventory's nodes that are neither our share of ``view`` nor

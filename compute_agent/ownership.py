@@ -282,6 +282,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             before = dict(self._held)
             self._held = {o.node_uuid: o.epoch for o in owned}
             self._pinned = {o.node_uuid for o in owned if o.pinned}
+        if set(self._held) - set(before):
+            self.expect_owner_changes()  # held now, and maybe outside our share
         lost = [n for n, e in before.items() if self._held.get(n) != e]
         if lost:
             # Taken over while away, as designed; the absence was said.

@@ -172,6 +172,8 @@ class Reconciler:
             hinted, self._hinted = self._hinted, False
             if hinted:
                 self._quiet_passes = QuietPasses()
+                # Nodes moved or handed over may be ours outside our share.
+                self.ownership.expect_owner_changes()
             elif time.monotonic() < due and self._quiet_passes.unchanged(view, generation):
                 continue  # the quiet wait goes on: nothing to read yet
             try:

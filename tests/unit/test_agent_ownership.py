@@ -936,6 +936,7 @@ def test_an_agent_reads_only_its_ring_share_of_each_group_and_its_own_nodes(env:
     outside = next(n for n in rack2 if n not in want2)
     ownership.claim_nodes(env.db, "a2", [outside], live_members=set(view.members), rehome_grace=0.0)
     env.conductor.calls.clear()
+    a2.expect_owner_changes()  # as the conductor's hint after a move or hand-over
     assert a2.refresh_inventory() == 1
     assert a2.held() == {outside: env.owners()[outside][1]}  # adopted
 
@@ -1271,9 +1272,11 @@ def test_a_quiet_fleets_change_read_is_one_call(env: Fleet) -> None:
     assert a1.refresh_inventory(deep=False) == 0
     assert len(env.conductor.of("share")) == 1
 
-    # A change anywhere: every read of the pass, as before.
+    # A change anywhere: every read of the pass, as before (the owner read
+    # due: a hint came).
     other = add_nodes(env.db, 1)
     env.conductor.calls.clear()
+    a1.expect_owner_changes()
     a1.refresh_inventory(deep=False)
     assert len(env.conductor.of("share")) == 2
 
@@ -1288,5 +1291,46 @@ def test_a_quiet_fleets_change_read_is_one_call(env: Fleet) -> None:
         return reply
 
     env.conductor.endpoint.list_node_uuids = older  # type: ignore[method-assign]
+    a1.expect_owner_changes()
     a1.refresh_inventory(deep=False)
     assert len(env.conductor.of("share")) == 2
+
+
+def _owner_reads(env: Fleet) -> list[dict[str, Any]]:
+    return [c for c in env.conductor.of("share") if c.get("outside") is not None]
+
+
+@BY_SHARE
+def test_a_pass_reads_its_own_nodes_outside_its_share_only_when_due(
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes come to an agent outside its share only by a move or a
+    hand-over, which a conductor hints at: passes in between leave that read
+    out, and the read that comes misses nothing that changed meanwhile."""
+    clock = [1000.0]
+    monkeypatch.setattr(inventory_reads.time, "monotonic", lambda: clock[0])
+    nodes = add_nodes(env.db, 60)
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    assert a1.refresh_inventory(view=view) > 0
+    assert len(_owner_reads(env)) == 1  # the first read has it
+    outside = sorted(set(nodes) - ring_share(["a1", "a2"], nodes, "a1"))[0]
+    env.conductor.calls.clear()
+    a1.refresh_inventory(deep=False, view=view)
+    assert _owner_reads(env) == []  # a pass within the minute: left out
+    # A node moved to a1 without a hint, then passes that leave the read out.
+    ownership.claim_nodes(env.db, "a1", [outside], live_members={"a1", "a2"}, rehome_grace=0.0)
+    time.sleep(0.6)  # past the passes' overlap: their change reads start after the move
+    for _ in range(2):
+        clock[0] += 1.0
+        a1.refresh_inventory(deep=False, view=view)
+    assert _owner_reads(env) == [] and outside not in a1.held()
+    # The hint: the next pass reads back to the last owner read.
+    a1.expect_owner_changes()
+    a1.refresh_inventory(deep=False, view=view)
+    assert len(_owner_reads(env)) == 1 and outside in a1.held()
+    # No hint for a minute: due again all the same.
+    env.conductor.calls.clear()
+    clock[0] += 61.0
+    a1.refresh_inventory(deep=False, view=view)
+    assert len(_owner_reads(env)) == 1

@@ -223,6 +223,7 @@ def _loop(
         refresh_inventory=refresh,
         reconcile=lambda _view: outcome[0],
         validated_generation=-1,
+        expect_owner_changes=lambda: None,
     )
     agent.placement = None
     agent._conductor = types.SimpleNamespace()  # type: ignore[assignment]
