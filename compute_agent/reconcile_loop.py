@@ -17,8 +17,9 @@ to a conductor; at any fixed pace their sum grows with the agent count, and
 was most of what a quiet fleet cost its conductor.  What others change
 while the fleet is quiet a conductor says (``inventory_changed``, a fanout
 cast after an operator's change of nodes): the next pass comes at once.
-So it does when the agent's broker connection comes back (a cast sent
-while it was away is lost with its queue).
+So it does when the agent's broker connection comes back: a cast sent
+while it was away is lost if its queue went meanwhile (a broker restart,
+or ``rabbit_transient_queues_ttl`` passed without a consumer).
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ class Reconciler:
 
     def broker_reconnected(self) -> None:
         """A broker connection of this process was made again: a hint cast
-        while it was down was lost with its fanout queue, so the next pass
-        comes now, as after a hint."""
+        while it was down is lost if its fanout queue went meanwhile (a
+        broker restart, the queue's expiry), so the next pass comes now, as
+        after a hint."""
         self.inventory_changed(None)
 
     def _reconcile_loop(self) -> None:

@@ -161,9 +161,10 @@ def on_reconnect(callback: Callable[[], None]) -> None:
     """Call *callback* each time one of this process's broker connections is
     made again (in the driver's thread: it must be quick and not raise).
 
-    A fanout queue lives as long as its consumer's connection: what was cast
-    to it while the connection was down is lost, and a service that relies
-    on such casts reads what they would have said on this call.  (The
+    A fanout queue outlives its consumer's connection only until it expires
+    (``rabbit_transient_queues_ttl``, 1800 s) or the broker restarts (it is
+    not durable): what was cast to it meanwhile is then lost, and a service
+    that relies on such casts reads what they would have said on this call.  (The
     driver's own hook is private; its INFO line is not, and :func:`watch`'s
     filter sees every one.)
     """

@@ -96,7 +96,7 @@ def test_an_outage_is_one_warning_and_one_info(
 def test_each_reconnection_calls_back_and_a_first_connection_does_not(
     watched: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fanout cast sent while a connection was down is lost with its queue:
+    """A fanout cast sent while a connection was down is lost if its queue went:
     a service asks to be told of every reconnection (not of the first
     connection, which lost nothing)."""
     caplog.set_level(logging.DEBUG, logger=broker_outage.DRIVER_LOGGER)
