@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import datetime
 import logging
+import sys
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
@@ -137,6 +138,9 @@ class InventoryReader:
     _lock: threading.Lock
     _held: dict[str, int]
     _inventory: dict[str, str]
+    # Each inventory node's power state as the conductor recorded it when
+    # last read (none for a conductor that does not say): see recorded_power.
+    _recorded_power: dict[str, str]
     _inventory_version: int
     _pinned_elsewhere: set[str]
     _refused_by: dict[str, tuple[str, float]]
@@ -177,6 +181,33 @@ class InventoryReader:
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory row (under the lock); 1 for a node found taken over."""
         raise NotImplementedError
+
+    def _learn_page(self, items: Sequence[Mapping[str, Any]]) -> int:
+        """A page's rows (under the lock), with their recorded power states:
+        the nodes found taken over."""
+        lost = 0
+        for item in items:
+            lost += self._learn(item)
+            power = item.get("power_state")
+            if isinstance(power, str):
+                # One string per state, not one per node: an agent reading
+                # the whole fleet keeps 100,000 of these.
+                self._recorded_power[item["uuid"]] = sys.intern(power)
+            else:  # not recorded, or not said (an older conductor)
+                self._recorded_power.pop(item["uuid"], None)
+        return lost
+
+    def recorded_power(self, nodes: Iterable[str]) -> dict[str, str]:
+        """The power states the conductor recorded for ``nodes``, as last read
+        (a node whose record was not read, or does not say, is left out).
+
+        The reporter takes a node whose power it reads as recorded for
+        already reported (:class:`compute_agent.state_reports.StateReports`):
+        at a cold start, a join or a takeover every node it claims would
+        otherwise be sent again, each agent's whole share, for nothing.
+        """
+        with self._lock:
+            return {n: p for n in nodes if (p := self._recorded_power.get(n)) is not None}
 
     def _say_lost(self) -> None:
         """The nodes a read found taken over (:attr:`_lost_now`), in one INFO line.
@@ -322,8 +353,7 @@ class InventoryReader:
             )
             as_of = as_of or page["as_of"]
             with self._lock:
-                for item in page["nodes"]:
-                    lost += self._learn(item)
+                lost += self._learn_page(page["nodes"])
             seen += len(page["nodes"])
             if len(page["nodes"]) < _PAGE:
                 return seen, lost, as_of
@@ -379,8 +409,7 @@ class InventoryReader:
                 if page.get("unchanged") and start is not None:
                     unchanged = start if unchanged is None else min(unchanged, start)
                 with self._lock:
-                    for item in page["nodes"]:
-                        lost += self._learn(item)
+                    lost += self._learn_page(page["nodes"])
                 seen += len(page["nodes"])
                 marker = page["next"]
                 if marker is None:
@@ -408,6 +437,7 @@ class InventoryReader:
         """Forget nodes of the inventory (under the lock)."""
         for node in nodes:
             self._inventory.pop(node, None)
+            self._recorded_power.pop(node, None)
             self._pinned_elsewhere.discard(node)
             self._refused_by.pop(node, None)
         if nodes:

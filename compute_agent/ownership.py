@@ -122,6 +122,7 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         self._lost_now: list[str] = []
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
+        self._recorded_power: dict[str, str] = {}
         # Bumped whenever a node enters the inventory or changes group: the
         # cached ring share (_share) is computed again only then, or when a
         # group's ring changes.

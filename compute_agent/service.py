@@ -572,7 +572,9 @@ class AgentService(Reconciler):
 
     def _report_loop(self) -> None:
         assert self.ownership is not None and self._conductor is not None
-        reports = StateReports(self.conf.compute_agent.full_report_interval)
+        reports = StateReports(
+            self.conf.compute_agent.full_report_interval, recorded=self.ownership.recorded_power
+        )
         sender = StateSender(
             self._conductor,
             self.host,

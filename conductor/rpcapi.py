@@ -510,7 +510,8 @@ class ConductorAPI(LabelCalls):
         limit: int = 5000,
     ) -> dict[str, Any]:
         """``{"nodes": [{uuid, group, owner, epoch, pinned}], "as_of"}``, asked
-        in columns (1.8) of a conductor that serves them."""
+        in columns (1.8) of a conductor that serves them; each node with its
+        recorded ``power_state`` too when the conductor says it."""
         query: dict[str, Any] = {"groups": groups, "since": since, "marker": marker, "limit": limit}
         if self._columns and self.can_send_version("1.8"):
             try:
@@ -540,7 +541,8 @@ class ConductorAPI(LabelCalls):
         outside: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any] | None:
         """A page of the nodes ``ring`` gives ``member`` (1.15), or of those it
-        owns (no ``ring``): ``{"nodes", "as_of", "next"}``; without the rows
+        owns (no ``ring``): ``{"nodes", "as_of", "next"}`` (nodes as
+        :meth:`list_node_uuids`'); without the rows
         last changed by ``member``'s claims stamped ``not_claimed_at``, and
         (of a conductor of 1.19) without its nodes in the shares ``outside``.
 

@@ -18,6 +18,7 @@ from conductor.common.clock import shown
 
 __all__ = [
     "INVENTORY_COLUMNS",
+    "INVENTORY_RECORDS",
     "Flavor",
     "Instance",
     "Node",
@@ -40,10 +41,17 @@ INVENTORY_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Lists of a page in columns that a conductor may leave out (one that
+#: predates them): each node's recorded power state.
+INVENTORY_RECORDS: tuple[tuple[str, str], ...] = (("power_states", "power_state"),)
+
+
 def inventory_entries(page: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The entries of a ``list_node_uuids`` page in columns, one mapping per node."""
-    columns = [page[key] for key, _field in INVENTORY_COLUMNS]
-    fields = [field for _key, field in INVENTORY_COLUMNS]
+    """The entries of a ``list_node_uuids`` page in columns, one mapping per node
+    (with the :data:`INVENTORY_RECORDS` fields the page has)."""
+    present = INVENTORY_COLUMNS + tuple(r for r in INVENTORY_RECORDS if r[0] in page)
+    columns = [page[key] for key, _field in present]
+    fields = [field for _key, field in present]
     return [dict(zip(fields, values, strict=True)) for values in zip(*columns, strict=True)]
 
 

@@ -73,6 +73,8 @@ class InventoryPage:
     #: No node row of the fleet changed since the read's ``changed_after``
     #: (as of ``as_of``): any other change read since then finds nothing.
     unchanged: bool = False
+    #: Each node's recorded power state (``None``: not read).
+    power_states: list[str | None] | None = None
 
 
 def inventory_page(
@@ -100,6 +102,7 @@ def inventory_page(
             NodeModel.owner,
             NodeModel.owner_epoch,
             NodeModel.instance_uuid,
+            NodeModel.power_state,
         )
         .order_by(NodeModel.uuid)
         .limit(limit)
@@ -185,13 +188,14 @@ def share_page(
             limit=limit,
         )
     full = len(rows) >= limit
-    return _page(as_of, rows), ((rows[-1][5], rows[-1][0]) if full else None)
+    return _page(as_of, rows), ((rows[-1].ring_position, rows[-1].uuid) if full else None)
 
 
 def _page(
     as_of: datetime.datetime, rows: Sequence[Any], *, unchanged: bool = False
 ) -> InventoryPage:
-    """Rows of (uuid, group, owner, epoch, instance uuid, ...) as a page in columns."""
+    """Rows of (uuid, group, owner, epoch, instance uuid, power state, ...)
+    as a page in columns."""
     return InventoryPage(
         as_of=as_of,
         unchanged=unchanged,
@@ -200,6 +204,7 @@ def _page(
         owners=[row[2] for row in rows],
         epochs=[row[3] for row in rows],
         pinned=[row[4] is not None for row in rows],
+        power_states=[row[5] for row in rows],
     )
 
 
@@ -209,6 +214,7 @@ _SHARE_COLUMNS = (
     NodeModel.owner,
     NodeModel.owner_epoch,
     NodeModel.instance_uuid,
+    NodeModel.power_state,
     NodeModel.ring_position,
 )
 

@@ -92,6 +92,9 @@ def _inventory_reply(
         "epochs": inventory.epochs,
         "pinned": inventory.pinned,
     }
+    if inventory.power_states is not None:
+        # Additive (no version): an older agent reads the lists it knows.
+        found["power_states"] = inventory.power_states
     reply: dict[str, Any] = {"as_of": inventory.as_of.isoformat(), "next": next_marker}
     if inventory.unchanged:  # only then: older agents never see the key
         reply["unchanged"] = True
@@ -114,6 +117,9 @@ def _outside(
         owners=[inventory.owners[i] for i in keep],
         epochs=[inventory.epochs[i] for i in keep],
         pinned=[inventory.pinned[i] for i in keep],
+        power_states=(
+            None if inventory.power_states is None else [inventory.power_states[i] for i in keep]
+        ),
     )
 
 
@@ -380,6 +386,13 @@ class AgentsEndpoint:
         ``outside`` (1.19, with ``owner``): shares that agent reads by ring,
         ``[{"ring", "groups", "exclude_groups"}]``; its nodes in them are left
         out (read by share already).
+
+        Each entry also carries the node's recorded ``power_state``
+        (``power_states`` in columns), so that an agent's first state
+        report after it starts or claims nodes sends only the states that
+        differ from the record.  Added to the replies without a version:
+        older agents read only the fields they know, and an agent that
+        finds none (an older conductor) reports every node as before.
         """
         group_list = None if groups is None else arguments.check_groups(groups)
         changed_after = None if since is None else arguments.check_time(since, "since")

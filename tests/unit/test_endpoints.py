@@ -1061,6 +1061,37 @@ def test_list_node_uuids_groups_since_and_pages(env: Env) -> None:
     assert pages == first["nodes"]
 
 
+def test_list_node_uuids_says_each_nodes_recorded_power_state(env: Env) -> None:
+    """Every read an agent makes (whole, by share, its own nodes outside its
+    share) says the recorded power state of each node, in both forms: its
+    first state report then sends only what differs (additive: no version)."""
+    uuids = add_nodes(env.db, 40, owner="a1")  # recorded "power off"
+    on = set(uuids[::3])
+    unknown = uuids[1]
+    with env.db.transaction() as session:
+        session.query(NodeModel).filter(NodeModel.uuid.in_(on)).update({"power_state": "power on"})
+        session.query(NodeModel).filter(NodeModel.uuid == unknown).update({"power_state": None})
+
+    def recorded(node: str) -> str | None:
+        return None if node == unknown else "power on" if node in on else "power off"
+
+    def says(page: dict[str, Any]) -> dict[str, str | None]:
+        return dict(zip(page["uuids"], page["power_states"], strict=True))
+
+    whole = env.agents.list_node_uuids(CTXT, columns=True)
+    assert says(whole) == {n: recorded(n) for n in uuids}
+    # One object per node (a caller older than 1.8): the same, as a key.
+    objects = env.agents.list_node_uuids(CTXT)["nodes"]
+    assert {n["uuid"]: n["power_state"] for n in objects} == says(whole)
+    ring = {"version": 1, "members": {"a1": 1.0, "a2": 1.0}}
+    share = says(env.agents.list_node_uuids(CTXT, ring=ring, member="a1", columns=True))
+    assert 0 < len(share) < len(uuids) and share == {n: recorded(n) for n in share}
+    # Its own nodes outside that share: filtered, still each with its own state.
+    outside = env.agents.list_node_uuids(CTXT, owner="a1", outside=[{"ring": ring}], columns=True)
+    assert set(says(outside)) == set(uuids) - set(share)
+    assert says(outside) == {n: recorded(n) for n in says(outside)}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fields"),
     [

@@ -54,7 +54,10 @@ opts = [
             "since the conductor last took it (at scale, re-sending an "
             "unchanged fleet every report_interval costs the conductor more "
             "than anything else it does). The full report corrects a record "
-            "changed by something else. 0: every report is full."
+            "changed by something else. The first report after a start is not "
+            "full when the conductor's inventory reads say the recorded power "
+            "states: it carries the nodes whose state differs from them. "
+            "0: every report is full."
         ),
     ),
     cfg.FloatOpt(
