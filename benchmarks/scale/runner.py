@@ -110,8 +110,11 @@ def run_one(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
 def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, Any]) -> None:
     """Start the conductors, then ``args.steps`` in order, into ``results``."""
     conductors = _start(args, bench, agents, results)
+    _note_rss(bench, results, "start")
     _cold(args, bench, agents, results)
+    _note_rss(bench, results, "cold")
     _changes(args, bench, agents, results)
+    _note_rss(bench, results, "changes")
     if "builds" in args.steps:
         _builds(args, bench, agents, conductors, results)
     for wave in range(1, args.waves + 1):
@@ -124,6 +127,16 @@ def steps(args: argparse.Namespace, bench: Run, agents: int, results: dict[str, 
         bench.log(f"[{agents} agents] ringfleet node list")
         results["node_list"] = bench.node_list()
         bench.log(f"  {results['node_list']['seconds']:.1f} s")
+
+
+def _note_rss(bench: Run, results: dict[str, Any], step: str) -> None:
+    """The conductor's RSS after ``step``, now and the largest so far (MB):
+    what it keeps, against the peaks of the steps behind it."""
+    now = bench.sampler.conductor_rss_mb()
+    results.setdefault("conductor_rss_by_step", {})[step] = {
+        "now": now,
+        "max": bench.sampler.max_rss["conductor"] / 2**20,
+    }
 
 
 def _start(
