@@ -667,8 +667,8 @@ class Membership:
         self._excluded_logged = dict(excluded)
 
     def _report_state(self) -> None:
-        state = self.state
-        with self._lock:
+        with self._lock:  # read and swapped together: no stale state last
+            state = self.state
             old, self._reported_state = self._reported_state, state
         if old is state or old is None:
             return
