@@ -70,6 +70,8 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "ringfleet-compute"
+#: Seconds before a beat the back end failed is tried again (at most the beat interval).
+_RETRY_FAILED_BEAT = 0.25
 
 
 class Membership:
@@ -361,21 +363,27 @@ class Membership:
 
     def _keeper_loop(self) -> None:
         while not self._stopping.is_set():
+            wait = self._beat_interval
             try:
-                self._keep_once()
+                if not self._keep_once():
+                    # A beat that timed out took TTL/2 already: a whole
+                    # interval more left too little of the TTL for the next
+                    # (LOST while an etcd cluster elected a leader).
+                    wait = min(self._beat_interval, _RETRY_FAILED_BEAT)
             except Exception:  # a thread boundary: log, and try again
                 LOG.exception("Membership keeper of %s failed", self._member_id)
             self._report_state()
-            self._wake_keeper.wait(self._beat_interval)
+            self._wake_keeper.wait(wait)
             self._wake_keeper.clear()
 
-    def _keep_once(self) -> None:
+    def _keep_once(self) -> bool:
+        """Connect, beat, (re-)join as needed; False if the back end failed."""
         if self._coordinator is None:
             try:
                 self._connect()
             except Exception as exc:  # etcd3gw's own errors too: the backend is away
                 self._outage.failed(self._action("connecting"), exc)
-                return
+                return False
             self._outage.succeeded(self._action("connecting"))
         started = self._clock()
         previous = self._last_beat
@@ -384,7 +392,7 @@ class Membership:
             self._coordinator.heartbeat()
         except Exception as exc:  # etcd3gw raises its own, untranslated errors
             self._outage.failed(self._action("heartbeat"), exc)
-            return
+            return False
         finally:
             self._beating = False
         # The outage said the gap already (one WARNING): the re-join is its end.
@@ -410,10 +418,11 @@ class Membership:
             self._stay_aside()
         elif self._join and not self._joined:
             if self._superseded_by is not None:
-                return
+                return True
             self._join_group()
         with self._lock:
             self._last_beat = started
+        return True
 
     def _stay_aside(self) -> None:
         """Out of the group while stepped aside: leave it once (said once)."""
@@ -658,8 +667,8 @@ class Membership:
         self._excluded_logged = dict(excluded)
 
     def _report_state(self) -> None:
-        state = self.state
-        with self._lock:
+        with self._lock:  # read and swapped together: no stale state last
+            state = self.state
             old, self._reported_state = self._reported_state, state
         if old is state or old is None:
             return

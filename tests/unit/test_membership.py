@@ -195,6 +195,32 @@ def test_state_follows_the_last_successful_heartbeat(
     assert transitions[-1][1] is State.CONNECTED
 
 
+def test_a_failed_beat_is_tried_again_soon_not_a_beat_interval_later(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    """A beat that timed out took TTL/2 already (an etcd election behind a
+    gateway): the next must come at once, or the lease runs out while the
+    back end is fine again.  A beat that worked waits the interval."""
+    m = make(started)
+    assert m.wait_connected(5)
+    waits: list[float] = []
+    real_wait = m._wake_keeper.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(float(timeout or 0.0))
+        return real_wait(timeout)
+
+    m._wake_keeper.wait = wait  # type: ignore[method-assign]
+    backend.heartbeat_error = ConnectionError("etcd: election in progress")
+    m._wake_keeper.set()
+    wait_until(lambda: len(waits) >= 2)
+    assert m.ttl / 4 == 2.0 and all(w <= 0.25 for w in waits[:2]), waits
+    backend.heartbeat_error = None
+    count = len(waits)
+    wait_until(lambda: len(waits) >= count + 2)
+    assert waits[-1] == m.ttl / 4, waits
+
+
 def _etcd_unreachable() -> coordination.ToozConnectionError:
     """What tooz raises when etcd is away: no message, the reason in its cause."""
     try:
