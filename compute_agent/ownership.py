@@ -123,9 +123,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
         self._recorded_power: dict[str, str] = {}
-        # Bumped whenever a node enters the inventory or changes group: the
-        # cached ring share (_share) is computed again only then, or when a
-        # group's ring changes.
+        # Bumped whenever a node enters the inventory or changes group: the cached
+        # ring share (_share) is computed again only then, or when a group's ring changes.
         self._inventory_version = 0
         self._inventory_groups: set[str] = set()
         self._share: tuple[Hashable, frozenset[str]] | None = None

@@ -387,12 +387,9 @@ class AgentsEndpoint:
         ``[{"ring", "groups", "exclude_groups"}]``; its nodes in them are left
         out (read by share already).
 
-        Each entry also carries the node's recorded ``power_state``
-        (``power_states`` in columns), so that an agent's first state
-        report after it starts or claims nodes sends only the states that
-        differ from the record.  Added to the replies without a version:
-        older agents read only the fields they know, and an agent that
-        finds none (an older conductor) reports every node as before.
+        Each entry also has the recorded ``power_state`` (``power_states``
+        in columns; no version: older agents read the fields they know):
+        an agent's first state report sends only the states that differ.
         """
         group_list = None if groups is None else arguments.check_groups(groups)
         changed_after = None if since is None else arguments.check_time(since, "since")
