@@ -164,11 +164,17 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
         said = [line for line in fleet.procs[cut].log().splitlines() if " WARNING " in line]
         assert len(said) <= 1, said
     finally:
-        for proxy in proxies.values():
-            proxy.heal()
-        fleet.close()
-        for proxy in proxies.values():
-            proxy.close()
+        _close(fleet, proxies)
+
+
+def _close(fleet: Fleet, proxies: dict[str, TcpProxy]) -> None:
+    """The fleet stopped (through healed proxies: a stop must not wait for a
+    cut broker), then the proxies closed."""
+    for proxy in proxies.values():
+        proxy.heal()
+    fleet.close()
+    for proxy in proxies.values():
+        proxy.close()
 
 
 def _said_since(proc_log: str, offset: int) -> tuple[list[str], list[str]]:
@@ -395,8 +401,4 @@ def test_a_quiet_agent_reads_at_once_when_its_broker_connection_comes_back(
         assert "reconcile failed" not in said, log_tails(fleet)
         assert fleet.fencing_violations() == []
     finally:
-        for proxy in proxies.values():
-            proxy.heal()
-        fleet.close()
-        for proxy in proxies.values():
-            proxy.close()
+        _close(fleet, proxies)
