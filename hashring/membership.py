@@ -673,12 +673,14 @@ class Membership:
         if old is state or old is None:
             return
         # A WARNING only for a change nothing else said: a back-end outage
-        # said its own (one WARNING), stepping aside and stopping are chosen.
+        # said its own (one WARNING; a beat sent during it and answered at
+        # its end is old, and SUSPENDED may follow within a TTL), stepping
+        # aside and stopping are chosen.
         deliberate = (
             state is State.CONNECTED
             or self._stopping.is_set()
             or self._aside is not None
-            or self._outage.ongoing
+            or self._outage.said_within(self._ttl)
             or (state is State.SUSPENDED and self._beating)
         )
         log = LOG.info if deliberate else LOG.warning

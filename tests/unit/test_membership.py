@@ -221,6 +221,38 @@ def test_a_failed_beat_is_tried_again_soon_not_a_beat_interval_later(
     assert waits[-1] == m.ttl / 4, waits
 
 
+def test_a_suspension_just_after_an_outage_ended_is_info_not_a_second_warning(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A beat sent during the outage and answered at its end is old: the
+    member may be SUSPENDED within a TTL of the outage's end.  The outage's
+    WARNING said it; later, the same change is a WARNING again."""
+    clock = FakeClock()
+    m = make(started, clock=clock)
+    assert m.wait_connected(5)
+    caplog.set_level(logging.INFO, logger="hashring")
+    m._outage.failed("heartbeat", ConnectionError("etcd frozen"))
+    m._outage.succeeded("heartbeat")  # it answers again
+    beat = m._last_beat
+    assert beat is not None
+    clock.now = beat + m.ttl / 2 + 0.01
+    m._report_state()
+    said = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "-> suspended" in r.getMessage()
+    ]
+    assert [level for level, _ in said] == ["INFO"], said
+    clock.now = beat
+    m._report_state()  # connected again
+    m._outage._ended = time.monotonic() - m.ttl - 1  # the outage long over
+    clock.now = beat + m.ttl / 2 + 0.01
+    caplog.clear()
+    m._report_state()
+    said = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "-> suspended" in r.getMessage()
+    ]
+    assert [level for level, _ in said] == ["WARNING"], said
+
+
 def _etcd_unreachable() -> coordination.ToozConnectionError:
     """What tooz raises when etcd is away: no message, the reason in its cause."""
     try:
