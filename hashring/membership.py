@@ -157,6 +157,7 @@ class Membership:
         # (it cannot serve: see step_aside), or None.
         self._aside: str | None = None
         self._beating = False  # a SUSPENDED meanwhile: the outage says it when the beat fails
+        self._beat_took = 0.0  # seconds the last beat took
         self._view: MembershipView | None = None
         self._reported_state: State | None = None
         self._excluded_logged: dict[str, str] = {}
@@ -370,6 +371,8 @@ class Membership:
                     # interval more left too little of the TTL for the next
                     # (LOST while an etcd cluster elected a leader).
                     wait = min(self._beat_interval, _RETRY_FAILED_BEAT)
+                elif self._beat_took > self._beat_interval:
+                    wait = 0.0  # a slow beat (sent in a freeze) is old: beat again now
             except Exception:  # a thread boundary: log, and try again
                 LOG.exception("Membership keeper of %s failed", self._member_id)
             self._report_state()
@@ -386,10 +389,11 @@ class Membership:
                 return False
             self._outage.succeeded(self._action("connecting"))
         started = self._clock()
-        previous = self._last_beat
+        previous, self._beat_took = self._last_beat, 0.0
         self._beating = True
         try:
             self._coordinator.heartbeat()
+            self._beat_took = self._clock() - started
         except Exception as exc:  # etcd3gw raises its own, untranslated errors
             self._outage.failed(self._action("heartbeat"), exc)
             return False
@@ -672,10 +676,8 @@ class Membership:
             old, self._reported_state = self._reported_state, state
         if old is state or old is None:
             return
-        # A WARNING only for a change nothing else said: a back-end outage
-        # said its own (one WARNING; a beat sent during it and answered at
-        # its end is old, and SUSPENDED may follow within a TTL), stepping
-        # aside and stopping are chosen.
+        # A WARNING only for a change nothing else said: a back-end outage said its
+        # own (also of a TTL after it), stepping aside and stopping are chosen.
         deliberate = (
             state is State.CONNECTED
             or self._stopping.is_set()

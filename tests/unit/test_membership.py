@@ -221,6 +221,39 @@ def test_a_failed_beat_is_tried_again_soon_not_a_beat_interval_later(
     assert waits[-1] == m.ttl / 4, waits
 
 
+def test_a_slow_beat_is_followed_by_another_at_once(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    """A beat sent during a freeze and answered at its end renewed the lease
+    as of its sending, long ago: the member beats again at once rather than
+    be SUSPENDED until the next interval."""
+    clock = FakeClock()
+    m = make(started, clock=clock)
+    assert m.wait_connected(5)
+    waits: list[float] = []
+    real_wait = m._wake_keeper.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(float(timeout or 0.0))
+        return real_wait(timeout)
+
+    m._wake_keeper.wait = wait  # type: ignore[method-assign]
+    coordinator = m._coordinator
+    assert coordinator is not None
+    quick = coordinator.heartbeat
+    slow = [True]
+
+    def heartbeat() -> float:
+        if slow and slow.pop():
+            clock.now += m.ttl / 2  # answered at the thaw
+        return quick()
+
+    coordinator.heartbeat = heartbeat
+    m._wake_keeper.set()
+    wait_until(lambda: len(waits) >= 2)
+    assert waits[:2] == [0.0, m.ttl / 4], waits
+
+
 def test_a_suspension_just_after_an_outage_ended_is_info_not_a_second_warning(
     backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
 ) -> None:
