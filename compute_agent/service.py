@@ -539,7 +539,12 @@ class AgentService(Reconciler):
             LOG.info("Agent %s left the group (membership %s)", self.host, new.value)
         elif new is not State.CONNECTED:
             # Stepped aside, or its back end fails: said once already, at WARNING.
-            said = self.membership.aside is not None or self.membership.backend_failing
+            # From LOST to SUSPENDED is on the way back (a beat the outage delayed).
+            said = (
+                self.membership.aside is not None
+                or self.membership.backend_failing
+                or old is State.LOST
+            )
             level = logging.INFO if said else logging.WARNING
             LOG.log(level, "Agent %s membership %s: node actions suspended", self.host, new.value)
         # Back from LOST: the ownership manager sees the new join generation
