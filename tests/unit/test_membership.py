@@ -195,14 +195,8 @@ def test_state_follows_the_last_successful_heartbeat(
     assert transitions[-1][1] is State.CONNECTED
 
 
-def test_a_failed_beat_is_tried_again_soon_not_a_beat_interval_later(
-    backend: FakeBackend, started: list[Membership]
-) -> None:
-    """A beat that timed out took TTL/2 already (an etcd election behind a
-    gateway): the next must come at once, or the lease runs out while the
-    back end is fine again.  A beat that worked waits the interval."""
-    m = make(started)
-    assert m.wait_connected(5)
+def _keeper_waits(m: Membership) -> list[float]:
+    """Each wait the keeper makes between two beats from now on, in seconds."""
     waits: list[float] = []
     real_wait = m._wake_keeper.wait
 
@@ -211,6 +205,18 @@ def test_a_failed_beat_is_tried_again_soon_not_a_beat_interval_later(
         return real_wait(timeout)
 
     m._wake_keeper.wait = wait  # type: ignore[method-assign]
+    return waits
+
+
+def test_a_failed_beat_is_tried_again_soon_not_a_beat_interval_later(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    """A beat that timed out took TTL/2 already (an etcd election behind a
+    gateway): the next must come at once, or the lease runs out while the
+    back end is fine again.  A beat that worked waits the interval."""
+    m = make(started)
+    assert m.wait_connected(5)
+    waits = _keeper_waits(m)
     backend.heartbeat_error = ConnectionError("etcd: election in progress")
     m._wake_keeper.set()
     wait_until(lambda: len(waits) >= 2)
@@ -230,14 +236,7 @@ def test_a_slow_beat_is_followed_by_another_at_once(
     clock = FakeClock()
     m = make(started, clock=clock)
     assert m.wait_connected(5)
-    waits: list[float] = []
-    real_wait = m._wake_keeper.wait
-
-    def wait(timeout: float | None = None) -> bool:
-        waits.append(float(timeout or 0.0))
-        return real_wait(timeout)
-
-    m._wake_keeper.wait = wait  # type: ignore[method-assign]
+    waits = _keeper_waits(m)
     coordinator = m._coordinator
     assert coordinator is not None
     quick = coordinator.heartbeat
