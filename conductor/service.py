@@ -400,6 +400,10 @@ class ConductorService:
         self._stopped.set()
         LOG.info("Conductor %s stopped", self.conf.host)
 
+    def threads_left(self) -> int:
+        """None: a conductor's stop waits for (or cuts short) every step."""
+        return 0
+
     @property
     def stop_step(self) -> str:
         """What the stop is doing now (the runner names it if its deadline passes)."""

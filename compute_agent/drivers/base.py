@@ -291,7 +291,7 @@ class ComputeDriver(abc.ABC):
 
     def threads_left_waiting(self) -> frozenset[int]:
         """Once :meth:`stop_waiting` was called: the threads (idents) inside a
-        request to a back end that followed transitions run on their own.
+        request to a back end, an action's or an accept's (an RPC call's).
 
         The stop does not wait for them: a hung back end answers no sooner
         than its request timeout, and what such a request asked for is

@@ -15,8 +15,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Container, Iterator, Sequence
+from typing import Any, Final
 
 import oslo_messaging as messaging
 from oslo_config import cfg
@@ -499,9 +499,14 @@ def get_server(
     return rpc_server
 
 
-def stop_server(server: messaging.RPCServer) -> None:
+def stop_server(
+    server: messaging.RPCServer, *, left: Callable[[], Container[int]] = frozenset
+) -> int:
     """Stop *server* without losing a call sent to it: every call the broker
     delivered is answered, every later one goes to a peer of its topic.
+    How many calls it left running: the calls in threads that *left* names
+    (inside a request to a hung back end) are not waited for -- their
+    callers time out and retry, as after a crash.
 
     oslo.messaging's ``stop()`` ends the listener's poll but leaves its
     consumers registered until the connection closes, after ``wait()``: the
@@ -521,4 +526,36 @@ def stop_server(server: messaging.RPCServer) -> None:
         except Exception as exc:  # the broker is away: nothing more is delivered anyway
             LOG.debug("RPC server's consumers not cancelled: %s", exc)
     server.stop()
-    server.wait()
+    failed: list[Exception] = []
+
+    def wait() -> None:
+        try:
+            server.wait()
+        except Exception as exc:  # raised below, in the stopping thread
+            failed.append(exc)
+
+    waiting = threading.Thread(target=wait, name="rpc-server-wait", daemon=True)
+    waiting.start()
+    while True:
+        waiting.join(_RECHECK_LEFT_S)
+        if failed:
+            raise failed[0]
+        if not waiting.is_alive():
+            return 0
+        busy, leaving = _busy_threads(server), left()
+        if busy and all(ident in leaving for ident in busy):
+            return len(busy)
+
+
+#: Seconds between two looks at which calls a stopping server may leave.
+_RECHECK_LEFT_S: Final = 0.1
+
+
+def _busy_threads(server: messaging.RPCServer) -> set[int]:
+    """The threads of *server*'s executor running a call now (idents)."""
+    workers = getattr(getattr(server, "_work_executor", None), "_workers", ())
+    return {
+        worker.ident
+        for worker in workers
+        if worker.ident is not None and worker.is_alive() and not worker.idle
+    }

@@ -46,6 +46,10 @@ class Service(Protocol):
         """What the stop is doing now (named if the deadline passes)."""
         ...
 
+    def threads_left(self) -> int:
+        """Threads a finished stop left waiting for a hung dependency."""
+        ...
+
 
 def run_service(service: Service, prog: str) -> int:
     """Run until SIGTERM/SIGINT (graceful stop); SIGHUP reloads.  An exit code."""
@@ -86,6 +90,10 @@ def run_service(service: Service, prog: str) -> int:
     stopper.join(deadline)
     if stopper.is_alive():
         _abandon(prog, deadline, service.stop_step)
+    if service.threads_left():
+        # The interpreter's exit would join them (futurist joins its RPC
+        # workers): as long as the dependency takes to answer.
+        _exit_now()
     # run() returns as soon as the stop is done, unless it is still starting
     # (waiting for a dependency): a daemon thread, left behind.
     runner.join(_RUN_RETURNS_S)
@@ -97,7 +105,14 @@ def _abandon(prog: str, deadline: float, step: str) -> None:
     LOG.warning(
         "%s: stop not finished after %.0f s, still %s: exiting without it", prog, deadline, step
     )
-    logging.shutdown()
     # Not sys.exit: the interpreter would wait for the library threads that
     # are stuck on the dependency (oslo.messaging's connection retries).
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """Exit at once, the logs and standard streams flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)

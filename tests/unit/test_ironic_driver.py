@@ -1205,6 +1205,35 @@ def test_a_stop_leaves_an_action_inside_a_request_to_a_hung_ironic(
     assert results.builds == [] and driver.destroyed == 0 and fake.writes == []
 
 
+def test_a_stop_leaves_an_accept_inside_its_read_of_a_hung_ironic(
+    tmp_path: Path, fake: FakeIronic
+) -> None:
+    """An accept (an RPC call's thread) reading a frozen Ironic is named to
+    the stop, which leaves it (the RPC server does not wait for it)."""
+    driver = CountingDriver(make_conf(tmp_path), HOST, client=fake)  # type: ignore[arg-type]
+    actions = NodeActions(HOST, driver, StubOwnership(), Results())  # type: ignore[arg-type]
+    ironic_node = fake.add()
+    fake.request_timeout = 3600.0
+    fake.answering.clear()
+    accepting: set[int] = set()
+
+    def accept() -> None:
+        accepting.add(threading.get_ident())
+        actions.build(new_instance(), ring_node(ironic_node), EPOCH)
+
+    caller = threading.Thread(target=accept, daemon=True)
+    caller.start()
+    try:
+        wait_for(lambda: fake.hanging == 1, 5, "the accept's read hangs")
+        assert driver.threads_left_waiting() == frozenset()  # not stopping
+        actions.stop_accepting()
+        assert driver.threads_left_waiting() == accepting
+    finally:
+        fake.answering.set()
+    caller.join(5)
+    assert driver.threads_left_waiting() == frozenset()
+
+
 def test_a_build_accepted_while_ironic_is_down_waits_for_it_and_deploys(
     tmp_path: Path, fake: FakeIronic
 ) -> None:

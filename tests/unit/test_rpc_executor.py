@@ -110,3 +110,48 @@ def test_the_rpc_server_runs_its_calls_in_the_quiet_pool() -> None:
         server.stop()
         server.wait()
         transport.cleanup()
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_a_stopping_server_leaves_only_the_calls_it_is_told_to_leave(left: bool) -> None:
+    """A call inside a request to a hung back end is left running (its
+    caller times out and retries); any other call is waited for."""
+    conf = cfg.ConfigOpts()
+    rpc.register_opts(conf)
+    conf([], project="ringfleet-test")
+    transport = messaging.get_rpc_transport(conf, url="fake:/")
+    running, release = threading.Event(), threading.Event()
+    inside: set[int] = set()
+
+    class Endpoint:
+        target = messaging.Target(version="1.0")
+
+        def hang(self, context: dict[str, Any]) -> None:
+            inside.add(threading.get_ident())
+            running.set()
+            release.wait(30)
+
+    server = rpc.get_server(transport, "leaving", "host-1", [Endpoint()])
+    server.start()
+    try:
+        client = messaging.get_rpc_client(transport, messaging.Target(topic="leaving"))
+        client.cast({}, "hang")
+        assert running.wait(10)
+        outcome: list[int] = []
+        stopping = threading.Thread(
+            target=lambda: outcome.append(
+                rpc.stop_server(server, left=lambda: inside if left else frozenset())
+            )
+        )
+        stopping.start()
+        stopping.join(2.0)
+        if left:
+            assert outcome == [1]
+        else:
+            assert stopping.is_alive()  # waits for the call
+            release.set()
+            stopping.join(10)
+            assert outcome == [0]
+    finally:
+        release.set()
+        transport.cleanup()

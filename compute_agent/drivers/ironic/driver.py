@@ -172,7 +172,8 @@ class IronicDriver(ComputeDriver):
         if outage.down:  # an accept must answer at once: the deploy waits for Ironic
             raise ServiceUnavailable(outage.reason or "Ironic unavailable")
         try:
-            found = self._ironic.get_node(node.uuid, action="inspect", quick=_INSPECT_WITHIN)
+            with self._requesting_now():  # (an accept's RPC thread: a stop leaves it)
+                found = self._ironic.get_node(node.uuid, action="inspect", quick=_INSPECT_WITHIN)
         except IronicNodeGone as exc:
             # Deleted from Ironic before the inventory sync retired it:
             # no build can ever succeed here.

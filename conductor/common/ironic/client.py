@@ -216,7 +216,8 @@ class BaremetalClient:
         """
         bound = {} if quick is None else {"timeout": quick}
         with self._translated(node_uuid, action, quick=quick):
-            response = self._proxy.get(
+            proxy = self._proxy.made(quick) if isinstance(self._proxy, _LazyProxy) else self._proxy
+            response = proxy.get(
                 f"/nodes/{node_uuid}",
                 params={"fields": ",".join(_NODE_GET_FIELDS)},
                 microversion=ironic_conf.API_VERSION,
@@ -313,6 +314,11 @@ class BaremetalClient:
         started = self._last_sent = time.monotonic()
         try:
             yield
+        except _DiscoveryPending:
+            # (Only a bounded read waits less than the attempt takes.)
+            raise ServiceUnavailable(
+                f"Ironic did not answer {action} within {quick:g} s (discovering its API)"
+            ) from None
         except ks_exceptions.ConnectTimeout as exc:
             if quick is None:
                 raise self.outage.unavailable(
@@ -346,6 +352,10 @@ class BaremetalClient:
             self.outage.answered(started)
 
 
+class _DiscoveryPending(Exception):
+    """The proxy is still being made when a bounded caller's time is up."""
+
+
 class _LazyProxy:
     """openstacksdk's baremetal proxy, made at its first use.
 
@@ -354,18 +364,67 @@ class _LazyProxy:
     starting at all.  Every use is inside :meth:`BaremetalClient._translated`,
     so a failed discovery is an outage like any failed request, and the next
     use tries again.
+
+    One attempt at a time, shared: a thread that needs the proxy while
+    another attempt runs waits for that attempt and gets its outcome, its
+    failure too.  (Each waiting thread making its own attempt in turn, a
+    hung Ironic cost the last of N threads N request timeouts.)  The attempt
+    runs on a thread of its own, so that a caller with a bound (a quick
+    read) waits no longer than that.
     """
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make
         self._proxy: Any = None
         self._lock = threading.Lock()
+        self._attempt: _Attempt | None = None
+
+    def made(self, within: float | None = None) -> Any:
+        """The proxy, made now if need be.
+
+        :raises _DiscoveryPending: not made within *within* seconds
+        """
+        with self._lock:
+            if self._proxy is not None:
+                return self._proxy
+            attempt = self._attempt
+            if attempt is None:
+                attempt = self._attempt = _Attempt(self._make, self._ended)
+        return attempt.outcome(within)
+
+    def _ended(self, proxy: Any) -> None:
+        with self._lock:
+            self._proxy, self._attempt = proxy, None
 
     def __getattr__(self, name: str) -> Any:
-        with self._lock:
-            if self._proxy is None:
-                self._proxy = self._make()
-        return getattr(self._proxy, name)
+        return getattr(self.made(), name)
+
+
+class _Attempt:
+    """One attempt at making the proxy, on its own thread; *ended* gets the
+    proxy (None if it failed) before any waiter is told."""
+
+    def __init__(self, make: Callable[[], Any], ended: Callable[[Any], None]) -> None:
+        self._make, self._ended = make, ended
+        self._done = threading.Event()
+        self._proxy: Any = None
+        self._failure: BaseException | None = None
+        threading.Thread(target=self._run, name="ironic-discovery", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._proxy = self._make()
+        except BaseException as exc:  # every waiter raises it
+            self._failure = exc
+        self._ended(self._proxy)
+        self._done.set()
+
+    def outcome(self, within: float | None) -> Any:
+        if not self._done.wait(within):
+            raise _DiscoveryPending
+        if self._failure is not None:
+            raise self._failure
+        return self._proxy
 
 
 def _is_locked(exc: openstack.exceptions.HttpException) -> bool:
