@@ -47,6 +47,7 @@ from conductor.db.models import NodeModel, utcnow
 
 __all__ = [
     "PAGE",
+    "ChangedRows",
     "IndexRow",
     "InventoryPage",
     "arc_batches",
@@ -410,9 +411,19 @@ def index_rows(db: Database, *, page: int = PAGE) -> Iterator[Sequence[IndexRow]
         last_id = rows[-1][0]
 
 
+@dataclasses.dataclass(frozen=True)
+class ChangedRows:
+    """One page of :func:`changed_index_rows`: its rows, and when it was read
+    (this process's clock, taken before its statement ran: every commit
+    before that instant is in it)."""
+
+    read_at: datetime.datetime
+    rows: Sequence[IndexRow]
+
+
 def changed_index_rows(
     db: Database, since: datetime.datetime, *, page: int = PAGE, free_only: bool = False
-) -> Iterator[Sequence[IndexRow]]:
+) -> Iterator[ChangedRows]:
     """Rows of the nodes changed at or after ``since``, oldest change first, in pages.
 
     Each row is an :data:`IndexRow` and then ``updated_at``.  Paged by
@@ -432,8 +443,9 @@ def changed_index_rows(
         # A read connection: on SQLite a transaction takes the write lock,
         # and the conductor refreshes every second, busy or not.
         with db.read() as connection:
+            read_at = utcnow()
             rows = connection.execute(query, parameters).all()
-        yield rows
+        yield ChangedRows(read_at, rows)
         if len(rows) < page:
             return
         last_changed, last_uuid = rows[-1][15], rows[-1][1]

@@ -492,17 +492,21 @@ class Scheduler:
             return self._resync_locked()
 
     def _refresh_locked(self) -> int:
-        started, started_at = self._clock(), utcnow()
+        started = self._clock()
         with self._lock:
             generation = self._index.generation
-        rows = list(source.load_changed(self._db, self._since))
-        self._apply(rows, generation)
+        position, count = source.RefreshPosition(self._since, self._overlap), 0
+        for changed in source.changed_pages(self._db, self._since):
+            self._apply(changed.nodes, generation)
+            position.read(changed)
+            count += len(changed.nodes)
         with self._lock:
             self._index.forget_local_changes(generation)
-        self._since = started_at - self._overlap
+        if position.next is not None:  # (always: the last page is never full)
+            self._since = position.next
         self._refreshed_at = started
-        LOG.debug("Node index refreshed: %d changed rows", len(rows))
-        return len(rows)
+        LOG.debug("Node index refreshed: %d changed rows", count)
+        return count
 
     def _apply(self, rows: Sequence[tuple[Node, HardwareKey]], generation: int) -> None:
         """Put rows read since the index's *generation* in it, a chunk per lock hold."""

@@ -16,6 +16,7 @@ parsing them is a tenth of a read) and the mappings are read-only.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections.abc import Iterator, Mapping
@@ -29,7 +30,14 @@ from conductor.scheduler.fastnode import new_node
 from conductor.scheduler.index import HardwareKey, hardware_key_of
 from conductor.validation.capabilities import stored_capabilities
 
-__all__ = ["NodeDecoder", "load_all", "load_changed"]
+__all__ = [
+    "ChangedNodes",
+    "NodeDecoder",
+    "RefreshPosition",
+    "changed_pages",
+    "load_all",
+    "load_changed",
+]
 
 
 _PROVISION_STATES = {state.value: state for state in ProvisionState}
@@ -135,7 +143,61 @@ def load_changed(
 
     :param free_only: only the nodes that may take an instance now
     """
+    for changed in changed_pages(db, since, page=page, free_only=free_only):
+        yield from changed.nodes
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangedNodes:
+    """One page of changed nodes, decoded, and what places it among the changes."""
+
+    read_at: datetime.datetime  # before its statement ran
+    nodes: list[tuple[Node, HardwareKey]]
+    last_changed: datetime.datetime | None  # its last row's change time
+    full: bool  # more pages follow
+
+
+def changed_pages(
+    db: Database, since: datetime.datetime, *, page: int = node_pages.PAGE, free_only: bool = False
+) -> Iterator[ChangedNodes]:
+    """:func:`load_changed`, a page at a time: applied as read, a burst of
+    changes is never held whole in memory."""
     decoder = NodeDecoder()
-    for rows in node_pages.changed_index_rows(db, since, page=page, free_only=free_only):
-        for row in rows:
-            yield decoder.decode(row)
+    for changed in node_pages.changed_index_rows(db, since, page=page, free_only=free_only):
+        rows = changed.rows
+        yield ChangedNodes(
+            changed.read_at,
+            [decoder.decode(row) for row in rows],
+            rows[-1][15] if rows else None,
+            len(rows) >= page,
+        )
+
+
+class RefreshPosition:
+    """Where the next incremental read must start, from the pages this one read.
+
+    A row's change time is taken when its transaction starts, so a row may
+    commit up to ``overlap`` after its time (the option's contract, clock
+    skew included), behind a page already read.  A page read at ``R``
+    covering the change times from ``L`` to its last row's misses only rows
+    of that range changed after ``R - overlap``: the next read starts at the
+    earliest such instant of any page (at the latest page's ``R - overlap``
+    for the open end).  That is the refresh's start less ``overlap`` when
+    it keeps up with the writes, as before.  When it does not -- a burst of
+    claims read page after page for seconds -- the rows its pages read long
+    after their change are not read again (at a 100-agent cold start, 76,000
+    of 177,000 rows).
+    """
+
+    def __init__(self, since: datetime.datetime, overlap: datetime.timedelta) -> None:
+        self._lower = since
+        self._overlap = overlap
+        self.next: datetime.datetime | None = None
+
+    def read(self, page: ChangedNodes) -> None:
+        """Account for one page (in order)."""
+        uncertain = max(self._lower, page.read_at - self._overlap)
+        if not page.full or page.last_changed is None or uncertain <= page.last_changed:
+            self.next = uncertain if self.next is None else min(self.next, uncertain)
+        if page.last_changed is not None:
+            self._lower = page.last_changed

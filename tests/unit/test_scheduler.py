@@ -572,18 +572,18 @@ def test_a_refresh_read_before_a_local_allocation_does_not_undo_it(
     sched = scheduler(db)
     sched.refresh()
     nodes.set_maintenance(db, node_uuid, False, None)  # a change the next refresh reads
-    real = source.load_changed
+    real = source.changed_pages
 
     def read_then_allocate(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        rows = list(real(*args, **kwargs))  # the node, free
+        pages = list(real(*args, **kwargs))  # the node, free
         # Meanwhile another thread of this conductor allocates it.
         sched.select_and_allocate(GOLD, new_instances(db, 1)[0], live_members={"agent-1"})
-        return iter(rows)
+        return iter(pages)
 
-    monkeypatch.setattr(source, "load_changed", read_then_allocate)
+    monkeypatch.setattr(source, "changed_pages", read_then_allocate)
     sched.refresh()
     assert sched.stats()["free"] == 0
-    monkeypatch.setattr(source, "load_changed", real)
+    monkeypatch.setattr(source, "changed_pages", real)
     sched.refresh()  # the next refresh reads the allocated row
     assert sched.stats() | {"lost_races": 0} == {
         "nodes": 1,

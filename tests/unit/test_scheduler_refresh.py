@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where the scheduler's next incremental refresh starts: never after a change
+it may have missed, and not back over what a lagging read already read."""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from conductor.db import node_pages
+from conductor.db.engine import Database
+from conductor.db.models import NodeModel, utcnow
+from conductor.scheduler import source
+from conductor.scheduler.source import ChangedNodes, RefreshPosition
+from tests.dbutil import migrated
+from tests.unit.test_scheduler import insert_nodes, scheduler
+
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
+OVERLAP = datetime.timedelta(seconds=2)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = migrated(f"sqlite:///{tmp_path / 'ringfleet.db'}")
+    yield database
+    database.dispose()
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def page(read_at: float, last: float | None, *, full: bool) -> ChangedNodes:
+    return ChangedNodes(at(read_at), [], None if last is None else at(last), full)
+
+
+def test_a_read_that_keeps_up_starts_the_next_one_overlap_before_it() -> None:
+    position = RefreshPosition(at(0), OVERLAP)
+    position.read(page(10, 9.5, full=False))
+    assert position.next == at(8)  # the refresh's start less the overlap, as before
+
+
+def test_pages_read_long_after_their_changes_are_not_read_again() -> None:
+    """A burst read page after page, each page's changes older than the
+    overlap when read: only from where the read caught up."""
+    position = RefreshPosition(at(0), OVERLAP)
+    position.read(page(10, 3, full=True))  # changes 0..3, read at 10: all committed
+    position.read(page(11, 7, full=True))
+    position.read(page(12, 11.5, full=True))  # caught up: 10..11.5 may miss a late commit
+    position.read(page(13, 12.8, full=False))
+    assert position.next == at(10)  # not at(8): 0..10 is read once
+
+
+def test_a_page_whose_changes_may_still_commit_holds_the_next_start_back() -> None:
+    position = RefreshPosition(at(0), OVERLAP)
+    position.read(page(5, 4.5, full=True))  # 3..4.5 may still see a late commit
+    position.read(page(30, 29, full=False))
+    assert position.next == at(3)
+
+
+def test_an_empty_read_starts_the_next_one_overlap_before_it() -> None:
+    position = RefreshPosition(at(7), OVERLAP)
+    position.read(page(10, None, full=False))
+    assert position.next == at(8)
+    position = RefreshPosition(at(9), OVERLAP)
+    position.read(page(10, None, full=False))
+    assert position.next == at(9)  # never after where this read began
+
+
+def test_a_refresh_does_not_read_again_what_its_pages_read_long_after_the_change(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of one row, each read 30 s after its change (a lagging read):
+    the next refresh reads only what changed since, including a late commit
+    within the overlap of the last page."""
+    nodes = insert_nodes(db, 4)
+    sched = scheduler(db, refresh_overlap=2.0)
+    sched.refresh()  # built
+    now = utcnow()
+    for offset, uuid in enumerate(nodes[:3], start=1):
+        stamp = now + datetime.timedelta(seconds=offset)
+        with db.transaction() as session:
+            session.execute(
+                update(NodeModel).where(NodeModel.uuid == uuid).values(updated_at=stamp)
+            )
+    monkeypatch.setattr(source, "changed_pages", functools.partial(source.changed_pages, page=1))
+    later = now + datetime.timedelta(seconds=30)
+    monkeypatch.setattr(node_pages, "utcnow", lambda: later)
+    assert sched.refresh() == 4  # the three, and the fourth's insert (within the overlap)
+    assert sched.refresh() == 0  # was 4: from the first refresh's start less the overlap
+    # A transaction stamped within the overlap of the last read, committed after it.
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == nodes[3])
+            .values(updated_at=later - datetime.timedelta(seconds=1))
+        )
+    assert sched.refresh() == 1
