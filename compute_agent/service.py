@@ -221,6 +221,7 @@ class AgentService(Reconciler):
             self.host,
             [endpoint],
             observe=self.metrics.rpc_served,
+            observe_cpu=self.metrics.rpc_served_cpu,
         )
         broker_outage.on_reconnect(self.broker_reconnected)
         self._server.start()

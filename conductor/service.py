@@ -141,6 +141,7 @@ class ConductorService:
             conf.host,
             self._endpoints(db, fleet, builds, compute),
             observe=self.metrics.rpc_served,
+            observe_cpu=self.metrics.rpc_served_cpu,
         )
         self._join_group(membership)
         self._start_serving(scheduler, builds)

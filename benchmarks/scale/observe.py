@@ -32,6 +32,7 @@ __all__ = [
     "ring_owners",
     "rows_summary",
     "rpc_served",
+    "rpc_served_cpu",
     "scrape",
     "since",
 ]
@@ -165,6 +166,20 @@ def rpc_served(text: str) -> dict[str, tuple[int, float]]:
         entry = served.setdefault(method, [0.0, 0.0])
         entry[0 if kind == "count" else 1] += float(value)
     return {method: (int(count), seconds) for method, (count, seconds) in served.items()}
+
+
+RPC_SERVED_CPU = re.compile(
+    r'^ringfleet_rpc_server_cpu_seconds_total\{[^}]*method="([^"]+)"[^}]*\} (\S+)$', re.M
+)
+
+
+def rpc_served_cpu(text: str) -> dict[str, float]:
+    """Method -> CPU seconds its calls took, from a service's metrics page
+    (``ringfleet_rpc_server_cpu_seconds_total``; none from an older one)."""
+    spent: dict[str, float] = {}
+    for method, value in RPC_SERVED_CPU.findall(text):
+        spent[method] = spent.get(method, 0.0) + float(value)
+    return spent
 
 
 def scrape(url: str) -> str:

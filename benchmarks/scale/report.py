@@ -45,6 +45,15 @@ def traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"{traffic['quiet_calls_s']:.1f}",
             )
         )
+    spent = traffic.get("cpu_s_by_method") or {}
+    if spent:  # (conductors older than the metric say nothing)
+        top = sorted(spent.items(), key=lambda item: -item[1])[:4]
+        rows.append(
+            (
+                "  conductor CPU in its calls, by method (s)",
+                ", ".join(f"{method} {seconds:.2f}" for method, seconds in top),
+            )
+        )
     return rows
 
 

@@ -242,19 +242,25 @@ class Run:
         agents = self.agents()
         before = self.meter()
         rows_before = self.rows_read()
-        served_before = self.traffic.served_by_method()
+        served_before, cpu_before = self.traffic.served_by_method()
         start = self.traffic.sample()
         time.sleep(seconds)
         costs = self.costs_since(before, self.clients(len(agents)))
         rows = since(self.rows_read(), rows_before)
         moved = octets(start, self.traffic.sample())
         per_min = 60 / seconds
+        served_after, cpu_after = self.traffic.served_by_method()
         served = {
             method: (
                 (count - served_before.get(method, (0, 0.0))[0]) * per_min,
                 (spent - served_before.get(method, (0, 0.0))[1]) * per_min,
             )
-            for method, (count, spent) in self.traffic.served_by_method().items()
+            for method, (count, spent) in served_after.items()
+        }
+        cpu = {
+            method: round((spent - cpu_before.get(method, 0.0)) * per_min, 3)
+            for method, spent in cpu_after.items()
+            if spent > cpu_before.get(method, 0.0)
         }
         etcd = costs["etcd"]
         return {
@@ -273,6 +279,7 @@ class Run:
             "broker_mb_per_min": None if moved is None else moved / 1e6 * per_min,
             "calls_per_min": {m: c for m, (c, _s) in served.items() if c > 0},
             "call_seconds_per_min": {m: s for m, (c, s) in served.items() if c > 0},
+            "call_cpu_s_per_min": cpu,
         }
 
     def _wait_reports_done(self, step: float = 3.0, most: float = 90.0) -> None:
@@ -281,7 +288,7 @@ class Run:
         deadline = time.monotonic() + most
         previous, still = None, 0
         while time.monotonic() < deadline and still < 2:
-            count = self.traffic.served_by_method().get("report_node_states", (0, 0.0))[0]
+            count = self.traffic.served_by_method()[0].get("report_node_states", (0, 0.0))[0]
             still = still + 1 if count == previous else 0
             previous = count
             time.sleep(step)

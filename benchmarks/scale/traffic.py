@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.scale.observe import METRICS_AT, rpc_served, scrape
+from benchmarks.scale.observe import METRICS_AT, rpc_served, rpc_served_cpu, scrape
 from tests.harness import ServiceProcess
 
 __all__ = ["Sample", "Traffic", "close_rates", "octets"]
 
 #: (monotonic time, broker bytes per connection, conductor calls served)
 #: (monotonic time, broker bytes per connection, calls served, calls by method)
-Sample = tuple[float, dict[str, int] | None, int, dict[str, int]]
+Sample = tuple[float, dict[str, int] | None, int, dict[str, int], dict[str, float]]
 
 
 def octets(start: Sample, end: Sample) -> int | None:
@@ -67,21 +67,27 @@ class Traffic:
                 counts[name] = int(received) + int(rest)
         return counts
 
-    def served_by_method(self) -> dict[str, tuple[int, float]]:
-        """Method -> (calls, seconds) the running conductors served so far."""
+    def served_by_method(self) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
+        """Method -> (calls, seconds) the running conductors served so far,
+        and method -> the CPU seconds those calls took."""
         total: dict[str, tuple[int, float]] = {}
+        cpu: dict[str, float] = {}
         for proc in self.conductors():
             found = METRICS_AT.search(proc.log())
             if found is None or not proc.running():
                 continue
-            for method, (count, seconds) in rpc_served(scrape(found.group(2))).items():
+            page = scrape(found.group(2))
+            for method, (count, seconds) in rpc_served(page).items():
                 calls, spent = total.get(method, (0, 0.0))
                 total[method] = (calls + count, spent + seconds)
-        return total
+            for method, seconds in rpc_served_cpu(page).items():
+                cpu[method] = cpu.get(method, 0.0) + seconds
+        return total, cpu
 
     def sample(self) -> Sample:
-        by_method = {method: count for method, (count, _s) in self.served_by_method().items()}
-        return time.monotonic(), self.broker_bytes(), sum(by_method.values()), by_method
+        served, cpu = self.served_by_method()
+        by_method = {method: count for method, (count, _s) in served.items()}
+        return time.monotonic(), self.broker_bytes(), sum(by_method.values()), by_method, cpu
 
     def quiet_rate(self, windows: int = 12) -> tuple[float | None, float]:
         """Bytes/s and calls/s of the fleet once quiet: windows of
@@ -130,6 +136,11 @@ class Traffic:
                 method: count - start[3].get(method, 0)
                 for method, count in sorted(end[3].items())
                 if count > start[3].get(method, 0)
+            },
+            "cpu_s_by_method": {
+                method: round(seconds - start[4].get(method, 0.0), 3)
+                for method, seconds in sorted(end[4].items())
+                if seconds > start[4].get(method, 0.0)
             },
             "quiet_broker_kb_s": None if quiet is None or quiet[0] is None else quiet[0] / 1e3,
             "quiet_calls_s": None if quiet is None else quiet[1],

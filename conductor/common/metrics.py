@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from wsgiref.simple_server import WSGIServer
 
 from oslo_config import cfg
-from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from conductor.common.exception import ConfigurationError
 from hashring.membership import MembershipView, State
@@ -62,6 +62,13 @@ class ServiceMetrics:
             buckets=RPC_BUCKETS,
             registry=reg,
         )
+        self._rpc_served_cpu = Counter(
+            "ringfleet_rpc_server_cpu_seconds_total",
+            "CPU time of the RPC calls served by this service (the serving "
+            "thread's), by method: what each kind of call costs the process.",
+            ["host", "method"],
+            registry=reg,
+        )
         self._rpc_made = Histogram(
             "ringfleet_rpc_client_duration_seconds",
             "RPC calls this service made (agent to conductor, conductor to agent), "
@@ -91,6 +98,9 @@ class ServiceMetrics:
 
     def rpc_served(self, method: str, outcome: str, seconds: float) -> None:
         self._rpc_served.labels(self.host, method, outcome).observe(seconds)
+
+    def rpc_served_cpu(self, method: str, cpu_seconds: float) -> None:
+        self._rpc_served_cpu.labels(self.host, method).inc(cpu_seconds)
 
     def rpc_made(self, method: str, outcome: str, seconds: float) -> None:
         self._rpc_made.labels(self.host, method, outcome).observe(seconds)

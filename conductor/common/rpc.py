@@ -34,6 +34,7 @@ __all__ = [
     "COMPUTE_TOPIC",
     "CONDUCTOR_TOPIC",
     "NOT_SERVED",
+    "CpuObserver",
     "NoConsumer",
     "RpcObserver",
     "call",
@@ -63,6 +64,9 @@ ALLOWED_EXMODS = ["conductor.common.exception"]
 #: Told of every RPC call made or served: (method, outcome, seconds).
 RpcObserver = Callable[[str, str, float], None]
 
+#: Told of every RPC call served: (method, CPU seconds of the thread that served it).
+CpuObserver = Callable[[str, float], None]
+
 
 class NoConsumer(messaging.MessagingTimeout):  # type: ignore[misc]
     """No server has ever consumed the call's topic: the broker returned the call at once.
@@ -84,6 +88,10 @@ class NoConsumer(messaging.MessagingTimeout):  # type: ignore[misc]
 
 def _ignore(method: str, outcome: str, seconds: float) -> None:
     """The default :data:`RpcObserver`: calls are not measured."""
+
+
+def _ignore_cpu(method: str, cpu_seconds: float) -> None:
+    """The default :data:`CpuObserver`: calls are not measured."""
 
 
 def outcome_of(exc: BaseException | None) -> str:
@@ -340,28 +348,35 @@ class _ExpectedErrors:
     ``context`` of ``use_json`` records), and is timed for ``observe``.
     """
 
-    def __init__(self, endpoint: Any, observe: RpcObserver = _ignore) -> None:
+    def __init__(
+        self, endpoint: Any, observe: RpcObserver = _ignore, observe_cpu: CpuObserver = _ignore_cpu
+    ) -> None:
         self._endpoint = endpoint
         self._observe = observe
+        self._observe_cpu = observe_cpu
         self.target = getattr(endpoint, "target", None)
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._endpoint, name)
         if name.startswith("_") or not callable(attribute):
             return attribute
-        observe = self._observe
+        observe, observe_cpu = self._observe, self._observe_cpu
         signature = inspect.signature(attribute)
 
         def served(ctxt: Any, *args: Any, **kwargs: Any) -> Any:
             # Timed inside expected_exceptions: it re-raises ours wrapped.
-            with _request_context(ctxt), observed(observe, name):
-                _check_decodable(ctxt)
-                # Arguments the method does not take are the caller's
-                # mistake, not a TypeError (an ERROR with a traceback here).
-                _check_arguments(signature, kwargs)
-                # The one rule for strings (and nesting) of every call.
-                checks.check_text_everywhere(kwargs)
-                return attribute(ctxt, *args, **kwargs)
+            cpu = time.thread_time()
+            try:
+                with _request_context(ctxt), observed(observe, name):
+                    _check_decodable(ctxt)
+                    # Arguments the method does not take are the caller's
+                    # mistake, not a TypeError (an ERROR with a traceback here).
+                    _check_arguments(signature, kwargs)
+                    # The one rule for strings (and nesting) of every call.
+                    checks.check_text_everywhere(kwargs)
+                    return attribute(ctxt, *args, **kwargs)
+            finally:
+                observe_cpu(name, time.thread_time() - cpu)
 
         return messaging.expected_exceptions(RingfleetError)(served)
 
@@ -476,12 +491,15 @@ def get_server(
     endpoints: Sequence[Any],
     *,
     observe: RpcObserver = _ignore,
+    observe_cpu: CpuObserver = _ignore_cpu,
 ) -> messaging.RPCServer:
     """An RPC server (threading executor, idle threads asleep) for ``endpoints``.
 
     Only the API methods of the endpoints are callable (functions their class
     defines, not starting with ``_``): not an attribute such as ``target``.
-    ``observe`` is told of every call served (method, outcome, seconds).
+    ``observe`` is told of every call served (method, outcome, seconds);
+    ``observe_cpu`` of the CPU time each took (its thread's: work it left
+    to another thread is not counted).
     """
     target = messaging.Target(topic=topic, server=server)
     _quiet_client_mistakes()
@@ -489,7 +507,7 @@ def get_server(
     rpc_server = messaging.get_rpc_server(
         transport,
         target,
-        [_ExpectedErrors(endpoint, observe) for endpoint in endpoints],
+        [_ExpectedErrors(endpoint, observe, observe_cpu) for endpoint in endpoints],
         serializer=messaging.NoOpSerializer(),
         access_policy=_ApiMethodsOnly,
     )

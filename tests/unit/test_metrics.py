@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import oslo_messaging as messaging
 import pytest
 from oslo_config import cfg
 from oslo_context import context as request_context
@@ -30,7 +31,7 @@ from compute_agent.metrics import AgentMetrics
 from compute_agent.service import AgentService
 from conductor.common import conf as common_conf
 from conductor.common import rpc
-from conductor.common.exception import ConfigurationError, DatabaseUnavailable
+from conductor.common.exception import ConfigurationError, DatabaseUnavailable, InvalidInput
 from conductor.common.metrics import ALL_GROUPS, MetricsServer
 from conductor.metrics import ConductorMetrics
 from conductor.rpcapi import ConductorAPI
@@ -420,3 +421,39 @@ def test_served_calls_run_under_the_callers_request_id() -> None:
     assert seen[0] == "req-1"
     assert seen[1] is not None and seen[1].startswith("req-") and seen[1] != "req-1"
     assert request_context.get_current() is None  # nothing left on the thread
+
+
+def test_served_calls_report_the_cpu_time_their_thread_spent() -> None:
+    """What a call costs the process, not how long it waited (a sleep, the
+    database): one observation per call, refused ones too."""
+    spent: list[tuple[str, float]] = []
+
+    class Endpoint:
+        def spin(self, ctxt: dict[str, Any]) -> None:
+            started = time.thread_time()
+            while time.thread_time() - started < 0.05:
+                pass
+
+        def nap(self, ctxt: dict[str, Any]) -> None:
+            time.sleep(0.2)
+
+        def refuse(self, ctxt: dict[str, Any]) -> None:
+            raise InvalidInput([])
+
+    served = rpc._ExpectedErrors(Endpoint(), observe_cpu=lambda m, s: spent.append((m, s)))
+    served.spin({})
+    served.nap({})
+    with pytest.raises(messaging.ExpectedException):  # InvalidInput, as RPC re-raises it
+        served.refuse({})
+    assert [method for method, _ in spent] == ["spin", "nap", "refuse"]
+    assert spent[0][1] >= 0.05
+    assert spent[1][1] < 0.05  # asleep: no CPU
+    metrics = ConductorMetrics("c")
+    metrics.rpc_served_cpu("spin", 0.25)
+    metrics.rpc_served_cpu("spin", 0.5)
+    assert (
+        metrics.registry.get_sample_value(
+            "ringfleet_rpc_server_cpu_seconds_total", {"host": "c", "method": "spin"}
+        )
+        == 0.75
+    )

@@ -157,6 +157,16 @@ def test_rpc_served_by_method_sums_the_outcomes() -> None:
     assert observe.rpc_served(page) == {"list_node_uuids": (242, 6.5)}
 
 
+def test_rpc_served_cpu_by_method_sums_the_hosts() -> None:
+    page = (
+        'ringfleet_rpc_server_cpu_seconds_total{host="c1",method="claim_share"} 1.25\n'
+        'ringfleet_rpc_server_cpu_seconds_total{host="c2",method="claim_share"} 0.5\n'
+        'ringfleet_rpc_server_cpu_seconds_created{host="c1",method="claim_share"} 1.7e9\n'
+        'ringfleet_rpc_server_cpu_seconds_total{host="c1",method="resume_work"} 0.25\n'
+    )
+    assert observe.rpc_served_cpu(page) == {"claim_share": 1.75, "resume_work": 0.25}
+
+
 def test_goal_join_bytes_against_the_joiners_share() -> None:
     res = _run(10, 10.0, 50.0, 1000)  # 50 kB per row read
     res["join"] = {
