@@ -51,7 +51,14 @@ _RETRY_SOON = 0.5
 
 class QuietPasses:
     """The wait before the next pass: ``interval``; twice that after a quiet
-    pass; ``quiet_interval`` after two in a row (never below ``interval``)."""
+    pass; ``quiet_interval`` after two in a row (never below ``interval``).
+
+    A pass that took its whole share (every claim granted, settled) counts
+    as one quiet pass, on a new view too: what it did is done, and what a
+    peer does next in its share -- a release, a hand-over -- is hinted.  (At
+    a cold start of 100 agents, the pass that only confirmed it was one call
+    per agent, a sixth of the conductor's calls.)
+    """
 
     def __init__(self) -> None:
         self._quiet = 0  # quiet passes in a row
@@ -89,7 +96,15 @@ class QuietPasses:
             and not (result.lost or result.rehomed or result.retry_soon)
             and result.retry_in is None
         )
-        self._quiet = self._quiet + 1 if quiet else 0
+        took_share = (
+            result is not None
+            and result.claimed > 0
+            and result.settled
+            and not (result.released or result.refused or result.lost or result.rehomed)
+            and not result.retry_soon
+            and result.retry_in is None
+        )
+        self._quiet = self._quiet + 1 if quiet else 1 if took_share else 0
         if self._quiet == 0:
             return interval
         if self._quiet == 1:

@@ -124,7 +124,8 @@ def test_two_quiet_passes_in_a_row_take_the_wait_to_the_quiet_interval() -> None
     [
         {"rows_read": 3},
         {"result": None},
-        {"result": ReconcileResult(5, 5, 1, 0, 0, settled=True)},
+        {"result": ReconcileResult(5, 5, 1, 0, 0, converged=True, settled=False)},
+        {"result": ReconcileResult(5, 5, 1, 0, 0, retry_in=1.0, settled=True)},
         {"result": ReconcileResult(5, 5, 0, 1, 0, settled=True)},
         {"result": ReconcileResult(5, 4, 0, 0, 1, settled=True)},
         {"result": ReconcileResult(5, 4, 0, 0, 0, converged=True, settled=False)},
@@ -136,7 +137,8 @@ def test_two_quiet_passes_in_a_row_take_the_wait_to_the_quiet_interval() -> None
     ids=[
         "rows read",
         "postponed",
-        "claimed",
+        "claimed, waits for a pin",
+        "claimed, retry in",
         "released",
         "refused",
         "waits for a pin",
@@ -156,6 +158,19 @@ def test_anything_but_a_quiet_pass_brings_the_interval_back(change: dict[str, An
     after = call["view"]
     assert passes.delay(5.0, 40.0, view=after, rows_read=0, result=QUIET) == 10.0
     assert passes.delay(5.0, 40.0, view=after, rows_read=0, result=QUIET) == 40.0
+
+
+def test_a_pass_that_took_its_whole_share_counts_as_one_quiet_pass() -> None:
+    """A cold start: the claims were all granted, on a new view: one more
+    pass (at twice the interval) confirms, then the quiet interval."""
+    passes = QuietPasses()
+    took = ReconcileResult(5, 5, 5, 0, 0, converged=True, settled=True)
+    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=9, result=took) == 10.0
+    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=0, result=QUIET) == 600.0
+    # Some refused (a peer still holds them): not quiet.
+    passes = QuietPasses()
+    partly = ReconcileResult(5, 3, 3, 0, 2, settled=False)
+    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=9, result=partly) == 5.0
 
 
 def test_a_quiet_interval_at_or_below_the_interval_never_slows_down() -> None:
@@ -242,8 +257,9 @@ def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change(
     busy = ReconcileResult(5, 5, 2, 0, 0, settled=True)
     waits = _loop(monkeypatch, [(0, QUIET)] * 4 + [(3, QUIET), (0, busy), (0, QUIET), (0, QUIET)])
     # The wait before each pass: 5 s at first, 10 s after a quiet pass, the
-    # quiet interval (20 s) after two; rows read or a claim bring it back to 5 s.
-    assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 5.0, 10.0, 20.0]
+    # quiet interval (20 s) after two; rows read bring it back to 5 s; a pass
+    # that took its whole share counts as one quiet pass.
+    assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 10.0, 20.0, 20.0]
 
 
 def test_a_broker_reconnection_makes_the_next_pass_come_now(
