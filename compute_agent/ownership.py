@@ -156,8 +156,10 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         # over just before it leaves, and our view may still show it for a
         # moment; releasing them back to it meanwhile would only churn.
         self._adopted_at: dict[str, float] = {}
-        # The membership's join generation our held set was read under.
+        # The membership's join generation our held set was read under, and
+        # how many nodes that read found.
         self._validated_generation = -1
+        self._validated_held = 0
         # After a re-join, no claim before this (monotonic): peers that were
         # cut off with us (the etcd member we all use was away past the TTL)
         # re-join within a heartbeat of us, and until then our view lacks
@@ -264,6 +266,12 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         with self._lock:
             return self._validated_generation
 
+    @property
+    def held_when_validated(self) -> int:
+        """How many nodes the conductor recorded as ours at the last validation."""
+        with self._lock:
+            return self._validated_held
+
     def needs_revalidation(self) -> bool:
         return self._validated_generation != self._membership.join_generation
 
@@ -281,6 +289,7 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             self._validated_generation = generation
             before = dict(self._held)
             self._held = {o.node_uuid: o.epoch for o in owned}
+            self._validated_held = len(self._held)
             self._pinned = {o.node_uuid for o in owned if o.pinned}
         if set(self._held) - set(before):
             self.expect_owner_changes()  # held now, and maybe outside our share

@@ -322,3 +322,23 @@ def test_a_suspension_does_not_cut_a_quiet_wait_short(monkeypatch: pytest.Monkey
     suspended = [False, False, False, True]
     waits = _loop(monkeypatch, [(0, QUIET)] * 4, early=frozenset({3}), suspended=suspended)
     assert waits == [5.0, 5.0, 10.0, 20.0, 19.0, 20.0]
+
+
+@pytest.mark.parametrize("held", [0, 5])
+def test_work_is_resumed_once_per_validation_and_only_with_nodes_held(held: int) -> None:
+    """In-flight work is on nodes the agent held when it (re)validated: an
+    agent that held none (a cold start) has nothing to have routed again."""
+    calls: list[str] = []
+    agent = Reconciler()
+    agent.host = "a1"
+    agent._init_reconciler()
+    agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
+        validated_generation=1, held_when_validated=held
+    )
+    agent._conductor = types.SimpleNamespace(  # type: ignore[assignment]
+        can_send_version=lambda version: True,
+        resume_work=lambda host: calls.append(host) or {"builds": 0, "teardowns": 0},
+    )
+    agent._resume_work()
+    agent._resume_work()  # the same validation: not again
+    assert calls == (["a1"] if held else [])
