@@ -37,7 +37,7 @@ from compute_agent.metrics import AgentMetrics, group_counts
 from compute_agent.share_claims import ShareClaimer
 from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
-from hashring.ring import Ring
+from hashring.ring import ring_of
 
 __all__ = ["OwnershipManager", "ReconcileResult", "ShareKey", "share_rings"]
 
@@ -386,7 +386,7 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         for group, node_ids in by_group.items():
             if self.host not in rings[group]:
                 continue
-            owners = Ring(rings[group], version=view.ring_version).assign(node_ids)
+            owners = ring_of(rings[group], version=view.ring_version).assign(node_ids)
             share.update(n for n, owner in zip(node_ids, owners, strict=True) if owner == self.host)
         frozen = frozenset(share)
         self._share = (key, frozen)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hashring.ring import Ring
+from hashring.ring import Ring, ring_of
 
 __all__ = ["Member", "MembershipView", "State"]
 
@@ -110,4 +110,4 @@ class MembershipView:
         Each node group has its own ring among the members that serve it,
         so a member limited to some racks never receives nodes of others.
         """
-        return Ring(self.weights_for(group, exclude), version=self.ring_version)
+        return ring_of(self.weights_for(group, exclude), version=self.ring_version)

@@ -333,7 +333,9 @@ def test_the_ring_share_follows_every_change_of_rings_or_inventory_and_only_thos
             placements.append(len(node_ids))
             return super().assign(node_ids)
 
-    monkeypatch.setattr(agent_ownership, "Ring", CountingRing)
+    monkeypatch.setattr(
+        agent_ownership, "ring_of", lambda members, version=1: CountingRing(members, version)
+    )
     rack1 = grouped_nodes(env.db, "rack1", 40)
     rack2 = grouped_nodes(env.db, "rack2", 40)
     env.live({"a1": [], "a2": ["rack2"]})

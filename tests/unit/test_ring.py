@@ -30,6 +30,7 @@ from hashring.ring import (
     Ring,
     moves,
     node_position,
+    ring_of,
     subtract_arcs,
 )
 
@@ -324,3 +325,13 @@ def test_invalid_version_is_refused(version: object) -> None:
         Ring(["a"], version=version)  # type: ignore[arg-type]
     assert isinstance(err.value, ValueError)
     assert err.value.version == version
+
+
+def test_ring_of_shares_one_ring_per_members_and_version() -> None:
+    one = ring_of({"a": 1.0, "b": 2.0}, version=3)
+    assert ring_of({"b": 2.0, "a": 1.0}, version=3) is one  # the same members, any order
+    assert one == Ring({"a": 1.0, "b": 2.0}, version=3)
+    assert ring_of({"a": 1.0, "b": 2.0}, version=4) is not one
+    assert ring_of({"a": 1.0, "b": 1.0}, version=3) is not one
+    with pytest.raises(InvalidMemberError):
+        ring_of({"": 1.0})
