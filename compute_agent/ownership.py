@@ -123,8 +123,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         self._pinned: set[str] = set()
         self._inventory: dict[str, str] = {}
         self._recorded_power: dict[str, str] = {}
-        # Bumped whenever a node enters the inventory or changes group: the cached
-        # ring share (_share) is computed again only then, or when a group's ring changes.
+        # Bumped whenever a node enters the inventory or changes group: the cached ring
+        # share (_share) is computed again only then, or when a group's ring changes.
         self._inventory_version = 0
         self._inventory_groups: set[str] = set()
         self._share: tuple[Hashable, frozenset[str]] | None = None
@@ -156,10 +156,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         # over just before it leaves, and our view may still show it for a
         # moment; releasing them back to it meanwhile would only churn.
         self._adopted_at: dict[str, float] = {}
-        # The membership's join generation our held set was read under, and
-        # how many nodes that read found.
-        self._validated_generation = -1
-        self._validated_held = 0
+        # The join generation our held set was read under; how many it found.
+        self._validated_generation, self._validated_held = -1, 0
         # After a re-join, no claim before this (monotonic): peers that were
         # cut off with us (the etcd member we all use was away past the TTL)
         # re-join within a heartbeat of us, and until then our view lacks
