@@ -113,9 +113,13 @@ def test_cold_start_and_join_converge_on_the_ring(
             assert row["measured"] == results[step]["seconds"]  # type: ignore[index]
         share = scale_bench.join_share_mb(results)
         assert share is not None and share > 0
-        (label, value), _quiet = traffic_rows(join)
+        (label, value), _quiet, (cpu_label, cpu_value) = traffic_rows(join)
         assert "broker MB / conductor calls" in label
         assert value == f"{traffic['broker_mb']:.1f} / {traffic['calls']:,}"
+        # The conductor's CPU by method, of the methods it served.
+        spent = traffic["cpu_s_by_method"]
+        assert spent and set(spent) <= set(traffic["calls_by_method"])
+        assert "by method" in cpu_label and max(spent, key=spent.__getitem__) in cpu_value
         # A wave (--waves): another agent joins, builds, kill -9 of it.
         args.builds, args.batch = 10, 5
         rss = bench.sampler.max_rss
