@@ -389,9 +389,11 @@ class AgentService(Reconciler):
         self.metrics_server.stop()
 
     def threads_left(self) -> int:
-        """Threads a finished stop left inside a request to the back end: the
-        process exits without waiting for them."""
-        return 0 if self.actions is None else self.actions.left_waiting()
+        """Threads a finished stop left inside a request to the back end, and
+        the steps it cut short: the process exits without waiting for them."""
+        steps = self._stop_steps
+        cut = 0 if steps is None else len(steps.cut)
+        return cut + (0 if self.actions is None else self.actions.left_waiting())
 
     @property
     def stop_step(self) -> str:

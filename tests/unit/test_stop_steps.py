@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from conductor.common.stop_steps import StopSteps
+from conductor.service import ConductorService
 
 
 def test_a_step_that_hangs_is_cut_short_and_the_next_steps_still_run(
@@ -48,3 +49,20 @@ def test_the_reserve_is_kept_for_the_steps_that_must_always_run() -> None:
     assert spent.run("leaving the group", lambda: None, 30.0, reserved=True) is True
     assert spent.current == "leaving the group"
     hang.set()
+
+
+def test_a_conductor_whose_stop_cut_a_step_short_leaves_its_thread_to_the_exit() -> None:
+    """The runner exits without joining what a cut step left running (the
+    interpreter would wait for it: an RPC call that does not end)."""
+    service = ConductorService.__new__(ConductorService)
+    service._stop_steps = None
+    assert service.threads_left() == 0
+    release = threading.Event()
+    steps = StopSteps("Conductor c", 5.0)
+    steps.run("a step that hangs", lambda: release.wait(10), 0.1)
+    steps.run("a step that ends", lambda: None, 1.0)
+    service._stop_steps = steps
+    try:
+        assert service.threads_left() == 1
+    finally:
+        release.set()
