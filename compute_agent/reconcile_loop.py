@@ -87,23 +87,18 @@ class QuietPasses:
         postponed): seconds until the next."""
         same_view, self._view = view == self._view, view
         self._generation = generation
-        quiet = (
-            same_view
-            and rows_read == 0
-            and result is not None
-            and result.settled
-            and not (result.claimed or result.released or result.refused)
-            and not (result.lost or result.rehomed or result.retry_soon)
-            and result.retry_in is None
-        )
-        took_share = (
+        # Settled, and nothing moved away or waits: all that may differ
+        # between a quiet pass and one that took its whole share is claims.
+        done = (
             result is not None
-            and result.claimed > 0
             and result.settled
             and not (result.released or result.refused or result.lost or result.rehomed)
             and not result.retry_soon
             and result.retry_in is None
         )
+        claimed = 0 if result is None else result.claimed
+        quiet = done and same_view and rows_read == 0 and not claimed
+        took_share = done and claimed > 0
         self._quiet = self._quiet + 1 if quiet else 1 if took_share else 0
         if self._quiet == 0:
             return interval

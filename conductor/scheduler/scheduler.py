@@ -502,8 +502,7 @@ class Scheduler:
             count += len(changed.nodes)
         with self._lock:
             self._index.forget_local_changes(generation)
-        if position.next is not None:  # (always: the last page is never full)
-            self._since = position.next
+        self._since = position.next
         self._refreshed_at = started
         LOG.debug("Node index refreshed: %d changed rows", count)
         return count

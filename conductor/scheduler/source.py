@@ -192,12 +192,17 @@ class RefreshPosition:
     def __init__(self, since: datetime.datetime, overlap: datetime.timedelta) -> None:
         self._lower = since
         self._overlap = overlap
-        self.next: datetime.datetime | None = None
+        self._next: datetime.datetime | None = None
+
+    @property
+    def next(self) -> datetime.datetime:
+        """Where the next read starts (where this one did, before any page)."""
+        return self._lower if self._next is None else self._next
 
     def read(self, page: ChangedNodes) -> None:
         """Account for one page (in order)."""
         uncertain = max(self._lower, page.read_at - self._overlap)
         if not page.full or page.last_changed is None or uncertain <= page.last_changed:
-            self.next = uncertain if self.next is None else min(self.next, uncertain)
+            self._next = uncertain if self._next is None else min(self._next, uncertain)
         if page.last_changed is not None:
             self._lower = page.last_changed

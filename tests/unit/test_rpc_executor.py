@@ -144,10 +144,11 @@ def test_a_stopping_server_leaves_only_the_calls_it_is_told_to_leave(left: bool)
             )
         )
         stopping.start()
-        stopping.join(2.0)
         if left:
-            assert outcome == [1]
+            stopping.join(10)  # returns while the call still runs
+            assert outcome == [1] and not release.is_set()
         else:
+            stopping.join(2.0)
             assert stopping.is_alive()  # waits for the call
             release.set()
             stopping.join(10)

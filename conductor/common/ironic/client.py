@@ -158,7 +158,8 @@ class BaremetalClient:
     """
 
     def __init__(self, proxy: Any, endpoint: str) -> None:
-        self._proxy = proxy
+        """*proxy*: openstacksdk's baremetal proxy, or one made at first use."""
+        self._proxy = proxy if isinstance(proxy, _LazyProxy) else _LazyProxy.of(proxy)
         self.endpoint = endpoint
         self.outage = ServiceOutage("Ironic", endpoint)
         self._last_sent = time.monotonic()  # when the latest request was sent
@@ -216,8 +217,7 @@ class BaremetalClient:
         """
         bound = {} if quick is None else {"timeout": quick}
         with self._translated(node_uuid, action, quick=quick):
-            proxy = self._proxy.made(quick) if isinstance(self._proxy, _LazyProxy) else self._proxy
-            response = proxy.get(
+            response = self._proxy.made(quick).get(
                 f"/nodes/{node_uuid}",
                 params={"fields": ",".join(_NODE_GET_FIELDS)},
                 microversion=ironic_conf.API_VERSION,
@@ -378,6 +378,13 @@ class _LazyProxy:
         self._proxy: Any = None
         self._lock = threading.Lock()
         self._attempt: _Attempt | None = None
+
+    @classmethod
+    def of(cls, proxy: Any) -> _LazyProxy:
+        """One made already (a proxy given to the client)."""
+        lazy = cls(lambda: proxy)
+        lazy._proxy = proxy
+        return lazy
 
     def made(self, within: float | None = None) -> Any:
         """The proxy, made now if need be.
