@@ -58,6 +58,7 @@ __all__ = [
     "KeyPairModel",
     "NodeModel",
     "NodePowerRequestModel",
+    "NodeWriteModel",
     "QuotaLimitModel",
     "QuotaProjectModel",
     "QuotaUserModel",
@@ -165,6 +166,27 @@ class NodeModel(Base):
     failed_builds: Mapped[int] = mapped_column(
         Integer, nullable=False, default=0, server_default="0"
     )
+
+
+class NodeWriteModel(Base):
+    """A write of many node rows under way, and the change time it stamps them with.
+
+    A row's ``updated_at`` is taken when its transaction starts, and every
+    reader of changes (the schedulers' node index, the agents' change reads)
+    starts its next read a short overlap before its previous one: a write
+    that commits later than that after its stamp -- an import of 100,000
+    nodes, a share's claims on a busy database -- would never be read.  Such
+    a write is recorded here, in a transaction of its own, before it begins,
+    and deleted when it ends; a change read is "as of" the earliest stamp of
+    those still open (:mod:`conductor.db.node_writes`).  ``expires_at``: after
+    it the record is taken for abandoned (its conductor died mid-write).
+    """
+
+    __tablename__ = "node_writes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stamp: Mapped[datetime.datetime] = mapped_column(_Timestamp, nullable=False)
+    expires_at: Mapped[datetime.datetime] = mapped_column(_Timestamp, nullable=False)
 
 
 class FlavorModel(Base):

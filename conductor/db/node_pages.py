@@ -42,6 +42,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Executable
 
+from conductor.db import node_writes
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 
@@ -63,8 +64,9 @@ __all__ = [
 class InventoryPage:
     """One page of ``list_node_uuids``: the nodes' fields as columns, in uuid order."""
 
-    #: Taken before the read: a later read of the changes since ``as_of``
-    #: cannot miss a change this one did not see.
+    #: Taken before the read, and no later than the stamp of a long write
+    #: still open (:mod:`conductor.db.node_writes`): a later read of the
+    #: changes since ``as_of`` cannot miss a change this one did not see.
     as_of: datetime.datetime
     uuids: list[str]
     groups: list[str]
@@ -119,24 +121,30 @@ def inventory_page(
     # A Core read, not a Session: at 100k nodes every agent reads the whole
     # fleet at start, and the Session's bookkeeping was a third of it.
     with db.read() as connection:
-        if not _changed_since(connection, changed_after):
+        as_of, changed = _read_start(connection, as_of, changed_after)
+        if not changed:
             return _page(as_of, [], unchanged=True)
         rows = connection.execute(query).all()
     return _page(as_of, rows)
 
 
-def _changed_since(connection: Connection, since: datetime.datetime | None) -> bool:
-    """Whether any node row changed at or after ``since`` (``None``: yes).
+def _read_start(
+    connection: Connection, now: datetime.datetime, since: datetime.datetime | None
+) -> tuple[datetime.datetime, bool]:
+    """A read's "as of" (:func:`conductor.db.node_writes.as_of`) and whether
+    any node row changed at or after ``since`` (``None``: yes), in one statement.
 
     One probe of the index on ``updated_at``: in a quiet fleet every
     agent's change reads find nothing, and each one's filters (thousands
     of arcs, its claims) cost the database and the conductor far more than
     this; a fleet that changed pays the probe on top, which is little.
     """
+    earliest = node_writes.earliest_open(now)
     if since is None:
-        return True
+        return node_writes.as_of(now, connection.execute(select(earliest)).scalar()), True
     probe = select(NodeModel.uuid).where(NodeModel.updated_at >= since).limit(1)
-    return connection.execute(probe).first() is not None
+    first, found = connection.execute(select(earliest, probe.scalar_subquery())).one()
+    return node_writes.as_of(now, first), found is not None
 
 
 #: Arcs per statement where the arcs are written into it (not PostgreSQL):
@@ -177,7 +185,8 @@ def share_page(
     if claimed is not None:
         conditions.extend(_not_claimed_at(*claimed))
     with db.read() as connection:
-        if not _changed_since(connection, changed_after):
+        as_of, changed = _read_start(connection, as_of, changed_after)
+        if not changed:
             return _page(as_of, [], unchanged=True), None
         rows = _rows_in_arcs(
             db,
@@ -414,8 +423,9 @@ def index_rows(db: Database, *, page: int = PAGE) -> Iterator[Sequence[IndexRow]
 @dataclasses.dataclass(frozen=True)
 class ChangedRows:
     """One page of :func:`changed_index_rows`: its rows, and when it was read
-    (this process's clock, taken before its statement ran: every commit
-    before that instant is in it)."""
+    (this process's clock, taken before its statement ran, and no later than
+    the stamp of a long write still open: every row stamped before that
+    instant is in it)."""
 
     read_at: datetime.datetime
     rows: Sequence[IndexRow]
@@ -443,7 +453,7 @@ def changed_index_rows(
         # A read connection: on SQLite a transaction takes the write lock,
         # and the conductor refreshes every second, busy or not.
         with db.read() as connection:
-            read_at = utcnow()
+            read_at = node_writes.horizon(connection, utcnow())
             rows = connection.execute(query, parameters).all()
         yield ChangedRows(read_at, rows)
         if len(rows) < page:

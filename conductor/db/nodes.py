@@ -34,7 +34,7 @@ from conductor.common.clock import shown
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.common.provision_states import Event as NodeEvent
-from conductor.db import bulk
+from conductor.db import bulk, node_writes
 from conductor.db.backend_observations import (
     BACK_END_COLUMNS,
     BackEndObservation,
@@ -178,10 +178,10 @@ def insert_nodes(
         name or uuid exists already, as :func:`existing_clashes` names them
         (an import checked and written in one call)
     """
-    now = utcnow()
     seen = observed or {}
     try:
-        with db.writing() as connection:
+        # Recorded while it runs: an import commits seconds after its stamp.
+        with node_writes.recorded(db) as now, db.writing() as connection:
             for start in range(0, len(specs), bulk.COPY_CHUNK):
                 chunk = specs[start : start + bulk.COPY_CHUNK]
                 rows = [_new_row(spec, now, seen.get(spec.uuid)) for spec in chunk]

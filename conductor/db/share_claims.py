@@ -30,9 +30,9 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Table, and_, select
 
-from conductor.db import node_pages
+from conductor.db import node_pages, node_writes
 from conductor.db.engine import Database, retry_on_dead_connection
-from conductor.db.models import AgentModel, NodeModel, utcnow
+from conductor.db.models import AgentModel, NodeModel
 from conductor.db.ownership import CHUNK, update_nodes_returning
 
 __all__ = ["ArcClaim", "claim_arcs"]
@@ -81,9 +81,35 @@ def claim_arcs(
     stopped for a restart), each with a new epoch, in one transaction.
 
     ``groups`` / ``exclude_groups``: only nodes of these groups / of none of
-    these (the groups of the ring the arcs come from).
+    these (the groups of the ring the arcs come from).  The transaction is
+    recorded while it runs (:func:`conductor.db.node_writes.recorded`): its
+    thousands of rows may commit long after their stamp.
     """
-    now = now or utcnow()
+    with node_writes.recorded(db, now) as stamp:
+        return _claim_arcs(
+            db,
+            agent,
+            arcs,
+            live_members=live_members,
+            limit=limit,
+            groups=groups,
+            exclude_groups=exclude_groups,
+            now=stamp,
+        )
+
+
+def _claim_arcs(
+    db: Database,
+    agent: str,
+    arcs: Sequence[tuple[int, int]],
+    *,
+    live_members: Collection[str],
+    limit: int,
+    groups: Sequence[str] | None,
+    exclude_groups: Sequence[str],
+    now: datetime.datetime,
+) -> ArcClaim:
+    """:func:`claim_arcs`, its rows stamped ``now``."""
     live = sorted(set(live_members) | {agent})
     groups_in: list[Any] = []
     if groups is not None:

@@ -44,11 +44,10 @@ from typing import Any
 
 from oslo_config import cfg
 
-from conductor.common.clock import utcnow
 from conductor.common.conf import scheduler as scheduler_conf
 from conductor.common.exception import Conflict, DatabaseUnavailable, NodeNotFound, NoValidNode
 from conductor.common.objects import Flavor, Node, Ownership, ProvisionState
-from conductor.db import allocations
+from conductor.db import allocations, node_writes
 from conductor.db import nodes as db_nodes
 from conductor.db.engine import Database
 from conductor.scheduler import plugins, source
@@ -518,7 +517,7 @@ class Scheduler:
                         index.put(node, hardware)
 
     def _resync_locked(self) -> int:
-        started, started_at = self._clock(), utcnow()
+        started, started_at = self._clock(), node_writes.read_start(self._db)
         with self._lock:
             generation = self._index.generation
         fresh = NodeIndex()

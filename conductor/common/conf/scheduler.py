@@ -131,9 +131,10 @@ opts = [
         help=(
             "Seconds each incremental refresh re-reads before the start of the "
             "previous one. Must exceed the clock skew between conductors plus "
-            "the longest write transaction on the nodes table, since a row's "
-            "change time is taken when its transaction starts, not when it "
-            "commits."
+            "the longest short write transaction on the nodes table, since a "
+            "row's change time is taken when its transaction starts, not when "
+            "it commits. Long writes (an import, a share's claims) are recorded "
+            "while they run, and refreshes start before them whatever they take."
         ),
     ),
     cfg.FloatOpt(
