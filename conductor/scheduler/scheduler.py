@@ -140,6 +140,8 @@ class Scheduler:
         self._index = NodeIndex()
         self._built = False
         self._since = datetime.datetime.min
+        # The rows a refresh applied that the next may read again (the overlap).
+        self._applied = source.AppliedVersions()
         self._refreshed_at = self._resynced_at = 0.0
         self._capabilities: dict[
             Hashable,
@@ -495,13 +497,15 @@ class Scheduler:
         with self._lock:
             generation = self._index.generation
         position, count = source.RefreshPosition(self._since, self._overlap), 0
-        for changed in source.changed_pages(self._db, self._since):
+        for changed in source.changed_pages(self._db, self._since, applied=self._applied):
             self._apply(changed.nodes, generation)
+            self._applied.applied(changed.versions)
             position.read(changed)
             count += len(changed.nodes)
         with self._lock:
             self._index.forget_local_changes(generation)
         self._since = position.next
+        self._applied.keep_from(self._since)
         self._refreshed_at = started
         LOG.debug("Node index refreshed: %d changed rows", count)
         return count
@@ -529,6 +533,7 @@ class Scheduler:
             self._index = fresh
             stats = fresh.stats()
         self._since = started_at - self._overlap
+        self._applied = source.AppliedVersions()
         self._refreshed_at = self._resynced_at = started
         self._built = True
         LOG.info(

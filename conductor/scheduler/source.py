@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -31,6 +31,7 @@ from conductor.scheduler.index import HardwareKey, hardware_key_of
 from conductor.validation.capabilities import stored_capabilities
 
 __all__ = [
+    "AppliedVersions",
     "ChangedNodes",
     "NodeDecoder",
     "RefreshPosition",
@@ -155,21 +156,62 @@ class ChangedNodes:
     nodes: list[tuple[Node, HardwareKey]]
     last_changed: datetime.datetime | None  # its last row's change time
     full: bool  # more pages follow
+    #: Each node's (uuid, change time), in the order of ``nodes``.
+    versions: list[tuple[str, datetime.datetime]] = dataclasses.field(default_factory=list)
+
+
+class AppliedVersions:
+    """The row versions (uuid -> change time) that refreshes applied and the
+    next one may read again: those changed at or after where it starts.
+
+    Every refresh reads back ``index_refresh_overlap`` before the previous
+    one, for a row that commits after its stamp: while claims stream in, each
+    row came back in three or four refreshes (164,000 rows decoded for a
+    100,000-node cold start of 100 agents).  A row read again unchanged is
+    left out before it is decoded.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[str, datetime.datetime] = {}
+
+    def new(self, rows: Sequence[node_pages.IndexRow]) -> list[node_pages.IndexRow]:
+        """The rows (with ``updated_at`` last) not applied as they are."""
+        versions = self._versions
+        return [row for row in rows if versions.get(row[1]) != row[15]]
+
+    def applied(self, versions: Iterable[tuple[str, datetime.datetime]]) -> None:
+        """Note the versions just applied to the index."""
+        self._versions.update(versions)
+
+    def keep_from(self, start: datetime.datetime) -> None:
+        """Forget the versions older than where the next refresh starts."""
+        self._versions = {uuid: at for uuid, at in self._versions.items() if at >= start}
+
+    def __len__(self) -> int:
+        return len(self._versions)
 
 
 def changed_pages(
-    db: Database, since: datetime.datetime, *, page: int = node_pages.PAGE, free_only: bool = False
+    db: Database,
+    since: datetime.datetime,
+    *,
+    page: int = node_pages.PAGE,
+    free_only: bool = False,
+    applied: AppliedVersions | None = None,
 ) -> Iterator[ChangedNodes]:
     """:func:`load_changed`, a page at a time: applied as read, a burst of
-    changes is never held whole in memory."""
+    changes is never held whole in memory.  ``applied``: leave out the rows
+    of those versions (not decoded)."""
     decoder = NodeDecoder()
     for changed in node_pages.changed_index_rows(db, since, page=page, free_only=free_only):
         rows = changed.rows
+        new = rows if applied is None else applied.new(rows)
         yield ChangedNodes(
             changed.read_at,
-            [decoder.decode(row) for row in rows],
+            [decoder.decode(row) for row in new],
             rows[-1][15] if rows else None,
             len(rows) >= page,
+            [(row[1], row[15]) for row in new],
         )
 
 

@@ -8,6 +8,7 @@ import datetime
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -101,3 +102,32 @@ def test_a_refresh_does_not_read_again_what_its_pages_read_long_after_the_change
             .values(updated_at=later - datetime.timedelta(seconds=1))
         )
     assert sched.refresh() == 1
+
+
+def test_rows_read_again_unchanged_within_the_overlap_are_not_applied_again(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each refresh reads back the overlap; of what it finds there, only the
+    rows that changed since the previous refresh are decoded and applied."""
+    nodes = insert_nodes(db, 3)
+    sched = scheduler(db, refresh_overlap=3600.0)  # every refresh reads everything again
+    sched.refresh()  # built
+    decoded: list[int] = []
+    decode = source.NodeDecoder.decode
+
+    def counting(self: source.NodeDecoder, row: Any) -> Any:
+        decoded.append(1)
+        return decode(self, row)
+
+    monkeypatch.setattr(source.NodeDecoder, "decode", counting)
+    assert sched.refresh() == 3  # the inserts: read within the overlap of the build
+    assert sched.refresh() == 0  # was 3: the same versions again
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid == nodes[1])
+            .values(updated_at=utcnow(), maintenance=True)
+        )
+    assert sched.refresh() == 1
+    assert len(decoded) == 4
+    assert (sched.stats()["nodes"], sched.stats()["free"]) == (3, 2)
