@@ -174,9 +174,16 @@ class InventoryReader:
         of an agent's three or four reads, each a call to a conductor."""
         self._owner_read_at = None
 
-    def _owner_read_due(self, since: str | None) -> bool:
+    def hold_nothing(self) -> None:
+        """The conductor records no node as ours (just read): the next reads
+        leave out our nodes outside the share, as if just read, until a hint
+        or :data:`_OWNER_READ_EVERY` (at a cold start that read was one call
+        of an agent's four, for nothing)."""
+        self._owner_read_at, self._owner_as_of = time.monotonic(), None
+
+    def _owner_read_due(self) -> bool:
         at = self._owner_read_at
-        return since is None or at is None or time.monotonic() - at >= _OWNER_READ_EVERY
+        return at is None or time.monotonic() - at >= _OWNER_READ_EVERY
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory row (under the lock); 1 for a node found taken over."""
@@ -368,7 +375,7 @@ class InventoryReader:
         # The nodes we own outside the shares read above (those in them came
         # with the share reads), when due: its changes since the last such
         # read (passes may have left it out since).
-        owner_read = self._owner_read_due(since)
+        owner_read = self._owner_read_due()
         if owner_read:
             reads.append({"since": self._owner_since(since), "outside": _shares(rings)})
         if since is not None:

@@ -291,6 +291,8 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             self._pinned = {o.node_uuid for o in owned if o.pinned}
         if set(self._held) - set(before):
             self.expect_owner_changes()  # held now, and maybe outside our share
+        elif not owned:
+            self.hold_nothing()  # nothing of ours outside the share to read
         lost = [n for n, e in before.items() if self._held.get(n) != e]
         if lost:
             # Taken over while away, as designed; the absence was said.
@@ -412,14 +414,19 @@ class OwnershipManager(InventoryReader, ShareClaimer):
         """One pass (under the reconcile lock): the result and (owned, pinned) per group."""
         if not self._may_reconcile(view):
             return None
+        lost = 0
         if self._since is None:
             # Nothing read yet (the first read waits for the view to settle):
             # with no inventory, every node we hold would look undesired.
+            # What the conductor records as ours first: the first read then
+            # reads our nodes outside the share only if there are any.
+            lost = self._validate_held()
             self.refresh_inventory(deep=False, view=view)
             if self._since is None:
                 wait = self.first_read_wait(view)
-                return ReconcileResult(0, len(self.held()), 0, 0, 0, retry_in=wait), {}
-        lost = self._catch_up(view)
+                result = ReconcileResult(0, len(self.held()), 0, 0, 0, lost=lost, retry_in=wait)
+                return result, {}
+        lost += self._catch_up(view)
         desired = self.desired(view)
         busy = self._busy_nodes()
         members = view.members
@@ -493,6 +500,11 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             # Our inventory is the share of another view: read what this
             # one gives us first (a pass's caller may not have refreshed).
             self.refresh_inventory(deep=False, view=view)
+        return self._validate_held()
+
+    def _validate_held(self) -> int:
+        """Read the held set again after a (re-)join, and hold claims back
+        while the view settles; the nodes found taken over meanwhile."""
         lost = 0
         if self.needs_revalidation():
             lost = self._revalidate()[1]

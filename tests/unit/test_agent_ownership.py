@@ -1202,7 +1202,8 @@ def test_the_first_read_waits_for_the_view_to_settle(env: Fleet, clock: list[flo
     assert a1.refresh_inventory() == 0
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 0 and result.retry_in == pytest.approx(1.0)
-    assert env.conductor.of("share") == [] and env.conductor.of("owned") == []
+    # Nothing read but what the conductor records as ours (once).
+    assert env.conductor.of("share") == [] and env.conductor.of("owned") == ["a1"]
     clock[0] += 0.8
     view = env.live({"a1": [], "a2": []})  # a peer appears: the wait starts again
     result = a1.reconcile(view)
@@ -1216,6 +1217,28 @@ def test_the_first_read_waits_for_the_view_to_settle(env: Fleet, clock: list[flo
         assert a3.refresh_inventory(view=env.live({m: [] for m in members})) == 0
         clock[0] += 0.9
     assert a3.refresh_inventory(view=env.view) > 0  # 3.6 s after the first view
+
+
+@BY_SHARE
+def test_an_agent_that_holds_nothing_reads_no_nodes_of_its_own_outside_its_share(
+    env: Fleet, clock: list[float]
+) -> None:
+    """At a cold start the conductor records no node as the agent's (read
+    while its first read waits for the view): that read is its share alone;
+    a hint (a node handed over) makes the next one look outside it."""
+    uuids = add_nodes(env.db, 40)
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    a1._first_read_settle, a1._first_read_wait_max = 1.0, 3.0
+    result = a1.reconcile(view)  # waits; validates the held set meanwhile
+    assert result is not None and result.retry_in == pytest.approx(1.0)
+    clock[0] += 1.0
+    assert a1.refresh_inventory(view=view) == len(ring_share(["a1", "a2"], uuids, "a1"))
+    reads = env.conductor.of("share")
+    assert reads and all(c.get("ring") is not None for c in reads)  # was: and an owner read
+    a1.expect_owner_changes()
+    a1.refresh_inventory(view=view)
+    assert [c for c in env.conductor.of("share") if c.get("ring") is None]
 
 
 @BY_SHARE
