@@ -364,13 +364,15 @@ _NUMBER: Final = r"[+-]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE][+-]?
 #: splits it on whitespace; the text rule lets tab, line feed and carriage
 #: return through).
 _BLANK: Final = r"[ \t\n\r]"
+#: What a plain capability value may not start with: an operator, glued to
+#: its operand or not, or a lone "<" or ">" (the conductor says why).
+_NOT_AN_OPERATOR: Final = r"(?!(=|!=|<=|>=|s==|s!=|s>=|s<=|s>|s<|<in>|<all-in>|<or>))(?![<>](\s|$))"
 #: A capability expression (Nova's ComputeCapabilitiesFilter language) as
-#: the conductor parses it (most of it: a plain value may also start with an
-#: s): a plain value (no operator first), a numeric comparison, a text one,
-#: <all-in> words, or <or> alternatives; operators and operands separated
-#: by blanks, blanks before and after.
+#: the conductor parses it: a plain value (no operator first), a numeric
+#: comparison, a text one, <all-in> words, or <or> alternatives; operators
+#: and operands separated by blanks, blanks before and after.
 CAPABILITY_EXPRESSION_PATTERN: Final = (
-    rf"^{_BLANK}*([^\s=!<>s\x00-\x1f\x7f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"
+    rf"^{_BLANK}*({_NOT_AN_OPERATOR}[^\s\x00-\x1f\x7f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"
     rf"|(=|==|!=|>=|<=){_BLANK}+{_NUMBER}{_BLANK}*"
     rf"|(s==|s!=|s>=|s<=|s>|s<|<in>){_BLANK}+{_WORD}{_BLANK}*"
     rf"|<all-in>({_BLANK}+{_WORD})+{_BLANK}*"

@@ -12,6 +12,7 @@ its required ones.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from conductor.api import openapi, openapi_rules
 from conductor.api.v1 import ROUTES
 from conductor.common import checks, schemas
 from conductor.common.exception import InvalidInput
+from conductor.validation.capabilities import expression_or_reason
 from tests.unit.test_validation import (
     FUZZ,
     cap_keys,
@@ -282,3 +284,26 @@ def test_every_flavor_spec_validation_accepts_is_schema_valid(spec: dict[str, An
 @given(spec=valid_builds)
 def test_every_build_request_validation_accepts_is_schema_valid(spec: dict[str, Any]) -> None:
     _accepted_is_schema_valid("BuildRequest", spec)
+
+
+@pytest.mark.parametrize(
+    ("text", "taken"),
+    [
+        ("<0", True),  # a plain value, as in Nova: no operator starts it
+        ("!", True),
+        ("s=x", True),
+        ("<foo", True),
+        (">x", True),
+        ("sfoo", True),
+        ("<", False),  # not an operator: the conductor says to use <= or s<
+        ("< 5", False),
+        ("<in>x", False),  # an operator glued to its operand
+        ("==5", False),
+        ("s<x", False),
+    ],
+)
+def test_a_capability_value_is_schema_valid_exactly_when_the_conductor_takes_it(
+    text: str, taken: bool
+) -> None:
+    assert isinstance(expression_or_reason(text), str) is not taken
+    assert (re.match(schemas.CAPABILITY_EXPRESSION_PATTERN, text) is not None) is taken
