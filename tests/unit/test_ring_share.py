@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
 from conductor import ring_share
@@ -48,3 +52,26 @@ def test_the_columns_go_to_postgresql_as_array_literals() -> None:
     assert [int(v) for v in literal[1:-1].split(",")] == [a for a, _ in arcs]
     # A plain list of pairs (a test's, another caller's) gives the same.
     assert node_pages._arc_columns(list(arcs)) == (firsts, lasts)
+
+
+def test_agents_sending_one_ring_at_once_build_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []
+
+    class SlowRing(Ring):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(1)
+            time.sleep(0.05)  # long enough for every thread to miss the cache
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(ring_share, "Ring", SlowRing)
+    ring_share._built_ring.cache_clear()
+    spec = {"version": 1, "members": {f"agent-{i}": 1.0 for i in range(7)}}
+    threads = [
+        threading.Thread(target=ring_share.check_ring, args=(spec, "ring")) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ring_share._built_ring.cache_clear()
+    assert len(built) == 1
