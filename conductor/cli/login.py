@@ -6,7 +6,9 @@ The options are the OpenStack client's (``--os-cloud`` and ``clouds.yaml``,
 defaulting to its ``OS_*`` environment variable; openstacksdk's config
 loader (:mod:`openstack.config`) merges them over the named cloud of
 ``clouds.yaml``, as ``openstack`` does: a command-line option wins over its
-environment variable, which wins over ``clouds.yaml``.  The API's address is
+environment variable, which wins over ``clouds.yaml`` (field by field: a
+name given replaces the cloud's id of the same thing, :data:`_SAME_FIELD`).
+The API's address is
 ``--os-endpoint`` when given, else the cloud's
 ``baremetal_fleet_endpoint_override``, else the service catalog's entry of
 type ``baremetal-fleet`` (interface and region from the options or the
@@ -104,6 +106,21 @@ _KEYSTONE_DESTS = tuple(
 )
 
 
+#: Keys of a cloud's ``auth`` section that say one thing (who, which scope)
+#: in several ways.  An option (or variable) giving one of a group replaces
+#: the cloud's others: ``--os-project-name`` over a cloud's ``project_id``
+#: scopes to the project named (keystoneauth would prefer the cloud's id),
+#: ``--os-system-scope all`` over a cloud's project scopes to the system
+#: (keystoneauth would refuse two scopes).
+_SAME_FIELD = (
+    frozenset({"username", "user_id"}),
+    frozenset({"user_domain_name", "user_domain_id"}),
+    frozenset({"project_name", "project_id", "system_scope"}),
+    frozenset({"project_domain_name", "project_domain_id"}),
+    frozenset({"application_credential_id", "application_credential_name"}),
+)
+
+
 class LoginError(RingfleetError):
     """The CLI could not log in, or not find the API: one line saying why."""
 
@@ -160,7 +177,6 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
     """
     from keystoneauth1 import exceptions as ks_exceptions  # noqa: PLC0415 -- on login only
     from openstack import exceptions as sdk_exceptions  # noqa: PLC0415 -- heavy: on login only
-    from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
 
     # The credentials go in "auth": get_one merges that dict over the cloud's
     # key by key, while a plain keyword of the same name loses to the cloud's
@@ -188,12 +204,34 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
         args[f"{SERVICE_TYPE.replace('-', '_')}_endpoint_override"] = options.os_endpoint
     try:
         # The loader reads OS_CLIENT_CONFIG_FILE and OS_CLOUD itself too.
-        config = loader.OpenStackConfig()
+        config = _options_win(frozenset(auth))
         return config.get_one(cloud=options.os_cloud or None, validate=True, **args)
     except sdk_exceptions.ConfigException as exc:
         raise LoginError(f"configuration: {exc}") from None
     except ks_exceptions.ClientException as exc:  # e.g. MissingRequiredOptions
         raise LoginError(f"login options: {exc}") from None
+
+
+def _replaced(given: frozenset[str]) -> frozenset[str]:
+    """The cloud's auth keys that options giving *given* replace."""
+    return frozenset().union(*(group - given for group in _SAME_FIELD if group & given))
+
+
+def _options_win(given: frozenset[str]) -> Any:
+    """openstacksdk's config loader, whose merged ``auth`` keeps none of the
+    cloud's keys that the options' *given* keys replace (:data:`_SAME_FIELD`)."""
+    from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
+
+    dropped = _replaced(given)
+
+    class OptionsWin(loader.OpenStackConfig):  # type: ignore[misc]
+        def auth_config_hook(self, config: dict[str, Any]) -> dict[str, Any]:
+            config = super().auth_config_hook(config)
+            auth = config.get("auth") or {}
+            config["auth"] = {k: v for k, v in auth.items() if k not in dropped}
+            return config
+
+    return OptionsWin()
 
 
 def log_in(options: argparse.Namespace, timeout: float) -> Login:
