@@ -30,7 +30,7 @@ from conductor.common.exception import RingfleetError
 
 if TYPE_CHECKING:
     from keystoneauth1 import session as ks_session
-    from openstack.config import cloud_region
+    from openstack.config import cloud_region, loader
 
 # keystoneauth and openstacksdk are imported by the functions that log in:
 # the options are added to every command's parser, and a command that never
@@ -217,14 +217,14 @@ def _replaced(given: frozenset[str]) -> frozenset[str]:
     return frozenset().union(*(group - given for group in _SAME_FIELD if group & given))
 
 
-def _options_win(given: frozenset[str]) -> Any:
+def _options_win(given: frozenset[str]) -> loader.OpenStackConfig:
     """openstacksdk's config loader, whose merged ``auth`` keeps none of the
     cloud's keys that the options' *given* keys replace (:data:`_SAME_FIELD`)."""
     from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
 
     dropped = _replaced(given)
 
-    class OptionsWin(loader.OpenStackConfig):  # type: ignore[misc]
+    class OptionsWin(loader.OpenStackConfig):
         def auth_config_hook(self, config: dict[str, Any]) -> dict[str, Any]:
             config = super().auth_config_hook(config)
             auth = config.get("auth") or {}
