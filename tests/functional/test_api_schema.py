@@ -223,6 +223,10 @@ STATE_REFUSALS = {
     # A key pair the caller does not have (Nova's 400), to build or rebuild with.
     "buildInstances": ("key_name", "no key pair of yours has this name"),
     "instanceAction": ("key_name", "no key pair of yours has this name"),
+    # A marker not in the list (Nova's 400): an instance by sort_key, an action, a key pair.
+    "listInstances": ("marker", "not found in this list"),
+    "listInstanceActions": ("marker", "not found in this list"),
+    "listKeyPairs": ("marker", "not found in this list"),
 }
 
 
