@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,20 @@ SECOND_IMAGE = {
 }
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJourneyKeyOnly tenant@laptop"
 USER_DATA = "#cloud-config\npackages: [nginx]\n"
+MAC = "52:54:00:12:34:56"
+NETWORK_DATA: dict[str, Any] = {
+    "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": MAC}],
+    "networks": [
+        {
+            "id": "net0",
+            "type": "ipv4",
+            "link": "eth0",
+            "ip_address": "10.0.0.5",
+            "netmask": "255.255.255.0",
+            "network_id": "public",
+        }
+    ],
+}
 
 
 @pytest.fixture
@@ -87,6 +102,54 @@ def _settled(
     return seen
 
 
+#: The steps' names in the action history (Nova's), by the request's key.
+_ACTIONS = {"reboot": "reboot", "os-stop": "stop", "os-start": "start"}
+
+
+def _as_nova_shows_it(
+    tenant: requests.Session, base: str, instance: dict[str, Any], status: str
+) -> None:
+    """Nova's status and addresses, its filters finding the instance by them,
+    and its limits counting it (while not deleted)."""
+    assert instance["status"] == status, instance
+    assert instance["addresses"] == {
+        "public": [
+            {
+                "addr": "10.0.0.5",
+                "version": 4,
+                "OS-EXT-IPS:type": "fixed",
+                "OS-EXT-IPS-MAC:mac_addr": MAC,
+            }
+        ]
+    }
+
+    def listed(query: str) -> list[str]:
+        reply = _ok(tenant.get(f"{base}/v1/instances?{query}", timeout=TIMEOUT), 200)
+        return [i["uuid"] for i in reply["instances"]]
+
+    assert listed(f"name=^web$&status={status}") == [instance["uuid"]]
+    other = "SHUTOFF" if status != "SHUTOFF" else "ACTIVE"
+    assert listed(f"status={other}") == []
+    since = urllib.parse.quote(instance["updated_at"])
+    assert listed(f"changes-since={since}&sort_key=updated_at") == [instance["uuid"]]
+    absolute = _ok(tenant.get(f"{base}/v1/limits", timeout=TIMEOUT), 200)["limits"]["absolute"]
+    assert absolute["totalInstancesUsed"] == (0 if status == "DELETED" else 1)
+
+
+def _history_as_nova_shows_it(
+    tenant: requests.Session, url: str, requests_made: list[tuple[str, str]]
+) -> None:
+    """Every step in the action history, newest first, under the request id
+    the API answered it with, finished and successful."""
+    actions = _ok(tenant.get(f"{url}/actions", timeout=TIMEOUT), 200)["instanceActions"]
+    expected = [(_ACTIONS.get(action, action), rid) for action, rid in reversed(requests_made)]
+    assert [(a["action"], a["request_id"]) for a in actions] == expected
+    assert all(a["finish_time"] and a["message"] is None for a in actions), actions
+    _verb, rebuild_id = requests_made[-2]
+    shown = _ok(tenant.get(f"{url}/actions/{rebuild_id}", timeout=TIMEOUT), 200)
+    assert [e["result"] for e in shown["instanceAction"]["events"]] == ["Success"]
+
+
 def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_none(
     fleet_on_ironic: Fleet,
     ironic: IronicHarness,
@@ -108,17 +171,18 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
         _ok(admin.post(f"{api.url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
 
         # Build: an image, an SSH key and user data.
-        body = {
+        body: dict[str, Any] = {
             "flavor": flavor["name"],
             "name": "web",
             "image": FIRST_IMAGE,
             # base64-encoded, as Nova's API takes it (microversion 1.7 and later)
             "user_data": base64.b64encode(USER_DATA.encode()).decode(),
             "meta_data": {"public_keys": {"laptop": KEY}},
+            "network_data": NETWORK_DATA,
         }
-        [built] = _ok(tenant.post(f"{api.url}/v1/instances", json=body, timeout=TIMEOUT), 202)[
-            "instances"
-        ]
+        answer = tenant.post(f"{api.url}/v1/instances", json=body, timeout=TIMEOUT)
+        [built] = _ok(answer, 202)["instances"]
+        requests_made = [("create", answer.headers["x-openstack-request-id"])]
         url = f"{api.url}/v1/instances/{built['uuid']}"
         assert built["project_id"] == identity.project_id
         active = _settled(tenant, url, "active")
@@ -135,31 +199,41 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
         assert info["image_source"] == FIRST_IMAGE["source"]
         assert (info["image_os_hash_algo"], info["image_os_hash_value"]) == ("sha256", "a1" * 32)
         assert info["configdrive"] == "******"  # Ironic received it (and hides it)
+        _as_nova_shows_it(tenant, api.url, active, "ACTIVE")
 
         # A second project sees none of it and can act on none of it.
         other = f"{api.url}/v1/instances/{built['uuid']}"
         assert stranger.get(other, timeout=TIMEOUT).status_code == 404
         listed = _ok(stranger.get(f"{api.url}/v1/instances", timeout=TIMEOUT), 200)["instances"]
         assert built["uuid"] not in {i["uuid"] for i in listed}
-        for action in ({"reboot": {"type": "HARD"}}, {"os-stop": None}, {"rebuild": {}}):
+        refusals: list[dict[str, Any]] = [
+            {"reboot": {"type": "HARD"}},
+            {"os-stop": None},
+            {"rebuild": {}},
+        ]
+        for action in refusals:
             refused = stranger.post(f"{other}/action", json=action, timeout=TIMEOUT)
             assert refused.status_code == 404, refused.text[:500]
         assert stranger.delete(other, timeout=TIMEOUT).status_code == 404
         assert tenant.get(url, timeout=TIMEOUT).json()["task_state"] is None
 
-        # Reboot, stop, start: Ironic's power state follows.
-        for action, vm_state, power in (
-            ({"reboot": {"type": "HARD"}}, "active", "power on"),
-            ({"os-stop": None}, "stopped", "power off"),
-            ({"os-start": None}, "active", "power on"),
+        # Reboot, stop, start: Ironic's power state follows, and Nova's status.
+        for action, vm_state, power, status in (
+            ({"reboot": {"type": "HARD"}}, "active", "power on", "ACTIVE"),
+            ({"os-stop": None}, "stopped", "power off", "SHUTOFF"),
+            ({"os-start": None}, "active", "power on", "ACTIVE"),
         ):
-            _ok(tenant.post(f"{url}/action", json=action, timeout=TIMEOUT), 202)
-            _settled(tenant, url, vm_state)
+            answer = tenant.post(f"{url}/action", json=action, timeout=TIMEOUT)
+            _ok(answer, 202)
+            requests_made.append((next(iter(action)), answer.headers["x-openstack-request-id"]))
+            _as_nova_shows_it(tenant, api.url, _settled(tenant, url, vm_state), status)
             assert ironic.node(node)["power_state"] == power, action
 
         # Rebuild with another image, on the same node.
         rebuild = {"rebuild": {"image": SECOND_IMAGE}}
-        _ok(tenant.post(f"{url}/action", json=rebuild, timeout=TIMEOUT), 202)
+        answer = tenant.post(f"{url}/action", json=rebuild, timeout=TIMEOUT)
+        _ok(answer, 202)
+        requests_made.append(("rebuild", answer.headers["x-openstack-request-id"]))
         rebuilt = _settled(tenant, url, "active")
         assert _ok(admin.get(url, timeout=TIMEOUT), 200)["node_uuid"] == node
         assert rebuilt["image"]["source"] == SECOND_IMAGE["source"]
@@ -168,14 +242,17 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
         assert info["image_os_hash_value"] == "b2" * 64
 
         # Delete: the node goes back to available in Ironic.
-        _ok(tenant.delete(url, timeout=TIMEOUT), 202)
-        _settled(tenant, url, "deleted")
+        answer = tenant.delete(url, timeout=TIMEOUT)
+        _ok(answer, 202)
+        requests_made.append(("delete", answer.headers["x-openstack-request-id"]))
+        _as_nova_shows_it(tenant, api.url, _settled(tenant, url, "deleted"), "DELETED")
         ironic.wait_for(
             node,
             lambda n: n["provision_state"] == "available" and n["instance_uuid"] is None,
             60,
             what="available again",
         )
+        _history_as_nova_shows_it(tenant, url, requests_made)
         print(f"\ntenant journey on Ironic: {time.monotonic() - started:.1f} s")
     except BaseException:
         print(log_tails(fleet))
