@@ -293,6 +293,54 @@ def test_an_option_or_variable_beats_the_clouds_user_and_project(
     assert ringfleet(clouds, "--os-cloud", "rf-password", "node", "list").returncode == 0
 
 
+@pytest.fixture(scope="module")
+def system_admin(
+    tmp_path_factory: pytest.TempPathFactory, identity: Identity, clouds: Path
+) -> Path:
+    """clouds.yaml with ``rf-sysadmin``: a user with ``admin`` on the system
+    and ``reader`` on the project, the cloud naming the project (by id)."""
+    name, password = f"rf-sysadmin-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    user = identity.create("user", {"name": name, "password": password, "domain_id": "default"})
+    identity.grant(identity.project_id, user, "reader")
+    [admin_role] = identity.admin.get(f"{identity.url}/roles", params={"name": "admin"}).json()[
+        "roles"
+    ]
+    identity.admin.put(f"{identity.url}/system/users/{user}/roles/{admin_role['id']}")
+    auth = {
+        "auth_url": identity.url,
+        "username": name,
+        "password": password,
+        "user_domain_id": "default",
+        "project_id": identity.project_id,
+    }
+    path = tmp_path_factory.mktemp("sysadmin") / "clouds.yaml"
+    # The API's region (the catalog may hold other tests' endpoints elsewhere).
+    region = yaml.safe_load(clouds.read_text())["clouds"]["rf-password"]["region_name"]
+    cloud = {"auth": auth, "region_name": region}
+    path.write_text(yaml.safe_dump({"clouds": {"rf-sysadmin": cloud}}))
+    return path
+
+
+def test_a_system_scope_given_replaces_the_clouds_project(clouds: Path, system_admin: Path) -> None:
+    """The system administrator's login over a cloud that names a project:
+    the node inventory is theirs, the project's instances are not (the
+    instance rules are project-scoped)."""
+    as_reader = ringfleet(system_admin, "--os-cloud", "rf-sysadmin", "node", "list")
+    assert "policy does not allow ringfleet:node:list" in as_reader.stderr, as_reader.stderr
+    for scoped in (
+        ringfleet(
+            system_admin, "--os-cloud", "rf-sysadmin", "--os-system-scope", "all", "node", "list"
+        ),
+        ringfleet(system_admin, "--os-cloud", "rf-sysadmin", "node", "list", OS_SYSTEM_SCOPE="all"),
+    ):
+        assert scoped.returncode == 0, scoped.stderr
+    instances = ringfleet(
+        system_admin, "--os-cloud", "rf-sysadmin", "--os-system-scope", "all", "instance", "list"
+    )
+    assert instances.returncode == 1
+    assert "policy does not allow ringfleet:instance:list" in instances.stderr, instances.stderr
+
+
 def test_an_option_or_variable_beats_the_clouds_auth_url(clouds: Path) -> None:
     right = yaml.safe_load(clouds.read_text())["clouds"]["rf-password"]["auth"]["auth_url"]
     nowhere = "http://127.0.0.1:9/v3"
