@@ -74,7 +74,9 @@ the routes or fields it adds name it as their ``min_version``):
   ``sort_key``, an action history) is a 400 naming ``marker``, as Nova's
   (404 below 1.14); ``GET /v1/keypairs`` takes ``limit`` and ``marker``
   (Nova's 2.35) and, for admins, ``user_id`` (Nova's 2.10), as do ``GET``
-  and ``DELETE /v1/keypairs/{keypair}`` and a creation's ``keypair.user_id``.
+  and ``DELETE /v1/keypairs/{keypair}`` and a creation's ``keypair.user_id``;
+  ``GET /v1/limits`` shows ``maxServerMeta`` (Nova's: the metadata items an
+  instance may have, 128).
 """
 
 from __future__ import annotations
@@ -92,9 +94,9 @@ __all__ = [
     "KEY_PAIRS",
     "LABELS",
     "LIMITS",
-    "MARKERS_AND_KEYS",
     "MAX_VERSION",
     "MIN_VERSION",
+    "NOVA_ANSWERS",
     "NOVA_HABITS",
     "NOVA_LISTING",
     "REBUILD_IMAGE",
@@ -173,8 +175,9 @@ LIMITS = Version(1, 11)
 INSTANCE_ACTIONS = Version(1, 12)
 #: The key_pairs quota, a rebuild's key_name, tag filters, action history pages.
 NOVA_HABITS = Version(1, 13)
-#: A marker not in its list is 400; key pairs a page at a time, another user's for admins.
-MARKERS_AND_KEYS = Version(1, 14)
+#: Nova's answers: a marker not in its list is 400; key pairs a page at a
+#: time, another user's for admins; /limits' maxServerMeta.
+NOVA_ANSWERS = Version(1, 14)
 
 
 def requested(header: str | None) -> Version:

@@ -14,7 +14,7 @@ from typing import Any
 
 from conductor.api import auth
 from conductor.api.app import E400, E404, E409, E503, ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import KEY_PAIRS, MARKERS_AND_KEYS
+from conductor.api.microversion import KEY_PAIRS, NOVA_ANSWERS
 from conductor.api.v1_paging import page, page_limit
 from conductor.common.schemas import KEY_NAME_SCHEMA, PROJECT_ID_PATTERN, Resource
 
@@ -34,7 +34,7 @@ _USER_PARAM = Param(
     "string",
     "Another user's key pairs (admins: policy ringfleet:keypair:other_user); the "
     "caller's own user id is always taken.",
-    min_version=MARKERS_AND_KEYS,
+    min_version=NOVA_ANSWERS,
     pattern=PROJECT_ID_PATTERN,
 )
 _PAGING = (
@@ -44,13 +44,13 @@ _PAGING = (
         "At most this many key pairs (capped to [api] max_limit); a full page has a next link.",
         minimum=1,
         maximum=999_999_999,
-        min_version=MARKERS_AND_KEYS,
+        min_version=NOVA_ANSWERS,
     ),
     Param(
         "marker",
         "string",
         "The name of the previous page's last key pair (one the user does not have: 400).",
-        min_version=MARKERS_AND_KEYS,
+        min_version=NOVA_ANSWERS,
         # KEY_NAME_SCHEMA's names: 1 to 255 characters, no space first or last.
         pattern=r"^[_\-@.a-zA-Z0-9]([_\-@. a-zA-Z0-9]{0,253}[_\-@.a-zA-Z0-9])?$",
     ),
@@ -77,7 +77,7 @@ KEYPAIR_CREATE = Resource(
                 _USER_ID: {
                     "type": "string",
                     "pattern": PROJECT_ID_PATTERN,
-                    "x-min-version": str(MARKERS_AND_KEYS),
+                    "x-min-version": str(NOVA_ANSWERS),
                     "description": "The user the key pair is for (admins: policy "
                     "ringfleet:keypair:other_user; Nova's 2.10).",
                 },
@@ -96,7 +96,7 @@ def _keypair_body(call: Call) -> dict[str, Any]:
     keypair = call.body["keypair"]
     if not isinstance(keypair, dict):
         raise ApiError.invalid("keypair", "must be an object")
-    fields = (*_CREATE_FIELDS, _USER_ID) if call.version >= MARKERS_AND_KEYS else _CREATE_FIELDS
+    fields = (*_CREATE_FIELDS, _USER_ID) if call.version >= NOVA_ANSWERS else _CREATE_FIELDS
     for key in sorted(keypair):
         if key not in fields:
             raise ApiError.invalid(
@@ -142,7 +142,7 @@ def create_keypair(call: Call) -> Reply:
 
 
 def list_keypairs(call: Call) -> Reply:
-    if call.version < MARKERS_AND_KEYS:
+    if call.version < NOVA_ANSWERS:
         return Reply(200, {"keypairs": [{"keypair": k} for k in call.api.list_keypairs()]})
     limit = page_limit(call)
     listed = call.api.list_keypairs(

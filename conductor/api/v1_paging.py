@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from conductor.api.app import ApiError, Call, Param, Reply
-from conductor.api.microversion import MARKERS_AND_KEYS
+from conductor.api.microversion import NOVA_ANSWERS
 from conductor.common.exception import InvalidInput, NotFound
 
 __all__ = ["LIMIT", "MARKER", "marker_in_list", "page", "page_limit"]
@@ -60,6 +60,6 @@ def marker_in_list(call: Call, missing: type[NotFound]) -> Iterator[None]:
     try:
         yield
     except missing as exc:
-        if call.version < MARKERS_AND_KEYS or marker is None or exc.ident != marker:
+        if call.version < NOVA_ANSWERS or marker is None or exc.ident != marker:
             raise
         raise ApiError.invalid("marker", InvalidInput.MARKER_NOT_IN_LIST, marker) from None

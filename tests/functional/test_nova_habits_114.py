@@ -9,7 +9,8 @@ A member creates five key pairs and pages them two at a time along the
 project lists, creates, shows and deletes the member's key pairs by
 ``user_id``, and the member naming the admin is refused.  An instance list
 sorted by ``sort_key`` and an action history given a marker of nothing
-answer 400 (404 at 1.13).  Real etcd, RabbitMQ, PostgreSQL and Keystone; a
+answer 400 (404 at 1.13), and ``/v1/limits`` shows Nova's
+``maxServerMeta``.  Real etcd, RabbitMQ, PostgreSQL and Keystone; a
 conductor and ringfleet-api (gunicorn, keystonemiddleware) as processes,
 no agent (the instance's build fails: its history is what is paged).
 """
@@ -185,6 +186,11 @@ def _markers_not_in_the_list(api: ApiServer, identity: Identity) -> None:
         _refused(tenant.get(f"{url}{path}", timeout=TIMEOUT), 400, "marker")
         old = _as(identity.tokens["member"], V113).get(f"{url}{path}", timeout=TIMEOUT)
         assert old.status_code == 404, old.text
+    # The limits show Nova's maxServerMeta; 1.13 does not.
+    absolute = _ok(tenant.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
+    assert absolute["maxServerMeta"] == 128
+    older = _as(identity.tokens["member"], V113).get(f"{url}/v1/limits", timeout=TIMEOUT)
+    assert "maxServerMeta" not in _ok(older)["limits"]["absolute"]
     # A marker in the list pages on.
     first = _ok(tenant.get(f"{url}/v1/instances?sort_key=created_at&limit=1", timeout=TIMEOUT))
     after = f"{url}/v1/instances?sort_key=created_at&marker={first['instances'][0]['uuid']}"

@@ -74,6 +74,14 @@ def test_an_action_marker_not_in_the_history_is_400_from_1_14(tmp_path: Path) ->
     assert call(application, "GET", path, **V114).status_code == 404
 
 
+def test_limits_show_max_server_meta_from_1_14(tmp_path: Path) -> None:
+    application, _ = app_with(tmp_path)
+    old = call(application, "GET", "/v1/limits?tenant_id=p1", **V113).json["limits"]
+    assert "maxServerMeta" not in old["absolute"]
+    new = call(application, "GET", "/v1/limits?tenant_id=p1", **V114).json["limits"]
+    assert new["absolute"]["maxServerMeta"] == 128
+
+
 # -- key pairs over HTTP ----------------------------------------------------------------
 
 
