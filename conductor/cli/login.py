@@ -97,6 +97,11 @@ _AUTH_OPTIONS = (
     ("--os-cacert", "OS_CACERT", "FILE", "CA bundle to verify TLS certificates with"),
 )
 
+#: The domain of a user or project named without one (``--os-default-domain``).
+DEFAULT_DOMAIN = "default"
+#: The auth types that take a user and project by name, and their domains.
+_PASSWORD_TYPES = (None, "password", "v3password", "v3totp")
+
 #: The options whose presence means "log in to Keystone" (any besides the
 #: endpoint, the token and the TLS bundle).
 _KEYSTONE_DESTS = tuple(
@@ -146,6 +151,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
+    parser.add_argument(
+        "--os-default-domain",
+        default=os.environ.get("OS_DEFAULT_DOMAIN", DEFAULT_DOMAIN),
+        metavar="DOMAIN",
+        help="the domain (id) of a user or project given by name without one, as the "
+        "openstack client's (env OS_DEFAULT_DOMAIN; default: default)",
+    )
     parser.add_argument(
         "--insecure",
         action="store_true",
@@ -204,7 +216,7 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
         args[f"{SERVICE_TYPE.replace('-', '_')}_endpoint_override"] = options.os_endpoint
     try:
         # The loader reads OS_CLIENT_CONFIG_FILE and OS_CLOUD itself too.
-        config = _options_win(frozenset(auth))
+        config = _options_win(frozenset(auth), options.os_default_domain or DEFAULT_DOMAIN)
         return config.get_one(cloud=options.os_cloud or None, validate=True, **args)
     except sdk_exceptions.ConfigException as exc:
         raise LoginError(f"configuration: {exc}") from None
@@ -217,9 +229,10 @@ def _replaced(given: frozenset[str]) -> frozenset[str]:
     return frozenset().union(*(group - given for group in _SAME_FIELD if group & given))
 
 
-def _options_win(given: frozenset[str]) -> loader.OpenStackConfig:
+def _options_win(given: frozenset[str], default_domain: str) -> loader.OpenStackConfig:
     """openstacksdk's config loader, whose merged ``auth`` keeps none of the
-    cloud's keys that the options' *given* keys replace (:data:`_SAME_FIELD`)."""
+    cloud's keys that the options' *given* keys replace (:data:`_SAME_FIELD`),
+    and names *default_domain* for a user or project named without a domain."""
     from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
 
     dropped = _replaced(given)
@@ -227,11 +240,27 @@ def _options_win(given: frozenset[str]) -> loader.OpenStackConfig:
     class OptionsWin(loader.OpenStackConfig):
         def auth_config_hook(self, config: dict[str, Any]) -> dict[str, Any]:
             config = super().auth_config_hook(config)
-            auth = config.get("auth") or {}
-            config["auth"] = {k: v for k, v in auth.items() if k not in dropped}
+            auth = {k: v for k, v in (config.get("auth") or {}).items() if k not in dropped}
+            if config.get("auth_type") in _PASSWORD_TYPES:
+                auth = _in_default_domain(auth, default_domain)
+            config["auth"] = auth
             return config
 
     return OptionsWin()
+
+
+def _in_default_domain(auth: dict[str, Any], domain: str) -> dict[str, Any]:
+    """*auth* with *domain* for its project and user named without a domain,
+    as the openstack client fills them in (its ``--os-default-domain``):
+    Keystone refuses a name without its domain."""
+    filled = dict(auth)
+    for name, domain_keys in (
+        ("project_name", ("project_domain_id", "project_domain_name")),
+        ("username", ("user_domain_id", "user_domain_name")),
+    ):
+        if name in auth and not any(auth.get(key) for key in domain_keys):
+            filled[domain_keys[0]] = domain
+    return filled
 
 
 def log_in(options: argparse.Namespace, timeout: float) -> Login:

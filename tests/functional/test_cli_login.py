@@ -272,21 +272,10 @@ def test_an_option_or_variable_beats_the_clouds_user_and_project(
     """The operator's cloud (admin) with one field changed, by option or
     variable: a reader's login, the cloud's other fields kept (its password,
     its project or user), so the node list is refused by the policy."""
-    # A project named needs its domain (the cloud's project, by id, needs none).
-    domain = {"OS_PROJECT_DOMAIN_ID": "default"} if value == "project_name" else {}
+    # A project named without its domain is in the default domain, as with openstack.
     for given in (
-        ringfleet(
-            clouds, "--os-cloud", "rf-password", option, others[value], "node", "list", **domain
-        ),
-        ringfleet(
-            clouds,
-            "--os-cloud",
-            "rf-password",
-            "node",
-            "list",
-            **{variable: others[value]},
-            **domain,
-        ),
+        ringfleet(clouds, "--os-cloud", "rf-password", option, others[value], "node", "list"),
+        ringfleet(clouds, "--os-cloud", "rf-password", "node", "list", **{variable: others[value]}),
     ):
         assert given.returncode == 1, given.stdout
         assert "policy does not allow ringfleet:node:list" in given.stderr, given.stderr

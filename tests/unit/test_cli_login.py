@@ -185,13 +185,49 @@ def test_an_option_replaces_the_clouds_other_spelling_of_the_user(
     assert (sent.password, v3.project_id) == ("pw-from-yaml", "p-yaml")
 
 
+def test_names_without_a_domain_are_in_the_default_domain(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the openstack client's ``--os-default-domain``: Keystone refuses a
+    project or user name without its domain."""
+    _cloud(clean_environment, "no-domains", {"username": "bob", "project_name": "ops"})
+
+    def domains(*argv: str) -> tuple[object, ...]:
+        region = login.cloud_config(options("--os-cloud", "no-domains", *argv))
+        auth = region.config["auth"]
+        keys = ("project_domain_id", "project_domain_name", "user_domain_id", "user_domain_name")
+        return tuple(auth.get(key) for key in keys)
+
+    assert domains() == ("default", None, "default", None)
+    assert domains("--os-default-domain", "d2") == ("d2", None, "d2", None)
+    monkeypatch.setenv("OS_DEFAULT_DOMAIN", "d3")
+    assert domains() == ("d3", None, "d3", None)
+    # A domain given is kept, and names the other way it is not added.
+    assert domains("--os-project-domain-name", "Ops") == (None, "Ops", "d3", None)
+    # The cloud's user by id needs no domain.
+    _cloud(clean_environment, "by-id", {"user_id": "u-1"})
+    assert (
+        login.cloud_config(options("--os-cloud", "by-id")).config["auth"].get("user_domain_id")
+        is None
+    )
+    # Not the default domain's business: an application credential.
+    appcred = login.cloud_config(options("--os-cloud", "fleet-appcred")).config["auth"]
+    assert "project_domain_id" not in appcred and "user_domain_id" not in appcred
+
+
+def test_the_default_domain_alone_asks_for_no_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OS_DEFAULT_DOMAIN is in many openrc files: alone it is no login."""
+    monkeypatch.setenv("OS_DEFAULT_DOMAIN", "default")
+    assert not login.wants_http(options("node", "list"))
+
+
 def _cloud(clouds: Path, name: str, auth: dict[str, str]) -> None:
     """Add cloud *name* to clouds.yaml: a password login with *auth*'s keys."""
     content = yaml.safe_load(clouds.read_text())
     base = {"auth_url": AUTH_URL, "password": "pw-from-yaml", "project_id": "p-yaml"}
     if "system_scope" in auth or "project_name" in auth:
         del base["project_id"]
-    if "user_id" not in auth:
+    if "user_id" not in auth and "username" not in auth:
         base |= {"username": "alice", "user_domain_id": "default"}
     content["clouds"][name] = {"auth": base | auth}
     clouds.write_text(yaml.safe_dump(content))
