@@ -27,7 +27,7 @@ from conductor.db import keypairs, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
 from conductor.validation import BuildRequest
-from conductor.validation.arguments import check_limit, check_project
+from conductor.validation.arguments import check_limit, check_user
 from conductor.validation.deploy import KeyChange
 from conductor.validation.fields import Errors
 from conductor.validation.tenant_data import (
@@ -52,7 +52,7 @@ def _owner(ctxt: dict[str, Any], user_id: Any) -> str:
     caller = Caller.from_ctxt(ctxt)
     if user_id is None or user_id == caller.user_id:
         return _own(caller)
-    owner = check_project(user_id, "user_id")  # Keystone's ids: the same rule
+    owner = check_user(user_id)
     if not caller.is_admin:
         raise Forbidden("user_id: another user's key pairs are for admins only")
     return owner
