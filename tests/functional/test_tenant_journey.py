@@ -8,9 +8,15 @@ with another image; delete it.  Each step is checked in Ironic's own
 records (the image and checksum it was given, that it received a config
 drive, its power state, the node back to ``available``), and a member of a
 second project sees none of it (404 for show, actions and delete; absent
-from its list).  Real etcd, RabbitMQ, PostgreSQL, Keystone and Ironic; the
-conductor, an agent and ringfleet-api (gunicorn, keystonemiddleware) as
-processes.
+from its list; its build reusing the uuid refused without naming whose it
+is), nor does a system-scoped admin (403).  At each step the instance is
+seen as a Nova client sees it: ``status`` and ``addresses``, found by
+Nova's list filters (name, status, changes-since, tags), counted by
+``/v1/limits``; the rebuild also gives it a key pair (Nova's 2.54); at the
+end its action history holds every step under the request id the API
+answered, whole and a page at a time.  Real etcd, RabbitMQ, PostgreSQL,
+Keystone and Ironic; the conductor, an agent and ringfleet-api (gunicorn,
+keystonemiddleware) as processes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 import pytest
 import requests
 
+from conductor.common.exception import DuplicateInstance
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, start_processes
 from tests.functional.keystone_harness import Identity, keystone_api, make_identity
@@ -46,6 +53,10 @@ SECOND_IMAGE = {
     "disk_format": "raw",
 }
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJourneyKeyOnly tenant@laptop"
+#: A key pair's public key (it must parse).
+PAIR_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGqBqsYBZz2C0tS0NWZHbHJ4kiAzz4AEp/7r4d1f9Eqm me@laptop"
+)
 USER_DATA = "#cloud-config\npackages: [nginx]\n"
 MAC = "52:54:00:12:34:56"
 NETWORK_DATA: dict[str, Any] = {
@@ -145,9 +156,46 @@ def _history_as_nova_shows_it(
     expected = [(_ACTIONS.get(action, action), rid) for action, rid in reversed(requests_made)]
     assert [(a["action"], a["request_id"]) for a in actions] == expected
     assert all(a["finish_time"] and a["message"] is None for a in actions), actions
+    # A page of two at a time along the next links: every action once.
+    paged: list[str] = []
+    next_url: str | None = f"{url}/actions?limit=2"
+    while next_url:
+        page = _ok(tenant.get(next_url, timeout=TIMEOUT), 200)
+        paged += [a["request_id"] for a in page["instanceActions"]]
+        next_url = page.get("next")
+    assert paged == [rid for _action, rid in expected]
     _verb, rebuild_id = requests_made[-2]
     shown = _ok(tenant.get(f"{url}/actions/{rebuild_id}", timeout=TIMEOUT), 200)
     assert [e["result"] for e in shown["instanceAction"]["events"]] == ["Success"]
+
+
+def _found_by_tags(tenant: requests.Session, base: str, uuid: str) -> None:
+    """Nova's tag filters (every one, any, not every one, none of them)."""
+    for query, found in (
+        ("tags=web,prod", [uuid]),
+        ("tags=web,db", []),
+        ("tags-any=db,web", [uuid]),
+        ("not-tags=prod,db", [uuid]),
+        ("not-tags-any=prod", []),
+    ):
+        reply = _ok(tenant.get(f"{base}/v1/instances?{query}", timeout=TIMEOUT), 200)
+        assert [i["uuid"] for i in reply["instances"]] == found, query
+
+
+def _no_existence_signal(
+    base: str, stranger: requests.Session, identity: Identity, uuid: str, flavor: str
+) -> None:
+    """Another project's build reusing the uuid is refused as any unusable
+    uuid, naming no project; a system-scoped admin reaches no instance."""
+    reused = {"flavor": flavor, "instance_uuids": [uuid]}
+    clash = stranger.post(f"{base}/v1/instances", json=reused, timeout=TIMEOUT)
+    assert clash.status_code == 409, clash.text[:500]
+    [error] = clash.json()["errors"]
+    assert (error["field"], error["reason"]) == ("instance_uuids", DuplicateInstance.UNUSABLE)
+    assert identity.project_id not in clash.text
+    system = _as(identity.system_token("admin"))
+    for path in ("/v1/instances", f"/v1/instances/{uuid}"):
+        assert system.get(f"{base}{path}", timeout=TIMEOUT).status_code == 403, path
 
 
 def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_none(
@@ -179,6 +227,7 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
             "user_data": base64.b64encode(USER_DATA.encode()).decode(),
             "meta_data": {"public_keys": {"laptop": KEY}},
             "network_data": NETWORK_DATA,
+            "tags": ["web", "prod"],
         }
         answer = tenant.post(f"{api.url}/v1/instances", json=body, timeout=TIMEOUT)
         [built] = _ok(answer, 202)["instances"]
@@ -200,6 +249,7 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
         assert (info["image_os_hash_algo"], info["image_os_hash_value"]) == ("sha256", "a1" * 32)
         assert info["configdrive"] == "******"  # Ironic received it (and hides it)
         _as_nova_shows_it(tenant, api.url, active, "ACTIVE")
+        _found_by_tags(tenant, api.url, built["uuid"])
 
         # A second project sees none of it and can act on none of it.
         other = f"{api.url}/v1/instances/{built['uuid']}"
@@ -215,6 +265,7 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
             refused = stranger.post(f"{other}/action", json=action, timeout=TIMEOUT)
             assert refused.status_code == 404, refused.text[:500]
         assert stranger.delete(other, timeout=TIMEOUT).status_code == 404
+        _no_existence_signal(api.url, stranger, identity, built["uuid"], flavor["name"])
         assert tenant.get(url, timeout=TIMEOUT).json()["task_state"] is None
 
         # Reboot, stop, start: Ironic's power state follows, and Nova's status.
@@ -229,14 +280,18 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
             _as_nova_shows_it(tenant, api.url, _settled(tenant, url, vm_state), status)
             assert ironic.node(node)["power_state"] == power, action
 
-        # Rebuild with another image, on the same node.
-        rebuild = {"rebuild": {"image": SECOND_IMAGE}}
+        # Rebuild with another image and a key pair (Nova's 2.54), on the same node.
+        pair = {"keypair": {"name": "rebuild-key", "public_key": PAIR_KEY}}
+        _ok(tenant.post(f"{api.url}/v1/keypairs", json=pair, timeout=TIMEOUT), 201)
+        rebuild: dict[str, Any] = {"rebuild": {"image": SECOND_IMAGE, "key_name": "rebuild-key"}}
         answer = tenant.post(f"{url}/action", json=rebuild, timeout=TIMEOUT)
         _ok(answer, 202)
         requests_made.append(("rebuild", answer.headers["x-openstack-request-id"]))
         rebuilt = _settled(tenant, url, "active")
         assert _ok(admin.get(url, timeout=TIMEOUT), 200)["node_uuid"] == node
         assert rebuilt["image"]["source"] == SECOND_IMAGE["source"]
+        assert rebuilt["key_name"] == "rebuild-key"
+        assert rebuilt["config_drive"]["meta_data"]["public_keys"]["rebuild-key"] == PAIR_KEY
         info = ironic.node(node)["instance_info"]
         assert info["image_source"] == SECOND_IMAGE["source"]
         assert info["image_os_hash_value"] == "b2" * 64
