@@ -26,6 +26,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import requests
@@ -198,6 +199,30 @@ def _no_existence_signal(
         assert system.get(f"{base}{path}", timeout=TIMEOUT).status_code == 403, path
 
 
+def _key_pairs_and_markers(
+    base: str, tenant: requests.Session, admin: requests.Session, user: str
+) -> None:
+    """Microversion 1.14: key pairs a page at a time, another user's for an
+    admin, a marker not in its list 400, Nova's maxServerMeta."""
+    pair = {"keypair": {"name": "spare-key", "public_key": PAIR_KEY}}
+    _ok(tenant.post(f"{base}/v1/keypairs", json=pair, timeout=TIMEOUT), 201)
+    page = _ok(tenant.get(f"{base}/v1/keypairs?limit=1", timeout=TIMEOUT), 200)
+    assert [k["keypair"]["name"] for k in page["keypairs"]] == ["rebuild-key"]
+    rest = _ok(tenant.get(page["next"], timeout=TIMEOUT), 200)
+    assert [k["keypair"]["name"] for k in rest["keypairs"]] == ["spare-key"]
+    theirs = _ok(admin.get(f"{base}/v1/keypairs?user_id={user}", timeout=TIMEOUT), 200)
+    assert [k["keypair"]["name"] for k in theirs["keypairs"]] == ["rebuild-key", "spare-key"]
+    for path in (
+        "/v1/keypairs?marker=nokey",
+        f"/v1/instances?sort_key=created_at&marker={uuid4()}",
+    ):
+        missing = tenant.get(f"{base}{path}", timeout=TIMEOUT)
+        assert missing.status_code == 400, missing.text[:500]
+        assert missing.json()["errors"][0]["field"] == "marker"
+    limits = _ok(tenant.get(f"{base}/v1/limits", timeout=TIMEOUT), 200)["limits"]
+    assert limits["absolute"]["maxServerMeta"] == 128
+
+
 def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_none(
     fleet_on_ironic: Fleet,
     ironic: IronicHarness,
@@ -292,6 +317,7 @@ def test_a_tenant_builds_powers_rebuilds_and_deletes_over_http_and_another_sees_
         assert rebuilt["image"]["source"] == SECOND_IMAGE["source"]
         assert rebuilt["key_name"] == "rebuild-key"
         assert rebuilt["config_drive"]["meta_data"]["public_keys"]["rebuild-key"] == PAIR_KEY
+        _key_pairs_and_markers(api.url, tenant, admin, rebuilt["user_id"])
         info = ironic.node(node)["instance_info"]
         assert info["image_source"] == SECOND_IMAGE["source"]
         assert info["image_os_hash_value"] == "b2" * 64
