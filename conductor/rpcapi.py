@@ -115,6 +115,11 @@ API version history:
   ``key_name`` (``""``: none); show_quota shows ``key_pairs`` (per user:
   the caller's usage) and set_quota sets it.  Each sent at 1.23 only with
   a new argument.
+* 1.24 - Nova's key pair habits for admins and long lists:
+  create_keypair, list_keypairs, show_keypair and delete_keypair take
+  ``user_id`` (another user's key pairs: admins only, Nova's 2.10);
+  list_keypairs takes ``limit`` and ``marker`` (a name of the user's, else
+  InvalidInput: Nova's 2.35).  Each sent at 1.24 only with a new argument.
 """
 
 from __future__ import annotations
@@ -135,7 +140,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.23"
+API_VERSION = "1.24"
 
 _T = TypeVar("_T")
 

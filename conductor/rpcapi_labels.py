@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The conductor RPC API's calls for Nova's key pairs, server metadata and tags (1.21).
+"""The conductor RPC API's calls for Nova's key pairs, server metadata and tags (1.21, 1.24).
 
 A base of :class:`conductor.rpcapi.ConductorAPI`, in a module of its own so
 that the client stays readable; the version history and the rest of the
@@ -15,6 +15,17 @@ __all__ = ["LabelCalls"]
 _T = TypeVar("_T")
 
 
+def _given(**arguments: Any) -> dict[str, Any]:
+    """The arguments given (not ``None``): only they are sent."""
+    return {key: value for key, value in arguments.items() if value is not None}
+
+
+def _keypairs_version(*given: Any) -> str:
+    """1.24 for a key pair call with an argument of 1.24 (``user_id``,
+    ``limit``, ``marker``), so that an older conductor refuses it; else 1.21."""
+    return "1.24" if any(value is not None for value in given) else "1.21"
+
+
 class LabelCalls:
     """Key pairs (the caller's user's own), and instances' metadata and tags."""
 
@@ -23,21 +34,50 @@ class LabelCalls:
 
     # -- key pairs and instance labels -------------------------------------------
 
-    def create_keypair(self, name: str, public_key: str | None = None) -> dict[str, Any]:
-        """The caller's new key pair; without ``public_key`` a generated one,
-        its ``private_key`` in the reply (and nowhere else)."""
+    def create_keypair(
+        self, name: str, public_key: str | None = None, *, user_id: str | None = None
+    ) -> dict[str, Any]:
+        """The caller's new key pair (an admin's ``user_id``: that user's,
+        since 1.24); without ``public_key`` a generated one, its
+        ``private_key`` in the reply (and nowhere else)."""
         return self._call(
-            dict[str, Any], "create_keypair", version="1.21", name=name, public_key=public_key
+            dict[str, Any],
+            "create_keypair",
+            version=_keypairs_version(user_id),
+            name=name,
+            public_key=public_key,
+            **_given(user_id=user_id),
         )
 
-    def list_keypairs(self) -> list[dict[str, Any]]:
-        return self._call(list[dict[str, Any]], "list_keypairs", version="1.21")
+    def list_keypairs(
+        self, *, user_id: str | None = None, limit: int | None = None, marker: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The caller's key pairs (``user_id``: that user's), by name; a page
+        (``limit``, after ``marker``, a name) since 1.24."""
+        return self._call(
+            list[dict[str, Any]],
+            "list_keypairs",
+            version=_keypairs_version(user_id, limit, marker),
+            **_given(user_id=user_id, limit=limit, marker=marker),
+        )
 
-    def show_keypair(self, name: str) -> dict[str, Any]:
-        return self._call(dict[str, Any], "show_keypair", version="1.21", name=name)
+    def show_keypair(self, name: str, *, user_id: str | None = None) -> dict[str, Any]:
+        return self._call(
+            dict[str, Any],
+            "show_keypair",
+            version=_keypairs_version(user_id),
+            name=name,
+            **_given(user_id=user_id),
+        )
 
-    def delete_keypair(self, name: str) -> None:
-        self._call(object, "delete_keypair", version="1.21", name=name)
+    def delete_keypair(self, name: str, *, user_id: str | None = None) -> None:
+        self._call(
+            object,
+            "delete_keypair",
+            version=_keypairs_version(user_id),
+            name=name,
+            **_given(user_id=user_id),
+        )
 
     def get_instance_metadata(self, instance: str) -> dict[str, str]:
         return self._call(

@@ -69,6 +69,14 @@ the routes or fields it adds name it as their ``min_version``):
   filters ``tags``, ``tags-any``, ``not-tags``, ``not-tags-any`` (Nova's
   2.26); the action history's ``limit``, ``marker``, ``changes-since`` and
   ``changes-before`` (Nova's 2.58 and 2.66), with a ``next`` link.
+* 1.14 - Nova's answers to markers and its key pair habits: a list's
+  ``marker`` that is not in the list (an instance list sorted by
+  ``sort_key``, an action history) is a 400 naming ``marker``, as Nova's
+  (404 below 1.14); ``GET /v1/keypairs`` takes ``limit`` and ``marker``
+  (Nova's 2.35) and, for admins, ``user_id`` (Nova's 2.10), as do ``GET``
+  and ``DELETE /v1/keypairs/{keypair}`` and a creation's ``keypair.user_id``;
+  ``GET /v1/limits`` shows ``maxServerMeta`` (Nova's: the metadata items an
+  instance may have, 128).
 """
 
 from __future__ import annotations
@@ -88,6 +96,7 @@ __all__ = [
     "LIMITS",
     "MAX_VERSION",
     "MIN_VERSION",
+    "NOVA_ANSWERS",
     "NOVA_HABITS",
     "NOVA_LISTING",
     "REBUILD_IMAGE",
@@ -139,7 +148,7 @@ class Version:
 
 
 MIN_VERSION = Version(1, 0)
-MAX_VERSION = Version(1, 13)
+MAX_VERSION = Version(1, 14)
 #: Images and config drives in build requests, flavors' default image.
 IMAGES = Version(1, 1)
 #: Tenancy: instances show their project and user, quotas.
@@ -166,6 +175,9 @@ LIMITS = Version(1, 11)
 INSTANCE_ACTIONS = Version(1, 12)
 #: The key_pairs quota, a rebuild's key_name, tag filters, action history pages.
 NOVA_HABITS = Version(1, 13)
+#: Nova's answers: a marker not in its list is 400; key pairs a page at a
+#: time, another user's for admins; /limits' maxServerMeta.
+NOVA_ANSWERS = Version(1, 14)
 
 
 def requested(header: str | None) -> Version:

@@ -22,7 +22,7 @@ from typing import Any
 from conductor.api import microversion, openapi_rules
 from conductor.api.app import Param, Route
 from conductor.common import schemas
-from conductor.common.nova_limits import ABSOLUTE, KEY_PAIR_LIMITS
+from conductor.common.nova_limits import ABSOLUTE, KEY_PAIR_LIMITS, SERVER_META_LIMIT
 from conductor.common.nova_status import STATUSES
 from conductor.common.objects import PowerState, ProvisionState, TaskState, VmState
 
@@ -242,6 +242,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                         | {
                             key: {**_INT, "description": what}
                             for key, what in zip(KEY_PAIR_LIMITS, _KEY_PAIR_LIMITS, strict=True)
+                        }
+                        | {
+                            SERVER_META_LIMIT: {
+                                **_INT,
+                                "x-min-version": str(microversion.NOVA_ANSWERS),
+                                "description": "Since 1.14: the metadata items an instance "
+                                "may have (Nova's metadata_items, 128).",
+                            }
                         },
                         required=ABSOLUTE,
                     ),

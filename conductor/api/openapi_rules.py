@@ -172,6 +172,9 @@ _FIELDS: Final[Mapping[str, Mapping[str, dict[str, Any]]]] = {
 }
 
 #: The rules no JSON Schema says, by operation (``x-rules``).
+#: The rule of a list's marker: the fleet's state, which no schema says.
+_MARKER_RULE = "marker names {}: else 400 naming marker (since 1.14, as Nova's; 404 below)."
+
 RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "setNode": ("A property is not both set and removed; a trait not both added and removed.",),
     "createFlavor": (
@@ -192,6 +195,9 @@ RULES: Final[Mapping[str, tuple[str, ...]]] = {
     "createKeyPair": (
         "public_key is an OpenSSH public key line that parses (format ssh-public-key).",
     ),
+    "listInstances": (_MARKER_RULE.format("with a sort_key, an instance of the caller's list"),),
+    "listInstanceActions": (_MARKER_RULE.format("an action of the instance"),),
+    "listKeyPairs": (_MARKER_RULE.format("a key pair of the user's"),),
 }
 
 

@@ -242,6 +242,18 @@ _RULES: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         [("DELETE", "/v1/keypairs/{keypair}")],
     ),
     (
+        "ringfleet:keypair:other_user",
+        ADMIN,
+        "List, show, create or delete another user's key pairs (user_id, 1.14; Nova's "
+        "os-keypairs rules let only an admin name another user).",
+        [
+            ("GET", "/v1/keypairs"),
+            ("POST", "/v1/keypairs"),
+            ("GET", "/v1/keypairs/{keypair}"),
+            ("DELETE", "/v1/keypairs/{keypair}"),
+        ],
+    ),
+    (
         "ringfleet:instance:actions:list",
         READER,
         "List an instance's actions (Nova's os-instance-actions:list).",

@@ -5,13 +5,12 @@
 policy with and generates the OpenAPI document from.  The routes and their
 handlers are in one module per resource: :mod:`conductor.api.v1_nodes`,
 :mod:`~conductor.api.v1_flavors`, :mod:`~conductor.api.v1_instances`
-(with the instance actions), :mod:`~conductor.api.v1_quotas` and
-:mod:`~conductor.api.v1_fleet`, instances' metadata and tags
-(:mod:`~conductor.api.v1_instance_labels`) and key pairs
-(:mod:`~conductor.api.v1_keypairs`); lists page with :mod:`~conductor.api.v1_paging`.
-:mod:`~conductor.api.v1_fleet`, the action history
-(:mod:`~conductor.api.v1_instance_actions`) and Nova's limits
-(:mod:`~conductor.api.v1_limits`); lists page with :mod:`~conductor.api.v1_paging`.
+(with the instance actions), instances' metadata and tags
+(:mod:`~conductor.api.v1_instance_labels`), key pairs
+(:mod:`~conductor.api.v1_keypairs`), the action history
+(:mod:`~conductor.api.v1_instance_actions`), :mod:`~conductor.api.v1_quotas`,
+Nova's limits (:mod:`~conductor.api.v1_limits`) and
+:mod:`~conductor.api.v1_fleet`; lists page with :mod:`~conductor.api.v1_paging`.
 """
 
 from __future__ import annotations
@@ -27,12 +26,19 @@ from conductor.api.v1_instances import (
     INSTANCE_ACTION,
     INSTANCE_ROUTES,
 )
-from conductor.api.v1_keypairs import KEYPAIR_ROUTES
+from conductor.api.v1_keypairs import KEYPAIR_OTHER_USER_RULE, KEYPAIR_ROUTES
 from conductor.api.v1_limits import LIMITS_OTHER_RULE, LIMITS_ROUTES
 from conductor.api.v1_nodes import NODE_ROUTES
 from conductor.api.v1_quotas import QUOTA_ROUTES
 
-__all__ = ["ALL_PROJECTS_RULE", "HOST_RULE", "INSTANCE_ACTION", "LIMITS_OTHER_RULE", "ROUTES"]
+__all__ = [
+    "ALL_PROJECTS_RULE",
+    "HOST_RULE",
+    "INSTANCE_ACTION",
+    "KEYPAIR_OTHER_USER_RULE",
+    "LIMITS_OTHER_RULE",
+    "ROUTES",
+]
 
 ROUTES: tuple[Route, ...] = (
     *NODE_ROUTES,

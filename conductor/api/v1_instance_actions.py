@@ -6,15 +6,16 @@ the request id that asked for it, who asked, when it started and ended,
 and how (:mod:`conductor.db.instance_actions` says where they are recorded).
 Since 1.13 a page at a time, as Nova's 2.58 and 2.66: ``limit``,
 ``marker`` (a request id), ``changes-since``, ``changes-before``, and a
-``next`` link when the page is full.
+``next`` link when the page is full; since 1.14 a marker the instance has
+no action of is 400 naming it, as Nova's.
 """
 
 from __future__ import annotations
 
 from conductor.api.app import E400, E404, E503, Call, Param, Reply, Route
 from conductor.api.microversion import INSTANCE_ACTIONS, NOVA_HABITS
-from conductor.api.v1_paging import page, page_limit
-from conductor.common.exception import FieldError, InvalidInput
+from conductor.api.v1_paging import marker_in_list, page, page_limit
+from conductor.common.exception import FieldError, InstanceActionNotFound, InvalidInput
 from conductor.common.list_filters import check_instant
 
 __all__ = ["ACTION_ROUTES"]
@@ -33,7 +34,8 @@ ACTION_PAGING = (
     Param(
         "marker",
         "string",
-        "The request_id of the previous page's last action (404 if the instance has none).",
+        "The request_id of the previous page's last action (one the instance does not "
+        "have: 400 naming marker, as Nova's, since 1.14; 404 below).",
         min_version=NOVA_HABITS,
         pattern="^[A-Za-z0-9._-]{1,255}$",
     ),
@@ -65,13 +67,14 @@ def list_actions(call: Call) -> Reply:
     if errors:
         raise InvalidInput(errors)
     limit = page_limit(call)
-    actions = call.api.list_instance_actions(
-        instance,
-        limit=limit,
-        marker=call.query.get("marker"),
-        changes_since=call.query.get("changes-since"),
-        changes_before=call.query.get("changes-before"),
-    )
+    with marker_in_list(call, InstanceActionNotFound):
+        actions = call.api.list_instance_actions(
+            instance,
+            limit=limit,
+            marker=call.query.get("marker"),
+            changes_since=call.query.get("changes-since"),
+            changes_before=call.query.get("changes-before"),
+        )
     return page(call, "instanceActions", actions, limit, marker_key="request_id")
 
 

@@ -25,8 +25,9 @@ from conductor.api.microversion import (
     USER_DATA_BASE64,
     VERBS_VERSION,
 )
-from conductor.api.v1_paging import LIMIT, MARKER, page, page_limit
+from conductor.api.v1_paging import LIMIT, MARKER, marker_in_list, page, page_limit
 from conductor.common import schemas, verbs
+from conductor.common.exception import InstanceNotFound
 from conductor.common.instance_states import TRANSITIONS, Event
 from conductor.common.list_filters import SORT_DIRS, SORT_KEYS, TAG_FILTERS, check_list_filters
 from conductor.common.nova_status import STATUSES, addresses_of, status_of
@@ -330,13 +331,14 @@ def list_instances(call: Call) -> Reply:
     # Checked here too: a bad one is named without a conductor call.
     check_list_filters(**nova)
     scope |= nova
-    items = call.api.list_instances(
-        vm_state=call.query.get("vm_state"),
-        host=call.query.get("host"),
-        limit=limit,
-        marker=call.query.get("marker"),
-        **scope,
-    )
+    with marker_in_list(call, InstanceNotFound):
+        items = call.api.list_instances(
+            vm_state=call.query.get("vm_state"),
+            host=call.query.get("host"),
+            limit=limit,
+            marker=call.query.get("marker"),
+            **scope,
+        )
     return page(call, "instances", [_shown(call, i) for i in items], limit)
 
 
@@ -446,10 +448,11 @@ INSTANCE_ROUTES: tuple[Route, ...] = (
         description="Since 1.10 instances show Nova's status and addresses, and the list "
         "takes Nova's name, status, changes-since, sort_key and sort_dir; a bad one is 400 "
         "naming it. The marker is the uuid of the previous page's last instance; with a "
-        "sort_key it must be an instance of the caller's list (404 otherwise), and the "
-        "next page starts after its (key, uuid). Since 1.13 Nova's tag filters: tags "
-        "(every one), tags-any (one at least), not-tags (not every one), not-tags-any "
-        "(none), each a comma-separated list; given together, an instance must pass each.",
+        "sort_key it must be an instance of the caller's list (else 400 naming marker, as "
+        "Nova's, since 1.14; 404 below), and the next page starts after its (key, uuid). "
+        "Since 1.13 Nova's tag filters: tags (every one), tags-any (one at least), "
+        "not-tags (not every one), not-tags-any (none), each a comma-separated list; "
+        "given together, an instance must pass each.",
     ),
     Route(
         "POST",

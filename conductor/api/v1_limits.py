@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from conductor.api import auth
 from conductor.api.app import E400, E503, ApiError, Call, Param, Reply, Route
-from conductor.api.microversion import LIMITS, NOVA_HABITS
+from conductor.api.microversion import LIMITS, NOVA_ANSWERS, NOVA_HABITS
 from conductor.api.v1_instances import PROJECT_PATTERN
 from conductor.common.nova_limits import nova_limits
 
@@ -32,7 +32,12 @@ def show_limits(call: Call) -> Reply:
             fields=[{"field": "tenant_id", "reason": f"policy does not allow {LIMITS_OTHER_RULE}"}],
         )
     quota = call.api.show_quota(project)
-    return Reply(200, {"limits": nova_limits(quota, key_pairs=call.version >= NOVA_HABITS)})
+    limits = nova_limits(
+        quota,
+        key_pairs=call.version >= NOVA_HABITS,
+        server_meta=call.version >= NOVA_ANSWERS,
+    )
+    return Reply(200, {"limits": limits})
 
 
 LIMITS_ROUTES: tuple[Route, ...] = (
@@ -59,7 +64,8 @@ LIMITS_ROUTES: tuple[Route, ...] = (
         "quota (-1 unlimited); maxTotalCores and maxTotalRAMSize are -1 and their usage 0 "
         "(ringfleet counts whole nodes, per resource class: resource_classes). Since 1.13 "
         "maxTotalKeypairs (Nova's; each user's limit in this project) and totalKeyPairsUsed "
-        "(ringfleet's: the caller's own key pairs, as they count per user). rate is "
+        "(ringfleet's: the caller's own key pairs, as they count per user). Since 1.14 "
+        "maxServerMeta (Nova's: the metadata items an instance may have). rate is "
         "always empty, as Nova's since its 2.39.",
     ),
 )

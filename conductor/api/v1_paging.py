@@ -4,12 +4,16 @@ and the ``next`` link of a full page."""
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
-from conductor.api.app import Call, Param, Reply
+from conductor.api.app import ApiError, Call, Param, Reply
+from conductor.api.microversion import NOVA_ANSWERS
+from conductor.common.exception import InvalidInput, NotFound
 
-__all__ = ["LIMIT", "MARKER", "page", "page_limit"]
+__all__ = ["LIMIT", "MARKER", "marker_in_list", "page", "page_limit"]
 
 LIMIT = Param(
     "limit",
@@ -45,3 +49,17 @@ def _text(value: Any) -> str:
 
 def page_limit(call: Call) -> int:
     return min(int(call.query.get("limit", call.max_limit)), call.max_limit)
+
+
+@contextlib.contextmanager
+def marker_in_list(call: Call, missing: type[NotFound]) -> Iterator[None]:
+    """Around a list's conductor call: since 1.14 a ``marker`` the conductor
+    finds no *missing* of (not in the caller's list) is 400 naming
+    ``marker``, as Nova answers; below 1.14 the conductor's 404 as it is."""
+    marker = call.query.get("marker")
+    try:
+        yield
+    except missing as exc:
+        if call.version < NOVA_ANSWERS or marker is None or exc.ident != marker:
+            raise
+        raise ApiError.invalid("marker", InvalidInput.MARKER_NOT_IN_LIST, marker) from None

@@ -31,7 +31,9 @@ _T = TypeVar("_T")
 
 #: What the CLI asks for: the newest it speaks (an older API server answers 406).
 #: From 1.7 ``user_data`` is sent base64-encoded (:func:`_encoded`).
-API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.13"}
+API_VERSION_HEADER = {"OpenStack-API-Version": "baremetal-fleet 1.14"}
+#: A list's ``limit`` meaning every item (the API pages it by ``[api] max_limit``).
+_EVERY = 999_999_999
 
 
 class HttpError(exception.RingfleetError):
@@ -272,21 +274,31 @@ class HttpConductorAPI:
 
     # -- key pairs, instance metadata and tags (1.8, 1.9) -------------------------
 
-    def create_keypair(self, name: str, public_key: str | None = None) -> dict[str, Any]:
-        keypair = {"name": name} if public_key is None else {"name": name, "public_key": public_key}
+    def create_keypair(
+        self, name: str, public_key: str | None = None, *, user_id: str | None = None
+    ) -> dict[str, Any]:
+        """``user_id``: another user's (an admin's, 1.14)."""
+        given = {"name": name, "public_key": public_key, "user_id": user_id}
+        keypair = {k: v for k, v in given.items() if v is not None}
         reply = self._request(dict[str, Any], "POST", "/v1/keypairs", {"keypair": keypair})
         return cast(dict[str, Any], reply["keypair"])
 
-    def list_keypairs(self) -> list[dict[str, Any]]:
-        reply = self._request(dict[str, list[dict[str, Any]]], "GET", "/v1/keypairs")
-        return [item["keypair"] for item in reply["keypairs"]]
+    def list_keypairs(
+        self, *, user_id: str | None = None, limit: int | None = None, marker: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The user's key pairs after ``marker``: at most ``limit``, else
+        every one, page after page (``next`` links, 1.14)."""
+        query = {"user_id": user_id, "marker": marker}
+        items = self._pages("/v1/keypairs", "keypairs", limit or _EVERY, query)
+        return [item["keypair"] for item in items]
 
-    def show_keypair(self, name: str) -> dict[str, Any]:
-        reply = self._request(dict[str, Any], "GET", f"/v1/keypairs/{_quote(name)}")
+    def show_keypair(self, name: str, *, user_id: str | None = None) -> dict[str, Any]:
+        path = f"/v1/keypairs/{_quote(name)}"
+        reply = self._request(dict[str, Any], "GET", path, user_id=user_id)
         return cast(dict[str, Any], reply["keypair"])
 
-    def delete_keypair(self, name: str) -> None:
-        self._request(object, "DELETE", f"/v1/keypairs/{_quote(name)}")
+    def delete_keypair(self, name: str, *, user_id: str | None = None) -> None:
+        self._request(object, "DELETE", f"/v1/keypairs/{_quote(name)}", user_id=user_id)
 
     def get_instance_metadata(self, instance: str) -> dict[str, str]:
         path = f"/v1/instances/{_quote(instance)}/metadata"

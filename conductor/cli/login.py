@@ -6,7 +6,9 @@ The options are the OpenStack client's (``--os-cloud`` and ``clouds.yaml``,
 defaulting to its ``OS_*`` environment variable; openstacksdk's config
 loader (:mod:`openstack.config`) merges them over the named cloud of
 ``clouds.yaml``, as ``openstack`` does: a command-line option wins over its
-environment variable, which wins over ``clouds.yaml``.  The API's address is
+environment variable, which wins over ``clouds.yaml`` (field by field: a
+name given replaces the cloud's id of the same thing, :data:`_SAME_FIELD`).
+The API's address is
 ``--os-endpoint`` when given, else the cloud's
 ``baremetal_fleet_endpoint_override``, else the service catalog's entry of
 type ``baremetal-fleet`` (interface and region from the options or the
@@ -28,7 +30,7 @@ from conductor.common.exception import RingfleetError
 
 if TYPE_CHECKING:
     from keystoneauth1 import session as ks_session
-    from openstack.config import cloud_region
+    from openstack.config import cloud_region, loader
 
 # keystoneauth and openstacksdk are imported by the functions that log in:
 # the options are added to every command's parser, and a command that never
@@ -95,12 +97,32 @@ _AUTH_OPTIONS = (
     ("--os-cacert", "OS_CACERT", "FILE", "CA bundle to verify TLS certificates with"),
 )
 
+#: The domain of a user or project named without one (``--os-default-domain``).
+DEFAULT_DOMAIN = "default"
+#: The auth types that take a user and project by name, and their domains.
+_PASSWORD_TYPES = (None, "password", "v3password", "v3totp")
+
 #: The options whose presence means "log in to Keystone" (any besides the
 #: endpoint, the token and the TLS bundle).
 _KEYSTONE_DESTS = tuple(
     option[2:].replace("-", "_")
     for option, *_ in _AUTH_OPTIONS
     if option not in ("--os-region-name", "--os-interface", "--os-cacert")
+)
+
+
+#: Keys of a cloud's ``auth`` section that say one thing (who, which scope)
+#: in several ways.  An option (or variable) giving one of a group replaces
+#: the cloud's others: ``--os-project-name`` over a cloud's ``project_id``
+#: scopes to the project named (keystoneauth would prefer the cloud's id),
+#: ``--os-system-scope all`` over a cloud's project scopes to the system
+#: (keystoneauth would refuse two scopes).
+_SAME_FIELD = (
+    frozenset({"username", "user_id"}),
+    frozenset({"user_domain_name", "user_domain_id"}),
+    frozenset({"project_name", "project_id", "system_scope"}),
+    frozenset({"project_domain_name", "project_domain_id"}),
+    frozenset({"application_credential_id", "application_credential_name"}),
 )
 
 
@@ -129,6 +151,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
+    parser.add_argument(
+        "--os-default-domain",
+        default=os.environ.get("OS_DEFAULT_DOMAIN", DEFAULT_DOMAIN),
+        metavar="DOMAIN",
+        help="the domain (id) of a user or project given by name without one, as the "
+        "openstack client's (env OS_DEFAULT_DOMAIN; default: default)",
+    )
     parser.add_argument(
         "--insecure",
         action="store_true",
@@ -160,7 +189,6 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
     """
     from keystoneauth1 import exceptions as ks_exceptions  # noqa: PLC0415 -- on login only
     from openstack import exceptions as sdk_exceptions  # noqa: PLC0415 -- heavy: on login only
-    from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
 
     # The credentials go in "auth": get_one merges that dict over the cloud's
     # key by key, while a plain keyword of the same name loses to the cloud's
@@ -188,12 +216,51 @@ def cloud_config(options: argparse.Namespace) -> cloud_region.CloudRegion:
         args[f"{SERVICE_TYPE.replace('-', '_')}_endpoint_override"] = options.os_endpoint
     try:
         # The loader reads OS_CLIENT_CONFIG_FILE and OS_CLOUD itself too.
-        config = loader.OpenStackConfig()
+        config = _options_win(frozenset(auth), options.os_default_domain or DEFAULT_DOMAIN)
         return config.get_one(cloud=options.os_cloud or None, validate=True, **args)
     except sdk_exceptions.ConfigException as exc:
         raise LoginError(f"configuration: {exc}") from None
     except ks_exceptions.ClientException as exc:  # e.g. MissingRequiredOptions
         raise LoginError(f"login options: {exc}") from None
+
+
+def _replaced(given: frozenset[str]) -> frozenset[str]:
+    """The cloud's auth keys that options giving *given* replace."""
+    return frozenset().union(*(group - given for group in _SAME_FIELD if group & given))
+
+
+def _options_win(given: frozenset[str], default_domain: str) -> loader.OpenStackConfig:
+    """openstacksdk's config loader, whose merged ``auth`` keeps none of the
+    cloud's keys that the options' *given* keys replace (:data:`_SAME_FIELD`),
+    and names *default_domain* for a user or project named without a domain."""
+    from openstack.config import loader  # noqa: PLC0415 -- heavy: on login only
+
+    dropped = _replaced(given)
+
+    class OptionsWin(loader.OpenStackConfig):
+        def auth_config_hook(self, config: dict[str, Any]) -> dict[str, Any]:
+            config = super().auth_config_hook(config)
+            auth = {k: v for k, v in (config.get("auth") or {}).items() if k not in dropped}
+            if config.get("auth_type") in _PASSWORD_TYPES:
+                auth = _in_default_domain(auth, default_domain)
+            config["auth"] = auth
+            return config
+
+    return OptionsWin()
+
+
+def _in_default_domain(auth: dict[str, Any], domain: str) -> dict[str, Any]:
+    """*auth* with *domain* for its project and user named without a domain,
+    as the openstack client fills them in (its ``--os-default-domain``):
+    Keystone refuses a name without its domain."""
+    filled = dict(auth)
+    for name, domain_keys in (
+        ("project_name", ("project_domain_id", "project_domain_name")),
+        ("username", ("user_domain_id", "user_domain_name")),
+    ):
+        if name in auth and not any(auth.get(key) for key in domain_keys):
+            filled[domain_keys[0]] = domain
+    return filled
 
 
 def log_in(options: argparse.Namespace, timeout: float) -> Login:

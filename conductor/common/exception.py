@@ -183,6 +183,10 @@ class InvalidInput(RingfleetError, ValueError):
     which is what oslo.messaging sends to rebuild a remote exception.
     """
 
+    #: The reason given for a list's ``marker`` that names nothing of the
+    #: list (Nova's 400 "marker not found").
+    MARKER_NOT_IN_LIST = "not found in this list"
+
     #: how many errors ``str()`` lists before summarizing the rest
     MAX_LISTED = 100
 

@@ -8,7 +8,8 @@ quota it does not enforce.  The resource classes' limits are beside
 ``absolute``, in ``resource_classes``.  Key pairs (Nova's
 ``maxTotalKeypairs``; API 1.13) come with ``totalKeyPairsUsed``, the
 caller's own key pairs (they count per user), which Nova's ``/limits``
-does not show.  Shared by the API
+does not show.  ``maxServerMeta`` (API 1.14) is the metadata items an
+instance may have: 128, Nova's default, fixed.  Shared by the API
 (``GET /v1/limits``) and the CLI over RPC (``ringfleet limits show``).
 """
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["ABSOLUTE", "KEY_PAIR_LIMITS", "nova_limits"]
+from conductor.common.schemas import MAX_METADATA_ITEMS
+
+__all__ = ["ABSOLUTE", "KEY_PAIR_LIMITS", "SERVER_META_LIMIT", "nova_limits"]
 
 _UNLIMITED: Final = -1
 #: The quota resources (:mod:`conductor.db.quotas`'s names; the API does not import it).
@@ -37,11 +40,16 @@ ABSOLUTE: Final = (
 )
 #: Nova's key pair limit, and its usage (ringfleet's name, after Nova's other totals).
 KEY_PAIR_LIMITS: Final = ("maxTotalKeypairs", "totalKeyPairsUsed")
+#: Nova's limit of an instance's metadata items.
+SERVER_META_LIMIT: Final = "maxServerMeta"
 
 
-def nova_limits(quota: dict[str, Any], key_pairs: bool = True) -> dict[str, Any]:
+def nova_limits(
+    quota: dict[str, Any], key_pairs: bool = True, server_meta: bool = True
+) -> dict[str, Any]:
     """Nova's ``limits`` of a quota as ``show_quota`` answers it
-    (``key_pairs``: with the key pair limit and usage, as from API 1.13)."""
+    (``key_pairs``: with the key pair limit and usage, as from API 1.13;
+    ``server_meta``: with ``maxServerMeta``, as from API 1.14)."""
     quotas = quota["quotas"]
     unset = {"limit": _UNLIMITED, "in_use": 0}
     instances = quotas.get(_INSTANCES, unset)
@@ -58,6 +66,8 @@ def nova_limits(quota: dict[str, Any], key_pairs: bool = True) -> dict[str, Any]
         # Nova's default, 100 per user, and says no usage.
         keys = quotas.get(_KEY_PAIRS, {"limit": _OLD_KEY_PAIRS, "in_use": 0})
         absolute |= {"maxTotalKeypairs": keys["limit"], "totalKeyPairsUsed": keys["in_use"]}
+    if server_meta:
+        absolute[SERVER_META_LIMIT] = MAX_METADATA_ITEMS
     return {
         "rate": [],
         "absolute": absolute,

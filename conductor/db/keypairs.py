@@ -135,12 +135,26 @@ def used_by(db: Database, user_id: str) -> int:
 
 
 @retry_on_dead_connection
-def list_for(db: Database, user_id: str) -> list[dict[str, Any]]:
-    """A user's key pairs, by name (code point order)."""
+def list_for(
+    db: Database, user_id: str, *, limit: int | None = None, marker: str | None = None
+) -> list[dict[str, Any]]:
+    """A user's key pairs, by name (code point order): at most ``limit``,
+    those after ``marker`` (the name of one of theirs, exclusive).
+
+    The page is cut here, not by the database: its collation may order names
+    otherwise, and a user's key pairs are few (their ``key_pairs`` quota).
+
+    :raises KeyPairNotFound: ``marker`` is no key pair of the user's
+    """
     with db.read() as connection:
         rows = connection.execute(select(_KEYS).where(_KEYS.c.user_id == user_id)).all()
-    # Sorted here, by code point: a database's collation may not be.
-    return [_shown(row) for row in sorted(rows, key=lambda row: row.name)]
+    ordered = sorted(rows, key=lambda row: str(row.name))
+    if marker is not None:
+        names = [row.name for row in ordered]
+        if marker not in names:
+            raise KeyPairNotFound(marker)
+        ordered = ordered[names.index(marker) + 1 :]
+    return [_shown(row) for row in ordered[:limit]]
 
 
 @retry_on_dead_connection

@@ -3,7 +3,9 @@
 
 Nova's ``os-keypairs``: a key pair is its user's, whichever project the
 user acts in; nobody else sees it (another user's key is
-``KeyPairNotFound``, as Nova answers 404).  A creation without a public key
+``KeyPairNotFound``, as Nova answers 404) but an admin naming the user
+(``user_id``, since 1.24, as Nova's 2.10).  Lists come a page at a time
+since 1.24 (``limit``, ``marker``: Nova's 2.35).  A creation without a public key
 generates one and answers with the private key, which is stored nowhere.
 A build's ``key_name`` is looked up here (:func:`with_key`): the key's
 public half goes into the config drive's ``meta_data`` ``public_keys``,
@@ -19,12 +21,13 @@ from typing import Any
 
 import oslo_messaging as messaging
 
-from conductor.common.exception import FieldError, Forbidden, InvalidInput
+from conductor.common.exception import FieldError, Forbidden, InvalidInput, KeyPairNotFound
 from conductor.common.tenancy import Caller
 from conductor.db import keypairs, quotas
 from conductor.db.engine import Database
 from conductor.rpcapi import API_VERSION
 from conductor.validation import BuildRequest
+from conductor.validation.arguments import check_limit, check_user
 from conductor.validation.deploy import KeyChange
 from conductor.validation.fields import Errors
 from conductor.validation.tenant_data import (
@@ -38,12 +41,27 @@ __all__ = ["KeyPairsEndpoint", "key_change", "with_key"]
 LOG = logging.getLogger(__name__)
 
 
-def _user(ctxt: dict[str, Any]) -> Caller:
-    """The caller, who must be a user: key pairs are keyed by user."""
+def _owner(ctxt: dict[str, Any], user_id: Any) -> str:
+    """The user whose key pairs a call reaches: the caller's own, or, an
+    admin's call naming ``user_id`` (since 1.24, Nova's 2.10), that user's.
+
+    :raises Forbidden: a caller that is no admin names another user, or a
+        call names no user at all
+    :raises InvalidInput: ``user_id`` is no user id
+    """
     caller = Caller.from_ctxt(ctxt)
+    if user_id is None or user_id == caller.user_id:
+        return _own(caller)
+    owner = check_user(user_id)
+    if not caller.is_admin:
+        raise Forbidden("user_id: another user's key pairs are for admins only")
+    return owner
+
+
+def _own(caller: Caller) -> str:
     if caller.user_id is None:
-        raise Forbidden("key pairs belong to a user; this call names none")
-    return caller
+        raise Forbidden("key pairs belong to a user; this call names none (give user_id)")
+    return caller.user_id
 
 
 def _name(value: Any, field: str = "name") -> str:
@@ -68,18 +86,20 @@ class KeyPairsEndpoint:
         self._quota = quota
 
     def create_keypair(
-        self, ctxt: dict[str, Any], name: Any, public_key: Any = None
+        self, ctxt: dict[str, Any], name: Any, public_key: Any = None, user_id: Any = None
     ) -> dict[str, Any]:
         """Store the caller's key pair ``name``: ``public_key`` (an OpenSSH
         line), or, without it, a new RSA key whose ``private_key`` the
-        reply carries once.
+        reply carries once.  An admin's ``user_id`` (since 1.24) stores it
+        for that user, within the limit of the admin's project.
 
         :raises InvalidInput: a bad name or key, named
-        :raises DuplicateKeyPair: the caller has one of this name
-        :raises QuotaExceeded: the caller has their ``key_pairs`` limit
-            already (their project's, else ``[quota] key_pairs``)
+        :raises DuplicateKeyPair: the user has one of this name
+        :raises QuotaExceeded: the user has their ``key_pairs`` limit
+            already (the project's, else ``[quota] key_pairs``)
         """
-        caller = _user(ctxt)
+        caller = Caller.from_ctxt(ctxt)
+        owner = _owner(ctxt, user_id)
         errors = Errors()
         checked_name = check_key_name(name, "name", errors)
         private = None
@@ -89,10 +109,10 @@ class KeyPairsEndpoint:
             checked = check_public_key(public_key, "public_key", errors)
             key, fingerprint = checked if checked else ("", "")
         errors.raise_if_any()
-        assert checked_name is not None and caller.user_id is not None
+        assert checked_name is not None
         stored = keypairs.create(
             self._db,
-            user_id=caller.user_id,
+            user_id=owner,
             project_id=caller.project_id,
             name=checked_name,
             public_key=key,
@@ -102,32 +122,46 @@ class KeyPairsEndpoint:
         LOG.info(
             "Key pair %r of user %s created (%s)",
             checked_name,
-            caller.user_id,
+            owner,
             "generated" if private else "imported",
         )
         return stored if private is None else {**stored, "private_key": private}
 
-    def list_keypairs(self, ctxt: dict[str, Any]) -> list[dict[str, Any]]:
-        """The caller's key pairs, by name."""
-        caller = _user(ctxt)
-        assert caller.user_id is not None
-        return keypairs.list_for(self._db, caller.user_id)
+    def list_keypairs(
+        self,
+        ctxt: dict[str, Any],
+        user_id: Any = None,
+        limit: Any = None,
+        marker: Any = None,
+    ) -> list[dict[str, Any]]:
+        """The caller's key pairs (an admin's ``user_id``: that user's), by
+        name; since 1.24 a page at a time, as Nova's 2.35: at most
+        ``limit``, after ``marker`` (the previous page's last name).
 
-    def show_keypair(self, ctxt: dict[str, Any], name: Any) -> dict[str, Any]:
-        """:raises KeyPairNotFound: the caller has none of this name"""
-        caller = _user(ctxt)
-        assert caller.user_id is not None
-        return keypairs.get(self._db, caller.user_id, _name(name))
+        :raises InvalidInput: ``marker`` is no key pair of the user's (Nova's 400)
+        """
+        owner = _owner(ctxt, user_id)
+        checked_limit = None if limit is None else check_limit(limit)
+        checked_marker = None if marker is None else _name(marker, "marker")
+        try:
+            return keypairs.list_for(self._db, owner, limit=checked_limit, marker=checked_marker)
+        except KeyPairNotFound:
+            raise InvalidInput(
+                [FieldError.about("marker", InvalidInput.MARKER_NOT_IN_LIST, marker)]
+            ) from None
 
-    def delete_keypair(self, ctxt: dict[str, Any], name: Any) -> None:
+    def show_keypair(self, ctxt: dict[str, Any], name: Any, user_id: Any = None) -> dict[str, Any]:
+        """:raises KeyPairNotFound: the user has none of this name"""
+        return keypairs.get(self._db, _owner(ctxt, user_id), _name(name))
+
+    def delete_keypair(self, ctxt: dict[str, Any], name: Any, user_id: Any = None) -> None:
         """Forget a key pair (instances built with it keep their key).
 
-        :raises KeyPairNotFound: the caller has none of this name
+        :raises KeyPairNotFound: the user has none of this name
         """
-        caller = _user(ctxt)
-        assert caller.user_id is not None
-        keypairs.remove(self._db, caller.user_id, _name(name))
-        LOG.info("Key pair %r of user %s deleted", name, caller.user_id)
+        owner = _owner(ctxt, user_id)
+        keypairs.remove(self._db, owner, _name(name))
+        LOG.info("Key pair %r of user %s deleted", name, owner)
 
 
 def with_key(db: Database, caller: Caller, build: BuildRequest) -> BuildRequest:

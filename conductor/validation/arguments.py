@@ -48,6 +48,7 @@ __all__ = [
     "check_quota_limits",
     "check_request_id",
     "check_time",
+    "check_user",
     "check_uuid_list",
 ]
 
@@ -169,8 +170,18 @@ _PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
 
 def check_project(value: object, field: str = "project_id") -> str:
     """A Keystone project id (as the token carries it: 1 to 255 characters)."""
+    return _keystone_id(value, field, "a project id")
+
+
+def check_user(value: object, field: str = "user_id") -> str:
+    """A Keystone user id (as the token carries it: 1 to 255 characters)."""
+    return _keystone_id(value, field, "a user id")
+
+
+def _keystone_id(value: object, field: str, what: str) -> str:
     if not isinstance(value, str) or not _PROJECT_ID.fullmatch(value):
-        raise InvalidInput([FieldError.about(field, "a project id (1 to 255 characters)", value)])
+        reason = f"{what} (1 to 255 characters, no space or control character)"
+        raise InvalidInput([FieldError.about(field, reason, value)])
     return value
 
 

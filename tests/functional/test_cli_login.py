@@ -73,8 +73,9 @@ def _api(fleet: Fleet, transport_url: str, identity: Identity) -> ApiServer:
 
 @pytest.fixture(scope="module")
 def clouds(tmp_path_factory: pytest.TempPathFactory, identity: Identity, server: ApiServer) -> Path:
-    """clouds.yaml: ``rf-password``, ``rf-appcred`` and ``rf-elsewhere`` (a
-    region without the API)."""
+    """clouds.yaml: ``rf-password``, ``rf-appcred``, ``rf-elsewhere`` (a
+    region without the API), ``rf-wrong`` (a wrong password) and
+    ``rf-nowhere`` (an auth URL nothing answers at)."""
     suffix = uuid.uuid4().hex[:8]
     region = identity.create("region", {"id": f"rf-login-{suffix}"})
     empty_region = identity.create("region", {"id": f"rf-empty-{suffix}"})
@@ -126,6 +127,10 @@ def clouds(tmp_path_factory: pytest.TempPathFactory, identity: Identity, server:
                     },
                     "rf-elsewhere": {"auth": password_auth, "region_name": empty_region},
                     "rf-wrong": {"auth": {**password_auth, "password": "wrong-pw-7f3"}},
+                    "rf-nowhere": {
+                        "auth": {**password_auth, "auth_url": "http://127.0.0.1:9/v3"},
+                        "region_name": region,
+                    },
                 }
             }
         )
@@ -210,7 +215,10 @@ def test_the_openstack_cli_plugin_runs_the_same_commands(clouds: Path) -> None:
         clouds, "--os-cloud", "rf-password", "ringfleet", "node", "show", "nope", script="openstack"
     )
     assert missing.returncode == 1
-    assert "error: node 'nope' not found" in missing.stderr
+    # Named once, as typed (not "openstack ringfleet ringfleet ...").
+    assert missing.stderr.splitlines() == [
+        "openstack ringfleet node show: error: node 'nope' not found"
+    ], missing.stderr
 
 
 def test_login_failures_are_one_line(clouds: Path) -> None:
@@ -226,6 +234,114 @@ def test_login_failures_are_one_line(clouds: Path) -> None:
     assert "no baremetal-fleet endpoint in the service catalog" in line
     unknown = ringfleet(clouds, "--os-cloud", "rf-none", "node", "list")
     assert unknown.returncode == 1 and "rf-none" in unknown.stderr
+
+
+@pytest.fixture(scope="module")
+def others(clouds: Path, identity: Identity) -> dict[str, str]:
+    """Who and where else the operator of ``rf-password`` may log in: a
+    reader with the same password in the same project, and a project of its
+    own where the operator is a reader (the node list is then 403)."""
+    auth = yaml.safe_load(clouds.read_text())["clouds"]["rf-password"]["auth"]
+    suffix = uuid.uuid4().hex[:8]
+    reader = f"rf-reader-{suffix}"
+    user = identity.create(
+        "user", {"name": reader, "password": auth["password"], "domain_id": "default"}
+    )
+    identity.grant(identity.project_id, user, "reader")
+    project_name = f"rf-login-read-{suffix}"
+    project = identity.create("project", {"name": project_name, "domain_id": "default"})
+    [operator] = identity.admin.get(
+        f"{identity.url}/users", params={"name": auth["username"]}
+    ).json()["users"]
+    identity.grant(project, operator["id"], "reader")
+    return {"reader": reader, "project_id": project, "project_name": project_name}
+
+
+@pytest.mark.parametrize(
+    ("option", "variable", "value"),
+    [
+        ("--os-username", "OS_USERNAME", "reader"),
+        ("--os-project-id", "OS_PROJECT_ID", "project_id"),
+        # The cloud names its project by id: a name given still wins.
+        ("--os-project-name", "OS_PROJECT_NAME", "project_name"),
+    ],
+)
+def test_an_option_or_variable_beats_the_clouds_user_and_project(
+    clouds: Path, others: dict[str, str], option: str, variable: str, value: str
+) -> None:
+    """The operator's cloud (admin) with one field changed, by option or
+    variable: a reader's login, the cloud's other fields kept (its password,
+    its project or user), so the node list is refused by the policy."""
+    # A project named without its domain is in the default domain, as with openstack.
+    for given in (
+        ringfleet(clouds, "--os-cloud", "rf-password", option, others[value], "node", "list"),
+        ringfleet(clouds, "--os-cloud", "rf-password", "node", "list", **{variable: others[value]}),
+    ):
+        assert given.returncode == 1, given.stdout
+        assert "policy does not allow ringfleet:node:list" in given.stderr, given.stderr
+    assert ringfleet(clouds, "--os-cloud", "rf-password", "node", "list").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def system_admin(
+    tmp_path_factory: pytest.TempPathFactory, identity: Identity, clouds: Path
+) -> Path:
+    """clouds.yaml with ``rf-sysadmin``: a user with ``admin`` on the system
+    and ``reader`` on the project, the cloud naming the project (by id)."""
+    name, password = f"rf-sysadmin-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    user = identity.create("user", {"name": name, "password": password, "domain_id": "default"})
+    identity.grant(identity.project_id, user, "reader")
+    [admin_role] = identity.admin.get(f"{identity.url}/roles", params={"name": "admin"}).json()[
+        "roles"
+    ]
+    identity.admin.put(f"{identity.url}/system/users/{user}/roles/{admin_role['id']}")
+    auth = {
+        "auth_url": identity.url,
+        "username": name,
+        "password": password,
+        "user_domain_id": "default",
+        "project_id": identity.project_id,
+    }
+    path = tmp_path_factory.mktemp("sysadmin") / "clouds.yaml"
+    # The API's region (the catalog may hold other tests' endpoints elsewhere).
+    region = yaml.safe_load(clouds.read_text())["clouds"]["rf-password"]["region_name"]
+    cloud = {"auth": auth, "region_name": region}
+    path.write_text(yaml.safe_dump({"clouds": {"rf-sysadmin": cloud}}))
+    return path
+
+
+def test_a_system_scope_given_replaces_the_clouds_project(clouds: Path, system_admin: Path) -> None:
+    """The system administrator's login over a cloud that names a project:
+    the node inventory is theirs, the project's instances are not (the
+    instance rules are project-scoped)."""
+    as_reader = ringfleet(system_admin, "--os-cloud", "rf-sysadmin", "node", "list")
+    assert "policy does not allow ringfleet:node:list" in as_reader.stderr, as_reader.stderr
+    for scoped in (
+        ringfleet(
+            system_admin, "--os-cloud", "rf-sysadmin", "--os-system-scope", "all", "node", "list"
+        ),
+        ringfleet(system_admin, "--os-cloud", "rf-sysadmin", "node", "list", OS_SYSTEM_SCOPE="all"),
+    ):
+        assert scoped.returncode == 0, scoped.stderr
+    instances = ringfleet(
+        system_admin, "--os-cloud", "rf-sysadmin", "--os-system-scope", "all", "instance", "list"
+    )
+    assert instances.returncode == 1
+    assert "policy does not allow ringfleet:instance:list" in instances.stderr, instances.stderr
+
+
+def test_an_option_or_variable_beats_the_clouds_auth_url(clouds: Path) -> None:
+    right = yaml.safe_load(clouds.read_text())["clouds"]["rf-password"]["auth"]["auth_url"]
+    nowhere = "http://127.0.0.1:9/v3"
+    worse = ringfleet(clouds, "--os-cloud", "rf-password", "--os-auth-url", nowhere, "node", "list")
+    assert worse.returncode == 1
+    assert f"cannot log in to Keystone at {nowhere}" in worse.stderr, worse.stderr
+    by_variable = ringfleet(
+        clouds, "--os-cloud", "rf-password", "node", "list", OS_AUTH_URL=nowhere
+    )
+    assert f"cannot log in to Keystone at {nowhere}" in by_variable.stderr, by_variable.stderr
+    better = ringfleet(clouds, "--os-cloud", "rf-nowhere", "--os-auth-url", right, "node", "list")
+    assert better.returncode == 0, better.stderr
 
 
 def test_an_option_or_variable_beats_the_clouds_password(clouds: Path) -> None:

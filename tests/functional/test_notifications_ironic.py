@@ -5,7 +5,9 @@ A conductor with ``[oslo_messaging_notifications] driver = messagingv2``
 imports two nodes of a shard of the test's own (``node.create.end`` each);
 then one gets a trait and the other is put in maintenance, in Ironic; the
 next pass sends ``node.update.end`` for each of the two (the node as it is
-after the pass), and a pass that changes nothing sends nothing.  Each
+after the pass), and a pass that changes nothing sends nothing; a node
+removed from Ironic is retired by the next pass (maintenance), which sends
+its ``node.update.end`` too.  Each
 message is valid against its published schema
 (``docs/notification-schemas.json``).  Real etcd, RabbitMQ, PostgreSQL and
 Ironic; the conductor as a process, no agent.
@@ -25,6 +27,7 @@ import pytest
 from oslo_config import cfg
 
 from conductor.common import rpc
+from conductor.ironic_sync import REMOVED_REASON
 from tests.functional.fleet_harness import Fleet, close_in_background
 from tests.functional.harness import unique_group
 from tests.functional.test_notifications import SCHEMAS, Listened
@@ -97,6 +100,17 @@ def test_the_ironic_syncs_imports_and_changes_are_notified(
     fleet.api.sync_ironic_nodes()  # nothing changed: nothing sent
     time.sleep(2)
     assert len(got.items()) == sent
+
+    # A node removed from Ironic is retired (put in maintenance): notified too.
+    ironic.delete(traited)
+    fleet.api.sync_ironic_nodes()
+
+    def retired() -> bool:
+        latest = {d["uuid"]: d for d in _data(got, "node.update.end")}
+        return latest.get(traited, {}).get("maintenance_reason") == REMOVED_REASON
+
+    wait_for(retired, 30, "node.update.end of the retirement")
+    assert {d["uuid"]: d for d in _data(got, "node.update.end")}[traited]["maintenance"] is True
     schemas = json.loads(Path(SCHEMAS).read_text())
     for item in got.items():
         jsonschema.validate(item, schemas[item["event_type"]])

@@ -498,6 +498,7 @@ def test_every_route_has_a_registered_rule_and_every_rule_is_used() -> None:
         v1.ALL_PROJECTS_RULE,
         v1.HOST_RULE,
         v1.LIMITS_OTHER_RULE,
+        v1.KEYPAIR_OTHER_USER_RULE,
     }
     assert used | checked_inside == set(rules)
     # The operator's rules take a system-scoped token too; the rest are project-scoped.

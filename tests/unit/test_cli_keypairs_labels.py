@@ -124,7 +124,7 @@ def test_instance_set_and_unset_change_metadata_and_tags() -> None:
 
 
 def test_the_http_client_sends_user_data_base64_from_1_7() -> None:
-    assert http_client.API_VERSION_HEADER == {"OpenStack-API-Version": "baremetal-fleet 1.13"}
+    assert http_client.API_VERSION_HEADER == {"OpenStack-API-Version": "baremetal-fleet 1.14"}
     text = "#cloud-config\n\u00e9t\u00e9\n"
     sent = http_client._encoded({"flavor": "f", "user_data": text})
     assert base64.b64decode(sent["user_data"]).decode() == text

@@ -143,6 +143,96 @@ def test_each_login_field_overrides_the_cloud_alone(
     assert both.config["auth"][key] == other
 
 
+@pytest.mark.parametrize(
+    ("cloud_auth", "argv", "sent"),
+    [
+        # The cloud names the project by id, the option by name: the name wins.
+        ({"project_id": "p-yaml"}, ("--os-project-name", "p-given"), (None, "p-given", None)),
+        ({"project_name": "ops"}, ("--os-project-id", "p-given"), ("p-given", None, None)),
+        # A system scope replaces the cloud's project, and a project the cloud's system scope.
+        ({"project_id": "p-yaml"}, ("--os-system-scope", "all"), (None, None, "all")),
+        ({"system_scope": "all"}, ("--os-project-id", "p-given"), ("p-given", None, None)),
+    ],
+)
+def test_an_option_replaces_the_clouds_other_spelling_of_its_scope(
+    clean_environment: Path,
+    cloud_auth: dict[str, str],
+    argv: tuple[str, ...],
+    sent: tuple[str | None, str | None, str | None],
+) -> None:
+    """A project (or system scope) given replaces the cloud's, however the
+    cloud spells it: keystoneauth prefers a project id to a name, and refuses
+    two scopes, so a cloud's id kept beside the option's name would win."""
+    _cloud(clean_environment, "by-id", cloud_auth)
+    region = login.cloud_config(options("--os-cloud", "by-id", *argv))
+    v3 = region.get_auth().create_plugin(None, (3, 0), AUTH_URL)  # type: ignore[attr-defined]
+    assert (v3.project_id, v3.project_name, v3.system_scope) == sent
+
+
+def test_an_option_replaces_the_clouds_other_spelling_of_the_user(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cloud(clean_environment, "by-id", {"user_id": "u-yaml", "user_domain_id": "d-yaml"})
+    monkeypatch.setenv("OS_USERNAME", "bob")
+    by_variable = login.cloud_config(
+        options("--os-cloud", "by-id", "--os-user-domain-name", "Default")
+    )
+    v3 = by_variable.get_auth().create_plugin(None, (3, 0), AUTH_URL)  # type: ignore[attr-defined]
+    sent = v3.auth_methods[0]
+    assert (sent.user_id, sent.username) == (None, "bob")
+    assert (sent.user_domain_id, sent.user_domain_name) == (None, "Default")
+    # What the options do not name stays the cloud's.
+    assert (sent.password, v3.project_id) == ("pw-from-yaml", "p-yaml")
+
+
+def test_names_without_a_domain_are_in_the_default_domain(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the openstack client's ``--os-default-domain``: Keystone refuses a
+    project or user name without its domain."""
+    _cloud(clean_environment, "no-domains", {"username": "bob", "project_name": "ops"})
+
+    def domains(*argv: str) -> tuple[object, ...]:
+        region = login.cloud_config(options("--os-cloud", "no-domains", *argv))
+        auth = region.config["auth"]
+        keys = ("project_domain_id", "project_domain_name", "user_domain_id", "user_domain_name")
+        return tuple(auth.get(key) for key in keys)
+
+    assert domains() == ("default", None, "default", None)
+    assert domains("--os-default-domain", "d2") == ("d2", None, "d2", None)
+    monkeypatch.setenv("OS_DEFAULT_DOMAIN", "d3")
+    assert domains() == ("d3", None, "d3", None)
+    # A domain given is kept, and names the other way it is not added.
+    assert domains("--os-project-domain-name", "Ops") == (None, "Ops", "d3", None)
+    # The cloud's user by id needs no domain.
+    _cloud(clean_environment, "by-id", {"user_id": "u-1"})
+    assert (
+        login.cloud_config(options("--os-cloud", "by-id")).config["auth"].get("user_domain_id")
+        is None
+    )
+    # Not the default domain's business: an application credential.
+    appcred = login.cloud_config(options("--os-cloud", "fleet-appcred")).config["auth"]
+    assert "project_domain_id" not in appcred and "user_domain_id" not in appcred
+
+
+def test_the_default_domain_alone_asks_for_no_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OS_DEFAULT_DOMAIN is in many openrc files: alone it is no login."""
+    monkeypatch.setenv("OS_DEFAULT_DOMAIN", "default")
+    assert not login.wants_http(options("node", "list"))
+
+
+def _cloud(clouds: Path, name: str, auth: dict[str, str]) -> None:
+    """Add cloud *name* to clouds.yaml: a password login with *auth*'s keys."""
+    content = yaml.safe_load(clouds.read_text())
+    base = {"auth_url": AUTH_URL, "password": "pw-from-yaml", "project_id": "p-yaml"}
+    if "system_scope" in auth or "project_name" in auth:
+        del base["project_id"]
+    if "user_id" not in auth and "username" not in auth:
+        base |= {"username": "alice", "user_domain_id": "default"}
+    content["clouds"][name] = {"auth": base | auth}
+    clouds.write_text(yaml.safe_dump(content))
+
+
 def test_the_password_sent_is_the_option_not_the_clouds() -> None:
     """What keystoneauth's plugin will send, not only the merged dict."""
     region = login.cloud_config(options("--os-cloud", "fleet", "--os-password", "wrong"))
