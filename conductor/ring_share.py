@@ -24,6 +24,8 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
+import numpy as np
+
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.validation import arguments
 from hashring.exceptions import InvalidMemberError, InvalidRingVersionError
@@ -141,10 +143,13 @@ def share_arcs(ring: RingSpec, member: str, previous: RingSpec | None = None) ->
 
 @functools.lru_cache(maxsize=256)
 def _share_arcs(ring: RingSpec, member: str, previous: RingSpec | None) -> ShareArcs:
-    arcs = _ring(ring).arcs(member)
     if previous is not None:
-        arcs = subtract_arcs(arcs, _ring(previous).arcs(member))
-    return ShareArcs(array("q", [position for arc in arcs for position in arc]))
+        arcs = subtract_arcs(_ring(ring).arcs(member), _ring(previous).arcs(member))
+        return ShareArcs(array("q", [position for arc in arcs for position in arc]))
+    firsts, lasts = _ring(ring).arc_columns(member)
+    flat = np.empty(2 * len(firsts), np.int64)
+    flat[0::2], flat[1::2] = firsts, lasts
+    return ShareArcs(array("q", flat.tobytes()))
 
 
 #: One share an agent read: (its ring, its groups or None for all, groups left out).

@@ -335,3 +335,50 @@ def test_ring_of_shares_one_ring_per_members_and_version() -> None:
     assert ring_of({"a": 1.0, "b": 1.0}, version=3) is not one
     with pytest.raises(InvalidMemberError):
         ring_of({"": 1.0})
+
+
+def _arcs_walked(ring: Ring, member: str) -> list[tuple[int, int]]:
+    """The arcs of ``member`` by a walk of every point (what Ring.arcs did in
+    Python): the reference the vectorized arcs must equal."""
+    points = ring._points.tolist()
+    owners = [ring._member_ids[i] for i in ring._owner_index.tolist()]
+    if member not in ring:
+        return []
+    if all(o == member for o in owners):
+        return [(POSITION_MIN, POSITION_MAX)]
+    arcs = []
+    for i, (point, owner) in enumerate(zip(points, owners, strict=True)):
+        if owner != member:
+            continue
+        previous = points[i - 1]  # the last point, for the first
+        if i == 0:  # across the top: after the last point, and from 0
+            if previous + 1 <= 2**64 - 1:
+                arcs.append((previous + 1, 2**64 - 1))
+            arcs.append((0, point))
+        elif previous + 1 <= point:
+            arcs.append((previous + 1, point))
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(arcs):
+        if merged and merged[-1][1] + 1 == low:
+            merged[-1] = (merged[-1][0], high)
+        else:
+            merged.append((low, high))
+    return [(a - 2**63, b - 2**63) for a, b in merged]
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"a": 0.001, "b": 0.001},  # four points each: runs across the top
+        {"a": 0.002, "b": 0.001, "c": 0.003},
+        {f"agent-{i}": 0.01 for i in range(7)},
+        {f"agent-{i}": 1.0 for i in range(30)},
+    ],
+)
+def test_the_arcs_are_those_a_walk_of_every_point_finds(weights: dict[str, float]) -> None:
+    for version in (1, 2, 3):
+        ring = Ring(weights, version=version)
+        for member in weights:
+            assert ring.arcs(member) == _arcs_walked(ring, member), (version, member)
+            firsts, lasts = ring.arc_columns(member)
+            assert list(zip(firsts.tolist(), lasts.tolist(), strict=True)) == ring.arcs(member)
