@@ -121,14 +121,14 @@ def inventory_page(
     # A Core read, not a Session: at 100k nodes every agent reads the whole
     # fleet at start, and the Session's bookkeeping was a third of it.
     with db.read() as connection:
-        as_of, changed = _read_start(connection, as_of, changed_after)
+        as_of, changed = _as_of_and_changed(connection, as_of, changed_after)
         if not changed:
             return _page(as_of, [], unchanged=True)
         rows = connection.execute(query).all()
     return _page(as_of, rows)
 
 
-def _read_start(
+def _as_of_and_changed(
     connection: Connection, now: datetime.datetime, since: datetime.datetime | None
 ) -> tuple[datetime.datetime, bool]:
     """A read's "as of" (:func:`conductor.db.node_writes.as_of`) and whether
@@ -185,7 +185,7 @@ def share_page(
     if claimed is not None:
         conditions.extend(_not_claimed_at(*claimed))
     with db.read() as connection:
-        as_of, changed = _read_start(connection, as_of, changed_after)
+        as_of, changed = _as_of_and_changed(connection, as_of, changed_after)
         if not changed:
             return _page(as_of, [], unchanged=True), None
         rows = _rows_in_arcs(

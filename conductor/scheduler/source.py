@@ -187,9 +187,6 @@ class AppliedVersions:
         """Forget the versions older than where the next refresh starts."""
         self._versions = {uuid: at for uuid, at in self._versions.items() if at >= start}
 
-    def __len__(self) -> int:
-        return len(self._versions)
-
 
 def changed_pages(
     db: Database,

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
 
 from tests.functional.api_harness import ApiServer
 
-__all__ = ["ROLES", "Identity", "make_identity"]
+__all__ = ["ROLES", "Identity", "answered", "make_identity", "token_session"]
 
 ROLES = ("reader", "member", "admin")
 
@@ -159,3 +160,19 @@ def keystone_api(
         yield server.start()
     finally:
         server.stop()
+
+
+def token_session(token: str, headers: dict[str, str]) -> requests.Session:
+    """A session that sends ``token`` and ``headers`` (a microversion) with every request."""
+    session = requests.Session()
+    session.headers.update({"X-Auth-Token": token, **headers})
+    return session
+
+
+def answered(response: requests.Response, status: int = 200) -> Any:
+    """The JSON of a response of ``status`` (``None`` without a body); fails
+    the test with the request and the body otherwise."""
+    assert response.status_code == status, (
+        f"{response.request.method} {response.url}: {response.status_code} {response.text[:2000]}"
+    )
+    return response.json() if response.content else None

@@ -29,7 +29,13 @@ import requests
 
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, running_fleet
-from tests.functional.keystone_harness import Identity, keystone_api, make_identity
+from tests.functional.keystone_harness import (
+    Identity,
+    answered,
+    keystone_api,
+    make_identity,
+    token_session,
+)
 from tests.harness import wait_for
 
 TIMEOUT = 60
@@ -70,23 +76,14 @@ def api(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiSer
 
 
 def _as(token: str, version: dict[str, str] = V113) -> requests.Session:
-    session = requests.Session()
-    session.headers.update({"X-Auth-Token": token, **version})
-    return session
-
-
-def _ok(response: requests.Response, status: int = 200) -> Any:
-    assert response.status_code == status, (
-        f"{response.request.method} {response.url}: {response.status_code} {response.text[:2000]}"
-    )
-    return response.json() if response.content else None
+    return token_session(token, version)
 
 
 def _settled(session: requests.Session, url: str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     def done() -> bool:
-        seen.update(_ok(session.get(url, timeout=TIMEOUT)))
+        seen.update(answered(session.get(url, timeout=TIMEOUT)))
         assert seen["vm_state"] != "error", seen.get("fault")
         return bool(seen["vm_state"] == "active" and seen["task_state"] is None)
 
@@ -110,14 +107,14 @@ def _key_pair_quota(url: str, identity: Identity) -> list[str]:
     """The race against the limit, and what the quota and limits say; the names created."""
     admin, tenant = _as(identity.tokens["admin"]), _as(identity.tokens["member"])
     quota_url = f"{url}/v1/quotas/{identity.project_id}"
-    _ok(admin.put(quota_url, json={"quotas": {"key_pairs": LIMIT}}, timeout=TIMEOUT))
+    answered(admin.put(quota_url, json={"quotas": {"key_pairs": LIMIT}}, timeout=TIMEOUT))
     started = time.monotonic()
     statuses = _race_key_pairs(url, identity.tokens["member"])
     print(f"\n{RACERS} concurrent key pair creations: {time.monotonic() - started:.2f} s")
     assert sorted(statuses) == [201] * LIMIT + [403] * (RACERS - LIMIT), statuses
     names = [
         k["keypair"]["name"]
-        for k in _ok(tenant.get(f"{url}/v1/keypairs", timeout=TIMEOUT))["keypairs"]
+        for k in answered(tenant.get(f"{url}/v1/keypairs", timeout=TIMEOUT))["keypairs"]
     ]
     assert len(names) == LIMIT
     over = tenant.post(
@@ -126,12 +123,12 @@ def _key_pair_quota(url: str, identity: Identity) -> list[str]:
     assert over.status_code == 403 and over.json()["errors"][0]["code"] == (
         "ringfleet.quota_exceeded"
     )
-    absolute = _ok(tenant.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
+    absolute = answered(tenant.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
     assert (absolute["maxTotalKeypairs"], absolute["totalKeyPairsUsed"]) == (LIMIT, LIMIT)
-    shown = _ok(tenant.get(quota_url, timeout=TIMEOUT))["quotas"]["key_pairs"]
+    shown = answered(tenant.get(quota_url, timeout=TIMEOUT))["quotas"]["key_pairs"]
     assert shown == {"limit": LIMIT, "in_use": LIMIT, "default": False}
     # Below 1.13 neither shows key pairs.
-    old = _ok(_as(identity.tokens["member"], V112).get(quota_url, timeout=TIMEOUT))
+    old = answered(_as(identity.tokens["member"], V112).get(quota_url, timeout=TIMEOUT))
     assert "key_pairs" not in old["quotas"]
     return names
 
@@ -146,7 +143,7 @@ def _tagged(url: str, tenant: requests.Session, key: str) -> dict[str, str]:
         body: dict[str, Any] = {"flavor": "habits-113", "name": name, "tags": tags}
         if key_name is not None:
             body["key_name"] = key_name
-        [built] = _ok(tenant.post(f"{url}/v1/instances", json=body, timeout=TIMEOUT), 202)[
+        [built] = answered(tenant.post(f"{url}/v1/instances", json=body, timeout=TIMEOUT), 202)[
             "instances"
         ]
         links[name] = f"{url}/v1/instances/{built['uuid']}"
@@ -154,7 +151,7 @@ def _tagged(url: str, tenant: requests.Session, key: str) -> dict[str, str]:
         _settled(tenant, link)
 
     def listed(query: str) -> list[str]:
-        body = _ok(tenant.get(f"{url}/v1/instances?{query}", timeout=TIMEOUT))
+        body = answered(tenant.get(f"{url}/v1/instances?{query}", timeout=TIMEOUT))
         return sorted(i["name"] for i in body["instances"])
 
     assert listed("tags=prod,web") == ["web-1"]
@@ -170,7 +167,7 @@ def _tagged(url: str, tenant: requests.Session, key: str) -> dict[str, str]:
 
 def _rebuilt_with_keys(tenant: requests.Session, link: str, old: str, new: str) -> list[str]:
     """Rebuild with another key pair, then with none; the requests' ids."""
-    before = _ok(tenant.get(link, timeout=TIMEOUT))
+    before = answered(tenant.get(link, timeout=TIMEOUT))
     assert before["key_name"] == old
     assert before["config_drive"]["meta_data"]["public_keys"] == {old: KEY}
     ids = []
@@ -178,7 +175,7 @@ def _rebuilt_with_keys(tenant: requests.Session, link: str, old: str, new: str) 
         reply = tenant.post(
             f"{link}/action", json={"rebuild": {"key_name": key_name}}, timeout=TIMEOUT
         )
-        _ok(reply, 202)
+        answered(reply, 202)
         ids.append(reply.headers["x-openstack-request-id"])
         after = _settled(tenant, link)
         assert after["key_name"] == key_name
@@ -194,16 +191,16 @@ def _paged_actions(tenant: requests.Session, link: str, expected: list[str]) -> 
     seen: list[str] = []
     next_url: str | None = f"{link}/actions?limit=1"
     while next_url:
-        body = _ok(tenant.get(next_url, timeout=TIMEOUT))
+        body = answered(tenant.get(next_url, timeout=TIMEOUT))
         seen += [a["request_id"] for a in body["instanceActions"]]
         next_url = body.get("next")
     assert seen == expected
-    whole = _ok(tenant.get(f"{link}/actions", timeout=TIMEOUT))["instanceActions"]
+    whole = answered(tenant.get(f"{link}/actions", timeout=TIMEOUT))["instanceActions"]
     created = datetime.datetime.fromisoformat(whole[-1]["updated_at"])
     before = urllib.parse.quote(created.isoformat())
-    old = _ok(tenant.get(f"{link}/actions?changes-before={before}", timeout=TIMEOUT))
+    old = answered(tenant.get(f"{link}/actions?changes-before={before}", timeout=TIMEOUT))
     assert [a["action"] for a in old["instanceActions"]] == ["create"]
-    newer = _ok(tenant.get(f"{link}/actions?changes-since={before}&limit=10", timeout=TIMEOUT))
+    newer = answered(tenant.get(f"{link}/actions?changes-since={before}&limit=10", timeout=TIMEOUT))
     assert [a["action"] for a in newer["instanceActions"]] == ["rebuild", "rebuild", "create"]
     missing = tenant.get(f"{link}/actions?marker=req-none", timeout=TIMEOUT)
     assert missing.status_code == 404
@@ -219,25 +216,25 @@ def test_key_pair_quota_tag_filters_rebuild_keys_and_action_pages(
     try:
         for index in range(2):
             node = {"name": f"habit113-{index}", "resource_class": "baremetal"}
-            _ok(admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT), 201)
+            answered(admin.post(f"{url}/v1/nodes", json=node, timeout=TIMEOUT), 201)
         flavor = {"name": "habits-113", "resource_class": "baremetal"}
-        _ok(admin.post(f"{url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
+        answered(admin.post(f"{url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
         wait_for(lambda: None not in fleet.owned_by(), 60, "every node owned")
 
         first, second, *_ = _key_pair_quota(url, identity)
         links = _tagged(url, tenant, first)
-        build_request = _ok(tenant.get(f"{links['web-1']}/actions", timeout=TIMEOUT))[
+        build_request = answered(tenant.get(f"{links['web-1']}/actions", timeout=TIMEOUT))[
             "instanceActions"
         ][-1]["request_id"]
         rebuilds = _rebuilt_with_keys(tenant, links["web-1"], first, second)
         _paged_actions(tenant, links["web-1"], [*reversed(rebuilds), build_request])
 
         # Another project: no instance by any tag, no actions, its own key pair quota.
-        assert _ok(stranger.get(f"{url}/v1/instances?tags=prod", timeout=TIMEOUT)) == {
+        assert answered(stranger.get(f"{url}/v1/instances?tags=prod", timeout=TIMEOUT)) == {
             "instances": []
         }
         assert stranger.get(f"{links['web-1']}/actions?limit=1", timeout=TIMEOUT).status_code == 404
-        theirs = _ok(stranger.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
+        theirs = answered(stranger.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
         assert (theirs["maxTotalKeypairs"], theirs["totalKeyPairsUsed"]) == (100, 0)
     except BaseException:
         print(log_tails(fleet))

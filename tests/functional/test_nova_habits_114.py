@@ -31,7 +31,13 @@ import requests
 
 from tests.functional.api_harness import ApiServer
 from tests.functional.fleet_harness import Fleet, log_tails, running_fleet
-from tests.functional.keystone_harness import Identity, keystone_api, make_identity
+from tests.functional.keystone_harness import (
+    Identity,
+    answered,
+    keystone_api,
+    make_identity,
+    token_session,
+)
 
 TIMEOUT = 60
 V114 = {"OpenStack-API-Version": "baremetal-fleet 1.14"}
@@ -69,16 +75,7 @@ def api(fleet: Fleet, transport_url: str, identity: Identity) -> Iterator[ApiSer
 
 
 def _as(token: str, version: dict[str, str] = V114) -> requests.Session:
-    session = requests.Session()
-    session.headers.update({"X-Auth-Token": token, **version})
-    return session
-
-
-def _ok(response: requests.Response, status: int = 200) -> Any:
-    assert response.status_code == status, (
-        f"{response.request.method} {response.url}: {response.status_code} {response.text[:2000]}"
-    )
-    return response.json() if response.content else None
+    return token_session(token, version)
 
 
 def _refused(response: requests.Response, status: int, field: str) -> None:
@@ -91,7 +88,7 @@ def _pages(session: requests.Session, url: str) -> list[list[str]]:
     pages: list[list[str]] = []
     next_url: str | None = url
     while next_url:
-        body = _ok(session.get(next_url, timeout=TIMEOUT))
+        body = answered(session.get(next_url, timeout=TIMEOUT))
         pages.append([k["keypair"]["name"] for k in body["keypairs"]])
         next_url = body.get("next")
     return pages
@@ -116,7 +113,7 @@ def _key_pair_pages(api: ApiServer, identity: Identity) -> str:
     """The member's five key pairs, two a page, by the API and the CLI; the member's user id."""
     url, tenant = api.url, _as(identity.tokens["member"])
     made = [
-        _ok(
+        answered(
             tenant.post(
                 f"{url}/v1/keypairs", json={"keypair": {"name": n, "public_key": KEY}}, timeout=60
             ),
@@ -141,20 +138,19 @@ def _another_users_key_pairs(api: ApiServer, identity: Identity, member: str) ->
     member does not reach the admin's, nor does a system-scoped admin any."""
     url, tenant, admin = api.url, _as(identity.tokens["member"]), _as(identity.tokens["admin"])
     own = {"keypair": {"name": "admins-own", "public_key": KEY}}
-    admin_user = _ok(admin.post(f"{url}/v1/keypairs", json=own, timeout=TIMEOUT), 201)["keypair"][
-        "user_id"
-    ]
-    theirs = _ok(admin.get(f"{url}/v1/keypairs?user_id={member}", timeout=TIMEOUT))["keypairs"]
+    created = answered(admin.post(f"{url}/v1/keypairs", json=own, timeout=TIMEOUT), 201)
+    admin_user = created["keypair"]["user_id"]
+    theirs = answered(admin.get(f"{url}/v1/keypairs?user_id={member}", timeout=TIMEOUT))["keypairs"]
     assert [k["keypair"]["name"] for k in theirs] == sorted(NAMES)
     given = {"keypair": {"name": "from-admin", "public_key": KEY, "user_id": member}}
     created = admin.post(f"{url}/v1/keypairs", json=given, timeout=TIMEOUT)
-    assert _ok(created, 201)["keypair"]["user_id"] == member
+    assert answered(created, 201)["keypair"]["user_id"] == member
     assert created.headers["Location"].endswith(f"/v1/keypairs/from-admin?user_id={member}")
-    assert _ok(tenant.get(f"{url}/v1/keypairs/from-admin", timeout=TIMEOUT))["keypair"]
-    assert _ok(admin.get(created.headers["Location"], timeout=TIMEOUT))["keypair"]["name"] == (
+    assert answered(tenant.get(f"{url}/v1/keypairs/from-admin", timeout=TIMEOUT))["keypair"]
+    assert answered(admin.get(created.headers["Location"], timeout=TIMEOUT))["keypair"]["name"] == (
         "from-admin"
     )
-    _ok(admin.delete(created.headers["Location"], timeout=TIMEOUT), 204)
+    answered(admin.delete(created.headers["Location"], timeout=TIMEOUT), 204)
     assert tenant.get(f"{url}/v1/keypairs/from-admin", timeout=TIMEOUT).status_code == 404
     # The member naming the admin: 403 naming the field; naming itself is itself.
     _refused(tenant.get(f"{url}/v1/keypairs?user_id={admin_user}", timeout=TIMEOUT), 403, "user_id")
@@ -162,7 +158,7 @@ def _another_users_key_pairs(api: ApiServer, identity: Identity, member: str) ->
     _refused(
         tenant.post(f"{url}/v1/keypairs", json=sneaky, timeout=TIMEOUT), 403, "keypair.user_id"
     )
-    mine = _ok(tenant.get(f"{url}/v1/keypairs?user_id={member}", timeout=TIMEOUT))["keypairs"]
+    mine = answered(tenant.get(f"{url}/v1/keypairs?user_id={member}", timeout=TIMEOUT))["keypairs"]
     assert len(mine) == len(NAMES)
     # The key pair rules are project-scoped: a system administrator reaches none.
     system = _as(identity.system_token("admin"))
@@ -173,9 +169,9 @@ def _markers_not_in_the_list(api: ApiServer, identity: Identity) -> None:
     """400 naming marker, as Nova's (404 at 1.13)."""
     url, tenant, admin = api.url, _as(identity.tokens["member"]), _as(identity.tokens["admin"])
     flavor = {"name": "habits-114", "resource_class": "baremetal"}
-    _ok(admin.post(f"{url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
+    answered(admin.post(f"{url}/v1/flavors", json=flavor, timeout=TIMEOUT), 201)
     # No node: the build fails, and its history has its create.
-    [built] = _ok(
+    [built] = answered(
         tenant.post(f"{url}/v1/instances", json={"flavor": "habits-114"}, timeout=TIMEOUT), 202
     )["instances"]
     nowhere = uuid.uuid4()
@@ -187,14 +183,14 @@ def _markers_not_in_the_list(api: ApiServer, identity: Identity) -> None:
         old = _as(identity.tokens["member"], V113).get(f"{url}{path}", timeout=TIMEOUT)
         assert old.status_code == 404, old.text
     # The limits show Nova's maxServerMeta; 1.13 does not.
-    absolute = _ok(tenant.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
+    absolute = answered(tenant.get(f"{url}/v1/limits", timeout=TIMEOUT))["limits"]["absolute"]
     assert absolute["maxServerMeta"] == 128
     older = _as(identity.tokens["member"], V113).get(f"{url}/v1/limits", timeout=TIMEOUT)
-    assert "maxServerMeta" not in _ok(older)["limits"]["absolute"]
+    assert "maxServerMeta" not in answered(older)["limits"]["absolute"]
     # A marker in the list pages on.
-    first = _ok(tenant.get(f"{url}/v1/instances?sort_key=created_at&limit=1", timeout=TIMEOUT))
+    first = answered(tenant.get(f"{url}/v1/instances?sort_key=created_at&limit=1", timeout=TIMEOUT))
     after = f"{url}/v1/instances?sort_key=created_at&marker={first['instances'][0]['uuid']}"
-    assert _ok(tenant.get(after, timeout=TIMEOUT))["instances"] == []
+    assert answered(tenant.get(after, timeout=TIMEOUT))["instances"] == []
 
 
 def test_key_pair_pages_another_users_key_pairs_and_markers_as_in_nova(
