@@ -151,6 +151,9 @@ class FakeIronic:
         self.deploy_error: str | None = None
         #: the next teardown fails with this ``last_error`` (``error``)
         self.teardown_error: str | None = None
+        #: a failure shows its state one read before its ``last_error``, as
+        #: Ironic's periodic timeouts save them (a deploy's callback wait)
+        self.reason_after_state = False
         self.writes: list[tuple[Any, ...]] = []
         #: node -> the config drive of its last deploy (what Ironic built the drive from)
         self.configdrives: dict[str, dict[str, Any]] = {}
@@ -316,18 +319,16 @@ class FakeIronic:
             if self.deploy_error is not None:
                 # Ironic keeps the target on a failed deploy.
                 end = {"provision_state": "deploy failed", "last_error": self.deploy_error}
-            node.script = [*waits, end]
+            node.script = [*waits, *self._ending(end)]
         elif target == "deleted":
             node.change(provision_state="deleting", target_provision_state="available")
             if self.teardown_error is not None:
-                node.script = [
-                    *waits,
-                    {
-                        "provision_state": "error",
-                        "target_provision_state": None,
-                        "last_error": self.teardown_error,
-                    },
-                ]
+                failed = {
+                    "provision_state": "error",
+                    "target_provision_state": None,
+                    "last_error": self.teardown_error,
+                }
+                node.script = [*waits, *self._ending(failed)]
                 return
             node.script = [
                 *waits,
@@ -354,9 +355,16 @@ class FakeIronic:
             end = {"provision_state": "active", "target_provision_state": None}
             if self.deploy_error is not None:
                 end = {"provision_state": "deploy failed", "last_error": self.deploy_error}
-            node.script = [*waits, end]
+            node.script = [*waits, *self._ending(end)]
         else:
             raise AssertionError(f"unexpected target {target}")
+
+    def _ending(self, end: dict[str, Any]) -> list[dict[str, Any]]:
+        """The reads that end a transition in a failed state (*end*, with its
+        reason): one, or two with :attr:`reason_after_state`."""
+        if self.reason_after_state and end["provision_state"] != "active":
+            return [{**end, "last_error": None}, {"last_error": end["last_error"]}]
+        return [end]
 
     def set_power_state(self, node_uuid: str, target: str) -> None:
         node = self._writable(node_uuid, "set_power")

@@ -102,6 +102,11 @@ class Steps:
     node_uuid = "-"
 
 
+#: Whether Ironic saves a failure's reason with its state, or in a second
+#: save (its periodic timeouts): the driver's faults carry the reason either way.
+REASON_SAVED = pytest.mark.parametrize("reason_after_state", [False, True])
+
+
 @pytest.fixture
 def fake() -> FakeIronic:
     return FakeIronic()
@@ -235,8 +240,12 @@ def test_a_failed_deploy_of_our_instance_is_a_driver_error_with_ironics_reason(
     assert fake.writes == []
 
 
-def test_a_deploy_failing_in_ironic_is_a_driver_error(tmp_path: Path, fake: FakeIronic) -> None:
+@REASON_SAVED
+def test_a_deploy_failing_in_ironic_is_a_driver_error(
+    tmp_path: Path, fake: FakeIronic, reason_after_state: bool
+) -> None:
     fake.deploy_error = "Failed to prepare to deploy: no PXE reply"
+    fake.reason_after_state = reason_after_state
     ironic_node = fake.add()
     node = ring_node(ironic_node)
     with pytest.raises(DriverError, match="no PXE reply"):
@@ -526,13 +535,15 @@ def test_a_teardown_that_ironic_failed_is_asked_again(tmp_path: Path, fake: Fake
     assert fake.writes == [("provision", node.uuid, "deleted"), ("provision", node.uuid, "deleted")]
 
 
+@REASON_SAVED
 def test_a_teardown_failing_every_time_is_a_driver_error_with_ironics_reason(
-    tmp_path: Path, fake: FakeIronic
+    tmp_path: Path, fake: FakeIronic, reason_after_state: bool
 ) -> None:
     instance = new_instance()
     ironic_node = fake.add(provision_state="error", instance_uuid=instance)
     node = ring_node(ironic_node)
     fake.teardown_error = "BMC refused"
+    fake.reason_after_state = reason_after_state
     with pytest.raises(DriverError, match="BMC refused"):
         make_driver(tmp_path, fake).destroy(ctx_for(node, instance), node)
     assert [w[0] for w in fake.writes] == ["provision"] * 3
@@ -707,8 +718,9 @@ def test_client_sets_instance_info_fields_in_one_patch() -> None:
     ]
 
 
+@REASON_SAVED
 def test_a_rebuild_failing_in_ironic_is_a_driver_error_with_ironics_reason(
-    tmp_path: Path, fake: FakeIronic
+    tmp_path: Path, fake: FakeIronic, reason_after_state: bool
 ) -> None:
     ironic_node = fake.add()
     node, instance = ring_node(ironic_node), new_instance()
@@ -716,6 +728,7 @@ def test_a_rebuild_failing_in_ironic_is_a_driver_error_with_ironics_reason(
     driver.deploy(ctx_for(node, instance), node, Steps())
     ironic_node.instance_info["image_source"] = IMAGE
     fake.deploy_error = "image checksum mismatch"
+    fake.reason_after_state = reason_after_state
     with pytest.raises(DriverError, match="image checksum mismatch"):
         driver.rebuild(ctx_for(node, instance), node, Steps())
     assert ironic_node.instance_uuid == instance  # the instance keeps its node

@@ -85,6 +85,11 @@ _TEARDOWN_ATTEMPTS: Final = 3
 _INSPECT_WITHIN: Final = 3.0
 #: How many times a claim is tried while another claimant's race is settling.
 _CLAIM_ATTEMPTS: Final = 5
+#: Seconds a node read failed without a reason is read again for Ironic's
+#: reason: its periodic timeout checks (a deploy's callback, a cleaning's
+#: wait) save the failed state first and the reason in a second save, from a
+#: worker they spawn; a fault without the reason tells the user nothing.
+_REASON_WITHIN: Final = 5.0
 
 _IRONIC_POWER_TARGETS: Final = {
     "power on": "power on",
@@ -241,7 +246,7 @@ class IronicDriver(ComputeDriver):
                 # Failed here or under the previous owner (or Ironic's own
                 # restart failed it): the agent tears the node down and the
                 # build is rescheduled, with Ironic's reason.
-                raise DriverError(node.uuid, "deploy", _failure(found))
+                raise DriverError(node.uuid, "deploy", _failure(watch.with_reason(found)))
             else:
                 # Nothing was deployed: give the claim back, or the node
                 # would stay a trap for every later build.
@@ -326,10 +331,11 @@ class IronicDriver(ComputeDriver):
                 found = watch.until_at_rest()
                 continue
             if requested == _TEARDOWN_ATTEMPTS:
-                raise DriverError(node.uuid, "destroy", _failure(found, "still"))
+                raise DriverError(node.uuid, "destroy", _failure(watch.with_reason(found), "still"))
             requested += 1
             found = watch.request(found, "deleted")
         if step is TeardownStep.CLEAN_FAILED:
+            found = watch.with_reason(found)
             # The instance is gone (Ironic tore it down and cleared the
             # claim before cleaning): the delete succeeds, and retrying it
             # could not fix the node.  The node stays unschedulable: a build
@@ -401,7 +407,7 @@ class IronicDriver(ComputeDriver):
         progress("rebuild")
         done = watch.request(found, "rebuild", configdrive=spec.config_drive)
         if done.provision_state != states.ACTIVE:
-            raise DriverError(node.uuid, "rebuild", _failure(done, "ended"))
+            raise DriverError(node.uuid, "rebuild", _failure(watch.with_reason(done), "ended"))
         LOG.info(
             "Instance %s rebuilt on Ironic node %s (agent %s, epoch %d)",
             ctx.instance_uuid,
@@ -524,6 +530,20 @@ class _Watch:
                 continue
             self._moved(found)
             return found
+
+    def with_reason(self, found: IronicNode) -> IronicNode:
+        """*found*, or a later read of it that carries Ironic's reason
+        (``last_error``) for its failed state (:data:`_REASON_WITHIN`)."""
+        until = time.monotonic() + _REASON_WITHIN
+        while (
+            found.provision_state in states.FAILED
+            and not found.last_error
+            and time.monotonic() < until
+        ):
+            if self._driver._stopping.wait(self._driver._poll_interval):
+                raise ActionAbandoned(self.ctx.node_uuid, self._action)
+            found = self.read(following=True)
+        return found
 
     def until(self, done: Callable[[IronicNode], bool]) -> IronicNode:
         """Read until ``done(node)``; that last read."""
