@@ -207,12 +207,22 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     wait_for(lambda: set(f.owned_by()) == {"agent-1"}, 60, "agent-1 owns every node")
     _agrees(f.api, client, "after agent-2's kill -9")
 
+    # The outages below are seen by writes of maintenance to nodes hosting
+    # nothing: a node hosting an instance keeps reserved = 0 in maintenance,
+    # so its maintenance writes nothing to Placement.
+    hosting = {f.api.show_instance(u)["node_uuid"] for u in built[2:]}
+    junk_node, down_node = [
+        name
+        for name in (f"pl-node-{i:03d}" for i in range(1, NODES))
+        if f.api.show_node(name)["uuid"] not in hosting
+    ][:2]
+
     # Junk where JSON was due: the pass ends, one WARNING, and once
     # Placement answers again the change made meanwhile is written.
     proxy.cut()
     junk = JunkServer(proxy.port)
     try:
-        f.api.set_node_maintenance("pl-node-001", True, "junk")
+        f.api.set_node_maintenance(junk_node, True, "junk")
         f.procs["agent-1"].wait_log("Placement unavailable", 30)
     finally:
         junk.close()
@@ -227,7 +237,7 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     # it was down is written once it is back.
     server_ctl("kill-placement")
     try:
-        f.api.set_node_maintenance("pl-node-003", True, "placement down")
+        f.api.set_node_maintenance(down_node, True, "placement down")
         f.procs["agent-1"].wait_log("answers again", 30)  # the junk outage ended
         try:
             wait_for(
@@ -244,8 +254,8 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     _agrees(f.api, client, "after Placement's kill -9 and start")
 
     # A node deleted (in maintenance, hosting nothing): its provider goes.
-    gone = f.api.show_node("pl-node-001")["uuid"]
-    f.api.delete_node("pl-node-001")
+    gone = f.api.show_node(junk_node)["uuid"]
+    f.api.delete_node(junk_node)
     wait_for(lambda: client.get_provider(gone) is None, 30, "the deleted node's provider gone")
     _agrees(f.api, client, "a node deleted")
 
