@@ -31,7 +31,7 @@ from oslo_config import cfg
 from compute_agent.actions import NodeActions
 from compute_agent.drivers import ActionContext, BackendNode
 from compute_agent.drivers.base import DeploySpec
-from compute_agent.drivers.ironic import driver as ironic_driver
+from compute_agent.drivers.ironic import watch as ironic_watch
 from compute_agent.drivers.ironic.driver import IronicDriver
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
@@ -401,7 +401,7 @@ def test_ironics_progress_keeps_a_long_deploy_alive(
     after the one before (half the timeout), whatever a loaded machine does
     to the real gaps between them."""
     clock = [1000.0]
-    monkeypatch.setattr(ironic_driver, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(ironic_watch, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     read = fake.get_node
 
     def later_read(node_uuid: str, *, action: str) -> Any:

@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from oslo_config import cfg
 
@@ -50,9 +47,9 @@ from compute_agent.drivers.base import (
     ProgressCallback,
     validate_power_target,
 )
+from compute_agent.drivers.ironic.watch import IronicLink, Watch, failure
 from conductor.common.conf import ironic as ironic_conf
 from conductor.common.exception import (
-    ActionAbandoned,
     DriverError,
     NodeNotBuildable,
     ServiceUnavailable,
@@ -63,7 +60,6 @@ from conductor.common.ironic.client import (
     IronicClaimConflict,
     IronicNode,
     IronicNodeGone,
-    IronicNodeLocked,
 )
 from conductor.common.ironic.states import (
     DeployStep,
@@ -85,11 +81,6 @@ _TEARDOWN_ATTEMPTS: Final = 3
 _INSPECT_WITHIN: Final = 3.0
 #: How many times a claim is tried while another claimant's race is settling.
 _CLAIM_ATTEMPTS: Final = 5
-#: Seconds a node read failed without a reason is read again for Ironic's
-#: reason: its periodic timeout checks (a deploy's callback, a cleaning's
-#: wait) save the failed state first and the reason in a second save, from a
-#: worker they spawn; a fault without the reason tells the user nothing.
-_REASON_WITHIN: Final = 5.0
 
 _IRONIC_POWER_TARGETS: Final = {
     "power on": "power on",
@@ -101,8 +92,6 @@ _IRONIC_POWER_TARGETS: Final = {
 #: The hard target a soft one falls back to when Ironic's power interface
 #: refuses it (not every BMC can ask the OS to shut down).
 _HARD_FALLBACK: Final = {"soft power off": "power off", "soft reboot": "reboot"}
-
-_T = TypeVar("_T")
 
 
 class IronicDriver(ComputeDriver):
@@ -122,15 +111,15 @@ class IronicDriver(ComputeDriver):
         super().__init__(conf, host)
         ironic_conf.OPTIONS.register(conf)
         options = conf[ironic_conf.group.name]
-        self._poll_interval: float = options.poll_interval
-        self._poll_max_interval: float = max(options.poll_max_interval, options.poll_interval)
         self._deploy_timeout: float = float(options.deploy_timeout)
         self._teardown_timeout: float = float(options.teardown_timeout)
         self._ironic = client if client is not None else BaremetalClient.from_conf(conf)
+        self._link = IronicLink(
+            self._ironic,
+            poll_interval=options.poll_interval,
+            poll_max_interval=max(options.poll_max_interval, options.poll_interval),
+        )
         self._probe_idle: float = options.timeout or ironic_conf.REQUEST_TIMEOUT
-        self._stopping = threading.Event()
-        self._requesting: set[int] = set()  # action threads inside a request
-        self._requesting_lock = threading.Lock()
         LOG.info(
             "Agent %s drives nodes through Ironic at %s (API %s)",
             host,
@@ -139,25 +128,10 @@ class IronicDriver(ComputeDriver):
         )
 
     def stop_waiting(self) -> None:
-        self._stopping.set()
+        self._link.stopping.set()
 
     def threads_left_waiting(self) -> frozenset[int]:
-        if not self._stopping.is_set():
-            return frozenset()
-        with self._requesting_lock:
-            return frozenset(self._requesting)
-
-    @contextlib.contextmanager
-    def _requesting_now(self) -> Iterator[None]:
-        """Mark the calling thread as inside a request to Ironic."""
-        ident = threading.get_ident()
-        with self._requesting_lock:
-            self._requesting.add(ident)
-        try:
-            yield
-        finally:
-            with self._requesting_lock:
-                self._requesting.discard(ident)
+        return self._link.threads_left_waiting()
 
     def backend_problem(self) -> str | None:
         # An agent with no action in flight sends nothing: probe Ironic once
@@ -177,7 +151,7 @@ class IronicDriver(ComputeDriver):
         if outage.down:  # an accept must answer at once: the deploy waits for Ironic
             raise ServiceUnavailable(outage.reason or "Ironic unavailable")
         try:
-            with self._requesting_now():  # (an accept's RPC thread: a stop leaves it)
+            with self._link.requesting_now():  # (an accept's RPC thread: a stop leaves it)
                 found = self._ironic.get_node(node.uuid, action="inspect", quick=_INSPECT_WITHIN)
         except IronicNodeGone as exc:
             # Deleted from Ironic before the inventory sync retired it:
@@ -215,7 +189,7 @@ class IronicDriver(ComputeDriver):
         instance = ctx.instance_uuid
         if instance is None:
             raise ValueError("deploy needs ActionContext.instance_uuid")
-        watch = _Watch(self, ctx, "deploy", self._deploy_timeout, progress)
+        watch = Watch(self._link, ctx, "deploy", self._deploy_timeout, progress)
         try:
             found = watch.read()
         except IronicNodeGone as exc:
@@ -246,7 +220,7 @@ class IronicDriver(ComputeDriver):
                 # Failed here or under the previous owner (or Ironic's own
                 # restart failed it): the agent tears the node down and the
                 # build is rescheduled, with Ironic's reason.
-                raise DriverError(node.uuid, "deploy", _failure(watch.with_reason(found)))
+                raise DriverError(node.uuid, "deploy", failure(watch.with_reason(found)))
             else:
                 # Nothing was deployed: give the claim back, or the node
                 # would stay a trap for every later build.
@@ -271,7 +245,7 @@ class IronicDriver(ComputeDriver):
                 field="node_uuid", value=found.uuid, reason=_not_buildable(found)
             )
 
-    def _claim(self, watch: _Watch, found: IronicNode, image_info: dict[str, Any]) -> IronicNode:
+    def _claim(self, watch: Watch, found: IronicNode, image_info: dict[str, Any]) -> IronicNode:
         """Set Ironic's claim for the watched instance, with *image_info* in its
         ``instance_info``; the node as it is afterwards."""
         ctx = watch.ctx
@@ -304,7 +278,7 @@ class IronicDriver(ComputeDriver):
 
     def destroy(self, ctx: ActionContext, node: Node) -> None:
         self._check_context(ctx, node)
-        watch = _Watch(self, ctx, "destroy", self._teardown_timeout, None)
+        watch = Watch(self._link, ctx, "destroy", self._teardown_timeout, None)
         try:
             found = watch.read()
         except IronicNodeGone:
@@ -331,7 +305,7 @@ class IronicDriver(ComputeDriver):
                 found = watch.until_at_rest()
                 continue
             if requested == _TEARDOWN_ATTEMPTS:
-                raise DriverError(node.uuid, "destroy", _failure(watch.with_reason(found), "still"))
+                raise DriverError(node.uuid, "destroy", failure(watch.with_reason(found), "still"))
             requested += 1
             found = watch.request(found, "deleted")
         if step is TeardownStep.CLEAN_FAILED:
@@ -379,7 +353,7 @@ class IronicDriver(ComputeDriver):
         it).  Without them, the image and drive the deploy left.
         """
         self._check_context(ctx, node)
-        watch = _Watch(self, ctx, "rebuild", self._deploy_timeout, progress)
+        watch = Watch(self._link, ctx, "rebuild", self._deploy_timeout, progress)
         try:
             found = watch.read()
         except IronicNodeGone as exc:
@@ -407,7 +381,7 @@ class IronicDriver(ComputeDriver):
         progress("rebuild")
         done = watch.request(found, "rebuild", configdrive=spec.config_drive)
         if done.provision_state != states.ACTIVE:
-            raise DriverError(node.uuid, "rebuild", _failure(watch.with_reason(done), "ended"))
+            raise DriverError(node.uuid, "rebuild", failure(watch.with_reason(done), "ended"))
         LOG.info(
             "Instance %s rebuilt on Ironic node %s (agent %s, epoch %d)",
             ctx.instance_uuid,
@@ -416,7 +390,7 @@ class IronicDriver(ComputeDriver):
             ctx.epoch,
         )
 
-    def _set_image(self, watch: _Watch, found: IronicNode, info: dict[str, Any]) -> IronicNode:
+    def _set_image(self, watch: Watch, found: IronicNode, info: dict[str, Any]) -> IronicNode:
         """Make the node's ``instance_info`` describe *info*'s image (one PATCH,
         none when it does already); the node as it is afterwards."""
         current = found.instance_info
@@ -447,7 +421,7 @@ class IronicDriver(ComputeDriver):
     def set_power(self, ctx: ActionContext, node: Node, target: PowerTarget) -> PowerState:
         self._check_context(ctx, node)
         target = validate_power_target(target)
-        watch = _Watch(self, ctx, "set_power", self._deploy_timeout, None)
+        watch = Watch(self._link, ctx, "set_power", self._deploy_timeout, None)
         try:
             # A 409 "locked" (Ironic busy with its own task) is retried by
             # the watch; any other refusal is raised at once.
@@ -479,193 +453,6 @@ class IronicDriver(ComputeDriver):
         return power
 
 
-class _Watch:
-    """One action following one node in Ironic: reads, writes and waits.
-
-    Every wait is a short, doubling poll that ends at once when the agent
-    stops (:class:`ActionAbandoned`).  ``progress`` (if given) is called
-    before every read and write that follows a wait: it raises as soon as
-    the agent may no longer act on the node, so an action it lost stops
-    here, touching nothing.  The deadline is ``timeout`` seconds after
-    Ironic last changed the node's provision state (``provision_updated_at``):
-    Ironic's progress keeps it off.
-    """
-
-    def __init__(
-        self,
-        driver: IronicDriver,
-        ctx: ActionContext,
-        action: str,
-        timeout: float,
-        progress: ProgressCallback | None,
-    ) -> None:
-        self.ctx = ctx
-        self._driver = driver
-        self._ironic = driver._ironic
-        self._action = action
-        self._timeout = timeout
-        self._progress = progress
-        self._deadline = time.monotonic() + timeout
-        self._delay = driver._poll_interval
-        self._last: tuple[str | None, str | None] | None = None
-
-    # -- reads -------------------------------------------------------------------
-
-    def read(self, *, following: bool = False) -> IronicNode:
-        """The node now; an unreachable Ironic is waited for (until the deadline).
-
-        :param following: a read of a transition being followed: the
-            agent's fence is checked first (``progress``)
-        """
-        while True:
-            if following and self._progress is not None:
-                self._progress(self._state_name())
-            following = True  # a read after a wait checks it too
-            try:
-                with self._driver._requesting_now():
-                    found = self._ironic.get_node(self.ctx.node_uuid, action=self._action)
-            except ServiceUnavailable as exc:
-                self._check_deadline(f"Ironic unreachable: {exc.reason}")
-                self.pause()
-                continue
-            self._moved(found)
-            return found
-
-    def with_reason(self, found: IronicNode) -> IronicNode:
-        """*found*, or a later read of it that carries Ironic's reason
-        (``last_error``) for its failed state (:data:`_REASON_WITHIN`)."""
-        until = time.monotonic() + _REASON_WITHIN
-        while (
-            found.provision_state in states.FAILED
-            and not found.last_error
-            and time.monotonic() < until
-        ):
-            if self._driver._stopping.wait(self._driver._poll_interval):
-                raise ActionAbandoned(self.ctx.node_uuid, self._action)
-            found = self.read(following=True)
-        return found
-
-    def until(self, done: Callable[[IronicNode], bool]) -> IronicNode:
-        """Read until ``done(node)``; that last read."""
-        while True:
-            found = self.read(following=True)
-            if done(found):
-                return found
-            self._check_deadline(_failure(found, "still"))
-            self.pause()
-
-    def until_at_rest(self) -> IronicNode:
-        """Read until Ironic's transition is over (:func:`states.in_transition`)."""
-        return self.until(lambda n: not states.in_transition(n.provision_state))
-
-    # -- writes ------------------------------------------------------------------
-
-    def call(self, write: Callable[..., _T], *args: object, **kwargs: object) -> _T:
-        """One write, repeated while Ironic is locked by its own task or unreachable.
-
-        Both are Ironic saying "not now": the same request succeeds once its
-        task ends or it answers again.  A refusal retrying cannot fix (a
-        4xx, the claim of another instance) is raised at once.
-        """
-        retry = False
-        while True:
-            if retry and self._progress is not None:
-                self._progress(self._state_name())
-            retry = True
-            try:
-                with self._driver._requesting_now():
-                    return write(*args, **kwargs)
-            except IronicNodeLocked as exc:
-                LOG.debug(
-                    "Ironic node %s (instance %s) locked: %s; retrying",
-                    self.ctx.node_uuid,
-                    self.ctx.instance_uuid,
-                    exc,
-                )
-                self._check_deadline(f"locked in Ironic: {exc}")
-            except ServiceUnavailable as exc:
-                self._check_deadline(f"Ironic unreachable: {exc.reason}")
-            self.pause()
-
-    def request(
-        self, found: IronicNode, target: str, *, configdrive: Mapping[str, Any] | None = None
-    ) -> IronicNode:
-        """Ask Ironic for provision *target* (with a config drive, for
-        ``active``); the node once that transition is over."""
-        before = (found.provision_state, found.provision_updated_at)
-        extra: dict[str, Any] = {} if configdrive is None else {"configdrive": configdrive}
-        try:
-            self.call(
-                self._ironic.set_provision_state,
-                self.ctx.node_uuid,
-                target,
-                action=self._action,
-                **extra,
-            )
-        except DriverError:
-            # A request that timed out may have been done all the same: its
-            # retry is then refused (400), the node being past the state the
-            # target applies to.  A node that moved since was taken: the
-            # caller reads where it is now, not a failure.
-            moved = self.read()
-            if (moved.provision_state, moved.provision_updated_at) == before:
-                raise
-            LOG.info(
-                "Ironic node %s (instance %s): %s refused, the node moved on meanwhile "
-                "(%s -> %s): an earlier request of it was taken",
-                self.ctx.node_uuid,
-                self.ctx.instance_uuid,
-                target,
-                before[0],
-                moved.provision_state,
-            )
-        self._delay = self._driver._poll_interval
-        # Ironic moves the node before it answers 202; a node that still
-        # shows what it showed before has not yet been picked up.
-        return self.until(
-            lambda n: (
-                (n.provision_state, n.provision_updated_at) != before
-                and not states.in_transition(n.provision_state)
-            )
-        )
-
-    # -- waiting -------------------------------------------------------------------
-
-    def pause(self) -> None:
-        """Sleep the next poll interval; :class:`ActionAbandoned` if the agent stops."""
-        if self._driver._stopping.wait(self._delay):
-            raise ActionAbandoned(self.ctx.node_uuid, self._action)
-        self._delay = min(self._delay * 2, self._driver._poll_max_interval)
-
-    def _moved(self, found: IronicNode) -> None:
-        """Ironic changed the node since the last read: progress, the deadline moves."""
-        now = (found.provision_state, found.provision_updated_at)
-        if now == self._last:
-            return
-        if self._last is not None and found.provision_state != self._last[0]:
-            LOG.debug(
-                "Ironic node %s (instance %s): %s -> %s",
-                self.ctx.node_uuid,
-                self.ctx.instance_uuid,
-                self._last[0],
-                found.provision_state,
-            )
-            self._delay = self._driver._poll_interval
-        self._last = now
-        self._deadline = time.monotonic() + self._timeout
-
-    def _check_deadline(self, what: str) -> None:
-        if time.monotonic() >= self._deadline:
-            raise DriverError(
-                self.ctx.node_uuid,
-                self._action,
-                f"{what}; no progress in Ironic for {self._timeout:.0f} s",
-            )
-
-    def _state_name(self) -> str:
-        return (self._last[0] if self._last else None) or "waiting"
-
-
 #: Image fields of a build and Ironic's ``instance_info`` keys for them.
 _IMAGE_INFO: Final = (
     ("source", "image_source"),
@@ -692,12 +479,6 @@ def _instance_info(spec: DeploySpec, node: Node) -> dict[str, Any]:
     if isinstance(local_gb, (int, str)) and str(local_gb).isdigit() and int(local_gb) > 0:
         info["root_gb"] = int(local_gb)
     return info
-
-
-def _failure(found: IronicNode, still: str = "") -> str:
-    """Ironic's state and its own reason, for the instance's fault."""
-    state = f"{still} {found.provision_state}" if still else found.provision_state
-    return f"Ironic shows the node {state}: {found.last_error or 'no error'}"
 
 
 def _not_buildable(found: IronicNode) -> str:
