@@ -21,8 +21,8 @@ import bisect
 import functools
 import threading
 from array import array
-from collections.abc import Mapping, Sequence
-from typing import Any, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -74,6 +74,8 @@ def check_ring(value: object, field: str) -> RingSpec:
 #: builds of one 100-member ring, 30 ms each, at a 100-agent cold start).
 _RING_BUILD = threading.Lock()
 
+_T = TypeVar("_T")
+
 
 def _ring(spec: RingSpec) -> Ring:
     with _RING_BUILD:
@@ -96,10 +98,11 @@ class ShareArcs(Sequence[tuple[int, int]]):
     statement (about 2 ms a call).
     """
 
-    __slots__ = ("_flat",)
+    __slots__ = ("_derived", "_flat")
 
     def __init__(self, flat: array[int]) -> None:
         self._flat = flat
+        self._derived: dict[str, Any] = {}
 
     def __len__(self) -> int:
         return len(self._flat) // 2
@@ -115,6 +118,8 @@ class ShareArcs(Sequence[tuple[int, int]]):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 raise ValueError("arcs are sliced in order")
+            if start == 0 and stop >= len(self):
+                return self  # what it derived made already
             return ShareArcs(self._flat[2 * start : 2 * max(start, stop)])
         at = index + len(self) if index < 0 else index
         if not 0 <= at < len(self):
@@ -134,6 +139,16 @@ class ShareArcs(Sequence[tuple[int, int]]):
     def columns(self) -> tuple[array[int], array[int]]:
         """The firsts and the lasts, each in order."""
         return self._flat[0::2], self._flat[1::2]
+
+    def derived(self, name: str, make: Callable[[ShareArcs], _T]) -> _T:
+        """``make(self)``, made once for these arcs (they are cached, and
+        read again by every change read of the share): a statement's
+        parameters, such as the arrays a read sends PostgreSQL."""
+        try:
+            value: _T = self._derived[name]
+        except KeyError:
+            value = self._derived[name] = make(self)  # twice at worst, alike
+        return value
 
 
 def share_arcs(ring: RingSpec, member: str, previous: RingSpec | None = None) -> ShareArcs:

@@ -46,12 +46,38 @@ def test_a_share_less_the_previous_rings_is_what_the_member_gained() -> None:
 
 def test_the_columns_go_to_postgresql_as_array_literals() -> None:
     arcs = ring_share.share_arcs(_spec(), "agent-007")
-    firsts, lasts = node_pages._arc_columns(arcs)
+    firsts, lasts = node_pages._arc_literals(arcs)
     literal = node_pages._bigints("arc_firsts", firsts).clause.value
     assert literal.startswith("{") and literal.endswith("}")
     assert [int(v) for v in literal[1:-1].split(",")] == [a for a, _ in arcs]
+    assert [int(v) for v in lasts[1:-1].split(",")] == [b for _, b in arcs]
     # A plain list of pairs (a test's, another caller's) gives the same.
-    assert node_pages._arc_columns(list(arcs)) == (firsts, lasts)
+    assert node_pages._arc_literals(list(arcs)) == (firsts, lasts)
+
+
+def test_a_shares_literals_are_made_once_for_every_read_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every change read of a share sends its arcs again: the arrays are made
+    once per share (the cached arcs), and a batch of all of them is the
+    share itself, not a copy that would make them again."""
+    made: list[int] = []
+    make = node_pages._make_arc_literals
+
+    def counted(arcs: Any) -> tuple[str, str]:
+        made.append(len(arcs))
+        return make(arcs)
+
+    monkeypatch.setattr(node_pages, "_make_arc_literals", counted)
+    ring_share._share_arcs.cache_clear()
+    spec = _spec()
+    first = node_pages._arc_literals(ring_share.share_arcs(spec, "agent-007"))
+    again = ring_share.share_arcs(spec, "agent-007")
+    assert again[0 : len(again)] is again
+    assert node_pages._arc_literals(again[0 : len(again)]) is first
+    assert node_pages._arc_literals(ring_share.share_arcs(spec, "agent-008")) != first
+    assert made == [len(again), len(ring_share.share_arcs(spec, "agent-008"))]
+    ring_share._share_arcs.cache_clear()
 
 
 def test_agents_sending_one_ring_at_once_build_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
