@@ -24,6 +24,7 @@ from typing import Any
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.metrics import AgentMetrics
 from hashring.membership import Membership, MembershipView
+from hashring.ring import ring_of, subtract_arcs
 
 __all__ = ["InventoryReader", "ShareKey", "share_rings"]
 
@@ -83,12 +84,14 @@ def share_rings(
 
 
 def _share_queries(
+    host: str,
     rings: Mapping[ShareKey, dict[str, Any]],
     previous: Mapping[ShareKey, dict[str, Any]] | None,
     since: str | None,
 ) -> list[dict[str, Any]]:
-    """The reads of our share of each ring: all of it when new to us, else
-    the arcs gained since ``previous`` (whole) and the share's changes."""
+    """The reads of ``host``'s share of each ring: all of it when new to us,
+    else the arcs gained since ``previous`` (whole, if any) and the share's
+    changes."""
     reads: list[dict[str, Any]] = []
     for key, ring in rings.items():
         groups, excluded = key
@@ -101,10 +104,21 @@ def _share_queries(
         if since is None or before is None:
             reads.append({**where, "since": None})  # all of it: new to us
             continue
-        if before != ring:
+        if before != ring and _gains(host, before, ring):
             reads.append({**where, "previous_ring": before, "since": None})  # gained
         reads.append({**where, "since": since})
     return reads
+
+
+def _gains(host: str, before: Mapping[str, Any], ring: Mapping[str, Any]) -> bool:
+    """Whether ``ring`` gives ``host`` positions ``before`` did not.  On a
+    join no staying agent gains any: each read of its gained arcs found
+    nothing, a call to a conductor each, in the queue the joiner waits in."""
+    if host not in before["members"]:
+        return True
+    then = ring_of(before["members"], version=before["version"]).arcs(host)
+    now = ring_of(ring["members"], version=ring["version"]).arcs(host)
+    return bool(subtract_arcs(now, then))
 
 
 def _moment(text: str) -> datetime.datetime:
@@ -371,7 +385,7 @@ class InventoryReader:
         or ``None`` when the conductor does not read by share."""
         rings = share_rings(view, self.host, self._groups)
         previous = self._read_rings
-        reads = _share_queries(rings, previous, since)
+        reads = _share_queries(self.host, rings, previous, since)
         # The nodes we own outside the shares read above (those in them came
         # with the share reads), when due: its changes since the last such
         # read (passes may have left it out since).

@@ -34,6 +34,7 @@ from typing import Any
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.inventory_reads import InventoryReader, ShareKey, share_rings
 from compute_agent.metrics import AgentMetrics, group_counts
+from compute_agent.releases import Releaser
 from compute_agent.share_claims import ShareClaimer
 from conductor.common.exception import NotOwner
 from hashring.membership import Membership, MembershipView, State
@@ -49,8 +50,6 @@ LOG = logging.getLogger(__name__)
 #: fell before the next inventory window because they committed late); a
 #: node still refused is asked for once more per period, one claim batch.
 _REFUSAL_MEMORY = 10.0
-#: Seconds an adopted node is kept even if our view says it belongs elsewhere.
-_ADOPTION_SETTLE = 5.0
 #: After a live owner refused a node, reconcile again every _HANDOVER_POLL
 #: seconds for _HANDOVER_WAIT: an owner that saw the same membership change
 #: releases the node on its own pass, within a second or two, and the next
@@ -91,7 +90,7 @@ class ReconcileResult:
     settled: bool = False
 
 
-class OwnershipManager(InventoryReader, ShareClaimer):
+class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
     """The agent's held nodes and epochs; thread-safe."""
 
     def __init__(
@@ -514,20 +513,6 @@ class OwnershipManager(InventoryReader, ShareClaimer):
                 self._claims_after = time.monotonic() + self._join_settle
         return lost
 
-    def _releasable(self, desired: set[str], busy: Collection[str]) -> dict[str, int]:
-        """The nodes held and not desired that may be released now, with their
-        epochs (under the lock): not pinned, busy or adopted lately."""
-        settle = time.monotonic() - _ADOPTION_SETTLE
-        self._adopted_at = {n: t for n, t in self._adopted_at.items() if t > settle}
-        # Set differences first (in C): a pass walks only the nodes that
-        # differ, not every node held and desired (10,000 each at 100k
-        # nodes on 10 agents), which is the usual few once converged.
-        return {
-            n: self._held[n]
-            for n in self._held.keys() - desired
-            if n not in self._pinned and n not in busy and n not in self._adopted_at
-        }
-
     def _to_claim(self, desired: set[str], members: Mapping[str, object]) -> list[str]:
         """The desired nodes not held to claim now, sorted (under the lock):
         not those a live or restarting owner keeps (:meth:`_kept`), and none
@@ -591,22 +576,6 @@ class OwnershipManager(InventoryReader, ShareClaimer):
             return False
         return node in self._pinned_elsewhere or now - refused[1] < _REFUSAL_MEMORY
 
-    def _release(self, releasable: Mapping[str, int]) -> int:
-        items = sorted(releasable.items())
-        done = 0
-        for start in range(0, len(items), self._batch):
-            out = self._conductor.release_nodes(self.host, dict(items[start : start + self._batch]))
-            self.forget(out.done)
-            if self._read_rings is not None:
-                # Read by share: a node released is no longer our share, and
-                # its changes are no longer read (nor is it asked for).
-                with self._lock:
-                    self._drop(out.done)
-            # Refused: already not ours (taken over while we were away).
-            self.forget(u for u, own in out.refused.items() if not own or own.owner != self.host)
-            done += len(out.done)
-        return done
-
     def _claim(
         self, nodes: list[str], view: MembershipView
     ) -> tuple[int, int, int, dict[str, str | None], bool]:
@@ -659,34 +628,3 @@ class OwnershipManager(InventoryReader, ShareClaimer):
                 )
             refusals.update(out.refused)
         return claimed, len(refusals), rehomed, refusals, False
-
-    # -- drain -------------------------------------------------------------------
-
-    def drain(self, view: MembershipView) -> tuple[int, int]:
-        """Hand every node, pins included, to its ring successor.
-
-        Returns (handed over, refused).  Nodes of a group no other agent
-        serves cannot be handed over and stay ours.
-        """
-        with self._lock:
-            held = dict(self._held)
-            groups = {n: self._inventory.get(n, "") for n in held}
-        transfers = []
-        for node, epoch in sorted(held.items()):
-            ring = view.ring(groups[node], exclude=self.host)
-            if len(ring):
-                transfers.append({"node_uuid": node, "epoch": epoch, "new_owner": ring.owner(node)})
-        handed = refused = 0
-        for start in range(0, len(transfers), self._batch):
-            out = self._conductor.transfer_nodes(self.host, transfers[start : start + self._batch])
-            self.forget(out.done)
-            handed += len(out.done)
-            refused += len(out.refused)
-        LOG.info(
-            "Agent %s drained: %d nodes handed over, %d refused, %d kept",
-            self.host,
-            handed,
-            refused,
-            len(held) - len(transfers),
-        )
-        return handed, refused

@@ -189,42 +189,7 @@ class Reconciler:
             elif time.monotonic() < due and self._quiet_passes.unchanged(view, generation):
                 continue  # the quiet wait goes on: nothing to read yet
             try:
-                # By share, one read a pass, deep when due: what it reads
-                # back is our arcs' changes by others, few (our own claims
-                # are left out), so a quiet agent costs its conductor one
-                # change read and one owner read per interval.  The whole
-                # fleet (an older conductor): the changes since the last
-                # refresh first, the deep re-read (for a commit that came
-                # late, which is rare) after acting: its window reaches back
-                # to the previous deep one, and after a cold start of 100k
-                # nodes that was the whole fleet again, 11 s under load,
-                # before the pass could claim the last nodes a peer had just
-                # released.
-                by_share = self.ownership.reads_by_share
-                rows = self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
-                result = self.ownership.reconcile(view)
-                if (
-                    self.placement is not None
-                    and result is not None
-                    and (result.claimed or result.released or result.lost)
-                ):
-                    self.placement.wake()  # its providers are ours to write now
-                if not by_share and self.ownership.deep_refresh_due():
-                    rows += self.ownership.refresh_inventory(deep=True, view=view)
-                delay = self._quiet_passes.delay(
-                    delay,
-                    self.conf.compute_agent.quiet_reconcile_interval,
-                    view=view,
-                    rows_read=rows,
-                    result=result,
-                    generation=generation,
-                )
-                if result is not None and result.retry_soon:
-                    delay = _RETRY_SOON
-                elif result is not None and result.retry_in is not None:
-                    # A peer's restart hold ends: its nodes may be claimed then.
-                    delay = min(delay, result.retry_in + _RETRY_SOON)
-                self._resume_work()
+                delay = self._reconcile_pass(view, generation, delay)
             except Exception as exc:  # the next wake-up tries again, soon
                 self._quiet_passes = QuietPasses()
                 self._reconcile_failed(exc)
@@ -234,6 +199,49 @@ class Reconciler:
             else:
                 self._reconcile_failed(None)
             due = time.monotonic() + delay
+
+    def _reconcile_pass(self, view: MembershipView, generation: int, delay: float) -> float:
+        """One pass of the loop on ``view``: release, read, reconcile; the wait
+        before the next one."""
+        assert self.ownership is not None
+        # By share, one read a pass, deep when due: what it reads back is our
+        # arcs' changes by others, few (our own claims are left out), so a
+        # quiet agent costs its conductor one change read and one owner read
+        # per interval.  The whole fleet (an older conductor): the changes
+        # since the last refresh first, the deep re-read (for a commit that
+        # came late, which is rare) after acting: its window reaches back to
+        # the previous deep one, and after a cold start of 100k nodes that
+        # was the whole fleet again, 11 s under load, before the pass could
+        # claim the last nodes a peer had just released.
+        by_share = self.ownership.reads_by_share
+        # What a new view gives peers goes first: a joiner waits for it, and
+        # our reads wait their turn at a conductor.
+        released = self.ownership.release_first(view)
+        rows = self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
+        result = self.ownership.reconcile(view)
+        if (
+            self.placement is not None
+            and result is not None
+            and (released or result.claimed or result.released or result.lost)
+        ):
+            self.placement.wake()  # its providers are ours to write now
+        if not by_share and self.ownership.deep_refresh_due():
+            rows += self.ownership.refresh_inventory(deep=True, view=view)
+        delay = self._quiet_passes.delay(
+            delay,
+            self.conf.compute_agent.quiet_reconcile_interval,
+            view=view,
+            rows_read=rows,
+            result=result,
+            generation=generation,
+        )
+        if result is not None and result.retry_soon:
+            delay = _RETRY_SOON
+        elif result is not None and result.retry_in is not None:
+            # A peer's restart hold ends: its nodes may be claimed then.
+            delay = min(delay, result.retry_in + _RETRY_SOON)
+        self._resume_work()
+        return delay
 
     def _reconcile_failed(self, exc: Exception | None) -> None:
         """One line per new reason a reconcile fails, one INFO when it works again.

@@ -976,6 +976,42 @@ def test_after_a_membership_change_an_agent_reads_only_the_arcs_it_gained(env: F
 
 
 @BY_SHARE
+def test_on_a_join_staying_agents_release_before_they_read_and_read_no_gained_arcs(
+    env: Fleet,
+) -> None:
+    """A joiner claims its share once every peer released its part: a staying
+    agent releases it first, from the inventory it has (its reads wait their
+    turn at a conductor with every peer's), and reads no gained arcs, since
+    a join gives it none."""
+    nodes = add_nodes(env.db, 300)
+    assert env.agents == {}
+    assert env.agent("a1").release_first(env.live({"a1": []})) == 0  # nothing read yet
+    env.live({"a1": [], "a2": []})
+    a1, a2 = env.agents["a1"], env.agent("a2")
+    env.settle()
+    age_nodes(env.db, nodes)  # nothing changed lately: a change read is empty
+    assert a1.release_first(env.view) == 0  # the share it read: nothing to release
+    view = env.live({"a1": [], "a2": [], "a3": []})
+    a3 = env.agent("a3")
+    env.conductor.calls.clear()
+    theirs = ring_share(["a1", "a2", "a3"], nodes, "a3")
+    released = a1.release_first(view)
+    assert released == len(theirs & ring_share(["a1", "a2"], nodes, "a1")) > 0
+    assert [name for name, _args in env.conductor.calls] == ["release"]  # no read first
+    assert a1.release_first(view) == 0  # once per new share
+    assert a2.release_first(view) > 0
+    env.conductor.calls.clear()
+    assert a1.refresh_inventory() == 0 and a2.refresh_inventory() == 0
+    assert [c for c in _share_reads(env) if c.get("previous_ring") is not None] == []
+    assert len(_share_reads(env)) == 2  # each one change read, no read of gained arcs
+    # The joiner takes its whole share at its first pass: nothing is refused.
+    a3.refresh_inventory()
+    first = a3.reconcile(view)
+    assert first is not None and (first.claimed, first.refused) == (len(theirs), 0)
+    assert {o for n, (o, _e) in env.owners().items() if n in theirs} == {"a3"}
+
+
+@BY_SHARE
 def test_change_reads_leave_out_what_the_agents_own_claims_changed(env: Fleet) -> None:
     uuids = add_nodes(env.db, 100)
     age_nodes(env.db, uuids)

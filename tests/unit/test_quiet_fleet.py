@@ -238,6 +238,7 @@ def _loop(
     )
     agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
         reads_by_share=True,
+        release_first=lambda _view: 0,
         refresh_inventory=refresh,
         reconcile=lambda _view: outcome[0],
         validated_generation=-1,
