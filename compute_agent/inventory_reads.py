@@ -104,17 +104,18 @@ def _share_queries(
         if since is None or before is None:
             reads.append({**where, "since": None})  # all of it: new to us
             continue
-        if before != ring and _gains(host, before, ring):
+        if before != ring and gains(host, before, ring):
             reads.append({**where, "previous_ring": before, "since": None})  # gained
         reads.append({**where, "since": since})
     return reads
 
 
-def _gains(host: str, before: Mapping[str, Any], ring: Mapping[str, Any]) -> bool:
+def gains(host: str, before: Mapping[str, Any] | None, ring: Mapping[str, Any]) -> bool:
     """Whether ``ring`` gives ``host`` positions ``before`` did not.  On a
     join no staying agent gains any: each read of its gained arcs found
-    nothing, a call to a conductor each, in the queue the joiner waits in."""
-    if host not in before["members"]:
+    nothing, a call to a conductor each, in the queue the joiner waits in.
+    ``before`` ``None``: a ring new to us, all gained."""
+    if before is None or host not in before["members"]:
         return True
     then = ring_of(before["members"], version=before["version"]).arcs(host)
     now = ring_of(ring["members"], version=ring["version"]).arcs(host)

@@ -214,15 +214,16 @@ class Reconciler:
         # was the whole fleet again, 11 s under load, before the pass could
         # claim the last nodes a peer had just released.
         by_share = self.ownership.reads_by_share
-        # What a new view gives peers goes first: a joiner waits for it, and
-        # our reads wait their turn at a conductor.
-        released = self.ownership.release_first(view)
+        # What a new view gives peers goes first, and what it gives us from
+        # nobody's: a joiner waits for the former, invariant 2 for the latter,
+        # and our reads wait their turn at a conductor.
+        acted = self.ownership.release_first(view) + self.ownership.claim_first(view)
         rows = self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
         result = self.ownership.reconcile(view)
         if (
             self.placement is not None
             and result is not None
-            and (released or result.claimed or result.released or result.lost)
+            and (acted or result.claimed or result.released or result.lost)
         ):
             self.placement.wake()  # its providers are ours to write now
         if not by_share and self.ownership.deep_refresh_due():

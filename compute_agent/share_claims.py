@@ -26,7 +26,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
-from compute_agent.inventory_reads import ShareKey, share_rings
+from compute_agent.inventory_reads import ShareKey, gains, share_rings
 from hashring.membership import Membership, MembershipView
 
 __all__ = ["ShareClaimer"]
@@ -55,6 +55,51 @@ class ShareClaimer:
     _share: tuple[Hashable, frozenset[str]] | None
     _pinned_elsewhere: set[str]
     _read_rings: dict[ShareKey, dict[str, Any]] | None
+    _reconcile_lock: threading.Lock
+    _claims_after: float
+
+    def needs_revalidation(self) -> bool:
+        raise NotImplementedError
+
+    def claim_first(self, view: MembershipView) -> int:
+        """On a view that gave us arcs (a peer left, or died), claim their free
+        nodes by arcs now, before the read of them; the nodes claimed.
+
+        The conductor finds them (unpinned, no live owner), and the read that
+        follows learns them as ours.  After a kill -9 every survivor's read
+        of what it gained waited its turn at a conductor with all the
+        others' before its claim (invariant 2: no orphans past the TTL +
+        2 s).  Pins are claimed by uuid after the read, as before; nothing
+        before the first read, while the held set awaits its re-validation,
+        or while claims wait for the view to settle after a (re-)join.
+        """
+        previous = self._read_rings
+        if (
+            previous is None
+            or self.host not in view.members
+            or not self._membership.can_act()
+            or self.needs_revalidation()
+            or time.monotonic() < self._claims_after
+        ):
+            return 0
+        rings = share_rings(view, self.host, self._groups)
+        if not any(
+            ring != previous.get(key) and gains(self.host, previous.get(key), ring)
+            for key, ring in rings.items()
+        ):
+            return 0
+        with self._reconcile_lock:
+            by_share = self._claim_share(view)
+        claimed = 0 if by_share is None else by_share[0]
+        if claimed:
+            LOG.info(
+                "Agent %s claimed %d nodes of the arcs the view of %d members gave it, "
+                "before reading them",
+                self.host,
+                claimed,
+                len(view.members),
+            )
+        return claimed
 
     def _claim_share_first(
         self, nodes: list[str], view: MembershipView

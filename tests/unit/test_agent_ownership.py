@@ -1012,6 +1012,37 @@ def test_on_a_join_staying_agents_release_before_they_read_and_read_no_gained_ar
 
 
 @BY_SHARE
+def test_when_a_peer_dies_survivors_claim_its_free_nodes_before_they_read_them(
+    env: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A survivor gains the dead peer's arcs: it claims their unpinned nodes
+    by arcs at once (their reads wait their turn at a conductor with every
+    survivor's), and the read that follows learns them as its own."""
+    nodes = add_nodes(env.db, 300)
+    env.live({"a1": [], "a2": [], "a3": []})
+    a1, a2, _a3 = env.agent("a1"), env.agent("a2"), env.agent("a3")
+    env.settle()
+    pinned = sorted(ring_share(["a1", "a2", "a3"], nodes, "a3"))[0]
+    pin(env.db, [pinned], "a3")
+    age_nodes(env.db, nodes)  # nothing changed lately: a change read is empty
+    view = env.live({"a1": [], "a2": []})  # a3 killed
+    del env.agents["a3"]
+    env.conductor.calls.clear()
+    gained = ring_share(["a1", "a2"], nodes, "a1") - ring_share(["a1", "a2", "a3"], nodes, "a1")
+    assert a1.claim_first(view) == len(gained - {pinned}) > 0
+    assert [name for name, _args in env.conductor.calls] == ["claim_share"]  # no read first
+    assert {env.owner(n) for n in gained - {pinned}} == {"a1"}
+    assert env.owner(pinned) == "a3"  # a pin waits for rehome_grace, claimed by uuid
+    caplog.set_level(logging.INFO, "compute_agent.ownership")
+    assert a1.refresh_inventory() == len(gained)  # the arcs gained, learnt
+    assert not [r for r in caplog.records if "adopts" in r.getMessage()]  # claimed, not handed
+    assert a1.claim_first(view) == 0  # the share read now is this view's
+    assert a2.release_first(view) == 0  # nothing of a2's went to a peer
+    # Before the first read, nothing: the first pass reads, then claims.
+    assert env.agent("a4").claim_first(view) == 0
+
+
+@BY_SHARE
 def test_change_reads_leave_out_what_the_agents_own_claims_changed(env: Fleet) -> None:
     uuids = add_nodes(env.db, 100)
     age_nodes(env.db, uuids)

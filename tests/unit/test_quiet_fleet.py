@@ -239,6 +239,7 @@ def _loop(
     agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
         reads_by_share=True,
         release_first=lambda _view: 0,
+        claim_first=lambda _view: 0,
         refresh_inventory=refresh,
         reconcile=lambda _view: outcome[0],
         validated_generation=-1,
