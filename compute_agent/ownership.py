@@ -168,6 +168,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         # of issue 13: 105,888 claims and 204,260 refusals for 100k nodes).
         self._join_settle = join_settle
         self._claims_after = 0.0
+        self._first_claim_tries: dict[frozenset[str], int] = {}
         # Before the first read of the inventory, the view must have been
         # the same this long, or that long have passed since the first view
         # (InventoryReader.first_read_wait).

@@ -217,7 +217,11 @@ class Reconciler:
         # What a new view gives peers goes first, and what it gives us from
         # nobody's: a joiner waits for the former, invariant 2 for the latter,
         # and our reads wait their turn at a conductor.
-        acted = self.ownership.release_first(view) + self.ownership.claim_first(view)
+        released = self.ownership.release_first(view)
+        claimed = self.ownership.claim_first(view)
+        if claimed is None:
+            return _RETRY_SOON  # the conductors may not have seen a peer leave yet
+        acted = released + claimed
         rows = self.ownership.refresh_inventory(deep=None if by_share else False, view=view)
         result = self.ownership.reconcile(view)
         if (

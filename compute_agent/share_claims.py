@@ -36,6 +36,9 @@ LOG = logging.getLogger("compute_agent.ownership")
 
 #: Nodes one call may take: a call's reply stays a few hundred kilobytes.
 _LIMIT = 10_000
+#: Passes that claim first again, half a second apart, while the conductors
+#: may not have seen a peer leave (:meth:`ShareClaimer.claim_first`).
+_FIRST_CLAIM_TRIES = 4
 
 
 class ShareClaimer:
@@ -57,11 +60,13 @@ class ShareClaimer:
     _read_rings: dict[ShareKey, dict[str, Any]] | None
     _reconcile_lock: threading.Lock
     _claims_after: float
+    #: Passes that found nothing to claim first where a peer left, by view.
+    _first_claim_tries: dict[frozenset[str], int]
 
     def needs_revalidation(self) -> bool:
         raise NotImplementedError
 
-    def claim_first(self, view: MembershipView) -> int:
+    def claim_first(self, view: MembershipView) -> int | None:
         """On a view that gave us arcs (a peer left, or died), claim their free
         nodes by arcs now, before the read of them; the nodes claimed.
 
@@ -72,6 +77,11 @@ class ShareClaimer:
         2 s).  Pins are claimed by uuid after the read, as before; nothing
         before the first read, while the held set awaits its re-validation,
         or while claims wait for the view to settle after a (re-)join.
+
+        ``None``: nothing taken where a peer left, and the conductors may not
+        have seen it leave yet (each reads the group on its own schedule,
+        seconds behind the first agents at 100 agents): the pass comes back
+        in a moment to claim again before its reads, a few times at most.
         """
         previous = self._read_rings
         if (
@@ -83,10 +93,12 @@ class ShareClaimer:
         ):
             return 0
         rings = share_rings(view, self.host, self._groups)
-        if not any(
-            ring != previous.get(key) and gains(self.host, previous.get(key), ring)
+        gained = [
+            previous.get(key)
             for key, ring in rings.items()
-        ):
+            if ring != previous.get(key) and gains(self.host, previous.get(key), ring)
+        ]
+        if not gained:
             return 0
         with self._reconcile_lock:
             by_share = self._claim_share(view)
@@ -99,7 +111,14 @@ class ShareClaimer:
                 claimed,
                 len(view.members),
             )
-        return claimed
+            return claimed
+        left = any(before and before["members"].keys() - view.members.keys() for before in gained)
+        members = frozenset(view.members)
+        tries = self._first_claim_tries.get(members, 0) if left else _FIRST_CLAIM_TRIES
+        if by_share is None or tries >= _FIRST_CLAIM_TRIES:
+            return 0
+        self._first_claim_tries = {members: tries + 1}
+        return None
 
     def _claim_share_first(
         self, nodes: list[str], view: MembershipView

@@ -1043,6 +1043,29 @@ def test_when_a_peer_dies_survivors_claim_its_free_nodes_before_they_read_them(
 
 
 @BY_SHARE
+def test_a_survivor_that_sees_a_peer_die_first_claims_again_once_the_conductor_does(
+    env: Fleet,
+) -> None:
+    """The conductors read the group on their own schedule: a survivor that
+    saw the peer leave first is refused its nodes (their owner is live to
+    the conductor).  Its pass comes back soon to claim again before its
+    reads, a few times at most."""
+    nodes = add_nodes(env.db, 300)
+    env.live({"a1": [], "a2": [], "a3": []})
+    a1 = env.agent("a1")
+    env.agent("a2"), env.agent("a3")
+    env.settle()
+    conductors = env.view
+    view = env.live({"a1": [], "a2": []})  # a3 killed: the agents see it ...
+    env.fleet.on_change(conductors)  # ... the conductor not yet
+    del env.agents["a3"]
+    assert [a1.claim_first(view) for _ in range(5)] == [None, None, None, None, 0]
+    env.fleet.on_change(view)  # the conductor sees it
+    gained = ring_share(["a1", "a2"], nodes, "a1") - ring_share(["a1", "a2", "a3"], nodes, "a1")
+    assert a1.claim_first(view) == len(gained) > 0
+
+
+@BY_SHARE
 def test_change_reads_leave_out_what_the_agents_own_claims_changed(env: Fleet) -> None:
     uuids = add_nodes(env.db, 100)
     age_nodes(env.db, uuids)

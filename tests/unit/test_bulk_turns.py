@@ -74,3 +74,43 @@ def test_share_claims_take_turns(db: Database, monkeypatch: pytest.MonkeyPatch) 
     endpoint = AgentsEndpoint(db, fleet, lambda: 3600.0, bulk_calls_at_once=3)
     _side_by_side(lambda: endpoint.claim_share({}, host="a1", ring=RING), 9)
     assert (claim.calls, claim.most) == (9, 3)
+
+
+def test_a_claim_does_not_wait_for_reads_holding_every_turn(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims have turns of their own: after a kill -9, the survivors'
+    claims must not queue behind the reads the same view change sent."""
+    reading = threading.Event()
+    release = threading.Event()
+    blocked = [0]
+
+    def slow_read(*_args: Any, **_kwargs: Any) -> Any:
+        blocked[0] += 1
+        if blocked[0] >= 2:
+            reading.set()
+        release.wait(10)
+        return node_pages.InventoryPage(utcnow(), [], [], [], [], []), None
+
+    monkeypatch.setattr(node_pages, "share_page", slow_read)
+    claim = _Overlap(lambda: share_claims.ArcClaim([], [], [], None, False))
+    monkeypatch.setattr(share_claims, "claim_arcs", claim)
+    fleet = FleetView(db)
+    monkeypatch.setattr(fleet, "live_members", lambda: {"a1", "a2"})
+    endpoint = AgentsEndpoint(db, fleet, lambda: 3600.0, bulk_calls_at_once=2)
+    readers = [
+        threading.Thread(target=lambda: endpoint.list_node_uuids({}, ring=RING, member="a1"))
+        for _ in range(2)
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        assert reading.wait(10)  # both read turns taken
+        claimer = threading.Thread(target=lambda: endpoint.claim_share({}, host="a1", ring=RING))
+        claimer.start()
+        claimer.join(5)
+        assert not claimer.is_alive() and claim.calls == 1
+    finally:
+        release.set()
+        for reader in readers:
+            reader.join(10)
