@@ -167,8 +167,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         # claims nodes that belong to peers about to appear (the claim storm
         # of issue 13: 105,888 claims and 204,260 refusals for 100k nodes).
         self._join_settle = join_settle
-        self._claims_after = 0.0
-        self._first_claim_tries: dict[frozenset[str], int] = {}
+        self._claims_after, self._first_claim_tries = 0.0, {}
         # Before the first read of the inventory, the view must have been
         # the same this long, or that long have passed since the first view
         # (InventoryReader.first_read_wait).

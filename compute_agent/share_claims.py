@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
@@ -93,15 +93,15 @@ class ShareClaimer:
         ):
             return 0
         rings = share_rings(view, self.host, self._groups)
-        gained = [
-            previous.get(key)
+        gained = {
+            key: previous.get(key)
             for key, ring in rings.items()
             if ring != previous.get(key) and gains(self.host, previous.get(key), ring)
-        ]
+        }
         if not gained:
             return 0
         with self._reconcile_lock:
-            by_share = self._claim_share(view)
+            by_share = self._claim_share(view, gained)
         claimed = 0 if by_share is None else by_share[0]
         if claimed:
             LOG.info(
@@ -112,7 +112,9 @@ class ShareClaimer:
                 len(view.members),
             )
             return claimed
-        left = any(before and before["members"].keys() - view.members.keys() for before in gained)
+        left = any(
+            before and before["members"].keys() - view.members.keys() for before in gained.values()
+        )
         members = frozenset(view.members)
         tries = self._first_claim_tries.get(members, 0) if left else _FIRST_CLAIM_TRIES
         if by_share is None or tries >= _FIRST_CLAIM_TRIES:
@@ -144,10 +146,15 @@ class ShareClaimer:
         with self._lock:
             return [n for n in nodes if n not in self._held], claimed, False
 
-    def _claim_share(self, view: MembershipView) -> tuple[int, bool] | None:
+    def _claim_share(
+        self,
+        view: MembershipView,
+        gained: Mapping[ShareKey, dict[str, Any] | None] | None = None,
+    ) -> tuple[int, bool] | None:
         """Claim the free unpinned nodes of our shares of ``view``: (the nodes
         newly ours, stopped because our share changed), or ``None`` when the
-        conductor cannot (older than 1.19).
+        conductor cannot (older than 1.19).  ``gained``: only those shares,
+        each of the arcs gained since the ring given (all of it for ``None``).
 
         Stops when the membership's latest view gives us another share: the
         rest is the next pass's, on the new view.  A node taken that our
@@ -157,7 +164,11 @@ class ShareClaimer:
         """
         claimed = calls = 0
         rings = share_rings(view, self.host, self._groups)
-        for (groups, excluded), ring in rings.items():
+        for key, ring in rings.items():
+            if gained is not None and key not in gained:
+                continue
+            groups, excluded = key
+            previous = None if gained is None else gained[key]
             more = True
             while more:
                 latest = self._membership.view
@@ -176,6 +187,7 @@ class ShareClaimer:
                     groups=None if groups is None else list(groups),
                     exclude_groups=list(excluded) or None,
                     limit=_LIMIT,
+                    previous_ring=previous,
                 )
                 if out is None:
                     return None

@@ -120,6 +120,8 @@ API version history:
   ``user_id`` (another user's key pairs: admins only, Nova's 2.10);
   list_keypairs takes ``limit`` and ``marker`` (a name of the user's, else
   InvalidInput: Nova's 2.35).  Each sent at 1.24 only with a new argument.
+* 1.25 - claim_share takes ``previous_ring``: only the free nodes of the
+  arcs gained since that ring (what a peer's departure gave the agent).
 """
 
 from __future__ import annotations
@@ -131,8 +133,8 @@ from oslo_context import context as request_context
 
 from conductor.common import rpc, tenancy
 from conductor.common.list_filters import TAG_FILTERS
-from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 from conductor.common.paging import pages
+from conductor.rpcapi_agents import AgentCalls
 from conductor.rpcapi_labels import LabelCalls
 
 __all__ = ["API_VERSION", "ConductorAPI", "pages"]
@@ -140,7 +142,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.24"
+API_VERSION = "1.25"
 
 _T = TypeVar("_T")
 
@@ -150,7 +152,7 @@ _DEPLOY_FIELDS = ("image", "user_data", "meta_data", "network_data")
 _LABEL_FIELDS = ("key_name", "metadata", "tags")
 
 
-class ConductorAPI(LabelCalls):
+class ConductorAPI(AgentCalls, LabelCalls):
     """Calls to the conductors (any of them: they are active-active).
 
     :param transport: from :func:`conductor.common.rpc.get_transport`.
@@ -489,205 +491,3 @@ class ConductorAPI(LabelCalls):
 
     def drain_agent(self, host: str) -> dict[str, Any]:
         return self._call(dict[str, Any], "drain_agent", host=host)
-
-    # -- agents ----------------------------------------------------------------
-
-    def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
-        return ClaimOutcome.from_dict(
-            self._call(dict[str, Any], "claim_nodes", host=host, node_uuids=node_uuids)
-        )
-
-    def release_nodes(self, host: str, claims: dict[str, int]) -> ReleaseOutcome:
-        return ReleaseOutcome.from_dict(
-            self._call(dict[str, Any], "release_nodes", host=host, claims=claims)
-        )
-
-    def transfer_nodes(self, host: str, transfers: list[dict[str, Any]]) -> ReleaseOutcome:
-        return ReleaseOutcome.from_dict(
-            self._call(dict[str, Any], "transfer_nodes", host=host, transfers=transfers)
-        )
-
-    def list_node_uuids(
-        self,
-        groups: list[str] | None = None,
-        since: str | None = None,
-        marker: str | None = None,
-        limit: int = 5000,
-    ) -> dict[str, Any]:
-        """``{"nodes": [{uuid, group, owner, epoch, pinned}], "as_of"}``, asked
-        in columns (1.8) of a conductor that serves them; each node with its
-        recorded ``power_state`` too when the conductor says it."""
-        query: dict[str, Any] = {"groups": groups, "since": since, "marker": marker, "limit": limit}
-        if self._columns and self.can_send_version("1.8"):
-            try:
-                page = self._call(
-                    dict[str, Any], "list_node_uuids", version="1.8", columns=True, **query
-                )
-            except messaging.RemoteError as exc:
-                if exc.exc_type not in rpc.NOT_SERVED:
-                    raise
-                self._columns = False  # an older conductor: objects from now on
-            else:
-                return {"nodes": inventory_entries(page), "as_of": page["as_of"]}
-        return self._call(dict[str, Any], "list_node_uuids", **query)
-
-    def list_node_share(
-        self,
-        member: str,
-        *,
-        ring: dict[str, Any] | None = None,
-        previous_ring: dict[str, Any] | None = None,
-        groups: list[str] | None = None,
-        exclude_groups: list[str] | None = None,
-        since: str | None = None,
-        marker: str | None = None,
-        limit: int = 5000,
-        not_claimed_at: list[str] | None = None,
-        outside: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any] | None:
-        """A page of the nodes ``ring`` gives ``member`` (1.15), or of those it
-        owns (no ``ring``): ``{"nodes", "as_of", "next"}`` (nodes as
-        :meth:`list_node_uuids`'); without the rows
-        last changed by ``member``'s claims stamped ``not_claimed_at``, and
-        (of a conductor of 1.19) without its nodes in the shares ``outside``.
-
-        ``None`` when the conductor does not read by share (older, or pinned
-        below 1.15 by ``[upgrade_levels]``): read the whole inventory then.
-        """
-        if not self._by_share or not self.can_send_version("1.15"):
-            return None
-        query: dict[str, Any] = {"since": since, "marker": marker, "limit": limit}
-        if not_claimed_at:
-            query["not_claimed_at"] = not_claimed_at
-        version = "1.15"
-        if ring is None:
-            query["owner"] = member
-            if outside and self._outside and self.can_send_version("1.19"):
-                query["outside"], version = outside, "1.19"
-        else:
-            query.update(
-                ring=ring,
-                member=member,
-                previous_ring=previous_ring,
-                groups=groups,
-                exclude_groups=exclude_groups,
-            )
-        try:
-            page = self._call(
-                dict[str, Any], "list_node_uuids", version=version, columns=True, **query
-            )
-        except messaging.RemoteError as exc:
-            if exc.exc_type not in rpc.NOT_SERVED:
-                raise
-            if "outside" in query:  # an older conductor: our nodes in our share too
-                self._outside = False
-                return self.list_node_share(
-                    member, since=since, marker=marker, limit=limit, not_claimed_at=not_claimed_at
-                )
-            self._by_share = False  # an older conductor: the whole fleet from now on
-            return None
-        return {
-            "nodes": inventory_entries(page),
-            "as_of": page["as_of"],
-            "next": page["next"],
-            "unchanged": bool(page.get("unchanged")),
-        }
-
-    def claim_share(
-        self,
-        host: str,
-        ring: dict[str, Any],
-        *,
-        groups: list[str] | None = None,
-        exclude_groups: list[str] | None = None,
-        limit: int = 5000,
-    ) -> dict[str, Any] | None:
-        """Claim the free unpinned nodes of ``host``'s share of ``ring`` (1.19):
-        ``{"uuids", "epochs", "groups", "changed_at", "more"}``; ``None`` when
-        the conductor is older (or pinned below 1.19): claim by uuid then."""
-        if not self._claims_by_share or not self.can_send_version("1.19"):
-            return None
-        try:
-            return self._call(
-                dict[str, Any],
-                "claim_share",
-                version="1.19",
-                host=host,
-                ring=ring,
-                groups=groups,
-                exclude_groups=exclude_groups,
-                limit=limit,
-            )
-        except messaging.RemoteError as exc:
-            if exc.exc_type not in rpc.NOT_SERVED:
-                raise
-            self._claims_by_share = False  # an older conductor: by uuid from now on
-            return None
-
-    def owned_nodes(self, host: str) -> list[Ownership]:
-        return [
-            Ownership.from_dict(o)
-            for o in self._call(list[dict[str, Any]], "owned_nodes", host=host)
-        ]
-
-    def resume_work(self, host: str) -> dict[str, Any]:
-        return self._call(dict[str, Any], "resume_work", version="1.4", host=host)
-
-    def hold_for_restart(self, host: str) -> dict[str, Any]:
-        return self._call(dict[str, Any], "hold_for_restart", version="1.5", host=host)
-
-    def report_progress(self, host: str, nodes: dict[str, int]) -> dict[str, Any]:
-        return self._call(dict[str, Any], "report_progress", version="1.10", host=host, nodes=nodes)
-
-    def report_node_states(self, host: str, states: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._call(dict[str, Any], "report_node_states", host=host, states=states)
-
-    def report_build_result(
-        self,
-        host: str,
-        *,
-        instance_uuid: str,
-        node_uuid: str,
-        epoch: int,
-        success: bool,
-        fault: str | None = None,
-        node_clean: bool = True,
-    ) -> dict[str, Any]:
-        return self._call(
-            dict[str, Any],
-            "report_build_result",
-            host=host,
-            instance_uuid=instance_uuid,
-            node_uuid=node_uuid,
-            epoch=epoch,
-            success=success,
-            fault=fault,
-            node_clean=node_clean,
-        )
-
-    def report_build_results(self, host: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-        """Since 1.2: ``results`` as the keyword arguments of report_build_result."""
-        return self._call(
-            dict[str, Any], "report_build_results", version="1.2", host=host, results=results
-        )
-
-    def report_destroy_result(
-        self,
-        host: str,
-        *,
-        instance_uuid: str,
-        node_uuid: str,
-        epoch: int,
-        success: bool,
-        fault: str | None = None,
-    ) -> dict[str, Any]:
-        return self._call(
-            dict[str, Any],
-            "report_destroy_result",
-            host=host,
-            instance_uuid=instance_uuid,
-            node_uuid=node_uuid,
-            epoch=epoch,
-            success=success,
-            fault=fault,
-        )

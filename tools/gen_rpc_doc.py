@@ -129,14 +129,25 @@ def _calls(func: Callable[..., Any]) -> Iterator[tuple[str, str]]:
         name = next((n for n in names if isinstance(n, str)), None)
         if name is None:
             continue
-        version = "1.0"
+        versions = ["1.0"]
         for keyword in node.keywords:
-            if keyword.arg == "version" and isinstance(keyword.value, ast.Constant):
-                version = str(keyword.value.value)
-            elif keyword.arg == "version" and isinstance(keyword.value, ast.Name):
-                # A module's named version (DEPLOY_SPEC_VERSION = "1.2").
-                version = str(func.__globals__.get(keyword.value.id, version))
-        yield name, version
+            if keyword.arg == "version":
+                # "1.25" if <a newer argument> else "1.19": both are sent.
+                value = keyword.value
+                branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+                versions = [_version_of(func, branch) for branch in branches]
+        for version in versions:
+            yield name, version
+
+
+def _version_of(func: Callable[..., Any], value: ast.expr) -> str:
+    """The version a ``version=`` argument names: a string, or a module's
+    named version (``DEPLOY_SPEC_VERSION = "1.2"``); else 1.0."""
+    if isinstance(value, ast.Constant):
+        return str(value.value)
+    if isinstance(value, ast.Name):
+        return str(func.__globals__.get(value.id, "1.0"))
+    return "1.0"
 
 
 def _groups(cls: type) -> dict[str, str]:

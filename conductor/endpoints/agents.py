@@ -206,19 +206,27 @@ class AgentsEndpoint:
         groups: Any = None,
         exclude_groups: Any = None,
         limit: Any = 5000,
+        previous_ring: Any = None,
     ) -> dict[str, Any]:
         """Claim the unpinned nodes of ``host``'s share of ``ring`` that have no
         live owner, at most ``limit``, in one statement (since 1.19); see
-        :func:`conductor.db.share_claims.claim_arcs`.
+        :func:`conductor.db.share_claims.claim_arcs`.  With ``previous_ring``
+        (1.25), only those of the arcs gained since that ring: a peer's
+        departure gives each survivor a few dozen of its thousands of arcs.
 
         The reply, in columns: ``uuids``, ``epochs`` and ``groups`` of the
         nodes taken, ``changed_at`` (their change time), ``more`` (the limit
         was reached).  Nodes not taken are not listed: the agent claims what
         is left of its share by uuid (``claim_nodes``), which says why.
         """
-        agent, spec, group_list, excluded, most = checks.collect(
+        agent, spec, previous, group_list, excluded, most = checks.collect(
             lambda: arguments.check_host(host),
             lambda: ring_share.check_ring(ring, "ring"),
+            lambda: (
+                None
+                if previous_ring is None
+                else ring_share.check_ring(previous_ring, "previous_ring")
+            ),
             lambda: None if groups is None else arguments.check_groups(groups),
             lambda: (
                 []
@@ -234,7 +242,7 @@ class AgentsEndpoint:
             out = share_claims.claim_arcs(
                 self._db,
                 agent,
-                ring_share.share_arcs(spec, agent),
+                ring_share.share_arcs(spec, agent, previous),
                 live_members=live,
                 limit=most,
                 groups=group_list,
