@@ -8,7 +8,8 @@ The layers, bottom up::
     conductor, compute_agent
                             conductor.common and hashring; of the other
                             service only its RPC client (conductor.rpcapi
-                            with conductor.rpcapi_labels, compute_agent.rpcapi)
+                            with conductor.rpcapi_agents and
+                            conductor.rpcapi_labels, compute_agent.rpcapi)
     conductor.api           conductor.common, hashring, conductor.rpcapi and
                             itself: the HTTP API is a client of the
                             conductors, like the CLI (never their database)
@@ -49,9 +50,15 @@ DEMO = "fleet_demo"
 #: The HTTP API service: a client of the conductors (see the module docstring).
 API = "conductor.api"
 
-#: The modules one service may import of the other (conductor.rpcapi_labels:
-#: a base of the conductor's client, in a module of its own).
-RPC_CLIENTS = ("conductor.rpcapi", "conductor.rpcapi_labels", "compute_agent.rpcapi")
+#: The modules one service may import of the other (conductor.rpcapi_agents
+#: and conductor.rpcapi_labels: bases of the conductor's client, in modules
+#: of their own).
+RPC_CLIENTS = (
+    "conductor.rpcapi",
+    "conductor.rpcapi_agents",
+    "conductor.rpcapi_labels",
+    "compute_agent.rpcapi",
+)
 
 
 def module_name(path: Path) -> str:
