@@ -295,17 +295,23 @@ class ComputeAPI:
             return {}
         return {"request_id": request_id}
 
-    def inventory_changed(self, groups: Sequence[str] | None = None) -> bool:
-        """Tell every agent that nodes of ``groups`` (``None``: of any group)
-        changed: one fanout cast, no reply.  Returns whether it was sent (not
-        when ``[upgrade_levels] compute`` caps the agents below 1.6)."""
+    def inventory_changed(
+        self, groups: Sequence[str] | None = None, hosts: Sequence[str] | None = None
+    ) -> bool:
+        """Tell every agent (or only ``hosts``: a cast to each one's own
+        server) that nodes of ``groups`` (``None``: of any group) changed:
+        no reply.  Returns whether it was sent (not when ``[upgrade_levels]
+        compute`` caps the agents below 1.6)."""
         if not self.can_send_version(INVENTORY_HINT_VERSION):
             return False
-        self._cast(
-            "inventory_changed",
-            version=INVENTORY_HINT_VERSION,
-            groups=None if groups is None else sorted(groups),
-        )
+        hint = {"groups": None if groups is None else sorted(groups)}
+        if hosts is None:
+            self._cast("inventory_changed", version=INVENTORY_HINT_VERSION, **hint)
+            return True
+        for host in sorted(hosts):
+            self.client.prepare(server=host, version=INVENTORY_HINT_VERSION).cast(
+                {}, "inventory_changed", **hint
+            )
         return True
 
     def _cast(self, method: str, *, version: str, **kwargs: Any) -> None:

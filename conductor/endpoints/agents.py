@@ -26,6 +26,7 @@ from conductor.common.exception import (
 from conductor.common.objects import ClaimOutcome, Ownership, inventory_entries
 from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership, share_claims
+from conductor.db import nodes as nodes_db
 from conductor.db.engine import Database
 from conductor.fleet_view import FleetView
 from conductor.inventory_hints import InventoryHints
@@ -151,7 +152,7 @@ class AgentsEndpoint:
         self._fleet = fleet
         # Nodes released or handed over are the ring owner's or the
         # receiver's to learn of now, not at its next quiet pass.
-        self._changed = hints.changed if hints is not None else lambda _groups=None: None
+        self._changed = hints.changed if hints is not None else lambda _g=None, _h=None: None
         # The build queue (re-routing after a re-home or a restart) and the
         # results it applies (reschedule, ERROR); None: a conductor without
         # build workers.
@@ -333,8 +334,27 @@ class AgentsEndpoint:
         self._notifier.released(agent, out)
         LOG.info("Agent %s released %d nodes (%d refused)", agent, len(out.done), len(out.refused))
         if out.done:
-            self._changed(None)
+            self._changed(None, self._new_owners(agent, list(out.done)))
         return out.to_dict()
+
+    def _new_owners(self, agent: str, released: Sequence[str]) -> set[str] | None:
+        """The agents this conductor's view gives the ``released`` nodes, to
+        tell them alone; ``None`` (every agent) when it gives one of them to
+        ``agent`` still, or to nobody: this view lags the agents'."""
+        view = self._fleet.view()
+        if view is None:
+            return None
+        rings: dict[str, Ring] = {}
+        owners: set[str] = set()
+        for node in nodes_db.get_nodes(self._db, released):
+            ring = rings.get(node.group)
+            if ring is None:
+                ring = rings[node.group] = view.ring(node.group)
+            owner = ring.owner(node.uuid) if len(ring) else None
+            if owner is None or owner == agent:
+                return None
+            owners.add(owner)
+        return owners or None
 
     def transfer_nodes(self, ctxt: dict[str, Any], host: Any, transfers: Any) -> dict[str, Any]:
         """Hand nodes (pinned ones too) to other live agents: drain and hand-over."""
@@ -349,7 +369,8 @@ class AgentsEndpoint:
             "Agent %s handed over %d nodes (%d refused)", agent, len(out.done), len(out.refused)
         )
         if out.done:
-            self._changed(None)
+            done = set(out.done)
+            self._changed(None, {t.new_owner for t in checked if t.node_uuid in done})
         return out.to_dict()
 
     def list_node_uuids(

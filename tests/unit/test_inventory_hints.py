@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 from unittest import mock
@@ -22,6 +23,8 @@ from conductor.endpoints.agents import AgentsEndpoint
 from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.fleet_view import FleetView
 from conductor.inventory_hints import InventoryHints
+from hashring.membership import Member, MembershipView, State
+from hashring.ring import Ring
 from tests.dbutil import migrated
 
 
@@ -30,14 +33,18 @@ class Sender:
 
     def __init__(self) -> None:
         self.casts: list[tuple[float, list[str] | None]] = []
+        self.hosts: list[list[str] | None] = []
         self.sent = threading.Event()
         self.fail = False
 
-    def inventory_changed(self, groups: Sequence[str] | None = None) -> bool:
+    def inventory_changed(
+        self, groups: Sequence[str] | None = None, hosts: Sequence[str] | None = None
+    ) -> bool:
         if self.fail:
             self.sent.set()
             raise OSError("broker gone")
         self.casts.append((time.monotonic(), None if groups is None else list(groups)))
+        self.hosts.append(None if hosts is None else list(hosts))
         self.sent.set()
         return True
 
@@ -107,6 +114,21 @@ def test_a_stopped_conductor_sends_no_pending_cast() -> None:
     assert [groups for _at, groups in sender.casts] == [["gold"]]
 
 
+def test_releases_are_told_to_their_new_owners_alone_unless_anything_else_changed() -> None:
+    sender = Sender()
+    hints = InventoryHints(sender, min_gap=0.3)
+    hints.changed(None, ["agent-b"])
+    sender.wait(1)  # the first goes at once
+    hints.changed(None, ["agent-c"])
+    hints.changed(None, ["agent-b"])
+    sender.wait(2)
+    hints.changed(None, ["agent-d"])
+    hints.changed(["gold"])  # an operator's change: every agent
+    sender.wait(3)
+    time.sleep(0.5)
+    assert sender.hosts == [["agent-b"], ["agent-b", "agent-c"], None]
+
+
 def test_the_cast_is_a_fanout_and_not_sent_to_agents_capped_below_1_6() -> None:
     transport = mock.MagicMock()
     with mock.patch("conductor.common.rpc.get_client") as get_client:
@@ -118,6 +140,12 @@ def test_the_cast_is_a_fanout_and_not_sent_to_agents_capped_below_1_6() -> None:
         client.prepare.return_value.cast.assert_called_once_with(
             {}, "inventory_changed", groups=["gold", "silver"]
         )
+        client.prepare.reset_mock()
+        assert api.inventory_changed(None, ["agent-b", "agent-a"]) is True  # one cast each
+        assert client.prepare.call_args_list == [
+            mock.call(server="agent-a", version="1.6"),
+            mock.call(server="agent-b", version="1.6"),
+        ]
         client.can_send_version.return_value = False
         client.prepare.reset_mock()
         assert api.inventory_changed(None) is False
@@ -211,4 +239,59 @@ def test_nodes_released_are_hinted_a_refused_release_is_not(tmp_path: Any) -> No
     agents.release_nodes({}, "agent-a", {node["uuid"]: granted.epoch + 1})
     hints.changed.assert_not_called()
     agents.release_nodes({}, "agent-a", {node["uuid"]: granted.epoch})
-    hints.changed.assert_called_once_with(None)
+    hints.changed.assert_called_once_with(None, None)  # no view yet: every agent
+
+
+def test_nodes_released_are_hinted_to_their_ring_owners_or_all_if_the_view_lags(
+    tmp_path: Any,
+) -> None:
+    """Only the agent this conductor's ring gives a released node has
+    anything to read; when that ring still gives it to the releaser (the
+    conductor saw the join later than the agents), every agent is told."""
+    inventory, _ = _inventory(tmp_path)
+    db = inventory._db
+    uuids = [
+        inventory.create_node({}, {"name": f"n{i}", "resource_class": "rc"})["uuid"]
+        for i in range(40)
+    ]
+    fleet = FleetView(db)
+    two = MembershipView(
+        members={h: Member(h, 1, 1.0, {"groups": []}) for h in ("agent-a", "agent-b")},
+        excluded={},
+        ring_version=1,
+    )
+    fleet.on_change(two)
+    ring = Ring({"agent-a": 1.0, "agent-b": 1.0}, version=1)
+    theirs = [u for u in uuids if ring.owner(u) == "agent-b"]
+    mine = [u for u in uuids if ring.owner(u) == "agent-a"]
+    held = ownership.claim_nodes(db, "agent-a", uuids, live_members=["agent-a"], rehome_grace=0.0)
+    epochs = {o.node_uuid: o.epoch for o in held.granted}
+    hints = mock.Mock(spec=InventoryHints)
+    agents = AgentsEndpoint(db, fleet, lambda: 0.0, hints=hints)
+    agents.release_nodes({}, "agent-a", {u: epochs[u] for u in theirs})
+    hints.changed.assert_called_once_with(None, {"agent-b"})
+    agents.release_nodes({}, "agent-a", {mine[0]: epochs[mine[0]]})
+    assert hints.changed.call_args == mock.call(None, None)
+
+
+def test_nodes_handed_over_are_hinted_to_their_receivers(tmp_path: Any) -> None:
+    inventory, _ = _inventory(tmp_path)
+    db = inventory._db
+    node = inventory.create_node({}, {"name": "n1", "resource_class": "rc"})["uuid"]
+    fleet = FleetView(db)
+    fleet.attach(types.SimpleNamespace(state=State.CONNECTED))  # type: ignore[arg-type]
+    fleet.on_change(
+        MembershipView(
+            members={h: Member(h, 1, 1.0, {"groups": []}) for h in ("agent-a", "agent-c")},
+            excluded={},
+            ring_version=1,
+        )
+    )
+    [held] = ownership.claim_nodes(
+        db, "agent-a", [node], live_members=["agent-a"], rehome_grace=0.0
+    ).granted
+    hints = mock.Mock(spec=InventoryHints)
+    agents = AgentsEndpoint(db, fleet, lambda: 0.0, hints=hints)
+    transfer = {"node_uuid": node, "epoch": held.epoch, "new_owner": "agent-c"}
+    agents.transfer_nodes({}, "agent-a", [transfer])
+    hints.changed.assert_called_once_with(None, {"agent-c"})
