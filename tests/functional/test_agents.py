@@ -288,6 +288,11 @@ def _claims(fleet: Fleet) -> dict[str, tuple[str | None, int]]:
     return {n: (o, e) for n, (o, e, _i) in fleet.owners().items()}
 
 
+def _stopped_for_the_conductor(fleet: Fleet, host: str) -> bool:
+    """Whether the conductor's view of the group no longer has ``host`` up."""
+    return all(a["state"] != "up" for a in fleet.api.fleet_status()["agents"] if a["host"] == host)
+
+
 def test_a_rolling_restart_moves_no_node(fleet: Fleet) -> None:
     """SIGTERM and start again, one agent after the other, builds going on:
     within restart_grace no node changes hands, not even for a moment (same
@@ -304,6 +309,10 @@ def test_a_rolling_restart_moves_no_node(fleet: Fleet) -> None:
         stop_log = fleet.procs[host].log().rsplit(f"Agent {host} stopping", 1)[-1]
         assert stop_log.count("its nodes stay its own") == 1
         assert "node actions suspended" not in stop_log  # a stop is no fault: INFO
+        # The conductor schedules by its own view of the group, read every
+        # watch interval: a build in the moment before it saw the agent go
+        # waits for the agent's return (seen in CI).
+        wait_for(lambda h=host: _stopped_for_the_conductor(fleet, h), 30, f"{host} seen gone")
         for uuid in _build(fleet, 2):  # while it is away: placed elsewhere, not waiting
             assert fleet.api.show_instance(uuid)["node_uuid"] not in away
         assert {n: c for n, c in _claims(fleet).items() if n in away} == {
