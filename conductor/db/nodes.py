@@ -293,6 +293,13 @@ def get_nodes(db: Database, uuids: Sequence[str]) -> list[Node]:
         return [to_node(row) for row in session.scalars(query)]
 
 
+def groups_of(db: Database, uuids: Sequence[str]) -> dict[str, str]:
+    """The group of each of *uuids* that exists (one query of two columns)."""
+    query = select(NodeModel.uuid, NodeModel.node_group).where(NodeModel.uuid.in_(list(uuids)))
+    with db.read() as connection:
+        return {uuid: group or "" for uuid, group in connection.execute(query)}
+
+
 @retry_on_dead_connection
 def delete_node(db: Database, node_uuid: str) -> bool:
     """Forget the node *node_uuid* if it is in maintenance and hosts nothing; whether it did.

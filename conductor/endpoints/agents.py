@@ -346,11 +346,11 @@ class AgentsEndpoint:
             return None
         rings: dict[str, Ring] = {}
         owners: set[str] = set()
-        for node in nodes_db.get_nodes(self._db, released):
-            ring = rings.get(node.group)
+        for uuid, group in nodes_db.groups_of(self._db, released).items():
+            ring = rings.get(group)
             if ring is None:
-                ring = rings[node.group] = view.ring(node.group)
-            owner = ring.owner(node.uuid) if len(ring) else None
+                ring = rings[group] = view.ring(group)
+            owner = ring.owner(uuid) if len(ring) else None
             if owner is None or owner == agent:
                 return None
             owners.add(owner)

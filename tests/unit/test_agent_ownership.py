@@ -1074,7 +1074,8 @@ def test_a_survivor_that_sees_a_peer_die_first_claims_again_once_the_conductor_d
     nodes = add_nodes(env.db, 300)
     env.live({"a1": [], "a2": [], "a3": []})
     a1 = env.agent("a1")
-    env.agent("a2"), env.agent("a3")
+    for peer in ("a2", "a3"):
+        env.agent(peer)
     env.settle()
     conductors = env.view
     view = env.live({"a1": [], "a2": []})  # a3 killed: the agents see it ...
