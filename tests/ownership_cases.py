@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from conductor.db import agents, ownership, share_claims
+from conductor.db import agents, ownership, share_claims, value_lists
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from hashring.ring import POSITION_MAX, POSITION_MIN, Ring, node_position
@@ -458,6 +458,25 @@ def racing_claims_by_arcs_never_both_win(db: Database) -> None:
     assert all(final[node].owner == agent for node, _e, agent in won)
 
 
+def value_lists_match_exactly_the_values_listed(db: Database) -> None:
+    """The arrays PostgreSQL is sent a list as (elsewhere ``IN``) keep every
+    value as it is: a comma, quote, backslash, brace, blank or ``NULL`` in one."""
+    odd = ["a,b", 'q"uote', "back\\slash", "{brace}", "NULL", " blank ", "plain"]
+    nodes = {owner: add_nodes(db, 1, owner=owner)[0] for owner in odd}
+    dialect = db.engine.dialect
+    owner = NodeModel.__table__.c.owner
+    for listed in ([], ["plain"], odd[:3], odd, ["a", "b", "NULL "]):
+        with db.read() as connection:
+            found = connection.execute(
+                select(NodeModel.uuid).where(value_lists.one_of(owner, listed, dialect))
+            )
+            left = connection.execute(
+                select(NodeModel.uuid).where(value_lists.none_of(owner, listed, dialect))
+            )
+            assert set(found.scalars()) == {nodes[o] for o in odd if o in listed}, listed
+            assert set(left.scalars()) == {nodes[o] for o in odd if o not in listed}, listed
+
+
 CASES = [
     claim_free_nodes_bumps_epochs,
     live_owner_is_never_robbed,
@@ -477,4 +496,5 @@ CASES = [
     claim_by_arcs_takes_only_unpinned_nodes_without_a_live_owner,
     claim_by_arcs_keeps_to_the_arcs_groups_and_limit,
     racing_claims_by_arcs_never_both_win,
+    value_lists_match_exactly_the_values_listed,
 ]

@@ -28,12 +28,12 @@ import datetime
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, select
+from sqlalchemy import ColumnElement, Dialect, Table, and_, select
 
-from conductor.db import node_pages, node_writes
+from conductor.db import node_pages, node_writes, value_lists
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, NodeModel
-from conductor.db.ownership import CHUNK, update_nodes_returning
+from conductor.db.ownership import update_nodes_returning
 
 __all__ = ["ArcClaim", "claim_arcs"]
 
@@ -53,14 +53,20 @@ class ArcClaim:
     more: bool
 
 
-def _free(columns: Any, live: Sequence[str], held: Any) -> ColumnElement[bool]:
+def _free(columns: Any, live: Sequence[str], held: Any, dialect: Dialect) -> ColumnElement[bool]:
     """An unpinned node that is free, or whose owner is neither live nor held
     for a restart (:func:`conductor.db.ownership._claimable`, for unpinned
     nodes); ``columns``: the node table's or a subquery's, ``held``: the
     owners held for a restart (a list, or a subquery)."""
+    not_held = (
+        value_lists.none_of(columns.owner, held, dialect)
+        if isinstance(held, list)
+        else columns.owner.not_in(held)
+    )
     return and_(
         columns.instance_uuid.is_(None),
-        (columns.owner.is_(None)) | and_(columns.owner.not_in(live), columns.owner.not_in(held)),
+        (columns.owner.is_(None))
+        | and_(value_lists.none_of(columns.owner, live, dialect), not_held),
     )
 
 
@@ -117,10 +123,11 @@ def _claim_arcs(
     if exclude_groups:
         groups_in.append(NodeModel.node_group.not_in(exclude_groups))
     holding = select(AgentModel.host).where(AgentModel.restart_until > now)
+    dialect = db.engine.dialect
     # The conditions again on each row updated (a locking read first where
     # there is no UPDATE ... RETURNING): the compare-and-swap is the
     # UPDATE's, whatever committed since the candidates were read.
-    claimable = [_free(_NODES.c, live, holding), *groups_in]
+    claimable = [_free(_NODES.c, live, holding, dialect), *groups_in]
     values = {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now}
     uuids: list[str] = []
     epochs: list[int] = []
@@ -139,20 +146,19 @@ def _claim_arcs(
             candidates = [
                 row[0]
                 for row in session.execute(
-                    select(share.c.uuid).where(_free(share.c, live, held)).limit(room)
+                    select(share.c.uuid).where(_free(share.c, live, held, dialect)).limit(room)
                 )
             ]
-            for start in range(0, len(candidates), CHUNK):
+            for chunk in value_lists.chunks(candidates, dialect):
                 rows = update_nodes_returning(
                     session,
-                    [_NODES.c.uuid.in_(candidates[start : start + CHUNK]), *claimable],
+                    [value_lists.one_of(_NODES.c.uuid, chunk, dialect), *claimable],
                     values,
                     [_NODES.c.uuid, _NODES.c.owner_epoch, _NODES.c.node_group],
                 )
-                for row in rows:
-                    uuids.append(row.uuid)
-                    epochs.append(row.owner_epoch + bump)
-                    found.append(row.node_group)
+                uuids.extend(row.uuid for row in rows)
+                epochs.extend(row.owner_epoch + bump for row in rows)
+                found.extend(row.node_group for row in rows)
     return ArcClaim(
         uuids=uuids,
         epochs=epochs,

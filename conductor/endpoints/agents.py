@@ -249,11 +249,13 @@ class AgentsEndpoint:
                 groups=group_list,
                 exclude_groups=excluded,
             )
-        granted = [
-            Ownership(node_uuid=uuid, owner=agent, epoch=epoch, pinned=False)
-            for uuid, epoch in zip(out.uuids, out.epochs, strict=True)
-        ]
-        self._notifier.claimed(agent, ClaimOutcome(granted=granted, taken=dict.fromkeys(out.uuids)))
+        if self._notifier.enabled:  # thousands of records made for nothing otherwise
+            granted = [
+                Ownership(node_uuid=uuid, owner=agent, epoch=epoch, pinned=False)
+                for uuid, epoch in zip(out.uuids, out.epochs, strict=True)
+            ]
+            outcome = ClaimOutcome(granted=granted, taken=dict.fromkeys(out.uuids))
+            self._notifier.claimed(agent, outcome)
         LOG.info(
             "Agent %s claimed %d of %d nodes (0 refused, 0 missing): its share's free nodes",
             agent,
