@@ -44,19 +44,23 @@ def _text_array(values: Sequence[str]) -> Any:
     return cast(bindparam(None, array_literal(values), type_=Text), ARRAY(Text))
 
 
-def one_of(column: Any, values: Sequence[str], dialect: Dialect) -> ColumnElement[bool]:
+def one_of(
+    column: ColumnElement[Any], values: Sequence[str], dialect: Dialect
+) -> ColumnElement[bool]:
     """``column`` is one of ``values`` (none: false)."""
     if _arrays(dialect):
         return column == any_(_text_array(values))
-    return column.in_(values)  # type: ignore[no-any-return]
+    return column.in_(values)
 
 
-def none_of(column: Any, values: Sequence[str], dialect: Dialect) -> ColumnElement[bool]:
+def none_of(
+    column: ColumnElement[Any], values: Sequence[str], dialect: Dialect
+) -> ColumnElement[bool]:
     """``column`` is none of ``values`` (none: true); unknown where ``column`` is NULL,
     as with ``NOT IN``."""
     if _arrays(dialect):
         return column != all_(_text_array(values))
-    return column.not_in(values)  # type: ignore[no-any-return]
+    return column.not_in(values)
 
 
 def chunks(values: Sequence[str], dialect: Dialect) -> Iterator[Sequence[str]]:
