@@ -24,7 +24,7 @@ from typing import Any
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.metrics import AgentMetrics
 from hashring.membership import Membership, MembershipView
-from hashring.ring import ring_of, subtract_arcs
+from hashring.ring import ring_of, subtract_arc_columns
 
 __all__ = ["InventoryReader", "ShareKey", "share_rings"]
 
@@ -117,9 +117,9 @@ def gains(host: str, before: Mapping[str, Any] | None, ring: Mapping[str, Any]) 
     ``before`` ``None``: a ring new to us, all gained."""
     if before is None or host not in before["members"]:
         return True
-    then = ring_of(before["members"], version=before["version"]).arcs(host)
-    now = ring_of(ring["members"], version=ring["version"]).arcs(host)
-    return bool(subtract_arcs(now, then))
+    then = ring_of(before["members"], version=before["version"]).arc_columns(host)
+    now = ring_of(ring["members"], version=ring["version"]).arc_columns(host)
+    return bool(len(subtract_arc_columns(*now, *then)[0]))
 
 
 def _moment(text: str) -> datetime.datetime:

@@ -29,7 +29,7 @@ import numpy as np
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.validation import arguments
 from hashring.exceptions import InvalidMemberError, InvalidRingVersionError
-from hashring.ring import Ring, node_position, subtract_arcs
+from hashring.ring import Ring, node_position, subtract_arc_columns
 
 __all__ = [
     "RingSpec",
@@ -158,10 +158,9 @@ def share_arcs(ring: RingSpec, member: str, previous: RingSpec | None = None) ->
 
 @functools.lru_cache(maxsize=256)
 def _share_arcs(ring: RingSpec, member: str, previous: RingSpec | None) -> ShareArcs:
-    if previous is not None:
-        arcs = subtract_arcs(_ring(ring).arcs(member), _ring(previous).arcs(member))
-        return ShareArcs(array("q", [position for arc in arcs for position in arc]))
     firsts, lasts = _ring(ring).arc_columns(member)
+    if previous is not None:
+        firsts, lasts = subtract_arc_columns(firsts, lasts, *_ring(previous).arc_columns(member))
     flat = np.empty(2 * len(firsts), np.int64)
     flat[0::2], flat[1::2] = firsts, lasts
     return ShareArcs(array("q", flat.tobytes()))

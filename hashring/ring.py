@@ -66,6 +66,7 @@ __all__ = [
     "moves",
     "node_position",
     "ring_of",
+    "subtract_arc_columns",
     "subtract_arcs",
 ]
 
@@ -117,21 +118,51 @@ def node_position(node_id: str) -> int:
 
 def subtract_arcs(arcs: Arcs, other: Arcs) -> Arcs:
     """The parts of ``arcs`` not in ``other`` (both sorted, disjoint, inclusive)."""
-    result: Arcs = []
-    j = 0
-    for first, last in arcs:
-        start = first
-        while j < len(other) and other[j][1] < start:
-            j += 1
-        k = j
-        while k < len(other) and other[k][0] <= last and start <= last:
-            if other[k][0] > start:
-                result.append((start, other[k][0] - 1))
-            start = max(start, other[k][1] + 1)
-            k += 1
-        if start <= last:
-            result.append((start, last))
-    return result
+    firsts, lasts = subtract_arc_columns(
+        np.array([first for first, _ in arcs], np.int64),
+        np.array([last for _, last in arcs], np.int64),
+        np.array([first for first, _ in other], np.int64),
+        np.array([last for _, last in other], np.int64),
+    )
+    return list(zip(firsts.tolist(), lasts.tolist(), strict=True))
+
+
+def subtract_arc_columns(
+    firsts: npt.NDArray[np.int64],
+    lasts: npt.NDArray[np.int64],
+    other_firsts: npt.NDArray[np.int64],
+    other_lasts: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`subtract_arcs` of arcs given as columns (:meth:`Ring.arc_columns`).
+
+    All in C: a conductor computes the arcs an agent gained since a ring
+    (4,096 arcs a member on either side) for every claim after a kill, and
+    the walk in Python was 4 ms of each.  What is left of ``arcs`` lies in
+    the gaps between the ``other`` arcs: it is each arc's intersection with
+    each gap it overlaps, in order.
+    """
+    if not len(other_firsts) or not len(firsts):
+        return firsts.copy(), lasts.copy()
+    # The gaps between the other arcs (none where two touch), and before the
+    # first and after the last unless those reach the ends of the circle.
+    gap_firsts = [other_lasts[:-1] + 1]
+    gap_lasts = [other_firsts[1:] - 1]
+    if other_firsts[0] > POSITION_MIN:
+        gap_firsts.insert(0, np.array([POSITION_MIN], np.int64))
+        gap_lasts.insert(0, other_firsts[:1] - 1)
+    if other_lasts[-1] < POSITION_MAX:
+        gap_firsts.append(other_lasts[-1:] + 1)
+        gap_lasts.append(np.array([POSITION_MAX], np.int64))
+    low, high = np.concatenate(gap_firsts), np.concatenate(gap_lasts)
+    real = low <= high
+    low, high = low[real], high[real]
+    # Arc i overlaps the gaps from the first that ends at or after its start
+    # to the last that begins at or before its end.
+    start = np.searchsorted(high, firsts, "left")
+    count = np.maximum(np.searchsorted(low, lasts, "right") - start, 0)
+    arc = np.repeat(np.arange(len(firsts)), count)
+    gap = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - start, count)
+    return np.maximum(firsts[arc], low[gap]), np.minimum(lasts[arc], high[gap])
 
 
 def _member_points(member_id: str, count: int, version: int) -> npt.NDArray[np.uint64]:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hashring.exceptions import (
@@ -112,6 +112,36 @@ def test_subtracting_arcs() -> None:
     before, after = Ring(["a", "b"]), Ring(["a", "b", "c"])
     assert subtract_arcs(after.arcs("a"), before.arcs("a")) == []
     assert subtract_arcs(after.arcs("c"), before.arcs("c")) == after.arcs("c")
+
+
+def _arcs_of(points: set[int], offset: int) -> list[tuple[int, int]]:
+    """Sorted, disjoint, inclusive arcs covering exactly ``points`` (shifted by ``offset``)."""
+    arcs: list[tuple[int, int]] = []
+    for point in sorted(points):
+        if arcs and arcs[-1][1] == point + offset - 1 and random.random() < 0.7:
+            arcs[-1] = (arcs[-1][0], point + offset)  # sometimes two arcs touch
+        else:
+            arcs.append((point + offset, point + offset))
+    return arcs
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mine=st.sets(st.integers(0, 40)),
+    other=st.sets(st.integers(0, 40)),
+    where=st.sampled_from([0, POSITION_MIN, POSITION_MAX - 40]),
+)
+@example(mine={39, 40}, other={39}, where=POSITION_MAX - 40)  # left: the circle's top
+@example(mine={0, 1}, other={1}, where=POSITION_MIN)  # left: its bottom
+def test_subtracting_arcs_leaves_exactly_the_positions_not_in_the_other(
+    mine: set[int], other: set[int], where: int
+) -> None:
+    """Against sets of positions, at the middle and at both ends of the circle."""
+    left = subtract_arcs(_arcs_of(mine, where), _arcs_of(other, where))
+    covered = [p for first, last in left for p in range(first, last + 1)]
+    assert covered == sorted(p + where for p in mine - other)
+    assert all(first <= last for first, last in left)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(left))
 
 
 @settings(max_examples=30, deadline=None)
