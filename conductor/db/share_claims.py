@@ -8,7 +8,8 @@ current owners): at 100k nodes on 10 agents, 206 to 302 calls queued on one
 conductor.  Here the agent names its arcs (the ring it computes with) and
 the conductor, in one transaction, reads the nodes of those arcs that have
 no live owner by the position index and takes them with ``UPDATE ... WHERE
-uuid IN (...) AND <no live owner>`` -- each with a new epoch, in the same
+uuid = ANY(...) AND <no live owner>`` (lists as arrays on PostgreSQL, ``IN``
+elsewhere: :mod:`conductor.db.value_lists`) -- each with a new epoch, in the same
 compare-and-swap as a claim by uuid (:mod:`conductor.db.ownership`,
 invariant 1) -- and returns just those.  (The read as the ``UPDATE``'s
 subquery, with the owner conditions inside each arc's scan, cost seconds of

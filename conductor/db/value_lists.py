@@ -3,8 +3,8 @@
 
 SQLAlchemy sends ``column IN (list)`` as a bound parameter per element,
 named and written into the statement at every execution.  A share claim of
-1,000 nodes among 100 live agents made about 1,350 of them: 10 ms of the
-conductor's CPU per claim, the largest part of what each agent cost it at a
+1,000 nodes among 100 live agents made about 1,350 of them: about 10 ms of
+the conductor's CPU per claim, near a third of what each agent cost it at a
 cold start.  On PostgreSQL the list goes as one array literal instead
 (``= ANY`` / ``<> ALL``), made by one join in Python and parsed by the
 server in one go.  MariaDB and SQLite have no arrays: there the list stays
