@@ -271,7 +271,9 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     )
     healthy = _ringfleet(config, "placement", "check")
     assert (healthy.returncode, healthy.stdout.split(":")[0]) == (0, "OK"), healthy
-    node = f.api.show_node("pl-node-002")
+    # Any node still enrolled (the junk one was deleted above).
+    drifting = next(f"pl-node-{i:03d}" for i in range(1, NODES) if f"pl-node-{i:03d}" != junk_node)
+    node = f.api.show_node(drifting)
     generation, _ = client.get_traits(node["uuid"])
     client.set_traits(node["uuid"], generation, [])
     drifted = _ringfleet(config, "placement", "check")
@@ -279,7 +281,7 @@ def test_placement_shows_every_node_and_instance_through_changes_and_a_takeover(
     assert drifted.stdout.splitlines() == [
         line for line in drifted.stdout.splitlines() if line.startswith("DRIFT: ")
     ]
-    assert f"node {node['uuid']} (pl-node-002" in drifted.stdout
+    assert f"node {node['uuid']} ({drifting}" in drifted.stdout
 
 
 def _ringfleet(config: Path, *argv: str) -> subprocess.CompletedProcess[str]:
