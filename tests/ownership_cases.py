@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from conductor.db import agents, ownership, share_claims, value_lists
+from conductor.db import nodes as node_rows
 from conductor.db.engine import Database
 from conductor.db.models import InstanceModel, NodeModel, utcnow
 from hashring.ring import POSITION_MAX, POSITION_MIN, Ring, node_position
@@ -475,6 +476,9 @@ def value_lists_match_exactly_the_values_listed(db: Database) -> None:
             )
             assert set(found.scalars()) == {nodes[o] for o in odd if o in listed}, listed
             assert set(left.scalars()) == {nodes[o] for o in odd if o not in listed}, listed
+    # A read by such a list: the group of each node that exists.
+    asked = [*nodes.values(), "no-such-node"]
+    assert node_rows.groups_of(db, asked) == dict.fromkeys(nodes.values(), "")
 
 
 CASES = [

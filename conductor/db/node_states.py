@@ -27,7 +27,7 @@ from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, upd
 from conductor.common.objects import PowerState, ProvisionState
 from conductor.common.provision_states import Event as NodeEvent
 from conductor.common.provision_states import sources, target, transition
-from conductor.db import ownership
+from conductor.db import ownership, value_lists
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import NodeModel, utcnow
 
@@ -142,10 +142,10 @@ def record_node_states(db: Database, agent: str, reports: Sequence[StateReport])
         # took 6-8 % of a busy conductor's time.
         current = {
             row.uuid: row
-            for start in range(0, len(reports), ownership.CHUNK)
+            for start in range(0, len(reports), value_lists.CHUNK)
             for row in connection.execute(
                 _CURRENT,
-                {"uuids": [r["node_uuid"] for r in reports[start : start + ownership.CHUNK]]},
+                {"uuids": [r["node_uuid"] for r in reports[start : start + value_lists.CHUNK]]},
             )
         }
         now = utcnow()

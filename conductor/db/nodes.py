@@ -34,7 +34,7 @@ from conductor.common.clock import shown
 from conductor.common.exception import DuplicateNode, FieldError, InvalidInput, NodeNotFound
 from conductor.common.objects import Node, PowerState, ProvisionState, VmState
 from conductor.common.provision_states import Event as NodeEvent
-from conductor.db import bulk, node_writes
+from conductor.db import bulk, node_writes, value_lists
 from conductor.db.backend_observations import (
     BACK_END_COLUMNS,
     BackEndObservation,
@@ -294,10 +294,17 @@ def get_nodes(db: Database, uuids: Sequence[str]) -> list[Node]:
 
 
 def groups_of(db: Database, uuids: Sequence[str]) -> dict[str, str]:
-    """The group of each of *uuids* that exists (one query of two columns)."""
-    query = select(NodeModel.uuid, NodeModel.node_group).where(NodeModel.uuid.in_(list(uuids)))
+    """The group of each of *uuids* that exists (two columns; one query on
+    PostgreSQL, :data:`conductor.db.value_lists.CHUNK` uuids a query elsewhere)."""
+    dialect = db.engine.dialect
+    groups: dict[str, str] = {}
     with db.read() as connection:
-        return {uuid: group or "" for uuid, group in connection.execute(query)}
+        for chunk in value_lists.chunks(list(uuids), dialect):
+            query = select(NodeModel.uuid, NodeModel.node_group).where(
+                value_lists.one_of(_NODES.c.uuid, chunk, dialect)
+            )
+            groups.update((uuid, group or "") for uuid, group in connection.execute(query))
+    return groups
 
 
 @retry_on_dead_connection

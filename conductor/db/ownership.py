@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, InstanceModel, NodeModel, utcnow
+from conductor.db.value_lists import CHUNK
 
 __all__ = [
     "ClaimOutcome",
@@ -58,8 +59,6 @@ __all__ = [
     "update_nodes_returning",
 ]
 
-#: Bound parameters per statement: well under SQLite's limit of 32766.
-CHUNK = 500
 
 T = TypeVar("T")
 

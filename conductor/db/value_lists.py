@@ -20,8 +20,8 @@ from sqlalchemy import ARRAY, ColumnElement, Dialect, Text, all_, any_, bindpara
 
 __all__ = ["array_literal", "chunks", "none_of", "one_of"]
 
-#: Values per ``IN`` where lists are written element by element (SQLite's
-#: default limit is 999 bound parameters per statement).
+#: Values per ``IN`` where lists are written element by element (bound
+#: parameters per statement: well under SQLite's limit of 32766).
 CHUNK = 500
 
 
