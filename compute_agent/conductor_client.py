@@ -52,6 +52,7 @@ class OwnershipCalls(Protocol):
         exclude_groups: list[str] | None = None,
         limit: int = 5000,
         previous_ring: dict[str, Any] | None = None,
+        read: int | None = None,
     ) -> dict[str, Any] | None: ...
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome: ...

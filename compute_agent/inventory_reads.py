@@ -18,7 +18,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
@@ -163,6 +163,12 @@ class InventoryReader:
     _deep_since: datetime.datetime | None
     _read_rings: dict[ShareKey, dict[str, Any]] | None
     _by_share: bool
+    #: The manager's claims by share (:class:`compute_agent.share_claims.ShareClaimer`):
+    #: whether claims on a view may be made now; and the first page of a
+    #: whole share from the call that claims its free nodes (``None``: read
+    #: it as usual).
+    _may_claim_now: Callable[[MembershipView], bool]
+    _claim_and_read: Callable[[Mapping[str, Any], int], dict[str, Any] | None]
     _first_read_settle: float
     _first_read_wait_max: float
     # The share the first read would read, since when (monotonic), and when
@@ -397,7 +403,7 @@ class InventoryReader:
             # What our own claims changed we know from their replies.
             claimed = self._recent_claims()
             reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
-        done = self._run_queries(reads)
+        done = self._run_queries(reads, claim=self._may_claim_now(view))
         if done is None:
             return None
         if previous is not None and previous != rings:
@@ -407,9 +413,13 @@ class InventoryReader:
             self._owner_read_at, self._owner_as_of = time.monotonic(), done[2]
         return done
 
-    def _run_queries(self, reads: list[dict[str, Any]]) -> tuple[int, int, str] | None:
+    def _run_queries(
+        self, reads: list[dict[str, Any]], *, claim: bool = False
+    ) -> tuple[int, int, str] | None:
         """Each read, page by page, learnt: (rows, lost, the first as_of);
-        ``None`` when the conductor does not read by share."""
+        ``None`` when the conductor does not read by share.  ``claim``: the
+        first page of a whole share comes from the call that claims its free
+        nodes (:meth:`_claim_and_read`)."""
         seen = lost = 0
         as_of = None
         unchanged: datetime.datetime | None = None  # nothing changed since then
@@ -421,10 +431,14 @@ class InventoryReader:
                 # then one call, not one per read).
                 continue
             marker = None
+            page = None
+            if claim and query.get("ring") and start is None and "previous_ring" not in query:
+                page = self._claim_and_read(query, _PAGE)
             while True:
-                page = self._conductor.list_node_share(
-                    self.host, marker=marker, limit=_PAGE, **query
-                )
+                if page is None:
+                    page = self._conductor.list_node_share(
+                        self.host, marker=marker, limit=_PAGE, **query
+                    )
                 if page is None:
                     return None
                 as_of = as_of or page["as_of"]
@@ -433,7 +447,7 @@ class InventoryReader:
                 with self._lock:
                     lost += self._learn_page(page["nodes"])
                 seen += len(page["nodes"])
-                marker = page["next"]
+                marker, page = page["next"], None
                 if marker is None:
                     break
         assert as_of is not None

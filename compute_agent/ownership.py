@@ -116,7 +116,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         self._batch = claim_batch
         self._busy_nodes = busy_nodes
         self._lock = threading.Lock()
-        self._reconcile_lock = threading.Lock()
+        self._reconcile_lock = threading.RLock()  # a pass's first read claims too
         self._held: dict[str, int] = {}
         self._lost_now: list[str] = []
         self._pinned: set[str] = set()
@@ -167,7 +167,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         # claims nodes that belong to peers about to appear (the claim storm
         # of issue 13: 105,888 claims and 204,260 refusals for 100k nodes).
         self._join_settle = join_settle
-        self._claims_after, self._first_claim_tries = 0.0, {}
+        self._claims_after, self._first_claim_tries, self._claimed_by_reads = 0.0, {}, 0
         # Before the first read of the inventory, the view must have been
         # the same this long, or that long have passed since the first view
         # (InventoryReader.first_read_wait).
@@ -434,6 +434,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
             to_claim = self._to_claim(desired, members)
         released = self._release(releasable)
         claimed, refused, rehomed, refusals, stale = self._claim(to_claim, view)
+        claimed += self.claimed_by_reads()  # by this pass's reads, or since the last pass
         with self._lock:
             held_now = len(self._held)
             # Converged: we own our share and pins, nothing more, except

@@ -46,7 +46,7 @@ class Releaser:
     _groups: list[str]
     _batch: int
     _lock: threading.Lock
-    _reconcile_lock: threading.Lock
+    _reconcile_lock: threading.RLock
     _busy_nodes: Callable[[], set[str]]
     _held: dict[str, int]
     _pinned: set[str]

@@ -58,8 +58,11 @@ class ShareClaimer:
     _share: tuple[Hashable, frozenset[str]] | None
     _pinned_elsewhere: set[str]
     _read_rings: dict[ShareKey, dict[str, Any]] | None
-    _reconcile_lock: threading.Lock
+    _reconcile_lock: threading.RLock
     _claims_after: float
+    #: Nodes claimed by reads (:meth:`ShareClaimer._claim_and_read`), not yet
+    #: counted in a pass's result.
+    _claimed_by_reads: int
     #: Passes that found nothing to claim first where a peer left, by view.
     _first_claim_tries: dict[frozenset[str], int]
 
@@ -84,13 +87,7 @@ class ShareClaimer:
         in a moment to claim again before its reads, a few times at most.
         """
         previous = self._read_rings
-        if (
-            previous is None
-            or self.host not in view.members
-            or not self._membership.can_act()
-            or self.needs_revalidation()
-            or time.monotonic() < self._claims_after
-        ):
+        if previous is None or not self._may_claim_now(view):
             return 0
         rings = share_rings(view, self.host, self._groups)
         gained = {
@@ -121,6 +118,58 @@ class ShareClaimer:
             return 0
         self._first_claim_tries = {members: tries + 1}
         return None
+
+    def _may_claim_now(self, view: MembershipView) -> bool:
+        """Whether claims on ``view`` may be made now: we are of it and
+        connected, our held set was re-validated since we (re-)joined, and
+        the view had its time to settle after that."""
+        return (
+            self.host in view.members
+            and self._membership.can_act()
+            and not self.needs_revalidation()
+            and time.monotonic() >= self._claims_after
+        )
+
+    def _claim_and_read(self, query: Mapping[str, Any], page: int) -> dict[str, Any] | None:
+        """The first page (at most ``page`` nodes) of our whole share of
+        ``query``'s ring, from the call that claims its free nodes (conductor
+        API 1.26); ``None`` when the conductor claims or reads otherwise:
+        read as usual then, and the pass claims.
+
+        At a cold start an agent read its share, then claimed it: two calls,
+        each with its turn at a conductor, for the same arcs.  The nodes
+        taken are ours before the page is learnt, which lists them as ours.
+        """
+        with self._reconcile_lock:
+            out = self._conductor.claim_share(
+                self.host,
+                query["ring"],
+                groups=query["groups"],
+                exclude_groups=query["exclude_groups"],
+                limit=_LIMIT,
+                read=page,
+            )
+            if out is None:
+                return None
+            claimed = self._took(out["uuids"], out["epochs"], out["groups"])
+        with self._lock:
+            if out.get("changed_at") is not None:
+                self._claim_times.append((time.monotonic(), out["changed_at"]))
+            self._claimed_by_reads += claimed
+        if claimed:
+            LOG.info(
+                "Agent %s claimed %d nodes of its share with its first read of it",
+                self.host,
+                claimed,
+            )
+        share: dict[str, Any] | None = out.get("share")
+        return share
+
+    def claimed_by_reads(self) -> int:
+        """The nodes reads claimed (:meth:`_claim_and_read`) since last asked."""
+        with self._lock:
+            claimed, self._claimed_by_reads = self._claimed_by_reads, 0
+        return claimed
 
     def _claim_share_first(
         self, nodes: list[str], view: MembershipView

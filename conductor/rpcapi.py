@@ -122,6 +122,9 @@ API version history:
   InvalidInput: Nova's 2.35).  Each sent at 1.24 only with a new argument.
 * 1.25 - claim_share takes ``previous_ring``: only the free nodes of the
   arcs gained since that ring (what a peer's departure gave the agent).
+* 1.26 - claim_share takes ``read``: its reply also carries ``share``, the
+  first page of those arcs' nodes as they stand after the claim (an
+  agent's first read of a share is the call that claims it).
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.25"
+API_VERSION = "1.26"
 
 _T = TypeVar("_T")
 

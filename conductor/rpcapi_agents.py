@@ -15,9 +15,19 @@ import oslo_messaging as messaging
 from conductor.common import rpc
 from conductor.common.objects import ClaimOutcome, Ownership, ReleaseOutcome, inventory_entries
 
-__all__ = ["AgentCalls"]
+__all__ = ["AgentCalls", "share_page_entries"]
 
 _T = TypeVar("_T")
+
+
+def share_page_entries(page: dict[str, Any]) -> dict[str, Any]:
+    """A by-share page as read in columns, as agents take it: one entry per node."""
+    return {
+        "nodes": inventory_entries(page),
+        "as_of": page["as_of"],
+        "next": page["next"],
+        "unchanged": bool(page.get("unchanged")),
+    }
 
 
 class AgentCalls:
@@ -130,12 +140,7 @@ class AgentCalls:
                 )
             self._by_share = False  # an older conductor: the whole fleet from now on
             return None
-        return {
-            "nodes": inventory_entries(page),
-            "as_of": page["as_of"],
-            "next": page["next"],
-            "unchanged": bool(page.get("unchanged")),
-        }
+        return share_page_entries(page)
 
     def claim_share(
         self,
@@ -146,22 +151,29 @@ class AgentCalls:
         exclude_groups: list[str] | None = None,
         limit: int = 5000,
         previous_ring: dict[str, Any] | None = None,
+        read: int | None = None,
     ) -> dict[str, Any] | None:
         """Claim the free unpinned nodes of ``host``'s share of ``ring`` (1.19),
         of the arcs gained since ``previous_ring`` only if given (1.25; its
         whole share from an older conductor):
         ``{"uuids", "epochs", "groups", "changed_at", "more"}``; ``None`` when
-        the conductor is older (or pinned below 1.19): claim by uuid then."""
+        the conductor is older (or pinned below 1.19): claim by uuid then.
+        ``read`` (1.26): the reply also has ``share``, the first page of at
+        most ``read`` of those nodes after the claim, as :meth:`list_node_share`
+        returns pages (an older conductor's reply has none: read it then)."""
         if not self._claims_by_share or not self.can_send_version("1.19"):
             return None
         query: dict[str, Any] = {}
+        version = "1.19"
         if previous_ring is not None and self.can_send_version("1.25"):
-            query["previous_ring"] = previous_ring
+            query["previous_ring"], version = previous_ring, "1.25"
+        if read is not None and self.can_send_version("1.26"):
+            query["read"], version = read, "1.26"
         try:
-            return self._call(
+            out = self._call(
                 dict[str, Any],
                 "claim_share",
-                version="1.25" if query else "1.19",
+                version=version,
                 host=host,
                 ring=ring,
                 groups=groups,
@@ -174,6 +186,10 @@ class AgentCalls:
                 raise
             self._claims_by_share = False  # an older conductor: by uuid from now on
             return None
+        share = out.get("share")
+        if share is not None:
+            out["share"] = share_page_entries(share)
+        return out
 
     def owned_nodes(self, host: str) -> list[Ownership]:
         return [

@@ -83,6 +83,12 @@ def _share_marker(value: object) -> tuple[int, str]:
         ) from None
 
 
+def _marker_of(following: tuple[int, str] | None) -> str | None:
+    """The ``next`` of a by-share page whose last node is ``following``
+    (:func:`_share_marker` reads it back); ``None``: the last page."""
+    return None if following is None else f"{following[0]}/{following[1]}"
+
+
 def _inventory_reply(
     inventory: node_pages.InventoryPage, next_marker: str | None, *, columns: object
 ) -> dict[str, Any]:
@@ -129,7 +135,8 @@ def _outside(
 class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
     ``report_build_results``, 1.4 ``resume_work``, 1.5 ``hold_for_restart``,
-    1.19 ``claim_share``; ``report_node_states`` replies carry ``gone`` 1.20)."""
+    1.19 ``claim_share``; ``report_node_states`` replies carry ``gone`` 1.20;
+    ``claim_share`` reads the share it claimed 1.26)."""
 
     target = messaging.Target(version=API_VERSION)
 
@@ -208,6 +215,7 @@ class AgentsEndpoint:
         exclude_groups: Any = None,
         limit: Any = 5000,
         previous_ring: Any = None,
+        read: Any = None,
     ) -> dict[str, Any]:
         """Claim the unpinned nodes of ``host``'s share of ``ring`` that have no
         live owner, at most ``limit``, in one statement (since 1.19); see
@@ -219,8 +227,15 @@ class AgentsEndpoint:
         nodes taken, ``changed_at`` (their change time), ``more`` (the limit
         was reached).  Nodes not taken are not listed: the agent claims what
         is left of its share by uuid (``claim_nodes``), which says why.
+
+        ``read`` (1.26): also ``share``, the first page of at most ``read``
+        nodes of those arcs as they stand after the claim, as
+        ``list_node_uuids`` by share with ``columns`` replies (its ``next``
+        is that call's ``marker``).  An agent's first read of its share is
+        then the call that claims it: at a cold start that was a call of
+        its three, each with its turn at a conductor.
         """
-        agent, spec, previous, group_list, excluded, most = checks.collect(
+        agent, spec, previous, group_list, excluded, most, page = checks.collect(
             lambda: arguments.check_host(host),
             lambda: ring_share.check_ring(ring, "ring"),
             lambda: (
@@ -235,20 +250,40 @@ class AgentsEndpoint:
                 else arguments.check_groups(exclude_groups, "exclude_groups")
             ),
             lambda: arguments.check_limit(limit, maximum=50_000),
+            lambda: None if read is None else arguments.check_limit(read, "read", maximum=50_000),
         )
         live = self._fleet.live_members()
         if agent not in live:
             raise InvalidInput.not_live_member(agent)
+        arcs = ring_share.share_arcs(spec, agent, previous)
         with self._claim_turn:
             out = share_claims.claim_arcs(
                 self._db,
                 agent,
-                ring_share.share_arcs(spec, agent, previous),
+                arcs,
                 live_members=live,
                 limit=most,
                 groups=group_list,
                 exclude_groups=excluded,
             )
+        self._say_share_claimed(agent, out)
+        reply: dict[str, Any] = {
+            "uuids": out.uuids,
+            "epochs": out.epochs,
+            "groups": out.groups,
+            "changed_at": out.changed_at,
+            "more": out.more,
+        }
+        if page is not None:
+            with self._bulk_turn:
+                inventory, following = node_pages.share_page(
+                    self._db, arcs, limit=page, groups=group_list, exclude_groups=excluded
+                )
+            reply["share"] = _inventory_reply(inventory, _marker_of(following), columns=True)
+        return reply
+
+    def _say_share_claimed(self, agent: str, out: share_claims.ArcClaim) -> None:
+        """The notification and the log line of a claim by share."""
         if self._notifier.enabled:  # thousands of records made for nothing otherwise
             granted = [
                 Ownership(node_uuid=uuid, owner=agent, epoch=epoch, pinned=False)
@@ -262,13 +297,6 @@ class AgentsEndpoint:
             len(out.uuids),
             len(out.uuids),
         )
-        return {
-            "uuids": out.uuids,
-            "epochs": out.epochs,
-            "groups": out.groups,
-            "changed_at": out.changed_at,
-            "more": out.more,
-        }
 
     def _ring_owners(self, nodes: Sequence[tuple[str, str]]) -> list[str | None]:
         """Each ``(node, group)``'s owner by this conductor's ring of the group;
@@ -443,7 +471,7 @@ class AgentsEndpoint:
                     groups=group_list,
                     changed_after=changed_after,
                 )
-                next_marker = None if following is None else f"{following[0]}/{following[1]}"
+                next_marker = _marker_of(following)
             else:
                 inventory, next_marker = self._uuid_page(
                     owner=owner,

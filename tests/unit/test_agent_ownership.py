@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from compute_agent import inventory_reads
+from compute_agent import inventory_reads, share_claims
 from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner
@@ -31,13 +31,13 @@ from conductor.common.objects import (
     ClaimOutcome,
     Ownership,
     ReleaseOutcome,
-    inventory_entries,
 )
 from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from conductor.endpoints.agents import AgentsEndpoint
 from conductor.fleet_view import FleetView
+from conductor.rpcapi_agents import share_page_entries
 from conductor.validation import validate_node_specs
 from hashring.membership import Member, MembershipView, State
 from hashring.ring import Ring
@@ -72,6 +72,8 @@ class ConductorAdapter:
     by_share: bool = True
     #: Whether "the conductor" claims by share (API 1.19).
     claims_by_share: bool = True
+    #: Whether "the conductor" reads what it claimed by share (API 1.26).
+    reads_claims: bool = True
 
     def claim_share(
         self,
@@ -82,17 +84,25 @@ class ConductorAdapter:
         exclude_groups: list[str] | None = None,
         limit: int = 5000,
         previous_ring: dict[str, Any] | None = None,
+        read: int | None = None,
     ) -> dict[str, Any] | None:
         """As ConductorAPI.claim_share: None when "the conductor" is older."""
+        read = read if self.reads_claims else None
         self.calls.append(
             (
                 "claim_share",
-                {"ring": ring, "groups": groups, "limit": limit, "previous_ring": previous_ring},
+                {
+                    "ring": ring,
+                    "groups": groups,
+                    "limit": limit,
+                    "previous_ring": previous_ring,
+                    "read": read,
+                },
             )
         )
         if not self.claims_by_share:
             return None
-        return self.endpoint.claim_share(
+        out = self.endpoint.claim_share(
             CTXT,
             host=host,
             ring=ring,
@@ -100,7 +110,11 @@ class ConductorAdapter:
             exclude_groups=exclude_groups,
             limit=limit,
             previous_ring=previous_ring,
+            read=read,
         )
+        if "share" in out:
+            out["share"] = share_page_entries(out["share"])
+        return out
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
         self.calls.append(("claim", list(node_uuids)))
@@ -143,13 +157,7 @@ class ConductorAdapter:
             query["owner"] = member
         else:
             query["member"] = member
-        page = self.endpoint.list_node_uuids(CTXT, columns=True, **query)
-        return {
-            "nodes": inventory_entries(page),
-            "as_of": page["as_of"],
-            "next": page["next"],
-            "unchanged": bool(page.get("unchanged")),
-        }
+        return share_page_entries(self.endpoint.list_node_uuids(CTXT, columns=True, **query))
 
     def of(self, kind: str) -> list[Any]:
         return [args for name, args in self.calls if name == kind]
@@ -231,6 +239,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     fake = types.SimpleNamespace(monotonic=lambda: now[0], sleep=time.sleep)
     monkeypatch.setattr(agent_ownership, "time", fake)
     monkeypatch.setattr(inventory_reads, "time", fake)
+    monkeypatch.setattr(share_claims, "time", fake)
     return now
 
 
@@ -956,6 +965,51 @@ def test_an_agent_reads_only_its_ring_share_of_each_group_and_its_own_nodes(env:
 
 
 @BY_SHARE
+def test_the_first_read_of_a_share_is_the_call_that_claims_it(env: Fleet) -> None:
+    """At a cold start an agent read its share, then claimed it: two calls to
+    a conductor for the same arcs.  Now one (conductor API 1.26), and the
+    pass finds nothing left to claim."""
+    nodes = add_nodes(env.db, 60)
+    view = env.live({"a1": [], "a2": []})
+    share = ring_share(["a1", "a2"], nodes, "a1")
+    a1 = env.agent("a1")
+    result = a1.reconcile(view)
+    assert result is not None and result.claimed == len(share) and result.converged
+    assert set(a1.held()) == share == a1.desired(view)
+    assert {env.owners()[n] for n in share} == {("a1", 1)}
+    [claim] = env.conductor.of("claim_share")
+    assert claim["read"] == inventory_reads._PAGE and claim["previous_ring"] is None
+    assert _share_reads(env) == []  # the share came with the claim
+    assert a1.reconcile(view) is not None and env.conductor.of("claim_share") == [claim]
+
+
+@BY_SHARE
+def test_a_conductor_that_does_not_read_what_it_claimed_is_read_after(env: Fleet) -> None:
+    """A conductor older than API 1.26 claims without reading: the share is
+    read by the next call, and nothing is claimed twice."""
+    nodes = add_nodes(env.db, 60)
+    view = env.live({"a1": [], "a2": []})
+    env.conductor.reads_claims = False
+    a1 = env.agent("a1")
+    result = a1.reconcile(view)
+    share = ring_share(["a1", "a2"], nodes, "a1")
+    assert result is not None and result.claimed == len(share) and set(a1.held()) == share
+    assert [c["read"] for c in env.conductor.of("claim_share")] == [None]
+    assert [c["since"] for c in _share_reads(env)] == [None]
+
+
+@BY_SHARE
+def test_a_read_before_the_held_set_is_validated_claims_nothing(env: Fleet) -> None:
+    """A restarted agent's first read may come before it re-read what it
+    holds (the record may say it holds nodes): that read only reads."""
+    add_nodes(env.db, 30)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    assert a1.refresh_inventory(view=view) == 30
+    assert env.conductor.of("claim_share") == [] and a1.held() == {}
+
+
+@BY_SHARE
 def test_after_a_membership_change_an_agent_reads_only_the_arcs_it_gained(env: Fleet) -> None:
     nodes = add_nodes(env.db, 300)
     env.live({"a1": [], "a2": [], "a3": []})
@@ -1346,8 +1400,9 @@ def test_an_agent_that_holds_nothing_reads_no_nodes_of_its_own_outside_its_share
     assert result is not None and result.retry_in == pytest.approx(1.0)
     clock[0] += 1.0
     assert a1.refresh_inventory(view=view) == len(ring_share(["a1", "a2"], uuids, "a1"))
-    reads = env.conductor.of("share")
-    assert reads and all(c.get("ring") is not None for c in reads)  # was: and an owner read
+    # The share came with its claim (one call), and no owner read.
+    assert [c for c in env.conductor.of("claim_share") if c["read"]]
+    assert all(c.get("ring") is not None for c in env.conductor.of("share"))
     a1.expect_owner_changes()
     a1.refresh_inventory(view=view)
     assert [c for c in env.conductor.of("share") if c.get("ring") is None]

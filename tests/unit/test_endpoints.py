@@ -1131,6 +1131,9 @@ def test_list_node_uuids_bad_arguments(env: Env, kwargs: dict[str, Any], fields:
         ({"exclude_groups": [3]}, ["exclude_groups"]),
         ({"limit": 0}, ["limit"]),
         ({"host": "", "limit": 50_001}, ["host", "limit"]),
+        ({"read": 0}, ["read"]),
+        ({"read": True}, ["read"]),
+        ({"read": "5000", "limit": 0}, ["limit", "read"]),
     ],
 )
 def test_claim_share_bad_arguments_change_nothing(
@@ -1157,6 +1160,34 @@ def test_claim_share_takes_the_free_nodes_of_a_live_agents_share(env: Env) -> No
     rest = env.agents.claim_share(CTXT, host="a1", ring=ring)
     assert sorted(reply["uuids"] + rest["uuids"]) == sorted(nodes) and not rest["more"]
     assert env.agents.claim_share(CTXT, host="a1", ring=ring)["changed_at"] is None
+
+
+def test_claim_share_reads_the_share_it_claimed(env: Env) -> None:
+    """``read`` (1.26): the reply's ``share`` is the share's first page after
+    the claim, its ``next`` a marker of the read by share; nodes it could
+    not take are listed with their owners."""
+    nodes = add_nodes(env.db, 9)
+    [theirs] = add_nodes(env.db, 1, owner="a2", prefix="theirs")
+    env.live("a1", "a2")
+    ring = {"version": 1, "members": {"a1": 1.0}}  # every node is a1's share
+    reply = env.agents.claim_share(CTXT, host="a1", ring=ring, read=4)
+    assert sorted(reply["uuids"]) == sorted(nodes) and not reply["more"]
+    pages, page = [], reply["share"]
+    while True:
+        pages.append(page)
+        if page["next"] is None:
+            break
+        page = env.agents.list_node_uuids(
+            CTXT, ring=ring, member="a1", marker=page["next"], limit=4, columns=True
+        )
+    assert [len(p["uuids"]) for p in pages] == [4, 4, 2]
+    owners = {u: o for p in pages for u, o in zip(p["uuids"], p["owners"], strict=True)}
+    epochs = {u: e for p in pages for u, e in zip(p["uuids"], p["epochs"], strict=True)}
+    assert owners == {**dict.fromkeys(nodes, "a1"), theirs: "a2"}
+    assert {u: epochs[u] for u in reply["uuids"]} == dict(
+        zip(reply["uuids"], reply["epochs"], strict=True)
+    )
+    assert "share" not in env.agents.claim_share(CTXT, host="a1", ring=ring)
 
 
 # -- fleet status --------------------------------------------------------------------

@@ -548,6 +548,30 @@ def test_inventory_by_share_reads_what_the_ring_gives_a_member(served: Served) -
     assert capped.list_node_share("agent-1", ring=ring) is None
 
 
+def test_a_claim_of_a_share_brings_its_first_page_unless_pinned_below_it(
+    served: Served,
+) -> None:
+    """``claim_share`` with ``read`` (1.26): the share's first page after the
+    claim, in objects as ``list_node_share`` gives them; a client pinned
+    below 1.26 sends the claim alone."""
+    api = served.api
+    api.import_nodes([_spec(f"claimread-{i}", group="claimread") for i in range(12)])
+    uuids = [n["uuid"] for n in api.list_node_uuids(groups=["claimread"])["nodes"]]
+    ring = {"version": 1, "members": {"agent-1": 1.0}}
+    out = api.claim_share("agent-1", ring, groups=["claimread"], read=5)
+    assert out is not None and sorted(out["uuids"]) == sorted(uuids)
+    first = out["share"]
+    assert len(first["nodes"]) == 5 and first["next"] is not None
+    assert {(n["owner"], n["epoch"]) for n in first["nodes"]} == {("agent-1", 1)}
+    rest = api.list_node_share("agent-1", ring=ring, groups=["claimread"], marker=first["next"])
+    assert rest is not None and rest["next"] is None
+    assert sorted(n["uuid"] for n in first["nodes"] + rest["nodes"]) == sorted(uuids)
+    capped = ConductorAPI(api.client.transport, timeout=10, version_cap="1.25")
+    alone = {"version": 1, "members": {"agent-2": 1.0}}
+    again = capped.claim_share("agent-2", alone, groups=["claimread"], read=5)
+    assert again is not None and again["uuids"] == [] and "share" not in again
+
+
 def test_a_call_newer_than_the_upgrade_pin_is_refused_naming_the_call_and_the_pin(
     served: Served,
 ) -> None:
