@@ -27,6 +27,7 @@ from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.inventory_reads import ShareKey, gains, share_rings
+from conductor.common.exception import InvalidInput
 from hashring.membership import Membership, MembershipView
 
 __all__ = ["ShareClaimer"]
@@ -141,14 +142,20 @@ class ShareClaimer:
         taken are ours before the page is learnt, which lists them as ours.
         """
         with self._reconcile_lock:
-            out = self._conductor.claim_share(
-                self.host,
-                query["ring"],
-                groups=query["groups"],
-                exclude_groups=query["exclude_groups"],
-                limit=_LIMIT,
-                read=page,
-            )
+            try:
+                out = self._conductor.claim_share(
+                    self.host,
+                    query["ring"],
+                    groups=query["groups"],
+                    exclude_groups=query["exclude_groups"],
+                    limit=_LIMIT,
+                    read=page,
+                )
+            except InvalidInput as exc:
+                if not exc.is_not_live_member:
+                    raise
+                # The conductor has not seen us join yet: read now, claim later.
+                return None
             if out is None:
                 return None
             claimed = self._took(out["uuids"], out["epochs"], out["groups"])

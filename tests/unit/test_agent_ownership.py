@@ -999,6 +999,22 @@ def test_a_conductor_that_does_not_read_what_it_claimed_is_read_after(env: Fleet
 
 
 @BY_SHARE
+def test_a_first_read_that_cannot_claim_yet_reads(env: Fleet) -> None:
+    """A conductor that has not seen the agent join refuses its claim: the
+    first read is made all the same, and the pass claims later."""
+    nodes = add_nodes(env.db, 30)
+    view = env.live({"a1": []})
+    a1 = env.agent("a1")
+    a1.revalidate()
+    env.fleet.on_change(view_of({"a2": []}))  # the conductor's view: a1 not yet
+    assert a1.refresh_inventory(view=view) == 30 and a1.held() == {}
+    assert [c["since"] for c in _share_reads(env)] == [None]
+    assert len(env.conductor.of("claim_share")) == 1
+    env.fleet.on_change(view)
+    assert a1.reconcile(view) is not None and set(a1.held()) == set(nodes)
+
+
+@BY_SHARE
 def test_a_read_before_the_held_set_is_validated_claims_nothing(env: Fleet) -> None:
     """A restarted agent's first read may come before it re-read what it
     holds (the record may say it holds nodes): that read only reads."""
