@@ -158,10 +158,8 @@ class ShareClaimer:
                 return None
             if out is None:
                 return None
-            claimed = self._took(out["uuids"], out["epochs"], out["groups"])
+            claimed = self._took_share(out)
         with self._lock:
-            if out.get("changed_at") is not None:
-                self._claim_times.append((time.monotonic(), out["changed_at"]))
             self._claimed_by_reads += claimed
         if claimed:
             LOG.info(
@@ -247,12 +245,18 @@ class ShareClaimer:
                 )
                 if out is None:
                     return None
-                claimed += self._took(out["uuids"], out["epochs"], out["groups"])
-                if out.get("changed_at") is not None:
-                    with self._lock:
-                        self._claim_times.append((time.monotonic(), out["changed_at"]))
+                claimed += self._took_share(out)
                 more = bool(out.get("more"))
         return claimed, False
+
+    def _took_share(self, out: Mapping[str, Any]) -> int:
+        """Record what a ``claim_share`` reply took, and its change time (our
+        change reads leave out the rows it changed); the nodes newly held."""
+        claimed = self._took(out["uuids"], out["epochs"], out["groups"])
+        if out.get("changed_at") is not None:
+            with self._lock:
+                self._claim_times.append((time.monotonic(), out["changed_at"]))
+        return claimed
 
     def _took(self, uuids: list[str], epochs: list[int], groups: list[str]) -> int:
         """Record the nodes a claim by share took; how many were not held before."""
