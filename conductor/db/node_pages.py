@@ -22,8 +22,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
-    DateTime,
     Subquery,
     Text,
     and_,
@@ -31,32 +29,29 @@ from sqlalchemy import (
     case,
     cast,
     false,
-    func,
     or_,
     select,
     text,
-    true,
     tuple_,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Executable
 
-from conductor.db import node_writes
+from conductor.db import arc_statements, node_writes
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 
 __all__ = [
+    "ARCS_PER_STATEMENT",
     "PAGE",
     "ChangedRows",
     "IndexRow",
     "InventoryPage",
-    "arc_batches",
     "changed_index_rows",
     "index_rows",
     "inventory_page",
-    "nodes_in_arcs",
     "share_page",
+    "written_arcs",
 ]
 
 
@@ -147,11 +142,6 @@ def _as_of_and_changed(
     return node_writes.as_of(now, first), found is not None
 
 
-#: Arcs per statement where the arcs are written into it (not PostgreSQL):
-#: SQLite parses ``a OR b OR ...`` as a tree at most 1000 deep.
-_ARCS_PER_STATEMENT = 400
-
-
 def share_page(
     db: Database,
     arcs: Sequence[tuple[int, int]],
@@ -176,27 +166,30 @@ def share_page(
     Returns the page and the marker of the next one (``None``: the end).
     """
     as_of = utcnow()
-    start = (-(1 << 63), "") if after is None else after
-    conditions: list[Any] = []
-    if groups is not None:
-        conditions.append(NodeModel.node_group.in_(groups))
-    if exclude_groups:
-        conditions.append(NodeModel.node_group.not_in(exclude_groups))
-    if claimed is not None:
-        conditions.extend(_not_claimed_at(*claimed))
     with db.read() as connection:
         as_of, changed = _as_of_and_changed(connection, as_of, changed_after)
         if not changed:
             return _page(as_of, [], unchanged=True), None
-        rows = _rows_in_arcs(
-            db,
-            connection,
-            arcs,
-            conditions=conditions,
-            since=changed_after,
-            start=start,
-            limit=limit,
-        )
+        if db.engine.dialect.name == "postgresql":
+            query, values = arc_statements.share_query(
+                arcs,
+                room=limit,
+                groups=groups,
+                exclude_groups=exclude_groups,
+                claimed=claimed,
+                since=changed_after,
+                after=after,
+            )
+            rows = connection.execute(query, values).all()
+        else:
+            rows = _rows_in_written_arcs(
+                connection,
+                arcs,
+                conditions=_conditions(groups, exclude_groups, claimed),
+                since=changed_after,
+                start=(-(1 << 63), "") if after is None else after,
+                limit=limit,
+            )
     full = len(rows) >= limit
     return _page(as_of, rows), ((rows[-1].ring_position, rows[-1].uuid) if full else None)
 
@@ -218,15 +211,20 @@ def _page(
     )
 
 
-_SHARE_COLUMNS = (
-    NodeModel.uuid,
-    NodeModel.node_group,
-    NodeModel.owner,
-    NodeModel.owner_epoch,
-    NodeModel.instance_uuid,
-    NodeModel.power_state,
-    NodeModel.ring_position,
-)
+def _conditions(
+    groups: Sequence[str] | None,
+    exclude_groups: Sequence[str],
+    claimed: tuple[str, Sequence[datetime.datetime]] | None,
+) -> list[Any]:
+    """:func:`share_page`'s filters, where the arcs are written into the statement."""
+    conditions: list[Any] = []
+    if groups is not None:
+        conditions.append(NodeModel.node_group.in_(groups))
+    if exclude_groups:
+        conditions.append(NodeModel.node_group.not_in(exclude_groups))
+    if claimed is not None:
+        conditions.extend(_not_claimed_at(*claimed))
+    return conditions
 
 
 def _not_claimed_at(owner: str, times: Sequence[datetime.datetime]) -> list[Any]:
@@ -243,8 +241,7 @@ def _not_claimed_at(owner: str, times: Sequence[datetime.datetime]) -> list[Any]
     return [or_(NodeModel.owner != owner, NodeModel.updated_at.not_in(list(times)))]
 
 
-def _rows_in_arcs(
-    db: Database,
+def _rows_in_written_arcs(
     connection: Connection,
     arcs: Sequence[tuple[int, int]],
     *,
@@ -254,19 +251,17 @@ def _rows_in_arcs(
     limit: int,
 ) -> list[Any]:
     """The rows in ``arcs`` (changed since ``since``, if given) after ``start``,
-    read arc by arc through the position index ``(ring_position, updated_at)``:
-    a change read costs the arcs' index ranges and the rows that changed in
-    them, not the fleet's changes."""
+    in batches of arcs written into the statement (:func:`written_arcs`)."""
     rows: list[Any] = []
     if start[0] > -(1 << 63):  # a later page: the arcs it may still find nodes in
         arcs = [arc for arc in arcs if arc[1] >= start[0]]
-    for batch in arc_batches(db, arcs):
+    for first in range(0, len(arcs), ARCS_PER_STATEMENT):
         if len(rows) >= limit:
             break
-        nodes = nodes_in_arcs(db, batch, conditions, since)
+        nodes = written_arcs(arcs[first : first + ARCS_PER_STATEMENT], conditions, since)
         position, uuid = nodes.c.ring_position, nodes.c.uuid
         query = (
-            select(*(nodes.c[column.key] for column in _SHARE_COLUMNS))
+            select(*(nodes.c[column.key] for column in arc_statements.SHARE_COLUMNS))
             .where(tuple_(position, uuid) > tuple_(*start))
             .order_by(position, uuid)
             .limit(limit - len(rows))
@@ -275,107 +270,27 @@ def _rows_in_arcs(
     return rows
 
 
-def _bigints(name: str, literal: str) -> Any:
-    """A bound BIGINT[] sent as one array literal (:func:`_arc_literals`)."""
-    return cast(bindparam(name, literal, type_=Text), ARRAY(BigInteger))
+#: Arcs per statement where they are written into it (MariaDB, SQLite; on
+#: PostgreSQL they are arrays, :mod:`conductor.db.arc_statements`): SQLite
+#: parses ``a OR b OR ...`` as a tree at most 1000 deep.
+ARCS_PER_STATEMENT = 400
 
 
-def _arc_literals(arcs: Sequence[tuple[int, int]]) -> tuple[str, str]:
-    """The firsts and the lasts of ``arcs`` as PostgreSQL array literals; made
-    once for an agent's share (:class:`conductor.ring_share.ShareArcs`),
-    which every change read of it sends again (about 1.7 ms of CPU for
-    4,096 arcs)."""
-    derived = getattr(arcs, "derived", None)
-    if derived is not None:
-        literals: tuple[str, str] = derived("postgresql arc literals", _make_arc_literals)
-        return literals
-    return _make_arc_literals(arcs)
-
-
-def _make_arc_literals(arcs: Sequence[tuple[int, int]]) -> tuple[str, str]:
-    """``'{1,2,...}'``: PostgreSQL parses thousands of elements of such a
-    literal many times faster than the ``ARRAY[1, 2, ...]`` a list is sent
-    as (an expression per element).  Made by ``repr`` of the list, which
-    writes thousands of 19-digit integers in half the time ``str`` of each
-    does (the blank after each comma is allowed).  Taken from the arcs as
-    held if they are an agent's share, without making and taking apart a
-    pair per arc."""
-    columns = getattr(arcs, "columns", None)
-    if columns is not None:
-        first_array, last_array = columns()
-        firsts, lasts = first_array.tolist(), last_array.tolist()
-    else:
-        firsts, lasts = [int(first) for first, _ in arcs], [int(last) for _, last in arcs]
-    return "{" + repr(firsts)[1:-1] + "}", "{" + repr(lasts)[1:-1] + "}"
-
-
-def arc_batches(
-    db: Database, arcs: Sequence[tuple[int, int]]
-) -> Iterator[Sequence[tuple[int, int]]]:
-    """``arcs`` in batches of one statement each (:func:`nodes_in_arcs`):
-    all of them on PostgreSQL (arrays), :data:`_ARCS_PER_STATEMENT` elsewhere."""
-    chunk = len(arcs) or 1 if db.engine.dialect.name == "postgresql" else _ARCS_PER_STATEMENT
-    for start in range(0, len(arcs), chunk):
-        yield arcs[start : start + chunk]
-
-
-def nodes_in_arcs(
-    db: Database,
+def written_arcs(
     arcs: Sequence[tuple[int, int]],
     conditions: Sequence[Any],
     since: datetime.datetime | None = None,
 ) -> Subquery:
     """The nodes whose position is in one of ``arcs`` (changed since ``since``)
-    and that meet ``conditions``.
-
-    On PostgreSQL the arcs are arrays, and each arc a LATERAL range scan of
-    the index ``(ring_position, updated_at)``: one short statement whatever
-    their number.  (Joined plainly, or laterally but flattened, the planner
-    walked the whole position index in order and compared every node with
-    every arc: a minute for one agent's share of 100k nodes.)  The change
-    time comes in as a function's output, not as a constant: its
-    selectivity is then unknown to the planner, which keeps to the position
-    index rather than
-    read each arc by the change-time index -- after a cold start, with
-    statistics that still said few rows had changed, that read every change
-    of the fleet once per arc, seconds per read.
-    Elsewhere the arcs are written into the statement as integers rather
-    than bound one by one (compiling thousands of bound ``BETWEEN`` cost
-    more than running them), and the change time is bound: MariaDB and
-    SQLite estimate the ranges from the index itself.
+    and that meet ``conditions``, the arcs written into the statement as
+    integers rather than bound one by one (compiling thousands of bound
+    ``BETWEEN`` cost more than running them), the change time bound:
+    MariaDB and SQLite estimate the ranges from the index itself.  (Not on
+    PostgreSQL: :mod:`conductor.db.arc_statements`.)
     """
-    if db.engine.dialect.name == "postgresql":
-        firsts, lasts = _arc_literals(arcs)
-        arc: Any = (
-            func.unnest(_bigints("arc_firsts", firsts), _bigints("arc_lasts", lasts))
-            .table_valued("first", "last")
-            .render_derived(name="arc")
-        )
-        changed = []
-        if since is not None:
-            moment = (
-                func.unnest(
-                    cast(
-                        bindparam("arc_since", "{" + since.isoformat(" ") + "}", type_=Text),
-                        ARRAY(DateTime()),
-                    )
-                )
-                .table_valued("since")
-                .render_derived(name="moment")
-            )
-            changed = [NodeModel.updated_at >= moment.c.since]
-        within = (
-            select(*_SHARE_COLUMNS)
-            .where(NodeModel.ring_position.between(arc.c.first, arc.c.last), *changed, *conditions)
-            # OFFSET 0 keeps the planner from flattening it into a plain join.
-            .offset(0)
-            .lateral("node")
-        )
-        arcs_from = arc if since is None else arc.join(moment, true())
-        return select(*within.c).select_from(arcs_from).join(within, true()).subquery("share")
     written = " OR ".join(f"nodes.ring_position BETWEEN {int(a)} AND {int(b)}" for a, b in arcs)
     changed = [] if since is None else [NodeModel.updated_at >= since]
-    query = select(*_SHARE_COLUMNS).where(text(f"({written})"), *changed, *conditions)
+    query = select(*arc_statements.SHARE_COLUMNS).where(text(f"({written})"), *changed, *conditions)
     for dialect in ("mysql", "mariadb"):
         # Hundreds of ranges are past the index dives MariaDB estimates them
         # by: it guessed a table scan cheaper, a scan of the fleet per

@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Dialect, Table, and_, select
 
-from conductor.db import node_pages, node_writes, value_lists
+from conductor.db import arc_statements, node_pages, node_writes, value_lists
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, NodeModel
 from conductor.db.ownership import update_nodes_returning
@@ -118,6 +118,19 @@ def _claim_arcs(
 ) -> ArcClaim:
     """:func:`claim_arcs`, its rows stamped ``now``."""
     live = sorted(set(live_members) | {agent})
+    if db.engine.dialect.name == "postgresql":
+        with db.writing() as connection:
+            taken = arc_statements.claim(
+                connection,
+                agent,
+                arcs,
+                live=live,
+                room=limit,
+                groups=groups,
+                exclude_groups=exclude_groups,
+                stamp=now,
+            )
+        return _taken(taken, 0, now, limit)
     groups_in: list[Any] = []
     if groups is not None:
         groups_in.append(NodeModel.node_group.in_(groups))
@@ -130,20 +143,20 @@ def _claim_arcs(
     # UPDATE's, whatever committed since the candidates were read.
     claimable = [_free(_NODES.c, live, holding, dialect), *groups_in]
     values = {"owner": agent, "owner_epoch": NodeModel.owner_epoch + 1, "updated_at": now}
-    uuids: list[str] = []
-    epochs: list[int] = []
-    found: list[str] = []
+    rows: list[Any] = []
     with db.transaction() as session:
         # RETURNING gives the new epoch; a locking read before the update the old.
         bump = 0 if session.get_bind().dialect.update_returning else 1
         held = list(session.execute(holding).scalars())
-        for batch in node_pages.arc_batches(db, arcs):
-            room = limit - len(uuids)
+        for first in range(0, len(arcs), node_pages.ARCS_PER_STATEMENT):
+            room = limit - len(rows)
             if room <= 0:
                 break
             # The arcs' nodes by the position index, filtered outside it:
             # inside each arc's scan the owner conditions cost seconds.
-            share = node_pages.nodes_in_arcs(db, batch, groups_in)
+            share = node_pages.written_arcs(
+                arcs[first : first + node_pages.ARCS_PER_STATEMENT], groups_in
+            )
             candidates = [
                 row[0]
                 for row in session.execute(
@@ -151,19 +164,22 @@ def _claim_arcs(
                 )
             ]
             for chunk in value_lists.chunks(candidates, dialect):
-                rows = update_nodes_returning(
+                rows += update_nodes_returning(
                     session,
                     [value_lists.one_of(_NODES.c.uuid, chunk, dialect), *claimable],
                     values,
                     [_NODES.c.uuid, _NODES.c.owner_epoch, _NODES.c.node_group],
                 )
-                uuids.extend(row.uuid for row in rows)
-                epochs.extend(row.owner_epoch + bump for row in rows)
-                found.extend(row.node_group for row in rows)
+    return _taken(rows, bump, now, limit)
+
+
+def _taken(rows: Sequence[Any], bump: int, now: datetime.datetime, limit: int) -> ArcClaim:
+    """The claim of ``rows`` (their uuid, owner_epoch and node_group), each
+    epoch ``bump`` short of the new one."""
     return ArcClaim(
-        uuids=uuids,
-        epochs=epochs,
-        groups=found,
-        changed_at=now.isoformat() if uuids else None,
-        more=len(uuids) >= limit,
+        uuids=[row.uuid for row in rows],
+        epochs=[row.owner_epoch + bump for row in rows],
+        groups=[row.node_group for row in rows],
+        changed_at=now.isoformat() if rows else None,
+        more=len(rows) >= limit,
     )

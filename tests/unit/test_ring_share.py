@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conductor import ring_share
-from conductor.db import node_pages
+from conductor.db import arc_statements
 from hashring.ring import Ring, subtract_arcs
 
 MEMBERS = {f"agent-{i:03d}": 1.0 for i in range(20)}
@@ -46,13 +46,12 @@ def test_a_share_less_the_previous_rings_is_what_the_member_gained() -> None:
 
 def test_the_columns_go_to_postgresql_as_array_literals() -> None:
     arcs = ring_share.share_arcs(_spec(), "agent-007")
-    firsts, lasts = node_pages._arc_literals(arcs)
-    literal = node_pages._bigints("arc_firsts", firsts).clause.value
-    assert literal.startswith("{") and literal.endswith("}")
-    assert [int(v) for v in literal[1:-1].split(",")] == [a for a, _ in arcs]
+    firsts, lasts = arc_statements.arc_literals(arcs)
+    assert firsts.startswith("{") and firsts.endswith("}")
+    assert [int(v) for v in firsts[1:-1].split(",")] == [a for a, _ in arcs]
     assert [int(v) for v in lasts[1:-1].split(",")] == [b for _, b in arcs]
     # A plain list of pairs (a test's, another caller's) gives the same.
-    assert node_pages._arc_literals(list(arcs)) == (firsts, lasts)
+    assert arc_statements.arc_literals(list(arcs)) == (firsts, lasts)
 
 
 def test_a_shares_literals_are_made_once_for_every_read_of_it(
@@ -62,20 +61,20 @@ def test_a_shares_literals_are_made_once_for_every_read_of_it(
     once per share (the cached arcs), and a batch of all of them is the
     share itself, not a copy that would make them again."""
     made: list[int] = []
-    make = node_pages._make_arc_literals
+    make = arc_statements._make_arc_literals
 
     def counted(arcs: Any) -> tuple[str, str]:
         made.append(len(arcs))
         return make(arcs)
 
-    monkeypatch.setattr(node_pages, "_make_arc_literals", counted)
+    monkeypatch.setattr(arc_statements, "_make_arc_literals", counted)
     ring_share._share_arcs.cache_clear()
     spec = _spec()
-    first = node_pages._arc_literals(ring_share.share_arcs(spec, "agent-007"))
+    first = arc_statements.arc_literals(ring_share.share_arcs(spec, "agent-007"))
     again = ring_share.share_arcs(spec, "agent-007")
     assert again[0 : len(again)] is again
-    assert node_pages._arc_literals(again[0 : len(again)]) is first
-    assert node_pages._arc_literals(ring_share.share_arcs(spec, "agent-008")) != first
+    assert arc_statements.arc_literals(again[0 : len(again)]) is first
+    assert arc_statements.arc_literals(ring_share.share_arcs(spec, "agent-008")) != first
     assert made == [len(again), len(ring_share.share_arcs(spec, "agent-008"))]
     ring_share._share_arcs.cache_clear()
 
