@@ -8,12 +8,15 @@ current owners): at 100k nodes on 10 agents, 206 to 302 calls queued on one
 conductor.  Here the agent names its arcs (the ring it computes with) and
 the conductor, in one transaction, reads the nodes of those arcs that have
 no live owner by the position index and takes them with ``UPDATE ... WHERE
-uuid = ANY(...) AND <no live owner>`` (lists as arrays on PostgreSQL, ``IN``
-elsewhere: :mod:`conductor.db.value_lists`) -- each with a new epoch, in the same
+uuid = ANY(...) AND <no live owner>`` -- each with a new epoch, in the same
 compare-and-swap as a claim by uuid (:mod:`conductor.db.ownership`,
-invariant 1) -- and returns just those.  (The read as the ``UPDATE``'s
+invariant 1) -- and returns just those.  On PostgreSQL that is one
+statement built once (:mod:`conductor.db.arc_statements`); on MariaDB and
+SQLite the candidates are read first, then updated by uuid (``IN`` lists,
+:mod:`conductor.db.value_lists`).  (The read as the ``UPDATE``'s
 subquery, with the owner conditions inside each arc's scan, cost seconds of
-database CPU per claim when ten agents claimed at once.)
+database CPU per claim when ten agents claimed at once: the candidates are
+read alone, the owner conditions outside the arcs' scans.)
 
 Only unpinned nodes: a pinned node of a departed owner is re-homed to the
 agent the conductor's own ring names (``claim_nodes``), after

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import select, text, update
 
-from conductor.db import arc_statements, migration, node_pages
+from conductor.db import arc_statements, migration, node_pages, share_claims
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from hashring.ring import Ring, node_position, subtract_arcs
@@ -68,6 +68,33 @@ def test_a_share_is_read_exactly_in_pages_and_by_change(sql_url: str) -> None:
         wanted = {n for n in changed[10:] if owners[n] == "agent-0"}
         read = _read_all(db, ring.arcs("agent-0"), changed_after=since, exclude_groups=["rack9"])
         assert len(read) == len(wanted) and set(read) == wanted
+        racked = {n for n in nodes[:10] if owners[n] == "agent-0"}
+        assert set(_read_all(db, ring.arcs("agent-0"), groups=["rack9"])) == racked
+    finally:
+        db.dispose()
+
+
+def test_a_read_leaves_out_the_rows_the_readers_own_claims_changed_last(sql_url: str) -> None:
+    """``claimed``: the rows an agent's claims stamped are not read back to
+    it; the same rows changed since by anything else, or another owner's, are."""
+    db = Database(sql_url)
+    try:
+        migration.upgrade(db)
+        nodes = add_nodes(db, 600)
+        everywhere = [(-(1 << 63), (1 << 63) - 1)]
+        taken = share_claims.claim_arcs(db, "a1", everywhere, live_members={"a1"}, limit=200)
+        stamp = datetime.datetime.fromisoformat(taken.changed_at or "")
+        again = nodes[0] if nodes[0] in taken.uuids else taken.uuids[0]
+        with db.writing() as connection:  # changed since by someone else
+            connection.execute(
+                update(NodeModel)
+                .where(NodeModel.uuid == again)
+                .values(updated_at=stamp + datetime.timedelta(seconds=1))
+            )
+        read = _read_all(db, everywhere, claimed=("a1", [stamp]))
+        assert sorted(read) == sorted({again} | (set(nodes) - set(taken.uuids)))
+        # Another agent's read of the same rows leaves out none of them.
+        assert len(_read_all(db, everywhere, claimed=("a2", [stamp]))) == len(nodes)
     finally:
         db.dispose()
 
