@@ -9,7 +9,8 @@ much CPU as the rows they return at 100 agents (a thousand nodes each): the
 part of an agent's cost that grows with the agent count.  So each shape of
 statement is built once (:func:`functools.lru_cache`), every value in it
 bound (the arcs, the live agents and the change times as array literals),
-and SQLAlchemy reuses its compiled form; a call makes the parameters only.
+and SQLAlchemy reuses its compiled form; a call makes the parameters only
+(``docs/dependency-facts.rst``, "PostgreSQL through SQLAlchemy").
 
 MariaDB and SQLite have no arrays: :mod:`conductor.db.node_pages` and
 :mod:`conductor.db.share_claims` write their arcs into the statement.
