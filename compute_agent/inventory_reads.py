@@ -7,8 +7,7 @@ read whole, it reads only what changed (:meth:`InventoryReader.refresh_inventory
 :class:`InventoryReader` is the reading part of
 :class:`compute_agent.ownership.OwnershipManager`, which holds the state it
 reads into (under the manager's lock) and decides what a row read means
-(``_learn``), what the agent's ring share is (``_ring_share``) and which
-changes are its own claims' (``_recent_claims``).
+(``_learn``) and what the agent's ring share is (``_ring_share``).
 """
 
 from __future__ import annotations
@@ -161,6 +160,9 @@ class InventoryReader:
     _refused_by: dict[str, tuple[str, float]]
     _since: datetime.datetime | None
     _deep_since: datetime.datetime | None
+    # The change times of our own writes (claims, state reports), parsed
+    # and as the conductor said them: see _wrote.
+    _write_times: list[tuple[datetime.datetime, str]]
     _read_rings: dict[ShareKey, dict[str, Any]] | None
     _by_share: bool
     #: The manager's claims by share (:class:`compute_agent.share_claims.ShareClaimer`):
@@ -260,9 +262,36 @@ class InventoryReader:
         """The nodes of the inventory that the rings of ``view`` give this agent."""
         raise NotImplementedError
 
-    def _recent_claims(self) -> list[str] | None:
-        """The change times of our claims that a change read may still reach."""
-        raise NotImplementedError
+    def _wrote(self, changed_at: str) -> None:
+        """A write of ours (a claim, a state report) stamped the rows it
+        changed ``changed_at``; our change reads leave out the rows it
+        changed last (``not_claimed_at``): we know what it did.  Under the lock."""
+        self._write_times.append((datetime.datetime.fromisoformat(changed_at), changed_at))
+
+    def _own_write_times(self) -> list[str] | None:
+        """The change times of our writes that a change read may still reach:
+        those from where the earliest next one may start (the deep read's,
+        or the owner read's), the latest 1,000.  (Kept for a fixed time,
+        they were gone by the next read of a quiet agent, which reads every
+        ``quiet_reconcile_interval``: after a cold start its first state
+        report changed every node it holds, and that read read them all.)"""
+        with self._lock:
+            floor = None if self._deep_since is None else self._deep_since - _DEEP_OVERLAP
+            if floor is not None and self._owner_as_of is not None:
+                floor = min(floor, _moment(self._owner_as_of) - _DEEP_OVERLAP)
+            kept = [(at, said) for at, said in self._write_times if floor is None or at >= floor]
+            self._write_times = kept[-1000:]
+            return [said for _at, said in self._write_times] or None
+
+    def wrote_states(self, changed_at: str, powers: Mapping[str, str]) -> None:
+        """Our state reports changed rows at ``changed_at`` (the reply of a
+        conductor of API 1.27), recording these power states: our change
+        reads leave those rows out, and what was recorded is what we wrote."""
+        with self._lock:
+            self._wrote(changed_at)
+            for node, power in powers.items():
+                if node in self._inventory:
+                    self._recorded_power[node] = sys.intern(power)
 
     def first_read_wait(self, view: MembershipView) -> float:
         """Seconds the first read of the inventory waits yet (0: read now).
@@ -401,7 +430,7 @@ class InventoryReader:
             reads.append({"since": self._owner_since(since), "outside": _shares(rings)})
         if since is not None:
             # What our own claims changed we know from their replies.
-            claimed = self._recent_claims()
+            claimed = self._own_write_times()
             reads = [q if q["since"] is None else {**q, "not_claimed_at": claimed} for q in reads]
         done = self._run_queries(reads, claim=self._may_claim_now(view))
         if done is None:

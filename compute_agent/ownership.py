@@ -58,10 +58,6 @@ _REFUSAL_MEMORY = 10.0
 #: hundred nodes unowned for 12-15 s after everything else had converged.)
 _HANDOVER_POLL = 1.0
 _HANDOVER_WAIT = 5.0
-#: Seconds a claim's change time is sent with our change reads: well past
-#: the deepest window a change read reaches back (_DEEP_EVERY + _DEEP_OVERLAP
-#: of compute_agent.inventory_reads).
-_CLAIM_TIMES_KEPT = 60.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +145,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         self._by_share = True  # until the conductor says it does not read by share
         # (monotonic, change time) of our claims: our change reads leave out
         # the rows they changed last (we know those from the replies).
-        self._claim_times: list[tuple[float, str]] = []
+        self._write_times: list[tuple[datetime.datetime, str]] = []
         self._deep_since: datetime.datetime | None = None  # the last deep one's
         # When we adopted nodes handed to us: a drained agent hands its nodes
         # over just before it leaves, and our view may still show it for a
@@ -302,13 +298,6 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
                 ", ".join(sorted(lost)[:20]),
             )
         return len(self._held), len(lost)
-
-    def _recent_claims(self) -> list[str] | None:
-        """The change times of our claims that a change read may still reach."""
-        with self._lock:
-            horizon = time.monotonic() - _CLAIM_TIMES_KEPT
-            self._claim_times = [(t, at) for t, at in self._claim_times if t > horizon][-1000:]
-            return [at for _t, at in self._claim_times] or None
 
     def _learn(self, item: Mapping[str, Any]) -> int:
         """One inventory entry (under the lock): its group, and its claim.
@@ -619,7 +608,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
                     self._restart_holds[owner] = time.monotonic() + seconds
             if out.changed_at is not None:
                 with self._lock:
-                    self._claim_times.append((time.monotonic(), out.changed_at))
+                    self._wrote(out.changed_at)
             rehomed += len(out.rehomed)
             if out.rehomed:
                 LOG.warning(

@@ -596,6 +596,7 @@ class AgentService(Reconciler):
             self.host,
             self.conf.compute_agent.report_interval,
             forget=self.ownership.forget_deleted,
+            wrote=self.ownership.wrote_states,
         )
         while not self._stopped.wait(self.conf.compute_agent.report_interval):
             # A stop began: no new read of the back end (a hung one would

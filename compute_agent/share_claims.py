@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
@@ -55,7 +55,8 @@ class ShareClaimer:
     _inventory_version: int
     _inventory_groups: set[str]
     _refused_by: dict[str, tuple[str, float]]
-    _claim_times: list[tuple[float, str]]
+    #: Our own writes' change times (:meth:`InventoryReader._wrote`).
+    _wrote: Callable[[str], None]
     _share: tuple[Hashable, frozenset[str]] | None
     _pinned_elsewhere: set[str]
     _read_rings: dict[ShareKey, dict[str, Any]] | None
@@ -255,7 +256,7 @@ class ShareClaimer:
         claimed = self._took(out["uuids"], out["epochs"], out["groups"])
         if out.get("changed_at") is not None:
             with self._lock:
-                self._claim_times.append((time.monotonic(), out["changed_at"]))
+                self._wrote(out["changed_at"])
         return claimed
 
     def _took(self, uuids: list[str], epochs: list[int], groups: list[str]) -> int:

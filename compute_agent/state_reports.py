@@ -130,12 +130,17 @@ class StateSender:
         host: str,
         interval: float,
         forget: Callable[[list[str]], None] = lambda nodes: None,
+        wrote: Callable[[str, dict[str, str]], None] = lambda changed_at, powers: None,
     ) -> None:
         self._conductor = conductor
         self._host = host
         self._interval = interval
         #: Called with the nodes the conductor says were deleted (``gone``).
         self._forget = forget
+        #: Called with the change time the reports wrote (a conductor of API
+        #: 1.27 says it) and the power states taken: the agent's change
+        #: reads leave those rows out (it knows what it reported).
+        self._wrote = wrote
         self._failing_since: float | None = None
 
     def send(self, reports: StateReports, due: list[dict[str, Any]]) -> None:
@@ -159,6 +164,16 @@ class StateSender:
                     self._failing_since = time.monotonic()
                 return
             reports.sent(chunk, out.get("stale", ()))
+            if changed_at := out.get("changed_at"):
+                stale = set(out.get("stale") or ())
+                self._wrote(
+                    changed_at,
+                    {
+                        report["node_uuid"]: report["power_state"]
+                        for report in chunk
+                        if report.get("power_state") and report["node_uuid"] not in stale
+                    },
+                )
             if gone := list(out.get("gone") or ()):
                 # Deleted while we held them: else reported (stale) for ever.
                 LOG.info(

@@ -125,6 +125,9 @@ API version history:
 * 1.26 - claim_share takes ``read``: its reply also carries ``share``, the
   first page of those arcs' nodes as they stand after the claim (an
   agent's first read of a share is the call that claims it).
+* 1.27 - report_node_states' reply carries ``changed_at``: the change time
+  written on the rows the reports changed (the agent's change reads leave
+  them out, as its claims').
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.26"
+API_VERSION = "1.27"
 
 _T = TypeVar("_T")
 

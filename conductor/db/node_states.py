@@ -33,6 +33,7 @@ from conductor.db.models import NodeModel, utcnow
 
 __all__ = [
     "BackEndState",
+    "RecordedStates",
     "StateReport",
     "mirror_back_end_states",
     "provision_guard",
@@ -124,8 +125,20 @@ class StateReport(TypedDict):
     provision_state: str | None
 
 
-def record_node_states(db: Database, agent: str, reports: Sequence[StateReport]) -> list[str]:
-    """Store ``agent``'s reports; the uuids of the nodes it does not hold at that epoch.
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedStates:
+    """What :func:`record_node_states` did with an agent's reports."""
+
+    #: The nodes the agent does not hold at the epoch it reported.
+    stale: list[str]
+    #: The change time written on the rows that changed (``None``: none
+    #: did): the agent's change reads may leave those rows out, as they do
+    #: its claims' (it knows what it reported).
+    changed_at: datetime.datetime | None
+
+
+def record_node_states(db: Database, agent: str, reports: Sequence[StateReport]) -> RecordedStates:
+    """Store ``agent``'s reports: which were stale, and the change time written.
 
     One transaction.  A stale report changes nothing; a report equal to what
     is stored does not write the row.
@@ -171,7 +184,7 @@ def record_node_states(db: Database, agent: str, reports: Sequence[StateReport])
                 writes.setdefault(columns, []).append(params)
         for columns, batch in writes.items():
             connection.execute(_SET_STATES[columns], batch)
-    return stale
+    return RecordedStates(stale=stale, changed_at=now if writes else None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

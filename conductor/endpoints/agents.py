@@ -28,6 +28,7 @@ from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership, share_claims
 from conductor.db import nodes as nodes_db
 from conductor.db.engine import Database
+from conductor.endpoints import state_reports
 from conductor.fleet_view import FleetView
 from conductor.inventory_hints import InventoryHints
 from conductor.lifecycle import BuildLifecycle
@@ -668,30 +669,12 @@ class AgentsEndpoint:
         """Power/provision states of owned nodes, each fenced by its epoch.
 
         ``gone`` (since 1.20): the stale nodes that no longer exist (deleted
-        while the agent held them), for the agent to forget.
+        while the agent held them), for the agent to forget.  ``changed_at``
+        (since 1.27): the change time written on the rows the reports
+        changed (``None``: none), which the agent's change reads may leave
+        out as they do its claims' (``not_claimed_at``).
         """
         agent = arguments.check_host(host)
         reports = agent_reports.check_node_states(states)
         # The checks return exactly a StateReport's keys.
-        stale = node_states.record_node_states(
-            self._db, agent, cast(list[node_states.StateReport], reports)
-        )
-        # Rare (a takeover not yet read, a deleted node): one more read then.
-        known = ownership.ownership_of(self._db, stale) if stale else {}
-        gone = [node for node in stale if node not in known]
-        if gone:
-            LOG.info(
-                "Agent %s reported %d nodes deleted since it claimed them; it forgets them: %s",
-                agent,
-                len(gone),
-                ", ".join(gone[:20]),
-            )
-        if len(gone) < len(stale):
-            others = [node for node in stale if node in known]
-            LOG.warning(
-                "Agent %s reported %d nodes it does not own at that epoch: %s",
-                agent,
-                len(others),
-                ", ".join(others[:20]),
-            )
-        return {"accepted": len(reports) - len(stale), "stale": stale, "gone": gone}
+        return state_reports.record(self._db, agent, cast(list[node_states.StateReport], reports))

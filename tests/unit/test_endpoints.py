@@ -1481,6 +1481,16 @@ def test_owned_nodes(env: Env) -> None:
 # -- agents: node state reports ----------------------------------------------------------
 
 
+def _moment(value: str) -> datetime.datetime:
+    """An ISO 8601 time as the API says it (``Z`` or not), naive UTC."""
+    moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (
+        moment.replace(tzinfo=None)
+        if moment.tzinfo is None
+        else moment.astimezone(datetime.UTC).replace(tzinfo=None)
+    )
+
+
 def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
     env.live("agent-1", "agent-2")
     a, b, c = add_nodes(env.db, 3)
@@ -1498,7 +1508,10 @@ def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
         ],
     )
     # Of the stale, the node that does not exist is gone (the agent forgets it).
+    written = out.pop("changed_at")
     assert out == {"accepted": 1, "stale": [b, c, missing], "gone": [missing]}
+    # The change time written is the row's (the agent's change reads leave it out).
+    assert _moment(written) == _moment(env.node(a)["updated_at"])
     assert env.node(a)["power_state"] == "power on"
     assert env.node(b)["power_state"] == "power off"  # stale: not applied
     assert env.node(c)["provision_state"] == "available"  # not agent-1's
@@ -1508,7 +1521,15 @@ def test_report_node_states_is_fenced_by_epoch(env: Env) -> None:
         host="agent-1",
         states=[{"node_uuid": b, "epoch": epochs[b], "provision_state": "manageable"}],
     )
+    assert _moment(out.pop("changed_at")) == _moment(env.node(b)["updated_at"])
     assert out == {"accepted": 1, "stale": [], "gone": []}
+    # A report of what is stored writes nothing, and says no change time.
+    again = env.agents.report_node_states(
+        CTXT,
+        host="agent-1",
+        states=[{"node_uuid": b, "epoch": epochs[b], "provision_state": "manageable"}],
+    )
+    assert again == {"accepted": 1, "stale": [], "gone": [], "changed_at": None}
     node = env.node(b)
     assert (node["provision_state"], node["power_state"]) == ("manageable", "power off")
 
@@ -1533,11 +1554,13 @@ def test_report_node_states_of_many_nodes_touches_only_the_changed(env: Env) -> 
             for u in uuids
         ],
     )
+    written = _moment(out.pop("changed_at"))
     assert out == {"accepted": 1200, "stale": [], "gone": []}
     for u in uuids:
         node = env.node(u)
         assert node["power_state"] == ("power on" if u in changed else "power off")
         assert (node["updated_at"] != before[u]) == (u in changed)
+        assert (_moment(node["updated_at"]) == written) == (u in changed)
 
 
 def test_report_node_states_records_a_power_state_unknown_until_then(env: Env) -> None:
@@ -1562,6 +1585,7 @@ def test_report_node_states_records_a_power_state_unknown_until_then(env: Env) -
             for u, (p, s) in states.items()
         ],
     )
+    assert out.pop("changed_at") is not None
     assert out == {"accepted": 4, "stale": [], "gone": []}
     for u, (p, s) in states.items():
         node = env.node(u)
@@ -2002,6 +2026,7 @@ def test_fleet_check_reports_an_active_instance_on_a_node_reported_in_error(env:
             }
         ],
     )
+    assert reported.pop("changed_at") is not None
     assert reported == {"accepted": 1, "stale": [], "gone": []}
 
     report = env.fleet_ep.fleet_check(CTXT)

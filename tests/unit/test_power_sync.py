@@ -244,7 +244,7 @@ def test_an_agents_report_of_power_off_stops_the_instance_once_quiet(db: Databas
         "power_state": PowerState.OFF.value,
         "provision_state": None,
     }
-    assert node_states.record_node_states(db, "agent-1", [report]) == []
+    assert node_states.record_node_states(db, "agent-1", [report]).stale == []
     sync = InstancePowerSync(db)
     assert sync.run(60.0).stopped == 0  # the node record changed just now
     age(db, 120, node)

@@ -284,7 +284,7 @@ def test_a_report_stores_any_state_from_any(db: Database, stored: ProvisionState
             "power_state": None,
             "provision_state": wanted.value,
         }
-        assert node_states.record_node_states(db, OWNER, [report]) == []
+        assert node_states.record_node_states(db, OWNER, [report]).stale == []
         assert _state(db, node) is _expected(Event.REPORT, stored, wanted)
     node = _node(db, stored)
     bogus: node_states.StateReport = {
