@@ -266,7 +266,10 @@ class InventoryReader:
         """A write of ours (a claim, a state report) stamped the rows it
         changed ``changed_at``; our change reads leave out the rows it
         changed last (``not_claimed_at``): we know what it did.  Under the lock."""
-        self._write_times.append((datetime.datetime.fromisoformat(changed_at), changed_at))
+        at = datetime.datetime.fromisoformat(changed_at)
+        if at.tzinfo is not None:  # the conductor's times are naive UTC
+            at = at.astimezone(datetime.UTC).replace(tzinfo=None)
+        self._write_times.append((at, changed_at))
 
     def _own_write_times(self) -> list[str] | None:
         """The change times of our writes that a change read may still reach:
