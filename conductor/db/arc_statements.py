@@ -192,6 +192,8 @@ def share_query(
     """The statement of a page of at most ``room`` nodes of ``arcs``, in
     position order, as :data:`SHARE_COLUMNS`, and its values (the arguments
     of :func:`conductor.db.node_pages.share_page`)."""
+    if after is not None:  # a later page: only the arcs it may still find nodes in
+        arcs = [arc for arc in arcs if arc[1] >= after[0]]
     firsts, lasts = arc_literals(arcs)
     values: dict[str, Any] = {"arc_firsts": firsts, "arc_lasts": lasts, "room": room}
     if groups is not None:

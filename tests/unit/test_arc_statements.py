@@ -107,3 +107,12 @@ def test_every_shape_of_a_claim_gets_every_value_it_binds(groups: Any, excluded:
     assert first is second
     assert _bound(first) == set(values)
     assert values["live"] == '{"agent-03","agent-04"}' and values["claimer"] == "agent-04"
+
+
+def test_a_later_page_scans_only_the_arcs_from_its_marker_on() -> None:
+    arcs = ring_share.share_arcs(SPEC, "agent-03")
+    middle = arcs[len(arcs) // 2]
+    _query, values = arc_statements.share_query(arcs, room=10, after=(middle[0], "u"))
+    lasts = [int(v) for v in values["arc_lasts"][1:-1].split(",")]
+    assert lasts == [last for _first, last in arcs if last >= middle[0]]
+    assert len(lasts) < len(arcs)
