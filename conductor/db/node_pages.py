@@ -94,16 +94,8 @@ def inventory_page(
     """
     as_of = utcnow()
     query = (
-        select(
-            NodeModel.uuid,
-            NodeModel.node_group,
-            NodeModel.owner,
-            NodeModel.owner_epoch,
-            NodeModel.instance_uuid,
-            NodeModel.power_state,
-        )
-        .order_by(NodeModel.uuid)
-        .limit(limit)
+        # A share read's columns but the ring position (pages go by uuid).
+        select(*arc_statements.SHARE_COLUMNS[:-1]).order_by(NodeModel.uuid).limit(limit)
     )
     if groups is not None:
         query = query.where(NodeModel.node_group.in_(groups))
