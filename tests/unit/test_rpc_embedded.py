@@ -284,7 +284,13 @@ def test_client_mistakes_are_refused_with_one_info_line_not_an_error(
     with pytest.raises(messaging.RemoteError) as remote:
         client.prepare(version="9.0").call({}, "show_node", node="x")
     assert remote.value.exc_type == "UnsupportedVersion"
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        # kombu's in-memory transport has no host: a connection the pool adds
+        # (now and then, as calls overlap) warns so.  Not the server's.
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "kombu.connection" and r.getMessage().startswith("No hostname was supplied")
+    ]
     refused = [r for r in caplog.records if "RPC call refused" in r.getMessage()]
     assert [r.levelno for r in refused] == [logging.INFO, logging.INFO]
 
