@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.multi_agent import LOADED
 from tests.functional.fleet_harness import Fleet
 from tests.harness import ServiceProcess
 from tests.harness.process import REPO, SERVING
@@ -72,19 +73,29 @@ MULTI_AGENT = Path(__file__).resolve().parents[1] / "multi_agent.py"
 
 class AgentGroup(_CodeProcess):
     """Several agents in one process (:mod:`benchmarks.multi_agent`): one log,
-    each agent's lines named by its host."""
+    each agent's lines named by its host; with ``gate``, started once that
+    file exists (its ``--start-gate``)."""
 
     def __init__(
-        self, name: str, hosts: Sequence[str], config: Path, log_file: Path, code: Path | None
+        self,
+        name: str,
+        hosts: Sequence[str],
+        config: Path,
+        log_file: Path,
+        code: Path | None,
+        gate: Path | None = None,
     ) -> None:
         super().__init__("compute_agent.multi_agent", name, config, log_file, code)
         self.hosts = list(hosts)
+        self.gate = gate
 
     def start(self) -> ServiceProcess:
         root = self.code or REPO
         argv = [sys.executable, str(MULTI_AGENT), "--config-file", str(self.config)]
         for host in self.hosts:
             argv += ["--host", host]
+        if self.gate is not None:
+            argv += ["--start-gate", str(self.gate)]
         with self.stderr_file.open("ab") as stderr:
             self.proc = subprocess.Popen(
                 argv,
@@ -100,6 +111,10 @@ class AgentGroup(_CodeProcess):
         for host in self.hosts:
             self.wait_log(f"Agent {host} {SERVING}", timeout)
 
+    def wait_loaded(self, timeout: float = 120) -> None:
+        """Until the group waits at its start gate, its code loaded."""
+        self.wait_log(LOADED, timeout)
+
 
 def hosts_of(proc: ServiceProcess) -> list[str]:
     """The agents a process runs: a group's hosts, or the process's own name."""
@@ -107,16 +122,21 @@ def hosts_of(proc: ServiceProcess) -> list[str]:
 
 
 def spawn_agents(
-    fleet: Fleet, names: Sequence[str], per_process: int, code: Path | None
+    fleet: Fleet,
+    names: Sequence[str],
+    per_process: int,
+    code: Path | None,
+    gate: Path | None = None,
 ) -> list[ServiceProcess]:
     """The agents ``names``, ``per_process`` to a process (1: each its own
-    ``compute_agent.cmd.agent``, as before); not waited for."""
+    ``compute_agent.cmd.agent``, as before, never gated); not waited for.
+    ``gate``: every group starts its agents once that file exists."""
     if per_process <= 1:
         return [spawn(fleet, "compute_agent.cmd.agent", name, code) for name in names]
     procs: list[ServiceProcess] = []
     for start in range(0, len(names), per_process):
         hosts = names[start : start + per_process]
-        if len(hosts) == 1:
+        if len(hosts) == 1 and gate is None:
             procs.append(spawn(fleet, "compute_agent.cmd.agent", hosts[0], code))
             continue
         name = f"{hosts[0]}..{hosts[-1]}"
@@ -125,7 +145,7 @@ def spawn_agents(
         # The [DEFAULT] host is each agent's own (set by the launcher); the
         # file's is only what oslo.config checks at parse time.
         config.write_text(f"[DEFAULT]\nhost = {hosts[0]}\nlog_file = {log_file}\n{fleet.common}")
-        proc = AgentGroup(name, hosts, config, log_file, code)
+        proc = AgentGroup(name, hosts, config, log_file, code, gate)
         proc.start()
         fleet.procs[name] = proc
         procs.append(proc)

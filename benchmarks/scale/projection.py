@@ -152,6 +152,8 @@ def _startup(res: Mapping[str, Any], step: str) -> float:
         return float(join["startup_cpu_s"])
     cold = res["cold"]
     spent = float(cold.get("agent_cpu_s", 0.0)) - float(cold.get("agent_cpu_after_serving_s", 0.0))
+    # Loaded before the start (at the gate), but a start-up all the same.
+    spent += float(cold.get("boot_cpu_s", 0.0))
     return max(spent, 0.0) / max(int(cold.get("processes", 1)), 1)
 
 

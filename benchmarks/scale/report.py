@@ -91,7 +91,15 @@ def _cpu_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _cold_rows(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The cold start's rows, and the quiet fleet's after it."""
-    rows = [
+    rows = []
+    if "boot_s" in c:  # the agents' code loaded before the start (their gate)
+        rows.append(
+            (
+                "agent processes loaded before the start: wall / CPU (s)",
+                f"{c['boot_s']:.1f} / {c['boot_cpu_s']:.1f}",
+            )
+        )
+    rows += [
         ("cold start: ring converged, from start (s)", cell(c["seconds"], c["off"])),
         ("  all agents serving after (s)", f"{c['serving_s']:.1f}"),
         ("  claims granted", f"{c['granted']:,}"),

@@ -32,7 +32,15 @@ from benchmarks.scale.observe import (
     scrape,
     since,
 )
-from benchmarks.scale.procs import Sampler, grown, hosts_of, servers_cpu, spawn, spawn_agents
+from benchmarks.scale.procs import (
+    AgentGroup,
+    Sampler,
+    grown,
+    hosts_of,
+    servers_cpu,
+    spawn,
+    spawn_agents,
+)
 from benchmarks.scale.traffic import Traffic, octets
 from tests.functional.fleet_harness import Fleet
 from tests.harness import ServiceProcess
@@ -44,6 +52,11 @@ OWNERSHIP_CALLS = ("claim_nodes", "claim_share", "release_nodes", "transfer_node
 
 #: ``[compute_agent] report_interval``'s default, which the agents run with here.
 REPORT_INTERVAL = 30.0
+
+#: A conductor is idle below this share of a core (its quiet minute is about 1 %).
+IDLE_CPU = 0.1
+#: Seconds of each look at the conductors' CPU while waiting for them to be idle.
+IDLE_STEP = 0.5
 
 
 class Run:
@@ -132,6 +145,19 @@ class Run:
         self.sampler.sample()
         return {"nodes": self.args.nodes, "seconds": elapsed}
 
+    def wait_conductors_idle(self, most: float = 60.0) -> float:
+        """Until the conductors spent less than :data:`IDLE_CPU` of CPU over
+        each of two :data:`IDLE_STEP` in a row (at most ``most`` seconds);
+        the seconds waited."""
+        started = time.monotonic()
+        previous, still = self.sampler.conductor_cpu(), 0
+        while still < 2 and time.monotonic() - started < most:
+            time.sleep(IDLE_STEP)
+            now = self.sampler.conductor_cpu()
+            still = still + 1 if now - previous < IDLE_CPU * IDLE_STEP else 0
+            previous = now
+        return time.monotonic() - started
+
     def wait_converged(self, agents: set[str], started: float) -> dict[str, Any]:
         """Poll until the ring of ``agents`` is converged: seconds since
         ``started``, or ``None`` after ``--timeout`` (then how many unpinned
@@ -192,15 +218,31 @@ class Run:
         a process, but each of ``alone`` in a process of its own) until the
         ring converged; its cost: conductor, agent and server CPU (all of
         it, and the agents' after the last one served), broker bytes, etcd
-        requests, rows read."""
+        requests, rows read.
+
+        Groups of agents load their code first and start together at a
+        gate (:mod:`benchmarks.multi_agent`): the cold start counts from
+        there.  Loading is each host's own cost in a real fleet, here ten
+        interpreters beside the conductor (``boot_s``, ``boot_cpu_s``:
+        its wall time and the agents' CPU, reported apart).
+        """
+        code = self.args.code
+        grouped = [name for name in names if name not in alone]
+        gate = self.fleet.workdir / "start-gate"
+        gate.unlink(missing_ok=True)
+        booted = time.monotonic()
+        procs = spawn_agents(self.fleet, grouped, self.args.agents_per_process, code, gate)
+        for proc in procs:
+            if isinstance(proc, AgentGroup):
+                proc.wait_loaded(120)
+        boot_s = time.monotonic() - booted
+        boot_cpu = self.sampler.agent_cpu()
         marks = self.log_marks()
         before = self.meter()
         start = self.traffic.sample()
         started = self.cold_started = time.monotonic()
-        code = self.args.code
-        grouped = [name for name in names if name not in alone]
-        procs = [spawn(self.fleet, "compute_agent.cmd.agent", name, code) for name in alone]
-        procs += spawn_agents(self.fleet, grouped, self.args.agents_per_process, code)
+        gate.touch()
+        procs += [spawn(self.fleet, "compute_agent.cmd.agent", name, code) for name in alone]
         for proc in procs:
             proc.wait_serving(120)
         serving = time.monotonic() - started
@@ -215,6 +257,8 @@ class Run:
             "processes": len(procs),
             "seconds": done["seconds"],
             "off": done["off"],
+            "boot_s": boot_s,
+            "boot_cpu_s": sum(boot_cpu.values()),
             "serving_s": serving,
             **costs,
             "agent_cpu_after_serving_s": sum(after_serving.values()),

@@ -5,6 +5,9 @@ configuration: no servers, no fleet (tests/functional/test_scale_bench.py runs o
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +206,60 @@ def test_multi_agent_gives_each_agent_its_own_configuration(tmp_path: Path) -> N
     assert one is not two
     assert (one.host, two.host) == ("agent-00", "agent-01")
     assert one.compute_agent.reconcile_interval == two.compute_agent.reconcile_interval == 7
+
+
+class _GatedAgent:
+    """Stands for an AgentService in :func:`multi_agent.run_agents`."""
+
+    def __init__(self, conf: Any) -> None:
+        self.host = conf
+        self.ran = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        self.ran.set()
+        self.stopped.wait(10)
+
+    def terminate(self) -> None:
+        self.stopped.set()
+
+
+def test_multi_agent_starts_its_agents_only_once_the_gate_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The benchmark's cold start counts from the gate: nothing runs before it."""
+    made: list[_GatedAgent] = []
+
+    def agent(conf: Any) -> _GatedAgent:
+        made.append(_GatedAgent(conf))
+        return made[-1]
+
+    monkeypatch.setattr(multi_agent, "AgentService", agent)
+    monkeypatch.setattr(multi_agent, "agent_conf_for", lambda _file, host, setup_logging: host)
+    monkeypatch.setattr(multi_agent.signal, "signal", lambda *_: None)  # not the main thread
+    gate = tmp_path / "gate"
+    caplog.set_level(logging.INFO, "benchmarks.multi_agent")
+    out: list[int] = []
+    runner_thread = threading.Thread(
+        target=lambda: out.append(multi_agent.run_agents("x.conf", ["a-0", "a-1"], gate))
+    )
+    runner_thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while multi_agent.LOADED not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert f"2 {multi_agent.LOADED} {gate}" in caplog.text
+        assert [a.host for a in made] == ["a-0", "a-1"]
+        time.sleep(5 * multi_agent.GATE_POLL)
+        assert not any(a.ran.is_set() for a in made)  # built, waiting at the gate
+        gate.touch()
+        assert all(a.ran.wait(10) for a in made)
+    finally:
+        for a in made:
+            a.terminate()
+        gate.touch()
+        runner_thread.join(10)
+    assert out == [0]
 
 
 def test_goals_keep_agents_in_groups_apart() -> None:
