@@ -125,13 +125,23 @@ def _as_of_and_changed(
     agent's change reads find nothing, and each one's filters (thousands
     of arcs, its claims) cost the database and the conductor far more than
     this; a fleet that changed pays the probe on top, which is little.
+    Both statements are built once (every agent call runs one).
     """
-    earliest = node_writes.earliest_open(now)
     if since is None:
-        return node_writes.as_of(now, connection.execute(select(earliest)).scalar()), True
-    probe = select(NodeModel.uuid).where(NodeModel.updated_at >= since).limit(1)
-    first, found = connection.execute(select(earliest, probe.scalar_subquery())).one()
+        first = connection.execute(_AS_OF, {"now": now}).scalar()
+        return node_writes.as_of(now, first), True
+    first, found = connection.execute(_AS_OF_AND_CHANGED, {"now": now, "since": since}).one()
     return node_writes.as_of(now, first), found is not None
+
+
+_AS_OF = select(node_writes.EARLIEST_OPEN_NOW)
+_AS_OF_AND_CHANGED = select(
+    node_writes.EARLIEST_OPEN_NOW,
+    select(NodeModel.uuid)
+    .where(NodeModel.updated_at >= bindparam("since"))
+    .limit(1)
+    .scalar_subquery(),
+)
 
 
 def share_page(

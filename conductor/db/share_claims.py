@@ -95,7 +95,7 @@ def claim_arcs(
     recorded while it runs (:func:`conductor.db.node_writes.recorded`): its
     thousands of rows may commit long after their stamp.
     """
-    with node_writes.recorded(db, now) as stamp:
+    with node_writes.record(db, now) as write:
         return _claim_arcs(
             db,
             agent,
@@ -104,7 +104,7 @@ def claim_arcs(
             limit=limit,
             groups=groups,
             exclude_groups=exclude_groups,
-            now=stamp,
+            write=write,
         )
 
 
@@ -117,9 +117,11 @@ def _claim_arcs(
     limit: int,
     groups: Sequence[str] | None,
     exclude_groups: Sequence[str],
-    now: datetime.datetime,
+    write: node_writes.OpenWrite,
 ) -> ArcClaim:
-    """:func:`claim_arcs`, its rows stamped ``now``."""
+    """:func:`claim_arcs`, its rows stamped as ``write``, whose record ends
+    in the claim's transaction."""
+    now = write.stamp
     live = sorted(set(live_members) | {agent})
     if db.engine.dialect.name == "postgresql":
         with db.writing() as connection:
@@ -133,6 +135,7 @@ def _claim_arcs(
                 exclude_groups=exclude_groups,
                 stamp=now,
             )
+            write.end(connection)
         return _taken(taken, 0, now, limit)
     groups_in: list[Any] = []
     if groups is not None:
@@ -173,6 +176,7 @@ def _claim_arcs(
                     values,
                     [_NODES.c.uuid, _NODES.c.owner_epoch, _NODES.c.node_group],
                 )
+        write.end(session.connection())
     return _taken(rows, bump, now, limit)
 
 

@@ -137,3 +137,42 @@ def test_a_given_stamp_is_the_one_written_and_recorded(db: Database) -> None:
     with node_writes.recorded(db, given) as stamp:
         assert stamp == given
         assert node_writes.read_start(db) == given
+
+
+def test_a_claim_ends_its_record_in_its_own_transaction(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record goes when the claimed rows commit, not in a transaction
+    after: until then another reader still starts before the claim's stamp."""
+    add_nodes(db, 4)
+    arcs = Ring({"a1": 1.0}, version=1).arcs("a1")
+    seen: list[tuple[int, bool]] = []
+    end = node_writes.OpenWrite.end
+
+    def ending(write: node_writes.OpenWrite, connection: Any) -> None:
+        end(write, connection)
+        # Deleted in the claim's transaction, not committed yet.
+        seen.append((_open_writes(db), node_writes.read_start(db) <= write.stamp))
+
+    monkeypatch.setattr(node_writes.OpenWrite, "end", ending)
+    claim = share_claims.claim_arcs(db, "a1", arcs, live_members={"a1"}, limit=100)
+    assert len(claim.uuids) == 4
+    assert seen == [(1, True)]
+    assert _open_writes(db) == 0
+
+
+def test_a_record_ended_in_a_transaction_that_rolled_back_is_deleted_on_the_way_out(
+    db: Database,
+) -> None:
+    with (
+        pytest.raises(RuntimeError),
+        node_writes.record(db) as write,
+        db.writing() as connection,
+    ):
+        write.end(connection)
+        assert write.ended
+        raise RuntimeError("the write failed")
+    assert _open_writes(db) == 0
+    with node_writes.record(db):  # never ended by the write
+        assert _open_writes(db) == 1
+    assert _open_writes(db) == 0
