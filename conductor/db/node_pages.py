@@ -50,6 +50,7 @@ __all__ = [
     "changed_index_rows",
     "index_rows",
     "inventory_page",
+    "read_share_page",
     "share_page",
     "written_arcs",
 ]
@@ -167,31 +168,55 @@ def share_page(
     rows those claims changed last (:func:`_not_claimed_at`).
     Returns the page and the marker of the next one (``None``: the end).
     """
-    as_of = utcnow()
     with db.read() as connection:
-        as_of, changed = _as_of_and_changed(connection, as_of, changed_after)
-        if not changed:
-            return _page(as_of, [], unchanged=True), None
-        if db.engine.dialect.name == "postgresql":
-            query, values = arc_statements.share_query(
-                arcs,
-                room=limit,
-                groups=groups,
-                exclude_groups=exclude_groups,
-                claimed=claimed,
-                since=changed_after,
-                after=after,
-            )
-            rows = connection.execute(query, values).all()
-        else:
-            rows = _rows_in_written_arcs(
-                connection,
-                arcs,
-                conditions=_conditions(groups, exclude_groups, claimed),
-                since=changed_after,
-                start=(-(1 << 63), "") if after is None else after,
-                limit=limit,
-            )
+        return read_share_page(
+            connection,
+            arcs,
+            limit=limit,
+            groups=groups,
+            exclude_groups=exclude_groups,
+            changed_after=changed_after,
+            after=after,
+            claimed=claimed,
+        )
+
+
+def read_share_page(
+    connection: Connection,
+    arcs: Sequence[tuple[int, int]],
+    *,
+    limit: int,
+    groups: Sequence[str] | None = None,
+    exclude_groups: Sequence[str] = (),
+    changed_after: datetime.datetime | None = None,
+    after: tuple[int, str] | None = None,
+    claimed: tuple[str, Sequence[datetime.datetime]] | None = None,
+) -> tuple[InventoryPage, tuple[int, str] | None]:
+    """:func:`share_page` in ``connection``'s transaction (a claim's, which
+    then returns its share as it left it, one transaction fewer)."""
+    as_of, changed = _as_of_and_changed(connection, utcnow(), changed_after)
+    if not changed:
+        return _page(as_of, [], unchanged=True), None
+    if connection.dialect.name == "postgresql":
+        query, values = arc_statements.share_query(
+            arcs,
+            room=limit,
+            groups=groups,
+            exclude_groups=exclude_groups,
+            claimed=claimed,
+            since=changed_after,
+            after=after,
+        )
+        rows = connection.execute(query, values).all()
+    else:
+        rows = _rows_in_written_arcs(
+            connection,
+            arcs,
+            conditions=_conditions(groups, exclude_groups, claimed),
+            since=changed_after,
+            start=(-(1 << 63), "") if after is None else after,
+            limit=limit,
+        )
     full = len(rows) >= limit
     return _page(as_of, rows), ((rows[-1].ring_position, rows[-1].uuid) if full else None)
 

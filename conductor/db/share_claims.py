@@ -55,6 +55,9 @@ class ArcClaim:
     changed_at: str | None
     #: The limit was reached: more may be free in these arcs.
     more: bool
+    #: With ``read``: the first page of the arcs after the claim, and the
+    #: marker of the next (:func:`conductor.db.node_pages.share_page`).
+    share: tuple[node_pages.InventoryPage, tuple[int, str] | None] | None = None
 
 
 def _free(columns: Any, live: Sequence[str], held: Any, dialect: Dialect) -> ColumnElement[bool]:
@@ -85,6 +88,7 @@ def claim_arcs(
     groups: Sequence[str] | None = None,
     exclude_groups: Sequence[str] = (),
     now: datetime.datetime | None = None,
+    read: int | None = None,
 ) -> ArcClaim:
     """Take for ``agent`` up to ``limit`` unpinned nodes of ``arcs`` that have no
     live owner (free, or held by an owner not in ``live_members`` and not
@@ -92,11 +96,13 @@ def claim_arcs(
 
     ``groups`` / ``exclude_groups``: only nodes of these groups / of none of
     these (the groups of the ring the arcs come from).  The transaction is
-    recorded while it runs (:func:`conductor.db.node_writes.recorded`): its
-    thousands of rows may commit long after their stamp.
+    recorded while it runs (:func:`conductor.db.node_writes.record`): its
+    thousands of rows may commit long after their stamp.  ``read``: also
+    the first page of at most that many nodes of the arcs as the claim
+    left them (``share``; on PostgreSQL read in the claim's transaction).
     """
     with node_writes.record(db, now) as write:
-        return _claim_arcs(
+        claim = _claim_arcs(
             db,
             agent,
             arcs,
@@ -105,7 +111,14 @@ def claim_arcs(
             groups=groups,
             exclude_groups=exclude_groups,
             write=write,
+            read=read,
         )
+    if read is not None and claim.share is None:
+        page = node_pages.share_page(
+            db, arcs, limit=read, groups=groups, exclude_groups=exclude_groups
+        )
+        claim = dataclasses.replace(claim, share=page)
+    return claim
 
 
 def _claim_arcs(
@@ -118,9 +131,10 @@ def _claim_arcs(
     groups: Sequence[str] | None,
     exclude_groups: Sequence[str],
     write: node_writes.OpenWrite,
+    read: int | None,
 ) -> ArcClaim:
     """:func:`claim_arcs`, its rows stamped as ``write``, whose record ends
-    in the claim's transaction."""
+    in the claim's transaction (on PostgreSQL with the page ``read``)."""
     now = write.stamp
     live = sorted(set(live_members) | {agent})
     if db.engine.dialect.name == "postgresql":
@@ -136,7 +150,12 @@ def _claim_arcs(
                 stamp=now,
             )
             write.end(connection)
-        return _taken(taken, 0, now, limit)
+            page = None
+            if read is not None:  # the share as the claim left it, in its transaction
+                page = node_pages.read_share_page(
+                    connection, arcs, limit=read, groups=groups, exclude_groups=exclude_groups
+                )
+        return _taken(taken, 0, now, limit, page)
     groups_in: list[Any] = []
     if groups is not None:
         groups_in.append(NodeModel.node_group.in_(groups))
@@ -180,7 +199,13 @@ def _claim_arcs(
     return _taken(rows, bump, now, limit)
 
 
-def _taken(rows: Sequence[Any], bump: int, now: datetime.datetime, limit: int) -> ArcClaim:
+def _taken(
+    rows: Sequence[Any],
+    bump: int,
+    now: datetime.datetime,
+    limit: int,
+    share: tuple[node_pages.InventoryPage, tuple[int, str] | None] | None = None,
+) -> ArcClaim:
     """The claim of ``rows`` (their uuid, owner_epoch and node_group), each
     epoch ``bump`` short of the new one."""
     return ArcClaim(
@@ -189,4 +214,5 @@ def _taken(rows: Sequence[Any], bump: int, now: datetime.datetime, limit: int) -
         groups=[row.node_group for row in rows],
         changed_at=now.isoformat() if rows else None,
         more=len(rows) >= limit,
+        share=share,
     )

@@ -266,6 +266,7 @@ class AgentsEndpoint:
                 limit=most,
                 groups=group_list,
                 exclude_groups=excluded,
+                read=page,
             )
         self._say_share_claimed(agent, out)
         reply: dict[str, Any] = {
@@ -275,11 +276,8 @@ class AgentsEndpoint:
             "changed_at": out.changed_at,
             "more": out.more,
         }
-        if page is not None:
-            with self._bulk_turn:
-                inventory, following = node_pages.share_page(
-                    self._db, arcs, limit=page, groups=group_list, exclude_groups=excluded
-                )
+        if out.share is not None:
+            inventory, following = out.share
             reply["share"] = _inventory_reply(inventory, _marker_of(following), columns=True)
         return reply
 

@@ -144,3 +144,32 @@ def test_a_change_read_goes_by_the_position_index_after_a_cold_start(sql_url: st
         assert sorted(read) == sorted(n for n, o in owners.items() if o == "agent-3")
     finally:
         db.dispose()
+
+
+def test_a_claim_returns_its_share_as_it_left_it(sql_url: str) -> None:
+    """``read``: the first page of the arcs after the claim (read in the
+    claim's own transaction on PostgreSQL), in position order, the claimed
+    rows with their new owner and epoch, and the marker of the next page."""
+    db = Database(sql_url)
+    try:
+        migration.upgrade(db)
+        nodes = add_nodes(db, 300)
+        ring = Ring({"a1": 1.0, "a2": 1.0}, version=1)
+        arcs = ring.arcs("a1")
+        mine = {n for n in nodes if ring.owner(n) == "a1"}
+        taken = share_claims.claim_arcs(
+            db, "a1", arcs, live_members={"a1", "a2"}, limit=10_000, read=40
+        )
+        assert set(taken.uuids) == mine and taken.share is not None
+        page, marker = taken.share
+        assert len(page.uuids) == 40 and marker is not None
+        assert page.uuids == _read_all(db, arcs)[:40]
+        assert set(page.owners) == {"a1"}
+        claimed = dict(zip(taken.uuids, taken.epochs, strict=True))
+        assert page.epochs == [claimed[u] for u in page.uuids]
+        rest, end = node_pages.share_page(db, arcs, limit=10_000, after=marker)
+        assert end is None and set(page.uuids) | set(rest.uuids) == mine
+        # No write record is left open by the claim.
+        assert node_pages.share_page(db, arcs, limit=1)[0].as_of > page.as_of
+    finally:
+        db.dispose()
