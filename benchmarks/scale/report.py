@@ -66,8 +66,12 @@ def _mb(value: float | None, digits: int = 2) -> str:
 
 
 def _cpu_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A step's CPU (conductors, agents, servers) and etcd requests."""
-    rows = [("  conductor CPU during it (s)", f"{step['conductor_cpu_s']:.1f}")]
+    """A step's CPU (conductors, agents, servers) and etcd requests: until
+    the ring converged and, since ``settled_s``, the conductors idle again."""
+    rows = []
+    if "settled_s" in step:
+        rows.append(("  then the conductors idle again after (s)", f"{step['settled_s']:.1f}"))
+    rows.append(("  conductor CPU during it (s)", f"{step['conductor_cpu_s']:.1f}"))
     if "agent_cpu_s" in step:
         rows.append(("  agent processes' CPU during it (s)", f"{step['agent_cpu_s']:.1f}"))
     servers = step.get("server_cpu_s") or {}

@@ -54,7 +54,12 @@ OWNERSHIP_CALLS = ("claim_nodes", "claim_share", "release_nodes", "transfer_node
 REPORT_INTERVAL = 30.0
 
 #: A conductor is idle below this share of a core (its quiet minute is about 1 %).
+#: A step's costs count until the conductors are idle again: what a step
+#: causes, such as the node index reading the rows it changed, may come
+#: after the ring converged, and more of it after a short step than a long.
 IDLE_CPU = 0.1
+#: Seconds a join's or a kill's costs wait at most for the conductors to be idle.
+SETTLE_MOST = 15.0
 #: Seconds of each look at the conductors' CPU while waiting for them to be idle.
 IDLE_STEP = 0.5
 
@@ -146,9 +151,9 @@ class Run:
         return {"nodes": self.args.nodes, "seconds": elapsed}
 
     def wait_conductors_idle(self, most: float = 60.0) -> float:
-        """Until the conductors spent less than :data:`IDLE_CPU` of CPU over
-        each of two :data:`IDLE_STEP` in a row (at most ``most`` seconds);
-        the seconds waited."""
+        """Until the conductors spent less than :data:`IDLE_CPU` of a core
+        over each of two :data:`IDLE_STEP` in a row (at most ``most``
+        seconds, none if it is not positive); the seconds waited."""
         started = time.monotonic()
         previous, still = self.sampler.conductor_cpu(), 0
         while still < 2 and time.monotonic() - started < most:
@@ -248,6 +253,8 @@ class Run:
         serving = time.monotonic() - started
         at_serving = self.sampler.agent_cpu()
         done = self.wait_converged(set(names), started)
+        # Before the agents' first state reports, a cost of their own.
+        settled = self.wait_conductors_idle(REPORT_INTERVAL - 2 - (time.monotonic() - started))
         costs = self.costs_since(before, self.clients(len(names)))
         after_serving = grown(self.sampler.agent_cpu(), at_serving)
         rows = self.rows_read()
@@ -259,6 +266,7 @@ class Run:
             "off": done["off"],
             "boot_s": boot_s,
             "boot_cpu_s": sum(boot_cpu.values()),
+            "settled_s": settled,
             "serving_s": serving,
             **costs,
             "agent_cpu_after_serving_s": sum(after_serving.values()),
@@ -355,6 +363,7 @@ class Run:
         serving = time.monotonic() - started
         startup_cpu = self.sampler.agent_cpu().get(name, 0.0)
         done = self.wait_converged(stayed | {name}, started)
+        settled = self.wait_conductors_idle(SETTLE_MOST)
         costs = self.costs_since(before, self.clients(len(stayed) + 1))
         rows = self.rows_read()
         traffic = self.traffic.cost(quiet, start, self.traffic.sample())
@@ -367,6 +376,7 @@ class Run:
             "seconds": done["seconds"],
             "off": done["off"],
             "serving_s": serving,
+            "settled_s": settled,
             "moved": moved,
             "ideal": len(after) / (len(stayed) + 1),
             "moved_between_stayed": between,
@@ -418,6 +428,7 @@ class Run:
         unowned = sum(1 for _g, o, _p in read_nodes(self.fleet.db).values() if o is None)
         waited = self._wait_owned(name, survivors, started)
         ring_s = self.wait_converged(survivors, started)["seconds"]
+        settled = self.wait_conductors_idle(SETTLE_MOST)
         costs = self.costs_since(before, self.clients(len(survivors)))
         rows = rows_summary(since(self.rows_read(), rows_before), survivors)
         traffic = self.traffic.cost(quiet, start, self.traffic.sample())
@@ -432,6 +443,7 @@ class Run:
             "unowned_before": unowned,
             **waited,
             "ring_s": ring_s,
+            "settled_s": settled,
         }
 
     def builds(self) -> dict[str, Any]:
