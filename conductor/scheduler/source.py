@@ -174,6 +174,12 @@ class AppliedVersions:
     def __init__(self) -> None:
         self._versions: dict[str, datetime.datetime] = {}
 
+    @property
+    def versions(self) -> Mapping[str, datetime.datetime]:
+        """uuid -> the change time applied (read-only; a page of mostly
+        these is read versions first, :func:`conductor.db.node_pages.changed_index_rows`)."""
+        return MappingProxyType(self._versions)
+
     def new(self, rows: Sequence[node_pages.IndexRow]) -> list[node_pages.IndexRow]:
         """The rows (with ``updated_at`` last) not applied as they are."""
         versions = self._versions
@@ -200,14 +206,17 @@ def changed_pages(
     changes is never held whole in memory.  ``applied``: leave out the rows
     of those versions (not decoded)."""
     decoder = NodeDecoder()
-    for changed in node_pages.changed_index_rows(db, since, page=page, free_only=free_only):
+    known = None if applied is None else applied.versions
+    for changed in node_pages.changed_index_rows(
+        db, since, page=page, free_only=free_only, known=known
+    ):
         rows = changed.rows
         new = rows if applied is None else applied.new(rows)
         yield ChangedNodes(
             changed.read_at,
             [decoder.decode(row) for row in new],
-            rows[-1][15] if rows else None,
-            len(rows) >= page,
+            changed.last_changed,
+            changed.full,
             [(row[1], row[15]) for row in new],
         )
 

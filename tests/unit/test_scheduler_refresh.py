@@ -131,3 +131,49 @@ def test_rows_read_again_unchanged_within_the_overlap_are_not_applied_again(
     assert sched.refresh() == 1
     assert len(decoded) == 4
     assert (sched.stats()["nodes"], sched.stats()["free"]) == (3, 2)
+
+
+def _stamp_each(db: Database, nodes: list[str]) -> dict[str, datetime.datetime]:
+    """Give each node its own change time, in order; uuid -> it."""
+    stamps = {uuid: T0 + datetime.timedelta(seconds=i) for i, uuid in enumerate(nodes)}
+    with db.transaction() as session:
+        for uuid, stamp in stamps.items():
+            session.execute(
+                update(NodeModel).where(NodeModel.uuid == uuid).values(updated_at=stamp)
+            )
+    return stamps
+
+
+def test_pages_of_mostly_known_rows_fetch_only_the_rows_not_known(db: Database) -> None:
+    """The rows a refresh has (``known``) are listed by version and left
+    out; the others are fetched whole, each once, and the pages' markers
+    and ends are those of every row."""
+    nodes = insert_nodes(db, 12)
+    stamps = _stamp_each(db, nodes)
+    unknown = {nodes[2], nodes[7], nodes[11]}
+    changed_again = nodes[5]  # a version the caller does not have
+    known = {uuid: at for uuid, at in stamps.items() if uuid not in unknown}
+    known[changed_again] = T0 - datetime.timedelta(seconds=1)
+    pages = list(node_pages.changed_index_rows(db, T0, page=4, known=known))
+    assert [len(p.rows) for p in pages] == [1, 2, 1, 0]
+    assert {row[1] for p in pages for row in p.rows} == unknown | {changed_again}
+    assert [p.last_changed for p in pages] == [
+        stamps[nodes[3]],
+        stamps[nodes[7]],
+        stamps[nodes[11]],
+        None,
+    ]
+    assert [p.full for p in pages] == [True, True, True, False]
+    assert all(row[15] == stamps[row[1]] for p in pages for row in p.rows)  # whole rows
+
+
+def test_pages_switch_to_whole_rows_when_most_are_new(db: Database) -> None:
+    nodes = insert_nodes(db, 12)
+    stamps = _stamp_each(db, nodes)
+    known = {uuid: stamps[uuid] for uuid in nodes[:4]}  # the first page's, then none
+    pages = list(node_pages.changed_index_rows(db, T0, page=4, known=known))
+    # The first page by versions (all known: none fetched), then whole rows again.
+    assert [len(p.rows) for p in pages] == [0, 4, 4, 0]
+    assert [row[1] for p in pages for row in p.rows] == nodes[4:]
+    without = list(node_pages.changed_index_rows(db, T0, page=4))
+    assert [len(p.rows) for p in without] == [4, 4, 4, 0]
