@@ -58,7 +58,7 @@ REPORT_INTERVAL = 30.0
 #: causes, such as the node index reading the rows it changed, may come
 #: after the ring converged, and more of it after a short step than a long.
 IDLE_CPU = 0.1
-#: Seconds a join's or a kill's costs wait at most for the conductors to be idle.
+#: Seconds a step's costs wait at most for the conductors to be idle.
 SETTLE_MOST = 15.0
 #: Seconds of each look at the conductors' CPU while waiting for them to be idle.
 IDLE_STEP = 0.5
@@ -254,7 +254,9 @@ class Run:
         at_serving = self.sampler.agent_cpu()
         done = self.wait_converged(set(names), started)
         # Before the agents' first state reports, a cost of their own.
-        settled = self.wait_conductors_idle(REPORT_INTERVAL - 2 - (time.monotonic() - started))
+        settled = self.wait_conductors_idle(
+            min(SETTLE_MOST, REPORT_INTERVAL - 2 - (time.monotonic() - started))
+        )
         costs = self.costs_since(before, self.clients(len(names)))
         after_serving = grown(self.sampler.agent_cpu(), at_serving)
         rows = self.rows_read()
