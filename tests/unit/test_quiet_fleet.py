@@ -164,13 +164,16 @@ def test_anything_but_a_quiet_pass_brings_the_interval_back(change: dict[str, An
     assert passes.delay(5.0, 40.0, view=after, rows_read=0, result=QUIET) == 40.0
 
 
-def test_a_pass_that_took_its_whole_share_counts_as_one_quiet_pass() -> None:
-    """A cold start: the claims were all granted, on a new view: one more
-    pass (at twice the interval) confirms, then the quiet interval."""
+def test_a_pass_that_took_its_whole_share_waits_the_quiet_interval() -> None:
+    """A cold start: the claims were all granted, on a new view: no pass
+    confirms it; the next comes at the quiet interval (or at a hint, or a
+    membership change), and stays there while nothing changes."""
     passes = QuietPasses()
     took = ReconcileResult(5, 5, 5, 0, 0, converged=True, settled=True)
-    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=9, result=took) == 10.0
+    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=9, result=took) == 600.0
     assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=0, result=QUIET) == 600.0
+    # Then anything read brings the interval back.
+    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=1, result=QUIET) == 5.0
     # Some refused (a peer still holds them): not quiet.
     passes = QuietPasses()
     partly = ReconcileResult(5, 3, 3, 0, 2, settled=False)
@@ -267,8 +270,8 @@ def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change(
     waits = _loop(monkeypatch, [(0, QUIET)] * 4 + [(3, QUIET), (0, busy), (0, QUIET), (0, QUIET)])
     # The wait before each pass: 5 s at first, 10 s after a quiet pass, the
     # quiet interval (20 s) after two; rows read bring it back to 5 s; a pass
-    # that took its whole share counts as one quiet pass.
-    assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 10.0, 20.0, 20.0]
+    # that took its whole share counts as two quiet passes.
+    assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 20.0, 20.0, 20.0]
 
 
 def test_a_broker_reconnection_makes_the_next_pass_come_now(
