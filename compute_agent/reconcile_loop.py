@@ -10,10 +10,10 @@ claims has its in-flight work routed to it again.
 A quiet agent slows down (:class:`QuietPasses`): after a pass that read no
 change and had nothing to do the next waits twice ``reconcile_interval``
 (a burst of changes may go on), after two such passes in a row
-``quiet_reconcile_interval``, as after a pass that took the agent's whole
-share; anything else -- a change read, a refusal, a membership change
-(which also wakes the loop at once) -- brings it back to
-``reconcile_interval``.  Every agent's change reads are a call
+``quiet_reconcile_interval``, as after a pass that settled the agent's
+share (took it whole, or released what a new view gives peers); anything
+else -- a change read, a refusal, a membership change (which also wakes the
+loop at once) -- brings it back to ``reconcile_interval``.  Every agent's change reads are a call
 to a conductor; at any fixed pace their sum grows with the agent count, and
 was most of what a quiet fleet cost its conductor.  What others change
 while the fleet is quiet a conductor says (``inventory_changed``, a fanout
@@ -54,12 +54,14 @@ class QuietPasses:
     """The wait before the next pass: ``interval``; twice that after a quiet
     pass; ``quiet_interval`` after two in a row (never below ``interval``).
 
-    A pass that took its whole share (every claim granted, settled) counts
-    as two, on a new view too: what it did is done, what a peer does next
-    in its share -- a release, a hand-over -- is hinted, and a membership
-    change wakes the loop.  (At a cold start of 100 agents, each pass that
-    only confirmed it was one call per agent: first a sixth of the
-    conductor's calls, then, at twice the interval, 70-86 calls of 286.)
+    A pass that settled the agent's share -- took all of it (every claim
+    granted), or released all that a new view gives peers -- counts as two,
+    on a new view too: what it did is done, what a peer does next in its
+    share -- a release, a hand-over -- is hinted, and a membership change
+    wakes the loop.  (At a cold start of 100 agents, each pass that only
+    confirmed it was one call per agent: first a sixth of the conductor's
+    calls, then, at twice the interval, 70-86 calls of 286; at a join, two
+    calls per staying agent.)
     """
 
     def __init__(self) -> None:
@@ -89,19 +91,19 @@ class QuietPasses:
         postponed): seconds until the next."""
         same_view, self._view = view == self._view, view
         self._generation = generation
-        # Settled, and nothing moved away or waits: all that may differ
-        # between a quiet pass and one that took its whole share is claims.
+        # Settled, and nothing refused, lost or waits: all that may differ
+        # between a quiet pass and one that settled the share is what it
+        # claimed and released.
         done = (
             result is not None
             and result.settled
-            and not (result.released or result.refused or result.lost or result.rehomed)
+            and not (result.refused or result.lost or result.rehomed)
             and not result.retry_soon
             and result.retry_in is None
         )
-        claimed = 0 if result is None else result.claimed
-        quiet = done and same_view and rows_read == 0 and not claimed
-        took_share = done and claimed > 0
-        self._quiet = self._quiet + 1 if quiet else 2 if took_share else 0
+        acted = result is not None and (result.claimed > 0 or result.released > 0)
+        quiet = done and same_view and rows_read == 0 and not acted
+        self._quiet = self._quiet + 1 if quiet else 2 if done and acted else 0
         if self._quiet == 0:
             return interval
         if self._quiet == 1:

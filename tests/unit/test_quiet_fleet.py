@@ -130,7 +130,7 @@ def test_two_quiet_passes_in_a_row_take_the_wait_to_the_quiet_interval() -> None
         {"result": None},
         {"result": ReconcileResult(5, 5, 1, 0, 0, converged=True, settled=False)},
         {"result": ReconcileResult(5, 5, 1, 0, 0, retry_in=1.0, settled=True)},
-        {"result": ReconcileResult(5, 5, 0, 1, 0, settled=True)},
+        {"result": ReconcileResult(5, 6, 0, 1, 0, settled=False)},
         {"result": ReconcileResult(5, 4, 0, 0, 1, settled=True)},
         {"result": ReconcileResult(5, 4, 0, 0, 0, converged=True, settled=False)},
         {"result": ReconcileResult(5, 5, 0, 0, 0, retry_in=2.0, settled=True)},
@@ -143,7 +143,7 @@ def test_two_quiet_passes_in_a_row_take_the_wait_to_the_quiet_interval() -> None
         "postponed",
         "claimed, waits for a pin",
         "claimed, retry in",
-        "released",
+        "released, one kept (busy)",
         "refused",
         "waits for a pin",
         "retry in",
@@ -164,13 +164,23 @@ def test_anything_but_a_quiet_pass_brings_the_interval_back(change: dict[str, An
     assert passes.delay(5.0, 40.0, view=after, rows_read=0, result=QUIET) == 40.0
 
 
-def test_a_pass_that_took_its_whole_share_waits_the_quiet_interval() -> None:
-    """A cold start: the claims were all granted, on a new view: no pass
-    confirms it; the next comes at the quiet interval (or at a hint, or a
-    membership change), and stays there while nothing changes."""
+@pytest.mark.parametrize(
+    "settled",
+    [
+        ReconcileResult(5, 5, 5, 0, 0, converged=True, settled=True),
+        ReconcileResult(5, 5, 0, 2, 0, converged=True, settled=True),
+    ],
+    ids=["took its whole share", "released what a joiner gets"],
+)
+def test_a_pass_that_settled_its_share_waits_the_quiet_interval(
+    settled: ReconcileResult,
+) -> None:
+    """A cold start (the claims were all granted) or a peer's join (what it
+    gets released), on a new view: no pass confirms it; the next comes at
+    the quiet interval (or at a hint, or a membership change), and stays
+    there while nothing changes."""
     passes = QuietPasses()
-    took = ReconcileResult(5, 5, 5, 0, 0, converged=True, settled=True)
-    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=9, result=took) == 600.0
+    assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=9, result=settled) == 600.0
     assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=0, result=QUIET) == 600.0
     # Then anything read brings the interval back.
     assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=1, result=QUIET) == 5.0
