@@ -85,10 +85,13 @@ class QuietPasses:
         rows_read: int,
         result: ReconcileResult | None,
         generation: int = 0,
+        acted: int = 0,
     ) -> float:
         """After a pass on ``view`` (in join ``generation``) that read
         ``rows_read`` inventory rows and ended in ``result`` (``None``:
-        postponed): seconds until the next."""
+        postponed), having released or claimed ``acted`` nodes before its
+        read (a new view's releases, a departed peer's arcs): seconds until
+        the next."""
         same_view, self._view = view == self._view, view
         self._generation = generation
         # Settled, and nothing refused, lost or waits: all that may differ
@@ -101,9 +104,9 @@ class QuietPasses:
             and not result.retry_soon
             and result.retry_in is None
         )
-        acted = result is not None and (result.claimed > 0 or result.released > 0)
-        quiet = done and same_view and rows_read == 0 and not acted
-        self._quiet = self._quiet + 1 if quiet else 2 if done and acted else 0
+        moved = acted > 0 or (result is not None and (result.claimed > 0 or result.released > 0))
+        quiet = done and same_view and rows_read == 0 and not moved
+        self._quiet = self._quiet + 1 if quiet else 2 if done and moved else 0
         if self._quiet == 0:
             return interval
         if self._quiet == 1:
@@ -243,6 +246,7 @@ class Reconciler:
             rows_read=rows,
             result=result,
             generation=generation,
+            acted=acted,
         )
         if result is not None and result.retry_soon:
             delay = _RETRY_SOON

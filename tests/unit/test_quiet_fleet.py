@@ -184,6 +184,11 @@ def test_a_pass_that_settled_its_share_waits_the_quiet_interval(
     assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=0, result=QUIET) == 600.0
     # Then anything read brings the interval back.
     assert passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=1, result=QUIET) == 5.0
+    # So does a pass that claimed or released first and did not settle.
+    refused = ReconcileResult(5, 4, 0, 0, 1, settled=False)
+    assert passes.delay(5.0, 600.0, view=_view("a1"), rows_read=0, result=refused, acted=3) == 5.0
+    # One that did, on a new view, waits the quiet interval.
+    assert passes.delay(5.0, 600.0, view=_view("a2"), rows_read=0, result=QUIET, acted=3) == 600.0
     # Some refused (a peer still holds them): not quiet.
     passes = QuietPasses()
     partly = ReconcileResult(5, 3, 3, 0, 2, settled=False)
@@ -228,9 +233,11 @@ def _loop(
     early: frozenset[int] = frozenset(),
     suspended: Sequence[bool] = (),
     first_claims: Sequence[int | None] = (),
+    first_releases: Sequence[int] = (),
 ) -> list[float]:
     """The waits of a Reconciler whose passes read and end as ``results``
-    (and claim first as ``first_claims`` say, then 0)."""
+    (and claim and release first as ``first_claims`` and
+    ``first_releases`` say, then 0)."""
     clock = [1000.0]
     monkeypatch.setattr(reconcile_loop, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     view = _view("a1", "a2")
@@ -250,12 +257,13 @@ def _loop(
     agent.host = "a1"
     acts = iter(suspended)
     claims = iter(first_claims)
+    releases = iter(first_releases)
     agent.membership = types.SimpleNamespace(
         superseded_by=None, view=view, can_act=lambda: not next(acts, False), join_generation=1
     )
     agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
         reads_by_share=True,
-        release_first=lambda _view: 0,
+        release_first=lambda _view: next(releases, 0),
         claim_first=lambda _view: next(claims, 0),
         refresh_inventory=refresh,
         reconcile=lambda _view: outcome[0],
@@ -282,6 +290,20 @@ def test_the_reconcile_loop_slows_down_while_quiet_and_not_after_a_change(
     # quiet interval (20 s) after two; rows read bring it back to 5 s; a pass
     # that took its whole share counts as two quiet passes.
     assert waits == [5.0, 5.0, 10.0, 20.0, 20.0, 5.0, 20.0, 20.0, 20.0]
+
+
+def test_a_pass_that_released_a_joiners_share_first_waits_the_quiet_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer joined: the pass released what the new view gives it before
+    its read, read nothing and settled; no pass confirms it (at a join of
+    the 101st agent each of the 100 others confirmed it twice, two
+    conductor calls each).  A release that did not settle does not count."""
+    waits = _loop(monkeypatch, [(0, QUIET)] * 3, first_releases=[9])
+    assert waits == [5.0, 20.0, 20.0, 20.0]
+    unsettled = ReconcileResult(5, 6, 0, 0, 0, settled=False)
+    waits = _loop(monkeypatch, [(0, unsettled), (0, QUIET), (0, QUIET)], first_releases=[9])
+    assert waits == [5.0, 5.0, 10.0, 20.0]
 
 
 def test_a_broker_reconnection_makes_the_next_pass_come_now(
