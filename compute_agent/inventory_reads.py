@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import sys
 import threading
 import time
@@ -121,6 +122,20 @@ def gains(host: str, before: Mapping[str, Any] | None, ring: Mapping[str, Any]) 
     return bool(len(subtract_arc_columns(*now, *then)[0]))
 
 
+def only_lost(
+    host: str,
+    rings: Mapping[ShareKey, dict[str, Any]],
+    previous: Mapping[ShareKey, dict[str, Any]] | None,
+) -> bool:
+    """Whether ``rings`` changed from ``previous`` only by taking arcs from
+    ``host`` (a peer joined): the same node groups, no position gained."""
+    if previous is None or rings == previous or rings.keys() != previous.keys():
+        return False
+    return not any(
+        gains(host, previous[key], ring) for key, ring in rings.items() if previous[key] != ring
+    )
+
+
 def _moment(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text)
 
@@ -185,6 +200,10 @@ class InventoryReader:
     # due at the next read, see expect_owner_changes).
     _owner_read_at: float | None = None
     _owner_as_of: str | None = None  # that read's as_of
+    # When the inventory was last read (monotonic; None: never), and in which
+    # join generation: see read_age.
+    _read_at: float | None = None
+    _read_generation: int | None = None
 
     def expect_owner_changes(self) -> None:
         """The next read also reads our own nodes outside the share: a
@@ -333,6 +352,13 @@ class InventoryReader:
             )
         return max(wait, 0.0)
 
+    def read_age(self) -> float:
+        """Seconds since the inventory was last read (infinite: never).  A
+        pass on a view that only took arcs from us reads nothing
+        (:meth:`_read_share`): the reconcile loop then brings the next pass
+        no later than ``quiet_reconcile_interval`` after this read."""
+        return math.inf if self._read_at is None else time.monotonic() - self._read_at
+
     @property
     def reads_by_share(self) -> bool:
         """Whether the inventory was read by share (a conductor of API 1.15)."""
@@ -368,12 +394,15 @@ class InventoryReader:
         view = view if view is not None else self._membership.view
         if view is not None and self.first_read_wait(view) > 0:
             return 0
+        # Since a re-join anything may have changed: no read is left for later.
+        generation = self._membership.join_generation
+        may_wait = deep is not True and self._read_generation == generation
         deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
         since = None
         if self._since is not None and self._deep_since is not None:
             start = self._deep_since - _DEEP_OVERLAP if deep else self._since - _RECENT_OVERLAP
             since = start.isoformat()
-        read = None if view is None else self._read_share(view, since)
+        read = None if view is None else self._read_share(view, since, may_wait=may_wait)
         how = "by share"
         if read is None:
             if view is not None and self._by_share:
@@ -386,6 +415,9 @@ class InventoryReader:
                 )
             read, how = self._read_groups(since), "whole fleet"
         seen, lost, as_of = read
+        if as_of is None:  # nothing to read now (a peer joined)
+            return 0
+        self._read_at, self._read_generation = time.monotonic(), generation
         if seen:
             LOG.debug(
                 "Agent %s read %d inventory rows (%s, %s)",
@@ -419,11 +451,24 @@ class InventoryReader:
                 return seen, lost, as_of
             marker = page["nodes"][-1]["uuid"]
 
-    def _read_share(self, view: MembershipView, since: str | None) -> tuple[int, int, str] | None:
+    def _read_share(
+        self, view: MembershipView, since: str | None, *, may_wait: bool = False
+    ) -> tuple[int, int, str | None] | None:
         """Our share of ``view``'s rings and our nodes, by share: (rows, lost, as_of),
-        or ``None`` when the conductor does not read by share."""
+        or ``None`` when the conductor does not read by share.
+
+        A view that only took arcs from us (a peer joined) is read later if
+        ``may_wait`` (not a deep read, and no re-join since the last read):
+        nothing of what it left us is new, and the change read waits for the
+        next pass (as_of ``None``: nothing read).  At a join of the 101st
+        agent each of the 100 others read its share's changes and its own
+        nodes outside it then, two calls each, for nothing."""
         rings = share_rings(view, self.host, self._groups)
         previous = self._read_rings
+        if may_wait and since is not None and only_lost(self.host, rings, previous):
+            self._forget_outside(view)
+            self._read_rings = rings
+            return 0, 0, None
         reads = _share_queries(self.host, rings, previous, since)
         # The nodes we own outside the shares read above (those in them came
         # with the share reads), when due: its changes since the last such

@@ -231,10 +231,15 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
     def pin(self, node_uuid: str) -> None:
         with self._lock:
             self._pinned.add(node_uuid)
+            counts = group_counts(self._held, self._inventory, self._pinned)
+        # Said now: a quiet agent's next pass may be quiet_reconcile_interval away.
+        self._metrics.owned(counts)
 
     def unpin(self, node_uuid: str) -> None:
         with self._lock:
             self._pinned.discard(node_uuid)
+            counts = group_counts(self._held, self._inventory, self._pinned)
+        self._metrics.owned(counts)
 
     def forget(self, node_uuids: Iterable[str]) -> None:
         with self._lock:

@@ -248,6 +248,11 @@ class Reconciler:
             generation=generation,
             acted=acted,
         )
+        # A pass on a view that only took arcs from us read nothing: the
+        # next reads no later than the quiet interval after the last read.
+        options = self.conf.compute_agent
+        latest = options.quiet_reconcile_interval - self.ownership.read_age()
+        delay = min(delay, max(options.reconcile_interval, latest))
         if result is not None and result.retry_soon:
             delay = _RETRY_SOON
         elif result is not None and result.retry_in is not None:

@@ -1063,8 +1063,9 @@ def test_on_a_join_staying_agents_release_before_they_read_and_read_no_gained_ar
 ) -> None:
     """A joiner claims its share once every peer released its part: a staying
     agent releases it first, from the inventory it has (its reads wait their
-    turn at a conductor with every peer's), and reads no gained arcs, since
-    a join gives it none."""
+    turn at a conductor with every peer's), and reads nothing then, since a
+    join gives it nothing new: its next read reads what changed since the
+    one before the join."""
     nodes = add_nodes(env.db, 300)
     assert env.agents == {}
     assert env.agent("a1").release_first(env.live({"a1": []})) == 0  # nothing read yet
@@ -1082,10 +1083,14 @@ def test_on_a_join_staying_agents_release_before_they_read_and_read_no_gained_ar
     assert [name for name, _args in env.conductor.calls] == ["release"]  # no read first
     assert a1.release_first(view) == 0  # once per new share
     assert a2.release_first(view) > 0
+    kept = sorted(ring_share(["a1", "a2", "a3"], nodes, "a1"))[0]
+    age_nodes(env.db, [kept], hours=0.0)  # changed by someone else meanwhile, not hinted
     env.conductor.calls.clear()
     assert a1.refresh_inventory() == 0 and a2.refresh_inventory() == 0
+    assert _share_reads(env) == []  # no read of gained arcs, nor of changes
+    assert not a1._inventory.keys() & theirs  # the joiner's, forgotten
+    assert a1.refresh_inventory() == 1  # the next pass's: the change since the last read
     assert [c for c in _share_reads(env) if c.get("previous_ring") is not None] == []
-    assert len(_share_reads(env)) == 2  # each one change read, no read of gained arcs
     # The joiner takes its whole share at its first pass: nothing is refused.
     a3.refresh_inventory()
     first = a3.reconcile(view)

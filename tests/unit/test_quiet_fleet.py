@@ -234,6 +234,7 @@ def _loop(
     suspended: Sequence[bool] = (),
     first_claims: Sequence[int | None] = (),
     first_releases: Sequence[int] = (),
+    read_ages: Sequence[float] = (),
 ) -> list[float]:
     """The waits of a Reconciler whose passes read and end as ``results``
     (and claim and release first as ``first_claims`` and
@@ -258,12 +259,14 @@ def _loop(
     acts = iter(suspended)
     claims = iter(first_claims)
     releases = iter(first_releases)
+    ages = iter(read_ages)
     agent.membership = types.SimpleNamespace(
         superseded_by=None, view=view, can_act=lambda: not next(acts, False), join_generation=1
     )
     agent.ownership = types.SimpleNamespace(  # type: ignore[assignment]
         reads_by_share=True,
         release_first=lambda _view: next(releases, 0),
+        read_age=lambda: next(ages, 0.0),
         claim_first=lambda _view: next(claims, 0),
         refresh_inventory=refresh,
         reconcile=lambda _view: outcome[0],
@@ -304,6 +307,19 @@ def test_a_pass_that_released_a_joiners_share_first_waits_the_quiet_interval(
     unsettled = ReconcileResult(5, 6, 0, 0, 0, settled=False)
     waits = _loop(monkeypatch, [(0, unsettled), (0, QUIET), (0, QUIET)], first_releases=[9])
     assert waits == [5.0, 5.0, 10.0, 20.0]
+
+
+def test_a_pass_that_read_nothing_brings_the_next_read_within_the_quiet_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer joined while the agent was quiet: the pass released its arcs
+    and left the read for later (nothing it kept is new).  The next pass
+    comes no later than the quiet interval (20 s) after the last read (17 s
+    ago: in 3 s, at least the 5 s interval; 2 s ago: in 18 s)."""
+    waits = _loop(monkeypatch, [(0, QUIET)] * 2, first_releases=[9], read_ages=[17.0])
+    assert waits == [5.0, 5.0, 20.0]
+    waits = _loop(monkeypatch, [(0, QUIET)] * 2, first_releases=[9], read_ages=[2.0])
+    assert waits == [5.0, 18.0, 20.0]
 
 
 def test_a_broker_reconnection_makes_the_next_pass_come_now(
