@@ -204,6 +204,7 @@ class InventoryReader:
     # join generation: see read_age.
     _read_at: float | None = None
     _read_generation: int | None = None
+    _read_asked = False  # a hint came since: see expect_owner_changes
 
     def expect_owner_changes(self) -> None:
         """The next read also reads our own nodes outside the share: a
@@ -213,8 +214,9 @@ class InventoryReader:
         Nodes come to us outside our share only that way, so a pass after
         a membership change or a claim leaves that read out (within
         :data:`_OWNER_READ_EVERY` of the last): at a cold start it was one
-        of an agent's three or four reads, each a call to a conductor."""
-        self._owner_read_at = None
+        of an agent's three or four reads, each a call to a conductor.
+        The next read is not left for later either (see :meth:`_read_share`)."""
+        self._owner_read_at, self._read_asked = None, True
 
     def hold_nothing(self) -> None:
         """The conductor records no node as ours (just read): the next reads
@@ -394,9 +396,9 @@ class InventoryReader:
         view = view if view is not None else self._membership.view
         if view is not None and self.first_read_wait(view) > 0:
             return 0
-        # Since a re-join anything may have changed: no read is left for later.
+        # After a hint, or since a re-join, no read is left for later.
         generation = self._membership.join_generation
-        may_wait = deep is not True and self._read_generation == generation
+        may_wait = deep is not True and not self._read_asked and self._read_generation == generation
         deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
         since = None
         if self._since is not None and self._deep_since is not None:
@@ -418,6 +420,7 @@ class InventoryReader:
         if as_of is None:  # nothing to read now (a peer joined)
             return 0
         self._read_at, self._read_generation = time.monotonic(), generation
+        self._read_asked = False
         if seen:
             LOG.debug(
                 "Agent %s read %d inventory rows (%s, %s)",
@@ -458,7 +461,7 @@ class InventoryReader:
         or ``None`` when the conductor does not read by share.
 
         A view that only took arcs from us (a peer joined) is read later if
-        ``may_wait`` (not a deep read, and no re-join since the last read):
+        ``may_wait`` (not a deep read, no hint, no re-join since the last read):
         nothing of what it left us is new, and the change read waits for the
         next pass (as_of ``None``: nothing read).  At a join of the 101st
         agent each of the 100 others read its share's changes and its own

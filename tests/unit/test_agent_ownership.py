@@ -1096,6 +1096,16 @@ def test_on_a_join_staying_agents_release_before_they_read_and_read_no_gained_ar
     first = a3.reconcile(view)
     assert first is not None and (first.claimed, first.refused) == (len(theirs), 0)
     assert {o for n, (o, _e) in env.owners().items() if n in theirs} == {"a3"}
+    # Another joins: after a hint (an operator changed nodes) the read is not
+    # left for later.
+    env.live({"a1": [], "a2": [], "a3": [], "a4": []})
+    env.conductor.calls.clear()
+    a2.expect_owner_changes()
+    a2.refresh_inventory()
+    hinted = len(_share_reads(env))
+    assert hinted > 0
+    a1.refresh_inventory()
+    assert len(_share_reads(env)) == hinted  # a1 had no hint: left for later
 
 
 @BY_SHARE
