@@ -244,12 +244,13 @@ def test_nodes_released_are_hinted_a_refused_release_is_not(tmp_path: Any) -> No
     hints.changed.assert_called_once_with(None, None)  # no view yet: every agent
 
 
-def test_nodes_released_are_hinted_to_their_ring_owners_or_all_if_the_view_lags(
+def test_nodes_released_are_hinted_to_their_ring_owners_not_to_all_if_the_view_lags(
     tmp_path: Any,
 ) -> None:
     """Only the agent this conductor's ring gives a released node has
     anything to read; when that ring still gives it to the releaser (the
-    conductor saw the join later than the agents), every agent is told."""
+    conductor saw the join later than the agents), nobody is told: the
+    joiner claims its share on its own.  (Every agent was, and each read.)"""
     inventory, _ = _inventory(tmp_path)
     db = inventory._db
     uuids = [
@@ -270,10 +271,13 @@ def test_nodes_released_are_hinted_to_their_ring_owners_or_all_if_the_view_lags(
     epochs = {o.node_uuid: o.epoch for o in held.granted}
     hints = mock.Mock(spec=InventoryHints)
     agents = AgentsEndpoint(db, fleet, lambda: 0.0, hints=hints)
-    agents.release_nodes({}, "agent-a", {u: epochs[u] for u in theirs})
+    agents.release_nodes({}, "agent-a", {u: epochs[u] for u in theirs[1:]})
     hints.changed.assert_called_once_with(None, {"agent-b"})
     agents.release_nodes({}, "agent-a", {mine[0]: epochs[mine[0]]})
-    assert hints.changed.call_args == mock.call(None, None)
+    hints.changed.assert_called_once()  # not again
+    agents.release_nodes({}, "agent-a", {u: epochs[u] for u in [mine[1], theirs[0]]})
+    assert hints.changed.call_count == 2
+    assert hints.changed.call_args == mock.call(None, {"agent-b"})  # agent-b's, alone
 
 
 def test_nodes_handed_over_are_hinted_to_their_receivers(tmp_path: Any) -> None:
