@@ -50,21 +50,6 @@ LOG = logging.getLogger("compute_agent.service")
 _RETRY_SOON = 0.5
 
 
-def _rings_of(view: MembershipView) -> tuple[Any, ...]:
-    """What a reconcile pass acts on of ``view``: its members, their weights
-    and node groups.  A peer's other capabilities (``serving``, ``backend``,
-    ``host_ip``) change no ring: on a machine so loaded that the agents'
-    self-checks failed and passed again, each announcement made every peer
-    pass and read its share."""
-    return (
-        view.ring_version,
-        frozenset(
-            (member_id, member.weight, tuple(member.capabilities.get("groups") or ()))
-            for member_id, member in view.members.items()
-        ),
-    )
-
-
 class QuietPasses:
     """The wait before the next pass: ``interval``; twice that after a quiet
     pass; ``quiet_interval`` after two in a row (never below ``interval``).
@@ -81,16 +66,15 @@ class QuietPasses:
 
     def __init__(self) -> None:
         self._quiet = 0  # quiet passes in a row
-        self._rings: tuple[Any, ...] | None = None  # the last pass's view, as _rings_of says
+        self._view: MembershipView | None = None
         self._generation: int | None = None
 
     def unchanged(self, view: MembershipView, generation: int) -> bool:
-        """Whether the last pass was quiet and ``view``'s members and rings
-        and the join ``generation`` are still those it ran on: a wake-up
-        then has nothing new to read (a heartbeat that came late: SUSPENDED,
-        then CONNECTED again in the same generation; a peer that announced
-        another capability)."""
-        return self._quiet > 0 and _rings_of(view) == self._rings and generation == self._generation
+        """Whether the last pass was quiet and ``view`` and the join
+        ``generation`` are still those it ran on: a wake-up then has
+        nothing new to read (a heartbeat that came late: SUSPENDED, then
+        CONNECTED again in the same generation)."""
+        return self._quiet > 0 and view == self._view and generation == self._generation
 
     def delay(
         self,
@@ -108,8 +92,7 @@ class QuietPasses:
         postponed), having released or claimed ``acted`` nodes before its
         read (a new view's releases, a departed peer's arcs): seconds until
         the next."""
-        rings = _rings_of(view)
-        same_view, self._rings = rings == self._rings, rings
+        same_view, self._view = view == self._view, view
         self._generation = generation
         # Settled, and nothing refused, lost or waits: all that may differ
         # between a quiet pass and one that settled the share is what it

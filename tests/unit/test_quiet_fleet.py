@@ -115,29 +115,6 @@ def _view(*hosts: str) -> MembershipView:
 QUIET = ReconcileResult(desired=5, held=5, claimed=0, released=0, refused=0, settled=True)
 
 
-def test_a_peers_capability_that_changes_no_ring_is_no_new_view() -> None:
-    """A loaded peer announces it does not serve, then that it does again
-    (or its back end's state): no ring changes, so a quiet agent does not
-    pass and read for it.  Its node groups or weight do change a ring."""
-    passes = QuietPasses()
-    for _ in range(2):
-        passes.delay(5.0, 600.0, view=_view("a1", "a2"), rows_read=0, result=QUIET, generation=1)
-
-    def with_a2(weight: float, **capabilities: Any) -> MembershipView:
-        members = {"a1": Member("a1", 1, 1.0), "a2": Member("a2", 1, weight, capabilities)}
-        return MembershipView(members=members, excluded={}, ring_version=1)
-
-    assert passes.unchanged(with_a2(1.0, serving="no broker", host_ip="10.0.0.2"), 1)
-    assert not passes.unchanged(with_a2(1.0, groups=["rack-1"]), 1)
-    assert not passes.unchanged(with_a2(2.0), 1)
-    assert not passes.unchanged(_view("a1", "a2", "a3"), 1)
-    assert not passes.unchanged(_view("a1", "a2"), 2)  # a re-join
-    assert (
-        passes.delay(5.0, 600.0, view=with_a2(1.0, serving="no broker"), rows_read=0, result=QUIET)
-        == 600.0
-    )
-
-
 def test_two_quiet_passes_in_a_row_take_the_wait_to_the_quiet_interval() -> None:
     passes, view = QuietPasses(), _view("a1", "a2")
     delays = [passes.delay(5.0, 600.0, view=view, rows_read=0, result=QUIET) for _ in range(5)]
