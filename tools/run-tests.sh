@@ -115,7 +115,7 @@ cat "$servers_log"
 rm -f "$servers_log"
 ((servers_status == 0)) || exit "$servers_status"
 logs=$(mktemp -d)
-pytest_args=(-p no:cacheprovider -ra --durations=10)
+pytest_args=(-p no:cacheprovider -ra --durations=25)
 tools/with-test-servers.sh python -m pytest "${pytest_args[@]}" "${faults[@]}" >"$logs/faults" 2>&1 &
 faults_pid=$!
 tools/with-test-servers.sh python -m pytest "${pytest_args[@]}" "${rest[@]}" >"$logs/rest" 2>&1 &
