@@ -12,12 +12,13 @@ change and had nothing to do the next waits twice ``reconcile_interval``
 (a burst of changes may go on), after two such passes in a row
 ``quiet_reconcile_interval``, as after a pass that settled the agent's
 share (took it whole, or released what a new view gives peers); anything
-else -- a change read, a refusal, a membership change (which also wakes the
-loop at once) -- brings it back to ``reconcile_interval``.  Every agent's change reads are a call
-to a conductor; at any fixed pace their sum grows with the agent count, and
-was most of what a quiet fleet cost its conductor.  What others change
-while the fleet is quiet a conductor says (``inventory_changed``, a fanout
-cast after an operator's change of nodes): the next pass comes at once.
+else -- a change read, a refusal, a membership change (which also wakes
+the loop at once) -- brings it back to ``reconcile_interval``.  Every
+agent's change reads are a call to a conductor; at any fixed pace their
+sum grows with the agent count, and was most of what a quiet fleet cost
+its conductor.  What others change while the fleet is quiet a conductor
+says (``inventory_changed``, a fanout cast after an operator's change of
+nodes): the next pass comes at once.
 So it does when the agent's broker connection comes back: a cast sent
 while it was away is lost if its queue went meanwhile (a broker restart,
 or ``rabbit_transient_queues_ttl`` passed without a consumer).
