@@ -13,6 +13,7 @@ reads into (under the manager's lock) and decides what a row read means
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import math
 import sys
@@ -117,8 +118,24 @@ def gains(host: str, before: Mapping[str, Any] | None, ring: Mapping[str, Any]) 
     ``before`` ``None``: a ring new to us, all gained."""
     if before is None or host not in before["members"]:
         return True
-    then = ring_of(before["members"], version=before["version"]).arc_columns(host)
-    now = ring_of(ring["members"], version=ring["version"]).arc_columns(host)
+    return _gains(host, _ring_key(before), _ring_key(ring))
+
+
+def _ring_key(ring: Mapping[str, Any]) -> tuple[int, tuple[tuple[str, float], ...]]:
+    return ring["version"], tuple(sorted(ring["members"].items()))
+
+
+@functools.lru_cache(maxsize=64)
+def _gains(
+    host: str,
+    before: tuple[int, tuple[tuple[str, float], ...]],
+    after: tuple[int, tuple[tuple[str, float], ...]],
+) -> bool:
+    """:func:`gains`, kept: a pass on a new view asks it three times (the
+    claim of gained arcs, whether the read may wait, the reads), each an
+    arc walk of two rings of 4,096 points a member."""
+    then = ring_of(dict(before[1]), version=before[0]).arc_columns(host)
+    now = ring_of(dict(after[1]), version=after[0]).arc_columns(host)
     return bool(len(subtract_arc_columns(*now, *then)[0]))
 
 
@@ -204,7 +221,6 @@ class InventoryReader:
     # join generation: see read_age.
     _read_at: float | None = None
     _read_generation: int | None = None
-    _read_asked = False  # a hint came since: see expect_owner_changes
 
     def expect_owner_changes(self) -> None:
         """The next read also reads our own nodes outside the share: a
@@ -216,7 +232,7 @@ class InventoryReader:
         :data:`_OWNER_READ_EVERY` of the last): at a cold start it was one
         of an agent's three or four reads, each a call to a conductor.
         The next read is not left for later either (see :meth:`_read_share`)."""
-        self._owner_read_at, self._read_asked = None, True
+        self._owner_read_at = None
 
     def hold_nothing(self) -> None:
         """The conductor records no node as ours (just read): the next reads
@@ -396,9 +412,14 @@ class InventoryReader:
         view = view if view is not None else self._membership.view
         if view is not None and self.first_read_wait(view) > 0:
             return 0
-        # After a hint, or since a re-join, no read is left for later.
+        # After a hint (the owner read is due at once), or since a re-join,
+        # no read is left for later.
         generation = self._membership.join_generation
-        may_wait = deep is not True and not self._read_asked and self._read_generation == generation
+        may_wait = (
+            deep is not True
+            and self._owner_read_at is not None
+            and self._read_generation == generation
+        )
         deep = self.deep_refresh_due() if deep is None else (deep or self._since is None)
         since = None
         if self._since is not None and self._deep_since is not None:
@@ -420,7 +441,6 @@ class InventoryReader:
         if as_of is None:  # nothing to read now (a peer joined)
             return 0
         self._read_at, self._read_generation = time.monotonic(), generation
-        self._read_asked = False
         if seen:
             LOG.debug(
                 "Agent %s read %d inventory rows (%s, %s)",
