@@ -11,7 +11,9 @@ violations after every fault.  A fleet of the ``ironic`` driver
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from sqlalchemy import select
 from compute_agent.drivers.simulated.action_log import Action, check_fencing, read_log
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel
+from hashring.ring import ring_of
 from tests.dbutil import fresh_database, migrated
 from tests.functional.conductor_harness import client
 from tests.functional.harness import unique_group
@@ -277,6 +280,26 @@ def log_lines(fleet: Fleet, process: str, *texts: str) -> list[str]:
     return [
         line for line in fleet.procs[process].log().splitlines() if all(t in line for t in texts)
     ]
+
+
+def shared_nodes(
+    agents: Sequence[str], names: Sequence[str], **fields: object
+) -> list[dict[str, object]]:
+    """Node specs named ``names`` (with ``fields``), whose uuids give every
+    one of ``agents`` (each of weight 1, serving every group) a share of
+    at least one node.
+
+    A node's owner is its uuid's place on the ring: with random uuids one
+    agent of three had no node of 16 in one run of 200 or so, and a test
+    waiting for every agent to own some waited in vain.  These uuids are
+    the same in every run.
+    """
+    ring = ring_of(dict.fromkeys(agents, 1.0))
+    for salt in itertools.count():
+        uuids = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"ringfleet-{salt}-{name}")) for name in names]
+        if set(ring.assign(uuids)) == set(agents):
+            return [{"name": n, "uuid": u, **fields} for n, u in zip(names, uuids, strict=True)]
+    raise AssertionError("unreachable")
 
 
 def error_lines(fleet: Fleet, *processes: str) -> dict[str, list[str]]:

@@ -37,6 +37,7 @@ from tests.functional.fleet_harness import (
     Fleet,
     ironic_fleet,
     log_tails,
+    shared_nodes,
     start_processes,
 )
 from tests.harness import wait_for
@@ -71,9 +72,8 @@ def fleet(tmp_path: Path, pg_url: str, transport_url: str, etcd_url: str) -> Ite
     f.common += f"[simulated_driver]\npower_duration = {POWER_DURATION}\n"
     try:
         start_processes(f, CONDUCTORS, AGENTS)
-        f.api.import_nodes(
-            [{"name": f"node-{i:03d}", "resource_class": "baremetal"} for i in range(NODES)]
-        )
+        names = [f"node-{i:03d}" for i in range(NODES)]
+        f.api.import_nodes(shared_nodes(AGENTS, names, resource_class="baremetal"))
         f.api.create_flavor({"name": "small", "resource_class": "baremetal"})
         wait_for(lambda: set(f.owned_by()) == set(AGENTS), 30, "the agents partition the nodes")
         yield f

@@ -39,6 +39,7 @@ from tests.functional.fleet_harness import (
     TTL,
     Fleet,
     log_tails,
+    shared_nodes,
     start_processes,
 )
 from tests.functional.tcp_proxy import TcpProxy
@@ -91,9 +92,8 @@ def test_an_agent_cut_from_the_broker_gives_up_its_share_and_takes_it_back(
     }
     try:
         start_processes(fleet, ["cond-1"], AGENTS, extra=extra)
-        fleet.api.import_nodes(
-            [{"name": f"n{i:02d}", "resource_class": "baremetal"} for i in range(NODES)]
-        )
+        names = [f"n{i:02d}" for i in range(NODES)]
+        fleet.api.import_nodes(shared_nodes(AGENTS, names, resource_class="baremetal"))
         fleet.api.create_flavor({"name": "bm", "resource_class": "baremetal"})
         wait_for(lambda: set(fleet.owned_by()) == set(AGENTS), 30, "the agents share the nodes")
         before = [i["uuid"] for i in fleet.api.build_instances({"flavor": "bm", "count": 9})]
