@@ -487,7 +487,7 @@ main() {
         exit 0
     fi
 
-    RF_DIR=$(mktemp -d /tmp/ringfleet-servers.XXXXXX)
+    RF_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ringfleet-servers.XXXXXX")
     chmod 711 "$RF_DIR" # the postgres and mysql users must reach $RF_DIR/pg, /mariadb
     rf_paths
 
