@@ -297,7 +297,7 @@ class Ring:
         self._bucket_start = array("l", [*starts.tolist(), len(self._points)])
         self._member_ids = ids
         self._member_names = np.array(ids, dtype=object)
-        self._points_by_owner: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None = None
+        self._points_by_owner: tuple[npt.NDArray[np.int32], npt.NDArray[np.intp]] | None = None
 
     @property
     def version(self) -> int:
@@ -404,7 +404,7 @@ class Ring:
             (high[order] ^ _SIGN).view(np.int64),
         )
 
-    def _member_points_at(self, member: int) -> npt.NDArray[np.intp]:
+    def _member_points_at(self, member: int) -> npt.NDArray[np.int32]:
         """The indexes of member number ``member``'s points, in order.
 
         Grouped by owner once per ring: a conductor computes the arcs of
@@ -413,7 +413,8 @@ class Ring:
         """
         grouped = self._points_by_owner
         if grouped is None:
-            order = np.argsort(self._owner_index, kind="stable")  # in point order per owner
+            # int32: half the memory of argsort's intp (1.6 MB at 100 members).
+            order = np.argsort(self._owner_index, kind="stable").astype(np.int32)
             bounds = np.searchsorted(
                 self._owner_index[order], np.arange(len(self._member_ids) + 1), side="left"
             )
