@@ -86,6 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--batch", type=argtypes.at_least(1), default=25, help="(25)")
     parser.add_argument(
+        "--baseline-nodes",
+        type=argtypes.at_least(0),
+        default=1000,
+        metavar="N",
+        help="with builds: the same builds first on a fleet of N nodes (at least twice "
+        "--builds) and the same agents, the rate the large fleet's is judged against "
+        "(1000; 0: none)",
+    )
+    parser.add_argument(
         "--quiet",
         type=argtypes.seconds(allow_zero=True),
         default=0.0,

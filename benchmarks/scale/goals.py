@@ -129,15 +129,20 @@ def _step_goals(goals: Goals, tag: str, res: Mapping[str, Any], nodes: int, ttl:
 
 def _resource_goals(goals: Goals, tag: str, res: Mapping[str, Any]) -> None:
     """Builds/s, node list and RSS of one agent count."""
-    for wave in res.get("builds", []):
-        rate = wave["builds_per_s"]
-        goals.add(
-            f"{tag} builds/s, {wave['conductors']} conductor(s)",
-            ">= 200/s",
-            rate,
-            rate >= 200,
-            f"{rate:.0f}/s",
-        )
+    baseline = res.get("builds_baseline", {})
+    base_rates = [wave["builds_per_s"] for wave in baseline.get("builds", [])]
+    for i, wave in enumerate(res.get("builds", [])):
+        rate, name = wave["builds_per_s"], f"{tag} builds/s, {wave['conductors']} conductor(s)"
+        goals.add(name, ">= 200/s", rate, rate >= 200, f"{rate:.0f}/s")
+        if i < len(base_rates):
+            base = base_rates[i]
+            goals.add(
+                f"{name}, vs {baseline['nodes']} nodes",
+                f">= 0.8 x {base:.0f}/s",
+                rate / base if base else None,
+                rate >= 0.8 * base if base else None,
+                f"{rate:.0f}/s = {rate / base:.2f} x" if base else f"{rate:.0f}/s",
+            )
     if "node_list" in res:
         s = res["node_list"]["seconds"]
         goals.add(f"{tag} node list", "<= 5 s", s, s <= 5, f"{s:.1f} s")

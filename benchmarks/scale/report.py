@@ -219,14 +219,17 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _other_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Builds, waves, node list and the resources of the whole run."""
     rows: list[tuple[str, str]] = []
-    for wave in res.get("builds", []):
-        rows.append(
-            (
-                f"builds/s ({wave['builds']} in requests of {wave['batch']}, "
-                f"{wave['conductors']} conductor(s))",
-                f"{wave['builds_per_s']:.0f}",
+    baseline = res.get("builds_baseline", {"builds": []})
+    for small, at in ((True, baseline), (False, res)):
+        for wave in at.get("builds", []):
+            rows.append(
+                (
+                    f"builds/s ({wave['builds']} in requests of {wave['batch']}, "
+                    f"{wave['conductors']} conductor(s)"
+                    + (f", on {baseline['nodes']:,} nodes)" if small else ")"),
+                    f"{wave['builds_per_s']:.0f}",
+                )
             )
-        )
     for number, wave in enumerate(res.get("waves", []), 1):
         rows.append(
             (

@@ -230,7 +230,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
     """Every agent count in turn; the JSON-ready report."""
     load_before = os.getloadavg()[0]
     commit = _commit(args.code)  # before the runs: not a commit made meanwhile
-    runs = [run_one(args, agents, log) for agents in args.agents]
+    runs = [_with_baseline(args, agents, log) for agents in args.agents]
     report: dict[str, Any] = {
         "config": {
             "nodes": args.nodes,
@@ -240,6 +240,7 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
             "steps": list(args.steps),
             "builds": args.builds,
             "batch": args.batch,
+            "baseline_nodes": args.baseline_nodes,
             "ttl_s": args.ttl,
             "watch_interval_s": args.watch_interval,
             "conductor_cores": args.conductor_cores,
@@ -254,6 +255,23 @@ def run(args: argparse.Namespace, log: Log = lambda _line: None) -> dict[str, An
         "runs": runs,
     }
     return judge(report)
+
+
+def _with_baseline(args: argparse.Namespace, agents: int, log: Log) -> dict[str, Any]:
+    """:func:`run_one`; with builds and ``--baseline-nodes``, after the same
+    builds on a small fleet of the same agents (the rate the builds at the
+    large fleet are judged against, measured in the same run)."""
+    if "builds" not in args.steps or not args.baseline_nodes:
+        return run_one(args, agents, log)
+    small = argparse.Namespace(**vars(args))
+    # Half the fleet at most is built: a full one schedules its last builds slowly.
+    small.nodes = max(args.baseline_nodes, 2 * args.builds)
+    small.steps, small.waves, small.quiet = ["builds"], 0, 0.0
+    log(f"[{agents} agents] baseline: {args.builds} builds on {small.nodes} nodes")
+    baseline = run_one(small, agents, log)
+    results = run_one(args, agents, log)
+    results["builds_baseline"] = {"nodes": small.nodes, "builds": baseline["builds"]}
+    return results
 
 
 def judge(report: dict[str, Any]) -> dict[str, Any]:

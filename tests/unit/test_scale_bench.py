@@ -280,3 +280,35 @@ def test_the_report_interval_waited_for_is_the_agents_default() -> None:
     (opt,) = [o for o in compute_agent.opts if o.name == "report_interval"]
     assert opt.default == run.REPORT_INTERVAL
     assert "report_interval" in runner._TEST_INTERVALS  # removed: the default runs
+
+
+def test_builds_are_judged_against_the_small_fleets_rate() -> None:
+    res = _run(10, 10.0, 50.0, 1000)
+    res["builds"] = [{"builds_per_s": 70.0, "conductors": 1}]
+    res["builds_baseline"] = {"nodes": 1000, "builds": [{"builds_per_s": 80.0, "conductors": 1}]}
+    name = "[10 agents] builds/s, 1 conductor(s), vs 1000 nodes"
+    goal = _goal(scale_goals.goals([res], 100_000), name)
+    assert goal["status"] == "PASS" and goal["value"] == pytest.approx(70 / 80)
+    res["builds"][0]["builds_per_s"] = 60.0
+    assert _goal(scale_goals.goals([res], 100_000), name)["status"] == "MISS"
+
+
+def test_the_baseline_builds_on_a_small_fleet_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DB_URL", "TRANSPORT_URL", "ETCD_URL"):
+        monkeypatch.setenv(f"RINGFLEET_TEST_{name}", "x://")
+    seen: list[tuple[int, list[str], int]] = []
+
+    def fake_run_one(args: Any, agents: int, _log: Any) -> dict[str, Any]:
+        seen.append((args.nodes, list(args.steps), agents))
+        return {"builds": [{"builds_per_s": float(args.nodes), "conductors": 1}]}
+
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    args = scale_bench.parse_args(["--steps", "cold,join,builds", "--builds", "800"])
+    results = runner._with_baseline(args, 10, lambda _line: None)
+    # Half the small fleet at most is built; the large one runs its own steps.
+    assert seen == [(1600, ["builds"], 10), (100_000, ["cold", "join", "builds"], 10)]
+    assert results["builds_baseline"]["nodes"] == 1600
+    assert results["builds_baseline"]["builds"][0]["builds_per_s"] == 1600.0
+    seen.clear()
+    runner._with_baseline(scale_bench.parse_args(["--steps", "cold,join"]), 10, lambda _l: None)
+    assert seen == [(100_000, ["cold", "join"], 10)]  # no builds: no baseline
