@@ -162,6 +162,12 @@ class AgentMetrics(ServiceMetrics):
             self._owned.labels(self.host, group).set(owned)
             self._pinned.labels(self.host, group).set(pinned)
 
+    def pinned_by(self, group: str, change: int) -> None:
+        """One node of ``group`` pinned (+1) or unpinned (-1) since :meth:`owned`;
+        a group it has not published yet waits for the next."""
+        if group in self._groups:
+            self._pinned.labels(self.host, group).inc(change)
+
     # -- convergence ---------------------------------------------------------------
 
     def view_changed(self, view: MembershipView) -> None:

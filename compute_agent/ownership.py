@@ -229,17 +229,24 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
             return set(self._pinned)
 
     def pin(self, node_uuid: str) -> None:
-        with self._lock:
-            self._pinned.add(node_uuid)
-            counts = group_counts(self._held, self._inventory, self._pinned)
-        # Said now: a quiet agent's next pass may be quiet_reconcile_interval away.
-        self._metrics.owned(counts)
+        self._set_pin(node_uuid, True)
 
     def unpin(self, node_uuid: str) -> None:
+        self._set_pin(node_uuid, False)
+
+    def _set_pin(self, node_uuid: str, pinned: bool) -> None:
         with self._lock:
-            self._pinned.discard(node_uuid)
-            counts = group_counts(self._held, self._inventory, self._pinned)
-        self._metrics.owned(counts)
+            changed = pinned != (node_uuid in self._pinned) and node_uuid in self._held
+            if pinned:
+                self._pinned.add(node_uuid)
+            else:
+                self._pinned.discard(node_uuid)
+            group = self._inventory.get(node_uuid, "")
+        # Said now, by one: a quiet agent's next pass (which sets every
+        # count again) may be quiet_reconcile_interval away, and a recount
+        # of all it holds on every build was O(nodes held) per build.
+        if changed:
+            self._metrics.pinned_by(group, 1 if pinned else -1)
 
     def forget(self, node_uuids: Iterable[str]) -> None:
         with self._lock:

@@ -813,6 +813,31 @@ def test_forget_drops_held_and_pinned(env: Fleet) -> None:
     assert a1.held() == {} and a1.pinned() == set()
 
 
+def test_pin_and_unpin_move_the_pinned_gauge_by_one(env: Fleet) -> None:
+    held, outside = add_nodes(env.db, 2)
+    env.live({"a1": []})
+    a1 = env.agent("a1")
+    env.settle(1)
+    a1.forget([outside])  # a node it does not hold: no pin of it counts
+
+    def gauge() -> float | None:
+        sample = a1._metrics.registry.get_sample_value
+        return sample("ringfleet_agent_nodes_pinned", {"host": "a1", "group": ""})
+
+    assert gauge() == 0
+    a1.pin(held)
+    a1.pin(held)  # pinned already
+    a1.pin(outside)
+    assert gauge() == 1
+    a1.unpin(held)
+    a1.unpin(held)
+    assert gauge() == 0
+    a1.pin(held)
+    assert gauge() == 1
+    a1.reconcile(env.view)  # claims ``outside`` again, pinned above: the pass counts it
+    assert a1.held().keys() == {held, outside} and gauge() == 2
+
+
 # -- revalidation ----------------------------------------------------------------------
 
 
