@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import threading
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -29,7 +28,7 @@ import numpy as np
 from conductor.common.exception import FieldError, InvalidInput
 from conductor.validation import arguments
 from hashring.exceptions import InvalidMemberError, InvalidRingVersionError
-from hashring.ring import Ring, node_position, subtract_arc_columns
+from hashring.ring import Ring, node_position, ring_of, subtract_arc_columns
 
 __all__ = [
     "RingSpec",
@@ -69,29 +68,14 @@ def check_ring(value: object, field: str) -> RingSpec:
     return ring.version, tuple(ring.members.items())
 
 
-#: Held while a ring is looked up or built: the agents of one view send the
-#: same ring at once, and each call that missed the cache built it (eight
-#: builds of one 100-member ring, 30 ms each, at a 100-agent cold start).
-_RING_BUILD = threading.Lock()
-
 _T = TypeVar("_T")
 
 
 def _ring(spec: RingSpec) -> Ring:
-    with _RING_BUILD:
-        return _built_ring(spec)
-
-
-#: Rings kept: the view the agents read under, the one before it (a gained
-#: arcs' read names both) and one in passing.  A 100-member ring is 5.5 MB,
-#: 8.6 MB once its arcs were asked for, and one built again costs 30 ms: a
-#: cache of 8 held 60 MB more at 100 agents than at 10.
-RINGS_KEPT = 3
-
-
-@functools.lru_cache(maxsize=RINGS_KEPT)
-def _built_ring(spec: RingSpec) -> Ring:
-    return Ring(dict(spec[1]), version=spec[0])
+    """The ring of ``spec``: the process's own (:func:`hashring.ring.ring_of`),
+    which every agent of one view sends, and the conductor's membership view
+    uses as well."""
+    return ring_of(dict(spec[1]), version=spec[0])
 
 
 class ShareArcs(Sequence[tuple[int, int]]):

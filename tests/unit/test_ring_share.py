@@ -11,7 +11,8 @@ import pytest
 
 from conductor import ring_share
 from conductor.db import arc_statements
-from hashring.ring import Ring, subtract_arcs
+from hashring import ring as ring_module
+from hashring.ring import Ring, ring_of, subtract_arcs
 
 MEMBERS = {f"agent-{i:03d}": 1.0 for i in range(20)}
 
@@ -88,15 +89,17 @@ def test_agents_sending_one_ring_at_once_build_it_once(monkeypatch: pytest.Monke
             time.sleep(0.05)  # long enough for every thread to miss the cache
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(ring_share, "Ring", SlowRing)
-    ring_share._built_ring.cache_clear()
+    monkeypatch.setattr(ring_module, "Ring", SlowRing)
+    ring_module._shared_ring.cache_clear()
     spec = {"version": 1, "members": {f"agent-{i}": 1.0 for i in range(7)}}
+    # The agents' rings and the conductor's own view of the same members
+    # (its routing): one ring, built once.
     threads = [
         threading.Thread(target=ring_share.check_ring, args=(spec, "ring")) for _ in range(4)
-    ]
+    ] + [threading.Thread(target=ring_of, args=(spec["members"], 1)) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    ring_share._built_ring.cache_clear()
+    ring_module._shared_ring.cache_clear()
     assert len(built) == 1
