@@ -62,7 +62,7 @@ def check_ring(value: object, field: str) -> RingSpec:
     # Not checked yet: the ring refuses a version or a weight it cannot take.
     version: int = value.get("version")  # type: ignore[assignment]
     try:
-        ring = _ring((version, tuple(sorted(members.items()))))
+        ring = ring_of(members, version=version)
     except (InvalidMemberError, InvalidRingVersionError, TypeError) as exc:
         raise InvalidInput([FieldError.about(field, str(exc), value)]) from None
     return ring.version, tuple(ring.members.items())

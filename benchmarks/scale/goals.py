@@ -134,14 +134,14 @@ def _resource_goals(goals: Goals, tag: str, res: Mapping[str, Any]) -> None:
     for i, wave in enumerate(res.get("builds", [])):
         rate, name = wave["builds_per_s"], f"{tag} builds/s, {wave['conductors']} conductor(s)"
         goals.add(name, ">= 200/s", rate, rate >= 200, f"{rate:.0f}/s")
-        if i < len(base_rates):
+        if i < len(base_rates) and base_rates[i] > 0:
             base = base_rates[i]
             goals.add(
                 f"{name}, vs {baseline['nodes']} nodes",
                 f">= 0.8 x {base:.0f}/s",
-                rate / base if base else None,
-                rate >= 0.8 * base if base else None,
-                f"{rate:.0f}/s = {rate / base:.2f} x" if base else f"{rate:.0f}/s",
+                rate / base,
+                rate >= 0.8 * base,
+                f"{rate:.0f}/s = {rate / base:.2f} x",
             )
     if "node_list" in res:
         s = res["node_list"]["seconds"]

@@ -216,20 +216,23 @@ def _rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows + _other_rows(res)
 
 
+def _builds_row(wave: Mapping[str, Any], on: str = "") -> tuple[str, str]:
+    """The row of one wave of builds (``on``: the fleet, if not the run's)."""
+    return (
+        f"builds/s ({wave['builds']} in requests of {wave['batch']}, "
+        f"{wave['conductors']} conductor(s){on})",
+        f"{wave['builds_per_s']:.0f}",
+    )
+
+
 def _other_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Builds, waves, node list and the resources of the whole run."""
     rows: list[tuple[str, str]] = []
-    baseline = res.get("builds_baseline", {"builds": []})
-    for small, at in ((True, baseline), (False, res)):
-        for wave in at.get("builds", []):
-            rows.append(
-                (
-                    f"builds/s ({wave['builds']} in requests of {wave['batch']}, "
-                    f"{wave['conductors']} conductor(s)"
-                    + (f", on {baseline['nodes']:,} nodes)" if small else ")"),
-                    f"{wave['builds_per_s']:.0f}",
-                )
-            )
+    baseline = res.get("builds_baseline")
+    if baseline is not None:
+        on = f", on {baseline['nodes']:,} nodes"
+        rows += [_builds_row(wave, on) for wave in baseline["builds"]]
+    rows += [_builds_row(wave) for wave in res.get("builds", [])]
     for number, wave in enumerate(res.get("waves", []), 1):
         rows.append(
             (
