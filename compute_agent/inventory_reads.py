@@ -45,7 +45,7 @@ _RECENT_OVERLAP = datetime.timedelta(seconds=0.5)
 _DEEP_OVERLAP = datetime.timedelta(seconds=5)
 _DEEP_EVERY = datetime.timedelta(seconds=5)
 #: Nodes per inventory page.
-_PAGE = 5000
+PAGE = 5000
 
 #: Seconds after which a pass reads our own nodes outside the share again
 #: though no hint came (see InventoryReader.expect_owner_changes).
@@ -203,6 +203,9 @@ class InventoryReader:
     #: it as usual).
     _may_claim_now: Callable[[MembershipView], bool]
     _claim_and_read: Callable[[Mapping[str, Any], int], dict[str, Any] | None]
+    #: The first page of a read of gained arcs, from the call that claimed
+    #: them (:meth:`compute_agent.share_claims.ShareClaimer.claim_first`).
+    _gained_page: Callable[[Mapping[str, Any]], dict[str, Any] | None]
     _first_read_settle: float
     _first_read_wait_max: float
     # The share the first read would read, since when (monotonic), and when
@@ -464,13 +467,13 @@ class InventoryReader:
         as_of = None
         while True:
             page = self._conductor.list_node_uuids(
-                groups=self._groups or None, since=since, marker=marker, limit=_PAGE
+                groups=self._groups or None, since=since, marker=marker, limit=PAGE
             )
             as_of = as_of or page["as_of"]
             with self._lock:
                 lost += self._learn_page(page["nodes"])
             seen += len(page["nodes"])
-            if len(page["nodes"]) < _PAGE:
+            if len(page["nodes"]) < PAGE:
                 return seen, lost, as_of
             marker = page["nodes"][-1]["uuid"]
 
@@ -519,7 +522,8 @@ class InventoryReader:
         """Each read, page by page, learnt: (rows, lost, the first as_of);
         ``None`` when the conductor does not read by share.  ``claim``: the
         first page of a whole share comes from the call that claims its free
-        nodes (:meth:`_claim_and_read`)."""
+        nodes (:meth:`_claim_and_read`); that of gained arcs may have come
+        with their claim (:meth:`_gained_page`)."""
         seen = lost = 0
         as_of = None
         unchanged: datetime.datetime | None = None  # nothing changed since then
@@ -532,12 +536,14 @@ class InventoryReader:
                 continue
             marker = None
             page = None
-            if claim and query.get("ring") and start is None and "previous_ring" not in query:
-                page = self._claim_and_read(query, _PAGE)
+            if "previous_ring" in query:
+                page = self._gained_page(query)
+            elif claim and query.get("ring") and start is None:
+                page = self._claim_and_read(query, PAGE)
             while True:
                 if page is None:
                     page = self._conductor.list_node_share(
-                        self.host, marker=marker, limit=_PAGE, **query
+                        self.host, marker=marker, limit=PAGE, **query
                     )
                 if page is None:
                     return None

@@ -164,6 +164,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         # of issue 13: 105,888 claims and 204,260 refusals for 100k nodes).
         self._join_settle = join_settle
         self._claims_after, self._first_claim_tries, self._claimed_by_reads = 0.0, {}, 0
+        self._gained_pages = []
         # Before the first read of the inventory, the view must have been
         # the same this long, or that long have passed since the first view
         # (InventoryReader.first_read_wait).

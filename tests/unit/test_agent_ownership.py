@@ -1003,7 +1003,7 @@ def test_the_first_read_of_a_share_is_the_call_that_claims_it(env: Fleet) -> Non
     assert set(a1.held()) == share == a1.desired(view)
     assert {env.owners()[n] for n in share} == {("a1", 1)}
     [claim] = env.conductor.of("claim_share")
-    assert claim["read"] == inventory_reads._PAGE and claim["previous_ring"] is None
+    assert claim["read"] == inventory_reads.PAGE and claim["previous_ring"] is None
     assert _share_reads(env) == []  # the share came with the claim
     assert a1.reconcile(view) is not None and env.conductor.of("claim_share") == [claim]
 
@@ -1160,17 +1160,48 @@ def test_when_a_peer_dies_survivors_claim_its_free_nodes_before_they_read_them(
     [claim] = env.conductor.of("claim_share")  # no read first, one call
     assert [name for name, _args in env.conductor.calls] == ["claim_share"]
     assert claim["previous_ring"]["members"] == {"a1": 1.0, "a2": 1.0, "a3": 1.0}
+    assert claim["read"] == inventory_reads.PAGE  # the read of those arcs, with it
     old_share = ring_share(["a1", "a2", "a3"], late, "a1")
     assert old_share and {env.owner(n) for n in old_share} == {None}
     assert {env.owner(n) for n in gained - {pinned}} == {"a1"}
     assert env.owner(pinned) == "a3"  # a pin waits for rehome_grace, claimed by uuid
     caplog.set_level(logging.INFO, "compute_agent.ownership")
     assert a1.refresh_inventory() >= len(gained)  # the arcs gained, learnt
+    assert [c for c in _share_reads(env) if c.get("previous_ring")] == []  # came with the claim
+    assert gained - {pinned} <= set(a1.held())
     assert not [r for r in caplog.records if "adopts" in r.getMessage()]  # claimed, not handed
     assert a1.claim_first(view) == 0  # the share read now is this view's
     assert a2.release_first(view) == 0  # nothing of a2's went to a peer
     # Before the first read, nothing: the first pass reads, then claims.
     assert env.agent("a4").claim_first(view) == 0
+
+
+@BY_SHARE
+def test_gained_arcs_claimed_in_several_calls_are_read_after_the_last(
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page a claim of gained arcs reads shows the nodes later calls take
+    as the dead peer's: when one call could not take them all, the arcs are
+    read after the claims, and no node claimed is taken for lost."""
+    nodes = add_nodes(env.db, 300)
+    env.live({"a1": [], "a2": [], "a3": []})
+    a1 = env.agent("a1")
+    for peer in ("a2", "a3"):
+        env.agent(peer)
+    env.settle()
+    age_nodes(env.db, nodes)
+    view = env.live({"a1": [], "a2": []})  # a3 killed
+    del env.agents["a3"]
+    gained = ring_share(["a1", "a2"], nodes, "a1") - ring_share(["a1", "a2", "a3"], nodes, "a1")
+    monkeypatch.setattr(share_claims, "_LIMIT", len(gained) // 3)
+    env.conductor.calls.clear()
+    assert a1.claim_first(view) == len(gained) > 0
+    claims = env.conductor.of("claim_share")
+    assert len(claims) > 1 and [c["read"] for c in claims[1:]] == [None] * (len(claims) - 1)
+    assert a1.refresh_inventory() >= len(gained)
+    [gained_read] = [c for c in _share_reads(env) if c.get("previous_ring")]
+    assert gained_read["since"] is None
+    assert gained <= set(a1.held())
 
 
 @BY_SHARE
