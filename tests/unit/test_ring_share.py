@@ -103,3 +103,33 @@ def test_agents_sending_one_ring_at_once_build_it_once(monkeypatch: pytest.Monke
         thread.join()
     ring_module._shared_ring.cache_clear()
     assert len(built) == 1
+
+
+def test_agents_asking_one_rings_arcs_at_once_group_its_points_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first calls of a view's agents each ask for their arcs at once: the
+    ring's points are grouped by owner (a sort of the whole circle) once."""
+    ring = Ring({f"agent-{i}": 1.0 for i in range(8)}, version=1)
+    sorts: list[int] = []
+    argsort = ring_module.np.argsort
+
+    def slow_argsort(values: Any, **kwargs: Any) -> Any:
+        if len(values) == len(ring._owner_index):  # the whole circle, not one member's arcs
+            sorts.append(1)
+            time.sleep(0.05)  # long enough for every thread to find the points ungrouped
+        return argsort(values, **kwargs)
+
+    monkeypatch.setattr(ring_module.np, "argsort", slow_argsort)
+    arcs: dict[str, Any] = {}
+    threads = [
+        threading.Thread(target=lambda m=m: arcs.setdefault(m, ring.arcs(m)))
+        for m in (f"agent-{i}" for i in range(8))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(sorts) == 1
+    monkeypatch.undo()
+    assert arcs == {m: Ring(dict.fromkeys(arcs, 1.0), version=1).arcs(m) for m in arcs}
