@@ -135,8 +135,7 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
         # when its transaction commits late, and a node nobody asks for stays
         # unowned for good (issue 13: thousands at 100k nodes under load).
         self._refused_by: dict[str, tuple[str, float]] = {}
-        # Owners stopped for a restart (conductor's restart_grace): their
-        # nodes are not asked for before the hold ends (monotonic deadline).
+        # Owners stopped for a restart: their nodes wait for the hold's end (monotonic).
         self._restart_holds: dict[str, float] = {}
         self._since: datetime.datetime | None = None  # the last refresh's as_of
         # The rings our inventory was read under, by share (None: not yet, or
