@@ -1176,6 +1176,17 @@ def test_when_a_peer_dies_survivors_claim_its_free_nodes_before_they_read_them(
     assert env.agent("a4").claim_first(view) == 0
 
 
+def _three_settled(env: Fleet) -> tuple[list[str], OwnershipManager]:
+    """300 nodes shared by a1, a2 and a3, settled: the nodes and a1."""
+    nodes = add_nodes(env.db, 300)
+    env.live({"a1": [], "a2": [], "a3": []})
+    a1 = env.agent("a1")
+    for peer in ("a2", "a3"):
+        env.agent(peer)
+    env.settle()
+    return nodes, a1
+
+
 @BY_SHARE
 def test_gained_arcs_claimed_in_several_calls_are_read_after_the_last(
     env: Fleet, monkeypatch: pytest.MonkeyPatch
@@ -1183,12 +1194,7 @@ def test_gained_arcs_claimed_in_several_calls_are_read_after_the_last(
     """The page a claim of gained arcs reads shows the nodes later calls take
     as the dead peer's: when one call could not take them all, the arcs are
     read after the claims, and no node claimed is taken for lost."""
-    nodes = add_nodes(env.db, 300)
-    env.live({"a1": [], "a2": [], "a3": []})
-    a1 = env.agent("a1")
-    for peer in ("a2", "a3"):
-        env.agent(peer)
-    env.settle()
+    nodes, a1 = _three_settled(env)
     age_nodes(env.db, nodes)
     view = env.live({"a1": [], "a2": []})  # a3 killed
     del env.agents["a3"]
@@ -1212,12 +1218,7 @@ def test_a_survivor_that_sees_a_peer_die_first_claims_again_once_the_conductor_d
     saw the peer leave first is refused its nodes (their owner is live to
     the conductor).  Its pass comes back soon to claim again before its
     reads, a few times at most."""
-    nodes = add_nodes(env.db, 300)
-    env.live({"a1": [], "a2": [], "a3": []})
-    a1 = env.agent("a1")
-    for peer in ("a2", "a3"):
-        env.agent(peer)
-    env.settle()
+    nodes, a1 = _three_settled(env)
     conductors = env.view
     view = env.live({"a1": [], "a2": []})  # a3 killed: the agents see it ...
     env.fleet.on_change(conductors)  # ... the conductor not yet
