@@ -27,7 +27,7 @@ from compute_agent.metrics import AgentMetrics
 from hashring.membership import Membership, MembershipView
 from hashring.ring import ring_of, subtract_arc_columns
 
-__all__ = ["InventoryReader", "ShareKey", "share_rings"]
+__all__ = ["PAGE", "InventoryReader", "ShareKey", "share_rings", "share_where"]
 
 #: The ownership manager's logger: these reads are its own.
 LOG = logging.getLogger("compute_agent.ownership")
@@ -84,6 +84,17 @@ def share_rings(
     return rings
 
 
+def share_where(key: ShareKey, ring: Mapping[str, Any]) -> dict[str, Any]:
+    """The share of ``ring`` for the node groups of ``key``, as the
+    conductor's calls name it: ``{"ring", "groups", "exclude_groups"}``."""
+    groups, excluded = key
+    return {
+        "ring": ring,
+        "groups": None if groups is None else list(groups),
+        "exclude_groups": list(excluded) or None,
+    }
+
+
 def _share_queries(
     host: str,
     rings: Mapping[ShareKey, dict[str, Any]],
@@ -95,12 +106,7 @@ def _share_queries(
     changes."""
     reads: list[dict[str, Any]] = []
     for key, ring in rings.items():
-        groups, excluded = key
-        where = {
-            "ring": ring,
-            "groups": None if groups is None else list(groups),
-            "exclude_groups": list(excluded) or None,
-        }
+        where = share_where(key, ring)
         before = None if previous is None else previous.get(key)
         if since is None or before is None:
             reads.append({**where, "since": None})  # all of it: new to us
@@ -159,14 +165,7 @@ def _moment(text: str) -> datetime.datetime:
 
 def _shares(rings: Mapping[ShareKey, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The shares of ``rings`` as an owner read leaves them out (``outside``)."""
-    return [
-        {
-            "ring": ring,
-            "groups": None if groups is None else list(groups),
-            "exclude_groups": list(excluded) or None,
-        }
-        for (groups, excluded), ring in rings.items()
-    ]
+    return [share_where(key, ring) for key, ring in rings.items()]
 
 
 class InventoryReader:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
-from compute_agent.inventory_reads import PAGE, ShareKey, gains, share_rings
+from compute_agent.inventory_reads import PAGE, ShareKey, gains, share_rings, share_where
 from conductor.common.exception import InvalidInput
 from hashring.membership import Membership, MembershipView
 
@@ -241,16 +241,8 @@ class ShareClaimer:
         for key, ring in rings.items():
             if gained is not None and key not in gained:
                 continue
-            groups, excluded = key
             previous = None if gained is None else gained[key]
-            names = None if groups is None else list(groups)
-            left_out = list(excluded) or None
-            read = {
-                "ring": ring,
-                "previous_ring": previous,
-                "groups": names,
-                "exclude_groups": left_out,
-            }
+            read = {**share_where(key, ring), "previous_ring": previous}
             page = None if gained is None else PAGE
             more = True
             while more:
@@ -267,8 +259,8 @@ class ShareClaimer:
                 out = self._conductor.claim_share(
                     self.host,
                     ring,
-                    groups=names,
-                    exclude_groups=left_out,
+                    groups=read["groups"],
+                    exclude_groups=read["exclude_groups"],
                     limit=_LIMIT,
                     previous_ring=previous,
                     read=page,
