@@ -48,6 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
+from conductor.db import node_writes
 from conductor.db.models import AgentModel, NodeModel
 from conductor.db.value_lists import array_literal
 
@@ -154,12 +155,16 @@ def _arc_nodes(conditions: Sequence[ColumnElement[bool]], *, since: bool) -> Sub
 
 @functools.lru_cache(maxsize=64)
 def _page_statement(
-    *, groups: bool, excluded: bool, claimed: bool, since: bool, after: bool
+    *, groups: bool, excluded: bool, claimed: bool, since: bool, after: bool, as_of: bool
 ) -> Select[Any]:
     """A page of a share read, in position order: its nodes (of the bound
     groups, of none of the excluded, changed since the bound instant, past
     the bound marker), leaving out the rows the bound agent's claims changed
-    last (stamped at the bound times), at most the bound ``room``."""
+    last (stamped at the bound times), at most the bound ``room``.  With
+    ``as_of``, each row also has ``earliest_open``: the earliest stamp of
+    the writes open at the bound ``now``
+    (:data:`conductor.db.node_writes.EARLIEST_OPEN_NOW`, an InitPlan run
+    once), which a read of a whole share asked in a statement of its own."""
     conditions = _group_conditions(groups, excluded)
     if claimed:
         conditions.append(
@@ -171,6 +176,8 @@ def _page_statement(
     nodes = _arc_nodes(conditions, since=since)
     position, uuid = nodes.c.ring_position, nodes.c.uuid
     query = select(*(nodes.c[column.key] for column in SHARE_COLUMNS))
+    if as_of:
+        query = query.add_columns(node_writes.EARLIEST_OPEN_NOW.label("earliest_open"))
     if after:
         marker = tuple_(
             bindparam("after_position", type_=BigInteger), bindparam("after_uuid", type_=Text)
@@ -188,10 +195,12 @@ def share_query(
     claimed: tuple[str, Sequence[datetime.datetime]] | None = None,
     since: datetime.datetime | None = None,
     after: tuple[int, str] | None = None,
+    as_of: datetime.datetime | None = None,
 ) -> tuple[Select[Any], dict[str, Any]]:
     """The statement of a page of at most ``room`` nodes of ``arcs``, in
     position order, as :data:`SHARE_COLUMNS`, and its values (the arguments
-    of :func:`conductor.db.node_pages.share_page`)."""
+    of :func:`conductor.db.node_pages.share_page`).  ``as_of``: each row
+    also has ``earliest_open``, the earliest stamp of the writes open then."""
     if after is not None:  # a later page: only the arcs it may still find nodes in
         arcs = [arc for arc in arcs if arc[1] >= after[0]]
     firsts, lasts = arc_literals(arcs)
@@ -206,12 +215,15 @@ def share_query(
         values["since"] = _times_literal([since])
     if after is not None:
         values["after_position"], values["after_uuid"] = after
+    if as_of is not None:
+        values["now"] = as_of
     query = _page_statement(
         groups="groups" in values,
         excluded="excluded" in values,
         claimed="claimer" in values,
         since=since is not None,
         after=after is not None,
+        as_of=as_of is not None,
     )
     return query, values
 
@@ -230,7 +242,9 @@ def _free(columns: Any, held: Any) -> ColumnElement[bool]:
 def _claim_statement(*, groups: bool, excluded: bool) -> Update:
     """Take for the bound ``claimer`` at most ``room`` unpinned nodes of the
     bound arcs that have no live owner, each with a new epoch, stamped
-    ``stamp``; returns each one's uuid, new epoch and group.
+    ``stamp``; returns each one's uuid, new epoch and group.  It also ends
+    the bound ``record`` of the write (:data:`conductor.db.node_writes.END_CTE`):
+    a statement fewer in each claim, which a cold start makes one of per agent.
 
     The candidates are an ``ARRAY(SELECT ...)``: an InitPlan, run once and
     planned alone, as the read of them was when it was a statement of its
@@ -261,6 +275,7 @@ def _claim_statement(*, groups: bool, excluded: bool) -> Update:
             updated_at=bindparam("stamp", type_=DateTime()),
         )
         .returning(NodeModel.uuid, NodeModel.owner_epoch, NodeModel.node_group)
+        .add_cte(node_writes.END_CTE)
     )
 
 
@@ -273,10 +288,11 @@ def claim(
     room: int,
     groups: Sequence[str] | None,
     exclude_groups: Sequence[str],
-    stamp: datetime.datetime,
+    write: node_writes.OpenWrite,
 ) -> list[Any]:
-    """Run :func:`_claim_statement` for ``agent``: the rows taken, each as
-    (uuid, new epoch, group)."""
+    """Run :func:`_claim_statement` for ``agent``, its rows stamped as
+    ``write``, whose record it ends: the rows taken, each as (uuid, new
+    epoch, group)."""
     firsts, lasts = arc_literals(arcs)
     values: dict[str, Any] = {
         "arc_firsts": firsts,
@@ -284,7 +300,8 @@ def claim(
         "claimer": agent,
         "live": array_literal(live),
         "room": room,
-        "stamp": stamp,
+        "stamp": write.stamp,
+        **write.ending(),
     }
     if groups is not None:
         values["groups"] = array_literal(groups)

@@ -195,20 +195,30 @@ def read_share_page(
 ) -> tuple[InventoryPage, tuple[int, str] | None]:
     """:func:`share_page` in ``connection``'s transaction (a claim's, which
     then returns its share as it left it, one transaction fewer)."""
-    as_of, changed = _as_of_and_changed(connection, utcnow(), changed_after)
+    now = utcnow()
+    postgresql = connection.dialect.name == "postgresql"
+    query: dict[str, Any] = {
+        "room": limit,
+        "groups": groups,
+        "exclude_groups": exclude_groups,
+        "claimed": claimed,
+        "after": after,
+    }
+    if postgresql and changed_after is None:
+        # A whole share: its "as of" asked in the page's statement (one
+        # statement fewer in every claim of a cold start).  From an empty
+        # page there is none to take: asked before the page, as below (asked
+        # after it, a write that ended in between would be missed).
+        rows = connection.execute(*arc_statements.share_query(arcs, **query, as_of=now)).all()
+        if rows:
+            return _page_of(node_writes.as_of(now, rows[0].earliest_open), rows, limit)
+    as_of, changed = _as_of_and_changed(connection, now, changed_after)
     if not changed:
         return _page(as_of, [], unchanged=True), None
-    if connection.dialect.name == "postgresql":
-        query, values = arc_statements.share_query(
-            arcs,
-            room=limit,
-            groups=groups,
-            exclude_groups=exclude_groups,
-            claimed=claimed,
-            since=changed_after,
-            after=after,
-        )
-        rows = connection.execute(query, values).all()
+    if postgresql:
+        rows = connection.execute(
+            *arc_statements.share_query(arcs, **query, since=changed_after)
+        ).all()
     else:
         rows = _rows_in_written_arcs(
             connection,
@@ -218,6 +228,14 @@ def read_share_page(
             start=(-(1 << 63), "") if after is None else after,
             limit=limit,
         )
+    return _page_of(as_of, rows, limit)
+
+
+def _page_of(
+    as_of: datetime.datetime, rows: Sequence[Any], limit: int
+) -> tuple[InventoryPage, tuple[int, str] | None]:
+    """A page of at most ``limit`` ``rows`` and the marker of the next
+    (``None``: these were the last)."""
     full = len(rows) >= limit
     return _page(as_of, rows), ((rows[-1].ring_position, rows[-1].uuid) if full else None)
 

@@ -36,6 +36,7 @@ from conductor.db.models import NodeWriteModel, utcnow
 
 __all__ = [
     "EARLIEST_OPEN_NOW",
+    "END_CTE",
     "EXPIRY",
     "OpenWrite",
     "as_of",
@@ -59,6 +60,9 @@ _WRITES: Table = NodeWriteModel.__table__  # type: ignore[assignment]
 # Built once: a claim by share records itself on every call.
 _ADD = insert(_WRITES).values(stamp=bindparam("stamp"), expires_at=bindparam("expires_at"))
 _END = delete(_WRITES).where(_WRITES.c.id == bindparam("record"))
+#: :data:`_END` as a common table expression, for a write's own statement
+#: to end its record in (bound ``record``: :meth:`OpenWrite.ending`).
+END_CTE = _END.cte("write_ended")
 #: :func:`earliest_open` built once, for statements built once: its instant
 #: is their parameter ``now``.
 EARLIEST_OPEN_NOW: ScalarSelect[datetime.datetime] = (
@@ -90,6 +94,14 @@ class OpenWrite:
         """Delete the record in ``connection``'s transaction (the write's)."""
         connection.execute(_END, {"record": self._record})
         self.ended = True
+
+    def ending(self) -> dict[str, int]:
+        """The values of a statement of the write's that ends its record
+        itself (:data:`END_CTE`, one statement fewer than :meth:`end`); the
+        record counts as ended (if that statement fails, or its transaction
+        rolls back, :func:`record` deletes it on the way out)."""
+        self.ended = True
+        return {"record": self._record}
 
 
 @contextlib.contextmanager

@@ -147,9 +147,8 @@ def _claim_arcs(
                 room=limit,
                 groups=groups,
                 exclude_groups=exclude_groups,
-                stamp=now,
+                write=write,
             )
-            write.end(connection)
             page = None
             if read is not None:  # the share as the claim left it, in its transaction
                 page = node_pages.read_share_page(

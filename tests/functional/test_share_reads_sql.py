@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import select, text, update
 
-from conductor.db import arc_statements, migration, node_pages, share_claims
+from conductor.db import arc_statements, migration, node_pages, node_writes, share_claims
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
 from hashring.ring import Ring, node_position, subtract_arcs
@@ -171,5 +171,26 @@ def test_a_claim_returns_its_share_as_it_left_it(sql_url: str) -> None:
         assert end is None and set(page.uuids) | set(rest.uuids) == mine
         # No write record is left open by the claim.
         assert node_pages.share_page(db, arcs, limit=1)[0].as_of > page.as_of
+    finally:
+        db.dispose()
+
+
+def test_a_whole_share_read_is_as_of_the_earliest_open_write(sql_url: str) -> None:
+    """A read of a whole share takes its "as of" (in the page's own statement
+    on PostgreSQL) from the writes still open: a page with nodes and an
+    empty one alike start the next change read before such a write's rows."""
+    db = Database(sql_url)
+    try:
+        migration.upgrade(db)
+        add_nodes(db, 50)
+        arcs = Ring({"a1": 1.0, "a2": 1.0}, version=1).arcs("a1")
+        stamp = utcnow() - datetime.timedelta(seconds=30)
+        with node_writes.record(db, stamp):
+            page, _ = node_pages.share_page(db, arcs, limit=10)
+            empty, _ = node_pages.share_page(db, arcs, limit=10, groups=["none-such"])
+        assert len(page.uuids) == 10 and page.as_of == stamp
+        assert empty.uuids == [] and empty.as_of == stamp
+        after, _ = node_pages.share_page(db, arcs, limit=10)
+        assert after.as_of > stamp  # the write ended
     finally:
         db.dispose()

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy.dialects import postgresql
 
 from conductor import ring_share
-from conductor.db import arc_statements
+from conductor.db import arc_statements, node_writes
 
 SPEC = (3, tuple((f"agent-{i:02d}", 1.0) for i in range(20)))
 NOW = datetime.datetime(2026, 11, 30, 12, 0, 0, 123456)
@@ -32,15 +32,20 @@ def _bound(statement: Any) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("groups", "excluded", "claimed", "since", "after"),
+    ("groups", "excluded", "claimed", "since", "after", "as_of"),
     list(
         itertools.product(
-            [None, ["r1"]], [(), ["r9"]], [None, ("a1", [NOW])], [None, NOW], [None, (5, "u")]
+            [None, ["r1"]],
+            [(), ["r9"]],
+            [None, ("a1", [NOW])],
+            [None, NOW],
+            [None, (5, "u")],
+            [None, NOW],
         )
     ),
 )
 def test_every_shape_of_a_read_gets_every_value_it_binds(
-    groups: Any, excluded: Any, claimed: Any, since: Any, after: Any
+    groups: Any, excluded: Any, claimed: Any, since: Any, after: Any, as_of: Any
 ) -> None:
     arcs = ring_share.share_arcs(SPEC, "agent-03")
     query, values = arc_statements.share_query(
@@ -51,8 +56,10 @@ def test_every_shape_of_a_read_gets_every_value_it_binds(
         claimed=claimed,
         since=since,
         after=after,
+        as_of=as_of,
     )
     assert _bound(query) == set(values)
+    assert ("earliest_open" in query.selected_columns) is (as_of is not None)
     again, other = arc_statements.share_query(
         ring_share.share_arcs(SPEC, "agent-04"),
         room=99,
@@ -61,6 +68,7 @@ def test_every_shape_of_a_read_gets_every_value_it_binds(
         claimed=claimed,
         since=since,
         after=after,
+        as_of=as_of,
     )
     assert again is query  # built once: another agent's share binds other values
     assert other["arc_firsts"] != values["arc_firsts"] and other["room"] == 99
@@ -101,12 +109,14 @@ def test_every_shape_of_a_claim_gets_every_value_it_binds(groups: Any, excluded:
             room=100,
             groups=groups,
             exclude_groups=excluded,
-            stamp=NOW,
+            write=node_writes.OpenWrite(7, NOW),
         )
     (first, _), (second, values) = connection.ran
     assert first is second
     assert _bound(first) == set(values)
     assert values["live"] == '{"agent-03","agent-04"}' and values["claimer"] == "agent-04"
+    # The claim ends its write's record itself: no statement of its own.
+    assert values["record"] == 7 and values["stamp"] == NOW
 
 
 def test_a_later_page_scans_only_the_arcs_from_its_marker_on() -> None:
