@@ -15,6 +15,14 @@ start and after the last agent served, join, kill -9).  Ratios within one
 run do not depend on how loaded the machine is; the seconds do (for them
 see :mod:`benchmarks.scale.projection`).
 
+A count given more than once (``--agents 10,100,10,100,10,100``: the
+counts in turn, so that a slow minute of the machine falls on both) is
+one column: each cost is the median of its runs, and the judged costs'
+values of every run are listed under the table.  The conductor's CPU for
+one cold start moves by a third from one run to the next on this shared
+machine (the node index's share of it most); the median of a few runs
+says what the design costs.
+
 The goals: from the smallest to any larger count, conductor CPU per cold
 start and per quiet minute, broker bytes per cold start and conductor RSS
 each <= 1.3 x; rows read per cold start <= 1.2 x the fleet at every count
@@ -23,6 +31,7 @@ each <= 1.3 x; rows read per cold start <= 1.2 x the fleet at every count
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -112,8 +121,20 @@ _JUDGED = frozenset(
 )
 
 
-def _colds(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return sorted((res for res in runs if "cold" in res), key=lambda res: res["agents"])
+def _by_count(runs: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """The runs with a cold start, grouped by agent count (smallest first)."""
+    groups: dict[int, list[Mapping[str, Any]]] = {}
+    for res in runs:
+        if "cold" in res:
+            groups.setdefault(res["agents"], []).append(res)
+    return [groups[count] for count in sorted(groups)]
+
+
+def _median(
+    read: Callable[[Mapping[str, Any]], float | None], group: Sequence[Mapping[str, Any]]
+) -> float | None:
+    values = [value for value in map(read, group) if value is not None]
+    return float(statistics.median(values)) if values else None
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -122,24 +143,36 @@ def _ratio(value: float | None, base: float | None) -> float | None:
     return value / base
 
 
+def _rows_read(res: Mapping[str, Any]) -> float | None:
+    rows = res["cold"].get("rows_read_total")
+    return None if rows is None else float(rows)
+
+
 def scaling(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any]]:
-    """Per agent count (smallest first): each cost, its ratio to the smallest
-    count's, and the rows read per cold start as a multiple of ``nodes``."""
-    colds = _colds(runs)
-    if not colds:
+    """Per agent count (smallest first): each cost (the median of the
+    count's runs), its ratio to the smallest count's, the rows read per cold
+    start as a multiple of ``nodes``, and each run's value of the judged costs."""
+    groups = _by_count(runs)
+    if not groups:
         return []
-    base = colds[0]
+    base = groups[0]
     table = []
-    for res in colds:
+    for group in groups:
         costs = {}
         for label, _unit, read in _COSTS:
-            value = read(res)
-            costs[label] = (value, _ratio(value, read(base)))
-        rows = res["cold"].get("rows_read_total")
+            value = _median(read, group)
+            costs[label] = (value, _ratio(value, _median(read, base)))
+        rows = _median(_rows_read, group)
         table.append(
             {
-                "agents": res["agents"],
+                "agents": group[0]["agents"],
+                "runs": len(group),
                 "costs": costs,
+                "each_run": {
+                    label: [read(res) for res in group]
+                    for label, _unit, read in _COSTS
+                    if label in _JUDGED
+                },
                 "rows_x_fleet": None if rows is None else rows / nodes,
             }
         )
@@ -161,10 +194,11 @@ def scaling_goals(goals: Goals, runs: Sequence[Mapping[str, Any]], nodes: int) -
                 continue
             value, ratio = row["costs"][label]
             base = small["costs"][label][0]
+            of_runs = "" if row["runs"] == small["runs"] == 1 else ", medians of the runs"
             detail = (
                 None
                 if ratio is None or value is None or base is None
-                else f"{ratio:.2f} x ({value:,.1f} {unit} / {base:,.1f} {unit})"
+                else f"{ratio:.2f} x ({value:,.1f} {unit} / {base:,.1f} {unit}{of_runs})"
             )
             goals.add(
                 f"{tag} {label}",
@@ -204,8 +238,22 @@ def format_scaling(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[str]:
     width = max(len(label) for label in labels) + 2
     columns = [max(16, *(len(c[i]) for c in cells)) for i in range(len(labels))]
     column = max(columns)
-    heads = [f"{row['agents']} agents" for row in table]
+    heads = [
+        f"{row['agents']} agents" + (f", {row['runs']} runs" if row["runs"] > 1 else "")
+        for row in table
+    ]
     lines.append("  " + " " * width + "".join(f"{head:>{column + 2}}" for head in heads))
     for i, label in enumerate(labels):
         lines.append(f"  {label:<{width}}" + "".join(f"{c[i]:>{column + 2}}" for c in cells))
+    if any(row["runs"] > 1 for row in table):
+        lines.append("  each run (the table gives their medians):")
+        for label, unit, _read in _COSTS:
+            if label not in _JUDGED:
+                continue
+            runs = "; ".join(
+                f"{row['agents']}: "
+                + ", ".join(_cell(v, None, unit) for v in row["each_run"][label])
+                for row in table
+            )
+            lines.append(f"    {label} ({unit}): {runs}")
     return lines
