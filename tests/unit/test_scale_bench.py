@@ -146,6 +146,24 @@ def test_every_larger_count_against_the_smallest_and_the_table() -> None:
     assert scaling.format_scaling(runs[:1], 1000) == []
 
 
+def test_a_count_run_again_is_judged_by_the_median_of_its_runs() -> None:
+    # 10, 100, 10, 100, 10, 100: one slow run of each count (12.0, 30.0).
+    cpus = [(10, 4.0), (100, 5.0), (10, 12.0), (100, 30.0), (10, 5.0), (100, 6.0)]
+    runs = [_run(agents, cpu, 50.0, 1000) for agents, cpu in cpus]
+    table = scaling.scaling(runs, 1000)
+    assert [(row["agents"], row["runs"]) for row in table] == [(10, 3), (100, 3)]
+    cpu = _goal(scale_goals.goals(runs, 1000), "[100 vs 10 agents] conductor CPU per cold start")
+    # The medians, 6.0 / 5.0: not the mean (13.7 / 7.0) nor one pair of runs.
+    assert cpu["status"] == "PASS" and cpu["value"] == pytest.approx(1.2)
+    assert "medians of the runs" in cpu["detail"]
+    lines = scaling.format_scaling(runs, 1000)
+    assert "10 agents, 3 runs" in lines[2]
+    (each,) = [
+        line for line in lines if line.strip().startswith("conductor CPU per cold start (s):")
+    ]
+    assert each.split(":", 1)[1].strip() == "10: 4.00, 12.0, 5.00; 100: 5.00, 30.0, 6.00"
+
+
 def test_rpc_served_by_method_sums_the_outcomes() -> None:
     page = (
         'ringfleet_rpc_server_duration_seconds_count{host="c",method="list_node_uuids",'
