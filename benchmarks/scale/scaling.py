@@ -236,12 +236,11 @@ def format_scaling(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[str]:
         for row in table
     ]
     width = max(len(label) for label in labels) + 2
-    columns = [max(16, *(len(c[i]) for c in cells)) for i in range(len(labels))]
-    column = max(columns)
     heads = [
         f"{row['agents']} agents" + (f", {row['runs']} runs" if row["runs"] > 1 else "")
         for row in table
     ]
+    column = max(16, *(len(text) for text in heads), *(len(text) for c in cells for text in c))
     lines.append("  " + " " * width + "".join(f"{head:>{column + 2}}" for head in heads))
     for i, label in enumerate(labels):
         lines.append(f"  {label:<{width}}" + "".join(f"{c[i]:>{column + 2}}" for c in cells))
