@@ -244,7 +244,7 @@ def _claim_statement(*, groups: bool, excluded: bool) -> Update:
     bound arcs that have no live owner, each with a new epoch, stamped
     ``stamp``; returns each one's uuid, new epoch and group.  It also ends
     the bound ``record`` of the write (:data:`conductor.db.node_writes.END_CTE`):
-    a statement fewer in each claim, which a cold start makes one of per agent.
+    one statement fewer in each claim, and a cold start makes a claim per agent.
 
     The candidates are an ``ARRAY(SELECT ...)``: an InitPlan, run once and
     planned alone, as the read of them was when it was a statement of its
