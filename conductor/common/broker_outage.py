@@ -19,6 +19,13 @@ Dropping it is right: the message was dispatched already, and every RPC
 ringfleet serves is idempotent besides.  :func:`watch` also makes that one
 INFO line saying so, without a traceback.
 
+A call whose broker connection closed while it was served (a cut, a
+broker restart) cannot be answered: oslo.messaging's RPC server logs
+that as an ERROR with two chained tracebacks (60 lines).  The caller's
+call times out and is retried; the outage itself is said once.  So that
+is one WARNING line naming the error, without the traceback; any other
+failure to reply (a reply that cannot be serialised) stays an ERROR.
+
 A stopping service closes its channels while the broker may still be
 sending on them (a consumer's cancel, a delivery it will redeliver
 elsewhere, unacknowledged): py-amqp ignores such a method and says so at
@@ -32,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import kombu.exceptions
 import oslo_messaging as messaging
 
 __all__ = ["known_down", "on_reconnect", "reachable", "redacted", "watch"]
@@ -45,6 +53,9 @@ LISTENER_LOGGER = "oslo_messaging._drivers.amqpdriver"
 #: The listener's words for a message it already took (then dropped).
 _DUPLICATE = "ignoring duplicate message"
 
+#: The logger oslo.messaging's RPC server says a reply it could not send on.
+SERVER_LOGGER = "oslo_messaging.rpc.server"
+_NO_REPLY = "Can not send reply for message"
 #: py-amqp's logger, and its words for a method that arrived on a closing channel.
 AMQP_LOGGER = "amqp"
 _WHILE_CLOSING = "during closing channel"
@@ -81,9 +92,39 @@ def watch(url: messaging.TransportURL) -> None:
             driver.addFilter(_OutageFilter(redacted(url)))
         if not any(isinstance(f, _DuplicateFilter) for f in listener.filters):
             listener.addFilter(_DuplicateFilter())
-        amqp = logging.getLogger(AMQP_LOGGER)
-        if not any(isinstance(f, _ClosingFilter) for f in amqp.filters):
-            amqp.addFilter(_ClosingFilter())
+        channels = logging.getLogger(AMQP_LOGGER)
+        if not any(isinstance(f, _ClosingFilter) for f in channels.filters):
+            channels.addFilter(_ClosingFilter())
+        server = logging.getLogger(SERVER_LOGGER)
+        if not any(isinstance(f, _UnsentReplyFilter) for f in server.filters):
+            server.addFilter(_UnsentReplyFilter())
+
+
+class _UnsentReplyFilter(logging.Filter):
+    """A reply lost with its connection: one WARNING line, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if _connection_lost(error) and record.getMessage().startswith(_NO_REPLY):
+            _rewrite(
+                record,
+                logging.WARNING,
+                f"Reply to a call not sent, its broker connection is gone "
+                f"({type(error).__name__}: {error}): the caller times out and retries",
+            )
+        return True
+
+
+def _connection_lost(error: BaseException | None) -> bool:
+    """Whether ``error`` is what a reply meets when its connection is gone:
+    the socket's, kombu's, or py-amqp's own (``amqp.exceptions``, matched
+    by name: py-amqp is oslo.messaging's dependency, not ringfleet's)."""
+    if isinstance(error, (OSError, kombu.exceptions.OperationalError)):
+        return True
+    return any(
+        kind.__module__ == "amqp.exceptions" and kind.__name__.endswith("ConnectionError")
+        for kind in type(error).__mro__
+    )
 
 
 class _ClosingFilter(logging.Filter):

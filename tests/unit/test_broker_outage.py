@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+import amqp.exceptions
 import oslo_messaging as messaging
 import pytest
 from amqp.abstract_channel import AbstractChannel
@@ -23,6 +24,7 @@ from conductor.common import broker_outage
 DRIVER = logging.getLogger(broker_outage.DRIVER_LOGGER)
 LISTENER = logging.getLogger(broker_outage.LISTENER_LOGGER)
 AMQP = logging.getLogger(broker_outage.AMQP_LOGGER)
+SERVER = logging.getLogger(broker_outage.SERVER_LOGGER)
 
 
 def _url(text: str) -> messaging.TransportURL:
@@ -33,7 +35,7 @@ def _url(text: str) -> messaging.TransportURL:
 def watched() -> Iterator[None]:
     """This test's broker watched, as in a fresh process (an earlier test's
     transport may have installed the filter in this one)."""
-    before = {logger: list(logger.filters) for logger in (DRIVER, LISTENER, AMQP)}
+    before = {logger: list(logger.filters) for logger in (DRIVER, LISTENER, AMQP, SERVER)}
     for logger, installed in before.items():
         for old in installed:
             logger.removeFilter(old)
@@ -179,3 +181,28 @@ def test_a_method_arriving_on_a_closing_channel_is_info(
         AbstractChannel.dispatch_method(channel, (60, 30), b"", None)  # type: ignore[arg-type]
     [record] = [r for r in caplog.records if r.name == broker_outage.AMQP_LOGGER]
     assert record.levelname == "INFO" and "during closing channel 1" in record.getMessage()
+
+
+def _unsent_reply(error: BaseException) -> None:
+    """What oslo.messaging's RPC server does when a reply fails."""
+    try:
+        raise error
+    except Exception:
+        SERVER.exception("Can not send reply for message")
+
+
+def test_a_reply_lost_with_its_connection_is_one_warning_without_a_traceback(
+    watched: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call served while the broker connection went away (a cut) cannot
+    be answered: one WARNING line, not an ERROR with two tracebacks."""
+    with caplog.at_level(logging.INFO, logger=broker_outage.SERVER_LOGGER):
+        _unsent_reply(OSError("Server unexpectedly closed connection"))
+        _unsent_reply(amqp.exceptions.RecoverableConnectionError("connection already closed"))
+        _unsent_reply(TypeError("Object of type set is not JSON serializable"))
+    *lost, unserialisable = [r for r in caplog.records if r.name == broker_outage.SERVER_LOGGER]
+    assert [(r.levelname, r.exc_info, r.exc_text) for r in lost] == [("WARNING", None, None)] * 2
+    assert "OSError: Server unexpectedly closed connection" in lost[0].getMessage()
+    assert "RecoverableConnectionError: connection already closed" in lost[1].getMessage()
+    # Not the connection's: a bug to see whole.
+    assert unserialisable.levelname == "ERROR" and unserialisable.exc_info is not None
