@@ -155,13 +155,13 @@ def scaling(runs: Sequence[Mapping[str, Any]], nodes: int) -> list[dict[str, Any
     groups = _by_count(runs)
     if not groups:
         return []
-    base = groups[0]
+    base = {label: _median(read, groups[0]) for label, _unit, read in _COSTS}
     table = []
     for group in groups:
         costs = {}
         for label, _unit, read in _COSTS:
             value = _median(read, group)
-            costs[label] = (value, _ratio(value, _median(read, base)))
+            costs[label] = (value, _ratio(value, base[label]))
         rows = _median(_rows_read, group)
         table.append(
             {
@@ -185,9 +185,7 @@ def scaling_goals(goals: Goals, runs: Sequence[Mapping[str, Any]], nodes: int) -
     if len(table) < 2:
         return
     small = table[0]
-    for row in table[1:]:
-        if row["agents"] == small["agents"]:
-            continue
+    for row in table[1:]:  # one row per count: the smallest is not among them
         tag = f"[{row['agents']} vs {small['agents']} agents]"
         for label, unit, _read in _COSTS:
             if label not in _JUDGED:
