@@ -79,13 +79,15 @@ class ServiceProcess:
         )
         if text not in self.log():
             code = self.proc.returncode if self.proc is not None else None
-            try:
-                stderr = self.stderr_file.read_text(errors="replace")[-3000:]
-            except OSError:
-                stderr = ""
-            raise AssertionError(
-                f"{self.name} exited ({code}):\n{self.log()[-3000:]}\n-- stderr --\n{stderr}"
-            )
+            raise AssertionError(f"{self.name} exited ({code}):\n{self.said()}")
+
+    def said(self) -> str:
+        """The ends of its log and of its stderr, for a failure's message."""
+        try:
+            stderr = self.stderr_file.read_text(errors="replace")[-3000:]
+        except OSError:
+            stderr = ""
+        return f"{self.log()[-3000:]}\n-- stderr --\n{stderr}"
 
     def wait_serving(self, timeout: float = 60) -> None:
         self.wait_log(SERVING, timeout)
@@ -111,7 +113,12 @@ class ServiceProcess:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.terminate()
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running {timeout:.0f} s after SIGTERM:\n{self.said()}"
+            ) from None
 
     def kill(self) -> None:
         """kill -9 (resumed first if paused, so that it dies at once)."""

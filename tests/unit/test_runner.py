@@ -12,14 +12,27 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from conductor.common.runner import EXIT_S
 from tests.harness.process import REPO
 
 _SERVICE = textwrap.dedent(
     """
-    import logging, sys, threading, time
+    import atexit, logging, sys, threading, time
     from conductor.common.runner import run_service
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+
+    def a_call_that_never_returns():
+        threading.Event().wait()
+
+    def stray(daemon):  # a library's thread the service does not know of
+        thread = threading.Thread(
+            target=a_call_that_never_returns, name="library-worker", daemon=daemon
+        )
+        thread.start()
+        return thread
 
     class Service:
         stop_step = "not stopping"
@@ -30,6 +43,10 @@ _SERVICE = textwrap.dedent(
         def run(self):
             if {left}:  # a thread stuck on a hung dependency, as a library makes it
                 threading.Thread(target=threading.Event().wait, daemon=False).start()
+            if {stray} == "thread":  # the interpreter's exit joins it
+                stray(daemon=False)
+            if {stray} == "exit-handler":  # joined at exit, as futurist's workers
+                atexit.register(stray(daemon=True).join)
             print("serving", flush=True)
             self.stopped.wait()
 
@@ -54,9 +71,9 @@ _SERVICE = textwrap.dedent(
 )
 
 
-def _stop(hang: bool, left: bool = False) -> tuple[int, str]:
+def _stop(hang: bool, left: bool = False, stray: str = "") -> tuple[int, str]:
     with subprocess.Popen(
-        [sys.executable, "-c", _SERVICE.format(hang=hang, left=left)],
+        [sys.executable, "-c", _SERVICE.format(hang=hang, left=left, stray=repr(stray))],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -92,3 +109,18 @@ def test_a_stop_that_left_a_thread_waiting_for_a_dependency_exits_without_it() -
     assert code == 0
     assert "svc stopped" in stderr  # the logs flushed before the exit
     assert "WARNING" not in stderr
+
+
+@pytest.mark.parametrize("stray", ["thread", "exit-handler"])
+def test_an_exit_held_by_a_thread_the_stop_did_not_know_of_ends_naming_it(stray: str) -> None:
+    """The interpreter's exit would wait for the thread forever: it gets
+    EXIT_S, then the process exits, saying which thread and where it waits."""
+    code, stderr = _stop(hang=False, stray=stray)
+    assert code == 0
+    assert "svc stopped" in stderr
+    [warning] = [line for line in stderr.splitlines() if "WARNING" in line]
+    assert (
+        f"svc: exit not finished {EXIT_S:.0f} s after the service stopped, still waiting for "
+        "thread library-worker (in a_call_that_never_returns, <string>:"
+    ) in warning
+    assert warning.endswith("): exiting without it")

@@ -35,6 +35,7 @@ from conductor.common import rpc
 from conductor.common.conf import compute_agent as agent_opts
 from conductor.common.conf import conductor as conductor_opts
 from conductor.common.conf import database as database_opts
+from conductor.common.runner import EXIT_S
 from conductor.lifecycle import BuildLifecycle
 from hashring.backend_url import ttl_from_url
 
@@ -165,18 +166,19 @@ def test_daemons_notify_systemd_and_reload_on_hup(units: dict[str, Unit], name: 
 @pytest.mark.parametrize("name", AGENT_UNITS)
 def test_agent_stop_timeout_is_above_its_stop_deadline(units: dict[str, Unit], name: str) -> None:
     # The agent's stop waits up to graceful_timeout for deployments, then
-    # leaves; past graceful_timeout + STOP_MARGIN it exits whatever is left
-    # (conductor/common/runner.py): systemd's SIGKILL must come later.
+    # leaves; past graceful_timeout + STOP_MARGIN it exits whatever is left,
+    # and the interpreter's exit gets EXIT_S more (conductor/common/runner.py):
+    # systemd's SIGKILL must come later.
     graceful = next(o.default for o in agent_opts.opts if o.name == "graceful_timeout")
     stop = seconds(value(units[name], "Service", "TimeoutStopSec"))
-    assert stop > graceful + STOP_MARGIN, (stop, graceful)
+    assert stop > graceful + STOP_MARGIN + EXIT_S, (stop, graceful)
 
 
 def test_conductor_stop_timeout_is_above_its_stop_deadline(units: dict[str, Unit]) -> None:
     # The conductor's ordered stop waits for the RPC requests in flight (an
     # `agent drain` call runs up to rpc_response_timeout), then for its build
     # workers (BuildLifecycle.stop's timeout); past graceful_timeout it exits
-    # whatever is left.
+    # whatever is left, and its exit gets EXIT_S more.
     rpc_timeout = next(
         o.default
         for _group, group_opts in messaging_opts.list_opts()
@@ -186,7 +188,8 @@ def test_conductor_stop_timeout_is_above_its_stop_deadline(units: dict[str, Unit
     workers = inspect.signature(BuildLifecycle.stop).parameters["timeout"].default
     graceful = next(o.default for o in conductor_opts.opts if o.name == "graceful_timeout")
     stop = seconds(value(units[CONDUCTOR], "Service", "TimeoutStopSec"))
-    assert stop > graceful > rpc_timeout + workers, (stop, graceful, rpc_timeout, workers)
+    assert stop > graceful + EXIT_S, (stop, graceful)
+    assert graceful > rpc_timeout + workers, (graceful, rpc_timeout, workers)
 
 
 def test_start_timeouts_cover_the_wait_for_the_group(units: dict[str, Unit]) -> None:
