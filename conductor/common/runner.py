@@ -26,7 +26,7 @@ import time
 from types import FrameType
 from typing import Final, Protocol
 
-from conductor.common import malloc_arenas
+from conductor.common import gc_pace, malloc_arenas
 from conductor.common.exception import ConfigurationError, RingfleetError
 
 __all__ = ["EXIT_S", "Service", "run_service"]
@@ -67,6 +67,7 @@ class Service(Protocol):
 def run_service(service: Service, prog: str) -> int:
     """Run until SIGTERM/SIGINT (graceful stop); SIGHUP reloads.  An exit code."""
     malloc_arenas.cap()  # before the service makes its threads
+    gc_pace.set_pace()
     stop, reload = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
