@@ -336,7 +336,11 @@ class AgentsEndpoint:
         """
         agent = arguments.check_host(host)
         # Back from a restart: its nodes move as usual again if it dies now.
-        agents_db.end_restart_hold(self._db, agent)
+        # Only once this conductor sees it live: until then a peer's claim
+        # would find its nodes neither live nor held and take them (the
+        # hold then ends when the view has it back, fleet_view's record).
+        if agent in self._fleet.live_members():
+            agents_db.end_restart_hold(self._db, agent)
         if self._builds is None:
             raise ServiceUnavailable("this conductor routes no builds")
         builds, teardowns = self._builds.resume_agent(agent)

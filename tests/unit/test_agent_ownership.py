@@ -26,12 +26,13 @@ from sqlalchemy import update
 from compute_agent import inventory_reads, share_claims
 from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
-from conductor.common.exception import InvalidInput, NotOwner
+from conductor.common.exception import InvalidInput, NotOwner, ServiceUnavailable
 from conductor.common.objects import (
     ClaimOutcome,
     Ownership,
     ReleaseOutcome,
 )
+from conductor.db import agents as agents_db
 from conductor.db import instances, nodes, ownership
 from conductor.db.engine import Database
 from conductor.db.models import NodeModel, utcnow
@@ -631,6 +632,41 @@ def test_an_agent_stopped_for_a_restart_keeps_every_node_and_is_not_asked(
     env.settle()
     assert env.owners() == before
     assert a1.reconcile(both) is not None and set(a1.held()) == a1_nodes
+
+
+def test_a_restart_hold_ends_when_the_conductor_sees_the_agent_back_not_before(
+    env: Fleet,
+) -> None:
+    """A new process says it is back (``resume_work``) before the conductor's
+    view has it: its nodes stay held meanwhile, or a peer's claim would
+    find them neither live nor held and take them (seen in CI)."""
+    add_nodes(env.db, 40)
+    both = env.live({"a1": [], "a2": []})
+    a1, a2 = env.agent("a1"), env.agent("a2")
+    env.settle()
+    a1_nodes = set(a1.held())
+    before = env.owners()
+    env.conductor.hold_for_restart("a1")
+    alone = env.live({"a2": []})
+
+    def hold() -> datetime.datetime | None:
+        [record] = [a for a in agents_db.list_agents(env.db) if a.host == "a1"]
+        return record.restart_until
+
+    with pytest.raises(ServiceUnavailable):  # no build workers here; the hold first
+        env.conductor.endpoint.resume_work(CTXT, "a1")
+    assert hold() is not None  # not seen back: still held
+    a2.refresh_inventory()
+    early = a2.reconcile(alone)
+    assert early is not None and early.claimed == 0
+    assert env.owners() == before
+
+    env.live({"a1": [], "a2": []})  # seen back
+    with pytest.raises(ServiceUnavailable):
+        env.conductor.endpoint.resume_work(CTXT, "a1")
+    assert hold() is None
+    assert a2.reconcile(both) is not None
+    assert env.owners() == before and set(a1.held()) == a1_nodes
 
 
 def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:
