@@ -51,8 +51,9 @@ from oslo_log import log as oslo_log
 
 from compute_agent.service import AgentService
 from conductor.common import conf as common_conf
-from conductor.common import gc_pace, malloc_arenas, rpc
+from conductor.common import rpc
 from conductor.common.prepare import PROJECT, prepare_service
+from conductor.common.runner import tune_process
 
 LOG = logging.getLogger("benchmarks.multi_agent")
 
@@ -155,8 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(set(args.host)) != len(args.host):
         parser.error("hosts must be distinct")
-    malloc_arenas.cap()  # as each agent's own process does (run_service)
-    gc_pace.set_pace()
+    tune_process()  # as each agent's own process does (run_service)
     return run_agents(args.config_file, args.host, args.start_gate)
 
 

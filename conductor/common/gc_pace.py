@@ -12,14 +12,15 @@ made six or more of them, in whichever thread allocated (often an RPC
 call's).  Measured at 100,000 nodes (``benchmarks/scale_bench.py``): 1.1-1.2 s
 of full collections in every cold start, at 10 agents and at 100, and as
 much in the import before it; with the pace below, none in either, and the
-conductor's CPU per cold start fell from 3.3 s to 1.9 s at 10 agents and
-from 4.7 s to 3.1 s at 100, its resident memory the same (270-290 MB).
+conductor's CPU per cold start fell from 3.3 s to 2.1 s at 10 agents and
+from 4.7 s to 3.2 s at 100 (medians of runs), its resident memory the
+same (270-300 MB).
 
 The pace: a young collection every :data:`THRESHOLDS` [0] allocations, and
 the older generations' triggers 20 instead of 10.  Garbage that is not in
 a cycle is freed by reference counting as before, whatever the pace; what
-waits longer is cyclic garbage, a few thousand objects at most between two
-young collections.  :func:`set_pace` runs at start, as the malloc cap does
+waits longer is cyclic garbage, up to 20,000 new container objects until
+the next young collection.  :func:`set_pace` runs at start, as the malloc cap does
 (:mod:`conductor.common.malloc_arenas`): the command lines under systemd,
 and a ``python -m`` run, behave alike.
 """

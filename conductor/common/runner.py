@@ -29,7 +29,7 @@ from typing import Final, Protocol
 from conductor.common import gc_pace, malloc_arenas
 from conductor.common.exception import ConfigurationError, RingfleetError
 
-__all__ = ["EXIT_S", "Service", "run_service"]
+__all__ = ["EXIT_S", "Service", "run_service", "tune_process"]
 
 LOG = logging.getLogger(__name__)
 
@@ -66,8 +66,7 @@ class Service(Protocol):
 
 def run_service(service: Service, prog: str) -> int:
     """Run until SIGTERM/SIGINT (graceful stop); SIGHUP reloads.  An exit code."""
-    malloc_arenas.cap()  # before the service makes its threads
-    gc_pace.set_pace()
+    tune_process()  # before the service makes its threads
     stop, reload = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -107,6 +106,13 @@ def run_service(service: Service, prog: str) -> int:
     # (waiting for a dependency): a daemon thread, left behind.
     runner.join(_RUN_RETURNS_S)
     return 0
+
+
+def tune_process() -> None:
+    """A long-running service's process settings: glibc's malloc arenas
+    capped, Python's garbage collector paced (each module says why)."""
+    malloc_arenas.cap()
+    gc_pace.set_pace()
 
 
 def _failed(prog: str, failure: BaseException) -> int:

@@ -339,12 +339,20 @@ class AgentsEndpoint:
         # Only once this conductor sees it live: until then a peer's claim
         # would find its nodes neither live nor held and take them (the
         # hold then ends when the view has it back, fleet_view's record).
-        if agent in self._fleet.live_members():
+        if self._sees_live(agent):
             agents_db.end_restart_hold(self._db, agent)
         if self._builds is None:
             raise ServiceUnavailable("this conductor routes no builds")
         builds, teardowns = self._builds.resume_agent(agent)
         return {"builds": builds, "teardowns": teardowns}
+
+    def _sees_live(self, agent: str) -> bool:
+        """Whether this conductor's view has ``agent`` live; False when it
+        cannot vouch for its view (its membership suspended or lost)."""
+        try:
+            return agent in self._fleet.live_members()
+        except ServiceUnavailable:
+            return False
 
     def report_progress(self, ctxt: dict[str, Any], host: Any, nodes: Any) -> dict[str, Any]:
         """The back end moved the builds on these nodes on: a heartbeat (since 1.10).

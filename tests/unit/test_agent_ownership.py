@@ -669,6 +669,29 @@ def test_a_restart_hold_ends_when_the_conductor_sees_the_agent_back_not_before(
     assert env.owners() == before and set(a1.held()) == a1_nodes
 
 
+def test_a_conductor_that_cannot_vouch_for_its_view_keeps_the_hold_and_resumes_the_work(
+    tmp_path: Path,
+) -> None:
+    """Its membership suspended, a conductor cannot tell the agent is back:
+    the hold stays (its record ends it later), the work is routed anyway."""
+
+    class Suspended:
+        def live_members(self) -> frozenset[str]:
+            raise ServiceUnavailable("membership suspended")
+
+    class Builds:
+        def resume_agent(self, host: str) -> tuple[int, int]:
+            return 2, 1
+
+    db = migrated(f"sqlite:///{tmp_path / 'fleet.db'}")
+    agents_db.record_membership(db, {"a1": 1.0})
+    agents_db.hold_for_restart(db, "a1", 60.0)
+    endpoint = AgentsEndpoint(db, Suspended(), lambda: 0.0, Builds())  # type: ignore[arg-type]
+    assert endpoint.resume_work(CTXT, "a1") == {"builds": 2, "teardowns": 1}
+    [record] = agents_db.list_agents(db)
+    assert record.restart_until is not None
+
+
 def test_reconcile_is_postponed_unless_connected(env: Fleet) -> None:
     add_nodes(env.db, 10)
     view = env.live({"a1": []})
