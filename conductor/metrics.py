@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A conductor's Prometheus metrics: the common ones, builds by outcome, and
-the fleet check's problems and the database's reachability at scrape time.
+"""A conductor's Prometheus metrics: the common ones, builds by outcome, what
+its node index reads, and the fleet check's problems and the database's
+reachability at scrape time.
 
 The common metrics (RPC latency, membership state, ring members) and the
 HTTP endpoint come from :mod:`conductor.common.metrics`.
@@ -41,10 +42,30 @@ class ConductorMetrics(ServiceMetrics):
             registry=self.registry,
         )
         self._builds = {o: builds.labels(host, o) for o in BUILD_OUTCOMES}
+        self._index_cpu = Counter(
+            "ringfleet_conductor_node_index_cpu_seconds",
+            "CPU time the scheduler's node index spent reading the database's node "
+            "rows and applying them, by read: refresh (the rows changed since the "
+            "previous one) or rebuild (every node).",
+            ["host", "read"],
+            registry=self.registry,
+        )
+        self._index_rows = Counter(
+            "ringfleet_conductor_node_index_rows",
+            "Node rows the scheduler's node index read and applied, by read (refresh or rebuild).",
+            ["host", "read"],
+            registry=self.registry,
+        )
 
     def build_ended(self, outcome: str) -> None:
         """Count one build outcome (one of :data:`BUILD_OUTCOMES`)."""
         self._builds[outcome].inc()
+
+    def node_index_read(self, read: str, rows: int, cpu_seconds: float) -> None:
+        """Count one read of the node index (``read``: ``refresh`` or ``rebuild``):
+        its rows and its CPU time (the reading thread's)."""
+        self._index_rows.labels(self.host, read).inc(rows)
+        self._index_cpu.labels(self.host, read).inc(cpu_seconds)
 
     def watch_fleet(self, counts: ProblemCounts, database_reachable: Callable[[], bool]) -> None:
         """Export ``counts()`` (the fleet check's problems by kind) and

@@ -101,7 +101,7 @@ class ConductorService:
         # The records this conductor puts in flight name it as their carrier.
         db.carrier = conf.host
         fleet, membership = self._fleet_view(db)
-        scheduler = Scheduler.from_conf(db, conf)
+        scheduler = Scheduler.from_conf(db, conf, observe_read=self.metrics.node_index_read)
         self._transport = rpc.get_transport(conf)
         # Here, not at import: after the runner's fork and with the config read.
         self._notifier = Notifier.from_conf(conf, db)

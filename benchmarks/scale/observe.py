@@ -28,6 +28,7 @@ __all__ = [
     "count_claims",
     "inventory_rows",
     "metrics_urls",
+    "node_index_cpu",
     "read_nodes",
     "ring_owners",
     "rows_summary",
@@ -180,6 +181,18 @@ def rpc_served_cpu(text: str) -> dict[str, float]:
     for method, value in RPC_SERVED_CPU.findall(text):
         spent[method] = spent.get(method, 0.0) + float(value)
     return spent
+
+
+NODE_INDEX_CPU = re.compile(
+    r"^ringfleet_conductor_node_index_cpu_seconds_total\{[^}]*\} (\S+)$", re.M
+)
+
+
+def node_index_cpu(text: str) -> float:
+    """The CPU seconds a conductor's node index took so far, refreshes and
+    rebuilds (``ringfleet_conductor_node_index_cpu_seconds_total``; 0 from
+    an older conductor)."""
+    return sum(float(value) for value in NODE_INDEX_CPU.findall(text))
 
 
 def scrape(url: str) -> str:

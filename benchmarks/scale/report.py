@@ -54,6 +54,8 @@ def traffic_rows(step: Mapping[str, Any]) -> list[tuple[str, str]]:
                 ", ".join(f"{method} {seconds:.2f}" for method, seconds in top),
             )
         )
+    if traffic.get("node_index_cpu_s"):  # (nor about their node index)
+        rows.append(("  conductor CPU in its node index (s)", f"{traffic['node_index_cpu_s']:.2f}"))
     return rows
 
 

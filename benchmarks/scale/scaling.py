@@ -3,7 +3,10 @@
 
 One column per agent count of one invocation (same machine, servers and
 code), each cost next to its ratio to the smallest count's: the
-conductor's CPU and the broker bytes of a cold start, a join and a kill -9;
+conductor's CPU and the broker bytes of a cold start, a join and a kill -9
+(a cold start's CPU also split: the calls it served, by the RPC
+servers' own count, and its node index's reads, which apply the same
+rows at every count);
 the conductor's CPU and the broker bytes per minute of the converged fleet
 left alone (``--quiet``); the etcd requests per client (agent or
 conductor) of a cold start and of a quiet minute (:mod:`benchmarks.scale.etcd`);
@@ -58,6 +61,17 @@ def _quiet(res: Mapping[str, Any], key: str) -> float | None:
     return None if value is None else float(value)
 
 
+def _conductor_cpu_in(step: Mapping[str, Any] | None, part: str) -> float | None:
+    """The conductors' CPU of a step in ``part``: ``calls`` (every RPC
+    method's), or ``index`` (the node index's reads)."""
+    traffic = (step or {}).get("traffic") or {}
+    if part == "calls":
+        spent = traffic.get("cpu_s_by_method")
+        return None if not spent else float(sum(spent.values()))
+    value = traffic.get("node_index_cpu_s")
+    return None if not value else float(value)
+
+
 def _etcd(step: Mapping[str, Any] | None) -> float | None:
     etcd = (step or {}).get("etcd")
     return None if etcd is None else float(etcd["per_client"])
@@ -83,6 +97,8 @@ def _after_served(cold: Mapping[str, Any]) -> float | None:
 #: (label, unit, how to read it from one count's result) per row.
 _COSTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...] = (
     ("conductor CPU per cold start", "s", lambda r: r["cold"].get("conductor_cpu_s")),
+    ("  in the calls it served", "s", lambda r: _conductor_cpu_in(r.get("cold"), "calls")),
+    ("  in its node index", "s", lambda r: _conductor_cpu_in(r.get("cold"), "index")),
     ("broker bytes per cold start", "MB", lambda r: _mb(r.get("cold"))),
     ("conductor CPU per join", "s", lambda r: _get(r, "join", "conductor_cpu_s")),
     ("broker bytes per join", "MB", lambda r: _mb(r.get("join"))),

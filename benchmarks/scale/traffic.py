@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.scale.observe import METRICS_AT, rpc_served, rpc_served_cpu, scrape
+from benchmarks.scale.observe import METRICS_AT, node_index_cpu, rpc_served, rpc_served_cpu, scrape
 from tests.harness import ServiceProcess
 
 __all__ = ["Sample", "Traffic", "close_rates", "octets"]
 
-#: (monotonic time, broker bytes per connection, conductor calls served)
-#: (monotonic time, broker bytes per connection, calls served, calls by method)
-Sample = tuple[float, dict[str, int] | None, int, dict[str, int], dict[str, float]]
+#: (monotonic time, broker bytes per connection, conductor calls served,
+#: calls by method, their CPU seconds by method, the node indexes' CPU seconds)
+Sample = tuple[float, dict[str, int] | None, int, dict[str, int], dict[str, float], float]
 
 
 def octets(start: Sample, end: Sample) -> int | None:
@@ -70,8 +70,17 @@ class Traffic:
     def served_by_method(self) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
         """Method -> (calls, seconds) the running conductors served so far,
         and method -> the CPU seconds those calls took."""
+        total, cpu, _index = self._conductor_counters()
+        return total, cpu
+
+    def _conductor_counters(
+        self,
+    ) -> tuple[dict[str, tuple[int, float]], dict[str, float], float]:
+        """:meth:`served_by_method`, and the CPU seconds the conductors' node
+        indexes took so far."""
         total: dict[str, tuple[int, float]] = {}
         cpu: dict[str, float] = {}
+        index = 0.0
         for proc in self.conductors():
             found = METRICS_AT.search(proc.log())
             if found is None or not proc.running():
@@ -82,12 +91,13 @@ class Traffic:
                 total[method] = (calls + count, spent + seconds)
             for method, seconds in rpc_served_cpu(page).items():
                 cpu[method] = cpu.get(method, 0.0) + seconds
-        return total, cpu
+            index += node_index_cpu(page)
+        return total, cpu, index
 
     def sample(self) -> Sample:
-        served, cpu = self.served_by_method()
+        served, cpu, index = self._conductor_counters()
         by_method = {method: count for method, (count, _s) in served.items()}
-        return time.monotonic(), self.broker_bytes(), sum(by_method.values()), by_method, cpu
+        return time.monotonic(), self.broker_bytes(), sum(by_method.values()), by_method, cpu, index
 
     def quiet_rate(self, windows: int = 12) -> tuple[float | None, float]:
         """Bytes/s and calls/s of the fleet once quiet: windows of
@@ -142,6 +152,7 @@ class Traffic:
                 for method, seconds in sorted(end[4].items())
                 if seconds > start[4].get(method, 0.0)
             },
+            "node_index_cpu_s": round(end[5] - start[5], 3),
             "quiet_broker_kb_s": None if quiet is None or quiet[0] is None else quiet[0] / 1e3,
             "quiet_calls_s": None if quiet is None else quiet[1],
         }

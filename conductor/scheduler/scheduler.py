@@ -79,6 +79,13 @@ _MAX_EXPLAINED = 2
 #: seconds between two passes of keep_fresh at least (index_refresh_interval may be 0)
 _KEEPER_MIN_WAIT = 0.5
 
+#: (read: "refresh" or "rebuild", rows applied, CPU seconds of the read)
+ReadObserver = Callable[[str, int, float], None]
+
+
+def _ignore_read(read: str, rows: int, cpu_seconds: float) -> None:
+    """The default :data:`ReadObserver`: nothing measured."""
+
 
 class Scheduler:
     """Chooses and allocates nodes for builds; one per conductor process.
@@ -99,6 +106,10 @@ class Scheduler:
         except the first)
     :param rng: random source of the tie-breaks (tests pass a seeded one)
     :param clock: monotonic clock of the intervals (tests pass a fake one)
+    :param observe_read: called after each read of the index with the kind of
+        read (``refresh`` or ``rebuild``), the rows it applied and the CPU time
+        it took (the conductor's metrics: what the index costs, apart from the
+        calls it serves)
     """
 
     def __init__(
@@ -112,8 +123,10 @@ class Scheduler:
         resync_interval: float = 600.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        observe_read: ReadObserver | None = None,
     ) -> None:
         self._db = db
+        self._observe_read = observe_read or _ignore_read
         if filters is None:
             filters = plugins.load_filters(scheduler_conf.DEFAULT_FILTERS)
         if weighers is None:
@@ -151,7 +164,9 @@ class Scheduler:
         """allocations lost to another conductor (or a stale index) so far"""
 
     @classmethod
-    def from_conf(cls, db: Database, conf: cfg.ConfigOpts) -> Scheduler:
+    def from_conf(
+        cls, db: Database, conf: cfg.ConfigOpts, *, observe_read: ReadObserver | None = None
+    ) -> Scheduler:
         """A scheduler configured by the ``[scheduler]`` options (plugins loaded).
 
         :raises ConfigurationError: about an unknown or broken filter or weigher,
@@ -166,6 +181,7 @@ class Scheduler:
             refresh_interval=group.index_refresh_interval,
             refresh_overlap=group.index_refresh_overlap,
             resync_interval=group.index_resync_interval,
+            observe_read=observe_read,
         )
 
     @property
@@ -493,7 +509,7 @@ class Scheduler:
             return self._resync_locked()
 
     def _refresh_locked(self) -> int:
-        started = self._clock()
+        started, cpu = self._clock(), time.thread_time()
         with self._lock:
             generation = self._index.generation
         position, count = source.RefreshPosition(self._since, self._overlap), 0
@@ -507,6 +523,7 @@ class Scheduler:
         self._since = position.next
         self._applied.keep_from(self._since)
         self._refreshed_at = started
+        self._observe_read("refresh", count, time.thread_time() - cpu)
         LOG.debug("Node index refreshed: %d changed rows", count)
         return count
 
@@ -521,6 +538,7 @@ class Scheduler:
                         index.put(node, hardware)
 
     def _resync_locked(self) -> int:
+        cpu = time.thread_time()
         started, started_at = self._clock(), node_writes.read_start(self._db)
         with self._lock:
             generation = self._index.generation
@@ -536,6 +554,7 @@ class Scheduler:
         self._applied = source.AppliedVersions()
         self._refreshed_at = self._resynced_at = started
         self._built = True
+        self._observe_read("rebuild", stats["nodes"], time.thread_time() - cpu)
         LOG.info(
             "Node index rebuilt: %d nodes, %d free, in %.3f s",
             stats["nodes"],

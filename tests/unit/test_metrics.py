@@ -449,6 +449,21 @@ def test_served_calls_report_the_cpu_time_their_thread_spent() -> None:
     assert spent[0][1] >= 0.05
     assert spent[1][1] < 0.05  # asleep: no CPU
     metrics = ConductorMetrics("c")
+    metrics.node_index_read("refresh", 10, 0.25)
+    metrics.node_index_read("refresh", 5, 0.5)
+    metrics.node_index_read("rebuild", 100, 1.0)
+    sample = metrics.registry.get_sample_value
+    assert (
+        sample("ringfleet_conductor_node_index_rows_total", {"host": "c", "read": "refresh"}) == 15
+    )
+    assert (
+        sample("ringfleet_conductor_node_index_cpu_seconds_total", {"host": "c", "read": "refresh"})
+        == 0.75
+    )
+    assert (
+        sample("ringfleet_conductor_node_index_cpu_seconds_total", {"host": "c", "read": "rebuild"})
+        == 1.0
+    )
     metrics.rpc_served_cpu("spin", 0.25)
     metrics.rpc_served_cpu("spin", 0.5)
     assert (

@@ -146,6 +146,38 @@ def test_every_larger_count_against_the_smallest_and_the_table() -> None:
     assert scaling.format_scaling(runs[:1], 1000) == []
 
 
+def test_the_cold_starts_cpu_is_split_into_its_calls_and_its_node_index() -> None:
+    runs = [_run(10, 2.0, 50.0, 1000), _run(100, 3.0, 50.0, 1000)]
+    runs[0]["cold"]["traffic"].update(
+        cpu_s_by_method={"claim_share": 0.25, "owned_nodes": 0.05}, node_index_cpu_s=1.0
+    )
+    runs[1]["cold"]["traffic"] = {
+        **runs[1]["cold"]["traffic"],
+        "cpu_s_by_method": {"claim_share": 0.75, "owned_nodes": 0.15},
+        "node_index_cpu_s": 1.2,
+        "quiet_broker_kb_s": None,
+        "quiet_calls_s": None,
+    }
+    lines = scaling.format_scaling(runs, 1000)
+    (calls,) = [line for line in lines if "in the calls it served" in line]
+    assert calls.split()[-4:] == ["0.30", "(1.00x)", "0.90", "(3.00x)"]
+    (index,) = [line for line in lines if "in its node index" in line]
+    assert index.split()[-4:] == ["1.00", "(1.00x)", "1.20", "(1.20x)"]
+    # Not judged: the goal is the whole cold start's.
+    assert not [g for g in scale_goals.goals(runs, 1000) if "node index" in g["name"]]
+    rows = report.traffic_rows(runs[1]["cold"])
+    assert ("  conductor CPU in its node index (s)", "1.20") in rows
+    # From conductors older than the metrics: n/a, not 0.
+    (older,) = [
+        line
+        for line in scaling.format_scaling(
+            [_run(10, 2.0, 50.0, 1000), _run(100, 3.0, 50.0, 1000)], 1000
+        )
+        if "in its node index" in line
+    ]
+    assert older.split()[-2:] == ["n/a", "n/a"]
+
+
 def test_a_count_run_again_is_judged_by_the_median_of_its_runs() -> None:
     # 10, 100, 10, 100, 10, 100: one slow run of each count (12.0, 30.0).
     cpus = [(10, 4.0), (100, 5.0), (10, 12.0), (100, 30.0), (10, 5.0), (100, 6.0)]
@@ -186,6 +218,18 @@ def test_rpc_served_cpu_by_method_sums_the_hosts() -> None:
         'ringfleet_rpc_server_cpu_seconds_total{host="c1",method="resume_work"} 0.25\n'
     )
     assert observe.rpc_served_cpu(page) == {"claim_share": 1.75, "resume_work": 0.25}
+
+
+def test_node_index_cpu_sums_reads_and_hosts() -> None:
+    page = (
+        'ringfleet_conductor_node_index_cpu_seconds_total{host="c1",read="refresh"} 1.25\n'
+        'ringfleet_conductor_node_index_cpu_seconds_total{host="c1",read="rebuild"} 0.5\n'
+        'ringfleet_conductor_node_index_cpu_seconds_created{host="c1",read="refresh"} 1.7e9\n'
+        'ringfleet_conductor_node_index_cpu_seconds_total{host="c2",read="refresh"} 0.25\n'
+        'ringfleet_conductor_node_index_rows_total{host="c2",read="refresh"} 900.0\n'
+    )
+    assert observe.node_index_cpu(page) == 2.0
+    assert observe.node_index_cpu("") == 0.0
 
 
 def test_goal_join_bytes_against_the_joiners_share() -> None:

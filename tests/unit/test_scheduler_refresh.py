@@ -177,3 +177,23 @@ def test_pages_switch_to_whole_rows_when_most_are_new(db: Database) -> None:
     assert [row[1] for p in pages for row in p.rows] == nodes[4:]
     without = list(node_pages.changed_index_rows(db, T0, page=4))
     assert [len(p.rows) for p in without] == [4, 4, 4, 0]
+
+
+def test_each_read_of_the_index_is_observed_with_its_rows_and_cpu(db: Database) -> None:
+    """What the conductor's metrics count: a rebuild of every node, then
+    refreshes of the rows changed since (none when nothing changed)."""
+    reads: list[tuple[str, int, float]] = []
+    uuids = insert_nodes(db, 5)
+    chooser = scheduler(db, refresh_overlap=0.0, observe_read=lambda *read: reads.append(read))
+    assert chooser.refresh() == 5  # never built: a rebuild
+    with db.transaction() as session:
+        session.execute(
+            update(NodeModel)
+            .where(NodeModel.uuid.in_(uuids[:2]))
+            .values(maintenance=True, updated_at=utcnow())
+        )
+    chooser.refresh()
+    assert [(read, rows) for read, rows, _cpu in reads] == [("rebuild", 5), ("refresh", 2)]
+    assert all(cpu >= 0 for _read, _rows, cpu in reads)
+    chooser.resync()
+    assert reads[-1][:2] == ("rebuild", 5)
