@@ -242,6 +242,31 @@ class Move:
 _GROUPING = threading.Lock()
 
 
+def _circle_order(points: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+    """The order of ``points`` around the circle; equal points in their order
+    here (members listed in id order: the smaller member id first, in every
+    process).
+
+    A stable sort of 400,000 points (100 members) takes four times as long
+    as numpy's default one, whose order of distinct points is the same: each
+    agent builds the ring of every view it sees.  Equal points (a 2**-64
+    event) are sorted again, stably.
+    """
+    order = np.argsort(points)
+    ordered = points[order]
+    if len(ordered) > 1 and not np.all(ordered[1:] != ordered[:-1]):
+        order = np.argsort(points, kind="stable")
+    return order
+
+
+def _small_ints(values: npt.NDArray[np.int32]) -> npt.NDArray[np.integer]:
+    """``values`` (member numbers) as 16 bits when they fit: numpy sorts
+    those stably by radix, five times as fast as 32-bit ones."""
+    if len(values) and int(values.max()) < 1 << 16 and int(values.min()) >= 0:
+        return values.astype(np.uint16)
+    return values
+
+
 class Ring:
     """A consistent hash ring over weighted members.
 
@@ -279,9 +304,7 @@ class Ring:
             points[start : start + count] = _member_points(member_id, count, version)
             start += count
         owners = np.repeat(np.arange(len(ids), dtype=np.int32), counts)
-        # Stable sort over members listed in id order: equal points resolve
-        # to the smaller member id, in every process.
-        order = np.argsort(points, kind="stable")
+        order = _circle_order(points)
         # Each table is kept once, in a compact array, with numpy views on
         # the same memory for the bulk operations: a conductor caches the
         # rings its agents send, and at 100 members a ring is 400k points
@@ -301,8 +324,12 @@ class Ring:
         # a lookup bisects only its bucket (a handful of points) instead of
         # the whole circle, which keeps it fast for hundreds of members.
         bucket_edges = np.arange(_BUCKETS + 1, dtype=np.uint64) << np.uint64(_BUCKET_SHIFT)
-        starts = np.searchsorted(self._points, bucket_edges[:-1], side="left")
-        self._bucket_start = array("l", [*starts.tolist(), len(self._points)])
+        starts = np.searchsorted(self._points, bucket_edges, side="left")
+        starts[-1] = len(self._points)
+        # Straight from numpy's memory: a list of 65,537 ints first cost a
+        # third of a small ring's build.
+        self._bucket_start = array("l")
+        self._bucket_start.frombytes(starts.astype(np.dtype("l")).tobytes())
         self._member_ids = ids
         self._member_names = np.array(ids, dtype=object)
         self._points_by_owner: tuple[npt.NDArray[np.int32], npt.NDArray[np.intp]] | None = None
@@ -425,7 +452,9 @@ class Ring:
                 grouped = self._points_by_owner
                 if grouped is None:
                     # int32: half the memory of argsort's intp (1.6 MB at 100 members).
-                    order = np.argsort(self._owner_index, kind="stable").astype(np.int32)
+                    order = np.argsort(_small_ints(self._owner_index), kind="stable").astype(
+                        np.int32
+                    )
                     bounds = np.searchsorted(
                         self._owner_index[order], np.arange(len(self._member_ids) + 1), side="left"
                     )

@@ -12,10 +12,12 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from hashring import ring as ring_module
 from hashring.exceptions import (
     EmptyRingError,
     HashRingError,
@@ -189,6 +191,27 @@ def test_same_owners_in_every_process() -> None:
         digests.add(out.stdout.strip())
     local = Ring(members, version=7).assign(nodes)
     assert digests == {hashlib.sha256("\n".join(local).encode()).hexdigest()}
+
+
+def test_the_map_of_version_1_and_3_is_what_it_always_was() -> None:
+    """Digests of owners and arcs computed before the ring's build was made
+    faster: a change of the map would remap the fleets already stored."""
+    rnd = random.Random(7)
+    nodes = [f"{rnd.getrandbits(128):032x}" for _ in range(20000)]
+    ring = Ring({f"agent-{i:03d}": 1.0 + (i % 3) / 2 for i in range(60)}, version=3)
+    owners = hashlib.sha256("\n".join(ring.assign(nodes)).encode()).hexdigest()
+    assert owners == "fe5964ec702c56195730a9b2e2ab80824975b0579195fc4122500e0ec3561429"
+    firsts, lasts = ring.arc_columns("agent-007")
+    arcs = hashlib.sha256(firsts.tobytes() + lasts.tobytes()).hexdigest()
+    assert arcs == "47dac88bbfef96873e974dcb73bba063c85f4c9e265cfbce75c2f61227a6891c"
+
+
+def test_equal_points_keep_the_order_of_their_members() -> None:
+    """The smaller member id owns an equal point (a 2**-64 event, forced here)."""
+    points = np.array([5, 3, 5, 1, 3, 9], dtype=np.uint64)
+    assert ring_module._circle_order(points).tolist() == [3, 1, 4, 0, 2, 5]
+    distinct = np.array([5, 3, 8, 1], dtype=np.uint64)
+    assert ring_module._circle_order(distinct).tolist() == [3, 1, 0, 2]
 
 
 def test_version_changes_the_map_and_only_the_version() -> None:
