@@ -152,7 +152,7 @@ class Traffic:
                 for method, seconds in sorted(end[4].items())
                 if seconds > start[4].get(method, 0.0)
             },
-            "node_index_cpu_s": round(end[5] - start[5], 3),
+            "node_index_cpu_s": end[5] - start[5],
             "quiet_broker_kb_s": None if quiet is None or quiet[0] is None else quiet[0] / 1e3,
             "quiet_calls_s": None if quiet is None else quiet[1],
         }

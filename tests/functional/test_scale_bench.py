@@ -123,7 +123,13 @@ def test_cold_start_and_join_converge_on_the_ring(
             assert row["measured"] == results[step]["seconds"]  # type: ignore[index]
         share = scale_bench.join_share_mb(results)
         assert share is not None and share > 0
-        (label, value), _quiet, (cpu_label, cpu_value) = traffic_rows(join)
+        (label, value), _quiet, (cpu_label, cpu_value), index_row = traffic_rows(join)
+        # The node index refreshed all along (the joiner's claims among its rows).
+        assert traffic["node_index_cpu_s"] > 0
+        assert index_row == (
+            "  conductor CPU in its node index (s)",
+            f"{traffic['node_index_cpu_s']:.2f}",
+        )
         assert "broker MB / conductor calls" in label
         assert value == f"{traffic['broker_mb']:.1f} / {traffic['calls']:,}"
         # The conductor's CPU by method, of the methods it served.
