@@ -61,14 +61,15 @@ def _quiet(res: Mapping[str, Any], key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _conductor_cpu_in(step: Mapping[str, Any] | None, part: str) -> float | None:
-    """The conductors' CPU of a step in ``part``: ``calls`` (every RPC
-    method's), or ``index`` (the node index's reads)."""
-    traffic = (step or {}).get("traffic") or {}
-    if part == "calls":
-        spent = traffic.get("cpu_s_by_method")
-        return None if not spent else float(sum(spent.values()))
-    value = traffic.get("node_index_cpu_s")
+def _calls_cpu(step: Mapping[str, Any] | None) -> float | None:
+    """The conductors' CPU of a step in the calls they served (every method's)."""
+    spent = ((step or {}).get("traffic") or {}).get("cpu_s_by_method")
+    return None if not spent else float(sum(spent.values()))
+
+
+def _index_cpu(step: Mapping[str, Any] | None) -> float | None:
+    """The conductors' CPU of a step in their node index's reads."""
+    value = ((step or {}).get("traffic") or {}).get("node_index_cpu_s")
     return None if not value else float(value)
 
 
@@ -97,8 +98,8 @@ def _after_served(cold: Mapping[str, Any]) -> float | None:
 #: (label, unit, how to read it from one count's result) per row.
 _COSTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...] = (
     ("conductor CPU per cold start", "s", lambda r: r["cold"].get("conductor_cpu_s")),
-    ("  in the calls it served", "s", lambda r: _conductor_cpu_in(r.get("cold"), "calls")),
-    ("  in its node index", "s", lambda r: _conductor_cpu_in(r.get("cold"), "index")),
+    ("  in the calls it served", "s", lambda r: _calls_cpu(r.get("cold"))),
+    ("  in its node index", "s", lambda r: _index_cpu(r.get("cold"))),
     ("broker bytes per cold start", "MB", lambda r: _mb(r.get("cold"))),
     ("conductor CPU per join", "s", lambda r: _get(r, "join", "conductor_cpu_s")),
     ("broker bytes per join", "MB", lambda r: _mb(r.get("join"))),
