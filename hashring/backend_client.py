@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the membership adjusts on a back end's client once it is connected.
+"""What the membership adjusts on a back end's client: once it is connected, and to stop it.
 
 etcd3gw sends every request (a heartbeat, a group read, a signature read)
 through a ``requests`` session, and ``requests`` re-reads the process
@@ -13,12 +13,13 @@ session then stops asking.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
 import requests
 
-__all__ = ["settle_environment"]
+__all__ = ["settle_environment", "stop_client"]
 
 
 def settle_environment(coordinator: Any) -> None:
@@ -41,3 +42,24 @@ def settle_environment(coordinator: Any) -> None:
         if bundle:
             session.verify = bundle
     session.trust_env = False
+
+
+def stop_client(coordinator: Any, *, leave: bool) -> None:
+    """Stop ``coordinator``, errors ignored; without ``leave`` its group
+    entries stay until their lease expires, as after a crash."""
+    redis_client = None
+    if not leave:
+        # tooz's stop() leaves every joined group; forget them so that the
+        # entry stays until its lease expires, as after a crash.
+        coordinator._joined_groups.clear()
+        # Its Redis driver also deletes the member's heartbeat key on
+        # stop, which peers read as "gone" at once: a restart's hold (or
+        # a crash, in the demo) would end before its TTL.  Without its
+        # client the driver skips that; the client is closed here.
+        if type(coordinator).__module__ == "tooz.drivers.redis":
+            redis_client, coordinator._client = coordinator._client, None
+    with contextlib.suppress(Exception):
+        coordinator.stop()
+    if redis_client is not None:
+        with contextlib.suppress(Exception):
+            redis_client.close()

@@ -51,7 +51,7 @@ from typing import Any
 
 from tooz import coordination
 
-from hashring.backend_client import settle_environment
+from hashring.backend_client import settle_environment, stop_client
 from hashring.backend_outage import BackendOutage
 from hashring.backend_url import tooz_url, ttl_from_url
 from hashring.exceptions import MembershipError
@@ -338,22 +338,7 @@ class Membership:
                     self._group_name,
                     exc,
                 )
-        redis_client = None
-        if not leave:
-            # tooz's stop() leaves every joined group; forget them so that the
-            # entry stays until its lease expires, as after a crash.
-            coordinator._joined_groups.clear()
-            # Its Redis driver also deletes the member's heartbeat key on
-            # stop, which peers read as "gone" at once: a restart's hold (or
-            # a crash, in the demo) would end before its TTL.  Without its
-            # client the driver skips that; the client is closed here.
-            if type(coordinator).__module__ == "tooz.drivers.redis":
-                redis_client, coordinator._client = coordinator._client, None
-        with contextlib.suppress(Exception):
-            coordinator.stop()
-        if redis_client is not None:
-            with contextlib.suppress(Exception):
-                redis_client.close()
+        stop_client(coordinator, leave=leave)
         self._report_state()
 
     # -- keeper: connect, join, heartbeat, re-join -----------------------
@@ -418,15 +403,25 @@ class Membership:
             # re-validate what they hold), even though the re-join follows
             # within this very call.
             self._report_state()
+        joined = True
         if self._aside is not None:
             self._stay_aside()
         elif self._join and not self._joined:
             if self._superseded_by is not None:
                 return True
-            self._join_group()
+            try:
+                self._join_group()
+            except Exception as exc:  # etcd3gw's own errors too, as the heartbeat's
+                # Mostly "Not Found": the lease just renewed expired before the
+                # join used it (a process starved of CPU past its TTL).  The next
+                # beat makes a new one; said once, not a traceback per try.
+                self._outage.failed(self._action("joining"), exc)
+                joined = False
+            else:
+                self._outage.succeeded(self._action("joining"))
         with self._lock:
             self._last_beat = started
-        return True
+        return joined
 
     def _stay_aside(self) -> None:
         """Out of the group while stepped aside: leave it once (said once)."""

@@ -37,8 +37,10 @@ class FakeBackend:
         self.heartbeat_error: Exception | None = None
         self.read_error: Exception | None = None
         self.start_error: Exception | None = None
+        self.join_error: Exception | None = None
         self.starts = 0
         self.joins = 0
+        self.join_tries = 0
         self.reads = 0
         # When set, joins wait for it: a join that takes a while (a slow or
         # just restarted etcd member), during which the group is read.
@@ -79,6 +81,9 @@ class FakeCoordinator:
             if gate is not None:
                 assert gate.wait(10)
             with self.backend.lock:
+                self.backend.join_tries += 1
+                if self.backend.join_error is not None:
+                    raise self.backend.join_error
                 members = self.backend.groups[group]
                 if self.member_id in members:
                     raise coordination.MemberAlreadyExist(group, self.member_id)
@@ -401,6 +406,31 @@ def test_missing_from_the_group_rejoins(backend: FakeBackend, started: list[Memb
         del backend.groups[GROUP][b"agent-1"]  # as if the lease had expired
     wait_until(lambda: backend.joins == joins + 1)
     wait_until(lambda: m.state is State.CONNECTED and b"agent-1" in backend.groups[GROUP])
+
+
+def test_a_join_the_back_end_refuses_is_said_once_and_tried_again(
+    backend: FakeBackend, started: list[Membership], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease the beat just renewed expired before the join used it (a
+    process starved of CPU past its TTL): etcd says "Not Found".  One
+    WARNING, no traceback per try, and the member joins once it can."""
+    caplog.set_level(logging.DEBUG, logger="hashring")
+    m = make(started)
+    assert m.wait_connected(5)
+    joins = backend.joins
+    backend.join_error = coordination.ToozError("Not Found")
+    with backend.lock:
+        tries = backend.join_tries
+        del backend.groups[GROUP][b"agent-1"]  # the lease expired
+    wait_until(lambda: backend.join_tries >= tries + 3)
+    assert m.state is not State.CONNECTED and backend.joins == joins
+    backend.join_error = None
+    wait_until(lambda: backend.joins == joins + 1 and m.state is State.CONNECTED)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    refused = [text for text in said if "joining failed" in text]
+    assert len(refused) == 1 and "Not Found" in refused[0], said
+    assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
 def test_no_view_without_this_member_is_published_while_it_re_joins(
