@@ -53,6 +53,7 @@ class OwnershipCalls(Protocol):
         limit: int = 5000,
         previous_ring: dict[str, Any] | None = None,
         read: int | None = None,
+        held: bool = False,
     ) -> dict[str, Any] | None: ...
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome: ...

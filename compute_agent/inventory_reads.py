@@ -527,6 +527,8 @@ class InventoryReader:
         as_of = None
         unchanged: datetime.datetime | None = None  # nothing changed since then
         for query in reads:
+            if "outside" in query and not self._owner_read_due():
+                continue  # the claim that re-read our held set found none
             start = None if query["since"] is None else _moment(query["since"])
             if unchanged is not None and start is not None and start >= unchanged:
                 # The conductor found no node of the fleet changed since: this

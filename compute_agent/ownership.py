@@ -37,6 +37,7 @@ from compute_agent.metrics import AgentMetrics, group_counts
 from compute_agent.releases import Releaser
 from compute_agent.share_claims import ShareClaimer
 from conductor.common.exception import NotOwner
+from conductor.common.objects import Ownership
 from hashring.membership import Membership, MembershipView, State
 from hashring.ring import ring_of
 
@@ -88,6 +89,9 @@ class ReconcileResult:
 
 class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
     """The agent's held nodes and epochs; thread-safe."""
+
+    #: The join generation whose settle ``_claims_after`` holds claims back for.
+    _settling_generation = 0
 
     def __init__(
         self,
@@ -289,7 +293,11 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
     def _revalidate(self) -> tuple[int, int]:
         """:meth:`revalidate`, without metrics: (held, lost)."""
         generation = self._membership.join_generation
-        owned = self._conductor.owned_nodes(self.host)
+        return self._replace_held(generation, self._conductor.owned_nodes(self.host))
+
+    def _replace_held(self, generation: int, owned: Sequence[Ownership]) -> tuple[int, int]:
+        """Hold what the conductor recorded as ours (``owned``), read in join
+        ``generation``: (held, lost)."""
         with self._lock:
             self._validated_generation = generation
             before = dict(self._held)
@@ -505,15 +513,31 @@ class OwnershipManager(InventoryReader, ShareClaimer, Releaser):
 
     def _validate_held(self) -> int:
         """Read the held set again after a (re-)join, and hold claims back
-        while the view settles; the nodes found taken over meanwhile."""
-        lost = 0
-        if self.needs_revalidation():
-            lost = self._revalidate()[1]
-            if self._validated_generation > 1:  # a re-join, not our first join
-                self._claims_after = time.monotonic() + self._rejoin_settle
-            else:
-                self._claims_after = time.monotonic() + self._join_settle
-        return lost
+        while the view settles; the nodes found taken over meanwhile.  A new
+        process reads it with its first claim instead (:meth:`_validates_by_claim`)."""
+        generation = self._membership.join_generation
+        if self._settling_generation != generation:
+            self._settling_generation = generation
+            settle = self._rejoin_settle if generation > 1 else self._join_settle
+            self._claims_after = time.monotonic() + settle
+        if not self.needs_revalidation() or self._validates_by_claim():
+            return 0
+        return self._revalidate()[1]
+
+    def _validates_by_claim(self) -> bool:
+        """Whether the first read's claim of our share re-reads our held set
+        (``held``, conductor API 1.28), not ``owned_nodes`` before it: our
+        process's first join, whose settle has begun (a pass ran), nothing
+        read yet, and no earlier process of ours replaced in the group (a
+        restart within the TTL may hold nodes: it reads them at once, to act
+        on them).  At a cold start of 100 agents ``owned_nodes`` was half the
+        conductor's calls, each finding nothing.  A read without it is
+        followed by ``owned_nodes``: nothing acts on a node before either."""
+        return (
+            self._membership.join_generation == 1 == self._settling_generation
+            and self._since is None
+            and not self._membership.replaced_earlier_process
+        )
 
     def _to_claim(self, desired: set[str], members: Mapping[str, object]) -> list[str]:
         """The desired nodes not held to claim now, sorted (under the lock):

@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.inventory_reads import PAGE, ShareKey, gains, share_rings, share_where
 from conductor.common.exception import InvalidInput
+from conductor.common.objects import Ownership
 from hashring.membership import Membership, MembershipView
 
 __all__ = ["ShareClaimer"]
@@ -72,6 +73,12 @@ class ShareClaimer:
     _gained_pages: list[tuple[dict[str, Any], dict[str, Any]]]
 
     def needs_revalidation(self) -> bool:
+        raise NotImplementedError
+
+    def _validates_by_claim(self) -> bool:
+        raise NotImplementedError
+
+    def _replace_held(self, generation: int, owned: Sequence[Ownership]) -> tuple[int, int]:
         raise NotImplementedError
 
     def claim_first(self, view: MembershipView) -> int | None:
@@ -130,12 +137,13 @@ class ShareClaimer:
 
     def _may_claim_now(self, view: MembershipView) -> bool:
         """Whether claims on ``view`` may be made now: we are of it and
-        connected, our held set was re-validated since we (re-)joined, and
-        the view had its time to settle after that."""
+        connected, our held set was re-validated since we (re-)joined (or
+        the claim re-reads it: :meth:`_claim_and_read`), and the view had
+        its time to settle after that."""
         return (
             self.host in view.members
             and self._membership.can_act()
-            and not self.needs_revalidation()
+            and (not self.needs_revalidation() or self._validates_by_claim())
             and time.monotonic() >= self._claims_after
         )
 
@@ -148,8 +156,11 @@ class ShareClaimer:
         At a cold start an agent read its share, then claimed it: two calls,
         each with its turn at a conductor, for the same arcs.  The nodes
         taken are ours before the page is learnt, which lists them as ours.
+        Our held set is re-read with it if due (a new process's first read):
+        what we held before it, then what it took.
         """
         with self._reconcile_lock:
+            generation = self._membership.join_generation
             try:
                 out = self._conductor.claim_share(
                     self.host,
@@ -158,6 +169,7 @@ class ShareClaimer:
                     exclude_groups=query["exclude_groups"],
                     limit=_LIMIT,
                     read=page,
+                    held=self.needs_revalidation(),
                 )
             except InvalidInput as exc:
                 if not exc.is_not_live_member:
@@ -166,6 +178,8 @@ class ShareClaimer:
                 return None
             if out is None:
                 return None
+            if "held" in out:
+                self._replace_held(generation, out["held"])
             claimed = self._took_share(out)
         with self._lock:
             self._claimed_by_reads += claimed

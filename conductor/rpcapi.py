@@ -128,6 +128,9 @@ API version history:
 * 1.27 - report_node_states' reply carries ``changed_at``: the change time
   written on the rows the reports changed (the agent's change reads leave
   them out, as its claims').
+* 1.28 - claim_share takes ``held``: its reply also carries ``held``, every
+  node the agent owned just before the claim (a new agent process re-reads
+  its held set with its first claim, not with owned_nodes first).
 """
 
 from __future__ import annotations
@@ -148,7 +151,7 @@ __all__ = ["API_VERSION", "ConductorAPI", "pages"]
 # The version every endpoint of this API serves and the newest the client
 # speaks: one version per API (a client pinned at any earlier version reaches
 # every method that version had).  Bump it with a line in the history above.
-API_VERSION = "1.27"
+API_VERSION = "1.28"
 
 _T = TypeVar("_T")
 

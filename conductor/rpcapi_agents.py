@@ -152,6 +152,7 @@ class AgentCalls:
         limit: int = 5000,
         previous_ring: dict[str, Any] | None = None,
         read: int | None = None,
+        held: bool = False,
     ) -> dict[str, Any] | None:
         """Claim the free unpinned nodes of ``host``'s share of ``ring`` (1.19),
         of the arcs gained since ``previous_ring`` only if given (1.25; its
@@ -160,7 +161,10 @@ class AgentCalls:
         the conductor is older (or pinned below 1.19): claim by uuid then.
         ``read`` (1.26): the reply also has ``share``, the first page of at
         most ``read`` of those nodes after the claim, as :meth:`list_node_share`
-        returns pages (an older conductor's reply has none: read it then)."""
+        returns pages (an older conductor's reply has none: read it then).
+        ``held`` (1.28): the reply also has ``held``, the nodes ``host``
+        owned before the claim, as :meth:`owned_nodes` returns them (an older
+        conductor's reply has none: call that then)."""
         if not self._claims_by_share or not self.can_send_version("1.19"):
             return None
         query: dict[str, Any] = {}
@@ -169,6 +173,8 @@ class AgentCalls:
             query["previous_ring"], version = previous_ring, "1.25"
         if read is not None and self.can_send_version("1.26"):
             query["read"], version = read, "1.26"
+        if held and self.can_send_version("1.28"):
+            query["held"], version = True, "1.28"
         try:
             out = self._call(
                 dict[str, Any],
@@ -189,6 +195,8 @@ class AgentCalls:
         share = out.get("share")
         if share is not None:
             out["share"] = share_page_entries(share)
+        if "held" in out:
+            out["held"] = [Ownership.from_dict(o) for o in out["held"]]
         return out
 
     def owned_nodes(self, host: str) -> list[Ownership]:

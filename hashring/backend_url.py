@@ -15,7 +15,7 @@ import urllib.parse
 
 from hashring.exceptions import MembershipError
 
-__all__ = ["check_backend_url", "tooz_url", "ttl_from_url"]
+__all__ = ["check_backend_url", "redacted_url", "tooz_url", "ttl_from_url"]
 
 #: tooz's own defaults when the URL names no timeout.
 _DEFAULT_TTL = {"etcd3+http": 30.0, "etcd3+https": 30.0, "file": 10.0, "redis": 30.0}
@@ -225,3 +225,12 @@ def _check_redis(
             "backend_url",
             "sentinel_fallback needs sentinel=NAME (the primary's name in Sentinel)",
         )
+
+
+def redacted_url(backend_url: str) -> str:
+    """``backend_url`` without its credentials and options, for the log."""
+    parsed = urllib.parse.urlsplit(backend_url)
+    netloc = parsed.hostname or ""
+    if parsed.port:
+        netloc = f"{netloc}:{parsed.port}"
+    return urllib.parse.urlunsplit((parsed.scheme, netloc, parsed.path, "", ""))

@@ -43,7 +43,6 @@ import contextlib
 import logging
 import threading
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -53,7 +52,7 @@ from tooz import coordination
 
 from hashring.backend_client import settle_environment, stop_client
 from hashring.backend_outage import BackendOutage
-from hashring.backend_url import tooz_url, ttl_from_url
+from hashring.backend_url import redacted_url, tooz_url, ttl_from_url
 from hashring.exceptions import MembershipError
 from hashring.group_read import group_signature, parse_members
 from hashring.member_args import checked_arguments
@@ -153,6 +152,7 @@ class Membership:
         self._join_generation = 0
         self._last_beat: float | None = None
         self._superseded_by: str | None = None
+        self._replaced_earlier = False  # see replaced_earlier_process
         # Why this member stays out of the group though it could be in it
         # (it cannot serve: see step_aside), or None.
         self._aside: str | None = None
@@ -167,7 +167,7 @@ class Membership:
         # Shared with another membership on the same backend (a conductor's
         # two groups): one outage, said once; its actions then name the group.
         self._shared_outage = outage is not None
-        self._outage = outage or BackendOutage(member_id, self._redacted_url)
+        self._outage = outage or BackendOutage(member_id, redacted_url(self._backend_url))
 
     def _action(self, name: str) -> str:
         """*name* as the outage knows it (with the group when it is shared)."""
@@ -208,6 +208,12 @@ class Membership:
         """
         with self._lock:
             return self._join_generation
+
+    @property
+    def replaced_earlier_process(self) -> bool:
+        """Whether our first join found, and replaced, the entry of an earlier
+        process under our id: a restart within the TTL, which may hold nodes."""
+        return self._replaced_earlier
 
     @property
     def superseded_by(self) -> str | None:
@@ -453,7 +459,7 @@ class Membership:
         LOG.info(
             "Member %s connected to %s (TTL %.1f s)",
             self._member_id,
-            self._redacted_url,
+            redacted_url(self._backend_url),
             self._ttl,
         )
 
@@ -490,6 +496,7 @@ class Membership:
             with contextlib.suppress(coordination.MemberNotJoined):
                 coordinator.leave_group(self._group).get()
             coordinator.join_group(self._group, self._capabilities).get()
+            self._replaced_earlier |= self._join_generation == 0 and existing != self._incarnation
         except coordination.GroupNotCreated:
             with contextlib.suppress(coordination.GroupAlreadyExist):
                 coordinator.create_group(self._group).get()
@@ -514,14 +521,6 @@ class Membership:
         except coordination.ToozError:
             return None
         return caps.get("incarnation") if isinstance(caps, dict) else None
-
-    @property
-    def _redacted_url(self) -> str:
-        parsed = urllib.parse.urlsplit(self._backend_url)
-        netloc = parsed.hostname or ""
-        if parsed.port:
-            netloc = f"{netloc}:{parsed.port}"
-        return urllib.parse.urlunsplit((parsed.scheme, netloc, parsed.path, "", ""))
 
     # -- watcher: read the group, detect our absence, report changes ------
 
@@ -611,7 +610,7 @@ class Membership:
             self._rejoin(
                 "Group %s is gone from %s (backend restarted without its data?); %s re-joining",
                 self._group_name,
-                self._redacted_url,
+                redacted_url(self._backend_url),
                 self._member_id,
             )
 

@@ -65,6 +65,7 @@ __all__ = [
     "claim_nodes",
     "holds",
     "owned_by",
+    "owned_on",
     "ownership_of",
     "release_nodes",
     "transfer_nodes",
@@ -443,4 +444,9 @@ _OWNED_BY = (
 def owned_by(db: Database, agent: str) -> list[Ownership]:
     """Every node ``agent`` owns, pinned ones included (one consistent read)."""
     with db.read() as connection:
-        return [_ownership(row) for row in connection.execute(_OWNED_BY, {"agent": agent})]
+        return owned_on(connection, agent)
+
+
+def owned_on(connection: Connection, agent: str) -> list[Ownership]:
+    """:func:`owned_by`, read on ``connection`` (in its transaction)."""
+    return [_ownership(row) for row in connection.execute(_OWNED_BY, {"agent": agent})]

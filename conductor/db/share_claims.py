@@ -34,10 +34,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Dialect, Table, and_, select
 
+from conductor.common.objects import Ownership
 from conductor.db import arc_statements, node_pages, node_writes, value_lists
 from conductor.db.engine import Database, retry_on_dead_connection
 from conductor.db.models import AgentModel, NodeModel
-from conductor.db.ownership import update_nodes_returning
+from conductor.db.ownership import owned_on, update_nodes_returning
 
 __all__ = ["ArcClaim", "claim_arcs"]
 
@@ -58,6 +59,9 @@ class ArcClaim:
     #: With ``read``: the first page of the arcs after the claim, and the
     #: marker of the next (:func:`conductor.db.node_pages.share_page`).
     share: tuple[node_pages.InventoryPage, tuple[int, str] | None] | None = None
+    #: With ``held``: every node the agent owned before the claim (in its
+    #: transaction); with the nodes taken, all it owns after it.
+    held: list[Ownership] | None = None
 
 
 def _free(columns: Any, live: Sequence[str], held: Any, dialect: Dialect) -> ColumnElement[bool]:
@@ -89,6 +93,7 @@ def claim_arcs(
     exclude_groups: Sequence[str] = (),
     now: datetime.datetime | None = None,
     read: int | None = None,
+    held: bool = False,
 ) -> ArcClaim:
     """Take for ``agent`` up to ``limit`` unpinned nodes of ``arcs`` that have no
     live owner (free, or held by an owner not in ``live_members`` and not
@@ -100,6 +105,8 @@ def claim_arcs(
     thousands of rows may commit long after their stamp.  ``read``: also
     the first page of at most that many nodes of the arcs as the claim
     left them (``share``; on PostgreSQL read in the claim's transaction).
+    ``held``: also every node ``agent`` owned just before the claim, read in
+    its transaction (the claim takes none of those: ``agent`` is live).
     """
     with node_writes.record(db, now) as write:
         claim = _claim_arcs(
@@ -112,6 +119,7 @@ def claim_arcs(
             exclude_groups=exclude_groups,
             write=write,
             read=read,
+            held=held,
         )
     if read is not None and claim.share is None:
         page = node_pages.share_page(
@@ -132,6 +140,7 @@ def _claim_arcs(
     exclude_groups: Sequence[str],
     write: node_writes.OpenWrite,
     read: int | None,
+    held: bool,
 ) -> ArcClaim:
     """:func:`claim_arcs`, its rows stamped as ``write``, whose record ends
     in the claim's transaction (on PostgreSQL with the page ``read``)."""
@@ -139,6 +148,7 @@ def _claim_arcs(
     live = sorted(set(live_members) | {agent})
     if db.engine.dialect.name == "postgresql":
         with db.writing() as connection:
+            before = owned_on(connection, agent) if held else None
             taken = arc_statements.claim(
                 connection,
                 agent,
@@ -154,7 +164,7 @@ def _claim_arcs(
                 page = node_pages.read_share_page(
                     connection, arcs, limit=read, groups=groups, exclude_groups=exclude_groups
                 )
-        return _taken(taken, 0, now, limit, page)
+        return _taken(taken, 0, now, limit, page, held=before)
     groups_in: list[Any] = []
     if groups is not None:
         groups_in.append(NodeModel.node_group.in_(groups))
@@ -171,7 +181,8 @@ def _claim_arcs(
     with db.transaction() as session:
         # RETURNING gives the new epoch; a locking read before the update the old.
         bump = 0 if session.get_bind().dialect.update_returning else 1
-        held = list(session.execute(holding).scalars())
+        before = owned_on(session.connection(), agent) if held else None
+        holding_now = list(session.execute(holding).scalars())
         for first in range(0, len(arcs), node_pages.ARCS_PER_STATEMENT):
             room = limit - len(rows)
             if room <= 0:
@@ -184,7 +195,9 @@ def _claim_arcs(
             candidates = [
                 row[0]
                 for row in session.execute(
-                    select(share.c.uuid).where(_free(share.c, live, held, dialect)).limit(room)
+                    select(share.c.uuid)
+                    .where(_free(share.c, live, holding_now, dialect))
+                    .limit(room)
                 )
             ]
             for chunk in value_lists.chunks(candidates, dialect):
@@ -195,7 +208,7 @@ def _claim_arcs(
                     [_NODES.c.uuid, _NODES.c.owner_epoch, _NODES.c.node_group],
                 )
         write.end(session.connection())
-    return _taken(rows, bump, now, limit)
+    return _taken(rows, bump, now, limit, held=before)
 
 
 def _taken(
@@ -204,6 +217,8 @@ def _taken(
     now: datetime.datetime,
     limit: int,
     share: tuple[node_pages.InventoryPage, tuple[int, str] | None] | None = None,
+    *,
+    held: list[Ownership] | None = None,
 ) -> ArcClaim:
     """The claim of ``rows`` (their uuid, owner_epoch and node_group), each
     epoch ``bump`` short of the new one."""
@@ -214,4 +229,5 @@ def _taken(
         changed_at=now.isoformat() if rows else None,
         more=len(rows) >= limit,
         share=share,
+        held=held,
     )

@@ -23,19 +23,19 @@ from conductor.common.exception import (
     RingfleetError,
     ServiceUnavailable,
 )
-from conductor.common.objects import ClaimOutcome, Ownership, inventory_entries
+from conductor.common.objects import ClaimOutcome, Ownership
 from conductor.db import agents as agents_db
 from conductor.db import instances, node_pages, node_states, ownership, share_claims
 from conductor.db import nodes as nodes_db
 from conductor.db.engine import Database
-from conductor.endpoints import state_reports
+from conductor.endpoints import share_replies, state_reports
 from conductor.fleet_view import FleetView
 from conductor.inventory_hints import InventoryHints
 from conductor.lifecycle import BuildLifecycle
 from conductor.notifications import Notifier
 from conductor.rpcapi import API_VERSION
 from conductor.validation import agent_reports, arguments
-from hashring.ring import POSITION_MAX, POSITION_MIN, Ring
+from hashring.ring import Ring
 
 __all__ = ["AgentsEndpoint"]
 
@@ -70,74 +70,11 @@ def _claim_times(value: object) -> list[datetime.datetime]:
     return [arguments.check_time(t, "not_claimed_at") for t in value]
 
 
-def _share_marker(value: object) -> tuple[int, str]:
-    """A by-share page marker, ``"<position>/<uuid>"`` (a previous reply's ``next``)."""
-    position, _, uuid = value.partition("/") if isinstance(value, str) else ("", "", "")
-    try:
-        at = int(position)
-        if not POSITION_MIN <= at <= POSITION_MAX:
-            raise ValueError(position)
-        return at, checks.validate_uuid(uuid, "marker")
-    except ValueError:
-        raise InvalidInput(
-            [FieldError.about("marker", "must be a previous reply's next", value)]
-        ) from None
-
-
-def _marker_of(following: tuple[int, str] | None) -> str | None:
-    """The ``next`` of a by-share page whose last node is ``following``
-    (:func:`_share_marker` reads it back); ``None``: the last page."""
-    return None if following is None else f"{following[0]}/{following[1]}"
-
-
-def _inventory_reply(
-    inventory: node_pages.InventoryPage, next_marker: str | None, *, columns: object
-) -> dict[str, Any]:
-    """A reply of :meth:`AgentsEndpoint.list_node_uuids`: its page with the
-    ``next`` marker, as one list per field (``columns``) or one object per node."""
-    found: dict[str, list[Any]] = {
-        "uuids": inventory.uuids,
-        "groups": inventory.groups,
-        "owners": inventory.owners,
-        "epochs": inventory.epochs,
-        "pinned": inventory.pinned,
-    }
-    if inventory.power_states is not None:
-        # Additive (no version): an older agent reads the lists it knows.
-        found["power_states"] = inventory.power_states
-    reply: dict[str, Any] = {"as_of": inventory.as_of.isoformat(), "next": next_marker}
-    if inventory.unchanged:  # only then: older agents never see the key
-        reply["unchanged"] = True
-    if columns:
-        return {**found, **reply}
-    return {"nodes": inventory_entries(found), **reply}
-
-
-def _outside(
-    inventory: node_pages.InventoryPage, agent: str, shares: list[ring_share.Share]
-) -> node_pages.InventoryPage:
-    """The page less the nodes of ``agent``'s ``shares`` (it read those by share)."""
-    inside = ring_share.in_shares(agent, shares, inventory.uuids, inventory.groups)
-    keep = [i for i, found in enumerate(inside) if not found]
-    return node_pages.InventoryPage(
-        as_of=inventory.as_of,
-        unchanged=inventory.unchanged,
-        uuids=[inventory.uuids[i] for i in keep],
-        groups=[inventory.groups[i] for i in keep],
-        owners=[inventory.owners[i] for i in keep],
-        epochs=[inventory.epochs[i] for i in keep],
-        pinned=[inventory.pinned[i] for i in keep],
-        power_states=(
-            None if inventory.power_states is None else [inventory.power_states[i] for i in keep]
-        ),
-    )
-
-
 class AgentsEndpoint:
     """Agent-facing methods of the conductor RPC API (since 1.0; 1.2 added
     ``report_build_results``, 1.4 ``resume_work``, 1.5 ``hold_for_restart``,
     1.19 ``claim_share``; ``report_node_states`` replies carry ``gone`` 1.20;
-    ``claim_share`` reads the share it claimed 1.26)."""
+    ``claim_share`` reads the share it claimed 1.26, and the held set 1.28)."""
 
     target = messaging.Target(version=API_VERSION)
 
@@ -217,6 +154,7 @@ class AgentsEndpoint:
         limit: Any = 5000,
         previous_ring: Any = None,
         read: Any = None,
+        held: Any = False,
     ) -> dict[str, Any]:
         """Claim the unpinned nodes of ``host``'s share of ``ring`` that have no
         live owner, at most ``limit``, in one statement (since 1.19); see
@@ -235,8 +173,14 @@ class AgentsEndpoint:
         is that call's ``marker``).  An agent's first read of its share is
         then the call that claims it: at a cold start that was a call of
         its three, each with its turn at a conductor.
+
+        ``held`` (1.28): also ``held``, every node ``host`` owned just before
+        the claim, as ``owned_nodes`` lists them, read in the claim's
+        transaction.  A new agent process re-reads its held set with the
+        call that claims and reads its share: at a cold start, with
+        ``owned_nodes``, one call of its two.
         """
-        agent, spec, previous, group_list, excluded, most, page = checks.collect(
+        agent, spec, previous, group_list, excluded, most, page, with_held = checks.collect(
             lambda: arguments.check_host(host),
             lambda: ring_share.check_ring(ring, "ring"),
             lambda: (
@@ -252,6 +196,7 @@ class AgentsEndpoint:
             ),
             lambda: arguments.check_limit(limit, maximum=50_000),
             lambda: None if read is None else arguments.check_limit(read, "read", maximum=50_000),
+            lambda: arguments.check_bool(held, "held"),
         )
         live = self._fleet.live_members()
         if agent not in live:
@@ -267,19 +212,10 @@ class AgentsEndpoint:
                 groups=group_list,
                 exclude_groups=excluded,
                 read=page,
+                held=with_held,
             )
         self._say_share_claimed(agent, out)
-        reply: dict[str, Any] = {
-            "uuids": out.uuids,
-            "epochs": out.epochs,
-            "groups": out.groups,
-            "changed_at": out.changed_at,
-            "more": out.more,
-        }
-        if out.share is not None:
-            inventory, following = out.share
-            reply["share"] = _inventory_reply(inventory, _marker_of(following), columns=True)
-        return reply
+        return share_replies.claim_reply(out)
 
     def _say_share_claimed(self, agent: str, out: share_claims.ArcClaim) -> None:
         """The notification and the log line of a claim by share."""
@@ -490,7 +426,7 @@ class AgentsEndpoint:
                     groups=group_list,
                     changed_after=changed_after,
                 )
-                next_marker = _marker_of(following)
+                next_marker = share_replies.marker_of(following)
             else:
                 inventory, next_marker = self._uuid_page(
                     owner=owner,
@@ -501,7 +437,7 @@ class AgentsEndpoint:
                     changed_after=changed_after,
                     claims=claims,
                 )
-        return _inventory_reply(inventory, next_marker, columns=columns)
+        return share_replies.inventory_reply(inventory, next_marker, columns=columns)
 
     def _uuid_page(
         self,
@@ -532,7 +468,7 @@ class AgentsEndpoint:
         )
         next_marker = inventory.uuids[-1] if len(inventory.uuids) >= limit else None
         if shares and agent is not None:
-            inventory = _outside(inventory, agent, shares)
+            inventory = share_replies.outside(inventory, agent, shares)
         return inventory, next_marker
 
     def _share_page(
@@ -562,7 +498,7 @@ class AgentsEndpoint:
                 if exclude_groups is None
                 else arguments.check_groups(exclude_groups, "exclude_groups")
             ),
-            lambda: None if marker is None else _share_marker(marker),
+            lambda: None if marker is None else share_replies.share_marker(marker),
         )
         return node_pages.share_page(
             self._db,

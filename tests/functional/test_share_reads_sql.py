@@ -175,6 +175,36 @@ def test_a_claim_returns_its_share_as_it_left_it(sql_url: str) -> None:
         db.dispose()
 
 
+def test_a_claim_says_what_its_claimer_held_before_it(sql_url: str) -> None:
+    """``held``: every node the claimer owned just before the claim, read in
+    the claim's transaction, in its share or not; none of them is taken
+    again, and with the nodes taken they are all it owns after."""
+    db = Database(sql_url)
+    try:
+        migration.upgrade(db)
+        free = add_nodes(db, 200)
+        kept = add_nodes(db, 30, owner="a1", prefix="kept")
+        add_nodes(db, 20, owner="gone", prefix="gone")
+        ring = Ring({"a1": 1.0, "a2": 1.0}, version=1)
+        taken = share_claims.claim_arcs(
+            db, "a1", ring.arcs("a1"), live_members={"a1", "a2"}, limit=10_000, held=True
+        )
+        assert taken.held is not None
+        assert {o.node_uuid for o in taken.held} == set(kept)
+        assert {o.epoch for o in taken.held} == {0} and not set(taken.uuids) & set(kept)
+        mine = {n for n in free if ring.owner(n) == "a1"}
+        assert mine <= set(taken.uuids)
+        again = share_claims.claim_arcs(
+            db, "a1", ring.arcs("a1"), live_members={"a1", "a2"}, limit=10_000, held=True
+        )
+        assert again.uuids == [] and again.held is not None
+        assert {o.node_uuid for o in again.held} == set(kept) | set(taken.uuids)
+        plain = share_claims.claim_arcs(db, "a1", [], live_members={"a1"}, limit=1)
+        assert plain.held is None
+    finally:
+        db.dispose()
+
+
 def test_a_whole_share_read_is_as_of_the_earliest_open_write(sql_url: str) -> None:
     """A read of a whole share takes its "as of" (in the page's own statement
     on PostgreSQL) from the writes still open: a page with nodes and an

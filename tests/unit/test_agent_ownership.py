@@ -57,6 +57,8 @@ class StubMembership:
         self.state = state
         self.join_generation = 1
         self.view: MembershipView | None = None  # the latest view, as Membership.view
+        #: Our first join replaced an earlier process's entry (a fast restart).
+        self.replaced_earlier_process = False
 
     def can_act(self) -> bool:
         return self.state is State.CONNECTED
@@ -75,6 +77,8 @@ class ConductorAdapter:
     claims_by_share: bool = True
     #: Whether "the conductor" reads what it claimed by share (API 1.26).
     reads_claims: bool = True
+    #: Whether "the conductor" re-reads the held set with a claim (API 1.28).
+    reads_held: bool = True
 
     def claim_share(
         self,
@@ -86,9 +90,11 @@ class ConductorAdapter:
         limit: int = 5000,
         previous_ring: dict[str, Any] | None = None,
         read: int | None = None,
+        held: bool = False,
     ) -> dict[str, Any] | None:
         """As ConductorAPI.claim_share: None when "the conductor" is older."""
         read = read if self.reads_claims else None
+        held = held and self.reads_held
         self.calls.append(
             (
                 "claim_share",
@@ -98,6 +104,7 @@ class ConductorAdapter:
                     "limit": limit,
                     "previous_ring": previous_ring,
                     "read": read,
+                    "held": held,
                 },
             )
         )
@@ -112,9 +119,12 @@ class ConductorAdapter:
             limit=limit,
             previous_ring=previous_ring,
             read=read,
+            held=held,
         )
         if "share" in out:
             out["share"] = share_page_entries(out["share"])
+        if "held" in out:
+            out["held"] = [Ownership.from_dict(o) for o in out["held"]]
         return out
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
@@ -1515,8 +1525,8 @@ def test_the_first_read_waits_for_the_view_to_settle(env: Fleet, clock: list[flo
     assert a1.refresh_inventory() == 0
     result = a1.reconcile(view)
     assert result is not None and result.claimed == 0 and result.retry_in == pytest.approx(1.0)
-    # Nothing read but what the conductor records as ours (once).
-    assert env.conductor.of("share") == [] and env.conductor.of("owned") == ["a1"]
+    # Nothing read, nothing asked: the held set comes with the first read's claim.
+    assert env.conductor.of("share") == [] and env.conductor.of("owned") == []
     clock[0] += 0.8
     view = env.live({"a1": [], "a2": []})  # a peer appears: the wait starts again
     result = a1.reconcile(view)
@@ -1553,6 +1563,88 @@ def test_an_agent_that_holds_nothing_reads_no_nodes_of_its_own_outside_its_share
     a1.expect_owner_changes()
     a1.refresh_inventory(view=view)
     assert [c for c in env.conductor.of("share") if c.get("ring") is None]
+
+
+def _first_pass(env: Fleet, host: str, view: MembershipView, clock: list[float]) -> Any:
+    """``host``'s first passes on ``view``: the one that waits for the view
+    to settle (1 s), then the one that reads; the second's result."""
+    agent = env.agent(host)
+    agent._first_read_settle, agent._first_read_wait_max = 1.0, 3.0
+    waiting = agent.reconcile(view)
+    assert waiting is not None and waiting.retry_in == pytest.approx(1.0)
+    clock[0] += 1.0
+    return agent, agent.reconcile(view)
+
+
+@BY_SHARE
+def test_a_new_process_reads_its_held_set_with_its_first_claim(
+    env: Fleet, clock: list[float]
+) -> None:
+    """A new agent process (its lease expired before it came back: no
+    earlier entry in the group) learns what the conductor records as its own
+    from the call that claims and reads its share (1.28): no ``owned_nodes``
+    first.  It holds those nodes at their epochs, pins included, reads
+    those outside its share, and acts on none before that call."""
+    free = add_nodes(env.db, 40)
+    kept = add_nodes(env.db, 12, owner="a1", prefix="kept")
+    pin(env.db, kept[:2], "a1")
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    a1._first_read_settle, a1._first_read_wait_max = 1.0, 3.0
+    assert a1.reconcile(view) is not None
+    with pytest.raises(NotOwner):
+        a1.check(kept[0], 0)
+    clock[0] += 1.0
+    result = a1.reconcile(view)
+    assert result is not None and env.conductor.of("owned") == []
+    [first, *_] = env.conductor.of("claim_share")
+    assert first["held"] and first["read"]
+    a1.check(kept[0], 0)  # held at the epoch the conductor records
+    assert set(kept[:2]) <= a1.pinned() and a1.held_when_validated == len(kept)
+    outside = set(kept) - ring_share(["a1", "a2"], free + kept, "a1")
+    assert outside and [c for c in env.conductor.of("share") if c.get("outside")]
+    recorded = {o.node_uuid for o in ownership.owned_by(env.db, "a1")}
+    assert set(a1.held()) == recorded >= set(kept[:2])
+
+
+@BY_SHARE
+def test_a_restart_within_the_ttl_reads_its_held_set_at_once(
+    env: Fleet, clock: list[float]
+) -> None:
+    """A process whose first join replaced an earlier one's entry in the
+    group (a restart within the TTL) may hold nodes with work in flight: it
+    reads them with ``owned_nodes`` on its first pass, and acts on them
+    while its first read waits for the view to settle."""
+    add_nodes(env.db, 20)
+    kept = add_nodes(env.db, 5, owner="a1", prefix="kept")
+    view = env.live({"a1": [], "a2": []})
+    a1 = env.agent("a1")
+    env.memberships["a1"].replaced_earlier_process = True
+    a1._first_read_settle, a1._first_read_wait_max = 1.0, 3.0
+    assert a1.reconcile(view) is not None
+    assert env.conductor.of("owned") == ["a1"] and env.conductor.of("claim_share") == []
+    a1.check(kept[0], 0)
+    clock[0] += 1.0
+    assert a1.reconcile(view) is not None
+    assert env.conductor.of("owned") == ["a1"]
+    assert not any(call["held"] for call in env.conductor.of("claim_share"))
+
+
+@BY_SHARE
+def test_a_conductor_older_than_1_28_is_asked_for_the_held_set_after_the_first_read(
+    env: Fleet, clock: list[float]
+) -> None:
+    """A conductor whose claim does not say what the agent held (older than
+    1.28): ``owned_nodes`` follows the first read in the same pass, and the
+    nodes the claim took stay held."""
+    free = add_nodes(env.db, 30)
+    kept = add_nodes(env.db, 4, owner="a1", prefix="kept")
+    view = env.live({"a1": []})
+    env.conductor.reads_held = False
+    a1, result = _first_pass(env, "a1", view, clock)
+    assert result is not None and env.conductor.of("owned") == ["a1"]
+    assert set(a1.held()) == set(free) | set(kept)
+    a1.check(kept[0], 0)
 
 
 @BY_SHARE

@@ -1134,6 +1134,8 @@ def test_list_node_uuids_bad_arguments(env: Env, kwargs: dict[str, Any], fields:
         ({"read": 0}, ["read"]),
         ({"read": True}, ["read"]),
         ({"read": "5000", "limit": 0}, ["limit", "read"]),
+        ({"held": 1}, ["held"]),
+        ({"held": "yes", "read": 0}, ["read", "held"]),
     ],
 )
 def test_claim_share_bad_arguments_change_nothing(
@@ -1188,6 +1190,29 @@ def test_claim_share_reads_the_share_it_claimed(env: Env) -> None:
         zip(reply["uuids"], reply["epochs"], strict=True)
     )
     assert "share" not in env.agents.claim_share(CTXT, host="a1", ring=ring)
+
+
+def test_claim_share_says_what_the_agent_held_before_it(env: Env) -> None:
+    """``held`` (1.28): every node the agent owned just before the claim,
+    pinned or not, in its share or not, as ``owned_nodes`` lists them; with
+    the nodes taken, all it owns after the claim."""
+    free = add_nodes(env.db, 6)
+    kept = add_nodes(env.db, 3, owner="a1", prefix="kept")
+    pin(env.db, kept[:1], "a1")
+    theirs = add_nodes(env.db, 2, owner="a2", prefix="theirs")
+    env.live("a1", "a2")
+    ring = {"version": 1, "members": {"a1": 1.0}}  # every node is a1's share
+    before = {o["node_uuid"]: o for o in env.agents.owned_nodes(CTXT, "a1")}
+    reply = env.agents.claim_share(CTXT, host="a1", ring=ring, held=True)
+    assert sorted(reply["uuids"]) == sorted(free)
+    assert {o["node_uuid"]: o for o in reply["held"]} == before
+    assert set(before) == set(kept) and [o["pinned"] for o in reply["held"]].count(True) == 1
+    after = {o["node_uuid"] for o in env.agents.owned_nodes(CTXT, "a1")}
+    assert after == set(reply["uuids"]) | set(before) and not after & set(theirs)
+    assert "held" not in env.agents.claim_share(CTXT, host="a1", ring=ring)
+    assert env.agents.claim_share(CTXT, host="a1", ring=ring, held=True)["held"] == [
+        o for o in env.agents.owned_nodes(CTXT, "a1")
+    ]
 
 
 # -- fleet status --------------------------------------------------------------------
