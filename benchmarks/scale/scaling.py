@@ -73,6 +73,13 @@ def _index_cpu(step: Mapping[str, Any] | None) -> float | None:
     return None if not value else float(value)
 
 
+def _whole_cpu(cold: Mapping[str, Any] | None) -> float | None:
+    """The conductors' CPU of a cold start with its aftermath: until the
+    agents' first state reports are done and the conductors idle."""
+    value = ((cold or {}).get("whole") or {}).get("conductor_cpu_s")
+    return None if value is None else float(value)
+
+
 def _etcd(step: Mapping[str, Any] | None) -> float | None:
     etcd = (step or {}).get("etcd")
     return None if etcd is None else float(etcd["per_client"])
@@ -100,6 +107,7 @@ _COSTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...]
     ("conductor CPU per cold start", "s", lambda r: r["cold"].get("conductor_cpu_s")),
     ("  in the calls it served", "s", lambda r: _calls_cpu(r.get("cold"))),
     ("  in its node index", "s", lambda r: _index_cpu(r.get("cold"))),
+    ("conductor CPU per whole cold start", "s", lambda r: _whole_cpu(r.get("cold"))),
     ("broker bytes per cold start", "MB", lambda r: _mb(r.get("cold"))),
     ("conductor CPU per join", "s", lambda r: _get(r, "join", "conductor_cpu_s")),
     ("broker bytes per join", "MB", lambda r: _mb(r.get("join"))),
@@ -131,6 +139,7 @@ _COSTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...]
 _JUDGED = frozenset(
     {
         "conductor CPU per cold start",
+        "conductor CPU per whole cold start",
         "broker bytes per cold start",
         "conductor CPU per quiet minute",
         "conductor RSS, max",

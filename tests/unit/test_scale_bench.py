@@ -178,6 +178,23 @@ def test_the_cold_starts_cpu_is_split_into_its_calls_and_its_node_index() -> Non
     assert older.split()[-2:] == ["n/a", "n/a"]
 
 
+def test_a_whole_cold_start_is_judged_apart_and_said_when_not_measured() -> None:
+    """The cold start counted to its end (the first state reports done,
+    the conductors idle) has a row and a ratio goal of its own; runs that
+    did not measure it say n/a and SKIP, never a ratio of nothing."""
+    runs = [_run(10, 3.0, 50.0, 1000), _run(100, 4.5, 50.0, 1000)]
+    whole = "[100 vs 10 agents] conductor CPU per whole cold start"
+    assert _goal(scale_goals.goals(runs, 1000), whole)["status"] == "SKIP"
+    runs[0]["cold"]["whole"] = {"seconds": 40.0, "conductor_cpu_s": 5.0}
+    runs[1]["cold"]["whole"] = {"seconds": 45.0, "conductor_cpu_s": 7.0}
+    judged = _goal(scale_goals.goals(runs, 1000), whole)
+    assert judged["status"] == "MISS" and judged["value"] == pytest.approx(1.4)
+    cold = _goal(scale_goals.goals(runs, 1000), "[100 vs 10 agents] conductor CPU per cold start")
+    assert cold["value"] == pytest.approx(1.5)  # each judged on its own numbers
+    (row,) = [line for line in scaling.format_scaling(runs, 1000) if "whole cold start" in line]
+    assert row.split()[-4:] == ["5.00", "(1.00x)", "7.00", "(1.40x)"]
+
+
 def test_a_count_run_again_is_judged_by_the_median_of_its_runs() -> None:
     # 10, 100, 10, 100, 10, 100: one slow run of each count (12.0, 30.0).
     cpus = [(10, 4.0), (100, 5.0), (10, 12.0), (100, 30.0), (10, 5.0), (100, 6.0)]
