@@ -261,7 +261,7 @@ class Run:
         after_serving = grown(self.sampler.agent_cpu(), at_serving)
         rows = self.rows_read()
         traffic = self.traffic.cost(None, start, self.traffic.sample())
-        whole = self._whole_cold_start(before, started, len(names))
+        whole = self._whole_cold_start(before, started)
         return {
             "agents": len(names),
             "processes": len(procs),
@@ -280,9 +280,7 @@ class Run:
             **self.claims_since(marks),
         }
 
-    def _whole_cold_start(
-        self, before: Mapping[str, Any], started: float, agents: int
-    ) -> dict[str, Any]:
+    def _whole_cold_start(self, before: Mapping[str, Any], started: float) -> dict[str, Any]:
         """The cold start with all it causes: until the agents' first state
         reports are done (each carries every node its agent owns, a
         ``report_interval`` after its start) and the conductors are idle.
@@ -295,15 +293,12 @@ class Run:
         between runs of one code); at 10 agents inside.  Counted to the
         end, it is the same work at every count.  The conductors' CPU of
         the wait, idle, is in it too (about 0.01 s a second)."""
-        first_reports = started + REPORT_INTERVAL + 5 - time.monotonic()
-        time.sleep(max(first_reports, 0.0))
-        self._wait_reports_done()
+        self._wait_first_reports()
         self.wait_conductors_idle(SETTLE_MOST)
-        costs = self.costs_since(before, self.clients(agents))
         return {
             "seconds": time.monotonic() - started,
-            "conductor_cpu_s": costs["conductor_cpu_s"],
-            "agent_cpu_s": costs["agent_cpu_s"],
+            "conductor_cpu_s": self.sampler.conductor_cpu() - before["conductor"],
+            "agent_cpu_s": sum(grown(self.sampler.agent_cpu(), before["agents"]).values()),
         }
 
     def quiet(self, seconds: float) -> dict[str, Any]:
@@ -316,11 +311,7 @@ class Run:
         report, a ``report_interval`` after its start, carries every node
         it owns: a cost of the cold start, per node, not of a quiet minute)."""
         time.sleep(10)
-        # The agents' first state reports come a report_interval after they
-        # started (the default: this benchmark runs the agents with it).
-        first_reports = self.cold_started + REPORT_INTERVAL + 5 - time.monotonic()
-        time.sleep(max(first_reports, 0.0))
-        self._wait_reports_done()
+        self._wait_first_reports()
         agents = self.agents()
         before = self.meter()
         rows_before = self.rows_read()
@@ -363,6 +354,13 @@ class Run:
             "call_seconds_per_min": {m: s for m, (c, s) in served.items() if c > 0},
             "call_cpu_s_per_min": cpu,
         }
+
+    def _wait_first_reports(self) -> None:
+        """Until the agents' first state reports are done: they come a
+        ``report_interval`` after the cold start (the default: this benchmark
+        runs the agents with it), then until no more come."""
+        time.sleep(max(self.cold_started + REPORT_INTERVAL + 5 - time.monotonic(), 0.0))
+        self._wait_reports_done()
 
     def _wait_reports_done(self, step: float = 3.0, most: float = 90.0) -> None:
         """Until the conductors served no ``report_node_states`` over two
