@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from compute_agent.conductor_client import OwnershipCalls
 from compute_agent.inventory_reads import PAGE, ShareKey, gains, share_rings, share_where
@@ -39,8 +39,22 @@ LOG = logging.getLogger("compute_agent.ownership")
 #: Nodes one call may take: a call's reply stays a few hundred kilobytes.
 _LIMIT = 10_000
 #: Passes that claim first again, half a second apart, while the conductors
-#: may not have seen a peer leave (:meth:`ShareClaimer.claim_first`).
+#: may not have seen a peer leave, when the conductor does not say whether it
+#: has (older than its ``still_live``: :meth:`ShareClaimer.claim_first`).
 _FIRST_CLAIM_TRIES = 4
+
+
+class ShareClaimed(NamedTuple):
+    """What :meth:`ShareClaimer._claim_share` did."""
+
+    #: The nodes newly ours.
+    claimed: int
+    #: Stopped because our share changed: the rest is the next pass's.
+    stopped: bool
+    #: The peers gone from the ring the arcs were gained from that the
+    #: conductor still sees live (it took none of their nodes); ``None``: it
+    #: did not say (an older conductor, or no arcs gained).
+    still_live: frozenset[str] | None = None
 
 
 class ShareClaimer:
@@ -66,8 +80,9 @@ class ShareClaimer:
     #: Nodes claimed by reads (:meth:`ShareClaimer._claim_and_read`), not yet
     #: counted in a pass's result.
     _claimed_by_reads: int
-    #: Passes that found nothing to claim first where a peer left, by view.
-    _first_claim_tries: dict[frozenset[str], int]
+    #: When the passes that found nothing to claim first where a peer left
+    #: began, and how many, by view.
+    _first_claim_tries: dict[frozenset[str], tuple[float, int]]
     #: The first pages of the arcs :meth:`claim_first` claimed, read by its
     #: calls, each with the read it stands for (:meth:`_gained_page`).
     _gained_pages: list[tuple[dict[str, Any], dict[str, Any]]]
@@ -96,10 +111,14 @@ class ShareClaimer:
         read that follows (:meth:`_gained_page`): at a kill -9 of one of 100
         agents a call of each survivor's five.
 
-        ``None``: nothing taken where a peer left, and the conductors may not
-        have seen it leave yet (each reads the group on its own schedule,
-        seconds behind the first agents at 100 agents): the pass comes back
-        in a moment to claim again before its reads, a few times at most.
+        ``None``: nothing taken where a peer left, and the conductor still
+        sees it live (each process reads the group on its own schedule: at
+        100 agents on two cores the conductor saw a kill -9 3.5 s after the
+        first agents, whose four tries half a second apart had all found
+        nothing, and the nodes waited for later passes, 20 s in all): the
+        pass comes back in a moment to claim again before its reads, until
+        the conductor has seen the peer leave too, for a membership TTL at
+        most (:meth:`_claim_again`).
         """
         self._gained_pages = []
         previous = self._read_rings
@@ -112,27 +131,52 @@ class ShareClaimer:
             if ring != previous.get(key) and gains(self.host, previous.get(key), ring)
         }
         if not gained:
+            self._first_claim_tries = {}  # the next departure's tries start afresh
             return 0
         with self._reconcile_lock:
             by_share = self._claim_share(view, gained)
-        claimed = 0 if by_share is None else by_share[0]
-        if claimed:
+        if by_share is None:
+            return 0
+        if by_share.claimed:
+            self._first_claim_tries = {}
             LOG.info(
                 "Agent %s claimed %d nodes of the arcs the view of %d members gave it, "
                 "before reading them",
                 self.host,
-                claimed,
+                by_share.claimed,
                 len(view.members),
             )
-            return claimed
+            return by_share.claimed
         left = any(
             before and before["members"].keys() - view.members.keys() for before in gained.values()
         )
+        return self._claim_again(view, by_share.still_live) if left else 0
+
+    def _claim_again(self, view: MembershipView, still_live: frozenset[str] | None) -> int | None:
+        """After a claim of the arcs a peer's departure gave us took nothing:
+        ``None`` to claim them again in a moment, 0 to read them now.
+
+        Again while the conductor still sees a departed peer live (it took
+        none of its nodes), for a membership TTL at most: the conductor's
+        view is no older than that, or the peer is back.  A conductor that
+        does not say (older): a few times.  One that saw them all leave took
+        all there was (the rest is pinned, or held for a restart).
+        """
         members = frozenset(view.members)
-        tries = self._first_claim_tries.get(members, 0) if left else _FIRST_CLAIM_TRIES
-        if by_share is None or tries >= _FIRST_CLAIM_TRIES:
+        now = time.monotonic()
+        began, tries = self._first_claim_tries.get(members, (now, 0))
+        if still_live is None:
+            if tries >= _FIRST_CLAIM_TRIES:
+                return 0
+        elif not still_live or now - began > self._membership.ttl:
             return 0
-        self._first_claim_tries = {members: tries + 1}
+        elif not tries:
+            LOG.info(
+                "Agent %s: the conductor still sees %s live; claiming their arcs again shortly",
+                self.host,
+                ", ".join(sorted(still_live)),
+            )
+        self._first_claim_tries = {members: (began, tries + 1)}
         return None
 
     def _may_claim_now(self, view: MembershipView) -> bool:
@@ -224,7 +268,7 @@ class ShareClaimer:
         by_share = self._claim_share(view)
         if by_share is None:
             return nodes, 0, False
-        claimed, stopped = by_share
+        claimed, stopped, _still_live = by_share
         if stopped:
             LOG.info("Agent %s: the membership changed; claims left for the next pass", self.host)
             return [], claimed, True
@@ -235,10 +279,9 @@ class ShareClaimer:
         self,
         view: MembershipView,
         gained: Mapping[ShareKey, dict[str, Any] | None] | None = None,
-    ) -> tuple[int, bool] | None:
-        """Claim the free unpinned nodes of our shares of ``view``: (the nodes
-        newly ours, stopped because our share changed), or ``None`` when the
-        conductor cannot (older than 1.19).  ``gained``: only those shares,
+    ) -> ShareClaimed | None:
+        """Claim the free unpinned nodes of our shares of ``view``, or ``None``
+        when the conductor cannot (older than 1.19).  ``gained``: only those shares,
         each of the arcs gained since the ring given (all of it for ``None``),
         and the first page of each read by its claim, kept when that one
         call took all there was (a later call's nodes would be on the page
@@ -251,6 +294,7 @@ class ShareClaimer:
         the next pass.
         """
         claimed = calls = 0
+        still_live: set[str] | None = None
         rings = share_rings(view, self.host, self._groups)
         for key, ring in rings.items():
             if gained is not None and key not in gained:
@@ -268,7 +312,7 @@ class ShareClaimer:
                     and latest is not view
                     and (latest is None or share_rings(latest, self.host, self._groups) != rings)
                 ):
-                    return claimed, True
+                    return ShareClaimed(claimed, True)
                 calls += 1
                 out = self._conductor.claim_share(
                     self.host,
@@ -282,11 +326,13 @@ class ShareClaimer:
                 if out is None:
                     return None
                 claimed += self._took_share(out)
+                if "still_live" in out:
+                    still_live = (still_live or set()) | set(out["still_live"])
                 more = bool(out.get("more"))
                 if page is not None and out.get("share") is not None and not more:
                     self._gained_pages.append((read, out["share"]))
                 page = None
-        return claimed, False
+        return ShareClaimed(claimed, False, None if still_live is None else frozenset(still_live))
 
     def _took_share(self, out: Mapping[str, Any]) -> int:
         """Record what a ``claim_share`` reply took, and its change time (our

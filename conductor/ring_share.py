@@ -36,6 +36,7 @@ __all__ = [
     "ShareArcs",
     "check_ring",
     "check_shares",
+    "departed",
     "in_shares",
     "share_arcs",
 ]
@@ -145,6 +146,11 @@ class ShareArcs(Sequence[tuple[int, int]]):
 def share_arcs(ring: RingSpec, member: str, previous: RingSpec | None = None) -> ShareArcs:
     """The arcs ``member`` owns in ``ring``; less those it owned in ``previous``."""
     return _share_arcs(ring, member, previous)
+
+
+def departed(previous: RingSpec, ring: RingSpec) -> set[str]:
+    """The members of ``previous`` that ``ring`` no longer has."""
+    return {member for member, _weight in previous[1]} - {member for member, _weight in ring[1]}
 
 
 #: Shares kept: every agent's of a view, up to 128 agents, with room for

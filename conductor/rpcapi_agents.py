@@ -164,7 +164,9 @@ class AgentCalls:
         returns pages (an older conductor's reply has none: read it then).
         ``held`` (1.28): the reply also has ``held``, the nodes ``host``
         owned before the claim, as :meth:`owned_nodes` returns them (an older
-        conductor's reply has none: call that then)."""
+        conductor's reply has none: call that then).  With ``previous_ring``
+        the reply may have ``still_live``, the departed members the conductor
+        still sees live (additive: an older conductor's has none)."""
         if not self._claims_by_share or not self.can_send_version("1.19"):
             return None
         query: dict[str, Any] = {}

@@ -179,6 +179,12 @@ class AgentsEndpoint:
         transaction.  A new agent process re-reads its held set with the
         call that claims and reads its share: at a cold start, with
         ``owned_nodes``, one call of its two.
+
+        With ``previous_ring``, the reply also has ``still_live``: the
+        members of that ring gone from ``ring`` that this conductor still
+        sees live, whose nodes it did not take (each process reads the
+        group on its own schedule: the agent claims again once it has seen
+        them leave too).
         """
         agent, spec, previous, group_list, excluded, most, page, with_held = checks.collect(
             lambda: arguments.check_host(host),
@@ -215,7 +221,12 @@ class AgentsEndpoint:
                 held=with_held,
             )
         self._say_share_claimed(agent, out)
-        return share_replies.claim_reply(out)
+        reply = share_replies.claim_reply(out)
+        if previous is not None:
+            # Additive: an agent that saw a peer leave before this conductor
+            # did learns why nothing was taken, and claims again soon.
+            reply["still_live"] = sorted(ring_share.departed(previous, spec) & live)
+        return reply
 
     def _say_share_claimed(self, agent: str, out: share_claims.ArcClaim) -> None:
         """The notification and the log line of a claim by share."""

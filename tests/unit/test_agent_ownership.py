@@ -59,6 +59,7 @@ class StubMembership:
         self.view: MembershipView | None = None  # the latest view, as Membership.view
         #: Our first join replaced an earlier process's entry (a fast restart).
         self.replaced_earlier_process = False
+        self.ttl = 10.0
 
     def can_act(self) -> bool:
         return self.state is State.CONNECTED
@@ -79,6 +80,8 @@ class ConductorAdapter:
     reads_claims: bool = True
     #: Whether "the conductor" re-reads the held set with a claim (API 1.28).
     reads_held: bool = True
+    #: Whether "the conductor" says which departed peers it still sees live.
+    says_still_live: bool = True
 
     def claim_share(
         self,
@@ -125,6 +128,8 @@ class ConductorAdapter:
             out["share"] = share_page_entries(out["share"])
         if "held" in out:
             out["held"] = [Ownership.from_dict(o) for o in out["held"]]
+        if not self.says_still_live:
+            out.pop("still_live", None)
         return out
 
     def claim_nodes(self, host: str, node_uuids: list[str]) -> ClaimOutcome:
@@ -1281,21 +1286,71 @@ def test_gained_arcs_claimed_in_several_calls_are_read_after_the_last(
 
 @BY_SHARE
 def test_a_survivor_that_sees_a_peer_die_first_claims_again_once_the_conductor_does(
-    env: Fleet,
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The conductors read the group on their own schedule: a survivor that
     saw the peer leave first is refused its nodes (their owner is live to
-    the conductor).  Its pass comes back soon to claim again before its
-    reads, a few times at most."""
+    the conductor, which says so).  Its pass comes back soon to claim again
+    before its reads, until the conductor sees the peer leave too -- for a
+    membership TTL at most."""
     nodes, a1 = _three_settled(env)
     conductors = env.view
     view = env.live({"a1": [], "a2": []})  # a3 killed: the agents see it ...
     env.fleet.on_change(conductors)  # ... the conductor not yet
     del env.agents["a3"]
-    assert [a1.claim_first(view) for _ in range(5)] == [None, None, None, None, 0]
+    clock = [time.monotonic()]
+    monkeypatch.setattr(share_claims.time, "monotonic", lambda: clock[0])
+    tries = []
+    for _ in range(19):  # half a second apart: 9 s of the TTL's 10
+        tries.append(a1.claim_first(view))
+        clock[0] += 0.5
+    assert tries == [None] * 19  # more than the four an older conductor gets
+    assert env.conductor.of("claim_share")[-1]["previous_ring"] is not None
     env.fleet.on_change(view)  # the conductor sees it
     gained = ring_share(["a1", "a2"], nodes, "a1") - ring_share(["a1", "a2", "a3"], nodes, "a1")
     assert a1.claim_first(view) == len(gained) > 0
+    # A peer the conductor still sees live after a whole TTL is back, or
+    # the agent's view is the odd one: its arcs are read, not claimed again.
+    env.fleet.on_change(env.live({"a1": [], "a2": [], "a3": []}))
+    a1.refresh_inventory()
+    assert a1.claim_first(env.view) == 0  # nothing gained: the tries start afresh
+    conductors = env.view
+    view = env.live({"a1": [], "a2": []})  # a3 gone again, for the agents only
+    env.fleet.on_change(conductors)
+    assert a1.claim_first(view) is None
+    clock[0] += 10.5
+    assert a1.claim_first(view) == 0
+
+
+@BY_SHARE
+def test_a_survivor_claims_again_a_few_times_when_the_conductor_does_not_say(env: Fleet) -> None:
+    """A conductor that does not say whom it still sees live (older): the
+    pass claims again a few times, as before."""
+    _nodes, a1 = _three_settled(env)
+    env.conductor.says_still_live = False
+    conductors = env.view
+    view = env.live({"a1": [], "a2": []})
+    env.fleet.on_change(conductors)
+    del env.agents["a3"]
+    assert [a1.claim_first(view) for _ in range(5)] == [None, None, None, None, 0]
+
+
+@BY_SHARE
+def test_a_survivor_reads_at_once_when_the_conductor_saw_the_peer_leave_and_nothing_was_free(
+    env: Fleet,
+) -> None:
+    """The conductor saw the peer leave and took nothing: every node of the
+    gained arcs is pinned (re-homed after ``rehome_grace``); the pass goes
+    on to its reads without a second claim."""
+    nodes, a1 = _three_settled(env)
+    gained = ring_share(["a1", "a2"], nodes, "a1") - ring_share(["a1", "a2", "a3"], nodes, "a1")
+    pin(env.db, sorted(gained), "a3")
+    view = env.live({"a1": [], "a2": []})
+    del env.agents["a3"]
+    env.conductor.calls.clear()
+    assert a1.claim_first(view) == 0
+    [claim] = env.conductor.of("claim_share")
+    assert claim["previous_ring"] is not None
 
 
 @BY_SHARE
@@ -1738,7 +1793,7 @@ def test_a_pass_reads_its_own_nodes_outside_its_share_only_when_due(
     """Nodes come to an agent outside its share only by a move or a
     hand-over, which a conductor hints at: passes in between leave that read
     out, and the read that comes misses nothing that changed meanwhile."""
-    clock = [1000.0]
+    clock = [time.monotonic()]
     monkeypatch.setattr(inventory_reads.time, "monotonic", lambda: clock[0])
     nodes = add_nodes(env.db, 60)
     view = env.live({"a1": [], "a2": []})
