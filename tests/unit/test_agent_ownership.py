@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from compute_agent import inventory_reads, share_claims
+from compute_agent import inventory_reads, releases, share_claims
 from compute_agent import ownership as agent_ownership
 from compute_agent.ownership import OwnershipManager
 from conductor.common.exception import InvalidInput, NotOwner, ServiceUnavailable
@@ -512,7 +512,7 @@ def test_a_join_moves_only_unpinned_idle_nodes_and_never_robs_a_live_owner(env: 
     assert out is not None and out.released == len(moving) - 2
     released = {n for claims in env.conductor.of("release") for n in claims}
     assert released == set(moving) - {pinned, busy}
-    assert all(len(c) <= 7 for c in env.conductor.of("release"))
+    assert len(env.conductor.of("release")) == 1  # one call, whatever claim_batch
     assert set(a1.held()) == (set(uuids) - set(moving)) | {pinned, busy}
 
     # The newcomer learns of the releases from its inventory read, claims
@@ -1154,6 +1154,34 @@ def test_after_a_membership_change_an_agent_reads_only_the_arcs_it_gained(env: F
     assert a1.refresh_inventory() == 0
     assert a1.desired(env.view) == set(a1.held()) == ring_share(["a1", "a2", "a3"], nodes, "a1")
     assert a1._inventory.keys() == set(a1.held())
+
+
+@BY_SHARE
+def test_a_share_read_on_a_small_view_is_given_back_in_the_fewest_calls(
+    env: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that read and claimed its share while alone gives most of
+    it back when the others join: in calls of up to the conductor's limit,
+    not of ``claim_batch`` (each call waits its turn at a conductor behind
+    every peer's claims, and sends the new owners to read again)."""
+    nodes = add_nodes(env.db, 300)
+    a1 = env.agent("a1", claim_batch=7)
+    env.live({"a1": []})
+    env.settle(1)
+    assert set(a1.held()) == set(nodes)
+    view = env.live({"a1": [], "a2": [], "a3": []})
+    env.conductor.calls.clear()
+    given = len(nodes) - len(ring_share(["a1", "a2", "a3"], nodes, "a1"))
+    assert a1.release_first(view) == given > 100
+    assert [len(claims) for claims in env.conductor.of("release")] == [given]
+    # Up to the limit a call: more than that goes in several.
+    env.live({"a1": []})
+    env.settle(1)
+    monkeypatch.setattr(releases, "_RELEASE_BATCH", 100)
+    env.conductor.calls.clear()
+    assert a1.release_first(env.live({"a1": [], "a2": [], "a3": []})) == given
+    sizes = [len(c) for c in env.conductor.of("release")]
+    assert sizes == [100] * (given // 100) + ([given % 100] if given % 100 else [])
 
 
 @BY_SHARE

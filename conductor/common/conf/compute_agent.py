@@ -101,7 +101,8 @@ opts = [
         default=500,
         min=1,
         max=10000,
-        help="Nodes per claim or release call to the conductor.",
+        help="Nodes per claim by uuid, or per hand-over of a drain, in one call to the "
+        "conductor (releases go up to 10,000 a call).",
     ),
     cfg.FloatOpt(
         "conductor_timeout",
