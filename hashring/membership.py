@@ -285,6 +285,11 @@ class Membership:
             self._aside = None
         self._wake_keeper.set()
 
+    def read_soon(self) -> None:
+        """Read the group now, not at the next watch interval (a peer saw a
+        member leave that our view still has)."""
+        self._wake_watcher.set()
+
     def can_act(self) -> bool:
         """Whether node actions are safe now (the state is ``CONNECTED``)."""
         return self.state is State.CONNECTED

@@ -13,12 +13,16 @@ __all__ = ["RecordingQueue", "StubMembership"]
 
 
 class StubMembership:
-    """What FleetView asks its membership: the connection state, and
-    whether its back end fails."""
+    """What FleetView asks its membership: the connection state, whether
+    its back end fails; and to read the group soon (counted)."""
 
     def __init__(self, state: State = State.CONNECTED) -> None:
         self.state = state
         self.backend_failing = False
+        self.reads_asked = 0
+
+    def read_soon(self) -> None:
+        self.reads_asked += 1
 
 
 @dataclass

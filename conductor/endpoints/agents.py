@@ -182,31 +182,27 @@ class AgentsEndpoint:
 
         With ``previous_ring``, the reply also has ``still_live``: the
         members of that ring gone from ``ring`` that this conductor still
-        sees live, whose nodes it did not take (each process reads the
-        group on its own schedule: the agent claims again once it has seen
-        them leave too).
+        sees live.  Each process reads the group on its own schedule: while
+        the list is not empty nothing is taken (unless ``held`` is asked
+        for) and this conductor reads the group at once; the agent claims
+        again in a moment.
         """
-        agent, spec, previous, group_list, excluded, most, page, with_held = checks.collect(
-            lambda: arguments.check_host(host),
-            lambda: ring_share.check_ring(ring, "ring"),
-            lambda: (
-                None
-                if previous_ring is None
-                else ring_share.check_ring(previous_ring, "previous_ring")
-            ),
-            lambda: None if groups is None else arguments.check_groups(groups),
-            lambda: (
-                []
-                if exclude_groups is None
-                else arguments.check_groups(exclude_groups, "exclude_groups")
-            ),
-            lambda: arguments.check_limit(limit, maximum=50_000),
-            lambda: None if read is None else arguments.check_limit(read, "read", maximum=50_000),
-            lambda: arguments.check_bool(held, "held"),
+        agent, spec, previous, group_list, excluded, most, page, with_held = _share_claim(
+            host=host,
+            ring=ring,
+            previous_ring=previous_ring,
+            groups=groups,
+            exclude_groups=exclude_groups,
+            limit=limit,
+            read=read,
+            held=held,
         )
         live = self._fleet.live_members()
         if agent not in live:
             raise InvalidInput.not_live_member(agent)
+        still_live = None if previous is None else ring_share.departed(previous, spec) & live
+        if still_live and not with_held:
+            return self._not_seen_leaving(still_live)
         arcs = ring_share.share_arcs(spec, agent, previous)
         with self._claim_turn:
             out = share_claims.claim_arcs(
@@ -222,11 +218,21 @@ class AgentsEndpoint:
             )
         self._say_share_claimed(agent, out)
         reply = share_replies.claim_reply(out)
-        if previous is not None:
+        if still_live is not None:
             # Additive: an agent that saw a peer leave before this conductor
             # did learns why nothing was taken, and claims again soon.
-            reply["still_live"] = sorted(ring_share.departed(previous, spec) & live)
+            reply["still_live"] = sorted(still_live)
         return reply
+
+    def _not_seen_leaving(self, still_live: set[str]) -> dict[str, Any]:
+        """A ``claim_share`` reply taking nothing, while the members the
+        agent saw leave are ``still_live`` to this conductor: it reads the
+        group now (their nodes are not free yet, and the agent asks again in
+        a moment: at a kill -9 of one of 100 agents, every survivor asks,
+        twice a second, so no claim's work either)."""
+        self._fleet.read_soon()
+        nothing = share_claims.ArcClaim(uuids=[], epochs=[], groups=[], changed_at=None, more=False)
+        return {**share_replies.claim_reply(nothing), "still_live": sorted(still_live)}
 
     def _say_share_claimed(self, agent: str, out: share_claims.ArcClaim) -> None:
         """The notification and the log line of a claim by share."""
@@ -643,3 +649,33 @@ class AgentsEndpoint:
         reports = agent_reports.check_node_states(states)
         # The checks return exactly a StateReport's keys.
         return state_reports.record(self._db, agent, cast(list[node_states.StateReport], reports))
+
+
+def _share_claim(
+    *,
+    host: Any,
+    ring: Any,
+    previous_ring: Any,
+    groups: Any,
+    exclude_groups: Any,
+    limit: Any,
+    read: Any,
+    held: Any,
+) -> list[Any]:
+    """``claim_share``'s arguments, checked, every bad one named."""
+    return checks.collect(
+        lambda: arguments.check_host(host),
+        lambda: ring_share.check_ring(ring, "ring"),
+        lambda: (
+            None if previous_ring is None else ring_share.check_ring(previous_ring, "previous_ring")
+        ),
+        lambda: None if groups is None else arguments.check_groups(groups),
+        lambda: (
+            []
+            if exclude_groups is None
+            else arguments.check_groups(exclude_groups, "exclude_groups")
+        ),
+        lambda: arguments.check_limit(limit, maximum=50_000),
+        lambda: None if read is None else arguments.check_limit(read, "read", maximum=50_000),
+        lambda: arguments.check_bool(held, "held"),
+    )

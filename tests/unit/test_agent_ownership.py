@@ -60,6 +60,10 @@ class StubMembership:
         #: Our first join replaced an earlier process's entry (a fast restart).
         self.replaced_earlier_process = False
         self.ttl = 10.0
+        self.reads_asked = 0
+
+    def read_soon(self) -> None:
+        self.reads_asked += 1
 
     def can_act(self) -> bool:
         return self.state is State.CONNECTED

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conductor import fleet_view
 from conductor.common.exception import (
     Conflict,
     DatabaseUnavailable,
@@ -1214,20 +1215,29 @@ def test_claim_share_says_what_the_agent_held_before_it(env: Env) -> None:
     assert again["held"] == env.agents.owned_nodes(CTXT, "a1")
 
 
-def test_claim_share_says_which_departed_peers_it_still_sees_live(env: Env) -> None:
+def test_claim_share_says_which_departed_peers_it_still_sees_live(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With ``previous_ring``: the members gone from the ring that this
-    conductor still sees live, whose nodes it did not take."""
+    conductor still sees live; it takes nothing then, and reads the group."""
+    monkeypatch.setattr(fleet_view, "_READ_SOON_S", 3600.0)
     theirs = add_nodes(env.db, 20, owner="a2", prefix="theirs")
     gone = add_nodes(env.db, 20, owner="a3", prefix="gone")
     env.live("a1", "a2")  # a3 has left; a2 has not, to this conductor
     before = {"version": 1, "members": {"a1": 1.0, "a2": 1.0, "a3": 1.0}}
     ring = {"version": 1, "members": {"a1": 1.0}}  # a1 saw both leave
     reply = env.agents.claim_share(CTXT, host="a1", ring=ring, previous_ring=before)
-    assert reply["still_live"] == ["a2"]
-    assert reply["uuids"] and set(reply["uuids"]) <= set(gone)  # a2's kept
+    assert reply["still_live"] == ["a2"] and env.membership.reads_asked == 1  # read it now
+    # Nothing taken meanwhile: the agent asks again in a moment.
+    assert (reply["uuids"], reply["more"]) == ([], False)
+    owners = {o.owner for o in ownership.ownership_of(env.db, theirs + gone).values()}
+    assert owners == {"a2", "a3"}
+    env.agents.claim_share(CTXT, host="a1", ring=ring, previous_ring=before)
+    assert env.membership.reads_asked == 1  # not at every call: once in a while
     env.live("a1")
     again = env.agents.claim_share(CTXT, host="a1", ring=ring, previous_ring=before)
-    assert again["still_live"] == [] and again["uuids"] and set(again["uuids"]) <= set(theirs)
+    assert again["still_live"] == [] and again["uuids"]
+    assert set(again["uuids"]) <= set(theirs + gone) and set(again["uuids"]) & set(gone)
     assert "still_live" not in env.agents.claim_share(CTXT, host="a1", ring=ring)
 
 

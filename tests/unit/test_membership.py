@@ -584,6 +584,22 @@ def test_observer_does_not_join(backend: FakeBackend, started: list[Membership])
     assert b"conductor-1" not in backend.groups[GROUP]
 
 
+def test_read_soon_reads_the_group_before_the_watch_interval(
+    backend: FakeBackend, started: list[Membership]
+) -> None:
+    """A conductor told by an agent that a member left reads the group at
+    once, not at its next interval."""
+    backend.groups[GROUP] = {b"peer": {"ring_version": 1, "weight": 1.0}}
+    m = make(started, "conductor-1", join=False)
+    assert m.wait_connected(5)
+    m._watch_interval = 3600.0  # from its next wait on, only a wake-up reads
+    time.sleep(0.1)  # that wait begun
+    with backend.lock:
+        del backend.groups[GROUP][b"peer"]
+    m.read_soon()
+    wait_until(lambda: m.view is not None and not m.view.members)
+
+
 def test_stop_leaves_the_group(backend: FakeBackend) -> None:
     m = Membership(URL, "agent-1", watch_interval=0.02)
     m.start()
