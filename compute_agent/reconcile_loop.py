@@ -36,7 +36,7 @@ from oslo_config import cfg
 
 from compute_agent.ownership import OwnershipManager, ReconcileResult
 from compute_agent.placement_report import PlacementReporter
-from conductor.common import rpc
+from conductor.common import broker_outage, rpc
 from conductor.common.exception import InvalidInput, first_line
 from conductor.common.repeated_failure import RepeatedFailure
 from conductor.rpcapi import ConductorAPI
@@ -275,6 +275,14 @@ class Reconciler:
         elif isinstance(exc, InvalidInput) and exc.is_not_live_member:
             self._reconcile_failures.failed(
                 "the conductor does not see this agent in the group yet", logging.INFO
+            )
+        elif isinstance(exc, messaging.MessagingTimeout) and not isinstance(exc, rpc.NoConsumer):
+            # Each names its message id: one reason for them all, not a
+            # WARNING per call.  A WARNING unless this process said its
+            # broker outage already (then this is that outage, said).
+            self._reconcile_failures.failed(
+                f"no reply from a conductor within {self.conf.compute_agent.conductor_timeout:g} s",
+                logging.INFO if broker_outage.known_down() else logging.WARNING,
             )
         else:
             self._reconcile_failures.failed(first_line(exc))

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from conductor.common import broker_outage
 from conductor.common.exception import first_line
 from conductor.rpcapi import ConductorAPI
 
@@ -152,9 +153,11 @@ class StateSender:
             except Exception as exc:  # what was not taken is due next time
                 # The first line only (a remote error's text carries the
                 # conductor's traceback), and once per outage: the
-                # conductor's database may be down for minutes.
+                # conductor's database may be down for minutes.  INFO if this
+                # process said its broker outage already: that is the cause.
+                first = logging.INFO if broker_outage.known_down() else logging.WARNING
                 LOG.log(
-                    logging.WARNING if self._failing_since is None else logging.DEBUG,
+                    first if self._failing_since is None else logging.DEBUG,
                     "Agent %s: state report failed: %s; retrying every %.0f s",
                     self._host,
                     first_line(exc),
