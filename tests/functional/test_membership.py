@@ -18,6 +18,7 @@ import pytest
 
 from tests.functional.harness import MemberProcess, unique_group
 from tests.harness import server_ctl
+from tests.harness.wait import wait_for
 
 TTL = 3.0  # etcd will not grant much less (docs/dependency-facts.rst, "tooz and etcd")
 SLACK = 4.0  # start-up and scheduling on a shared 2-core machine
@@ -139,7 +140,10 @@ def test_fast_restart_with_the_same_id(spawn: Spawn, backend: str) -> None:
     second.wait_for(lambda e: e.get("state") == "connected", timeout=15)
     second.wait_members({"a", "b"}, timeout=10)
     assert "already in group" in second.log.read_text()
-    # Still one "b", now the new incarnation, and it stays in the group.
+    # Still one "b", now the new incarnation, and it stays in the group.  (The
+    # replacement leaves, then joins: a read of the group between the two
+    # saw "a" alone; on a loaded machine "a" may read next a second later.)
+    wait_for(lambda: a.last_view()["members"] == ["a", "b"], 10, "a sees the new b")
     time.sleep(1)
     assert a.last_view()["members"] == ["a", "b"]
     assert second.states()[-1] == "connected"
