@@ -90,13 +90,16 @@ class ComputeEndpoint:
         actions: NodeActions,
         status: Callable[[], dict[str, Any]],
         drain: Callable[[], None],
+        *,
         inventory_changed: Callable[[list[str] | None], None] = lambda _groups: None,
+        group_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._host = host
         self._actions = actions
         self._status = status
         self._drain = drain
         self._inventory_changed = inventory_changed
+        self._group_changed = group_changed
 
     def build_instance(
         self,
@@ -205,6 +208,11 @@ class ComputeEndpoint:
             )
             groups = None
         self._inventory_changed(groups)
+
+    def group_changed(self, ctxt: dict[str, Any]) -> None:
+        """Since 1.7 (a fanout cast): a conductor saw members leave the
+        group; read it now, not at the next watch interval."""
+        self._group_changed()
 
     def drain(self, ctxt: dict[str, Any]) -> str:
         """Hand every node, pins included, to its ring successor, then stop.

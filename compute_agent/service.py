@@ -214,6 +214,7 @@ class AgentService(Reconciler):
             self.status,
             lambda: self.terminate(drain=True),
             inventory_changed=self.inventory_changed,
+            group_changed=self.membership.read_soon,
         )
         self._server = rpc.get_server(
             self._transport,

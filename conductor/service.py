@@ -33,6 +33,7 @@ from conductor.endpoints.inventory import InventoryEndpoint
 from conductor.endpoints.keypairs import KeyPairsEndpoint
 from conductor.endpoints.quotas import QuotasEndpoint
 from conductor.fleet_view import FleetView
+from conductor.group_hints import GroupHints
 from conductor.inventory_hints import InventoryHints
 from conductor.ironic_sync import IronicInventorySync
 from conductor.lifecycle import BuildLifecycle
@@ -76,6 +77,7 @@ class ConductorService:
         self._peers: ConductorPeers | None = None
         self._ironic_sync: IronicInventorySync | None = None
         self._hints: InventoryHints | None = None
+        self._group_hints: GroupHints | None = None
         self._power_sync: InstancePowerSync | None = None
         self._notifier = Notifier.disabled()
         self.metrics = ConductorMetrics(conf.host)
@@ -111,6 +113,8 @@ class ConductorService:
             version_cap=conf.upgrade_levels.compute,
         )
         self._hints = InventoryHints(compute)
+        self._group_hints = GroupHints(compute)
+        fleet.add_listener(self._group_hints.on_view)
         self._builds = builds = self._build_lifecycle(db, scheduler, fleet, membership, compute)
         self._peers = self._conductor_peers(db, builds)
         # The sync hands the orphan claims it finds in Ironic to their
@@ -379,6 +383,8 @@ class ConductorService:
             )
         if self._hints is not None:
             self._hints.stop()
+        if self._group_hints is not None:
+            self._group_hints.stop()
         steps.run("sending the notifications queued", self._notifier.close, _STEP_S["notifier"])
         membership = self._membership
         if membership is not None:
