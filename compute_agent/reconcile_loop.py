@@ -278,11 +278,10 @@ class Reconciler:
             )
         elif isinstance(exc, messaging.MessagingTimeout) and not isinstance(exc, rpc.NoConsumer):
             # Each names its message id: one reason for them all, not a
-            # WARNING per call.  A WARNING unless this process said its
-            # broker outage already (then this is that outage, said).
+            # WARNING per call.
             self._reconcile_failures.failed(
                 f"no reply from a conductor within {self.conf.compute_agent.conductor_timeout:g} s",
-                logging.INFO if broker_outage.known_down() else logging.WARNING,
+                broker_outage.warning_level(),
             )
         else:
             self._reconcile_failures.failed(first_line(exc))

@@ -197,9 +197,8 @@ class ServingCheck:
                     why,
                 )
             return
-        # A WARNING, unless this process said its broker outage already.
         LOG.log(
-            logging.INFO if broker_outage.known_down() else logging.WARNING,
+            broker_outage.warning_level(),
             "Agent %s cannot serve: %s; it leaves the ring until it can (its nodes go to "
             "its peers)",
             self._host,

@@ -153,11 +153,9 @@ class StateSender:
             except Exception as exc:  # what was not taken is due next time
                 # The first line only (a remote error's text carries the
                 # conductor's traceback), and once per outage: the
-                # conductor's database may be down for minutes.  INFO if this
-                # process said its broker outage already: that is the cause.
-                first = logging.INFO if broker_outage.known_down() else logging.WARNING
+                # conductor's database may be down for minutes.
                 LOG.log(
-                    first if self._failing_since is None else logging.DEBUG,
+                    broker_outage.warning_level() if self._failing_since is None else logging.DEBUG,
                     "Agent %s: state report failed: %s; retrying every %.0f s",
                     self._host,
                     first_line(exc),

@@ -18,6 +18,8 @@ import logging
 import threading
 from typing import Protocol
 
+from conductor.common.exception import first_line
+from conductor.common.repeated_failure import RepeatedFailure
 from hashring.membership import MembershipView
 
 __all__ = ["GroupHints"]
@@ -40,7 +42,13 @@ class GroupHints:
         self._lock = threading.Lock()
         self._members: frozenset[str] | None = None
         self._stopped = False
-        self._failing = False
+        self._failures = RepeatedFailure(
+            LOG,
+            "Could not tell the agents that members left the group (%s); they read it at "
+            "their next interval",
+            "Could not tell the agents that members left the group again (%s)",
+            "Telling the agents that members left the group works again",
+        )
 
     def on_view(self, view: MembershipView) -> None:
         """A new view: a cast if it lost members since the previous one.
@@ -58,19 +66,11 @@ class GroupHints:
         try:
             self._sender.group_changed()
         except Exception as exc:  # the agents read the group at their next interval
-            with self._lock:
-                said, self._failing = self._failing, True
-            if not said:
-                LOG.warning(
-                    "Could not tell the agents that members left the group (%s); they "
-                    "read it at their next interval",
-                    exc,
-                )
+            with self._lock:  # casts run in threads of their own
+                self._failures.failed(first_line(exc))
         else:
             with self._lock:
-                said, self._failing = self._failing, False
-            if said:
-                LOG.info("Telling the agents that members left the group works again")
+                self._failures.worked()
 
     def stop(self) -> None:
         """No more casts (a stopping conductor)."""

@@ -42,7 +42,7 @@ from collections.abc import Callable
 import kombu.exceptions
 import oslo_messaging as messaging
 
-__all__ = ["known_down", "on_reconnect", "reachable", "redacted", "watch"]
+__all__ = ["known_down", "on_reconnect", "reachable", "redacted", "warning_level", "watch"]
 
 #: The logger oslo.messaging's rabbit driver writes its connection errors to.
 DRIVER_LOGGER = "oslo.messaging._drivers.impl_rabbit"
@@ -219,6 +219,13 @@ def known_down() -> bool:
     once instead of waiting for their timeouts."""
     driver = logging.getLogger(DRIVER_LOGGER)
     return any(isinstance(f, _OutageFilter) and f.down for f in driver.filters)
+
+
+def warning_level() -> int:
+    """The level of a failure the broker outage may cause: WARNING, or INFO
+    while this process has said its broker is down (that WARNING is the
+    cause, and the one line the operator needs)."""
+    return logging.INFO if known_down() else logging.WARNING
 
 
 def reachable() -> None:

@@ -202,21 +202,21 @@ class AgentsEndpoint:
             raise InvalidInput.not_live_member(agent)
         still_live = None if previous is None else ring_share.departed(previous, spec) & live
         if still_live and not with_held:
-            return self._not_seen_leaving(still_live)
-        arcs = ring_share.share_arcs(spec, agent, previous)
-        with self._claim_turn:
-            out = share_claims.claim_arcs(
-                self._db,
-                agent,
-                arcs,
-                live_members=live,
-                limit=most,
-                groups=group_list,
-                exclude_groups=excluded,
-                read=page,
-                held=with_held,
-            )
-        self._say_share_claimed(agent, out)
+            out = self._not_seen_leaving()
+        else:
+            with self._claim_turn:
+                out = share_claims.claim_arcs(
+                    self._db,
+                    agent,
+                    ring_share.share_arcs(spec, agent, previous),
+                    live_members=live,
+                    limit=most,
+                    groups=group_list,
+                    exclude_groups=excluded,
+                    read=page,
+                    held=with_held,
+                )
+            self._say_share_claimed(agent, out)
         reply = share_replies.claim_reply(out)
         if still_live is not None:
             # Additive: an agent that saw a peer leave before this conductor
@@ -224,15 +224,14 @@ class AgentsEndpoint:
             reply["still_live"] = sorted(still_live)
         return reply
 
-    def _not_seen_leaving(self, still_live: set[str]) -> dict[str, Any]:
-        """A ``claim_share`` reply taking nothing, while the members the
-        agent saw leave are ``still_live`` to this conductor: it reads the
-        group now (their nodes are not free yet, and the agent asks again in
-        a moment: at a kill -9 of one of 100 agents, every survivor asks,
-        twice a second, so no claim's work either)."""
+    def _not_seen_leaving(self) -> share_claims.ArcClaim:
+        """The claim while members the agent saw leave are still live to this
+        conductor: nothing taken, and the group read now (their nodes are
+        not free yet, and the agent asks again in a moment: at a kill -9 of
+        one of 100 agents, every survivor asks, twice a second, so no
+        claim's work either)."""
         self._fleet.read_soon()
-        nothing = share_claims.ArcClaim(uuids=[], epochs=[], groups=[], changed_at=None, more=False)
-        return {**share_replies.claim_reply(nothing), "still_live": sorted(still_live)}
+        return share_claims.ArcClaim(uuids=[], epochs=[], groups=[], changed_at=None, more=False)
 
     def _say_share_claimed(self, agent: str, out: share_claims.ArcClaim) -> None:
         """The notification and the log line of a claim by share."""
